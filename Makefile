@@ -1,0 +1,74 @@
+# cronstream — every developer and CI entry point. `make help` lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+PYTEST_ARGS ?=
+
+.PHONY: help deps up down status logs clean clean-all bootstrap run test test-unit \
+        test-integration lint fmt typecheck bench
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(STAMP): pyproject.toml
+	@command -v java >/dev/null || { echo "Java 17 is missing: apt-get install -y openjdk-17-jdk-headless"; exit 1; }
+	@command -v mvn >/dev/null || { echo "Maven is missing: apt-get install -y maven"; exit 1; }
+	@command -v kcat >/dev/null || { echo "[deps] installing kcat (Debian package)"; \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; \
+	  else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; fi; }
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "[deps] installing Python packages into $(VENV) (log: $(VENV)/pip.log)"
+	@$(PY) -m pip install -q --upgrade pip > $(VENV)/pip.log 2>&1 && \
+	  $(PY) -m pip install -e '.[dev]' >> $(VENV)/pip.log 2>&1 || { tail -30 $(VENV)/pip.log; exit 1; }
+	@rm -f $(VENV)/.installed-*; touch $@
+
+deps: $(STAMP) ## install Python packages into .venv, kcat, and check Java/Maven
+
+up: deps ## start Kafka, the schema registry and Cassandra; create topics, schemas, keyspace
+	@$(PY) -m infra up
+
+down: ## stop every service (data is kept)
+	@test -x $(PY) && $(PY) -m infra down || true
+
+status: deps ## one line per service: state, pid, memory, endpoint
+	@$(PY) -m infra status
+
+logs: deps ## the tail of every service's log
+	@$(PY) -m infra logs
+
+bootstrap: deps ## create topics, register schemas, apply migrations (idempotent)
+	@$(PY) -m infra bootstrap
+
+clean: ## stop the stack and delete its data, logs and config (keeps downloads)
+	@test -x $(PY) && $(PY) -m infra clean || rm -rf .stack/data .stack/logs .stack/run .stack/conf
+
+clean-all: clean ## also delete downloaded jars and the virtualenv
+	rm -rf .stack $(VENV)
+
+run: up ## the whole local stack, then cronstream's own processes in the foreground
+	@$(PY) -m cronstream.run
+
+test: up ## the whole suite (unit + integration) against the real services
+	@$(PY) -m pytest $(PYTEST_ARGS)
+
+test-unit: deps ## unit tests only (no services)
+	@$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+test-integration: up ## integration tests only
+	@$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+
+lint: deps ## ruff (lint + format check) and mypy --strict
+	@$(VENV)/bin/ruff check .
+	@$(VENV)/bin/ruff format --check .
+	@$(VENV)/bin/mypy
+
+fmt: deps ## apply ruff's fixes and formatting
+	@$(VENV)/bin/ruff check --fix .
+	@$(VENV)/bin/ruff format .
+
+bench: up ## benchmarks, printed as a table
+	@$(PY) -m tests.bench

@@ -1,0 +1,90 @@
+"""`cronstream`: the single command-line entry point. `cronstream --help` lists commands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from cronstream.health import cassandra_health, kafka_health, registry_health
+from cronstream.settings import Settings, SettingsError
+from producers import cli as producer_cli
+from producers.client import JobClient, UnknownJob
+from producers.publisher import Publisher, PublishError
+from producers.spec import SpecError
+from schemas.registry import RegistryError, RegistryUnavailable
+
+
+def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
+    kafka = kafka_health(settings.bootstrap_servers)
+    registry = registry_health(settings.registry_url)
+    cassandra = cassandra_health(settings.cassandra_hosts, settings.cassandra_port)
+    report = {
+        "ok": kafka.ok and registry.ok and cassandra.ok,
+        "kafka": {"ok": kafka.ok, "bootstrap_servers": settings.bootstrap_servers,
+                  "detail": kafka.detail, "latency_ms": round(kafka.latency_ms, 1)},
+        "schema_registry": {"ok": registry.ok, "url": settings.registry_url,
+                            "detail": registry.detail,
+                            "latency_ms": round(registry.latency_ms, 1)},
+        "cassandra": {"ok": cassandra.ok, "hosts": list(settings.cassandra_hosts),
+                      "port": settings.cassandra_port, "keyspace": settings.keyspace,
+                      "detail": cassandra.detail, "latency_ms": round(cassandra.latency_ms, 1)},
+        "topic_prefix": settings.topic_prefix,
+    }  # fmt: skip
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        for name, endpoint in (
+            ("kafka", settings.bootstrap_servers),
+            ("schema_registry", settings.registry_url),
+            ("cassandra", ",".join(settings.cassandra_hosts) + f":{settings.cassandra_port}"),
+        ):
+            entry = report[name]
+            assert isinstance(entry, dict)
+            state = "ok  " if entry["ok"] else "DOWN"
+            print(f"{state} {name:<16} {endpoint:<45} {entry['detail']}")
+    return 0 if report["ok"] else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cronstream", description="A Kafka-native distributed job scheduler."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    producer_cli.register(sub)
+    status = sub.add_parser("status", help="health and endpoints of every service")
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(handler=cmd_status, needs="settings")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        settings = Settings.from_env()
+        if args.needs == "client":
+            # librdkafka's transient warnings (coordinator loading...) are noise in a CLI.
+            client = JobClient(settings, publisher=Publisher(settings, log_level=3))
+            return int(args.handler(client, args))
+        return int(args.handler(settings, args))
+    except SpecError as exc:
+        print(f"error: {exc.subject} is invalid:", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  - {problem}", file=sys.stderr)
+        print("nothing was written", file=sys.stderr)
+        return producer_cli.EXIT_INVALID
+    except UnknownJob as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return producer_cli.EXIT_UNKNOWN_JOB
+    except SettingsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return producer_cli.EXIT_INVALID
+    except (RegistryUnavailable, RegistryError, PublishError) as exc:
+        print(f"error: {exc} (is the stack up? 'cronstream status')", file=sys.stderr)
+        return producer_cli.EXIT_UNAVAILABLE
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""Is each service answering its own protocol? Used by `cronstream status` and `make up`."""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass
+from urllib.parse import urlparse
+
+import httpx
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Health:
+    ok: bool
+    detail: str
+    latency_ms: float
+
+
+def _port_open(host: str, port: int, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _host_port(endpoint: str, default_port: int) -> tuple[str, int]:
+    host, _, port = endpoint.rpartition(":")
+    return (host, int(port)) if host else (endpoint, default_port)
+
+
+def kafka_health(bootstrap_servers: str, timeout: float = 3.0) -> Health:
+    began = time.perf_counter()
+    first = bootstrap_servers.split(",", maxsplit=1)[0].strip()
+    host, port = _host_port(first, 9092)
+    if not _port_open(host, port):
+        return Health(ok=False, detail=f"nothing listens on {first}", latency_ms=0.0)
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(
+        {"bootstrap.servers": bootstrap_servers, "log_level": 0, "socket.timeout.ms": 2000}
+    )
+    try:
+        md = admin.list_topics(timeout=timeout)
+    except Exception as exc:
+        return Health(ok=False, detail=f"metadata request failed: {exc}", latency_ms=0.0)
+    ms = (time.perf_counter() - began) * 1000
+    return Health(
+        ok=bool(md.brokers),
+        detail=f"{len(md.brokers)} broker(s), {len(md.topics)} topics",
+        latency_ms=ms,
+    )
+
+
+def registry_health(url: str, timeout: float = 3.0) -> Health:
+    began = time.perf_counter()
+    parsed = urlparse(url)
+    if not _port_open(parsed.hostname or "127.0.0.1", parsed.port or 80):
+        return Health(ok=False, detail=f"nothing listens on {parsed.netloc}", latency_ms=0.0)
+    try:
+        resp = httpx.get(f"{url.rstrip('/')}/subjects", timeout=timeout)
+    except httpx.HTTPError as exc:
+        return Health(ok=False, detail=f"GET /subjects failed: {exc}", latency_ms=0.0)
+    ms = (time.perf_counter() - began) * 1000
+    if resp.status_code != 200:
+        return Health(ok=False, detail=f"GET /subjects answered {resp.status_code}", latency_ms=ms)
+    return Health(ok=True, detail=f"{len(resp.json())} subjects", latency_ms=ms)
+
+
+def cassandra_health(hosts: tuple[str, ...], port: int, timeout: float = 5.0) -> Health:
+    began = time.perf_counter()
+    if not any(_port_open(h, port) for h in hosts):
+        return Health(ok=False, detail=f"nothing listens on port {port} of {hosts}", latency_ms=0)
+    from cronstream.connect import cassandra_cluster
+
+    cluster = cassandra_cluster(hosts, port, timeout=timeout)
+    try:
+        session = cluster.connect()
+        row = session.execute("SELECT release_version FROM system.local", timeout=timeout).one()
+    except Exception as exc:
+        return Health(ok=False, detail=f"CQL query failed: {exc}", latency_ms=0.0)
+    finally:
+        cluster.shutdown()
+    ms = (time.perf_counter() - began) * 1000
+    return Health(ok=row is not None, detail=f"Cassandra {row.release_version}", latency_ms=ms)

@@ -1,0 +1,103 @@
+"""Settings shared by every cronstream process, read once from the environment.
+
+Every knob has a ``CRONSTREAM_*`` environment variable and a default that matches the
+local stack started by ``make up``. The README's "Configuration" table lists them all;
+keep the two in step.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+class SettingsError(ValueError):
+    """An environment variable holds a value that cannot be used."""
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r} is not a whole number") from None
+    if value <= 0:
+        raise SettingsError(f"{name}={raw!r} must be positive")
+    return value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    """Where the services are and how cronstream names and sizes its things."""
+
+    home: Path
+    kafka_port: int
+    kafka_controller_port: int
+    registry_port: int
+    cassandra_port: int
+    cassandra_storage_port: int
+    cassandra_jmx_port: int
+    kafka_heap_mb: int
+    registry_heap_mb: int
+    cassandra_heap_mb: int
+    topic_prefix: str
+    partitions: int
+    keyspace: str
+    max_payload_bytes: int
+    history_ttl_days: int
+    cassandra_replication: int
+    bootstrap_servers: str
+    registry_url: str
+    cassandra_hosts: tuple[str, ...]
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        prefix = env.get("CRONSTREAM_TOPIC_PREFIX", "cronstream") or "cronstream"
+        keyspace = env.get("CRONSTREAM_KEYSPACE", "cronstream") or "cronstream"
+        if not keyspace.replace("_", "").isalnum() or not keyspace[0].isalpha():
+            raise SettingsError(
+                f"CRONSTREAM_KEYSPACE={keyspace!r}: use letters, digits and '_', "
+                "starting with a letter"
+            )
+        if not all(c.isalnum() or c in "._-" for c in prefix):
+            raise SettingsError(
+                f"CRONSTREAM_TOPIC_PREFIX={prefix!r}: use letters, digits, '.', '_' and '-'"
+            )
+        kafka_port = _int(env, "CRONSTREAM_KAFKA_PORT", 9092)
+        registry_port = _int(env, "CRONSTREAM_REGISTRY_PORT", 8081)
+        hosts = env.get("CRONSTREAM_CASSANDRA_HOSTS") or "127.0.0.1"
+        return cls(
+            home=Path(env.get("CRONSTREAM_HOME") or REPO_ROOT / ".stack").resolve(),
+            kafka_port=kafka_port,
+            kafka_controller_port=_int(env, "CRONSTREAM_KAFKA_CONTROLLER_PORT", 9093),
+            registry_port=registry_port,
+            cassandra_port=_int(env, "CRONSTREAM_CASSANDRA_PORT", 9042),
+            cassandra_storage_port=_int(env, "CRONSTREAM_CASSANDRA_STORAGE_PORT", 7000),
+            cassandra_jmx_port=_int(env, "CRONSTREAM_CASSANDRA_JMX_PORT", 7199),
+            kafka_heap_mb=_int(env, "CRONSTREAM_KAFKA_HEAP_MB", 768),
+            registry_heap_mb=_int(env, "CRONSTREAM_REGISTRY_HEAP_MB", 384),
+            cassandra_heap_mb=_int(env, "CRONSTREAM_CASSANDRA_HEAP_MB", 1024),
+            topic_prefix=prefix,
+            partitions=_int(env, "CRONSTREAM_PARTITIONS", 12),
+            keyspace=keyspace,
+            max_payload_bytes=_int(env, "CRONSTREAM_MAX_PAYLOAD_BYTES", 65536),
+            history_ttl_days=_int(env, "CRONSTREAM_HISTORY_TTL_DAYS", 365),
+            cassandra_replication=_int(env, "CRONSTREAM_CASSANDRA_REPLICATION", 1),
+            bootstrap_servers=env.get("CRONSTREAM_BOOTSTRAP_SERVERS") or f"127.0.0.1:{kafka_port}",
+            registry_url=(
+                env.get("CRONSTREAM_REGISTRY_URL")
+                or f"http://127.0.0.1:{registry_port}/apis/ccompat/v7"
+            ).rstrip("/"),
+            cassandra_hosts=tuple(h.strip() for h in hosts.split(",") if h.strip()),
+        )
+
+    def with_namespace(self, *, topic_prefix: str, keyspace: str | None = None) -> Settings:
+        """The same services under another topic prefix (and keyspace): test isolation."""
+        return replace(self, topic_prefix=topic_prefix, keyspace=keyspace or self.keyspace)

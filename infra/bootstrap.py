@@ -1,0 +1,143 @@
+"""Create cronstream's topics, schema subjects and Cassandra keyspace; safe to re-run.
+
+Topics come from ``schemas.catalog``. An existing topic whose partition count or
+cleanup policy differs from the catalog is reported as an error and left alone: adding
+partitions would move job ids to other partitions (breaking the co-partitioning of jobs
+and timers), so that change is for an operator to make deliberately.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin._config import ConfigResource
+from confluent_kafka.admin._resource import ResourceType
+from confluent_kafka.cimpl import NewTopic
+
+from consumers.migrations import migrate
+from cronstream.connect import cassandra_session, kafka_admin
+from cronstream.settings import Settings
+from schemas.avro import schema_json
+from schemas.catalog import Topics
+from schemas.registry import RegistryClient
+from schemas.serde import Codec
+
+COMPATIBILITY = "BACKWARD"
+
+
+class BootstrapError(RuntimeError):
+    """The cluster disagrees with the catalog, or a service refused a bootstrap step."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicReport:
+    created: list[str]
+    existing: list[str]
+    mismatches: list[str]
+
+
+def _say(msg: str) -> None:
+    print(f"[bootstrap] {msg}", file=sys.stderr, flush=True)
+
+
+def ensure_topics(settings: Settings, *, timeout: float = 30.0) -> TopicReport:
+    topics = Topics(settings)
+    admin = kafka_admin(settings)
+    metadata = admin.list_topics(timeout=timeout)
+    created, existing, mismatches = [], [], []
+    to_create = []
+    for name, spec in topics.all():
+        want = topics.partitions(spec)
+        current = metadata.topics.get(name)
+        if current is None or current.error is not None:
+            to_create.append(
+                NewTopic(name, num_partitions=want, replication_factor=1, config=dict(spec.config))
+            )
+            continue
+        existing.append(name)
+        have = len(current.partitions)
+        if have != want:
+            mismatches.append(
+                f"{name} has {have} partitions, the catalog wants {want} "
+                f"(CRONSTREAM_PARTITIONS={settings.partitions})"
+            )
+    if to_create:
+        for name, future in admin.create_topics(to_create, operation_timeout=timeout).items():
+            try:
+                future.result()
+                created.append(name)
+            except KafkaException as exc:
+                if exc.args[0].name() == "TOPIC_ALREADY_EXISTS":
+                    existing.append(name)  # a concurrent bootstrap won the race
+                else:
+                    raise BootstrapError(f"creating topic {name}: {exc}") from exc
+    # Cleanup policy matters for the jobs topic (compaction is what makes it the source
+    # of truth); check every configured key of the topics that already existed.
+    resources = [ConfigResource(ResourceType.TOPIC, name) for name in existing]
+    if resources:
+        for resource, future in admin.describe_configs(resources).items():
+            owned = topics.spec(resource.name)
+            assert owned is not None
+            actual = future.result()
+            for key, want_value in owned.config.items():
+                entry = actual.get(key)
+                if entry is not None and entry.value != want_value:
+                    mismatches.append(
+                        f"{resource.name} has {key}={entry.value}, the catalog wants {want_value}"
+                    )
+    return TopicReport(created=created, existing=existing, mismatches=mismatches)
+
+
+def ensure_subjects(settings: Settings) -> dict[str, int]:
+    """Register every topic's value schema and pin BACKWARD compatibility per subject."""
+    topics = Topics(settings)
+    registry = RegistryClient(settings.registry_url)
+    codec = Codec(registry)
+    ids = {}
+    try:
+        for _, spec in topics.all():
+            subject = topics.subject(spec)
+            registry.set_compatibility(subject, COMPATIBILITY)
+            if not registry.compatible(subject, schema_json(spec.value_type.AVRO_NAME)):
+                raise BootstrapError(
+                    f"schema of {subject} is not {COMPATIBILITY}-compatible with the "
+                    "registered version: evolve it with defaults on new fields"
+                )
+            ids[subject] = codec.register(subject, spec.value_type)
+    finally:
+        registry.close()
+    return ids
+
+
+def ensure_keyspace(settings: Settings) -> list[str]:
+    cluster, session = cassandra_session(settings)
+    try:
+        return [
+            f"{m.version:03d}_{m.name}"
+            for m in migrate(session, settings.keyspace, settings.cassandra_replication)
+        ]
+    finally:
+        cluster.shutdown()
+
+
+def bootstrap(settings: Settings, say: Callable[[str], None] = _say) -> None:
+    report = ensure_topics(settings)
+    say(
+        f"topics: {len(report.created)} created, {len(report.existing)} already there "
+        f"(prefix {settings.topic_prefix!r})"
+    )
+    if report.mismatches:
+        raise BootstrapError(
+            "existing topics differ from the catalog (schemas/catalog.py); fix them by hand "
+            "or use another CRONSTREAM_TOPIC_PREFIX:\n  " + "\n  ".join(report.mismatches)
+        )
+    ids = ensure_subjects(settings)
+    say(f"schemas: {len(ids)} subjects registered ({COMPATIBILITY} compatibility)")
+    applied = ensure_keyspace(settings)
+    say(
+        f"cassandra: keyspace {settings.keyspace!r}, "
+        + (f"applied {', '.join(applied)}" if applied else "migrations up to date")
+    )

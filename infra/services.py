@@ -1,0 +1,548 @@
+"""The local Kafka, schema registry and Cassandra: fetch, configure, start, probe, stop.
+
+Each service is a plain JVM process started from jars that Maven resolves from Maven
+Central (one POM and one lib folder per service, because the three clash on netty,
+jackson and guava). Everything a service owns lives under ``Settings.home``::
+
+    lib/<service>/        jars (and a marker naming the POM they were resolved from)
+    conf/                 generated config files with real paths
+    data/<service>/       data; survives down/up, only ``clean`` removes it
+    logs/<service>.log    stdout+stderr of the process
+    run/<service>.pid     pid of the process group leader
+
+A process is "ours" only when its command line carries ``-Dcronstream.home=<home>``,
+so a recycled pid never gets a signal from us.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tarfile
+import time
+import uuid
+from abc import ABC, abstractmethod
+from pathlib import Path
+
+from cronstream.health import cassandra_health, kafka_health, registry_health
+from cronstream.settings import Settings
+
+INFRA_DIR = Path(__file__).resolve().parent
+CONF_DIR = INFRA_DIR / "conf"
+
+JVM_COMMON = [
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-Djava.awt.headless=true",
+]
+
+# Upstream conf/jvm17-server.options plus the two INFRA-NOTES found missing on JDK 17.
+CASSANDRA_JPMS = [
+    "-Djdk.attach.allowAttachSelf=true",
+    "--add-exports", "java.base/jdk.internal.misc=ALL-UNNAMED",
+    "--add-exports", "java.management.rmi/com.sun.jmx.remote.internal.rmi=ALL-UNNAMED",
+    "--add-exports", "java.rmi/sun.rmi.registry=ALL-UNNAMED",
+    "--add-exports", "java.rmi/sun.rmi.server=ALL-UNNAMED",
+    "--add-exports", "java.sql/java.sql=ALL-UNNAMED",
+    "--add-exports", "java.base/java.lang.ref=ALL-UNNAMED",
+    "--add-exports", "jdk.unsupported/sun.misc=ALL-UNNAMED",
+    "--add-exports", "jdk.compiler/com.sun.tools.javac.file=ALL-UNNAMED",
+    "--add-exports", "jdk.attach/sun.tools.attach=ALL-UNNAMED",
+    "--add-exports", "java.management/com.sun.jmx.remote.security=ALL-UNNAMED",
+    "--add-opens", "java.base/java.lang.module=ALL-UNNAMED",
+    "--add-opens", "java.base/jdk.internal.loader=ALL-UNNAMED",
+    "--add-opens", "java.base/jdk.internal.ref=ALL-UNNAMED",
+    "--add-opens", "java.base/jdk.internal.reflect=ALL-UNNAMED",
+    "--add-opens", "java.base/jdk.internal.math=ALL-UNNAMED",
+    "--add-opens", "java.base/jdk.internal.module=ALL-UNNAMED",
+    "--add-opens", "java.base/jdk.internal.util.jar=ALL-UNNAMED",
+    "--add-opens", "jdk.management/com.sun.management.internal=ALL-UNNAMED",
+    "--add-opens", "java.base/sun.nio.ch=ALL-UNNAMED",
+    "--add-opens", "java.base/java.io=ALL-UNNAMED",
+    "--add-opens", "java.base/java.nio=ALL-UNNAMED",
+    "--add-opens", "java.base/java.lang.reflect=ALL-UNNAMED",
+    "--add-opens", "jdk.compiler/com.sun.tools.javac=ALL-UNNAMED",
+    "--add-opens", "java.base/java.lang=ALL-UNNAMED",
+    "--add-opens", "java.base/java.util=ALL-UNNAMED",
+    "-Dio.netty.tryReflectionSetAccessible=true",
+]  # fmt: skip
+
+
+class StackError(RuntimeError):
+    """A service could not be fetched, started or stopped; the message says what to do."""
+
+
+def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def log_tail(path: Path, lines: int = 30) -> str:
+    if not path.exists():
+        return "(no log yet)"
+    with path.open("rb") as f:
+        f.seek(0, os.SEEK_END)
+        f.seek(max(0, f.tell() - 64 * 1024))
+        text = f.read().decode("utf-8", "replace")
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def require_tool(name: str, hint: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise StackError(f"'{name}' is not installed: {hint}")
+    return path
+
+
+def run_maven(args: list[str], what: str) -> None:
+    mvn = require_tool("mvn", "install Maven (apt-get install -y maven) and run again")
+    require_tool("java", "install a JDK 17 (apt-get install -y openjdk-17-jdk-headless)")
+    proc = subprocess.run([mvn, "-B", "-q", *args], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        out = (proc.stdout + proc.stderr).strip().splitlines()[-15:]
+        raise StackError(
+            f"Maven could not download {what} (exit {proc.returncode}). Check that Maven "
+            "Central is reachable and ~/.m2/settings.xml has no broken mirror, then run "
+            "'make up' again. Maven said:\n" + "\n".join(out)
+        )
+
+
+class Service(ABC):
+    """One JVM service of the local stack."""
+
+    name: str
+    start_timeout: float = 120.0
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        home = settings.home
+        self.lib = home / "lib" / self.name
+        self.data = home / "data" / self.name
+        self.conf = home / "conf"
+        self.log = home / "logs" / f"{self.name}.log"
+        self.pidfile = home / "run" / f"{self.name}.pid"
+
+    # -- what each service defines ------------------------------------------------------
+    @property
+    @abstractmethod
+    def port(self) -> int:
+        """The client-facing port that readiness is polled on."""
+
+    @property
+    def other_ports(self) -> list[int]:
+        return []
+
+    @abstractmethod
+    def fetch(self) -> None:
+        """Make the jars present under ``self.lib``; a no-op when already there."""
+
+    @abstractmethod
+    def prepare(self) -> None:
+        """Write config files and initialise storage; idempotent."""
+
+    @abstractmethod
+    def command(self) -> list[str]:
+        """The full java command line (must contain ``self.marker``)."""
+
+    @abstractmethod
+    def ready(self) -> bool:
+        """True when the service answers its own protocol, not just an open port."""
+
+    @property
+    @abstractmethod
+    def endpoint(self) -> str:
+        """How clients reach it, for status output."""
+
+    # -- shared mechanics ---------------------------------------------------------------
+    @property
+    def marker(self) -> str:
+        return f"-Dcronstream.home={self.settings.home}/{self.name}"
+
+    def _resolve(self, spec: Path, into: Path) -> bool:
+        """Have Maven put what ``spec`` names into ``into``; False when already done.
+
+        ``spec`` is a POM (its runtime dependencies are copied) or a file holding one
+        artifact coordinate (that artifact alone is copied: the Apicurio archive, whose
+        parent POM is not on Maven Central). A marker named after the spec's hash makes
+        the next call a no-op until the spec changes.
+        """
+        marker = self.lib / f".resolved-{hashlib.sha256(spec.read_bytes()).hexdigest()[:16]}"
+        if marker.exists():
+            return False
+        if into.exists():
+            shutil.rmtree(into)
+        into.mkdir(parents=True)
+        if spec.suffix == ".xml":
+            args = ["-f", str(spec), "dependency:copy-dependencies", "-DincludeScope=runtime"]
+        else:
+            args = ["dependency:copy", f"-Dartifact={spec.read_text().strip()}"]
+        run_maven([*args, f"-DoutputDirectory={into}"], f"the {self.name} artifacts ({spec})")
+        for old in self.lib.glob(".resolved-*"):
+            old.unlink()
+        marker.touch()
+        return True
+
+    def pid(self) -> int | None:
+        """The pid of our running process, or None (stale pid files are removed)."""
+        try:
+            pid = int(self.pidfile.read_text().strip())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except (FileNotFoundError, ValueError, ProcessLookupError):
+            self.pidfile.unlink(missing_ok=True)
+            return None
+        if self.marker.encode() not in cmdline:
+            self.pidfile.unlink(missing_ok=True)
+            return None
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return None
+        return None if state == "Z" else pid
+
+    def running(self) -> bool:
+        return self.pid() is not None
+
+    def start(self) -> None:
+        """Start the process in its own session; returns without waiting for readiness."""
+        if self.running():
+            return
+        for port in [self.port, *self.other_ports]:
+            if port_open(port):
+                raise StackError(
+                    f"{self.name}: port {port} is already in use by another process. "
+                    f"Stop it, or choose other ports (see 'Configuration' in README.md)."
+                )
+        self.prepare()
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        self.pidfile.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("ab") as out:
+            out.write(f"\n==== cronstream: starting {self.name} at {time.ctime()}\n".encode())
+            out.flush()
+            proc = subprocess.Popen(
+                self.command(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=self.data,
+                start_new_session=True,
+            )
+        self.pidfile.write_text(str(proc.pid))
+
+    def check_alive(self) -> None:
+        if not self.running():
+            raise StackError(
+                f"{self.name} exited during startup. Last lines of {self.log}:\n"
+                f"{log_tail(self.log)}"
+            )
+
+    def stop(self, timeout: float = 45.0) -> None:
+        pid = self.pid()
+        if pid is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.pid() is None:
+                break
+            time.sleep(0.2)
+        else:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+            while self.pid() is not None:
+                time.sleep(0.1)
+        self.pidfile.unlink(missing_ok=True)
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group (crash tests)."""
+        pid = self.pid()
+        if pid is not None:
+            os.killpg(pid, signal.SIGKILL)
+            while self.pid() is not None:
+                time.sleep(0.05)
+            self.pidfile.unlink(missing_ok=True)
+
+    def rss_bytes(self) -> int | None:
+        pid = self.pid()
+        if pid is None:
+            return None
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return None
+
+
+class Kafka(Service):
+    name = "kafka"
+    start_timeout = 90.0
+
+    @property
+    def port(self) -> int:
+        return self.settings.kafka_port
+
+    @property
+    def other_ports(self) -> list[int]:
+        return [self.settings.kafka_controller_port]
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def fetch(self) -> None:
+        self._resolve(INFRA_DIR / "kafka" / "pom.xml", self.lib / "jars")
+
+    @property
+    def properties(self) -> Path:
+        return self.conf / "kafka.properties"
+
+    def _cluster_id(self) -> str:
+        idfile = self.conf / "kafka-cluster-id"
+        if idfile.exists():
+            return idfile.read_text().strip()
+        while True:
+            cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            if not cid.startswith("-"):
+                break
+        idfile.write_text(cid)
+        return cid
+
+    def prepare(self) -> None:
+        s = self.settings
+        self.conf.mkdir(parents=True, exist_ok=True)
+        self.data.mkdir(parents=True, exist_ok=True)
+        self.properties.write_text(
+            "\n".join(
+                [
+                    "# Generated by infra/services.py on every start; edit that file instead.",
+                    "process.roles=broker,controller",
+                    "node.id=1",
+                    f"controller.quorum.voters=1@127.0.0.1:{s.kafka_controller_port}",
+                    f"listeners=PLAINTEXT://127.0.0.1:{s.kafka_port},"
+                    f"CONTROLLER://127.0.0.1:{s.kafka_controller_port}",
+                    f"advertised.listeners=PLAINTEXT://127.0.0.1:{s.kafka_port}",
+                    "controller.listener.names=CONTROLLER",
+                    "inter.broker.listener.name=PLAINTEXT",
+                    "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+                    f"log.dirs={self.data / 'logs'}",
+                    f"num.partitions={s.partitions}",
+                    "auto.create.topics.enable=false",
+                    "offsets.topic.replication.factor=1",
+                    "offsets.topic.num.partitions=12",
+                    "transaction.state.log.replication.factor=1",
+                    "transaction.state.log.min.isr=1",
+                    "share.coordinator.state.topic.replication.factor=1",
+                    "share.coordinator.state.topic.min.isr=1",
+                    "group.initial.rebalance.delay.ms=0",
+                    "log.retention.hours=168",
+                    "log.segment.bytes=268435456",
+                    "message.max.bytes=4194304",
+                    "",
+                ]
+            )
+        )
+        if not (self.data / "logs" / "meta.properties").exists():
+            proc = subprocess.run(
+                [*self._java(), "kafka.tools.StorageTool", "format",
+                 "-t", self._cluster_id(), "-c", str(self.properties), "--ignore-formatted"],
+                capture_output=True, text=True, check=False,
+            )  # fmt: skip
+            if proc.returncode != 0:
+                raise StackError(
+                    "Formatting Kafka storage failed:\n" + (proc.stdout + proc.stderr)[-3000:]
+                )
+
+    def _java(self) -> list[str]:
+        return [
+            "java",
+            f"-Dlog4j2.configurationFile={CONF_DIR / 'kafka-log4j2.properties'}",
+            "-cp",
+            f"{self.lib / 'jars'}/*",
+        ]
+
+    def command(self) -> list[str]:
+        heap = f"{self.settings.kafka_heap_mb}m"
+        java, *rest = self._java()
+        return [java, self.marker, f"-Xms{heap}", f"-Xmx{heap}", *JVM_COMMON, *rest,
+                "kafka.Kafka", str(self.properties)]  # fmt: skip
+
+    def ready(self) -> bool:
+        return kafka_health(self.endpoint).ok
+
+
+class Registry(Service):
+    """Apicurio Registry 3.0 with H2 file storage: schema ids survive restarts.
+
+    3.0.x because it runs on JDK 17; 3.1+ is compiled for Java 21.
+    """
+
+    name = "registry"
+    start_timeout = 120.0
+
+    @property
+    def port(self) -> int:
+        return self.settings.registry_port
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}/apis/ccompat/v7"
+
+    @property
+    def app_dir(self) -> Path:
+        return self.lib / "app"
+
+    def fetch(self) -> None:
+        dist = self.lib / "dist"
+        fresh = self._resolve(INFRA_DIR / "registry" / "artifact", dist)
+        if fresh or not self._runner_jars():
+            archives = sorted(dist.glob("apicurio-registry-app-*.tar.gz"))
+            if not archives:
+                raise StackError(f"Maven resolved no Apicurio archive into {dist}")
+            if self.app_dir.exists():
+                shutil.rmtree(self.app_dir)
+            self.app_dir.mkdir(parents=True)
+            with tarfile.open(archives[-1]) as tar:
+                tar.extractall(self.app_dir, filter="data")
+
+    def _runner_jars(self) -> list[Path]:
+        # 3.0.x ships a legacy runner jar; later 3.x a quarkus-app/quarkus-run.jar.
+        if not self.app_dir.exists():
+            return []
+        return sorted(self.app_dir.glob("*-runner.jar")) + sorted(
+            self.app_dir.glob("**/quarkus-run.jar")
+        )
+
+    def prepare(self) -> None:
+        self.data.mkdir(parents=True, exist_ok=True)
+
+    def command(self) -> list[str]:
+        heap = f"{self.settings.registry_heap_mb}m"
+        db = self.data / "registry"
+        return [
+            "java", self.marker, f"-Xms{heap}", f"-Xmx{heap}", *JVM_COMMON,
+            "-Dquarkus.http.host=127.0.0.1",
+            f"-Dquarkus.http.port={self.port}",
+            "-Dquarkus.http.access-log.enabled=false",
+            "-Dquarkus.log.level=INFO",
+            "-Dapicurio.storage.kind=sql",
+            "-Dapicurio.storage.sql.kind=h2",
+            f"-Dapicurio.datasource.url=jdbc:h2:file:{db};DB_CLOSE_ON_EXIT=FALSE",
+            "-Dapicurio.datasource.jdbc.initial-size=2",
+            "-Dapicurio.datasource.jdbc.min-size=2",
+            "-Dapicurio.datasource.jdbc.max-size=20",
+            "-Dapicurio.ccompat.max-subjects=100000",
+            "-jar", str(self._runner_jars()[0]),
+        ]  # fmt: skip
+
+    def ready(self) -> bool:
+        return registry_health(self.endpoint).ok
+
+
+class Cassandra(Service):
+    name = "cassandra"
+    start_timeout = 180.0
+
+    @property
+    def port(self) -> int:
+        return self.settings.cassandra_port
+
+    @property
+    def other_ports(self) -> list[int]:
+        return [self.settings.cassandra_storage_port, self.settings.cassandra_jmx_port]
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def fetch(self) -> None:
+        self._resolve(INFRA_DIR / "cassandra" / "pom.xml", self.lib / "jars")
+
+    @property
+    def yaml(self) -> Path:
+        return self.conf / "cassandra.yaml"
+
+    def prepare(self) -> None:
+        s = self.settings
+        self.conf.mkdir(parents=True, exist_ok=True)
+        self.data.mkdir(parents=True, exist_ok=True)
+        d = self.data
+        self.yaml.write_text(
+            f"""# Generated by infra/services.py on every start; edit that file instead.
+cluster_name: cronstream
+num_tokens: 16
+partitioner: org.apache.cassandra.dht.Murmur3Partitioner
+endpoint_snitch: SimpleSnitch
+seed_provider:
+  - class_name: org.apache.cassandra.locator.SimpleSeedProvider
+    parameters:
+      - seeds: "127.0.0.1:{s.cassandra_storage_port}"
+listen_address: 127.0.0.1
+rpc_address: 127.0.0.1
+storage_port: {s.cassandra_storage_port}
+native_transport_port: {s.cassandra_port}
+start_native_transport: true
+data_file_directories: [{d / "data"}]
+commitlog_directory: {d / "commitlog"}
+saved_caches_directory: {d / "saved_caches"}
+hints_directory: {d / "hints"}
+cdc_raw_directory: {d / "cdc_raw"}
+commitlog_sync: periodic
+commitlog_sync_period: 10000ms
+concurrent_reads: 8
+concurrent_writes: 16
+concurrent_counter_writes: 4
+concurrent_materialized_view_writes: 4
+auto_snapshot: false
+snapshot_on_duplicate_row_detection: false
+authenticator: AllowAllAuthenticator
+authorizer: AllowAllAuthorizer
+disk_access_mode: mmap_index_only
+write_request_timeout: 5000ms
+read_request_timeout: 5000ms
+range_request_timeout: 10000ms
+batch_size_warn_threshold: 64KiB
+batch_size_fail_threshold: 640KiB
+"""
+        )
+
+    def command(self) -> list[str]:
+        heap = f"{self.settings.cassandra_heap_mb}m"
+        jars = self.lib / "jars"
+        jamm = sorted(jars.glob("jamm-*.jar"))
+        if not jamm:
+            raise StackError(f"jamm jar missing from {jars}: run 'make clean-lib up'")
+        return [
+            "java", self.marker, f"-Xms{heap}", f"-Xmx{heap}",
+            "-XX:+UseG1GC", "-XX:+ParallelRefProcEnabled", "-XX:MaxGCPauseMillis=300",
+            "-Xss256k", "-XX:+AlwaysPreTouch", "-XX:+PerfDisableSharedMem",
+            *CASSANDRA_JPMS,
+            f"-javaagent:{jamm[-1]}",
+            f"-Dcassandra.config=file://{self.yaml}",
+            f"-Dcassandra.storagedir={self.data}",
+            f"-Dcassandra.logdir={self.log.parent}",
+            "-Dcassandra-foreground=yes",
+            f"-Dlogback.configurationFile={CONF_DIR / 'cassandra-logback.xml'}",
+            "-Dcassandra.skip_wait_for_gossip_to_settle=0",
+            "-Dcassandra.jmx.local.port=" + str(self.settings.cassandra_jmx_port),
+            "-Dcassandra.ring_delay_ms=1000",
+            "-cp", f"{jars}/*",
+            "org.apache.cassandra.service.CassandraDaemon",
+        ]  # fmt: skip
+
+    def ready(self) -> bool:
+        return cassandra_health(("127.0.0.1",), self.port).ok
+
+
+def all_services(settings: Settings) -> list[Service]:
+    """In start order: Cassandra is slowest, so it goes first."""
+    return [Cassandra(settings), Kafka(settings), Registry(settings)]

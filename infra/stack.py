@@ -1,0 +1,121 @@
+"""Bring the whole local stack up or down, and report on it.
+
+``up`` is idempotent: services already running and ready are left alone, so a warm
+``make up`` costs a few probes. Readiness is polled with a per-service timeout; a service
+that dies while starting fails the call with the tail of its log.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cronstream.settings import Settings
+from infra.services import Service, StackError, all_services, log_tail
+
+
+def _say(msg: str) -> None:
+    print(f"[stack] {msg}", file=sys.stderr, flush=True)
+
+
+def fetch(settings: Settings, say: Callable[[str], None] = _say) -> None:
+    for svc in all_services(settings):
+        say(f"fetching {svc.name} (cached after the first time)")
+        svc.fetch()
+
+
+def up(settings: Settings, say: Callable[[str], None] = _say) -> float:
+    """Start every service that is not running and wait until all are ready.
+
+    Returns the seconds spent. Raises StackError with advice when something fails.
+    """
+    began = time.monotonic()
+    services = all_services(settings)
+    fetch(settings, say)
+    waiting: list[Service] = []
+    for svc in services:
+        if svc.running():
+            if svc.ready():
+                say(f"{svc.name} already up at {svc.endpoint}")
+                continue
+            say(f"{svc.name} process is running but not ready yet; waiting")
+        else:
+            say(f"starting {svc.name} (log: {svc.log})")
+            svc.start()
+        waiting.append(svc)
+    deadlines = {svc.name: time.monotonic() + svc.start_timeout for svc in waiting}
+    while waiting:
+        for svc in list(waiting):
+            svc.check_alive()
+            if svc.ready():
+                say(f"{svc.name} ready at {svc.endpoint}")
+                waiting.remove(svc)
+            elif time.monotonic() > deadlines[svc.name]:
+                raise StackError(
+                    f"{svc.name} did not become ready within {svc.start_timeout:.0f}s. "
+                    f"It is still running (pid {svc.pid()}); 'make logs' or {svc.log} "
+                    f"tells why. Last lines:\n{log_tail(svc.log)}"
+                )
+        if waiting:
+            time.sleep(0.5)
+    return time.monotonic() - began
+
+
+def down(settings: Settings, say: Callable[[str], None] = _say) -> None:
+    # Reverse order: the registry and Kafka clients go before Cassandra.
+    for svc in reversed(all_services(settings)):
+        if svc.running():
+            say(f"stopping {svc.name}")
+            svc.stop()
+    say("stack stopped")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServiceStatus:
+    name: str
+    running: bool
+    ok: bool
+    endpoint: str
+    pid: int | None
+    rss_bytes: int | None
+
+
+def status(settings: Settings) -> list[ServiceStatus]:
+    result = []
+    for svc in all_services(settings):
+        pid = svc.pid()
+        result.append(
+            ServiceStatus(
+                name=svc.name,
+                running=pid is not None,
+                ok=svc.ready(),
+                endpoint=svc.endpoint,
+                pid=pid,
+                rss_bytes=svc.rss_bytes(),
+            )
+        )
+    return result
+
+
+def logs(settings: Settings, lines: int = 40) -> str:
+    parts = []
+    for svc in all_services(settings):
+        parts.append(f"==== {svc.name}: {svc.log}\n{log_tail(svc.log, lines)}")
+    return "\n\n".join(parts)
+
+
+def clean(settings: Settings, *, keep_lib: bool = True, say: Callable[[str], None] = _say) -> None:
+    """Stop everything and delete data, logs and config (jars stay unless keep_lib=False)."""
+    down(settings, say)
+    home = settings.home
+    for sub in ("data", "logs", "run", "conf", *(() if keep_lib else ("lib",))):
+        target = home / sub
+        if target.exists():
+            say(f"removing {target}")
+            shutil.rmtree(target)
+
+
+__all__ = ["ServiceStatus", "StackError", "clean", "down", "fetch", "logs", "status", "up"]

@@ -1,0 +1,290 @@
+"""The producer side of the `cronstream` CLI: jobs, runs, tail.
+
+Exit codes: 0 done; 2 invalid input (nothing was written); 3 a service is unreachable;
+4 no such job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
+
+from cronstream.connect import kafka_consumer
+from cronstream.settings import Settings
+from producers.client import JobClient, UnknownJob
+from producers.spec import SpecError, job_from_spec
+from schemas.catalog import Topics
+from schemas.events import JobDefinition, to_jsonable
+from schemas.registry import RegistryClient
+from schemas.serde import Codec, DecodeError
+
+EXIT_INVALID = 2
+EXIT_UNAVAILABLE = 3
+EXIT_UNKNOWN_JOB = 4
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(to_jsonable(value), sort_keys=False), flush=True)
+
+
+def _job_line(job: JobDefinition) -> str:
+    state = "paused" if job.paused else "active"
+    return (
+        f"{job.job_id:<32} {state:<7} {job.priority.value.lower():<7} "
+        f"{job.target.type:<7} {job.describe_schedule()} ({job.timezone})"
+    )
+
+
+# -- jobs -------------------------------------------------------------------------------
+def _spec_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    spec: dict[str, Any] = {"id": args.job_id, "target": args.target}
+    for name in ("cron", "every", "at", "anchor", "tz", "url", "method", "topic", "callable",
+                 "command", "priority", "backoff", "timeout", "misfire", "catchup",
+                 "catchup_window", "jitter", "start", "end", "tenant", "max_attempts"):  # fmt: skip
+        value = getattr(args, name)
+        if value is not None:
+            spec[name] = value
+    if args.payload is not None:
+        try:
+            spec["payload"] = json.loads(args.payload)
+        except json.JSONDecodeError as exc:
+            raise SpecError(f"job {args.job_id}", [f"--payload is not JSON: {exc}"]) from None
+    if args.header:
+        headers = {}
+        for item in args.header:
+            name, sep, value = item.partition(":")
+            if not sep:
+                raise SpecError(f"job {args.job_id}", [f"--header {item!r} is not NAME:VALUE"])
+            headers[name.strip()] = value.strip()
+        spec["headers"] = headers
+    if args.paused:
+        spec["paused"] = True
+    return spec
+
+
+def cmd_jobs_put(client: JobClient, args: argparse.Namespace) -> int:
+    job = job_from_spec(_spec_from_args(args), max_payload_bytes=client.settings.max_payload_bytes)
+    client.put(job)
+    print(f"put {_job_line(job)}")
+    return 0
+
+
+def load_jobs_file(path: Path, *, max_payload_bytes: int) -> list[JobDefinition]:
+    """Read a jobs YAML file (a list, or a mapping with a 'jobs' list) and validate all."""
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise SpecError(str(path), [f"cannot read: {exc}"]) from None
+    entries = doc.get("jobs") if isinstance(doc, dict) else doc
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise SpecError(str(path), ["expected a list of jobs (or 'jobs:' with a list)"])
+    jobs, problems = [], []
+    for index, entry in enumerate(entries):
+        try:
+            jobs.append(job_from_spec(entry, max_payload_bytes=max_payload_bytes))
+        except SpecError as exc:
+            problems.append(f"entry {index + 1} ({exc.subject}): {'; '.join(exc.problems)}")
+    if problems:
+        raise SpecError(str(path), problems)
+    return jobs
+
+
+def cmd_jobs_apply(client: JobClient, args: argparse.Namespace) -> int:
+    jobs = load_jobs_file(Path(args.file), max_payload_bytes=client.settings.max_payload_bytes)
+    client.put_many(jobs)
+    for job in jobs:
+        print(f"put {_job_line(job)}")
+    print(f"applied {len(jobs)} jobs from {args.file}")
+    return 0
+
+
+def cmd_jobs_get(client: JobClient, args: argparse.Namespace) -> int:
+    job = client.get(args.job_id)
+    if job is None:
+        raise UnknownJob(args.job_id)
+    _print_json(job)
+    return 0
+
+
+def cmd_jobs_list(client: JobClient, args: argparse.Namespace) -> int:
+    jobs = client.list_jobs()
+    for job in jobs:
+        if args.json:
+            _print_json(job)
+        else:
+            print(_job_line(job))
+    for skipped in client.skipped:
+        print(f"warning: skipped undecodable record {skipped}", file=sys.stderr)
+    if not args.json:
+        print(f"{len(jobs)} jobs", file=sys.stderr)
+    return 0
+
+
+def cmd_jobs_delete(client: JobClient, args: argparse.Namespace) -> int:
+    client.delete(args.job_id)
+    print(f"deleted {args.job_id}")
+    return 0
+
+
+def cmd_jobs_pause(client: JobClient, args: argparse.Namespace) -> int:
+    client.pause(args.job_id)
+    print(f"paused {args.job_id}")
+    return 0
+
+
+def cmd_jobs_resume(client: JobClient, args: argparse.Namespace) -> int:
+    client.resume(args.job_id)
+    print(f"resumed {args.job_id}")
+    return 0
+
+
+# -- runs -------------------------------------------------------------------------------
+def cmd_runs_trigger(client: JobClient, args: argparse.Namespace) -> int:
+    run = client.trigger(args.job_id, idempotency_key=args.idempotency_key)
+    print(f"triggered {run.run_id} on {client.topics.runs(run.priority)}")
+    return 0
+
+
+def cmd_runs_cancel(client: JobClient, args: argparse.Namespace) -> int:
+    try:
+        command = client.cancel(args.run_id, reason=args.reason)
+    except ValueError as exc:
+        raise SpecError(args.run_id, [str(exc)]) from None
+    print(f"cancel requested for {command.run_id} ({command.command_id})")
+    return 0
+
+
+# -- tail -------------------------------------------------------------------------------
+def cmd_tail(settings: Settings, args: argparse.Namespace) -> int:
+    """Print records of a topic as JSON lines: decoded values for cronstream topics."""
+    topics = Topics(settings)
+    topic = topics.resolve(args.topic)
+    codec = Codec(RegistryClient(settings.registry_url))
+    consumer = kafka_consumer(settings)
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if meta is None or meta.error is not None:
+            print(f"error: topic {topic!r} does not exist", file=sys.stderr)
+            return EXIT_INVALID
+        start = OFFSET_BEGINNING if args.from_beginning else OFFSET_END
+        consumer.assign([TopicPartition(topic, p, start) for p in meta.partitions])
+        printed, idle_since = 0, time.monotonic()
+        while args.n is None or printed < args.n:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                if args.timeout is not None and time.monotonic() - idle_since > args.timeout:
+                    break
+                continue
+            if msg.error():
+                continue
+            idle_since = time.monotonic()
+            _print_json(_record_json(codec, msg))
+            printed += 1
+    finally:
+        consumer.close()
+    return 0
+
+
+def _record_json(codec: Codec, msg: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "topic": msg.topic(),
+        "partition": msg.partition(),
+        "offset": msg.offset(),
+        "timestamp_ms": msg.timestamp()[1],
+        "key": None if msg.key() is None else msg.key().decode("utf-8", "backslashreplace"),
+        "headers": {k: v.decode("utf-8", "backslashreplace") for k, v in msg.headers() or []},
+    }
+    value = msg.value()
+    if value is None:
+        out["value"] = None
+        return out
+    try:
+        event = codec.decode_any(value)
+        out["type"] = type(event).__name__
+        out["value"] = to_jsonable(event)
+    except DecodeError as exc:
+        out["error"] = str(exc)
+        out["value_bytes"] = len(value)
+    return out
+
+
+# -- wiring -----------------------------------------------------------------------------
+def add_job_schedule_args(parser: argparse.ArgumentParser) -> None:
+    when = parser.add_mutually_exclusive_group()
+    when.add_argument("--cron", help="5 fields, or 6 with seconds first")
+    when.add_argument("--every", help="a fixed interval, e.g. 30s, 15m, 1h")
+    when.add_argument("--at", help="one run at an ISO 8601 instant")
+    parser.add_argument("--anchor", help="--every: slot k fires at ANCHOR + k*EVERY")
+    parser.add_argument("--tz", help="IANA time zone (default UTC)")
+    parser.add_argument("--target", required=True, help="http | kafka | python | shell")
+    parser.add_argument("--url", help="http: URL to call")
+    parser.add_argument("--method", help="http: method (default POST)")
+    parser.add_argument("--header", action="append", help="http: NAME:VALUE (repeatable)")
+    parser.add_argument("--topic", help="kafka: topic to produce the payload to")
+    parser.add_argument("--callable", help="python: module:function")
+    parser.add_argument("--command", help="shell: command line (worker allowlist applies)")
+    parser.add_argument("--payload", help="JSON handed to the target")
+    parser.add_argument("--priority", help="high | normal | low (default normal)")
+    parser.add_argument("--max-attempts", type=int, help="attempts in all (default 3)")
+    parser.add_argument("--backoff", help="MIN..MAX retry delay (default 1s..5m)")
+    parser.add_argument("--timeout", help="per-run timeout (default 30s)")
+    parser.add_argument("--misfire", help="skip | once | all (default once)")
+    parser.add_argument("--catchup", type=int, help="misfire=all: most slots to run (10)")
+    parser.add_argument("--catchup-window", help="older missed slots are only recorded (1h)")
+    parser.add_argument("--jitter", help="spread fires over 0..JITTER (default 0)")
+    parser.add_argument("--start", help="no fire before this instant")
+    parser.add_argument("--end", help="no fire after this instant")
+    parser.add_argument("--tenant", help="owner of the job (default 'default')")
+    parser.add_argument("--paused", action="store_true", help="create it paused")
+
+
+def register(sub: Any) -> None:
+    """Add the jobs, runs and tail commands to the top-level subparsers."""
+    jobs = sub.add_parser("jobs", help="create, change and inspect jobs").add_subparsers(
+        dest="action", required=True
+    )
+    put = jobs.add_parser("put", help="create or replace a job")
+    put.add_argument("job_id")
+    add_job_schedule_args(put)
+    put.set_defaults(handler=cmd_jobs_put, needs="client")
+    apply = jobs.add_parser("apply", help="create or replace many jobs from a YAML file")
+    apply.add_argument("-f", "--file", required=True)
+    apply.set_defaults(handler=cmd_jobs_apply, needs="client")
+    for name, handler, text in (
+        ("get", cmd_jobs_get, "print one job as JSON"),
+        ("delete", cmd_jobs_delete, "delete a job (tombstone)"),
+        ("pause", cmd_jobs_pause, "stop firing a job until resumed"),
+        ("resume", cmd_jobs_resume, "fire a paused job again from its next slot"),
+    ):
+        p = jobs.add_parser(name, help=text)
+        p.add_argument("job_id")
+        p.set_defaults(handler=handler, needs="client")
+    lst = jobs.add_parser("list", help="every job, one line each")
+    lst.add_argument("--json", action="store_true")
+    lst.set_defaults(handler=cmd_jobs_list, needs="client")
+
+    runs = sub.add_parser("runs", help="trigger or cancel runs").add_subparsers(
+        dest="action", required=True
+    )
+    trig = runs.add_parser("trigger", help="run a job now (straight to the execution topic)")
+    trig.add_argument("job_id")
+    trig.add_argument("--idempotency-key", help="the same key never yields two runs")
+    trig.set_defaults(handler=cmd_runs_trigger, needs="client")
+    cancel = runs.add_parser("cancel", help="cancel a queued or running run")
+    cancel.add_argument("run_id")
+    cancel.add_argument("--reason")
+    cancel.set_defaults(handler=cmd_runs_cancel, needs="client")
+
+    tail = sub.add_parser("tail", help="print a topic's records as decoded JSON lines")
+    tail.add_argument("topic", help="full name, or a catalog name such as jobs, runs.high")
+    tail.add_argument("--from-beginning", action="store_true")
+    tail.add_argument("-n", type=int, help="stop after N records")
+    tail.add_argument("--timeout", type=float, help="stop after S seconds without a record")
+    tail.set_defaults(handler=cmd_tail, needs="settings")

@@ -1,0 +1,208 @@
+"""JobClient: the Python API for writing jobs, triggering runs and cancelling them.
+
+Everything here validates first and writes nothing when validation fails. Writes are
+flushed before a method returns, so a call that returned has been acknowledged by Kafka
+(acks=all, idempotent producer).
+
+Reading the current definitions means reading the compacted jobs topic: ``get`` reads
+only the one partition the job id hashes to; ``list`` reads them all.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import replace
+from datetime import datetime
+
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+from cronstream.connect import kafka_consumer
+from cronstream.settings import Settings
+from producers.publisher import Publisher
+from producers.spec import SpecError, job_problems
+from schemas.catalog import Topics
+from schemas.events import (
+    ControlAction,
+    ControlCommand,
+    JobDefinition,
+    RunRequest,
+    Trigger,
+    job_headers,
+    utc_now,
+)
+from schemas.ids import job_id_of, manual_run_id, partition_for
+from schemas.serde import DecodeError
+
+
+class UnknownJob(LookupError):
+    """No job with that id exists (never put, or deleted)."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"no job {job_id!r} (see 'cronstream jobs list')")
+        self.job_id = job_id
+
+
+class JobClient:
+    def __init__(self, settings: Settings, *, publisher: Publisher | None = None) -> None:
+        self.settings = settings
+        self.topics = Topics(settings)
+        self.publisher = publisher or Publisher(settings)
+        self.skipped: list[str] = []  # undecodable records met while reading the jobs topic
+
+    # -- writing jobs -------------------------------------------------------------------
+    def put(self, job: JobDefinition) -> None:
+        self.put_many([job])
+
+    def put_many(self, jobs: Iterable[JobDefinition]) -> int:
+        """Validate every job, then write them all; nothing is written if any is invalid."""
+        jobs = list(jobs)
+        errors = []
+        for job in jobs:
+            problems = job_problems(job, max_payload_bytes=self.settings.max_payload_bytes)
+            if problems:
+                errors.append(f"{job.job_id or '(no id)'}: {'; '.join(problems)}")
+        seen: set[str] = set()
+        for job in jobs:
+            if job.job_id in seen:
+                errors.append(f"{job.job_id}: defined twice")
+            seen.add(job.job_id)
+        if errors:
+            raise SpecError(f"{len(errors)} of {len(jobs)} jobs invalid", errors)
+        for job in jobs:
+            self.publisher.publish(self.topics.jobs, job)
+        self.publisher.flush()
+        return len(jobs)
+
+    def delete(self, job_id: str) -> None:
+        """Write a tombstone for an existing job; UnknownJob if there is none."""
+        if self.get(job_id) is None:
+            raise UnknownJob(job_id)
+        self.publisher.produce_raw(self.topics.jobs, job_id, None, job_headers(job_id, op="delete"))
+        self.publisher.flush()
+
+    def pause(self, job_id: str) -> JobDefinition:
+        return self._set_paused(job_id, paused=True)
+
+    def resume(self, job_id: str) -> JobDefinition:
+        return self._set_paused(job_id, paused=False)
+
+    def _set_paused(self, job_id: str, *, paused: bool) -> JobDefinition:
+        job = self.get(job_id)
+        if job is None:
+            raise UnknownJob(job_id)
+        updated = replace(job, paused=paused, updated_at=utc_now())
+        self.put(updated)
+        return updated
+
+    # -- reading jobs -------------------------------------------------------------------
+    def get(self, job_id: str) -> JobDefinition | None:
+        partitions = self._partition_count()
+        latest = None
+        for key, job in self._read(partitions=[partition_for(job_id, partitions)]):
+            if key == job_id:
+                latest = job
+        return latest
+
+    def list_jobs(self) -> list[JobDefinition]:
+        jobs: dict[str, JobDefinition | None] = {}
+        for key, job in self._read(partitions=None):
+            jobs[key] = job
+        return sorted((j for j in jobs.values() if j is not None), key=lambda j: j.job_id)
+
+    def _partition_count(self) -> int:
+        consumer = kafka_consumer(self.settings)
+        try:
+            meta = consumer.list_topics(self.topics.jobs, timeout=10)
+        finally:
+            consumer.close()
+        topic = meta.topics.get(self.topics.jobs)
+        if topic is None or topic.error is not None or not topic.partitions:
+            raise RuntimeError(
+                f"topic {self.topics.jobs} does not exist: run 'make up' (bootstrap) first"
+            )
+        return len(topic.partitions)
+
+    def _read(self, *, partitions: list[int] | None) -> Iterator[tuple[str, JobDefinition | None]]:
+        """(job_id, definition or None for a tombstone) in log order, up to the end."""
+        topic = self.topics.jobs
+        consumer = kafka_consumer(self.settings)
+        try:
+            if partitions is None:
+                partitions = list(range(self._partition_count()))
+            ends: dict[int, int] = {}
+            for p in partitions:
+                marks = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                if marks is None:
+                    raise RuntimeError(f"no watermarks for {topic}/{p}: is Kafka up?")
+                low, high = marks
+                if high > low:
+                    ends[p] = high
+            if not ends:
+                return
+            consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
+            while ends:
+                for msg in consumer.consume(num_messages=1000, timeout=1.0):
+                    if msg.error():
+                        continue
+                    part, offset = msg.partition(), msg.offset()
+                    assert part is not None  # set on every consumed message
+                    assert offset is not None
+                    key = (msg.key() or b"").decode("utf-8", "replace")
+                    value = msg.value()
+                    if value is None:
+                        yield key, None
+                    else:
+                        try:
+                            yield key, self.publisher.codec.decode(value, JobDefinition)
+                        except DecodeError as exc:
+                            self.skipped.append(f"{topic}/{part}@{offset}: {exc}")
+                    if part in ends and offset + 1 >= ends[part]:
+                        del ends[part]
+        finally:
+            consumer.close()
+
+    # -- runs ---------------------------------------------------------------------------
+    def trigger(
+        self, job_id: str, *, idempotency_key: str | None = None, now: datetime | None = None
+    ) -> RunRequest:
+        """Send a manual run of ``job_id`` straight to its execution topic.
+
+        The run id is ``JOB@manual:KEY``: triggering twice with the same key names the same
+        run, which workers execute once. Without a key every call is a new run.
+        """
+        job = self.get(job_id)
+        if job is None:
+            raise UnknownJob(job_id)
+        now = now or utc_now()
+        key = idempotency_key or uuid.uuid4().hex
+        run = RunRequest(
+            run_id=manual_run_id(job_id, key),
+            job_id=job_id,
+            tenant=job.tenant,
+            scheduled_at=now,
+            fired_at=now,
+            trigger=Trigger.MANUAL,
+            target=job.target,
+            payload=job.payload,
+            priority=job.priority,
+            timeout_ms=job.timeout_ms,
+            retry=job.retry,
+        )
+        self.publisher.publish(self.topics.runs(job.priority), run)
+        self.publisher.flush()
+        return run
+
+    def cancel(self, run_id: str, *, reason: str | None = None) -> ControlCommand:
+        """Ask every worker to cancel ``run_id`` (running: stopped; queued: never started)."""
+        command = ControlCommand(
+            command_id=uuid.uuid4().hex,
+            action=ControlAction.CANCEL,
+            run_id=run_id,
+            job_id=job_id_of(run_id),
+            issued_at=utc_now(),
+            reason=reason,
+        )
+        self.publisher.publish(self.topics.control, command)
+        self.publisher.flush()
+        return command

@@ -1,0 +1,80 @@
+"""Publish cronstream events to Kafka: encode, produce, and surface delivery errors.
+
+librdkafka reports delivery on a background thread through a callback that must never
+raise. The callback latches the first error; the next ``publish``/``flush`` raises it as
+PublishError, so a failed write is never silently dropped. ``poll(0)`` runs on every
+publish to serve callbacks without blocking the hot path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from cronstream.connect import kafka_producer
+from cronstream.settings import Settings
+from schemas.events import Event
+from schemas.registry import RegistryClient
+from schemas.serde import Codec
+
+
+class PublishError(RuntimeError):
+    """Kafka did not accept a record (after librdkafka's own retries)."""
+
+
+class Publisher:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        codec: Codec | None = None,
+        producer: Producer | None = None,
+        **producer_overrides: Any,
+    ) -> None:
+        self.codec = codec or Codec(RegistryClient(settings.registry_url))
+        self.producer = producer or kafka_producer(settings, **producer_overrides)
+        self._error: PublishError | None = None
+        self.delivered = 0
+
+    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        if err is None:
+            self.delivered += 1
+        elif self._error is None:
+            self._error = PublishError(
+                f"delivery to {msg.topic()} failed for key {msg.key()!r}: {err.str()}"
+            )
+
+    def _raise_latched(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def publish(self, topic: str, event: Event) -> None:
+        """Queue ``event`` on ``topic`` keyed by ``event.key()`` with its readable headers."""
+        self._raise_latched()
+        self.produce_raw(topic, event.key(), self.codec.encode(topic, event), event.headers())
+
+    def produce_raw(
+        self, topic: str, key: str, value: bytes | None, headers: Sequence[tuple[str, bytes]]
+    ) -> None:
+        """Queue pre-encoded bytes (or a tombstone when value is None)."""
+        while True:
+            try:
+                self.producer.produce(
+                    topic, value=value, key=key.encode(), headers=[(k, v) for k, v in headers],
+                    on_delivery=self._on_delivery,
+                )  # fmt: skip
+                break
+            except BufferError:
+                # Local queue full: serve delivery reports until there is room.
+                self.producer.poll(0.05)
+        self.producer.poll(0)
+
+    def flush(self, timeout: float = 30.0) -> None:
+        """Wait until every queued record is acknowledged; raise the first failure."""
+        remaining = self.producer.flush(timeout)
+        self._raise_latched()
+        if remaining:
+            raise PublishError(f"{remaining} records still unacknowledged after {timeout}s")

@@ -1,0 +1,328 @@
+"""Turn a job spec (CLI flags or a jobs.yaml entry) into a validated JobDefinition.
+
+A spec is a plain mapping with the same names as the CLI flags::
+
+    id: nightly-report
+    cron: "0 2 * * *"            # or every: 15m [anchor: ISO8601, default the Unix epoch]
+                                  # or at: ISO8601 (once); none of them: manual runs only
+    tz: Europe/Paris
+    target: http                  # http | kafka | python | shell
+    url: https://example.com/hook # http; or topic: (kafka), callable: mod:func (python),
+                                  # command: (shell)
+    method: POST                  # http, optional
+    headers: {X-Team: billing}    # http, optional
+    payload: {"report": "daily"}  # a mapping/list is stored as JSON text
+    priority: normal              # high | normal | low
+    max_attempts: 3
+    backoff: 1s..5m
+    timeout: 30s
+    misfire: once                 # skip | once | all
+    catchup: 10                   # misfire=all: at most this many missed slots run
+    catchup_window: 1h
+    jitter: 0s
+    start: ISO8601, end: ISO8601, paused: false, tenant: default
+
+validate_job() checks a JobDefinition built any other way (the Python client) by the same
+rules. Every problem found is reported at once in one SpecError.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlparse
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from schemas.events import (
+    EPOCH,
+    TARGET_TYPES,
+    CronSchedule,
+    IntervalSchedule,
+    JobDefinition,
+    MisfireKind,
+    MisfirePolicy,
+    OnceSchedule,
+    Priority,
+    RetryPolicy,
+    Schedule,
+    Target,
+    utc_now,
+)
+from streams.core.cron import CronError, parse_cron
+
+MAX_JOB_ID = 200
+MIN_INTERVAL_MS = 1000
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")
+KNOWN_KEYS = frozenset(
+    {
+        "id", "cron", "every", "anchor", "at", "tz", "target", "url", "method", "headers",
+        "topic", "callable", "command", "payload", "priority", "max_attempts", "backoff",
+        "timeout", "misfire", "catchup", "catchup_window", "jitter", "start", "end",
+        "paused", "tenant",
+    }
+)  # fmt: skip
+
+
+class SpecError(ValueError):
+    """A job spec breaks one or more rules; ``problems`` lists each one."""
+
+    def __init__(self, subject: str, problems: list[str]) -> None:
+        self.subject = subject
+        self.problems = problems
+        super().__init__(f"{subject}: " + "; ".join(problems))
+
+
+def parse_duration(text: str | int | float) -> int:
+    """'90s', '1h30m', '500ms', '2d' (or a bare number of seconds) -> milliseconds."""
+    if isinstance(text, bool):
+        raise ValueError(f"{text!r} is not a duration")
+    if isinstance(text, int | float):
+        if text < 0:
+            raise ValueError(f"{text!r} is negative")
+        return int(text * 1000)
+    raw = text.strip().lower().replace(" ", "")
+    if raw.isdigit():
+        return int(raw) * 1000
+    pos, total = 0, 0.0
+    for match in _DURATION_PART.finditer(raw):
+        if match.start() != pos:
+            break
+        total += float(match[1]) * _UNIT_MS[match[2]]
+        pos = match.end()
+    if pos != len(raw) or not raw:
+        raise ValueError(f"{text!r} is not a duration (use e.g. 500ms, 30s, 5m, 1h30m, 2d)")
+    return int(total)
+
+
+def parse_instant(text: str | datetime, zone: str = "UTC") -> datetime:
+    """ISO 8601; a time without an offset is read in ``zone``."""
+    if isinstance(text, datetime):
+        value = text
+    else:
+        try:
+            value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(
+                f"{text!r} is not an ISO 8601 instant (e.g. 2026-12-01T09:30:00+01:00)"
+            ) from None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=ZoneInfo(zone))
+    value = value.astimezone(UTC)
+    return value.replace(microsecond=value.microsecond // 1000 * 1000)
+
+
+def parse_backoff(text: str) -> tuple[int, int]:
+    """'1s..5m' -> (1000, 300000)."""
+    low, sep, high = str(text).partition("..")
+    if not sep:
+        raise ValueError(f"{text!r} is not a backoff range (use MIN..MAX, e.g. 1s..5m)")
+    return parse_duration(low), parse_duration(high)
+
+
+def _check_zone(zone: str) -> str | None:
+    try:
+        ZoneInfo(zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        return f"unknown time zone {zone!r} (use an IANA name such as Europe/Paris)"
+    return None
+
+
+def _payload_text(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def job_from_spec(
+    spec: Mapping[str, Any], *, max_payload_bytes: int, now: datetime | None = None
+) -> JobDefinition:
+    """Build and validate a JobDefinition from a spec; raises SpecError listing every problem."""
+    now = now or utc_now()
+    job_id = str(spec.get("id") or "")
+    problems: list[str] = []
+    unknown = sorted(set(spec) - KNOWN_KEYS)
+    if unknown:
+        problems.append(f"unknown keys {unknown}")
+
+    def attempt(what: str, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except ValueError as exc:
+            problems.append(f"{what}: {exc}")
+            return None
+
+    zone = str(spec.get("tz") or "UTC")
+    zone_problem = _check_zone(zone)
+    if zone_problem:
+        problems.append(zone_problem)
+        zone = "UTC"
+
+    chosen = [k for k in ("cron", "every", "at") if spec.get(k) not in (None, "")]
+    schedule: Schedule | None = None
+    if len(chosen) > 1:
+        problems.append(f"give one schedule, not {' and '.join(chosen)}")
+    elif chosen == ["cron"]:
+        expr = str(spec["cron"])
+        try:
+            schedule = CronSchedule(expression=parse_cron(expr).text)
+        except CronError as exc:
+            problems.append(str(exc))
+    elif chosen == ["every"]:
+        every = attempt("every", parse_duration, spec["every"])
+        anchor = (
+            attempt("anchor", parse_instant, spec["anchor"], zone) if spec.get("anchor") else EPOCH
+        )
+        if every is not None and anchor is not None:
+            schedule = IntervalSchedule(every_ms=every, anchor=anchor)
+    elif chosen == ["at"]:
+        at = attempt("at", parse_instant, spec["at"], zone)
+        if at is not None:
+            schedule = OnceSchedule(at=at)
+
+    target_type = str(spec.get("target") or "")
+    headers = spec.get("headers") or {}
+    if not isinstance(headers, Mapping):
+        problems.append("headers must be a mapping of name to value")
+        headers = {}
+    target = Target(
+        type=target_type,
+        url=spec.get("url"),
+        method=str(spec.get("method") or "POST").upper(),
+        headers={str(k): str(v) for k, v in headers.items()},
+        topic=spec.get("topic"),
+        callable=spec.get("callable"),
+        command=spec.get("command"),
+    )
+    priority_text = str(spec.get("priority") or "normal").upper()
+    priority = Priority.NORMAL
+    if priority_text not in Priority.__members__:
+        problems.append(f"priority {priority_text.lower()!r} is not one of high, normal, low")
+    else:
+        priority = Priority[priority_text]
+    backoff = attempt("backoff", parse_backoff, spec.get("backoff") or "1s..5m") or (1000, 300_000)
+    max_attempts = spec.get("max_attempts", 3)
+    if not isinstance(max_attempts, int) or isinstance(max_attempts, bool):
+        problems.append(f"max_attempts {max_attempts!r} is not a whole number")
+        max_attempts = 3
+    misfire_text = str(spec.get("misfire") or "once").upper()
+    misfire_kind = MisfireKind.ONCE
+    if misfire_text not in MisfireKind.__members__:
+        problems.append(f"misfire {misfire_text.lower()!r} is not one of skip, once, all")
+    else:
+        misfire_kind = MisfireKind[misfire_text]
+    catchup = spec.get("catchup", 10)
+    if not isinstance(catchup, int) or isinstance(catchup, bool):
+        problems.append(f"catchup {catchup!r} is not a whole number")
+        catchup = 10
+    start = attempt("start", parse_instant, spec["start"], zone) if spec.get("start") else None
+    end = attempt("end", parse_instant, spec["end"], zone) if spec.get("end") else None
+    paused = spec.get("paused", False)
+    if not isinstance(paused, bool):
+        problems.append(f"paused {paused!r} is not true or false")
+        paused = False
+
+    job = JobDefinition(
+        job_id=job_id,
+        tenant=str(spec.get("tenant") or "default"),
+        schedule=schedule,
+        timezone=zone,
+        start_at=start,
+        end_at=end,
+        jitter_ms=attempt("jitter", parse_duration, spec.get("jitter") or 0) or 0,
+        paused=paused,
+        target=target,
+        payload=_payload_text(spec.get("payload")),
+        priority=priority,
+        retry=RetryPolicy(
+            max_attempts=max_attempts, initial_backoff_ms=backoff[0], max_backoff_ms=backoff[1]
+        ),
+        timeout_ms=attempt("timeout", parse_duration, spec.get("timeout") or "30s") or 30_000,
+        misfire=MisfirePolicy(
+            policy=misfire_kind,
+            max_catchup=catchup,
+            catchup_window_ms=attempt(
+                "catchup_window", parse_duration, spec.get("catchup_window") or "1h"
+            )
+            or 3_600_000,
+        ),
+        updated_at=now,
+    )
+    problems.extend(job_problems(job, max_payload_bytes=max_payload_bytes))
+    if problems:
+        raise SpecError(f"job {job_id or '(no id)'}", problems)
+    return job
+
+
+def job_problems(job: JobDefinition, *, max_payload_bytes: int) -> list[str]:
+    """Every rule a JobDefinition must keep, however it was built."""
+    problems = []
+    if not job.job_id:
+        problems.append("a job id is required")
+    elif len(job.job_id) > MAX_JOB_ID or not _JOB_ID.match(job.job_id):
+        problems.append(
+            f"job id {job.job_id!r} must be 1-{MAX_JOB_ID} characters of letters, digits "
+            "and . _ : / -, starting with a letter or digit"
+        )
+    zone_problem = _check_zone(job.timezone)
+    if zone_problem:
+        problems.append(zone_problem)
+    match job.schedule:
+        case CronSchedule(expression=expr):
+            try:
+                parse_cron(expr)
+            except CronError as exc:
+                problems.append(str(exc))
+        case IntervalSchedule(every_ms=every):
+            if every < MIN_INTERVAL_MS:
+                problems.append(f"interval {every}ms is shorter than the 1s minimum")
+        case OnceSchedule() | None:
+            pass
+    if job.start_at and job.end_at and job.end_at <= job.start_at:
+        problems.append("end must be after start")
+    problems.extend(target_problems(job.target))
+    if job.payload is not None:
+        size = len(job.payload.encode())
+        if size > max_payload_bytes:
+            problems.append(
+                f"payload is {size} bytes, over the {max_payload_bytes}-byte limit "
+                "(CRONSTREAM_MAX_PAYLOAD_BYTES)"
+            )
+    if job.retry.max_attempts < 1:
+        problems.append("max_attempts must be at least 1")
+    if job.retry.initial_backoff_ms <= 0 or job.retry.max_backoff_ms < job.retry.initial_backoff_ms:
+        problems.append("backoff must be MIN..MAX with 0 < MIN <= MAX")
+    if job.timeout_ms <= 0:
+        problems.append("timeout must be positive")
+    if job.jitter_ms < 0:
+        problems.append("jitter must not be negative")
+    if job.misfire.max_catchup < 1 or job.misfire.catchup_window_ms <= 0:
+        problems.append("catchup must be at least 1 and catchup_window positive")
+    return problems
+
+
+def target_problems(target: Target) -> list[str]:
+    kind = target.type
+    if kind not in TARGET_TYPES:
+        return [f"target type {kind!r} is not one of {', '.join(TARGET_TYPES)}"]
+    if kind == "http":
+        if not target.url:
+            return ["target http needs a url"]
+        parsed = urlparse(target.url)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            return [f"url {target.url!r} is not an http(s) URL"]
+        if target.method not in ("GET", "POST", "PUT", "PATCH", "DELETE"):
+            return [f"http method {target.method!r} is not GET, POST, PUT, PATCH or DELETE"]
+    elif kind == "kafka" and not target.topic:
+        return ["target kafka needs a topic"]
+    elif kind == "python":
+        module, sep, func = (target.callable or "").partition(":")
+        if not sep or not module or not func.isidentifier():
+            return [f"target python needs a callable as 'module:function', got {target.callable!r}"]
+    elif kind == "shell" and not (target.command or "").strip():
+        return ["target shell needs a command"]
+    return []

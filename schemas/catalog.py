@@ -1,0 +1,141 @@
+"""Every topic cronstream owns: name, partitions, configs and the event it carries.
+
+Names are ``<prefix>.<suffix>`` with the prefix from ``CRONSTREAM_TOPIC_PREFIX``
+(``cronstream`` by default), so tests and side-by-side deployments stay apart. The
+bootstrap step creates exactly these topics and registers one value subject per topic
+(``<topic>-value``, the registry's TopicNameStrategy, which Kafka Connect uses too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from cronstream.settings import Settings
+from schemas.events import (
+    ControlCommand,
+    DeadLetter,
+    Event,
+    JobDefinition,
+    Priority,
+    RunOutcome,
+    RunRequest,
+    TimerRequest,
+)
+
+DAY_MS = 86_400_000
+
+
+def _cfg(**kv: str) -> Mapping[str, str]:
+    return MappingProxyType({k.replace("_", "."): v for k, v in kv.items()})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicSpec:
+    suffix: str
+    value_type: type[Event]
+    doc: str
+    config: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    fixed_partitions: int | None = None  # None: Settings.partitions
+
+
+JOBS = TopicSpec(
+    suffix="jobs",
+    value_type=JobDefinition,
+    doc="job definitions, key=job_id, compacted, kept forever; a tombstone deletes a job",
+    config=_cfg(cleanup_policy="compact", retention_ms="-1", min_cleanable_dirty_ratio="0.1"),
+)
+RUNS = {
+    priority: TopicSpec(
+        suffix=f"runs.{priority.value.lower()}",
+        value_type=RunRequest,
+        doc=f"run requests of {priority.value} priority for the workers, key=job_id",
+        config=_cfg(retention_ms=str(7 * DAY_MS)),
+    )
+    for priority in Priority
+}
+TIMERS = TopicSpec(
+    suffix="timers",
+    value_type=TimerRequest,
+    doc="retry/delay requests, key=job_id, co-partitioned with jobs",
+    config=_cfg(retention_ms=str(7 * DAY_MS)),
+)
+HISTORY = TopicSpec(
+    suffix="history",
+    value_type=RunOutcome,
+    doc="every outcome of every attempt, key=job_id; the sink writes it to Cassandra",
+    config=_cfg(retention_ms=str(7 * DAY_MS)),
+)
+DLQ = TopicSpec(
+    suffix="dlq",
+    value_type=DeadLetter,
+    doc="undecodable/invalid records and runs that exhausted their retries",
+    config=_cfg(retention_ms=str(30 * DAY_MS)),
+)
+CONTROL = TopicSpec(
+    suffix="control",
+    value_type=ControlCommand,
+    doc="cancel commands, key=run_id; every worker reads all of it",
+    config=_cfg(retention_ms=str(7 * DAY_MS)),
+    fixed_partitions=1,
+)
+
+CATALOG: tuple[TopicSpec, ...] = (JOBS, *RUNS.values(), TIMERS, HISTORY, DLQ, CONTROL)
+
+
+class Topics:
+    """The catalog resolved against one Settings: concrete names and partition counts."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.prefix = settings.topic_prefix
+        self._partitions = settings.partitions
+        self._by_name = {self.name(spec): spec for spec in CATALOG}
+
+    def name(self, spec: TopicSpec) -> str:
+        return f"{self.prefix}.{spec.suffix}"
+
+    def partitions(self, spec: TopicSpec) -> int:
+        return spec.fixed_partitions or self._partitions
+
+    def spec(self, name: str) -> TopicSpec | None:
+        """The spec of a full topic name, or None when cronstream does not own it."""
+        return self._by_name.get(name)
+
+    def subject(self, spec: TopicSpec) -> str:
+        return f"{self.name(spec)}-value"
+
+    @property
+    def jobs(self) -> str:
+        return self.name(JOBS)
+
+    def runs(self, priority: Priority) -> str:
+        return self.name(RUNS[priority])
+
+    @property
+    def timers(self) -> str:
+        return self.name(TIMERS)
+
+    @property
+    def history(self) -> str:
+        return self.name(HISTORY)
+
+    @property
+    def dlq(self) -> str:
+        return self.name(DLQ)
+
+    @property
+    def control(self) -> str:
+        return self.name(CONTROL)
+
+    def all(self) -> list[tuple[str, TopicSpec]]:
+        return [(self.name(spec), spec) for spec in CATALOG]
+
+    def resolve(self, name: str) -> str:
+        """Accept a full topic name or a catalog suffix ('jobs', 'runs.high')."""
+        if name in self._by_name:
+            return name
+        qualified = f"{self.prefix}.{name}"
+        if qualified in self._by_name:
+            return qualified
+        return name

@@ -1,0 +1,67 @@
+"""Deterministic identities: run ids and the partition a key lands on.
+
+A run is named by its job and the instant it was scheduled for, so every scheduler that
+ever computes that slot names it the same way, and a worker, the history table and the
+target's idempotency key all agree on it::
+
+    nightly-report@2026-11-22T02:00:00.000Z        a scheduled (or catch-up) slot
+    nightly-report@manual:deploy-4711               a manual run with an idempotency key
+
+Retries keep the run id and increment ``attempt``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from schemas.events import iso
+
+MANUAL = "manual:"
+
+
+def run_id_for(job_id: str, scheduled_at: datetime) -> str:
+    return f"{job_id}@{iso(scheduled_at)}"
+
+
+def manual_run_id(job_id: str, idempotency_key: str) -> str:
+    return f"{job_id}@{MANUAL}{idempotency_key}"
+
+
+def job_id_of(run_id: str) -> str:
+    """The job a run id belongs to (job ids may contain '@'; the run part never does)."""
+    job_id, sep, _ = run_id.rpartition("@")
+    if not sep or not job_id:
+        raise ValueError(f"{run_id!r} is not a cronstream run id (JOB_ID@WHEN)")
+    return job_id
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 hash (the Java client's and aiokafka's default partitioner)."""
+    length = len(data)
+    seed, m, r = 0x9747B28C, 0x5BD1E995, 24
+    h = (seed ^ length) & 0xFFFFFFFF
+    for i in range(0, length - length % 4, 4):
+        k = int.from_bytes(data[i : i + 4], "little")
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> r
+        k = (k * m) & 0xFFFFFFFF
+        h = (h * m) & 0xFFFFFFFF
+        h ^= k
+    tail = length % 4
+    base = length - tail
+    if tail == 3:
+        h ^= data[base + 2] << 16
+    if tail >= 2:
+        h ^= data[base + 1] << 8
+    if tail >= 1:
+        h ^= data[base]
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return h
+
+
+def partition_for(key: str, partitions: int) -> int:
+    """The partition Java clients, aiokafka and our murmur2_random producers pick for key."""
+    return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions

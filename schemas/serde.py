@@ -1,0 +1,136 @@
+"""Avro in the Confluent wire format, through a schema registry.
+
+A value is ``0x00`` + the 4-byte big-endian schema id + the Avro body. Encoding uses the
+id under which *our* schema file is registered for the topic's subject (looked up, or
+registered, once per subject per process). Decoding fetches the *writer's* schema by the
+id in the record (cached) and resolves it against our reader schema, so records written
+by older or newer compatible schema versions decode into today's dataclasses.
+
+Bad input (wrong magic byte, unknown id, a body that does not parse, a record of a type
+we did not expect) raises DecodeError, which callers turn into a DLQ record. Failing to
+*encode* one of our own events is a bug and raises whatever fastavro raised.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+from typing import Any, TypeVar
+
+import fastavro
+
+from schemas.avro import parsed_schema, schema_json
+from schemas.events import (
+    ControlCommand,
+    DeadLetter,
+    Event,
+    JobDefinition,
+    RunOutcome,
+    RunRequest,
+    TimerRequest,
+)
+from schemas.registry import RegistryClient, RegistryError, RegistryUnavailable
+
+MAGIC = 0
+_HEADER = struct.Struct(">bI")
+EVENT_TYPES: dict[str, type[Event]] = {
+    t.AVRO_NAME: t
+    for t in (JobDefinition, RunRequest, RunOutcome, TimerRequest, ControlCommand, DeadLetter)
+}
+E = TypeVar("E", bound=Event)
+
+
+class DecodeError(ValueError):
+    """A record's bytes are not a value this consumer can read (bad input, not a bug)."""
+
+
+class Codec:
+    """Encode and decode cronstream events for one schema registry."""
+
+    def __init__(self, registry: RegistryClient) -> None:
+        self.registry = registry
+        self._writer_ids: dict[tuple[str, str], int] = {}
+        self._writers: dict[int, tuple[str, Any]] = {}
+
+    # -- registration -------------------------------------------------------------------
+    def register(self, subject: str, event_type: type[Event]) -> int:
+        """Register our schema for ``event_type`` under ``subject``; returns its id."""
+        schema_id = self.registry.register(subject, schema_json(event_type.AVRO_NAME))
+        self._writer_ids[(subject, event_type.AVRO_NAME)] = schema_id
+        return schema_id
+
+    def writer_id(self, subject: str, event_type: type[Event]) -> int:
+        """The id our schema has under ``subject`` (registered on first use if missing)."""
+        cached = self._writer_ids.get((subject, event_type.AVRO_NAME))
+        if cached is not None:
+            return cached
+        schema_id = self.registry.lookup(subject, schema_json(event_type.AVRO_NAME))
+        if schema_id is None:
+            return self.register(subject, event_type)
+        self._writer_ids[(subject, event_type.AVRO_NAME)] = schema_id
+        return schema_id
+
+    # -- encode -------------------------------------------------------------------------
+    def encode(self, topic: str, event: Event) -> bytes:
+        schema_id = self.writer_id(f"{topic}-value", type(event))
+        buf = io.BytesIO()
+        buf.write(_HEADER.pack(MAGIC, schema_id))
+        fastavro.schemaless_writer(buf, parsed_schema(event.AVRO_NAME), event.to_avro())
+        return buf.getvalue()
+
+    # -- decode -------------------------------------------------------------------------
+    def _writer(self, schema_id: int) -> tuple[str, Any]:
+        cached = self._writers.get(schema_id)
+        if cached is not None:
+            return cached
+        try:
+            text, kind = self.registry.schema_by_id(schema_id)
+        except RegistryError as exc:
+            if exc.status == 404:
+                raise DecodeError(f"schema id {schema_id} is not in the registry") from exc
+            raise
+        if kind != "AVRO":
+            raise DecodeError(f"schema id {schema_id} is {kind}, not Avro")
+        raw = json.loads(text)
+        name = raw.get("name", "") if isinstance(raw, dict) else ""
+        if "." not in name and isinstance(raw, dict):
+            name = f"{raw.get('namespace', '')}.{name}".lstrip(".")
+        entry = (name, fastavro.parse_schema(raw))
+        self._writers[schema_id] = entry
+        return entry
+
+    def decode(self, data: bytes | None, expected: type[E]) -> E:
+        event = self.decode_any(data)
+        if not isinstance(event, expected):
+            raise DecodeError(
+                f"expected a {expected.AVRO_NAME} record, got {type(event).AVRO_NAME}"
+            )
+        return event
+
+    def decode_any(self, data: bytes | None) -> Event:
+        if data is None:
+            raise DecodeError("record has no value (tombstone)")
+        if len(data) < _HEADER.size:
+            raise DecodeError(f"record of {len(data)} bytes is too short for the wire format")
+        magic, schema_id = _HEADER.unpack_from(data)
+        if magic != MAGIC:
+            raise DecodeError(f"unknown magic byte {magic} (not the Confluent wire format)")
+        writer_name, writer = self._writer(schema_id)
+        event_type = EVENT_TYPES.get(writer_name)
+        if event_type is None:
+            raise DecodeError(f"schema id {schema_id} is {writer_name!r}, not a cronstream event")
+        try:
+            record: Any = fastavro.schemaless_reader(
+                io.BytesIO(memoryview(data)[_HEADER.size :]),
+                writer,
+                parsed_schema(event_type.AVRO_NAME),
+                return_record_name=True,
+                return_record_name_override=True,
+            )
+            return event_type.from_avro(record)
+        except Exception as exc:  # fastavro raises many types for a corrupt body
+            raise DecodeError(f"undecodable {writer_name} body: {exc!r}") from exc
+
+
+__all__ = ["Codec", "DecodeError", "RegistryClient", "RegistryError", "RegistryUnavailable"]
