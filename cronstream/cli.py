@@ -64,8 +64,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = Settings.from_env()
         if args.needs == "client":
             # librdkafka's transient warnings (coordinator loading...) are noise in a CLI.
-            client = JobClient(settings, publisher=Publisher(settings, log_level=3))
-            return int(args.handler(client, args))
+            with JobClient(settings, publisher=Publisher(settings, log_level=3)) as client:
+                return int(args.handler(client, args))
         return int(args.handler(settings, args))
     except SpecError as exc:
         print(f"error: {exc.subject} is invalid:", file=sys.stderr)

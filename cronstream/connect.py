@@ -51,15 +51,18 @@ def kafka_admin(settings: Settings, **overrides: Any) -> AdminClient:
 
 def cassandra_cluster(hosts: tuple[str, ...], port: int, *, timeout: float = 10.0) -> Any:
     """A cassandra-driver Cluster (not yet connected); the caller shuts it down."""
-    from cassandra.cluster import Cluster
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
     from cassandra.policies import DCAwareRoundRobinPolicy
 
+    profile = ExecutionProfile(
+        load_balancing_policy=DCAwareRoundRobinPolicy(), request_timeout=max(timeout, 10.0)
+    )
     return Cluster(
         list(hosts),
         port=port,
         connect_timeout=timeout,
         control_connection_timeout=timeout,
-        load_balancing_policy=DCAwareRoundRobinPolicy(),
+        execution_profiles={EXEC_PROFILE_DEFAULT: profile},
         protocol_version=5,
     )
 

@@ -46,6 +46,16 @@ def kafka_health(bootstrap_servers: str, timeout: float = 3.0) -> Health:
     except Exception as exc:
         return Health(ok=False, detail=f"metadata request failed: {exc}", latency_ms=0.0)
     ms = (time.perf_counter() - began) * 1000
+    # Right after a restart the broker answers metadata before partition leaders are
+    # elected; clients then fail with NOT_LEADER. Ready means every partition has a leader.
+    leaderless = sum(
+        1
+        for topic in md.topics.values()
+        for part in topic.partitions.values()
+        if part.leader < 0 or part.error is not None
+    )
+    if leaderless:
+        return Health(ok=False, detail=f"{leaderless} partitions without a leader", latency_ms=ms)
     return Health(
         ok=bool(md.brokers),
         detail=f"{len(md.brokers)} broker(s), {len(md.topics)} topics",

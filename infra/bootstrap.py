@@ -9,10 +9,13 @@ and timers), so that change is for an operator to make deliberately.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource
 from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewTopic
@@ -76,19 +79,36 @@ def ensure_topics(settings: Settings, *, timeout: float = 30.0) -> TopicReport:
                     raise BootstrapError(f"creating topic {name}: {exc}") from exc
     # Cleanup policy matters for the jobs topic (compaction is what makes it the source
     # of truth); check every configured key of the topics that already existed.
-    resources = [ConfigResource(ResourceType.TOPIC, name) for name in existing]
-    if resources:
-        for resource, future in admin.describe_configs(resources).items():
-            owned = topics.spec(resource.name)
-            assert owned is not None
-            actual = future.result()
-            for key, want_value in owned.config.items():
-                entry = actual.get(key)
-                if entry is not None and entry.value != want_value:
-                    mismatches.append(
-                        f"{resource.name} has {key}={entry.value}, the catalog wants {want_value}"
-                    )
+    for name, actual in _describe_configs(admin, existing).items():
+        owned = topics.spec(name)
+        assert owned is not None
+        for key, want_value in owned.config.items():
+            entry = actual.get(key)
+            if entry is not None and entry.value != want_value:
+                mismatches.append(f"{name} has {key}={entry.value}, the catalog wants {want_value}")
     return TopicReport(created=created, existing=existing, mismatches=mismatches)
+
+
+def _describe_configs(admin: AdminClient, names: list[str]) -> dict[str, Any]:
+    """Topic configs by name; retried while a just-created topic is still propagating."""
+    result: dict[str, Any] = {}
+    pending = list(names)
+    for attempt in range(10):
+        if not pending:
+            break
+        futures = admin.describe_configs([ConfigResource(ResourceType.TOPIC, n) for n in pending])
+        retry = []
+        for resource, future in futures.items():
+            try:
+                result[resource.name] = future.result()
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART or attempt == 9:
+                    raise BootstrapError(f"describing topic {resource.name}: {exc}") from exc
+                retry.append(resource.name)
+        pending = retry
+        if pending:
+            time.sleep(0.5)
+    return result
 
 
 def ensure_subjects(settings: Settings) -> dict[str, int]:

@@ -118,6 +118,36 @@ def run_maven(args: list[str], what: str) -> None:
         )
 
 
+def _exited(pid: int) -> bool:
+    """True once every thread of ``pid`` is gone.
+
+    A JVM's main thread can end (its /proc/PID/stat reads 'Z') while other threads still
+    run and hold the ports, so a zombie-looking leader is not enough: our own child is
+    reaped with waitpid, which reports only when the whole thread group has exited; any
+    other process is gone when its /proc entry is.
+    """
+    try:
+        reaped, _ = os.waitpid(pid, os.WNOHANG)
+        return reaped == pid
+    except ChildProcessError:
+        return not Path(f"/proc/{pid}").exists()
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    """Signal the process group ``pid`` leads (or belongs to: the launcher's session)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(os.getpgid(pid), sig)
+
+
+def _wait_gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _exited(pid):
+            return True
+        time.sleep(0.1)
+    return False
+
+
 class Service(ABC):
     """One JVM service of the local stack."""
 
@@ -201,14 +231,13 @@ class Service(ABC):
         except (FileNotFoundError, ValueError, ProcessLookupError):
             self.pidfile.unlink(missing_ok=True)
             return None
-        if self.marker.encode() not in cmdline:
+        # An exiting JVM has an empty cmdline while its threads still hold the ports: it is
+        # still ours. A non-empty cmdline without our marker is a recycled pid: not ours.
+        exiting = cmdline == [b""]
+        if self.marker.encode() not in cmdline and not exiting:
             self.pidfile.unlink(missing_ok=True)
             return None
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except FileNotFoundError:
-            return None
-        return None if state == "Z" else pid
+        return None if _exited(pid) else pid
 
     def running(self) -> bool:
         return self.pid() is not None
@@ -228,16 +257,15 @@ class Service(ABC):
         self.pidfile.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("ab") as out:
             out.write(f"\n==== cronstream: starting {self.name} at {time.ctime()}\n".encode())
-            out.flush()
-            proc = subprocess.Popen(
-                self.command(),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                cwd=self.data,
-                start_new_session=True,
-            )
-        self.pidfile.write_text(str(proc.pid))
+        # A shell starts the JVM in the background and exits at once, printing its pid: the
+        # JVM is then nobody's child (no zombie, no Popen left waiting) and outlives us.
+        launcher = subprocess.run(
+            ["/bin/sh", "-c", 'cd "$1" && shift && "$@" >>"$LOG" 2>&1 </dev/null & echo $!',
+             "sh", str(self.data), *self.command()],
+            env={**os.environ, "LOG": str(self.log)},
+            capture_output=True, text=True, check=True, start_new_session=True,
+        )  # fmt: skip
+        self.pidfile.write_text(launcher.stdout.strip())
 
     def check_alive(self) -> None:
         if not self.running():
@@ -247,30 +275,26 @@ class Service(ABC):
             )
 
     def stop(self, timeout: float = 45.0) -> None:
+        """SIGTERM the process group, SIGKILL it after ``timeout``; return once it is gone.
+
+        "Gone" means no /proc entry (or a zombie): /proc/PID/cmdline empties while a JVM
+        is still exiting with its ports bound, so the marker check alone is not enough.
+        """
         pid = self.pid()
         if pid is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.pid() is None:
-                break
-            time.sleep(0.2)
-        else:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
-            while self.pid() is not None:
-                time.sleep(0.1)
+        _signal_group(pid, signal.SIGTERM)
+        if not _wait_gone(pid, timeout):
+            _signal_group(pid, signal.SIGKILL)
+            _wait_gone(pid, 30.0)
         self.pidfile.unlink(missing_ok=True)
 
     def kill(self) -> None:
         """SIGKILL the whole process group (crash tests)."""
         pid = self.pid()
         if pid is not None:
-            os.killpg(pid, signal.SIGKILL)
-            while self.pid() is not None:
-                time.sleep(0.05)
+            _signal_group(pid, signal.SIGKILL)
+            _wait_gone(pid, 30.0)
             self.pidfile.unlink(missing_ok=True)
 
     def rss_bytes(self) -> int | None:

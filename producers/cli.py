@@ -21,7 +21,7 @@ from cronstream.settings import Settings
 from producers.client import JobClient, UnknownJob
 from producers.spec import SpecError, job_from_spec
 from schemas.catalog import Topics
-from schemas.events import JobDefinition, to_jsonable
+from schemas.events import JobDefinition, text_headers, to_jsonable
 from schemas.registry import RegistryClient
 from schemas.serde import Codec, DecodeError
 
@@ -199,7 +199,7 @@ def _record_json(codec: Codec, msg: Any) -> dict[str, Any]:
         "offset": msg.offset(),
         "timestamp_ms": msg.timestamp()[1],
         "key": None if msg.key() is None else msg.key().decode("utf-8", "backslashreplace"),
-        "headers": {k: v.decode("utf-8", "backslashreplace") for k, v in msg.headers() or []},
+        "headers": text_headers(msg.headers()),
     }
     value = msg.value()
     if value is None:

@@ -10,12 +10,13 @@ only the one partition the job id hashes to; ``list`` reads them all.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from datetime import datetime
 
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
 from cronstream.connect import kafka_consumer
 from cronstream.settings import Settings
@@ -35,6 +36,27 @@ from schemas.ids import job_id_of, manual_run_id, partition_for
 from schemas.serde import DecodeError
 
 
+def watermarks(consumer: Consumer, tp: TopicPartition, *, timeout: float = 30.0) -> tuple[int, int]:
+    """(low, high) offsets of a partition, retrying the broker's transient refusals.
+
+    Just after a broker restart a partition can have a leader in metadata that still
+    answers NOT_LEADER while it loads its log; those errors are retriable.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            marks = consumer.get_watermark_offsets(tp, timeout=10)
+        except KafkaException as exc:
+            if not exc.args[0].retriable() or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+            continue
+        if marks is None:
+            raise RuntimeError(f"no watermarks for {tp.topic}/{tp.partition}: is Kafka up?")
+        low, high = marks
+        return int(low), int(high)
+
+
 class UnknownJob(LookupError):
     """No job with that id exists (never put, or deleted)."""
 
@@ -49,6 +71,15 @@ class JobClient:
         self.topics = Topics(settings)
         self.publisher = publisher or Publisher(settings)
         self.skipped: list[str] = []  # undecodable records met while reading the jobs topic
+
+    def close(self) -> None:
+        self.publisher.close()
+
+    def __enter__(self) -> JobClient:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
 
     # -- writing jobs -------------------------------------------------------------------
     def put(self, job: JobDefinition) -> None:
@@ -132,10 +163,7 @@ class JobClient:
                 partitions = list(range(self._partition_count()))
             ends: dict[int, int] = {}
             for p in partitions:
-                marks = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-                if marks is None:
-                    raise RuntimeError(f"no watermarks for {topic}/{p}: is Kafka up?")
-                low, high = marks
+                low, high = watermarks(consumer, TopicPartition(topic, p))
                 if high > low:
                     ends[p] = high
             if not ends:

@@ -72,6 +72,13 @@ class Publisher:
                 self.producer.poll(0.05)
         self.producer.poll(0)
 
+    def close(self) -> None:
+        """Flush what is queued and release the registry connection."""
+        try:
+            self.flush()
+        finally:
+            self.codec.registry.close()
+
     def flush(self, timeout: float = 30.0) -> None:
         """Wait until every queued record is acknowledged; raise the first failure."""
         remaining = self.producer.flush(timeout)

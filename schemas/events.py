@@ -662,10 +662,19 @@ __all__ = [
     "from_ms",
     "iso",
     "job_headers",
+    "text_headers",
     "to_jsonable",
     "to_ms",
     "utc_now",
 ]
+
+
+def text_headers(headers: Any) -> dict[str, str]:
+    """Kafka record headers as text (the form cronstream writes them in)."""
+    out = {}
+    for name, value in headers or []:
+        out[name] = value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else ""
+    return out
 
 
 def to_jsonable(value: Any) -> Any:

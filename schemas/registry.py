@@ -40,6 +40,12 @@ class RegistryClient:
     def close(self) -> None:
         self._http.close()
 
+    def __enter__(self) -> RegistryClient:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         try:
             resp = self._http.request(method, self.url + path, json=body)

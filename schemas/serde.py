@@ -125,8 +125,9 @@ class Codec:
                 io.BytesIO(memoryview(data)[_HEADER.size :]),
                 writer,
                 parsed_schema(event_type.AVRO_NAME),
+                # Record-typed union branches always come back as (name, record), whatever
+                # the writer's union looked like (see _schedule_from_avro).
                 return_record_name=True,
-                return_record_name_override=True,
             )
             return event_type.from_avro(record)
         except Exception as exc:  # fastavro raises many types for a corrupt body

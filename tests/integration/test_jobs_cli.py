@@ -1,0 +1,178 @@
+"""The CLI writes what it says to the real broker, readable by kcat, and refuses bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cronstream.settings import Settings
+from schemas.catalog import Topics
+from schemas.events import Priority
+from tests.integration.helpers import cronstream, kcat, record_count
+
+pytestmark = pytest.mark.integration
+
+HTTP = ["--target", "http", "--url", "https://example.com/hook"]
+
+
+def put(ns: Settings, job_id: str, *args: str) -> None:
+    result = cronstream(ns, "jobs", "put", job_id, *args)
+    assert result.returncode == 0, result.stderr
+
+
+def test_put_lands_on_the_jobs_topic_with_a_readable_key_and_headers(ns: Settings) -> None:
+    put(ns, "nightly", "--cron", "0 2 * * *", "--tz", "Europe/Paris", *HTTP)
+    (line,) = kcat(ns, Topics(ns).jobs, "%k|%h\n")
+    key, headers = line.split("|", 1)
+    assert key == "nightly"
+    assert "job_id=nightly" in headers
+    assert "op=put" in headers
+    assert "schedule=cron 0 2 * * *" in headers
+
+
+def test_tail_decodes_records_as_json_lines(ns: Settings) -> None:
+    put(
+        ns,
+        "report",
+        "--every",
+        "15m",
+        *HTTP,
+        "--payload",
+        '{"kind": "daily"}',
+        "--priority",
+        "high",
+    )
+    result = cronstream(ns, "tail", "jobs", "--from-beginning", "-n", "1", "--timeout", "20")
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout.splitlines()[0])
+    assert record["key"] == "report"
+    assert record["type"] == "JobDefinition"
+    assert record["value"]["schedule"] == {
+        "kind": "interval", "every_ms": 900_000, "anchor": "1970-01-01T00:00:00.000Z",
+    }  # fmt: skip
+    assert record["value"]["payload"] == '{"kind":"daily"}'
+    assert record["value"]["priority"] == "HIGH"
+    assert record["headers"]["job_id"] == "report"
+
+
+def test_delete_writes_a_tombstone_and_the_job_is_gone(ns: Settings) -> None:
+    put(ns, "temp", "--at", "2030-01-01T00:00:00Z", *HTTP)
+    assert cronstream(ns, "jobs", "delete", "temp").returncode == 0
+    lines = kcat(ns, Topics(ns).jobs, "%k|%S|%h\n")  # %S: value size, -1 for NULL
+    assert len(lines) == 2
+    key, size, headers = lines[-1].split("|", 2)
+    assert (key, size) == ("temp", "-1")
+    assert "op=delete" in headers
+    gone = cronstream(ns, "jobs", "get", "temp")
+    assert gone.returncode == 4
+    assert "no job 'temp'" in gone.stderr
+
+
+def test_get_list_pause_and_resume(ns: Settings) -> None:
+    put(ns, "a-job", "--cron", "*/5 * * * *", *HTTP)
+    put(ns, "b-job", "--every", "1h", "--target", "kafka", "--topic", "out")
+    assert cronstream(ns, "jobs", "pause", "a-job").returncode == 0
+    listed = cronstream(ns, "jobs", "list", "--json")
+    jobs = {j["job_id"]: j for j in map(json.loads, listed.stdout.splitlines())}
+    assert set(jobs) == {"a-job", "b-job"}
+    assert jobs["a-job"]["paused"] is True
+    assert jobs["b-job"]["paused"] is False
+    assert cronstream(ns, "jobs", "resume", "a-job").returncode == 0
+    got = json.loads(cronstream(ns, "jobs", "get", "a-job").stdout)
+    assert got["paused"] is False
+    assert got["schedule"]["expression"] == "*/5 * * * *"
+
+
+def test_apply_writes_every_job_of_a_file(ns: Settings, tmp_path: Path) -> None:
+    path = tmp_path / "jobs.yaml"
+    path.write_text(
+        "jobs:\n"
+        "  - {id: one, cron: '0 * * * *', target: http, url: 'https://example.com/1'}\n"
+        "  - {id: two, every: 30s, target: python, callable: 'mymod:run', payload: {x: 1}}\n"
+    )
+    result = cronstream(ns, "jobs", "apply", "-f", str(path))
+    assert result.returncode == 0, result.stderr
+    assert sorted(line.split("|")[0] for line in kcat(ns, Topics(ns).jobs, "%k|\n")) == [
+        "one",
+        "two",
+    ]
+
+
+BAD_INPUT = {
+    "bad cron": (["jobs", "put", "x", "--cron", "61 * * * *", *HTTP], 2, "not a valid cron"),
+    "unknown zone": (["jobs", "put", "x", "--cron", "* * * * *", "--tz", "Mars/Base", *HTTP], 2,
+                     "unknown time zone"),
+    "bad duration": (["jobs", "put", "x", "--every", "often", *HTTP], 2, "not a duration"),
+    "bad timeout": (["jobs", "put", "x", "--every", "1m", "--timeout", "5 parsecs", *HTTP], 2,
+                    "not a duration"),
+    "missing url": (["jobs", "put", "x", "--every", "1m", "--target", "http"], 2,
+                    "target http needs a url"),
+    "missing topic": (["jobs", "put", "x", "--every", "1m", "--target", "kafka"], 2,
+                      "target kafka needs a topic"),
+    "unknown target": (["jobs", "put", "x", "--every", "1m", "--target", "ftp"], 2,
+                       "target type 'ftp'"),
+    "payload too big": (["jobs", "put", "x", "--every", "1m", *HTTP, "--payload",
+                         json.dumps({"blob": "x" * 300})], 2, "over the 256-byte limit"),
+    "payload not json": (["jobs", "put", "x", "--every", "1m", *HTTP, "--payload", "{oops"], 2,
+                         "--payload is not JSON"),
+    "pause unknown": (["jobs", "pause", "ghost"], 4, "no job 'ghost'"),
+    "resume unknown": (["jobs", "resume", "ghost"], 4, "no job 'ghost'"),
+    "delete unknown": (["jobs", "delete", "ghost"], 4, "no job 'ghost'"),
+    "trigger unknown": (["runs", "trigger", "ghost"], 4, "no job 'ghost'"),
+    "cancel bad run id": (["runs", "cancel", "no-at-sign"], 2, "not a cronstream run id"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", BAD_INPUT, ids=list(BAD_INPUT))
+def test_bad_input_is_refused_clearly_and_nothing_is_written(ns: Settings, case: str) -> None:
+    args, code, message = BAD_INPUT[case]
+    result = cronstream(ns, *args, env={"CRONSTREAM_MAX_PAYLOAD_BYTES": "256"})
+    assert result.returncode == code, (result.stdout, result.stderr)
+    assert message in result.stderr
+    topics = Topics(ns)
+    for topic in (topics.jobs, topics.control, *(topics.runs(p) for p in Priority)):
+        assert record_count(ns, topic) == 0, topic
+
+
+def test_a_bad_jobs_file_writes_none_of_its_jobs(ns: Settings, tmp_path: Path) -> None:
+    path = tmp_path / "jobs.yaml"
+    path.write_text(
+        "- {id: fine, every: 1m, target: http, url: 'https://example.com'}\n"
+        "- {id: broken, cron: 'every day', target: http, url: 'https://example.com'}\n"
+    )
+    result = cronstream(ns, "jobs", "apply", "-f", str(path))
+    assert result.returncode == 2
+    assert "entry 2 (job broken)" in result.stderr
+    assert record_count(ns, Topics(ns).jobs) == 0
+
+
+def test_trigger_goes_straight_to_the_priority_topic_and_a_key_names_one_run(ns: Settings) -> None:
+    put(ns, "urgent", *HTTP, "--priority", "high")
+    for _ in range(2):
+        result = cronstream(ns, "runs", "trigger", "urgent", "--idempotency-key", "deploy-7")
+        assert result.returncode == 0, result.stderr
+        assert "urgent@manual:deploy-7" in result.stdout
+    lines = kcat(ns, Topics(ns).runs(Priority.HIGH), "%k|%h\n")
+    assert len(lines) == 2
+    for line in lines:
+        key, headers = line.split("|", 1)
+        assert key == "urgent"
+        assert "run_id=urgent@manual:deploy-7" in headers
+        assert "trigger=MANUAL" in headers
+        assert "attempt=1" in headers
+    assert record_count(ns, Topics(ns).runs(Priority.NORMAL)) == 0
+
+
+def test_cancel_publishes_a_control_command(ns: Settings) -> None:
+    result = cronstream(
+        ns, "runs", "cancel", "nightly@2026-11-22T02:00:00.000Z", "--reason", "bad data"
+    )
+    assert result.returncode == 0, result.stderr
+    tail = cronstream(ns, "tail", "control", "--from-beginning", "-n", "1", "--timeout", "20")
+    record = json.loads(tail.stdout)
+    assert record["key"] == "nightly@2026-11-22T02:00:00.000Z"
+    assert record["value"]["action"] == "CANCEL"
+    assert record["value"]["job_id"] == "nightly"
+    assert record["value"]["reason"] == "bad data"

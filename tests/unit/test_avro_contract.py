@@ -1,0 +1,154 @@
+"""Every event round-trips through its .avsc schema, and the schemas evolve compatibly."""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import fastavro
+import pytest
+
+from schemas.avro import AVRO_DIR, parsed_schema, schema_json
+from schemas.events import (
+    ControlAction,
+    ControlCommand,
+    CronSchedule,
+    DeadLetter,
+    Event,
+    IntervalSchedule,
+    JobDefinition,
+    MisfireKind,
+    MisfirePolicy,
+    OnceSchedule,
+    Priority,
+    RetryPolicy,
+    RunOutcome,
+    RunRequest,
+    RunStatus,
+    Target,
+    TimerReason,
+    TimerRequest,
+    Trigger,
+    iso,
+    to_jsonable,
+)
+
+T0 = datetime(2026, 11, 22, 10, 0, 0, 123000, tzinfo=UTC)
+HTTP = Target(type="http", url="https://example.com/h", headers={"X-A": "1"})
+RUN = RunRequest(
+    run_id="j@2026-11-22T10:00:00.123Z", job_id="j", scheduled_at=T0, fired_at=T0,
+    target=HTTP, attempt=2, trigger=Trigger.RETRY, possible_duplicate=True, payload="{}",
+    priority=Priority.HIGH, timeout_ms=5000, retry=RetryPolicy(max_attempts=4),
+)  # fmt: skip
+
+EXAMPLES: list[Event] = [
+    JobDefinition(job_id="cron", target=HTTP, updated_at=T0, schedule=CronSchedule(expression="0 2 * * *"),
+                  timezone="Europe/Paris", start_at=T0, end_at=T0 + timedelta(days=1), jitter_ms=5,
+                  paused=True, payload='{"a":1}', priority=Priority.LOW,
+                  misfire=MisfirePolicy(policy=MisfireKind.ALL, max_catchup=4, catchup_window_ms=9)),
+    JobDefinition(job_id="every", target=Target(type="kafka", topic="out"), updated_at=T0,
+                  schedule=IntervalSchedule(every_ms=60_000, anchor=T0)),
+    JobDefinition(job_id="once", target=Target(type="python", callable="m:f"), updated_at=T0,
+                  schedule=OnceSchedule(at=T0)),
+    JobDefinition(job_id="manual", target=Target(type="shell", command="true"), updated_at=T0),
+    RUN,
+    RunOutcome(run_id=RUN.run_id, job_id="j", status=RunStatus.FAILED, scheduled_at=T0,
+               recorded_at=T0, attempt=2, started_at=T0, finished_at=T0, duration_ms=12,
+               error="boom", next_attempt_at=T0, target_type="http", worker="w1"),
+    TimerRequest(timer_id=f"{RUN.run_id}#2", job_id="j", due_at=T0, reason=TimerReason.RETRY,
+                 created_at=T0, run=RUN),
+    ControlCommand(command_id="c1", action=ControlAction.CANCEL, run_id=RUN.run_id, job_id="j",
+                   issued_at=T0, reason="operator"),
+    DeadLetter(reason="bad bytes", stage="scheduler", source_topic="t", source_partition=3,
+               source_offset=42, dead_at=T0, source_key=b"k", source_value=b"\x00\x01"),
+]  # fmt: skip
+
+
+def write(schema: Any, record: dict[str, Any]) -> bytes:
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, schema, record)
+    return buf.getvalue()
+
+
+def read(data: bytes, writer: Any, reader: Any) -> Any:
+    return fastavro.schemaless_reader(io.BytesIO(data), writer, reader, return_record_name=True)
+
+
+@pytest.mark.parametrize("event", EXAMPLES, ids=lambda e: f"{type(e).__name__}")
+def test_every_event_round_trips_through_its_schema(event: Event) -> None:
+    schema = parsed_schema(event.AVRO_NAME)
+    decoded = type(event).from_avro(read(write(schema, event.to_avro()), schema, schema))
+    assert decoded == event
+
+
+def test_schemas_are_self_contained_for_the_registry() -> None:
+    for path in AVRO_DIR.glob("*.avsc"):
+        fullname = path.stem
+        text = schema_json(fullname)
+        fastavro.parse_schema(json.loads(text))  # no dangling names
+        assert json.loads(text)["name"] == fullname.split(".")[-1]
+
+
+def test_keys_and_headers_are_readable_text() -> None:
+    headers = dict(RUN.headers())
+    assert RUN.key() == "j"
+    assert headers["run_id"] == RUN.run_id.encode()
+    assert headers["scheduled_at"] == iso(T0).encode() == b"2026-11-22T10:00:00.123Z"
+    assert headers["attempt"] == b"2"
+    assert headers["possible_duplicate"] == b"true"
+    for event in EXAMPLES:
+        for name, value in event.headers():
+            value.decode("utf-8")
+            assert name.isascii()
+
+
+OLD_JOB_SCHEMA = {
+    # JobDefinition as a first release might have had it: no jitter, misfire, start/end.
+    "type": "record", "name": "JobDefinition", "namespace": "cronstream",
+    "fields": [
+        {"name": "job_id", "type": "string"},
+        {"name": "tenant", "type": "string", "default": "default"},
+        {"name": "schedule", "default": None, "type": ["null",
+            {"type": "record", "name": "CronSchedule", "fields": [{"name": "expression", "type": "string"}]}]},
+        {"name": "timezone", "type": "string", "default": "UTC"},
+        {"name": "paused", "type": "boolean", "default": False},
+        {"name": "target", "type": json.loads(schema_json("cronstream.Target"))},
+        {"name": "payload", "type": ["null", "string"], "default": None},
+        {"name": "updated_at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    ],
+}  # fmt: skip
+
+
+def test_records_written_with_an_older_schema_read_with_defaults() -> None:
+    old = fastavro.parse_schema(OLD_JOB_SCHEMA)
+    record = {
+        "job_id": "legacy", "tenant": "t", "schedule": ("cronstream.CronSchedule", {"expression": "* * * * *"}),
+        "timezone": "UTC", "paused": False, "target": HTTP.to_avro(), "payload": None, "updated_at": T0,
+    }  # fmt: skip
+    job = JobDefinition.from_avro(
+        read(write(old, record), old, parsed_schema(JobDefinition.AVRO_NAME))
+    )
+    assert job.jitter_ms == 0
+    assert job.misfire == MisfirePolicy()
+    assert job.retry == RetryPolicy()
+    assert job.priority is Priority.NORMAL
+    assert job.schedule == CronSchedule(expression="* * * * *")
+
+
+def test_records_written_with_todays_schema_read_with_the_older_one() -> None:
+    old = fastavro.parse_schema(OLD_JOB_SCHEMA)
+    job = EXAMPLES[0]
+    assert isinstance(job, JobDefinition)
+    current = parsed_schema(JobDefinition.AVRO_NAME)
+    back = read(write(current, job.to_avro()), current, old)
+    assert back["job_id"] == "cron"
+    assert "jitter_ms" not in back
+
+
+def test_events_render_as_json() -> None:
+    rendered = to_jsonable(EXAMPLES[1])
+    assert rendered["schedule"] == {"kind": "interval", "every_ms": 60_000, "anchor": iso(T0)}
+    assert "AVRO_NAME" not in rendered
+    json.dumps([to_jsonable(e) for e in EXAMPLES])

@@ -1,0 +1,76 @@
+from pathlib import Path
+
+import pytest
+
+from consumers.migrations import MIGRATIONS_DIR, load_migrations, split_statements
+from cronstream.connect import producer_config
+from cronstream.settings import Settings, SettingsError
+from schemas.catalog import CATALOG, JOBS, Topics
+from schemas.events import Priority
+
+
+def test_defaults_match_the_local_stack() -> None:
+    s = Settings.from_env({})
+    assert s.bootstrap_servers == "127.0.0.1:9092"
+    assert s.registry_url == "http://127.0.0.1:8081/apis/ccompat/v7"
+    assert s.cassandra_hosts == ("127.0.0.1",)
+    assert s.partitions == 12
+
+
+def test_endpoints_can_point_elsewhere() -> None:
+    s = Settings.from_env(
+        {"CRONSTREAM_BOOTSTRAP_SERVERS": "k1:9092,k2:9092",
+         "CRONSTREAM_REGISTRY_URL": "https://sr.example/", "CRONSTREAM_CASSANDRA_HOSTS": "c1, c2"}
+    )  # fmt: skip
+    assert s.bootstrap_servers == "k1:9092,k2:9092"
+    assert s.registry_url == "https://sr.example"
+    assert s.cassandra_hosts == ("c1", "c2")
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"CRONSTREAM_PARTITIONS": "twelve"}, "not a whole number"),
+        ({"CRONSTREAM_KAFKA_PORT": "0"}, "must be positive"),
+        ({"CRONSTREAM_KEYSPACE": "bad-name"}, "letters, digits and '_'"),
+        ({"CRONSTREAM_TOPIC_PREFIX": "a b"}, "letters, digits"),
+    ],
+)
+def test_bad_settings_are_refused(env: dict[str, str], message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        Settings.from_env(env)
+
+
+def test_every_producer_uses_the_java_compatible_partitioner() -> None:
+    assert producer_config(Settings.from_env({}))["partitioner"] == "murmur2_random"
+
+
+def test_catalog_names_partitions_and_configs() -> None:
+    topics = Topics(
+        Settings.from_env({"CRONSTREAM_TOPIC_PREFIX": "acme", "CRONSTREAM_PARTITIONS": "6"})
+    )
+    assert [name for name, _ in topics.all()] == [
+        "acme.jobs", "acme.runs.high", "acme.runs.normal", "acme.runs.low", "acme.timers",
+        "acme.history", "acme.dlq", "acme.control",
+    ]  # fmt: skip
+    assert topics.runs(Priority.HIGH) == "acme.runs.high"
+    assert JOBS.config["cleanup.policy"] == "compact"
+    assert JOBS.config["retention.ms"] == "-1"
+    assert topics.partitions(JOBS) == 6
+    assert topics.resolve("runs.low") == "acme.runs.low"
+    assert topics.resolve("elsewhere") == "elsewhere"
+    assert len({spec.suffix for spec in CATALOG}) == len(CATALOG)
+
+
+def test_migration_files_are_numbered_without_gaps() -> None:
+    migrations = load_migrations(MIGRATIONS_DIR)
+    assert [m.version for m in migrations] == list(range(1, len(migrations) + 1))
+    assert all(m.statements for m in migrations)
+
+
+def test_statements_split_on_line_ending_semicolons_and_drop_comments(tmp_path: Path) -> None:
+    text = "-- a comment; not a split\nCREATE TABLE a (x int, y text);\n\nCREATE TABLE b (z int)\n  WITH x = 'a;b';\n"
+    assert split_statements(text) == (
+        "CREATE TABLE a (x int, y text)",
+        "CREATE TABLE b (z int)\n  WITH x = 'a;b'",
+    )
