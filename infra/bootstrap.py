@@ -50,23 +50,22 @@ def ensure_topics(settings: Settings, *, timeout: float = 30.0) -> TopicReport:
     topics = Topics(settings)
     admin = kafka_admin(settings)
     metadata = admin.list_topics(timeout=timeout)
+    specs = dict(topics.all())
     created, existing, mismatches = [], [], []
     to_create = []
-    for name, spec in topics.all():
-        want = topics.partitions(spec)
+    for name, spec in specs.items():
         current = metadata.topics.get(name)
         if current is None or current.error is not None:
             to_create.append(
-                NewTopic(name, num_partitions=want, replication_factor=1, config=dict(spec.config))
+                NewTopic(
+                    name,
+                    num_partitions=topics.partitions(spec),
+                    replication_factor=1,
+                    config=dict(spec.config),
+                )
             )
             continue
         existing.append(name)
-        have = len(current.partitions)
-        if have != want:
-            mismatches.append(
-                f"{name} has {have} partitions, the catalog wants {want} "
-                f"(CRONSTREAM_PARTITIONS={settings.partitions})"
-            )
     if to_create:
         for name, future in admin.create_topics(to_create, operation_timeout=timeout).items():
             try:
@@ -77,16 +76,35 @@ def ensure_topics(settings: Settings, *, timeout: float = 30.0) -> TopicReport:
                     existing.append(name)  # a concurrent bootstrap won the race
                 else:
                     raise BootstrapError(f"creating topic {name}: {exc}") from exc
+    # Partition counts are checked on fresh metadata: a topic another client created a
+    # moment ago (TOPIC_ALREADY_EXISTS above) may be missing from the first listing.
+    for name in existing:
+        have = _partition_count(admin, name, timeout)
+        want = topics.partitions(specs[name])
+        if have != want:
+            mismatches.append(
+                f"{name} has {have} partitions, the catalog wants {want} "
+                f"(CRONSTREAM_PARTITIONS={settings.partitions})"
+            )
     # Cleanup policy matters for the jobs topic (compaction is what makes it the source
     # of truth); check every configured key of the topics that already existed.
     for name, actual in _describe_configs(admin, existing).items():
-        owned = topics.spec(name)
-        assert owned is not None
-        for key, want_value in owned.config.items():
+        for key, want_value in specs[name].config.items():
             entry = actual.get(key)
             if entry is not None and entry.value != want_value:
                 mismatches.append(f"{name} has {key}={entry.value}, the catalog wants {want_value}")
     return TopicReport(created=created, existing=existing, mismatches=mismatches)
+
+
+def _partition_count(admin: AdminClient, name: str, timeout: float) -> int:
+    deadline = time.monotonic() + timeout
+    while True:
+        meta = admin.list_topics(topic=name, timeout=timeout).topics.get(name)
+        if meta is not None and meta.error is None and meta.partitions:
+            return len(meta.partitions)
+        if time.monotonic() > deadline:
+            raise BootstrapError(f"topic {name} exists but its metadata never arrived")
+        time.sleep(0.2)
 
 
 def _describe_configs(admin: AdminClient, names: list[str]) -> dict[str, Any]:

@@ -11,11 +11,12 @@ Instants are timezone-aware UTC ``datetime`` values; Avro carries them as
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, ClassVar, Self
+from operator import attrgetter, methodcaller
+from typing import Any, ClassVar, Self, get_args, get_origin, get_type_hints
 
 
 def utc_now() -> datetime:
@@ -97,6 +98,68 @@ class ControlAction(StrEnum):
 TARGET_TYPES = ("http", "kafka", "python", "shell")
 
 
+# -- Avro conversion --------------------------------------------------------------------
+# Each record class converts to and from fastavro's dicts by its field types, worked out
+# once per class: enums travel as their symbol, instants as aware datetimes, nested
+# records recursively, the schedule union as (record name, fields) so fastavro picks the
+# branch without guessing.
+Convert = Callable[[Any], Any]
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _optional(convert: Convert) -> Convert:
+    return lambda value: None if value is None else convert(value)
+
+
+def _converters(hint: Any) -> tuple[Convert, Convert]:
+    """(to_avro, from_avro) for a value of type ``hint``."""
+    args = get_args(hint)
+    if CronSchedule in args:
+        return _schedule_to_avro, _schedule_from_avro
+    if type(None) in args:
+        (inner,) = [a for a in args if a is not type(None)]
+        to_inner, from_inner = _converters(inner)
+        return _optional(to_inner), _optional(from_inner)
+    if hint is datetime:
+        return _same, _aware
+    if isinstance(hint, type) and issubclass(hint, StrEnum):
+        return attrgetter("value"), hint
+    if isinstance(hint, type) and issubclass(hint, AvroRecord):
+        return methodcaller("to_avro"), hint.from_avro
+    if get_origin(hint) is dict:
+        return dict, dict
+    return _same, _same
+
+
+class AvroRecord:
+    """Mixin for the dataclasses that are Avro records: ``to_avro`` and ``from_avro``."""
+
+    __slots__ = ()
+
+    @classmethod
+    def _fields(cls) -> tuple[tuple[str, Convert, Convert], ...]:
+        try:
+            return cls.__dict__["_avro_fields_cache"]  # type: ignore[no-any-return]
+        except KeyError:
+            hints = get_type_hints(cls)
+            table = tuple(
+                (f.name, *_converters(hints[f.name]))
+                for f in fields(cls)  # type: ignore[arg-type]
+            )
+            type.__setattr__(cls, "_avro_fields_cache", table)
+            return table
+
+    def to_avro(self) -> dict[str, Any]:
+        return {name: to(getattr(self, name)) for name, to, _ in self._fields()}
+
+    @classmethod
+    def from_avro(cls, d: Mapping[str, Any]) -> Self:
+        return cls(**{name: back(d[name]) for name, _, back in cls._fields()})
+
+
 # -- nested values ----------------------------------------------------------------------
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CronSchedule:
@@ -154,7 +217,7 @@ def _schedule_from_avro(value: Any) -> Schedule | None:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Target:
+class Target(AvroRecord):
     type: str
     url: str | None = None
     method: str = "POST"
@@ -163,77 +226,24 @@ class Target:
     callable: str | None = None
     command: str | None = None
 
-    def to_avro(self) -> dict[str, Any]:
-        return {
-            "type": self.type,
-            "url": self.url,
-            "method": self.method,
-            "headers": dict(self.headers),
-            "topic": self.topic,
-            "callable": self.callable,
-            "command": self.command,
-        }
-
-    @classmethod
-    def from_avro(cls, d: Mapping[str, Any]) -> Self:
-        return cls(
-            type=d["type"],
-            url=d.get("url"),
-            method=d.get("method", "POST"),
-            headers=dict(d.get("headers") or {}),
-            topic=d.get("topic"),
-            callable=d.get("callable"),
-            command=d.get("command"),
-        )
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RetryPolicy:
+class RetryPolicy(AvroRecord):
     max_attempts: int = 3
     initial_backoff_ms: int = 1000
     max_backoff_ms: int = 300_000
 
-    def to_avro(self) -> dict[str, Any]:
-        return {
-            "max_attempts": self.max_attempts,
-            "initial_backoff_ms": self.initial_backoff_ms,
-            "max_backoff_ms": self.max_backoff_ms,
-        }
-
-    @classmethod
-    def from_avro(cls, d: Mapping[str, Any]) -> Self:
-        return cls(
-            max_attempts=d["max_attempts"],
-            initial_backoff_ms=d["initial_backoff_ms"],
-            max_backoff_ms=d["max_backoff_ms"],
-        )
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class MisfirePolicy:
+class MisfirePolicy(AvroRecord):
     policy: MisfireKind = MisfireKind.ONCE
     max_catchup: int = 10
     catchup_window_ms: int = 3_600_000
 
-    def to_avro(self) -> dict[str, Any]:
-        return {
-            "policy": self.policy.value,
-            "max_catchup": self.max_catchup,
-            "catchup_window_ms": self.catchup_window_ms,
-        }
-
-    @classmethod
-    def from_avro(cls, d: Mapping[str, Any]) -> Self:
-        return cls(
-            policy=MisfireKind(d["policy"]),
-            max_catchup=d["max_catchup"],
-            catchup_window_ms=d["catchup_window_ms"],
-        )
-
 
 # -- top-level events -------------------------------------------------------------------
 @dataclass(frozen=True, slots=True, kw_only=True)
-class JobDefinition:
+class JobDefinition(AvroRecord):
     AVRO_NAME: ClassVar[str] = "cronstream.JobDefinition"
 
     job_id: str
@@ -260,45 +270,6 @@ class JobDefinition:
 
     def describe_schedule(self) -> str:
         return self.schedule.describe() if self.schedule else "manual"
-
-    def to_avro(self) -> dict[str, Any]:
-        return {
-            "job_id": self.job_id,
-            "tenant": self.tenant,
-            "schedule": _schedule_to_avro(self.schedule),
-            "timezone": self.timezone,
-            "start_at": self.start_at,
-            "end_at": self.end_at,
-            "jitter_ms": self.jitter_ms,
-            "paused": self.paused,
-            "target": self.target.to_avro(),
-            "payload": self.payload,
-            "priority": self.priority.value,
-            "retry": self.retry.to_avro(),
-            "timeout_ms": self.timeout_ms,
-            "misfire": self.misfire.to_avro(),
-            "updated_at": self.updated_at,
-        }
-
-    @classmethod
-    def from_avro(cls, d: Mapping[str, Any]) -> Self:
-        return cls(
-            job_id=d["job_id"],
-            tenant=d["tenant"],
-            schedule=_schedule_from_avro(d["schedule"]),
-            timezone=d["timezone"],
-            start_at=_opt_dt(d["start_at"]),
-            end_at=_opt_dt(d["end_at"]),
-            jitter_ms=d["jitter_ms"],
-            paused=d["paused"],
-            target=Target.from_avro(d["target"]),
-            payload=d["payload"],
-            priority=Priority(d["priority"]),
-            retry=RetryPolicy.from_avro(d["retry"]),
-            timeout_ms=d["timeout_ms"],
-            misfire=MisfirePolicy.from_avro(d["misfire"]),
-            updated_at=_aware(d["updated_at"]),
-        )
 
 
 def job_headers(job_id: str, *, op: str, detail: str | None = None) -> list[tuple[str, bytes]]:
@@ -329,7 +300,7 @@ def _run_headers(
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunRequest:
+class RunRequest(AvroRecord):
     AVRO_NAME: ClassVar[str] = "cronstream.RunRequest"
 
     run_id: str
@@ -363,44 +334,9 @@ class RunRequest:
             headers.append(("possible_duplicate", b"true"))
         return headers
 
-    def to_avro(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "job_id": self.job_id,
-            "tenant": self.tenant,
-            "attempt": self.attempt,
-            "scheduled_at": self.scheduled_at,
-            "fired_at": self.fired_at,
-            "trigger": self.trigger.value,
-            "possible_duplicate": self.possible_duplicate,
-            "target": self.target.to_avro(),
-            "payload": self.payload,
-            "priority": self.priority.value,
-            "timeout_ms": self.timeout_ms,
-            "retry": self.retry.to_avro(),
-        }
-
-    @classmethod
-    def from_avro(cls, d: Mapping[str, Any]) -> Self:
-        return cls(
-            run_id=d["run_id"],
-            job_id=d["job_id"],
-            tenant=d["tenant"],
-            attempt=d["attempt"],
-            scheduled_at=_aware(d["scheduled_at"]),
-            fired_at=_aware(d["fired_at"]),
-            trigger=Trigger(d["trigger"]),
-            possible_duplicate=d["possible_duplicate"],
-            target=Target.from_avro(d["target"]),
-            payload=d["payload"],
-            priority=Priority(d["priority"]),
-            timeout_ms=d["timeout_ms"],
-            retry=RetryPolicy.from_avro(d["retry"]),
-        )
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunOutcome:
+class RunOutcome(AvroRecord):
     AVRO_NAME: ClassVar[str] = "cronstream.RunOutcome"
 
     run_id: str
@@ -432,48 +368,9 @@ class RunOutcome:
             status=self.status.value,
         )
 
-    def to_avro(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "job_id": self.job_id,
-            "tenant": self.tenant,
-            "attempt": self.attempt,
-            "status": self.status.value,
-            "trigger": self.trigger.value,
-            "scheduled_at": self.scheduled_at,
-            "recorded_at": self.recorded_at,
-            "started_at": self.started_at,
-            "finished_at": self.finished_at,
-            "duration_ms": self.duration_ms,
-            "error": self.error,
-            "next_attempt_at": self.next_attempt_at,
-            "target_type": self.target_type,
-            "worker": self.worker,
-        }
-
-    @classmethod
-    def from_avro(cls, d: Mapping[str, Any]) -> Self:
-        return cls(
-            run_id=d["run_id"],
-            job_id=d["job_id"],
-            tenant=d["tenant"],
-            attempt=d["attempt"],
-            status=RunStatus(d["status"]),
-            trigger=Trigger(d["trigger"]),
-            scheduled_at=_aware(d["scheduled_at"]),
-            recorded_at=_aware(d["recorded_at"]),
-            started_at=_opt_dt(d["started_at"]),
-            finished_at=_opt_dt(d["finished_at"]),
-            duration_ms=d["duration_ms"],
-            error=d["error"],
-            next_attempt_at=_opt_dt(d["next_attempt_at"]),
-            target_type=d["target_type"],
-            worker=d["worker"],
-        )
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TimerRequest:
+class TimerRequest(AvroRecord):
     AVRO_NAME: ClassVar[str] = "cronstream.TimerRequest"
 
     timer_id: str
@@ -498,30 +395,9 @@ class TimerRequest:
         headers.append(("due_at", iso(self.due_at).encode()))
         return headers
 
-    def to_avro(self) -> dict[str, Any]:
-        return {
-            "timer_id": self.timer_id,
-            "job_id": self.job_id,
-            "due_at": self.due_at,
-            "reason": self.reason.value,
-            "created_at": self.created_at,
-            "run": self.run.to_avro(),
-        }
-
-    @classmethod
-    def from_avro(cls, d: Mapping[str, Any]) -> Self:
-        return cls(
-            timer_id=d["timer_id"],
-            job_id=d["job_id"],
-            due_at=_aware(d["due_at"]),
-            reason=TimerReason(d["reason"]),
-            created_at=_aware(d["created_at"]),
-            run=RunRequest.from_avro(d["run"]),
-        )
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ControlCommand:
+class ControlCommand(AvroRecord):
     AVRO_NAME: ClassVar[str] = "cronstream.ControlCommand"
 
     command_id: str
@@ -544,30 +420,9 @@ class ControlCommand:
             headers.append(("job_id", self.job_id.encode()))
         return headers
 
-    def to_avro(self) -> dict[str, Any]:
-        return {
-            "command_id": self.command_id,
-            "action": self.action.value,
-            "run_id": self.run_id,
-            "job_id": self.job_id,
-            "issued_at": self.issued_at,
-            "reason": self.reason,
-        }
-
-    @classmethod
-    def from_avro(cls, d: Mapping[str, Any]) -> Self:
-        return cls(
-            command_id=d["command_id"],
-            action=ControlAction(d["action"]),
-            run_id=d["run_id"],
-            job_id=d["job_id"],
-            issued_at=_aware(d["issued_at"]),
-            reason=d["reason"],
-        )
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class DeadLetter:
+class DeadLetter(AvroRecord):
     AVRO_NAME: ClassVar[str] = "cronstream.DeadLetter"
 
     reason: str
@@ -602,37 +457,6 @@ class DeadLetter:
         if self.attempt is not None:
             headers.append(("attempt", str(self.attempt).encode()))
         return headers
-
-    def to_avro(self) -> dict[str, Any]:
-        return {
-            "reason": self.reason,
-            "stage": self.stage,
-            "source_topic": self.source_topic,
-            "source_partition": self.source_partition,
-            "source_offset": self.source_offset,
-            "source_key": self.source_key,
-            "source_value": self.source_value,
-            "job_id": self.job_id,
-            "run_id": self.run_id,
-            "attempt": self.attempt,
-            "dead_at": self.dead_at,
-        }
-
-    @classmethod
-    def from_avro(cls, d: Mapping[str, Any]) -> Self:
-        return cls(
-            reason=d["reason"],
-            stage=d["stage"],
-            source_topic=d["source_topic"],
-            source_partition=d["source_partition"],
-            source_offset=d["source_offset"],
-            source_key=d["source_key"],
-            source_value=d["source_value"],
-            job_id=d["job_id"],
-            run_id=d["run_id"],
-            attempt=d["attempt"],
-            dead_at=_aware(d["dead_at"]),
-        )
 
 
 Event = JobDefinition | RunRequest | RunOutcome | TimerRequest | ControlCommand | DeadLetter
