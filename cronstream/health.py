@@ -17,7 +17,7 @@ class Health:
     latency_ms: float
 
 
-def _port_open(host: str, port: int, timeout: float = 0.5) -> bool:
+def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bool:
     try:
         with socket.create_connection((host, port), timeout=timeout):
             return True
@@ -34,7 +34,7 @@ def kafka_health(bootstrap_servers: str, timeout: float = 3.0) -> Health:
     began = time.perf_counter()
     first = bootstrap_servers.split(",", maxsplit=1)[0].strip()
     host, port = _host_port(first, 9092)
-    if not _port_open(host, port):
+    if not port_open(port, host):
         return Health(ok=False, detail=f"nothing listens on {first}", latency_ms=0.0)
     from confluent_kafka.admin import AdminClient
 
@@ -66,7 +66,7 @@ def kafka_health(bootstrap_servers: str, timeout: float = 3.0) -> Health:
 def registry_health(url: str, timeout: float = 3.0) -> Health:
     began = time.perf_counter()
     parsed = urlparse(url)
-    if not _port_open(parsed.hostname or "127.0.0.1", parsed.port or 80):
+    if not port_open(parsed.port or 80, parsed.hostname or "127.0.0.1"):
         return Health(ok=False, detail=f"nothing listens on {parsed.netloc}", latency_ms=0.0)
     try:
         resp = httpx.get(f"{url.rstrip('/')}/subjects", timeout=timeout)
@@ -80,7 +80,7 @@ def registry_health(url: str, timeout: float = 3.0) -> Health:
 
 def cassandra_health(hosts: tuple[str, ...], port: int, timeout: float = 5.0) -> Health:
     began = time.perf_counter()
-    if not any(_port_open(h, port) for h in hosts):
+    if not any(port_open(port, h) for h in hosts):
         return Health(ok=False, detail=f"nothing listens on port {port} of {hosts}", latency_ms=0)
     from cronstream.connect import cassandra_cluster
 

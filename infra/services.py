@@ -22,7 +22,6 @@ import hashlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tarfile
 import time
@@ -30,7 +29,7 @@ import uuid
 from abc import ABC, abstractmethod
 from pathlib import Path
 
-from cronstream.health import cassandra_health, kafka_health, registry_health
+from cronstream.health import cassandra_health, kafka_health, port_open, registry_health
 from cronstream.settings import Settings
 
 INFRA_DIR = Path(__file__).resolve().parent
@@ -78,14 +77,6 @@ CASSANDRA_JPMS = [
 
 class StackError(RuntimeError):
     """A service could not be fetched, started or stopped; the message says what to do."""
-
-
-def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
 
 
 def log_tail(path: Path, lines: int = 30) -> str:
@@ -288,14 +279,6 @@ class Service(ABC):
             _signal_group(pid, signal.SIGKILL)
             _wait_gone(pid, 30.0)
         self.pidfile.unlink(missing_ok=True)
-
-    def kill(self) -> None:
-        """SIGKILL the whole process group (crash tests)."""
-        pid = self.pid()
-        if pid is not None:
-            _signal_group(pid, signal.SIGKILL)
-            _wait_gone(pid, 30.0)
-            self.pidfile.unlink(missing_ok=True)
 
     def rss_bytes(self) -> int | None:
         pid = self.pid()

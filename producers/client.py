@@ -128,25 +128,20 @@ class JobClient:
 
     # -- reading jobs -------------------------------------------------------------------
     def get(self, job_id: str) -> JobDefinition | None:
-        partitions = self._partition_count()
         latest = None
-        for key, job in self._read(partitions=[partition_for(job_id, partitions)]):
+        for key, job in self._read(only=job_id):
             if key == job_id:
                 latest = job
         return latest
 
     def list_jobs(self) -> list[JobDefinition]:
         jobs: dict[str, JobDefinition | None] = {}
-        for key, job in self._read(partitions=None):
+        for key, job in self._read(only=None):
             jobs[key] = job
         return sorted((j for j in jobs.values() if j is not None), key=lambda j: j.job_id)
 
-    def _partition_count(self) -> int:
-        consumer = kafka_consumer(self.settings)
-        try:
-            meta = consumer.list_topics(self.topics.jobs, timeout=10)
-        finally:
-            consumer.close()
+    def _partition_count(self, consumer: Consumer) -> int:
+        meta = consumer.list_topics(self.topics.jobs, timeout=10)
         topic = meta.topics.get(self.topics.jobs)
         if topic is None or topic.error is not None or not topic.partitions:
             raise RuntimeError(
@@ -154,13 +149,16 @@ class JobClient:
             )
         return len(topic.partitions)
 
-    def _read(self, *, partitions: list[int] | None) -> Iterator[tuple[str, JobDefinition | None]]:
-        """(job_id, definition or None for a tombstone) in log order, up to the end."""
+    def _read(self, *, only: str | None) -> Iterator[tuple[str, JobDefinition | None]]:
+        """(job_id, definition or None for a tombstone) in log order, up to the end.
+
+        With ``only``, just the partition that job id hashes to is read.
+        """
         topic = self.topics.jobs
         consumer = kafka_consumer(self.settings)
         try:
-            if partitions is None:
-                partitions = list(range(self._partition_count()))
+            count = self._partition_count(consumer)
+            partitions = [partition_for(only, count)] if only else list(range(count))
             ends: dict[int, int] = {}
             for p in partitions:
                 low, high = watermarks(consumer, TopicPartition(topic, p))

@@ -45,10 +45,6 @@ def iso(instant: datetime) -> str:
     )
 
 
-def _opt_dt(value: Any) -> datetime | None:
-    return None if value is None else _aware(value)
-
-
 def _aware(value: Any) -> datetime:
     if isinstance(value, datetime):
         return value if value.tzinfo else value.replace(tzinfo=UTC)
