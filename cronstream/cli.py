@@ -13,6 +13,7 @@ from producers.client import JobClient, UnknownJob
 from producers.publisher import Publisher, PublishError
 from producers.spec import SpecError
 from schemas.registry import RegistryError, RegistryUnavailable
+from streams import cli as streams_cli
 
 
 def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
@@ -52,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     producer_cli.register(sub)
+    streams_cli.register(sub)
     status = sub.add_parser("status", help="health and endpoints of every service")
     status.add_argument("--json", action="store_true")
     status.set_defaults(handler=cmd_status, needs="settings")

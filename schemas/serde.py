@@ -51,7 +51,7 @@ class Codec:
     def __init__(self, registry: RegistryClient) -> None:
         self.registry = registry
         self._writer_ids: dict[tuple[str, str], int] = {}
-        self._writers: dict[int, tuple[str, Any]] = {}
+        self._writers: dict[int, tuple[str, Any, bool]] = {}
 
     # -- registration -------------------------------------------------------------------
     def register(self, subject: str, event_type: type[Event]) -> int:
@@ -80,7 +80,8 @@ class Codec:
         return buf.getvalue()
 
     # -- decode -------------------------------------------------------------------------
-    def _writer(self, schema_id: int) -> tuple[str, Any]:
+    def _writer(self, schema_id: int) -> tuple[str, Any, bool]:
+        """(full name, parsed writer schema, whether it is exactly our schema)."""
         cached = self._writers.get(schema_id)
         if cached is not None:
             return cached
@@ -96,7 +97,8 @@ class Codec:
         name = raw.get("name", "") if isinstance(raw, dict) else ""
         if "." not in name and isinstance(raw, dict):
             name = f"{raw.get('namespace', '')}.{name}".lstrip(".")
-        entry = (name, fastavro.parse_schema(raw))
+        ours = name in EVENT_TYPES and raw == json.loads(schema_json(name))
+        entry = (name, fastavro.parse_schema(raw), ours)
         self._writers[schema_id] = entry
         return entry
 
@@ -109,6 +111,21 @@ class Codec:
         return event
 
     def decode_any(self, data: bytes | None) -> Event:
+        event_type, record = self._read(data)
+        try:
+            return event_type.from_avro(record)
+        except Exception as exc:
+            raise DecodeError(f"undecodable {event_type.AVRO_NAME} body: {exc!r}") from exc
+
+    def decode_record(self, data: bytes | None, expected: type[Event]) -> dict[str, Any]:
+        """The record as fastavro's dict in our schema's shape, for hot paths that want
+        a few fields of many records without building the dataclass."""
+        event_type, record = self._read(data)
+        if event_type is not expected:
+            raise DecodeError(f"expected a {expected.AVRO_NAME} record, got {event_type.AVRO_NAME}")
+        return record  # type: ignore[no-any-return]
+
+    def _read(self, data: bytes | None) -> tuple[type[Event], Any]:
         if data is None:
             raise DecodeError("record has no value (tombstone)")
         if len(data) < _HEADER.size:
@@ -116,7 +133,7 @@ class Codec:
         magic, schema_id = _HEADER.unpack_from(data)
         if magic != MAGIC:
             raise DecodeError(f"unknown magic byte {magic} (not the Confluent wire format)")
-        writer_name, writer = self._writer(schema_id)
+        writer_name, writer, ours = self._writer(schema_id)
         event_type = EVENT_TYPES.get(writer_name)
         if event_type is None:
             raise DecodeError(f"schema id {schema_id} is {writer_name!r}, not a cronstream event")
@@ -124,14 +141,15 @@ class Codec:
             record: Any = fastavro.schemaless_reader(
                 io.BytesIO(memoryview(data)[_HEADER.size :]),
                 writer,
-                parsed_schema(event_type.AVRO_NAME),
+                # Resolution is skipped when the writer used exactly our schema.
+                None if ours else parsed_schema(event_type.AVRO_NAME),
                 # Record-typed union branches always come back as (name, record), whatever
                 # the writer's union looked like (see _schedule_from_avro).
                 return_record_name=True,
             )
-            return event_type.from_avro(record)
         except Exception as exc:  # fastavro raises many types for a corrupt body
             raise DecodeError(f"undecodable {writer_name} body: {exc!r}") from exc
+        return event_type, record
 
 
 __all__ = ["Codec", "DecodeError", "RegistryClient", "RegistryError", "RegistryUnavailable"]

@@ -1,0 +1,66 @@
+"""Every Prometheus metric cronstream exports: the one module that imports prometheus_client.
+
+The names form a closed set, listed in the README ("Metrics"). Each process serves them
+on ``--metrics-port`` (0 = do not serve) at ``/metrics``.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+SKEW_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0)
+
+fires = Counter(
+    "cronstream_scheduler_fires",
+    "Run requests emitted by the scheduler, by trigger (SCHEDULE, CATCHUP, RETRY)",
+    ["trigger"],
+    registry=REGISTRY,
+)
+fire_skew = Histogram(
+    "cronstream_scheduler_fire_skew_seconds",
+    "Emit time minus due time (slot + the job's jitter) of each fired run",
+    buckets=SKEW_BUCKETS,
+    registry=REGISTRY,
+)
+misfires = Counter(
+    "cronstream_scheduler_misfires",
+    "Slots not run, recorded in history, by status (MISSED, SKIPPED)",
+    ["status"],
+    registry=REGISTRY,
+)
+wheel_items = Gauge(
+    "cronstream_scheduler_wheel_items",
+    "Entries in the timing wheel by tier (near: due within the horizon; far: later)",
+    ["tier"],
+    registry=REGISTRY,
+)
+jobs_loaded = Gauge(
+    "cronstream_scheduler_jobs_loaded",
+    "Job definitions held by this scheduler process",
+    registry=REGISTRY,
+)
+partitions_owned = Gauge(
+    "cronstream_scheduler_partitions_owned",
+    "Jobs partitions this scheduler owns, by state (loading, live)",
+    ["state"],
+    registry=REGISTRY,
+)
+timers_pending = Gauge(
+    "cronstream_scheduler_timers_pending",
+    "Retry/delay timers held until due",
+    registry=REGISTRY,
+)
+dead_letters = Counter(
+    "cronstream_dead_letters",
+    "Records sent to the DLQ, by stage (scheduler, worker, sink)",
+    ["stage"],
+    registry=REGISTRY,
+)
+
+
+def serve(port: int) -> None:
+    """Serve /metrics on 127.0.0.1:port in a daemon thread (port 0: do nothing)."""
+    if port:
+        start_http_server(port, addr="127.0.0.1", registry=REGISTRY)

@@ -1,0 +1,107 @@
+"""Fast encoding of the one record the scheduler emits by the ten thousand: RunRequest.
+
+A job's run requests differ only in the run id, the instants, the attempt, the trigger
+and the duplicate flag; everything else (target, payload, retry policy...) is the same
+for every run of one definition. ``RunTemplate`` encodes the constant part once, with
+fastavro, and writes the varying fields by hand in Avro's binary encoding (zig-zag
+varints, length-prefixed UTF-8, enum indexes). The result is byte-for-byte what
+``Codec.encode`` produces — a unit test holds it to that — at a fraction of the cost.
+
+Field order is RunRequest.avsc's: run_id, job_id, tenant, attempt, scheduled_at,
+fired_at, trigger, possible_duplicate, then the constant tail.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+
+import fastavro
+
+from schemas.avro import parsed_schema
+from schemas.events import EPOCH, JobDefinition, RunRequest, Trigger
+
+_HEADER = struct.Struct(">bI")
+TRIGGER_INDEX = {trigger: index for index, trigger in enumerate(Trigger)}
+
+
+def zigzag(n: int) -> bytes:
+    """Avro's int/long encoding: zig-zag, then little-endian base-128 varint."""
+    n = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def avro_string(text: str) -> bytes:
+    data = text.encode()
+    return zigzag(len(data)) + data
+
+
+class RunTemplate:
+    """The encoded constant part of one definition's run requests."""
+
+    __slots__ = ("_ident", "_tail", "header_job", "job_id", "priority")
+
+    def __init__(self, job: JobDefinition) -> None:
+        self.job_id = job.job_id
+        self.priority = job.priority
+        self.header_job = job.job_id.encode()
+        self._ident = avro_string(job.job_id) + avro_string(job.tenant)
+        probe = RunRequest(
+            run_id="",
+            job_id=job.job_id,
+            tenant=job.tenant,
+            scheduled_at=EPOCH,
+            fired_at=EPOCH,
+            target=job.target,
+            payload=job.payload,
+            priority=job.priority,
+            timeout_ms=job.timeout_ms,
+            retry=job.retry,
+        )
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, parsed_schema(RunRequest.AVRO_NAME), probe.to_avro())
+        encoded = buf.getvalue()
+        # run_id "" (1 byte), ident, attempt 1 (1), two zero instants (1+1), trigger
+        # index 0 (1), possible_duplicate false (1): 6 bytes plus the ident.
+        head = 6 + len(self._ident)
+        self._tail = encoded[head:]
+        self._tail_check(encoded, head)
+
+    def _tail_check(self, encoded: bytes, head: int) -> None:
+        expected = b"\x00" + self._ident + b"\x02\x00\x00\x00\x00"
+        if encoded[:head] != expected:
+            raise AssertionError("RunRequest.avsc field order changed: update RunTemplate")
+
+    def encode(
+        self,
+        schema_id: int,
+        run_id: str,
+        scheduled_ms: int,
+        fired_ms: int,
+        *,
+        attempt: int = 1,
+        trigger: Trigger = Trigger.SCHEDULE,
+        possible_duplicate: bool = False,
+    ) -> bytes:
+        """The Confluent wire-format value of one run request."""
+        return b"".join(
+            (
+                _HEADER.pack(0, schema_id),
+                avro_string(run_id),
+                self._ident,
+                zigzag(attempt),
+                zigzag(scheduled_ms),
+                zigzag(fired_ms),
+                zigzag(TRIGGER_INDEX[trigger]),
+                b"\x01" if possible_duplicate else b"\x00",
+                self._tail,
+            )
+        )
+
+
+__all__ = ["RunTemplate", "avro_string", "zigzag"]

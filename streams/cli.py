@@ -1,0 +1,77 @@
+"""`cronstream scheduler`: run one scheduler processor in the foreground.
+
+Start as many as you like (on one machine or many): they share the jobs partitions
+through the consumer group. SIGTERM or Ctrl-C hands the partitions over cleanly (final
+checkpoint, leave the group); kill -9 makes the group move them after the session
+timeout, and the new owner re-emits from the last checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+from typing import Any
+
+from cronstream import metrics
+from cronstream.settings import Settings
+from streams.processor import Processor, ProcessorConfig
+
+
+def _env_int(name: str, default: int) -> int:
+    return int(os.environ.get(name) or default)
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("scheduler", help="run a scheduler processor (fires due runs)")
+    p.add_argument("--group", help="consumer group (default <topic prefix>.scheduler)")
+    p.add_argument("--name", default=f"scheduler-{socket.gethostname()}-{os.getpid()}")
+    p.add_argument(
+        "--metrics-port", type=int, default=_env_int("CRONSTREAM_SCHEDULER_METRICS_PORT", 0),
+        help="serve Prometheus metrics on this port (0: off)",
+    )  # fmt: skip
+    p.add_argument(
+        "--misfire-threshold-ms", type=int,
+        default=_env_int("CRONSTREAM_MISFIRE_THRESHOLD_MS", 60_000),
+        help="a slot later than this is a misfire (its job's policy applies)",
+    )  # fmt: skip
+    p.add_argument(
+        "--checkpoint-ms", type=int, default=_env_int("CRONSTREAM_CHECKPOINT_MS", 1000),
+        help="how often progress is committed (bounds re-emits after a crash)",
+    )  # fmt: skip
+    p.add_argument(
+        "--session-timeout-ms", type=int,
+        default=_env_int("CRONSTREAM_SCHEDULER_SESSION_TIMEOUT_MS", 10_000),
+        help="how long a silent scheduler keeps its partitions",
+    )  # fmt: skip
+    p.set_defaults(handler=cmd_scheduler, needs="settings")
+
+
+def cmd_scheduler(settings: Settings, args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    config = ProcessorConfig(
+        group=args.group or f"{settings.topic_prefix}.scheduler",
+        threshold_ms=args.misfire_threshold_ms,
+        checkpoint_ms=args.checkpoint_ms,
+        session_timeout_ms=args.session_timeout_ms,
+        name=args.name,
+    )
+    metrics.serve(args.metrics_port)
+    stopping: list[int] = []
+
+    def stop(signum: int, _frame: Any) -> None:
+        stopping.append(signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    processor = Processor(settings, config)
+    logging.getLogger("cronstream.scheduler").info(
+        "scheduler %s joining group %s", config.name, config.group
+    )
+    processor.run(lambda: bool(stopping))
+    return 0

@@ -1,0 +1,176 @@
+"""The scheduling state of one jobs partition, driven by plain values and ``now``.
+
+A processor owns some partitions of ``cronstream.jobs`` (and the same partitions of
+``cronstream.timers``); for each it keeps one ``PartitionScheduler``: the job
+definitions, the pending retry/delay timers and a timing wheel. Two methods change it
+(``put``/``delete`` a definition, ``add_timer``) and one advances it (``due(now)``);
+each returns the actions to emit. It never reads a clock and never does I/O.
+
+The checkpoint is one number: ``fired_through`` — every due time <= it has been
+emitted. Together with the jobs and timers offsets read at that moment (kept by the
+adapter) it is enough to recover cron, interval and one-time state after a crash:
+
+- a definition read before the checkpoint owes the slots due after ``fired_through``;
+  one-time jobs due at or before it are done;
+- a definition that arrived after the checkpoint owes the slots due after the later of
+  ``fired_through`` and its arrival; a one-time job owes its instant unless it is known
+  to be done. Whatever is re-emitted for those carries ``possible_duplicate``;
+- a timer read before the checkpoint and due at or before ``fired_through`` has fired.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from streams.core.misfire import Action, Fire, Record, settle
+from streams.core.schedule import JobSchedule, Kind
+from streams.core.wheel import TimingWheel
+
+NEVER = -(2**62)
+
+
+@dataclass(slots=True)
+class Timer:
+    offset: int
+    job_id: str
+    due_ms: int
+    body: Any
+    possible_duplicate: bool = False
+
+
+class PartitionScheduler:
+    def __init__(
+        self,
+        partition: int,
+        *,
+        fired_through: int,
+        threshold_ms: int = 60_000,
+        tick_ms: int = 10,
+        horizon_ms: int = 60_000,
+    ) -> None:
+        self.partition = partition
+        self.fired_through = fired_through
+        self.threshold_ms = threshold_ms
+        self.jobs: dict[str, JobSchedule] = {}
+        self.timers: dict[int, Timer] = {}
+        self.once_done: dict[str, int] = {}
+        self.wheel = TimingWheel(tick_ms=tick_ms, horizon_ms=horizon_ms)
+
+    # -- definitions --------------------------------------------------------------------
+    def put(self, job: JobSchedule, *, now: int) -> list[Action]:
+        """A definition read live: new cron/interval slots start after ``now``."""
+        settled = NEVER if job.kind is Kind.ONCE else now
+        return self._apply(job, now=now, settled=settled, possible_duplicate=False)
+
+    def recover(self, job: JobSchedule, *, now: int, known: bool, arrived_ms: int) -> list[Action]:
+        """A definition read while rebuilding the partition after an assignment.
+
+        ``known``: it was read before the checkpoint was taken; ``arrived_ms``: when it
+        was written (the record timestamp).
+        """
+        if known:
+            settled = self.fired_through
+        elif job.kind is Kind.ONCE:
+            settled = NEVER
+        else:
+            settled = max(self.fired_through, arrived_ms)
+        once_at = job.at_ms if job.kind is Kind.ONCE else None
+        if known and once_at is not None and once_at + job.jitter <= self.fired_through:
+            self.once_done[job.job_id] = once_at
+        return self._apply(job, now=now, settled=settled, possible_duplicate=True)
+
+    def delete(self, job_id: str) -> bool:
+        """Forget a job; its wheel entries die with it. False if it was unknown."""
+        self.once_done.pop(job_id, None)
+        return self.jobs.pop(job_id, None) is not None
+
+    def _apply(
+        self, job: JobSchedule, *, now: int, settled: int, possible_duplicate: bool
+    ) -> list[Action]:
+        old = self.jobs.get(job.job_id)
+        job.gen = old.gen + 1 if old is not None else 1
+        self.jobs[job.job_id] = job
+        if job.kind is Kind.ONCE and self.once_done.get(job.job_id) == job.at_ms:
+            return []
+        actions = settle(
+            job,
+            owed_from=settled,
+            now=now,
+            threshold_ms=self.threshold_ms,
+            possible_duplicate=possible_duplicate,
+        )
+        if job.kind is Kind.ONCE and actions:
+            assert job.at_ms is not None
+            self.once_done[job.job_id] = job.at_ms
+        self._schedule_next(job, after_due=max(now, settled))
+        return actions
+
+    def _schedule_next(self, job: JobSchedule, *, after_due: int) -> None:
+        slot = job.slot_due_after(after_due)
+        if slot is not None:
+            self.wheel.add(slot + job.jitter, (job.job_id, job.gen, slot))
+
+    # -- timers -------------------------------------------------------------------------
+    def add_timer(self, timer: Timer, *, known: bool) -> bool:
+        """Hold a retry/delay timer until it is due; False if the checkpoint says it fired."""
+        if known and timer.due_ms <= self.fired_through:
+            return False
+        self.timers[timer.offset] = timer
+        self.wheel.add(timer.due_ms, timer.offset)
+        return True
+
+    def lowest_pending_timer(self) -> int | None:
+        return min(self.timers, default=None)
+
+    # -- time ---------------------------------------------------------------------------
+    def due(self, now: int) -> list[Action]:
+        """Everything due at or before ``now``; afterwards ``fired_through == now``."""
+        out: list[Action] = []
+        batch = self.wheel.pop_due(now)
+        while batch:  # a slot rescheduled while catching up may itself be due already
+            self._fire(batch, out)
+            batch = self.wheel.pop_due(now)
+        self.fired_through = max(self.fired_through, now)
+        return out
+
+    def _fire(self, batch: list[tuple[int, Any]], out: list[Action]) -> None:
+        jobs = self.jobs
+        for due_ms, item in batch:
+            if type(item) is int:
+                self._timer_due(item, out)
+                continue
+            job_id, gen, slot = item
+            job = jobs.get(job_id)
+            if job is None or job.gen != gen:
+                continue  # replaced or deleted since this entry was scheduled
+            if job.paused:
+                out.append(Record(job_id, slot, "SKIPPED", "job paused", job))
+            else:
+                out.append(Fire(job_id, slot, due_ms, "SCHEDULE", False, job))
+            if job.kind is Kind.ONCE:
+                self.once_done[job_id] = slot
+            else:
+                self._schedule_next(job, after_due=due_ms)
+
+    def _timer_due(self, offset: int, out: list[Action]) -> None:
+        timer = self.timers.pop(offset, None)
+        if timer is None:
+            return
+        job = self.jobs.get(timer.job_id)
+        if job is None:
+            out.append(Record(timer.job_id, timer.due_ms, "SKIPPED", "job deleted", None, timer))
+        elif job.paused:
+            out.append(Record(timer.job_id, timer.due_ms, "SKIPPED", "job paused", job, timer))
+        else:
+            out.append(
+                Fire(
+                    timer.job_id,
+                    timer.due_ms,
+                    timer.due_ms,
+                    "RETRY",
+                    timer.possible_duplicate,
+                    job,
+                    timer,
+                )
+            )

@@ -1,0 +1,188 @@
+"""The partition scheduler with a virtual clock: firing, misfire policies, recovery, wheel."""
+
+from __future__ import annotations
+
+from streams.core.misfire import LIST_LIMIT, Fire, Record
+from streams.core.partition import PartitionScheduler, Timer
+from streams.core.schedule import JobSchedule, Misfire
+from streams.core.wheel import TimingWheel
+
+MIN = 60_000
+T0 = 1_800_000_000_000 - (1_800_000_000_000 % MIN)  # a minute boundary
+
+
+def every_minute(job_id: str = "j", **kw: object) -> JobSchedule:
+    return JobSchedule(job_id, every_ms=MIN, **kw)  # type: ignore[arg-type]
+
+
+def fires(actions: list) -> list[tuple[int, str, bool]]:
+    return [(a.slot_ms, a.trigger, a.possible_duplicate) for a in actions if type(a) is Fire]
+
+
+def records(actions: list) -> list[tuple[int, str]]:
+    return [(a.slot_ms, a.status) for a in actions if type(a) is Record]
+
+
+def test_live_job_fires_each_slot_once_and_watermark_advances() -> None:
+    core = PartitionScheduler(0, fired_through=T0)
+    assert core.put(every_minute(), now=T0 + 10) == []
+    assert core.due(T0 + MIN - 1) == []
+    assert fires(core.due(T0 + MIN)) == [(T0 + MIN, "SCHEDULE", False)]
+    assert core.due(T0 + MIN + 5) == []
+    assert fires(core.due(T0 + 3 * MIN)) == [
+        (T0 + 2 * MIN, "SCHEDULE", False),
+        (T0 + 3 * MIN, "SCHEDULE", False),
+    ]
+    assert core.fired_through == T0 + 3 * MIN
+
+
+def test_new_definition_does_not_backfill_slots_before_it_arrived() -> None:
+    core = PartitionScheduler(0, fired_through=T0)
+    assert core.put(every_minute(), now=T0 + 5 * MIN + 1) == []
+    assert fires(core.due(T0 + 6 * MIN)) == [(T0 + 6 * MIN, "SCHEDULE", False)]
+
+
+def test_paused_slots_are_recorded_skipped_and_resume_fires_the_next_slot() -> None:
+    core = PartitionScheduler(0, fired_through=T0)
+    core.put(every_minute(), now=T0)
+    core.put(every_minute(paused=True), now=T0 + 1)
+    assert records(core.due(T0 + MIN)) == [(T0 + MIN, "SKIPPED")]
+    core.put(every_minute(), now=T0 + MIN + 30_000)
+    assert fires(core.due(T0 + 2 * MIN)) == [(T0 + 2 * MIN, "SCHEDULE", False)]
+
+
+def test_deleted_job_never_fires_again() -> None:
+    core = PartitionScheduler(0, fired_through=T0)
+    core.put(every_minute(), now=T0)
+    assert core.delete("j")
+    assert core.due(T0 + 10 * MIN) == []
+
+
+def test_replaced_definition_drops_the_old_wheel_entry() -> None:
+    core = PartitionScheduler(0, fired_through=T0)
+    core.put(every_minute(), now=T0)
+    core.put(JobSchedule("j", every_ms=2 * MIN), now=T0 + 1)
+    assert fires(core.due(T0 + 2 * MIN)) == [(T0 + 2 * MIN, "SCHEDULE", False)]
+
+
+def test_recovery_within_the_threshold_re_emits_every_slot_flagged() -> None:
+    core = PartitionScheduler(0, fired_through=T0, threshold_ms=5 * MIN)
+    actions = core.recover(every_minute(), now=T0 + 3 * MIN + 1, known=True, arrived_ms=0)
+    assert fires(actions) == [(T0 + k * MIN, "SCHEDULE", True) for k in (1, 2, 3)]
+    assert records(actions) == []
+
+
+def _outage(policy: str, **kw: int) -> list:
+    core = PartitionScheduler(0, fired_through=T0, threshold_ms=MIN // 2)
+    job = every_minute(misfire=Misfire(policy, kw.get("cap", 10), kw.get("window", 60 * MIN)))
+    return core.recover(job, now=T0 + 5 * MIN + 40_000, known=True, arrived_ms=0)
+
+
+def test_misfire_skip_runs_nothing_and_records_every_slot() -> None:
+    actions = _outage("SKIP")
+    assert fires(actions) == []
+    assert records(actions) == [(T0 + k * MIN, "SKIPPED") for k in range(1, 6)]
+
+
+def test_misfire_once_runs_the_latest_slot_only() -> None:
+    actions = _outage("ONCE")
+    assert fires(actions) == [(T0 + 5 * MIN, "CATCHUP", True)]
+    assert records(actions) == [(T0 + k * MIN, "SKIPPED") for k in range(1, 5)]
+
+
+def test_misfire_all_runs_up_to_the_cap_and_records_the_rest_missed() -> None:
+    actions = _outage("ALL", cap=3)
+    assert fires(actions) == [(T0 + k * MIN, "CATCHUP", True) for k in (3, 4, 5)]
+    assert records(actions) == [(T0 + MIN, "MISSED"), (T0 + 2 * MIN, "MISSED")]
+
+
+def test_misfire_window_bounds_what_can_still_run() -> None:
+    actions = _outage("ALL", window=3 * MIN)
+    assert fires(actions) == [(T0 + k * MIN, "CATCHUP", True) for k in (3, 4, 5)]
+    assert records(actions) == [(T0 + MIN, "MISSED"), (T0 + 2 * MIN, "MISSED")]
+
+
+def test_a_long_outage_is_listed_up_to_a_limit_then_summarised() -> None:
+    core = PartitionScheduler(0, fired_through=T0, threshold_ms=1000)
+    job = JobSchedule("s", every_ms=1000, misfire=Misfire("SKIP", 1, 60_000))
+    actions = core.recover(job, now=T0 + 20_000_000, known=True, arrived_ms=0)
+    missed = [a for a in actions if type(a) is Record and a.status == "MISSED"]
+    assert len(missed) == LIST_LIMIT + 1
+    assert "not listed one by one" in missed[-1].reason
+    assert len([a for a in actions if type(a) is Record and a.status == "SKIPPED"]) >= 59
+
+
+def test_one_time_job_fires_once_even_when_put_again() -> None:
+    core = PartitionScheduler(0, fired_through=T0)
+    job = JobSchedule("o", at_ms=T0 + MIN)
+    core.put(job, now=T0)
+    assert fires(core.due(T0 + MIN)) == [(T0 + MIN, "SCHEDULE", False)]
+    assert core.put(JobSchedule("o", at_ms=T0 + MIN), now=T0 + MIN + 5) == []
+    assert core.due(T0 + 2 * MIN) == []
+
+
+def test_one_time_job_in_the_past_fires_at_once_when_put() -> None:
+    core = PartitionScheduler(0, fired_through=T0)
+    actions = core.put(JobSchedule("o", at_ms=T0 - 1000), now=T0)
+    assert fires(actions) == [(T0 - 1000, "SCHEDULE", False)]
+
+
+def test_recovered_one_time_job_known_at_checkpoint_is_done() -> None:
+    core = PartitionScheduler(0, fired_through=T0 + MIN)
+    job = JobSchedule("o", at_ms=T0)
+    assert core.recover(job, now=T0 + 2 * MIN, known=True, arrived_ms=0) == []
+    assert core.put(JobSchedule("o", at_ms=T0), now=T0 + 3 * MIN) == []
+
+
+def test_recovered_one_time_job_written_after_checkpoint_is_re_emitted_flagged() -> None:
+    core = PartitionScheduler(0, fired_through=T0 + 10_000)
+    job = JobSchedule("o", at_ms=T0)
+    actions = core.recover(job, now=T0 + 20_000, known=False, arrived_ms=T0 + 15_000)
+    assert fires(actions) == [(T0, "SCHEDULE", True)]
+
+
+def test_definition_written_during_an_outage_owes_slots_after_it_arrived() -> None:
+    core = PartitionScheduler(0, fired_through=T0, threshold_ms=10 * MIN)
+    actions = core.recover(every_minute(), now=T0 + 5 * MIN, known=False, arrived_ms=T0 + 3 * MIN)
+    assert fires(actions) == [(T0 + 4 * MIN, "SCHEDULE", True), (T0 + 5 * MIN, "SCHEDULE", True)]
+
+
+def test_timers_fire_when_due_and_known_fired_timers_are_not_repeated() -> None:
+    core = PartitionScheduler(0, fired_through=T0)
+    core.put(JobSchedule("j"), now=T0)  # manual-only job
+    assert not core.add_timer(Timer(1, "j", T0 - 5, body="old"), known=True)
+    assert core.add_timer(Timer(2, "j", T0 + 500, body="retry"), known=True)
+    assert core.lowest_pending_timer() == 2
+    out = core.due(T0 + 500)
+    assert [(a.trigger, a.timer.body) for a in out if type(a) is Fire] == [("RETRY", "retry")]
+    assert core.lowest_pending_timer() is None
+
+
+def test_timer_of_a_deleted_job_is_recorded_not_fired() -> None:
+    core = PartitionScheduler(0, fired_through=T0)
+    core.add_timer(Timer(7, "gone", T0 + 1, body="x"), known=False)
+    assert records(core.due(T0 + 1)) == [(T0 + 1, "SKIPPED")]
+
+
+def test_wheel_keeps_far_items_out_of_the_buckets_and_promotes_them_in_budget() -> None:
+    wheel = TimingWheel(tick_ms=10, horizon_ms=1000)
+    wheel.promote(0)
+    for i in range(100):
+        wheel.add(5000 + i, i)
+    wheel.add(500, "soon")
+    assert (wheel.near, wheel.far) == (1, 100)
+    assert wheel.pop_due(499) == []
+    assert wheel.pop_due(500) == [(500, "soon")]
+    moved = wheel.promote(4500, budget=10)
+    assert moved == 10
+    assert wheel.near == 10
+    due = wheel.pop_due(5200)  # everything due is fired whatever the budget
+    assert [item for _, item in due] == list(range(100))
+    assert len(wheel) == 0
+
+
+def test_wheel_fires_items_added_in_the_past_on_the_next_pass() -> None:
+    wheel = TimingWheel(tick_ms=10, horizon_ms=1000)
+    wheel.pop_due(10_000)
+    wheel.add(3, "late")
+    assert wheel.pop_due(10_001) == [(3, "late")]
