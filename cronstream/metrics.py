@@ -52,6 +52,11 @@ timers_pending = Gauge(
     "Retry/delay timers held until due",
     registry=REGISTRY,
 )
+checkpoint_failures = Counter(
+    "cronstream_scheduler_checkpoint_failures",
+    "Checkpoint commits the group refused (rebalance in progress, fenced)",
+    registry=REGISTRY,
+)
 dead_letters = Counter(
     "cronstream_dead_letters",
     "Records sent to the DLQ, by stage (scheduler, worker, sink)",

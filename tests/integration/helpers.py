@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 from confluent_kafka import TopicPartition
 
@@ -50,3 +53,73 @@ def record_count(settings: Settings, topic: str) -> int:
         return total
     finally:
         consumer.close()
+
+
+def read_topic(settings: Settings, topic: str) -> list[tuple[dict[str, str], bytes | None]]:
+    """Every record of ``topic`` as (text headers, value), partition by partition."""
+    from schemas.events import text_headers
+
+    consumer = kafka_consumer(settings)
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics[topic]
+        out: list[tuple[dict[str, str], bytes | None]] = []
+        for p in sorted(meta.partitions):
+            low, high = watermarks(consumer, TopicPartition(topic, p))
+            if high <= low:
+                continue
+            consumer.assign([TopicPartition(topic, p, low)])
+            seen = low
+            while seen < high:
+                for msg in consumer.consume(num_messages=10_000, timeout=5):
+                    if msg.error():
+                        continue
+                    out.append((text_headers(msg.headers()), msg.value()))
+                    seen = (msg.offset() or 0) + 1
+        return out
+    finally:
+        consumer.close()
+
+
+class SchedulerProcess:
+    """A `cronstream scheduler` subprocess in a test's namespace, logging to a file."""
+
+    def __init__(self, settings: Settings, log_dir: Path, name: str, *args: str) -> None:
+        self.name = name
+        self.log_path = log_dir / f"{name}.log"
+        self._log = self.log_path.open("w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "cronstream.cli", "scheduler", "--name", name,
+             "--session-timeout-ms", "6000", *args],
+            env=cli_env(settings), stdout=self._log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def wait_live(self, partitions: int = 1, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.log().count(" live: ") >= partitions:
+                return
+            assert self.proc.poll() is None, f"{self.name} died:\n{self.log()[-3000:]}"
+            time.sleep(0.2)
+        raise AssertionError(f"{self.name} never went live:\n{self.log()[-3000:]}")
+
+    def kill9(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+        self._log.close()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                code = self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError(
+                    f"{self.name} ignored SIGTERM:\n{self.log()[-3000:]}"
+                ) from None
+            assert code == 0, f"{self.name} exited {code}:\n{self.log()[-3000:]}"
+        self._log.close()
