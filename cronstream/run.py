@@ -5,13 +5,16 @@ prints where everything is, then follows the jobs, execution and history topics 
 prints one compact line per record, so what you do with the CLI in another terminal
 shows up here. Ctrl-C stops this view; `make down` stops the services.
 
-The scheduler, workers and history sink join this process list as they land
-(issues #3-#5); until then no run is fired by a schedule, and `runs trigger` records
-wait on the execution topics.
+It also runs one scheduler processor (`cronstream scheduler`, log in
+``.stack/logs/scheduler.log``), so schedules fire and their run requests show up here.
+Workers and the history sink join this process list as they land (issues #4-#5); until
+then run requests wait on the execution topics. Ctrl-C stops the scheduler too.
 """
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import sys
 
 from confluent_kafka import OFFSET_END, TopicPartition
@@ -44,6 +47,26 @@ def main() -> int:
         "(Ctrl-C to stop; `make down` stops the services)\n",
         flush=True,
     )
+    log_path = settings.home / "logs" / "scheduler.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("a") as log:
+        scheduler = subprocess.Popen(
+            [sys.executable, "-m", "cronstream.cli", "scheduler", "--name", "make-run"],
+            stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    print(f"scheduler started (pid {scheduler.pid}, log {log_path})\n", flush=True)
+    try:
+        return _follow(settings, topics)
+    finally:
+        scheduler.send_signal(signal.SIGTERM)
+        try:
+            scheduler.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            scheduler.kill()
+            scheduler.wait()
+
+
+def _follow(settings: Settings, topics: Topics) -> int:
     followed = [topics.jobs, *(topics.runs(p) for p in Priority), topics.history, topics.dlq]
     consumer = kafka_consumer(settings)
     try:

@@ -65,6 +65,9 @@ from streams.core.schedule import JobSchedule, Misfire
 
 log = logging.getLogger("cronstream.scheduler")
 STAGE = "scheduler"
+# Wheel entries fired per partition per loop iteration at most: under overload the loop
+# still reads definitions and checkpoints (every few hundred milliseconds at worst).
+FIRE_BATCH = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +170,7 @@ class Processor:
                 "session.timeout.ms": config.session_timeout_ms,
                 "heartbeat.interval.ms": max(500, config.session_timeout_ms // 5),
                 "client.id": config.name,
+                "enable.partition.eof": True,
             },
         )
         self.timers: Consumer = kafka_consumer(
@@ -262,7 +266,7 @@ class Processor:
         now = self._now_ms()
         for owned in list(self.owned.values()):
             if not owned.loading:
-                self._emit(owned.core.due(now), now)
+                self._emit(owned.core.due(now, FIRE_BATCH), now)
         self.publisher.producer.poll(0)
         if time.monotonic() >= self._next_checkpoint:
             self.checkpoint([o for o in self.owned.values() if not o.loading])
@@ -326,9 +330,14 @@ class Processor:
     def _on_jobs_record(self, msg: Message) -> None:
         error = msg.error()
         if error is not None:
-            if error.code() == KafkaError._PARTITION_EOF:
-                return
-            raise KafkaException(error)
+            if error.code() != KafkaError._PARTITION_EOF:
+                raise KafkaException(error)
+            # The end of the partition: loading is complete even when the last offsets
+            # are gone (compacted tombstones, transaction markers).
+            eof = self.owned.get(msg.partition() or 0)
+            if eof is not None and eof.loading:
+                self._finish_loading(eof)
+            return
         partition = msg.partition()
         owned = self.owned.get(partition) if partition is not None else None
         offset = msg.offset()

@@ -124,13 +124,26 @@ class PartitionScheduler:
         return min(self.timers, default=None)
 
     # -- time ---------------------------------------------------------------------------
-    def due(self, now: int) -> list[Action]:
-        """Everything due at or before ``now``; afterwards ``fired_through == now``."""
+    def due(self, now: int, limit: int | None = None) -> list[Action]:
+        """What is due at or before ``now``: at most about ``limit`` wheel entries, so an
+        overloaded processor still returns to read input and checkpoint. Afterwards
+        ``fired_through`` is ``now``, or the point up to which everything was emitted."""
         out: list[Action] = []
-        batch = self.wheel.pop_due(now)
-        while batch:  # a slot rescheduled while catching up may itself be due already
+        room = limit
+        while True:
+            batch, complete = self.wheel.pop_due(now, room)
             self._fire(batch, out)
-            batch = self.wheel.pop_due(now)
+            if not complete:
+                self.fired_through = max(self.fired_through, self.wheel.drained_through)
+                return out
+            if not batch:
+                break
+            if room is not None:
+                room -= len(batch)
+                if room <= 0:
+                    # Possibly more due (rescheduled behind the cursor): settle next call.
+                    self.fired_through = max(self.fired_through, self.wheel.drained_through)
+                    return out
         self.fired_through = max(self.fired_through, now)
         return out
 

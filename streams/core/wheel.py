@@ -76,33 +76,53 @@ class TimingWheel:
             self._limit = far[0][0]  # keep new items behind the ones still waiting
         return moved
 
-    def pop_due(self, now_ms: int) -> list[tuple[int, Item]]:
-        """Remove and return every (due, item) with due <= now, oldest bucket first."""
+    def pop_due(self, now_ms: int, limit: int | None = None) -> tuple[list[tuple[int, Item]], bool]:
+        """Remove and return (due, item) pairs with due <= now, oldest bucket first, at
+        most ``limit`` of them; the flag says whether everything due was returned. When
+        it was not, everything due before ``drained_through`` was."""
         self.promote(now_ms)
         current = now_ms // self.tick_ms
         if self._cursor is None:
             self._cursor = min(self._buckets, default=current)
         out: list[tuple[int, Item]] = []
         buckets = self._buckets
-        index = self._cursor
-        if current - index > 4 * len(buckets) + 64:  # long gap: visit what exists only
-            for key in sorted(k for k in buckets if k < current):
-                out.extend(buckets.pop(key))
+        room = limit if limit is not None else 1 << 62
+        if current - self._cursor > 4 * len(buckets) + 64:  # long gap: visit what exists
+            indexes = sorted(k for k in buckets if k < current)
         else:
-            while index < current:
-                bucket = buckets.pop(index, None)
-                if bucket:
-                    out.extend(bucket)
-                index += 1
+            indexes = [k for k in range(self._cursor, current) if k in buckets]
+        for index in indexes:
+            full = buckets.pop(index)
+            if len(full) > room:
+                out.extend(full[:room])
+                buckets[index] = full[room:]
+                self._cursor = index
+                self._near -= len(out)
+                return out, False
+            out.extend(full)
+            room -= len(full)
         self._cursor = current
         bucket = buckets.get(current)
         if bucket:
-            keep = [entry for entry in bucket if entry[0] > now_ms]
-            if len(keep) < len(bucket):
-                out.extend(entry for entry in bucket if entry[0] <= now_ms)
+            due = [entry for entry in bucket if entry[0] <= now_ms]
+            if due:
+                keep = [entry for entry in bucket if entry[0] > now_ms]
+                if len(due) > room:
+                    keep.extend(due[room:])
+                    due = due[:room]
+                    out.extend(due)
+                    buckets[current] = keep
+                    self._near -= len(out)
+                    return out, False
+                out.extend(due)
                 if keep:
                     buckets[current] = keep
                 else:
                     del buckets[current]
         self._near -= len(out)
-        return out
+        return out, True
+
+    @property
+    def drained_through(self) -> int:
+        """Every item due before this instant has been returned by pop_due."""
+        return (self._cursor or 0) * self.tick_ms - 1

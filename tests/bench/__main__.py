@@ -304,7 +304,7 @@ def main() -> int:
     base = Settings.from_env()
     runs = 1 if args.quick else 3
     plan = {
-        "throughput": lambda: bench_throughput(base, runs, 20_000 if args.quick else 60_000),
+        "throughput": lambda: bench_throughput(base, runs, 20_000 if args.quick else 40_000),
         "skew": lambda: bench_skew(base, runs),
         "burst": lambda: bench_burst(base, runs, 10_000 if args.quick else 100_000),
         "million": lambda: bench_million(base, 1 if args.quick else 2,

@@ -228,3 +228,43 @@ def test_outage_catches_up_by_each_jobs_policy_and_records_the_rest(
     assert recorded["all"]["MISSED"] >= slots - 7
     assert 5 <= recovered["all-window"]["CATCHUP"] <= 6
     assert recorded["all-window"]["MISSED"] >= slots - 8
+
+
+def test_bad_definitions_go_to_the_dlq_and_the_partition_keeps_firing(
+    ns: Settings, tmp_path: Path, schedulers: list[SchedulerProcess]
+) -> None:
+    from producers.publisher import Publisher
+    from schemas.events import CronSchedule, DeadLetter, JobDefinition, Target, utc_now
+    from schemas.ids import partition_for
+
+    topics = Topics(ns)
+    good = "good"
+    # Two bad records on the good job's partition, before and after it.
+    same = [f"bad-{i}" for i in range(500) if partition_for(f"bad-{i}", ns.partitions)
+            == partition_for(good, ns.partitions)][:2]  # fmt: skip
+    publisher = Publisher(ns)
+    publisher.produce_raw(topics.jobs, same[0], b"\x00garbage", [])
+    publisher.flush()
+    put(ns, {"id": good, "every": "1s"})
+    bad_cron = JobDefinition(
+        job_id=same[1], target=Target(type="http", url=URL), updated_at=utc_now(),
+        schedule=CronSchedule(expression="61 * * * *"),
+    )  # fmt: skip
+    sched = start(ns, tmp_path, schedulers, "s")
+    sched.wait_live(12)
+    publisher.publish(topics.jobs, bad_cron)  # live, after loading
+    publisher.close()
+    time.sleep(3)
+    sched.stop()
+
+    with RegistryClient(ns.registry_url) as registry:
+        codec = Codec(registry)
+        letters = [codec.decode(v, DeadLetter) for _, v in read_topic(ns, topics.dlq)]
+    reasons = {letter.job_id: letter.reason for letter in letters}
+    assert set(reasons) == set(same), reasons
+    assert "invalid job definition" in reasons[same[0]]
+    assert "61" in reasons[same[1]]
+    assert all(letter.source_topic == topics.jobs for letter in letters)
+    assert all(letter.source_offset >= 0 for letter in letters)
+    fired_after = [h for h in runs(ns) if h["job_id"] == good]
+    assert len(fired_after) >= 2, "the partition stopped firing after a bad record"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from streams.core.misfire import LIST_LIMIT, Fire, Record
 from streams.core.partition import PartitionScheduler, Timer
 from streams.core.schedule import JobSchedule, Misfire
@@ -171,12 +173,13 @@ def test_wheel_keeps_far_items_out_of_the_buckets_and_promotes_them_in_budget() 
         wheel.add(5000 + i, i)
     wheel.add(500, "soon")
     assert (wheel.near, wheel.far) == (1, 100)
-    assert wheel.pop_due(499) == []
-    assert wheel.pop_due(500) == [(500, "soon")]
+    assert wheel.pop_due(499) == ([], True)
+    assert wheel.pop_due(500) == ([(500, "soon")], True)
     moved = wheel.promote(4500, budget=10)
     assert moved == 10
     assert wheel.near == 10
-    due = wheel.pop_due(5200)  # everything due is fired whatever the budget
+    due, complete = wheel.pop_due(5200)  # everything due is fired whatever the budget
+    assert complete
     assert [item for _, item in due] == list(range(100))
     assert len(wheel) == 0
 
@@ -185,4 +188,22 @@ def test_wheel_fires_items_added_in_the_past_on_the_next_pass() -> None:
     wheel = TimingWheel(tick_ms=10, horizon_ms=1000)
     wheel.pop_due(10_000)
     wheel.add(3, "late")
-    assert wheel.pop_due(10_001) == [(3, "late")]
+    assert wheel.pop_due(10_001) == ([(3, "late")], True)
+
+
+def test_an_overloaded_partition_fires_in_batches_and_never_overstates_progress() -> None:
+    core = PartitionScheduler(0, fired_through=T0)
+    for i in range(50):
+        core.put(JobSchedule(f"j{i}", every_ms=1000), now=T0)
+    now = T0 + 3000  # three slots of fifty jobs are due
+    first = core.due(now, limit=40)
+    assert len(first) <= 40
+    assert core.fired_through < T0 + 1000  # the first slot is not fully emitted yet
+    emitted = list(first)
+    while core.fired_through < now:
+        batch = core.due(now, limit=40)
+        assert len(batch) <= 40
+        emitted.extend(batch)
+    slots = Counter((a.job_id, a.slot_ms) for a in emitted)
+    assert len(slots) == 150
+    assert set(slots.values()) == {1}
