@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from confluent_kafka import TopicPartition
 
@@ -55,14 +56,20 @@ def record_count(settings: Settings, topic: str) -> int:
         consumer.close()
 
 
-def read_topic(settings: Settings, topic: str) -> list[tuple[dict[str, str], bytes | None]]:
-    """Every record of ``topic`` as (text headers, value), partition by partition."""
+class Record(NamedTuple):
+    headers: dict[str, str]
+    value: bytes | None
+    timestamp_ms: int
+
+
+def read_topic(settings: Settings, topic: str) -> list[Record]:
+    """Every record of ``topic`` (text headers, value, timestamp), partition by partition."""
     from schemas.events import text_headers
 
     consumer = kafka_consumer(settings)
     try:
         meta = consumer.list_topics(topic, timeout=10).topics[topic]
-        out: list[tuple[dict[str, str], bytes | None]] = []
+        out: list[Record] = []
         for p in sorted(meta.partitions):
             low, high = watermarks(consumer, TopicPartition(topic, p))
             if high <= low:
@@ -73,7 +80,7 @@ def read_topic(settings: Settings, topic: str) -> list[tuple[dict[str, str], byt
                 for msg in consumer.consume(num_messages=10_000, timeout=5):
                     if msg.error():
                         continue
-                    out.append((text_headers(msg.headers()), msg.value()))
+                    out.append(Record(text_headers(msg.headers()), msg.value(), msg.timestamp()[1]))
                     seen = (msg.offset() or 0) + 1
         return out
     finally:

@@ -39,15 +39,15 @@ def put(settings: Settings, *specs: dict[str, Any]) -> None:
 
 def runs(settings: Settings) -> list[dict[str, str]]:
     topic = Topics(settings).runs(Priority.NORMAL)
-    return [headers for headers, _ in read_topic(settings, topic)]
+    return [record.headers for record in read_topic(settings, topic)]
 
 
 def history(settings: Settings) -> list[RunOutcome]:
     with RegistryClient(settings.registry_url) as registry:
         codec = Codec(registry)
         return [
-            codec.decode(value, RunOutcome)
-            for _, value in read_topic(settings, Topics(settings).history)
+            codec.decode(record.value, RunOutcome)
+            for record in read_topic(settings, Topics(settings).history)
         ]
 
 
@@ -259,7 +259,7 @@ def test_bad_definitions_go_to_the_dlq_and_the_partition_keeps_firing(
 
     with RegistryClient(ns.registry_url) as registry:
         codec = Codec(registry)
-        letters = [codec.decode(v, DeadLetter) for _, v in read_topic(ns, topics.dlq)]
+        letters = [codec.decode(r.value, DeadLetter) for r in read_topic(ns, topics.dlq)]
     reasons = {letter.job_id: letter.reason for letter in letters}
     assert set(reasons) == set(same), reasons
     assert "invalid job definition" in reasons[same[0]]
@@ -268,3 +268,51 @@ def test_bad_definitions_go_to_the_dlq_and_the_partition_keeps_firing(
     assert all(letter.source_offset >= 0 for letter in letters)
     fired_after = [h for h in runs(ns) if h["job_id"] == good]
     assert len(fired_after) >= 2, "the partition stopped firing after a bad record"
+
+
+def test_retry_timer_is_held_durably_across_a_kill9_and_fires_when_due(
+    ns: Settings, tmp_path: Path, schedulers: list[SchedulerProcess]
+) -> None:
+    from datetime import timedelta
+
+    from producers.publisher import Publisher
+    from schemas.events import (
+        RunRequest,
+        Target,
+        TimerReason,
+        TimerRequest,
+        Trigger,
+        utc_now,
+    )
+
+    topics = Topics(ns)
+    put(ns, {"id": "r"})  # manual-only job: only the timer makes it run
+    first = start(ns, tmp_path, schedulers, "first")
+    first.wait_live(12)
+    now = utc_now()
+    due = now + timedelta(seconds=12)
+    run = RunRequest(
+        run_id="r@manual:t1", job_id="r", scheduled_at=now, fired_at=now,
+        target=Target(type="http", url=URL), attempt=2, trigger=Trigger.RETRY,
+    )  # fmt: skip
+    publisher = Publisher(ns)
+    publisher.publish(
+        topics.timers,
+        TimerRequest(timer_id="r@manual:t1#2", job_id="r", due_at=due,
+                     reason=TimerReason.RETRY, created_at=now, run=run),
+    )  # fmt: skip
+    publisher.close()
+    time.sleep(3)  # read and checkpointed by the first scheduler
+    first.kill9()
+    second = start(ns, tmp_path, schedulers, "second")
+    second.wait_live(12)
+    time.sleep(max(0.0, due.timestamp() - time.time()) + 3)
+    second.stop()
+
+    fired = [r for r in read_topic(ns, topics.runs(Priority.NORMAL)) if r.headers["job_id"] == "r"]
+    assert len(fired) == 1, fired
+    headers = fired[0].headers
+    assert headers["run_id"] == "r@manual:t1"
+    assert headers["attempt"] == "2"
+    assert headers["trigger"] == "RETRY"
+    assert fired[0].timestamp_ms >= due.timestamp() * 1000 - 1, "fired before it was due"
