@@ -60,7 +60,7 @@ from schemas.serde import Codec, DecodeError
 from schemas.templates import RunTemplate
 from streams.core.cron import CronError, ZoneError
 from streams.core.misfire import Action, Fire, Record
-from streams.core.partition import PartitionScheduler, Timer
+from streams.core.partition import NEVER, PartitionScheduler, Timer
 from streams.core.schedule import JobSchedule, Misfire
 
 log = logging.getLogger("cronstream.scheduler")
@@ -124,7 +124,8 @@ class Owned:
     load_end: int
     loading: bool = True
     started: float = field(default_factory=time.monotonic)
-    pending: dict[str, tuple[int, int, bytes | None]] = field(default_factory=dict)
+    # job id -> (offset, timestamp, value, an earlier live version exists) while loading
+    pending: dict[str, tuple[int, int, bytes | None, bool]] = field(default_factory=dict)
     jobs_next: int = 0
     timers_next: int = 0
 
@@ -161,6 +162,9 @@ class Processor:
                             for p in Priority}  # fmt: skip
         self._runs_topic = {p: self.topics.runs(p) for p in Priority}
         self._next_checkpoint = 0.0
+        # False once the loop failed (e.g. a delivery error): from then on no checkpoint
+        # may claim what was emitted, not even the one a handover would take.
+        self._healthy = True
         self.first_fire_at: float | None = None
         self.consumer = kafka_consumer(
             settings,
@@ -252,6 +256,9 @@ class Processor:
         try:
             while not should_stop():
                 self.step()
+        except BaseException:
+            self._healthy = False
+            raise
         finally:
             self.close()
 
@@ -286,7 +293,7 @@ class Processor:
         from there, flagged ``possible_duplicate``. Nothing is skipped.
         """
         self._next_checkpoint = time.monotonic() + self.config.checkpoint_ms / 1000
-        if not partitions:
+        if not partitions or not self._healthy:
             return
         # 1. snapshot
         offsets = []
@@ -307,7 +314,11 @@ class Processor:
                 )
             )
         # 2. flush
-        self.publisher.flush()
+        try:
+            self.publisher.flush()
+        except BaseException:
+            self._healthy = False
+            raise
         # 3. commit
         try:
             (consumer or self.consumer).commit(offsets=offsets, asynchronous=False)
@@ -318,7 +329,8 @@ class Processor:
             metrics.checkpoint_failures.inc()
 
     def close(self) -> None:
-        """Hand every partition over cleanly: final checkpoint, leave the group."""
+        """Hand every partition over: final checkpoint (unless the loop failed), leave
+        the group."""
         try:
             self.checkpoint([o for o in self.owned.values() if not o.loading])
         finally:
@@ -348,7 +360,9 @@ class Processor:
         if key is None:
             return
         if owned.loading:
-            owned.pending[key] = (offset, msg.timestamp()[1], msg.value())
+            earlier = owned.pending.get(key)
+            replaced = earlier is not None and earlier[2] is not None
+            owned.pending[key] = (offset, msg.timestamp()[1], msg.value(), replaced)
             if owned.jobs_next >= owned.load_end:
                 self._finish_loading(owned)
             return
@@ -365,14 +379,15 @@ class Processor:
         checkpoint = owned.checkpoint
         core = owned.core
         loaded = 0
-        for key, (offset, arrived, value) in owned.pending.items():
+        for key, (offset, arrived, value, replaced) in owned.pending.items():
             if value is None:
                 continue
             job = self._schedule(None, key, value, source=(owned.partition, offset))
             if job is None:
                 continue
             known = checkpoint is not None and offset < checkpoint.jobs_offset
-            self._emit(core.recover(job, now=now, known=known, arrived_ms=arrived), now)
+            actions = core.recover(job, now=now, known=known, arrived_ms=arrived, replaced=replaced)
+            self._emit(actions, now)
             loaded += 1
         owned.pending = {}
         owned.loading = False
@@ -409,9 +424,13 @@ class Processor:
             job_id=request.job_id,
             due_ms=due,
             body=request,
-            possible_duplicate=not known and due <= self._now_ms(),
+            # Already due when read: a previous owner may have fired it (a fresh timer
+            # due at once pays one history lookup for the flag).
+            possible_duplicate=due <= self._now_ms(),
         )
-        owned.core.add_timer(timer, known=known)
+        owned.core.add_timer(
+            timer, fired_through=checkpoint.fired_through if known and checkpoint else NEVER
+        )
 
     def _key(self, msg: Message) -> str | None:
         raw = msg.key()

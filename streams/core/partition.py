@@ -20,6 +20,7 @@ adapter) it is enough to recover cron, interval and one-time state after a crash
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,20 +57,32 @@ class PartitionScheduler:
         self.timers: dict[int, Timer] = {}
         self.once_done: dict[str, int] = {}
         self.wheel = TimingWheel(tick_ms=tick_ms, horizon_ms=horizon_ms)
+        # Never reset (not even by a delete), so no stale wheel entry matches a new job.
+        self._generations = itertools.count(1)
 
     # -- definitions --------------------------------------------------------------------
     def put(self, job: JobSchedule, *, now: int) -> list[Action]:
-        """A definition read live: new cron/interval slots start after ``now``."""
-        settled = NEVER if job.kind is Kind.ONCE else now
+        """A definition read live. A new job's cron/interval slots start after ``now``;
+        a changed job keeps the slots not emitted yet (due after ``fired_through``)."""
+        if job.kind is Kind.ONCE:
+            settled = NEVER
+        elif job.job_id in self.jobs:
+            settled = min(now, self.fired_through)
+        else:
+            settled = now
         return self._apply(job, now=now, settled=settled, possible_duplicate=False)
 
-    def recover(self, job: JobSchedule, *, now: int, known: bool, arrived_ms: int) -> list[Action]:
+    def recover(
+        self, job: JobSchedule, *, now: int, known: bool, arrived_ms: int, replaced: bool = False
+    ) -> list[Action]:
         """A definition read while rebuilding the partition after an assignment.
 
         ``known``: it was read before the checkpoint was taken; ``arrived_ms``: when it
-        was written (the record timestamp).
+        was written (the record timestamp); ``replaced``: an earlier version of the job
+        is in the partition (then the slots after the checkpoint are owed whatever the
+        arrival time: the earlier version owed them).
         """
-        if known:
+        if known or (replaced and job.kind is not Kind.ONCE):
             settled = self.fired_through
         elif job.kind is Kind.ONCE:
             settled = NEVER
@@ -88,8 +101,7 @@ class PartitionScheduler:
     def _apply(
         self, job: JobSchedule, *, now: int, settled: int, possible_duplicate: bool
     ) -> list[Action]:
-        old = self.jobs.get(job.job_id)
-        job.gen = old.gen + 1 if old is not None else 1
+        job.gen = next(self._generations)
         self.jobs[job.job_id] = job
         if job.kind is Kind.ONCE and self.once_done.get(job.job_id) == job.at_ms:
             return []
@@ -109,15 +121,23 @@ class PartitionScheduler:
     def _schedule_next(self, job: JobSchedule, *, after_due: int) -> None:
         slot = job.slot_due_after(after_due)
         if slot is not None:
-            self.wheel.add(slot + job.jitter, (job.job_id, job.gen, slot))
+            self._hold(slot + job.jitter, (job.job_id, job.gen, slot))
+
+    def _hold(self, due_ms: int, item: Any) -> None:
+        # fired_through claims every due time up to it was emitted: an item held with an
+        # earlier due time (a backlog, a late timer) pulls it back.
+        self.fired_through = min(self.fired_through, due_ms - 1)
+        self.wheel.add(due_ms, item)
 
     # -- timers -------------------------------------------------------------------------
-    def add_timer(self, timer: Timer, *, known: bool) -> bool:
-        """Hold a retry/delay timer until it is due; False if the checkpoint says it fired."""
-        if known and timer.due_ms <= self.fired_through:
+    def add_timer(self, timer: Timer, *, fired_through: int = NEVER) -> bool:
+        """Hold a retry/delay timer until it is due. ``fired_through``: the checkpoint's,
+        when the timer was read before that checkpoint; a timer due by then has fired
+        (returns False)."""
+        if timer.due_ms <= fired_through:
             return False
         self.timers[timer.offset] = timer
-        self.wheel.add(timer.due_ms, timer.offset)
+        self._hold(timer.due_ms, timer.offset)
         return True
 
     def lowest_pending_timer(self) -> int | None:

@@ -124,5 +124,13 @@ class TimingWheel:
 
     @property
     def drained_through(self) -> int:
-        """Every item due before this instant has been returned by pop_due."""
-        return (self._cursor or 0) * self.tick_ms - 1
+        """Every item due at or before this instant has been returned by pop_due.
+
+        Overdue items added behind the cursor wait in the cursor's bucket with their
+        own (earlier) due times, so they hold this back too."""
+        cursor = self._cursor or 0
+        through = cursor * self.tick_ms - 1
+        waiting = self._buckets.get(cursor)
+        if waiting:
+            through = min(through, min(due for due, _ in waiting) - 1)
+        return through

@@ -152,8 +152,8 @@ def test_definition_written_during_an_outage_owes_slots_after_it_arrived() -> No
 def test_timers_fire_when_due_and_known_fired_timers_are_not_repeated() -> None:
     core = PartitionScheduler(0, fired_through=T0)
     core.put(JobSchedule("j"), now=T0)  # manual-only job
-    assert not core.add_timer(Timer(1, "j", T0 - 5, body="old"), known=True)
-    assert core.add_timer(Timer(2, "j", T0 + 500, body="retry"), known=True)
+    assert not core.add_timer(Timer(1, "j", T0 - 5, body="old"), fired_through=T0)
+    assert core.add_timer(Timer(2, "j", T0 + 500, body="retry"), fired_through=T0)
     assert core.lowest_pending_timer() == 2
     out = core.due(T0 + 500)
     assert [(a.trigger, a.timer.body) for a in out if type(a) is Fire] == [("RETRY", "retry")]
@@ -162,7 +162,7 @@ def test_timers_fire_when_due_and_known_fired_timers_are_not_repeated() -> None:
 
 def test_timer_of_a_deleted_job_is_recorded_not_fired() -> None:
     core = PartitionScheduler(0, fired_through=T0)
-    core.add_timer(Timer(7, "gone", T0 + 1, body="x"), known=False)
+    core.add_timer(Timer(7, "gone", T0 + 1, body="x"))
     assert records(core.due(T0 + 1)) == [(T0 + 1, "SKIPPED")]
 
 
@@ -207,3 +207,50 @@ def test_an_overloaded_partition_fires_in_batches_and_never_overstates_progress(
     slots = Counter((a.job_id, a.slot_ms) for a in emitted)
     assert len(slots) == 150
     assert set(slots.values()) == {1}
+
+
+def test_a_timer_read_after_the_partition_went_live_is_judged_by_the_checkpoint() -> None:
+    core = PartitionScheduler(0, fired_through=T0)  # the checkpoint's watermark
+    core.put(JobSchedule("j"), now=T0)
+    core.due(T0 + 10_000)  # live for ten seconds before the timer is read back
+    assert core.add_timer(Timer(3, "j", T0 + 500, body="r"), fired_through=T0)
+    assert core.fired_through < T0 + 500  # no checkpoint may claim it before it fires
+    assert [a.timer.body for a in core.due(T0 + 10_001) if type(a) is Fire] == ["r"]
+
+
+def test_a_job_deleted_and_created_again_fires_once_per_slot() -> None:
+    core = PartitionScheduler(0, fired_through=T0)
+    core.put(every_minute(), now=T0)
+    core.delete("j")
+    core.put(every_minute(), now=T0 + 1)
+    assert fires(core.due(T0 + MIN)) == [(T0 + MIN, "SCHEDULE", False)]
+    assert fires(core.due(T0 + 2 * MIN)) == [(T0 + 2 * MIN, "SCHEDULE", False)]
+
+
+def test_a_backlog_never_lets_the_watermark_pass_waiting_slots() -> None:
+    core = PartitionScheduler(0, fired_through=0)
+    for i in range(3):
+        core.put(JobSchedule(f"k{i}", every_ms=1000), now=0)
+    emitted = core.due(5000, limit=3)
+    waiting = min(a.slot_ms for a in emitted) + 1000
+    assert core.fired_through < waiting
+
+
+def test_an_edit_keeps_the_slot_that_was_due_but_not_yet_emitted() -> None:
+    core = PartitionScheduler(0, fired_through=T0)
+    for i in range(5):
+        core.put(every_minute(f"k{i}"), now=T0)
+    first = core.due(T0 + MIN, limit=2)
+    done = {a.job_id for a in first}
+    late = next(f"k{i}" for i in range(5) if f"k{i}" not in done)
+    actions = core.put(every_minute(late, jitter_ms=0), now=T0 + MIN + 600)
+    actions += core.due(T0 + MIN + 700)
+    assert (late, T0 + MIN) in {(a.job_id, a.slot_ms) for a in actions if type(a) is Fire}
+
+
+def test_a_replaced_definition_owes_the_slots_since_the_checkpoint() -> None:
+    core = PartitionScheduler(0, fired_through=T0, threshold_ms=10 * MIN)
+    actions = core.recover(
+        every_minute(), now=T0 + 3 * MIN, known=False, arrived_ms=T0 + 2 * MIN + 1, replaced=True
+    )
+    assert [s for s, _, _ in fires(actions)] == [T0 + MIN, T0 + 2 * MIN, T0 + 3 * MIN]
