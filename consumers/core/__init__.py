@@ -1,0 +1,1 @@
+"""The workers' pure logic: retry backoff and contiguous offset tracking (no Kafka)."""

@@ -1,0 +1,32 @@
+"""Retry timing: exponential backoff with full jitter and a cap.
+
+Attempt n (1-based) failed; attempt n+1 waits ``uniform(0, min(cap, initial * 2^(n-1)))``
+("full jitter", which spreads a failure storm instead of re-synchronising it). After
+``max_attempts`` attempts there is no next one: the run is dead-lettered.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+from schemas.events import RetryPolicy
+
+
+def backoff_ceiling_ms(policy: RetryPolicy, attempt: int) -> int:
+    """The upper bound of the wait after attempt ``attempt`` failed."""
+    exponent = min(max(attempt - 1, 0), 62)
+    return min(policy.max_backoff_ms, policy.initial_backoff_ms * (1 << exponent))
+
+
+def next_attempt_due(
+    policy: RetryPolicy,
+    attempt: int,
+    now_ms: int,
+    *,
+    uniform: Callable[[float, float], float] = random.uniform,
+) -> int | None:
+    """When attempt ``attempt + 1`` is due, or None when ``attempt`` was the last."""
+    if attempt >= policy.max_attempts:
+        return None
+    return now_ms + round(uniform(0, backoff_ceiling_ms(policy, attempt)))

@@ -1,0 +1,1 @@
+"""Executors for each target type: http, kafka, python, shell (see ``base``)."""

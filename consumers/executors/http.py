@@ -1,0 +1,142 @@
+"""`http` targets: a webhook call with the run id as its ``Idempotency-Key``.
+
+Safety: the target host is resolved first and every address it resolves to must be a
+public unicast address. Loopback, private (RFC 1918, ULA), link-local, multicast,
+reserved and unspecified addresses are refused unless a network containing them is in
+the worker's allowlist (``--http-allow 127.0.0.0/8``). The request then goes to the very
+address that was checked (the Host header and TLS SNI keep the name), so a DNS answer
+that changes between check and connect cannot redirect it. Redirects are followed by
+hand, at most five, each one checked the same way.
+
+Outcome: 2xx is success; 408, 425, 429 and 5xx, and network errors, are retriable
+failures; any other status is a permanent failure (retrying a 404 cannot help).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import socket
+from collections.abc import Iterable
+from urllib.parse import urljoin, urlsplit, urlunsplit
+
+import httpx
+
+from consumers.executors.base import (
+    ExecutionFailed,
+    PermanentFailure,
+    RunContext,
+    TargetInvalid,
+    TimedOut,
+)
+from schemas.events import Target
+
+MAX_REDIRECTS = 5
+RETRIABLE_STATUS = frozenset({408, 425, 429})
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+class HttpExecutor:
+    kind = "http"
+
+    def __init__(self, *, allow: Iterable[str] = ()) -> None:
+        """``allow``: networks (CIDR) that may be called although not public."""
+        self.allow: tuple[Network, ...] = tuple(
+            ipaddress.ip_network(n, strict=False) for n in allow
+        )
+        self._client = httpx.Client(follow_redirects=False, trust_env=False)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def check_address(self, address: str) -> None:
+        """Raise TargetInvalid unless ``address`` may be called."""
+        ip = ipaddress.ip_address(address)
+        if any(ip in network for network in self.allow):
+            return
+        if not ip.is_global or ip.is_multicast:
+            raise TargetInvalid(
+                f"refusing to call {ip}: not a public address (allow its network with --http-allow)"
+            )
+
+    def resolve(self, url: str) -> tuple[str, str, int]:
+        """(scheme, checked IP, port) for ``url``; raises TargetInvalid when not allowed."""
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise TargetInvalid(f"{url!r} is not an http(s) URL")
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            infos = socket.getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM)
+        except socket.gaierror as exc:
+            raise ExecutionFailed(f"cannot resolve {parts.hostname!r}: {exc}") from exc
+        addresses = sorted({str(info[4][0]) for info in infos})
+        for address in addresses:
+            self.check_address(address)
+        return parts.scheme, addresses[0], port
+
+    def execute(self, target: Target, context: RunContext) -> str:
+        url = target.url or ""
+        method = target.method or "POST"
+        body = (context.payload or "").encode() if method not in ("GET", "DELETE") else None
+        headers = {
+            **target.headers,
+            "Idempotency-Key": context.run_id,
+            "X-Cronstream-Run-Id": context.run_id,
+            "X-Cronstream-Job-Id": context.job_id,
+            "X-Cronstream-Attempt": str(context.attempt),
+        }
+        if body and "content-type" not in {k.lower() for k in headers}:
+            headers["Content-Type"] = _content_type(context.payload or "")
+        for _ in range(MAX_REDIRECTS + 1):
+            response = self._send(method, url, headers, body, context)
+            if response.status_code in (301, 302, 303, 307, 308) and "location" in response.headers:
+                url = urljoin(url, response.headers["location"])
+                if response.status_code == 303:
+                    method, body = "GET", None
+                continue
+            return _judge(response, url)
+        raise PermanentFailure(f"more than {MAX_REDIRECTS} redirects from {target.url}")
+
+    def _send(
+        self,
+        method: str,
+        url: str,
+        headers: dict[str, str],
+        body: bytes | None,
+        context: RunContext,
+    ) -> httpx.Response:
+        scheme, address, port = self.resolve(url)
+        parts = urlsplit(url)
+        host = f"[{address}]" if ":" in address else address
+        pinned = urlunsplit((scheme, f"{host}:{port}", parts.path or "/", parts.query, ""))
+        remaining = context.remaining()
+        if remaining <= 0:
+            raise TimedOut("timed out before the request was sent")
+        try:
+            return self._client.request(
+                method, pinned, content=body,
+                headers={**headers, "Host": parts.netloc.rpartition("@")[2]},
+                timeout=remaining, extensions={"sni_hostname": parts.hostname or ""},
+            )  # fmt: skip
+        except httpx.TimeoutException as exc:
+            raise TimedOut(f"{method} {url} timed out: {exc!r}") from exc
+        except httpx.HTTPError as exc:
+            raise ExecutionFailed(f"{method} {url} failed: {exc!r}") from exc
+
+
+def _judge(response: httpx.Response, url: str) -> str:
+    status = response.status_code
+    if 200 <= status < 300:
+        return f"HTTP {status} from {url}"
+    text = response.text[:300]
+    if status >= 500 or status in RETRIABLE_STATUS:
+        raise ExecutionFailed(f"HTTP {status} from {url}: {text}")
+    raise PermanentFailure(f"HTTP {status} from {url}: {text}")
+
+
+def _content_type(payload: str) -> str:
+    try:
+        json.loads(payload)
+    except ValueError:
+        return "text/plain; charset=utf-8"
+    return "application/json"

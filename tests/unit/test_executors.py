@@ -1,0 +1,185 @@
+"""Executors against real local targets: an HTTP server thread, real subprocesses."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from consumers.executors.base import (
+    Cancelled,
+    ExecutionFailed,
+    PermanentFailure,
+    RunContext,
+    TargetInvalid,
+    TimedOut,
+)
+from consumers.executors.http import HttpExecutor
+from consumers.executors.python import PythonExecutor
+from consumers.executors.shell import ShellExecutor
+from schemas.events import Target
+
+
+def context(timeout: float = 5.0, payload: str | None = '{"x": 1}') -> RunContext:
+    return RunContext(
+        run_id="job@2026-11-22T10:00:00.000Z", job_id="job", attempt=2,
+        scheduled_at=datetime(2026, 11, 22, 10, tzinfo=UTC), payload=payload,
+        tenant="default", deadline=time.monotonic() + timeout,
+    )  # fmt: skip
+
+
+SEEN: list[tuple[str, str, dict[str, str], bytes]] = []
+
+
+class Recorder(BaseHTTPRequestHandler):
+    def _answer(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        SEEN.append((self.command, self.path, dict(self.headers), body))
+        if self.path.startswith("/status/"):
+            self.send_response(int(self.path.rsplit("/", 1)[1]))
+        elif self.path == "/redirect-out":
+            self.send_response(302)
+            self.send_header("Location", "http://169.254.169.254/latest/meta-data")
+        elif self.path == "/slow":
+            time.sleep(2)
+            self.send_response(200)
+        else:
+            self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_POST = do_GET = _answer
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    SEEN.clear()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture
+def http() -> Iterator[HttpExecutor]:
+    executor = HttpExecutor(allow=["127.0.0.0/8"])
+    yield executor
+    executor.close()
+
+
+def test_http_sends_the_run_id_as_idempotency_key(server: str, http: HttpExecutor) -> None:
+    result = http.execute(Target(type="http", url=f"{server}/hook?a=1"), context())
+    assert result.startswith("HTTP 200")
+    method, path, headers, body = SEEN[0]
+    assert (method, path, body) == ("POST", "/hook?a=1", b'{"x": 1}')
+    assert headers["Idempotency-Key"] == "job@2026-11-22T10:00:00.000Z"
+    assert headers["X-Cronstream-Attempt"] == "2"
+    assert headers["Content-Type"] == "application/json"
+
+
+def test_http_refuses_loopback_unless_allowed(server: str) -> None:
+    strict = HttpExecutor()
+    try:
+        with pytest.raises(TargetInvalid, match="not a public address"):
+            strict.execute(Target(type="http", url=f"{server}/hook"), context())
+    finally:
+        strict.close()
+    assert SEEN == []
+
+
+@pytest.mark.parametrize(
+    "address", ["10.1.2.3", "192.168.0.1", "172.16.0.1", "169.254.169.254", "::1", "fd00::1",
+                "0.0.0.0", "224.0.0.1"],
+)  # fmt: skip
+def test_http_refuses_private_link_local_and_special_addresses(address: str) -> None:
+    with pytest.raises(TargetInvalid):
+        HttpExecutor().check_address(address)
+
+
+def test_http_checks_every_redirect(server: str, http: HttpExecutor) -> None:
+    with pytest.raises(TargetInvalid, match=r"169\.254\.169\.254"):
+        http.execute(Target(type="http", url=f"{server}/redirect-out"), context())
+
+
+@pytest.mark.parametrize(
+    ("status", "error"), [(500, ExecutionFailed), (429, ExecutionFailed), (404, PermanentFailure)]
+)
+def test_http_status_decides_whether_a_retry_can_help(
+    server: str, http: HttpExecutor, status: int, error: type[Exception]
+) -> None:
+    with pytest.raises(error) as caught:
+        http.execute(Target(type="http", url=f"{server}/status/{status}"), context())
+    assert type(caught.value) is error
+
+
+def test_http_timeout_is_reported_as_timed_out(server: str, http: HttpExecutor) -> None:
+    with pytest.raises(TimedOut):
+        http.execute(Target(type="http", url=f"{server}/slow"), context(timeout=0.5))
+
+
+def test_python_calls_the_function_with_the_context() -> None:
+    result = PythonExecutor().execute(
+        Target(type="python", callable="examples.tasks:send_digest"), context()
+    )
+    assert "job@2026-11-22T10:00:00.000Z" in result
+
+
+def test_python_target_that_cannot_be_imported_is_invalid() -> None:
+    with pytest.raises(TargetInvalid, match="cannot import"):
+        PythonExecutor().execute(Target(type="python", callable="no_such_mod:f"), context())
+
+
+def test_python_exception_is_a_retriable_failure() -> None:
+    with pytest.raises(ExecutionFailed, match="raised TypeError") as caught:
+        PythonExecutor().execute(Target(type="python", callable="json:loads"), context())
+    assert caught.value.retriable
+
+
+def test_shell_is_off_unless_enabled() -> None:
+    with pytest.raises(TargetInvalid, match="disabled"):
+        ShellExecutor(enabled=False, allowlist=["echo"]).execute(
+            Target(type="shell", command="echo hi"), context()
+        )
+
+
+def test_shell_runs_only_allowlisted_commands() -> None:
+    shell = ShellExecutor(enabled=True, allowlist=["echo", "cat", "sh"])
+    with pytest.raises(TargetInvalid, match="allowlist"):
+        shell.execute(Target(type="shell", command="rm -rf /tmp/x"), context())
+    assert "hello" in shell.execute(Target(type="shell", command="echo hello"), context())
+    assert '{"x": 1}' in shell.execute(Target(type="shell", command="cat"), context())
+    with pytest.raises(ExecutionFailed, match="exit status 3"):
+        shell.execute(Target(type="shell", command="sh -c 'exit 3'"), context())
+
+
+def test_shell_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
+    marker = tmp_path / "child-survived"
+    shell = ShellExecutor(enabled=True, allowlist=["sh"])
+    command = f"sh -c '(sleep 2; touch {marker}) & sleep 30'"
+    started = time.monotonic()
+    with pytest.raises(TimedOut):
+        shell.execute(Target(type="shell", command=command), context(timeout=0.5))
+    assert time.monotonic() - started < 5
+    time.sleep(2.5)
+    assert not marker.exists(), "a child of the timed-out command kept running"
+
+
+def test_shell_cancel_stops_a_running_command() -> None:
+    shell = ShellExecutor(enabled=True, allowlist=["sleep"])
+    ctx = context(timeout=30)
+    threading.Timer(0.3, ctx.cancelled.set).start()
+    started = time.monotonic()
+    with pytest.raises(Cancelled):
+        shell.execute(Target(type="shell", command="sleep 30"), ctx)
+    assert time.monotonic() - started < 5
