@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from consumers import cli as consumers_cli
 from cronstream.health import cassandra_health, kafka_health, registry_health
 from cronstream.settings import Settings, SettingsError
 from producers import cli as producer_cli
@@ -54,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     producer_cli.register(sub)
     streams_cli.register(sub)
+    consumers_cli.register(sub)
     status = sub.add_parser("status", help="health and endpoints of every service")
     status.add_argument("--json", action="store_true")
     status.set_defaults(handler=cmd_status, needs="settings")

@@ -69,3 +69,44 @@ def serve(port: int) -> None:
     """Serve /metrics on 127.0.0.1:port in a daemon thread (port 0: do nothing)."""
     if port:
         start_http_server(port, addr="127.0.0.1", registry=REGISTRY)
+
+
+# -- workers ------------------------------------------------------------------------------
+DURATION_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
+
+runs_started = Counter(
+    "cronstream_worker_runs_started",
+    "Attempts started, by target type",
+    ["target"],
+    registry=REGISTRY,
+)
+runs_finished = Counter(
+    "cronstream_worker_runs_finished",
+    "Attempts finished, by outcome (SUCCEEDED, FAILED, RETRIED, TIMED_OUT, CANCELED, "
+    "DEAD_LETTERED, DUPLICATE) and target type",
+    ["status", "target"],
+    registry=REGISTRY,
+)
+run_duration = Histogram(
+    "cronstream_worker_run_duration_seconds",
+    "Wall time of one attempt",
+    buckets=DURATION_BUCKETS,
+    registry=REGISTRY,
+)
+in_flight = Gauge(
+    "cronstream_worker_in_flight",
+    "Attempts executing now",
+    registry=REGISTRY,
+)
+fire_to_start = Histogram(
+    "cronstream_worker_fire_to_start_seconds",
+    "Start of an attempt minus the time its run request was fired",
+    buckets=SKEW_BUCKETS,
+    registry=REGISTRY,
+)
+consumer_lag = Gauge(
+    "cronstream_worker_consumer_lag",
+    "Run requests not yet read, per execution topic partition",
+    ["topic", "partition"],
+    registry=REGISTRY,
+)

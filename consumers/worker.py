@@ -1,0 +1,613 @@
+"""The worker: executes run requests at least once, with one visible effect per run id.
+
+One process runs one ``Worker``: a member of the consumer group ``<prefix>.workers`` on
+``runs.high``, ``runs.normal`` and ``runs.low`` (cooperative-sticky, manual commits).
+
+- **Concurrency.** Up to ``concurrency`` attempts run at once in a thread pool and finish
+  in any order; a partition's committed offset never passes a run that has not finished
+  (``consumers.core.offsets``). Fetched runs wait in one backlog per priority; a backlog
+  that grows too long pauses its partitions, and polling goes on, so a long run never
+  breaks group membership.
+- **Priority.** Starts take high first, then normal, then low; every ``low_share``-th
+  start goes to the lowest non-empty backlog, so low priority is never starved.
+- **Dedup.** For each runs partition it owns, a worker also reads the same partition of
+  ``history`` (same key, same partition count) and remembers final outcomes by run id.
+  A run already settled, or an attempt already finished, is not executed again: it is
+  recorded DUPLICATE. Runs flagged ``possible_duplicate`` and runs read back after an
+  assignment wait until that history partition has been read up to its end.
+- **Cancellation.** Every worker reads all of ``control`` (the last day of it on
+  start): a cancelled run that is running is stopped (CANCELED), one not started yet
+  never starts.
+- **Outcomes** go to ``history``: STARTED, then SUCCEEDED, FAILED (with the next
+  attempt's time; the retry itself is a TimerRequest on ``timers``, held by the
+  scheduler), TIMED_OUT, CANCELED, DEAD_LETTERED (+ a DLQ record) or DUPLICATE.
+
+The commit procedure is ``Worker.settle``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+
+from consumers.core.backoff import next_attempt_due
+from consumers.core.offsets import OffsetTracker
+from consumers.executors.base import (
+    Cancelled,
+    ExecutionFailed,
+    Executor,
+    RunContext,
+    TargetInvalid,
+    TimedOut,
+)
+from consumers.executors.http import HttpExecutor
+from consumers.executors.kafka import KafkaExecutor
+from consumers.executors.python import PythonExecutor
+from consumers.executors.shell import ShellExecutor
+from cronstream import metrics
+from cronstream.connect import kafka_consumer, kafka_producer
+from cronstream.settings import Settings
+from producers.client import watermarks
+from producers.publisher import Publisher
+from schemas.catalog import Topics
+from schemas.events import (
+    ControlCommand,
+    DeadLetter,
+    Priority,
+    RunOutcome,
+    RunRequest,
+    RunStatus,
+    TimerReason,
+    TimerRequest,
+    Trigger,
+    from_ms,
+    to_ms,
+)
+from schemas.registry import RegistryClient
+from schemas.serde import Codec, DecodeError
+
+log = logging.getLogger("cronstream.worker")
+STAGE = "worker"
+DAY_MS = 86_400_000
+RUN_DONE = frozenset({"SUCCEEDED", "DEAD_LETTERED", "CANCELED"})
+ATTEMPT_DONE = frozenset({"FAILED", "TIMED_OUT"})
+ABANDON_AFTER_S = 1.0  # past the deadline, an attempt that ignores its timeout is given up
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    group: str
+    name: str = "worker"
+    concurrency: int = 32
+    low_share: int = 8
+    grace_s: float = 30.0
+    lookback_ms: int = DAY_MS
+    http_allow: tuple[str, ...] = ()
+    shell_allow: tuple[str, ...] = ()
+    session_timeout_ms: int = 10_000
+
+
+@dataclass(slots=True)
+class Pending:
+    """A run request read from Kafka and not yet settled."""
+
+    topic: str
+    partition: int
+    offset: int
+    run: RunRequest
+    history_needed: int | None = None  # history offset to have read before deciding
+    context: RunContext | None = None
+    started: float = 0.0
+    outcome: list[RunOutcome] = field(default_factory=list)
+    extra: list[tuple[str, TimerRequest | DeadLetter]] = field(default_factory=list)
+
+
+class Dedup:
+    """Final outcomes seen on history (and published here), by run id, for a lookback."""
+
+    def __init__(self, lookback_ms: int) -> None:
+        self.lookback_ms = lookback_ms
+        self.runs: dict[str, int] = {}
+        self.attempts: dict[tuple[str, int], int] = {}
+
+    def note(self, run_id: str, attempt: int, status: str, at_ms: int) -> None:
+        if status in RUN_DONE:
+            self.runs[run_id] = at_ms
+        if status in RUN_DONE or status in ATTEMPT_DONE:
+            self.attempts[(run_id, attempt)] = at_ms
+
+    def seen(self, run_id: str, attempt: int) -> bool:
+        return run_id in self.runs or (run_id, attempt) in self.attempts
+
+    def prune(self, now_ms: int) -> None:
+        cut = now_ms - self.lookback_ms
+        self.runs = {k: v for k, v in self.runs.items() if v >= cut}
+        self.attempts = {k: v for k, v in self.attempts.items() if v >= cut}
+
+
+class Worker:
+    def __init__(self, settings: Settings, config: WorkerConfig) -> None:
+        self.settings = settings
+        self.config = config
+        self.topics = Topics(settings)
+        self.codec = Codec(RegistryClient(settings.registry_url))
+        self.publisher = Publisher(settings, codec=self.codec)
+        self.priority_of = {self.topics.runs(p): p for p in Priority}
+        self.backlog: dict[Priority, deque[Pending]] = {p: deque() for p in Priority}
+        self.paused: set[Priority] = set()
+        self.running: dict[Future[str], Pending] = {}
+        self.abandoned: set[Future[str]] = set()
+        self.done: list[Pending] = []
+        self.trackers: dict[tuple[str, int], OffsetTracker] = {}
+        self.replay_until: dict[tuple[str, int], int] = {}
+        self.history_read: dict[int, int] = {}
+        self.dedup = Dedup(config.lookback_ms)
+        self.cancels: dict[str, int] = {}
+        self.starts = 0
+        self._maintenance = 0.0
+        self.pool = ThreadPoolExecutor(config.concurrency, thread_name_prefix="run")
+        self._target_producer = kafka_producer(settings)
+        self.executors: dict[str, Executor] = {
+            "http": HttpExecutor(allow=config.http_allow),
+            "kafka": KafkaExecutor(self._target_producer),
+            "python": PythonExecutor(),
+            "shell": ShellExecutor(enabled=bool(config.shell_allow), allowlist=config.shell_allow),
+        }
+        self.consumer = kafka_consumer(
+            settings,
+            **{
+                "group.id": config.group,
+                "partition.assignment.strategy": "cooperative-sticky",
+                "session.timeout.ms": config.session_timeout_ms,
+                "heartbeat.interval.ms": max(500, config.session_timeout_ms // 5),
+                "client.id": config.name,
+            },
+        )
+        self.history = kafka_consumer(settings, **{"group.id": f"{config.group}.history"})
+        self.control = kafka_consumer(settings, **{"group.id": f"{config.group}.control"})
+        self._assign_from_lookback(self.control, self.topics.control, [0])
+        self.consumer.subscribe(
+            list(self.priority_of),
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+
+    # -- ownership ----------------------------------------------------------------------
+    def _on_assign(self, consumer: object, partitions: list[TopicPartition]) -> None:
+        fresh = []
+        for tp in partitions:
+            self.trackers[(tp.topic, tp.partition)] = OffsetTracker()
+            _, high = watermarks(self.consumer, TopicPartition(tp.topic, tp.partition))
+            self.replay_until[(tp.topic, tp.partition)] = high
+            if tp.partition not in self.history_read and tp.partition not in fresh:
+                fresh.append(tp.partition)
+        if fresh:
+            self._assign_from_lookback(self.history, self.topics.history, fresh, incremental=True)
+        log.info("assigned %s", _names(partitions))
+
+    def _on_revoke(self, consumer: object, partitions: list[TopicPartition]) -> None:
+        gone = {(tp.topic, tp.partition) for tp in partitions}
+        for queue in self.backlog.values():  # not started: the next owner reads them again
+            kept = [p for p in queue if (p.topic, p.partition) not in gone]
+            queue.clear()
+            queue.extend(kept)
+        deadline = time.monotonic() + self.config.grace_s
+        while any((p.topic, p.partition) in gone for p in self.running.values()):
+            if time.monotonic() > deadline:
+                log.warning("revoked with runs still executing; the next owner dedups them")
+                break
+            self._collect(wait=0.1)
+        self.settle(only=gone)
+        for key in gone:
+            self.trackers.pop(key, None)
+            self.replay_until.pop(key, None)
+        still = {p for _, p in self.trackers}
+        dropped = [p for p in self.history_read if p not in still]
+        if dropped:
+            self.history.incremental_unassign(
+                [TopicPartition(self.topics.history, p) for p in dropped]
+            )
+            for p in dropped:
+                del self.history_read[p]
+        log.info("revoked %s", _names(partitions))
+
+    def _on_lost(self, consumer: object, partitions: list[TopicPartition]) -> None:
+        log.warning("partitions lost: %s", _names(partitions))
+        self._on_revoke(consumer, partitions)
+
+    def _assign_from_lookback(
+        self, consumer: object, topic: str, partitions: list[int], *, incremental: bool = False
+    ) -> None:
+        since = int(time.time() * 1000) - self.config.lookback_ms
+        wanted = [TopicPartition(topic, p, since) for p in partitions]
+        located = self.consumer.offsets_for_times(wanted, timeout=30)
+        starts = []
+        for tp in located:
+            offset = tp.offset
+            if offset < 0:  # nothing that recent: start at the end
+                offset = watermarks(self.consumer, TopicPartition(topic, tp.partition))[1]
+            starts.append(TopicPartition(topic, tp.partition, offset))
+            if topic == self.topics.history:
+                self.history_read[tp.partition] = offset
+        if incremental:
+            consumer.incremental_assign(starts)  # type: ignore[attr-defined]
+        else:
+            consumer.assign(starts)  # type: ignore[attr-defined]
+
+    # -- the loop -----------------------------------------------------------------------
+    def run(self, should_stop: Callable[[], bool]) -> None:
+        try:
+            while not should_stop():
+                self.step()
+            self.drain()
+        finally:
+            self.close()
+
+    def step(self) -> None:
+        """One iteration: read side topics, fetch, start what fits, settle what finished."""
+        self._read_control()
+        self._read_history()
+        capacity = self.config.concurrency - len(self.running)
+        backlog = sum(len(q) for q in self.backlog.values())
+        # Always poll (membership, rebalances); paused partitions bound the backlog.
+        fetch = max(1, 2 * self.config.concurrency - backlog)
+        idle = not self.running and not backlog
+        for msg in self.consumer.consume(num_messages=fetch, timeout=0.1 if idle else 0.005):
+            self._accept(msg)
+        if capacity > 0:
+            self._start_some(capacity)
+        self._flow_control()
+        self._collect(wait=0)
+        self.settle()
+        if time.monotonic() >= self._maintenance:
+            self._maintain()
+
+    def drain(self) -> None:
+        """SIGTERM: stop fetching, let running attempts finish within the grace period."""
+        deadline = time.monotonic() + self.config.grace_s
+        while self.running and time.monotonic() < deadline:
+            self._read_control()
+            self._collect(wait=0.1)
+            self.settle()
+        if self.running:
+            log.warning("%d runs still executing after the grace period", len(self.running))
+
+    def close(self) -> None:
+        try:
+            self.settle()
+        finally:
+            self.consumer.close()
+            self.history.close()
+            self.control.close()
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            self.publisher.close()
+            self._target_producer.flush(10)
+            http = self.executors["http"]
+            if isinstance(http, HttpExecutor):
+                http.close()
+
+    # -- input --------------------------------------------------------------------------
+    def _accept(self, msg: Message) -> None:
+        error = msg.error()
+        if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF:
+                return
+            raise KafkaException(error)
+        topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
+        tracker = self.trackers.get((topic, partition))
+        if tracker is None:
+            return
+        tracker.start(offset)
+        try:
+            run = self.codec.decode(msg.value(), RunRequest)
+        except DecodeError as exc:
+            pending = Pending(topic, partition, offset, run=_placeholder(msg))
+            pending.extra.append((self.topics.dlq, self._letter(msg, f"undecodable run: {exc}")))
+            self.done.append(pending)
+            return
+        pending = Pending(topic, partition, offset, run)
+        replayed = offset < self.replay_until.get((topic, partition), 0)
+        if run.possible_duplicate or replayed:
+            tp = TopicPartition(self.topics.history, partition)
+            pending.history_needed = watermarks(self.history, tp)[1]
+        self.backlog[self.priority_of[topic]].append(pending)
+
+    def _read_history(self) -> None:
+        if not self.history_read:
+            return
+        for msg in self.history.consume(num_messages=5000, timeout=0):
+            if msg.error() is not None:
+                continue
+            self.history_read[msg.partition() or 0] = (msg.offset() or 0) + 1
+            h: dict[str, bytes] = {}
+            raw: Any = msg.headers() or []
+            for name, value in raw:
+                if name in ("run_id", "attempt", "status") and isinstance(value, bytes):
+                    h[name] = value
+            try:
+                self.dedup.note(
+                    h["run_id"].decode(), int(h["attempt"]), h["status"].decode(),
+                    msg.timestamp()[1],
+                )  # fmt: skip
+            except (KeyError, ValueError, UnicodeDecodeError):
+                continue  # not a cronstream outcome record
+
+    def _read_control(self) -> None:
+        for msg in self.control.consume(num_messages=1000, timeout=0):
+            if msg.error() is not None:
+                continue
+            try:
+                command = self.codec.decode(msg.value(), ControlCommand)
+            except DecodeError as exc:
+                log.warning("ignoring undecodable control record: %s", exc)
+                continue
+            self.cancels[command.run_id] = to_ms(command.issued_at)
+            for pending in self.running.values():
+                if pending.run.run_id == command.run_id and pending.context is not None:
+                    pending.context.cancelled.set()
+
+    # -- starting -----------------------------------------------------------------------
+    def _next(self) -> Pending | None:
+        order = [Priority.HIGH, Priority.NORMAL, Priority.LOW]
+        self.starts += 1
+        if self.starts % self.config.low_share == 0:
+            order.reverse()  # the lowest non-empty backlog gets this start
+        for priority in order:
+            queue = self.backlog[priority]
+            if queue and self._history_ready(queue[0]):
+                return queue.popleft()
+        return None
+
+    def _history_ready(self, pending: Pending) -> bool:
+        needed = pending.history_needed
+        return needed is None or self.history_read.get(pending.partition, -1) >= needed
+
+    def _start_some(self, capacity: int) -> None:
+        while capacity > 0:
+            pending = self._next()
+            if pending is None:
+                return
+            run = pending.run
+            now_ms = _now_ms()
+            if run.run_id in self.cancels:
+                self._finish(pending, RunStatus.CANCELED, "cancelled before it started")
+                continue
+            active = any(p.run.run_id == run.run_id for p in self.running.values())
+            if active or self.dedup.seen(run.run_id, run.attempt):
+                self._finish(pending, RunStatus.DUPLICATE, "already executed (see history)")
+                continue
+            executor = self.executors.get(run.target.type)
+            context = RunContext(
+                run_id=run.run_id, job_id=run.job_id, attempt=run.attempt,
+                scheduled_at=run.scheduled_at, payload=run.payload, tenant=run.tenant,
+                deadline=time.monotonic() + run.timeout_ms / 1000,
+            )  # fmt: skip
+            pending.context = context
+            pending.started = time.monotonic()
+            self._publish_outcome(pending, RunStatus.STARTED, None, final=False)
+            metrics.runs_started.labels(run.target.type).inc()
+            metrics.fire_to_start.observe(max(0, now_ms - to_ms(run.fired_at)) / 1000)
+            if executor is None:
+                self._fail(pending, TargetInvalid(f"unknown target type {run.target.type!r}"))
+                continue
+            future = self.pool.submit(executor.execute, run.target, context)
+            self.running[future] = pending
+            capacity -= 1
+        metrics.in_flight.set(len(self.running))
+
+    def _flow_control(self) -> None:
+        limit = 2 * self.config.concurrency
+        for priority, queue in self.backlog.items():
+            parts = [TopicPartition(t, p) for (t, p) in self.trackers
+                     if self.priority_of.get(t) is priority]  # fmt: skip
+            if not parts:
+                continue
+            if len(queue) >= limit and priority not in self.paused:
+                self.consumer.pause(parts)
+                self.paused.add(priority)
+            elif len(queue) < limit // 2 and priority in self.paused:
+                self.consumer.resume(parts)
+                self.paused.discard(priority)
+
+    # -- finishing ----------------------------------------------------------------------
+    def _collect(self, wait: float) -> None:
+        if wait and self.running:
+            time.sleep(wait)
+        now = time.monotonic()
+        for future, pending in list(self.running.items()):
+            context = pending.context
+            assert context is not None
+            if future.done():
+                del self.running[future]
+                if future in self.abandoned:
+                    continue
+                try:
+                    detail = future.result()
+                except ExecutionFailed as exc:
+                    self._fail(pending, exc)
+                    continue
+                if context.cancelled.is_set() and pending.run.run_id in self.cancels:
+                    self._finish(pending, RunStatus.SUCCEEDED, detail + " (cancel came late)")
+                else:
+                    self._finish(pending, RunStatus.SUCCEEDED, detail)
+            elif now > context.deadline + ABANDON_AFTER_S:
+                # The executor ignores its deadline (a python callable): give up on it.
+                context.cancelled.set()
+                del self.running[future]
+                self._fail(pending, TimedOut("timed out; the callable did not stop"))
+        metrics.in_flight.set(len(self.running))
+
+    def _fail(self, pending: Pending, exc: ExecutionFailed) -> None:
+        run = pending.run
+        error = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, Cancelled) or (
+            pending.context is not None and pending.context.cancelled.is_set()
+            and run.run_id in self.cancels
+        ):  # fmt: skip
+            self._finish(pending, RunStatus.CANCELED, error)
+            return
+        status = RunStatus.TIMED_OUT if isinstance(exc, TimedOut) else RunStatus.FAILED
+        due = next_attempt_due(run.retry, run.attempt, _now_ms()) if exc.retriable else None
+        if due is None:
+            why = "no attempts left" if exc.retriable else "retrying cannot help"
+            self._finish(pending, RunStatus.DEAD_LETTERED, f"{error} ({why})")
+            pending.extra.append((self.topics.dlq, self._run_letter(run, f"{error} ({why})")))
+            return
+        self._publish_outcome(pending, status, error, next_attempt_ms=due)
+        retry = replace(
+            run, attempt=run.attempt + 1, trigger=Trigger.RETRY, possible_duplicate=False,
+            fired_at=from_ms(due),
+        )  # fmt: skip
+        timer = TimerRequest(
+            timer_id=f"{run.run_id}#{retry.attempt}", job_id=run.job_id, due_at=from_ms(due),
+            reason=TimerReason.RETRY, created_at=from_ms(_now_ms()), run=retry,
+        )  # fmt: skip
+        pending.extra.append((self.topics.timers, timer))
+        metrics.runs_finished.labels("RETRIED", run.target.type).inc()
+        self.done.append(pending)
+
+    def _finish(self, pending: Pending, status: RunStatus, detail: str | None) -> None:
+        error = None if status is RunStatus.SUCCEEDED else detail
+        self._publish_outcome(pending, status, error)
+        self.done.append(pending)
+
+    def _publish_outcome(
+        self,
+        pending: Pending,
+        status: RunStatus,
+        error: str | None,
+        *,
+        final: bool = True,
+        next_attempt_ms: int | None = None,
+    ) -> None:
+        run = pending.run
+        now_ms = _now_ms()
+        started_ms = now_ms - int((time.monotonic() - pending.started) * 1000)
+        ran = pending.started > 0 and status is not RunStatus.STARTED
+        outcome = RunOutcome(
+            run_id=run.run_id, job_id=run.job_id, status=status, scheduled_at=run.scheduled_at,
+            recorded_at=from_ms(now_ms), tenant=run.tenant, attempt=run.attempt,
+            trigger=run.trigger,
+            started_at=from_ms(started_ms) if pending.started else None,
+            finished_at=from_ms(now_ms) if ran else None,
+            duration_ms=now_ms - started_ms if ran else None,
+            error=error[:2000] if error else None,
+            next_attempt_at=from_ms(next_attempt_ms) if next_attempt_ms else None,
+            target_type=run.target.type, worker=self.config.name,
+        )  # fmt: skip
+        if final:
+            pending.outcome.append(outcome)
+            self.dedup.note(run.run_id, run.attempt, status.value, now_ms)
+            metrics.runs_finished.labels(status.value, run.target.type).inc()
+            if ran:
+                metrics.run_duration.observe((now_ms - started_ms) / 1000)
+        else:
+            self.publisher.publish(self.topics.history, outcome)
+
+    def settle(self, only: set[tuple[str, int]] | None = None) -> None:
+        """Make finished runs durable and move the committed offsets. In order:
+
+        1. Publish each finished run's outcome to history, and its retry timer or DLQ
+           record when it has one.
+        2. Flush: every record of step 1 is acknowledged by Kafka (a failure raises
+           here, before anything is committed).
+        3. Mark the runs' offsets finished and commit, per partition, the first offset
+           still unfinished (never past a run that has not settled).
+
+        A crash before step 3 leaves the runs uncommitted: another worker reads them
+        again, finds their outcomes in history, and records DUPLICATE instead of
+        executing them a second time.
+        """
+        if not self.done:
+            return
+        ready = [p for p in self.done if only is None or (p.topic, p.partition) in only]
+        if not ready:
+            return
+        self.done = [p for p in self.done if p not in ready]
+        # 1. publish
+        for pending in ready:
+            for outcome in pending.outcome:
+                self.publisher.publish(self.topics.history, outcome)
+            for topic, event in pending.extra:
+                self.publisher.publish(topic, event)
+        # 2. flush
+        self.publisher.flush()
+        # 3. commit
+        touched = set()
+        for pending in ready:
+            tracker = self.trackers.get((pending.topic, pending.partition))
+            if tracker is not None:
+                tracker.finish(pending.offset)
+                touched.add((pending.topic, pending.partition))
+        offsets = []
+        for topic, partition in touched:
+            point = self.trackers[(topic, partition)].commit_point()
+            if point is not None:
+                offsets.append(TopicPartition(topic, partition, point))
+        if offsets:
+            try:
+                self.consumer.commit(offsets=offsets, asynchronous=False)
+            except KafkaException as exc:
+                log.warning("commit refused (%s); those runs will be read again and deduped", exc)
+
+    # -- bad input and housekeeping -----------------------------------------------------
+    def _letter(self, msg: Message, reason: str) -> DeadLetter:
+        key = msg.key()
+        metrics.dead_letters.labels(STAGE).inc()
+        return DeadLetter(
+            reason=reason, stage=STAGE, source_topic=msg.topic() or "",
+            source_partition=msg.partition() or 0, source_offset=msg.offset() or 0,
+            dead_at=from_ms(_now_ms()), source_key=key if isinstance(key, bytes) else None,
+            source_value=msg.value(),
+            job_id=key.decode("utf-8", "replace") if isinstance(key, bytes) else None,
+        )  # fmt: skip
+
+    def _run_letter(self, run: RunRequest, reason: str) -> DeadLetter:
+        metrics.dead_letters.labels(STAGE).inc()
+        return DeadLetter(
+            reason=reason, stage=STAGE, source_topic=self.topics.runs(run.priority),
+            source_partition=-1, source_offset=-1, dead_at=from_ms(_now_ms()),
+            job_id=run.job_id, run_id=run.run_id, attempt=run.attempt,
+        )  # fmt: skip
+
+    def _maintain(self) -> None:
+        self._maintenance = time.monotonic() + 5
+        now_ms = _now_ms()
+        self.dedup.prune(now_ms)
+        cut = now_ms - self.config.lookback_ms
+        self.cancels = {k: v for k, v in self.cancels.items() if v >= cut}
+        try:
+            positions = self.consumer.position([TopicPartition(t, p) for (t, p) in self.trackers])
+        except KafkaException:
+            return
+        for tp in positions:
+            if tp.offset < 0:
+                continue
+            _, high = self.consumer.get_watermark_offsets(tp, cached=True) or (0, 0)
+            metrics.consumer_lag.labels(tp.topic, str(tp.partition)).set(max(0, high - tp.offset))
+
+
+def _placeholder(msg: Message) -> RunRequest:
+    """Stands in for a run that could not be decoded (only its offset matters)."""
+    from schemas.events import EPOCH, Target
+
+    key = msg.key()
+    job = key.decode("utf-8", "replace") if isinstance(key, bytes) else "?"
+    return RunRequest(run_id=f"{job}@undecodable", job_id=job, scheduled_at=EPOCH,
+                      fired_at=EPOCH, target=Target(type="none"))  # fmt: skip
+
+
+def _names(partitions: list[TopicPartition]) -> str:
+    return ", ".join(f"{tp.topic}/{tp.partition}" for tp in partitions) or "nothing"
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
