@@ -151,6 +151,8 @@ class Worker:
         self.dedup = Dedup(config.lookback_ms)
         self.cancels: dict[str, int] = {}
         self.starts = 0
+        # Runs read ahead of execution, per priority: enough to choose by priority.
+        self._backlog_limit = max(256, 4 * config.concurrency)
         self._maintenance = 0.0
         self.pool = ThreadPoolExecutor(config.concurrency, thread_name_prefix="run")
         self._target_producer = kafka_producer(settings)
@@ -258,7 +260,7 @@ class Worker:
         capacity = self.config.concurrency - len(self.running)
         backlog = sum(len(q) for q in self.backlog.values())
         # Always poll (membership, rebalances); paused partitions bound the backlog.
-        fetch = max(1, 2 * self.config.concurrency - backlog)
+        fetch = max(1, self._backlog_limit - backlog)
         idle = not self.running and not backlog
         for msg in self.consumer.consume(num_messages=fetch, timeout=0.1 if idle else 0.005):
             self._accept(msg)
@@ -404,7 +406,7 @@ class Worker:
         metrics.in_flight.set(len(self.running))
 
     def _flow_control(self) -> None:
-        limit = 2 * self.config.concurrency
+        limit = self._backlog_limit
         for priority, queue in self.backlog.items():
             parts = [TopicPartition(t, p) for (t, p) in self.trackers
                      if self.priority_of.get(t) is priority]  # fmt: skip

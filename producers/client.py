@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from datetime import datetime
 
@@ -197,27 +197,36 @@ class JobClient:
         The run id is ``JOB@manual:KEY``: triggering twice with the same key names the same
         run, which workers execute once. Without a key every call is a new run.
         """
+        (run,) = self.trigger_many(job_id, [idempotency_key], now=now)
+        return run
+
+    def trigger_many(
+        self, job_id: str, idempotency_keys: Sequence[str | None], *, now: datetime | None = None
+    ) -> list[RunRequest]:
+        """Send one manual run per key (None: a fresh key) after reading the job once."""
         job = self.get(job_id)
         if job is None:
             raise UnknownJob(job_id)
         now = now or utc_now()
-        key = idempotency_key or uuid.uuid4().hex
-        run = RunRequest(
-            run_id=manual_run_id(job_id, key),
-            job_id=job_id,
-            tenant=job.tenant,
-            scheduled_at=now,
-            fired_at=now,
-            trigger=Trigger.MANUAL,
-            target=job.target,
-            payload=job.payload,
-            priority=job.priority,
-            timeout_ms=job.timeout_ms,
-            retry=job.retry,
-        )
-        self.publisher.publish(self.topics.runs(job.priority), run)
+        runs = []
+        for key in idempotency_keys:
+            run = RunRequest(
+                run_id=manual_run_id(job_id, key or uuid.uuid4().hex),
+                job_id=job_id,
+                tenant=job.tenant,
+                scheduled_at=now,
+                fired_at=now,
+                trigger=Trigger.MANUAL,
+                target=job.target,
+                payload=job.payload,
+                priority=job.priority,
+                timeout_ms=job.timeout_ms,
+                retry=job.retry,
+            )
+            self.publisher.publish(self.topics.runs(job.priority), run)
+            runs.append(run)
         self.publisher.flush()
-        return run
+        return runs
 
     def cancel(self, run_id: str, *, reason: str | None = None) -> ControlCommand:
         """Ask every worker to cancel ``run_id`` (running: stopped; queued: never started)."""

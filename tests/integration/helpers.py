@@ -87,30 +87,41 @@ def read_topic(settings: Settings, topic: str) -> list[Record]:
         consumer.close()
 
 
-class SchedulerProcess:
-    """A `cronstream scheduler` subprocess in a test's namespace, logging to a file."""
+class CronstreamProcess:
+    """A long-running `cronstream <command>` subprocess in a test's namespace, logging
+    to a file (a scheduler or a worker)."""
 
-    def __init__(self, settings: Settings, log_dir: Path, name: str, *args: str) -> None:
+    def __init__(
+        self, settings: Settings, log_dir: Path, name: str, *args: str, command: str = "scheduler"
+    ) -> None:
         self.name = name
         self.log_path = log_dir / f"{name}.log"
         self._log = self.log_path.open("w")
+        extra = ["--session-timeout-ms", "6000"] if command == "scheduler" else []
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cronstream.cli", "scheduler", "--name", name,
-             "--session-timeout-ms", "6000", *args],
+            [sys.executable, "-m", "cronstream.cli", command, "--name", name, *extra, *args],
             env=cli_env(settings), stdout=self._log, stderr=subprocess.STDOUT,
         )  # fmt: skip
 
     def log(self) -> str:
         return self.log_path.read_text()
 
-    def wait_live(self, partitions: int = 1, timeout: float = 60) -> None:
+    def wait_live(self, partitions: int = 1, timeout: float = 60, text: str = " live: ") -> None:
+        """Until the log shows ``text`` ``partitions`` times (a worker: "assigned")."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.log().count(" live: ") >= partitions:
+            if self.log().count(text) >= partitions:
                 return
             assert self.proc.poll() is None, f"{self.name} died:\n{self.log()[-3000:]}"
             time.sleep(0.2)
         raise AssertionError(f"{self.name} never went live:\n{self.log()[-3000:]}")
+
+    def cleanup(self) -> None:
+        """Test teardown: kill whatever still runs and close the log."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
 
     def kill9(self) -> None:
         self.proc.send_signal(signal.SIGKILL)

@@ -23,7 +23,7 @@ from schemas.catalog import Topics
 from schemas.events import Priority, RunOutcome, iso
 from schemas.registry import RegistryClient
 from schemas.serde import Codec
-from tests.integration.helpers import SchedulerProcess, read_topic
+from tests.integration.helpers import CronstreamProcess, read_topic
 
 pytestmark = pytest.mark.integration
 URL = "https://example.com/hook"
@@ -59,25 +59,23 @@ def slot_seconds(run_id: str) -> int:
 
 
 @pytest.fixture
-def schedulers(ns: Settings, tmp_path: Path) -> Iterator[list[SchedulerProcess]]:
-    started: list[SchedulerProcess] = []
+def schedulers(ns: Settings, tmp_path: Path) -> Iterator[list[CronstreamProcess]]:
+    started: list[CronstreamProcess] = []
     yield started
     for proc in started:
-        if proc.proc.poll() is None:
-            proc.proc.kill()
-            proc.proc.wait()
+        proc.cleanup()
 
 
 def start(
-    ns: Settings, tmp_path: Path, started: list[SchedulerProcess], name: str, *args: str
-) -> SchedulerProcess:
-    proc = SchedulerProcess(ns, tmp_path, name, *args)
+    ns: Settings, tmp_path: Path, started: list[CronstreamProcess], name: str, *args: str
+) -> CronstreamProcess:
+    proc = CronstreamProcess(ns, tmp_path, name, *args)
     started.append(proc)
     return proc
 
 
 def test_kill9_failover_leaves_no_slot_without_a_run_request(
-    ns: Settings, tmp_path: Path, schedulers: list[SchedulerProcess]
+    ns: Settings, tmp_path: Path, schedulers: list[CronstreamProcess]
 ) -> None:
     jobs = [f"f-{i:02d}" for i in range(24)]
     put(ns, *({"id": job, "every": "1s"} for job in jobs))
@@ -120,7 +118,7 @@ def iso_s(epoch_s: int) -> str:
 
 
 def test_pause_resume_and_delete_take_effect_within_a_second(
-    ns: Settings, tmp_path: Path, schedulers: list[SchedulerProcess]
+    ns: Settings, tmp_path: Path, schedulers: list[CronstreamProcess]
 ) -> None:
     put(ns, {"id": "p", "every": "1s"}, {"id": "d", "every": "1s"})
     sched = start(ns, tmp_path, schedulers, "s")
@@ -155,7 +153,7 @@ def test_pause_resume_and_delete_take_effect_within_a_second(
 
 
 def test_one_time_job_fires_exactly_once_across_restarts(
-    ns: Settings, tmp_path: Path, schedulers: list[SchedulerProcess]
+    ns: Settings, tmp_path: Path, schedulers: list[CronstreamProcess]
 ) -> None:
     at = time.time() + 4
     put(ns, {"id": "once", "at": iso_s(int(at) + 1)}, {"id": "tick", "every": "1s"})
@@ -179,7 +177,7 @@ OUTAGE_S = int(os.environ.get("CRONSTREAM_TEST_OUTAGE_S", "180"))
 
 
 def test_outage_catches_up_by_each_jobs_policy_and_records_the_rest(
-    ns: Settings, tmp_path: Path, schedulers: list[SchedulerProcess]
+    ns: Settings, tmp_path: Path, schedulers: list[CronstreamProcess]
 ) -> None:
     every = max(2, OUTAGE_S // 18)  # about 18 slots fall into the outage
     window = f"{every * 6}s"
@@ -231,7 +229,7 @@ def test_outage_catches_up_by_each_jobs_policy_and_records_the_rest(
 
 
 def test_bad_definitions_go_to_the_dlq_and_the_partition_keeps_firing(
-    ns: Settings, tmp_path: Path, schedulers: list[SchedulerProcess]
+    ns: Settings, tmp_path: Path, schedulers: list[CronstreamProcess]
 ) -> None:
     from producers.publisher import Publisher
     from schemas.events import CronSchedule, DeadLetter, JobDefinition, Target, utc_now
@@ -271,7 +269,7 @@ def test_bad_definitions_go_to_the_dlq_and_the_partition_keeps_firing(
 
 
 def test_retry_timer_is_held_durably_across_a_kill9_and_fires_when_due(
-    ns: Settings, tmp_path: Path, schedulers: list[SchedulerProcess]
+    ns: Settings, tmp_path: Path, schedulers: list[CronstreamProcess]
 ) -> None:
     from datetime import timedelta
 

@@ -1,0 +1,249 @@
+"""Workers against the real broker and a real HTTP target that records every
+Idempotency-Key it receives: crash recovery, retries, dead letters, cancels, priority,
+graceful restarts and bad input."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cronstream.settings import Settings
+from producers.client import JobClient
+from producers.publisher import Publisher
+from producers.spec import job_from_spec
+from schemas.catalog import Topics
+from schemas.events import DeadLetter, Priority, RunOutcome
+from schemas.events import Target as RunTarget
+from schemas.registry import RegistryClient
+from schemas.serde import Codec
+from tests.integration.helpers import CronstreamProcess, read_topic
+
+pytestmark = pytest.mark.integration
+
+
+class Target:
+    """An HTTP server on 127.0.0.1 that records (time, path, Idempotency-Key)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[float, str, str]] = []
+        lock = threading.Lock()
+        calls = self.calls
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                self.rfile.read(length)
+                with lock:
+                    calls.append((time.time(), self.path, self.headers["Idempotency-Key"]))
+                if self.path.startswith("/slow"):
+                    time.sleep(1.0)
+                status = 500 if self.path.startswith("/fail") else 200
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def keys(self, path: str) -> Counter[str]:
+        return Counter(key for _, p, key in self.calls if p.startswith(path))
+
+
+@pytest.fixture
+def target() -> Iterator[Target]:
+    t = Target()
+    yield t
+    t.server.shutdown()
+    t.server.server_close()
+
+
+@pytest.fixture
+def procs() -> Iterator[list[CronstreamProcess]]:
+    started: list[CronstreamProcess] = []
+    yield started
+    for proc in started:
+        proc.cleanup()
+
+
+def worker(ns: Settings, tmp: Path, procs: list[CronstreamProcess], name: str, *args: str
+           ) -> CronstreamProcess:  # fmt: skip
+    proc = CronstreamProcess(ns, tmp, name, "--http-allow", "127.0.0.0/8", *args, command="worker")
+    procs.append(proc)
+    proc.wait_live(1, text="assigned")
+    return proc
+
+
+def put(ns: Settings, **spec: Any) -> None:
+    with JobClient(ns) as client:
+        client.put(job_from_spec(spec, max_payload_bytes=65536))
+
+
+def trigger(ns: Settings, job_id: str, keys: list[str]) -> list[str]:
+    with JobClient(ns) as client:
+        return [run.run_id for run in client.trigger_many(job_id, keys)]
+
+
+def outcomes(ns: Settings) -> list[RunOutcome]:
+    with RegistryClient(ns.registry_url) as registry:
+        codec = Codec(registry)
+        return [codec.decode(r.value, RunOutcome) for r in read_topic(ns, Topics(ns).history)]
+
+
+def wait_for(ns: Settings, predicate: Any, timeout: float = 90) -> list[RunOutcome]:
+    deadline = time.monotonic() + timeout
+    while True:
+        seen = outcomes(ns)
+        if predicate(seen):
+            return seen
+        if time.monotonic() > deadline:
+            statuses = Counter(o.status.value for o in seen)
+            raise AssertionError(f"timed out; outcomes so far: {dict(statuses)}")
+        time.sleep(1)
+
+
+def settled(run_ids: list[str], status: str = "SUCCEEDED") -> Any:
+    def check(seen: list[RunOutcome]) -> bool:
+        done = {o.run_id for o in seen if o.status.value == status}
+        return all(r in done for r in run_ids)
+
+    return check
+
+
+def test_kill9_of_a_worker_mid_run_completes_every_run_with_one_effect(
+    ns: Settings, tmp_path: Path, target: Target, procs: list[CronstreamProcess]
+) -> None:
+    put(ns, id="slow", target="http", url=f"{target.url}/slow", timeout="10s")
+    a = worker(ns, tmp_path, procs, "a", "--concurrency", "8")
+    b = worker(ns, tmp_path, procs, "b", "--concurrency", "8")
+    time.sleep(3)  # both members settled
+    run_ids = trigger(ns, "slow", [f"k{i}" for i in range(80)])
+    time.sleep(2.5)  # a is mid-run
+    a.kill9()
+    wait_for(ns, settled(run_ids), timeout=120)
+    b.stop()
+    seen = target.keys("/slow")
+    assert set(run_ids) <= set(seen), "a run never reached the target"
+    repeats = sum(n - 1 for n in seen.values())
+    print(f"\nkill -9: {len(run_ids)} runs, every one succeeded; {repeats} executions repeated "
+          "(runs in flight on the killed worker), each with the same Idempotency-Key")  # fmt: skip
+
+
+def test_retries_stay_within_backoff_bounds_then_dead_letter(
+    ns: Settings, tmp_path: Path, target: Target, procs: list[CronstreamProcess]
+) -> None:
+    put(ns, id="bad", target="http", url=f"{target.url}/fail", max_attempts=3,
+        backoff="1s..2s")  # fmt: skip
+    sched = CronstreamProcess(ns, tmp_path, "sched")
+    procs.append(sched)
+    sched.wait_live(12)
+    worker(ns, tmp_path, procs, "w")
+    (run_id,) = trigger(ns, "bad", ["once"])
+    seen = wait_for(ns, settled([run_id], "DEAD_LETTERED"), timeout=60)
+    mine = sorted((o for o in seen if o.run_id == run_id), key=lambda o: o.recorded_at)
+    assert [o.attempt for o in mine if o.status.value == "STARTED"] == [1, 2, 3]
+    failed = {o.attempt: o for o in mine if o.status.value == "FAILED"}
+    started = {o.attempt: o for o in mine if o.status.value == "STARTED"}
+    for attempt, ceiling in ((1, 1.0), (2, 2.0)):
+        wait = (started[attempt + 1].recorded_at - failed[attempt].recorded_at).total_seconds()
+        assert 0 <= wait <= ceiling + 1.0, f"attempt {attempt + 1} waited {wait:.2f}s"
+        assert failed[attempt].next_attempt_at is not None
+    assert target.keys("/fail")[run_id] == 3
+    with RegistryClient(ns.registry_url) as registry:
+        letters = [Codec(registry).decode(r.value, DeadLetter)
+                   for r in read_topic(ns, Topics(ns).dlq)]  # fmt: skip
+    (letter,) = [d for d in letters if d.run_id == run_id]
+    assert "HTTP 500" in letter.reason
+    assert letter.attempt == 3
+
+
+def test_cancel_stops_a_running_run_and_prevents_a_queued_one(
+    ns: Settings, tmp_path: Path, procs: list[CronstreamProcess]
+) -> None:
+    put(ns, id="long", target="shell", command="sleep 60", timeout="2m")
+    worker(ns, tmp_path, procs, "w", "--shell-allow", "sleep")
+    (running,) = trigger(ns, "long", ["running"])
+    wait_for(ns, settled([running], "STARTED"), timeout=30)
+    with JobClient(ns) as client:
+        client.cancel(running, reason="test")
+        client.cancel("long@manual:queued", reason="before it is queued")
+    (queued,) = trigger(ns, "long", ["queued"])
+    seen = wait_for(ns, settled([running, queued], "CANCELED"), timeout=30)
+    assert not [o for o in seen if o.run_id == queued and o.status.value == "STARTED"]
+    cancel = next(o for o in seen if o.run_id == running and o.status.value == "CANCELED")
+    assert cancel.duration_ms is not None
+    assert cancel.duration_ms < 30_000
+
+
+def test_graceful_restart_re_executes_nothing(
+    ns: Settings, tmp_path: Path, target: Target, procs: list[CronstreamProcess]
+) -> None:
+    put(ns, id="ok", target="http", url=f"{target.url}/ok")
+    first = worker(ns, tmp_path, procs, "first")
+    run_ids = trigger(ns, "ok", [f"g{i}" for i in range(40)])
+    time.sleep(0.5)
+    first.stop()  # SIGTERM while runs are in flight or queued
+    worker(ns, tmp_path, procs, "second")
+    wait_for(ns, settled(run_ids), timeout=60)
+    time.sleep(2)
+    seen = target.keys("/ok")
+    assert set(run_ids) <= set(seen)
+    assert max(seen.values()) == 1, f"re-executed: {[k for k, n in seen.items() if n > 1]}"
+
+
+def test_high_priority_backlog_is_served_before_low(
+    ns: Settings, tmp_path: Path, target: Target, procs: list[CronstreamProcess]
+) -> None:
+    put(ns, id="hi", target="http", url=f"{target.url}/ok", priority="high")
+    put(ns, id="lo", target="http", url=f"{target.url}/ok", priority="low")
+    low = trigger(ns, "lo", [f"l{i}" for i in range(40)])
+    high = trigger(ns, "hi", [f"h{i}" for i in range(40)])
+    worker(ns, tmp_path, procs, "w", "--concurrency", "1")
+    wait_for(ns, settled(low + high), timeout=90)
+    order = [key for _, _, key in sorted(target.calls)]
+    first_half = order[:40]
+    highs = sum(1 for key in first_half if key.startswith("hi@"))
+    print(f"\npriority: {highs} of the first 40 executions were high (40 high, 40 low queued)")
+    assert highs >= 32, order
+    assert any(key.startswith("lo@") for key in first_half), "low priority was starved"
+
+
+def test_bad_run_records_are_dead_lettered_and_the_partition_keeps_flowing(
+    ns: Settings, tmp_path: Path, target: Target, procs: list[CronstreamProcess]
+) -> None:
+    topics = Topics(ns)
+    put(ns, id="ok", target="http", url=f"{target.url}/ok")
+    put(ns, id="odd", target="http", url=f"{target.url}/ok")
+    publisher = Publisher(ns)
+    publisher.produce_raw(topics.runs(Priority.NORMAL), "ok", b"\x00\x00\x00\x00\x01junk", [])
+    publisher.flush()
+    with JobClient(ns) as client:
+        run = client.trigger("odd", idempotency_key="x")
+    strange = replace(run, run_id="odd@manual:ftp", target=RunTarget(type="ftp"))
+    publisher.publish(topics.runs(Priority.NORMAL), strange)
+    publisher.close()
+    good = trigger(ns, "ok", ["after"])
+    worker(ns, tmp_path, procs, "w")
+    wait_for(ns, settled(good), timeout=60)
+    seen = wait_for(ns, settled(["odd@manual:ftp"], "DEAD_LETTERED"), timeout=30)
+    ftp = next(
+        o for o in seen if o.run_id == "odd@manual:ftp" and o.status.value == "DEAD_LETTERED"
+    )
+    assert "unknown target type 'ftp'" in (ftp.error or "")
+    with RegistryClient(ns.registry_url) as registry:
+        letters = [Codec(registry).decode(r.value, DeadLetter) for r in read_topic(ns, topics.dlq)]
+    reasons = defaultdict(list)
+    for letter in letters:
+        reasons[letter.source_topic].append(letter.reason)
+    assert any("undecodable run" in r for r in reasons[topics.runs(Priority.NORMAL)])
