@@ -459,9 +459,15 @@ class Worker:
         status = RunStatus.TIMED_OUT if isinstance(exc, TimedOut) else RunStatus.FAILED
         due = next_attempt_due(run.retry, run.attempt, _now_ms()) if exc.retriable else None
         if due is None:
-            why = "no attempts left" if exc.retriable else "retrying cannot help"
-            self._finish(pending, RunStatus.DEAD_LETTERED, f"{error} ({why})")
-            pending.extra.append((self.topics.dlq, self._run_letter(run, f"{error} ({why})")))
+            # Out of attempts: DEAD_LETTERED. Hopeless from the start (unknown target
+            # type, refused address, HTTP 404): FAILED without a next attempt. Both leave
+            # a DLQ record with the error.
+            if exc.retriable:
+                final, why = RunStatus.DEAD_LETTERED, f"{error} (no attempts left)"
+            else:
+                final, why = RunStatus.FAILED, f"{error} (not retried: retrying cannot help)"
+            self._finish(pending, final, why)
+            pending.extra.append((self.topics.dlq, self._run_letter(run, why)))
             return
         self._publish_outcome(pending, status, error, next_attempt_ms=due)
         retry = replace(

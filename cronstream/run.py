@@ -5,10 +5,9 @@ prints where everything is, then follows the jobs, execution and history topics 
 prints one compact line per record, so what you do with the CLI in another terminal
 shows up here. Ctrl-C stops this view; `make down` stops the services.
 
-It also runs one scheduler processor (`cronstream scheduler`, log in
-``.stack/logs/scheduler.log``), so schedules fire and their run requests show up here.
-Workers and the history sink join this process list as they land (issues #4-#5); until
-then run requests wait on the execution topics. Ctrl-C stops the scheduler too.
+It also runs one scheduler (`cronstream scheduler`) and one worker (`cronstream worker`),
+logging to ``.stack/logs/<name>.log``, so schedules fire, runs execute and their outcomes
+show up here. The history sink joins this list with issue #5. Ctrl-C stops them too.
 """
 
 from __future__ import annotations
@@ -47,23 +46,38 @@ def main() -> int:
         "(Ctrl-C to stop; `make down` stops the services)\n",
         flush=True,
     )
-    log_path = settings.home / "logs" / "scheduler.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("a") as log:
-        scheduler = subprocess.Popen(
-            [sys.executable, "-m", "cronstream.cli", "scheduler", "--name", "make-run"],
-            stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    print(f"scheduler started (pid {scheduler.pid}, log {log_path})\n", flush=True)
+    logs = settings.home / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    children = []
+    for command in ("scheduler", "worker"):
+        with (logs / f"{command}.log").open("a") as log:
+            children.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "cronstream.cli",
+                        command,
+                        "--name",
+                        f"make-run-{command}",
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+        print(f"{command} started (pid {children[-1].pid}, log {logs / command}.log)", flush=True)
+    print(flush=True)
     try:
         return _follow(settings, topics)
     finally:
-        scheduler.send_signal(signal.SIGTERM)
-        try:
-            scheduler.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            scheduler.kill()
-            scheduler.wait()
+        for child in children:
+            child.send_signal(signal.SIGTERM)
+        for child in children:
+            try:
+                child.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
 
 
 def _follow(settings: Settings, topics: Topics) -> int:

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from datetime import datetime
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from cronstream.connect import kafka_consumer
 from cronstream.settings import Settings
@@ -35,6 +35,16 @@ from schemas.events import (
 from schemas.ids import job_id_of, manual_run_id, partition_for
 from schemas.serde import DecodeError
 
+_TRANSIENT = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+    }
+)
+
 
 def watermarks(consumer: Consumer, tp: TopicPartition, *, timeout: float = 30.0) -> tuple[int, int]:
     """(low, high) offsets of a partition, retrying the broker's transient refusals.
@@ -47,7 +57,10 @@ def watermarks(consumer: Consumer, tp: TopicPartition, *, timeout: float = 30.0)
         try:
             marks = consumer.get_watermark_offsets(tp, timeout=10)
         except KafkaException as exc:
-            if not exc.args[0].retriable() or time.monotonic() > deadline:
+            error = exc.args[0]
+            # librdkafka does not flag every transient refusal retriable here.
+            transient = error.retriable() or error.code() in _TRANSIENT
+            if not transient or time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
             continue

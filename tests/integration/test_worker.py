@@ -236,11 +236,11 @@ def test_bad_run_records_are_dead_lettered_and_the_partition_keeps_flowing(
     good = trigger(ns, "ok", ["after"])
     worker(ns, tmp_path, procs, "w")
     wait_for(ns, settled(good), timeout=60)
-    seen = wait_for(ns, settled(["odd@manual:ftp"], "DEAD_LETTERED"), timeout=30)
-    ftp = next(
-        o for o in seen if o.run_id == "odd@manual:ftp" and o.status.value == "DEAD_LETTERED"
-    )
-    assert "unknown target type 'ftp'" in (ftp.error or "")
+    seen = wait_for(ns, settled(["odd@manual:ftp"], "FAILED"), timeout=30)
+    ftp = [o for o in seen if o.run_id == "odd@manual:ftp" and o.status.value == "FAILED"]
+    assert len(ftp) == 1, "an unknown target type must not be retried"
+    assert "unknown target type 'ftp'" in (ftp[0].error or "")
+    assert ftp[0].next_attempt_at is None
     with RegistryClient(ns.registry_url) as registry:
         letters = [Codec(registry).decode(r.value, DeadLetter) for r in read_topic(ns, topics.dlq)]
     reasons = defaultdict(list)
