@@ -10,12 +10,11 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import socket
 from typing import Any
 
 from consumers.worker import Worker, WorkerConfig
-from cronstream import metrics
+from cronstream.foreground import run_until_signalled, setup_logging
 from cronstream.settings import Settings
 
 
@@ -46,10 +45,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    setup_logging()
     config = WorkerConfig(
         group=args.group or f"{settings.topic_prefix}.workers",
         name=args.name,
@@ -58,17 +54,8 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
         http_allow=tuple(args.http_allow),
         shell_allow=tuple(args.shell_allow),
     )
-    metrics.serve(args.metrics_port)
-    stopping: list[int] = []
-
-    def stop(signum: int, _frame: Any) -> None:
-        stopping.append(signum)
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
     worker = Worker(settings, config)
     logging.getLogger("cronstream.worker").info(
         "worker %s joining group %s", config.name, config.group
     )
-    worker.run(lambda: bool(stopping))
-    return 0
+    return run_until_signalled(worker.run, metrics_port=args.metrics_port)

@@ -11,11 +11,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import socket
 from typing import Any
 
-from cronstream import metrics
+from cronstream.foreground import run_until_signalled, setup_logging
 from cronstream.settings import Settings
 from streams.processor import Processor, ProcessorConfig
 
@@ -50,10 +49,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_scheduler(settings: Settings, args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    setup_logging()
     config = ProcessorConfig(
         group=args.group or f"{settings.topic_prefix}.scheduler",
         threshold_ms=args.misfire_threshold_ms,
@@ -61,17 +57,8 @@ def cmd_scheduler(settings: Settings, args: argparse.Namespace) -> int:
         session_timeout_ms=args.session_timeout_ms,
         name=args.name,
     )
-    metrics.serve(args.metrics_port)
-    stopping: list[int] = []
-
-    def stop(signum: int, _frame: Any) -> None:
-        stopping.append(signum)
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
     processor = Processor(settings, config)
     logging.getLogger("cronstream.scheduler").info(
         "scheduler %s joining group %s", config.name, config.group
     )
-    processor.run(lambda: bool(stopping))
-    return 0
+    return run_until_signalled(processor.run, metrics_port=args.metrics_port)

@@ -1,0 +1,32 @@
+"""Running one long-lived cronstream process (scheduler, worker) in the foreground."""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import Callable
+from typing import Any
+
+from cronstream import metrics
+
+
+def setup_logging() -> None:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+def run_until_signalled(run: Callable[[Callable[[], bool]], None], *, metrics_port: int) -> int:
+    """Serve metrics, then ``run(should_stop)`` until SIGTERM or SIGINT asks it to stop
+    (the process then finishes its own clean handover and returns 0)."""
+    metrics.serve(metrics_port)
+    stopping: list[int] = []
+
+    def stop(signum: int, _frame: Any) -> None:
+        stopping.append(signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    run(lambda: bool(stopping))
+    return 0
