@@ -35,7 +35,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaException, Message, TopicPartition
 
 from consumers.core.backoff import next_attempt_due
 from consumers.core.offsets import OffsetTracker
@@ -53,6 +53,7 @@ from consumers.executors.python import PythonExecutor
 from consumers.executors.shell import ShellExecutor
 from cronstream import metrics
 from cronstream.connect import kafka_consumer, kafka_producer
+from cronstream.records import dead_letter_for, is_record
 from cronstream.settings import Settings
 from producers.client import watermarks
 from producers.publisher import Publisher
@@ -262,8 +263,9 @@ class Worker:
         # Always poll (membership, rebalances); paused partitions bound the backlog.
         fetch = max(1, self._backlog_limit - backlog)
         idle = not self.running and not backlog
+        history_ends: dict[int, int] = {}  # one end-offset query per partition per batch
         for msg in self.consumer.consume(num_messages=fetch, timeout=0.1 if idle else 0.005):
-            self._accept(msg)
+            self._accept(msg, history_ends)
         if capacity > 0:
             self._start_some(capacity)
         self._flow_control()
@@ -297,12 +299,9 @@ class Worker:
                 http.close()
 
     # -- input --------------------------------------------------------------------------
-    def _accept(self, msg: Message) -> None:
-        error = msg.error()
-        if error is not None:
-            if error.code() == KafkaError._PARTITION_EOF:
-                return
-            raise KafkaException(error)
+    def _accept(self, msg: Message, history_ends: dict[int, int]) -> None:
+        if not is_record(msg):
+            return
         topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
         tracker = self.trackers.get((topic, partition))
         if tracker is None:
@@ -312,21 +311,25 @@ class Worker:
             run = self.codec.decode(msg.value(), RunRequest)
         except DecodeError as exc:
             pending = Pending(topic, partition, offset, run=_placeholder(msg))
-            pending.extra.append((self.topics.dlq, self._letter(msg, f"undecodable run: {exc}")))
+            letter = dead_letter_for(msg, stage=STAGE, reason=f"undecodable run: {exc}")
+            pending.extra.append((self.topics.dlq, letter))
             self.done.append(pending)
             return
         pending = Pending(topic, partition, offset, run)
         replayed = offset < self.replay_until.get((topic, partition), 0)
         if run.possible_duplicate or replayed:
-            tp = TopicPartition(self.topics.history, partition)
-            pending.history_needed = watermarks(self.history, tp)[1]
+            end = history_ends.get(partition)
+            if end is None:
+                tp = TopicPartition(self.topics.history, partition)
+                end = history_ends[partition] = watermarks(self.history, tp)[1]
+            pending.history_needed = end
         self.backlog[self.priority_of[topic]].append(pending)
 
     def _read_history(self) -> None:
         if not self.history_read:
             return
         for msg in self.history.consume(num_messages=5000, timeout=0):
-            if msg.error() is not None:
+            if not is_record(msg):
                 continue
             self.history_read[msg.partition() or 0] = (msg.offset() or 0) + 1
             h: dict[str, bytes] = {}
@@ -344,7 +347,7 @@ class Worker:
 
     def _read_control(self) -> None:
         for msg in self.control.consume(num_messages=1000, timeout=0):
-            if msg.error() is not None:
+            if not is_record(msg):
                 continue
             try:
                 command = self.codec.decode(msg.value(), ControlCommand)
@@ -567,17 +570,6 @@ class Worker:
                 log.warning("commit refused (%s); those runs will be read again and deduped", exc)
 
     # -- bad input and housekeeping -----------------------------------------------------
-    def _letter(self, msg: Message, reason: str) -> DeadLetter:
-        key = msg.key()
-        metrics.dead_letters.labels(STAGE).inc()
-        return DeadLetter(
-            reason=reason, stage=STAGE, source_topic=msg.topic() or "",
-            source_partition=msg.partition() or 0, source_offset=msg.offset() or 0,
-            dead_at=from_ms(_now_ms()), source_key=key if isinstance(key, bytes) else None,
-            source_value=msg.value(),
-            job_id=key.decode("utf-8", "replace") if isinstance(key, bytes) else None,
-        )  # fmt: skip
-
     def _run_letter(self, run: RunRequest, reason: str) -> DeadLetter:
         metrics.dead_letters.labels(STAGE).inc()
         return DeadLetter(

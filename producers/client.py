@@ -223,18 +223,11 @@ class JobClient:
         now = now or utc_now()
         runs = []
         for key in idempotency_keys:
-            run = RunRequest(
+            run = job.run_request(
                 run_id=manual_run_id(job_id, key or uuid.uuid4().hex),
-                job_id=job_id,
-                tenant=job.tenant,
                 scheduled_at=now,
                 fired_at=now,
                 trigger=Trigger.MANUAL,
-                target=job.target,
-                payload=job.payload,
-                priority=job.priority,
-                timeout_ms=job.timeout_ms,
-                retry=job.retry,
             )
             self.publisher.publish(self.topics.runs(job.priority), run)
             runs.append(run)

@@ -267,6 +267,24 @@ class JobDefinition(AvroRecord):
     def describe_schedule(self) -> str:
         return self.schedule.describe() if self.schedule else "manual"
 
+    def run_request(
+        self, *, run_id: str, scheduled_at: datetime, fired_at: datetime, trigger: Trigger
+    ) -> RunRequest:
+        """The first attempt of one run of this job (what it executes comes from here)."""
+        return RunRequest(
+            run_id=run_id,
+            job_id=self.job_id,
+            tenant=self.tenant,
+            scheduled_at=scheduled_at,
+            fired_at=fired_at,
+            trigger=trigger,
+            target=self.target,
+            payload=self.payload,
+            priority=self.priority,
+            timeout_ms=self.timeout_ms,
+            retry=self.retry,
+        )
+
 
 def job_headers(job_id: str, *, op: str, detail: str | None = None) -> list[tuple[str, bytes]]:
     """Headers of a jobs-topic record; a tombstone gets them too (op=delete)."""

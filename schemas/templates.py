@@ -51,17 +51,8 @@ class RunTemplate:
         self.priority = job.priority
         self.header_job = job.job_id.encode()
         self._ident = avro_string(job.job_id) + avro_string(job.tenant)
-        probe = RunRequest(
-            run_id="",
-            job_id=job.job_id,
-            tenant=job.tenant,
-            scheduled_at=EPOCH,
-            fired_at=EPOCH,
-            target=job.target,
-            payload=job.payload,
-            priority=job.priority,
-            timeout_ms=job.timeout_ms,
-            retry=job.retry,
+        probe = job.run_request(
+            run_id="", scheduled_at=EPOCH, fired_at=EPOCH, trigger=Trigger.SCHEDULE
         )
         buf = io.BytesIO()
         fastavro.schemaless_writer(buf, parsed_schema(RunRequest.AVRO_NAME), probe.to_avro())

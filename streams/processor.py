@@ -30,7 +30,6 @@ from typing import Any
 from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
-    KafkaError,
     KafkaException,
     Message,
     TopicPartition,
@@ -38,6 +37,7 @@ from confluent_kafka import (
 
 from cronstream import metrics
 from cronstream.connect import kafka_consumer
+from cronstream.records import dead_letter, dead_letter_for, is_record
 from cronstream.settings import Settings
 from producers.publisher import Publisher
 from schemas.catalog import Topics
@@ -165,7 +165,6 @@ class Processor:
         # False once the loop failed (e.g. a delivery error): from then on no checkpoint
         # may claim what was emitted, not even the one a handover would take.
         self._healthy = True
-        self.first_fire_at: float | None = None
         self.consumer = kafka_consumer(
             settings,
             **{
@@ -340,10 +339,7 @@ class Processor:
 
     # -- input --------------------------------------------------------------------------
     def _on_jobs_record(self, msg: Message) -> None:
-        error = msg.error()
-        if error is not None:
-            if error.code() != KafkaError._PARTITION_EOF:
-                raise KafkaException(error)
+        if not is_record(msg):
             # The end of the partition: loading is complete even when the last offsets
             # are gone (compacted tombstones, transaction markers).
             eof = self.owned.get(msg.partition() or 0)
@@ -370,9 +366,10 @@ class Processor:
         if value is None:
             owned.core.delete(key)
             return
-        job = self._schedule(msg, key, value)
+        job = self._schedule(key, value, partition=owned.partition, offset=offset)
         if job is not None:
-            self._emit(owned.core.put(job, now=self._now_ms()), self._now_ms())
+            now = self._now_ms()
+            self._emit(owned.core.put(job, now=now), now)
 
     def _finish_loading(self, owned: Owned) -> None:
         now = self._now_ms()
@@ -382,7 +379,7 @@ class Processor:
         for key, (offset, arrived, value, replaced) in owned.pending.items():
             if value is None:
                 continue
-            job = self._schedule(None, key, value, source=(owned.partition, offset))
+            job = self._schedule(key, value, partition=owned.partition, offset=offset)
             if job is None:
                 continue
             known = checkpoint is not None and offset < checkpoint.jobs_offset
@@ -401,11 +398,8 @@ class Processor:
         self._gauge_partitions()
 
     def _on_timer_record(self, msg: Message) -> None:
-        error = msg.error()
-        if error is not None:
-            if error.code() == KafkaError._PARTITION_EOF:
-                return
-            raise KafkaException(error)
+        if not is_record(msg):
+            return
         partition, offset = msg.partition(), msg.offset()
         owned = self.owned.get(partition) if partition is not None else None
         if owned is None or offset is None:
@@ -414,7 +408,9 @@ class Processor:
         try:
             request = self.codec.decode(msg.value(), TimerRequest)
         except DecodeError as exc:
-            self._dead_letter(msg, f"undecodable timer request: {exc}")
+            self._dead_letter(
+                dead_letter_for(msg, stage=STAGE, reason=f"undecodable timer request: {exc}")
+            )
             return
         checkpoint = owned.checkpoint
         known = checkpoint is not None and offset < checkpoint.timers_offset
@@ -439,16 +435,13 @@ class Processor:
                 return raw.decode() if isinstance(raw, bytes) else str(raw)
         except UnicodeDecodeError:
             pass
-        self._dead_letter(msg, "record key is not a UTF-8 job id")
+        self._dead_letter(
+            dead_letter_for(msg, stage=STAGE, reason="record key is not a UTF-8 job id")
+        )
         return None
 
     def _schedule(
-        self,
-        msg: Message | None,
-        key: str,
-        value: bytes,
-        *,
-        source: tuple[int, int] | None = None,
+        self, key: str, value: bytes, *, partition: int, offset: int
     ) -> JobSchedule | None:
         """The core's view of a definition, or None after dead-lettering a bad one."""
         try:
@@ -458,18 +451,17 @@ class Processor:
             return self._job_schedule(d, value)
         except (DecodeError, CronError, ZoneError) as exc:
             reason = f"invalid job definition: {exc}"
-        if msg is not None:
-            self._dead_letter(msg, reason)
-        else:
-            assert source is not None
-            self._dead_letter_raw(
-                self.topics.jobs,
-                partition=source[0],
-                offset=source[1],
-                key=key,
-                value=value,
+        self._dead_letter(
+            dead_letter(
+                stage=STAGE,
                 reason=reason,
+                topic=self.topics.jobs,
+                partition=partition,
+                offset=offset,
+                key=key.encode(),
+                value=value,
             )
+        )
         return None
 
     def _job_schedule(self, d: dict[str, Any], raw: bytes) -> JobSchedule:
@@ -529,6 +521,8 @@ class Processor:
         if not actions:
             return
         produce = self.publisher.produce_raw
+        skew = metrics.fire_skew.observe
+        fired: dict[Trigger, int] = {}
         for action in actions:
             if type(action) is Fire:
                 if action.timer is not None:
@@ -559,13 +553,13 @@ class Processor:
                 if action.possible_duplicate:
                     headers.append(("possible_duplicate", b"true"))
                 produce(self._runs_topic[template.priority], action.job_id, value, headers)
-                metrics.fires.labels(trigger.value).inc()
-                metrics.fire_skew.observe(max(0, now - action.due_ms) / 1000)
-                if self.first_fire_at is None:
-                    self.first_fire_at = time.time()
+                fired[trigger] = fired.get(trigger, 0) + 1
+                skew(max(0, now - action.due_ms) / 1000)
             else:
                 assert type(action) is Record
                 self._record(action, now)
+        for trigger, count in fired.items():  # one labelled update per batch, not per fire
+            metrics.fires.labels(trigger.value).inc(count)
 
     def _fire_timer(self, action: Fire, now: int) -> None:
         request: TimerRequest = action.timer.body
@@ -616,41 +610,12 @@ class Processor:
             cached = self._iso[slot_ms] = (text, text.encode())
         return f"{job_id}@{cached[0]}", cached[1]
 
-    def _dead_letter(self, msg: Message, reason: str) -> None:
-        key = msg.key()
-        self._dead_letter_raw(
-            msg.topic() or "",
-            partition=msg.partition() or 0,
-            offset=msg.offset() or 0,
-            key=key.decode("utf-8", "replace") if isinstance(key, bytes) else None,
-            value=msg.value(),
-            reason=reason,
-        )
-
-    def _dead_letter_raw(
-        self,
-        topic: str,
-        *,
-        partition: int,
-        offset: int,
-        key: str | None,
-        value: bytes | None,
-        reason: str,
-    ) -> None:
-        log.warning("dead-lettering %s/%d@%d: %s", topic, partition, offset, reason)
-        letter = DeadLetter(
-            reason=reason,
-            stage=STAGE,
-            source_topic=topic,
-            source_partition=partition,
-            source_offset=offset,
-            dead_at=from_ms(self._now_ms()),
-            source_key=key.encode() if key is not None else None,
-            source_value=value,
-            job_id=key,
-        )
+    def _dead_letter(self, letter: DeadLetter) -> None:
+        log.warning(
+            "dead-lettering %s/%d@%d: %s",
+            letter.source_topic, letter.source_partition, letter.source_offset, letter.reason,
+        )  # fmt: skip
         self.publisher.publish(self.topics.dlq, letter)
-        metrics.dead_letters.labels(STAGE).inc()
 
     # -- state --------------------------------------------------------------------------
     def _now_ms(self) -> int:

@@ -22,12 +22,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from confluent_kafka import TopicPartition
-
-from cronstream.connect import kafka_admin, kafka_consumer
+from cronstream.connect import kafka_admin
 from cronstream.settings import Settings
 from infra.bootstrap import ensure_subjects, ensure_topics
-from producers.client import watermarks
 from producers.publisher import Publisher
 from schemas.catalog import Topics
 from schemas.events import (
@@ -43,6 +40,7 @@ from schemas.templates import avro_string
 from streams.core.schedule import jitter_offset
 from streams.processor import Processor, ProcessorConfig
 from tests.conftest import cli_env
+from tests.integration.helpers import read_topic
 
 ROWS: list[tuple[str, str, str, str]] = []
 
@@ -100,29 +98,10 @@ def job(job_id: str, *, cron: str | None = None, every_ms: int = 0, jitter_ms: i
 
 def run_records(settings: Settings) -> list[tuple[str, int, int]]:
     """(job_id, produce timestamp ms, slot ms) of every run request, from the topic."""
-    from schemas.events import text_headers
-
-    topic = Topics(settings).runs(Priority.NORMAL)
-    consumer = kafka_consumer(settings)
-    out = []
-    try:
-        for p in range(settings.partitions):
-            low, high = watermarks(consumer, TopicPartition(topic, p))
-            if high <= low:
-                continue
-            consumer.assign([TopicPartition(topic, p, low)])
-            seen = low
-            while seen < high:
-                for msg in consumer.consume(num_messages=10_000, timeout=5):
-                    if msg.error():
-                        continue
-                    h = text_headers(msg.headers())
-                    slot = _iso_ms(h["scheduled_at"])
-                    out.append((h["job_id"], msg.timestamp()[1], slot))
-                    seen = (msg.offset() or 0) + 1
-    finally:
-        consumer.close()
-    return out
+    return [
+        (r.headers["job_id"], r.timestamp_ms, _iso_ms(r.headers["scheduled_at"]))
+        for r in read_topic(settings, Topics(settings).runs(Priority.NORMAL))
+    ]
 
 
 _ISO: dict[str, int] = {}
