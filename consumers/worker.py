@@ -52,7 +52,7 @@ from consumers.executors.kafka import KafkaExecutor
 from consumers.executors.python import PythonExecutor
 from consumers.executors.shell import ShellExecutor
 from cronstream import metrics
-from cronstream.connect import kafka_consumer, kafka_producer
+from cronstream.connect import group_consumer, kafka_consumer, kafka_producer
 from cronstream.records import dead_letter_for, is_record
 from cronstream.settings import Settings
 from producers.client import watermarks
@@ -163,15 +163,11 @@ class Worker:
             "python": PythonExecutor(),
             "shell": ShellExecutor(enabled=bool(config.shell_allow), allowlist=config.shell_allow),
         }
-        self.consumer = kafka_consumer(
+        self.consumer = group_consumer(
             settings,
-            **{
-                "group.id": config.group,
-                "partition.assignment.strategy": "cooperative-sticky",
-                "session.timeout.ms": config.session_timeout_ms,
-                "heartbeat.interval.ms": max(500, config.session_timeout_ms // 5),
-                "client.id": config.name,
-            },
+            group=config.group,
+            name=config.name,
+            session_timeout_ms=config.session_timeout_ms,
         )
         self.history = kafka_consumer(settings, **{"group.id": f"{config.group}.history"})
         self.control = kafka_consumer(settings, **{"group.id": f"{config.group}.control"})

@@ -45,6 +45,25 @@ def kafka_consumer(settings: Settings, **overrides: Any) -> Consumer:
     return Consumer(config)
 
 
+def group_consumer(
+    settings: Settings, *, group: str, name: str, session_timeout_ms: int, **overrides: Any
+) -> Consumer:
+    """A member of a cronstream processing group (scheduler, workers): cooperative-sticky
+    assignment (a membership change moves only what it must), manual commits, and a
+    session timeout that decides how fast a killed member's partitions move."""
+    return kafka_consumer(
+        settings,
+        **{
+            "group.id": group,
+            "partition.assignment.strategy": "cooperative-sticky",
+            "session.timeout.ms": session_timeout_ms,
+            "heartbeat.interval.ms": max(500, session_timeout_ms // 5),
+            "client.id": name,
+            **overrides,
+        },
+    )
+
+
 def kafka_admin(settings: Settings, **overrides: Any) -> AdminClient:
     return AdminClient({"bootstrap.servers": settings.bootstrap_servers, **overrides})
 

@@ -36,7 +36,7 @@ from confluent_kafka import (
 )
 
 from cronstream import metrics
-from cronstream.connect import kafka_consumer
+from cronstream.connect import group_consumer, kafka_consumer
 from cronstream.records import dead_letter, dead_letter_for, is_record
 from cronstream.settings import Settings
 from producers.publisher import Publisher
@@ -165,16 +165,12 @@ class Processor:
         # False once the loop failed (e.g. a delivery error): from then on no checkpoint
         # may claim what was emitted, not even the one a handover would take.
         self._healthy = True
-        self.consumer = kafka_consumer(
+        self.consumer = group_consumer(
             settings,
-            **{
-                "group.id": config.group,
-                "partition.assignment.strategy": "cooperative-sticky",
-                "session.timeout.ms": config.session_timeout_ms,
-                "heartbeat.interval.ms": max(500, config.session_timeout_ms // 5),
-                "client.id": config.name,
-                "enable.partition.eof": True,
-            },
+            group=config.group,
+            name=config.name,
+            session_timeout_ms=config.session_timeout_ms,
+            **{"enable.partition.eof": True},  # the end of a partition ends its loading
         )
         self.timers: Consumer = kafka_consumer(
             settings, **{"group.id": f"{config.group}.timers", "client.id": config.name}
