@@ -5,16 +5,19 @@ One process runs one ``Worker``: a member of the consumer group ``<prefix>.worke
 
 - **Concurrency.** Up to ``concurrency`` attempts run at once in a thread pool and finish
   in any order; a partition's committed offset never passes a run that has not finished
-  (``consumers.core.offsets``). Fetched runs wait in one backlog per priority; a backlog
-  that grows too long pauses its partitions, and polling goes on, so a long run never
-  breaks group membership.
+  (``consumers.core.offsets``). Fetched runs wait in one backlog per priority; the
+  worker reads only what the backlogs have room for, a backlog that overflows anyway
+  pauses its partitions, and polling goes on, so a long run never breaks group
+  membership.
 - **Priority.** Starts take high first, then normal, then low; every ``low_share``-th
   start goes to the lowest non-empty backlog, so low priority is never starved.
 - **Dedup.** For each runs partition it owns, a worker also reads the same partition of
   ``history`` (same key, same partition count) and remembers final outcomes by run id.
   A run already settled, or an attempt already finished, is not executed again: it is
-  recorded DUPLICATE. Runs flagged ``possible_duplicate`` and runs read back after an
-  assignment wait until that history partition has been read up to its end.
+  recorded DUPLICATE. Runs that were already on the partition when it was assigned,
+  and runs flagged ``possible_duplicate``, wait until that history partition is read
+  up to its end as of the assignment: an earlier owner published what it executed
+  before the partition moved, and what this worker executed it knows already.
 - **Cancellation.** Every worker reads all of ``control`` (the last day of it on
   start): a cancelled run that is running is stopped (CANCELED), one not started yet
   never starts.
@@ -33,6 +36,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from queue import Empty, SimpleQueue
 from typing import Any
 
 from confluent_kafka import KafkaException, Message, TopicPartition
@@ -79,7 +83,11 @@ STAGE = "worker"
 DAY_MS = 86_400_000
 RUN_DONE = frozenset({"SUCCEEDED", "DEAD_LETTERED", "CANCELED"})
 ATTEMPT_DONE = frozenset({"FAILED", "TIMED_OUT"})
+# History is read from this long before the oldest run an earlier owner left uncommitted
+# (the commit metadata): clock skew, and a flagged re-emission's first emission.
+DEDUP_MARGIN_MS = 120_000
 ABANDON_AFTER_S = 1.0  # past the deadline, an attempt that ignores its timeout is given up
+COMMIT_EVERY_S = 0.2  # flush + asynchronous commit this often (synchronous at handover)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +103,7 @@ class WorkerConfig:
     session_timeout_ms: int = 10_000
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Pending:
     """A run request read from Kafka and not yet settled."""
 
@@ -139,21 +147,35 @@ class Worker:
         self.config = config
         self.topics = Topics(settings)
         self.codec = Codec(RegistryClient(settings.registry_url))
-        self.publisher = Publisher(settings, codec=self.codec)
+        # Delivery is checked by flushing before each commit; a report per record
+        # would cost more than the record.
+        only_errors: dict[str, Any] = {"delivery.report.only.error": True}
+        self.publisher = Publisher(settings, codec=self.codec, **only_errors)
+        self.publisher.serve_each = False  # settle flushes every COMMIT_EVERY_S
         self.priority_of = {self.topics.runs(p): p for p in Priority}
         self.backlog: dict[Priority, deque[Pending]] = {p: deque() for p in Priority}
         self.paused: set[Priority] = set()
         self.running: dict[Future[str], Pending] = {}
-        self.abandoned: set[Future[str]] = set()
-        self.done: list[Pending] = []
+        self.running_ids: dict[str, Pending] = {}
+        self.finished: SimpleQueue[Future[str]] = SimpleQueue()
+        self.done: list[Pending] = []  # finished, records not published yet
+        self.published: list[Pending] = []  # records published, not flushed yet
+        self._next_commit = 0.0
+        self._next_deadline_check = 0.0
         self.trackers: dict[tuple[str, int], OffsetTracker] = {}
-        self.replay_until: dict[tuple[str, int], int] = {}
+        self.replay_until: dict[tuple[str, int], tuple[int, int]] = {}
+        # History partitions read for dedup: the next offset to read, where reading
+        # began, how far it must go (the end as of the assignment), which are assigned.
         self.history_read: dict[int, int] = {}
+        self.history_from: dict[int, int] = {}
+        self.history_until: dict[int, int] = {}
+        self.history_assigned: set[int] = set()
         self.dedup = Dedup(config.lookback_ms)
         self.cancels: dict[str, int] = {}
         self.starts = 0
-        # Runs read ahead of execution, per priority: enough to choose by priority.
-        self._backlog_limit = max(256, 4 * config.concurrency)
+        # Runs read ahead of execution: enough to choose by priority, and to go on
+        # starting runs while a paused priority is fetched again.
+        self._backlog_limit = max(512, 8 * config.concurrency)
         self._maintenance = 0.0
         self.pool = ThreadPoolExecutor(config.concurrency, thread_name_prefix="run")
         self._target_producer = kafka_producer(settings)
@@ -168,10 +190,17 @@ class Worker:
             group=config.group,
             name=config.name,
             session_timeout_ms=config.session_timeout_ms,
+            # Prefetch a few MB at most, and fetch again soon once there is room (the
+            # default backoff is a second; a parked fetch waits for data this long).
+            **{
+                "queued.max.messages.kbytes": 4096,
+                "fetch.queue.backoff.ms": 20,
+                "fetch.wait.max.ms": 50,
+            },
         )
         self.history = kafka_consumer(settings, **{"group.id": f"{config.group}.history"})
         self.control = kafka_consumer(settings, **{"group.id": f"{config.group}.control"})
-        self._assign_from_lookback(self.control, self.topics.control, [0])
+        self._assign_control()
         self.consumer.subscribe(
             list(self.priority_of),
             on_assign=self._on_assign,
@@ -181,16 +210,47 @@ class Worker:
 
     # -- ownership ----------------------------------------------------------------------
     def _on_assign(self, consumer: object, partitions: list[TopicPartition]) -> None:
-        fresh = []
-        for tp in partitions:
-            self.trackers[(tp.topic, tp.partition)] = OffsetTracker()
-            _, high = watermarks(self.consumer, TopicPartition(tp.topic, tp.partition))
-            self.replay_until[(tp.topic, tp.partition)] = high
-            if tp.partition not in self.history_read and tp.partition not in fresh:
-                fresh.append(tp.partition)
-        if fresh:
-            self._assign_from_lookback(self.history, self.topics.history, fresh, incremental=True)
+        now = _now_ms()
+        history_ends: dict[int, int] = {}
+        committed = self.consumer.committed(partitions, timeout=30)
+        for tp in committed:
+            key, partition = (tp.topic, tp.partition), tp.partition
+            self.trackers[key] = OffsetTracker()
+            _, high = watermarks(self.consumer, TopicPartition(tp.topic, partition))
+            if partition not in history_ends:
+                history = TopicPartition(self.topics.history, partition)
+                history_ends[partition] = watermarks(self.consumer, history)[1]
+            # Runs before ``high`` may have been executed by an earlier owner, which
+            # published their outcomes before this assignment: they wait until history
+            # is read up to its end as of now (once, not chasing later outcomes), from
+            # the time of the oldest run the earlier owner left uncommitted.
+            self.replay_until[key] = (high, history_ends[partition])
+            since = _metadata_time(tp.metadata)
+            floor = now - self.config.lookback_ms
+            since = floor if since is None else max(floor, since - DEDUP_MARGIN_MS)
+            self._need_history(partition, since, history_ends[partition])
         log.info("assigned %s", _names(partitions))
+
+    def _need_history(self, partition: int, since_ms: int, until: int) -> None:
+        """Read history partition ``partition`` from ``since_ms`` up to offset ``until``
+        (then it is let go: ``_read_history``)."""
+        self.history_until[partition] = max(self.history_until.get(partition, 0), until)
+        wanted = TopicPartition(self.topics.history, partition, since_ms)
+        located = self.consumer.offsets_for_times([wanted], timeout=30)[0].offset
+        start = until if located < 0 else min(located, until)
+        read_from = self.history_from.get(partition)
+        if read_from is None or start < read_from:
+            self.history_from[partition] = start
+            self.history_read[partition] = start
+            if partition in self.history_assigned:
+                self.history.seek(TopicPartition(self.topics.history, partition, start))
+        # else: read from far enough back already; go on from where reading stopped.
+        position = self.history_read[partition]
+        if partition not in self.history_assigned and position < until:
+            self.history.incremental_assign(
+                [TopicPartition(self.topics.history, partition, position)]
+            )
+            self.history_assigned.add(partition)
 
     def _on_revoke(self, consumer: object, partitions: list[TopicPartition]) -> None:
         gone = {(tp.topic, tp.partition) for tp in partitions}
@@ -204,42 +264,34 @@ class Worker:
                 log.warning("revoked with runs still executing; the next owner dedups them")
                 break
             self._collect(wait=0.1)
-        self.settle(only=gone)
+        self.settle(wait=True)
         for key in gone:
             self.trackers.pop(key, None)
             self.replay_until.pop(key, None)
         still = {p for _, p in self.trackers}
         dropped = [p for p in self.history_read if p not in still]
-        if dropped:
-            self.history.incremental_unassign(
-                [TopicPartition(self.topics.history, p) for p in dropped]
-            )
-            for p in dropped:
-                del self.history_read[p]
+        self._let_go_of_history([p for p in dropped if p in self.history_assigned])
+        for p in dropped:
+            del self.history_read[p], self.history_from[p], self.history_until[p]
         log.info("revoked %s", _names(partitions))
 
     def _on_lost(self, consumer: object, partitions: list[TopicPartition]) -> None:
         log.warning("partitions lost: %s", _names(partitions))
         self._on_revoke(consumer, partitions)
 
-    def _assign_from_lookback(
-        self, consumer: object, topic: str, partitions: list[int], *, incremental: bool = False
-    ) -> None:
-        since = int(time.time() * 1000) - self.config.lookback_ms
-        wanted = [TopicPartition(topic, p, since) for p in partitions]
-        located = self.consumer.offsets_for_times(wanted, timeout=30)
+    def _assign_control(self) -> None:
+        """All of ``control`` from ``lookback_ms`` ago: recent cancels are honoured."""
+        since = _now_ms() - self.config.lookback_ms
+        located = self.consumer.offsets_for_times(
+            [TopicPartition(self.topics.control, 0, since)], timeout=30
+        )
         starts = []
         for tp in located:
             offset = tp.offset
             if offset < 0:  # nothing that recent: start at the end
-                offset = watermarks(self.consumer, TopicPartition(topic, tp.partition))[1]
-            starts.append(TopicPartition(topic, tp.partition, offset))
-            if topic == self.topics.history:
-                self.history_read[tp.partition] = offset
-        if incremental:
-            consumer.incremental_assign(starts)  # type: ignore[attr-defined]
-        else:
-            consumer.assign(starts)  # type: ignore[attr-defined]
+                offset = watermarks(self.consumer, TopicPartition(tp.topic, tp.partition))[1]
+            starts.append(TopicPartition(tp.topic, tp.partition, offset))
+        self.control.assign(starts)
 
     # -- the loop -----------------------------------------------------------------------
     def run(self, should_stop: Callable[[], bool]) -> None:
@@ -251,21 +303,37 @@ class Worker:
             self.close()
 
     def step(self) -> None:
-        """One iteration: read side topics, fetch, start what fits, settle what finished."""
+        """One iteration: read side topics, fetch, start what fits, settle what finished.
+
+        It waits only when it has nothing to do: for input when nothing runs or waits;
+        otherwise (no input, no start, no completion) up to 5 ms for a completion, or
+        for history when the backlog waits for it."""
         self._read_control()
         self._read_history()
         capacity = self.config.concurrency - len(self.running)
         backlog = sum(len(q) for q in self.backlog.values())
-        # Always poll (membership, rebalances); paused partitions bound the backlog.
+        # Read only what the backlog has room for, but always poll (membership,
+        # rebalances); a priority whose backlog overflows anyway is paused.
         fetch = max(1, self._backlog_limit - backlog)
-        idle = not self.running and not backlog
-        history_ends: dict[int, int] = {}  # one end-offset query per partition per batch
-        for msg in self.consumer.consume(num_messages=fetch, timeout=0.1 if idle else 0.005):
-            self._accept(msg, history_ends)
-        if capacity > 0:
-            self._start_some(capacity)
+        messages: list[Message] = []
+        if not self.running and not backlog:
+            # Idle: wait for the first run (a batch call would wait for a full batch).
+            first = self.consumer.poll(0.1)
+            if first is not None:
+                messages.append(first)
+                fetch -= 1
+        if fetch > 0:
+            messages.extend(self.consumer.consume(num_messages=fetch, timeout=0))
+        for msg in messages:
+            self._accept(msg)
+        started = self._start_some(capacity) if capacity > 0 else 0
         self._flow_control()
-        self._collect(wait=0)
+        completed = self._collect(wait=0)
+        if not (messages or started or completed):
+            if self.running:
+                self._collect(wait=0.005)
+            else:  # the backlog waits for history
+                self._read_history(timeout=0.005)
         self.settle()
         if time.monotonic() >= self._maintenance:
             self._maintain()
@@ -282,7 +350,7 @@ class Worker:
 
     def close(self) -> None:
         try:
-            self.settle()
+            self.settle(wait=True)
         finally:
             self.consumer.close()
             self.history.close()
@@ -295,14 +363,14 @@ class Worker:
                 http.close()
 
     # -- input --------------------------------------------------------------------------
-    def _accept(self, msg: Message, history_ends: dict[int, int]) -> None:
+    def _accept(self, msg: Message) -> None:
         if not is_record(msg):
             return
         topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
         tracker = self.trackers.get((topic, partition))
         if tracker is None:
             return
-        tracker.start(offset)
+        tracker.start(offset, msg.timestamp()[1])
         try:
             run = self.codec.decode(msg.value(), RunRequest)
         except DecodeError as exc:
@@ -312,19 +380,25 @@ class Worker:
             self.done.append(pending)
             return
         pending = Pending(topic, partition, offset, run)
-        replayed = offset < self.replay_until.get((topic, partition), 0)
-        if run.possible_duplicate or replayed:
-            end = history_ends.get(partition)
-            if end is None:
-                tp = TopicPartition(self.topics.history, partition)
-                end = history_ends[partition] = watermarks(self.history, tp)[1]
-            pending.history_needed = end
+        runs_high, history_end = self.replay_until.get((topic, partition), (0, 0))
+        if offset < runs_high or run.possible_duplicate:
+            # An earlier owner may have executed it (or, when flagged, the run's first
+            # emission, earlier on this partition): it published the outcome before
+            # this assignment. What this worker executed itself, ``dedup`` knows.
+            pending.history_needed = history_end
         self.backlog[self.priority_of[topic]].append(pending)
 
-    def _read_history(self) -> None:
-        if not self.history_read:
+    def _let_go_of_history(self, partitions: list[int]) -> None:
+        if partitions:
+            self.history.incremental_unassign(
+                [TopicPartition(self.topics.history, p) for p in partitions]
+            )
+            self.history_assigned.difference_update(partitions)
+
+    def _read_history(self, timeout: float = 0) -> None:
+        if not self.history_assigned:
             return
-        for msg in self.history.consume(num_messages=5000, timeout=0):
+        for msg in self.history.consume(num_messages=5000, timeout=timeout):
             if not is_record(msg):
                 continue
             self.history_read[msg.partition() or 0] = (msg.offset() or 0) + 1
@@ -340,6 +414,9 @@ class Worker:
                 )  # fmt: skip
             except (KeyError, ValueError, UnicodeDecodeError):
                 continue  # not a cronstream outcome record
+        self._let_go_of_history(
+            [p for p in self.history_assigned if self.history_read[p] >= self.history_until[p]]
+        )
 
     def _read_control(self) -> None:
         for msg in self.control.consume(num_messages=1000, timeout=0):
@@ -351,9 +428,9 @@ class Worker:
                 log.warning("ignoring undecodable control record: %s", exc)
                 continue
             self.cancels[command.run_id] = to_ms(command.issued_at)
-            for pending in self.running.values():
-                if pending.run.run_id == command.run_id and pending.context is not None:
-                    pending.context.cancelled.set()
+            running = self.running_ids.get(command.run_id)
+            if running is not None and running.context is not None:
+                running.context.cancelled.set()
 
     # -- starting -----------------------------------------------------------------------
     def _next(self) -> Pending | None:
@@ -371,18 +448,20 @@ class Worker:
         needed = pending.history_needed
         return needed is None or self.history_read.get(pending.partition, -1) >= needed
 
-    def _start_some(self, capacity: int) -> None:
+    def _start_some(self, capacity: int) -> int:
+        """Start up to ``capacity`` runs; returns how many left the backlog."""
+        taken = 0
         while capacity > 0:
             pending = self._next()
             if pending is None:
-                return
+                break
+            taken += 1
             run = pending.run
             now_ms = _now_ms()
             if run.run_id in self.cancels:
                 self._finish(pending, RunStatus.CANCELED, "cancelled before it started")
                 continue
-            active = any(p.run.run_id == run.run_id for p in self.running.values())
-            if active or self.dedup.seen(run.run_id, run.attempt):
+            if run.run_id in self.running_ids or self.dedup.seen(run.run_id, run.attempt):
                 self._finish(pending, RunStatus.DUPLICATE, "already executed (see history)")
                 continue
             executor = self.executors.get(run.target.type)
@@ -394,57 +473,83 @@ class Worker:
             pending.context = context
             pending.started = time.monotonic()
             self._publish_outcome(pending, RunStatus.STARTED, None, final=False)
-            metrics.runs_started.labels(run.target.type).inc()
+            metrics.labelled(metrics.runs_started, run.target.type).inc()
             metrics.fire_to_start.observe(max(0, now_ms - to_ms(run.fired_at)) / 1000)
             if executor is None:
                 self._fail(pending, TargetInvalid(f"unknown target type {run.target.type!r}"))
                 continue
             future = self.pool.submit(executor.execute, run.target, context)
             self.running[future] = pending
+            self.running_ids[run.run_id] = pending
+            future.add_done_callback(self.finished.put)
             capacity -= 1
         metrics.in_flight.set(len(self.running))
+        return taken
 
     def _flow_control(self) -> None:
+        """Pause a priority whose backlog overflows (every slot busy with long runs while
+        polling goes on reads one run per step); resume it once the backlog is back to
+        what fetching fills. Pausing drops what librdkafka prefetched, so it is kept for
+        that case only."""
         limit = self._backlog_limit
         for priority, queue in self.backlog.items():
+            if priority not in self.paused and len(queue) < 2 * limit:
+                continue
             parts = [TopicPartition(t, p) for (t, p) in self.trackers
                      if self.priority_of.get(t) is priority]  # fmt: skip
             if not parts:
                 continue
-            if len(queue) >= limit and priority not in self.paused:
+            if priority not in self.paused:
                 self.consumer.pause(parts)
                 self.paused.add(priority)
-            elif len(queue) < limit // 2 and priority in self.paused:
+            elif len(queue) < limit:
                 self.consumer.resume(parts)
                 self.paused.discard(priority)
 
     # -- finishing ----------------------------------------------------------------------
-    def _collect(self, wait: float) -> None:
-        if wait and self.running:
-            time.sleep(wait)
-        now = time.monotonic()
-        for future, pending in list(self.running.items()):
+    def _collect(self, wait: float) -> int:
+        """Finish the attempts that completed (waiting up to ``wait`` s for one), and
+        give up on those that ignore their deadline. Returns how many finished."""
+        finished = self.finished
+        block = bool(wait and self.running)
+        count = 0
+        while True:
+            try:
+                future = finished.get(timeout=wait) if block else finished.get_nowait()
+            except Empty:
+                break
+            block = False
+            pending = self.running.pop(future, None)
+            if pending is None:
+                continue  # given up on at its deadline; its result is discarded
+            count += 1
+            del self.running_ids[pending.run.run_id]
             context = pending.context
             assert context is not None
-            if future.done():
-                del self.running[future]
-                if future in self.abandoned:
-                    continue
-                try:
-                    detail = future.result()
-                except ExecutionFailed as exc:
-                    self._fail(pending, exc)
-                    continue
-                if context.cancelled.is_set() and pending.run.run_id in self.cancels:
-                    self._finish(pending, RunStatus.SUCCEEDED, detail + " (cancel came late)")
-                else:
-                    self._finish(pending, RunStatus.SUCCEEDED, detail)
-            elif now > context.deadline + ABANDON_AFTER_S:
-                # The executor ignores its deadline (a python callable): give up on it.
-                context.cancelled.set()
-                del self.running[future]
-                self._fail(pending, TimedOut("timed out; the callable did not stop"))
+            try:
+                detail = future.result()
+            except ExecutionFailed as exc:
+                self._fail(pending, exc)
+                continue
+            if context.cancelled.is_set() and pending.run.run_id in self.cancels:
+                self._finish(pending, RunStatus.SUCCEEDED, detail + " (cancel came late)")
+            else:
+                self._finish(pending, RunStatus.SUCCEEDED, detail)
+        now = time.monotonic()
+        if now >= self._next_deadline_check:
+            self._next_deadline_check = now + 0.1
+            for future, pending in list(self.running.items()):
+                context = pending.context
+                assert context is not None
+                if now > context.deadline + ABANDON_AFTER_S:
+                    # The executor ignores its deadline (a python callable): give up on it.
+                    context.cancelled.set()
+                    del self.running[future]
+                    del self.running_ids[pending.run.run_id]
+                    self._fail(pending, TimedOut("timed out; the callable did not stop"))
+                    count += 1
         metrics.in_flight.set(len(self.running))
+        return count
 
     def _fail(self, pending: Pending, exc: ExecutionFailed) -> None:
         run = pending.run
@@ -478,7 +583,7 @@ class Worker:
             reason=TimerReason.RETRY, created_at=from_ms(_now_ms()), run=retry,
         )  # fmt: skip
         pending.extra.append((self.topics.timers, timer))
-        metrics.runs_finished.labels("RETRIED", run.target.type).inc()
+        metrics.labelled(metrics.runs_finished, "RETRIED", run.target.type).inc()
         self.done.append(pending)
 
     def _finish(self, pending: Pending, status: RunStatus, detail: str | None) -> None:
@@ -513,57 +618,69 @@ class Worker:
         if final:
             pending.outcome.append(outcome)
             self.dedup.note(run.run_id, run.attempt, status.value, now_ms)
-            metrics.runs_finished.labels(status.value, run.target.type).inc()
+            metrics.labelled(metrics.runs_finished, status.value, run.target.type).inc()
             if ran:
                 metrics.run_duration.observe((now_ms - started_ms) / 1000)
         else:
             self.publisher.publish(self.topics.history, outcome)
 
-    def settle(self, only: set[tuple[str, int]] | None = None) -> None:
+    def settle(self, *, wait: bool = False) -> None:
         """Make finished runs durable and move the committed offsets. In order:
 
-        1. Publish each finished run's outcome to history, and its retry timer or DLQ
+        1. Publish each finished run's records: its outcome, and its retry timer or DLQ
            record when it has one.
-        2. Flush: every record of step 1 is acknowledged by Kafka (a failure raises
-           here, before anything is committed).
-        3. Mark the runs' offsets finished and commit, per partition, the first offset
-           still unfinished (never past a run that has not settled).
+        2. Flush: every record published so far is acknowledged by Kafka. A failed
+           delivery raises here, before anything is committed.
+        3. Commit, per partition, the first offset not settled yet (never past a run
+           whose records were not flushed), with the time of that run as metadata.
+
+        Steps 2 and 3 run every COMMIT_EVERY_S (asynchronous commit), and at once with
+        ``wait`` (synchronous commit: a handover, a shutdown).
 
         A crash before step 3 leaves the runs uncommitted: another worker reads them
         again, finds their outcomes in history, and records DUPLICATE instead of
         executing them a second time.
         """
-        if not self.done:
-            return
-        ready = [p for p in self.done if only is None or (p.topic, p.partition) in only]
-        if not ready:
-            return
-        self.done = [p for p in self.done if p not in ready]
         # 1. publish
-        for pending in ready:
+        for pending in self.done:
             for outcome in pending.outcome:
                 self.publisher.publish(self.topics.history, outcome)
             for topic, event in pending.extra:
                 self.publisher.publish(topic, event)
+        self.published.extend(self.done)
+        self.done = []
+        now = time.monotonic()
+        if not wait and (now < self._next_commit or not self.published):
+            return
+        self._next_commit = now + COMMIT_EVERY_S
         # 2. flush
         self.publisher.flush()
         # 3. commit
         touched = set()
-        for pending in ready:
+        for pending in self.published:
             tracker = self.trackers.get((pending.topic, pending.partition))
             if tracker is not None:
                 tracker.finish(pending.offset)
                 touched.add((pending.topic, pending.partition))
+        self.published = []
         offsets = []
         for topic, partition in touched:
-            point = self.trackers[(topic, partition)].commit_point()
+            tracker = self.trackers[(topic, partition)]
+            point = tracker.commit_point()
             if point is not None:
-                offsets.append(TopicPartition(topic, partition, point))
-        if offsets:
-            try:
+                # The metadata dates the oldest run left unsettled: a next owner reads
+                # history for dedup from then on (``_on_assign``).
+                since = str(tracker.commit_time())
+                offsets.append(TopicPartition(topic, partition, point, metadata=since))
+        if not offsets:
+            return
+        try:
+            if wait:
                 self.consumer.commit(offsets=offsets, asynchronous=False)
-            except KafkaException as exc:
-                log.warning("commit refused (%s); those runs will be read again and deduped", exc)
+            else:
+                self.consumer.commit(offsets=offsets, asynchronous=True)
+        except KafkaException as exc:
+            log.warning("commit refused (%s); those runs will be read again and deduped", exc)
 
     # -- bad input and housekeeping -----------------------------------------------------
     def _run_letter(self, run: RunRequest, reason: str) -> DeadLetter:
@@ -599,6 +716,14 @@ def _placeholder(msg: Message) -> RunRequest:
     job = key.decode("utf-8", "replace") if isinstance(key, bytes) else "?"
     return RunRequest(run_id=f"{job}@undecodable", job_id=job, scheduled_at=EPOCH,
                       fired_at=EPOCH, target=Target(type="none"))  # fmt: skip
+
+
+def _metadata_time(metadata: str | None) -> int | None:
+    """The timestamp a worker's commit left in the offset metadata (see ``settle``)."""
+    try:
+        return int(metadata) if metadata else None
+    except ValueError:
+        return None
 
 
 def _names(partitions: list[TopicPartition]) -> str:

@@ -6,9 +6,20 @@ on ``--metrics-port`` (0 = do not serve) at ``/metrics``.
 
 from __future__ import annotations
 
+from functools import cache
+from typing import TypeVar
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 REGISTRY = CollectorRegistry(auto_describe=True)
+M = TypeVar("M", Counter, Gauge, Histogram)
+
+
+@cache
+def labelled(metric: M, *values: str) -> M:
+    """``metric.labels(*values)``, looked up once: hot paths count per run."""
+    return metric.labels(*values)
+
 
 SKEW_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0)
 

@@ -3,7 +3,8 @@
 librdkafka reports delivery on a background thread through a callback that must never
 raise. The callback latches the first error; the next ``publish``/``flush`` raises it as
 PublishError, so a failed write is never silently dropped. ``poll(0)`` runs on every
-publish to serve callbacks without blocking the hot path.
+publish to serve reports without blocking the hot path, unless the owner turns
+``serve_each`` off and flushes on its own schedule (the worker).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class Publisher:
     ) -> None:
         self.codec = codec or Codec(RegistryClient(settings.registry_url))
         self.producer = producer or kafka_producer(settings, **producer_overrides)
+        self.serve_each = True  # poll(0) after each produce; False: the owner serves
         self._error: PublishError | None = None
         self.delivered = 0
 
@@ -70,7 +72,8 @@ class Publisher:
             except BufferError:
                 # Local queue full: serve delivery reports until there is room.
                 self.producer.poll(0.05)
-        self.producer.poll(0)
+        if self.serve_each:
+            self.producer.poll(0)
 
     def close(self) -> None:
         """Flush what is queued and release the registry connection."""

@@ -40,8 +40,10 @@ def from_ms(ms: int) -> datetime:
 
 def iso(instant: datetime) -> str:
     """2026-11-22T10:00:00.000Z: the one textual form of an instant on the wire."""
-    return instant.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + (
-        f"{instant.microsecond // 1000:03d}Z"
+    t = instant if instant.tzinfo is UTC else instant.astimezone(UTC)
+    return (
+        f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:"
+        f"{t.second:02d}.{t.microsecond // 1000:03d}Z"
     )
 
 

@@ -1,4 +1,5 @@
-"""Fast encoding of the one record the scheduler emits by the ten thousand: RunRequest.
+"""Fast encoding of the records cronstream emits by the ten thousand: RunRequest (the
+scheduler) and RunOutcome (the workers, two or more per run).
 
 A job's run requests differ only in the run id, the instants, the attempt, the trigger
 and the duplicate flag; everything else (target, payload, retry policy...) is the same
@@ -9,6 +10,10 @@ varints, length-prefixed UTF-8, enum indexes). The result is byte-for-byte what
 
 Field order is RunRequest.avsc's: run_id, job_id, tenant, attempt, scheduled_at,
 fired_at, trigger, possible_duplicate, then the constant tail.
+
+``encode_run_outcome`` writes a whole RunOutcome body by hand, in RunOutcome.avsc's
+field order; a unit test holds it equal to fastavro's for every status and every
+optional field present or absent.
 """
 
 from __future__ import annotations
@@ -19,15 +24,20 @@ import struct
 import fastavro
 
 from schemas.avro import parsed_schema
-from schemas.events import EPOCH, JobDefinition, RunRequest, Trigger
+from schemas.events import EPOCH, JobDefinition, RunOutcome, RunRequest, RunStatus, Trigger, to_ms
 
 _HEADER = struct.Struct(">bI")
+_ONE_BYTE = [bytes([n]) for n in range(0x80)]
 TRIGGER_INDEX = {trigger: index for index, trigger in enumerate(Trigger)}
+STATUS_INDEX = {status: bytes([2 * index]) for index, status in enumerate(RunStatus)}
+TRIGGER_BYTE = {trigger: bytes([2 * index]) for index, trigger in enumerate(Trigger)}
 
 
 def zigzag(n: int) -> bytes:
     """Avro's int/long encoding: zig-zag, then little-endian base-128 varint."""
     n = (n << 1) ^ (n >> 63)
+    if n < 0x80:
+        return _ONE_BYTE[n]
     out = bytearray()
     while n > 0x7F:
         out.append((n & 0x7F) | 0x80)
@@ -95,4 +105,29 @@ class RunTemplate:
         )
 
 
-__all__ = ["RunTemplate", "avro_string", "zigzag"]
+def encode_run_outcome(outcome: RunOutcome) -> bytes:
+    """The Avro body (no wire-format header) of ``outcome``, as fastavro writes it."""
+    o = outcome
+    parts = [
+        avro_string(o.run_id),
+        avro_string(o.job_id),
+        avro_string(o.tenant),
+        zigzag(o.attempt),
+        STATUS_INDEX[o.status],
+        TRIGGER_BYTE[o.trigger],
+        zigzag(to_ms(o.scheduled_at)),
+        zigzag(to_ms(o.recorded_at)),
+    ]
+    # Optional fields are ["null", T] unions: branch 0 is null, branch 1 (byte 2) a value.
+    for instant in (o.started_at, o.finished_at):
+        parts.append(b"\x00" if instant is None else b"\x02" + zigzag(to_ms(instant)))
+    parts.append(b"\x00" if o.duration_ms is None else b"\x02" + zigzag(o.duration_ms))
+    parts.append(b"\x00" if o.error is None else b"\x02" + avro_string(o.error))
+    nxt = o.next_attempt_at
+    parts.append(b"\x00" if nxt is None else b"\x02" + zigzag(to_ms(nxt)))
+    for text in (o.target_type, o.worker):
+        parts.append(b"\x00" if text is None else b"\x02" + avro_string(text))
+    return b"".join(parts)
+
+
+__all__ = ["RunTemplate", "avro_string", "encode_run_outcome", "zigzag"]

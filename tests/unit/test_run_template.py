@@ -1,9 +1,11 @@
-"""The scheduler's hand-assembled RunRequest bytes equal fastavro's, field for field."""
+"""Hand-assembled RunRequest and RunOutcome bytes equal fastavro's, field for field."""
 
 from __future__ import annotations
 
 import io
 import struct
+from dataclasses import replace
+from zoneinfo import ZoneInfo
 
 import fastavro
 import pytest
@@ -14,13 +16,16 @@ from schemas.events import (
     JobDefinition,
     Priority,
     RetryPolicy,
+    RunOutcome,
     RunRequest,
+    RunStatus,
     Target,
     Trigger,
     from_ms,
+    iso,
     utc_now,
 )
-from schemas.templates import RunTemplate, zigzag
+from schemas.templates import RunTemplate, encode_run_outcome, zigzag
 
 JOBS = [
     JobDefinition(job_id="a", target=Target(type="http", url="https://x.test/h"),
@@ -58,3 +63,38 @@ def test_zigzag_matches_avro_long_encoding(n: int) -> None:
     buf = io.BytesIO()
     fastavro.schemaless_writer(buf, "long", n)
     assert zigzag(n) == buf.getvalue()
+
+
+OUTCOMES = [
+    RunOutcome(run_id="a@x", job_id="a", status=RunStatus.STARTED,
+               scheduled_at=from_ms(1_795_320_000_000), recorded_at=from_ms(1_795_320_000_001)),
+    RunOutcome(run_id="tenant-ü.job@1" * 9, job_id="tenant-ü.job" * 9, tenant="acme",
+               attempt=2**30, status=RunStatus.FAILED, trigger=Trigger.RETRY,
+               scheduled_at=from_ms(0), recorded_at=from_ms(2**41),
+               started_at=from_ms(1), finished_at=from_ms(-1), duration_ms=0,
+               error="boom é" * 400, next_attempt_at=from_ms(2**42),
+               target_type="http", worker="w-1"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("base", OUTCOMES, ids=["bare", "every-field"])
+@pytest.mark.parametrize("status", list(RunStatus))
+@pytest.mark.parametrize("trigger", list(Trigger))
+def test_run_outcome_bytes_equal_fastavro(
+    base: RunOutcome, status: RunStatus, trigger: Trigger
+) -> None:
+    outcome = replace(base, status=status, trigger=trigger)
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, parsed_schema(RunOutcome.AVRO_NAME), outcome.to_avro())
+    assert encode_run_outcome(outcome) == buf.getvalue()
+
+
+@pytest.mark.parametrize(
+    "ms", [0, 1, 999, 1_795_320_000_123, 951_782_400_000, 4_102_444_799_999]
+)  # the epoch, a leap day, the last millisecond of 2099
+def test_iso_is_the_one_wire_form(ms: int) -> None:
+    instant = from_ms(ms)
+    expected = instant.strftime("%Y-%m-%dT%H:%M:%S.") + f"{instant.microsecond // 1000:03d}Z"
+    assert iso(instant) == expected
+    paris = instant.astimezone(ZoneInfo("Europe/Paris")) if ms > 10**11 else instant
+    assert iso(paris) == expected
