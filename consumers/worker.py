@@ -57,22 +57,25 @@ from consumers.executors.python import PythonExecutor
 from consumers.executors.shell import ShellExecutor
 from cronstream import metrics
 from cronstream.connect import group_consumer, kafka_consumer, kafka_producer
-from cronstream.records import dead_letter_for, is_record
+from cronstream.records import dead_letter, dead_letter_for, is_record
 from cronstream.settings import Settings
 from producers.client import watermarks
 from producers.publisher import Publisher
 from schemas.catalog import Topics
 from schemas.events import (
+    EPOCH,
     ControlCommand,
     DeadLetter,
     Priority,
     RunOutcome,
     RunRequest,
     RunStatus,
+    Target,
     TimerReason,
     TimerRequest,
     Trigger,
     from_ms,
+    text_headers,
     to_ms,
 )
 from schemas.registry import RegistryClient
@@ -147,11 +150,10 @@ class Worker:
         self.config = config
         self.topics = Topics(settings)
         self.codec = Codec(RegistryClient(settings.registry_url))
-        # Delivery is checked by flushing before each commit; a report per record
-        # would cost more than the record.
+        # Delivery is checked by flushing before each commit (``settle``, every
+        # COMMIT_EVERY_S); a report per record would cost more than the record.
         only_errors: dict[str, Any] = {"delivery.report.only.error": True}
-        self.publisher = Publisher(settings, codec=self.codec, **only_errors)
-        self.publisher.serve_each = False  # settle flushes every COMMIT_EVERY_S
+        self.publisher = Publisher(settings, codec=self.codec, serve_each=False, **only_errors)
         self.priority_of = {self.topics.runs(p): p for p in Priority}
         self.backlog: dict[Priority, deque[Pending]] = {p: deque() for p in Priority}
         self.paused: set[Priority] = set()
@@ -235,9 +237,7 @@ class Worker:
         """Read history partition ``partition`` from ``since_ms`` up to offset ``until``
         (then it is let go: ``_read_history``)."""
         self.history_until[partition] = max(self.history_until.get(partition, 0), until)
-        wanted = TopicPartition(self.topics.history, partition, since_ms)
-        located = self.consumer.offsets_for_times([wanted], timeout=30)[0].offset
-        start = until if located < 0 else min(located, until)
+        start = min(self._offset_since(self.topics.history, partition, since_ms), until)
         read_from = self.history_from.get(partition)
         if read_from is None or start < read_from:
             self.history_from[partition] = start
@@ -281,17 +281,17 @@ class Worker:
 
     def _assign_control(self) -> None:
         """All of ``control`` from ``lookback_ms`` ago: recent cancels are honoured."""
-        since = _now_ms() - self.config.lookback_ms
-        located = self.consumer.offsets_for_times(
-            [TopicPartition(self.topics.control, 0, since)], timeout=30
-        )
-        starts = []
-        for tp in located:
-            offset = tp.offset
-            if offset < 0:  # nothing that recent: start at the end
-                offset = watermarks(self.consumer, TopicPartition(tp.topic, tp.partition))[1]
-            starts.append(TopicPartition(tp.topic, tp.partition, offset))
-        self.control.assign(starts)
+        topic = self.topics.control
+        start = self._offset_since(topic, 0, _now_ms() - self.config.lookback_ms)
+        self.control.assign([TopicPartition(topic, 0, start)])
+
+    def _offset_since(self, topic: str, partition: int, since_ms: int) -> int:
+        """The first offset written at or after ``since_ms`` (the end if none was)."""
+        wanted = TopicPartition(topic, partition, since_ms)
+        located = self.consumer.offsets_for_times([wanted], timeout=30)[0].offset
+        if located >= 0:
+            return int(located)
+        return watermarks(self.consumer, TopicPartition(topic, partition))[1]
 
     # -- the loop -----------------------------------------------------------------------
     def run(self, should_stop: Callable[[], bool]) -> None:
@@ -402,17 +402,10 @@ class Worker:
             if not is_record(msg):
                 continue
             self.history_read[msg.partition() or 0] = (msg.offset() or 0) + 1
-            h: dict[str, bytes] = {}
-            raw: Any = msg.headers() or []
-            for name, value in raw:
-                if name in ("run_id", "attempt", "status") and isinstance(value, bytes):
-                    h[name] = value
+            h = text_headers(msg.headers())
             try:
-                self.dedup.note(
-                    h["run_id"].decode(), int(h["attempt"]), h["status"].decode(),
-                    msg.timestamp()[1],
-                )  # fmt: skip
-            except (KeyError, ValueError, UnicodeDecodeError):
+                self.dedup.note(h["run_id"], int(h["attempt"]), h["status"], msg.timestamp()[1])
+            except (KeyError, ValueError):
                 continue  # not a cronstream outcome record
         self._let_go_of_history(
             [p for p in self.history_assigned if self.history_read[p] >= self.history_until[p]]
@@ -684,11 +677,9 @@ class Worker:
 
     # -- bad input and housekeeping -----------------------------------------------------
     def _run_letter(self, run: RunRequest, reason: str) -> DeadLetter:
-        metrics.dead_letters.labels(STAGE).inc()
-        return DeadLetter(
-            reason=reason, stage=STAGE, source_topic=self.topics.runs(run.priority),
-            source_partition=-1, source_offset=-1, dead_at=from_ms(_now_ms()),
-            job_id=run.job_id, run_id=run.run_id, attempt=run.attempt,
+        return dead_letter(
+            stage=STAGE, reason=reason, topic=self.topics.runs(run.priority), partition=-1,
+            offset=-1, job_id=run.job_id, run_id=run.run_id, attempt=run.attempt,
         )  # fmt: skip
 
     def _maintain(self) -> None:
@@ -710,8 +701,6 @@ class Worker:
 
 def _placeholder(msg: Message) -> RunRequest:
     """Stands in for a run that could not be decoded (only its offset matters)."""
-    from schemas.events import EPOCH, Target
-
     key = msg.key()
     job = key.decode("utf-8", "replace") if isinstance(key, bytes) else "?"
     return RunRequest(run_id=f"{job}@undecodable", job_id=job, scheduled_at=EPOCH,

@@ -63,8 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
         settings = Settings.from_env()
         if args.needs == "client":
             # librdkafka's transient warnings (coordinator loading...) are noise in a CLI.

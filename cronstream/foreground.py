@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import signal
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from cronstream import metrics
 
@@ -15,6 +15,22 @@ def setup_logging() -> None:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+class Member(Protocol):
+    """A long-lived group member: the scheduler's Processor, a Worker."""
+
+    def run(self, should_stop: Callable[[], bool]) -> None: ...
+
+
+def run_member(
+    role: str, *, name: str, group: str, start: Callable[[], Member], metrics_port: int
+) -> int:
+    """Set up logging, build the member, announce it, and run it until signalled."""
+    setup_logging()
+    member = start()
+    logging.getLogger(f"cronstream.{role}").info("%s %s joining group %s", role, name, group)
+    return run_until_signalled(member.run, metrics_port=metrics_port)
 
 
 def run_until_signalled(run: Callable[[Callable[[], bool]], None], *, metrics_port: int) -> int:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import time
-
 from confluent_kafka import KafkaError, KafkaException, Message
 
 from cronstream import metrics
-from schemas.events import DeadLetter, from_ms
+from schemas.events import DeadLetter, utc_now
 
 
 def is_record(msg: Message) -> bool:
@@ -28,10 +26,14 @@ def dead_letter(
     topic: str,
     partition: int,
     offset: int,
-    key: bytes | None,
-    value: bytes | None,
+    key: bytes | None = None,
+    value: bytes | None = None,
+    job_id: str | None = None,
+    run_id: str | None = None,
+    attempt: int | None = None,
 ) -> DeadLetter:
-    """The DLQ record for a source record that cannot be used (counted in metrics)."""
+    """The DLQ record for a source record, or a run, that cannot be used (counted in
+    metrics). ``job_id`` defaults to the source key."""
     metrics.dead_letters.labels(stage).inc()
     return DeadLetter(
         reason=reason,
@@ -39,10 +41,12 @@ def dead_letter(
         source_topic=topic,
         source_partition=partition,
         source_offset=offset,
-        dead_at=from_ms(int(time.time() * 1000)),
+        dead_at=utc_now(),
         source_key=key,
         source_value=value,
-        job_id=key.decode("utf-8", "replace") if key is not None else None,
+        job_id=job_id if job_id is not None or key is None else key.decode("utf-8", "replace"),
+        run_id=run_id,
+        attempt=attempt,
     )
 
 

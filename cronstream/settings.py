@@ -19,17 +19,27 @@ class SettingsError(ValueError):
     """An environment variable holds a value that cannot be used."""
 
 
-def _int(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = env.get(name)
+def env_int(
+    name: str, default: int, *, minimum: int = 1, env: Mapping[str, str] | None = None
+) -> int:
+    """A whole-number ``CRONSTREAM_*`` variable (``default`` when unset or empty)."""
+    raw = (os.environ if env is None else env).get(name)
     if raw is None or raw == "":
         return default
     try:
         value = int(raw)
     except ValueError:
         raise SettingsError(f"{name}={raw!r} is not a whole number") from None
-    if value <= 0:
-        raise SettingsError(f"{name}={raw!r} must be positive")
+    if value < minimum:
+        bound = "positive" if minimum == 1 else f"at least {minimum}"
+        raise SettingsError(f"{name}={raw!r} must be {bound}")
     return value
+
+
+def env_list(name: str, env: Mapping[str, str] | None = None) -> list[str]:
+    """A comma-separated ``CRONSTREAM_*`` variable, empty items dropped."""
+    raw = (os.environ if env is None else env).get(name) or ""
+    return [item for item in raw.split(",") if item]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -70,26 +80,26 @@ class Settings:
             raise SettingsError(
                 f"CRONSTREAM_TOPIC_PREFIX={prefix!r}: use letters, digits, '.', '_' and '-'"
             )
-        kafka_port = _int(env, "CRONSTREAM_KAFKA_PORT", 9092)
-        registry_port = _int(env, "CRONSTREAM_REGISTRY_PORT", 8081)
+        kafka_port = env_int("CRONSTREAM_KAFKA_PORT", 9092, env=env)
+        registry_port = env_int("CRONSTREAM_REGISTRY_PORT", 8081, env=env)
         hosts = env.get("CRONSTREAM_CASSANDRA_HOSTS") or "127.0.0.1"
         return cls(
             home=Path(env.get("CRONSTREAM_HOME") or REPO_ROOT / ".stack").resolve(),
             kafka_port=kafka_port,
-            kafka_controller_port=_int(env, "CRONSTREAM_KAFKA_CONTROLLER_PORT", 9093),
+            kafka_controller_port=env_int("CRONSTREAM_KAFKA_CONTROLLER_PORT", 9093, env=env),
             registry_port=registry_port,
-            cassandra_port=_int(env, "CRONSTREAM_CASSANDRA_PORT", 9042),
-            cassandra_storage_port=_int(env, "CRONSTREAM_CASSANDRA_STORAGE_PORT", 7000),
-            cassandra_jmx_port=_int(env, "CRONSTREAM_CASSANDRA_JMX_PORT", 7199),
-            kafka_heap_mb=_int(env, "CRONSTREAM_KAFKA_HEAP_MB", 768),
-            registry_heap_mb=_int(env, "CRONSTREAM_REGISTRY_HEAP_MB", 384),
-            cassandra_heap_mb=_int(env, "CRONSTREAM_CASSANDRA_HEAP_MB", 1024),
+            cassandra_port=env_int("CRONSTREAM_CASSANDRA_PORT", 9042, env=env),
+            cassandra_storage_port=env_int("CRONSTREAM_CASSANDRA_STORAGE_PORT", 7000, env=env),
+            cassandra_jmx_port=env_int("CRONSTREAM_CASSANDRA_JMX_PORT", 7199, env=env),
+            kafka_heap_mb=env_int("CRONSTREAM_KAFKA_HEAP_MB", 768, env=env),
+            registry_heap_mb=env_int("CRONSTREAM_REGISTRY_HEAP_MB", 384, env=env),
+            cassandra_heap_mb=env_int("CRONSTREAM_CASSANDRA_HEAP_MB", 1024, env=env),
             topic_prefix=prefix,
-            partitions=_int(env, "CRONSTREAM_PARTITIONS", 12),
+            partitions=env_int("CRONSTREAM_PARTITIONS", 12, env=env),
             keyspace=keyspace,
-            max_payload_bytes=_int(env, "CRONSTREAM_MAX_PAYLOAD_BYTES", 65536),
-            history_ttl_days=_int(env, "CRONSTREAM_HISTORY_TTL_DAYS", 365),
-            cassandra_replication=_int(env, "CRONSTREAM_CASSANDRA_REPLICATION", 1),
+            max_payload_bytes=env_int("CRONSTREAM_MAX_PAYLOAD_BYTES", 65536, env=env),
+            history_ttl_days=env_int("CRONSTREAM_HISTORY_TTL_DAYS", 365, env=env),
+            cassandra_replication=env_int("CRONSTREAM_CASSANDRA_REPLICATION", 1, env=env),
             bootstrap_servers=env.get("CRONSTREAM_BOOTSTRAP_SERVERS") or f"127.0.0.1:{kafka_port}",
             registry_url=(
                 env.get("CRONSTREAM_REGISTRY_URL")

@@ -32,11 +32,12 @@ class Publisher:
         *,
         codec: Codec | None = None,
         producer: Producer | None = None,
+        serve_each: bool = True,
         **producer_overrides: Any,
     ) -> None:
         self.codec = codec or Codec(RegistryClient(settings.registry_url))
         self.producer = producer or kafka_producer(settings, **producer_overrides)
-        self.serve_each = True  # poll(0) after each produce; False: the owner serves
+        self.serve_each = serve_each  # poll(0) after each produce; False: the owner flushes
         self._error: PublishError | None = None
         self.delivered = 0
 

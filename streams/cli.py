@@ -9,18 +9,13 @@ timeout, and the new owner re-emits from the last checkpoint.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import socket
 from typing import Any
 
-from cronstream.foreground import run_until_signalled, setup_logging
-from cronstream.settings import Settings
+from cronstream.foreground import run_member
+from cronstream.settings import Settings, env_int
 from streams.processor import Processor, ProcessorConfig
-
-
-def _env_int(name: str, default: int) -> int:
-    return int(os.environ.get(name) or default)
 
 
 def register(sub: Any) -> None:
@@ -28,28 +23,28 @@ def register(sub: Any) -> None:
     p.add_argument("--group", help="consumer group (default <topic prefix>.scheduler)")
     p.add_argument("--name", default=f"scheduler-{socket.gethostname()}-{os.getpid()}")
     p.add_argument(
-        "--metrics-port", type=int, default=_env_int("CRONSTREAM_SCHEDULER_METRICS_PORT", 0),
+        "--metrics-port", type=int,
+        default=env_int("CRONSTREAM_SCHEDULER_METRICS_PORT", 0, minimum=0),
         help="serve Prometheus metrics on this port (0: off)",
     )  # fmt: skip
     p.add_argument(
         "--misfire-threshold-ms", type=int,
-        default=_env_int("CRONSTREAM_MISFIRE_THRESHOLD_MS", 60_000),
+        default=env_int("CRONSTREAM_MISFIRE_THRESHOLD_MS", 60_000, minimum=0),
         help="a slot later than this is a misfire (its job's policy applies)",
     )  # fmt: skip
     p.add_argument(
-        "--checkpoint-ms", type=int, default=_env_int("CRONSTREAM_CHECKPOINT_MS", 1000),
+        "--checkpoint-ms", type=int, default=env_int("CRONSTREAM_CHECKPOINT_MS", 1000),
         help="how often progress is committed (bounds re-emits after a crash)",
     )  # fmt: skip
     p.add_argument(
         "--session-timeout-ms", type=int,
-        default=_env_int("CRONSTREAM_SCHEDULER_SESSION_TIMEOUT_MS", 10_000),
+        default=env_int("CRONSTREAM_SCHEDULER_SESSION_TIMEOUT_MS", 10_000),
         help="how long a silent scheduler keeps its partitions",
     )  # fmt: skip
     p.set_defaults(handler=cmd_scheduler, needs="settings")
 
 
 def cmd_scheduler(settings: Settings, args: argparse.Namespace) -> int:
-    setup_logging()
     config = ProcessorConfig(
         group=args.group or f"{settings.topic_prefix}.scheduler",
         threshold_ms=args.misfire_threshold_ms,
@@ -57,8 +52,7 @@ def cmd_scheduler(settings: Settings, args: argparse.Namespace) -> int:
         session_timeout_ms=args.session_timeout_ms,
         name=args.name,
     )
-    processor = Processor(settings, config)
-    logging.getLogger("cronstream.scheduler").info(
-        "scheduler %s joining group %s", config.name, config.group
-    )
-    return run_until_signalled(processor.run, metrics_port=args.metrics_port)
+    return run_member(
+        "scheduler", name=config.name, group=config.group,
+        start=lambda: Processor(settings, config), metrics_port=args.metrics_port,
+    )  # fmt: skip

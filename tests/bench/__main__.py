@@ -275,6 +275,12 @@ def bench_million(base: Settings, runs: int, jobs: int) -> None:
         f"runs {[round(x, 1) for x in all_live]}")  # fmt: skip
 
 
+def put_noop_jobs(settings: Settings, count: int, prefix: str) -> None:
+    """``count`` no-op python jobs every second, spread over the second by jitter."""
+    put_jobs(settings, count, lambda i: job(
+        f"{prefix}-{i}", every_ms=1000, jitter_ms=999, target=NOOP_TARGET))  # fmt: skip
+
+
 class Pipeline:
     """One scheduler and ``workers`` worker processes in ``settings``' namespace."""
 
@@ -321,8 +327,7 @@ def bench_workers(base: Settings, runs: int, demand: int, counts: tuple[int, ...
         cpu_per_run: dict[str, list[float]] = {}
         for _ in range(runs):
             with namespace(base) as settings:
-                put_jobs(settings, demand, lambda i: job(
-                    f"w-{i}", every_ms=1000, jitter_ms=999, target=NOOP_TARGET))  # fmt: skip
+                put_noop_jobs(settings, demand, "w")
                 pipeline = Pipeline(settings, count, concurrency=64)
                 try:
                     pipeline.wait_live()
@@ -355,16 +360,13 @@ def bench_drain(base: Settings, runs: int, backlog_s: float, counts: tuple[int, 
         cpu_per_run: list[float] = []
         for _ in range(runs):
             with namespace(base) as settings:
-                put_jobs(settings, 12_000, lambda i: job(
-                    f"d-{i}", every_ms=1000, jitter_ms=999, target=NOOP_TARGET))  # fmt: skip
+                put_noop_jobs(settings, 12_000, "d")
                 logdir = Path(tempfile.mkdtemp(prefix="csbench-"))
                 scheduler = CronstreamProcess(settings, logdir, "scheduler")
                 scheduler.wait_live(12, timeout=240)
                 time.sleep(backlog_s)
                 scheduler.stop()
-                backlog = sum(
-                    1 for _ in read_topic(settings, Topics(settings).runs(Priority.NORMAL))
-                )
+                backlog = record_count(settings, Topics(settings).runs(Priority.NORMAL))
                 options = ("--concurrency", "64")
                 workers = [
                     CronstreamProcess(settings, logdir, f"w{k}", *options, command="worker")
@@ -401,8 +403,7 @@ def bench_fire_to_start(base: Settings, runs: int) -> None:
     p50s, p99s, maxes = [], [], []
     for _ in range(runs):
         with namespace(base) as settings:
-            put_jobs(settings, 1000, lambda i: job(
-                f"l-{i}", every_ms=1000, jitter_ms=999, target=NOOP_TARGET))  # fmt: skip
+            put_noop_jobs(settings, 1000, "l")
             pipeline = Pipeline(settings, 1, concurrency=32)
             try:
                 pipeline.wait_live()
