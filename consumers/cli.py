@@ -1,20 +1,34 @@
-"""`cronstream worker`: run one worker process in the foreground.
+"""The consumer-side commands: `cronstream worker`, `cronstream sink`, `cronstream history`.
 
-Start as many as you like; they share the execution topics through the consumer group.
-SIGTERM or Ctrl-C stops fetching, lets running attempts finish (``--grace``), commits
-and leaves the group.
+Start as many workers and sinks as you like; each kind shares its topics through its
+consumer group. SIGTERM or Ctrl-C stops a worker fetching, lets running attempts finish
+(``--grace``), commits and leaves the group; a sink commits what it has written and
+leaves.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import socket
+import sys
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from itertools import islice
 from typing import Any
 
+from consumers.history import History, HistoryRow
+from consumers.sink import Sink, SinkConfig
 from consumers.worker import Worker, WorkerConfig
+from cronstream.connect import cassandra_session
 from cronstream.foreground import run_member
 from cronstream.settings import Settings, env_int, env_list
+from producers.spec import SpecError, parse_duration, parse_instant
+from schemas.events import RunStatus, iso, utc_now
+
+EXIT_UNAVAILABLE = 3
+EXIT_NOT_FOUND = 4
 
 
 def register(sub: Any) -> None:
@@ -38,6 +52,35 @@ def register(sub: Any) -> None:
     )  # fmt: skip
     p.set_defaults(handler=cmd_worker, needs="settings")
 
+    p = sub.add_parser("sink", help="run a history sink (history topic -> Cassandra)")
+    p.add_argument("--group", help="consumer group (default <topic prefix>.sink)")
+    p.add_argument("--name", default=f"sink-{socket.gethostname()}-{os.getpid()}")
+    p.add_argument("--batch-rows", type=int, default=64,
+                   help="rows per unlogged batch (1: no batches)")  # fmt: skip
+    p.add_argument("--in-flight", type=int, default=16, help="batches written at once")
+    p.add_argument("--metrics-port", type=int,
+                   default=env_int("CRONSTREAM_SINK_METRICS_PORT", 0, minimum=0))  # fmt: skip
+    p.set_defaults(handler=cmd_sink, needs="settings")
+
+    h = sub.add_parser(
+        "history",
+        help="runs recorded in Cassandra: a job's, by status, or one run's attempts",
+        description="JOB_ID: the job's attempts (latest status each) in the window. "
+        "--status without JOB_ID: outcomes with that status recorded in the window. "
+        "--run: every record of one run, attempt by attempt.",
+    )
+    h.add_argument("job_id", nargs="?", metavar="JOB_ID")
+    h.add_argument("--run", metavar="RUN_ID", help="every attempt of one run")
+    h.add_argument("--status", action="append", default=[],
+                   help="SUCCEEDED, FAILED, ... (comma-separated, repeatable)")  # fmt: skip
+    h.add_argument("--since", help="the window ends now and starts this long ago (default 24h)")
+    h.add_argument("--from", dest="start", metavar="T", help="window start (ISO 8601)")
+    h.add_argument("--to", dest="end", metavar="T", help="window end (ISO 8601; default now)")
+    h.add_argument("--limit", type=int, default=100, help="at most N rows (0: all)")
+    h.add_argument("--page-size", type=int, default=500, help="rows per Cassandra request")
+    h.add_argument("--json", action="store_true", help="one JSON object per line")
+    h.set_defaults(handler=cmd_history, needs="settings")
+
 
 def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     config = WorkerConfig(
@@ -52,3 +95,119 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
         "worker", name=config.name, group=config.group,
         start=lambda: Worker(settings, config), metrics_port=args.metrics_port,
     )  # fmt: skip
+
+
+def cmd_sink(settings: Settings, args: argparse.Namespace) -> int:
+    config = SinkConfig(
+        group=args.group or f"{settings.topic_prefix}.sink",
+        name=args.name,
+        batch_rows=max(1, args.batch_rows),
+        in_flight=max(1, args.in_flight),
+    )
+    return run_member(
+        "sink", name=config.name, group=config.group,
+        start=lambda: Sink(settings, config), metrics_port=args.metrics_port,
+    )  # fmt: skip
+
+
+def history_window(
+    since: str | None, start: str | None, end: str | None, now: datetime
+) -> tuple[datetime, datetime]:
+    """[start, end) from --since or --from/--to (default: the last 24 hours)."""
+    if since and (start or end):
+        raise SpecError("history window", ["give --since or --from/--to, not both"])
+    try:
+        if since:
+            return now - timedelta(milliseconds=parse_duration(since)), now
+        hi = parse_instant(end) if end else now
+        lo = parse_instant(start) if start else hi - timedelta(hours=24)
+    except ValueError as exc:
+        raise SpecError("history window", [str(exc)]) from None
+    if lo >= hi:
+        raise SpecError("history window", [f"--from {iso(lo)} is not before --to {iso(hi)}"])
+    return lo, hi
+
+
+def history_statuses(values: list[str]) -> list[str]:
+    names = [v.strip().upper() for value in values for v in value.split(",") if v.strip()]
+    known = {s.value for s in RunStatus}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise SpecError("--status", [f"unknown status {', '.join(unknown)} "
+                                     f"(one of {', '.join(sorted(known))})"])  # fmt: skip
+    return names
+
+
+def cmd_history(settings: Settings, args: argparse.Namespace) -> int:
+    statuses = history_statuses(args.status)
+    if not (args.job_id or args.run or statuses):
+        raise SpecError("history", ["give a JOB_ID, --run RUN_ID, or --status S"])
+    if args.run and (args.job_id or statuses or args.since or args.start or args.end):
+        raise SpecError("history", ["--run takes no JOB_ID, --status or window"])
+    if args.limit < 0 or args.page_size < 1:
+        raise SpecError("history", ["--limit must be 0 or more, --page-size 1 or more"])
+    try:
+        cluster, session = cassandra_session(settings)
+    except Exception as exc:  # the driver's NoHostAvailable, InvalidRequest (no keyspace)
+        print(f"error: cassandra unavailable: {exc} (is the stack up? 'cronstream status')",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_UNAVAILABLE
+    try:
+        history = History(session, settings.keyspace, page_size=args.page_size)
+        if args.run:
+            rows = history.run(args.run)
+            if not rows:
+                print(f"no records for run {args.run}", file=sys.stderr)
+                return EXIT_NOT_FOUND
+            _print_rows(iter(rows), args.json, RUN_COLUMNS)
+            return 0
+        start, end = history_window(args.since, args.start, args.end, utc_now())
+        found: Iterator[HistoryRow]
+        if args.job_id:
+            found = history.job_runs(args.job_id, start, end, statuses)
+            columns = JOB_COLUMNS
+        else:
+            found = history.by_status(statuses, start, end)
+            columns = STATUS_COLUMNS
+        shown = _print_rows(islice(found, args.limit or None), args.json, columns)
+        if args.limit and shown == args.limit and next(found, None) is not None:
+            print(f"(more than {args.limit} rows: raise --limit or narrow the window)",
+                  file=sys.stderr)  # fmt: skip
+        if not shown and not args.json:
+            print(f"nothing recorded from {iso(start)} to {iso(end)}", file=sys.stderr)
+        return 0
+    finally:
+        cluster.shutdown()
+
+
+JOB_COLUMNS = ("scheduled_at", "run_id", "attempt", "status", "trigger", "duration_ms", "error")
+STATUS_COLUMNS = ("recorded_at", "status", "job_id", "run_id", "attempt", "duration_ms", "error")
+RUN_COLUMNS = ("attempt", "status", "recorded_at", "started_at", "finished_at", "duration_ms",
+               "next_attempt_at", "worker", "error")  # fmt: skip
+_WIDTH = {"attempt": 3, "status": 13, "trigger": 8, "duration_ms": 8, "worker": 16,
+          "run_id": 40, "job_id": 24}  # fmt: skip
+_TITLE = {"attempt": "ATT", "duration_ms": "MS"}
+
+
+def _cell(row: HistoryRow, column: str) -> str:
+    value = getattr(row, column)
+    if value is None:
+        return "-"
+    if isinstance(value, datetime):
+        return iso(value)
+    return str(value).replace("\n", " ")
+
+
+def _print_rows(rows: Iterator[HistoryRow], as_json: bool, columns: tuple[str, ...]) -> int:
+    count = 0
+    for row in rows:
+        if as_json:
+            print(json.dumps(row.to_json()))
+        else:
+            if not count:
+                print(" ".join(_TITLE.get(c, c.upper()).ljust(_WIDTH.get(c, 24))
+                               for c in columns).rstrip())  # fmt: skip
+            print(" ".join(_cell(row, c).ljust(_WIDTH.get(c, 24)) for c in columns).rstrip())
+        count += 1
+    sys.stdout.flush()
+    return count

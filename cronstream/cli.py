@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from consumers import cli as consumers_cli
@@ -88,6 +89,10 @@ def main(argv: list[str] | None = None) -> int:
         return producer_cli.EXIT_UNAVAILABLE
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`cronstream history ... | head`): stop quietly.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

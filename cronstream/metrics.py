@@ -121,3 +121,41 @@ consumer_lag = Gauge(
     ["topic", "partition"],
     registry=REGISTRY,
 )
+
+# -- history sink -------------------------------------------------------------------------
+WRITE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+sink_outcomes = Counter(
+    "cronstream_sink_outcomes_written",
+    "Outcomes written to Cassandra (every table acknowledged) and committed",
+    registry=REGISTRY,
+)
+sink_rows = Counter(
+    "cronstream_sink_rows_written",
+    "Rows written to Cassandra, by table",
+    ["table"],
+    registry=REGISTRY,
+)
+sink_write_latency = Histogram(
+    "cronstream_sink_write_latency_seconds",
+    "Time from sending one batch of rows to Cassandra's acknowledgement",
+    buckets=WRITE_BUCKETS,
+    registry=REGISTRY,
+)
+sink_write_failures = Counter(
+    "cronstream_sink_write_failures",
+    "Batches Cassandra did not acknowledge (retried with backoff), by error type",
+    ["error"],
+    registry=REGISTRY,
+)
+sink_cassandra_up = Gauge(
+    "cronstream_sink_cassandra_up",
+    "1 while the sink's writes succeed, 0 while it backs off (alert on 0 for minutes)",
+    registry=REGISTRY,
+)
+sink_consumer_lag = Gauge(
+    "cronstream_sink_consumer_lag",
+    "Outcomes on history not yet written, per partition",
+    ["partition"],
+    registry=REGISTRY,
+)

@@ -1,109 +1,255 @@
-"""`make run`: the foreground view of a running local cronstream.
+"""`make run`: the whole local pipeline in the foreground.
 
 The stack is already up and bootstrapped (the Makefile's `up` target ran first). This
-prints where everything is, then follows the jobs, execution and history topics and
-prints one compact line per record, so what you do with the CLI in another terminal
-shows up here. Ctrl-C stops this view; `make down` stops the services.
+applies ``examples/jobs.yaml``, serves the example HTTP target those jobs call, starts
+one scheduler, one worker and one history sink, and prints their logs combined (each
+line prefixed with its process) under a live status line: fires/s, runs/s, failures,
+and the workers' and sink's lag. Logs are also appended to ``.stack/logs/<name>.log``.
+Ctrl-C stops every process (each finishes its own clean handover); `make down` stops
+the services.
 
-It also runs one scheduler (`cronstream scheduler`) and one worker (`cronstream worker`),
-logging to ``.stack/logs/<name>.log``, so schedules fire, runs execute and their outcomes
-show up here. The history sink joins this list with issue #5. Ctrl-C stops them too.
+Environment: ``CRONSTREAM_RUN_EXAMPLES=0`` skips applying the examples;
+``CRONSTREAM_EXAMPLE_TARGET_PORT`` moves the example target (default 8787).
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
+import threading
+import time
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import IO, Any
 
-from confluent_kafka import OFFSET_END, TopicPartition
+from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
 from cronstream.connect import kafka_consumer
 from cronstream.health import cassandra_health, kafka_health, registry_health
-from cronstream.settings import Settings
+from cronstream.settings import REPO_ROOT, Settings, env_int
 from schemas.catalog import Topics
 from schemas.events import Priority, text_headers
+
+FAILURES = frozenset({"FAILED", "TIMED_OUT", "DEAD_LETTERED"})
+STATUS_EVERY_S = 2.0
+
+
+class Console:
+    """Log lines scroll above one status line (redrawn in place on a terminal; printed
+    as an ordinary line every 10 s otherwise)."""
+
+    def __init__(self, out: IO[str]) -> None:
+        self.out = out
+        self.tty = out.isatty()
+        self.lock = threading.Lock()
+        self.status = ""
+        self._last_plain = 0.0
+
+    def line(self, text: str) -> None:
+        with self.lock:
+            if self.tty:
+                self.out.write(f"\r\033[K{text}\n{self.status}")
+            else:
+                self.out.write(text + "\n")
+            self.out.flush()
+
+    def set_status(self, text: str) -> None:
+        with self.lock:
+            self.status = text
+            if self.tty:
+                self.out.write(f"\r\033[K\033[1m{text}\033[0m")
+            elif time.monotonic() - self._last_plain >= 10:
+                self._last_plain = time.monotonic()
+                self.out.write(f"[status] {text}\n")
+            self.out.flush()
+
+
+def serve_example_target(console: Console, port: int) -> ThreadingHTTPServer:
+    """The HTTP endpoint the example http jobs call: logs each call and answers 200."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            key = self.headers.get("Idempotency-Key", "-")
+            console.line(f"{'target':<9}| POST {self.path} Idempotency-Key={key}")
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def apply_examples(settings: Settings, console: Console) -> None:
+    from producers.cli import load_jobs_file
+    from producers.client import JobClient
+    from producers.publisher import Publisher
+
+    path = REPO_ROOT / "examples" / "jobs.yaml"
+    jobs = load_jobs_file(path, max_payload_bytes=settings.max_payload_bytes)
+    with JobClient(settings, publisher=Publisher(settings, log_level=3)) as client:
+        client.put_many(jobs)
+    console.line(f"applied {len(jobs)} example jobs from {path.relative_to(REPO_ROOT)}: "
+                 + ", ".join(j.job_id for j in jobs))  # fmt: skip
+
+
+def start(name: str, args: list[str], logs: Path, console: Console) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cronstream.cli", *args, "--name", f"make-run-{name}"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+    )  # fmt: skip
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        with (logs / f"{name}.log").open("a") as log:
+            for raw in proc.stdout:
+                log.write(raw)
+                log.flush()
+                console.line(f"{name:<9}| {raw.rstrip()}")
+        console.line(f"{name:<9}| exited with {proc.wait()}")
+
+    threading.Thread(target=pump, daemon=True).start()
+    return proc
+
+
+class Pulse:
+    """Counts for the status line: run requests fired (end offsets of the execution
+    topics), outcomes by status (read from history's end), and the lag of the workers'
+    and the sink's groups (end offsets minus committed offsets)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.topics = Topics(settings)
+        self.runs = [self.topics.runs(p) for p in Priority]
+        self.reader = kafka_consumer(settings)
+        meta = self.reader.list_topics(timeout=10).topics
+        self.partitions = {t: sorted(meta[t].partitions) for t in [*self.runs, self.topics.history]}
+        self.reader.assign([TopicPartition(self.topics.history, p, OFFSET_END)
+                            for p in self.partitions[self.topics.history]])  # fmt: skip
+        prefix = settings.topic_prefix
+        self.groups = {
+            name: kafka_consumer(settings, **{"group.id": group})
+            for name, group in (("workers", f"{prefix}.workers"), ("sink", f"{prefix}.sink"))
+        }
+        self.statuses: Counter[str] = Counter()
+        self.last_fired: int | None = None
+        self.last_done = 0
+        self.last_at = time.monotonic()
+
+    def _ends(self, topics: list[str]) -> list[TopicPartition]:
+        out = []
+        for topic in topics:
+            for p in self.partitions[topic]:
+                _, high = self.reader.get_watermark_offsets(TopicPartition(topic, p), timeout=5)
+                out.append(TopicPartition(topic, p, high))
+        return out
+
+    def _lag(self, group: Consumer, ends: list[TopicPartition]) -> int:
+        committed = group.committed([TopicPartition(tp.topic, tp.partition) for tp in ends], 5)
+        return sum(
+            max(0, end.offset - max(0, c.offset)) for end, c in zip(ends, committed, strict=True)
+        )
+
+    def read(self) -> None:
+        for msg in self.reader.consume(num_messages=10_000, timeout=0.2):
+            if msg.error() is None:
+                status = text_headers(msg.headers()).get("status")
+                if status:
+                    self.statuses[status] += 1
+
+    def line(self) -> str:
+        now = time.monotonic()
+        elapsed, self.last_at = max(now - self.last_at, 1e-3), now
+        run_ends = self._ends(self.runs)
+        fired = sum(tp.offset for tp in run_ends)
+        done = self.statuses["SUCCEEDED"]
+        fires = 0.0 if self.last_fired is None else (fired - self.last_fired) / elapsed
+        rate = (done - self.last_done) / elapsed
+        self.last_fired, self.last_done = fired, done
+        failures = sum(self.statuses[s] for s in FAILURES)
+        lag_w = self._lag(self.groups["workers"], run_ends)
+        lag_s = self._lag(self.groups["sink"], self._ends([self.topics.history]))
+        return (f"fires/s {fires:7.1f} | runs/s {rate:7.1f} | succeeded {done} | "
+                f"failures {failures} | lag: workers {lag_w}, sink {lag_s}")  # fmt: skip
+
+    def close(self) -> None:
+        self.reader.close()
+        for group in self.groups.values():
+            group.close()
 
 
 def main() -> int:
     settings = Settings.from_env()
-    topics = Topics(settings)
-    print("cronstream local stack")
+    console = Console(sys.stdout)
+    console.line("cronstream local pipeline")
     for name, health, where in (
         ("kafka", kafka_health(settings.bootstrap_servers), settings.bootstrap_servers),
         ("schema registry", registry_health(settings.registry_url), settings.registry_url),
         ("cassandra", cassandra_health(settings.cassandra_hosts, settings.cassandra_port),
          f"{settings.cassandra_hosts[0]}:{settings.cassandra_port}"),
     ):  # fmt: skip
-        print(f"  {'ok  ' if health.ok else 'DOWN'} {name:<16} {where:<42} {health.detail}")
-    print(
-        "\nTry, in another terminal:\n"
-        "  .venv/bin/cronstream jobs apply -f examples/jobs.yaml\n"
-        "  .venv/bin/cronstream jobs list\n"
-        "  .venv/bin/cronstream runs trigger hello-webhook --idempotency-key first\n"
-        "\nFollowing "
-        f"{topics.jobs}, {topics.prefix}.runs.*, {topics.history}, {topics.dlq} "
-        "(Ctrl-C to stop; `make down` stops the services)\n",
-        flush=True,
-    )
+        console.line(f"  {'ok  ' if health.ok else 'DOWN'} {name:<16} {where:<42} {health.detail}")
+    port = env_int("CRONSTREAM_EXAMPLE_TARGET_PORT", 8787)
+    target = serve_example_target(console, port)
+    if os.environ.get("CRONSTREAM_RUN_EXAMPLES", "1") != "0":
+        apply_examples(settings, console)
     logs = settings.home / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    children = []
-    for command in ("scheduler", "worker"):
-        with (logs / f"{command}.log").open("a") as log:
-            children.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "cronstream.cli",
-                        command,
-                        "--name",
-                        f"make-run-{command}",
-                    ],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                )
-            )
-        print(f"{command} started (pid {children[-1].pid}, log {logs / command}.log)", flush=True)
-    print(flush=True)
+    children = {
+        "scheduler": start("scheduler", ["scheduler"], logs, console),
+        "worker": start("worker", ["worker", "--http-allow", "127.0.0.1/32"], logs, console),
+        "sink": start("sink", ["sink"], logs, console),
+    }
+    console.line(
+        "scheduler, worker and sink started; in another terminal try:\n"
+        "  .venv/bin/cronstream jobs list\n"
+        "  .venv/bin/cronstream history hello-python --since 5m\n"
+        "  .venv/bin/cronstream history --status failed,dead_lettered --since 1h\n"
+        "  .venv/bin/cronstream runs trigger hello-webhook --idempotency-key first\n"
+        "Ctrl-C stops every process; `make down` stops the services."
+    )
+    # Ctrl-C reaches the whole foreground process group: the children stop themselves;
+    # this process notes it, stops waiting, and makes sure they are gone.
+    stopping: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, _frame: stopping.append(signum))
+    signal.signal(signal.SIGTERM, lambda signum, _frame: stopping.append(signum))
+    pulse = Pulse(settings)
+    next_status = time.monotonic()
     try:
-        return _follow(settings, topics)
+        while not stopping and all(proc.poll() is None for proc in children.values()):
+            pulse.read()
+            if time.monotonic() >= next_status:
+                next_status += STATUS_EVERY_S
+                console.set_status(pulse.line())
+        if stopping:
+            console.line("stopping (each process commits and leaves its group)...")
+            return 0
+        console.line("a process exited; stopping the others (see its lines above)")
+        return 1
     finally:
-        for child in children:
+        _stop(children.values())
+        pulse.close()
+        target.shutdown()
+        console.line("stopped")
+
+
+def _stop(children: Any) -> None:
+    for child in children:
+        if child.poll() is None:
             child.send_signal(signal.SIGTERM)
-        for child in children:
-            try:
-                child.wait(timeout=40)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
-
-
-def _follow(settings: Settings, topics: Topics) -> int:
-    followed = [topics.jobs, *(topics.runs(p) for p in Priority), topics.history, topics.dlq]
-    consumer = kafka_consumer(settings)
-    try:
-        meta = consumer.list_topics(timeout=10).topics
-        consumer.assign(
-            [TopicPartition(t, p, OFFSET_END) for t in followed for p in meta[t].partitions]
-        )
-        while True:
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error():
-                continue
-            headers = text_headers(msg.headers())
-            summary = " ".join(
-                f"{k}={headers[k]}"
-                for k in ("op", "schedule", "run_id", "attempt", "status", "trigger")
-                if k in headers
-            )
-            key = (msg.key() or b"").decode("utf-8", "replace")
-            print(f"{msg.topic():<28} {key:<28} {summary}", flush=True)
-    except KeyboardInterrupt:
-        return 0
-    finally:
-        consumer.close()
+    deadline = time.monotonic() + 45
+    for child in children:
+        try:
+            child.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
 
 
 if __name__ == "__main__":

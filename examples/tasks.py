@@ -1,4 +1,10 @@
-"""Example callables for `target: python` jobs (see examples/jobs.yaml)."""
+"""Example callables for `target: python` jobs (see examples/jobs.yaml).
+
+A callable gets the run context: ``run_id`` (the idempotency key), ``job_id``,
+``attempt``, ``scheduled_at``, ``payload``, and ``cancelled``/``remaining()`` for
+cooperative cancellation and timeouts. Raising fails the attempt (it is retried with
+backoff until ``max_attempts``); the return value's text is logged.
+"""
 
 from __future__ import annotations
 
@@ -8,3 +14,15 @@ from typing import Any
 def send_digest(context: Any) -> str:
     """Stands in for real work; the run context carries run_id (the idempotency key)."""
     return f"digest for run {getattr(context, 'run_id', context)}"
+
+
+def flaky(context: Any) -> str:
+    """Fails every first attempt, succeeds on the retry: shows retries in history."""
+    if context.attempt == 1:
+        raise RuntimeError("first attempts of this example always fail")
+    return f"succeeded on attempt {context.attempt}"
+
+
+def hopeless(context: Any) -> str:
+    """Always fails: after max_attempts the run is dead-lettered."""
+    raise RuntimeError(f"this example never succeeds (attempt {context.attempt})")

@@ -519,6 +519,8 @@ read_request_timeout: 5000ms
 range_request_timeout: 10000ms
 batch_size_warn_threshold: 64KiB
 batch_size_fail_threshold: 640KiB
+# The history sink sends unlogged batches spanning up to --batch-rows partitions.
+unlogged_batch_across_partitions_warn_threshold: 128
 """
         )
 

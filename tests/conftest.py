@@ -58,3 +58,21 @@ def cli_env(settings: Settings) -> dict[str, str]:
 def registry(stack: Settings) -> Iterator[RegistryClient]:
     with RegistryClient(stack.registry_url) as client:
         yield client
+
+
+@pytest.fixture
+def history_ns(ns: Settings) -> Iterator[Settings]:
+    """``ns`` with its own Cassandra keyspace, migrated (dropped afterwards)."""
+    from consumers.migrations import migrate
+    from cronstream.connect import cassandra_session
+
+    settings = ns.with_namespace(
+        topic_prefix=ns.topic_prefix, keyspace=f"cstest_{uuid.uuid4().hex[:10]}"
+    )
+    cluster, session = cassandra_session(settings)
+    try:
+        migrate(session, settings.keyspace)
+        yield settings
+        session.execute(f"DROP KEYSPACE IF EXISTS {settings.keyspace}", timeout=60)
+    finally:
+        cluster.shutdown()

@@ -1,0 +1,205 @@
+"""The execution history in Cassandra: its statements, the rows of an outcome, its queries.
+
+Three tables (``cql/migrations/001_history_tables.cql``), one per question, each
+bucketed by time (``consumers.core.buckets``):
+
+- ``runs_by_job``: a job's runs in a time range (one row per attempt; its columns hold
+  the attempt's latest status);
+- ``runs_by_status``: runs with a status in a time window (one row per outcome);
+- ``runs_by_id``: every record of one run id, attempt by attempt.
+
+Statements live in ``cql/history.cql`` as named statements, prepared once per session
+(``HistoryTables``). The sink writes with ``HistoryTables.rows``; ``History`` answers
+the queries the CLI shows (``cronstream history``) as iterators that page through
+Cassandra (``page_size`` rows per request) so a large result is never held at once.
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from consumers.core.buckets import SHARDS, day_of, days_desc, hour_of, hours_desc, shard_of
+from consumers.core.buckets import write_timestamp as _write_timestamp
+from schemas.events import RunOutcome, RunStatus, iso, to_ms
+
+STATEMENTS_FILE = Path(__file__).resolve().parent / "cql" / "history.cql"
+_NAMED = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.M)
+# Outcomes that do not change what a job's attempt is: a DUPLICATE says a redelivered
+# run was not executed again; it is in runs_by_id and runs_by_status only.
+NOT_IN_JOB_VIEW = frozenset({RunStatus.DUPLICATE})
+ERROR_MAX_CHARS = 4000  # longer error texts (from other producers) are cut: bounded rows
+
+
+class StatementsError(ValueError):
+    """The named-statements file is malformed."""
+
+
+def load_statements(path: Path = STATEMENTS_FILE) -> dict[str, str]:
+    """``-- name: x`` followed by one statement ending with ``;`` -> {x: statement}."""
+    text = path.read_text()
+    marks = list(_NAMED.finditer(text))
+    found: dict[str, str] = {}
+    for mark, following in zip(marks, [*marks[1:], None], strict=True):
+        body = text[mark.end() : following.start() if following else len(text)]
+        lines = [ln for ln in body.splitlines() if not ln.strip().startswith("--")]
+        statement = "\n".join(lines).strip()
+        if not statement.endswith(";") or statement.count(";") != 1:
+            raise StatementsError(f"{path.name}: {mark[1]} must be one statement ending in ';'")
+        if mark[1] in found:
+            raise StatementsError(f"{path.name}: {mark[1]} is defined twice")
+        found[mark[1]] = statement[:-1].strip()
+    return found
+
+
+class HistoryTables:
+    """The history statements prepared on one session, for tables in ``keyspace``."""
+
+    def __init__(self, session: Any, keyspace: str, *, ttl_s: int) -> None:
+        from cassandra.query import UNSET_VALUE
+
+        self.session = session
+        self.ttl_s = ttl_s
+        self._unset = UNSET_VALUE
+        self.statements = {
+            name: session.prepare(cql.format(keyspace=keyspace))
+            for name, cql in load_statements().items()
+        }
+
+    def rows(self, o: RunOutcome) -> list[tuple[str, Any]]:
+        """The (table, bound statement) pairs that record one outcome. Missing values
+        are unset, not null: no tombstones, and a later record of the same attempt
+        leaves the earlier one's cells (started_at, say) in place."""
+        u = self._unset
+
+        def v(value: Any) -> Any:
+            return u if value is None else value
+
+        status = o.status.value
+        stamp = _write_timestamp(to_ms(o.recorded_at), status)
+        ttl = self.ttl_s
+        error = v(o.error[:ERROR_MAX_CHARS] if o.error else None)
+        trigger, duration = o.trigger.value, v(o.duration_ms)
+        target, worker = v(o.target_type), v(o.worker)
+        st = self.statements
+        out = [
+            ("runs_by_id", st["insert_by_id"].bind((
+                o.run_id, o.attempt, o.recorded_at, status, o.job_id, o.tenant, trigger,
+                o.scheduled_at, v(o.started_at), v(o.finished_at), duration, error,
+                v(o.next_attempt_at), target, worker, stamp, ttl,
+            ))),
+            ("runs_by_status", st["insert_by_status"].bind((
+                status, hour_of(o.recorded_at), shard_of(o.run_id), o.recorded_at, o.run_id,
+                o.attempt, o.job_id, o.tenant, trigger, o.scheduled_at, duration, error,
+                target, worker, stamp, ttl,
+            ))),
+        ]  # fmt: skip
+        if o.status not in NOT_IN_JOB_VIEW:
+            out.append(("runs_by_job", st["insert_by_job"].bind((
+                o.job_id, day_of(o.scheduled_at), o.scheduled_at, o.run_id, o.attempt,
+                status, trigger, o.tenant, o.recorded_at, v(o.started_at), v(o.finished_at),
+                duration, error, v(o.next_attempt_at), target, worker, stamp, ttl,
+            ))))  # fmt: skip
+        return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HistoryRow:
+    """One row of a history query (fields a table does not hold are None)."""
+
+    run_id: str
+    job_id: str
+    attempt: int
+    status: str
+    scheduled_at: datetime
+    recorded_at: datetime
+    trigger: str | None = None
+    tenant: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    duration_ms: int | None = None
+    error: str | None = None
+    next_attempt_at: datetime | None = None
+    target_type: str | None = None
+    worker: str | None = None
+
+    @classmethod
+    def of(cls, row: Any) -> HistoryRow:
+        values = row._asdict()
+        kept = {f.name: values.get(f.name) for f in fields(cls)}
+        for name, value in kept.items():
+            if isinstance(value, datetime) and value.tzinfo is None:
+                kept[name] = value.replace(tzinfo=UTC)  # the driver returns naive UTC
+        return cls(**kept)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = iso(value) if isinstance(value, datetime) else value
+        return out
+
+
+def _merged(streams: Iterable[Iterator[HistoryRow]], key: str) -> Iterator[HistoryRow]:
+    """Merge streams each sorted newest first by ``key`` into one, newest first."""
+    return heapq.merge(*streams, key=lambda r: getattr(r, key), reverse=True)
+
+
+class History:
+    """The history queries (``cronstream history`` and its Python callers)."""
+
+    def __init__(self, session: Any, keyspace: str, *, page_size: int = 500) -> None:
+        self.session = session
+        self.page_size = page_size
+        self.tables = HistoryTables(session, keyspace, ttl_s=0)
+
+    def _query(self, name: str, params: Sequence[Any]) -> Iterator[HistoryRow]:
+        """Rows of one partition query. The first page is requested now (so several
+        queries run at once); the driver fetches each next page as iteration reaches it."""
+        statement = self.tables.statements[name].bind(params)
+        statement.fetch_size = self.page_size
+        future = self.session.execute_async(statement)
+
+        def rows() -> Iterator[HistoryRow]:
+            for row in future.result():
+                yield HistoryRow.of(row)
+
+        return rows()
+
+    def job_runs(
+        self,
+        job_id: str,
+        start: datetime,
+        end: datetime,
+        statuses: Sequence[str] = (),
+    ) -> Iterator[HistoryRow]:
+        """A job's attempts scheduled in [start, end), latest first, each with its
+        latest status; only those with a status in ``statuses`` when given."""
+        wanted = {s.upper() for s in statuses}
+        for day in days_desc(start, end):
+            for row in self._query("select_job_day", (job_id, day, start, end)):
+                if not wanted or row.status in wanted:
+                    yield row
+
+    def by_status(
+        self, statuses: Sequence[str], start: datetime, end: datetime
+    ) -> Iterator[HistoryRow]:
+        """Outcomes with one of ``statuses`` recorded in [start, end), latest first,
+        across every job (hour by hour, each hour's shards merged)."""
+        names = [s.upper() for s in statuses]
+        for hour in hours_desc(start, end):
+            shards = [
+                self._query("select_status_hour", (status, hour, shard, start, end))
+                for status in names
+                for shard in range(SHARDS)
+            ]
+            yield from _merged(shards, "recorded_at")
+
+    def run(self, run_id: str) -> list[HistoryRow]:
+        """Every record of one run: attempt by attempt, oldest first."""
+        return list(self._query("select_run", (run_id,)))

@@ -1,0 +1,366 @@
+"""The history sink: ``cronstream.history`` into Cassandra, at least once, idempotently.
+
+One process runs one ``Sink``: a member of the consumer group ``<prefix>.sink`` on the
+history topic (cooperative-sticky, manual commits). Each step reads up to ``read_max``
+outcomes and hands them to ``Sink.write_and_commit``, the one commit procedure.
+
+- **Idempotent.** Every outcome becomes the same rows however often it is written: the
+  primary keys come from the outcome, and the write timestamp is its ``recorded_at``
+  (``consumers.core.buckets.write_timestamp``). A redelivered outcome rewrites its rows.
+- **Batched and concurrent.** Rows are grouped per table into unlogged batches of at
+  most ``batch_rows`` rows and ``batch_bytes`` estimated bytes (under Cassandra's
+  default 50 KiB failure threshold), ``in_flight`` batches at a time.
+- **Cassandra down or slow.** A batch that is not acknowledged is sent again after a
+  backoff (0.5 s doubling to ``backoff_max_s``). Meanwhile the partitions are paused
+  and polling goes on (the group keeps the sink), nothing is committed,
+  ``cronstream_sink_cassandra_up`` is 0, and a warning is logged at each retry.
+  Stopping in that state commits nothing: the next sink reads those outcomes again.
+- **Bad input.** A record that is not a RunOutcome goes to ``dlq`` with its
+  topic/partition/offset; the partition goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaException, Message, TopicPartition
+
+from consumers.history import HistoryTables
+from cronstream import metrics
+from cronstream.connect import cassandra_session, group_consumer
+from cronstream.records import dead_letter_for, is_record
+from cronstream.settings import Settings
+from producers.publisher import Publisher
+from schemas.catalog import Topics
+from schemas.events import RunOutcome
+from schemas.registry import RegistryClient
+from schemas.serde import Codec, DecodeError
+
+log = logging.getLogger("cronstream.sink")
+STAGE = "sink"
+ROW_OVERHEAD_BYTES = 200  # per row in a batch: columns, timestamps, framing (measured ~170)
+
+
+@dataclass(frozen=True, slots=True)
+class SinkConfig:
+    group: str
+    name: str = "sink"
+    read_max: int = 2000
+    batch_rows: int = 64
+    batch_bytes: int = 32_768
+    in_flight: int = 16
+    backoff_max_s: float = 10.0
+    session_timeout_ms: int = 10_000
+
+
+class _QuietBatchWarnings(logging.Filter):
+    """Cassandra warns about every unlogged batch spanning over 10 partitions (its
+    ``unlogged_batch_across_partitions_warn_threshold``); the sink's are by design
+    (fewer, larger requests), so that one warning is not repeated in its log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Unlogged batch covering" not in record.getMessage()
+
+
+class Stopped(Exception):
+    """Asked to stop while Cassandra was refusing writes: nothing more is committed."""
+
+
+@dataclass(slots=True)
+class _Batch:
+    table: str
+    statements: list[Any]
+    size: int = 0
+
+
+def transient_errors() -> tuple[type[BaseException], ...]:
+    """Driver errors that mean "Cassandra is down, restarting or slow": retried."""
+    from cassandra import (
+        CoordinationFailure,
+        OperationTimedOut,
+        Unavailable,
+        WriteTimeout,
+    )
+    from cassandra.cluster import NoHostAvailable
+    from cassandra.connection import ConnectionException
+    from cassandra.protocol import IsBootstrappingErrorMessage, OverloadedErrorMessage
+
+    return (
+        NoHostAvailable, OperationTimedOut, Unavailable, WriteTimeout, CoordinationFailure,
+        ConnectionException, OverloadedErrorMessage, IsBootstrappingErrorMessage,
+    )  # fmt: skip
+
+
+class Sink:
+    def __init__(self, settings: Settings, config: SinkConfig) -> None:
+        self.settings = settings
+        self.config = config
+        self.topics = Topics(settings)
+        self.codec = Codec(RegistryClient(settings.registry_url))
+        self.publisher = Publisher(settings, codec=self.codec)
+        self.transient = transient_errors()
+        logging.getLogger("cassandra.protocol").addFilter(_QuietBatchWarnings())
+        self.cluster: Any = None
+        self.tables: HistoryTables | None = None
+        self.consumer = group_consumer(
+            settings, group=config.group, name=config.name,
+            session_timeout_ms=config.session_timeout_ms,
+        )  # fmt: skip
+        self.written: dict[tuple[str, int], int] = {}  # next offset, written, per partition
+        self.step_offsets: dict[tuple[str, int], int] = {}  # the step being written
+        self.carry: list[Message] = []  # read while waiting out an outage
+        self.should_stop: Callable[[], bool] = lambda: False
+        self._maintenance = 0.0
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def run(self, should_stop: Callable[[], bool]) -> None:
+        self.should_stop = should_stop
+        try:
+            self._connect()
+            self.consumer.subscribe(
+                [self.topics.history], on_assign=self._on_assign,
+                on_revoke=self._on_revoke, on_lost=self._on_lost,
+            )  # fmt: skip
+            while not should_stop():
+                self.step()
+        except Stopped:
+            log.warning("stopped while Cassandra refused writes; the uncommitted outcomes "
+                        "are read again by the next sink")  # fmt: skip
+        finally:
+            self.close()
+
+    def _connect(self) -> None:
+        """Connect and prepare the statements; while Cassandra is unreachable, retry."""
+        delay = 0.5
+        while True:
+            try:
+                self.cluster, session = cassandra_session(self.settings)
+                ttl_s = self.settings.history_ttl_days * 86400
+                self.tables = HistoryTables(session, self.settings.keyspace, ttl_s=ttl_s)
+                metrics.sink_cassandra_up.set(1)
+                return
+            except self.transient as exc:
+                metrics.sink_cassandra_up.set(0)
+                log.warning("cassandra unreachable (%s); trying again in %.1fs", exc, delay)
+                if not self._wait(delay):
+                    raise Stopped from exc
+                delay = min(delay * 2, self.config.backoff_max_s)
+
+    def close(self) -> None:
+        try:
+            self._commit(self.written, wait=True)
+        except KafkaException as exc:
+            log.warning("final commit refused (%s); the next sink rewrites those outcomes", exc)
+        finally:
+            self.consumer.close()
+            self.publisher.close()
+            if self.cluster is not None:
+                self.cluster.shutdown()
+
+    def _on_assign(self, consumer: object, partitions: list[TopicPartition]) -> None:
+        log.info("assigned %s", ", ".join(f"{tp.topic}/{tp.partition}" for tp in partitions))
+
+    def _on_revoke(self, consumer: object, partitions: list[TopicPartition]) -> None:
+        gone = {(tp.topic, tp.partition) for tp in partitions}
+        # What is written is committed before the partitions move; what the step being
+        # written holds for them is not (the next owner rewrites it).
+        try:
+            self._commit({k: v for k, v in self.written.items() if k in gone}, wait=True)
+        except KafkaException as exc:
+            log.warning("commit at revoke refused (%s); the next owner rewrites", exc)
+        self._forget(gone)
+        log.info("revoked %s", ", ".join(f"{tp.topic}/{tp.partition}" for tp in partitions))
+
+    def _on_lost(self, consumer: object, partitions: list[TopicPartition]) -> None:
+        log.warning("partitions lost: %s", partitions)
+        self._forget({(tp.topic, tp.partition) for tp in partitions})
+
+    def _forget(self, gone: set[tuple[str, int]]) -> None:
+        for key in gone:
+            self.written.pop(key, None)
+            self.step_offsets.pop(key, None)
+        self.carry = [m for m in self.carry if (m.topic(), m.partition()) not in gone]
+
+    # -- the loop -----------------------------------------------------------------------
+    def step(self) -> None:
+        messages, self.carry = self.carry, []
+        room = self.config.read_max - len(messages)
+        if room > 0:
+            messages.extend(self.consumer.consume(num_messages=room, timeout=0.2))
+        if messages:
+            self.write_and_commit(messages)
+        if time.monotonic() >= self._maintenance:
+            self._maintain()
+
+    def write_and_commit(self, messages: list[Message]) -> None:
+        """Make a step's outcomes durable in Cassandra, then move the offsets. In order:
+
+        1. Decode each record into the rows it writes; one that is not a RunOutcome
+           becomes a DLQ record.
+        2. Write every row, in batches, ``in_flight`` at a time; batches Cassandra did
+           not acknowledge are sent again after a backoff, until all are (or the
+           process is asked to stop: then nothing is committed).
+        3. Flush the DLQ records (a failed delivery raises before any commit).
+        4. Commit, per partition, the offset after the step's last record
+           (asynchronously; synchronously when partitions move or the sink stops).
+
+        A crash anywhere before 4 leaves the offsets where they were: the next sink
+        reads the same outcomes again and rewrites the same rows.
+        """
+        assert self.tables is not None
+        # 1. decode
+        self.step_offsets = {}
+        rows: list[tuple[str, Any]] = []
+        outcomes = 0
+        for msg in messages:
+            if not is_record(msg):
+                continue
+            key = (msg.topic() or "", msg.partition() or 0)
+            self.step_offsets[key] = (msg.offset() or 0) + 1
+            try:
+                outcome = self.codec.decode(msg.value(), RunOutcome)
+            except DecodeError as exc:
+                letter = dead_letter_for(msg, stage=STAGE, reason=f"not a RunOutcome: {exc}")
+                self.publisher.publish(self.topics.dlq, letter)
+                continue
+            rows.extend(self.tables.rows(outcome))
+            outcomes += 1
+        # 2. write
+        self._write(rows)
+        # 3. flush
+        self.publisher.flush()
+        # 4. commit
+        self.written.update(self.step_offsets)
+        self._commit(self.step_offsets, wait=False)
+        metrics.sink_outcomes.inc(outcomes)
+
+    # -- writing ------------------------------------------------------------------------
+    def _write(self, rows: list[tuple[str, Any]]) -> None:
+        pending = self._batches(rows)
+        delay = 0.5
+        paused: list[TopicPartition] = []
+        try:
+            while True:
+                pending = self._send(pending)
+                if not pending:
+                    metrics.sink_cassandra_up.set(1)
+                    return
+                metrics.sink_cassandra_up.set(0)
+                if not paused:
+                    paused = list(self.consumer.assignment())
+                    self.consumer.pause(paused)
+                log.warning("cassandra did not acknowledge %d batches; retrying in %.1fs "
+                            "(offsets are held)", len(pending), delay)  # fmt: skip
+                if not self._wait(delay):
+                    raise Stopped
+                delay = min(delay * 2, self.config.backoff_max_s)
+        finally:
+            if paused:
+                owned = set(self.consumer.assignment())
+                self.consumer.resume([tp for tp in paused if tp in owned])
+
+    def _batches(self, rows: list[tuple[str, Any]]) -> list[_Batch]:
+        limit_rows, limit_bytes = self.config.batch_rows, self.config.batch_bytes
+        open_: dict[str, _Batch] = {}
+        done: list[_Batch] = []
+        for table, statement in rows:
+            size = ROW_OVERHEAD_BYTES + _text_bytes(statement)
+            batch = open_.get(table)
+            if batch is not None and (
+                len(batch.statements) >= limit_rows or batch.size + size > limit_bytes
+            ):
+                done.append(batch)
+                batch = None
+            if batch is None:
+                batch = open_[table] = _Batch(table, [])
+            batch.statements.append(statement)
+            batch.size += size
+        done.extend(open_.values())
+        return done
+
+    def _send(self, batches: list[_Batch]) -> list[_Batch]:
+        """Send every batch, ``in_flight`` at a time; returns those not acknowledged."""
+        from cassandra.query import BatchStatement, BatchType
+
+        failed: list[_Batch] = []
+        in_flight: list[tuple[Any, _Batch, float]] = []
+
+        def settle_oldest() -> None:
+            future, batch, sent = in_flight.pop(0)
+            try:
+                future.result()
+            except self.transient as exc:
+                metrics.labelled(metrics.sink_write_failures, type(exc).__name__).inc()
+                failed.append(batch)
+                return
+            metrics.sink_write_latency.observe(time.monotonic() - sent)
+            metrics.labelled(metrics.sink_rows, batch.table).inc(len(batch.statements))
+
+        assert self.tables is not None
+        session = self.tables.session
+        for batch in batches:
+            if len(batch.statements) == 1:
+                request = batch.statements[0]
+            else:
+                request = BatchStatement(batch_type=BatchType.UNLOGGED)
+                for statement in batch.statements:
+                    request.add(statement)
+            try:
+                future = session.execute_async(request)
+            except self.transient as exc:
+                metrics.labelled(metrics.sink_write_failures, type(exc).__name__).inc()
+                failed.append(batch)
+                continue
+            in_flight.append((future, batch, time.monotonic()))
+            if len(in_flight) >= self.config.in_flight:
+                settle_oldest()
+        while in_flight:
+            settle_oldest()
+        return failed
+
+    def _wait(self, seconds: float) -> bool:
+        """Wait ``seconds`` while polling (group membership, rebalances); False when the
+        process is asked to stop. A record that arrives anyway is kept for the next step."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self.should_stop():
+                return False
+            msg = self.consumer.poll(min(0.2, max(0.0, deadline - time.monotonic())))
+            if msg is not None:
+                self.carry.append(msg)
+        return True
+
+    def _commit(self, offsets: dict[tuple[str, int], int], *, wait: bool) -> None:
+        if not offsets:
+            return
+        parts = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+        if wait:
+            self.consumer.commit(offsets=parts, asynchronous=False)
+            return
+        try:
+            self.consumer.commit(offsets=parts, asynchronous=True)
+        except KafkaException as exc:
+            log.warning("commit refused (%s); those outcomes will be rewritten", exc)
+
+    def _maintain(self) -> None:
+        self._maintenance = time.monotonic() + 5
+        try:
+            positions = self.consumer.position(list(self.consumer.assignment()))
+        except KafkaException:
+            return
+        for tp in positions:
+            if tp.offset < 0:
+                continue
+            _, high = self.consumer.get_watermark_offsets(tp, cached=True) or (0, 0)
+            metrics.labelled(metrics.sink_consumer_lag, str(tp.partition)).set(
+                max(0, high - tp.offset)
+            )
+
+
+def _text_bytes(statement: Any) -> int:
+    """The bytes a bound statement's values carry (the error text dominates)."""
+    return sum(len(v) for v in statement.values if isinstance(v, bytes))

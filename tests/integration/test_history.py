@@ -1,0 +1,321 @@
+"""The history sink and queries against the real Kafka and Cassandra: every outcome
+lands once per primary key, redelivery rewrites, a 60 s Cassandra outage loses nothing,
+rows carry the configured TTL, and queries cross day/hour buckets and page."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+from consumers.core.buckets import write_timestamp
+from consumers.history import History, HistoryTables
+from cronstream.connect import cassandra_session, kafka_admin, kafka_consumer, kafka_producer
+from cronstream.settings import Settings
+from infra import stack as stack_mod
+from infra.services import Cassandra
+from producers.client import watermarks
+from producers.publisher import Publisher
+from schemas.catalog import Topics
+from schemas.events import DeadLetter, RunOutcome, RunStatus, Trigger, from_ms, to_ms
+from schemas.registry import RegistryClient
+from schemas.serde import Codec
+from tests.integration.helpers import CronstreamProcess, cronstream, read_topic
+
+pytestmark = pytest.mark.integration
+OUTAGE_S = float(os.environ.get("CRONSTREAM_TEST_CASSANDRA_OUTAGE_S", "60"))
+
+
+@pytest.fixture
+def procs() -> Iterator[list[CronstreamProcess]]:
+    started: list[CronstreamProcess] = []
+    yield started
+    for proc in started:
+        proc.cleanup()
+
+
+@pytest.fixture
+def session(history_ns: Settings) -> Iterator[Any]:
+    cluster, sess = cassandra_session(history_ns, keyspace=history_ns.keyspace)
+    yield sess
+    cluster.shutdown()
+
+
+def start_sink(ns: Settings, tmp: Path, procs: list[CronstreamProcess], *args: str
+               ) -> CronstreamProcess:  # fmt: skip
+    proc = CronstreamProcess(ns, tmp, f"sink{len(procs)}", *args, command="sink")
+    procs.append(proc)
+    proc.wait_live(1, text="assigned")
+    return proc
+
+
+def runs_of(job: str, count: int, start_ms: int, step_ms: int = 1000) -> list[RunOutcome]:
+    """Varied outcomes: every run STARTED + SUCCEEDED (the same millisecond), every
+    fifth failing attempt 1 first, every seventh redelivered (DUPLICATE), one MISSED."""
+    out = []
+    for i in range(count):
+        at = start_ms + i * step_ms
+        run_id = f"{job}@{i}"
+        base = dict(run_id=run_id, job_id=job, scheduled_at=from_ms(at), target_type="http",
+                    worker="w1")  # fmt: skip
+        attempt = 1
+        if i % 5 == 0:
+            out.append(RunOutcome(**base, status=RunStatus.STARTED, recorded_at=from_ms(at + 1)))
+            out.append(RunOutcome(**base, status=RunStatus.FAILED, recorded_at=from_ms(at + 5),
+                                  started_at=from_ms(at + 1), finished_at=from_ms(at + 5),
+                                  duration_ms=4, error="HttpError: 500",
+                                  next_attempt_at=from_ms(at + 50)))  # fmt: skip
+            attempt = 2
+        rec = at + 60
+        trigger = Trigger.RETRY if attempt == 2 else Trigger.SCHEDULE
+        out.append(RunOutcome(**base, status=RunStatus.STARTED, recorded_at=from_ms(rec),
+                              attempt=attempt, trigger=trigger))  # fmt: skip
+        out.append(RunOutcome(**base, status=RunStatus.SUCCEEDED, recorded_at=from_ms(rec),
+                              attempt=attempt, trigger=trigger, started_at=from_ms(rec),
+                              finished_at=from_ms(rec), duration_ms=0))  # fmt: skip
+        if i % 7 == 0:
+            out.append(RunOutcome(**base, status=RunStatus.DUPLICATE, attempt=attempt,
+                                  recorded_at=from_ms(rec + 900),
+                                  error="already executed (see history)"))  # fmt: skip
+    out.append(
+        RunOutcome(
+            run_id=f"{job}@missed",
+            job_id=job,
+            status=RunStatus.MISSED,
+            scheduled_at=from_ms(start_ms - 1000),
+            recorded_at=from_ms(start_ms),
+        )
+    )
+    return out  # fmt: skip
+
+
+def expected_rows(outcomes: list[RunOutcome]) -> dict[str, int]:
+    by_id = {(o.run_id, o.attempt, o.recorded_at, o.status) for o in outcomes}
+    by_job = {(o.run_id, o.attempt) for o in outcomes if o.status is not RunStatus.DUPLICATE}
+    return {"runs_by_id": len(by_id), "runs_by_status": len(by_id), "runs_by_job": len(by_job)}
+
+
+def table_counts(session: Any) -> dict[str, int]:
+    return {
+        table: session.execute(f"SELECT count(*) FROM {table}", timeout=60).one()[0]
+        for table in ("runs_by_id", "runs_by_status", "runs_by_job")
+    }
+
+
+def publish(ns: Settings, outcomes: list[RunOutcome]) -> None:
+    publisher = Publisher(ns)
+    try:
+        for o in outcomes:
+            publisher.publish(Topics(ns).history, o)
+    finally:
+        publisher.close()
+
+
+def sink_done(ns: Settings, group: str | None = None) -> bool:
+    """The sink group's committed offsets are at the end of every history partition."""
+    topic = Topics(ns).history
+    consumer = kafka_consumer(ns, **{"group.id": group or f"{ns.topic_prefix}.sink"})
+    try:
+        parts = [TopicPartition(topic, p) for p in range(ns.partitions)]
+        committed = consumer.committed(parts, timeout=20)
+        return all(tp.offset == watermarks(consumer, tp)[1] for tp in committed
+                   if watermarks(consumer, tp)[1] > 0)  # fmt: skip
+    finally:
+        consumer.close()
+
+
+def wait_until(check: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
+def test_every_outcome_lands_once_per_key_and_redelivery_rewrites(
+    history_ns: Settings, session: Any, tmp_path: Path, procs: list[CronstreamProcess]
+) -> None:
+    ns = history_ns
+    now = to_ms(datetime.now(UTC))
+    outcomes = runs_of("lands", 600, now - 3_600_000, step_ms=5000)
+    publish(ns, outcomes)
+    producer = kafka_producer(ns)
+    producer.produce(Topics(ns).history, key=b"lands", value=b"\x00not avro at all")
+    producer.flush(10)
+
+    sink = start_sink(ns, tmp_path, procs)
+    wait_until(lambda: sink_done(ns), 120, "the sink to commit everything")
+    expected = expected_rows(outcomes)
+    assert table_counts(session) == expected
+
+    # An attempt recorded STARTED and SUCCEEDED in one millisecond reads SUCCEEDED; the
+    # attempt that failed keeps its own row; the DUPLICATE did not change the job view.
+    rows = {(r.run_id, r.attempt): r for r in session.execute(
+        "SELECT run_id, attempt, status, error, started_at FROM runs_by_job")}  # fmt: skip
+    assert rows[("lands@0", 1)].status == "FAILED"
+    assert rows[("lands@0", 1)].error == "HttpError: 500"
+    assert rows[("lands@0", 2)].status == "SUCCEEDED"
+    assert rows[("lands@7", 1)].status == "SUCCEEDED"
+    assert rows[("lands@missed", 1)].status == "MISSED"
+
+    # The configured TTL (CRONSTREAM_HISTORY_TTL_DAYS, default 365) is on every table.
+    ttl = ns.history_ttl_days * 86400
+    for table in ("runs_by_id", "runs_by_status", "runs_by_job"):
+        (left,) = session.execute(f"SELECT TTL(tenant) FROM {table} LIMIT 1").one()
+        assert ttl - 600 < left <= ttl, (table, left)
+
+    # The undecodable record went to the DLQ, stage sink.
+    with RegistryClient(ns.registry_url) as registry:
+        codec = Codec(registry)
+        letters = [codec.decode(r.value, DeadLetter) for r in read_topic(ns, Topics(ns).dlq)]
+    assert [(d.stage, d.source_topic) for d in letters] == [("sink", Topics(ns).history)]
+
+    # Redelivery: rewind the group to the beginning and run a sink again.
+    stamp = session.execute(
+        "SELECT WRITETIME(tenant) FROM runs_by_id WHERE run_id = 'lands@3'").one()[0]  # fmt: skip
+    sink.stop()
+    group = f"{ns.topic_prefix}.sink"
+    topic = Topics(ns).history
+    rewind = [TopicPartition(topic, p, 0) for p in range(ns.partitions)]
+    admin = kafka_admin(ns)
+    for future in admin.alter_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group, rewind)]
+    ).values():
+        future.result()
+    assert not sink_done(ns)
+    start_sink(ns, tmp_path, procs)
+    wait_until(lambda: sink_done(ns), 120, "the second sink to commit everything")
+    assert table_counts(session) == expected
+    again = session.execute(
+        "SELECT WRITETIME(tenant) FROM runs_by_id WHERE run_id = 'lands@3'").one()[0]  # fmt: skip
+    assert again == stamp  # rewritten with the same timestamp: the same cells
+    lands3 = [o for o in outcomes if o.run_id == "lands@3"]
+    assert stamp == write_timestamp(to_ms(lands3[0].recorded_at), lands3[0].status.value)
+
+
+def _scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        return str(response.read().decode())
+
+
+def test_cassandra_down_for_a_minute_loses_nothing(
+    history_ns: Settings, session: Any, tmp_path: Path, procs: list[CronstreamProcess]
+) -> None:
+    ns = history_ns
+    port = 19000 + os.getpid() % 1000
+    sink = start_sink(ns, tmp_path, procs, "--metrics-port", str(port))
+    stop_publishing = threading.Event()
+    published: list[RunOutcome] = []
+
+    def produce() -> None:
+        publisher = Publisher(ns)
+        i = 0
+        try:
+            while not stop_publishing.is_set():
+                at = to_ms(datetime.now(UTC))
+                batch = runs_of(f"outage{i}", 20, at)
+                for o in batch:
+                    publisher.publish(Topics(ns).history, o)
+                publisher.flush()
+                published.extend(batch)
+                i += 1
+                time.sleep(0.2)
+        finally:
+            publisher.close()
+
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    cassandra = Cassandra(ns)
+    try:
+        time.sleep(8)
+        cassandra.stop()
+        went_down = time.monotonic()
+        wait_until(lambda: "cronstream_sink_cassandra_up 0.0" in _scrape(port), 60,
+                   "the sink to report cassandra down")  # fmt: skip
+        time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - went_down)))
+    finally:
+        stack_mod.up(ns, say=lambda _m: None)
+    time.sleep(5)
+    stop_publishing.set()
+    producer.join(60)
+    assert sink.proc.poll() is None, sink.log()[-3000:]
+    wait_until(lambda: sink_done(ns), 180, "the sink to catch up after the outage")
+    assert "cronstream_sink_cassandra_up 1.0" in _scrape(port)
+    assert "did not acknowledge" in sink.log() or "unreachable" in sink.log()
+    topic_count = len(read_topic(ns, Topics(ns).history))
+    assert topic_count == len(published)
+    cluster, fresh = cassandra_session(ns, keyspace=ns.keyspace)
+    try:
+        assert table_counts(fresh) == expected_rows(published)
+    finally:
+        cluster.shutdown()
+
+
+def test_queries_cross_day_and_hour_buckets_and_page(history_ns: Settings, session: Any) -> None:
+    ns = history_ns
+    tables = HistoryTables(session, ns.keyspace, ttl_s=3600 * 24 * 30)
+    midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    start = midnight - timedelta(hours=20)  # 04:00 yesterday .. 20:00 today: 3 days touched
+    every = runs_of("pager", 1200, to_ms(start), step_ms=60_000)
+    for _table, statement in (row for o in every for row in tables.rows(o)):
+        session.execute(statement)
+    history = History(session, ns.keyspace, page_size=100)
+
+    # A window across midnight, exactly the slots in it, latest first.
+    lo, hi = midnight - timedelta(minutes=90), midnight + timedelta(minutes=45)
+    found = list(history.job_runs("pager", lo, hi))
+    slots = [o for o in every if lo <= o.scheduled_at < hi and o.status is RunStatus.SUCCEEDED]
+    assert [(r.run_id, r.attempt) for r in found if r.status == "SUCCEEDED"] == [
+        (o.run_id, o.attempt) for o in sorted(slots, key=lambda o: o.scheduled_at, reverse=True)
+    ]
+    assert [r.scheduled_at for r in found] == sorted((r.scheduled_at for r in found), reverse=True)
+
+    # All 1200 slots (12 pages) across three day partitions, every attempt once.
+    whole = list(history.job_runs("pager", start - timedelta(hours=1), start + timedelta(days=2)))
+    assert len(whole) == 1200 + 240 + 1  # attempts (1 + the failed firsts) + the MISSED slot
+    assert len({(r.run_id, r.attempt) for r in whole}) == len(whole)
+
+    # Failures over hour buckets and shards, merged latest first, paged 7 at a time.
+    history.page_size = 7
+    f_lo, f_hi = start + timedelta(hours=2, minutes=30), start + timedelta(hours=5, minutes=10)
+    failed = list(history.by_status(["FAILED"], f_lo, f_hi))
+    want = sorted(
+        (o for o in every if o.status is RunStatus.FAILED and f_lo <= o.recorded_at < f_hi),
+        key=lambda o: o.recorded_at,
+        reverse=True,
+    )
+    assert [r.run_id for r in failed] == [o.run_id for o in want]  # fmt: skip
+    assert len(want) > 7 * 4
+    assert {r.error for r in failed} == {"HttpError: 500"}
+
+    # One run: every record, attempt by attempt.
+    records = history.run("pager@10")
+    assert [(r.attempt, r.status) for r in records] == [
+        (1, "STARTED"), (1, "FAILED"), (2, "STARTED"), (2, "SUCCEEDED")]  # fmt: skip
+    assert records[1].next_attempt_at is not None
+    assert records[3].duration_ms == 0
+
+    # The CLI over the same rows: paging through more than one page, JSON lines.
+    window = ["--from", lo.isoformat(), "--to", hi.isoformat()]
+    cli = cronstream(ns, "history", "pager", *window, "--json", "--limit", "0",
+                     "--page-size", "50")  # fmt: skip
+    assert cli.returncode == 0, cli.stderr
+    assert len(cli.stdout.splitlines()) == len(found)
+    limited = cronstream(ns, "history", "pager", *window, "--limit", "5")
+    assert limited.returncode == 0
+    assert len(limited.stdout.splitlines()) == 6
+    assert "more than 5 rows" in limited.stderr
+    one = cronstream(ns, "history", "--run", "pager@10")
+    assert one.returncode == 0, one.stderr
+    assert "HttpError: 500" in one.stdout
+    assert cronstream(ns, "history", "--run", "nope").returncode == 4
+    bad = cronstream(ns, "history", "pager", "--status", "exploded")
+    assert bad.returncode == 2
+    assert "unknown status EXPLODED" in bad.stderr
