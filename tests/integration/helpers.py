@@ -6,7 +6,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import NamedTuple
 
@@ -141,3 +144,35 @@ class CronstreamProcess:
                 ) from None
             assert code == 0, f"{self.name} exited {code}:\n{self.log()[-3000:]}"
         self._log.close()
+
+
+class Target:
+    """An HTTP server on 127.0.0.1 that records (time, path, Idempotency-Key)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[float, str, str]] = []
+        lock = threading.Lock()
+        calls = self.calls
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                self.rfile.read(length)
+                with lock:
+                    calls.append((time.time(), self.path, self.headers["Idempotency-Key"]))
+                if self.path.startswith("/slow"):
+                    time.sleep(1.0)
+                status = 500 if self.path.startswith("/fail") else 200
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def keys(self, path: str) -> Counter[str]:
+        return Counter(key for _, p, key in self.calls if p.startswith(path))

@@ -4,12 +4,10 @@ graceful restarts and bad input."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -24,41 +22,9 @@ from schemas.events import DeadLetter, Priority, RunOutcome
 from schemas.events import Target as RunTarget
 from schemas.registry import RegistryClient
 from schemas.serde import Codec
-from tests.integration.helpers import CronstreamProcess, read_topic
+from tests.integration.helpers import CronstreamProcess, Target, read_topic
 
 pytestmark = pytest.mark.integration
-
-
-class Target:
-    """An HTTP server on 127.0.0.1 that records (time, path, Idempotency-Key)."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[float, str, str]] = []
-        lock = threading.Lock()
-        calls = self.calls
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                self.rfile.read(length)
-                with lock:
-                    calls.append((time.time(), self.path, self.headers["Idempotency-Key"]))
-                if self.path.startswith("/slow"):
-                    time.sleep(1.0)
-                status = 500 if self.path.startswith("/fail") else 200
-                self.send_response(status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def keys(self, path: str) -> Counter[str]:
-        return Counter(key for _, p, key in self.calls if p.startswith(path))
 
 
 @pytest.fixture
