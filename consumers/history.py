@@ -145,6 +145,16 @@ class HistoryRow:
         return out
 
 
+def _one_ahead(buckets: Iterator[Iterator[HistoryRow]]) -> Iterator[HistoryRow]:
+    """Chain the buckets' rows, asking for the next bucket (its first page is requested
+    when it is built) before reading the current one: two buckets in flight, not all."""
+    current = next(buckets, None)
+    while current is not None:
+        following = next(buckets, None)
+        yield from current
+        current = following
+
+
 def _merged(streams: Iterable[Iterator[HistoryRow]], key: str) -> Iterator[HistoryRow]:
     """Merge streams each sorted newest first by ``key`` into one, newest first."""
     return heapq.merge(*streams, key=lambda r: getattr(r, key), reverse=True)
@@ -181,10 +191,11 @@ class History:
         """A job's attempts scheduled in [start, end), latest first, each with its
         latest status; only those with a status in ``statuses`` when given."""
         wanted = {s.upper() for s in statuses}
-        for day in days_desc(start, end):
-            for row in self._query("select_job_day", (job_id, day, start, end)):
-                if not wanted or row.status in wanted:
-                    yield row
+        days = (self._query("select_job_day", (job_id, day, start, end))
+                for day in days_desc(start, end))  # fmt: skip
+        for row in _one_ahead(days):
+            if not wanted or row.status in wanted:
+                yield row
 
     def by_status(
         self, statuses: Sequence[str], start: datetime, end: datetime
@@ -192,13 +203,12 @@ class History:
         """Outcomes with one of ``statuses`` recorded in [start, end), latest first,
         across every job (hour by hour, each hour's shards merged)."""
         names = [s.upper() for s in statuses]
-        for hour in hours_desc(start, end):
-            shards = [
-                self._query("select_status_hour", (status, hour, shard, start, end))
-                for status in names
-                for shard in range(SHARDS)
-            ]
-            yield from _merged(shards, "recorded_at")
+        hours = (
+            _merged([self._query("select_status_hour", (status, hour, shard, start, end))
+                     for status in names for shard in range(SHARDS)], "recorded_at")
+            for hour in hours_desc(start, end)
+        )  # fmt: skip
+        return _one_ahead(hours)
 
     def run(self, run_id: str) -> list[HistoryRow]:
         """Every record of one run: attempt by attempt, oldest first."""

@@ -95,6 +95,81 @@ def transient_errors() -> tuple[type[BaseException], ...]:
     )  # fmt: skip
 
 
+class RowWriter:
+    """Writes rows to Cassandra in unlogged batches, ``in_flight`` batches at a time,
+    and says which batches were not acknowledged (the sink; the benchmark's loader)."""
+
+    def __init__(
+        self, session: Any, *, batch_rows: int = 64, batch_bytes: int = 32_768,
+        in_flight: int = 16,
+    ) -> None:  # fmt: skip
+        self.session = session
+        self.batch_rows = batch_rows
+        self.batch_bytes = batch_bytes
+        self.in_flight = in_flight
+        self.transient = transient_errors()
+
+    def batches(self, rows: list[tuple[str, Any]]) -> list[_Batch]:
+        """Group rows per table into batches of at most ``batch_rows`` rows and
+        ``batch_bytes`` estimated bytes."""
+        limit_rows, limit_bytes = self.batch_rows, self.batch_bytes
+        open_: dict[str, _Batch] = {}
+        done: list[_Batch] = []
+        for table, statement in rows:
+            size = ROW_OVERHEAD_BYTES + _text_bytes(statement)
+            batch = open_.get(table)
+            if batch is not None and (
+                len(batch.statements) >= limit_rows or batch.size + size > limit_bytes
+            ):
+                done.append(batch)
+                batch = None
+            if batch is None:
+                batch = open_[table] = _Batch(table, [])
+            batch.statements.append(statement)
+            batch.size += size
+        done.extend(open_.values())
+        return done
+
+    def send(self, batches: list[_Batch]) -> list[_Batch]:
+        """Send every batch, ``in_flight`` at a time; returns those not acknowledged."""
+        from cassandra.query import BatchStatement, BatchType
+
+        failed: list[_Batch] = []
+        in_flight: list[tuple[Any, _Batch, float]] = []
+
+        def settle_oldest() -> None:
+            future, batch, sent = in_flight.pop(0)
+            try:
+                future.result()
+            except self.transient as exc:
+                metrics.labelled(metrics.sink_write_failures, type(exc).__name__).inc()
+                failed.append(batch)
+                return
+            metrics.sink_write_latency.observe(time.monotonic() - sent)
+            metrics.labelled(metrics.sink_rows, batch.table).inc(len(batch.statements))
+
+        session = self.session
+        for batch in batches:
+            if len(batch.statements) == 1:
+                request = batch.statements[0]
+            else:
+                request = BatchStatement(batch_type=BatchType.UNLOGGED)
+                for statement in batch.statements:
+                    request.add(statement)
+            try:
+                future = session.execute_async(request)
+            except self.transient as exc:
+                metrics.labelled(metrics.sink_write_failures, type(exc).__name__).inc()
+                failed.append(batch)
+                continue
+            in_flight.append((future, batch, time.monotonic()))
+            if len(in_flight) >= self.in_flight:
+                settle_oldest()
+        while in_flight:
+            settle_oldest()
+        return failed
+
+
 class Sink:
     def __init__(self, settings: Settings, config: SinkConfig) -> None:
         self.settings = settings
@@ -106,6 +181,7 @@ class Sink:
         logging.getLogger("cassandra.protocol").addFilter(_QuietBatchWarnings())
         self.cluster: Any = None
         self.tables: HistoryTables | None = None
+        self.writer: RowWriter | None = None
         self.consumer = group_consumer(
             settings, group=config.group, name=config.name,
             session_timeout_ms=config.session_timeout_ms,
@@ -141,6 +217,10 @@ class Sink:
                 self.cluster, session = cassandra_session(self.settings)
                 ttl_s = self.settings.history_ttl_days * 86400
                 self.tables = HistoryTables(session, self.settings.keyspace, ttl_s=ttl_s)
+                self.writer = RowWriter(
+                    session, batch_rows=self.config.batch_rows,
+                    batch_bytes=self.config.batch_bytes, in_flight=self.config.in_flight,
+                )  # fmt: skip
                 metrics.sink_cassandra_up.set(1)
                 return
             except self.transient as exc:
@@ -240,12 +320,13 @@ class Sink:
 
     # -- writing ------------------------------------------------------------------------
     def _write(self, rows: list[tuple[str, Any]]) -> None:
-        pending = self._batches(rows)
+        assert self.writer is not None
+        pending = self.writer.batches(rows)
         delay = 0.5
         paused: list[TopicPartition] = []
         try:
             while True:
-                pending = self._send(pending)
+                pending = self.writer.send(pending)
                 if not pending:
                     metrics.sink_cassandra_up.set(1)
                     return
@@ -262,65 +343,6 @@ class Sink:
             if paused:
                 owned = set(self.consumer.assignment())
                 self.consumer.resume([tp for tp in paused if tp in owned])
-
-    def _batches(self, rows: list[tuple[str, Any]]) -> list[_Batch]:
-        limit_rows, limit_bytes = self.config.batch_rows, self.config.batch_bytes
-        open_: dict[str, _Batch] = {}
-        done: list[_Batch] = []
-        for table, statement in rows:
-            size = ROW_OVERHEAD_BYTES + _text_bytes(statement)
-            batch = open_.get(table)
-            if batch is not None and (
-                len(batch.statements) >= limit_rows or batch.size + size > limit_bytes
-            ):
-                done.append(batch)
-                batch = None
-            if batch is None:
-                batch = open_[table] = _Batch(table, [])
-            batch.statements.append(statement)
-            batch.size += size
-        done.extend(open_.values())
-        return done
-
-    def _send(self, batches: list[_Batch]) -> list[_Batch]:
-        """Send every batch, ``in_flight`` at a time; returns those not acknowledged."""
-        from cassandra.query import BatchStatement, BatchType
-
-        failed: list[_Batch] = []
-        in_flight: list[tuple[Any, _Batch, float]] = []
-
-        def settle_oldest() -> None:
-            future, batch, sent = in_flight.pop(0)
-            try:
-                future.result()
-            except self.transient as exc:
-                metrics.labelled(metrics.sink_write_failures, type(exc).__name__).inc()
-                failed.append(batch)
-                return
-            metrics.sink_write_latency.observe(time.monotonic() - sent)
-            metrics.labelled(metrics.sink_rows, batch.table).inc(len(batch.statements))
-
-        assert self.tables is not None
-        session = self.tables.session
-        for batch in batches:
-            if len(batch.statements) == 1:
-                request = batch.statements[0]
-            else:
-                request = BatchStatement(batch_type=BatchType.UNLOGGED)
-                for statement in batch.statements:
-                    request.add(statement)
-            try:
-                future = session.execute_async(request)
-            except self.transient as exc:
-                metrics.labelled(metrics.sink_write_failures, type(exc).__name__).inc()
-                failed.append(batch)
-                continue
-            in_flight.append((future, batch, time.monotonic()))
-            if len(in_flight) >= self.config.in_flight:
-                settle_oldest()
-        while in_flight:
-            settle_oldest()
-        return failed
 
     def _wait(self, seconds: float) -> bool:
         """Wait ``seconds`` while polling (group membership, rebalances); False when the
