@@ -7,11 +7,15 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
 from cronstream.settings import Settings
 from schemas.registry import RegistryClient
+
+if TYPE_CHECKING:
+    from tests.integration.helpers import CronstreamProcess
 
 
 @pytest.fixture(scope="session")
@@ -63,16 +67,17 @@ def registry(stack: Settings) -> Iterator[RegistryClient]:
 @pytest.fixture
 def history_ns(ns: Settings) -> Iterator[Settings]:
     """``ns`` with its own Cassandra keyspace, migrated (dropped afterwards)."""
-    from consumers.migrations import migrate
-    from cronstream.connect import cassandra_session
+    from tests.integration.helpers import history_keyspace
 
-    settings = ns.with_namespace(
-        topic_prefix=ns.topic_prefix, keyspace=f"cstest_{uuid.uuid4().hex[:10]}"
-    )
-    cluster, session = cassandra_session(settings)
-    try:
-        migrate(session, settings.keyspace)
+    with history_keyspace(ns) as settings:
         yield settings
-        session.execute(f"DROP KEYSPACE IF EXISTS {settings.keyspace}", timeout=60)
-    finally:
-        cluster.shutdown()
+
+
+@pytest.fixture
+def procs() -> Iterator[list[CronstreamProcess]]:
+    """Long-running cronstream subprocesses a test starts; killed at teardown."""
+
+    started: list[CronstreamProcess] = []
+    yield started
+    for proc in started:
+        proc.cleanup()

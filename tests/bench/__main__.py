@@ -49,7 +49,12 @@ from schemas.templates import avro_string
 from streams.core.schedule import jitter_offset
 from streams.processor import Processor, ProcessorConfig
 from tests.conftest import cli_env
-from tests.integration.helpers import CronstreamProcess, read_topic, record_count
+from tests.integration.helpers import (
+    CronstreamProcess,
+    history_keyspace,
+    read_topic,
+    record_count,
+)
 
 ROWS: list[tuple[str, str, str, str]] = []
 
@@ -444,24 +449,6 @@ def _rss_mib(pid: int) -> float:
     return float("nan")
 
 
-@contextmanager
-def history_keyspace(settings: Settings) -> Iterator[Settings]:
-    """``settings`` with a fresh, migrated keyspace (dropped afterwards)."""
-    from consumers.migrations import migrate
-    from cronstream.connect import cassandra_session
-
-    scoped = settings.with_namespace(
-        topic_prefix=settings.topic_prefix, keyspace=f"csbench_{uuid.uuid4().hex[:8]}"
-    )
-    cluster, session = cassandra_session(scoped)
-    try:
-        migrate(session, scoped.keyspace)
-        yield scoped
-        session.execute(f"DROP KEYSPACE IF EXISTS {scoped.keyspace}", timeout=120)
-    finally:
-        cluster.shutdown()
-
-
 def _noop_outcomes(count: int, now_ms: int) -> Iterator[RunOutcome]:
     """STARTED + SUCCEEDED pairs of no-op runs of 1,000 jobs, as workers publish them."""
     for i in range(count // 2):
@@ -501,7 +488,7 @@ def bench_sink(base: Settings, runs: int, outcomes: int, batch_rows: tuple[int, 
         cpu: dict[str, list[float]] = {"sink": [], "cassandra": []}
         count = outcomes if rows_per_batch > 1 else outcomes // 4
         for _ in range(runs if rows_per_batch > 1 else 1):
-            with namespace(base) as topics_ns, history_keyspace(topics_ns) as settings:
+            with namespace(base) as topics_ns, history_keyspace(topics_ns, "csbench") as settings:
                 publisher = Publisher(settings, serve_each=False)
                 for outcome in _noop_outcomes(count, int(time.time() * 1000)):
                     publisher.publish(Topics(settings).history, outcome)
@@ -541,7 +528,7 @@ def bench_queries(base: Settings, runs: int, stored: int, samples: int) -> None:
     from consumers.sink import RowWriter
     from cronstream.connect import cassandra_session
 
-    with history_keyspace(base) as settings:
+    with history_keyspace(base, prefix="csbench") as settings:
         cluster, session = cassandra_session(settings)
         try:
             tables = HistoryTables(session, settings.keyspace, ttl_s=86400 * 7)

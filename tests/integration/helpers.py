@@ -9,6 +9,8 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import NamedTuple
@@ -176,3 +178,23 @@ class Target:
 
     def keys(self, path: str) -> Counter[str]:
         return Counter(key for _, p, key in self.calls if p.startswith(path))
+
+
+@contextmanager
+def history_keyspace(settings: Settings, prefix: str = "cstest") -> Iterator[Settings]:
+    """``settings`` with a fresh, migrated Cassandra keyspace (dropped afterwards)."""
+    import uuid
+
+    from consumers.migrations import migrate
+    from cronstream.connect import cassandra_session
+
+    scoped = settings.with_namespace(
+        topic_prefix=settings.topic_prefix, keyspace=f"{prefix}_{uuid.uuid4().hex[:10]}"
+    )
+    cluster, session = cassandra_session(scoped)
+    try:
+        migrate(session, scoped.keyspace)
+        yield scoped
+        session.execute(f"DROP KEYSPACE IF EXISTS {scoped.keyspace}", timeout=120)
+    finally:
+        cluster.shutdown()

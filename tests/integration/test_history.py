@@ -35,14 +35,6 @@ OUTAGE_S = float(os.environ.get("CRONSTREAM_TEST_CASSANDRA_OUTAGE_S", "60"))
 
 
 @pytest.fixture
-def procs() -> Iterator[list[CronstreamProcess]]:
-    started: list[CronstreamProcess] = []
-    yield started
-    for proc in started:
-        proc.cleanup()
-
-
-@pytest.fixture
 def session(history_ns: Settings) -> Iterator[Any]:
     cluster, sess = cassandra_session(history_ns, keyspace=history_ns.keyspace)
     yield sess

@@ -35,14 +35,6 @@ def target() -> Iterator[Target]:
     t.server.server_close()
 
 
-@pytest.fixture
-def procs() -> Iterator[list[CronstreamProcess]]:
-    started: list[CronstreamProcess] = []
-    yield started
-    for proc in started:
-        proc.cleanup()
-
-
 def worker(ns: Settings, tmp: Path, procs: list[CronstreamProcess], name: str, *args: str
            ) -> CronstreamProcess:  # fmt: skip
     proc = CronstreamProcess(ns, tmp, name, "--http-allow", "127.0.0.0/8", *args, command="worker")
