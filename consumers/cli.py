@@ -18,14 +18,14 @@ from datetime import datetime, timedelta
 from itertools import islice
 from typing import Any
 
-from consumers.history import History, HistoryRow
+from consumers.history import History
 from consumers.sink import Sink, SinkConfig
 from consumers.worker import Worker, WorkerConfig
 from cronstream.connect import cassandra_session
 from cronstream.foreground import run_member
 from cronstream.settings import Settings, env_int, env_list
 from producers.spec import SpecError, parse_duration, parse_instant
-from schemas.events import RunStatus, iso, utc_now
+from schemas.events import RunOutcome, RunStatus, iso, to_jsonable, utc_now
 
 EXIT_UNAVAILABLE = 3
 EXIT_NOT_FOUND = 4
@@ -162,7 +162,7 @@ def cmd_history(settings: Settings, args: argparse.Namespace) -> int:
             _print_rows(iter(rows), args.json, RUN_COLUMNS)
             return 0
         start, end = history_window(args.since, args.start, args.end, utc_now())
-        found: Iterator[HistoryRow]
+        found: Iterator[RunOutcome]
         if args.job_id:
             found = history.job_runs(args.job_id, start, end, statuses)
             columns = JOB_COLUMNS
@@ -189,7 +189,7 @@ _WIDTH = {"attempt": 3, "status": 13, "trigger": 8, "duration_ms": 8, "worker": 
 _TITLE = {"attempt": "ATT", "duration_ms": "MS"}
 
 
-def _cell(row: HistoryRow, column: str) -> str:
+def _cell(row: RunOutcome, column: str) -> str:
     value = getattr(row, column)
     if value is None:
         return "-"
@@ -198,11 +198,11 @@ def _cell(row: HistoryRow, column: str) -> str:
     return str(value).replace("\n", " ")
 
 
-def _print_rows(rows: Iterator[HistoryRow], as_json: bool, columns: tuple[str, ...]) -> int:
+def _print_rows(rows: Iterator[RunOutcome], as_json: bool, columns: tuple[str, ...]) -> int:
     count = 0
     for row in rows:
         if as_json:
-            print(json.dumps(row.to_json()))
+            print(json.dumps(to_jsonable(row)))
         else:
             if not count:
                 print(" ".join(_TITLE.get(c, c.upper()).ljust(_WIDTH.get(c, 24))

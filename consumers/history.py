@@ -10,8 +10,9 @@ bucketed by time (``consumers.core.buckets``):
 
 Statements live in ``cql/history.cql`` as named statements, prepared once per session
 (``HistoryTables``). The sink writes with ``HistoryTables.rows``; ``History`` answers
-the queries the CLI shows (``cronstream history``) as iterators that page through
-Cassandra (``page_size`` rows per request) so a large result is never held at once.
+the queries the CLI shows (``cronstream history``) with RunOutcome values (the
+columns a table does not hold are None), as iterators that page through Cassandra
+(``page_size`` rows per request) so a large result is never held at once.
 """
 
 from __future__ import annotations
@@ -19,14 +20,13 @@ from __future__ import annotations
 import heapq
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from consumers.core.buckets import SHARDS, day_of, days_desc, hour_of, hours_desc, shard_of
 from consumers.core.buckets import write_timestamp as _write_timestamp
-from schemas.events import RunOutcome, RunStatus, iso, to_ms
+from schemas.events import RunOutcome, RunStatus, Trigger, to_ms
 
 STATEMENTS_FILE = Path(__file__).resolve().parent / "cql" / "history.cql"
 _NAMED = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.M)
@@ -108,44 +108,19 @@ class HistoryTables:
         return out
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class HistoryRow:
-    """One row of a history query (fields a table does not hold are None)."""
-
-    run_id: str
-    job_id: str
-    attempt: int
-    status: str
-    scheduled_at: datetime
-    recorded_at: datetime
-    trigger: str | None = None
-    tenant: str | None = None
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-    duration_ms: int | None = None
-    error: str | None = None
-    next_attempt_at: datetime | None = None
-    target_type: str | None = None
-    worker: str | None = None
-
-    @classmethod
-    def of(cls, row: Any) -> HistoryRow:
-        values = row._asdict()
-        kept = {f.name: values.get(f.name) for f in fields(cls)}
-        for name, value in kept.items():
-            if isinstance(value, datetime) and value.tzinfo is None:
-                kept[name] = value.replace(tzinfo=UTC)  # the driver returns naive UTC
-        return cls(**kept)
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            out[f.name] = iso(value) if isinstance(value, datetime) else value
-        return out
+def _outcome(row: Any) -> RunOutcome:
+    """A history table row as the RunOutcome it records (columns a table does not hold
+    are None; the driver returns naive UTC instants)."""
+    values = {k: v for k, v in row._asdict().items() if v is not None}
+    for name, value in values.items():
+        if isinstance(value, datetime):
+            values[name] = value.replace(tzinfo=UTC)
+    values["status"] = RunStatus(values["status"])
+    values["trigger"] = Trigger(values["trigger"])
+    return RunOutcome(**values)
 
 
-def _one_ahead(buckets: Iterator[Iterator[HistoryRow]]) -> Iterator[HistoryRow]:
+def _one_ahead(buckets: Iterator[Iterator[RunOutcome]]) -> Iterator[RunOutcome]:
     """Chain the buckets' rows, asking for the next bucket (its first page is requested
     when it is built) before reading the current one: two buckets in flight, not all."""
     current = next(buckets, None)
@@ -155,7 +130,7 @@ def _one_ahead(buckets: Iterator[Iterator[HistoryRow]]) -> Iterator[HistoryRow]:
         current = following
 
 
-def _merged(streams: Iterable[Iterator[HistoryRow]], key: str) -> Iterator[HistoryRow]:
+def _merged(streams: Iterable[Iterator[RunOutcome]], key: str) -> Iterator[RunOutcome]:
     """Merge streams each sorted newest first by ``key`` into one, newest first."""
     return heapq.merge(*streams, key=lambda r: getattr(r, key), reverse=True)
 
@@ -168,16 +143,16 @@ class History:
         self.page_size = page_size
         self.tables = HistoryTables(session, keyspace, ttl_s=0)
 
-    def _query(self, name: str, params: Sequence[Any]) -> Iterator[HistoryRow]:
+    def _query(self, name: str, params: Sequence[Any]) -> Iterator[RunOutcome]:
         """Rows of one partition query. The first page is requested now (so several
         queries run at once); the driver fetches each next page as iteration reaches it."""
         statement = self.tables.statements[name].bind(params)
         statement.fetch_size = self.page_size
         future = self.session.execute_async(statement)
 
-        def rows() -> Iterator[HistoryRow]:
+        def rows() -> Iterator[RunOutcome]:
             for row in future.result():
-                yield HistoryRow.of(row)
+                yield _outcome(row)
 
         return rows()
 
@@ -187,7 +162,7 @@ class History:
         start: datetime,
         end: datetime,
         statuses: Sequence[str] = (),
-    ) -> Iterator[HistoryRow]:
+    ) -> Iterator[RunOutcome]:
         """A job's attempts scheduled in [start, end), latest first, each with its
         latest status; only those with a status in ``statuses`` when given."""
         wanted = {s.upper() for s in statuses}
@@ -199,7 +174,7 @@ class History:
 
     def by_status(
         self, statuses: Sequence[str], start: datetime, end: datetime
-    ) -> Iterator[HistoryRow]:
+    ) -> Iterator[RunOutcome]:
         """Outcomes with one of ``statuses`` recorded in [start, end), latest first,
         across every job (hour by hour, each hour's shards merged)."""
         names = [s.upper() for s in statuses]
@@ -210,6 +185,6 @@ class History:
         )  # fmt: skip
         return _one_ahead(hours)
 
-    def run(self, run_id: str) -> list[HistoryRow]:
+    def run(self, run_id: str) -> list[RunOutcome]:
         """Every record of one run: attempt by attempt, oldest first."""
         return list(self._query("select_run", (run_id,)))

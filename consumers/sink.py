@@ -25,6 +25,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from confluent_kafka import KafkaException, Message, TopicPartition
@@ -32,7 +33,7 @@ from confluent_kafka import KafkaException, Message, TopicPartition
 from consumers.history import HistoryTables
 from cronstream import metrics
 from cronstream.connect import cassandra_session, group_consumer
-from cronstream.records import dead_letter_for, is_record
+from cronstream.records import consumer_lag, dead_letter_for, is_record, partition_names
 from cronstream.settings import Settings
 from producers.publisher import Publisher
 from schemas.catalog import Topics
@@ -77,6 +78,7 @@ class _Batch:
     size: int = 0
 
 
+@cache
 def transient_errors() -> tuple[type[BaseException], ...]:
     """Driver errors that mean "Cassandra is down, restarting or slow": retried."""
     from cassandra import (
@@ -242,7 +244,7 @@ class Sink:
                 self.cluster.shutdown()
 
     def _on_assign(self, consumer: object, partitions: list[TopicPartition]) -> None:
-        log.info("assigned %s", ", ".join(f"{tp.topic}/{tp.partition}" for tp in partitions))
+        log.info("assigned %s", partition_names(partitions))
 
     def _on_revoke(self, consumer: object, partitions: list[TopicPartition]) -> None:
         gone = {(tp.topic, tp.partition) for tp in partitions}
@@ -253,10 +255,10 @@ class Sink:
         except KafkaException as exc:
             log.warning("commit at revoke refused (%s); the next owner rewrites", exc)
         self._forget(gone)
-        log.info("revoked %s", ", ".join(f"{tp.topic}/{tp.partition}" for tp in partitions))
+        log.info("revoked %s", partition_names(partitions))
 
     def _on_lost(self, consumer: object, partitions: list[TopicPartition]) -> None:
-        log.warning("partitions lost: %s", partitions)
+        log.warning("partitions lost: %s", partition_names(partitions))
         self._forget({(tp.topic, tp.partition) for tp in partitions})
 
     def _forget(self, gone: set[tuple[str, int]]) -> None:
@@ -370,17 +372,8 @@ class Sink:
 
     def _maintain(self) -> None:
         self._maintenance = time.monotonic() + 5
-        try:
-            positions = self.consumer.position(list(self.consumer.assignment()))
-        except KafkaException:
-            return
-        for tp in positions:
-            if tp.offset < 0:
-                continue
-            _, high = self.consumer.get_watermark_offsets(tp, cached=True) or (0, 0)
-            metrics.labelled(metrics.sink_consumer_lag, str(tp.partition)).set(
-                max(0, high - tp.offset)
-            )
+        for tp, lag in consumer_lag(self.consumer, list(self.consumer.assignment())):
+            metrics.labelled(metrics.sink_consumer_lag, str(tp.partition)).set(lag)
 
 
 def _text_bytes(statement: Any) -> int:

@@ -57,7 +57,13 @@ from consumers.executors.python import PythonExecutor
 from consumers.executors.shell import ShellExecutor
 from cronstream import metrics
 from cronstream.connect import group_consumer, kafka_consumer, kafka_producer
-from cronstream.records import dead_letter, dead_letter_for, is_record
+from cronstream.records import (
+    consumer_lag,
+    dead_letter,
+    dead_letter_for,
+    is_record,
+    partition_names,
+)
 from cronstream.settings import Settings
 from producers.client import watermarks
 from producers.publisher import Publisher
@@ -231,7 +237,7 @@ class Worker:
             floor = now - self.config.lookback_ms
             since = floor if since is None else max(floor, since - DEDUP_MARGIN_MS)
             self._need_history(partition, since, history_ends[partition])
-        log.info("assigned %s", _names(partitions))
+        log.info("assigned %s", partition_names(partitions))
 
     def _need_history(self, partition: int, since_ms: int, until: int) -> None:
         """Read history partition ``partition`` from ``since_ms`` up to offset ``until``
@@ -273,10 +279,10 @@ class Worker:
         self._let_go_of_history([p for p in dropped if p in self.history_assigned])
         for p in dropped:
             del self.history_read[p], self.history_from[p], self.history_until[p]
-        log.info("revoked %s", _names(partitions))
+        log.info("revoked %s", partition_names(partitions))
 
     def _on_lost(self, consumer: object, partitions: list[TopicPartition]) -> None:
-        log.warning("partitions lost: %s", _names(partitions))
+        log.warning("partitions lost: %s", partition_names(partitions))
         self._on_revoke(consumer, partitions)
 
     def _assign_control(self) -> None:
@@ -688,15 +694,9 @@ class Worker:
         self.dedup.prune(now_ms)
         cut = now_ms - self.config.lookback_ms
         self.cancels = {k: v for k, v in self.cancels.items() if v >= cut}
-        try:
-            positions = self.consumer.position([TopicPartition(t, p) for (t, p) in self.trackers])
-        except KafkaException:
-            return
-        for tp in positions:
-            if tp.offset < 0:
-                continue
-            _, high = self.consumer.get_watermark_offsets(tp, cached=True) or (0, 0)
-            metrics.consumer_lag.labels(tp.topic, str(tp.partition)).set(max(0, high - tp.offset))
+        owned = [TopicPartition(t, p) for (t, p) in self.trackers]
+        for tp, lag in consumer_lag(self.consumer, owned):
+            metrics.consumer_lag.labels(tp.topic, str(tp.partition)).set(lag)
 
 
 def _placeholder(msg: Message) -> RunRequest:
@@ -713,10 +713,6 @@ def _metadata_time(metadata: str | None) -> int | None:
         return int(metadata) if metadata else None
     except ValueError:
         return None
-
-
-def _names(partitions: list[TopicPartition]) -> str:
-    return ", ".join(f"{tp.topic}/{tp.partition}" for tp in partitions) or "nothing"
 
 
 def _now_ms() -> int:

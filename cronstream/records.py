@@ -1,8 +1,9 @@
-"""Checking consumed records at the edge, and dead-lettering the ones we cannot use."""
+"""Checking consumed records at the edge, dead-lettering the ones we cannot use, and
+where a consumer stands on its partitions."""
 
 from __future__ import annotations
 
-from confluent_kafka import KafkaError, KafkaException, Message
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from cronstream import metrics
 from schemas.events import DeadLetter, utc_now
@@ -61,3 +62,25 @@ def dead_letter_for(msg: Message, *, stage: str, reason: str) -> DeadLetter:
         key=key if isinstance(key, bytes) else None,
         value=msg.value(),
     )
+
+
+def partition_names(partitions: list[TopicPartition]) -> str:
+    """``topic/partition, ...`` for logs."""
+    return ", ".join(f"{tp.topic}/{tp.partition}" for tp in partitions) or "nothing"
+
+
+def consumer_lag(
+    consumer: Consumer, partitions: list[TopicPartition]
+) -> list[tuple[TopicPartition, int]]:
+    """Records not yet read, per partition with a position (from the cached end offsets;
+    none while the group is rebalancing)."""
+    try:
+        positions = consumer.position(partitions)
+    except KafkaException:
+        return []
+    out = []
+    for tp in positions:
+        if tp.offset >= 0:
+            _, high = consumer.get_watermark_offsets(tp, cached=True) or (0, 0)
+            out.append((tp, max(0, high - tp.offset)))
+    return out

@@ -25,11 +25,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import IO, Any
 
-from confluent_kafka import OFFSET_END, Consumer, TopicPartition
+from confluent_kafka import OFFSET_END, TopicPartition
 
 from cronstream.connect import kafka_consumer
 from cronstream.health import cassandra_health, kafka_health, registry_health
 from cronstream.settings import REPO_ROOT, Settings, env_int
+from producers.client import group_lag
 from schemas.catalog import Topics
 from schemas.events import Priority, text_headers
 
@@ -150,12 +151,6 @@ class Pulse:
                 out.append(TopicPartition(topic, p, high))
         return out
 
-    def _lag(self, group: Consumer, ends: list[TopicPartition]) -> int:
-        committed = group.committed([TopicPartition(tp.topic, tp.partition) for tp in ends], 5)
-        return sum(
-            max(0, end.offset - max(0, c.offset)) for end, c in zip(ends, committed, strict=True)
-        )
-
     def read(self) -> None:
         for msg in self.reader.consume(num_messages=10_000, timeout=0.2):
             if msg.error() is None:
@@ -173,8 +168,8 @@ class Pulse:
         rate = (done - self.last_done) / elapsed
         self.last_fired, self.last_done = fired, done
         failures = sum(self.statuses[s] for s in FAILURES)
-        lag_w = self._lag(self.groups["workers"], run_ends)
-        lag_s = self._lag(self.groups["sink"], self._ends([self.topics.history]))
+        lag_w = group_lag(self.groups["workers"], run_ends)
+        lag_s = group_lag(self.groups["sink"], self._ends([self.topics.history]))
         return (f"fires/s {fires:7.1f} | runs/s {rate:7.1f} | succeeded {done} | "
                 f"failures {failures} | lag: workers {lag_w}, sink {lag_s}")  # fmt: skip
 

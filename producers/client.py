@@ -70,6 +70,14 @@ def watermarks(consumer: Consumer, tp: TopicPartition, *, timeout: float = 30.0)
         return int(low), int(high)
 
 
+def group_lag(consumer: Consumer, ends: list[TopicPartition]) -> int:
+    """Records before ``ends`` (end offsets) that ``consumer``'s group has not committed."""
+    committed = consumer.committed([TopicPartition(tp.topic, tp.partition) for tp in ends], 10)
+    return sum(
+        max(0, end.offset - max(0, c.offset)) for end, c in zip(ends, committed, strict=True)
+    )
+
+
 class UnknownJob(LookupError):
     """No job with that id exists (never put, or deleted)."""
 

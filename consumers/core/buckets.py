@@ -11,8 +11,9 @@ A query over a time range visits the buckets newest first (``days_desc``, ``hour
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, date, datetime, timedelta
+from typing import TypeVar
 
 SHARDS = 8
 HOUR = timedelta(hours=1)
@@ -54,19 +55,23 @@ def write_timestamp(recorded_at_ms: int, status: str) -> int:
 
 def days_desc(start: datetime, end: datetime) -> Iterator[date]:
     """The UTC days touching [start, end), newest first."""
-    if end <= start:
-        return
-    day, first = day_of(end - timedelta(microseconds=1)), day_of(start)
-    while day >= first:
-        yield day
-        day -= timedelta(days=1)
+    return _buckets_desc(start, end, day_of, timedelta(days=1))
 
 
 def hours_desc(start: datetime, end: datetime) -> Iterator[datetime]:
     """The UTC hours touching [start, end), newest first."""
+    return _buckets_desc(start, end, hour_of, HOUR)
+
+
+B = TypeVar("B", date, datetime)
+
+
+def _buckets_desc(
+    start: datetime, end: datetime, bucket_of: Callable[[datetime], B], step: timedelta
+) -> Iterator[B]:
     if end <= start:
         return
-    hour, first = hour_of(end - timedelta(microseconds=1)), hour_of(start)
-    while hour >= first:
-        yield hour
-        hour -= HOUR
+    bucket, first = bucket_of(end - timedelta(microseconds=1)), bucket_of(start)
+    while bucket >= first:
+        yield bucket
+        bucket -= step

@@ -51,6 +51,7 @@ from streams.processor import Processor, ProcessorConfig
 from tests.conftest import cli_env
 from tests.integration.helpers import (
     CronstreamProcess,
+    group_caught_up,
     history_keyspace,
     read_topic,
     record_count,
@@ -462,22 +463,6 @@ def _noop_outcomes(count: int, now_ms: int) -> Iterator[RunOutcome]:
                          duration_ms=1)  # fmt: skip
 
 
-def _committed_all(settings: Settings, group: str) -> bool:
-    from confluent_kafka import TopicPartition
-
-    from cronstream.connect import kafka_consumer
-    from producers.client import watermarks
-
-    topic = Topics(settings).history
-    consumer = kafka_consumer(settings, **{"group.id": group})
-    try:
-        parts = [TopicPartition(topic, p) for p in range(settings.partitions)]
-        committed = consumer.committed(parts, timeout=20)
-        return all(tp.offset >= watermarks(consumer, tp)[1] for tp in committed)
-    finally:
-        consumer.close()
-
-
 def bench_sink(base: Settings, runs: int, outcomes: int, batch_rows: tuple[int, ...]) -> None:
     """A backlog of ``outcomes`` on history (STARTED + SUCCEEDED pairs) drained by one
     sink process into Cassandra: rows per second (3 rows per outcome), sink and
@@ -501,7 +486,7 @@ def bench_sink(base: Settings, runs: int, outcomes: int, batch_rows: tuple[int, 
                     t0 = time.monotonic()
                     c0 = {"sink": _cpu_s(sink.proc.pid), "cassandra": _cpu_s(cassandra)}
                     group = f"{settings.topic_prefix}.sink"
-                    while not _committed_all(settings, group):
+                    while not group_caught_up(settings, group, Topics(settings).history):
                         assert sink.proc.poll() is None, sink.log()[-2000:]
                         time.sleep(0.5)
                     elapsed = time.monotonic() - t0

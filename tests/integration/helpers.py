@@ -19,7 +19,7 @@ from confluent_kafka import TopicPartition
 
 from cronstream.connect import kafka_consumer
 from cronstream.settings import Settings
-from producers.client import watermarks
+from producers.client import group_lag, watermarks
 from tests.conftest import cli_env
 
 
@@ -57,6 +57,17 @@ def record_count(settings: Settings, topic: str) -> int:
             low, high = watermarks(consumer, TopicPartition(topic, p))
             total += high - low
         return total
+    finally:
+        consumer.close()
+
+
+def group_caught_up(settings: Settings, group: str, topic: str) -> bool:
+    """``group`` has committed every record of ``topic`` written so far."""
+    consumer = kafka_consumer(settings, **{"group.id": group})
+    try:
+        ends = [TopicPartition(topic, p, watermarks(consumer, TopicPartition(topic, p))[1])
+                for p in range(settings.partitions)]  # fmt: skip
+        return group_lag(consumer, ends) == 0
     finally:
         consumer.close()
 

@@ -18,17 +18,16 @@ from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
 from consumers.core.buckets import write_timestamp
 from consumers.history import History, HistoryTables
-from cronstream.connect import cassandra_session, kafka_admin, kafka_consumer, kafka_producer
+from cronstream.connect import cassandra_session, kafka_admin, kafka_producer
 from cronstream.settings import Settings
 from infra import stack as stack_mod
 from infra.services import Cassandra
-from producers.client import watermarks
 from producers.publisher import Publisher
 from schemas.catalog import Topics
 from schemas.events import DeadLetter, RunOutcome, RunStatus, Trigger, from_ms, to_ms
 from schemas.registry import RegistryClient
 from schemas.serde import Codec
-from tests.integration.helpers import CronstreamProcess, cronstream, read_topic
+from tests.integration.helpers import CronstreamProcess, cronstream, group_caught_up, read_topic
 
 pytestmark = pytest.mark.integration
 OUTAGE_S = float(os.environ.get("CRONSTREAM_TEST_CASSANDRA_OUTAGE_S", "60"))
@@ -111,17 +110,9 @@ def publish(ns: Settings, outcomes: list[RunOutcome]) -> None:
         publisher.close()
 
 
-def sink_done(ns: Settings, group: str | None = None) -> bool:
+def sink_done(ns: Settings) -> bool:
     """The sink group's committed offsets are at the end of every history partition."""
-    topic = Topics(ns).history
-    consumer = kafka_consumer(ns, **{"group.id": group or f"{ns.topic_prefix}.sink"})
-    try:
-        parts = [TopicPartition(topic, p) for p in range(ns.partitions)]
-        committed = consumer.committed(parts, timeout=20)
-        return all(tp.offset == watermarks(consumer, tp)[1] for tp in committed
-                   if watermarks(consumer, tp)[1] > 0)  # fmt: skip
-    finally:
-        consumer.close()
+    return group_caught_up(ns, f"{ns.topic_prefix}.sink", Topics(ns).history)
 
 
 def wait_until(check: Any, timeout: float, what: str) -> None:
