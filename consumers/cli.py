@@ -77,7 +77,7 @@ def register(sub: Any) -> None:
     h.add_argument("--from", dest="start", metavar="T", help="window start (ISO 8601)")
     h.add_argument("--to", dest="end", metavar="T", help="window end (ISO 8601; default now)")
     h.add_argument("--limit", type=int, default=100, help="at most N rows (0: all)")
-    h.add_argument("--page-size", type=int, default=500, help="rows per Cassandra request")
+    h.add_argument("--page-size", type=int, default=1000, help="rows per Cassandra request")
     h.add_argument("--json", action="store_true", help="one JSON object per line")
     h.set_defaults(handler=cmd_history, needs="settings")
 

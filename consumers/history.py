@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import heapq
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -108,16 +108,29 @@ class HistoryTables:
         return out
 
 
-def _outcome(row: Any) -> RunOutcome:
-    """A history table row as the RunOutcome it records (columns a table does not hold
-    are None; the driver returns naive UTC instants)."""
-    values = {k: v for k, v in row._asdict().items() if v is not None}
-    for name, value in values.items():
-        if isinstance(value, datetime):
-            values[name] = value.replace(tzinfo=UTC)
-    values["status"] = RunStatus(values["status"])
-    values["trigger"] = Trigger(values["trigger"])
-    return RunOutcome(**values)
+_STATUS = {s.value: s for s in RunStatus}
+_TRIGGER = {t.value: t for t in Trigger}
+
+
+def _row_reader(columns: Sequence[str]) -> Callable[[Sequence[Any]], RunOutcome]:
+    """Turns a row of a SELECT with these ``columns`` (a plain tuple: the driver's named
+    tuples cost more than the query) into the RunOutcome it records. Columns a table
+    does not hold stay None; the driver's naive instants are UTC."""
+    names = tuple(columns)
+    instants = tuple(i for i, name in enumerate(names) if name.endswith("_at"))
+    status, trigger = names.index("status"), names.index("trigger")
+
+    def read(row: Sequence[Any]) -> RunOutcome:
+        values = list(row)
+        for i in instants:
+            value = values[i]
+            if value is not None:
+                values[i] = value.replace(tzinfo=UTC)
+        values[status] = _STATUS[values[status]]
+        values[trigger] = _TRIGGER[values[trigger]]
+        return RunOutcome(**dict(zip(names, values, strict=True)))
+
+    return read
 
 
 def _one_ahead(buckets: Iterator[Iterator[RunOutcome]]) -> Iterator[RunOutcome]:
@@ -138,21 +151,33 @@ def _merged(streams: Iterable[Iterator[RunOutcome]], key: str) -> Iterator[RunOu
 class History:
     """The history queries (``cronstream history`` and its Python callers)."""
 
-    def __init__(self, session: Any, keyspace: str, *, page_size: int = 500) -> None:
+    def __init__(self, session: Any, keyspace: str, *, page_size: int = 1000) -> None:
+        from cassandra.cluster import EXEC_PROFILE_DEFAULT
+        from cassandra.query import tuple_factory
+
         self.session = session
         self.page_size = page_size
         self.tables = HistoryTables(session, keyspace, ttl_s=0)
+        self._profile = session.execution_profile_clone_update(
+            EXEC_PROFILE_DEFAULT, row_factory=tuple_factory
+        )
+        self._readers = {
+            name: _row_reader([column[2] for column in statement.result_metadata])
+            for name, statement in self.tables.statements.items()
+            if name.startswith("select_")
+        }
 
     def _query(self, name: str, params: Sequence[Any]) -> Iterator[RunOutcome]:
         """Rows of one partition query. The first page is requested now (so several
         queries run at once); the driver fetches each next page as iteration reaches it."""
         statement = self.tables.statements[name].bind(params)
         statement.fetch_size = self.page_size
-        future = self.session.execute_async(statement)
+        future = self.session.execute_async(statement, execution_profile=self._profile)
+        read = self._readers[name]
 
         def rows() -> Iterator[RunOutcome]:
             for row in future.result():
-                yield _outcome(row)
+                yield read(row)
 
         return rows()
 
