@@ -34,7 +34,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from queue import Empty, SimpleQueue
 from typing import Any
@@ -53,6 +52,7 @@ from consumers.executors.base import (
 )
 from consumers.executors.http import HttpExecutor
 from consumers.executors.kafka import KafkaExecutor
+from consumers.executors.pool import Done, RunPool
 from consumers.executors.python import PythonExecutor
 from consumers.executors.shell import ShellExecutor
 from cronstream import metrics
@@ -163,9 +163,9 @@ class Worker:
         self.priority_of = {self.topics.runs(p): p for p in Priority}
         self.backlog: dict[Priority, deque[Pending]] = {p: deque() for p in Priority}
         self.paused: set[Priority] = set()
-        self.running: dict[Future[str], Pending] = {}
+        self.running: set[Pending] = set()
         self.running_ids: dict[str, Pending] = {}
-        self.finished: SimpleQueue[Future[str]] = SimpleQueue()
+        self.finished: SimpleQueue[Done[Pending]] = SimpleQueue()
         self.done: list[Pending] = []  # finished, records not published yet
         self.published: list[Pending] = []  # records published, not flushed yet
         self._next_commit = 0.0
@@ -185,7 +185,7 @@ class Worker:
         # starting runs while a paused priority is fetched again.
         self._backlog_limit = max(512, 8 * config.concurrency)
         self._maintenance = 0.0
-        self.pool = ThreadPoolExecutor(config.concurrency, thread_name_prefix="run")
+        self.pool = RunPool(config.concurrency, self.finished)
         self._target_producer = kafka_producer(settings)
         self.executors: dict[str, Executor] = {
             "http": HttpExecutor(allow=config.http_allow),
@@ -265,7 +265,7 @@ class Worker:
             queue.clear()
             queue.extend(kept)
         deadline = time.monotonic() + self.config.grace_s
-        while any((p.topic, p.partition) in gone for p in self.running.values()):
+        while any((p.topic, p.partition) in gone for p in self.running):
             if time.monotonic() > deadline:
                 log.warning("revoked with runs still executing; the next owner dedups them")
                 break
@@ -361,7 +361,7 @@ class Worker:
             self.consumer.close()
             self.history.close()
             self.control.close()
-            self.pool.shutdown(wait=False, cancel_futures=True)
+            self.pool.shutdown()
             self.publisher.close()
             self._target_producer.flush(10)
             http = self.executors["http"]
@@ -378,7 +378,7 @@ class Worker:
             return
         tracker.start(offset, msg.timestamp()[1])
         try:
-            run = self.codec.decode(msg.value(), RunRequest)
+            run = self.codec.decode_run(msg.value())
         except DecodeError as exc:
             pending = Pending(topic, partition, offset, run=_placeholder(msg))
             letter = dead_letter_for(msg, stage=STAGE, reason=f"undecodable run: {exc}")
@@ -477,10 +477,9 @@ class Worker:
             if executor is None:
                 self._fail(pending, TargetInvalid(f"unknown target type {run.target.type!r}"))
                 continue
-            future = self.pool.submit(executor.execute, run.target, context)
-            self.running[future] = pending
+            self.running.add(pending)
             self.running_ids[run.run_id] = pending
-            future.add_done_callback(self.finished.put)
+            self.pool.submit(pending, executor.execute, run.target, context)
             capacity -= 1
         metrics.in_flight.set(len(self.running))
         return taken
@@ -514,22 +513,24 @@ class Worker:
         count = 0
         while True:
             try:
-                future = finished.get(timeout=wait) if block else finished.get_nowait()
+                pending, detail, error = (
+                    finished.get(timeout=wait) if block else finished.get_nowait()
+                )
             except Empty:
                 break
             block = False
-            pending = self.running.pop(future, None)
-            if pending is None:
+            if pending not in self.running:
                 continue  # given up on at its deadline; its result is discarded
+            self.running.remove(pending)
             count += 1
             del self.running_ids[pending.run.run_id]
             context = pending.context
             assert context is not None
-            try:
-                detail = future.result()
-            except ExecutionFailed as exc:
-                self._fail(pending, exc)
+            if isinstance(error, ExecutionFailed):
+                self._fail(pending, error)
                 continue
+            if error is not None:
+                raise error  # an executor's bug, not the target's failure
             if context.cancelled.is_set() and pending.run.run_id in self.cancels:
                 self._finish(pending, RunStatus.SUCCEEDED, detail + " (cancel came late)")
             else:
@@ -537,13 +538,13 @@ class Worker:
         now = time.monotonic()
         if now >= self._next_deadline_check:
             self._next_deadline_check = now + 0.1
-            for future, pending in list(self.running.items()):
+            for pending in list(self.running):
                 context = pending.context
                 assert context is not None
                 if now > context.deadline + ABANDON_AFTER_S:
                     # The executor ignores its deadline (a python callable): give up on it.
                     context.cancelled.set()
-                    del self.running[future]
+                    self.running.remove(pending)
                     del self.running_ids[pending.run.run_id]
                     self._fail(pending, TimedOut("timed out; the callable did not stop"))
                     count += 1

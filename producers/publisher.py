@@ -66,7 +66,8 @@ class Publisher:
         while True:
             try:
                 self.producer.produce(
-                    topic, value=value, key=key.encode(), headers=[(k, v) for k, v in headers],
+                    topic, value=value, key=key.encode(),
+                    headers=headers if type(headers) is list else list(headers),
                     on_delivery=self._on_delivery,
                 )  # fmt: skip
                 break

@@ -11,6 +11,10 @@ varints, length-prefixed UTF-8, enum indexes). The result is byte-for-byte what
 Field order is RunRequest.avsc's: run_id, job_id, tenant, attempt, scheduled_at,
 fired_at, trigger, possible_duplicate, then the constant tail.
 
+``RunRequestReader`` is the way back, for the workers: it reads the varying head by
+hand and keeps the decoded constant tail of the definitions it has seen, so a run
+request costs fastavro only the first time its tail comes by.
+
 ``encode_run_outcome`` writes a whole RunOutcome body by hand, in RunOutcome.avsc's
 field order; a unit test holds it equal to fastavro's for every status and every
 optional field present or absent.
@@ -20,11 +24,21 @@ from __future__ import annotations
 
 import io
 import struct
+from collections.abc import Callable
 
 import fastavro
 
 from schemas.avro import parsed_schema
-from schemas.events import EPOCH, JobDefinition, RunOutcome, RunRequest, RunStatus, Trigger, to_ms
+from schemas.events import (
+    EPOCH,
+    JobDefinition,
+    RunOutcome,
+    RunRequest,
+    RunStatus,
+    Trigger,
+    from_ms,
+    to_ms,
+)
 
 _HEADER = struct.Struct(">bI")
 _ONE_BYTE = [bytes([n]) for n in range(0x80)]
@@ -105,6 +119,79 @@ class RunTemplate:
         )
 
 
+TRIGGERS = tuple(Trigger)
+
+
+class HeadError(ValueError):
+    """The bytes are not a RunRequest head in our schema's layout."""
+
+
+def _read_long(data: bytes, pos: int) -> tuple[int, int]:
+    """(value, next position) of the zig-zag varint at ``pos``."""
+    shift = n = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        n |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return (n >> 1) ^ -(n & 1), pos
+        shift += 7
+        if shift > 63:
+            raise HeadError("varint longer than 64 bits")
+
+
+def _read_string(data: bytes, pos: int) -> tuple[str, int]:
+    size, pos = _read_long(data, pos)
+    end = pos + size
+    if size < 0 or end > len(data):
+        raise HeadError(f"string of {size} bytes at {pos} runs past the record")
+    return data[pos:end].decode(), end
+
+
+class RunRequestReader:
+    """Decodes RunRequest bodies written with our schema (``RunTemplate``'s layout).
+
+    The head (run id, job id, tenant, attempt, instants, trigger, duplicate flag) is
+    read by hand; the rest, the same bytes for every run of one definition, is looked
+    up among the tails decoded before. An unseen tail is decoded with ``slow`` (the
+    whole record, by fastavro) and remembered (at most ``limit`` tails). A head that
+    does not parse raises HeadError (or UnicodeDecodeError)."""
+
+    def __init__(self, limit: int = 4096) -> None:
+        self.limit = limit
+        self._tails: dict[bytes, RunRequest] = {}
+
+    def read(self, body: bytes, slow: Callable[[], RunRequest]) -> RunRequest:
+        try:
+            run_id, pos = _read_string(body, 0)
+            job_id, pos = _read_string(body, pos)
+            tenant, pos = _read_string(body, pos)
+            attempt, pos = _read_long(body, pos)
+            scheduled, pos = _read_long(body, pos)
+            fired, pos = _read_long(body, pos)
+            trigger, pos = _read_long(body, pos)
+            duplicate = body[pos]
+        except IndexError:
+            raise HeadError("record ends inside the RunRequest head") from None
+        if not 0 <= trigger < len(TRIGGERS) or duplicate > 1:
+            raise HeadError(f"trigger index {trigger} / boolean byte {duplicate} out of range")
+        tail = body[pos + 1 :]
+        known = self._tails.get(tail)
+        if known is None:
+            known = slow()
+            if len(self._tails) >= self.limit:
+                self._tails.clear()
+            self._tails[tail] = known
+            return known
+        return RunRequest(
+            run_id=run_id, job_id=job_id, tenant=tenant, attempt=attempt,
+            scheduled_at=from_ms(scheduled), fired_at=from_ms(fired),
+            trigger=TRIGGERS[trigger], possible_duplicate=duplicate == 1,
+            target=known.target, payload=known.payload, priority=known.priority,
+            timeout_ms=known.timeout_ms, retry=known.retry,
+        )  # fmt: skip
+
+
 def encode_run_outcome(outcome: RunOutcome) -> bytes:
     """The Avro body (no wire-format header) of ``outcome``, as fastavro writes it."""
     o = outcome
@@ -130,4 +217,11 @@ def encode_run_outcome(outcome: RunOutcome) -> bytes:
     return b"".join(parts)
 
 
-__all__ = ["RunTemplate", "avro_string", "encode_run_outcome", "zigzag"]
+__all__ = [
+    "HeadError",
+    "RunRequestReader",
+    "RunTemplate",
+    "avro_string",
+    "encode_run_outcome",
+    "zigzag",
+]

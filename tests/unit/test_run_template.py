@@ -25,7 +25,7 @@ from schemas.events import (
     iso,
     utc_now,
 )
-from schemas.templates import RunTemplate, encode_run_outcome, zigzag
+from schemas.templates import HeadError, RunRequestReader, RunTemplate, encode_run_outcome, zigzag
 
 JOBS = [
     JobDefinition(job_id="a", target=Target(type="http", url="https://x.test/h"),
@@ -56,6 +56,53 @@ def test_template_bytes_equal_fastavro(job: JobDefinition, trigger: Trigger, dup
         4242, run.run_id, slot, fired, attempt=70, trigger=trigger, possible_duplicate=dup
     )
     assert mine == buf.getvalue()
+
+
+def _fastavro_run(body: bytes) -> RunRequest:
+    record = fastavro.schemaless_reader(
+        io.BytesIO(body), parsed_schema(RunRequest.AVRO_NAME), None, return_record_name=True
+    )
+    return RunRequest.from_avro(record)
+
+
+@pytest.mark.parametrize("trigger", list(Trigger))
+@pytest.mark.parametrize("dup", [False, True])
+def test_run_request_reader_equals_fastavro(trigger: Trigger, dup: bool) -> None:
+    reader = RunRequestReader()
+    slow_calls = []
+
+    def slow_for(body: bytes) -> RunRequest:
+        slow_calls.append(body)
+        return _fastavro_run(body)
+
+    for job in JOBS:
+        template = RunTemplate(job)
+        # The first run of a definition is decoded by fastavro, the next ones by hand.
+        for k, (slot, fired, attempt) in enumerate(
+            [(1_795_320_000_000, 1_795_320_000_123, 1), (0, 2**41, 70), (-1, 1, 2**30)]
+        ):
+            body = template.encode(4242, f"{job.job_id}@{k}é", slot, fired, attempt=attempt,
+                                   trigger=trigger, possible_duplicate=dup)[5:]  # fmt: skip
+            got = reader.read(body, lambda b=body: slow_for(b))
+            assert got == _fastavro_run(body)
+            assert (got.attempt, got.trigger, got.possible_duplicate) == (attempt, trigger, dup)
+    assert len(slow_calls) == len(JOBS)  # once per distinct tail
+
+
+def test_run_request_reader_refuses_a_broken_head() -> None:
+    reader = RunRequestReader()
+    body = RunTemplate(JOBS[0]).encode(1, "a@x", 5, 6)[5:]
+    reader.read(body, lambda: _fastavro_run(body))  # the tail is known now
+    with pytest.raises(HeadError):
+        reader.read(body[:3], lambda: _fastavro_run(body))  # ends inside the head
+    with pytest.raises(HeadError):
+        reader.read(zigzag(-5) + body[1:], lambda: _fastavro_run(body))  # negative length
+    bad_trigger = bytearray(body)
+    bad_trigger[len(body) - len(RunTemplate(JOBS[0])._tail) - 2] = 0x7E  # index 63
+    with pytest.raises(HeadError):
+        reader.read(bytes(bad_trigger), lambda: _fastavro_run(body))
+    with pytest.raises(UnicodeDecodeError):
+        reader.read(b"\x02\xff" + body[2:], lambda: _fastavro_run(body))
 
 
 @pytest.mark.parametrize("n", [0, 1, -1, 63, -64, 64, 2**31, -(2**40), 2**62])
