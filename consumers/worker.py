@@ -81,11 +81,13 @@ from schemas.events import (
     TimerRequest,
     Trigger,
     from_ms,
+    run_headers,
     text_headers,
     to_ms,
 )
 from schemas.registry import RegistryClient
 from schemas.serde import Codec, DecodeError
+from schemas.templates import OutcomeTemplate
 
 log = logging.getLogger("cronstream.worker")
 STAGE = "worker"
@@ -96,6 +98,7 @@ ATTEMPT_DONE = frozenset({"FAILED", "TIMED_OUT"})
 # (the commit metadata): clock skew, and a flagged re-emission's first emission.
 DEDUP_MARGIN_MS = 120_000
 ABANDON_AFTER_S = 1.0  # past the deadline, an attempt that ignores its timeout is given up
+Headers = list[tuple[str, bytes]]
 COMMIT_EVERY_S = 0.2  # flush + asynchronous commit this often (synchronous at handover)
 
 
@@ -123,7 +126,9 @@ class Pending:
     history_needed: int | None = None  # history offset to have read before deciding
     context: RunContext | None = None
     started: float = 0.0
-    outcome: list[RunOutcome] = field(default_factory=list)
+    outcome: list[tuple[bytes, Headers]] = field(default_factory=list)  # encoded, unpublished
+    template: OutcomeTemplate | None = None  # what its outcomes have in common, encoded
+    headers: Headers | None = None  # its outcomes' headers but the status (the last one)
     extra: list[tuple[str, TimerRequest | DeadLetter]] = field(default_factory=list)
 
 
@@ -160,6 +165,7 @@ class Worker:
         # COMMIT_EVERY_S); a report per record would cost more than the record.
         only_errors: dict[str, Any] = {"delivery.report.only.error": True}
         self.publisher = Publisher(settings, codec=self.codec, serve_each=False, **only_errors)
+        self._outcome_prefix = self.codec.wire_prefix(self.topics.history, RunOutcome)
         self.priority_of = {self.topics.runs(p): p for p in Priority}
         self.backlog: dict[Priority, deque[Pending]] = {p: deque() for p in Priority}
         self.paused: set[Priority] = set()
@@ -604,25 +610,30 @@ class Worker:
         now_ms = _now_ms()
         started_ms = now_ms - int((time.monotonic() - pending.started) * 1000)
         ran = pending.started > 0 and status is not RunStatus.STARTED
-        outcome = RunOutcome(
-            run_id=run.run_id, job_id=run.job_id, status=status, scheduled_at=run.scheduled_at,
-            recorded_at=from_ms(now_ms), tenant=run.tenant, attempt=run.attempt,
-            trigger=run.trigger,
-            started_at=from_ms(started_ms) if pending.started else None,
-            finished_at=from_ms(now_ms) if ran else None,
+        template = pending.template
+        if template is None:
+            template = pending.template = OutcomeTemplate(
+                run_id=run.run_id, job_id=run.job_id, tenant=run.tenant, attempt=run.attempt,
+                trigger=run.trigger, scheduled_ms=to_ms(run.scheduled_at),
+                target_type=run.target.type, worker=self.config.name,
+            )  # fmt: skip
+        value = self._outcome_prefix + template.encode(
+            status, now_ms,
+            started_ms=started_ms if pending.started else None,
+            finished_ms=now_ms if ran else None,
             duration_ms=now_ms - started_ms if ran else None,
             error=error[:2000] if error else None,
-            next_attempt_at=from_ms(next_attempt_ms) if next_attempt_ms else None,
-            target_type=run.target.type, worker=self.config.name,
+            next_attempt_ms=next_attempt_ms,
         )  # fmt: skip
+        headers = _headers(pending, status)
         if final:
-            pending.outcome.append(outcome)
+            pending.outcome.append((value, headers))
             self.dedup.note(run.run_id, run.attempt, status.value, now_ms)
             metrics.labelled(metrics.runs_finished, status.value, run.target.type).inc()
             if ran:
                 metrics.run_duration.observe((now_ms - started_ms) / 1000)
         else:
-            self.publisher.publish(self.topics.history, outcome)
+            self.publisher.produce_raw(self.topics.history, run.job_id, value, headers)
 
     def settle(self, *, wait: bool = False) -> None:
         """Make finished runs durable and move the committed offsets. In order:
@@ -642,9 +653,10 @@ class Worker:
         executing them a second time.
         """
         # 1. publish
+        history = self.topics.history
         for pending in self.done:
-            for outcome in pending.outcome:
-                self.publisher.publish(self.topics.history, outcome)
+            for value, headers in pending.outcome:
+                self.publisher.produce_raw(history, pending.run.job_id, value, headers)
             for topic, event in pending.extra:
                 self.publisher.publish(topic, event)
         self.published.extend(self.done)
@@ -698,6 +710,21 @@ class Worker:
         owned = [TopicPartition(t, p) for (t, p) in self.trackers]
         for tp, lag in consumer_lag(self.consumer, owned):
             metrics.consumer_lag.labels(tp.topic, str(tp.partition)).set(lag)
+
+
+def _headers(pending: Pending, status: RunStatus) -> Headers:
+    """The readable headers of an outcome of ``pending``'s attempt (``run_headers``; all
+    but the status, which comes last, are built once per attempt)."""
+    if pending.headers is None:
+        run = pending.run
+        headers = run_headers(
+            "RunOutcome", run_id=run.run_id, job_id=run.job_id,
+            scheduled_at=run.scheduled_at, attempt=run.attempt, status=status.value,
+        )  # fmt: skip
+        assert headers[-1][0] == "status", headers
+        pending.headers = headers[:-1]
+        return headers
+    return [*pending.headers, ("status", status.value.encode())]
 
 
 def _placeholder(msg: Message) -> RunRequest:

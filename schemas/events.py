@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
+from functools import lru_cache
 from operator import attrgetter, methodcaller
 from typing import Any, ClassVar, Self, get_args, get_origin, get_type_hints
 
@@ -38,6 +39,7 @@ def from_ms(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, UTC)
 
 
+@lru_cache(maxsize=4096)  # runs of many jobs share their scheduled instant
 def iso(instant: datetime) -> str:
     """2026-11-22T10:00:00.000Z: the one textual form of an instant on the wire."""
     t = instant if instant.tzinfo is UTC else instant.astimezone(UTC)
@@ -296,7 +298,7 @@ def job_headers(job_id: str, *, op: str, detail: str | None = None) -> list[tupl
     return headers
 
 
-def _run_headers(
+def run_headers(
     event: str,
     *,
     run_id: str,
@@ -337,7 +339,7 @@ class RunRequest(AvroRecord):
         return self.job_id
 
     def headers(self) -> list[tuple[str, bytes]]:
-        headers = _run_headers(
+        headers = run_headers(
             "RunRequest",
             run_id=self.run_id,
             job_id=self.job_id,
@@ -375,7 +377,7 @@ class RunOutcome(AvroRecord):
         return self.job_id
 
     def headers(self) -> list[tuple[str, bytes]]:
-        return _run_headers(
+        return run_headers(
             "RunOutcome",
             run_id=self.run_id,
             job_id=self.job_id,
@@ -400,7 +402,7 @@ class TimerRequest(AvroRecord):
         return self.job_id
 
     def headers(self) -> list[tuple[str, bytes]]:
-        headers = _run_headers(
+        headers = run_headers(
             "TimerRequest",
             run_id=self.run.run_id,
             job_id=self.job_id,

@@ -74,6 +74,11 @@ class Codec:
         return schema_id
 
     # -- encode -------------------------------------------------------------------------
+    def wire_prefix(self, topic: str, event_type: type[Event]) -> bytes:
+        """The wire-format header (magic byte, schema id) of ``event_type`` values on
+        ``topic``, for callers that encode the body themselves (``schemas.templates``)."""
+        return _HEADER.pack(MAGIC, self.writer_id(f"{topic}-value", event_type))
+
     def encode(self, topic: str, event: Event) -> bytes:
         schema_id = self.writer_id(f"{topic}-value", type(event))
         if type(event) is RunOutcome:  # the hot one: written by hand, same bytes

@@ -25,6 +25,7 @@ from __future__ import annotations
 import io
 import struct
 from collections.abc import Callable
+from datetime import datetime
 
 import fastavro
 
@@ -192,33 +193,90 @@ class RunRequestReader:
         )  # fmt: skip
 
 
+def _opt_long(value: int | None) -> bytes:
+    # Optional fields are ["null", T] unions: branch 0 is null, branch 1 (byte 2) a value.
+    return b"\x00" if value is None else b"\x02" + zigzag(value)
+
+
+def _opt_string(value: str | None) -> bytes:
+    return b"\x00" if value is None else b"\x02" + avro_string(value)
+
+
+class OutcomeTemplate:
+    """The encoded constant part of one attempt's outcomes (a worker writes two or more
+    per attempt: STARTED, then the final one): the ids, attempt, trigger, scheduled
+    time, target type and worker are encoded once; ``encode`` writes the rest."""
+
+    __slots__ = ("_head", "_middle", "_tail")
+
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        job_id: str,
+        tenant: str,
+        attempt: int,
+        trigger: Trigger,
+        scheduled_ms: int,
+        target_type: str | None,
+        worker: str | None,
+    ) -> None:
+        self._head = avro_string(run_id) + avro_string(job_id) + avro_string(tenant)
+        self._head += zigzag(attempt)
+        self._middle = TRIGGER_BYTE[trigger] + zigzag(scheduled_ms)
+        self._tail = _opt_string(target_type) + _opt_string(worker)
+
+    def encode(
+        self,
+        status: RunStatus,
+        recorded_ms: int,
+        *,
+        started_ms: int | None = None,
+        finished_ms: int | None = None,
+        duration_ms: int | None = None,
+        error: str | None = None,
+        next_attempt_ms: int | None = None,
+    ) -> bytes:
+        """The Avro body (no wire-format header) of one outcome, in RunOutcome.avsc's
+        field order."""
+        return b"".join(
+            (
+                self._head,
+                STATUS_INDEX[status],
+                self._middle,
+                zigzag(recorded_ms),
+                _opt_long(started_ms),
+                _opt_long(finished_ms),
+                _opt_long(duration_ms),
+                _opt_string(error),
+                _opt_long(next_attempt_ms),
+                self._tail,
+            )
+        )
+
+
+def _ms_or_none(instant: datetime | None) -> int | None:
+    return None if instant is None else to_ms(instant)
+
+
 def encode_run_outcome(outcome: RunOutcome) -> bytes:
     """The Avro body (no wire-format header) of ``outcome``, as fastavro writes it."""
     o = outcome
-    parts = [
-        avro_string(o.run_id),
-        avro_string(o.job_id),
-        avro_string(o.tenant),
-        zigzag(o.attempt),
-        STATUS_INDEX[o.status],
-        TRIGGER_BYTE[o.trigger],
-        zigzag(to_ms(o.scheduled_at)),
-        zigzag(to_ms(o.recorded_at)),
-    ]
-    # Optional fields are ["null", T] unions: branch 0 is null, branch 1 (byte 2) a value.
-    for instant in (o.started_at, o.finished_at):
-        parts.append(b"\x00" if instant is None else b"\x02" + zigzag(to_ms(instant)))
-    parts.append(b"\x00" if o.duration_ms is None else b"\x02" + zigzag(o.duration_ms))
-    parts.append(b"\x00" if o.error is None else b"\x02" + avro_string(o.error))
-    nxt = o.next_attempt_at
-    parts.append(b"\x00" if nxt is None else b"\x02" + zigzag(to_ms(nxt)))
-    for text in (o.target_type, o.worker):
-        parts.append(b"\x00" if text is None else b"\x02" + avro_string(text))
-    return b"".join(parts)
+    template = OutcomeTemplate(
+        run_id=o.run_id, job_id=o.job_id, tenant=o.tenant, attempt=o.attempt,
+        trigger=o.trigger, scheduled_ms=to_ms(o.scheduled_at), target_type=o.target_type,
+        worker=o.worker,
+    )  # fmt: skip
+    return template.encode(
+        o.status, to_ms(o.recorded_at), started_ms=_ms_or_none(o.started_at),
+        finished_ms=_ms_or_none(o.finished_at), duration_ms=o.duration_ms, error=o.error,
+        next_attempt_ms=_ms_or_none(o.next_attempt_at),
+    )  # fmt: skip
 
 
 __all__ = [
     "HeadError",
+    "OutcomeTemplate",
     "RunRequestReader",
     "RunTemplate",
     "avro_string",

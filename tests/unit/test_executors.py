@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from consumers.executors.base import (
+    CancelFlag,
     Cancelled,
     ExecutionFailed,
     PermanentFailure,
@@ -183,3 +184,19 @@ def test_shell_cancel_stops_a_running_command() -> None:
     with pytest.raises(Cancelled):
         shell.execute(Target(type="shell", command="sleep 30"), ctx)
     assert time.monotonic() - started < 5
+
+
+def test_cancel_flag_wakes_a_waiter_and_times_out() -> None:
+    flag = CancelFlag()
+    assert not flag.is_set()
+    started = time.monotonic()
+    assert flag.wait(0.05) is False
+    assert time.monotonic() - started >= 0.05
+    threading.Timer(0.05, flag.set).start()
+    assert flag.wait(5) is True  # woken by set() from another thread, not the timeout
+    assert time.monotonic() - started < 2
+    assert flag.is_set()
+    assert flag.wait(0) is True
+    early = CancelFlag()
+    early.set()
+    assert early.wait(None) is True  # set before anyone waited: no Event needed
