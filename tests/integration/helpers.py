@@ -79,25 +79,36 @@ class Record(NamedTuple):
 
 
 def read_topic(settings: Settings, topic: str) -> list[Record]:
-    """Every record of ``topic`` (text headers, value, timestamp), partition by partition."""
+    """Every record of ``topic`` (text headers, value, timestamp), partition by partition.
+
+    A consumer that stops fetching a partition (seen once: librdkafka returned nothing
+    for minutes after the assignment moved on from the previous partition) is replaced;
+    after three stalls the read fails instead of hanging."""
     from schemas.events import text_headers
 
+    out: list[Record] = []
     consumer = kafka_consumer(settings)
     try:
         meta = consumer.list_topics(topic, timeout=10).topics[topic]
-        out: list[Record] = []
         for p in sorted(meta.partitions):
             low, high = watermarks(consumer, TopicPartition(topic, p))
-            if high <= low:
-                continue
-            consumer.assign([TopicPartition(topic, p, low)])
-            seen = low
+            seen, stalls, progress_at = low, 0, time.monotonic()
+            if high > low:
+                consumer.assign([TopicPartition(topic, p, low)])
             while seen < high:
-                for msg in consumer.consume(num_messages=10_000, timeout=5):
+                for msg in consumer.consume(num_messages=10_000, timeout=1):
                     if msg.error():
                         continue
                     out.append(Record(text_headers(msg.headers()), msg.value(), msg.timestamp()[1]))
-                    seen = (msg.offset() or 0) + 1
+                    seen, progress_at = (msg.offset() or 0) + 1, time.monotonic()
+                if seen < high and time.monotonic() - progress_at > 20:
+                    stalls += 1
+                    if stalls == 3:
+                        raise TimeoutError(f"{topic}[{p}]: stuck at offset {seen} of {high}")
+                    consumer.close()
+                    consumer = kafka_consumer(settings)
+                    consumer.assign([TopicPartition(topic, p, seen)])
+                    progress_at = time.monotonic()
         return out
     finally:
         consumer.close()
