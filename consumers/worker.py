@@ -90,6 +90,7 @@ from schemas.serde import Codec, DecodeError
 from schemas.templates import OutcomeTemplate
 
 log = logging.getLogger("cronstream.worker")
+Headers = list[tuple[str, bytes]]
 STAGE = "worker"
 DAY_MS = 86_400_000
 RUN_DONE = frozenset({"SUCCEEDED", "DEAD_LETTERED", "CANCELED"})
@@ -98,7 +99,6 @@ ATTEMPT_DONE = frozenset({"FAILED", "TIMED_OUT"})
 # (the commit metadata): clock skew, and a flagged re-emission's first emission.
 DEDUP_MARGIN_MS = 120_000
 ABANDON_AFTER_S = 1.0  # past the deadline, an attempt that ignores its timeout is given up
-Headers = list[tuple[str, bytes]]
 COMMIT_EVERY_S = 0.2  # flush + asynchronous commit this often (synchronous at handover)
 
 

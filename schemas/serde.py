@@ -80,11 +80,11 @@ class Codec:
         return _HEADER.pack(MAGIC, self.writer_id(f"{topic}-value", event_type))
 
     def encode(self, topic: str, event: Event) -> bytes:
-        schema_id = self.writer_id(f"{topic}-value", type(event))
+        prefix = self.wire_prefix(topic, type(event))
         if type(event) is RunOutcome:  # the hot one: written by hand, same bytes
-            return _HEADER.pack(MAGIC, schema_id) + encode_run_outcome(event)
+            return prefix + encode_run_outcome(event)
         buf = io.BytesIO()
-        buf.write(_HEADER.pack(MAGIC, schema_id))
+        buf.write(prefix)
         fastavro.schemaless_writer(buf, parsed_schema(event.AVRO_NAME), event.to_avro())
         return buf.getvalue()
 

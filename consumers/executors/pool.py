@@ -21,14 +21,14 @@ from queue import Empty, SimpleQueue
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
-Done = tuple[T, Any, BaseException | None]
+Done = tuple[T, Any, BaseException | None]  # (token, result, error)
+Call = tuple[T, Callable[..., Any], tuple[Any, ...]]  # (token, callable, arguments)
 
 
 class RunPool(Generic[T]):
     def __init__(self, threads: int, done: SimpleQueue[Done[T]], *, name: str = "run") -> None:
         self.done = done
-        self._work: SimpleQueue[tuple[T, Callable[..., Any], tuple[Any, ...]] | None]
-        self._work = SimpleQueue()
+        self._work: SimpleQueue[Call[T] | None] = SimpleQueue()  # None: a thread ends
         self._threads = [
             threading.Thread(target=self._loop, name=f"{name}_{i}", daemon=True)
             for i in range(threads)
