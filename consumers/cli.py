@@ -13,7 +13,7 @@ import json
 import os
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from itertools import islice
 from typing import Any
@@ -31,13 +31,33 @@ EXIT_UNAVAILABLE = 3
 EXIT_NOT_FOUND = 4
 
 
+def at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number no smaller than ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is less than {minimum}")
+        return value
+
+    return parse
+
+
 def register(sub: Any) -> None:
     p = sub.add_parser("worker", help="run a worker (executes run requests)")
     p.add_argument("--group", help="consumer group (default <topic prefix>.workers)")
     p.add_argument("--name", default=f"worker-{socket.gethostname()}-{os.getpid()}")
-    p.add_argument("--concurrency", type=int,
+    p.add_argument("--concurrency", type=at_least(1),
                    default=env_int("CRONSTREAM_WORKER_CONCURRENCY", 32))  # fmt: skip
     p.add_argument("--grace", type=float, default=30.0, help="seconds to drain on SIGTERM")
+    p.add_argument(
+        "--dedup-capacity", type=at_least(1000),
+        default=env_int("CRONSTREAM_WORKER_DEDUP_CAPACITY", 2_000_000, minimum=1000),
+        help="run ids remembered for dedup at most (~130 bytes each; the oldest go first)",
+    )  # fmt: skip
     p.add_argument("--metrics-port", type=int,
                    default=env_int("CRONSTREAM_WORKER_METRICS_PORT", 0, minimum=0))  # fmt: skip
     p.add_argument(
@@ -88,6 +108,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
         name=args.name,
         concurrency=args.concurrency,
         grace_s=args.grace,
+        dedup_capacity=args.dedup_capacity,
         http_allow=tuple(args.http_allow),
         shell_allow=tuple(args.shell_allow),
     )

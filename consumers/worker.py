@@ -12,7 +12,8 @@ One process runs one ``Worker``: a member of the consumer group ``<prefix>.worke
 - **Priority.** Starts take high first, then normal, then low; every ``low_share``-th
   start goes to the lowest non-empty backlog, so low priority is never starved.
 - **Dedup.** For each runs partition it owns, a worker also reads the same partition of
-  ``history`` (same key, same partition count) and remembers final outcomes by run id.
+  ``history`` (same key, same partition count) and remembers final outcomes by run id
+  (``consumers.core.dedup``: a day, at most ``dedup_capacity`` run ids).
   A run already settled, or an attempt already finished, is not executed again: it is
   recorded DUPLICATE. Runs that were already on the partition when it was assigned,
   and runs flagged ``possible_duplicate``, wait until that history partition is read
@@ -41,6 +42,7 @@ from typing import Any
 from confluent_kafka import KafkaException, Message, TopicPartition
 
 from consumers.core.backoff import next_attempt_due
+from consumers.core.dedup import Dedup
 from consumers.core.offsets import OffsetTracker
 from consumers.executors.base import (
     Cancelled,
@@ -93,13 +95,15 @@ log = logging.getLogger("cronstream.worker")
 Headers = list[tuple[str, bytes]]
 STAGE = "worker"
 DAY_MS = 86_400_000
-RUN_DONE = frozenset({"SUCCEEDED", "DEAD_LETTERED", "CANCELED"})
-ATTEMPT_DONE = frozenset({"FAILED", "TIMED_OUT"})
 # History is read from this long before the oldest run an earlier owner left uncommitted
 # (the commit metadata): clock skew, and a flagged re-emission's first emission.
 DEDUP_MARGIN_MS = 120_000
 ABANDON_AFTER_S = 1.0  # past the deadline, an attempt that ignores its timeout is given up
 COMMIT_EVERY_S = 0.2  # flush + asynchronous commit this often (synchronous at handover)
+# A step's fixed costs are paid at most this often when there is other work: reading
+# ``control``, and fetching while the backlog holds enough to start (each costs about
+# 10 us a call, more than a no-op run; a busy worker steps every few microseconds).
+INPUT_EVERY_S = 0.01
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +117,7 @@ class WorkerConfig:
     http_allow: tuple[str, ...] = ()
     shell_allow: tuple[str, ...] = ()
     session_timeout_ms: int = 10_000
+    dedup_capacity: int = 2_000_000
 
 
 @dataclass(slots=True, eq=False)
@@ -130,29 +135,6 @@ class Pending:
     template: OutcomeTemplate | None = None  # what its outcomes have in common, encoded
     headers: Headers | None = None  # its outcomes' headers but the status (the last one)
     extra: list[tuple[str, TimerRequest | DeadLetter]] = field(default_factory=list)
-
-
-class Dedup:
-    """Final outcomes seen on history (and published here), by run id, for a lookback."""
-
-    def __init__(self, lookback_ms: int) -> None:
-        self.lookback_ms = lookback_ms
-        self.runs: dict[str, int] = {}
-        self.attempts: dict[tuple[str, int], int] = {}
-
-    def note(self, run_id: str, attempt: int, status: str, at_ms: int) -> None:
-        if status in RUN_DONE:
-            self.runs[run_id] = at_ms
-        if status in RUN_DONE or status in ATTEMPT_DONE:
-            self.attempts[(run_id, attempt)] = at_ms
-
-    def seen(self, run_id: str, attempt: int) -> bool:
-        return run_id in self.runs or (run_id, attempt) in self.attempts
-
-    def prune(self, now_ms: int) -> None:
-        cut = now_ms - self.lookback_ms
-        self.runs = {k: v for k, v in self.runs.items() if v >= cut}
-        self.attempts = {k: v for k, v in self.attempts.items() if v >= cut}
 
 
 class Worker:
@@ -177,6 +159,7 @@ class Worker:
         self.done: list[Pending] = []  # finished, records not published yet
         self.published: list[Pending] = []  # records published, not flushed yet
         self._next_commit = 0.0
+        self._next_input = 0.0
         self._next_deadline_check = 0.0
         self.trackers: dict[tuple[str, int], OffsetTracker] = {}
         self.replay_until: dict[tuple[str, int], tuple[int, int]] = {}
@@ -186,7 +169,7 @@ class Worker:
         self.history_from: dict[int, int] = {}
         self.history_until: dict[int, int] = {}
         self.history_assigned: set[int] = set()
-        self.dedup = Dedup(config.lookback_ms)
+        self.dedup = Dedup(config.lookback_ms, config.dedup_capacity, now_ms=_now_ms())
         self.cancels: dict[str, int] = {}
         self.starts = 0
         # Runs read ahead of execution: enough to choose by priority, and to go on
@@ -322,12 +305,17 @@ class Worker:
         It waits only when it has nothing to do: for input when nothing runs or waits;
         otherwise (no input, no start, no completion) up to 5 ms for a completion, or
         for history when the backlog waits for it."""
-        self._read_control()
+        now = time.monotonic()
+        due = now >= self._next_input
+        if due:
+            self._next_input = now + INPUT_EVERY_S
+            self._read_control()
         self._read_history()
         capacity = self.config.concurrency - len(self.running)
         backlog = sum(len(q) for q in self.backlog.values())
-        # Read only what the backlog has room for, but always poll (membership,
-        # rebalances); a priority whose backlog overflows anyway is paused.
+        # Read only what the backlog has room for, but poll at least every
+        # INPUT_EVERY_S (membership, rebalances); a priority whose backlog overflows
+        # anyway is paused.
         fetch = max(1, self._backlog_limit - backlog)
         messages: list[Message] = []
         if not self.running and not backlog:
@@ -336,12 +324,13 @@ class Worker:
             if first is not None:
                 messages.append(first)
                 fetch -= 1
-        if fetch > 0:
+        if fetch > 0 and (due or backlog < capacity):
             messages.extend(self.consumer.consume(num_messages=fetch, timeout=0))
         for msg in messages:
             self._accept(msg)
         started = self._start_some(capacity) if capacity > 0 else 0
-        self._flow_control()
+        if messages or due:
+            self._flow_control()
         completed = self._collect(wait=0)
         if not (messages or started or completed):
             if self.running:
@@ -418,7 +407,7 @@ class Worker:
             self.history_read[msg.partition() or 0] = (msg.offset() or 0) + 1
             h = text_headers(msg.headers())
             try:
-                self.dedup.note(h["run_id"], int(h["attempt"]), h["status"], msg.timestamp()[1])
+                self.dedup.note(h["run_id"], int(h["attempt"]), h["status"])
             except (KeyError, ValueError):
                 continue  # not a cronstream outcome record
         self._let_go_of_history(
@@ -489,7 +478,6 @@ class Worker:
             self.running_ids[run.run_id] = pending
             self.pool.submit(pending, executor.execute, run.target, context)
             capacity -= 1
-        metrics.in_flight.set(len(self.running))
         return taken
 
     def _flow_control(self) -> None:
@@ -556,7 +544,7 @@ class Worker:
                     del self.running_ids[pending.run.run_id]
                     self._fail(pending, TimedOut("timed out; the callable did not stop"))
                     count += 1
-        metrics.in_flight.set(len(self.running))
+            metrics.in_flight.set(len(self.running))
         return count
 
     def _fail(self, pending: Pending, exc: ExecutionFailed) -> None:
@@ -630,7 +618,7 @@ class Worker:
         headers = _headers(pending, status)
         if final:
             pending.outcome.append((value, headers))
-            self.dedup.note(run.run_id, run.attempt, status.value, now_ms)
+            self.dedup.note(run.run_id, run.attempt, status.value)
             metrics.labelled(metrics.runs_finished, status.value, run.target.type).inc()
             if ran:
                 metrics.run_duration.observe((now_ms - started_ms) / 1000)
@@ -706,7 +694,17 @@ class Worker:
     def _maintain(self) -> None:
         self._maintenance = time.monotonic() + 5
         now_ms = _now_ms()
-        self.dedup.prune(now_ms)
+        forgotten = self.dedup.prune(now_ms)
+        if forgotten:
+            if self.dedup.forgotten == forgotten:  # the first time
+                log.warning(
+                    "dedup holds more than --dedup-capacity %d run ids: forgetting the "
+                    "oldest before the %d s lookback (a flagged re-emission of one of them "
+                    "executes again; counted in cronstream_worker_dedup_forgotten_total)",
+                    self.config.dedup_capacity, self.config.lookback_ms // 1000,
+                )  # fmt: skip
+            metrics.dedup_forgotten.inc(forgotten)
+        metrics.dedup_run_ids.set(len(self.dedup))
         cut = now_ms - self.config.lookback_ms
         self.cancels = {k: v for k, v in self.cancels.items() if v >= cut}
         owned = [TopicPartition(t, p) for (t, p) in self.trackers]

@@ -115,6 +115,16 @@ fire_to_start = Histogram(
     buckets=SKEW_BUCKETS,
     registry=REGISTRY,
 )
+dedup_run_ids = Gauge(
+    "cronstream_worker_dedup_run_ids",
+    "Run ids remembered as settled or attempted, for dedup (--dedup-capacity bounds it)",
+    registry=REGISTRY,
+)
+dedup_forgotten = Counter(
+    "cronstream_worker_dedup_forgotten",
+    "Run ids dropped from dedup before the lookback because of --dedup-capacity",
+    registry=REGISTRY,
+)
 consumer_lag = Gauge(
     "cronstream_worker_consumer_lag",
     "Run requests not yet read, per execution topic partition",

@@ -7,6 +7,7 @@ import random
 import pytest
 
 from consumers.core.backoff import backoff_ceiling_ms, next_attempt_due
+from consumers.core.dedup import Dedup
 from consumers.core.offsets import OffsetTracker
 from schemas.events import RetryPolicy
 
@@ -69,3 +70,53 @@ def test_random_completion_orders_keep_the_commit_point_contiguous() -> None:
             assert point is not None
             assert all(x in done for x in range(50, point))
             assert point == 50 + len(offsets) or point not in done
+
+
+HOUR = 3_600_000
+
+
+def test_dedup_knows_settled_runs_and_finished_attempts() -> None:
+    dedup = Dedup(24 * HOUR, 1000, now_ms=0)
+    dedup.note("a", 1, "FAILED")
+    dedup.note("b", 2, "SUCCEEDED")
+    dedup.note("c", 1, "STARTED")  # not an end: ignored
+    dedup.note("d", 3, "TIMED_OUT")
+    assert [dedup.seen("a", 1), dedup.seen("a", 2)] == [True, False]
+    assert [dedup.seen("b", 1), dedup.seen("b", 2), dedup.seen("b", 3)] == [True, True, True]
+    assert not dedup.seen("c", 1)
+    assert [dedup.seen("d", 2), dedup.seen("d", 3), dedup.seen("d", 4)] == [True, True, False]
+    dedup.note("a", 2, "DEAD_LETTERED")
+    assert [dedup.seen("a", 2), dedup.seen("a", 7)] == [True, True]
+    assert len(dedup) == 3
+
+
+def test_dedup_finds_runs_across_generations_until_the_lookback() -> None:
+    dedup = Dedup(8 * HOUR, 10_000, now_ms=0)
+    dedup.note("old", 1, "FAILED")
+    for hour in range(1, 9):
+        assert dedup.prune(hour * HOUR) == 0
+        dedup.note(f"run-{hour}", 1, "SUCCEEDED")
+    dedup.note("old", 2, "CANCELED")  # the run settles generations later
+    assert [dedup.seen("old", 1), dedup.seen("old", 2)] == [True, True]
+    assert dedup.seen("run-1", 1)
+    dedup.prune(9 * HOUR + 1)  # the first generation (0-1 h) is past the 8 h lookback
+    assert dedup.seen("old", 1)  # settled at 8 h: every attempt counts as seen
+    assert dedup.seen("run-1", 1)  # noted at 1 h, in a generation that ran until 2 h
+    dedup.prune(10 * HOUR + 1)
+    assert [dedup.seen("run-1", 1), dedup.seen("run-2", 1)] == [False, True]
+    dedup.prune(20 * HOUR)
+    assert [dedup.seen("run-8", 1), dedup.seen("old", 2)] == [False, False]
+    assert dedup.forgotten == 0
+
+
+def test_dedup_memory_is_capped_oldest_first() -> None:
+    dedup = Dedup(24 * HOUR, 800, now_ms=0)
+    forgotten = 0
+    for i in range(5000):
+        dedup.note(f"r{i}", 1, "SUCCEEDED")
+        if i % 50 == 49:  # a prune every 50 notes (the worker's: every 5 s)
+            forgotten += dedup.prune(1000 + i)
+    assert len(dedup) <= 800 + 100
+    assert [dedup.seen("r4999", 1), dedup.seen("r4300", 1)] == [True, True]
+    assert [dedup.seen("r0", 1), dedup.seen("r3000", 1)] == [False, False]
+    assert forgotten == dedup.forgotten == 5000 - len(dedup)
