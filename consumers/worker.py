@@ -172,6 +172,7 @@ class Worker:
         self.dedup = Dedup(config.lookback_ms, config.dedup_capacity, now_ms=_now_ms())
         self.cancels: dict[str, int] = {}
         self.starts = 0
+        self.tally = metrics.Tally()
         # Runs read ahead of execution: enough to choose by priority, and to go on
         # starting runs while a paused priority is fetched again.
         self._backlog_limit = max(512, 8 * config.concurrency)
@@ -310,6 +311,7 @@ class Worker:
         if due:
             self._next_input = now + INPUT_EVERY_S
             self._read_control()
+            self.tally.apply()  # the run counters, in bulk
         self._read_history()
         capacity = self.config.concurrency - len(self.running)
         backlog = sum(len(q) for q in self.backlog.values())
@@ -355,6 +357,7 @@ class Worker:
         try:
             self.settle(wait=True)
         finally:
+            self.tally.apply()
             self.consumer.close()
             self.history.close()
             self.control.close()
@@ -469,7 +472,7 @@ class Worker:
             pending.context = context
             pending.started = time.monotonic()
             self._publish_outcome(pending, RunStatus.STARTED, None, final=False)
-            metrics.labelled(metrics.runs_started, run.target.type).inc()
+            self.tally.add(metrics.runs_started, run.target.type)
             metrics.fire_to_start.observe(max(0, now_ms - to_ms(run.fired_at)) / 1000)
             if executor is None:
                 self._fail(pending, TargetInvalid(f"unknown target type {run.target.type!r}"))
@@ -579,7 +582,7 @@ class Worker:
             reason=TimerReason.RETRY, created_at=from_ms(_now_ms()), run=retry,
         )  # fmt: skip
         pending.extra.append((self.topics.timers, timer))
-        metrics.labelled(metrics.runs_finished, "RETRIED", run.target.type).inc()
+        self.tally.add(metrics.runs_finished, "RETRIED", run.target.type)
         self.done.append(pending)
 
     def _finish(self, pending: Pending, status: RunStatus, detail: str | None) -> None:
@@ -619,7 +622,7 @@ class Worker:
         if final:
             pending.outcome.append((value, headers))
             self.dedup.note(run.run_id, run.attempt, status.value)
-            metrics.labelled(metrics.runs_finished, status.value, run.target.type).inc()
+            self.tally.add(metrics.runs_finished, status.value, run.target.type)
             if ran:
                 metrics.run_duration.observe((now_ms - started_ms) / 1000)
         else:

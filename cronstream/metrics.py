@@ -6,10 +6,14 @@ on ``--metrics-port`` (0 = do not serve) at ``/metrics``.
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
 from functools import cache
+from math import inf
 from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.metrics_core import HistogramMetricFamily, Metric
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 M = TypeVar("M", Counter, Gauge, Histogram)
@@ -21,6 +25,58 @@ def labelled(metric: M, *values: str) -> M:
     return metric.labels(*values)
 
 
+class LoopHistogram:
+    """A histogram observed by one thread only (a processor's or a worker's main loop),
+    once per run: ``observe`` is a bisect and two additions, without the lock and the
+    bucket loop of prometheus_client's Histogram (about a tenth of a worker's loop).
+    Scrapes, from the HTTP server's thread, read a copy of the counts; the exposition
+    is a Histogram's (``_bucket{le}``, ``_count``, ``_sum``)."""
+
+    def __init__(
+        self, name: str, documentation: str, buckets: Sequence[float], registry: CollectorRegistry
+    ) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.bounds = sorted(float(b) for b in buckets)
+        self.counts = [0] * (len(self.bounds) + 1)  # the last: above every bound (+Inf)
+        self.sum = 0.0
+        registry.register(self)
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1  # le: value <= bound
+        self.sum += value
+
+    def collect(self) -> Iterator[Metric]:
+        counts, total = self.counts.copy(), self.sum
+        family = HistogramMetricFamily(self.name, self.documentation)
+        cumulative, buckets = 0, []
+        for bound, count in zip([*self.bounds, inf], counts, strict=True):
+            cumulative += count
+            buckets.append(("+Inf" if bound == inf else repr(bound), float(cumulative)))
+        family.add_metric([], buckets, total)
+        yield family
+
+    def describe(self) -> Iterator[Metric]:
+        yield HistogramMetricFamily(self.name, self.documentation)
+
+
+class Tally:
+    """Counter increments made by one thread's hot path, applied in bulk (``apply``):
+    a labelled Counter's ``inc`` takes a lock, about 1 µs per run."""
+
+    def __init__(self) -> None:
+        self._pending: dict[tuple[Counter, tuple[str, ...]], int] = {}
+
+    def add(self, metric: Counter, *labels: str) -> None:
+        key = (metric, labels)
+        self._pending[key] = self._pending.get(key, 0) + 1
+
+    def apply(self) -> None:
+        pending, self._pending = self._pending, {}
+        for (metric, labels), count in pending.items():
+            labelled(metric, *labels).inc(count)
+
+
 SKEW_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0)
 
 fires = Counter(
@@ -29,11 +85,11 @@ fires = Counter(
     ["trigger"],
     registry=REGISTRY,
 )
-fire_skew = Histogram(
+fire_skew = LoopHistogram(
     "cronstream_scheduler_fire_skew_seconds",
     "Emit time minus due time (slot + the job's jitter) of each fired run",
-    buckets=SKEW_BUCKETS,
-    registry=REGISTRY,
+    SKEW_BUCKETS,
+    REGISTRY,
 )
 misfires = Counter(
     "cronstream_scheduler_misfires",
@@ -98,22 +154,22 @@ runs_finished = Counter(
     ["status", "target"],
     registry=REGISTRY,
 )
-run_duration = Histogram(
+run_duration = LoopHistogram(
     "cronstream_worker_run_duration_seconds",
     "Wall time of one attempt",
-    buckets=DURATION_BUCKETS,
-    registry=REGISTRY,
+    DURATION_BUCKETS,
+    REGISTRY,
 )
 in_flight = Gauge(
     "cronstream_worker_in_flight",
     "Attempts executing now",
     registry=REGISTRY,
 )
-fire_to_start = Histogram(
+fire_to_start = LoopHistogram(
     "cronstream_worker_fire_to_start_seconds",
     "Start of an attempt minus the time its run request was fired",
-    buckets=SKEW_BUCKETS,
-    registry=REGISTRY,
+    SKEW_BUCKETS,
+    REGISTRY,
 )
 dedup_run_ids = Gauge(
     "cronstream_worker_dedup_run_ids",

@@ -4,7 +4,9 @@ graceful restarts and bad input."""
 
 from __future__ import annotations
 
+import os
 import time
+import urllib.request
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import replace
@@ -12,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from cronstream.settings import Settings
 from producers.client import JobClient
@@ -106,9 +109,20 @@ def test_retries_stay_within_backoff_bounds_then_dead_letter(
     sched = CronstreamProcess(ns, tmp_path, "sched")
     procs.append(sched)
     sched.wait_live(12)
-    worker(ns, tmp_path, procs, "w")
+    port = 19500 + os.getpid() % 400
+    worker(ns, tmp_path, procs, "w", "--metrics-port", str(port))
     (run_id,) = trigger(ns, "bad", ["once"])
     seen = wait_for(ns, settled([run_id], "DEAD_LETTERED"), timeout=60)
+    # The worker's metrics count the same story: 3 starts, 2 retried failures, 1 dead
+    # letter; one fire-to-start and one duration sample per attempt.
+    assert _worker_metrics(port) == {
+        'cronstream_worker_runs_started_total{target="http"}': 3.0,
+        'cronstream_worker_runs_finished_total{status="FAILED",target="http"}': 2.0,
+        'cronstream_worker_runs_finished_total{status="RETRIED",target="http"}': 2.0,
+        'cronstream_worker_runs_finished_total{status="DEAD_LETTERED",target="http"}': 1.0,
+        "cronstream_worker_fire_to_start_seconds_count": 3.0,
+        "cronstream_worker_run_duration_seconds_count": 3.0,
+    }
     mine = sorted((o for o in seen if o.run_id == run_id), key=lambda o: o.recorded_at)
     assert [o.attempt for o in mine if o.status.value == "STARTED"] == [1, 2, 3]
     failed = {o.attempt: o for o in mine if o.status.value == "FAILED"}
@@ -124,6 +138,20 @@ def test_retries_stay_within_backoff_bounds_then_dead_letter(
     (letter,) = [d for d in letters if d.run_id == run_id]
     assert "HTTP 500" in letter.reason
     assert letter.attempt == 3
+
+
+def _worker_metrics(port: int) -> dict[str, float]:
+    """The run counters and histogram counts a worker serves, as 'name{labels}': value."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    wanted = ("_runs_started_total", "_runs_finished_total", "_seconds_count")
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.startswith("cronstream_worker") and sample.name.endswith(wanted):
+                labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+                out[sample.name + (f"{{{labels}}}" if labels else "")] = sample.value
+    return out
 
 
 def test_cancel_stops_a_running_run_and_prevents_a_queued_one(
