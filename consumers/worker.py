@@ -128,6 +128,7 @@ class Pending:
     partition: int
     offset: int
     run: RunRequest
+    tracker: OffsetTracker | None = None  # its partition's, as of when it was read
     history_needed: int | None = None  # history offset to have read before deciding
     context: RunContext | None = None
     started: float = 0.0
@@ -158,11 +159,14 @@ class Worker:
         self.finished: SimpleQueue[Done[Pending]] = SimpleQueue()
         self.done: list[Pending] = []  # finished, records not published yet
         self.published: list[Pending] = []  # records published, not flushed yet
+        self.held: list[Pending] = []  # outcomes waiting for their timer/DLQ record's flush
         self._next_commit = 0.0
         self._next_input = 0.0
+        self._stop_deadline: float | None = None  # set by ``drain``
         self._next_deadline_check = 0.0
         self.trackers: dict[tuple[str, int], OffsetTracker] = {}
         self.replay_until: dict[tuple[str, int], tuple[int, int]] = {}
+        self.replaying: set[tuple[str, int]] = set()  # runs before the high mark unread
         # History partitions read for dedup: the next offset to read, where reading
         # began, how far it must go (the end as of the assignment), which are assigned.
         self.history_read: dict[int, int] = {}
@@ -200,6 +204,7 @@ class Worker:
         )
         self.history = kafka_consumer(settings, **{"group.id": f"{config.group}.history"})
         self.control = kafka_consumer(settings, **{"group.id": f"{config.group}.control"})
+        self._control_next = 0  # the next control offset to read
         self._assign_control()
         self.consumer.subscribe(
             list(self.priority_of),
@@ -211,12 +216,20 @@ class Worker:
     # -- ownership ----------------------------------------------------------------------
     def _on_assign(self, consumer: object, partitions: list[TopicPartition]) -> None:
         now = _now_ms()
+        # New partitions of a paused priority would be fetched freely: resume that
+        # priority instead (``_flow_control`` pauses all of it again if it overflows).
+        for priority in {self.priority_of[tp.topic] for tp in partitions} & self.paused:
+            self.consumer.resume([TopicPartition(t, p) for (t, p) in self.trackers
+                                  if self.priority_of.get(t) is priority])  # fmt: skip
+            self.paused.discard(priority)
         history_ends: dict[int, int] = {}
         committed = self.consumer.committed(partitions, timeout=30)
         for tp in committed:
             key, partition = (tp.topic, tp.partition), tp.partition
             self.trackers[key] = OffsetTracker()
-            _, high = watermarks(self.consumer, TopicPartition(tp.topic, partition))
+            low, high = watermarks(self.consumer, TopicPartition(tp.topic, partition))
+            if (tp.offset if tp.offset >= 0 else low) < high:
+                self.replaying.add(key)  # until the run at ``high - 1`` is read
             if partition not in history_ends:
                 history = TopicPartition(self.topics.history, partition)
                 history_ends[partition] = watermarks(self.consumer, history)[1]
@@ -256,7 +269,8 @@ class Worker:
             kept = [p for p in queue if (p.topic, p.partition) not in gone]
             queue.clear()
             queue.extend(kept)
-        deadline = time.monotonic() + self.config.grace_s
+        # Stopping (SIGTERM): ``drain`` already gave running attempts the grace period.
+        deadline = self._stop_deadline or time.monotonic() + self.config.grace_s
         while any((p.topic, p.partition) in gone for p in self.running):
             if time.monotonic() > deadline:
                 log.warning("revoked with runs still executing; the next owner dedups them")
@@ -266,6 +280,7 @@ class Worker:
         for key in gone:
             self.trackers.pop(key, None)
             self.replay_until.pop(key, None)
+            self.replaying.discard(key)
         still = {p for _, p in self.trackers}
         dropped = [p for p in self.history_read if p not in still]
         self._let_go_of_history([p for p in dropped if p in self.history_assigned])
@@ -278,10 +293,19 @@ class Worker:
         self._on_revoke(consumer, partitions)
 
     def _assign_control(self) -> None:
-        """All of ``control`` from ``lookback_ms`` ago: recent cancels are honoured."""
+        """All of ``control`` from ``lookback_ms`` ago, read up to its end before any run
+        starts: recent cancels are honoured."""
         topic = self.topics.control
         start = self._offset_since(topic, 0, _now_ms() - self.config.lookback_ms)
         self.control.assign([TopicPartition(topic, 0, start)])
+        self._control_next = start
+        end = watermarks(self.consumer, TopicPartition(topic, 0))[1]
+        deadline = time.monotonic() + 60
+        while self._control_next < end:
+            if time.monotonic() > deadline:
+                log.warning("control not read to its end in 60 s; going on reading it")
+                break
+            self._read_control(timeout=0.1)
 
     def _offset_since(self, topic: str, partition: int, since_ms: int) -> int:
         """The first offset written at or after ``since_ms`` (the end if none was)."""
@@ -345,7 +369,7 @@ class Worker:
 
     def drain(self) -> None:
         """SIGTERM: stop fetching, let running attempts finish within the grace period."""
-        deadline = time.monotonic() + self.config.grace_s
+        deadline = self._stop_deadline = time.monotonic() + self.config.grace_s
         while self.running and time.monotonic() < deadline:
             self._read_control()
             self._collect(wait=0.1)
@@ -380,13 +404,15 @@ class Worker:
         try:
             run = self.codec.decode_run(msg.value())
         except DecodeError as exc:
-            pending = Pending(topic, partition, offset, run=_placeholder(msg))
+            pending = Pending(topic, partition, offset, run=_placeholder(msg), tracker=tracker)
             letter = dead_letter_for(msg, stage=STAGE, reason=f"undecodable run: {exc}")
             pending.extra.append((self.topics.dlq, letter))
             self.done.append(pending)
             return
-        pending = Pending(topic, partition, offset, run)
+        pending = Pending(topic, partition, offset, run, tracker=tracker)
         runs_high, history_end = self.replay_until.get((topic, partition), (0, 0))
+        if offset >= runs_high - 1:
+            self.replaying.discard((topic, partition))
         if offset < runs_high or run.possible_duplicate:
             # An earlier owner may have executed it (or, when flagged, the run's first
             # emission, earlier on this partition): it published the outcome before
@@ -417,10 +443,11 @@ class Worker:
             [p for p in self.history_assigned if self.history_read[p] >= self.history_until[p]]
         )
 
-    def _read_control(self) -> None:
-        for msg in self.control.consume(num_messages=1000, timeout=0):
+    def _read_control(self, timeout: float = 0) -> None:
+        for msg in self.control.consume(num_messages=1000, timeout=timeout):
             if not is_record(msg):
                 continue
+            self._control_next = (msg.offset() or 0) + 1
             try:
                 command = self.codec.decode(msg.value(), ControlCommand)
             except DecodeError as exc:
@@ -479,7 +506,7 @@ class Worker:
                 continue
             self.running.add(pending)
             self.running_ids[run.run_id] = pending
-            self.pool.submit(pending, executor.execute, run.target, context)
+            self.pool.submit(pending, _execute, executor, run.target, context)
             capacity -= 1
         return taken
 
@@ -547,6 +574,13 @@ class Worker:
                     del self.running_ids[pending.run.run_id]
                     self._fail(pending, TimedOut("timed out; the callable did not stop"))
                     count += 1
+                    # Its thread stays stuck in the call: another takes its place, up to
+                    # twice the concurrency in all.
+                    if len(self.pool) < 2 * self.config.concurrency:
+                        self.pool.add_thread()
+                    else:
+                        log.warning("%d run threads, many stuck in calls given up on: "
+                                    "starts may wait", len(self.pool))  # fmt: skip
             metrics.in_flight.set(len(self.running))
         return count
 
@@ -631,10 +665,12 @@ class Worker:
     def settle(self, *, wait: bool = False) -> None:
         """Make finished runs durable and move the committed offsets. In order:
 
-        1. Publish each finished run's records: its outcome, and its retry timer or DLQ
-           record when it has one.
+        1. Publish each finished run's records: its outcome; or, for a run that leaves a
+           retry timer or a DLQ record, that record, its outcome waiting for step 2.
         2. Flush: every record published so far is acknowledged by Kafka. A failed
-           delivery raises here, before anything is committed.
+           delivery raises here, before anything is committed. Then publish the
+           outcomes that waited, and flush again: an outcome is what dedup trusts, so
+           it is never durable without the timer or DLQ record that goes with it.
         3. Commit, per partition, the first offset not settled yet (never past a run
            whose records were not flushed), with the time of that run as metadata.
 
@@ -646,12 +682,13 @@ class Worker:
         executing them a second time.
         """
         # 1. publish
-        history = self.topics.history
         for pending in self.done:
-            for value, headers in pending.outcome:
-                self.publisher.produce_raw(history, pending.run.job_id, value, headers)
-            for topic, event in pending.extra:
-                self.publisher.publish(topic, event)
+            if pending.extra:
+                for topic, event in pending.extra:
+                    self.publisher.publish(topic, event)
+                self.held.append(pending)
+            else:
+                self._produce_outcomes(pending)
         self.published.extend(self.done)
         self.done = []
         now = time.monotonic()
@@ -660,13 +697,20 @@ class Worker:
         self._next_commit = now + COMMIT_EVERY_S
         # 2. flush
         self.publisher.flush()
+        if self.held:
+            for pending in self.held:
+                self._produce_outcomes(pending)
+            self.held = []
+            self.publisher.flush()
         # 3. commit
         touched = set()
         for pending in self.published:
-            tracker = self.trackers.get((pending.topic, pending.partition))
-            if tracker is not None:
-                tracker.finish(pending.offset)
-                touched.add((pending.topic, pending.partition))
+            key = (pending.topic, pending.partition)
+            # A run still executing when its partition was revoked may finish after the
+            # partition came back: the new tracker is not its (the run is read again).
+            if pending.tracker is not None and self.trackers.get(key) is pending.tracker:
+                pending.tracker.finish(pending.offset)
+                touched.add(key)
         self.published = []
         offsets = []
         for topic, partition in touched:
@@ -687,6 +731,11 @@ class Worker:
         except KafkaException as exc:
             log.warning("commit refused (%s); those runs will be read again and deduped", exc)
 
+    def _produce_outcomes(self, pending: Pending) -> None:
+        history, key = self.topics.history, pending.run.job_id
+        for value, headers in pending.outcome:
+            self.publisher.produce_raw(history, key, value, headers)
+
     # -- bad input and housekeeping -----------------------------------------------------
     def _run_letter(self, run: RunRequest, reason: str) -> DeadLetter:
         return dead_letter(
@@ -697,7 +746,11 @@ class Worker:
     def _maintain(self) -> None:
         self._maintenance = time.monotonic() + 5
         now_ms = _now_ms()
-        forgotten = self.dedup.prune(now_ms)
+        # While runs that may be replays are unread or wait for history, everything read
+        # from history stays: dropping it would let them execute again.
+        waiting = any(p.history_needed is not None for q in self.backlog.values() for p in q)
+        hold = bool(self.replaying or self.history_assigned) or waiting
+        forgotten = self.dedup.prune(now_ms, hold=hold)
         if forgotten:
             if self.dedup.forgotten == forgotten:  # the first time
                 log.warning(
@@ -713,6 +766,16 @@ class Worker:
         owned = [TopicPartition(t, p) for (t, p) in self.trackers]
         for tp, lag in consumer_lag(self.consumer, owned):
             metrics.consumer_lag.labels(tp.topic, str(tp.partition)).set(lag)
+
+
+def _execute(executor: Executor, target: Target, context: RunContext) -> str:
+    """What a run thread calls: the attempt, unless it was cancelled or ran out of time
+    while it waited for a thread (then it never reaches the target)."""
+    if context.cancelled.is_set():
+        raise Cancelled("cancelled before it started")
+    if context.remaining() <= 0:
+        raise TimedOut("timed out before it started (every run thread was busy)")
+    return executor.execute(target, context)
 
 
 def _headers(pending: Pending, status: RunStatus) -> Headers:

@@ -5,8 +5,10 @@ Memory is what bounds it: a run id costs ~130 bytes, so a day of 10,000 runs/s w
 take ~100 GB. Run ids are kept in generations (a new one every ``lookback_ms / 8``, or
 once the newest holds ``capacity / 8``), each mapping a run id to its highest finished
 attempt ``<< 1 | settled``. ``prune`` drops whole generations: those past the lookback,
-then the oldest while more than ``capacity`` run ids are held. A flagged re-emission of
-a run forgotten that way executes again, with the same run id (the idempotency key).
+then the oldest while more than ``capacity`` run ids are held, but never the newest, nor
+any while the worker replays history after an assignment. A run redelivered or
+re-emitted after it was forgotten that way executes again, with the same run id (the
+idempotency key).
 """
 
 from __future__ import annotations
@@ -52,21 +54,26 @@ class Dedup:
                 return True
         return False
 
-    def prune(self, now_ms: int) -> int:
-        """Start a new generation when due, drop what is past the lookback or over the
-        capacity; returns how many run ids were dropped early (over the capacity)."""
+    def prune(self, now_ms: int, *, hold: bool = False) -> int:
+        """Drop what is past the lookback, then (unless ``hold``: the worker still
+        relies on every run id it read, replaying history after an assignment) the
+        oldest generations while over the capacity, never the newest; then start a new
+        generation when due. Returns how many run ids were dropped early (over the
+        capacity)."""
         generations = self.generations
+        # A generation is past the lookback once the one after it started before the cut.
+        while len(generations) > 1 and generations[1][0] < now_ms - self.lookback_ms:
+            generations.popleft()
+        forgotten = 0
+        if not hold:
+            held = len(self)
+            while len(generations) > 1 and held > self.capacity:
+                _, dropped = generations.popleft()
+                held -= len(dropped)
+                forgotten += len(dropped)
+        self.forgotten += forgotten
         full = len(self.newest) >= max(1, self.capacity // self.GENERATIONS)
         if full or now_ms - generations[-1][0] >= self.span_ms:
             self.newest = {}
             generations.append((now_ms, self.newest))
-        # A generation is past the lookback once the one after it started before the cut.
-        while len(generations) > 1 and generations[1][0] < now_ms - self.lookback_ms:
-            generations.popleft()
-        held, forgotten = len(self), 0
-        while len(generations) > 1 and held > self.capacity:
-            _, dropped = generations.popleft()
-            held -= len(dropped)
-            forgotten += len(dropped)
-        self.forgotten += forgotten
         return forgotten

@@ -61,14 +61,16 @@ class HttpExecutor:
 
     def resolve(self, url: str) -> tuple[str, str, int]:
         """(scheme, checked IP, port) for ``url``; raises TargetInvalid when not allowed."""
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise TargetInvalid(f"{url!r} is not an http(s) URL")
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        try:
+        try:  # a bad port or host (also from a redirect's Location) is the target's fault
+            parts = urlsplit(url)
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError("not an http(s) URL")
             infos = socket.getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM)
         except socket.gaierror as exc:
             raise ExecutionFailed(f"cannot resolve {parts.hostname!r}: {exc}") from exc
+        except ValueError as exc:  # UnicodeError too: an IDNA label over 63 characters
+            raise TargetInvalid(f"{url!r} is not a usable http(s) URL: {exc}") from exc
         addresses = sorted({str(info[4][0]) for info in infos})
         for address in addresses:
             self.check_address(address)

@@ -29,12 +29,22 @@ class RunPool(Generic[T]):
     def __init__(self, threads: int, done: SimpleQueue[Done[T]], *, name: str = "run") -> None:
         self.done = done
         self._work: SimpleQueue[Call[T] | None] = SimpleQueue()  # None: a thread ends
-        self._threads = [
-            threading.Thread(target=self._loop, name=f"{name}_{i}", daemon=True)
-            for i in range(threads)
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._name = name
+        self._threads: list[threading.Thread] = []
+        for _ in range(threads):
+            self.add_thread()
+
+    def add_thread(self) -> None:
+        """Start one more thread (the worker replaces a thread stuck in a call it gave
+        up on, so that stuck calls do not use up its concurrency)."""
+        thread = threading.Thread(
+            target=self._loop, name=f"{self._name}_{len(self._threads)}", daemon=True
+        )
+        self._threads.append(thread)
+        thread.start()
+
+    def __len__(self) -> int:
+        return len(self._threads)
 
     def submit(self, token: T, call: Callable[..., Any], *args: Any) -> None:
         """Run ``call(*args)`` on a free thread; ``(token, result, None)`` or

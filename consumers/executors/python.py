@@ -30,6 +30,6 @@ class PythonExecutor:
             result = func(context)
         except ExecutionFailed:
             raise
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # sys.exit() in a job ends the job, not us
             raise ExecutionFailed(f"{target.callable} raised {exc!r}") from exc
         return f"returned {str(result)[:200]!r}" if result is not None else "returned"

@@ -47,6 +47,9 @@ class Recorder(BaseHTTPRequestHandler):
         elif self.path == "/redirect-out":
             self.send_response(302)
             self.send_header("Location", "http://169.254.169.254/latest/meta-data")
+        elif self.path == "/redirect-bad-port":
+            self.send_response(302)
+            self.send_header("Location", "http://127.0.0.1:abc/")
         elif self.path == "/slow":
             time.sleep(2)
             self.send_response(200)
@@ -114,6 +117,23 @@ def test_http_checks_every_redirect(server: str, http: HttpExecutor) -> None:
 
 
 @pytest.mark.parametrize(
+    "url",
+    ["http://example.com:abc/", "http://example.com:99999/", f"http://{'a' * 64}.example.com/",
+     "ftp://example.com/"],
+)  # fmt: skip
+def test_http_unusable_url_is_an_invalid_target_not_a_crash(http: HttpExecutor, url: str) -> None:
+    with pytest.raises(TargetInvalid, match="not a usable http"):
+        http.execute(Target(type="http", url=url), context())
+
+
+def test_http_redirect_to_an_unusable_url_fails_the_attempt(
+    server: str, http: HttpExecutor
+) -> None:
+    with pytest.raises(ExecutionFailed, match="Invalid URL in location header"):
+        http.execute(Target(type="http", url=f"{server}/redirect-bad-port"), context())
+
+
+@pytest.mark.parametrize(
     ("status", "error"), [(500, ExecutionFailed), (429, ExecutionFailed), (404, PermanentFailure)]
 )
 def test_http_status_decides_whether_a_retry_can_help(
@@ -145,6 +165,11 @@ def test_python_exception_is_a_retriable_failure() -> None:
     with pytest.raises(ExecutionFailed, match="raised TypeError") as caught:
         PythonExecutor().execute(Target(type="python", callable="json:loads"), context())
     assert caught.value.retriable
+
+
+def test_python_sys_exit_fails_the_run_not_the_worker() -> None:
+    with pytest.raises(ExecutionFailed, match="raised SystemExit"):
+        PythonExecutor().execute(Target(type="python", callable="sys:exit"), context())
 
 
 def test_shell_is_off_unless_enabled() -> None:

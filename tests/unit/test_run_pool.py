@@ -57,3 +57,18 @@ def test_shutdown_drops_the_calls_not_started() -> None:
         assert not thread.is_alive()
     assert ran == []
     assert done.empty()
+
+
+def test_an_added_thread_takes_over_from_one_stuck_in_a_call() -> None:
+    done: SimpleQueue[Done[str]] = SimpleQueue()
+    pool: RunPool[str] = RunPool(1, done)
+    stuck = threading.Event()
+    pool.submit("stuck", stuck.wait, 30)
+    pool.submit("next", pow, 3, 2)
+    assert done.empty()  # the only thread is stuck: "next" waits
+    pool.add_thread()
+    assert done.get(timeout=5) == ("next", 9, None)
+    assert len(pool) == 2
+    stuck.set()
+    assert done.get(timeout=5) == ("stuck", True, None)
+    pool.shutdown()

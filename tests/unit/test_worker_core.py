@@ -120,3 +120,16 @@ def test_dedup_memory_is_capped_oldest_first() -> None:
     assert [dedup.seen("r4999", 1), dedup.seen("r4300", 1)] == [True, True]
     assert [dedup.seen("r0", 1), dedup.seen("r3000", 1)] == [False, False]
     assert forgotten == dedup.forgotten == 5000 - len(dedup)
+
+
+def test_dedup_keeps_everything_while_held_and_never_drops_the_newest() -> None:
+    dedup = Dedup(24 * HOUR, 800, now_ms=0)
+    for i in range(2000):  # far more than the capacity between two prunes
+        dedup.note(f"r{i}", 1, "SUCCEEDED")
+    assert dedup.prune(1000) == 0  # over the capacity, but it is the newest generation
+    assert [dedup.seen("r0", 1), dedup.seen("r1999", 1)] == [True, True]
+    dedup.note("later", 1, "SUCCEEDED")
+    assert dedup.prune(2000, hold=True) == 0  # a history replay is going on: keep all
+    assert len(dedup) == 2001
+    assert dedup.prune(3000) == 2000  # the oldest generation goes, the newest stays
+    assert [dedup.seen("r0", 1), dedup.seen("later", 1)] == [False, True]
