@@ -329,7 +329,10 @@ class Worker:
 
         It waits only when it has nothing to do: for input when nothing runs or waits;
         otherwise (no input, no start, no completion) up to 5 ms for a completion, or
-        for history when the backlog waits for it."""
+        for history when the backlog waits for it. Reading ``control``, applying the
+        run counters and fetching while the backlog can fill the free slots happen at
+        most every INPUT_EVERY_S: a busy worker steps once per run or two, and those
+        calls cost more than a no-op run."""
         now = time.monotonic()
         due = now >= self._next_input
         if due:
