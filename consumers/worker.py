@@ -128,7 +128,7 @@ class Pending:
     partition: int
     offset: int
     run: RunRequest
-    tracker: OffsetTracker | None = None  # its partition's, as of when it was read
+    tracker: OffsetTracker  # its partition's, as of when it was read
     history_needed: int | None = None  # history offset to have read before deciding
     context: RunContext | None = None
     started: float = 0.0
@@ -407,12 +407,12 @@ class Worker:
         try:
             run = self.codec.decode_run(msg.value())
         except DecodeError as exc:
-            pending = Pending(topic, partition, offset, run=_placeholder(msg), tracker=tracker)
+            pending = Pending(topic, partition, offset, _placeholder(msg), tracker)
             letter = dead_letter_for(msg, stage=STAGE, reason=f"undecodable run: {exc}")
             pending.extra.append((self.topics.dlq, letter))
             self.done.append(pending)
             return
-        pending = Pending(topic, partition, offset, run, tracker=tracker)
+        pending = Pending(topic, partition, offset, run, tracker)
         runs_high, history_end = self.replay_until.get((topic, partition), (0, 0))
         if offset >= runs_high - 1:
             self.replaying.discard((topic, partition))
@@ -711,7 +711,7 @@ class Worker:
             key = (pending.topic, pending.partition)
             # A run still executing when its partition was revoked may finish after the
             # partition came back: the new tracker is not its (the run is read again).
-            if pending.tracker is not None and self.trackers.get(key) is pending.tracker:
+            if self.trackers.get(key) is pending.tracker:
                 pending.tracker.finish(pending.offset)
                 touched.add(key)
         self.published = []
