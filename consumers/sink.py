@@ -31,11 +31,13 @@ from typing import Any
 from confluent_kafka import KafkaException, Message, TopicPartition
 
 from consumers.history import HistoryTables
-from cronstream import metrics
-from cronstream.connect import cassandra_session, group_consumer
-from cronstream.records import consumer_lag, dead_letter_for, is_record, partition_names
-from cronstream.settings import Settings
-from producers.publisher import Publisher
+from runtime import metrics
+from runtime.cassandra import cassandra_session
+from runtime.kafka.clients import group_consumer
+from runtime.kafka.offsets import consumer_lag, partition_names
+from runtime.kafka.publisher import Publisher
+from runtime.kafka.records import dead_letter_for, is_record
+from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import RunOutcome
 from schemas.registry import RegistryClient

@@ -7,7 +7,7 @@ import signal
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from cronstream import metrics
+from runtime import metrics
 
 
 def setup_logging() -> None:

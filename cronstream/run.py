@@ -27,10 +27,10 @@ from typing import IO, Any
 
 from confluent_kafka import OFFSET_END, TopicPartition
 
-from cronstream.connect import kafka_consumer
-from cronstream.health import cassandra_health, kafka_health, registry_health
-from cronstream.settings import REPO_ROOT, Settings, env_int
-from producers.client import group_lag
+from runtime.health import cassandra_health, kafka_health, registry_health
+from runtime.kafka.clients import kafka_consumer
+from runtime.kafka.offsets import group_lag
+from runtime.settings import REPO_ROOT, Settings, env_int
 from schemas.catalog import Topics
 from schemas.events import Priority, text_headers
 
@@ -89,9 +89,9 @@ def serve_example_target(console: Console, port: int) -> ThreadingHTTPServer:
 
 
 def apply_examples(settings: Settings, console: Console) -> None:
-    from producers.cli import load_jobs_file
     from producers.client import JobClient
-    from producers.publisher import Publisher
+    from producers.spec import load_jobs_file
+    from runtime.kafka.publisher import Publisher
 
     path = REPO_ROOT / "examples" / "jobs.yaml"
     jobs = load_jobs_file(path, max_payload_bytes=settings.max_payload_bytes)

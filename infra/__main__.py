@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cronstream.settings import Settings, SettingsError
 from infra import stack
 from infra.bootstrap import BootstrapError, bootstrap
 from infra.services import StackError
+from runtime.settings import Settings, SettingsError
 from schemas.registry import RegistryUnavailable
 
 

@@ -21,8 +21,9 @@ from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewTopic
 
 from consumers.migrations import migrate
-from cronstream.connect import cassandra_session, kafka_admin
-from cronstream.settings import Settings
+from runtime.cassandra import cassandra_session
+from runtime.kafka.clients import kafka_admin
+from runtime.settings import Settings
 from schemas.avro import schema_json
 from schemas.catalog import Topics
 from schemas.registry import RegistryClient

@@ -29,8 +29,8 @@ import uuid
 from abc import ABC, abstractmethod
 from pathlib import Path
 
-from cronstream.health import cassandra_health, kafka_health, port_open, registry_health
-from cronstream.settings import Settings
+from runtime.health import cassandra_health, kafka_health, port_open, registry_health
+from runtime.settings import Settings
 
 INFRA_DIR = Path(__file__).resolve().parent
 CONF_DIR = INFRA_DIR / "conf"

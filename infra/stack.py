@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cronstream.settings import Settings
 from infra.services import Service, StackError, all_services, log_tail
+from runtime.settings import Settings
 
 
 def _say(msg: str) -> None:

@@ -10,18 +10,18 @@ only the one partition the job id hashes to; ``list`` reads them all.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from datetime import datetime
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from cronstream.connect import kafka_consumer
-from cronstream.settings import Settings
-from producers.publisher import Publisher
 from producers.spec import SpecError, job_problems
+from runtime.kafka.clients import kafka_consumer
+from runtime.kafka.offsets import watermarks
+from runtime.kafka.publisher import Publisher
+from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import (
     ControlAction,
@@ -34,48 +34,6 @@ from schemas.events import (
 )
 from schemas.ids import job_id_of, manual_run_id, partition_for
 from schemas.serde import DecodeError
-
-_TRANSIENT = frozenset(
-    {
-        KafkaError.NOT_LEADER_FOR_PARTITION,
-        KafkaError.LEADER_NOT_AVAILABLE,
-        KafkaError.REQUEST_TIMED_OUT,
-        KafkaError._TRANSPORT,
-        KafkaError._TIMED_OUT,
-    }
-)
-
-
-def watermarks(consumer: Consumer, tp: TopicPartition, *, timeout: float = 30.0) -> tuple[int, int]:
-    """(low, high) offsets of a partition, retrying the broker's transient refusals.
-
-    Just after a broker restart a partition can have a leader in metadata that still
-    answers NOT_LEADER while it loads its log; those errors are retriable.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            marks = consumer.get_watermark_offsets(tp, timeout=10)
-        except KafkaException as exc:
-            error = exc.args[0]
-            # librdkafka does not flag every transient refusal retriable here.
-            transient = error.retriable() or error.code() in _TRANSIENT
-            if not transient or time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
-            continue
-        if marks is None:
-            raise RuntimeError(f"no watermarks for {tp.topic}/{tp.partition}: is Kafka up?")
-        low, high = marks
-        return int(low), int(high)
-
-
-def group_lag(consumer: Consumer, ends: list[TopicPartition]) -> int:
-    """Records before ``ends`` (end offsets) that ``consumer``'s group has not committed."""
-    committed = consumer.committed([TopicPartition(tp.topic, tp.partition) for tp in ends], 10)
-    return sum(
-        max(0, end.offset - max(0, c.offset)) for end, c in zip(ends, committed, strict=True)
-    )
 
 
 class UnknownJob(LookupError):

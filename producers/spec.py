@@ -32,9 +32,12 @@ import json
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import yaml
 
 from schemas.events import (
     EPOCH,
@@ -326,3 +329,23 @@ def target_problems(target: Target) -> list[str]:
     elif kind == "shell" and not (target.command or "").strip():
         return ["target shell needs a command"]
     return []
+
+
+def load_jobs_file(path: Path, *, max_payload_bytes: int) -> list[JobDefinition]:
+    """Read a jobs YAML file (a list, or a mapping with a 'jobs' list) and validate all."""
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise SpecError(str(path), [f"cannot read: {exc}"]) from None
+    entries = doc.get("jobs") if isinstance(doc, dict) else doc
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise SpecError(str(path), ["expected a list of jobs (or 'jobs:' with a list)"])
+    jobs, problems = [], []
+    for index, entry in enumerate(entries):
+        try:
+            jobs.append(job_from_spec(entry, max_payload_bytes=max_payload_bytes))
+        except SpecError as exc:
+            problems.append(f"entry {index + 1} ({exc.subject}): {'; '.join(exc.problems)}")
+    if problems:
+        raise SpecError(str(path), problems)
+    return jobs

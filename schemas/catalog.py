@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Protocol
 
-from cronstream.settings import Settings
 from schemas.events import (
     ControlCommand,
     DeadLetter,
@@ -84,10 +84,20 @@ CONTROL = TopicSpec(
 CATALOG: tuple[TopicSpec, ...] = (JOBS, *RUNS.values(), TIMERS, HISTORY, DLQ, CONTROL)
 
 
-class Topics:
-    """The catalog resolved against one Settings: concrete names and partition counts."""
+class Namespace(Protocol):
+    """Where a deployment's topics live: ``runtime.settings.Settings`` is one. (The
+    catalog takes only these two facts, so ``schemas`` depends on nothing of ours.)"""
 
-    def __init__(self, settings: Settings) -> None:
+    @property
+    def topic_prefix(self) -> str: ...
+    @property
+    def partitions(self) -> int: ...
+
+
+class Topics:
+    """The catalog resolved against one namespace: concrete names and partition counts."""
+
+    def __init__(self, settings: Namespace) -> None:
         self.prefix = settings.topic_prefix
         self._partitions = settings.partitions
         self._by_name = {self.name(spec): spec for spec in CATALOG}

@@ -118,7 +118,7 @@ def _converters(hint: Any) -> tuple[Convert, Convert]:
     """(to_avro, from_avro) for a value of type ``hint``."""
     args = get_args(hint)
     if CronSchedule in args:
-        return _schedule_to_avro, _schedule_from_avro
+        return _schedule_to_avro, schedule_from_avro
     if type(None) in args:
         (inner,) = [a for a in args if a is not type(None)]
         to_inner, from_inner = _converters(inner)
@@ -202,7 +202,9 @@ def _schedule_to_avro(schedule: Schedule | None) -> Any:
     raise TypeError(f"not a schedule: {schedule!r}")
 
 
-def _schedule_from_avro(value: Any) -> Schedule | None:
+def schedule_from_avro(value: Any) -> Schedule | None:
+    """The schedule union as fastavro reads it ((record name, fields), or None) as a
+    typed value; the scheduler reads definitions' schedules through this too."""
     if value is None:
         return None
     name, rec = value
@@ -307,14 +309,47 @@ def run_headers(
     attempt: int,
     status: str,
 ) -> list[tuple[str, bytes]]:
+    """The readable headers every run-related record carries (kcat shows them)."""
+    return encoded_run_headers(
+        event.encode(), job_id.encode(), run_id.encode(), iso(scheduled_at).encode(),
+        attempt=str(attempt).encode(), status=status.encode(),
+    )  # fmt: skip
+
+
+def encoded_run_headers(
+    event: bytes, job_id: bytes, run_id: bytes, scheduled_at: bytes, *, attempt: bytes,
+    status: bytes,
+) -> list[tuple[str, bytes]]:  # fmt: skip
+    """``run_headers`` from values already encoded (the scheduler's fire path encodes a
+    job's id and a slot's instant once for many runs)."""
     return [
-        ("event", event.encode()),
-        ("job_id", job_id.encode()),
-        ("run_id", run_id.encode()),
-        ("scheduled_at", iso(scheduled_at).encode()),
-        ("attempt", str(attempt).encode()),
-        ("status", status.encode()),
+        ("event", event),
+        ("job_id", job_id),
+        ("run_id", run_id),
+        ("scheduled_at", scheduled_at),
+        ("attempt", attempt),
+        ("status", status),
     ]
+
+
+def run_request_headers(
+    job_id: bytes,
+    run_id: bytes,
+    scheduled_at: bytes,
+    *,
+    attempt: bytes,
+    trigger: Trigger,
+    possible_duplicate: bool,
+) -> list[tuple[str, bytes]]:
+    """A RunRequest's headers: ``run_headers`` with status REQUESTED, the trigger, and
+    ``possible_duplicate: true`` on a flagged re-emission."""
+    headers = encoded_run_headers(
+        b"RunRequest", job_id, run_id, scheduled_at, attempt=attempt, status=b"REQUESTED"
+    )
+    headers.append(("trigger", trigger.value.encode()))
+    if possible_duplicate:
+        headers.append(("possible_duplicate", b"true"))
+    return headers
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -339,18 +374,11 @@ class RunRequest(AvroRecord):
         return self.job_id
 
     def headers(self) -> list[tuple[str, bytes]]:
-        headers = run_headers(
-            "RunRequest",
-            run_id=self.run_id,
-            job_id=self.job_id,
-            scheduled_at=self.scheduled_at,
-            attempt=self.attempt,
-            status="REQUESTED",
-        )
-        headers.append(("trigger", self.trigger.value.encode()))
-        if self.possible_duplicate:
-            headers.append(("possible_duplicate", b"true"))
-        return headers
+        return run_request_headers(
+            self.job_id.encode(), self.run_id.encode(), iso(self.scheduled_at).encode(),
+            attempt=str(self.attempt).encode(), trigger=self.trigger,
+            possible_duplicate=self.possible_duplicate,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

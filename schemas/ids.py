@@ -13,14 +13,29 @@ Retries keep the run id and increment ``attempt``.
 from __future__ import annotations
 
 from datetime import datetime
+from functools import lru_cache
 
-from schemas.events import iso
+from schemas.events import from_ms, iso
 
 MANUAL = "manual:"
 
 
 def run_id_for(job_id: str, scheduled_at: datetime) -> str:
     return f"{job_id}@{iso(scheduled_at)}"
+
+
+@lru_cache(maxsize=4096)  # the jobs firing at one instant share it
+def slot_text(slot_ms: int) -> tuple[str, bytes]:
+    """A slot's instant as the wire text of run ids and headers, and its bytes."""
+    text = iso(from_ms(slot_ms))
+    return text, text.encode()
+
+
+def slot_run_id(job_id: str, slot_ms: int) -> tuple[str, bytes]:
+    """``run_id_for`` from the slot's milliseconds, with the slot's instant as header
+    bytes (the scheduler's fire path)."""
+    text, encoded = slot_text(slot_ms)
+    return f"{job_id}@{text}", encoded
 
 
 def manual_run_id(job_id: str, idempotency_key: str) -> str:

@@ -170,7 +170,7 @@ class Codec:
                 # Resolution is skipped when the writer used exactly our schema.
                 None if ours else parsed_schema(event_type.AVRO_NAME),
                 # Record-typed union branches always come back as (name, record), whatever
-                # the writer's union looked like (see _schedule_from_avro).
+                # the writer's union looked like (see schedule_from_avro).
                 return_record_name=True,
             )
         except Exception as exc:  # fastavro raises many types for a corrupt body

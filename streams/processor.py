@@ -13,107 +13,40 @@ recovered against it (misfire policy for what came due meanwhile). Then it is *l
 definitions apply within one loop iteration (well under a second) and due runs fire.
 
 Run requests go out through a confluent-kafka producer with pre-encoded templates
-(``schemas.templates``); MISSED/SKIPPED slots go to the history topic; records that
+(``streams.emitter``); MISSED/SKIPPED slots go to the history topic; records that
 cannot be read go to the DLQ with topic/partition/offset and the partition keeps flowing.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from datetime import datetime
+from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import (
-    OFFSET_BEGINNING,
-    Consumer,
-    KafkaException,
-    Message,
-    TopicPartition,
-)
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
-from cronstream import metrics
-from cronstream.connect import group_consumer, kafka_consumer
-from cronstream.records import dead_letter, dead_letter_for, is_record
-from cronstream.settings import Settings
-from producers.publisher import Publisher
+from runtime import metrics
+from runtime.kafka.clients import group_consumer, kafka_consumer
+from runtime.kafka.records import ConsumedMessage, dead_letter, dead_letter_for, is_record
+from runtime.settings import Settings
 from schemas.catalog import Topics
-from schemas.events import (
-    DeadLetter,
-    JobDefinition,
-    Priority,
-    RunOutcome,
-    RunRequest,
-    RunStatus,
-    TimerRequest,
-    Trigger,
-    from_ms,
-    iso,
-    to_ms,
-)
-from schemas.ids import run_id_for
+from schemas.events import TimerRequest, from_ms, iso, to_ms
 from schemas.registry import RegistryClient
 from schemas.serde import Codec, DecodeError
-from schemas.templates import RunTemplate
+from streams.checkpoint import Checkpoint
 from streams.core.cron import CronError, ZoneError
-from streams.core.misfire import Action, Fire, Record
 from streams.core.partition import NEVER, PartitionScheduler, Timer
-from streams.core.schedule import JobSchedule, Misfire
+from streams.core.schedule import JobSchedule
+from streams.definitions import Definitions
+from streams.emitter import Emitter
 
 log = logging.getLogger("cronstream.scheduler")
 STAGE = "scheduler"
 # Wheel entries fired per partition per loop iteration at most: under overload the loop
 # still reads definitions and checkpoints (every few hundred milliseconds at worst).
 FIRE_BATCH = 1000
-
-
-@dataclass(frozen=True, slots=True)
-class Checkpoint:
-    """What a partition's owner had done, stored as the committed offset's metadata.
-
-    ``fired_through``: every due time <= it was emitted. ``jobs_offset``: definitions
-    below it had been applied. ``timers_from``: the lowest timers offset still pending
-    (re-read from there). ``timers_offset``: timers below it had been read.
-    """
-
-    fired_through: int
-    jobs_offset: int
-    timers_from: int
-    timers_offset: int
-
-    def to_metadata(self) -> str:
-        return json.dumps(
-            {
-                "v": 1,
-                "w": self.fired_through,
-                "j": self.jobs_offset,
-                "tf": self.timers_from,
-                "t": self.timers_offset,
-            },
-            separators=(",", ":"),
-        )
-
-    @classmethod
-    def from_metadata(cls, text: str | None) -> Checkpoint | None:
-        if not text:
-            return None
-        try:
-            d = json.loads(text)
-            return cls(int(d["w"]), int(d["j"]), int(d["tf"]), int(d["t"]))
-        except (ValueError, KeyError, TypeError):
-            log.warning("ignoring unreadable scheduler checkpoint %r", text)
-            return None
-
-
-@dataclass(slots=True)
-class Prepared:
-    """A job's body once it is within the horizon: raw definition plus its run template."""
-
-    raw: bytes
-    template: RunTemplate
 
 
 @dataclass(slots=True)
@@ -154,13 +87,12 @@ class Processor:
         self.topics = Topics(settings)
         self.clock = clock
         self.codec = Codec(RegistryClient(settings.registry_url))
-        self.publisher = Publisher(settings, codec=self.codec)
+        self.definitions = Definitions(self.codec)
+        self.emitter = Emitter(
+            settings, codec=self.codec, definitions=self.definitions, name=config.name
+        )
+        self.publisher = self.emitter.publisher
         self.owned: dict[int, Owned] = {}
-        self._misfires: dict[tuple[str, int, int], Misfire] = {}
-        self._iso: dict[int, tuple[str, bytes]] = {}
-        self._run_schema = {p: self.codec.writer_id(f"{self.topics.runs(p)}-value", RunRequest)
-                            for p in Priority}  # fmt: skip
-        self._runs_topic = {p: self.topics.runs(p) for p in Priority}
         self._next_checkpoint = 0.0
         # False once the loop failed (e.g. a delivery error): from then on no checkpoint
         # may claim what was emitted, not even the one a handover would take.
@@ -268,7 +200,7 @@ class Processor:
         now = self._now_ms()
         for owned in list(self.owned.values()):
             if not owned.loading:
-                self._emit(owned.core.due(now, FIRE_BATCH), now)
+                self.emitter.emit(owned.core.due(now, FIRE_BATCH), now)
         self.publisher.producer.poll(0)
         if time.monotonic() >= self._next_checkpoint:
             self.checkpoint([o for o in self.owned.values() if not o.loading])
@@ -334,7 +266,7 @@ class Processor:
             self.publisher.close()
 
     # -- input --------------------------------------------------------------------------
-    def _on_jobs_record(self, msg: Message) -> None:
+    def _on_jobs_record(self, msg: ConsumedMessage) -> None:
         if not is_record(msg):
             # The end of the partition: loading is complete even when the last offsets
             # are gone (compacted tombstones, transaction markers).
@@ -365,7 +297,7 @@ class Processor:
         job = self._schedule(key, value, partition=owned.partition, offset=offset)
         if job is not None:
             now = self._now_ms()
-            self._emit(owned.core.put(job, now=now), now)
+            self.emitter.emit(owned.core.put(job, now=now), now)
 
     def _finish_loading(self, owned: Owned) -> None:
         now = self._now_ms()
@@ -380,7 +312,7 @@ class Processor:
                 continue
             known = checkpoint is not None and offset < checkpoint.jobs_offset
             actions = core.recover(job, now=now, known=known, arrived_ms=arrived, replaced=replaced)
-            self._emit(actions, now)
+            self.emitter.emit(actions, now)
             loaded += 1
         owned.pending = {}
         owned.loading = False
@@ -393,7 +325,7 @@ class Processor:
         )
         self._gauge_partitions()
 
-    def _on_timer_record(self, msg: Message) -> None:
+    def _on_timer_record(self, msg: ConsumedMessage) -> None:
         if not is_record(msg):
             return
         partition, offset = msg.partition(), msg.offset()
@@ -404,7 +336,7 @@ class Processor:
         try:
             request = self.codec.decode(msg.value(), TimerRequest)
         except DecodeError as exc:
-            self._dead_letter(
+            self.emitter.dead_letter(
                 dead_letter_for(msg, stage=STAGE, reason=f"undecodable timer request: {exc}")
             )
             return
@@ -424,14 +356,14 @@ class Processor:
             timer, fired_through=checkpoint.fired_through if known and checkpoint else NEVER
         )
 
-    def _key(self, msg: Message) -> str | None:
+    def _key(self, msg: ConsumedMessage) -> str | None:
         raw = msg.key()
         try:
             if raw:
                 return raw.decode() if isinstance(raw, bytes) else str(raw)
         except UnicodeDecodeError:
             pass
-        self._dead_letter(
+        self.emitter.dead_letter(
             dead_letter_for(msg, stage=STAGE, reason="record key is not a UTF-8 job id")
         )
         return None
@@ -441,13 +373,10 @@ class Processor:
     ) -> JobSchedule | None:
         """The core's view of a definition, or None after dead-lettering a bad one."""
         try:
-            d = self.codec.decode_record(value, JobDefinition)
-            if d["job_id"] != key:
-                raise DecodeError(f"record key {key!r} differs from job_id {d['job_id']!r}")
-            return self._job_schedule(d, value)
+            return self.definitions.schedule(key, value)
         except (DecodeError, CronError, ZoneError) as exc:
             reason = f"invalid job definition: {exc}"
-        self._dead_letter(
+        self.emitter.dead_letter(
             dead_letter(
                 stage=STAGE,
                 reason=reason,
@@ -460,158 +389,17 @@ class Processor:
         )
         return None
 
-    def _job_schedule(self, d: dict[str, Any], raw: bytes) -> JobSchedule:
-        schedule = d["schedule"]
-        kwargs: dict[str, Any] = {}
-        if schedule is not None:
-            name, rec = schedule
-            short = name.rsplit(".", 1)[-1]
-            if short == "CronSchedule":
-                kwargs["cron"] = rec["expression"]
-            elif short == "IntervalSchedule":
-                if rec["every_ms"] <= 0:
-                    raise DecodeError(f"interval every_ms={rec['every_ms']} is not positive")
-                kwargs["every_ms"] = rec["every_ms"]
-                kwargs["anchor_ms"] = _ms(rec["anchor"])
-            elif short == "OnceSchedule":
-                kwargs["at_ms"] = _ms(rec["at"])
-        m = d["misfire"]
-        key = (m["policy"], m["max_catchup"], m["catchup_window_ms"])
-        misfire = self._misfires.get(key)
-        if misfire is None:
-            misfire = self._misfires[key] = Misfire(*key)
-        return JobSchedule(
-            d["job_id"],
-            timezone=d["timezone"],
-            start_ms=None if d["start_at"] is None else _ms(d["start_at"]),
-            end_ms=None if d["end_at"] is None else _ms(d["end_at"]),
-            jitter_ms=d["jitter_ms"],
-            paused=d["paused"],
-            misfire=misfire,
-            body=raw,
-            **kwargs,
-        )
-
     def _near_hook(self, owned: Owned) -> Callable[[Any], None]:
-        jobs = owned.core.jobs
+        """Prepare a job's run template as it comes within the horizon (``Definitions``)."""
+        jobs, prepare = owned.core.jobs, self.definitions.prepare
 
         def on_near(item: Any) -> None:
             if type(item) is tuple:
                 job = jobs.get(item[0])
                 if job is not None and job.gen == item[1]:
-                    self._prepare(job)
+                    prepare(job)
 
         return on_near
-
-    def _prepare(self, job: JobSchedule) -> Prepared:
-        body = job.body
-        if type(body) is Prepared:
-            return body
-        definition = self.codec.decode(body, JobDefinition)
-        prepared = Prepared(raw=body, template=RunTemplate(definition))
-        job.body = prepared
-        return prepared
-
-    # -- output -------------------------------------------------------------------------
-    def _emit(self, actions: list[Action], now: int) -> None:
-        if not actions:
-            return
-        produce = self.publisher.produce_raw
-        skew = metrics.fire_skew.observe
-        fired: dict[Trigger, int] = {}
-        for action in actions:
-            if type(action) is Fire:
-                if action.timer is not None:
-                    self._fire_timer(action, now)
-                    continue
-                assert action.job is not None
-                prepared = self._prepare(action.job)
-                template = prepared.template
-                run_id, sched = self._run_id(action.job_id, action.slot_ms)
-                trigger = Trigger(action.trigger)
-                value = template.encode(
-                    self._run_schema[template.priority],
-                    run_id,
-                    action.slot_ms,
-                    now,
-                    trigger=trigger,
-                    possible_duplicate=action.possible_duplicate,
-                )
-                headers = [
-                    ("event", b"RunRequest"),
-                    ("job_id", template.header_job),
-                    ("run_id", run_id.encode()),
-                    ("scheduled_at", sched),
-                    ("attempt", b"1"),
-                    ("status", b"REQUESTED"),
-                    ("trigger", trigger.value.encode()),
-                ]
-                if action.possible_duplicate:
-                    headers.append(("possible_duplicate", b"true"))
-                produce(self._runs_topic[template.priority], action.job_id, value, headers)
-                fired[trigger] = fired.get(trigger, 0) + 1
-                skew(max(0, now - action.due_ms) / 1000)
-            else:
-                assert type(action) is Record
-                self._record(action, now)
-        for trigger, count in fired.items():  # one labelled update per batch, not per fire
-            metrics.fires.labels(trigger.value).inc(count)
-
-    def _fire_timer(self, action: Fire, now: int) -> None:
-        request: TimerRequest = action.timer.body
-        run = replace(
-            request.run,
-            fired_at=from_ms(now),
-            possible_duplicate=request.run.possible_duplicate or action.possible_duplicate,
-        )
-        self.publisher.publish(self.topics.runs(run.priority), run)
-        metrics.fires.labels(run.trigger.value).inc()
-        metrics.fire_skew.observe(max(0, now - action.due_ms) / 1000)
-
-    def _record(self, action: Record, now: int) -> None:
-        if action.timer is not None:
-            run: RunRequest = action.timer.body.run
-            run_id, scheduled, attempt, trigger = (
-                run.run_id,
-                run.scheduled_at,
-                run.attempt,
-                run.trigger,
-            )
-            tenant = run.tenant
-        else:
-            run_id = run_id_for(action.job_id, from_ms(action.slot_ms))
-            scheduled, attempt, trigger = from_ms(action.slot_ms), 1, Trigger.SCHEDULE
-            tenant = "default"
-        outcome = RunOutcome(
-            run_id=run_id,
-            job_id=action.job_id,
-            status=RunStatus(action.status),
-            scheduled_at=scheduled,
-            recorded_at=from_ms(now),
-            attempt=attempt,
-            trigger=trigger,
-            error=action.reason,
-            worker=self.config.name,
-            tenant=tenant,
-        )
-        self.publisher.publish(self.topics.history, outcome)
-        metrics.misfires.labels(action.status).inc()
-
-    def _run_id(self, job_id: str, slot_ms: int) -> tuple[str, bytes]:
-        cached = self._iso.get(slot_ms)
-        if cached is None:
-            if len(self._iso) > 4096:
-                self._iso.clear()
-            text = iso(from_ms(slot_ms))
-            cached = self._iso[slot_ms] = (text, text.encode())
-        return f"{job_id}@{cached[0]}", cached[1]
-
-    def _dead_letter(self, letter: DeadLetter) -> None:
-        log.warning(
-            "dead-lettering %s/%d@%d: %s",
-            letter.source_topic, letter.source_partition, letter.source_offset, letter.reason,
-        )  # fmt: skip
-        self.publisher.publish(self.topics.dlq, letter)
 
     # -- state --------------------------------------------------------------------------
     def _now_ms(self) -> int:
@@ -628,7 +416,3 @@ class Processor:
         metrics.wheel_items.labels("near").set(sum(c.wheel.near for c in cores))
         metrics.wheel_items.labels("far").set(sum(c.wheel.far for c in cores))
         metrics.timers_pending.set(sum(len(c.timers) for c in cores))
-
-
-def _ms(value: datetime | int) -> int:
-    return value if isinstance(value, int) else to_ms(value)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from cronstream.settings import Settings
+from runtime.settings import Settings
 from schemas.registry import RegistryClient
 
 if TYPE_CHECKING:
@@ -35,8 +35,8 @@ def stack(base_settings: Settings) -> Settings:
 @pytest.fixture
 def ns(stack: Settings) -> Iterator[Settings]:
     """Settings under a fresh topic prefix, with the catalog's topics and subjects created."""
-    from cronstream.connect import kafka_admin
     from infra.bootstrap import ensure_subjects, ensure_topics
+    from runtime.kafka.clients import kafka_admin
     from schemas.catalog import Topics
 
     settings = stack.with_namespace(topic_prefix=f"cstest.{uuid.uuid4().hex[:10]}")

@@ -27,11 +27,11 @@ from datetime import timedelta
 from itertools import islice
 from pathlib import Path
 
-from cronstream.connect import kafka_admin
-from cronstream.settings import Settings
 from infra.bootstrap import ensure_subjects, ensure_topics
 from infra.services import all_services
-from producers.publisher import Publisher
+from runtime.kafka.clients import kafka_admin
+from runtime.kafka.publisher import Publisher
+from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import (
     EPOCH,
@@ -511,7 +511,7 @@ def bench_queries(base: Settings, runs: int, stored: int, samples: int) -> None:
 
     from consumers.history import History, HistoryTables
     from consumers.sink import RowWriter
-    from cronstream.connect import cassandra_session
+    from runtime.cassandra import cassandra_session
 
     with history_keyspace(base, prefix="csbench") as settings:
         cluster, session = cassandra_session(settings)

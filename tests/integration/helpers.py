@@ -17,9 +17,9 @@ from typing import NamedTuple
 
 from confluent_kafka import TopicPartition
 
-from cronstream.connect import kafka_consumer
-from cronstream.settings import Settings
-from producers.client import group_lag, watermarks
+from runtime.kafka.clients import kafka_consumer
+from runtime.kafka.offsets import group_lag, watermarks
+from runtime.settings import Settings
 from tests.conftest import cli_env
 
 
@@ -208,7 +208,7 @@ def history_keyspace(settings: Settings, prefix: str = "cstest") -> Iterator[Set
     import uuid
 
     from consumers.migrations import migrate
-    from cronstream.connect import cassandra_session
+    from runtime.cassandra import cassandra_session
 
     scoped = settings.with_namespace(
         topic_prefix=settings.topic_prefix, keyspace=f"{prefix}_{uuid.uuid4().hex[:10]}"

@@ -10,10 +10,11 @@ import pytest
 from confluent_kafka.cimpl import NewTopic
 
 from consumers.migrations import load_migrations, migrate
-from cronstream.connect import cassandra_session, kafka_admin
-from cronstream.settings import Settings
 from infra.bootstrap import ensure_topics
 from infra.services import Kafka
+from runtime.cassandra import cassandra_session
+from runtime.kafka.clients import kafka_admin
+from runtime.settings import Settings
 from tests.integration.helpers import cronstream
 
 pytestmark = pytest.mark.integration

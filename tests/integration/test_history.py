@@ -18,11 +18,12 @@ from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
 from consumers.core.buckets import write_timestamp
 from consumers.history import History, HistoryTables
-from cronstream.connect import cassandra_session, kafka_admin, kafka_producer
-from cronstream.settings import Settings
 from infra import stack as stack_mod
 from infra.services import Cassandra
-from producers.publisher import Publisher
+from runtime.cassandra import cassandra_session
+from runtime.kafka.clients import kafka_admin, kafka_producer
+from runtime.kafka.publisher import Publisher
+from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import DeadLetter, RunOutcome, RunStatus, Trigger, from_ms, to_ms
 from schemas.registry import RegistryClient

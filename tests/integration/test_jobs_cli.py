@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cronstream.settings import Settings
+from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import Priority
 from tests.integration.helpers import cronstream, kcat, record_count

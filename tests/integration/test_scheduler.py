@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from cronstream.settings import Settings
 from producers.client import JobClient
 from producers.spec import job_from_spec
+from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import Priority, RunOutcome, iso
 from schemas.registry import RegistryClient
@@ -231,7 +231,7 @@ def test_outage_catches_up_by_each_jobs_policy_and_records_the_rest(
 def test_bad_definitions_go_to_the_dlq_and_the_partition_keeps_firing(
     ns: Settings, tmp_path: Path, schedulers: list[CronstreamProcess]
 ) -> None:
-    from producers.publisher import Publisher
+    from runtime.kafka.publisher import Publisher
     from schemas.events import CronSchedule, DeadLetter, JobDefinition, Target, utc_now
     from schemas.ids import partition_for
 
@@ -273,7 +273,7 @@ def test_retry_timer_is_held_durably_across_a_kill9_and_fires_when_due(
 ) -> None:
     from datetime import timedelta
 
-    from producers.publisher import Publisher
+    from runtime.kafka.publisher import Publisher
     from schemas.events import (
         RunRequest,
         Target,

@@ -13,8 +13,8 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from confluent_kafka import KafkaError, Message
 
-from cronstream.connect import kafka_producer
-from cronstream.settings import Settings
+from runtime.kafka.clients import kafka_producer
+from runtime.settings import Settings
 from schemas.avro import schema_json
 from schemas.catalog import Topics
 from schemas.events import JobDefinition, MisfirePolicy, Target, utc_now

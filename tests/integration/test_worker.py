@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from cronstream.settings import Settings
 from producers.client import JobClient
-from producers.publisher import Publisher
 from producers.spec import job_from_spec
+from runtime.kafka.publisher import Publisher
+from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import DeadLetter, Priority, RunOutcome
 from schemas.events import Target as RunTarget

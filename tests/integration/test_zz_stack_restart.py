@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from cronstream.settings import Settings
 from infra import stack as stack_mod
 from producers.client import JobClient
+from runtime.settings import Settings
 from schemas.avro import schema_json
 from schemas.catalog import Topics
 from schemas.events import JobDefinition

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from consumers.cli import history_statuses, history_window
 from consumers.core.buckets import (
     SHARDS,
     day_of,
@@ -19,6 +18,7 @@ from consumers.core.buckets import (
     write_timestamp,
 )
 from consumers.history import StatementsError, load_statements
+from cronstream.cli.history import history_statuses, history_window
 from producers.spec import SpecError
 
 T = datetime(2026, 11, 22, 23, 30, tzinfo=UTC)

@@ -6,7 +6,7 @@ import random
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from cronstream.metrics import LoopHistogram, Tally
+from runtime.metrics import LoopHistogram, Tally
 
 BUCKETS = (0.001, 0.005, 0.01, 0.1, 1.0, 60.0)
 

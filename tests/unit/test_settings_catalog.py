@@ -3,8 +3,8 @@ from pathlib import Path
 import pytest
 
 from consumers.migrations import MIGRATIONS_DIR, load_migrations, split_statements
-from cronstream.connect import producer_config
-from cronstream.settings import Settings, SettingsError
+from runtime.kafka.clients import producer_config
+from runtime.settings import Settings, SettingsError
 from schemas.catalog import CATALOG, JOBS, Topics
 from schemas.events import Priority
 

@@ -3,10 +3,10 @@ from pathlib import Path
 
 import pytest
 
-from producers.cli import load_jobs_file
 from producers.spec import (
     SpecError,
     job_from_spec,
+    load_jobs_file,
     parse_backoff,
     parse_duration,
     parse_instant,

@@ -1,87 +1,25 @@
-"""The consumer-side commands: `cronstream worker`, `cronstream sink`, `cronstream history`.
-
-Start as many workers and sinks as you like; each kind shares its topics through its
-consumer group. SIGTERM or Ctrl-C stops a worker fetching, lets running attempts finish
-(``--grace``), commits and leaves the group; a sink commits what it has written and
-leaves.
-"""
+"""`cronstream history`: runs recorded in Cassandra, by job, by status, or one run's
+attempts."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from itertools import islice
 from typing import Any
 
 from consumers.history import History
-from consumers.sink import Sink, SinkConfig
-from consumers.worker import Worker, WorkerConfig
-from cronstream.connect import cassandra_session
-from cronstream.foreground import run_member
-from cronstream.settings import Settings, env_int, env_list
+from cronstream.cli.common import EXIT_NOT_FOUND, EXIT_UNAVAILABLE
 from producers.spec import SpecError, parse_duration, parse_instant
+from runtime.cassandra import cassandra_session
+from runtime.settings import Settings
 from schemas.events import RunOutcome, RunStatus, iso, to_jsonable, utc_now
-
-EXIT_UNAVAILABLE = 3
-EXIT_NOT_FOUND = 4
-
-
-def at_least(minimum: int) -> Callable[[str], int]:
-    """An argparse type: a whole number no smaller than ``minimum``."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{value} is less than {minimum}")
-        return value
-
-    return parse
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("worker", help="run a worker (executes run requests)")
-    p.add_argument("--group", help="consumer group (default <topic prefix>.workers)")
-    p.add_argument("--name", default=f"worker-{socket.gethostname()}-{os.getpid()}")
-    p.add_argument("--concurrency", type=at_least(1),
-                   default=env_int("CRONSTREAM_WORKER_CONCURRENCY", 32))  # fmt: skip
-    p.add_argument("--grace", type=float, default=30.0, help="seconds to drain on SIGTERM")
-    p.add_argument(
-        "--dedup-capacity", type=at_least(1000),
-        default=env_int("CRONSTREAM_WORKER_DEDUP_CAPACITY", 2_000_000, minimum=1000),
-        help="run ids remembered for dedup at most (~130 bytes each; the oldest go first)",
-    )  # fmt: skip
-    p.add_argument("--metrics-port", type=int,
-                   default=env_int("CRONSTREAM_WORKER_METRICS_PORT", 0, minimum=0))  # fmt: skip
-    p.add_argument(
-        "--http-allow", action="append",
-        default=env_list("CRONSTREAM_HTTP_ALLOW"),
-        help="a network (CIDR) http targets may call although not public; repeatable",
-    )  # fmt: skip
-    p.add_argument(
-        "--shell-allow", action="append",
-        default=env_list("CRONSTREAM_SHELL_ALLOW"),
-        help="an executable shell targets may run (shell is off without one); repeatable",
-    )  # fmt: skip
-    p.set_defaults(handler=cmd_worker, needs="settings")
-
-    p = sub.add_parser("sink", help="run a history sink (history topic -> Cassandra)")
-    p.add_argument("--group", help="consumer group (default <topic prefix>.sink)")
-    p.add_argument("--name", default=f"sink-{socket.gethostname()}-{os.getpid()}")
-    p.add_argument("--batch-rows", type=int, default=64,
-                   help="rows per unlogged batch (1: no batches)")  # fmt: skip
-    p.add_argument("--in-flight", type=int, default=16, help="batches written at once")
-    p.add_argument("--metrics-port", type=int,
-                   default=env_int("CRONSTREAM_SINK_METRICS_PORT", 0, minimum=0))  # fmt: skip
-    p.set_defaults(handler=cmd_sink, needs="settings")
-
     h = sub.add_parser(
         "history",
         help="runs recorded in Cassandra: a job's, by status, or one run's attempts",
@@ -100,35 +38,6 @@ def register(sub: Any) -> None:
     h.add_argument("--page-size", type=int, default=1000, help="rows per Cassandra request")
     h.add_argument("--json", action="store_true", help="one JSON object per line")
     h.set_defaults(handler=cmd_history, needs="settings")
-
-
-def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
-    config = WorkerConfig(
-        group=args.group or f"{settings.topic_prefix}.workers",
-        name=args.name,
-        concurrency=args.concurrency,
-        grace_s=args.grace,
-        dedup_capacity=args.dedup_capacity,
-        http_allow=tuple(args.http_allow),
-        shell_allow=tuple(args.shell_allow),
-    )
-    return run_member(
-        "worker", name=config.name, group=config.group,
-        start=lambda: Worker(settings, config), metrics_port=args.metrics_port,
-    )  # fmt: skip
-
-
-def cmd_sink(settings: Settings, args: argparse.Namespace) -> int:
-    config = SinkConfig(
-        group=args.group or f"{settings.topic_prefix}.sink",
-        name=args.name,
-        batch_rows=max(1, args.batch_rows),
-        in_flight=max(1, args.in_flight),
-    )
-    return run_member(
-        "sink", name=config.name, group=config.group,
-        start=lambda: Sink(settings, config), metrics_port=args.metrics_port,
-    )  # fmt: skip
 
 
 def history_window(

@@ -1,8 +1,5 @@
-"""The producer side of the `cronstream` CLI: jobs, runs, tail.
-
-Exit codes: 0 done; 2 invalid input (nothing was written); 3 a service is unreachable;
-4 no such job.
-"""
+"""`cronstream jobs`, `cronstream runs` and `cronstream tail`: write and inspect jobs,
+trigger and cancel runs, print a topic's records."""
 
 from __future__ import annotations
 
@@ -13,21 +10,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
 
-from cronstream.connect import kafka_consumer
-from cronstream.settings import Settings
+from cronstream.cli.common import EXIT_INVALID
 from producers.client import JobClient, UnknownJob
-from producers.spec import SpecError, job_from_spec
+from producers.spec import SpecError, job_from_spec, load_jobs_file
+from runtime.kafka.clients import kafka_consumer
+from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import JobDefinition, text_headers, to_jsonable
 from schemas.registry import RegistryClient
 from schemas.serde import Codec, DecodeError
-
-EXIT_INVALID = 2
-EXIT_UNAVAILABLE = 3
-EXIT_UNKNOWN_JOB = 4
 
 
 def _print_json(value: Any) -> None:
@@ -74,26 +67,6 @@ def cmd_jobs_put(client: JobClient, args: argparse.Namespace) -> int:
     client.put(job)
     print(f"put {_job_line(job)}")
     return 0
-
-
-def load_jobs_file(path: Path, *, max_payload_bytes: int) -> list[JobDefinition]:
-    """Read a jobs YAML file (a list, or a mapping with a 'jobs' list) and validate all."""
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise SpecError(str(path), [f"cannot read: {exc}"]) from None
-    entries = doc.get("jobs") if isinstance(doc, dict) else doc
-    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-        raise SpecError(str(path), ["expected a list of jobs (or 'jobs:' with a list)"])
-    jobs, problems = [], []
-    for index, entry in enumerate(entries):
-        try:
-            jobs.append(job_from_spec(entry, max_payload_bytes=max_payload_bytes))
-        except SpecError as exc:
-            problems.append(f"entry {index + 1} ({exc.subject}): {'; '.join(exc.problems)}")
-    if problems:
-        raise SpecError(str(path), problems)
-    return jobs
 
 
 def cmd_jobs_apply(client: JobClient, args: argparse.Namespace) -> int:

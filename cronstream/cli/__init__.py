@@ -7,15 +7,14 @@ import json
 import os
 import sys
 
-from consumers import cli as consumers_cli
-from cronstream.health import cassandra_health, kafka_health, registry_health
-from cronstream.settings import Settings, SettingsError
-from producers import cli as producer_cli
+from cronstream.cli import history, jobs, roles
+from cronstream.cli.common import EXIT_INVALID, EXIT_NOT_FOUND, EXIT_UNAVAILABLE
 from producers.client import JobClient, UnknownJob
-from producers.publisher import Publisher, PublishError
 from producers.spec import SpecError
+from runtime.health import cassandra_health, kafka_health, registry_health
+from runtime.kafka.publisher import Publisher, PublishError
+from runtime.settings import Settings, SettingsError
 from schemas.registry import RegistryError, RegistryUnavailable
-from streams import cli as streams_cli
 
 
 def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
@@ -54,9 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="cronstream", description="A Kafka-native distributed job scheduler."
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    producer_cli.register(sub)
-    streams_cli.register(sub)
-    consumers_cli.register(sub)
+    jobs.register(sub)
+    roles.register(sub)
+    history.register(sub)
     status = sub.add_parser("status", help="health and endpoints of every service")
     status.add_argument("--json", action="store_true")
     status.set_defaults(handler=cmd_status, needs="settings")
@@ -77,23 +76,19 @@ def main(argv: list[str] | None = None) -> int:
         for problem in exc.problems:
             print(f"  - {problem}", file=sys.stderr)
         print("nothing was written", file=sys.stderr)
-        return producer_cli.EXIT_INVALID
+        return EXIT_INVALID
     except UnknownJob as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return producer_cli.EXIT_UNKNOWN_JOB
+        return EXIT_NOT_FOUND
     except SettingsError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return producer_cli.EXIT_INVALID
+        return EXIT_INVALID
     except (RegistryUnavailable, RegistryError, PublishError) as exc:
         print(f"error: {exc} (is the stack up? 'cronstream status')", file=sys.stderr)
-        return producer_cli.EXIT_UNAVAILABLE
+        return EXIT_UNAVAILABLE
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         # The reader went away (`cronstream history ... | head`): stop quietly.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,15 +1,40 @@
-"""Checking consumed records at the edge, dead-lettering the ones we cannot use, and
-where a consumer stands on its partitions."""
+"""Checking consumed records at the edge, and dead-lettering the ones we cannot use.
+
+``ConsumedMessage`` is the part of confluent-kafka's ``Message`` that cronstream reads:
+the roles type their record handling against it, so unit tests feed them plain fakes
+(``tests.fakes``) instead of a broker."""
 
 from __future__ import annotations
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from typing import Protocol
 
-from cronstream import metrics
+from confluent_kafka import KafkaError, KafkaException
+
+from runtime import metrics
 from schemas.events import DeadLetter, utc_now
 
+Headers = list[tuple[str, bytes]]  # what cronstream produces
+# What a consumed record may carry (any client may have produced it).
+AnyHeaders = list[tuple[str, str | bytes | None]] | dict[str, str | bytes | None]
 
-def is_record(msg: Message) -> bool:
+
+class ConsumedMessage(Protocol):
+    """What cronstream reads of a consumed record (confluent-kafka's ``Message`` is one).
+
+    ``error()`` is None for a record; otherwise an end-of-partition event or a broker
+    error (see ``is_record``). ``timestamp()`` is (type, milliseconds)."""
+
+    def error(self) -> KafkaError | None: ...
+    def topic(self) -> str | None: ...
+    def partition(self) -> int | None: ...
+    def offset(self) -> int | None: ...
+    def key(self) -> str | bytes | None: ...
+    def value(self) -> bytes | None: ...
+    def timestamp(self) -> tuple[int, int]: ...
+    def headers(self) -> AnyHeaders | None: ...
+
+
+def is_record(msg: ConsumedMessage) -> bool:
     """True for a record; False for an end-of-partition event. Any other error raises
     (librdkafka reports broker trouble this way; it is not bad input)."""
     error = msg.error()
@@ -51,7 +76,7 @@ def dead_letter(
     )
 
 
-def dead_letter_for(msg: Message, *, stage: str, reason: str) -> DeadLetter:
+def dead_letter_for(msg: ConsumedMessage, *, stage: str, reason: str) -> DeadLetter:
     key = msg.key()
     return dead_letter(
         stage=stage,
@@ -62,25 +87,3 @@ def dead_letter_for(msg: Message, *, stage: str, reason: str) -> DeadLetter:
         key=key if isinstance(key, bytes) else None,
         value=msg.value(),
     )
-
-
-def partition_names(partitions: list[TopicPartition]) -> str:
-    """``topic/partition, ...`` for logs."""
-    return ", ".join(f"{tp.topic}/{tp.partition}" for tp in partitions) or "nothing"
-
-
-def consumer_lag(
-    consumer: Consumer, partitions: list[TopicPartition]
-) -> list[tuple[TopicPartition, int]]:
-    """Records not yet read, per partition with a position (from the cached end offsets;
-    none while the group is rebalancing)."""
-    try:
-        positions = consumer.position(partitions)
-    except KafkaException:
-        return []
-    out = []
-    for tp in positions:
-        if tp.offset >= 0:
-            _, high = consumer.get_watermark_offsets(tp, cached=True) or (0, 0)
-            out.append((tp, max(0, high - tp.offset)))
-    return out

@@ -14,8 +14,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from cronstream.connect import kafka_producer
-from cronstream.settings import Settings
+from runtime.kafka.clients import kafka_producer
+from runtime.settings import Settings
 from schemas.events import Event
 from schemas.registry import RegistryClient
 from schemas.serde import Codec

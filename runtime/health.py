@@ -82,7 +82,7 @@ def cassandra_health(hosts: tuple[str, ...], port: int, timeout: float = 5.0) ->
     began = time.perf_counter()
     if not any(port_open(port, h) for h in hosts):
         return Health(ok=False, detail=f"nothing listens on port {port} of {hosts}", latency_ms=0)
-    from cronstream.connect import cassandra_cluster
+    from runtime.cassandra import cassandra_cluster
 
     cluster = cassandra_cluster(hosts, port, timeout=timeout)
     try:

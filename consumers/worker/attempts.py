@@ -1,0 +1,226 @@
+"""Starting attempts on the run threads and judging them when they end.
+
+Up to ``concurrency`` attempts run at once on a ``RunPool`` and finish in any order. What
+becomes of each (start or not, retry, cancel, dead letter, time-out) is decided by
+``consumers.core.verdict``; the ``Outbox`` publishes it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from queue import Empty, SimpleQueue
+
+from consumers.core.dedup import Dedup
+from consumers.core.verdict import SUCCEEDED, after_failure, before_start, retry_timer
+from consumers.executors.base import (
+    Cancelled,
+    ExecutionFailed,
+    Executor,
+    RunContext,
+    TargetInvalid,
+    TimedOut,
+)
+from consumers.executors.http import HttpExecutor
+from consumers.executors.kafka import KafkaExecutor
+from consumers.executors.pool import Done, RunPool
+from consumers.executors.python import PythonExecutor
+from consumers.executors.shell import ShellExecutor
+from consumers.worker.config import WorkerConfig
+from consumers.worker.outbox import Outbox
+from consumers.worker.pending import Pending
+from runtime import metrics
+from runtime.kafka.clients import kafka_producer
+from runtime.settings import Settings
+from schemas.events import RunStatus, Target, to_ms
+
+log = logging.getLogger("cronstream.worker")
+ABANDON_AFTER_S = 1.0  # past the deadline, an attempt that ignores its timeout is given up
+
+
+class Attempts:
+    def __init__(
+        self,
+        settings: Settings,
+        config: WorkerConfig,
+        *,
+        outbox: Outbox,
+        dedup: Dedup,
+        cancels: dict[str, int],
+        tally: metrics.Tally,
+    ) -> None:
+        self.concurrency = config.concurrency
+        self.outbox = outbox
+        self.dedup = dedup
+        self.cancels = cancels  # run id -> when the cancel was issued (``ControlFeed``)
+        self.tally = tally
+        self.running: set[Pending] = set()
+        self.running_ids: dict[str, Pending] = {}
+        self.finished: SimpleQueue[Done[Pending]] = SimpleQueue()
+        self.pool = RunPool(config.concurrency, self.finished)
+        self._target_producer = kafka_producer(settings)
+        self.executors: dict[str, Executor] = {
+            "http": HttpExecutor(allow=config.http_allow),
+            "kafka": KafkaExecutor(self._target_producer),
+            "python": PythonExecutor(),
+            "shell": ShellExecutor(enabled=bool(config.shell_allow), allowlist=config.shell_allow),
+        }
+        self._next_deadline_check = 0.0
+
+    def __len__(self) -> int:
+        return len(self.running)
+
+    # -- starting -----------------------------------------------------------------------
+    def start_some(self, capacity: int, take: Callable[[], Pending | None]) -> int:
+        """Start up to ``capacity`` runs taken from ``take``; returns how many it took."""
+        taken = 0
+        while capacity > 0:
+            pending = take()
+            if pending is None:
+                break
+            taken += 1
+            run = pending.run
+            verdict = before_start(
+                cancelled=run.run_id in self.cancels,
+                duplicate=run.run_id in self.running_ids
+                or self.dedup.seen(run.run_id, run.attempt),
+            )
+            if verdict is not None:
+                self.outbox.finish(pending, verdict.status, verdict.error)
+                continue
+            if self._start(pending):
+                capacity -= 1
+        return taken
+
+    def _start(self, pending: Pending) -> bool:
+        """Publish STARTED and hand the attempt to a run thread; False when there is no
+        executor for its target (the attempt failed at once, no thread taken)."""
+        run = pending.run
+        now_ms = int(time.time() * 1000)
+        executor = self.executors.get(run.target.type)
+        context = RunContext(
+            run_id=run.run_id, job_id=run.job_id, attempt=run.attempt,
+            scheduled_at=run.scheduled_at, payload=run.payload, tenant=run.tenant,
+            deadline=time.monotonic() + run.timeout_ms / 1000,
+        )  # fmt: skip
+        pending.context = context
+        pending.started = time.monotonic()
+        self.outbox.started(pending)
+        self.tally.add(metrics.runs_started, run.target.type)
+        metrics.fire_to_start.observe(max(0, now_ms - to_ms(run.fired_at)) / 1000)
+        if executor is None:
+            self.fail(pending, TargetInvalid(f"unknown target type {run.target.type!r}"))
+            return False
+        self.running.add(pending)
+        self.running_ids[run.run_id] = pending
+        self.pool.submit(pending, _execute, executor, run.target, context)
+        return True
+
+    def cancel(self, run_id: str) -> None:
+        """A cancel arrived: stop the run if it is executing here."""
+        running = self.running_ids.get(run_id)
+        if running is not None and running.context is not None:
+            running.context.cancelled.set()
+
+    # -- finishing ----------------------------------------------------------------------
+    def collect(self, wait: float) -> int:
+        """Finish the attempts that completed (waiting up to ``wait`` s for one), and
+        give up on those that ignore their deadline. Returns how many finished."""
+        finished = self.finished
+        block = bool(wait and self.running)
+        count = 0
+        while True:
+            try:
+                pending, _detail, error = (
+                    finished.get(timeout=wait) if block else finished.get_nowait()
+                )
+            except Empty:
+                break
+            block = False
+            if pending not in self.running:
+                continue  # given up on at its deadline; its result is discarded
+            self.running.remove(pending)
+            count += 1
+            del self.running_ids[pending.run.run_id]
+            if isinstance(error, ExecutionFailed):
+                self.fail(pending, error)
+            elif error is not None:
+                raise error  # an executor's bug, not the target's failure
+            else:  # a cancel that came while it ran could not stop it: it succeeded
+                self.outbox.finish(pending, SUCCEEDED.status, None)
+        now = time.monotonic()
+        if now >= self._next_deadline_check:
+            self._next_deadline_check = now + 0.1
+            count += self._abandon_overdue(now)
+            metrics.in_flight.set(len(self.running))
+        return count
+
+    def _abandon_overdue(self, now: float) -> int:
+        """Give up on attempts past their deadline whose executor ignores it (a python
+        callable); each one's thread stays stuck in the call, so another takes its
+        place, up to twice the concurrency in all."""
+        count = 0
+        for pending in list(self.running):
+            context = pending.context
+            assert context is not None
+            if now > context.deadline + ABANDON_AFTER_S:
+                context.cancelled.set()
+                self.running.remove(pending)
+                del self.running_ids[pending.run.run_id]
+                self.fail(pending, TimedOut("timed out; the callable did not stop"))
+                count += 1
+                if len(self.pool) < 2 * self.concurrency:
+                    self.pool.add_thread()
+                else:
+                    log.warning("%d run threads, many stuck in calls given up on: "
+                                "starts may wait", len(self.pool))  # fmt: skip
+        return count
+
+    def fail(self, pending: Pending, exc: ExecutionFailed) -> None:
+        """Settle an attempt that did not succeed, as ``verdict.after_failure`` decides."""
+        run = pending.run
+        context = pending.context
+        now_ms = int(time.time() * 1000)
+        verdict = after_failure(
+            RunStatus(exc.status),
+            f"{type(exc).__name__}: {exc}",
+            retriable=exc.retriable,
+            cancel_requested=context is not None and context.cancelled.is_set()
+            and run.run_id in self.cancels,
+            policy=run.retry,
+            attempt=run.attempt,
+            now_ms=now_ms,
+        )  # fmt: skip
+        if verdict.retry_at_ms is not None:
+            timer = retry_timer(run, verdict.retry_at_ms, now_ms)
+            self.outbox.finish(
+                pending, verdict.status, verdict.error, next_attempt_ms=verdict.retry_at_ms,
+                extra=(self.outbox.topics.timers, timer),
+            )  # fmt: skip
+            self.tally.add(metrics.runs_finished, "RETRIED", run.target.type)
+        elif verdict.dead_letter:
+            assert verdict.error is not None
+            letter = self.outbox.run_letter(run, verdict.error)
+            self.outbox.finish(
+                pending, verdict.status, verdict.error, extra=(self.outbox.topics.dlq, letter)
+            )
+        else:
+            self.outbox.finish(pending, verdict.status, verdict.error)
+
+    def close(self) -> None:
+        self.pool.shutdown()
+        self._target_producer.flush(10)
+        http = self.executors["http"]
+        if isinstance(http, HttpExecutor):
+            http.close()
+
+
+def _execute(executor: Executor, target: Target, context: RunContext) -> str:
+    """What a run thread calls: the attempt, unless it was cancelled or ran out of time
+    while it waited for a thread (then it never reaches the target)."""
+    if context.cancelled.is_set():
+        raise Cancelled("cancelled before it started")
+    if context.remaining() <= 0:
+        raise TimedOut("timed out before it started (every run thread was busy)")
+    return executor.execute(target, context)

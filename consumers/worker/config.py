@@ -1,0 +1,21 @@
+"""A worker's settings (``cronstream worker`` builds them from its flags)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DAY_MS = 86_400_000
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    group: str
+    name: str = "worker"
+    concurrency: int = 32
+    low_share: int = 8  # every low_share-th start goes to the lowest non-empty priority
+    grace_s: float = 30.0
+    lookback_ms: int = DAY_MS  # history and control are read this far back
+    http_allow: tuple[str, ...] = ()
+    shell_allow: tuple[str, ...] = ()
+    session_timeout_ms: int = 10_000
+    dedup_capacity: int = 2_000_000

@@ -1,0 +1,161 @@
+"""Run requests into the worker: decoded at the edge, queued in one backlog per priority,
+taken high first, and fetched only as fast as they can start.
+
+- **Priority.** Starts take high first, then normal, then low; every ``low_share``-th
+  start goes to the lowest non-empty backlog, so low priority is never starved.
+- **Flow control.** The worker reads only what the backlogs have room for; a backlog
+  that overflows anyway (every slot busy with long runs while polling goes on) pauses
+  its priority's partitions, and polling goes on, so a long run never breaks group
+  membership.
+- **Replays.** A run already on its partition when the partition was assigned, or
+  flagged ``possible_duplicate``, waits until history is read far enough to tell
+  whether an earlier owner executed it (``HistoryReplay``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from confluent_kafka import Consumer, TopicPartition
+
+from consumers.core.offsets import OffsetTracker
+from consumers.worker.config import WorkerConfig
+from consumers.worker.outbox import STAGE, Outbox
+from consumers.worker.pending import Pending, placeholder
+from consumers.worker.replay import HistoryReplay
+from runtime.kafka.records import ConsumedMessage, dead_letter_for, is_record
+from schemas.catalog import Topics
+from schemas.events import Priority
+from schemas.serde import Codec, DecodeError
+
+Key = tuple[str, int]  # (topic, partition)
+ORDER = (Priority.HIGH, Priority.NORMAL, Priority.LOW)
+REVERSED = ORDER[::-1]
+
+
+class Intake:
+    def __init__(
+        self,
+        config: WorkerConfig,
+        *,
+        topics: Topics,
+        consumer: Consumer,
+        codec: Codec,
+        trackers: dict[Key, OffsetTracker],
+        history: HistoryReplay,
+        outbox: Outbox,
+    ) -> None:
+        self.consumer = consumer
+        self.codec = codec
+        self.trackers = trackers  # the worker's: partition -> its runs' offsets
+        self.history = history
+        self.outbox = outbox
+        self.low_share = config.low_share
+        self.priority_of = {topics.runs(p): p for p in Priority}
+        self.backlog: dict[Priority, deque[Pending]] = {p: deque() for p in Priority}
+        self.paused: set[Priority] = set()
+        # Runs read ahead of execution: enough to choose by priority, and to go on
+        # starting runs while a paused priority is fetched again.
+        self.limit = max(512, 8 * config.concurrency)
+        # Per owned runs partition: (its end, history's end) as of the assignment; and
+        # the partitions whose runs before that end are not all read yet.
+        self.replay_until: dict[Key, tuple[int, int]] = {}
+        self.replaying: set[Key] = set()
+        self.starts = 0
+
+    def __len__(self) -> int:
+        return sum(len(q) for q in self.backlog.values())
+
+    # -- ownership ----------------------------------------------------------------------
+    def assigned(self, key: Key, *, committed: int, runs_end: int, history_end: int) -> None:
+        """``key`` is now owned, its runs read from ``committed``: runs before
+        ``runs_end`` may be replays, decided once history is read to ``history_end``."""
+        self.trackers[key] = OffsetTracker()
+        if committed < runs_end:
+            self.replaying.add(key)  # until the run at ``runs_end - 1`` is read
+        self.replay_until[key] = (runs_end, history_end)
+
+    def resume_gained(self, partitions: list[TopicPartition]) -> None:
+        """New partitions of a paused priority would be fetched freely: resume that
+        priority instead (``flow_control`` pauses all of it again if it overflows)."""
+        for priority in {self.priority_of[tp.topic] for tp in partitions} & self.paused:
+            self.consumer.resume(self._partitions(priority))
+            self.paused.discard(priority)
+
+    def drop_unstarted(self, gone: set[Key]) -> None:
+        """Revoked: runs not started yet are left for the next owner to read again."""
+        for queue in self.backlog.values():
+            kept = [p for p in queue if (p.topic, p.partition) not in gone]
+            queue.clear()
+            queue.extend(kept)
+
+    def forget(self, gone: set[Key]) -> None:
+        for key in gone:
+            self.trackers.pop(key, None)
+            self.replay_until.pop(key, None)
+            self.replaying.discard(key)
+
+    # -- reading ------------------------------------------------------------------------
+    def accept(self, msg: ConsumedMessage) -> None:
+        """Queue one consumed run request (an undecodable one is dead-lettered)."""
+        if not is_record(msg):
+            return
+        topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
+        tracker = self.trackers.get((topic, partition))
+        if tracker is None:
+            return
+        tracker.start(offset, msg.timestamp()[1])
+        try:
+            run = self.codec.decode_run(msg.value())
+        except DecodeError as exc:
+            letter = dead_letter_for(msg, stage=STAGE, reason=f"undecodable run: {exc}")
+            self.outbox.reject(Pending(topic, partition, offset, placeholder(msg), tracker), letter)
+            return
+        pending = Pending(topic, partition, offset, run, tracker)
+        runs_end, history_end = self.replay_until.get((topic, partition), (0, 0))
+        if offset >= runs_end - 1:
+            self.replaying.discard((topic, partition))
+        if offset < runs_end or run.possible_duplicate:
+            # An earlier owner may have executed it (or, when flagged, the run's first
+            # emission, earlier on this partition): it published the outcome before
+            # this assignment. What this worker executed itself, ``dedup`` knows.
+            pending.history_needed = history_end
+        self.backlog[self.priority_of[topic]].append(pending)
+
+    def take(self) -> Pending | None:
+        """The next run to start, by priority, among those history lets through."""
+        self.starts += 1
+        # Every low_share-th start, the lowest non-empty backlog gets it.
+        order = REVERSED if self.starts % self.low_share == 0 else ORDER
+        ready = self.history.ready
+        for priority in order:
+            queue = self.backlog[priority]
+            if queue and ready(queue[0]):
+                return queue.popleft()
+        return None
+
+    def waiting_for_history(self) -> bool:
+        return any(p.history_needed is not None for q in self.backlog.values() for p in q)
+
+    def flow_control(self) -> None:
+        """Pause a priority whose backlog overflows (every slot busy with long runs while
+        polling goes on reads one run per step); resume it once the backlog is back to
+        what fetching fills. Pausing drops what librdkafka prefetched, so it is kept for
+        that case only."""
+        limit = self.limit
+        for priority, queue in self.backlog.items():
+            if priority not in self.paused and len(queue) < 2 * limit:
+                continue
+            parts = self._partitions(priority)
+            if not parts:
+                continue
+            if priority not in self.paused:
+                self.consumer.pause(parts)
+                self.paused.add(priority)
+            elif len(queue) < limit:
+                self.consumer.resume(parts)
+                self.paused.discard(priority)
+
+    def _partitions(self, priority: Priority) -> list[TopicPartition]:
+        return [TopicPartition(t, p) for (t, p) in self.trackers
+                if self.priority_of.get(t) is priority]  # fmt: skip

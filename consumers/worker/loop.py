@@ -1,0 +1,256 @@
+"""The worker's loop and partition ownership: one ``Worker`` per process, a member of
+the consumer group ``<prefix>.workers`` on ``runs.high``, ``runs.normal`` and
+``runs.low`` (cooperative-sticky, manual commits). Its parts:
+
+- ``Intake`` (``intake.py``): run requests in, priority backlogs, flow control;
+- ``HistoryReplay`` and ``ControlFeed`` (``replay.py``): dedup after an assignment,
+  cancels;
+- ``Attempts`` (``attempts.py``): the run threads, and the verdict on each attempt
+  (``consumers.core.verdict``);
+- ``Outbox`` (``outbox.py``): outcomes, retry timers and dead letters published, then
+  offsets committed: ``Outbox.settle`` is the commit procedure.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from confluent_kafka import Message, TopicPartition
+
+from consumers.core.dedup import Dedup
+from consumers.core.offsets import OffsetTracker
+from consumers.worker.attempts import Attempts
+from consumers.worker.config import WorkerConfig
+from consumers.worker.intake import Intake, Key
+from consumers.worker.outbox import Outbox
+from consumers.worker.replay import ControlFeed, HistoryReplay
+from runtime import metrics
+from runtime.kafka.clients import group_consumer
+from runtime.kafka.offsets import consumer_lag, partition_names, watermarks
+from runtime.settings import Settings
+from schemas.catalog import Topics
+from schemas.registry import RegistryClient
+from schemas.serde import Codec
+
+log = logging.getLogger("cronstream.worker")
+# History is read from this long before the oldest run an earlier owner left uncommitted
+# (the commit metadata): clock skew, and a flagged re-emission's first emission.
+DEDUP_MARGIN_MS = 120_000
+# A step's fixed costs are paid at most this often when there is other work: reading
+# ``control``, and fetching while the backlog holds enough to start (each costs about
+# 10 us a call, more than a no-op run; a busy worker steps every few microseconds).
+INPUT_EVERY_S = 0.01
+
+
+class Worker:
+    def __init__(self, settings: Settings, config: WorkerConfig) -> None:
+        self.config = config
+        topics = Topics(settings)
+        codec = Codec(RegistryClient(settings.registry_url))
+        self.trackers: dict[Key, OffsetTracker] = {}
+        self.dedup = Dedup(config.lookback_ms, config.dedup_capacity, now_ms=_now_ms())
+        self.tally = metrics.Tally()
+        cancels: dict[str, int] = {}
+        self.consumer = group_consumer(
+            settings,
+            group=config.group,
+            name=config.name,
+            session_timeout_ms=config.session_timeout_ms,
+            # Prefetch a few MB at most, and fetch again soon once there is room (the
+            # default backoff is a second; a parked fetch waits for data this long).
+            **{
+                "queued.max.messages.kbytes": 4096,
+                "fetch.queue.backoff.ms": 20,
+                "fetch.wait.max.ms": 50,
+            },
+        )
+        self.outbox = Outbox(
+            settings, name=config.name, codec=codec, consumer=self.consumer,
+            trackers=self.trackers, dedup=self.dedup, tally=self.tally,
+        )  # fmt: skip
+        self.attempts = Attempts(
+            settings, config, outbox=self.outbox, dedup=self.dedup, cancels=cancels,
+            tally=self.tally,
+        )  # fmt: skip
+        self.history = HistoryReplay(
+            settings, config, topic=topics.history, dedup=self.dedup, lookup=self.consumer
+        )
+        self.control = ControlFeed(
+            settings, config, topic=topics.control, codec=codec, lookup=self.consumer,
+            cancels=cancels, on_cancel=self.attempts.cancel,
+        )  # fmt: skip
+        self.intake = Intake(
+            config, topics=topics, consumer=self.consumer, codec=codec,
+            trackers=self.trackers, history=self.history, outbox=self.outbox,
+        )  # fmt: skip
+        self._next_input = 0.0
+        self._stop_deadline: float | None = None  # set by ``drain``
+        self._maintenance = 0.0
+        self.control.catch_up()
+        self.consumer.subscribe(
+            list(self.intake.priority_of),
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+
+    # -- ownership ----------------------------------------------------------------------
+    def _on_assign(self, consumer: object, partitions: list[TopicPartition]) -> None:
+        now = _now_ms()
+        self.intake.resume_gained(partitions)
+        history_ends: dict[int, int] = {}
+        for tp in self.consumer.committed(partitions, timeout=30):
+            partition = tp.partition
+            low, high = watermarks(self.consumer, TopicPartition(tp.topic, partition))
+            if partition not in history_ends:
+                history = TopicPartition(self.history.topic, partition)
+                history_ends[partition] = watermarks(self.consumer, history)[1]
+            # Runs before ``high`` may have been executed by an earlier owner, which
+            # published their outcomes before this assignment: they wait until history
+            # is read up to its end as of now (once, not chasing later outcomes), from
+            # the time of the oldest run the earlier owner left uncommitted.
+            self.intake.assigned(
+                (tp.topic, partition), committed=tp.offset if tp.offset >= 0 else low,
+                runs_end=high, history_end=history_ends[partition],
+            )  # fmt: skip
+            since = _metadata_time(tp.metadata)
+            floor = now - self.config.lookback_ms
+            since = floor if since is None else max(floor, since - DEDUP_MARGIN_MS)
+            self.history.need(partition, since, history_ends[partition])
+        log.info("assigned %s", partition_names(partitions))
+
+    def _on_revoke(self, consumer: object, partitions: list[TopicPartition]) -> None:
+        gone = {(tp.topic, tp.partition) for tp in partitions}
+        self.intake.drop_unstarted(gone)
+        # Stopping (SIGTERM): ``drain`` already gave running attempts the grace period.
+        deadline = self._stop_deadline or time.monotonic() + self.config.grace_s
+        while any((p.topic, p.partition) in gone for p in self.attempts.running):
+            if time.monotonic() > deadline:
+                log.warning("revoked with runs still executing; the next owner dedups them")
+                break
+            self.attempts.collect(wait=0.1)
+        self.outbox.settle(wait=True)
+        self.intake.forget(gone)
+        self.history.keep_only({p for _, p in self.trackers})
+        log.info("revoked %s", partition_names(partitions))
+
+    def _on_lost(self, consumer: object, partitions: list[TopicPartition]) -> None:
+        log.warning("partitions lost: %s", partition_names(partitions))
+        self._on_revoke(consumer, partitions)
+
+    # -- the loop -----------------------------------------------------------------------
+    def run(self, should_stop: Callable[[], bool]) -> None:
+        try:
+            while not should_stop():
+                self.step()
+            self.drain()
+        finally:
+            self.close()
+
+    def step(self) -> None:
+        """One iteration: read side topics, fetch, start what fits, settle what finished.
+
+        It waits only when it has nothing to do: for input when nothing runs or waits;
+        otherwise (no input, no start, no completion) up to 5 ms for a completion, or
+        for history when the backlog waits for it. Reading ``control``, applying the
+        run counters and fetching while the backlog can fill the free slots happen at
+        most every INPUT_EVERY_S: a busy worker steps once per run or two, and those
+        calls cost more than a no-op run."""
+        now = time.monotonic()
+        due = now >= self._next_input
+        if due:
+            self._next_input = now + INPUT_EVERY_S
+            self.control.read()
+            self.tally.apply()  # the run counters, in bulk
+        self.history.read()
+        attempts, intake = self.attempts, self.intake
+        capacity = self.config.concurrency - len(attempts)
+        messages = self._fetch(due, capacity)
+        for msg in messages:
+            intake.accept(msg)
+        started = attempts.start_some(capacity, intake.take) if capacity > 0 else 0
+        if messages or due:
+            intake.flow_control()
+        completed = attempts.collect(wait=0)
+        if not (messages or started or completed):
+            if attempts.running:
+                attempts.collect(wait=0.005)
+            else:  # the backlog waits for history
+                self.history.read(timeout=0.005)
+        self.outbox.settle()
+        if time.monotonic() >= self._maintenance:
+            self._maintain()
+
+    def _fetch(self, due: bool, capacity: int) -> list[Message]:
+        """Read only what the backlog has room for, but poll at least every
+        INPUT_EVERY_S (membership, rebalances); a priority whose backlog overflows
+        anyway is paused (``Intake.flow_control``)."""
+        backlog = len(self.intake)
+        fetch = max(1, self.intake.limit - backlog)
+        messages: list[Message] = []
+        if not self.attempts.running and not backlog:
+            # Idle: wait for the first run (a batch call would wait for a full batch).
+            first = self.consumer.poll(0.1)
+            if first is not None:
+                messages.append(first)
+                fetch -= 1
+        if fetch > 0 and (due or backlog < capacity):
+            messages.extend(self.consumer.consume(num_messages=fetch, timeout=0))
+        return messages
+
+    def drain(self) -> None:
+        """SIGTERM: stop fetching, let running attempts finish within the grace period."""
+        deadline = self._stop_deadline = time.monotonic() + self.config.grace_s
+        while self.attempts.running and time.monotonic() < deadline:
+            self.control.read()
+            self.attempts.collect(wait=0.1)
+            self.outbox.settle()
+        if self.attempts.running:
+            log.warning("%d runs still executing after the grace period", len(self.attempts))
+
+    def close(self) -> None:
+        try:
+            self.outbox.settle(wait=True)
+        finally:
+            self.tally.apply()
+            self.consumer.close()
+            self.history.close()
+            self.control.close()
+            self.attempts.close()
+            self.outbox.close()
+
+    def _maintain(self) -> None:
+        self._maintenance = time.monotonic() + 5
+        now_ms = _now_ms()
+        # While runs that may be replays are unread or wait for history, everything read
+        # from history stays: dropping it would let them execute again.
+        hold = bool(self.intake.replaying or self.history.assigned)
+        forgotten = self.dedup.prune(now_ms, hold=hold or self.intake.waiting_for_history())
+        if forgotten:
+            if self.dedup.forgotten == forgotten:  # the first time
+                log.warning(
+                    "dedup holds more than --dedup-capacity %d run ids: forgetting the "
+                    "oldest before the %d s lookback (a flagged re-emission of one of them "
+                    "executes again; counted in cronstream_worker_dedup_forgotten_total)",
+                    self.config.dedup_capacity, self.config.lookback_ms // 1000,
+                )  # fmt: skip
+            metrics.dedup_forgotten.inc(forgotten)
+        metrics.dedup_run_ids.set(len(self.dedup))
+        self.control.forget_before(now_ms - self.config.lookback_ms)
+        owned = [TopicPartition(t, p) for (t, p) in self.trackers]
+        for tp, lag in consumer_lag(self.consumer, owned):
+            metrics.consumer_lag.labels(tp.topic, str(tp.partition)).set(lag)
+
+
+def _metadata_time(metadata: str | None) -> int | None:
+    """The timestamp a worker's commit left in the offset metadata (``Outbox.settle``)."""
+    try:
+        return int(metadata) if metadata else None
+    except ValueError:
+        return None
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

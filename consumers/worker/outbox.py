@@ -1,0 +1,211 @@
+"""The worker's outbox: what finished runs leave behind (outcomes, retry timers, dead
+letters), made durable before any offset moves past them. ``Outbox.settle`` is the
+worker's one commit procedure."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from consumers.core.dedup import Dedup
+from consumers.core.offsets import OffsetTracker
+from consumers.worker.pending import Pending, outcome_headers
+from runtime import metrics
+from runtime.kafka.publisher import Publisher
+from runtime.kafka.records import dead_letter
+from runtime.settings import Settings
+from schemas.catalog import Topics
+from schemas.events import DeadLetter, RunOutcome, RunRequest, RunStatus, TimerRequest, to_ms
+from schemas.serde import Codec
+from schemas.templates import OutcomeTemplate
+
+log = logging.getLogger("cronstream.worker")
+STAGE = "worker"
+COMMIT_EVERY_S = 0.2  # flush + asynchronous commit this often (synchronous at handover)
+
+
+class Outbox:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        name: str,
+        codec: Codec,
+        consumer: Consumer,
+        trackers: dict[tuple[str, int], OffsetTracker],
+        dedup: Dedup,
+        tally: metrics.Tally,
+    ) -> None:
+        self.topics = Topics(settings)
+        # Delivery is checked by flushing before each commit (``settle``, every
+        # COMMIT_EVERY_S); a report per record would cost more than the record. The
+        # flush sends at once, so a longer linger only makes fewer, larger requests
+        # (STARTED records keep their produce time as timestamp).
+        tuned: dict[str, Any] = {"delivery.report.only.error": True, "linger.ms": 25}
+        self.publisher = Publisher(settings, codec=codec, serve_each=False, **tuned)
+        self._prefix = codec.wire_prefix(self.topics.history, RunOutcome)
+        self.name = name
+        self.consumer = consumer
+        self.trackers = trackers  # the worker's: partition -> its runs' offsets
+        self.dedup = dedup
+        self.tally = tally
+        self.done: list[Pending] = []  # finished, records not published yet
+        self.published: list[Pending] = []  # records published, not flushed yet
+        self.held: list[Pending] = []  # outcomes waiting for their timer/DLQ record's flush
+        self._next_commit = 0.0
+
+    # -- what a run leaves ------------------------------------------------------------
+    def started(self, pending: Pending) -> None:
+        """Publish the STARTED outcome of ``pending``'s attempt (not a settlement)."""
+        self._outcome(pending, RunStatus.STARTED, None, final=False)
+
+    def finish(
+        self,
+        pending: Pending,
+        status: RunStatus,
+        error: str | None,
+        *,
+        next_attempt_ms: int | None = None,
+        extra: tuple[str, TimerRequest | DeadLetter] | None = None,
+    ) -> None:
+        """Settle ``pending`` with its final outcome for this attempt (and a retry timer
+        or a DLQ record that must be durable first)."""
+        self._outcome(pending, status, error, next_attempt_ms=next_attempt_ms)
+        if extra is not None:
+            pending.extra.append(extra)
+        self.done.append(pending)
+
+    def reject(self, pending: Pending, letter: DeadLetter) -> None:
+        """Settle a record that is not a usable run: a DLQ record, no outcome."""
+        pending.extra.append((self.topics.dlq, letter))
+        self.done.append(pending)
+
+    def run_letter(self, run: RunRequest, reason: str) -> DeadLetter:
+        """The DLQ record of a run that is given up on."""
+        return dead_letter(
+            stage=STAGE, reason=reason, topic=self.topics.runs(run.priority), partition=-1,
+            offset=-1, job_id=run.job_id, run_id=run.run_id, attempt=run.attempt,
+        )  # fmt: skip
+
+    def _outcome(
+        self,
+        pending: Pending,
+        status: RunStatus,
+        error: str | None,
+        *,
+        final: bool = True,
+        next_attempt_ms: int | None = None,
+    ) -> None:
+        run = pending.run
+        now_ms = int(time.time() * 1000)
+        started_ms = now_ms - int((time.monotonic() - pending.started) * 1000)
+        ran = pending.started > 0 and status is not RunStatus.STARTED
+        template = pending.template
+        if template is None:
+            template = pending.template = OutcomeTemplate(
+                run_id=run.run_id, job_id=run.job_id, tenant=run.tenant, attempt=run.attempt,
+                trigger=run.trigger, scheduled_ms=to_ms(run.scheduled_at),
+                target_type=run.target.type, worker=self.name,
+            )  # fmt: skip
+        value = self._prefix + template.encode(
+            status, now_ms,
+            started_ms=started_ms if pending.started else None,
+            finished_ms=now_ms if ran else None,
+            duration_ms=now_ms - started_ms if ran else None,
+            error=error[:2000] if error else None,
+            next_attempt_ms=next_attempt_ms,
+        )  # fmt: skip
+        headers = outcome_headers(pending, status)
+        if final:
+            pending.outcome.append((value, headers))
+            self.dedup.note(run.run_id, run.attempt, status.value)
+            self.tally.add(metrics.runs_finished, status.value, run.target.type)
+            if ran:
+                metrics.run_duration.observe((now_ms - started_ms) / 1000)
+        else:
+            self.publisher.produce_raw(self.topics.history, run.job_id, value, headers)
+
+    # -- the commit procedure -----------------------------------------------------------
+    def settle(self, *, wait: bool = False) -> None:
+        """Make finished runs durable and move the committed offsets. In order:
+
+        1. Publish each finished run's records: its outcome; or, for a run that leaves a
+           retry timer or a DLQ record, that record, its outcome waiting for step 2.
+        2. Flush: every record published so far is acknowledged by Kafka. A failed
+           delivery raises here, before anything is committed. Then publish the
+           outcomes that waited, and flush again: an outcome is what dedup trusts, so
+           it is never durable without the timer or DLQ record that goes with it.
+        3. Commit, per partition, the first offset not settled yet (never past a run
+           whose records were not flushed), with the time of that run as metadata.
+
+        Steps 2 and 3 run every COMMIT_EVERY_S (asynchronous commit), and at once with
+        ``wait`` (synchronous commit: a handover, a shutdown).
+
+        A crash before step 3 leaves the runs uncommitted: another worker reads them
+        again, finds their outcomes in history, and records DUPLICATE instead of
+        executing them a second time.
+        """
+        # 1. publish
+        for pending in self.done:
+            if pending.extra:
+                for topic, event in pending.extra:
+                    self.publisher.publish(topic, event)
+                self.held.append(pending)
+            else:
+                self._produce_outcomes(pending)
+        self.published.extend(self.done)
+        self.done = []
+        now = time.monotonic()
+        if not wait and (now < self._next_commit or not self.published):
+            return
+        self._next_commit = now + COMMIT_EVERY_S
+        # 2. flush
+        self.publisher.flush()
+        if self.held:
+            for pending in self.held:
+                self._produce_outcomes(pending)
+            self.held = []
+            self.publisher.flush()
+        # 3. commit
+        self._commit(wait=wait)
+
+    def _produce_outcomes(self, pending: Pending) -> None:
+        history, key = self.topics.history, pending.run.job_id
+        for value, headers in pending.outcome:
+            self.publisher.produce_raw(history, key, value, headers)
+
+    def _commit(self, *, wait: bool) -> None:
+        """Step 3 of ``settle``: commit past the runs whose records were flushed."""
+        touched = set()
+        for pending in self.published:
+            key = (pending.topic, pending.partition)
+            # A run still executing when its partition was revoked may finish after the
+            # partition came back: the new tracker is not its (the run is read again).
+            if self.trackers.get(key) is pending.tracker:
+                pending.tracker.finish(pending.offset)
+                touched.add(key)
+        self.published = []
+        offsets = []
+        for topic, partition in touched:
+            tracker = self.trackers[(topic, partition)]
+            point = tracker.commit_point()
+            if point is not None:
+                # The metadata dates the oldest run left unsettled: a next owner reads
+                # history for dedup from then on (``Worker._on_assign``).
+                since = str(tracker.commit_time())
+                offsets.append(TopicPartition(topic, partition, point, metadata=since))
+        if not offsets:
+            return
+        try:
+            if wait:
+                self.consumer.commit(offsets=offsets, asynchronous=False)
+            else:
+                self.consumer.commit(offsets=offsets, asynchronous=True)
+        except KafkaException as exc:
+            log.warning("commit refused (%s); those runs will be read again and deduped", exc)
+
+    def close(self) -> None:
+        self.publisher.close()

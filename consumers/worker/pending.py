@@ -1,0 +1,60 @@
+"""A run request read from Kafka and not yet settled, and what its outcomes carry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from consumers.core.offsets import OffsetTracker
+from consumers.executors.base import RunContext
+from runtime.kafka.records import ConsumedMessage, Headers
+from schemas.events import (
+    EPOCH,
+    DeadLetter,
+    RunRequest,
+    RunStatus,
+    Target,
+    TimerRequest,
+    run_headers,
+)
+from schemas.templates import OutcomeTemplate
+
+
+@dataclass(slots=True, eq=False)
+class Pending:
+    """A run request read from Kafka and not yet settled."""
+
+    topic: str
+    partition: int
+    offset: int
+    run: RunRequest
+    tracker: OffsetTracker  # its partition's, as of when it was read
+    history_needed: int | None = None  # history offset to have read before deciding
+    context: RunContext | None = None
+    started: float = 0.0
+    outcome: list[tuple[bytes, Headers]] = field(default_factory=list)  # encoded, unpublished
+    template: OutcomeTemplate | None = None  # what its outcomes have in common, encoded
+    headers: Headers | None = None  # its outcomes' headers but the status (the last one)
+    extra: list[tuple[str, TimerRequest | DeadLetter]] = field(default_factory=list)
+
+
+def outcome_headers(pending: Pending, status: RunStatus) -> Headers:
+    """The readable headers of an outcome of ``pending``'s attempt (``run_headers``; all
+    but the status, which comes last, are built once per attempt)."""
+    if pending.headers is None:
+        run = pending.run
+        headers = run_headers(
+            "RunOutcome", run_id=run.run_id, job_id=run.job_id,
+            scheduled_at=run.scheduled_at, attempt=run.attempt, status=status.value,
+        )  # fmt: skip
+        assert headers[-1][0] == "status", headers
+        pending.headers = headers[:-1]
+        return headers
+    return [*pending.headers, ("status", status.value.encode())]
+
+
+def placeholder(msg: ConsumedMessage) -> RunRequest:
+    """Stands in for a run that could not be decoded (only its offset matters)."""
+    key = msg.key()
+    job = key.decode("utf-8", "replace") if isinstance(key, bytes) else "?"
+    return RunRequest(run_id=f"{job}@undecodable", job_id=job, scheduled_at=EPOCH,
+                      fired_at=EPOCH, target=Target(type="none"))  # fmt: skip

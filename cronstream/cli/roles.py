@@ -1,0 +1,128 @@
+"""The long-running roles: `cronstream scheduler`, `cronstream worker`, `cronstream sink`.
+
+Start as many of each as you like (on one machine or many): each kind shares its topics
+through its consumer group. SIGTERM or Ctrl-C hands over cleanly: a scheduler takes a
+final checkpoint and leaves the group; a worker stops fetching, lets running attempts
+finish (``--grace``), commits and leaves; a sink commits what it has written and leaves.
+kill -9 makes the group move a member's partitions after its session timeout: a new
+scheduler owner re-emits from the last checkpoint (flagged), a new worker owner dedups
+against history.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+from typing import Any
+
+from consumers.sink import Sink, SinkConfig
+from consumers.worker import Worker, WorkerConfig
+from cronstream.cli.common import at_least
+from cronstream.foreground import run_member
+from runtime.settings import Settings, env_int, env_list
+from streams.processor import Processor, ProcessorConfig
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("scheduler", help="run a scheduler processor (fires due runs)")
+    p.add_argument("--group", help="consumer group (default <topic prefix>.scheduler)")
+    p.add_argument("--name", default=f"scheduler-{socket.gethostname()}-{os.getpid()}")
+    p.add_argument(
+        "--metrics-port", type=int,
+        default=env_int("CRONSTREAM_SCHEDULER_METRICS_PORT", 0, minimum=0),
+        help="serve Prometheus metrics on this port (0: off)",
+    )  # fmt: skip
+    p.add_argument(
+        "--misfire-threshold-ms", type=int,
+        default=env_int("CRONSTREAM_MISFIRE_THRESHOLD_MS", 60_000, minimum=0),
+        help="a slot later than this is a misfire (its job's policy applies)",
+    )  # fmt: skip
+    p.add_argument(
+        "--checkpoint-ms", type=int, default=env_int("CRONSTREAM_CHECKPOINT_MS", 1000),
+        help="how often progress is committed (bounds re-emits after a crash)",
+    )  # fmt: skip
+    p.add_argument(
+        "--session-timeout-ms", type=int,
+        default=env_int("CRONSTREAM_SCHEDULER_SESSION_TIMEOUT_MS", 10_000),
+        help="how long a silent scheduler keeps its partitions",
+    )  # fmt: skip
+    p.set_defaults(handler=cmd_scheduler, needs="settings")
+
+    p = sub.add_parser("worker", help="run a worker (executes run requests)")
+    p.add_argument("--group", help="consumer group (default <topic prefix>.workers)")
+    p.add_argument("--name", default=f"worker-{socket.gethostname()}-{os.getpid()}")
+    p.add_argument("--concurrency", type=at_least(1),
+                   default=env_int("CRONSTREAM_WORKER_CONCURRENCY", 32))  # fmt: skip
+    p.add_argument("--grace", type=float, default=30.0, help="seconds to drain on SIGTERM")
+    p.add_argument(
+        "--dedup-capacity", type=at_least(1000),
+        default=env_int("CRONSTREAM_WORKER_DEDUP_CAPACITY", 2_000_000, minimum=1000),
+        help="run ids remembered for dedup at most (~130 bytes each; the oldest go first)",
+    )  # fmt: skip
+    p.add_argument("--metrics-port", type=int,
+                   default=env_int("CRONSTREAM_WORKER_METRICS_PORT", 0, minimum=0))  # fmt: skip
+    p.add_argument(
+        "--http-allow", action="append",
+        default=env_list("CRONSTREAM_HTTP_ALLOW"),
+        help="a network (CIDR) http targets may call although not public; repeatable",
+    )  # fmt: skip
+    p.add_argument(
+        "--shell-allow", action="append",
+        default=env_list("CRONSTREAM_SHELL_ALLOW"),
+        help="an executable shell targets may run (shell is off without one); repeatable",
+    )  # fmt: skip
+    p.set_defaults(handler=cmd_worker, needs="settings")
+
+    p = sub.add_parser("sink", help="run a history sink (history topic -> Cassandra)")
+    p.add_argument("--group", help="consumer group (default <topic prefix>.sink)")
+    p.add_argument("--name", default=f"sink-{socket.gethostname()}-{os.getpid()}")
+    p.add_argument("--batch-rows", type=int, default=64,
+                   help="rows per unlogged batch (1: no batches)")  # fmt: skip
+    p.add_argument("--in-flight", type=int, default=16, help="batches written at once")
+    p.add_argument("--metrics-port", type=int,
+                   default=env_int("CRONSTREAM_SINK_METRICS_PORT", 0, minimum=0))  # fmt: skip
+    p.set_defaults(handler=cmd_sink, needs="settings")
+
+
+def cmd_scheduler(settings: Settings, args: argparse.Namespace) -> int:
+    config = ProcessorConfig(
+        group=args.group or f"{settings.topic_prefix}.scheduler",
+        threshold_ms=args.misfire_threshold_ms,
+        checkpoint_ms=args.checkpoint_ms,
+        session_timeout_ms=args.session_timeout_ms,
+        name=args.name,
+    )
+    return run_member(
+        "scheduler", name=config.name, group=config.group,
+        start=lambda: Processor(settings, config), metrics_port=args.metrics_port,
+    )  # fmt: skip
+
+
+def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
+    config = WorkerConfig(
+        group=args.group or f"{settings.topic_prefix}.workers",
+        name=args.name,
+        concurrency=args.concurrency,
+        grace_s=args.grace,
+        dedup_capacity=args.dedup_capacity,
+        http_allow=tuple(args.http_allow),
+        shell_allow=tuple(args.shell_allow),
+    )
+    return run_member(
+        "worker", name=config.name, group=config.group,
+        start=lambda: Worker(settings, config), metrics_port=args.metrics_port,
+    )  # fmt: skip
+
+
+def cmd_sink(settings: Settings, args: argparse.Namespace) -> int:
+    config = SinkConfig(
+        group=args.group or f"{settings.topic_prefix}.sink",
+        name=args.name,
+        batch_rows=max(1, args.batch_rows),
+        in_flight=max(1, args.in_flight),
+    )
+    return run_member(
+        "sink", name=config.name, group=config.group,
+        start=lambda: Sink(settings, config), metrics_port=args.metrics_port,
+    )  # fmt: skip

@@ -1,0 +1,124 @@
+"""What the scheduler writes: run requests for due slots and timers, MISSED/SKIPPED
+history records for slots a misfire policy does not run, and dead letters.
+
+Run requests of scheduled slots are encoded from each job's ``RunTemplate`` (the
+definition is encoded once, the slot's fields per fire) and produced with no delivery
+report wait; ``Processor.checkpoint`` flushes before it commits.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+from runtime import metrics
+from runtime.kafka.publisher import Publisher
+from runtime.settings import Settings
+from schemas.catalog import Topics
+from schemas.events import (
+    DeadLetter,
+    Priority,
+    RunOutcome,
+    RunRequest,
+    RunStatus,
+    TimerRequest,
+    Trigger,
+    from_ms,
+    run_request_headers,
+)
+from schemas.ids import run_id_for, slot_run_id
+from schemas.serde import Codec
+from streams.core.misfire import Action, Fire, Record
+from streams.definitions import Definitions
+
+log = logging.getLogger("cronstream.scheduler")
+
+
+class Emitter:
+    def __init__(
+        self, settings: Settings, *, codec: Codec, definitions: Definitions, name: str
+    ) -> None:
+        self.topics = Topics(settings)
+        self.publisher = Publisher(settings, codec=codec)
+        self.definitions = definitions
+        self.name = name
+        self._run_schema = {p: codec.writer_id(f"{self.topics.runs(p)}-value", RunRequest)
+                            for p in Priority}  # fmt: skip
+        self._runs_topic = {p: self.topics.runs(p) for p in Priority}
+
+    def emit(self, actions: list[Action], now: int) -> None:
+        """Write what the core decided at ``now``: fires and records."""
+        if not actions:
+            return
+        produce = self.publisher.produce_raw
+        prepare = self.definitions.prepare
+        skew = metrics.fire_skew.observe
+        fired: dict[Trigger, int] = {}
+        for action in actions:
+            if type(action) is Fire:
+                if action.timer is not None:
+                    self._fire_timer(action, now)
+                    continue
+                assert action.job is not None
+                template = prepare(action.job).template
+                run_id, slot = slot_run_id(action.job_id, action.slot_ms)
+                trigger = Trigger(action.trigger)
+                value = template.encode(
+                    self._run_schema[template.priority], run_id, action.slot_ms, now,
+                    trigger=trigger, possible_duplicate=action.possible_duplicate,
+                )  # fmt: skip
+                headers = run_request_headers(
+                    template.header_job, run_id.encode(), slot, attempt=b"1",
+                    trigger=trigger, possible_duplicate=action.possible_duplicate,
+                )  # fmt: skip
+                produce(self._runs_topic[template.priority], action.job_id, value, headers)
+                fired[trigger] = fired.get(trigger, 0) + 1
+                skew(max(0, now - action.due_ms) / 1000)
+            else:
+                assert type(action) is Record
+                self._record(action, now)
+        for trigger, count in fired.items():  # one labelled update per batch, not per fire
+            metrics.fires.labels(trigger.value).inc(count)
+
+    def _fire_timer(self, action: Fire, now: int) -> None:
+        request: TimerRequest = action.timer.body
+        run = replace(
+            request.run,
+            fired_at=from_ms(now),
+            possible_duplicate=request.run.possible_duplicate or action.possible_duplicate,
+        )
+        self.publisher.publish(self.topics.runs(run.priority), run)
+        metrics.fires.labels(run.trigger.value).inc()
+        metrics.fire_skew.observe(max(0, now - action.due_ms) / 1000)
+
+    def _record(self, action: Record, now: int) -> None:
+        """A slot a misfire policy does not run: MISSED or SKIPPED in history."""
+        if action.timer is not None:
+            run: RunRequest = action.timer.body.run
+            run_id, scheduled, attempt = run.run_id, run.scheduled_at, run.attempt
+            trigger, tenant = run.trigger, run.tenant
+        else:
+            scheduled = from_ms(action.slot_ms)
+            run_id = run_id_for(action.job_id, scheduled)
+            attempt, trigger, tenant = 1, Trigger.SCHEDULE, "default"
+        outcome = RunOutcome(
+            run_id=run_id,
+            job_id=action.job_id,
+            status=RunStatus(action.status),
+            scheduled_at=scheduled,
+            recorded_at=from_ms(now),
+            attempt=attempt,
+            trigger=trigger,
+            error=action.reason,
+            worker=self.name,
+            tenant=tenant,
+        )
+        self.publisher.publish(self.topics.history, outcome)
+        metrics.misfires.labels(action.status).inc()
+
+    def dead_letter(self, letter: DeadLetter) -> None:
+        log.warning(
+            "dead-lettering %s/%d@%d: %s",
+            letter.source_topic, letter.source_partition, letter.source_offset, letter.reason,
+        )  # fmt: skip
+        self.publisher.publish(self.topics.dlq, letter)
