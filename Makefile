@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
 
 .PHONY: help deps up down status logs clean clean-all bootstrap run test test-unit \
-        test-integration lint fmt typecheck bench
+        test-integration test-acceptance lint fmt typecheck layers bench
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -52,19 +52,30 @@ clean-all: clean ## also delete downloaded jars and the virtualenv
 run: up ## the whole local stack, then cronstream's own processes in the foreground
 	@$(PY) -m cronstream.run
 
-test: up ## the whole suite (unit + integration) against the real services
+test: up ## the whole suite (unit + integration + acceptance) against the real services
 	@$(PY) -m pytest $(PYTEST_ARGS)
 
 test-unit: deps ## unit tests only (no services)
 	@$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-test-integration: up ## integration tests only
+test-integration: up ## integration tests only (real services)
 	@$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
-lint: deps ## ruff (lint + format check) and mypy --strict
+test-acceptance: up ## acceptance tests only (cronstream processes end to end)
+	@$(PY) -m pytest tests/acceptance $(PYTEST_ARGS)
+
+lint: deps ## ruff (lint, complexity budget, format check), mypy --strict, layering, size budget
 	@$(VENV)/bin/ruff check .
 	@$(VENV)/bin/ruff format --check .
 	@$(VENV)/bin/mypy
+	@$(VENV)/bin/lint-imports --no-logo --no-cache
+	@$(PY) -m pytest -q -p no:cacheprovider tests/unit/test_source_budget.py
+
+typecheck: deps ## mypy --strict on every package
+	@$(VENV)/bin/mypy
+
+layers: deps ## the import-linter contracts (docs/design.md, "Layers")
+	@$(VENV)/bin/lint-imports --no-logo --no-cache
 
 fmt: deps ## apply ruff's fixes and formatting
 	@$(VENV)/bin/ruff check --fix .

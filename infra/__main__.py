@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
 from infra import stack
 from infra.bootstrap import BootstrapError, bootstrap
-from infra.services import StackError
+from infra.service import StackError
 from runtime.settings import Settings, SettingsError
 from schemas.registry import RegistryUnavailable
 
@@ -26,35 +27,37 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("fetch", help="download the services' jars only")
     sub.add_parser("bootstrap", help="create topics, subjects, keyspace (idempotent)")
     args = parser.parse_args(argv)
+    commands: dict[str, Callable[[Settings], int | None]] = {
+        "up": lambda settings: _up(settings, bootstrap_too=not args.no_bootstrap),
+        "down": stack.down,
+        "status": _status,
+        "logs": lambda settings: print(stack.logs(settings, args.n)),
+        "clean": lambda settings: stack.clean(settings, keep_lib=not args.all),
+        "fetch": stack.fetch,
+        "bootstrap": bootstrap,
+    }
     try:
-        settings = Settings.from_env()
-        if args.cmd == "up":
-            took = stack.up(settings)
-            print(f"[stack] services up in {took:.1f}s", file=sys.stderr)
-            if not args.no_bootstrap:
-                bootstrap(settings)
-        elif args.cmd == "down":
-            stack.down(settings)
-        elif args.cmd == "status":
-            bad = 0
-            for st in stack.status(settings):
-                rss = f"{st.rss_bytes / 2**20:.0f} MiB" if st.rss_bytes else "-"
-                state = "ok" if st.ok else ("starting" if st.running else "down")
-                bad += not st.ok
-                print(f"{st.name:<10} {state:<9} pid={st.pid or '-':<8} rss={rss:<9} {st.endpoint}")
-            return 1 if bad else 0
-        elif args.cmd == "logs":
-            print(stack.logs(settings, args.n))
-        elif args.cmd == "clean":
-            stack.clean(settings, keep_lib=not args.all)
-        elif args.cmd == "fetch":
-            stack.fetch(settings)
-        elif args.cmd == "bootstrap":
-            bootstrap(settings)
+        return commands[args.cmd](Settings.from_env()) or 0
     except (StackError, SettingsError, BootstrapError, RegistryUnavailable) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    return 0
+
+
+def _up(settings: Settings, *, bootstrap_too: bool) -> None:
+    took = stack.up(settings)
+    print(f"[stack] services up in {took:.1f}s", file=sys.stderr)
+    if bootstrap_too:
+        bootstrap(settings)
+
+
+def _status(settings: Settings) -> int:
+    bad = 0
+    for st in stack.status(settings):
+        rss = f"{st.rss_bytes / 2**20:.0f} MiB" if st.rss_bytes else "-"
+        state = "ok" if st.ok else ("starting" if st.running else "down")
+        bad += not st.ok
+        print(f"{st.name:<10} {state:<9} pid={st.pid or '-':<8} rss={rss:<9} {st.endpoint}")
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

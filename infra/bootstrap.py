@@ -52,8 +52,7 @@ def ensure_topics(settings: Settings, *, timeout: float = 30.0) -> TopicReport:
     admin = kafka_admin(settings)
     metadata = admin.list_topics(timeout=timeout)
     specs = dict(topics.all())
-    created, existing, mismatches = [], [], []
-    to_create = []
+    existing, to_create = [], []
     for name, spec in specs.items():
         current = metadata.topics.get(name)
         if current is None or current.error is not None:
@@ -67,16 +66,37 @@ def ensure_topics(settings: Settings, *, timeout: float = 30.0) -> TopicReport:
             )
             continue
         existing.append(name)
-    if to_create:
-        for name, future in admin.create_topics(to_create, operation_timeout=timeout).items():
-            try:
-                future.result()
-                created.append(name)
-            except KafkaException as exc:
-                if exc.args[0].name() == "TOPIC_ALREADY_EXISTS":
-                    existing.append(name)  # a concurrent bootstrap won the race
-                else:
-                    raise BootstrapError(f"creating topic {name}: {exc}") from exc
+    created = _create(admin, to_create, existing, timeout)
+    mismatches = _mismatches(settings, admin, existing, timeout)
+    return TopicReport(created=created, existing=existing, mismatches=mismatches)
+
+
+def _create(
+    admin: AdminClient, to_create: list[NewTopic], existing: list[str], timeout: float
+) -> list[str]:
+    """Create ``to_create``; a topic someone else created meanwhile joins ``existing``."""
+    created: list[str] = []
+    if not to_create:
+        return created
+    for name, future in admin.create_topics(to_create, operation_timeout=timeout).items():
+        try:
+            future.result()
+            created.append(name)
+        except KafkaException as exc:
+            if exc.args[0].name() == "TOPIC_ALREADY_EXISTS":
+                existing.append(name)  # a concurrent bootstrap won the race
+            else:
+                raise BootstrapError(f"creating topic {name}: {exc}") from exc
+    return created
+
+
+def _mismatches(
+    settings: Settings, admin: AdminClient, existing: list[str], timeout: float
+) -> list[str]:
+    """How topics that were already there differ from the catalog."""
+    topics = Topics(settings)
+    specs = dict(topics.all())
+    mismatches = []
     # Partition counts are checked on fresh metadata: a topic another client created a
     # moment ago (TOPIC_ALREADY_EXISTS above) may be missing from the first listing.
     for name in existing:
@@ -94,7 +114,7 @@ def ensure_topics(settings: Settings, *, timeout: float = 30.0) -> TopicReport:
             entry = actual.get(key)
             if entry is not None and entry.value != want_value:
                 mismatches.append(f"{name} has {key}={entry.value}, the catalog wants {want_value}")
-    return TopicReport(created=created, existing=existing, mismatches=mismatches)
+    return mismatches
 
 
 def _partition_count(admin: AdminClient, name: str, timeout: float) -> int:

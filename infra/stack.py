@@ -13,7 +13,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from infra.services import Service, StackError, all_services, log_tail
+from infra.service import Service, StackError, log_tail
+from infra.services import all_services
 from runtime.settings import Settings
 
 

@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlparse
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -56,6 +57,7 @@ from schemas.events import (
 )
 from streams.core.cron import CronError, parse_cron
 
+T = TypeVar("T")
 MAX_JOB_ID = 200
 MIN_INTERVAL_MS = 1000
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
@@ -145,90 +147,24 @@ def job_from_spec(
     spec: Mapping[str, Any], *, max_payload_bytes: int, now: datetime | None = None
 ) -> JobDefinition:
     """Build and validate a JobDefinition from a spec; raises SpecError listing every problem."""
-    now = now or utc_now()
+    read = _SpecReader(spec)
     job_id = str(spec.get("id") or "")
-    problems: list[str] = []
     unknown = sorted(set(spec) - KNOWN_KEYS)
     if unknown:
-        problems.append(f"unknown keys {unknown}")
-
-    def attempt(what: str, fn: Any, *args: Any) -> Any:
-        try:
-            return fn(*args)
-        except ValueError as exc:
-            problems.append(f"{what}: {exc}")
-            return None
-
-    zone = str(spec.get("tz") or "UTC")
-    zone_problem = _check_zone(zone)
-    if zone_problem:
-        problems.append(zone_problem)
-        zone = "UTC"
-
-    chosen = [k for k in ("cron", "every", "at") if spec.get(k) not in (None, "")]
-    schedule: Schedule | None = None
-    if len(chosen) > 1:
-        problems.append(f"give one schedule, not {' and '.join(chosen)}")
-    elif chosen == ["cron"]:
-        expr = str(spec["cron"])
-        try:
-            schedule = CronSchedule(expression=parse_cron(expr).text)
-        except CronError as exc:
-            problems.append(str(exc))
-    elif chosen == ["every"]:
-        every = attempt("every", parse_duration, spec["every"])
-        anchor = (
-            attempt("anchor", parse_instant, spec["anchor"], zone) if spec.get("anchor") else EPOCH
-        )
-        if every is not None and anchor is not None:
-            schedule = IntervalSchedule(every_ms=every, anchor=anchor)
-    elif chosen == ["at"]:
-        at = attempt("at", parse_instant, spec["at"], zone)
-        if at is not None:
-            schedule = OnceSchedule(at=at)
-
-    target_type = str(spec.get("target") or "")
-    headers = spec.get("headers") or {}
-    if not isinstance(headers, Mapping):
-        problems.append("headers must be a mapping of name to value")
-        headers = {}
-    target = Target(
-        type=target_type,
-        url=spec.get("url"),
-        method=str(spec.get("method") or "POST").upper(),
-        headers={str(k): str(v) for k, v in headers.items()},
-        topic=spec.get("topic"),
-        callable=spec.get("callable"),
-        command=spec.get("command"),
-    )
-    priority_text = str(spec.get("priority") or "normal").upper()
-    priority = Priority.NORMAL
-    if priority_text not in Priority.__members__:
-        problems.append(f"priority {priority_text.lower()!r} is not one of high, normal, low")
-    else:
-        priority = Priority[priority_text]
-    backoff = attempt("backoff", parse_backoff, spec.get("backoff") or "1s..5m") or (1000, 300_000)
-    max_attempts = spec.get("max_attempts", 3)
-    if not isinstance(max_attempts, int) or isinstance(max_attempts, bool):
-        problems.append(f"max_attempts {max_attempts!r} is not a whole number")
-        max_attempts = 3
-    misfire_text = str(spec.get("misfire") or "once").upper()
-    misfire_kind = MisfireKind.ONCE
-    if misfire_text not in MisfireKind.__members__:
-        problems.append(f"misfire {misfire_text.lower()!r} is not one of skip, once, all")
-    else:
-        misfire_kind = MisfireKind[misfire_text]
-    catchup = spec.get("catchup", 10)
-    if not isinstance(catchup, int) or isinstance(catchup, bool):
-        problems.append(f"catchup {catchup!r} is not a whole number")
-        catchup = 10
-    start = attempt("start", parse_instant, spec["start"], zone) if spec.get("start") else None
-    end = attempt("end", parse_instant, spec["end"], zone) if spec.get("end") else None
-    paused = spec.get("paused", False)
-    if not isinstance(paused, bool):
-        problems.append(f"paused {paused!r} is not true or false")
-        paused = False
-
+        read.problems.append(f"unknown keys {unknown}")
+    zone = read.zone()
+    schedule = read.schedule(zone)
+    target = read.target()
+    priority = read.choice("priority", Priority, Priority.NORMAL, "high, normal, low")
+    backoff = read.parsed("backoff", parse_backoff, spec.get("backoff") or "1s..5m") or (
+        1000, 300_000,
+    )  # fmt: skip
+    max_attempts = read.whole("max_attempts", 3)
+    misfire_kind = read.choice("misfire", MisfireKind, MisfireKind.ONCE, "skip, once, all")
+    catchup = read.whole("catchup", 10)
+    start = read.instant("start", zone)
+    end = read.instant("end", zone)
+    paused = read.flag("paused")
     job = JobDefinition(
         job_id=job_id,
         tenant=str(spec.get("tenant") or "default"),
@@ -236,7 +172,7 @@ def job_from_spec(
         timezone=zone,
         start_at=start,
         end_at=end,
-        jitter_ms=attempt("jitter", parse_duration, spec.get("jitter") or 0) or 0,
+        jitter_ms=read.duration("jitter", 0, 0),
         paused=paused,
         target=target,
         payload=_payload_text(spec.get("payload")),
@@ -244,33 +180,138 @@ def job_from_spec(
         retry=RetryPolicy(
             max_attempts=max_attempts, initial_backoff_ms=backoff[0], max_backoff_ms=backoff[1]
         ),
-        timeout_ms=attempt("timeout", parse_duration, spec.get("timeout") or "30s") or 30_000,
+        timeout_ms=read.duration("timeout", "30s", 30_000),
         misfire=MisfirePolicy(
             policy=misfire_kind,
             max_catchup=catchup,
-            catchup_window_ms=attempt(
-                "catchup_window", parse_duration, spec.get("catchup_window") or "1h"
-            )
-            or 3_600_000,
+            catchup_window_ms=read.duration("catchup_window", "1h", 3_600_000),
         ),
-        updated_at=now,
+        updated_at=now or utc_now(),
     )
-    problems.extend(job_problems(job, max_payload_bytes=max_payload_bytes))
+    problems = [*read.problems, *job_problems(job, max_payload_bytes=max_payload_bytes)]
     if problems:
         raise SpecError(f"job {job_id or '(no id)'}", problems)
     return job
 
 
+E = TypeVar("E", bound=StrEnum)
+
+
+class _SpecReader:
+    """Reads a spec's fields, noting every problem instead of stopping at the first
+    (a field that cannot be read takes its default, so the rest are still checked)."""
+
+    def __init__(self, spec: Mapping[str, Any]) -> None:
+        self.spec = spec
+        self.problems: list[str] = []
+
+    def parsed(self, what: str, fn: Callable[..., T], *args: Any) -> T | None:
+        try:
+            return fn(*args)
+        except ValueError as exc:
+            self.problems.append(f"{what}: {exc}")
+            return None
+
+    def zone(self) -> str:
+        zone = str(self.spec.get("tz") or "UTC")
+        problem = _check_zone(zone)
+        if problem:
+            self.problems.append(problem)
+            return "UTC"
+        return zone
+
+    def schedule(self, zone: str) -> Schedule | None:
+        spec = self.spec
+        chosen = [k for k in ("cron", "every", "at") if spec.get(k) not in (None, "")]
+        if len(chosen) > 1:
+            self.problems.append(f"give one schedule, not {' and '.join(chosen)}")
+        elif chosen == ["cron"]:
+            try:
+                return CronSchedule(expression=parse_cron(str(spec["cron"])).text)
+            except CronError as exc:
+                self.problems.append(str(exc))
+        elif chosen == ["every"]:
+            every = self.parsed("every", parse_duration, spec["every"])
+            anchor = self.instant("anchor", zone) if spec.get("anchor") else EPOCH
+            if every is not None and anchor is not None:
+                return IntervalSchedule(every_ms=every, anchor=anchor)
+        elif chosen == ["at"]:
+            at = self.parsed("at", parse_instant, spec["at"], zone)
+            if at is not None:
+                return OnceSchedule(at=at)
+        return None
+
+    def target(self) -> Target:
+        spec = self.spec
+        headers = spec.get("headers") or {}
+        if not isinstance(headers, Mapping):
+            self.problems.append("headers must be a mapping of name to value")
+            headers = {}
+        return Target(
+            type=str(spec.get("target") or ""),
+            url=spec.get("url"),
+            method=str(spec.get("method") or "POST").upper(),
+            headers={str(k): str(v) for k, v in headers.items()},
+            topic=spec.get("topic"),
+            callable=spec.get("callable"),
+            command=spec.get("command"),
+        )
+
+    def choice(self, key: str, enum: type[E], default: E, names: str) -> E:
+        text = str(self.spec.get(key) or default.value).upper()
+        if text not in enum.__members__:
+            self.problems.append(f"{key} {text.lower()!r} is not one of {names}")
+            return default
+        return enum[text]
+
+    def whole(self, key: str, default: int) -> int:
+        value = self.spec.get(key, default)
+        if not isinstance(value, int) or isinstance(value, bool):
+            self.problems.append(f"{key} {value!r} is not a whole number")
+            return default
+        return value
+
+    def flag(self, key: str) -> bool:
+        value = self.spec.get(key, False)
+        if not isinstance(value, bool):
+            self.problems.append(f"{key} {value!r} is not true or false")
+            return False
+        return value
+
+    def instant(self, key: str, zone: str) -> datetime | None:
+        if not self.spec.get(key):
+            return None
+        return self.parsed(key, parse_instant, self.spec[key], zone)
+
+    def duration(self, key: str, absent: str | int, fallback: int) -> int:
+        """``key`` as milliseconds (``absent`` when not given; ``fallback`` when it
+        cannot be read)."""
+        return self.parsed(key, parse_duration, self.spec.get(key) or absent) or fallback
+
+
 def job_problems(job: JobDefinition, *, max_payload_bytes: int) -> list[str]:
     """Every rule a JobDefinition must keep, however it was built."""
-    problems = []
+    return [
+        *_identity_problems(job),
+        *_schedule_problems(job),
+        *target_problems(job.target),
+        *_policy_problems(job, max_payload_bytes),
+    ]
+
+
+def _identity_problems(job: JobDefinition) -> list[str]:
     if not job.job_id:
-        problems.append("a job id is required")
-    elif len(job.job_id) > MAX_JOB_ID or not _JOB_ID.match(job.job_id):
-        problems.append(
+        return ["a job id is required"]
+    if len(job.job_id) > MAX_JOB_ID or not _JOB_ID.match(job.job_id):
+        return [
             f"job id {job.job_id!r} must be 1-{MAX_JOB_ID} characters of letters, digits "
             "and . _ : / -, starting with a letter or digit"
-        )
+        ]
+    return []
+
+
+def _schedule_problems(job: JobDefinition) -> list[str]:
+    problems = []
     zone_problem = _check_zone(job.timezone)
     if zone_problem:
         problems.append(zone_problem)
@@ -287,7 +328,11 @@ def job_problems(job: JobDefinition, *, max_payload_bytes: int) -> list[str]:
             pass
     if job.start_at and job.end_at and job.end_at <= job.start_at:
         problems.append("end must be after start")
-    problems.extend(target_problems(job.target))
+    return problems
+
+
+def _policy_problems(job: JobDefinition, max_payload_bytes: int) -> list[str]:
+    problems = []
     if job.payload is not None:
         size = len(job.payload.encode())
         if size > max_payload_bytes:

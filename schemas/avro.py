@@ -34,14 +34,19 @@ def _raw(fullname: str) -> dict[str, Any]:
     return data
 
 
+def _inline_name(name: str, namespace: str, defined: set[str]) -> Any:
+    """A type named by a string: a primitive, one defined already, or its file inlined."""
+    if name in PRIMITIVES:
+        return name
+    fullname = name if "." in name else f"{namespace}.{name}"
+    if fullname in defined:
+        return fullname
+    return _inline(_raw(fullname), namespace, defined)
+
+
 def _inline(node: Any, namespace: str, defined: set[str]) -> Any:
     if isinstance(node, str):
-        if node in PRIMITIVES:
-            return node
-        fullname = node if "." in node else f"{namespace}.{node}"
-        if fullname in defined:
-            return fullname
-        return _inline(_raw(fullname), namespace, defined)
+        return _inline_name(node, namespace, defined)
     if isinstance(node, list):
         return [_inline(branch, namespace, defined) for branch in node]
     if not isinstance(node, dict):

@@ -15,38 +15,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from functools import lru_cache
 from operator import attrgetter, methodcaller
 from typing import Any, ClassVar, Self, get_args, get_origin, get_type_hints
 
-
-def utc_now() -> datetime:
-    """Now in UTC, truncated to the millisecond: what survives a trip through Avro."""
-    now = datetime.now(UTC)
-    return now.replace(microsecond=now.microsecond // 1000 * 1000)
-
-
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def to_ms(instant: datetime) -> int:
-    """Exact integer milliseconds since the epoch (no float rounding)."""
-    delta = instant - EPOCH
-    return delta.days * 86_400_000 + delta.seconds * 1000 + delta.microseconds // 1000
-
-
-def from_ms(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, UTC)
-
-
-@lru_cache(maxsize=4096)  # runs of many jobs share their scheduled instant
-def iso(instant: datetime) -> str:
-    """2026-11-22T10:00:00.000Z: the one textual form of an instant on the wire."""
-    t = instant if instant.tzinfo is UTC else instant.astimezone(UTC)
-    return (
-        f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:"
-        f"{t.second:02d}.{t.microsecond // 1000:03d}Z"
-    )
+from schemas.headers import job_headers, run_headers, run_request_headers, text_headers
+from schemas.instants import EPOCH, from_ms, iso, to_ms, utc_now
 
 
 def _aware(value: Any) -> datetime:
@@ -292,66 +265,6 @@ class JobDefinition(AvroRecord):
         )
 
 
-def job_headers(job_id: str, *, op: str, detail: str | None = None) -> list[tuple[str, bytes]]:
-    """Headers of a jobs-topic record; a tombstone gets them too (op=delete)."""
-    headers = [("event", b"JobDefinition"), ("job_id", job_id.encode()), ("op", op.encode())]
-    if detail:
-        headers.append(("schedule", detail.encode()))
-    return headers
-
-
-def run_headers(
-    event: str,
-    *,
-    run_id: str,
-    job_id: str,
-    scheduled_at: datetime,
-    attempt: int,
-    status: str,
-) -> list[tuple[str, bytes]]:
-    """The readable headers every run-related record carries (kcat shows them)."""
-    return encoded_run_headers(
-        event.encode(), job_id.encode(), run_id.encode(), iso(scheduled_at).encode(),
-        attempt=str(attempt).encode(), status=status.encode(),
-    )  # fmt: skip
-
-
-def encoded_run_headers(
-    event: bytes, job_id: bytes, run_id: bytes, scheduled_at: bytes, *, attempt: bytes,
-    status: bytes,
-) -> list[tuple[str, bytes]]:  # fmt: skip
-    """``run_headers`` from values already encoded (the scheduler's fire path encodes a
-    job's id and a slot's instant once for many runs)."""
-    return [
-        ("event", event),
-        ("job_id", job_id),
-        ("run_id", run_id),
-        ("scheduled_at", scheduled_at),
-        ("attempt", attempt),
-        ("status", status),
-    ]
-
-
-def run_request_headers(
-    job_id: bytes,
-    run_id: bytes,
-    scheduled_at: bytes,
-    *,
-    attempt: bytes,
-    trigger: Trigger,
-    possible_duplicate: bool,
-) -> list[tuple[str, bytes]]:
-    """A RunRequest's headers: ``run_headers`` with status REQUESTED, the trigger, and
-    ``possible_duplicate: true`` on a flagged re-emission."""
-    headers = encoded_run_headers(
-        b"RunRequest", job_id, run_id, scheduled_at, attempt=attempt, status=b"REQUESTED"
-    )
-    headers.append(("trigger", trigger.value.encode()))
-    if possible_duplicate:
-        headers.append(("possible_duplicate", b"true"))
-    return headers
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunRequest(AvroRecord):
     AVRO_NAME: ClassVar[str] = "cronstream.RunRequest"
@@ -376,7 +289,7 @@ class RunRequest(AvroRecord):
     def headers(self) -> list[tuple[str, bytes]]:
         return run_request_headers(
             self.job_id.encode(), self.run_id.encode(), iso(self.scheduled_at).encode(),
-            attempt=str(self.attempt).encode(), trigger=self.trigger,
+            attempt=str(self.attempt).encode(), trigger=self.trigger.value.encode(),
             possible_duplicate=self.possible_duplicate,
         )  # fmt: skip
 
@@ -508,6 +421,7 @@ class DeadLetter(AvroRecord):
 Event = JobDefinition | RunRequest | RunOutcome | TimerRequest | ControlCommand | DeadLetter
 
 __all__ = [
+    "EPOCH",
     "TARGET_TYPES",
     "ControlAction",
     "ControlCommand",
@@ -537,14 +451,6 @@ __all__ = [
     "to_ms",
     "utc_now",
 ]
-
-
-def text_headers(headers: Any) -> dict[str, str]:
-    """Kafka record headers as text (the form cronstream writes them in)."""
-    out = {}
-    for name, value in headers or []:
-        out[name] = value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else ""
-    return out
 
 
 def to_jsonable(value: Any) -> Any:

@@ -13,7 +13,6 @@ from dataclasses import replace
 
 from runtime import metrics
 from runtime.kafka.publisher import Publisher
-from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import (
     DeadLetter,
@@ -24,24 +23,25 @@ from schemas.events import (
     TimerRequest,
     Trigger,
     from_ms,
-    run_request_headers,
 )
+from schemas.headers import run_request_headers
 from schemas.ids import run_id_for, slot_run_id
-from schemas.serde import Codec
 from streams.core.misfire import Action, Fire, Record
 from streams.definitions import Definitions
 
 log = logging.getLogger("cronstream.scheduler")
+_TRIGGER_BYTES = {t: t.value.encode() for t in Trigger}
 
 
 class Emitter:
     def __init__(
-        self, settings: Settings, *, codec: Codec, definitions: Definitions, name: str
+        self, publisher: Publisher, *, topics: Topics, definitions: Definitions, name: str
     ) -> None:
-        self.topics = Topics(settings)
-        self.publisher = Publisher(settings, codec=codec)
+        self.topics = topics
+        self.publisher = publisher
         self.definitions = definitions
         self.name = name
+        codec = publisher.codec
         self._run_schema = {p: codec.writer_id(f"{self.topics.runs(p)}-value", RunRequest)
                             for p in Priority}  # fmt: skip
         self._runs_topic = {p: self.topics.runs(p) for p in Priority}
@@ -69,7 +69,7 @@ class Emitter:
                 )  # fmt: skip
                 headers = run_request_headers(
                     template.header_job, run_id.encode(), slot, attempt=b"1",
-                    trigger=trigger, possible_duplicate=action.possible_duplicate,
+                    trigger=_TRIGGER_BYTES[trigger], possible_duplicate=action.possible_duplicate,
                 )  # fmt: skip
                 produce(self._runs_topic[template.priority], action.job_id, value, headers)
                 fired[trigger] = fired.get(trigger, 0) + 1

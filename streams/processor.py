@@ -29,6 +29,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPar
 
 from runtime import metrics
 from runtime.kafka.clients import group_consumer, kafka_consumer
+from runtime.kafka.publisher import Publisher
 from runtime.kafka.records import ConsumedMessage, dead_letter, dead_letter_for, is_record
 from runtime.settings import Settings
 from schemas.catalog import Topics
@@ -89,8 +90,9 @@ class Processor:
         self.codec = Codec(RegistryClient(settings.registry_url))
         self.definitions = Definitions(self.codec)
         self.emitter = Emitter(
-            settings, codec=self.codec, definitions=self.definitions, name=config.name
-        )
+            Publisher(settings, codec=self.codec), topics=self.topics,
+            definitions=self.definitions, name=config.name,
+        )  # fmt: skip
         self.publisher = self.emitter.publisher
         self.owned: dict[int, Owned] = {}
         self._next_checkpoint = 0.0

@@ -18,6 +18,24 @@ if TYPE_CHECKING:
     from tests.integration.helpers import CronstreamProcess
 
 
+LAYER_MARKERS = {"integration": "integration", "acceptance": "acceptance"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test under tests/integration or tests/acceptance carries its layer's marker
+    (so `-m` selections are exact), and tests marked ``restarts_stack`` run after all
+    others: they stop and start the shared services under everyone else's feet."""
+    unmarked = []
+    for item in items:
+        layer = item.path.parent.name
+        wanted = LAYER_MARKERS.get(layer)
+        if wanted is not None and item.get_closest_marker(wanted) is None:
+            unmarked.append(f"{item.nodeid} (wants @pytest.mark.{wanted})")
+    if unmarked:
+        raise pytest.UsageError("tests without their layer's marker:\n  " + "\n  ".join(unmarked))
+    items.sort(key=lambda item: item.get_closest_marker("restarts_stack") is not None)
+
+
 @pytest.fixture(scope="session")
 def base_settings() -> Settings:
     return Settings.from_env()

@@ -24,8 +24,8 @@ from consumers.core.offsets import OffsetTracker
 from consumers.worker.attempts import Attempts
 from consumers.worker.config import WorkerConfig
 from consumers.worker.intake import Intake, Key
-from consumers.worker.outbox import Outbox
-from consumers.worker.replay import ControlFeed, HistoryReplay
+from consumers.worker.outbox import Outbox, outbox_publisher
+from consumers.worker.replay import ControlFeed, HistoryReplay, side_consumer
 from runtime import metrics
 from runtime.kafka.clients import group_consumer
 from runtime.kafka.offsets import consumer_lag, partition_names, watermarks
@@ -67,19 +67,21 @@ class Worker:
             },
         )
         self.outbox = Outbox(
-            settings, name=config.name, codec=codec, consumer=self.consumer,
-            trackers=self.trackers, dedup=self.dedup, tally=self.tally,
+            outbox_publisher(settings, codec), topics=topics, name=config.name,
+            consumer=self.consumer, trackers=self.trackers, dedup=self.dedup, tally=self.tally,
         )  # fmt: skip
         self.attempts = Attempts(
             settings, config, outbox=self.outbox, dedup=self.dedup, cancels=cancels,
             tally=self.tally,
         )  # fmt: skip
         self.history = HistoryReplay(
-            settings, config, topic=topics.history, dedup=self.dedup, lookup=self.consumer
-        )
+            side_consumer(settings, config, "history"), topic=topics.history,
+            dedup=self.dedup, lookup=self.consumer,
+        )  # fmt: skip
         self.control = ControlFeed(
-            settings, config, topic=topics.control, codec=codec, lookup=self.consumer,
-            cancels=cancels, on_cancel=self.attempts.cancel,
+            side_consumer(settings, config, "control"), topic=topics.control, codec=codec,
+            lookup=self.consumer, lookback_ms=config.lookback_ms, cancels=cancels,
+            on_cancel=self.attempts.cancel,
         )  # fmt: skip
         self.intake = Intake(
             config, topics=topics, consumer=self.consumer, codec=codec,

@@ -27,26 +27,33 @@ STAGE = "worker"
 COMMIT_EVERY_S = 0.2  # flush + asynchronous commit this often (synchronous at handover)
 
 
+# Delivery is checked by flushing before each commit (``settle``, every COMMIT_EVERY_S); a
+# report per record would cost more than the record. The flush sends at once, so a longer
+# linger only makes fewer, larger requests (STARTED records keep their produce time).
+OUTBOX_PRODUCER: dict[str, Any] = {"delivery.report.only.error": True, "linger.ms": 25}
+
+
+def outbox_publisher(settings: Settings, codec: Codec) -> Publisher:
+    """The publisher an ``Outbox`` needs: no per-record delivery reports, served by the
+    flushes in ``settle``."""
+    return Publisher(settings, codec=codec, serve_each=False, **OUTBOX_PRODUCER)
+
+
 class Outbox:
     def __init__(
         self,
-        settings: Settings,
+        publisher: Publisher,
         *,
+        topics: Topics,
         name: str,
-        codec: Codec,
         consumer: Consumer,
         trackers: dict[tuple[str, int], OffsetTracker],
         dedup: Dedup,
         tally: metrics.Tally,
     ) -> None:
-        self.topics = Topics(settings)
-        # Delivery is checked by flushing before each commit (``settle``, every
-        # COMMIT_EVERY_S); a report per record would cost more than the record. The
-        # flush sends at once, so a longer linger only makes fewer, larger requests
-        # (STARTED records keep their produce time as timestamp).
-        tuned: dict[str, Any] = {"delivery.report.only.error": True, "linger.ms": 25}
-        self.publisher = Publisher(settings, codec=codec, serve_each=False, **tuned)
-        self._prefix = codec.wire_prefix(self.topics.history, RunOutcome)
+        self.topics = topics
+        self.publisher = publisher  # ``outbox_publisher``: flushed by ``settle`` only
+        self._prefix = publisher.codec.wire_prefix(topics.history, RunOutcome)
         self.name = name
         self.consumer = consumer
         self.trackers = trackers  # the worker's: partition -> its runs' offsets

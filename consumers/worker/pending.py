@@ -14,8 +14,8 @@ from schemas.events import (
     RunStatus,
     Target,
     TimerRequest,
-    run_headers,
 )
+from schemas.headers import run_headers
 from schemas.templates import OutcomeTemplate
 
 

@@ -32,15 +32,17 @@ from schemas.serde import Codec, DecodeError
 log = logging.getLogger("cronstream.worker")
 
 
+def side_consumer(settings: Settings, config: WorkerConfig, role: str) -> Consumer:
+    """A consumer the worker assigns partitions to itself (``role``: history, control)."""
+    return kafka_consumer(settings, **{"group.id": f"{config.group}.{role}"})
+
+
 class HistoryReplay:
-    def __init__(
-        self, settings: Settings, config: WorkerConfig, *, topic: str, dedup: Dedup,
-        lookup: Consumer,
-    ) -> None:  # fmt: skip
+    def __init__(self, consumer: Consumer, *, topic: str, dedup: Dedup, lookup: Consumer) -> None:
+        self.consumer = consumer  # assigned the history partitions being read
         self.topic = topic
         self.dedup = dedup
         self.lookup = lookup  # answers offset look-ups (the worker's group consumer)
-        self.consumer = kafka_consumer(settings, **{"group.id": f"{config.group}.history"})
         # Per history partition: the next offset to read, where reading began, how far
         # it must go (the end as of the assignment); and which are assigned now.
         self.read_to: dict[int, int] = {}
@@ -102,16 +104,16 @@ class HistoryReplay:
 
 class ControlFeed:
     def __init__(
-        self, settings: Settings, config: WorkerConfig, *, topic: str, codec: Codec,
-        lookup: Consumer, cancels: dict[str, int], on_cancel: Callable[[str], None],
+        self, consumer: Consumer, *, topic: str, codec: Codec, lookup: Consumer,
+        lookback_ms: int, cancels: dict[str, int], on_cancel: Callable[[str], None],
     ) -> None:  # fmt: skip
+        self.consumer = consumer  # assigned the control partition
         self.topic = topic
         self.codec = codec
         self.lookup = lookup
-        self.lookback_ms = config.lookback_ms
+        self.lookback_ms = lookback_ms
         self.cancels = cancels  # run id -> when the cancel was issued (ms)
         self.on_cancel = on_cancel
-        self.consumer = kafka_consumer(settings, **{"group.id": f"{config.group}.control"})
         self.next_offset = 0
 
     def catch_up(self) -> None:

@@ -242,7 +242,9 @@ def test_cassandra_down_for_a_minute_loses_nothing(
         cluster.shutdown()
 
 
-def test_queries_cross_day_and_hour_buckets_and_page(history_ns: Settings, session: Any) -> None:
+def test_queries_cross_day_and_hour_buckets_and_page(
+    history_ns: Settings, session: Any
+) -> None:  # long: one table of rows, then its queries
     ns = history_ns
     tables = HistoryTables(session, ns.keyspace, ttl_s=3600 * 24 * 30)
     midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)

@@ -16,7 +16,7 @@ import pytest
 from runtime.settings import Settings
 from tests.integration.helpers import CronstreamProcess, Target, cronstream
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.acceptance
 
 
 @pytest.fixture
@@ -64,7 +64,7 @@ def eventually(read: Callable[[], list[dict[str, Any]]], check: Callable[[list[A
         time.sleep(1)
 
 
-def test_put_fire_execute_and_read_back_through_the_cli(
+def test_put_fire_execute_and_read_back_through_the_cli(  # long: one end-to-end scenario, read top to bottom
     history_ns: Settings, pipeline: list[CronstreamProcess]
 ) -> None:
     ns = history_ns

@@ -1,4 +1,5 @@
-"""Runs last (file order): restarts the whole stack and checks nothing was forgotten."""
+"""Restarts the whole stack and checks nothing was forgotten. Marked ``restarts_stack``:
+the suite runs it after every other test (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from schemas.events import JobDefinition
 from schemas.registry import RegistryClient
 from tests.integration.helpers import cronstream
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.restarts_stack]
 
 
 def test_subjects_ids_and_jobs_survive_down_and_up(ns: Settings) -> None:

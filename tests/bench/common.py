@@ -1,0 +1,150 @@
+"""What every benchmark shares: the result table, namespaces, fast job writes, readers."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from infra.bootstrap import ensure_subjects, ensure_topics
+from runtime.kafka.clients import kafka_admin
+from runtime.kafka.publisher import Publisher
+from runtime.settings import Settings
+from schemas.catalog import Topics
+from schemas.events import (
+    EPOCH,
+    CronSchedule,
+    IntervalSchedule,
+    JobDefinition,
+    Priority,
+    Target,
+    utc_now,
+)
+from schemas.templates import avro_string
+from streams.processor import Processor, ProcessorConfig
+from tests.integration.helpers import (
+    read_topic,
+)
+
+ROWS: list[tuple[str, str, str, str]] = []
+
+
+def row(name: str, value: str, target: str, note: str = "") -> None:
+    ROWS.append((name, value, target, note))
+    print(f"  {name}: {value}  (target {target}) {note}", flush=True)
+
+
+@contextmanager
+def namespace(base: Settings) -> Iterator[Settings]:
+    settings = base.with_namespace(topic_prefix=f"csbench.{uuid.uuid4().hex[:8]}")
+    ensure_topics(settings)
+    ensure_subjects(settings)
+    try:
+        yield settings
+    finally:
+        admin = kafka_admin(settings)
+        names = [name for name, _ in Topics(settings).all()]
+        for future in admin.delete_topics(names, operation_timeout=60).values():
+            future.result()
+
+
+def put_jobs(settings: Settings, count: int, make: Callable[[int], JobDefinition]) -> float:
+    """Write ``count`` definitions fast: one encode per shape, the job id spliced in."""
+    topic = Topics(settings).jobs
+    publisher = Publisher(settings)
+    started = time.perf_counter()
+    shapes: dict[int, tuple[bytes, bytes]] = {}
+    for i in range(count):
+        job = make(i)
+        shape_key = hash((job.schedule, job.timezone, job.jitter_ms))
+        shape = shapes.get(shape_key)
+        if shape is None:
+            encoded = publisher.codec.encode(topic, job)
+            head = encoded[:5]
+            body = encoded[5 + len(avro_string(job.job_id)) :]
+            shape = shapes[shape_key] = (head, body)
+        value = shape[0] + avro_string(job.job_id) + shape[1]
+        publisher.produce_raw(topic, job.job_id, value, [("job_id", job.job_id.encode())])
+    publisher.close()
+    return time.perf_counter() - started
+
+
+HTTP_TARGET = Target(type="http", url="https://example.com/hook")
+NOOP_TARGET = Target(type="python", callable="tests.bench.targets:noop")
+
+
+def job(job_id: str, *, cron: str | None = None, every_ms: int = 0, jitter_ms: int = 0,
+        zone: str = "UTC", target: Target = HTTP_TARGET) -> JobDefinition:  # fmt: skip
+    schedule = (
+        CronSchedule(expression=cron) if cron else IntervalSchedule(every_ms=every_ms, anchor=EPOCH)
+    )
+    return JobDefinition(
+        job_id=job_id, target=target, updated_at=utc_now(), schedule=schedule, timezone=zone,
+        jitter_ms=jitter_ms,
+    )  # fmt: skip
+
+
+def run_records(settings: Settings) -> list[tuple[str, int, int]]:
+    """(job_id, produce timestamp ms, slot ms) of every run request, from the topic."""
+    return [
+        (r.headers["job_id"], r.timestamp_ms, _iso_ms(r.headers["scheduled_at"]))
+        for r in read_topic(settings, Topics(settings).runs(Priority.NORMAL))
+    ]
+
+
+_ISO: dict[str, int] = {}
+
+
+def _iso_ms(text: str) -> int:
+    cached = _ISO.get(text)
+    if cached is None:
+        from datetime import datetime
+
+        cached = _ISO[text] = int(
+            datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000
+        )
+    return cached
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def drive(processor: Processor, seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        processor.step()
+
+
+def live(processor: Processor, timeout: float = 300) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        processor.step()
+        if len(processor.owned) == processor.settings.partitions and all(
+            not o.loading for o in processor.owned.values()
+        ):
+            return time.monotonic() - started
+    raise RuntimeError("processor never went live")
+
+
+def processor(settings: Settings) -> Processor:
+    return Processor(settings, ProcessorConfig(group=f"{settings.topic_prefix}.scheduler"))
+
+
+def cpu_s(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")

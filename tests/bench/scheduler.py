@@ -1,0 +1,152 @@
+"""Scheduler benchmarks: sustained fires/s, skew at a steady rate, a boundary burst, and a million schedules (memory, restart)."""
+
+from __future__ import annotations
+
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from runtime.settings import Settings
+from schemas.events import (
+    JobDefinition,
+)
+from streams.core.schedule import jitter_offset
+from tests.bench.common import (
+    drive,
+    job,
+    live,
+    namespace,
+    pct,
+    processor,
+    put_jobs,
+    row,
+    rss_mib,
+    run_records,
+)
+from tests.conftest import cli_env
+
+
+def bench_throughput(base: Settings, runs: int, jobs: int) -> None:
+    """Demand above capacity (jobs every second, spread by jitter): fires/s achieved."""
+    rates = []
+    for _ in range(runs):
+        with namespace(base) as settings:
+            put_jobs(settings, jobs, lambda i: job(f"t-{i}", every_ms=1000, jitter_ms=999))
+            proc = processor(settings)
+            live(proc)
+            drive(proc, 3)
+            before = proc.publisher.delivered
+            t0 = time.monotonic()
+            drive(proc, 10)
+            proc.publisher.flush()
+            rates.append((proc.publisher.delivered - before) / (time.monotonic() - t0))
+            proc.close()
+    row("sustained fires/s, one process", f"{statistics.median(rates):,.0f}", ">= 20,000",
+        f"demand {jobs:,}/s; runs {[round(r) for r in rates]}")  # fmt: skip
+
+
+def bench_skew(base: Settings, runs: int) -> None:
+    """1,000 jobs every second, jitter spreading them: a steady 1,000 fires/s."""
+    p50s, p99s, maxes = [], [], []
+    for _ in range(runs):
+        with namespace(base) as settings:
+            put_jobs(settings, 1000, lambda i: job(f"s-{i}", every_ms=1000, jitter_ms=999))
+            proc = processor(settings)
+            live(proc)
+            drive(proc, 2)
+            start_ms = int(time.time() * 1000)
+            drive(proc, 15)
+            proc.close()
+            skews = [
+                ts - (slot + jitter_offset(job_id, 999))
+                for job_id, ts, slot in run_records(settings)
+                if slot > start_ms
+            ]
+            p50s.append(pct(skews, 0.5))
+            p99s.append(pct(skews, 0.99))
+            maxes.append(max(skews))
+    row("fire skew p50 @1k/s (ms)", f"{statistics.median(p50s):.1f}", "-", f"runs {p50s}")
+    row("fire skew p99 @1k/s (ms)", f"{statistics.median(p99s):.1f}", "<= 50", f"runs {p99s}")
+    row("fire skew max @1k/s (ms)", f"{statistics.median(maxes):.1f}", "-", f"runs {maxes}")
+
+
+def bench_burst(base: Settings, runs: int, jobs: int) -> None:
+    """``jobs`` cron jobs on '* * * * *': all due on each minute boundary."""
+    with namespace(base) as settings:
+        put_jobs(settings, jobs, lambda i: job(f"b-{i}", cron="* * * * *"))
+        proc = processor(settings)
+        load = live(proc)
+        boundaries = []
+        now = time.time()
+        first = (int(now // 60) + 1) * 60
+        if first - now < 15:  # give the wheel time to promote before the first burst
+            first += 60
+        for k in range(runs):
+            boundaries.append((first + 60 * k) * 1000)
+        drive(proc, boundaries[-1] / 1000 - time.time() + 10)
+        proc.close()
+        by_slot: dict[int, list[int]] = {b: [] for b in boundaries}
+        for _, ts, slot in run_records(settings):
+            if slot in by_slot:
+                by_slot[slot].append(ts - slot)
+    spans = [max(v) / 1000 for v in by_slot.values()]
+    counts = [len(v) for v in by_slot.values()]
+    p50 = [pct(v, 0.5) for v in by_slot.values()]
+    p99 = [pct(v, 0.99) for v in by_slot.values()]
+    row(f"burst of {jobs:,}: last emit after boundary (s)", f"{statistics.median(spans):.2f}",
+        "<= 5", f"runs {[round(s, 2) for s in spans]}, emitted {counts}, load {load:.1f}s")  # fmt: skip
+    row("burst skew p50 / p99 (ms)", f"{statistics.median(p50):.0f} / {statistics.median(p99):.0f}",
+        "-", f"runs p50 {p50} p99 {p99}")  # fmt: skip
+
+
+def bench_million(base: Settings, runs: int, jobs: int) -> None:
+    """``jobs`` daily cron jobs (1,440 times x 4 zones) + 100 every-second probes, then a
+    scheduler process restarted ``runs`` times: RSS and time to the first on-time fire."""
+    zones = ("UTC", "Europe/Paris", "America/New_York", "Australia/Lord_Howe")
+    with namespace(base) as settings:
+
+        def make(i: int) -> JobDefinition:
+            if i < 100:
+                return job(f"probe-{i}", every_ms=1000)
+            return job(f"m-{i}", cron=f"{i % 60} {(i // 60) % 24} * * *", zone=zones[i % 4])
+
+        wrote = put_jobs(settings, jobs + 100, make)
+        print(f"  wrote {jobs + 100:,} definitions in {wrote:.1f}s", flush=True)
+        rss, first_fire, all_live = [], [], []
+        logdir = Path(tempfile.mkdtemp(prefix="csbench-"))
+        for k in range(runs + 1):
+            log = logdir / f"s{k}.log"
+            started = time.time()
+            with log.open("w") as out:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "cronstream.cli", "scheduler", "--name", f"m{k}"],
+                    env=cli_env(settings), stdout=out, stderr=subprocess.STDOUT,
+                )  # fmt: skip
+            deadline = started + 240
+            while time.time() < deadline and log.read_text().count(" live: ") < 12:
+                time.sleep(0.5)
+                if proc.poll() is not None:
+                    raise RuntimeError(log.read_text()[-3000:])
+            live_s = time.time() - started
+            time.sleep(10)
+            rss.append(rss_mib(proc.pid))
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=120)
+            on_time = [
+                ts for job_id, ts, slot in run_records(settings)
+                if job_id.startswith("probe-") and ts >= started * 1000 and ts - slot <= 50
+            ]  # fmt: skip
+            if k == 0:
+                continue  # the first start builds the checkpoint; restarts are measured
+            all_live.append(live_s)
+            first_fire.append(min(on_time) / 1000 - started if on_time else float("inf"))
+    row(f"RSS with {jobs:,} schedules (MiB)", f"{statistics.median(rss[1:]):.0f}", "<= 1,536",
+        f"runs {rss[1:]}")  # fmt: skip
+    row("restart -> first on-time fire (s)", f"{statistics.median(first_fire):.1f}", "<= 60",
+        f"runs {[round(x, 1) for x in first_fire]}")  # fmt: skip
+    row("restart -> all 12 partitions live (s)", f"{statistics.median(all_live):.1f}", "-",
+        f"runs {[round(x, 1) for x in all_live]}")  # fmt: skip

@@ -1,0 +1,170 @@
+"""Worker benchmarks: no-op runs/s end to end, draining a backlog, fire-to-start latency."""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from infra.services import all_services
+from runtime.settings import Settings
+from schemas.catalog import Topics
+from schemas.events import (
+    Priority,
+)
+from tests.bench.common import NOOP_TARGET, cpu_s, job, namespace, pct, put_jobs, row
+from tests.integration.helpers import (
+    CronstreamProcess,
+    read_topic,
+    record_count,
+)
+
+
+def put_noop_jobs(settings: Settings, count: int, prefix: str) -> None:
+    """``count`` no-op python jobs every second, spread over the second by jitter."""
+    put_jobs(settings, count, lambda i: job(
+        f"{prefix}-{i}", every_ms=1000, jitter_ms=999, target=NOOP_TARGET))  # fmt: skip
+
+
+class Pipeline:
+    """One scheduler and ``workers`` worker processes in ``settings``' namespace."""
+
+    def __init__(self, settings: Settings, workers: int, concurrency: int) -> None:
+        self.logdir = Path(tempfile.mkdtemp(prefix="csbench-"))
+        self.scheduler = CronstreamProcess(settings, self.logdir, "scheduler")
+        options = ("--concurrency", str(concurrency))
+        self.workers = [
+            CronstreamProcess(settings, self.logdir, f"worker{k}", *options, command="worker")
+            for k in range(workers)
+        ]
+
+    def wait_live(self) -> None:
+        self.scheduler.wait_live(12, timeout=240)
+        for worker in self.workers:
+            worker.wait_live(1, timeout=120, text="assigned")
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds used so far, per role (the broker's JVM included)."""
+        kafka = next(s for s in all_services(Settings.from_env()) if s.name == "kafka").pid()
+        out = {"scheduler": cpu_s(self.scheduler.proc.pid), "broker": cpu_s(kafka or 0)}
+        out["workers"] = sum(cpu_s(w.proc.pid) for w in self.workers)
+        return out
+
+    def stop(self) -> None:
+        for process in [*self.workers, self.scheduler]:
+            process.stop()
+
+
+def bench_workers(base: Settings, runs: int, demand: int, counts: tuple[int, ...]) -> None:
+    """A scheduler firing ``demand`` no-op python runs per second, and 1, 2, 4 worker
+    processes: SUCCEEDED outcomes per second published to history, end to end."""
+    warmup, window = 10.0, 15.0
+    for count in counts:
+        rates: list[float] = []
+        cpu_per_run: dict[str, list[float]] = {}
+        for _ in range(runs):
+            with namespace(base) as settings:
+                put_noop_jobs(settings, demand, "w")
+                pipeline = Pipeline(settings, count, concurrency=64)
+                try:
+                    pipeline.wait_live()
+                    time.sleep(warmup)
+                    cpu0, t0 = pipeline.cpu_seconds(), time.time()
+                    time.sleep(window)
+                    cpu1, t1 = pipeline.cpu_seconds(), time.time()
+                finally:
+                    pipeline.stop()
+                done = [
+                    r for r in read_topic(settings, Topics(settings).history)
+                    if r.headers.get("status") == "SUCCEEDED"
+                    and t0 * 1000 <= r.timestamp_ms < t1 * 1000
+                ]  # fmt: skip
+                rates.append(len(done) / (t1 - t0))
+                for role in cpu0:
+                    used = (cpu1[role] - cpu0[role]) / max(1, len(done)) * 1e6
+                    cpu_per_run.setdefault(role, []).append(used)
+        cpu = ", ".join(f"{role} {statistics.median(v):.0f}" for role, v in cpu_per_run.items())
+        row(f"no-op runs/s end to end, {count} worker(s)", f"{statistics.median(rates):,.0f}",
+            ">= 10,000", f"demand {demand:,}/s; runs {[round(r) for r in rates]}; "
+            f"CPU us/run: {cpu}")  # fmt: skip
+
+
+def bench_drain(base: Settings, runs: int, backlog_s: float, counts: tuple[int, ...]) -> None:
+    """Worker capacity alone: a scheduler fires no-op runs for ``backlog_s`` seconds and
+    stops; then 1, 2, 4 workers drain the backlog. SUCCEEDED per second, first to last."""
+    for count in counts:
+        rates: list[float] = []
+        cpu_per_run: list[float] = []
+        for _ in range(runs):
+            with namespace(base) as settings:
+                put_noop_jobs(settings, 12_000, "d")
+                logdir = Path(tempfile.mkdtemp(prefix="csbench-"))
+                scheduler = CronstreamProcess(settings, logdir, "scheduler")
+                scheduler.wait_live(12, timeout=240)
+                time.sleep(backlog_s)
+                scheduler.stop()
+                backlog = record_count(settings, Topics(settings).runs(Priority.NORMAL))
+                options = ("--concurrency", "64")
+                workers = [
+                    CronstreamProcess(settings, logdir, f"w{k}", *options, command="worker")
+                    for k in range(count)
+                ]
+                try:
+                    history = Topics(settings).history
+                    deadline = time.monotonic() + 300
+                    while time.monotonic() < deadline:
+                        time.sleep(2)
+                        if record_count(settings, history) >= 2 * backlog:
+                            break
+                    used = sum(cpu_s(w.proc.pid) for w in workers)
+                finally:
+                    for worker in workers:
+                        worker.stop()
+                done = sorted(
+                    r.timestamp_ms for r in read_topic(settings, history)
+                    if r.headers.get("status") == "SUCCEEDED"
+                )  # fmt: skip
+                # The middle 80 %: joining the group and the last stragglers excluded.
+                lo, hi = done[len(done) // 10], done[len(done) * 9 // 10]
+                rates.append(0.8 * len(done) / max(0.001, (hi - lo) / 1000))
+                cpu_per_run.append(used / max(1, len(done)) * 1e6)
+        row(f"no-op runs/s draining a backlog, {count} worker(s)",
+            f"{statistics.median(rates):,.0f}", "-",
+            f"runs {[round(r) for r in rates]}; worker CPU us/run "
+            f"{statistics.median(cpu_per_run):.0f} (startup included)")  # fmt: skip
+
+
+def bench_fire_to_start(base: Settings, runs: int) -> None:
+    """1,000 no-op runs per second through one scheduler and one worker: a run's STARTED
+    record timestamp minus its run request's."""
+    p50s, p99s, maxes = [], [], []
+    for _ in range(runs):
+        with namespace(base) as settings:
+            put_noop_jobs(settings, 1000, "l")
+            pipeline = Pipeline(settings, 1, concurrency=32)
+            try:
+                pipeline.wait_live()
+                time.sleep(5)
+                t0 = time.time() * 1000
+                time.sleep(15)
+                t1 = time.time() * 1000
+            finally:
+                pipeline.stop()
+            fired = {
+                r.headers["run_id"]: r.timestamp_ms
+                for r in read_topic(settings, Topics(settings).runs(Priority.NORMAL))
+                if t0 <= r.timestamp_ms < t1
+            }
+            latencies = [
+                r.timestamp_ms - fired[r.headers["run_id"]]
+                for r in read_topic(settings, Topics(settings).history)
+                if r.headers.get("status") == "STARTED" and r.headers.get("run_id") in fired
+            ]
+            p50s.append(pct(latencies, 0.5))
+            p99s.append(pct(latencies, 0.99))
+            maxes.append(max(latencies))
+    row("fire-to-start p50 @1k/s (ms)", f"{statistics.median(p50s):.0f}", "-", f"runs {p50s}")
+    row("fire-to-start p99 @1k/s (ms)", f"{statistics.median(p99s):.0f}", "<= 100",
+        f"runs {p99s}")  # fmt: skip
+    row("fire-to-start max @1k/s (ms)", f"{statistics.median(maxes):.0f}", "-", f"runs {maxes}")

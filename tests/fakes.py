@@ -1,0 +1,163 @@
+"""Fakes of the Kafka and registry clients, for unit tests of the roles' decisions.
+
+Each fake keeps what the real client would have done as plain lists, so a test reads
+what was produced, flushed, committed or paused in order. Integration tests use the
+real services; these are for logic that does not need them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import KafkaError, TopicPartition
+
+from runtime.kafka.records import AnyHeaders
+from schemas.registry import RegistryError
+
+
+@dataclass
+class FakeMessage:
+    """A consumed record (``runtime.kafka.records.ConsumedMessage``)."""
+
+    topic_: str
+    partition_: int
+    offset_: int
+    value_: bytes | None
+    key_: bytes | None = b"job"
+    timestamp_ms: int = 0
+    headers_: AnyHeaders | None = None
+    error_: KafkaError | None = None
+
+    def error(self) -> KafkaError | None:
+        return self.error_
+
+    def topic(self) -> str | None:
+        return self.topic_
+
+    def partition(self) -> int | None:
+        return self.partition_
+
+    def offset(self) -> int | None:
+        return self.offset_
+
+    def key(self) -> bytes | None:
+        return self.key_
+
+    def value(self) -> bytes | None:
+        return self.value_
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, self.timestamp_ms)
+
+    def headers(self) -> AnyHeaders | None:
+        return self.headers_
+
+
+class FakeRegistry:
+    """An in-memory schema registry: the calls ``schemas.serde.Codec`` makes."""
+
+    def __init__(self) -> None:
+        self.by_id: dict[int, str] = {}
+        self.ids: dict[tuple[str, str], int] = {}
+
+    def register(self, subject: str, schema: str) -> int:
+        canonical = json.dumps(json.loads(schema), sort_keys=True)
+        known = next((i for i, s in self.by_id.items() if s == canonical), None)
+        schema_id = known or len(self.by_id) + 1
+        self.by_id[schema_id] = canonical
+        self.ids[(subject, canonical)] = schema_id
+        return schema_id
+
+    def lookup(self, subject: str, schema: str) -> int | None:
+        return self.ids.get((subject, json.dumps(json.loads(schema), sort_keys=True)))
+
+    def schema_by_id(self, schema_id: int) -> tuple[str, str]:
+        if schema_id not in self.by_id:  # as the registry answers
+            raise RegistryError(f"schema {schema_id} not found", status=404, code=40403)
+        return self.by_id[schema_id], "AVRO"
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class Produced:
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+    flushed: bool = False
+
+
+@dataclass
+class FakeProducer:
+    """confluent-kafka's Producer as ``runtime.kafka.publisher.Publisher`` uses it.
+
+    Records are acknowledged on ``flush`` (or ``poll``); ``fail_next`` makes the next
+    acknowledgement a delivery error."""
+
+    produced: list[Produced] = field(default_factory=list)
+    flushes: int = 0
+    fail_next: bool = False
+    _waiting: list[tuple[Produced, Callable[..., None]]] = field(default_factory=list)
+
+    def produce(self, topic: str, *, value: bytes | None, key: bytes | None,
+                headers: list[tuple[str, bytes]], on_delivery: Callable[..., None]) -> None:  # fmt: skip
+        record = Produced(topic, key, value, list(headers))
+        self.produced.append(record)
+        self._waiting.append((record, on_delivery))
+
+    def poll(self, _timeout: float = 0) -> int:
+        return 0
+
+    def flush(self, _timeout: float = 0) -> int:
+        self.flushes += 1
+        waiting, self._waiting = self._waiting, []
+        for record, on_delivery in waiting:
+            record.flushed = True
+            error = KafkaError(KafkaError._MSG_TIMED_OUT) if self.fail_next else None
+            self.fail_next = False
+            on_delivery(error, _Delivered(record))
+        return 0
+
+    def on(self, topic: str) -> list[Produced]:
+        return [r for r in self.produced if r.topic == topic]
+
+
+@dataclass
+class _Delivered:
+    record: Produced
+
+    def topic(self) -> str:
+        return self.record.topic
+
+    def key(self) -> bytes | None:
+        return self.record.key
+
+
+@dataclass
+class FakeConsumer:
+    """The calls the worker's parts make on their group consumer: commits and pauses are
+    recorded (with the number of producer flushes seen at each commit, when given)."""
+
+    producer: FakeProducer | None = None
+    commits: list[tuple[list[tuple[str, int, int, str | None]], bool, int]] = field(
+        default_factory=list
+    )
+    paused: list[tuple[str, int]] = field(default_factory=list)
+
+    def commit(self, *, offsets: list[TopicPartition], asynchronous: bool = True) -> Any:
+        flushes = self.producer.flushes if self.producer else 0
+        taken = [(tp.topic, tp.partition, tp.offset, tp.metadata) for tp in offsets]
+        self.commits.append((taken, asynchronous, flushes))
+        return None if asynchronous else offsets
+
+    def pause(self, partitions: list[TopicPartition]) -> None:
+        self.paused.extend((tp.topic, tp.partition) for tp in partitions)
+
+    def resume(self, partitions: list[TopicPartition]) -> None:
+        gone = {(tp.topic, tp.partition) for tp in partitions}
+        self.paused = [p for p in self.paused if p not in gone]

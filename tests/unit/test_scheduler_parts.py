@@ -1,0 +1,141 @@
+"""The scheduler processor's parts on fakes: reading definitions for the core, what the
+emitter writes for a fire and a misfire record, and the checkpoint's metadata."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from runtime.kafka.publisher import Publisher
+from runtime.settings import Settings
+from schemas.catalog import Topics
+from schemas.events import (
+    CronSchedule,
+    IntervalSchedule,
+    JobDefinition,
+    MisfireKind,
+    MisfirePolicy,
+    OnceSchedule,
+    Priority,
+    RunOutcome,
+    RunRequest,
+    RunStatus,
+    Target,
+    Trigger,
+    to_ms,
+)
+from schemas.ids import run_id_for, slot_run_id
+from schemas.serde import Codec, DecodeError
+from streams.checkpoint import Checkpoint
+from streams.core.cron import cron_times
+from streams.core.misfire import Fire, Record
+from streams.core.schedule import Kind, jitter_offset
+from streams.definitions import Definitions, Prepared
+from streams.emitter import Emitter
+from tests.fakes import FakeProducer, FakeRegistry
+
+SETTINGS = Settings.from_env({})
+TOPICS = Topics(SETTINGS)
+T0 = datetime(2026, 11, 22, 10, tzinfo=UTC)
+SLOT = to_ms(T0)
+
+
+@pytest.fixture
+def codec() -> Codec:
+    return Codec(FakeRegistry())  # type: ignore[arg-type]
+
+
+def definition(job_id: str = "j", **fields: object) -> JobDefinition:
+    fields.setdefault("schedule", CronSchedule(expression="*/5 * * * *"))
+    return JobDefinition(job_id=job_id, target=Target(type="http", url="https://e.x/h"),
+                         updated_at=T0, **fields)  # type: ignore[arg-type]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("schedule", "kind", "timing"),
+    [
+        (CronSchedule(expression="*/5 * * * *"), Kind.CRON, {}),
+        (IntervalSchedule(every_ms=60_000, anchor=T0), Kind.INTERVAL, {"every_ms": 60_000}),
+        (OnceSchedule(at=T0), Kind.ONCE, {"at_ms": SLOT}),
+        (None, Kind.MANUAL, {}),
+    ],
+)
+def test_a_definition_reads_as_the_core_schedule(
+    codec: Codec, schedule: object, kind: Kind, timing: dict[str, int]
+) -> None:
+    job = definition(schedule=schedule, timezone="Europe/Paris", jitter_ms=7, paused=True,
+                     start_at=T0, misfire=MisfirePolicy(policy=MisfireKind.ALL, max_catchup=4))  # fmt: skip
+    raw = codec.encode(TOPICS.jobs, job)
+    core = Definitions(codec).schedule("j", raw)
+    assert core.kind is kind
+    assert core.job_id == "j"
+    assert core.body is raw
+    assert (core.jitter, core.paused, core.start_ms) == (jitter_offset("j", 7), True, SLOT)
+    assert (core.misfire.policy, core.misfire.max_catchup) == ("ALL", 4)
+    if kind is Kind.CRON:
+        assert core.times is cron_times("*/5 * * * *", "Europe/Paris")
+    for name, value in timing.items():
+        assert getattr(core, name) == value
+
+
+def test_jobs_sharing_a_misfire_policy_share_one_object(codec: Codec) -> None:
+    definitions = Definitions(codec)
+    a = definitions.schedule("a", codec.encode(TOPICS.jobs, definition("a")))
+    b = definitions.schedule("b", codec.encode(TOPICS.jobs, definition("b")))
+    assert a.misfire is b.misfire
+
+
+@pytest.mark.parametrize(
+    ("key", "job", "reason"),
+    [
+        ("other", definition("j"), "differs from job_id"),
+        ("j", definition(schedule=IntervalSchedule(every_ms=0, anchor=T0)), "not positive"),
+    ],
+)
+def test_a_definition_the_core_cannot_use_is_refused(
+    codec: Codec, key: str, job: JobDefinition, reason: str
+) -> None:
+    with pytest.raises(DecodeError, match=reason):
+        Definitions(codec).schedule(key, codec.encode(TOPICS.jobs, job))
+
+
+def emitter(codec: Codec, producer: FakeProducer) -> Emitter:
+    publisher = Publisher(SETTINGS, codec=codec, producer=producer)  # type: ignore[arg-type]
+    return Emitter(publisher, topics=TOPICS, definitions=Definitions(codec), name="s1")
+
+
+def test_a_fire_writes_the_run_request_with_the_events_own_headers(codec: Codec) -> None:
+    producer = FakeProducer()
+    job = definition(priority=Priority.HIGH, payload='{"a":1}')
+    core = Definitions(codec).schedule("j", codec.encode(TOPICS.jobs, job))
+    fire = Fire(job_id="j", slot_ms=SLOT, due_ms=SLOT + 5, trigger="CATCHUP", job=core,
+                possible_duplicate=True)  # fmt: skip
+    emitter(codec, producer).emit([fire], SLOT + 20)
+    (record,) = producer.on(TOPICS.runs(Priority.HIGH))
+    run = codec.decode(record.value, RunRequest)
+    assert run.run_id == run_id_for("j", T0) == slot_run_id("j", SLOT)[0]
+    assert (run.trigger, run.possible_duplicate, run.attempt) == (Trigger.CATCHUP, True, 1)
+    assert (run.payload, to_ms(run.fired_at)) == ('{"a":1}', SLOT + 20)
+    assert record.headers == run.headers()  # the fast path writes what the event would
+    assert record.key == b"j"
+    assert type(core.body) is Prepared  # decoded once, kept for the next fire
+
+
+def test_a_misfire_record_is_a_history_outcome_with_the_slots_run_id(codec: Codec) -> None:
+    producer = FakeProducer()
+    record = Record(job_id="j", slot_ms=SLOT, status="MISSED", reason="outage")
+    emitter(codec, producer).emit([record], SLOT + 99)
+    (written,) = producer.on(TOPICS.history)
+    outcome = codec.decode(written.value, RunOutcome)
+    assert (outcome.run_id, outcome.status, outcome.error) == (run_id_for("j", T0),
+                                                               RunStatus.MISSED, "outage")  # fmt: skip
+    assert outcome.worker == "s1"
+    assert written.headers == outcome.headers()
+
+
+def test_the_checkpoint_survives_its_metadata_and_a_bad_one_is_ignored() -> None:
+    point = Checkpoint(fired_through=SLOT, jobs_offset=12, timers_from=3, timers_offset=9)
+    assert Checkpoint.from_metadata(point.to_metadata()) == point
+    assert Checkpoint.from_metadata("not json") is None
+    assert Checkpoint.from_metadata("") is None

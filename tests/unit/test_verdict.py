@@ -1,0 +1,97 @@
+"""The worker's decisions on a run, as a table (``consumers.core.verdict``)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from consumers.core.verdict import after_failure, before_start, retry_timer
+from schemas.events import (
+    RetryPolicy,
+    RunRequest,
+    RunStatus,
+    Target,
+    TimerReason,
+    Trigger,
+    from_ms,
+)
+
+NOW = 1_800_000_000_000
+POLICY = RetryPolicy(max_attempts=3, initial_backoff_ms=1000, max_backoff_ms=60_000)
+F, T, C = RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.CANCELED
+
+
+def top(low: float, high: float) -> float:
+    return high  # the longest wait full jitter allows
+
+
+@pytest.mark.parametrize(
+    ("ending", "retriable", "cancel", "attempt", "status", "retry_in", "letter", "suffix"),
+    [
+        # a retriable failure with attempts left: a retry after the backoff ceiling
+        (F, True, False, 1, F, 1000, False, ""),
+        (F, True, False, 2, F, 2000, False, ""),
+        (T, True, False, 1, T, 1000, False, ""),
+        # the last attempt: dead-lettered, whatever the ending
+        (F, True, False, 3, RunStatus.DEAD_LETTERED, None, True, " (no attempts left)"),
+        (T, True, False, 3, RunStatus.DEAD_LETTERED, None, True, " (no attempts left)"),
+        # retrying cannot help: FAILED at once, with a dead letter, even on attempt 1
+        (F, False, False, 1, F, None, True, " (not retried: retrying cannot help)"),
+        # cancelled: by the executor, or a cancel on record when it failed; never retried
+        (C, False, False, 1, C, None, False, ""),
+        (F, True, True, 1, C, None, False, ""),
+        (T, True, True, 3, C, None, False, ""),
+    ],
+)
+def test_a_failed_attempt_is_retried_dead_lettered_or_cancelled(
+    ending: RunStatus, retriable: bool, cancel: bool, attempt: int, status: RunStatus,
+    retry_in: int | None, letter: bool, suffix: str,
+) -> None:  # fmt: skip
+    verdict = after_failure(
+        ending, "ExecutionFailed: boom", retriable=retriable, cancel_requested=cancel,
+        policy=POLICY, attempt=attempt, now_ms=NOW, uniform=top,
+    )  # fmt: skip
+    assert verdict.status is status
+    assert verdict.retry_at_ms == (None if retry_in is None else NOW + retry_in)
+    assert verdict.dead_letter is letter
+    assert verdict.error == "ExecutionFailed: boom" + suffix
+
+
+def test_backoff_is_capped_by_the_policy() -> None:
+    policy = RetryPolicy(max_attempts=50, initial_backoff_ms=1000, max_backoff_ms=60_000)
+    verdict = after_failure(F, "x", retriable=True, cancel_requested=False, policy=policy,
+                            attempt=40, now_ms=NOW, uniform=top)  # fmt: skip
+    assert verdict.retry_at_ms == NOW + 60_000
+
+
+@pytest.mark.parametrize(
+    ("cancelled", "duplicate", "expected"),
+    [
+        (False, False, None),
+        (True, False, (RunStatus.CANCELED, "cancelled before it started")),
+        (False, True, (RunStatus.DUPLICATE, "already executed (see history)")),
+        (True, True, (RunStatus.CANCELED, "cancelled before it started")),  # cancel wins
+    ],
+)
+def test_before_start_a_cancel_or_a_duplicate_never_reaches_the_target(
+    cancelled: bool, duplicate: bool, expected: tuple[RunStatus, str] | None
+) -> None:
+    verdict = before_start(cancelled=cancelled, duplicate=duplicate)
+    assert (None if verdict is None else (verdict.status, verdict.error)) == expected
+
+
+def test_the_retry_timer_keeps_the_run_id_and_counts_the_attempt() -> None:
+    t0 = datetime(2026, 11, 22, 10, tzinfo=UTC)
+    run = RunRequest(run_id="j@x", job_id="j", scheduled_at=t0, fired_at=t0,
+                     target=Target(type="http", url="https://e.x"), attempt=2,
+                     possible_duplicate=True)  # fmt: skip
+    timer = retry_timer(run, NOW + 5000, NOW)
+    assert (timer.timer_id, timer.job_id, timer.reason) == ("j@x#3", "j", TimerReason.RETRY)
+    assert timer.due_at == from_ms(NOW + 5000) == timer.run.fired_at
+    assert timer.created_at == from_ms(NOW)
+    assert timer.run.run_id == "j@x"
+    assert timer.run.attempt == 3
+    assert timer.run.trigger is Trigger.RETRY
+    assert not timer.run.possible_duplicate
+    assert timer.run.scheduled_at == t0

@@ -1,0 +1,221 @@
+"""The worker's intake and outbox, fed fake records and fake clients (tests.fakes):
+what is dead-lettered, what waits for history, which run starts next, and the order
+in which ``Outbox.settle`` publishes, flushes and commits."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from consumers.core.dedup import Dedup
+from consumers.core.offsets import OffsetTracker
+from consumers.worker.config import WorkerConfig
+from consumers.worker.intake import Intake
+from consumers.worker.outbox import Outbox
+from consumers.worker.pending import Pending
+from consumers.worker.replay import HistoryReplay
+from runtime import metrics
+from runtime.kafka.publisher import Publisher
+from runtime.settings import Settings
+from schemas.catalog import Topics
+from schemas.events import (
+    DeadLetter,
+    Priority,
+    RunOutcome,
+    RunRequest,
+    RunStatus,
+    Target,
+    TimerReason,
+    TimerRequest,
+)
+from schemas.serde import Codec
+from tests.fakes import FakeConsumer, FakeMessage, FakeProducer, FakeRegistry
+
+SETTINGS = Settings.from_env({})
+TOPICS = Topics(SETTINGS)
+T0 = datetime(2026, 11, 22, 10, tzinfo=UTC)
+RUNS = TOPICS.runs(Priority.NORMAL)
+
+
+class Parts:
+    """An intake and an outbox wired as the worker wires them, on fakes."""
+
+    def __init__(self, **config: Any) -> None:
+        self.codec = Codec(FakeRegistry())  # type: ignore[arg-type]
+        self.producer = FakeProducer()
+        self.consumer = FakeConsumer(producer=self.producer)
+        self.trackers: dict[tuple[str, int], OffsetTracker] = {}
+        self.dedup = Dedup(86_400_000, 10_000, now_ms=0)
+        publisher = Publisher(SETTINGS, codec=self.codec, producer=self.producer,  # type: ignore[arg-type]
+                              serve_each=False)  # fmt: skip
+        self.outbox = Outbox(
+            publisher, topics=TOPICS, name="w1", consumer=self.consumer,  # type: ignore[arg-type]
+            trackers=self.trackers, dedup=self.dedup, tally=metrics.Tally(),
+        )  # fmt: skip
+        self.history = HistoryReplay(
+            None,
+            topic=TOPICS.history,
+            dedup=self.dedup,
+            lookup=None,  # type: ignore[arg-type]
+        )
+        self.intake = Intake(
+            WorkerConfig(group="g", **config), topics=TOPICS, consumer=self.consumer,  # type: ignore[arg-type]
+            codec=self.codec, trackers=self.trackers, history=self.history, outbox=self.outbox,
+        )  # fmt: skip
+
+    def own(self, topic: str = RUNS, partition: int = 0, *, runs_end: int = 0,
+            history_end: int = 0) -> None:  # fmt: skip
+        self.intake.assigned((topic, partition), committed=0, runs_end=runs_end,
+                             history_end=history_end)  # fmt: skip
+
+    def record(self, run: RunRequest, offset: int, partition: int = 0) -> FakeMessage:
+        topic = TOPICS.runs(run.priority)
+        return FakeMessage(
+            topic, partition, offset, self.codec.encode(topic, run), run.job_id.encode()
+        )
+
+    def take_all(self) -> list[str]:
+        out = []
+        while (pending := self.intake.take()) is not None:
+            out.append(pending.run.run_id)
+        return out
+
+
+def run(run_id: str, *, priority: Priority = Priority.NORMAL, flagged: bool = False) -> RunRequest:
+    return RunRequest(run_id=run_id, job_id=run_id.split("@", maxsplit=1)[0], scheduled_at=T0, fired_at=T0,
+                      target=Target(type="python", callable="m:f"), priority=priority,
+                      possible_duplicate=flagged)  # fmt: skip
+
+
+def test_an_undecodable_run_is_dead_lettered_with_its_place_and_the_partition_flows() -> None:
+    parts = Parts()
+    parts.own()
+    parts.intake.accept(FakeMessage(RUNS, 0, 7, b"\x00garbage", b"j"))
+    parts.intake.accept(parts.record(run("j@good"), 8))
+    assert parts.take_all() == ["j@good"]
+    parts.outbox.settle(wait=True)
+    (letter,) = [parts.codec.decode(r.value, DeadLetter) for r in parts.producer.on(TOPICS.dlq)]
+    assert (letter.source_topic, letter.source_partition, letter.source_offset) == (RUNS, 0, 7)
+    assert letter.stage == "worker"
+    assert letter.reason.startswith("undecodable run:")
+    assert parts.producer.on(TOPICS.history) == []  # no outcome for a record that is no run
+    # The good run is not settled yet: the commit stops at it, past the dead letter.
+    assert parts.consumer.commits[-1][0] == [(RUNS, 0, 8, "0")]
+
+
+def test_records_of_partitions_not_owned_are_ignored() -> None:
+    parts = Parts()
+    parts.own(partition=0)
+    parts.intake.accept(parts.record(run("j@x"), 3, partition=5))
+    assert len(parts.intake) == 0
+
+
+@pytest.mark.parametrize(
+    ("offset", "flagged", "waits"),
+    [(2, False, True), (5, False, False), (5, True, True)],
+    ids=["already-there-at-assignment", "new", "flagged-re-emission"],
+)
+def test_a_run_that_may_have_run_before_waits_until_history_is_read(
+    offset: int, flagged: bool, waits: bool
+) -> None:
+    parts = Parts()
+    parts.own(runs_end=5, history_end=40)
+    parts.intake.accept(parts.record(run("j@r", flagged=flagged), offset))
+    if waits:
+        assert parts.intake.take() is None
+        assert parts.intake.waiting_for_history()
+        parts.history.read_to[0] = 40  # history read up to its end as of the assignment
+    assert parts.take_all() == ["j@r"]
+
+
+def test_starts_take_high_first_and_every_nth_start_goes_to_low() -> None:
+    parts = Parts(low_share=3)
+    for priority in Priority:
+        parts.own(TOPICS.runs(priority))
+    for i in range(3):
+        for priority in (Priority.LOW, Priority.NORMAL, Priority.HIGH):
+            r = run(f"{priority.value.lower()}@{i}", priority=priority)
+            parts.intake.accept(parts.record(r, i))
+    assert parts.take_all() == ["high@0", "high@1", "low@0", "high@2", "normal@0", "low@1",
+                                "normal@1", "normal@2", "low@2"]  # fmt: skip
+
+
+def test_an_overflowing_priority_is_paused_then_resumed() -> None:
+    parts = Parts(concurrency=1)
+    parts.own()
+    limit = parts.intake.limit
+    for offset in range(2 * limit):
+        parts.intake.accept(parts.record(run(f"j@{offset}"), offset))
+    parts.intake.flow_control()
+    assert parts.consumer.paused == [(RUNS, 0)]
+    for _ in range(limit + 1):
+        parts.intake.take()
+    parts.intake.flow_control()
+    assert parts.consumer.paused == []
+
+
+def pending_at(parts: Parts, offset: int, r: RunRequest) -> Pending:
+    tracker = parts.trackers[(RUNS, 0)]
+    tracker.start(offset, 1000 + offset)
+    return Pending(RUNS, 0, offset, r, tracker)
+
+
+def test_settle_makes_a_retry_timer_durable_before_the_outcome_then_commits() -> None:
+    parts = Parts()
+    parts.own()
+    p = pending_at(parts, 0, run("j@a"))
+    timer = TimerRequest(timer_id="j@a#2", job_id="j", due_at=T0, reason=TimerReason.RETRY,
+                         created_at=T0, run=run("j@a"))  # fmt: skip
+    parts.outbox.finish(p, RunStatus.FAILED, "boom", next_attempt_ms=5,
+                        extra=(TOPICS.timers, timer))  # fmt: skip
+    parts.outbox.settle(wait=True)
+    (timer_record,) = parts.producer.on(TOPICS.timers)
+    (outcome_record,) = parts.producer.on(TOPICS.history)
+    order = parts.producer.produced
+    assert order.index(timer_record) < order.index(outcome_record)
+    assert timer_record.flushed
+    assert outcome_record.flushed
+    assert parts.producer.flushes == 2  # the timer's flush, then the outcome's
+    ((offsets, asynchronous, flushes_before),) = parts.consumer.commits
+    assert offsets == [(RUNS, 0, 1, "1000")]
+    assert not asynchronous
+    assert flushes_before == 2
+    outcome = parts.codec.decode(outcome_record.value, RunOutcome)
+    assert (outcome.status, outcome.error, outcome.worker) == (RunStatus.FAILED, "boom", "w1")
+    assert dict(outcome_record.headers)["status"] == b"FAILED"
+
+
+def test_the_commit_never_passes_a_run_not_settled() -> None:
+    parts = Parts()
+    parts.own()
+    first, second = pending_at(parts, 0, run("j@1")), pending_at(parts, 1, run("j@2"))
+    parts.outbox.finish(second, RunStatus.SUCCEEDED, None)
+    parts.outbox.settle(wait=True)
+    assert parts.consumer.commits[-1][0] == [(RUNS, 0, 0, "1000")]  # the first is running
+    parts.outbox.finish(first, RunStatus.SUCCEEDED, None)
+    parts.outbox.settle(wait=True)
+    assert parts.consumer.commits[-1][0] == [(RUNS, 0, 2, "1001")]
+
+
+def test_a_run_settled_after_its_partition_came_back_leaves_the_new_tracker_alone() -> None:
+    parts = Parts()
+    parts.own()
+    old = pending_at(parts, 0, run("j@1"))
+    parts.intake.forget({(RUNS, 0)})  # revoked while it ran
+    parts.own()  # and assigned again: a new tracker
+    parts.outbox.finish(old, RunStatus.SUCCEEDED, None)
+    parts.outbox.settle(wait=True)  # must not raise KeyError on the new tracker
+    assert parts.consumer.commits == []
+    assert len(parts.producer.on(TOPICS.history)) == 1  # its outcome is still published
+
+
+def test_a_failed_delivery_stops_settle_before_any_commit() -> None:
+    parts = Parts()
+    parts.own()
+    parts.outbox.finish(pending_at(parts, 0, run("j@1")), RunStatus.SUCCEEDED, None)
+    parts.producer.fail_next = True
+    with pytest.raises(Exception, match="delivery"):
+        parts.outbox.settle(wait=True)
+    assert parts.consumer.commits == []
