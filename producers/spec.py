@@ -36,7 +36,6 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlparse
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 
@@ -55,7 +54,7 @@ from schemas.events import (
     Target,
     utc_now,
 )
-from streams.core.cron import CronError, parse_cron
+from streams.core.cron import CronError, ZoneError, load_zone, parse_cron, wall_instant_ms
 
 T = TypeVar("T")
 MAX_JOB_ID = 200
@@ -105,7 +104,9 @@ def parse_duration(text: str | int | float) -> int:
 
 
 def parse_instant(text: str | datetime, zone: str = "UTC") -> datetime:
-    """ISO 8601; a time without an offset is read in ``zone``."""
+    """ISO 8601; a time without an offset is a wall time in ``zone``, read by the one
+    wall-time rule (``streams.core.cron.wall_instant_ms``): in a spring-forward gap it
+    is the transition instant, in a repeated hour its first occurrence."""
     if isinstance(text, datetime):
         value = text
     else:
@@ -115,9 +116,15 @@ def parse_instant(text: str | datetime, zone: str = "UTC") -> datetime:
             raise ValueError(
                 f"{text!r} is not an ISO 8601 instant (e.g. 2026-12-01T09:30:00+01:00)"
             ) from None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=ZoneInfo(zone))
-    value = value.astimezone(UTC)
+    try:
+        if value.tzinfo is None:
+            ms = wall_instant_ms(value.replace(microsecond=0), load_zone(zone))
+            value = datetime.fromtimestamp(ms / 1000, UTC).replace(
+                microsecond=value.microsecond // 1000 * 1000
+            )
+        value = value.astimezone(UTC)
+    except (OverflowError, OSError):
+        raise ValueError(f"{text!s} is out of the range of instants cronstream keeps") from None
     return value.replace(microsecond=value.microsecond // 1000 * 1000)
 
 
@@ -131,9 +138,9 @@ def parse_backoff(text: str) -> tuple[int, int]:
 
 def _check_zone(zone: str) -> str | None:
     try:
-        ZoneInfo(zone)
-    except (ZoneInfoNotFoundError, ValueError):
-        return f"unknown time zone {zone!r} (use an IANA name such as Europe/Paris)"
+        load_zone(zone)
+    except ZoneError:
+        return f"unknown time zone {zone[:80]!r} (use an IANA name such as Europe/Paris)"
     return None
 
 

@@ -18,6 +18,7 @@ from schemas.events import (
     IntervalSchedule,
     JobDefinition,
     OnceSchedule,
+    Schedule,
     schedule_from_avro,
     to_ms,
 )
@@ -47,16 +48,7 @@ class Definitions:
         d = self.codec.decode_record(raw, JobDefinition)
         if d["job_id"] != key:
             raise DecodeError(f"record key {key!r} differs from job_id {d['job_id']!r}")
-        timing: dict[str, Any] = {}
-        match schedule_from_avro(d["schedule"]):
-            case CronSchedule(expression=expression):
-                timing["cron"] = expression
-            case IntervalSchedule(every_ms=every_ms, anchor=anchor):
-                if every_ms <= 0:
-                    raise DecodeError(f"interval every_ms={every_ms} is not positive")
-                timing["every_ms"], timing["anchor_ms"] = every_ms, to_ms(anchor)
-            case OnceSchedule(at=at):
-                timing["at_ms"] = to_ms(at)
+        timing = schedule_timing(schedule_from_avro(d["schedule"]))
         m = d["misfire"]
         policy = (m["policy"], m["max_catchup"], m["catchup_window_ms"])
         misfire = self._misfires.get(policy)
@@ -83,6 +75,21 @@ class Definitions:
         prepared = Prepared(raw=body, template=RunTemplate(definition))
         job.body = prepared
         return prepared
+
+
+def schedule_timing(schedule: Schedule | None) -> dict[str, Any]:
+    """A schedule as ``JobSchedule``'s timing arguments (none: a manual job). Raises
+    DecodeError for an interval that is not positive."""
+    match schedule:
+        case CronSchedule(expression=expression):
+            return {"cron": expression}
+        case IntervalSchedule(every_ms=every_ms, anchor=anchor):
+            if every_ms <= 0:
+                raise DecodeError(f"interval every_ms={every_ms} is not positive")
+            return {"every_ms": every_ms, "anchor_ms": to_ms(anchor)}
+        case OnceSchedule(at=at):
+            return {"at_ms": to_ms(at)}
+    return {}
 
 
 def _ms(value: datetime | int | None) -> int | None:

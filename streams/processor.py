@@ -37,7 +37,7 @@ from schemas.events import TimerRequest, from_ms, iso, to_ms
 from schemas.registry import RegistryClient
 from schemas.serde import Codec, DecodeError
 from streams.checkpoint import Checkpoint
-from streams.core.cron import CronError, ZoneError
+from streams.core.cron import TZDATA_VERSION, CronError, ZoneError
 from streams.core.partition import NEVER, PartitionScheduler, Timer
 from streams.core.schedule import JobSchedule
 from streams.definitions import Definitions
@@ -109,6 +109,7 @@ class Processor:
         self.timers: Consumer = kafka_consumer(
             settings, **{"group.id": f"{config.group}.timers", "client.id": config.name}
         )
+        log.info("zone database: tzdata %s", TZDATA_VERSION)
         self.consumer.subscribe(
             [self.topics.jobs],
             on_assign=self._on_assign,
@@ -124,6 +125,7 @@ class Processor:
         starts, timer_starts = [], []
         for tp in committed:
             checkpoint = Checkpoint.from_metadata(tp.metadata)
+            _check_zone_database(tp.partition, checkpoint)
             low, high = consumer.get_watermark_offsets(tp, timeout=30, cached=False)
             fired_through = checkpoint.fired_through if checkpoint else self._now_ms()
             owned = Owned(
@@ -233,6 +235,7 @@ class Processor:
                 jobs_offset=owned.jobs_next,
                 timers_from=owned.timers_next if lowest is None else lowest,
                 timers_offset=owned.timers_next,
+                tzdata=TZDATA_VERSION,
             )
             offsets.append(
                 TopicPartition(
@@ -418,3 +421,18 @@ class Processor:
         metrics.wheel_items.labels("near").set(sum(c.wheel.near for c in cores))
         metrics.wheel_items.labels("far").set(sum(c.wheel.far for c in cores))
         metrics.timers_pending.set(sum(len(c.timers) for c in cores))
+
+
+def _check_zone_database(partition: int, checkpoint: Checkpoint | None) -> None:
+    """Say loudly when the previous owner computed slots with another zone database:
+    around a zone whose rules changed between the two, a slot (and its run id) may
+    differ, so a run may repeat or be missed there. Taking over goes on: refusing
+    would stop every job of the partition for a difference that touches few."""
+    if checkpoint is None or checkpoint.tzdata in (None, TZDATA_VERSION):
+        return
+    log.error(
+        "partition %d was checkpointed by a scheduler using tzdata %s; this one uses %s: "
+        "slots of jobs in zones whose rules differ between the two may move (run every "
+        "scheduler with the same cronstream release)",
+        partition, checkpoint.tzdata, TZDATA_VERSION,
+    )  # fmt: skip

@@ -15,6 +15,7 @@ from runtime.health import cassandra_health, kafka_health, registry_health
 from runtime.kafka.publisher import Publisher, PublishError
 from runtime.settings import Settings, SettingsError
 from schemas.registry import RegistryError, RegistryUnavailable
+from streams.core.cron import TZDATA_VERSION
 
 
 def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
@@ -32,6 +33,7 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
                       "port": settings.cassandra_port, "keyspace": settings.keyspace,
                       "detail": cassandra.detail, "latency_ms": round(cassandra.latency_ms, 1)},
         "topic_prefix": settings.topic_prefix,
+        "zone_database": f"tzdata {TZDATA_VERSION}",
     }  # fmt: skip
     if args.json:
         print(json.dumps(report, indent=2))
@@ -45,6 +47,9 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
             assert isinstance(entry, dict)
             state = "ok  " if entry["ok"] else "DOWN"
             print(f"{state} {name:<16} {endpoint:<45} {entry['detail']}")
+        print(
+            f"     {'zone database':<16} tzdata {TZDATA_VERSION} (every slot is computed with it)"
+        )
     return 0 if report["ok"] else 1
 
 

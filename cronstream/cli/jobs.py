@@ -7,20 +7,25 @@ import argparse
 import json
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
 
 from cronstream.cli.common import EXIT_INVALID
 from producers.client import JobClient, UnknownJob
-from producers.spec import SpecError, job_from_spec, load_jobs_file
+from producers.spec import SpecError, job_from_spec, load_jobs_file, parse_instant
 from runtime.kafka.clients import kafka_consumer
 from runtime.settings import Settings
 from schemas.catalog import Topics
-from schemas.events import JobDefinition, text_headers, to_jsonable
+from schemas.events import JobDefinition, from_ms, iso, text_headers, to_jsonable, to_ms, utc_now
 from schemas.registry import RegistryClient
 from schemas.serde import Codec, DecodeError
+from streams.core.cron import load_zone
+from streams.core.schedule import JobSchedule
+from streams.definitions import schedule_timing
 
 
 def _print_json(value: Any) -> None:
@@ -118,6 +123,57 @@ def cmd_jobs_resume(client: JobClient, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_jobs_preview(settings: Settings, args: argparse.Namespace) -> int:
+    """The next fire instants of a schedule, computed by the scheduler's own core
+    (``JobSchedule.slot_after``): check an expression before putting it."""
+    spec = {"id": "preview", "target": "python", "callable": "preview:preview"}
+    for name in ("cron", "every", "at", "anchor", "tz"):
+        if getattr(args, name) is not None:
+            spec[name] = getattr(args, name)
+    job = job_from_spec(spec, max_payload_bytes=settings.max_payload_bytes)
+    if job.schedule is None:
+        raise SpecError("preview", ["give --cron, --every or --at"])
+    problems = [] if 1 <= args.count <= 1000 else ["--count must be 1-1000"]
+    try:
+        start = parse_instant(args.start, job.timezone) if args.start else utc_now()
+    except ValueError as exc:
+        problems.append(f"--from: {exc}")
+    if problems:
+        raise SpecError("preview", problems)
+    slots = preview_slots(job, to_ms(start), args.count)
+    zone = load_zone(job.timezone)
+    rows = [{"utc": iso(from_ms(ms)), "local": _local(ms, zone)} for ms in slots]
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    print(f"{'UTC':<26} LOCAL ({job.timezone})")
+    for entry in rows:
+        print(f"{entry['utc']:<26} {entry['local']}")
+    if len(slots) < args.count:
+        print(f"(no more fires: {len(slots)} in all)", file=sys.stderr)
+    return 0
+
+
+def preview_slots(job: JobDefinition, from_ms_: int, count: int) -> list[int]:
+    """Up to ``count`` slots of ``job`` at or after ``from_ms_``, as the scheduler
+    computes them (no jitter)."""
+    schedule = JobSchedule(job.job_id, timezone=job.timezone, **schedule_timing(job.schedule))
+    slots: list[int] = []
+    after = from_ms_ - 1
+    while len(slots) < count:
+        slot = schedule.slot_after(after)
+        if slot is None:
+            break
+        slots.append(slot)
+        after = slot
+    return slots
+
+
+def _local(ms: int, zone: ZoneInfo) -> str:
+    local = datetime.fromtimestamp(ms / 1000, zone)
+    return local.isoformat(timespec="milliseconds" if ms % 1000 else "seconds")
+
+
 # -- runs -------------------------------------------------------------------------------
 def cmd_runs_trigger(client: JobClient, args: argparse.Namespace) -> int:
     run = client.trigger(args.job_id, idempotency_key=args.idempotency_key)
@@ -189,13 +245,18 @@ def _record_json(codec: Codec, msg: Any) -> dict[str, Any]:
 
 
 # -- wiring -----------------------------------------------------------------------------
-def add_job_schedule_args(parser: argparse.ArgumentParser) -> None:
+def add_schedule_args(parser: argparse.ArgumentParser) -> None:
+    """--cron | --every [--anchor] | --at, and --tz (jobs put, jobs preview)."""
     when = parser.add_mutually_exclusive_group()
     when.add_argument("--cron", help="5 fields, or 6 with seconds first")
     when.add_argument("--every", help="a fixed interval, e.g. 30s, 15m, 1h")
     when.add_argument("--at", help="one run at an ISO 8601 instant")
     parser.add_argument("--anchor", help="--every: slot k fires at ANCHOR + k*EVERY")
     parser.add_argument("--tz", help="IANA time zone (default UTC)")
+
+
+def add_job_schedule_args(parser: argparse.ArgumentParser) -> None:
+    add_schedule_args(parser)
     parser.add_argument("--target", required=True, help="http | kafka | python | shell")
     parser.add_argument("--url", help="http: URL to call")
     parser.add_argument("--method", help="http: method (default POST)")
@@ -239,6 +300,18 @@ def register(sub: Any) -> None:
         p = jobs.add_parser(name, help=text)
         p.add_argument("job_id")
         p.set_defaults(handler=handler, needs="client")
+    preview = jobs.add_parser(
+        "preview", help="the next fire times of a schedule (in UTC and its zone)",
+        description="Computes the next fire instants with the scheduler's own core, "
+        "before a job is put. Jitter is not applied (runs keep the nominal slot).",
+    )  # fmt: skip
+    add_schedule_args(preview)
+    preview.add_argument(
+        "--from", dest="start", metavar="T", help="from this instant (default now)"
+    )
+    preview.add_argument("--count", type=int, default=10, help="how many fire times (1-1000)")
+    preview.add_argument("--json", action="store_true", help='a JSON list of {"utc", "local"}')
+    preview.set_defaults(handler=cmd_jobs_preview, needs="settings")
     lst = jobs.add_parser("list", help="every job, one line each")
     lst.add_argument("--json", action="store_true")
     lst.set_defaults(handler=cmd_jobs_list, needs="client")

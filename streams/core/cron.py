@@ -1,26 +1,72 @@
-"""Cron expressions: the only module that imports croniter.
+"""Cron expressions in cronstream's dialect, and their fire instants in a time zone.
 
-Syntax: 5 fields (minute hour day-of-month month day-of-week) or 6 fields with seconds
-first (second minute hour day-of-month month day-of-week), as Quartz and Spring write
-them. croniter's extensions are accepted where it supports them: ``L`` (last day of the
-month), ``#`` (nth weekday of the month), names of months and days, ``@hourly`` style
-aliases. Expressions are read in the job's IANA time zone.
+**Dialect.** Vixie / POSIX cron, plus a seconds field and the common extensions:
+
+- 5 fields ``minute hour day-of-month month day-of-week``, or 6 with ``second`` first
+  (as Quartz and Spring write them). Aliases: ``@yearly`` (``@annually``),
+  ``@monthly``, ``@weekly``, ``@daily`` (``@midnight``), ``@hourly``.
+- A field is a comma-separated list whose items are *united*: ``*``, ``N``, ``A-B``,
+  ``*/S``, ``A-B/S``, ``A/S`` (A to the field's end); month and day names (``JAN``,
+  ``MON``) wherever a number goes; ``?`` is ``*`` in the two day fields. Day of week
+  0-7, 0 and 7 both Sunday.
+- Day of month: ``L``, the last day of the month (``31,L`` is the 31st and every last
+  day). ``W`` is not supported (refused).
+- Day of week: ``5L`` or ``L5`` (also ``FRIL``), the last Friday of the month; ``5#2``,
+  the second Friday. They mix with other items: ``1,5L``.
+- **Day fields (Vixie):** a field whose text begins with ``*`` or ``?`` is
+  *unrestricted* (``*/2`` too). When either day field is unrestricted a day must match
+  both; when both are restricted, a day matching either fires: ``0 0 1,15 * MON`` is the
+  1st, the 15th and every Monday; ``0 0 */2 * MON`` the Mondays that are odd days.
+- An expression that never fires (``0 0 30 2 *``) is refused.
+
+Day matching, month ends included, is decided here, by walking the calendar month by
+month (croniter 5.0.1, which faust-streaming's mode pins below 6, loses some March-1
+slots; nothing here uses it).
+
+**Wall time.** An expression is matched against wall-clock time in the job's IANA zone,
+and a wall time becomes an instant by one rule, the same for every wall time cronstream
+reads (``wall_instant_ms``: cron slots, and ``--at``, ``--anchor``, ``--start``,
+``--end`` without an offset): a wall time that exists once is that instant; one repeated
+by a fall-back is its first occurrence (the repeat is not a slot); one skipped by a
+spring-forward is the transition instant, the first instant after the gap.
+
+**Zones** come from the pinned ``tzdata`` package only (``TZDATA_VERSION``), never the
+host's files: every process computes the same slots, hence the same run ids.
 """
 
 from __future__ import annotations
 
+import calendar
+import re
+from bisect import bisect_left
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from importlib import resources
+from typing import TypeVar
+from zoneinfo import ZoneInfo
 
-from croniter import croniter
-from croniter.croniter import CroniterBadDateError, CroniterError
+import tzdata
 
-_PROBE_START = datetime(2000, 1, 1, tzinfo=UTC)
-ALIASES = frozenset(
-    {"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"}
-)
+T = TypeVar("T")
+TZDATA_VERSION: str = tzdata.IANA_VERSION
+ALIASES = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+MONTHS = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
+MONTH_NAMES = {m: i for i, m in enumerate(MONTHS, 1)}
+DAY_NAMES = {"SUN": 0, "MON": 1, "TUE": 2, "WED": 3, "THU": 4, "FRI": 5, "SAT": 6}
+MAX_YEAR = 9999
+_DIGITS = re.compile(r"[0-9]{1,9}")  # ASCII digits only (str.isdigit takes others)
+# A Gregorian calendar repeats every 400 years: an expression with no day in one cycle
+# never fires.
+_CYCLE_MONTHS = 400 * 12
 
 
 class CronError(ValueError):
@@ -28,70 +74,232 @@ class CronError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class _Field:
+    name: str
+    low: int
+    high: int
+    names: dict[str, int] | None = None
+
+
+SECOND = _Field("second", 0, 59)
+MINUTE = _Field("minute", 0, 59)
+HOUR = _Field("hour", 0, 23)
+DAY = _Field("day of month", 1, 31)
+MONTH = _Field("month", 1, 12, MONTH_NAMES)
+WEEKDAY = _Field("day of week", 0, 7, DAY_NAMES)
+
+
+@dataclass(frozen=True, slots=True)
 class CronExpr:
-    """A validated expression, normalised to croniter's order (seconds last)."""
+    """A parsed expression: the values of each field, and the day rules."""
 
-    text: str
-    fields: tuple[str, ...]
-    has_seconds: bool
+    text: str  # as written, whitespace folded
+    seconds: tuple[int, ...]
+    minutes: tuple[int, ...]
+    hours: tuple[int, ...]
+    months: frozenset[int]
+    days: frozenset[int]
+    last_day: bool  # ``L`` in the day of month
+    weekdays: frozenset[int]  # 0 = Sunday
+    last_weekdays: frozenset[int]  # ``5L``: the last such weekday of the month
+    nth_weekdays: frozenset[tuple[int, int]]  # ``5#2``: (weekday, n)
+    either: bool  # both day fields restricted: a day matching either one fires
+    by_date: tuple[int, ...] | None  # the day field alone decides (weekday is '*')
+    first_time: tuple[int, int, int]  # a day's first firing (hour, minute, second)
 
-    @property
-    def croniter_form(self) -> str:
-        if not self.has_seconds:
-            return " ".join(self.fields)
-        sec, *rest = self.fields
-        return " ".join([*rest, sec])
+    def month_days(self, year: int, month: int) -> tuple[int, ...]:
+        """The days of ``month`` that fire (the month itself not checked)."""
+        first, length = calendar.monthrange(year, month)
+        dom = {d for d in self.days if d <= length}
+        if self.last_day:
+            dom.add(length)
+        if self.by_date is not None:
+            return tuple(sorted(dom))
+        day1 = (first + 1) % 7  # the weekday of the 1st; calendar counts from Monday
+        dow: set[int] = set()
+        for weekday in self.weekdays:
+            dow.update(range(1 + (weekday - day1) % 7, length + 1, 7))
+        for weekday in self.last_weekdays:
+            start = 1 + (weekday - day1) % 7
+            dow.add(start + (length - start) // 7 * 7)
+        for weekday, n in self.nth_weekdays:
+            day = 1 + (weekday - day1) % 7 + 7 * (n - 1)
+            if day <= length:
+                dow.add(day)
+        return tuple(sorted(dom | dow if self.either else dom & dow))
 
 
 @lru_cache(maxsize=65536)
 def parse_cron(text: str) -> CronExpr:
-    """Validate ``text``; the result is cached because many jobs share an expression."""
-    stripped = " ".join(text.split())
-    if not stripped:
+    """Read ``text`` (cached: many jobs share an expression). Raises CronError."""
+    folded = " ".join(text.split())
+    if not folded:
         raise CronError("empty cron expression")
-    if stripped.lower() in ALIASES:
-        return CronExpr(stripped, (stripped.lower(),), has_seconds=False)
-    fields = tuple(stripped.split(" "))
+    fields = ALIASES.get(folded.lower(), folded).split(" ")
+    if folded.startswith("@") and folded.lower() not in ALIASES:
+        raise CronError(f"{text!r}: unknown alias (use one of {', '.join(ALIASES)})")
     if len(fields) not in (5, 6):
         raise CronError(
             f"{text!r} has {len(fields)} fields; cron takes 5 "
             "(minute hour day month weekday) or 6 with seconds first"
         )
-    expr = CronExpr(stripped, fields, has_seconds=len(fields) == 6)
+    if len(fields) == 5:
+        fields.insert(0, "0")
     try:
-        # Also proves the expression ever fires ('0 0 30 2 *' parses but never does).
-        croniter(expr.croniter_form, _PROBE_START, max_years_between_matches=8).get_next()
-    except CroniterBadDateError:
-        raise CronError(f"{text!r} never fires (no such date)") from None
-    except (CroniterError, ValueError, KeyError, IndexError) as exc:
+        expr = _build(folded, fields)
+    except CronError as exc:
         raise CronError(f"{text!r} is not a valid cron expression: {exc}") from None
+    if not _fires_ever(expr):
+        raise CronError(f"{text!r} never fires (no such date)")
     return expr
 
 
+def _build(folded: str, fields: list[str]) -> CronExpr:
+    sec, minute, hour, dom, month, dow = fields
+    days, last_day = _days_of_month(dom)
+    weekdays, last_weekdays, nth = _days_of_week(dow)
+    dom_star, dow_star = dom[0] in "*?", dow[0] in "*?"
+    every_weekday = len(weekdays) == 7 and dow_star  # the weekday field is all of '*'
+    seconds = _shared(tuple(sorted(_values(sec, SECOND))))
+    minutes = _shared(tuple(sorted(_values(minute, MINUTE))))
+    hours = _shared(tuple(sorted(_values(hour, HOUR))))
+    return CronExpr(
+        text=folded,
+        seconds=seconds,
+        minutes=minutes,
+        hours=hours,
+        months=_shared(frozenset(_values(month, MONTH))),
+        days=_shared(frozenset(days)),
+        last_day=last_day,
+        weekdays=_shared(frozenset(weekdays)),
+        last_weekdays=_shared(frozenset(last_weekdays)),
+        nth_weekdays=_shared(frozenset(nth)),
+        either=not (dom_star or dow_star),
+        by_date=_shared(tuple(sorted(days))) if every_weekday else None,
+        first_time=_shared((hours[0], minutes[0], seconds[0])),
+    )
+
+
+_SHARED: dict[object, object] = {}
+
+
+def _shared(value: T) -> T:
+    """One object for equal field values: a million expressions hold a few thousand
+    distinct sets between them (bounded: past 100,000 a value is kept as it is)."""
+    found = _SHARED.get(value)
+    if found is not None:
+        return found  # type: ignore[return-value]
+    if len(_SHARED) < 100_000:
+        _SHARED[value] = value
+    return value
+
+
+def _values(text: str, field: _Field, *, question: bool = False) -> set[int]:
+    out: set[int] = set()
+    for item in text.split(","):
+        out |= _item(item, field, question=question)
+    return out
+
+
+def _item(item: str, field: _Field, *, question: bool) -> set[int]:
+    base, slash, step_text = item.partition("/")
+    step = 1
+    if slash:
+        if not _DIGITS.fullmatch(step_text) or int(step_text) < 1:
+            raise CronError(f"{field.name} step {step_text!r} must be a whole number >= 1")
+        step = int(step_text)
+    if base == "*" or (base == "?" and question and not slash):
+        low, high = field.low, field.high
+    elif "-" in base:
+        first, _, last = base.partition("-")
+        low, high = _number(first, field), _number(last, field)
+        if low > high:
+            raise CronError(f"{field.name} range {base!r} runs backwards")
+    else:
+        low = _number(base, field)
+        high = field.high if slash else low
+    return set(range(low, high + 1, step))
+
+
+def _number(token: str, field: _Field) -> int:
+    upper = token.upper()
+    if field.names is not None and upper in field.names:
+        return field.names[upper]
+    if not _DIGITS.fullmatch(token):
+        raise CronError(f"{field.name} {token!r} is not a number"
+                        + (" or a name" if field.names else ""))  # fmt: skip
+    value = int(token)
+    if not field.low <= value <= field.high:
+        raise CronError(f"{field.name} {value} is outside {field.low}-{field.high}")
+    return value
+
+
+def _days_of_month(text: str) -> tuple[set[int], bool]:
+    days: set[int] = set()
+    last = False
+    for item in text.split(","):
+        upper = item.upper()
+        if "W" in upper:
+            raise CronError(f"day of month {item!r}: W (nearest weekday) is not supported")
+        if upper == "L":
+            last = True
+        else:
+            days |= _item(item, DAY, question=True)
+    return days, last
+
+
+def _days_of_week(text: str) -> tuple[set[int], set[int], set[tuple[int, int]]]:
+    plain: set[int] = set()
+    last: set[int] = set()
+    nth: set[tuple[int, int]] = set()
+    for item in text.split(","):
+        upper = item.upper()
+        if "#" in upper:
+            day, _, n = upper.partition("#")
+            if not _DIGITS.fullmatch(n) or not 1 <= int(n) <= 5:
+                raise CronError(f"day of week {item!r}: the n of DAY#n is 1-5")
+            nth.add((_number(day, WEEKDAY) % 7, int(n)))
+        elif upper == "L":
+            raise CronError("day of week 'L' alone is ambiguous: write 5L (or L5) for the "
+                            "last Friday of the month")  # fmt: skip
+        elif upper.endswith("L") or upper.startswith("L"):
+            day = upper[:-1] if upper.endswith("L") else upper[1:]
+            last.add(_number(day, WEEKDAY) % 7)
+        else:
+            plain |= {v % 7 for v in _item(item, WEEKDAY, question=True)}
+    return plain, last, nth
+
+
+def _fires_ever(expr: CronExpr) -> bool:
+    """Whether any day of a whole 400-year cycle fires. Most expressions are settled
+    at once: days 1-28 exist in every month, every weekday four times."""
+    dates = expr.last_day or any(d <= 28 for d in expr.days)
+    weekdays = bool(expr.weekdays or expr.last_weekdays
+                    or any(n <= 4 for _, n in expr.nth_weekdays))  # fmt: skip
+    if expr.either and (dates or weekdays):
+        return True
+    if (expr.by_date is not None and dates) or (len(expr.days) == 31 and weekdays):
+        return True
+    year, month = 2000, 1
+    for _ in range(_CYCLE_MONTHS):
+        if month in expr.months and expr.month_days(year, month):
+            return True
+        year, month = (year + 1, 1) if month == 12 else (year, month + 1)
+    return False
+
+
 class CronTimes:
-    """Fire instants of one (expression, time zone), with cronstream's DST policy.
+    """Fire instants of one (expression, time zone), by the wall-time rule above.
 
-    The expression is matched against *wall-clock* time in ``zone`` and each wall time
-    is mapped to one instant:
+    ``next_after`` results are memoised, so every job with this expression and zone
+    shares one computation per slot (the hot path of a tick)."""
 
-    - a wall time that exists once fires at that instant;
-    - a wall time repeated by a fall-back transition fires once, at its first
-      occurrence (the earlier instant); the repeat is not a slot;
-    - a wall time skipped by a spring-forward transition fires once, right after the
-      gap (at the transition instant). Several skipped wall times collapse into that one
-      instant, together with a slot that falls exactly on it.
-
-    This is Debian cron's policy. ``next_after`` results are memoised, so every job with
-    this expression and zone shares one computation per slot (the hot path of a tick).
-    """
-
-    __slots__ = ("_cache", "_form", "expr", "zone")
+    __slots__ = ("_cache", "expr", "zone")
     CACHE_LIMIT = 8192
 
     def __init__(self, expr: CronExpr, zone: ZoneInfo) -> None:
         self.expr = expr
         self.zone = zone
-        self._form = expr.croniter_form
         self._cache: dict[int, int | None] = {}
 
     def next_after(self, after_ms: int) -> int | None:
@@ -106,32 +314,88 @@ class CronTimes:
         return result
 
     def _compute(self, after_ms: int) -> int | None:
-        wall = datetime.fromtimestamp(after_ms / 1000, self.zone).replace(tzinfo=None, fold=0)
-        # Whole seconds: a start with a fraction must still yield the slot at the next
-        # whole second, and croniter treats the start as exclusive.
-        wall = wall.replace(microsecond=0)
-        try:
-            it = croniter(self._form, wall, max_years_between_matches=8)
-            for _ in range(_MAX_STEPS):
-                candidate = _instant_ms(it.get_next(datetime), self.zone)
-                if candidate > after_ms:
-                    return candidate
-        except CroniterBadDateError:
-            return None
+        # Whole seconds: the wall time of the instant, its fraction dropped (a slot at
+        # the next whole second is still after it).
+        local = datetime.fromtimestamp(after_ms // 1000, self.zone)
+        wall: datetime | None = local.replace(tzinfo=None, fold=0)
+        for _ in range(_MAX_STEPS):
+            assert wall is not None
+            wall = self.next_wall(wall)
+            if wall is None:
+                return None
+            candidate = wall_instant_ms(wall, self.zone)
+            if candidate > after_ms:
+                return candidate
         raise CronError(f"{self.expr.text!r}: no fire time found after {after_ms}")
 
+    def next_wall(self, after: datetime) -> datetime | None:
+        """The first matching wall time strictly after the naive ``after``."""
+        try:
+            start = after.replace(microsecond=0) + timedelta(seconds=1)
+        except OverflowError:  # the last second of year 9999
+            return None
+        year, month, day = start.year, start.month, start.day
+        clock: tuple[int, int, int] | None = (start.hour, start.minute, start.second)
+        months = self.expr.months
+        for _ in range(_CYCLE_MONTHS):
+            if month in months:
+                days = self._month_days(year, month)
+                for i in range(bisect_left(days, day), len(days)):
+                    if days[i] == day and clock is not None:
+                        time = self._time_from(*clock)
+                    else:
+                        time = self.expr.first_time
+                    if time is not None:
+                        return datetime(year, month, days[i], *time)
+            year, month = (year + 1, 1) if month == 12 else (year, month + 1)
+            if year > MAX_YEAR:
+                return None
+            day, clock = 1, None
+        return None
 
+    def _month_days(self, year: int, month: int) -> tuple[int, ...]:
+        key = (self.expr.text, year * 12 + month)
+        days = _MONTH_DAYS.get(key)
+        if days is None:
+            if len(_MONTH_DAYS) >= 65536:
+                _MONTH_DAYS.clear()
+            days = _MONTH_DAYS[key] = _shared(self.expr.month_days(year, month))
+        return days
+
+    def _time_from(self, hour: int, minute: int, second: int) -> tuple[int, int, int] | None:
+        """The first firing time of day at or after hour:minute:second, None if none."""
+        hours, minutes, seconds = self.expr.hours, self.expr.minutes, self.expr.seconds
+        i = bisect_left(hours, hour)
+        if i < len(hours) and hours[i] == hour:
+            j = bisect_left(minutes, minute)
+            if j < len(minutes) and minutes[j] == minute:
+                k = bisect_left(seconds, second)
+                if k < len(seconds):
+                    return hour, minute, seconds[k]
+                j += 1
+            if j < len(minutes):
+                return hour, minutes[j], seconds[0]
+            i += 1
+        if i < len(hours):
+            return hours[i], minutes[0], seconds[0]
+        return None
+
+
+# (expression, month) -> its firing days: shared by every zone and job of the expression.
+_MONTH_DAYS: dict[tuple[str, int], tuple[int, ...]] = {}
 _MISSING = object()
 # A repeated hour walked at one-second resolution is 3,600 candidates that map to
 # instants already passed; allow for a longer DST shift than exists anywhere.
 _MAX_STEPS = 4 * 3600
 
 
-def _instant_ms(wall: datetime, zone: ZoneInfo) -> int:
-    """The instant of a naive wall time in ``zone`` under the DST policy above."""
+def wall_instant_ms(wall: datetime, zone: ZoneInfo) -> int:
+    """The instant (epoch ms) of the naive wall time ``wall`` in ``zone``: the wall
+    time's only instant; the first of two (fall-back); the transition instant, first
+    after the gap, for a wall time the zone skips (spring-forward)."""
     first = wall.replace(tzinfo=zone, fold=0)
     utc = first.astimezone(UTC)
-    if utc.astimezone(zone).replace(tzinfo=None) == wall:
+    if utc.astimezone(zone).replace(tzinfo=None) == wall.replace(fold=0):
         return _ms(utc)  # exists; for a repeated wall time fold=0 is the first occurrence
     # In a gap: fold=0 used the offset before the transition (an instant after the gap),
     # fold=1 the offset after it (an instant before the gap). Find the transition.
@@ -163,19 +427,28 @@ def _ms(instant: datetime) -> int:
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=65536)
 def cron_times(text: str, zone: str) -> CronTimes:
     """The shared CronTimes of (expression, zone); raises CronError or ZoneError."""
     return CronTimes(parse_cron(text), load_zone(zone))
 
 
 class ZoneError(ValueError):
-    """Not an IANA time zone name this machine knows."""
+    """Not an IANA time zone name (of the pinned tzdata)."""
+
+
+_ZONE_NAME = re.compile(r"[A-Za-z0-9_+-]{1,30}(/[A-Za-z0-9_+-]{1,30}){0,2}")
 
 
 @lru_cache(maxsize=1024)
 def load_zone(name: str) -> ZoneInfo:
+    """The zone ``name`` from the pinned tzdata package (whatever the host has)."""
+    if not _ZONE_NAME.fullmatch(name):
+        raise ZoneError(f"{name[:80]!r} is not an IANA time zone name (e.g. Europe/Paris)")
     try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
-        raise ZoneError(f"{name!r} is not an IANA time zone: {exc}") from None
+        source = resources.files("tzdata.zoneinfo").joinpath(*name.split("/"))
+        with source.open("rb") as data:
+            return ZoneInfo.from_file(data, key=name)
+    except (OSError, ValueError) as exc:
+        raise ZoneError(f"{name!r} is not an IANA time zone (tzdata {TZDATA_VERSION}): "
+                        f"{type(exc).__name__}") from None  # fmt: skip

@@ -19,7 +19,13 @@ import sys
 from runtime.settings import Settings
 from tests.bench.common import ROWS
 from tests.bench.history import bench_queries, bench_sink
-from tests.bench.scheduler import bench_burst, bench_million, bench_skew, bench_throughput
+from tests.bench.scheduler import (
+    bench_burst,
+    bench_million,
+    bench_skew,
+    bench_slots,
+    bench_throughput,
+)
 from tests.bench.workers import bench_drain, bench_fire_to_start, bench_workers
 
 
@@ -27,8 +33,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench")
     parser.add_argument("--quick", action="store_true", help="fewer runs, smaller loads")
     parser.add_argument("--only", nargs="*", default=None,
-                        choices=["throughput", "skew", "burst", "million", "workers",
-                                 "drain", "latency", "sink", "queries"])  # fmt: skip
+                        choices=["throughput", "skew", "burst", "million", "distinct", "slots",
+                                 "workers", "drain", "latency", "sink", "queries"])  # fmt: skip
     args = parser.parse_args()
     base = Settings.from_env()
     runs = 1 if args.quick else 3
@@ -38,6 +44,9 @@ def main() -> int:
         "burst": lambda: bench_burst(base, runs, 10_000 if args.quick else 100_000),
         "million": lambda: bench_million(base, 1 if args.quick else 2,
                                          50_000 if args.quick else 1_000_000),
+        "distinct": lambda: bench_million(base, 1 if args.quick else 2,
+                                          50_000 if args.quick else 1_000_000, distinct=True),
+        "slots": lambda: bench_slots(runs, 100_000),
         "workers": lambda: bench_workers(base, runs, 12_000, (1, 2, 4)),
         "drain": lambda: bench_drain(base, runs, 10.0, (1, 2, 4)),
         "latency": lambda: bench_fire_to_start(base, runs),

@@ -14,6 +14,7 @@ from runtime.settings import Settings
 from schemas.events import (
     JobDefinition,
 )
+from streams.core.cron import cron_times, parse_cron
 from streams.core.schedule import jitter_offset
 from tests.bench.common import (
     drive,
@@ -103,16 +104,26 @@ def bench_burst(base: Settings, runs: int, jobs: int) -> None:
         "-", f"runs p50 {p50} p99 {p99}")  # fmt: skip
 
 
-def bench_million(base: Settings, runs: int, jobs: int) -> None:
-    """``jobs`` daily cron jobs (1,440 times x 4 zones) + 100 every-second probes, then a
-    scheduler process restarted ``runs`` times: RSS and time to the first on-time fire."""
-    zones = ("UTC", "Europe/Paris", "America/New_York", "Australia/Lord_Howe")
+ZONES = ("UTC", "Europe/Paris", "America/New_York", "Australia/Lord_Howe")
+
+
+def distinct_cron(i: int) -> str:
+    """The i-th of 2,419,200 distinct monthly expressions (seconds first)."""
+    return f"{i % 60} {i // 60 % 60} {i // 3600 % 24} {1 + i // 86400 % 28} * *"
+
+
+def bench_million(base: Settings, runs: int, jobs: int, *, distinct: bool = False) -> None:
+    """``jobs`` cron jobs + 100 every-second probes, then a scheduler process restarted
+    ``runs`` times: RSS and time to the first on-time fire. The jobs share 1,440 daily
+    times x 4 zones, or (``distinct``) each has an expression of its own."""
+    label = "distinct expressions" if distinct else "schedules"
     with namespace(base) as settings:
 
         def make(i: int) -> JobDefinition:
             if i < 100:
                 return job(f"probe-{i}", every_ms=1000)
-            return job(f"m-{i}", cron=f"{i % 60} {(i // 60) % 24} * * *", zone=zones[i % 4])
+            cron = distinct_cron(i) if distinct else f"{i % 60} {(i // 60) % 24} * * *"
+            return job(f"m-{i}", cron=cron, zone=ZONES[i % 4])
 
         wrote = put_jobs(settings, jobs + 100, make)
         print(f"  wrote {jobs + 100:,} definitions in {wrote:.1f}s", flush=True)
@@ -144,9 +155,34 @@ def bench_million(base: Settings, runs: int, jobs: int) -> None:
                 continue  # the first start builds the checkpoint; restarts are measured
             all_live.append(live_s)
             first_fire.append(min(on_time) / 1000 - started if on_time else float("inf"))
-    row(f"RSS with {jobs:,} schedules (MiB)", f"{statistics.median(rss[1:]):.0f}", "<= 1,536",
+    row(f"RSS with {jobs:,} {label} (MiB)", f"{statistics.median(rss[1:]):.0f}", "<= 1,536",
         f"runs {rss[1:]}")  # fmt: skip
-    row("restart -> first on-time fire (s)", f"{statistics.median(first_fire):.1f}", "<= 60",
-        f"runs {[round(x, 1) for x in first_fire]}")  # fmt: skip
-    row("restart -> all 12 partitions live (s)", f"{statistics.median(all_live):.1f}", "-",
-        f"runs {[round(x, 1) for x in all_live]}")  # fmt: skip
+    row(f"restart -> first on-time fire, {label} (s)", f"{statistics.median(first_fire):.1f}",
+        "<= 60", f"runs {[round(x, 1) for x in first_fire]}")  # fmt: skip
+    row(f"restart -> all 12 partitions live, {label} (s)", f"{statistics.median(all_live):.1f}",
+        "-", f"runs {[round(x, 1) for x in all_live]}")  # fmt: skip
+
+
+def bench_slots(runs: int, count: int) -> None:
+    """Slot computation alone: ``count`` distinct expressions, each read and asked for
+    its first slot (what a restart pays per expression), then the next slot of one
+    expression again and again (what a tick pays)."""
+    now = int(time.time() * 1000)
+    cold, warm = [], []
+    for k in range(runs):
+        parse_cron.cache_clear()
+        cron_times.cache_clear()
+        exprs = [distinct_cron(i + k * count) for i in range(count)]
+        started = time.perf_counter()
+        for expr in exprs:
+            cron_times(expr, "Europe/Paris").next_after(now)
+        cold.append(count / (time.perf_counter() - started))
+        times, at = cron_times("*/10 * * * * *", "Europe/Paris"), now
+        started = time.perf_counter()
+        for _ in range(count):
+            at = times.next_after(at) or at
+        warm.append(count / (time.perf_counter() - started))
+    row(f"first slots/s, {count:,} distinct expressions", f"{statistics.median(cold):,.0f}",
+        "-", f"runs {[round(x) for x in cold]}")  # fmt: skip
+    row("next slots/s, one expression", f"{statistics.median(warm):,.0f}", "-",
+        f"runs {[round(x) for x in warm]}")  # fmt: skip
