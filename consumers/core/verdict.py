@@ -49,9 +49,6 @@ class Verdict:
     dead_letter: bool = False
 
 
-SUCCEEDED = Verdict(RunStatus.SUCCEEDED)
-
-
 def before_start(*, cancelled: bool, duplicate: bool) -> Verdict | None:
     """None: start the attempt. ``cancelled``: a cancel for the run is on record.
     ``duplicate``: the attempt is executing here, or already finished (dedup)."""

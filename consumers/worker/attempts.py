@@ -13,7 +13,7 @@ from collections.abc import Callable
 from queue import Empty, SimpleQueue
 
 from consumers.core.dedup import Dedup
-from consumers.core.verdict import SUCCEEDED, after_failure, before_start, retry_timer
+from consumers.core.verdict import after_failure, before_start, retry_timer
 from consumers.executors.base import (
     Cancelled,
     ExecutionFailed,
@@ -33,7 +33,7 @@ from consumers.worker.pending import Pending
 from runtime import metrics
 from runtime.kafka.clients import kafka_producer
 from runtime.settings import Settings
-from schemas.events import RunStatus, Target, to_ms
+from schemas.events import DeadLetter, RunStatus, Target, TimerRequest, to_ms
 
 log = logging.getLogger("cronstream.worker")
 ABANDON_AFTER_S = 1.0  # past the deadline, an attempt that ignores its timeout is given up
@@ -148,7 +148,7 @@ class Attempts:
             elif error is not None:
                 raise error  # an executor's bug, not the target's failure
             else:  # a cancel that came while it ran could not stop it: it succeeded
-                self.outbox.finish(pending, SUCCEEDED.status, None)
+                self.outbox.finish(pending, RunStatus.SUCCEEDED, None)
         now = time.monotonic()
         if now >= self._next_deadline_check:
             self._next_deadline_check = now + 0.1
@@ -192,21 +192,15 @@ class Attempts:
             attempt=run.attempt,
             now_ms=now_ms,
         )  # fmt: skip
+        extra: tuple[str, TimerRequest | DeadLetter] | None = None
         if verdict.retry_at_ms is not None:
-            timer = retry_timer(run, verdict.retry_at_ms, now_ms)
-            self.outbox.finish(
-                pending, verdict.status, verdict.error, next_attempt_ms=verdict.retry_at_ms,
-                extra=(self.outbox.topics.timers, timer),
-            )  # fmt: skip
+            extra = (self.outbox.topics.timers, retry_timer(run, verdict.retry_at_ms, now_ms))
             self.tally.add(metrics.runs_finished, "RETRIED", run.target.type)
         elif verdict.dead_letter:
             assert verdict.error is not None
-            letter = self.outbox.run_letter(run, verdict.error)
-            self.outbox.finish(
-                pending, verdict.status, verdict.error, extra=(self.outbox.topics.dlq, letter)
-            )
-        else:
-            self.outbox.finish(pending, verdict.status, verdict.error)
+            extra = (self.outbox.topics.dlq, self.outbox.run_letter(run, verdict.error))
+        self.outbox.finish(pending, verdict.status, verdict.error,
+                           next_attempt_ms=verdict.retry_at_ms, extra=extra)  # fmt: skip
 
     def close(self) -> None:
         self.pool.shutdown()

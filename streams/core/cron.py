@@ -79,14 +79,15 @@ class _Field:
     low: int
     high: int
     names: dict[str, int] | None = None
+    question: bool = False  # '?' stands for '*' (the day fields)
 
 
 SECOND = _Field("second", 0, 59)
 MINUTE = _Field("minute", 0, 59)
 HOUR = _Field("hour", 0, 23)
-DAY = _Field("day of month", 1, 31)
+DAY = _Field("day of month", 1, 31, question=True)
 MONTH = _Field("month", 1, 12, MONTH_NAMES)
-WEEKDAY = _Field("day of week", 0, 7, DAY_NAMES)
+WEEKDAY = _Field("day of week", 0, 7, DAY_NAMES, question=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,21 +195,21 @@ def _shared(value: T) -> T:
     return value
 
 
-def _values(text: str, field: _Field, *, question: bool = False) -> set[int]:
+def _values(text: str, field: _Field) -> set[int]:
     out: set[int] = set()
     for item in text.split(","):
-        out |= _item(item, field, question=question)
+        out |= _item(item, field)
     return out
 
 
-def _item(item: str, field: _Field, *, question: bool) -> set[int]:
+def _item(item: str, field: _Field) -> set[int]:
     base, slash, step_text = item.partition("/")
     step = 1
     if slash:
         if not _DIGITS.fullmatch(step_text) or int(step_text) < 1:
             raise CronError(f"{field.name} step {step_text!r} must be a whole number >= 1")
         step = int(step_text)
-    if base == "*" or (base == "?" and question and not slash):
+    if base == "*" or (base == "?" and field.question and not slash):
         low, high = field.low, field.high
     elif "-" in base:
         first, _, last = base.partition("-")
@@ -244,7 +245,7 @@ def _days_of_month(text: str) -> tuple[set[int], bool]:
         if upper == "L":
             last = True
         else:
-            days |= _item(item, DAY, question=True)
+            days |= _item(item, DAY)
     return days, last
 
 
@@ -266,7 +267,7 @@ def _days_of_week(text: str) -> tuple[set[int], set[int], set[tuple[int, int]]]:
             day = upper[:-1] if upper.endswith("L") else upper[1:]
             last.add(_number(day, WEEKDAY) % 7)
         else:
-            plain |= {v % 7 for v in _item(item, WEEKDAY, question=True)}
+            plain |= {v % 7 for v in _item(item, WEEKDAY)}
     return plain, last, nth
 
 
@@ -317,12 +318,12 @@ class CronTimes:
         # Whole seconds: the wall time of the instant, its fraction dropped (a slot at
         # the next whole second is still after it).
         local = datetime.fromtimestamp(after_ms // 1000, self.zone)
-        wall: datetime | None = local.replace(tzinfo=None, fold=0)
+        wall = local.replace(tzinfo=None, fold=0)
         for _ in range(_MAX_STEPS):
-            assert wall is not None
-            wall = self.next_wall(wall)
-            if wall is None:
+            found = self.next_wall(wall)
+            if found is None:
                 return None
+            wall = found
             candidate = wall_instant_ms(wall, self.zone)
             if candidate > after_ms:
                 return candidate
