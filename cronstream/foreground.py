@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 import signal
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from runtime import metrics
+from schemas.registry import RegistryUnavailable
 
 
 def setup_logging() -> None:
@@ -26,17 +28,35 @@ class Member(Protocol):
 def run_member(
     role: str, *, name: str, group: str, start: Callable[[], Member], metrics_port: int
 ) -> int:
-    """Set up logging, build the member, announce it, and run it until signalled."""
+    """Set up logging, build the member, announce it, and run it until signalled.
+
+    A member cannot start without the schema registry (it resolves its writer schemas
+    first). While the registry is unreachable it waits, retrying with a growing delay
+    (``cronstream_member_ready`` is 0 meanwhile) instead of exiting: a restart during a
+    registry outage must not leave nothing running once the registry is back."""
     setup_logging()
-    member = start()
-    logging.getLogger(f"cronstream.{role}").info("%s %s joining group %s", role, name, group)
-    return run_until_signalled(member.run, metrics_port=metrics_port)
-
-
-def run_until_signalled(run: Callable[[Callable[[], bool]], None], *, metrics_port: int) -> int:
-    """Serve metrics, then ``run(should_stop)`` until SIGTERM or SIGINT asks it to stop
-    (the process then finishes its own clean handover and returns 0)."""
+    log = logging.getLogger(f"cronstream.{role}")
     metrics.serve(metrics_port)
+    stopping = _stop_on_signals()
+    delay = 0.5
+    while True:
+        try:
+            member = start()
+            break
+        except RegistryUnavailable as exc:
+            log.warning("%s %s waiting for the schema registry (%s); retrying in %.1f s",
+                        role, name, exc, delay)  # fmt: skip
+            if _sleep_unless(stopping, delay):
+                return 0
+            delay = min(2 * delay, 30.0)
+    metrics.member_ready.set(1)
+    log.info("%s %s joining group %s", role, name, group)
+    member.run(lambda: bool(stopping))
+    return 0
+
+
+def _stop_on_signals() -> list[int]:
+    """A list that gets the signal number when SIGTERM or SIGINT arrives."""
     stopping: list[int] = []
 
     def stop(signum: int, _frame: Any) -> None:
@@ -44,5 +64,12 @@ def run_until_signalled(run: Callable[[Callable[[], bool]], None], *, metrics_po
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    run(lambda: bool(stopping))
-    return 0
+    return stopping
+
+
+def _sleep_unless(stopping: list[int], seconds: float) -> bool:
+    """Sleep up to ``seconds``; True (at once) if a stop signal came."""
+    deadline = time.monotonic() + seconds
+    while not stopping and time.monotonic() < deadline:
+        time.sleep(min(0.1, seconds))
+    return bool(stopping)

@@ -54,14 +54,23 @@ from schemas.events import (
     Target,
     utc_now,
 )
-from streams.core.cron import CronError, ZoneError, load_zone, parse_cron, wall_instant_ms
+from schemas.limits import (
+    MAX_INTERVAL_MS,
+    MAX_JOB_ID,
+    MAX_TENANT,
+    name_problems,
+    retry_problems,
+    target_limit_problems,
+    timing_problems,
+)
+from streams.core.cron import CronError, parse_cron
+from streams.core.zones import ZoneError, load_zone, wall_instant_ms
 
 T = TypeVar("T")
-MAX_JOB_ID = 200
 MIN_INTERVAL_MS = 1000
+MAX_DURATION_MS = MAX_INTERVAL_MS
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")
 KNOWN_KEYS = frozenset(
     {
         "id", "cron", "every", "anchor", "at", "tz", "target", "url", "method", "headers",
@@ -86,12 +95,12 @@ def parse_duration(text: str | int | float) -> int:
     if isinstance(text, bool):
         raise ValueError(f"{text!r} is not a duration")
     if isinstance(text, int | float):
-        if text < 0:
-            raise ValueError(f"{text!r} is negative")
+        if not 0 <= text * 1000 <= MAX_DURATION_MS:  # also NaN
+            raise ValueError(f"{text!r} is negative or longer than 100 years")
         return int(text * 1000)
     raw = text.strip().lower().replace(" ", "")
-    if raw.isdigit():
-        return int(raw) * 1000
+    if raw.isdigit() and len(raw) < 20:
+        return parse_duration(int(raw))
     pos, total = 0, 0.0
     for match in _DURATION_PART.finditer(raw):
         if match.start() != pos:
@@ -100,6 +109,8 @@ def parse_duration(text: str | int | float) -> int:
         pos = match.end()
     if pos != len(raw) or not raw:
         raise ValueError(f"{text!r} is not a duration (use e.g. 500ms, 30s, 5m, 1h30m, 2d)")
+    if total > MAX_DURATION_MS:
+        raise ValueError(f"{text!r} is longer than any limit (100 years)")
     return int(total)
 
 
@@ -292,8 +303,11 @@ class _SpecReader:
 
     def duration(self, key: str, absent: str | int, fallback: int) -> int:
         """``key`` as milliseconds (``absent`` when not given; ``fallback`` when it
-        cannot be read)."""
-        return self.parsed(key, parse_duration, self.spec.get(key) or absent) or fallback
+        cannot be read, with the problem noted). An explicit 0 stays 0 (and is judged
+        by the rules), never the default."""
+        given = self.spec.get(key)
+        value = self.parsed(key, parse_duration, absent if given in (None, "") else given)
+        return fallback if value is None else value
 
 
 def job_problems(job: JobDefinition, *, max_payload_bytes: int) -> list[str]:
@@ -307,14 +321,8 @@ def job_problems(job: JobDefinition, *, max_payload_bytes: int) -> list[str]:
 
 
 def _identity_problems(job: JobDefinition) -> list[str]:
-    if not job.job_id:
-        return ["a job id is required"]
-    if len(job.job_id) > MAX_JOB_ID or not _JOB_ID.match(job.job_id):
-        return [
-            f"job id {job.job_id!r} must be 1-{MAX_JOB_ID} characters of letters, digits "
-            "and . _ : / -, starting with a letter or digit"
-        ]
-    return []
+    return [*name_problems("job id", job.job_id, MAX_JOB_ID),
+            *name_problems("tenant", job.tenant, MAX_TENANT)]  # fmt: skip
 
 
 def _schedule_problems(job: JobDefinition) -> list[str]:
@@ -335,6 +343,14 @@ def _schedule_problems(job: JobDefinition) -> list[str]:
             pass
     if job.start_at and job.end_at and job.end_at <= job.start_at:
         problems.append("end must be after start")
+    schedule = job.schedule
+    problems += timing_problems(
+        cron=schedule.expression if isinstance(schedule, CronSchedule) else None,
+        every_ms=schedule.every_ms if isinstance(schedule, IntervalSchedule) else 0,
+        jitter_ms=job.jitter_ms,
+        max_catchup=job.misfire.max_catchup,
+        catchup_window_ms=job.misfire.catchup_window_ms,
+    )
     return problems
 
 
@@ -347,20 +363,14 @@ def _policy_problems(job: JobDefinition, max_payload_bytes: int) -> list[str]:
                 f"payload is {size} bytes, over the {max_payload_bytes}-byte limit "
                 "(CRONSTREAM_MAX_PAYLOAD_BYTES)"
             )
-    if job.retry.max_attempts < 1:
-        problems.append("max_attempts must be at least 1")
-    if job.retry.initial_backoff_ms <= 0 or job.retry.max_backoff_ms < job.retry.initial_backoff_ms:
-        problems.append("backoff must be MIN..MAX with 0 < MIN <= MAX")
-    if job.timeout_ms <= 0:
-        problems.append("timeout must be positive")
-    if job.jitter_ms < 0:
-        problems.append("jitter must not be negative")
-    if job.misfire.max_catchup < 1 or job.misfire.catchup_window_ms <= 0:
-        problems.append("catchup must be at least 1 and catchup_window positive")
-    return problems
+    return problems + retry_problems(job.retry, job.timeout_ms)
 
 
 def target_problems(target: Target) -> list[str]:
+    return _target_kind_problems(target) or target_limit_problems(target)
+
+
+def _target_kind_problems(target: Target) -> list[str]:
     kind = target.type
     if kind not in TARGET_TYPES:
         return [f"target type {kind!r} is not one of {', '.join(TARGET_TYPES)}"]

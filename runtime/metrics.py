@@ -132,6 +132,14 @@ dead_letters = Counter(
 )
 
 
+member_ready = Gauge(
+    "cronstream_member_ready",
+    "1 once the process (scheduler, worker, sink) has its dependencies and runs; 0 while "
+    "it waits for them (the schema registry unreachable at start)",
+    registry=REGISTRY,
+)
+
+
 def serve(port: int) -> None:
     """Serve /metrics on 127.0.0.1:port in a daemon thread (port 0: do nothing)."""
     if port:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import json
 import struct
+import time
 from typing import Any, TypeVar
 
 import fastavro
@@ -30,10 +31,15 @@ from schemas.events import (
     RunRequest,
     TimerRequest,
 )
+from schemas.limits import LimitError, run_problems
 from schemas.registry import RegistryClient, RegistryError, RegistryUnavailable
-from schemas.templates import HeadError, RunRequestReader, encode_run_outcome
+from schemas.templates import RunRequestReader, encode_run_outcome
+from schemas.timing import InvalidTiming, JobTiming, TimingReader
+from schemas.wire import HeadError
 
 MAGIC = 0
+# A schema id the registry refused is refused again without asking for this long.
+REFUSED_FOR_S = 60.0
 _HEADER = struct.Struct(">bI")
 EVENT_TYPES: dict[str, type[Event]] = {
     t.AVRO_NAME: t
@@ -53,7 +59,9 @@ class Codec:
         self.registry = registry
         self._writer_ids: dict[tuple[str, str], int] = {}
         self._writers: dict[int, tuple[str, Any, bool]] = {}
-        self._runs = RunRequestReader()
+        self._refused: dict[int, tuple[float, str]] = {}  # id -> (until, why)
+        self._runs = RunRequestReader(limits=True)
+        self._timings = TimingReader()
 
     # -- registration -------------------------------------------------------------------
     def register(self, subject: str, event_type: type[Event]) -> int:
@@ -94,12 +102,22 @@ class Codec:
         cached = self._writers.get(schema_id)
         if cached is not None:
             return cached
+        refused = self._refused.get(schema_id)
+        if refused is not None and refused[0] > time.monotonic():
+            raise DecodeError(refused[1])
         try:
             text, kind = self.registry.schema_by_id(schema_id)
         except RegistryError as exc:
-            if exc.status == 404:
-                raise DecodeError(f"schema id {schema_id} is not in the registry") from exc
-            raise
+            # The registry answered, so it is up: the refusal is about this record's
+            # schema id (unknown: 404; or forbidden...). Remembered for a while, so a
+            # flood of such records costs one request per id, not one per record.
+            # (Unreachable, or a server error: RegistryUnavailable, for the caller.)
+            reason = (f"schema id {schema_id} is not in the registry" if exc.status == 404
+                      else f"schema id {schema_id}: the registry refused it ({exc})")  # fmt: skip
+            if len(self._refused) >= 4096:
+                self._refused.clear()
+            self._refused[schema_id] = (time.monotonic() + REFUSED_FOR_S, reason)
+            raise DecodeError(reason) from exc
         if kind != "AVRO":
             raise DecodeError(f"schema id {schema_id} is {kind}, not Avro")
         raw = json.loads(text)
@@ -134,7 +152,39 @@ class Codec:
                         )
                     except (HeadError, UnicodeDecodeError) as exc:
                         raise DecodeError(f"undecodable {name} body: {exc!r}") from exc
-        return self.decode(data, RunRequest)
+                    except LimitError as exc:
+                        raise DecodeError(str(exc)) from None
+        run = self.decode(data, RunRequest)
+        problems = run_problems(run)
+        if problems:
+            raise DecodeError("over the limits: " + "; ".join(problems))
+        return run
+
+    def decode_timing(self, data: bytes | None) -> JobTiming:
+        """A JobDefinition's scheduling fields, for a scheduler loading its partitions:
+        a record written with our schema goes through ``TimingReader`` (the same result
+        as fastavro's, a fraction of the cost once its tail has been seen)."""
+        if data is not None and len(data) > _HEADER.size:
+            magic, schema_id = _HEADER.unpack_from(data)
+            if magic == MAGIC:
+                name, _, ours = self._writer(schema_id)
+                if ours and name == JobDefinition.AVRO_NAME:
+                    try:
+                        return self._timings.read(
+                            data[_HEADER.size :], lambda: self._slow_timing(data)
+                        )
+                    except (HeadError, IndexError, UnicodeDecodeError) as exc:
+                        raise DecodeError(f"undecodable {name} body: {exc!r}") from exc
+                    except InvalidTiming as exc:
+                        raise DecodeError(str(exc)) from None
+        return self._slow_timing(data)
+
+    def _slow_timing(self, data: bytes | None) -> JobTiming:
+        record = self.decode_record(data, JobDefinition)
+        try:
+            return JobTiming.from_record(record)
+        except InvalidTiming as exc:
+            raise DecodeError(str(exc)) from None
 
     def decode_any(self, data: bytes | None) -> Event:
         event_type, record = self._read(data)

@@ -40,30 +40,21 @@ from schemas.events import (
     from_ms,
     to_ms,
 )
+from schemas.limits import LimitError, head_problems, run_head_problems, tail_problems
+from schemas.wire import (
+    HeadError,
+    avro_string,
+    read_instant,
+    read_int,
+    read_long,
+    read_string,
+    zigzag,
+)
 
 _HEADER = struct.Struct(">bI")
-_ONE_BYTE = [bytes([n]) for n in range(0x80)]
 TRIGGER_INDEX = {trigger: index for index, trigger in enumerate(Trigger)}
 STATUS_INDEX = {status: bytes([2 * index]) for index, status in enumerate(RunStatus)}
 TRIGGER_BYTE = {trigger: bytes([2 * index]) for index, trigger in enumerate(Trigger)}
-
-
-def zigzag(n: int) -> bytes:
-    """Avro's int/long encoding: zig-zag, then little-endian base-128 varint."""
-    n = (n << 1) ^ (n >> 63)
-    if n < 0x80:
-        return _ONE_BYTE[n]
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def avro_string(text: str) -> bytes:
-    data = text.encode()
-    return zigzag(len(data)) + data
 
 
 class RunTemplate:
@@ -123,32 +114,6 @@ class RunTemplate:
 TRIGGERS = tuple(Trigger)
 
 
-class HeadError(ValueError):
-    """The bytes are not a RunRequest head in our schema's layout."""
-
-
-def _read_long(data: bytes, pos: int) -> tuple[int, int]:
-    """(value, next position) of the zig-zag varint at ``pos``."""
-    shift = n = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        n |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return (n >> 1) ^ -(n & 1), pos
-        shift += 7
-        if shift > 63:
-            raise HeadError("varint longer than 64 bits")
-
-
-def _read_string(data: bytes, pos: int) -> tuple[str, int]:
-    size, pos = _read_long(data, pos)
-    end = pos + size
-    if size < 0 or end > len(data):
-        raise HeadError(f"string of {size} bytes at {pos} runs past the record")
-    return data[pos:end].decode(), end
-
-
 class RunRequestReader:
     """Decodes RunRequest bodies written with our schema (``RunTemplate``'s layout).
 
@@ -158,32 +123,47 @@ class RunRequestReader:
     whole record, by fastavro) and remembered (at most ``limit`` tails). A head that
     does not parse raises HeadError (or UnicodeDecodeError)."""
 
-    def __init__(self, limit: int = 4096) -> None:
+    def __init__(
+        self, limit: int = 4096, max_bytes: int = 64 * 1024 * 1024, *, limits: bool = False
+    ) -> None:
         self.limit = limit
-        self._tails: dict[bytes, RunRequest] = {}
+        self.max_bytes = max_bytes  # the tails kept, in bytes (a tail can be 1 MB)
+        # Refuse runs over ``schemas.limits`` (LimitError): the tail's part is checked
+        # once per tail, the head's per run.
+        self.limits = limits
+        self._size = 0
+        self._tails: dict[bytes, tuple[RunRequest, list[str]]] = {}
 
     def read(self, body: bytes, slow: Callable[[], RunRequest]) -> RunRequest:
         try:
-            run_id, pos = _read_string(body, 0)
-            job_id, pos = _read_string(body, pos)
-            tenant, pos = _read_string(body, pos)
-            attempt, pos = _read_long(body, pos)
-            scheduled, pos = _read_long(body, pos)
-            fired, pos = _read_long(body, pos)
-            trigger, pos = _read_long(body, pos)
+            run_id, pos = read_string(body, 0)
+            job_id, pos = read_string(body, pos)
+            tenant, pos = read_string(body, pos)
+            attempt, pos = read_int(body, pos)
+            scheduled, pos = read_instant(body, pos)
+            fired, pos = read_instant(body, pos)
+            trigger, pos = read_long(body, pos)
             duplicate = body[pos]
         except IndexError:
             raise HeadError("record ends inside the RunRequest head") from None
         if not 0 <= trigger < len(TRIGGERS) or duplicate > 1:
             raise HeadError(f"trigger index {trigger} / boolean byte {duplicate} out of range")
         tail = body[pos + 1 :]
-        known = self._tails.get(tail)
-        if known is None:
-            known = slow()
-            if len(self._tails) >= self.limit:
+        cached = self._tails.get(tail)
+        if cached is None:
+            run = slow()
+            if len(self._tails) >= self.limit or self._size + len(tail) > self.max_bytes:
                 self._tails.clear()
-            self._tails[tail] = known
-            return known
+                self._size = 0
+            problems = tail_problems(run) if self.limits else []
+            self._tails[tail] = (run, problems)
+            self._size += len(tail)
+            if self.limits:
+                _refuse(problems + run_head_problems(run))
+            return run
+        known, problems = cached
+        if self.limits:
+            _refuse(problems + head_problems(job_id, tenant, attempt))
         return RunRequest(
             run_id=run_id, job_id=job_id, tenant=tenant, attempt=attempt,
             scheduled_at=from_ms(scheduled), fired_at=from_ms(fired),
@@ -191,6 +171,11 @@ class RunRequestReader:
             target=known.target, payload=known.payload, priority=known.priority,
             timeout_ms=known.timeout_ms, retry=known.retry,
         )  # fmt: skip
+
+
+def _refuse(problems: list[str]) -> None:
+    if problems:
+        raise LimitError("over the limits: " + "; ".join(problems))
 
 
 def _opt_long(value: int | None) -> bytes:

@@ -1,29 +1,21 @@
 """Job definitions as the scheduling core sees them.
 
 Loading a partition turns every definition on it into a ``JobSchedule``: the timing
-fields only (the schedule through ``schemas.events.schedule_from_avro``), with the raw
-record kept as the body. The whole definition is decoded, and its run template built,
-only when a job comes within the wheel's horizon (``prepare``): at a million schedules
-that is most of what a restart costs.
+fields only (``Codec.decode_timing``: the head read by hand, see ``schemas.timing``),
+with the raw record kept as the body. The whole definition is decoded, and its run
+template built, only when a job comes within the wheel's horizon (``prepare``): at a
+million schedules that is most of what a restart costs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
 
-from schemas.events import (
-    CronSchedule,
-    IntervalSchedule,
-    JobDefinition,
-    OnceSchedule,
-    Schedule,
-    schedule_from_avro,
-    to_ms,
-)
+from schemas.events import JobDefinition
+from schemas.limits import MAX_DEFINITION_BYTES, MAX_JOB_ID, name_problems, timing_problems
 from schemas.serde import Codec, DecodeError
 from schemas.templates import RunTemplate
+from schemas.timing import JobTiming
 from streams.core.schedule import JobSchedule, Misfire
 
 
@@ -45,25 +37,25 @@ class Definitions:
     def schedule(self, key: str, raw: bytes) -> JobSchedule:
         """The core's view of the definition ``raw`` stored under ``key``. Raises
         DecodeError (or the core's CronError/ZoneError) for one that cannot be used."""
-        d = self.codec.decode_record(raw, JobDefinition)
-        if d["job_id"] != key:
-            raise DecodeError(f"record key {key!r} differs from job_id {d['job_id']!r}")
-        timing = schedule_timing(schedule_from_avro(d["schedule"]))
-        m = d["misfire"]
-        policy = (m["policy"], m["max_catchup"], m["catchup_window_ms"])
-        misfire = self._misfires.get(policy)
+        t = self.codec.decode_timing(raw)
+        if t.job_id != key:
+            raise DecodeError(f"record key {key!r} differs from job_id {t.job_id!r}")
+        problems = definition_limit_problems(t, len(raw))
+        if problems:
+            raise DecodeError("over the limits: " + "; ".join(problems))
+        misfire = self._misfires.get(t.misfire)
         if misfire is None:
-            misfire = self._misfires[policy] = Misfire(*policy)
+            misfire = self._misfires[t.misfire] = Misfire(*t.misfire)
         return JobSchedule(
-            d["job_id"],
-            timezone=d["timezone"],
-            start_ms=_ms(d["start_at"]),
-            end_ms=_ms(d["end_at"]),
-            jitter_ms=d["jitter_ms"],
-            paused=d["paused"],
+            t.job_id,
+            timezone=t.timezone,
+            start_ms=t.start_ms,
+            end_ms=t.end_ms,
+            jitter_ms=t.jitter_ms,
+            paused=t.paused,
             misfire=misfire,
             body=raw,
-            **timing,
+            **t.schedule,
         )
 
     def prepare(self, job: JobSchedule) -> Prepared:
@@ -77,22 +69,17 @@ class Definitions:
         return prepared
 
 
-def schedule_timing(schedule: Schedule | None) -> dict[str, Any]:
-    """A schedule as ``JobSchedule``'s timing arguments (none: a manual job). Raises
-    DecodeError for an interval that is not positive."""
-    match schedule:
-        case CronSchedule(expression=expression):
-            return {"cron": expression}
-        case IntervalSchedule(every_ms=every_ms, anchor=anchor):
-            if every_ms <= 0:
-                raise DecodeError(f"interval every_ms={every_ms} is not positive")
-            return {"every_ms": every_ms, "anchor_ms": to_ms(anchor)}
-        case OnceSchedule(at=at):
-            return {"at_ms": to_ms(at)}
-    return {}
-
-
-def _ms(value: datetime | int | None) -> int | None:
-    if value is None or isinstance(value, int):
-        return value
-    return to_ms(value)
+def definition_limit_problems(t: JobTiming, size: int) -> list[str]:
+    """The limits (``schemas.limits``) a definition from any producer must keep to be
+    loaded: its id, its timing fields and its encoded size."""
+    problems = name_problems("job id", t.job_id, MAX_JOB_ID)
+    problems += timing_problems(
+        cron=t.schedule.get("cron"),
+        every_ms=t.schedule.get("every_ms", 0),
+        jitter_ms=t.jitter_ms,
+        max_catchup=t.misfire[1],
+        catchup_window_ms=t.misfire[2],
+    )
+    if size > MAX_DEFINITION_BYTES:
+        problems.append(f"definition of {size} bytes, over {MAX_DEFINITION_BYTES}")
+    return problems

@@ -9,7 +9,8 @@ is two lines of substance: read what arrived, then emit what ``due(now)`` return
 On assignment a partition is *loading*: the jobs partition is read from its beginning
 to the end offset seen at assignment (the compacted topic is the source of truth), the
 checkpoint is read from the group's committed offset metadata, and every definition is
-recovered against it (misfire policy for what came due meanwhile). Then it is *live*:
+recovered against it (misfire policy for what came due meanwhile), SETTLE_BATCH per loop
+iteration so that partitions already live keep firing on time. Then it is *live*:
 definitions apply within one loop iteration (well under a second) and due runs fire.
 
 Run requests go out through a confluent-kafka producer with pre-encoded templates
@@ -29,6 +30,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPar
 
 from runtime import metrics
 from runtime.kafka.clients import group_consumer, kafka_consumer
+from runtime.kafka.offsets import committed, watermarks
 from runtime.kafka.publisher import Publisher
 from runtime.kafka.records import ConsumedMessage, dead_letter, dead_letter_for, is_record
 from runtime.settings import Settings
@@ -37,17 +39,22 @@ from schemas.events import TimerRequest, from_ms, iso, to_ms
 from schemas.registry import RegistryClient
 from schemas.serde import Codec, DecodeError
 from streams.checkpoint import Checkpoint
-from streams.core.cron import TZDATA_VERSION, CronError, ZoneError
+from streams.core.cron import CronError
 from streams.core.partition import NEVER, PartitionScheduler, Timer
 from streams.core.schedule import JobSchedule
+from streams.core.zones import TZDATA_VERSION, ZoneError
 from streams.definitions import Definitions
 from streams.emitter import Emitter
+from streams.loading import Collector, check_zone_database
 
 log = logging.getLogger("cronstream.scheduler")
 STAGE = "scheduler"
 # Wheel entries fired per partition per loop iteration at most: under overload the loop
 # still reads definitions and checkpoints (every few hundred milliseconds at worst).
 FIRE_BATCH = 1000
+# Definitions settled per loop iteration while a partition loads (a few tens of
+# milliseconds): the live partitions fire on time in between.
+SETTLE_BATCH = 500
 
 
 @dataclass(slots=True)
@@ -57,6 +64,9 @@ class Owned:
     checkpoint: Checkpoint | None
     load_end: int
     loading: bool = True
+    read: bool = False  # loading, and every definition is read: settle it next (``step``)
+    settling: list[str] = field(default_factory=list)  # job ids being settled, in order
+    settled: int = 0  # how many of ``settling`` are done
     started: float = field(default_factory=time.monotonic)
     # job id -> (offset, timestamp, value, an earlier live version exists) while loading
     pending: dict[str, tuple[int, int, bytes | None, bool]] = field(default_factory=dict)
@@ -95,6 +105,7 @@ class Processor:
         )  # fmt: skip
         self.publisher = self.emitter.publisher
         self.owned: dict[int, Owned] = {}
+        self._collector = Collector()
         self._next_checkpoint = 0.0
         # False once the loop failed (e.g. a delivery error): from then on no checkpoint
         # may claim what was emitted, not even the one a handover would take.
@@ -121,12 +132,11 @@ class Processor:
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if not partitions:
             return
-        committed = consumer.committed(partitions, timeout=30)
         starts, timer_starts = [], []
-        for tp in committed:
+        for tp in committed(consumer, partitions):
             checkpoint = Checkpoint.from_metadata(tp.metadata)
-            _check_zone_database(tp.partition, checkpoint)
-            low, high = consumer.get_watermark_offsets(tp, timeout=30, cached=False)
+            check_zone_database(tp.partition, checkpoint)
+            low, high = watermarks(consumer, tp)
             fired_through = checkpoint.fired_through if checkpoint else self._now_ms()
             owned = Owned(
                 partition=tp.partition,
@@ -143,6 +153,7 @@ class Processor:
             )
             owned.core.wheel.on_near = self._near_hook(owned)
             self.owned[tp.partition] = owned
+            self._collector.loading()
             starts.append(TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING))
             timers_from = checkpoint.timers_from if checkpoint else OFFSET_BEGINNING
             timer_starts.append(TopicPartition(self.topics.timers, tp.partition, timers_from))
@@ -155,7 +166,7 @@ class Processor:
                 checkpoint,
             )
             if high <= low:
-                self._finish_loading(owned)
+                self._go_live(owned)
         consumer.incremental_assign(starts)
         self.timers.incremental_assign(timer_starts)
         self._gauge_partitions()
@@ -175,6 +186,7 @@ class Processor:
 
     def _drop(self, partitions: list[TopicPartition]) -> None:
         gone = [self.owned.pop(tp.partition) for tp in partitions if tp.partition in self.owned]
+        self._collector.loaded(any(o.loading for o in self.owned.values()))
         if gone:
             self.timers.incremental_unassign(
                 [TopicPartition(self.topics.timers, o.partition) for o in gone]
@@ -195,9 +207,20 @@ class Processor:
 
     def step(self) -> None:
         """One iteration: apply what arrived, then fire what is due."""
-        live = any(not o.loading for o in self.owned.values())
-        for msg in self.consumer.consume(num_messages=5000, timeout=0.005 if live else 0.1):
+        parts = self.owned.values()
+        # Wait for input only when there is nothing else to do: not while a read
+        # partition waits to be settled, little while partitions are live.
+        settling = any(o.loading and o.read for o in parts)
+        live = any(not o.loading for o in parts)
+        wait = 0 if settling else 0.005 if live else 0.1
+        for msg in self.consumer.consume(num_messages=5000, timeout=wait):
             self._on_jobs_record(msg)
+        # Read partitions are settled SETTLE_BATCH definitions per iteration, one
+        # partition at a time, so the ones already live fire on time in between
+        # (settling 80,000 definitions takes seconds).
+        read = next((o for o in self.owned.values() if o.loading and o.read), None)
+        if read is not None:
+            self._settle_some(read)
         if self.owned:
             for msg in self.timers.consume(num_messages=2000, timeout=0):
                 self._on_timer_record(msg)
@@ -277,7 +300,7 @@ class Processor:
             # are gone (compacted tombstones, transaction markers).
             eof = self.owned.get(msg.partition() or 0)
             if eof is not None and eof.loading:
-                self._finish_loading(eof)
+                eof.read = True
             return
         partition = msg.partition()
         owned = self.owned.get(partition) if partition is not None else None
@@ -290,10 +313,11 @@ class Processor:
             return
         if owned.loading:
             earlier = owned.pending.get(key)
-            replaced = earlier is not None and earlier[2] is not None
+            # An earlier version read, or already settled (``_settle_some``).
+            replaced = (earlier is not None and earlier[2] is not None) or key in owned.core.jobs
             owned.pending[key] = (offset, msg.timestamp()[1], msg.value(), replaced)
             if owned.jobs_next >= owned.load_end:
-                self._finish_loading(owned)
+                owned.read = True
             return
         value = msg.value()
         if value is None:
@@ -304,13 +328,33 @@ class Processor:
             now = self._now_ms()
             self.emitter.emit(owned.core.put(job, now=now), now)
 
-    def _finish_loading(self, owned: Owned) -> None:
+    def _settle_some(self, owned: Owned, budget: int | None = None) -> None:
+        """Settle up to ``budget`` (SETTLE_BATCH) read definitions of a loading
+        partition against its checkpoint; once none is left, the partition is live.
+
+        Definitions are taken in the order they were first read; each is the latest
+        version read so far. One read again after it was settled (written during the
+        settling) is settled again as a replacement, as it would be once live."""
         now = self._now_ms()
         checkpoint = owned.checkpoint
         core = owned.core
-        loaded = 0
-        for key, (offset, arrived, value, replaced) in owned.pending.items():
+        pending = owned.pending
+        room = SETTLE_BATCH if budget is None else budget
+        while room > 0:
+            if owned.settled >= len(owned.settling):
+                if not pending:
+                    self._go_live(owned)
+                    return
+                owned.settling, owned.settled = list(pending), 0
+            key = owned.settling[owned.settled]
+            owned.settled += 1
+            entry = pending.pop(key, None)
+            if entry is None:
+                continue
+            room -= 1
+            offset, arrived, value, replaced = entry
             if value is None:
+                core.delete(key)  # deleted, perhaps after it was settled
                 continue
             job = self._schedule(key, value, partition=owned.partition, offset=offset)
             if job is None:
@@ -318,15 +362,17 @@ class Processor:
             known = checkpoint is not None and offset < checkpoint.jobs_offset
             actions = core.recover(job, now=now, known=known, arrived_ms=arrived, replaced=replaced)
             self.emitter.emit(actions, now)
-            loaded += 1
-        owned.pending = {}
+
+    def _go_live(self, owned: Owned) -> None:
         owned.loading = False
+        owned.settling = []
+        self._collector.loaded(any(o.loading for o in self.owned.values()))
         log.info(
             "partition %d live: %d jobs in %.1fs, fired through %s",
             owned.partition,
-            loaded,
+            len(owned.core.jobs),
             time.monotonic() - owned.started,
-            iso(from_ms(core.fired_through)),
+            iso(from_ms(owned.core.fired_through)),
         )
         self._gauge_partitions()
 
@@ -421,18 +467,3 @@ class Processor:
         metrics.wheel_items.labels("near").set(sum(c.wheel.near for c in cores))
         metrics.wheel_items.labels("far").set(sum(c.wheel.far for c in cores))
         metrics.timers_pending.set(sum(len(c.timers) for c in cores))
-
-
-def _check_zone_database(partition: int, checkpoint: Checkpoint | None) -> None:
-    """Say loudly when the previous owner computed slots with another zone database:
-    around a zone whose rules changed between the two, a slot (and its run id) may
-    differ, so a run may repeat or be missed there. Taking over goes on: refusing
-    would stop every job of the partition for a difference that touches few."""
-    if checkpoint is None or checkpoint.tzdata in (None, TZDATA_VERSION):
-        return
-    log.error(
-        "partition %d was checkpointed by a scheduler using tzdata %s; this one uses %s: "
-        "slots of jobs in zones whose rules differ between the two may move (run every "
-        "scheduler with the same cronstream release)",
-        partition, checkpoint.tzdata, TZDATA_VERSION,
-    )  # fmt: skip

@@ -12,11 +12,16 @@ from collections.abc import Callable
 
 from schemas.events import RetryPolicy
 
+# No wait is longer, whatever a definition says (one written by another producer is
+# not checked by ``jobs put``): a retry due past year 9999 cannot even be written.
+MAX_BACKOFF_MS = 30 * 86_400_000
+
 
 def backoff_ceiling_ms(policy: RetryPolicy, attempt: int) -> int:
-    """The upper bound of the wait after attempt ``attempt`` failed."""
+    """The upper bound of the wait after attempt ``attempt`` failed (0 to 30 days)."""
     exponent = min(max(attempt - 1, 0), 62)
-    return min(policy.max_backoff_ms, policy.initial_backoff_ms * (1 << exponent))
+    ceiling = min(policy.max_backoff_ms, policy.initial_backoff_ms * (1 << exponent))
+    return max(0, min(ceiling, MAX_BACKOFF_MS))
 
 
 def next_attempt_due(

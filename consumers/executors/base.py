@@ -90,6 +90,13 @@ class PermanentFailure(ExecutionFailed):
     retriable = False
 
 
+class InternalError(ExecutionFailed):
+    """Handling this run failed inside the worker (a bug of ours, or a job that broke
+    its thread): the run's outcome, never the worker's end. Not retried."""
+
+    retriable = False
+
+
 class TimedOut(ExecutionFailed):
     status = "TIMED_OUT"
 

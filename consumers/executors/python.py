@@ -9,6 +9,7 @@ the deadline and the thread finishes in the background (its result is discarded)
 from __future__ import annotations
 
 import importlib
+import sys
 
 from consumers.executors.base import ExecutionFailed, RunContext, TargetInvalid
 from schemas.events import Target
@@ -30,6 +31,11 @@ class PythonExecutor:
             result = func(context)
         except ExecutionFailed:
             raise
-        except (Exception, SystemExit) as exc:  # sys.exit() in a job ends the job, not us
+        except BaseException as exc:  # sys.exit() or KeyboardInterrupt ends the job, not us
             raise ExecutionFailed(f"{target.callable} raised {exc!r}") from exc
+        finally:
+            # The thread runs the next attempt too: a trace or profile function the job
+            # installed (sys.settrace) must not follow it there.
+            sys.settrace(None)
+            sys.setprofile(None)
         return f"returned {str(result)[:200]!r}" if result is not None else "returned"

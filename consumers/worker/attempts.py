@@ -18,6 +18,7 @@ from consumers.executors.base import (
     Cancelled,
     ExecutionFailed,
     Executor,
+    InternalError,
     RunContext,
     TargetInvalid,
     TimedOut,
@@ -145,8 +146,10 @@ class Attempts:
             del self.running_ids[pending.run.run_id]
             if isinstance(error, ExecutionFailed):
                 self.fail(pending, error)
-            elif error is not None:
-                raise error  # an executor's bug, not the target's failure
+            elif error is not None:  # an executor's bug: this run's outcome, not our end
+                log.error("run %s: %r escaped its executor", pending.run.run_id, error,
+                          exc_info=error)  # fmt: skip
+                self.fail(pending, InternalError(f"the worker failed running it: {error!r}"))
             else:  # a cancel that came while it ran could not stop it: it succeeded
                 self.outbox.finish(pending, RunStatus.SUCCEEDED, None)
         now = time.monotonic()

@@ -104,13 +104,16 @@ class Intake:
         tracker = self.trackers.get((topic, partition))
         if tracker is None:
             return
-        tracker.start(offset, msg.timestamp()[1])
         try:
+            # RegistryUnavailable (the registry down, for every record) goes to the
+            # loop, which holds this record and the ones after it until it is back.
             run = self.codec.decode_run(msg.value())
         except DecodeError as exc:
+            tracker.start(offset, msg.timestamp()[1])
             letter = dead_letter_for(msg, stage=STAGE, reason=f"undecodable run: {exc}")
             self.outbox.reject(Pending(topic, partition, offset, placeholder(msg), tracker), letter)
             return
+        tracker.start(offset, msg.timestamp()[1])
         pending = Pending(topic, partition, offset, run, tracker)
         runs_end, history_end = self.replay_until.get((topic, partition), (0, 0))
         if offset >= runs_end - 1:

@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from confluent_kafka import Message, TopicPartition
+from confluent_kafka import KafkaException, Message, TopicPartition
 
 from consumers.core.dedup import Dedup
 from consumers.core.offsets import OffsetTracker
@@ -26,12 +26,20 @@ from consumers.worker.config import WorkerConfig
 from consumers.worker.intake import Intake, Key
 from consumers.worker.outbox import Outbox, outbox_publisher
 from consumers.worker.replay import ControlFeed, HistoryReplay, side_consumer
+from consumers.worker.stall import Stall
 from runtime import metrics
 from runtime.kafka.clients import group_consumer
-from runtime.kafka.offsets import consumer_lag, partition_names, watermarks
+from runtime.kafka.offsets import (
+    committed,
+    consumer_lag,
+    is_transient,
+    partition_names,
+    watermarks,
+)
 from runtime.settings import Settings
 from schemas.catalog import Topics
-from schemas.registry import RegistryClient
+from schemas.events import DeadLetter, RunOutcome, TimerRequest
+from schemas.registry import RegistryClient, RegistryUnavailable
 from schemas.serde import Codec
 
 log = logging.getLogger("cronstream.worker")
@@ -49,6 +57,12 @@ class Worker:
         self.config = config
         topics = Topics(settings)
         codec = Codec(RegistryClient(settings.registry_url))
+        # Every schema the worker writes with, resolved before anything else: from now
+        # on publishing never needs the registry (RegistryUnavailable here: the caller
+        # waits for it, ``cronstream.foreground.run_member``).
+        for topic, event_type in ((topics.history, RunOutcome), (topics.timers, TimerRequest),
+                                  (topics.dlq, DeadLetter)):  # fmt: skip
+            codec.writer_id(f"{topic}-value", event_type)
         self.trackers: dict[Key, OffsetTracker] = {}
         self.dedup = Dedup(config.lookback_ms, config.dedup_capacity, now_ms=_now_ms())
         self.tally = metrics.Tally()
@@ -87,6 +101,7 @@ class Worker:
             config, topics=topics, consumer=self.consumer, codec=codec,
             trackers=self.trackers, history=self.history, outbox=self.outbox,
         )  # fmt: skip
+        self.stall = Stall(self.consumer)
         self._next_input = 0.0
         self._stop_deadline: float | None = None  # set by ``drain``
         self._maintenance = 0.0
@@ -103,7 +118,7 @@ class Worker:
         now = _now_ms()
         self.intake.resume_gained(partitions)
         history_ends: dict[int, int] = {}
-        for tp in self.consumer.committed(partitions, timeout=30):
+        for tp in committed(self.consumer, partitions):
             partition = tp.partition
             low, high = watermarks(self.consumer, TopicPartition(tp.topic, partition))
             if partition not in history_ends:
@@ -126,6 +141,7 @@ class Worker:
     def _on_revoke(self, consumer: object, partitions: list[TopicPartition]) -> None:
         gone = {(tp.topic, tp.partition) for tp in partitions}
         self.intake.drop_unstarted(gone)
+        self.stall.drop(gone)
         # Stopping (SIGTERM): ``drain`` already gave running attempts the grace period.
         deadline = self._stop_deadline or time.monotonic() + self.config.grace_s
         while any((p.topic, p.partition) in gone for p in self.attempts.running):
@@ -169,9 +185,7 @@ class Worker:
         self.history.read()
         attempts, intake = self.attempts, self.intake
         capacity = self.config.concurrency - len(attempts)
-        messages = self._fetch(due, capacity)
-        for msg in messages:
-            intake.accept(msg)
+        messages = self._input(due, capacity)
         started = attempts.start_some(capacity, intake.take) if capacity > 0 else 0
         if messages or due:
             intake.flow_control()
@@ -185,21 +199,51 @@ class Worker:
         if time.monotonic() >= self._maintenance:
             self._maintain()
 
+    def _input(self, due: bool, capacity: int) -> list[Message]:
+        """Fetch and accept run requests; while the registry is unavailable, hold them
+        (``Stall``) and try them again with backoff. Returns the records read."""
+        stall = self.stall
+        if not stall.stalled:
+            messages = self._fetch(due, capacity)
+        elif stall.held and stall.due():
+            messages = stall.release()
+        else:
+            stall.poll()
+            messages = []
+        for i, msg in enumerate(messages):
+            try:
+                self.intake.accept(msg)
+            except RegistryUnavailable as exc:
+                stall.hold(messages[i:], exc)
+                return messages[:i]
+        if stall.stalled and not stall.held:
+            paused = self.intake.paused
+            stall.recovered([tp for tp in self.consumer.assignment()
+                             if self.intake.priority_of.get(tp.topic) not in paused])  # fmt: skip
+        return messages
+
     def _fetch(self, due: bool, capacity: int) -> list[Message]:
         """Read only what the backlog has room for, but poll at least every
         INPUT_EVERY_S (membership, rebalances); a priority whose backlog overflows
-        anyway is paused (``Intake.flow_control``)."""
+        anyway is paused (``Intake.flow_control``). A transient refusal from the broker
+        (restarting, a leader moving) skips this fetch instead of ending the process."""
         backlog = len(self.intake)
         fetch = max(1, self.intake.limit - backlog)
         messages: list[Message] = []
-        if not self.attempts.running and not backlog:
-            # Idle: wait for the first run (a batch call would wait for a full batch).
-            first = self.consumer.poll(0.1)
-            if first is not None:
-                messages.append(first)
-                fetch -= 1
-        if fetch > 0 and (due or backlog < capacity):
-            messages.extend(self.consumer.consume(num_messages=fetch, timeout=0))
+        try:
+            if not self.attempts.running and not backlog:
+                # Idle: wait for the first run (a batch call would wait for a full batch).
+                first = self.consumer.poll(0.1)
+                if first is not None:
+                    messages.append(first)
+                    fetch -= 1
+            if fetch > 0 and (due or backlog < capacity):
+                messages.extend(self.consumer.consume(num_messages=fetch, timeout=0))
+        except KafkaException as exc:
+            if not is_transient(exc):
+                raise
+            log.warning("fetching refused for now (%s); retrying", exc.args[0])
+            time.sleep(0.1)
         return messages
 
     def drain(self) -> None:

@@ -15,7 +15,7 @@ from runtime.health import cassandra_health, kafka_health, registry_health
 from runtime.kafka.publisher import Publisher, PublishError
 from runtime.settings import Settings, SettingsError
 from schemas.registry import RegistryError, RegistryUnavailable
-from streams.core.cron import TZDATA_VERSION
+from streams.core.zones import TZDATA_VERSION
 
 
 def cmd_status(settings: Settings, args: argparse.Namespace) -> int:

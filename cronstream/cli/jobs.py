@@ -23,9 +23,9 @@ from schemas.catalog import Topics
 from schemas.events import JobDefinition, from_ms, iso, text_headers, to_jsonable, to_ms, utc_now
 from schemas.registry import RegistryClient
 from schemas.serde import Codec, DecodeError
-from streams.core.cron import load_zone
+from schemas.timing import schedule_args
 from streams.core.schedule import JobSchedule
-from streams.definitions import schedule_timing
+from streams.core.zones import load_zone
 
 
 def _print_json(value: Any) -> None:
@@ -157,7 +157,7 @@ def cmd_jobs_preview(settings: Settings, args: argparse.Namespace) -> int:
 def preview_slots(job: JobDefinition, from_ms_: int, count: int) -> list[int]:
     """Up to ``count`` slots of ``job`` at or after ``from_ms_``, as the scheduler
     computes them (no jitter)."""
-    schedule = JobSchedule(job.job_id, timezone=job.timezone, **schedule_timing(job.schedule))
+    schedule = JobSchedule(job.job_id, timezone=job.timezone, **schedule_args(job.schedule))
     slots: list[int] = []
     after = from_ms_ - 1
     while len(slots) < count:

@@ -2,51 +2,81 @@
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+log = logging.getLogger("cronstream.kafka")
+
+# Refusals a broker gives while it (re)starts, loads a log or moves a leader: retried.
+# librdkafka does not flag every one of them retriable (found: FENCED_LEADER_EPOCH,
+# "Leader epoch is older than broker epoch", after a broker restart).
 _TRANSIENT = frozenset(
     {
         KafkaError.NOT_LEADER_FOR_PARTITION,
         KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.OFFSET_NOT_AVAILABLE,
         KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.NOT_COORDINATOR,
         KafkaError._TRANSPORT,
         KafkaError._TIMED_OUT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._WAIT_COORD,
     }
 )
+T = TypeVar("T")
 
 
-def watermarks(consumer: Consumer, tp: TopicPartition, *, timeout: float = 30.0) -> tuple[int, int]:
-    """(low, high) offsets of a partition, retrying the broker's transient refusals.
+def is_transient(exc: KafkaException) -> bool:
+    """Whether ``exc`` is a refusal that passes once the broker or leader is back."""
+    error = exc.args[0] if exc.args else None
+    return isinstance(error, KafkaError) and (error.retriable() or error.code() in _TRANSIENT)
 
-    Just after a broker restart a partition can have a leader in metadata that still
-    answers NOT_LEADER while it loads its log; those errors are retriable.
-    """
+
+def retrying(call: Callable[[], T], *, timeout: float = 120.0) -> T:
+    """``call()``, again every half second while it fails transiently, for up to
+    ``timeout`` s (a broker restart); other errors, and the last one, are raised."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            marks = consumer.get_watermark_offsets(tp, timeout=10)
+            return call()
         except KafkaException as exc:
-            error = exc.args[0]
-            # librdkafka does not flag every transient refusal retriable here.
-            transient = error.retriable() or error.code() in _TRANSIENT
-            if not transient or time.monotonic() > deadline:
+            if not is_transient(exc) or time.monotonic() > deadline:
                 raise
-            time.sleep(0.5)
-            continue
-        if marks is None:
-            raise RuntimeError(f"no watermarks for {tp.topic}/{tp.partition}: is Kafka up?")
-        low, high = marks
-        return int(low), int(high)
+            log.warning("Kafka refused for now (%s); retrying", exc.args[0])
+        time.sleep(0.5)
+
+
+def watermarks(
+    consumer: Consumer, tp: TopicPartition, *, timeout: float = 120.0
+) -> tuple[int, int]:
+    """(low, high) offsets of a partition, retrying the broker's transient refusals
+    (just after a broker restart a partition's leader can answer NOT_LEADER or a fenced
+    epoch while it loads its log)."""
+    marks = retrying(lambda: consumer.get_watermark_offsets(tp, timeout=10), timeout=timeout)
+    if marks is None:
+        raise RuntimeError(f"no watermarks for {tp.topic}/{tp.partition}: is Kafka up?")
+    low, high = marks
+    return int(low), int(high)
+
+
+def committed(consumer: Consumer, partitions: list[TopicPartition]) -> list[TopicPartition]:
+    """The group's committed offsets (and metadata) of ``partitions``, retrying
+    transient refusals."""
+    return list(retrying(lambda: consumer.committed(partitions, timeout=30)))
 
 
 def group_lag(consumer: Consumer, ends: list[TopicPartition]) -> int:
     """Records before ``ends`` (end offsets) that ``consumer``'s group has not committed."""
-    committed = consumer.committed([TopicPartition(tp.topic, tp.partition) for tp in ends], 10)
-    return sum(
-        max(0, end.offset - max(0, c.offset)) for end, c in zip(ends, committed, strict=True)
-    )
+    done = committed(consumer, [TopicPartition(tp.topic, tp.partition) for tp in ends])
+    return sum(max(0, end.offset - max(0, c.offset)) for end, c in zip(ends, done, strict=True))
 
 
 def partition_names(partitions: list[TopicPartition]) -> str:
@@ -66,7 +96,10 @@ def consumer_lag(
     out = []
     for tp in positions:
         if tp.offset >= 0:
-            _, high = consumer.get_watermark_offsets(tp, cached=True) or (0, 0)
+            try:
+                _, high = consumer.get_watermark_offsets(tp, cached=True) or (0, 0)
+            except KafkaException:  # a gauge: skipped while the broker refuses
+                continue
             out.append((tp, max(0, high - tp.offset)))
     return out
 
@@ -75,7 +108,7 @@ def offset_since(consumer: Consumer, topic: str, partition: int, since_ms: int) 
     """The first offset of ``topic``/``partition`` written at or after ``since_ms`` (the
     end of the partition if none was)."""
     wanted = TopicPartition(topic, partition, since_ms)
-    located = consumer.offsets_for_times([wanted], timeout=30)[0].offset
+    located = retrying(lambda: consumer.offsets_for_times([wanted], timeout=30))[0].offset
     if located >= 0:
         return int(located)
     return watermarks(consumer, TopicPartition(topic, partition))[1]

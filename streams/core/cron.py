@@ -23,33 +23,32 @@ Day matching, month ends included, is decided here, by walking the calendar mont
 month (croniter 5.0.1, which faust-streaming's mode pins below 6, loses some March-1
 slots; nothing here uses it).
 
-**Wall time.** An expression is matched against wall-clock time in the job's IANA zone,
-and a wall time becomes an instant by one rule, the same for every wall time cronstream
-reads (``wall_instant_ms``: cron slots, and ``--at``, ``--anchor``, ``--start``,
-``--end`` without an offset): a wall time that exists once is that instant; one repeated
-by a fall-back is its first occurrence (the repeat is not a slot); one skipped by a
-spring-forward is the transition instant, the first instant after the gap.
+**Wall time.** An expression is matched against wall-clock time in the job's IANA zone
+(from the pinned zone database), and a matching wall time becomes an instant by the
+one wall-time rule of ``streams.core.zones``: a repeated wall time is its first
+occurrence (the repeat is not a slot), a skipped one the transition instant.
 
-**Zones** come from the pinned ``tzdata`` package only (``TZDATA_VERSION``), never the
-host's files: every process computes the same slots, hence the same run ids.
+**Cost.** Reading an expression is mostly lookups: each field's text is read once
+(``_FIELDS``), the two day fields together once (``DayRule``), and a rule's firing days
+once per month (``_MONTH_DAYS``), so a million distinct expressions cost about what
+their few hundred distinct fields do. Slot results are memoised per (expression, zone).
 """
 
 from __future__ import annotations
 
 import calendar
+import itertools
 import re
 from bisect import bisect_left
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass, field
+from datetime import datetime
 from functools import lru_cache
-from importlib import resources
 from typing import TypeVar
 from zoneinfo import ZoneInfo
 
-import tzdata
+from streams.core.zones import load_zone, plus_second, second_after, wall_instant_ms
 
 T = TypeVar("T")
-TZDATA_VERSION: str = tzdata.IANA_VERSION
 ALIASES = {
     "@yearly": "0 0 1 1 *",
     "@annually": "0 0 1 1 *",
@@ -91,14 +90,11 @@ WEEKDAY = _Field("day of week", 0, 7, DAY_NAMES, question=True)
 
 
 @dataclass(frozen=True, slots=True)
-class CronExpr:
-    """A parsed expression: the values of each field, and the day rules."""
+class DayRule:
+    """Which days of a month fire: the two day fields read together. Expressions that
+    write their day fields alike share one rule, and with it the firing days of each
+    month (``_MONTH_DAYS``), however their times of day differ."""
 
-    text: str  # as written, whitespace folded
-    seconds: tuple[int, ...]
-    minutes: tuple[int, ...]
-    hours: tuple[int, ...]
-    months: frozenset[int]
     days: frozenset[int]
     last_day: bool  # ``L`` in the day of month
     weekdays: frozenset[int]  # 0 = Sunday
@@ -106,7 +102,7 @@ class CronExpr:
     nth_weekdays: frozenset[tuple[int, int]]  # ``5#2``: (weekday, n)
     either: bool  # both day fields restricted: a day matching either one fires
     by_date: tuple[int, ...] | None  # the day field alone decides (weekday is '*')
-    first_time: tuple[int, int, int]  # a day's first firing (hour, minute, second)
+    key: int = field(default=0, compare=False)  # unique per rule: the month cache's key
 
     def month_days(self, year: int, month: int) -> tuple[int, ...]:
         """The days of ``month`` that fire (the month itself not checked)."""
@@ -130,15 +126,36 @@ class CronExpr:
         return tuple(sorted(dom | dow if self.either else dom & dow))
 
 
+@dataclass(slots=True)
+class CronExpr:
+    """A parsed expression: the values of each time field, the months and the day rule
+    (not frozen: a million of them are built at a restart, and a frozen dataclass
+    builds slowly; nothing changes one after parsing)."""
+
+    text: str  # as written, whitespace folded
+    seconds: tuple[int, ...]
+    minutes: tuple[int, ...]
+    hours: tuple[int, ...]
+    months: frozenset[int]
+    day: DayRule
+    first_time: tuple[int, int, int]  # a day's first firing (hour, minute, second)
+
+
 @lru_cache(maxsize=65536)
 def parse_cron(text: str) -> CronExpr:
-    """Read ``text`` (cached: many jobs share an expression). Raises CronError."""
-    folded = " ".join(text.split())
-    if not folded:
+    """Read ``text`` (cached: many jobs share an expression). Raises CronError.
+
+    Each field's text is read once and remembered (``_FIELDS``): a million distinct
+    expressions are a few hundred distinct fields, so reading one is mostly lookups."""
+    fields = text.split()
+    if not fields:
         raise CronError("empty cron expression")
-    fields = ALIASES.get(folded.lower(), folded).split(" ")
-    if folded.startswith("@") and folded.lower() not in ALIASES:
-        raise CronError(f"{text!r}: unknown alias (use one of {', '.join(ALIASES)})")
+    folded = " ".join(fields)
+    if folded.startswith("@"):
+        alias = ALIASES.get(folded.lower())
+        if alias is None:
+            raise CronError(f"{text!r}: unknown alias (use one of {', '.join(ALIASES)})")
+        fields = alias.split(" ")
     if len(fields) not in (5, 6):
         raise CronError(
             f"{text!r} has {len(fields)} fields; cron takes 5 "
@@ -150,35 +167,78 @@ def parse_cron(text: str) -> CronExpr:
         expr = _build(folded, fields)
     except CronError as exc:
         raise CronError(f"{text!r} is not a valid cron expression: {exc}") from None
-    if not _fires_ever(expr):
+    if not _fires_ever(expr.day, expr.months):
         raise CronError(f"{text!r} never fires (no such date)")
     return expr
 
 
 def _build(folded: str, fields: list[str]) -> CronExpr:
     sec, minute, hour, dom, month, dow = fields
-    days, last_day = _days_of_month(dom)
-    weekdays, last_weekdays, nth = _days_of_week(dow)
-    dom_star, dow_star = dom[0] in "*?", dow[0] in "*?"
-    every_weekday = len(weekdays) == 7 and dow_star  # the weekday field is all of '*'
-    seconds = _shared(tuple(sorted(_values(sec, SECOND))))
-    minutes = _shared(tuple(sorted(_values(minute, MINUTE))))
-    hours = _shared(tuple(sorted(_values(hour, HOUR))))
+    seconds = _field(sec, SECOND)
+    minutes = _field(minute, MINUTE)
+    hours = _field(hour, HOUR)
     return CronExpr(
         text=folded,
         seconds=seconds,
         minutes=minutes,
         hours=hours,
-        months=_shared(frozenset(_values(month, MONTH))),
-        days=_shared(frozenset(days)),
-        last_day=last_day,
-        weekdays=_shared(frozenset(weekdays)),
-        last_weekdays=_shared(frozenset(last_weekdays)),
-        nth_weekdays=_shared(frozenset(nth)),
-        either=not (dom_star or dow_star),
-        by_date=_shared(tuple(sorted(days))) if every_weekday else None,
+        months=_months(month),
+        day=_day_rule(dom, dow),
         first_time=_shared((hours[0], minutes[0], seconds[0])),
     )
+
+
+# (field text, field name) -> its sorted values; (day of month, day of week) -> DayRule.
+_FIELDS: dict[tuple[str, str], tuple[int, ...]] = {}
+_DAY_RULES: dict[tuple[str, str], DayRule] = {}
+_MONTH_SETS: dict[str, frozenset[int]] = {}
+_RULE_KEYS = itertools.count(1)
+_FIELD_CACHE_LIMIT = 65536
+
+
+def _field(text: str, spec: _Field) -> tuple[int, ...]:
+    """The sorted values of one time or month field (remembered; raises CronError)."""
+    key = (text, spec.name)
+    values = _FIELDS.get(key)
+    if values is None:
+        if len(_FIELDS) >= _FIELD_CACHE_LIMIT:
+            _FIELDS.clear()
+        values = _FIELDS[key] = _shared(tuple(sorted(_values(text, spec))))
+    return values
+
+
+def _months(text: str) -> frozenset[int]:
+    found = _MONTH_SETS.get(text)
+    if found is None:
+        if len(_MONTH_SETS) >= _FIELD_CACHE_LIMIT:
+            _MONTH_SETS.clear()
+        found = _MONTH_SETS[text] = _shared(frozenset(_field(text, MONTH)))
+    return found
+
+
+def _day_rule(dom: str, dow: str) -> DayRule:
+    """The day rule of two day fields (one object for equal texts; raises CronError)."""
+    found = _DAY_RULES.get((dom, dow))
+    if found is not None:
+        return found
+    days, last_day = _days_of_month(dom)
+    weekdays, last_weekdays, nth = _days_of_week(dow)
+    dom_star, dow_star = dom[0] in "*?", dow[0] in "*?"
+    every_weekday = len(weekdays) == 7 and dow_star  # the weekday field is all of '*'
+    rule = DayRule(
+        days=frozenset(days),
+        last_day=last_day,
+        weekdays=frozenset(weekdays),
+        last_weekdays=frozenset(last_weekdays),
+        nth_weekdays=frozenset(nth),
+        either=not (dom_star or dow_star),
+        by_date=tuple(sorted(days)) if every_weekday else None,
+        key=next(_RULE_KEYS),
+    )
+    if len(_DAY_RULES) >= _FIELD_CACHE_LIMIT:
+        _DAY_RULES.clear()
+    _DAY_RULES[dom, dow] = rule
+    return rule
 
 
 _SHARED: dict[object, object] = {}
@@ -271,19 +331,33 @@ def _days_of_week(text: str) -> tuple[set[int], set[int], set[tuple[int, int]]]:
     return plain, last, nth
 
 
-def _fires_ever(expr: CronExpr) -> bool:
-    """Whether any day of a whole 400-year cycle fires. Most expressions are settled
-    at once: days 1-28 exist in every month, every weekday four times."""
-    dates = expr.last_day or any(d <= 28 for d in expr.days)
-    weekdays = bool(expr.weekdays or expr.last_weekdays
-                    or any(n <= 4 for _, n in expr.nth_weekdays))  # fmt: skip
-    if expr.either and (dates or weekdays):
+def _fires_ever(day: DayRule, months: frozenset[int]) -> bool:
+    """Whether any day of a whole 400-year cycle fires (remembered per rule and months)."""
+    key = (day.key, months)
+    found = _FIRES.get(key)
+    if found is None:
+        if len(_FIRES) >= _FIELD_CACHE_LIMIT:
+            _FIRES.clear()
+        found = _FIRES[key] = _fires_in_cycle(day, months)
+    return found
+
+
+_FIRES: dict[tuple[int, frozenset[int]], bool] = {}
+
+
+def _fires_in_cycle(day: DayRule, months: frozenset[int]) -> bool:
+    """Most expressions are settled at once: days 1-28 exist in every month, every
+    weekday four times; the others walk the months of a whole 400-year cycle."""
+    dates = day.last_day or any(d <= 28 for d in day.days)
+    weekdays = bool(day.weekdays or day.last_weekdays
+                    or any(n <= 4 for _, n in day.nth_weekdays))  # fmt: skip
+    if day.either and (dates or weekdays):
         return True
-    if (expr.by_date is not None and dates) or (len(expr.days) == 31 and weekdays):
+    if (day.by_date is not None and dates) or (len(day.days) == 31 and weekdays):
         return True
     year, month = 2000, 1
     for _ in range(_CYCLE_MONTHS):
-        if month in expr.months and expr.month_days(year, month):
+        if month in months and day.month_days(year, month):
             return True
         year, month = (year + 1, 1) if month == 12 else (year, month + 1)
     return False
@@ -292,49 +366,49 @@ def _fires_ever(expr: CronExpr) -> bool:
 class CronTimes:
     """Fire instants of one (expression, time zone), by the wall-time rule above.
 
-    ``next_after`` results are memoised, so every job with this expression and zone
-    shares one computation per slot (the hot path of a tick)."""
+    ``next_after`` remembers its last answer: the jobs sharing this expression and zone
+    ask for the slot after the same instant one after the other (at a tick, and when a
+    partition is loaded), so they share one computation. One entry, not a table: with
+    a million distinct expressions each object serves one job, and a table each would
+    cost a few hundred bytes apiece for nothing."""
 
-    __slots__ = ("_cache", "expr", "zone")
-    CACHE_LIMIT = 8192
+    __slots__ = ("_last_after", "_last_slot", "expr", "zone")
 
     def __init__(self, expr: CronExpr, zone: ZoneInfo) -> None:
         self.expr = expr
         self.zone = zone
-        self._cache: dict[int, int | None] = {}
+        self._last_after: int | None = None
+        self._last_slot: int | None = None
 
     def next_after(self, after_ms: int) -> int | None:
         """The first fire instant strictly after ``after_ms`` (epoch ms), None if never."""
-        cached = self._cache.get(after_ms, _MISSING)
-        if cached is not _MISSING:
-            return cached  # type: ignore[return-value]
-        result = self._compute(after_ms)
-        if len(self._cache) >= self.CACHE_LIMIT:
-            self._cache.clear()
-        self._cache[after_ms] = result
-        return result
+        if after_ms == self._last_after:
+            return self._last_slot
+        slot = self._compute(after_ms)
+        self._last_after, self._last_slot = after_ms, slot
+        return slot
 
     def _compute(self, after_ms: int) -> int | None:
         # Whole seconds: the wall time of the instant, its fraction dropped (a slot at
         # the next whole second is still after it).
-        local = datetime.fromtimestamp(after_ms // 1000, self.zone)
-        wall = local.replace(tzinfo=None, fold=0)
+        start = second_after(after_ms // 1000, self.zone)
         for _ in range(_MAX_STEPS):
-            found = self.next_wall(wall)
+            found = None if start is None else self._next_wall_from(start)
             if found is None:
                 return None
-            wall = found
-            candidate = wall_instant_ms(wall, self.zone)
+            candidate = wall_instant_ms(found, self.zone)
             if candidate > after_ms:
                 return candidate
+            start = plus_second(found)
         raise CronError(f"{self.expr.text!r}: no fire time found after {after_ms}")
 
     def next_wall(self, after: datetime) -> datetime | None:
         """The first matching wall time strictly after the naive ``after``."""
-        try:
-            start = after.replace(microsecond=0) + timedelta(seconds=1)
-        except OverflowError:  # the last second of year 9999
-            return None
+        start = plus_second(after.replace(microsecond=0))
+        return None if start is None else self._next_wall_from(start)
+
+    def _next_wall_from(self, start: datetime) -> datetime | None:
+        """The first matching wall time at or after the naive, whole-second ``start``."""
         year, month, day = start.year, start.month, start.day
         clock: tuple[int, int, int] | None = (start.hour, start.minute, start.second)
         months = self.expr.months
@@ -355,12 +429,13 @@ class CronTimes:
         return None
 
     def _month_days(self, year: int, month: int) -> tuple[int, ...]:
-        key = (self.expr.text, year * 12 + month)
+        rule = self.expr.day
+        key = (rule.key, year * 12 + month)
         days = _MONTH_DAYS.get(key)
         if days is None:
             if len(_MONTH_DAYS) >= 65536:
                 _MONTH_DAYS.clear()
-            days = _MONTH_DAYS[key] = _shared(self.expr.month_days(year, month))
+            days = _MONTH_DAYS[key] = _shared(rule.month_days(year, month))
         return days
 
     def _time_from(self, hour: int, minute: int, second: int) -> tuple[int, int, int] | None:
@@ -382,74 +457,14 @@ class CronTimes:
         return None
 
 
-# (expression, month) -> its firing days: shared by every zone and job of the expression.
-_MONTH_DAYS: dict[tuple[str, int], tuple[int, ...]] = {}
-_MISSING = object()
+# (day rule, month) -> its firing days: shared by every expression, zone and job of the rule.
+_MONTH_DAYS: dict[tuple[int, int], tuple[int, ...]] = {}
 # A repeated hour walked at one-second resolution is 3,600 candidates that map to
 # instants already passed; allow for a longer DST shift than exists anywhere.
 _MAX_STEPS = 4 * 3600
-
-
-def wall_instant_ms(wall: datetime, zone: ZoneInfo) -> int:
-    """The instant (epoch ms) of the naive wall time ``wall`` in ``zone``: the wall
-    time's only instant; the first of two (fall-back); the transition instant, first
-    after the gap, for a wall time the zone skips (spring-forward)."""
-    first = wall.replace(tzinfo=zone, fold=0)
-    utc = first.astimezone(UTC)
-    if utc.astimezone(zone).replace(tzinfo=None) == wall.replace(fold=0):
-        return _ms(utc)  # exists; for a repeated wall time fold=0 is the first occurrence
-    # In a gap: fold=0 used the offset before the transition (an instant after the gap),
-    # fold=1 the offset after it (an instant before the gap). Find the transition.
-    lo = _ms(wall.replace(tzinfo=zone, fold=1).astimezone(UTC))
-    hi = _ms(utc)
-    after_offset = _offset_ms(hi, zone)
-    while hi - lo > 1000:
-        mid = (lo + hi) // 2 // 1000 * 1000
-        if mid <= lo:
-            break
-        if _offset_ms(mid, zone) == after_offset:
-            hi = mid
-        else:
-            lo = mid
-    return hi
-
-
-def _offset_ms(ms: int, zone: ZoneInfo) -> int:
-    offset = datetime.fromtimestamp(ms / 1000, zone).utcoffset()
-    assert offset is not None
-    return int(offset.total_seconds() * 1000)
-
-
-def _ms(instant: datetime) -> int:
-    delta = instant - _EPOCH
-    return delta.days * 86_400_000 + delta.seconds * 1000 + delta.microseconds // 1000
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @lru_cache(maxsize=65536)
 def cron_times(text: str, zone: str) -> CronTimes:
     """The shared CronTimes of (expression, zone); raises CronError or ZoneError."""
     return CronTimes(parse_cron(text), load_zone(zone))
-
-
-class ZoneError(ValueError):
-    """Not an IANA time zone name (of the pinned tzdata)."""
-
-
-_ZONE_NAME = re.compile(r"[A-Za-z0-9_+-]{1,30}(/[A-Za-z0-9_+-]{1,30}){0,2}")
-
-
-@lru_cache(maxsize=1024)
-def load_zone(name: str) -> ZoneInfo:
-    """The zone ``name`` from the pinned tzdata package (whatever the host has)."""
-    if not _ZONE_NAME.fullmatch(name):
-        raise ZoneError(f"{name[:80]!r} is not an IANA time zone name (e.g. Europe/Paris)")
-    try:
-        source = resources.files("tzdata.zoneinfo").joinpath(*name.split("/"))
-        with source.open("rb") as data:
-            return ZoneInfo.from_file(data, key=name)
-    except (OSError, ValueError) as exc:
-        raise ZoneError(f"{name!r} is not an IANA time zone (tzdata {TZDATA_VERSION}): "
-                        f"{type(exc).__name__}") from None  # fmt: skip

@@ -53,6 +53,16 @@ class Record:
 
 
 Action = Fire | Record
+UNKNOWN = -1  # ``Settled.next_slot`` when the walk stopped before the first slot after now
+
+
+@dataclass(slots=True)
+class Settled:
+    """``actions`` for the slots due in ``(owed_from, now]``, oldest first; ``next_slot``:
+    the first slot due after both (None: the job has no more), found on the way."""
+
+    actions: list[Action]
+    next_slot: int | None = UNKNOWN
 
 
 def settle(
@@ -62,8 +72,8 @@ def settle(
     now: int,
     threshold_ms: int,
     possible_duplicate: bool,
-) -> list[Action]:
-    """Actions for the job's slots whose due time is in ``(owed_from, now]``, oldest first."""
+) -> Settled:
+    """What to do with the job's slots whose due time is in ``(owed_from, now]``."""
     policy = job.misfire
     late_cut = now - threshold_ms  # due at or before this: a misfire
     window_cut = now - policy.window_ms  # due at or before this: too old to run
@@ -75,11 +85,10 @@ def settle(
     after = owed_from
     while True:
         slot = job.slot_due_after(after)
-        if slot is None:
+        if slot is None or slot + job.jitter > now:
+            next_slot: int | None = slot
             break
         due = slot + job.jitter
-        if due > now:
-            break
         if due <= floor and not job.paused:
             if listed == LIST_LIMIT:
                 actions.append(_summary(job, slot, floor))
@@ -91,6 +100,7 @@ def settle(
         elif job.paused:
             if listed == LIST_LIMIT:
                 actions.append(_summary(job, slot, now, status="SKIPPED"))
+                next_slot = UNKNOWN
                 break
             listed += 1
             actions.append(Record(job.job_id, slot, "SKIPPED", "job paused", job))
@@ -103,7 +113,7 @@ def settle(
     actions.extend(
         Fire(job.job_id, s, s + job.jitter, "SCHEDULE", possible_duplicate, job) for s in late
     )
-    return actions
+    return Settled(actions, next_slot)
 
 
 def _apply_policy(

@@ -24,7 +24,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from streams.core.misfire import Action, Fire, Record, settle
+from streams.core.misfire import UNKNOWN, Action, Fire, Record, settle
 from streams.core.schedule import JobSchedule, Kind
 from streams.core.wheel import TimingWheel
 
@@ -105,21 +105,27 @@ class PartitionScheduler:
         self.jobs[job.job_id] = job
         if job.kind is Kind.ONCE and self.once_done.get(job.job_id) == job.at_ms:
             return []
-        actions = settle(
+        outcome = settle(
             job,
             owed_from=settled,
             now=now,
             threshold_ms=self.threshold_ms,
             possible_duplicate=possible_duplicate,
         )
+        actions = outcome.actions
         if job.kind is Kind.ONCE and actions:
             assert job.at_ms is not None
             self.once_done[job.job_id] = job.at_ms
-        self._schedule_next(job, after_due=max(now, settled))
+        # The walk found the first slot due after max(now, settled) unless it stopped
+        # early (a paused job's listing limit).
+        self._schedule_next(job, after_due=max(now, settled), slot=outcome.next_slot)
         return actions
 
-    def _schedule_next(self, job: JobSchedule, *, after_due: int) -> None:
-        slot = job.slot_due_after(after_due)
+    def _schedule_next(
+        self, job: JobSchedule, *, after_due: int, slot: int | None = UNKNOWN
+    ) -> None:
+        if slot == UNKNOWN:
+            slot = job.slot_due_after(after_due)
         if slot is not None:
             self._hold(slot + job.jitter, (job.job_id, job.gen, slot))
 

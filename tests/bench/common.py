@@ -23,7 +23,7 @@ from schemas.events import (
     Target,
     utc_now,
 )
-from schemas.templates import avro_string
+from schemas.wire import avro_string
 from streams.processor import Processor, ProcessorConfig
 from tests.integration.helpers import (
     read_topic,

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import NamedTuple
@@ -119,15 +120,16 @@ class CronstreamProcess:
     to a file (a scheduler or a worker)."""
 
     def __init__(
-        self, settings: Settings, log_dir: Path, name: str, *args: str, command: str = "scheduler"
-    ) -> None:
+        self, settings: Settings, log_dir: Path, name: str, *args: str,
+        command: str = "scheduler", env: dict[str, str] | None = None,
+    ) -> None:  # fmt: skip
         self.name = name
         self.log_path = log_dir / f"{name}.log"
         self._log = self.log_path.open("w")
         extra = ["--session-timeout-ms", "6000"] if command == "scheduler" else []
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cronstream.cli", command, "--name", name, *extra, *args],
-            env=cli_env(settings), stdout=self._log, stderr=subprocess.STDOUT,
+            env={**cli_env(settings), **(env or {})}, stdout=self._log, stderr=subprocess.STDOUT,
         )  # fmt: skip
 
     def log(self) -> str:
@@ -200,6 +202,66 @@ class Target:
 
     def keys(self, path: str) -> Counter[str]:
         return Counter(key for _, p, key in self.calls if p.startswith(path))
+
+
+class Outage:
+    """A TCP forwarder to ``host:port`` that can go down and come back on the same port:
+    a service outage as one process sees it (connections refused, open ones cut),
+    while the rest of the test session keeps the real service."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.upstream = (host, port)
+        self._conns: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._server: socket.socket | None = None
+        self.port = 0
+        self.up()
+
+    def up(self) -> None:
+        server = socket.socket()
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", self.port))
+        server.listen(64)
+        self.port = server.getsockname()[1]
+        self._server = server
+        threading.Thread(target=self._accept, args=(server,), daemon=True).start()
+
+    def down(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            with suppress(OSError):  # wakes the accept() blocked on it
+                server.shutdown(socket.SHUT_RDWR)
+            server.close()
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for conn in conns:
+            with suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+            conn.close()
+
+    def _accept(self, server: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return  # closed: down()
+            try:
+                upstream = socket.create_connection(self.upstream, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=_pipe, args=(a, b), daemon=True).start()
+
+
+def _pipe(source: socket.socket, sink: socket.socket) -> None:
+    with suppress(OSError):
+        while data := source.recv(65536):
+            sink.sendall(data)
+    with suppress(OSError):
+        sink.shutdown(socket.SHUT_WR)
 
 
 @contextmanager

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import time
+import urllib.parse
 import urllib.request
 from collections import Counter, defaultdict
 from collections.abc import Iterator
@@ -25,7 +26,7 @@ from schemas.events import DeadLetter, Priority, RunOutcome
 from schemas.events import Target as RunTarget
 from schemas.registry import RegistryClient
 from schemas.serde import Codec
-from tests.integration.helpers import CronstreamProcess, Target, read_topic
+from tests.integration.helpers import CronstreamProcess, Outage, Target, read_topic, record_count
 
 pytestmark = pytest.mark.integration
 
@@ -233,3 +234,38 @@ def test_bad_run_records_are_dead_lettered_and_the_partition_keeps_flowing(
     for letter in letters:
         reasons[letter.source_topic].append(letter.reason)
     assert any("undecodable run" in r for r in reasons[topics.runs(Priority.NORMAL)])
+
+
+def test_a_registry_outage_holds_runs_until_it_answers_then_runs_them(
+    ns: Settings, tmp_path: Path, target: Target, procs: list[CronstreamProcess]
+) -> None:
+    """Found by review: a run request whose schema id the worker had not cached yet,
+    read while the registry was unreachable, raised RegistryUnavailable out of the loop
+    and killed the worker (and a worker started during the outage exited at once)."""
+    registry = urllib.parse.urlsplit(ns.registry_url)
+    outage = Outage(registry.hostname or "127.0.0.1", registry.port or 80)
+    env = {"CRONSTREAM_REGISTRY_URL": ns.registry_url.replace(
+        f"{registry.hostname}:{registry.port}", f"127.0.0.1:{outage.port}")}  # fmt: skip
+    put(ns, id="reg", target="http", url=f"{target.url}/reg")
+    outage.down()
+    w = CronstreamProcess(ns, tmp_path, "w", "--http-allow", "127.0.0.0/8", command="worker",
+                          env=env)  # fmt: skip
+    procs.append(w)
+    time.sleep(4)
+    assert w.proc.poll() is None, f"the worker exited:\n{w.log()[-3000:]}"
+    assert "waiting for the schema registry" in w.log()
+    outage.up()
+    w.wait_live(1, text="assigned")
+    time.sleep(2)
+    outage.down()  # the worker has its own schemas now, not the run requests' one
+    run_ids = trigger(ns, "reg", ["a", "b", "c"])
+    time.sleep(4)
+    assert w.proc.poll() is None, f"the worker died:\n{w.log()[-3000:]}"
+    assert "run requests held" in w.log()
+    assert not target.keys("/reg"), "ran without reading its run request?"
+    outage.up()
+    wait_for(ns, settled(run_ids), timeout=60)
+    assert set(target.keys("/reg")) == set(run_ids)
+    assert record_count(ns, Topics(ns).dlq) == 0, "a good run was dead-lettered"
+    w.stop()
+    outage.down()

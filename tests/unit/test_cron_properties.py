@@ -16,7 +16,8 @@ import pytest
 from hypothesis import Phase, assume, given, settings
 from hypothesis import strategies as st
 
-from streams.core.cron import CronError, cron_times, load_zone, parse_cron, wall_instant_ms
+from streams.core.cron import CronError, cron_times, parse_cron
+from streams.core.zones import load_zone, wall_instant_ms
 from tests import cron_reference as ref
 
 EXAMPLES = int(os.environ.get("CRONSTREAM_HYPOTHESIS_EXAMPLES", "150"))

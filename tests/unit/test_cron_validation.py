@@ -43,8 +43,8 @@ def test_valid_expressions_keep_their_text_with_whitespace_folded(expr: str, tex
 def test_spellings_of_the_same_schedule_read_the_same(a: str, b: str) -> None:
     x, y = parse_cron(a), parse_cron(b)
     assert (x.seconds, x.minutes, x.hours, x.months) == (y.seconds, y.minutes, y.hours, y.months)
-    assert (x.days, x.last_day, x.weekdays, x.last_weekdays, x.nth_weekdays) == (
-        y.days, y.last_day, y.weekdays, y.last_weekdays, y.nth_weekdays,
+    assert (x.day.days, x.day.last_day, x.day.weekdays, x.day.last_weekdays, x.day.nth_weekdays) == (
+        y.day.days, y.day.last_day, y.day.weekdays, y.day.last_weekdays, y.day.nth_weekdays,
     )  # fmt: skip
 
 
@@ -59,7 +59,7 @@ def test_spellings_of_the_same_schedule_read_the_same(a: str, b: str) -> None:
     ],
 )
 def test_the_day_fields_combine_by_the_vixie_rule(expr: str, either: bool) -> None:
-    assert parse_cron(expr).either is either
+    assert parse_cron(expr).day.either is either
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -170,6 +171,47 @@ def test_python_exception_is_a_retriable_failure() -> None:
 def test_python_sys_exit_fails_the_run_not_the_worker() -> None:
     with pytest.raises(ExecutionFailed, match="raised SystemExit"):
         PythonExecutor().execute(Target(type="python", callable="sys:exit"), context())
+
+
+def _tracer(_frame: object, event: str, _arg: object) -> None:
+    if event == "call":  # any Python function called after the job returned
+        raise RuntimeError("a trace function left behind by a job")
+
+
+def installs_a_tracer(_context: RunContext) -> str:
+    """A job that leaves a trace function on its thread (found by review: the next run
+    on that thread failed, and the worker re-raised the error and died)."""
+    sys.settrace(_tracer)
+    sys.setprofile(_tracer)
+    return "done"
+
+
+def interrupts(_context: RunContext) -> None:
+    raise KeyboardInterrupt
+
+
+def test_a_trace_function_a_job_installs_does_not_follow_it_to_the_next_run() -> None:
+    executor, results = PythonExecutor(), []
+
+    def thread() -> None:  # a run thread: two attempts, one after the other
+        job = Target(type="python", callable="tests.unit.test_executors:installs_a_tracer")
+        results.append(executor.execute(job, context()))
+        results.append((sys.gettrace(), sys.getprofile()))
+        then = Target(type="python", callable="examples.tasks:send_digest")
+        results.append(executor.execute(then, context()))
+
+    worker = threading.Thread(target=thread)
+    worker.start()
+    worker.join(10)
+    assert results[:2] == ["returned 'done'", (None, None)]
+    assert "job@2026-11-22T10:00:00.000Z" in results[2]
+
+
+def test_python_keyboard_interrupt_fails_the_run_not_the_worker() -> None:
+    with pytest.raises(ExecutionFailed, match="raised KeyboardInterrupt"):
+        PythonExecutor().execute(
+            Target(type="python", callable="tests.unit.test_executors:interrupts"), context()
+        )
 
 
 def test_shell_is_off_unless_enabled() -> None:

@@ -25,7 +25,8 @@ from schemas.events import (
     iso,
     utc_now,
 )
-from schemas.templates import HeadError, RunRequestReader, RunTemplate, encode_run_outcome, zigzag
+from schemas.templates import RunRequestReader, RunTemplate, encode_run_outcome
+from schemas.wire import HeadError, avro_string, zigzag
 
 JOBS = [
     JobDefinition(job_id="a", target=Target(type="http", url="https://x.test/h"),
@@ -103,6 +104,38 @@ def test_run_request_reader_refuses_a_broken_head() -> None:
         reader.read(bytes(bad_trigger), lambda: _fastavro_run(body))
     with pytest.raises(UnicodeDecodeError):
         reader.read(b"\x02\xff" + body[2:], lambda: _fastavro_run(body))
+
+
+@pytest.mark.parametrize(
+    ("attempt", "scheduled", "fired"),
+    [
+        (2**31, 5, 6),  # attempt is an Avro int
+        (1, 253_402_300_800_000, 6),  # after year 9999: no datetime holds it
+        (1, 5, -62_135_596_800_001),  # before year 1
+    ],
+)
+def test_run_request_reader_refuses_what_fastavro_cannot_read(
+    attempt: int, scheduled: int, fired: int
+) -> None:
+    """Found by review: the reader took these, and the worker crashed on them later
+    (``from_ms``, or encoding attempt + 1 for the retry timer)."""
+    reader = RunRequestReader()
+    good = RunTemplate(JOBS[0]).encode(1, "a@x", 5, 6)[5:]
+    reader.read(good, lambda: _fastavro_run(good))
+    bad = RunTemplate(JOBS[0]).encode(1, "a@x", scheduled, fired, attempt=attempt)[5:]
+    with pytest.raises(HeadError):
+        reader.read(bad, lambda: _fastavro_run(good))
+
+
+def test_a_varint_over_64_bits_is_refused() -> None:
+    reader = RunRequestReader()
+    good = RunTemplate(JOBS[0]).encode(1, "a@x", 5, 6)[5:]
+    reader.read(good, lambda: _fastavro_run(good))
+    head = avro_string("a@x") + avro_string(JOBS[0].job_id) + avro_string(JOBS[0].tenant)
+    assert good.startswith(head + b"\x02")  # attempt 1
+    seventy_bits = b"\xff" * 9 + b"\x7f"
+    with pytest.raises(HeadError):
+        reader.read(head + seventy_bits + good[len(head) + 1 :], lambda: _fastavro_run(good))
 
 
 @pytest.mark.parametrize("n", [0, 1, -1, 63, -64, 64, 2**31, -(2**40), 2**62])

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from consumers.core.backoff import MAX_BACKOFF_MS
 from consumers.core.verdict import after_failure, before_start, retry_timer
 from schemas.events import (
     RetryPolicy,
@@ -95,3 +96,16 @@ def test_the_retry_timer_keeps_the_run_id_and_counts_the_attempt() -> None:
     assert timer.run.trigger is Trigger.RETRY
     assert not timer.run.possible_duplicate
     assert timer.run.scheduled_at == t0
+
+
+def test_a_backoff_of_any_size_gives_a_retry_timer_that_can_be_written() -> None:
+    """Found by review: ``--backoff 100000000d..100000000d`` (or such a policy from
+    another producer) made the first failure raise in ``from_ms``; waits are capped."""
+    huge = RetryPolicy(max_attempts=5, initial_backoff_ms=2**62, max_backoff_ms=2**62)
+    verdict = after_failure(RunStatus.FAILED, "boom", retriable=True, cancel_requested=False,
+                            policy=huge, attempt=1, now_ms=NOW, uniform=lambda _a, b: b)  # fmt: skip
+    assert verdict.retry_at_ms == NOW + MAX_BACKOFF_MS
+    t0 = datetime(2026, 11, 22, 10, tzinfo=UTC)
+    run = RunRequest(run_id="j@x", job_id="j", scheduled_at=t0, fired_at=t0,
+                     target=Target(type="http", url="https://e.x"), retry=huge)  # fmt: skip
+    assert retry_timer(run, NOW + MAX_BACKOFF_MS, NOW).due_at == from_ms(NOW + MAX_BACKOFF_MS)

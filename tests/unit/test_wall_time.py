@@ -14,7 +14,8 @@ from cronstream.cli import main
 from producers.spec import job_from_spec, parse_instant
 from schemas.events import IntervalSchedule, OnceSchedule, iso
 from streams.checkpoint import Checkpoint
-from streams.core.cron import TZDATA_VERSION, ZoneError, cron_times, load_zone, wall_instant_ms
+from streams.core.cron import cron_times
+from streams.core.zones import TZDATA_VERSION, ZoneError, load_zone, wall_instant_ms
 
 NY = "America/New_York"  # spring 2026-03-08 07:00Z (02:00 EST -> 03:00 EDT); fall 2026-11-01 06:00Z
 
@@ -126,13 +127,13 @@ def test_preview_refuses_bad_input_with_a_message(
 def test_a_takeover_from_another_zone_database_is_logged_loudly(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from streams.processor import _check_zone_database
+    from streams.loading import check_zone_database
 
     same = Checkpoint(1, 2, 3, 4, TZDATA_VERSION)
-    _check_zone_database(7, same)
-    _check_zone_database(7, Checkpoint(1, 2, 3, 4, None))  # from before the field existed
+    check_zone_database(7, same)
+    check_zone_database(7, Checkpoint(1, 2, 3, 4, None))  # from before the field existed
     assert caplog.records == []
-    _check_zone_database(7, Checkpoint(1, 2, 3, 4, "2019a"))
+    check_zone_database(7, Checkpoint(1, 2, 3, 4, "2019a"))
     (record,) = caplog.records
     assert record.levelname == "ERROR"
     assert "partition 7" in record.getMessage()

@@ -4,6 +4,7 @@ in which ``Outbox.settle`` publishes, flushes and commits."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -11,6 +12,8 @@ import pytest
 
 from consumers.core.dedup import Dedup
 from consumers.core.offsets import OffsetTracker
+from consumers.executors.base import RunContext
+from consumers.worker.attempts import Attempts
 from consumers.worker.config import WorkerConfig
 from consumers.worker.intake import Intake
 from consumers.worker.outbox import Outbox
@@ -219,3 +222,45 @@ def test_a_failed_delivery_stops_settle_before_any_commit() -> None:
     with pytest.raises(Exception, match="delivery"):
         parts.outbox.settle(wait=True)
     assert parts.consumer.commits == []
+
+
+class _Broken:
+    kind = "python"
+
+    def execute(self, _target: Target, context: RunContext) -> str:
+        if context.run_id == "j@bad":
+            raise TypeError("an executor's own bug")
+        return "ok"
+
+
+def test_an_error_escaping_an_executor_fails_that_run_not_the_worker() -> None:
+    """Found by review: ``collect`` re-raised anything but ExecutionFailed, so one broken
+    run (e.g. a job leaving a trace function on its thread) killed the worker, and every
+    later owner of the partition died on the same record."""
+    parts = Parts()
+    parts.own()
+    attempts = Attempts(SETTINGS, WorkerConfig(group="g", concurrency=2), outbox=parts.outbox,
+                        dedup=parts.dedup, cancels={}, tally=metrics.Tally())  # fmt: skip
+    attempts.executors["python"] = _Broken()  # type: ignore[assignment]
+    try:
+        parts.intake.accept(parts.record(run("j@bad"), 0))
+        parts.intake.accept(parts.record(run("j@next"), 1))
+        assert attempts.start_some(2, parts.intake.take) == 2
+        deadline = time.monotonic() + 10
+        while attempts.running and time.monotonic() < deadline:
+            attempts.collect(wait=0.1)
+        parts.outbox.settle(wait=True)
+    finally:
+        attempts.close()
+    outcomes = [parts.codec.decode(r.value, RunOutcome) for r in parts.producer.on(TOPICS.history)]
+    final = {o.run_id: o for o in outcomes if o.status is not RunStatus.STARTED}
+    assert set(final) == {"j@bad", "j@next"}
+    assert (final["j@bad"].status, final["j@next"].status) == (
+        RunStatus.FAILED,
+        RunStatus.SUCCEEDED,
+    )
+    assert "the worker failed running it: TypeError" in (final["j@bad"].error or "")
+    assert "not retried" in (final["j@bad"].error or "")
+    letters = [parts.codec.decode(r.value, DeadLetter) for r in parts.producer.on(TOPICS.dlq)]
+    assert [(letter.run_id, letter.stage) for letter in letters] == [("j@bad", "worker")]
+    assert parts.consumer.commits[-1][0] == [(RUNS, 0, 2, "0")]

@@ -1,0 +1,158 @@
+"""The documented limits of a job definition and of a run request.
+
+Definitions come from any Kafka client, not only ``jobs put``, so every limit is
+checked where a record is used, not only where cronstream writes it:
+
+- ``jobs put`` and ``JobClient`` refuse a definition over a limit (``producers.spec``);
+- the scheduler refuses one when it loads it (``timing_problems`` on its timing fields,
+  and the size of the record): dead-lettered with the reason, the job not loaded;
+- the worker refuses a run request over a limit (``run_problems``): a FAILED outcome
+  with the reason, not retried, and a DLQ record.
+
+The numbers are in the README (Limits). They bound what one record can cost: memory
+(lengths), time (cron text, catch-up runs per outage), and instants a datetime can
+hold (durations).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from schemas.events import RetryPolicy, RunRequest, Target
+
+DAY_MS = 86_400_000
+MAX_JOB_ID = 200
+MAX_TENANT = 64
+MAX_CRON = 256  # characters of a cron expression
+MAX_DEFINITION_BYTES = 256 * 1024  # a whole encoded definition
+MAX_PAYLOAD_BYTES = 1024 * 1024  # the ceiling of CRONSTREAM_MAX_PAYLOAD_BYTES
+MAX_HEADERS = 32
+MAX_HEADER_NAME = 128
+MAX_HEADER_VALUE = 4096
+MAX_URL = 2048
+MAX_TOPIC = 249  # Kafka's own limit
+MAX_CALLABLE = 256
+MAX_COMMAND = 4096
+MAX_ATTEMPTS = 100
+MAX_BACKOFF_MS = 30 * DAY_MS
+MAX_TIMEOUT_MS = 7 * DAY_MS
+MAX_JITTER_MS = DAY_MS
+MAX_CATCHUP = 1000
+MAX_CATCHUP_WINDOW_MS = 30 * DAY_MS
+MAX_INTERVAL_MS = 100 * 366 * DAY_MS
+
+# Letters, digits and . _ : / -, starting with a letter or digit; \Z, not $: "$" would
+# let a trailing newline through.
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]*\Z")
+
+
+def name_problems(what: str, value: str, limit: int) -> list[str]:
+    """A job id or tenant: 1-``limit`` characters of ``NAME``."""
+    if not value:
+        return [f"a {what} is required"]
+    if len(value) > limit or not NAME.match(value):
+        return [f"{what} {value[:80]!r} must be 1-{limit} characters of letters, digits "
+                "and . _ : / -, starting with a letter or digit"]  # fmt: skip
+    return []
+
+
+def timing_problems(
+    *,
+    cron: str | None,
+    every_ms: int,
+    jitter_ms: int,
+    max_catchup: int,
+    catchup_window_ms: int,
+) -> list[str]:
+    """The limits on the timing fields the scheduler reads of a definition (with the
+    job id's, ``name_problems``)."""
+    problems = []
+    if cron is not None and len(cron) > MAX_CRON:
+        problems.append(f"cron expression of {len(cron)} characters, over {MAX_CRON}")
+    if every_ms > MAX_INTERVAL_MS:
+        problems.append(f"interval {every_ms} ms is over 100 years")
+    problems += _range("jitter", jitter_ms, 0, MAX_JITTER_MS, "0 to 1 day")
+    problems += _range("catchup", max_catchup, 1, MAX_CATCHUP, f"1 to {MAX_CATCHUP}")
+    problems += _range("catchup window", catchup_window_ms, 1, MAX_CATCHUP_WINDOW_MS,
+                       "positive, at most 30 days")  # fmt: skip
+    return problems
+
+
+def retry_problems(retry: RetryPolicy, timeout_ms: int) -> list[str]:
+    return [
+        *_range("max attempts", retry.max_attempts, 1, MAX_ATTEMPTS, f"1 to {MAX_ATTEMPTS}"),
+        *_range("backoff minimum", retry.initial_backoff_ms, 1, MAX_BACKOFF_MS,
+                "positive, at most 30 days"),
+        *_range("backoff maximum", retry.max_backoff_ms, retry.initial_backoff_ms,
+                MAX_BACKOFF_MS, "at least the minimum, at most 30 days"),
+        *_range("timeout", timeout_ms, 1, MAX_TIMEOUT_MS, "positive, at most 7 days"),
+    ]  # fmt: skip
+
+
+def target_limit_problems(target: Target) -> list[str]:
+    problems = []
+    for what, value, limit in (("url", target.url, MAX_URL), ("topic", target.topic, MAX_TOPIC),
+                               ("callable", target.callable, MAX_CALLABLE),
+                               ("command", target.command, MAX_COMMAND)):  # fmt: skip
+        if value is not None and len(value) > limit:
+            problems.append(f"{what} of {len(value)} characters, over {limit}")
+    return problems + header_problems(target.headers)
+
+
+def header_problems(headers: Mapping[str, str]) -> list[str]:
+    if len(headers) > MAX_HEADERS:
+        return [f"{len(headers)} headers, over {MAX_HEADERS}"]
+    for name, value in headers.items():
+        if not name or len(name) > MAX_HEADER_NAME or any(c in name for c in ":\r\n\0"):
+            return [f"header name {name[:40]!r} must be 1-{MAX_HEADER_NAME} characters, "
+                    "without ':' or line breaks"]  # fmt: skip
+        if len(value) > MAX_HEADER_VALUE or any(c in value for c in "\r\n\0"):
+            return [f"header {name[:40]!r}: the value must be at most {MAX_HEADER_VALUE} "
+                    "characters, without line breaks"]  # fmt: skip
+    return []
+
+
+class LimitError(ValueError):
+    """A record over the limits (the message lists each one)."""
+
+
+def run_problems(run: RunRequest) -> list[str]:
+    """The limits on a run request (the worker's check): ``run_head_problems`` for what
+    differs per run, ``tail_problems`` for what is the same for every run of one
+    definition (checked once per definition on the hot path)."""
+    return run_head_problems(run) + tail_problems(run)
+
+
+def run_head_problems(run: RunRequest) -> list[str]:
+    return head_problems(run.job_id, run.tenant, run.attempt)
+
+
+def head_problems(job_id: str, tenant: str, attempt: int) -> list[str]:
+    """What differs per run request: its job id, tenant and attempt."""
+    if (
+        1 <= attempt <= MAX_ATTEMPTS
+        and len(job_id) <= MAX_JOB_ID
+        and len(tenant) <= MAX_TENANT
+        and NAME.match(job_id)
+        and NAME.match(tenant)
+    ):
+        return []  # the common case, cheaply
+    return [
+        *name_problems("job id", job_id, MAX_JOB_ID),
+        *name_problems("tenant", tenant, MAX_TENANT),
+        *_range("attempt", attempt, 1, MAX_ATTEMPTS, f"1 to {MAX_ATTEMPTS}"),
+    ]
+
+
+def tail_problems(run: RunRequest) -> list[str]:
+    problems = [*retry_problems(run.retry, run.timeout_ms), *target_limit_problems(run.target)]
+    if run.payload is not None and len(run.payload) > MAX_PAYLOAD_BYTES // 4:
+        size = len(run.payload.encode())
+        if size > MAX_PAYLOAD_BYTES:
+            problems.append(f"payload of {size} bytes, over {MAX_PAYLOAD_BYTES}")
+    return problems
+
+
+def _range(what: str, value: int, low: int, high: int, rule: str) -> list[str]:
+    return [] if low <= value <= high else [f"{what} {value} is out of range ({rule})"]

@@ -1,0 +1,76 @@
+"""Transient broker refusals are retried, not raised out of a rebalance callback
+(``runtime.kafka.offsets``)."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from runtime.kafka.offsets import committed, is_transient, retrying, watermarks
+
+
+def refusal(code: int) -> KafkaException:
+    return KafkaException(KafkaError(code, "refused"))
+
+
+class FlakyConsumer:
+    """Refuses the first ``failures`` calls with ``code``, then answers."""
+
+    def __init__(self, code: int, failures: int) -> None:
+        self.code, self.failures, self.calls = code, failures, 0
+
+    def _maybe_refuse(self) -> None:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise refusal(self.code)
+
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float = 0) -> tuple[int, int]:
+        self._maybe_refuse()
+        return (3, 42)
+
+    def committed(
+        self, partitions: list[TopicPartition], timeout: float = 0
+    ) -> list[TopicPartition]:
+        self._maybe_refuse()
+        return [TopicPartition(tp.topic, tp.partition, 7) for tp in partitions]
+
+
+def test_a_fenced_leader_epoch_after_a_broker_restart_is_retried() -> None:
+    """Found by review: the broker killed and restarted, a worker died of
+    FENCED_LEADER_EPOCH ("Failed to get offsets: Leader epoch is older than broker
+    epoch") raised out of its assignment callback."""
+    consumer = FlakyConsumer(KafkaError.FENCED_LEADER_EPOCH, failures=2)
+    assert watermarks(consumer, TopicPartition("t", 0)) == (3, 42)  # type: ignore[arg-type]
+    assert consumer.calls == 3
+    consumer = FlakyConsumer(KafkaError.NOT_COORDINATOR, failures=1)
+    (tp,) = committed(consumer, [TopicPartition("t", 1)])  # type: ignore[arg-type]
+    assert (tp.partition, tp.offset, consumer.calls) == (1, 7, 2)
+
+
+@pytest.mark.parametrize(
+    "code",
+    [KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError._TRANSPORT,
+     KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+     KafkaError._ALL_BROKERS_DOWN],
+)  # fmt: skip
+def test_refusals_that_pass_when_the_broker_is_back_are_transient(code: int) -> None:
+    assert is_transient(refusal(code))
+
+
+def test_other_errors_are_raised_at_once() -> None:
+    consumer = FlakyConsumer(KafkaError.TOPIC_AUTHORIZATION_FAILED, failures=5)
+    with pytest.raises(KafkaException):
+        watermarks(consumer, TopicPartition("t", 0))  # type: ignore[arg-type]
+    assert consumer.calls == 1
+
+
+def test_a_refusal_that_outlasts_the_timeout_is_raised() -> None:
+    calls = []
+
+    def refuse() -> None:
+        calls.append(1)
+        raise refusal(KafkaError.LEADER_NOT_AVAILABLE)
+
+    with pytest.raises(KafkaException):
+        retrying(refuse, timeout=0.6)
+    assert 2 <= len(calls) <= 3
