@@ -140,20 +140,15 @@ class Codec:
     def decode_run(self, data: bytes | None) -> RunRequest:
         """``decode(data, RunRequest)``, for the workers' hot path: a record written with
         our schema goes through ``RunRequestReader`` (same result, a fraction of the
-        cost once its definition's tail has been seen)."""
-        if data is not None and len(data) > _HEADER.size:
-            magic, schema_id = _HEADER.unpack_from(data)
-            if magic == MAGIC:
-                name, _, ours = self._writer(schema_id)
-                if ours and name == RunRequest.AVRO_NAME:
-                    try:
-                        return self._runs.read(
-                            data[_HEADER.size :], lambda: self.decode(data, RunRequest)
-                        )
-                    except (HeadError, UnicodeDecodeError) as exc:
-                        raise DecodeError(f"undecodable {name} body: {exc!r}") from exc
-                    except LimitError as exc:
-                        raise DecodeError(str(exc)) from None
+        cost once its definition's tail has been seen). A run over ``schemas.limits``
+        is refused."""
+        if data is not None and self._ours(data, RunRequest):
+            try:
+                return self._runs.read(data[_HEADER.size :], lambda: self.decode(data, RunRequest))
+            except (HeadError, IndexError, UnicodeDecodeError) as exc:
+                raise DecodeError(f"undecodable {RunRequest.AVRO_NAME} body: {exc!r}") from exc
+            except LimitError as exc:
+                raise DecodeError(str(exc)) from None
         run = self.decode(data, RunRequest)
         problems = run_problems(run)
         if problems:
@@ -164,20 +159,25 @@ class Codec:
         """A JobDefinition's scheduling fields, for a scheduler loading its partitions:
         a record written with our schema goes through ``TimingReader`` (the same result
         as fastavro's, a fraction of the cost once its tail has been seen)."""
-        if data is not None and len(data) > _HEADER.size:
-            magic, schema_id = _HEADER.unpack_from(data)
-            if magic == MAGIC:
-                name, _, ours = self._writer(schema_id)
-                if ours and name == JobDefinition.AVRO_NAME:
-                    try:
-                        return self._timings.read(
-                            data[_HEADER.size :], lambda: self._slow_timing(data)
-                        )
-                    except (HeadError, IndexError, UnicodeDecodeError) as exc:
-                        raise DecodeError(f"undecodable {name} body: {exc!r}") from exc
-                    except InvalidTiming as exc:
-                        raise DecodeError(str(exc)) from None
+        if data is not None and self._ours(data, JobDefinition):
+            try:
+                return self._timings.read(data[_HEADER.size :], lambda: self._slow_timing(data))
+            except (HeadError, IndexError, UnicodeDecodeError) as exc:
+                raise DecodeError(f"undecodable {JobDefinition.AVRO_NAME} body: {exc!r}") from exc
+            except InvalidTiming as exc:
+                raise DecodeError(str(exc)) from None
         return self._slow_timing(data)
+
+    def _ours(self, data: bytes, event_type: type[Event]) -> bool:
+        """Whether ``data`` was written with exactly our schema of ``event_type`` (then
+        a hand reader may read its body)."""
+        if len(data) <= _HEADER.size:
+            return False
+        magic, schema_id = _HEADER.unpack_from(data)
+        if magic != MAGIC:
+            return False
+        name, _, ours = self._writer(schema_id)
+        return ours and name == event_type.AVRO_NAME
 
     def _slow_timing(self, data: bytes | None) -> JobTiming:
         record = self.decode_record(data, JobDefinition)

@@ -43,6 +43,7 @@ from schemas.events import (
 from schemas.limits import LimitError, head_problems, run_head_problems, tail_problems
 from schemas.wire import (
     HeadError,
+    Tails,
     avro_string,
     read_instant,
     read_int,
@@ -120,19 +121,14 @@ class RunRequestReader:
     The head (run id, job id, tenant, attempt, instants, trigger, duplicate flag) is
     read by hand; the rest, the same bytes for every run of one definition, is looked
     up among the tails decoded before. An unseen tail is decoded with ``slow`` (the
-    whole record, by fastavro) and remembered (at most ``limit`` tails). A head that
+    whole record, by fastavro) and remembered (``schemas.wire.Tails``). A head that
     does not parse raises HeadError (or UnicodeDecodeError)."""
 
-    def __init__(
-        self, limit: int = 4096, max_bytes: int = 64 * 1024 * 1024, *, limits: bool = False
-    ) -> None:
-        self.limit = limit
-        self.max_bytes = max_bytes  # the tails kept, in bytes (a tail can be 1 MB)
+    def __init__(self, *, limits: bool = False) -> None:
         # Refuse runs over ``schemas.limits`` (LimitError): the tail's part is checked
         # once per tail, the head's per run.
         self.limits = limits
-        self._size = 0
-        self._tails: dict[bytes, tuple[RunRequest, list[str]]] = {}
+        self._tails: Tails[tuple[RunRequest, list[str]]] = Tails()
 
     def read(self, body: bytes, slow: Callable[[], RunRequest]) -> RunRequest:
         try:
@@ -152,12 +148,8 @@ class RunRequestReader:
         cached = self._tails.get(tail)
         if cached is None:
             run = slow()
-            if len(self._tails) >= self.limit or self._size + len(tail) > self.max_bytes:
-                self._tails.clear()
-                self._size = 0
             problems = tail_problems(run) if self.limits else []
-            self._tails[tail] = (run, problems)
-            self._size += len(tail)
+            self._tails.put(tail, (run, problems))
             if self.limits:
                 _refuse(problems + run_head_problems(run))
             return run

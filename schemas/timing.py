@@ -25,7 +25,14 @@ from typing import Any
 from schemas.events import CronSchedule, IntervalSchedule, OnceSchedule, Schedule
 from schemas.events import schedule_from_avro as _schedule_from_avro
 from schemas.instants import to_ms
-from schemas.wire import HeadError, last_varint_start, read_instant, read_long, read_string
+from schemas.wire import (
+    HeadError,
+    Tails,
+    last_varint_start,
+    read_instant,
+    read_long,
+    read_string,
+)
 
 _CRON, _INTERVAL, _ONCE = 1, 2, 3  # the schedule union's branches (0: null, manual)
 
@@ -94,9 +101,8 @@ class TimingReader:
     Raises HeadError, IndexError or UnicodeDecodeError for a head that does not parse,
     InvalidTiming for an interval that is not positive; ``slow`` raises what it raises."""
 
-    def __init__(self, limit: int = 4096) -> None:
-        self.limit = limit
-        self._tails: dict[bytes, tuple[str, int, int]] = {}
+    def __init__(self) -> None:
+        self._tails: Tails[tuple[str, int, int]] = Tails()
 
     def read(self, body: bytes, slow: Callable[[], JobTiming]) -> JobTiming:
         job_id, pos = read_string(body, 0)
@@ -115,9 +121,7 @@ class TimingReader:
         misfire = self._tails.get(tail)
         if misfire is None:
             timing = slow()
-            if len(self._tails) >= self.limit:
-                self._tails.clear()
-            self._tails[tail] = timing.misfire
+            self._tails.put(tail, timing.misfire)
             return timing
         return JobTiming(
             job_id=job_id, schedule=schedule, timezone=timezone, start_ms=start_ms,

@@ -8,6 +8,10 @@ turn all three into a DecodeError.
 
 from __future__ import annotations
 
+from typing import Generic, TypeVar
+
+V = TypeVar("V")
+
 _ONE_BYTE = [bytes([n]) for n in range(0x80)]
 # A long is at most 10 varint bytes.
 _MAX_VARINT = 10
@@ -100,3 +104,25 @@ def last_varint_start(data: bytes, floor: int) -> int:
     if end - start >= _MAX_VARINT:
         raise HeadError("varint longer than 64 bits")
     return start
+
+
+class Tails(Generic[V]):
+    """What the hand readers remember per *tail* (the bytes after a record's head, the
+    same for every record of one definition): at most ``limit`` tails and ``max_bytes``
+    of them (a tail can be a megabyte), forgotten all at once when full."""
+
+    def __init__(self, limit: int = 4096, max_bytes: int = 64 * 1024 * 1024) -> None:
+        self.limit = limit
+        self.max_bytes = max_bytes
+        self._size = 0
+        self._known: dict[bytes, V] = {}
+
+    def get(self, tail: bytes) -> V | None:
+        return self._known.get(tail)
+
+    def put(self, tail: bytes, value: V) -> None:
+        if len(self._known) >= self.limit or self._size + len(tail) > self.max_bytes:
+            self._known.clear()
+            self._size = 0
+        self._known[tail] = value
+        self._size += len(tail)
