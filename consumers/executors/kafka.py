@@ -3,25 +3,91 @@
 The record's key is the run id (the idempotency key: a consumer can drop a repeat by
 key, and compaction keeps one per run) and its headers carry run_id, job_id and attempt.
 An attempt succeeds when the broker acknowledged the record (acks=all, idempotent).
+
+**Policy** (``TopicPolicy``, per worker): a job never writes into cronstream's own
+topics (a crafted payload on ``runs.*`` would decode as a run that no validation saw)
+nor Kafka's internal ones (``__consumer_offsets``, ``__*``); with
+``--kafka-allow`` patterns only the topics they match. A topic that does not exist
+fails at once, not retried (the broker's metadata, remembered for a minute), instead
+of waiting out the timeout for an acknowledgement.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import threading
+import time
+from dataclasses import dataclass
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from consumers.executors.base import ExecutionFailed, RunContext, TargetInvalid, TimedOut
 from schemas.events import Target
+
+# How long the broker's answer on a topic's existence is trusted.
+TOPIC_KNOWN_S = 60.0
+
+
+@dataclass(frozen=True)
+class TopicPolicy:
+    """Which topics kafka targets may write to. ``own``: cronstream's topics (the
+    catalog's, under the deployment's prefix); ``allow``: fnmatch patterns, empty =
+    any topic that is not forbidden."""
+
+    own: frozenset[str]
+    allow: tuple[str, ...] = ()
+
+    def refusal(self, topic: str) -> str | None:
+        """Why ``topic`` is refused, or None."""
+        if topic.startswith("__"):
+            return f"topic {topic!r} is internal to Kafka"
+        if topic in self.own:
+            return f"topic {topic!r} is one of cronstream's own"
+        if self.allow and not any(fnmatch.fnmatchcase(topic, p) for p in self.allow):
+            return f"topic {topic!r} matches no --kafka-allow pattern"
+        return None
 
 
 class KafkaExecutor:
     kind = "kafka"
 
-    def __init__(self, producer: Producer) -> None:
+    def __init__(self, producer: Producer, policy: TopicPolicy) -> None:
         self.producer = producer
+        self.policy = policy
+        self._exists: dict[str, tuple[float, bool]] = {}  # topic -> (until, exists)
+        self._lock = threading.Lock()
 
     def execute(self, target: Target, context: RunContext) -> str:
+        topic = target.topic or ""
+        refusal = self.policy.refusal(topic)
+        if refusal is not None:
+            raise TargetInvalid(refusal)
+        if not self._topic_exists(topic):
+            raise TargetInvalid(f"topic {topic!r} does not exist")
+        return self._produce(target, context)
+
+    def _topic_exists(self, topic: str) -> bool:
+        """From the broker's metadata (a lookup failure counts as existing: producing
+        then decides)."""
+        with self._lock:
+            known = self._exists.get(topic)
+        if known is not None and known[0] > time.monotonic():
+            return known[1]
+        try:
+            metadata = self.producer.list_topics(topic=topic, timeout=5)
+        except KafkaException:
+            return True
+        found = metadata.topics.get(topic)
+        exists = found is not None and (
+            found.error is None or found.error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART
+        )
+        with self._lock:
+            if len(self._exists) > 10_000:
+                self._exists.clear()
+            self._exists[topic] = (time.monotonic() + TOPIC_KNOWN_S, exists)
+        return exists
+
+    def _produce(self, target: Target, context: RunContext) -> str:
         done = threading.Event()
         outcome: list[KafkaError | None] = []
 

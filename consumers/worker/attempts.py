@@ -24,7 +24,7 @@ from consumers.executors.base import (
     TimedOut,
 )
 from consumers.executors.http import HttpExecutor
-from consumers.executors.kafka import KafkaExecutor
+from consumers.executors.kafka import KafkaExecutor, TopicPolicy
 from consumers.executors.pool import Done, RunPool
 from consumers.executors.python import PythonExecutor
 from consumers.executors.shell import ShellExecutor
@@ -34,6 +34,7 @@ from consumers.worker.pending import Pending
 from runtime import metrics
 from runtime.kafka.clients import kafka_producer
 from runtime.settings import Settings
+from schemas.catalog import Topics
 from schemas.events import DeadLetter, RunStatus, Target, TimerRequest, to_ms
 
 log = logging.getLogger("cronstream.worker")
@@ -63,7 +64,13 @@ class Attempts:
         self._target_producer = kafka_producer(settings)
         self.executors: dict[str, Executor] = {
             "http": HttpExecutor(allow=config.http_allow),
-            "kafka": KafkaExecutor(self._target_producer),
+            "kafka": KafkaExecutor(
+                self._target_producer,
+                TopicPolicy(
+                    own=frozenset(name for name, _ in Topics(settings).all()),
+                    allow=config.kafka_allow,
+                ),
+            ),
             "python": PythonExecutor(),
             "shell": ShellExecutor(enabled=bool(config.shell_allow), allowlist=config.shell_allow),
         }

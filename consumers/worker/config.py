@@ -17,5 +17,6 @@ class WorkerConfig:
     lookback_ms: int = DAY_MS  # history and control are read this far back
     http_allow: tuple[str, ...] = ()
     shell_allow: tuple[str, ...] = ()
+    kafka_allow: tuple[str, ...] = ()  # topic patterns kafka targets may write to; () = any
     session_timeout_ms: int = 10_000
     dedup_capacity: int = 2_000_000

@@ -25,6 +25,12 @@ from streams.processor import Processor, ProcessorConfig
 
 
 def register(sub: Any) -> None:
+    _register_scheduler(sub)
+    _register_worker(sub)
+    _register_sink(sub)
+
+
+def _register_scheduler(sub: Any) -> None:
     p = sub.add_parser("scheduler", help="run a scheduler processor (fires due runs)")
     p.add_argument("--group", help="consumer group (default <topic prefix>.scheduler)")
     p.add_argument("--name", default=f"scheduler-{socket.gethostname()}-{os.getpid()}")
@@ -49,6 +55,8 @@ def register(sub: Any) -> None:
     )  # fmt: skip
     p.set_defaults(handler=cmd_scheduler, needs="settings")
 
+
+def _register_worker(sub: Any) -> None:
     p = sub.add_parser("worker", help="run a worker (executes run requests)")
     p.add_argument("--group", help="consumer group (default <topic prefix>.workers)")
     p.add_argument("--name", default=f"worker-{socket.gethostname()}-{os.getpid()}")
@@ -72,8 +80,16 @@ def register(sub: Any) -> None:
         default=env_list("CRONSTREAM_SHELL_ALLOW"),
         help="an executable shell targets may run (shell is off without one); repeatable",
     )  # fmt: skip
+    p.add_argument(
+        "--kafka-allow", action="append",
+        default=env_list("CRONSTREAM_KAFKA_ALLOW"),
+        help="a topic pattern (fnmatch) kafka targets may write to; repeatable; none: any "
+        "topic but cronstream's own and Kafka's internal ones",
+    )  # fmt: skip
     p.set_defaults(handler=cmd_worker, needs="settings")
 
+
+def _register_sink(sub: Any) -> None:
     p = sub.add_parser("sink", help="run a history sink (history topic -> Cassandra)")
     p.add_argument("--group", help="consumer group (default <topic prefix>.sink)")
     p.add_argument("--name", default=f"sink-{socket.gethostname()}-{os.getpid()}")
@@ -108,6 +124,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
         dedup_capacity=args.dedup_capacity,
         http_allow=tuple(args.http_allow),
         shell_allow=tuple(args.shell_allow),
+        kafka_allow=tuple(args.kafka_allow),
     )
     return run_member(
         "worker", name=config.name, group=config.group,

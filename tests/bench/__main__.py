@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+from contextlib import suppress
+from pathlib import Path
 
 from runtime.settings import Settings
 from tests.bench.common import ROWS
@@ -54,10 +57,15 @@ def main() -> int:
         "queries": lambda: bench_queries(base, runs, 200_000 if args.quick else 1_000_000,
                                          100 if args.quick else 300),
     }  # fmt: skip
-    for name, fn in plan.items():
-        if args.only is None or name in args.only:
-            print(f"[bench] {name}", flush=True)
-            fn()
+    signal.signal(signal.SIGTERM, _interrupted)
+    signal.signal(signal.SIGINT, _interrupted)
+    try:
+        for name, fn in plan.items():
+            if args.only is None or name in args.only:
+                print(f"[bench] {name}", flush=True)
+                fn()
+    finally:
+        _kill_children()  # none on the normal path: each benchmark stops its own
     width = max(len(r[0]) for r in ROWS)
     print()
     print(f"{'benchmark':<{width}}  {'median':>12}  {'target':>10}  notes")
@@ -65,6 +73,24 @@ def main() -> int:
         print(f"{name:<{width}}  {value:>12}  {target:>10}  {note}")
     print(f"\n{os.cpu_count()} cores; medians of the runs listed")
     return 0
+
+
+def _interrupted(signum: int, _frame: object) -> None:
+    """SIGTERM or Ctrl-C: kill the schedulers and workers this bench started first (they
+    would go on firing into its topics), then unwind, so that every benchmark's
+    ``finally`` runs and its namespace's topics are deleted."""
+    _kill_children()
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _kill_children() -> None:
+    me = str(os.getpid())
+    for status in Path("/proc").glob("[0-9]*/status"):
+        with suppress(OSError):
+            fields = dict(line.split(":", 1) for line in status.read_text().splitlines()
+                          if ":" in line)  # fmt: skip
+            if fields.get("PPid", "").strip() == me:
+                os.kill(int(status.parent.name), signal.SIGKILL)
 
 
 if __name__ == "__main__":

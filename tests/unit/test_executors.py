@@ -6,11 +6,14 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError
 
 from consumers.executors.base import (
     CancelFlag,
@@ -22,6 +25,7 @@ from consumers.executors.base import (
     TimedOut,
 )
 from consumers.executors.http import HttpExecutor
+from consumers.executors.kafka import KafkaExecutor, TopicPolicy
 from consumers.executors.python import PythonExecutor
 from consumers.executors.shell import ShellExecutor
 from schemas.events import Target
@@ -267,3 +271,68 @@ def test_cancel_flag_wakes_a_waiter_and_times_out() -> None:
     early = CancelFlag()
     early.set()
     assert early.wait(None) is True  # set before anyone waited: no Event needed
+
+
+class _Metadata:
+    def __init__(self, topic: str, exists: bool) -> None:
+        error = None if exists else KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)
+        self.topics = {topic: type("T", (), {"error": error})()}
+
+
+class _Producer:
+    """What KafkaExecutor asks of its producer: topic metadata, and produce/poll."""
+
+    def __init__(self, existing: set[str]) -> None:
+        self.existing, self.produced, self.lookups = existing, [], 0
+
+    def list_topics(self, topic: str, timeout: float) -> _Metadata:
+        self.lookups += 1
+        return _Metadata(topic, topic in self.existing)
+
+    def produce(self, topic: str, *, on_delivery: Any, **_kw: Any) -> None:
+        self.produced.append(topic)
+        on_delivery(None, None)
+
+    def poll(self, _timeout: float) -> int:
+        return 0
+
+
+POLICY = TopicPolicy(own=frozenset({"cronstream.runs.normal", "cronstream.jobs"}))
+
+
+@pytest.mark.parametrize(
+    ("topic", "policy", "why"),
+    [
+        ("cronstream.runs.normal", POLICY, "one of cronstream's own"),
+        ("__consumer_offsets", POLICY, "internal to Kafka"),
+        ("__anything", POLICY, "internal to Kafka"),
+        ("billing.events", replace(POLICY, allow=("orders.*",)), "matches no --kafka-allow"),
+    ],
+)
+def test_kafka_targets_never_write_into_cronstreams_or_kafkas_own_topics(
+    topic: str, policy: TopicPolicy, why: str
+) -> None:
+    """Found by review: a kafka target could write to cronstream.runs.* (a crafted
+    payload there decodes as a run that never went through validation) or to
+    __consumer_offsets."""
+    producer = _Producer({topic})
+    with pytest.raises(TargetInvalid, match=why):
+        KafkaExecutor(producer, policy).execute(Target(type="kafka", topic=topic), context())  # type: ignore[arg-type]
+    assert producer.produced == []
+
+
+def test_a_kafka_target_topic_that_does_not_exist_fails_at_once_and_is_remembered() -> None:
+    """Found by review: it waited 30 s for an acknowledgement, ended TIMED_OUT and was
+    retried, holding a run slot each time."""
+    producer = _Producer({"orders.created"})
+    executor = KafkaExecutor(producer, replace(POLICY, allow=("orders.*",)))  # type: ignore[arg-type]
+    started = time.monotonic()
+    for _ in range(3):
+        with pytest.raises(TargetInvalid, match="does not exist") as caught:
+            executor.execute(Target(type="kafka", topic="orders.missing"), context())
+        assert not caught.value.retriable
+    assert time.monotonic() - started < 1
+    assert producer.lookups == 1  # the broker's answer is remembered
+    assert executor.execute(Target(type="kafka", topic="orders.created"), context()) == (
+        "produced to orders.created"
+    )
