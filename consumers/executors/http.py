@@ -6,7 +6,11 @@ reserved and unspecified addresses are refused unless a network containing them 
 the worker's allowlist (``--http-allow 127.0.0.0/8``). The request then goes to the very
 address that was checked (the Host header and TLS SNI keep the name), so a DNS answer
 that changes between check and connect cannot redirect it. Redirects are followed by
-hand, at most five, each one checked the same way.
+hand, at most five, each one checked the same way; a redirect to another origin
+(scheme, host, port) drops Authorization, Proxy-Authorization and Cookie, and one that
+would re-send the payload there is refused (a permanent failure). An IPv6 address that
+carries an IPv4 one (IPv4-mapped, NAT64 64:ff9b::/96, 6to4, Teredo) is judged by the
+IPv4 address it reaches.
 
 Outcome: 2xx is success; 408, 425, 429 and 5xx, and network errors, are retriable
 failures; any other status is a permanent failure (retrying a 404 cannot help).
@@ -32,6 +36,10 @@ from consumers.executors.base import (
 from schemas.events import Target
 
 MAX_REDIRECTS = 5
+# Dropped when a redirect leaves the origin (scheme, host, port) the job named.
+CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
+# NAT64 (RFC 6052 well-known prefix): the last 32 bits are the IPv4 address reached.
+NAT64 = ipaddress.ip_network("64:ff9b::/96")
 RETRIABLE_STATUS = frozenset({408, 425, 429})
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -53,6 +61,10 @@ class HttpExecutor:
         """Raise TargetInvalid unless ``address`` may be called."""
         ip = ipaddress.ip_address(address)
         if any(ip in network for network in self.allow):
+            return
+        embedded = _embedded_ipv4(ip)
+        if embedded is not None and embedded != ip:
+            self.check_address(str(embedded))  # the address it reaches is what counts
             return
         if not ip.is_global or ip.is_multicast:
             raise TargetInvalid(
@@ -92,9 +104,20 @@ class HttpExecutor:
         for _ in range(MAX_REDIRECTS + 1):
             response = self._send(method, url, headers, body, context)
             if response.status_code in (301, 302, 303, 307, 308) and "location" in response.headers:
-                url = urljoin(url, response.headers["location"])
+                target_url = urljoin(url, response.headers["location"])
                 if response.status_code == 303:
                     method, body = "GET", None
+                if _origin(target_url) != _origin(url):
+                    # Credentials and the payload are for the origin the job named.
+                    headers = {k: v for k, v in headers.items()
+                               if k.lower() not in CREDENTIAL_HEADERS}  # fmt: skip
+                    if body:
+                        self.resolve(target_url)  # a refused address says so first
+                        raise PermanentFailure(
+                            f"{url} redirects to another origin ({_origin(target_url)}): "
+                            "the payload is not sent there"
+                        )
+                url = target_url
                 continue
             return _judge(response, url)
         raise PermanentFailure(f"more than {MAX_REDIRECTS} redirects from {target.url}")
@@ -134,6 +157,26 @@ def _judge(response: httpx.Response, url: str) -> str:
     if status >= 500 or status in RETRIABLE_STATUS:
         raise ExecutionFailed(f"HTTP {status} from {url}: {text}")
     raise PermanentFailure(f"HTTP {status} from {url}: {text}")
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return parts.scheme, (parts.hostname or "").lower(), port
+
+
+def _embedded_ipv4(
+    ip: ipaddress.IPv4Address | ipaddress.IPv6Address,
+) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one reaches through a translation (IPv4-mapped, NAT64,
+    6to4, Teredo's client), or None."""
+    if ip.version != 6:
+        return None
+    assert isinstance(ip, ipaddress.IPv6Address)
+    if ip in NAT64:
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    teredo = ip.teredo
+    return ip.ipv4_mapped or ip.sixtofour or (teredo[1] if teredo else None)
 
 
 def _content_type(payload: str) -> str:

@@ -52,6 +52,11 @@ class Recorder(BaseHTTPRequestHandler):
         elif self.path == "/redirect-out":
             self.send_response(302)
             self.send_header("Location", "http://169.254.169.254/latest/meta-data")
+        elif self.path.startswith("/redirect-cross"):  # same server, another origin
+            self.send_response(307)
+            self.send_header(
+                "Location", f"http://localhost:{self.server.server_address[1]}/landing"
+            )
         elif self.path == "/redirect-bad-port":
             self.send_response(302)
             self.send_header("Location", "http://127.0.0.1:abc/")
@@ -114,6 +119,39 @@ def test_http_refuses_loopback_unless_allowed(server: str) -> None:
 def test_http_refuses_private_link_local_and_special_addresses(address: str) -> None:
     with pytest.raises(TargetInvalid):
         HttpExecutor().check_address(address)
+
+
+@pytest.mark.parametrize(
+    "address",
+    ["64:ff9b::7f00:1", "64:ff9b::a9fe:a9fe", "2002:7f00:1::", "2002:a00:1::1",
+     "::ffff:10.0.0.1", "2001:0:4136:e378:8000:63bf:80ff:fffe"],
+)  # fmt: skip
+def test_http_refuses_private_ipv4_addresses_inside_ipv6_ones(address: str) -> None:
+    """Found by review: NAT64 64:ff9b::7f00:1 and 6to4 2002:7f00:1:: passed the guard."""
+    with pytest.raises(TargetInvalid):
+        HttpExecutor().check_address(address)
+    HttpExecutor().check_address("64:ff9b::808:808")  # 8.8.8.8 through NAT64: public
+
+
+def test_http_drops_credentials_on_a_redirect_to_another_origin(server: str) -> None:
+    """Found by review: Authorization, Cookie and the body went to the redirect's origin."""
+    http = HttpExecutor(allow=["127.0.0.0/8", "::1/128"])
+    try:
+        secret = {"Authorization": "Bearer s3cret", "Cookie": "session=1", "X-Team": "a"}
+        get = Target(type="http", method="GET", url=f"{server}/redirect-cross", headers=secret)
+        assert http.execute(get, context()).startswith("HTTP 200")
+        (_, first, sent, _), (_, landing, followed, _) = SEEN
+        assert (first, landing) == ("/redirect-cross", "/landing")
+        assert sent["Authorization"] == "Bearer s3cret"
+        assert "Authorization" not in followed
+        assert "Cookie" not in followed
+        assert followed["X-Team"] == "a"
+        post = Target(type="http", url=f"{server}/redirect-cross-post", headers=secret)
+        with pytest.raises(PermanentFailure, match="the payload is not sent there"):
+            http.execute(post, context())
+        assert [path for _, path, _, _ in SEEN][2:] == ["/redirect-cross-post"]
+    finally:
+        http.close()
 
 
 def test_http_checks_every_redirect(server: str, http: HttpExecutor) -> None:
