@@ -114,18 +114,19 @@ def header_problems(headers: Mapping[str, str]) -> list[str]:
 
 
 class LimitError(ValueError):
-    """A record over the limits (the message lists each one)."""
+    """A record over the limits (the message lists each one: ``refusal``)."""
+
+
+def refusal(problems: list[str]) -> str:
+    """The one message for a record over the limits, wherever it is refused."""
+    return "over the limits: " + "; ".join(problems)
 
 
 def run_problems(run: RunRequest) -> list[str]:
-    """The limits on a run request (the worker's check): ``run_head_problems`` for what
+    """The limits on a run request (the worker's check): ``head_problems`` for what
     differs per run, ``tail_problems`` for what is the same for every run of one
     definition (checked once per definition on the hot path)."""
-    return run_head_problems(run) + tail_problems(run)
-
-
-def run_head_problems(run: RunRequest) -> list[str]:
-    return head_problems(run.job_id, run.tenant, run.attempt)
+    return head_problems(run.job_id, run.tenant, run.attempt) + tail_problems(run)
 
 
 def head_problems(job_id: str, tenant: str, attempt: int) -> list[str]:

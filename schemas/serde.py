@@ -31,7 +31,7 @@ from schemas.events import (
     RunRequest,
     TimerRequest,
 )
-from schemas.limits import LimitError, run_problems
+from schemas.limits import LimitError, refusal, run_problems
 from schemas.registry import RegistryClient, RegistryError, RegistryUnavailable
 from schemas.templates import RunRequestReader, encode_run_outcome
 from schemas.timing import InvalidTiming, JobTiming, TimingReader
@@ -152,7 +152,7 @@ class Codec:
         run = self.decode(data, RunRequest)
         problems = run_problems(run)
         if problems:
-            raise DecodeError("over the limits: " + "; ".join(problems))
+            raise DecodeError(refusal(problems))
         return run
 
     def decode_timing(self, data: bytes | None) -> JobTiming:

@@ -40,7 +40,7 @@ from schemas.events import (
     from_ms,
     to_ms,
 )
-from schemas.limits import LimitError, head_problems, run_head_problems, tail_problems
+from schemas.limits import LimitError, head_problems, refusal, tail_problems
 from schemas.wire import (
     HeadError,
     Tails,
@@ -148,14 +148,13 @@ class RunRequestReader:
         cached = self._tails.get(tail)
         if cached is None:
             run = slow()
-            problems = tail_problems(run) if self.limits else []
-            self._tails.put(tail, (run, problems))
-            if self.limits:
-                _refuse(problems + run_head_problems(run))
-            return run
+            cached = (run, tail_problems(run) if self.limits else [])
+            self._tails.put(tail, cached)
         known, problems = cached
         if self.limits:
-            _refuse(problems + head_problems(job_id, tenant, attempt))
+            problems = problems + head_problems(job_id, tenant, attempt)
+            if problems:
+                raise LimitError(refusal(problems))
         return RunRequest(
             run_id=run_id, job_id=job_id, tenant=tenant, attempt=attempt,
             scheduled_at=from_ms(scheduled), fired_at=from_ms(fired),
@@ -163,11 +162,6 @@ class RunRequestReader:
             target=known.target, payload=known.payload, priority=known.priority,
             timeout_ms=known.timeout_ms, retry=known.retry,
         )  # fmt: skip
-
-
-def _refuse(problems: list[str]) -> None:
-    if problems:
-        raise LimitError("over the limits: " + "; ".join(problems))
 
 
 def _opt_long(value: int | None) -> bytes:

@@ -12,7 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from schemas.events import JobDefinition
-from schemas.limits import MAX_DEFINITION_BYTES, MAX_JOB_ID, name_problems, timing_problems
+from schemas.limits import (
+    MAX_DEFINITION_BYTES,
+    MAX_JOB_ID,
+    name_problems,
+    refusal,
+    timing_problems,
+)
 from schemas.serde import Codec, DecodeError
 from schemas.templates import RunTemplate
 from schemas.timing import JobTiming
@@ -42,7 +48,7 @@ class Definitions:
             raise DecodeError(f"record key {key!r} differs from job_id {t.job_id!r}")
         problems = definition_limit_problems(t, len(raw))
         if problems:
-            raise DecodeError("over the limits: " + "; ".join(problems))
+            raise DecodeError(refusal(problems))
         misfire = self._misfires.get(t.misfire)
         if misfire is None:
             misfire = self._misfires[t.misfire] = Misfire(*t.misfire)

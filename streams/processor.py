@@ -207,18 +207,16 @@ class Processor:
 
     def step(self) -> None:
         """One iteration: apply what arrived, then fire what is due."""
-        parts = self.owned.values()
         # Wait for input only when there is nothing else to do: not while a read
         # partition waits to be settled, little while partitions are live.
-        settling = any(o.loading and o.read for o in parts)
-        live = any(not o.loading for o in parts)
-        wait = 0 if settling else 0.005 if live else 0.1
+        live = any(not o.loading for o in self.owned.values())
+        wait = 0 if self._read_partition() else 0.005 if live else 0.1
         for msg in self.consumer.consume(num_messages=5000, timeout=wait):
             self._on_jobs_record(msg)
         # Read partitions are settled SETTLE_BATCH definitions per iteration, one
         # partition at a time, so the ones already live fire on time in between
         # (settling 80,000 definitions takes seconds).
-        read = next((o for o in self.owned.values() if o.loading and o.read), None)
+        read = self._read_partition()
         if read is not None:
             self._settle_some(read)
         if self.owned:
@@ -328,9 +326,13 @@ class Processor:
             now = self._now_ms()
             self.emitter.emit(owned.core.put(job, now=now), now)
 
-    def _settle_some(self, owned: Owned, budget: int | None = None) -> None:
-        """Settle up to ``budget`` (SETTLE_BATCH) read definitions of a loading
-        partition against its checkpoint; once none is left, the partition is live.
+    def _read_partition(self) -> Owned | None:
+        """A loading partition read to its end, waiting to be settled."""
+        return next((o for o in self.owned.values() if o.loading and o.read), None)
+
+    def _settle_some(self, owned: Owned) -> None:
+        """Settle up to SETTLE_BATCH read definitions of a loading partition against
+        its checkpoint; once none is left, the partition is live.
 
         Definitions are taken in the order they were first read; each is the latest
         version read so far. One read again after it was settled (written during the
@@ -339,7 +341,7 @@ class Processor:
         checkpoint = owned.checkpoint
         core = owned.core
         pending = owned.pending
-        room = SETTLE_BATCH if budget is None else budget
+        room = SETTLE_BATCH
         while room > 0:
             if owned.settled >= len(owned.settling):
                 if not pending:
@@ -348,11 +350,8 @@ class Processor:
                 owned.settling, owned.settled = list(pending), 0
             key = owned.settling[owned.settled]
             owned.settled += 1
-            entry = pending.pop(key, None)
-            if entry is None:
-                continue
             room -= 1
-            offset, arrived, value, replaced = entry
+            offset, arrived, value, replaced = pending.pop(key)
             if value is None:
                 core.delete(key)  # deleted, perhaps after it was settled
                 continue

@@ -30,9 +30,6 @@ class Stall:
         self.retry_at = 0.0
         self.since = 0.0
 
-    def __bool__(self) -> bool:
-        return bool(self.held)
-
     def hold(self, messages: list[Message], reason: Exception) -> None:
         """``messages[0]`` could not be decoded for want of the registry: keep it and
         the rest, and stop fetching until ``due``."""

@@ -46,6 +46,7 @@ from functools import lru_cache
 from typing import TypeVar
 from zoneinfo import ZoneInfo
 
+from streams.core.memo import Memo
 from streams.core.zones import load_zone, plus_second, second_after, wall_instant_ms
 
 T = TypeVar("T")
@@ -189,11 +190,11 @@ def _build(folded: str, fields: list[str]) -> CronExpr:
 
 
 # (field text, field name) -> its sorted values; (day of month, day of week) -> DayRule.
-_FIELDS: dict[tuple[str, str], tuple[int, ...]] = {}
-_DAY_RULES: dict[tuple[str, str], DayRule] = {}
-_MONTH_SETS: dict[str, frozenset[int]] = {}
-_RULE_KEYS = itertools.count(1)
 _FIELD_CACHE_LIMIT = 65536
+_FIELDS: Memo[tuple[str, str], tuple[int, ...]] = Memo(_FIELD_CACHE_LIMIT)
+_DAY_RULES: Memo[tuple[str, str], DayRule] = Memo(_FIELD_CACHE_LIMIT)
+_MONTH_SETS: Memo[str, frozenset[int]] = Memo(_FIELD_CACHE_LIMIT)
+_RULE_KEYS = itertools.count(1)
 
 
 def _field(text: str, spec: _Field) -> tuple[int, ...]:
@@ -201,18 +202,14 @@ def _field(text: str, spec: _Field) -> tuple[int, ...]:
     key = (text, spec.name)
     values = _FIELDS.get(key)
     if values is None:
-        if len(_FIELDS) >= _FIELD_CACHE_LIMIT:
-            _FIELDS.clear()
-        values = _FIELDS[key] = _shared(tuple(sorted(_values(text, spec))))
+        values = _FIELDS.keep(key, _shared(tuple(sorted(_values(text, spec)))))
     return values
 
 
 def _months(text: str) -> frozenset[int]:
     found = _MONTH_SETS.get(text)
     if found is None:
-        if len(_MONTH_SETS) >= _FIELD_CACHE_LIMIT:
-            _MONTH_SETS.clear()
-        found = _MONTH_SETS[text] = _shared(frozenset(_field(text, MONTH)))
+        found = _MONTH_SETS.keep(text, _shared(frozenset(_field(text, MONTH))))
     return found
 
 
@@ -235,10 +232,7 @@ def _day_rule(dom: str, dow: str) -> DayRule:
         by_date=tuple(sorted(days)) if every_weekday else None,
         key=next(_RULE_KEYS),
     )
-    if len(_DAY_RULES) >= _FIELD_CACHE_LIMIT:
-        _DAY_RULES.clear()
-    _DAY_RULES[dom, dow] = rule
-    return rule
+    return _DAY_RULES.keep((dom, dow), rule)
 
 
 _SHARED: dict[object, object] = {}
@@ -336,13 +330,11 @@ def _fires_ever(day: DayRule, months: frozenset[int]) -> bool:
     key = (day.key, months)
     found = _FIRES.get(key)
     if found is None:
-        if len(_FIRES) >= _FIELD_CACHE_LIMIT:
-            _FIRES.clear()
-        found = _FIRES[key] = _fires_in_cycle(day, months)
+        found = _FIRES.keep(key, _fires_in_cycle(day, months))
     return found
 
 
-_FIRES: dict[tuple[int, frozenset[int]], bool] = {}
+_FIRES: Memo[tuple[int, frozenset[int]], bool] = Memo(_FIELD_CACHE_LIMIT)
 
 
 def _fires_in_cycle(day: DayRule, months: frozenset[int]) -> bool:
@@ -402,11 +394,6 @@ class CronTimes:
             start = plus_second(found)
         raise CronError(f"{self.expr.text!r}: no fire time found after {after_ms}")
 
-    def next_wall(self, after: datetime) -> datetime | None:
-        """The first matching wall time strictly after the naive ``after``."""
-        start = plus_second(after.replace(microsecond=0))
-        return None if start is None else self._next_wall_from(start)
-
     def _next_wall_from(self, start: datetime) -> datetime | None:
         """The first matching wall time at or after the naive, whole-second ``start``."""
         year, month, day = start.year, start.month, start.day
@@ -433,9 +420,7 @@ class CronTimes:
         key = (rule.key, year * 12 + month)
         days = _MONTH_DAYS.get(key)
         if days is None:
-            if len(_MONTH_DAYS) >= 65536:
-                _MONTH_DAYS.clear()
-            days = _MONTH_DAYS[key] = _shared(rule.month_days(year, month))
+            days = _MONTH_DAYS.keep(key, _shared(rule.month_days(year, month)))
         return days
 
     def _time_from(self, hour: int, minute: int, second: int) -> tuple[int, int, int] | None:
@@ -458,7 +443,7 @@ class CronTimes:
 
 
 # (day rule, month) -> its firing days: shared by every expression, zone and job of the rule.
-_MONTH_DAYS: dict[tuple[int, int], tuple[int, ...]] = {}
+_MONTH_DAYS: Memo[tuple[int, int], tuple[int, ...]] = Memo(65536)
 # A repeated hour walked at one-second resolution is 3,600 candidates that map to
 # instants already passed; allow for a longer DST shift than exists anywhere.
 _MAX_STEPS = 4 * 3600

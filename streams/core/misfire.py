@@ -53,7 +53,6 @@ class Record:
 
 
 Action = Fire | Record
-UNKNOWN = -1  # ``Settled.next_slot`` when the walk stopped before the first slot after now
 
 
 @dataclass(slots=True)
@@ -62,7 +61,7 @@ class Settled:
     the first slot due after both (None: the job has no more), found on the way."""
 
     actions: list[Action]
-    next_slot: int | None = UNKNOWN
+    next_slot: int | None
 
 
 def settle(
@@ -100,7 +99,7 @@ def settle(
         elif job.paused:
             if listed == LIST_LIMIT:
                 actions.append(_summary(job, slot, now, status="SKIPPED"))
-                next_slot = UNKNOWN
+                next_slot = job.slot_due_after(now)
                 break
             listed += 1
             actions.append(Record(job.job_id, slot, "SKIPPED", "job paused", job))

@@ -24,7 +24,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from streams.core.misfire import UNKNOWN, Action, Fire, Record, settle
+from streams.core.misfire import Action, Fire, Record, settle
 from streams.core.schedule import JobSchedule, Kind
 from streams.core.wheel import TimingWheel
 
@@ -116,16 +116,14 @@ class PartitionScheduler:
         if job.kind is Kind.ONCE and actions:
             assert job.at_ms is not None
             self.once_done[job.job_id] = job.at_ms
-        # The walk found the first slot due after max(now, settled) unless it stopped
-        # early (a paused job's listing limit).
-        self._schedule_next(job, after_due=max(now, settled), slot=outcome.next_slot)
+        # The walk found the first slot due after max(now, settled) on its way.
+        self._hold_slot(job, outcome.next_slot)
         return actions
 
-    def _schedule_next(
-        self, job: JobSchedule, *, after_due: int, slot: int | None = UNKNOWN
-    ) -> None:
-        if slot == UNKNOWN:
-            slot = job.slot_due_after(after_due)
+    def _schedule_next(self, job: JobSchedule, *, after_due: int) -> None:
+        self._hold_slot(job, job.slot_due_after(after_due))
+
+    def _hold_slot(self, job: JobSchedule, slot: int | None) -> None:
         if slot is not None:
             self._hold(slot + job.jitter, (job.job_id, job.gen, slot))
 

@@ -20,6 +20,8 @@ from zoneinfo import ZoneInfo
 
 import tzdata
 
+from streams.core.memo import Memo
+
 TZDATA_VERSION: str = tzdata.IANA_VERSION
 _MISSING = object()
 
@@ -69,7 +71,7 @@ _ONE_SECOND = timedelta(seconds=1)
 
 # (epoch second, zone) -> the naive wall time one second later: the jobs of a partition
 # are settled against the same few instants.
-_SECOND_AFTER: dict[tuple[int, str], datetime | None] = {}
+_SECOND_AFTER: Memo[tuple[int, str], datetime | None] = Memo(4096)
 
 
 def second_after(epoch_s: int, zone: ZoneInfo) -> datetime | None:
@@ -77,10 +79,8 @@ def second_after(epoch_s: int, zone: ZoneInfo) -> datetime | None:
     key = (epoch_s, zone.key)
     found = _SECOND_AFTER.get(key, _MISSING)
     if found is _MISSING:
-        if len(_SECOND_AFTER) >= 4096:
-            _SECOND_AFTER.clear()
         wall = datetime.fromtimestamp(epoch_s, zone).replace(tzinfo=None, fold=0)
-        found = _SECOND_AFTER[key] = plus_second(wall)
+        found = _SECOND_AFTER.keep(key, plus_second(wall))
     return found  # type: ignore[return-value]
 
 
