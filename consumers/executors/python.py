@@ -1,5 +1,13 @@
 """`python` targets: import ``module:function`` and call it with the RunContext.
 
+Only allowlisted callables run (``--python-allow``; by default the ``examples``
+package). An entry is a module prefix (``examples`` allows ``examples`` and every
+``examples.*`` module) or one exact ``module:function``. The check happens before the
+import (importing a module runs its code), and again on what the import gives: a
+function name starting with ``_`` is refused, and the callable must have been defined
+in an allowed module (``from os import system`` in an allowed module does not make
+``os.system`` callable as a job).
+
 The callable runs in the worker's thread pool. Python cannot stop a thread, so a
 timeout or a cancel is cooperative: the callable should watch ``context.cancelled`` and
 ``context.remaining()``; when it ignores them the worker records TIMED_OUT/CANCELED at
@@ -9,30 +17,84 @@ the deadline and the thread finishes in the background (its result is discarded)
 from __future__ import annotations
 
 import importlib
+import re
 import sys
+from collections.abc import Iterable
 
 from consumers.executors.base import ExecutionFailed, RunContext, TargetInvalid
 from schemas.events import Target
+
+DEFAULT_ALLOW = ("examples",)
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
+_FUNCTION = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
+
+
+class PythonPolicy:
+    """Which ``module:function`` names a worker may import and call."""
+
+    def __init__(self, allow: Iterable[str] = DEFAULT_ALLOW) -> None:
+        entries = tuple(allow)
+        for entry in entries:
+            module, colon, function = entry.partition(":")
+            if not _MODULE.match(module) or (colon and not _FUNCTION.match(function)):
+                raise ValueError(
+                    f"python allowlist entry {entry!r} is neither a module prefix "
+                    "(pkg.mod) nor a callable (pkg.mod:function)"
+                )
+        self.modules = tuple(e for e in entries if ":" not in e)
+        self.callables = frozenset(e for e in entries if ":" in e)
+
+    def module_allowed(self, module: str) -> bool:
+        return any(module == m or module.startswith(m + ".") for m in self.modules)
+
+    def check_name(self, name: str) -> tuple[str, str]:
+        """(module, function) of an allowed ``module:function``; raises TargetInvalid."""
+        module, _, function = name.partition(":")
+        if not _MODULE.match(module) or not _FUNCTION.match(function):
+            raise TargetInvalid(
+                f"{name!r} is not module:function (a public function of an absolute module)"
+            )
+        if name not in self.callables and not self.module_allowed(module):
+            raise TargetInvalid(
+                f"{name!r} is not allowed on this worker (--python-allow: "
+                f"{', '.join(self.modules + tuple(sorted(self.callables))) or 'nothing'})"
+            )
+        return module, function
+
+    def check_callable(self, name: str, func: object) -> None:
+        """The object found must be a callable defined where the allowlist points."""
+        if not callable(func):
+            raise TargetInvalid(f"{name!r} is not callable")
+        if name in self.callables:
+            return
+        defined_in = getattr(func, "__module__", None)
+        if not isinstance(defined_in, str) or not self.module_allowed(defined_in):
+            raise TargetInvalid(
+                f"{name!r} is defined in {defined_in!r}, outside the python allowlist"
+            )
 
 
 class PythonExecutor:
     kind = "python"
 
+    def __init__(self, policy: PythonPolicy | None = None) -> None:
+        self.policy = policy or PythonPolicy()
+
     def execute(self, target: Target, context: RunContext) -> str:
-        module_name, _, func_name = (target.callable or "").partition(":")
+        name = target.callable or ""
+        module_name, func_name = self.policy.check_name(name)
         try:
             module = importlib.import_module(module_name)
             func = getattr(module, func_name)
         except Exception as exc:  # an import runs arbitrary code: any error is the target's
-            raise TargetInvalid(f"cannot import {target.callable!r}: {exc!r}") from exc
-        if not callable(func):
-            raise TargetInvalid(f"{target.callable!r} is not callable")
+            raise TargetInvalid(f"cannot import {name!r}: {exc!r}") from exc
+        self.policy.check_callable(name, func)
         try:
             result = func(context)
         except ExecutionFailed:
             raise
         except BaseException as exc:  # sys.exit() or KeyboardInterrupt ends the job, not us
-            raise ExecutionFailed(f"{target.callable} raised {exc!r}") from exc
+            raise ExecutionFailed(f"{name} raised {exc!r}") from exc
         finally:
             # The thread runs the next attempt too: a trace or profile function the job
             # installed (sys.settrace) must not follow it there.

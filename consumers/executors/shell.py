@@ -1,100 +1,185 @@
-"""`shell` targets: off unless enabled, allowlisted executables only.
+"""`shell` targets: off unless enabled; only commands an allowlist pattern matches.
 
-The command is split like a shell would (``shlex``) but never run through a shell. Its
-first word must be in the allowlist. It runs in its own process group with the payload
-on stdin and ``CRONSTREAM_RUN_ID`` (the idempotency key), ``CRONSTREAM_JOB_ID``,
-``CRONSTREAM_ATTEMPT`` in its environment. A timeout or a cancel terminates the whole
-group (SIGTERM, then SIGKILL after a grace period). Exit status 0 is success.
+The command is split like a shell would (``shlex``) but never run through a shell. The
+whole argv must match one of the worker's patterns (``--shell-allow``): a pattern is
+split the same way, and each of its words matches one argument (``fnmatch``, so ``*``
+matches any one argument and ``/opt/jobs/*.sh`` any script there); a last word ``**``
+matches any number of further arguments. ``sleep *`` allows ``sleep 60`` but not
+``sleep 60 70``; ``sh`` alone never allows ``sh -c anything``.
+
+The command runs under ``reaper.py`` in a session of its own, with a scrubbed
+environment: ``PATH``, ``HOME``, ``LANG``, ``LC_ALL``, ``TZ``, ``TMPDIR`` when the worker
+has them, the variables named by ``--shell-env``, and ``CRONSTREAM_RUN_ID`` (the
+idempotency key), ``CRONSTREAM_JOB_ID``, ``CRONSTREAM_ATTEMPT``. Its payload is on
+stdin. When the command exits, or at a timeout or a cancel, every process it started
+(also one that called ``setsid``) gets SIGTERM, then SIGKILL after a grace period.
+Exit status 0 is success. Of its output (stdout and stderr together) the last
+``OUTPUT_CAP`` bytes are kept; the rest is read and dropped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import selectors
 import shlex
 import signal
 import subprocess
-import time
+import sys
 from collections.abc import Iterable
+from fnmatch import fnmatchcase
+from pathlib import Path
 
 from consumers.executors.base import Cancelled, ExecutionFailed, RunContext, TargetInvalid, TimedOut
 from schemas.events import Target
 
 KILL_GRACE_S = 2.0
+OUTPUT_CAP = 64 * 1024
+PASSED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR")
+REAPER = str(Path(__file__).with_name("reaper.py"))
+NOT_STARTED = 127  # reaper.py's status when the command could not be started
+
+
+class ShellPolicy:
+    """Which argv a worker may run (patterns), and which of its variables pass."""
+
+    def __init__(self, allow: Iterable[str], *, env: Iterable[str] = ()) -> None:
+        self.patterns: list[tuple[str, tuple[str, ...]]] = []
+        for entry in allow:
+            try:
+                words = tuple(shlex.split(entry))
+            except ValueError as exc:
+                raise ValueError(f"shell allowlist pattern {entry!r}: {exc}") from None
+            if not words or "**" in words[:-1]:
+                raise ValueError(f"shell allowlist pattern {entry!r}: empty, or '**' not last")
+            self.patterns.append((entry, words))
+        self.env = tuple(env)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.patterns)
+
+    def allows(self, argv: list[str]) -> bool:
+        return any(_matches(words, argv) for _, words in self.patterns)
+
+    def describe(self) -> str:
+        return ", ".join(repr(entry) for entry, _ in self.patterns) or "none"
+
+    def environment(self, context: RunContext) -> dict[str, str]:
+        env = {k: os.environ[k] for k in (*PASSED_ENV, *self.env) if k in os.environ}
+        env.update(
+            CRONSTREAM_RUN_ID=context.run_id,
+            CRONSTREAM_JOB_ID=context.job_id,
+            CRONSTREAM_ATTEMPT=str(context.attempt),
+        )
+        return env
+
+
+def _matches(words: tuple[str, ...], argv: list[str]) -> bool:
+    if words[-1] == "**":
+        words = words[:-1]
+        if len(argv) < len(words):
+            return False
+        argv = argv[: len(words)]
+    return len(words) == len(argv) and all(map(fnmatchcase, argv, words))
 
 
 class ShellExecutor:
     kind = "shell"
 
-    def __init__(self, *, enabled: bool, allowlist: Iterable[str]) -> None:
-        self.enabled = enabled
-        self.allowlist = frozenset(allowlist)
+    def __init__(self, policy: ShellPolicy) -> None:
+        self.policy = policy
 
     def execute(self, target: Target, context: RunContext) -> str:
-        if not self.enabled:
+        if not self.policy.enabled:
             raise TargetInvalid("shell targets are disabled on this worker (--shell-allow)")
         try:
             argv = shlex.split(target.command or "")
         except ValueError as exc:
             raise TargetInvalid(f"cannot parse command {target.command!r}: {exc}") from exc
-        if not argv or argv[0] not in self.allowlist:
+        if not argv or not self.policy.allows(argv):
             raise TargetInvalid(
-                f"command {argv[0] if argv else ''!r} is not in the shell allowlist "
-                f"({', '.join(sorted(self.allowlist)) or 'empty'})"
+                f"command {shlex.join(argv)!r} matches no shell allowlist pattern "
+                f"({self.policy.describe()})"
             )
-        env = {
-            **os.environ,
-            "CRONSTREAM_RUN_ID": context.run_id,
-            "CRONSTREAM_JOB_ID": context.job_id,
-            "CRONSTREAM_ATTEMPT": str(context.attempt),
-        }
+        proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", REAPER, str(KILL_GRACE_S), *argv],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            env=self.policy.environment(context), start_new_session=True,
+        )  # fmt: skip
         try:
-            proc = subprocess.Popen(
-                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                env=env, start_new_session=True,
-            )  # fmt: skip
-        except OSError as exc:
-            raise TargetInvalid(f"cannot start {argv[0]!r}: {exc}") from exc
-        try:
-            output, _ = self._communicate(proc, context)
+            output = _communicate(proc, (context.payload or "").encode(), context)
         finally:
             if proc.poll() is None:
-                _kill_group(proc)
+                _stop(proc)
             for pipe in (proc.stdin, proc.stdout):
                 if pipe is not None:
                     pipe.close()
         tail = output.decode("utf-8", "replace").strip()[-500:]
+        if proc.returncode == NOT_STARTED and tail.startswith("cronstream: cannot start"):
+            raise TargetInvalid(tail)
         if proc.returncode != 0:
             raise ExecutionFailed(f"exit status {proc.returncode}: {tail}")
         return f"exit 0: {tail[-200:]}"
 
-    def _communicate(
-        self, proc: subprocess.Popen[bytes], context: RunContext
-    ) -> tuple[bytes, None]:
-        payload = (context.payload or "").encode()
-        first = True
-        while True:
-            try:
-                out, _ = proc.communicate(payload if first else None, timeout=0.1)
-                return out, None
-            except subprocess.TimeoutExpired:
-                first = False
+
+def _communicate(proc: subprocess.Popen[bytes], payload: bytes, context: RunContext) -> bytes:
+    """Write the payload, read the output (keeping the last OUTPUT_CAP bytes) until the
+    process ends; stop it on a cancel or at the deadline."""
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    kept = bytearray()
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        if payload:
+            os.set_blocking(proc.stdin.fileno(), False)
+            selector.register(proc.stdin, selectors.EVENT_WRITE)
+        else:
+            proc.stdin.close()
+        while selector.get_map():
+            for key, _ in selector.select(timeout=0.1):
+                if key.fileobj is proc.stdin:
+                    payload = _write_some(proc, selector, payload)
+                    continue
+                chunk = os.read(proc.stdout.fileno(), 65536)
+                if not chunk:
+                    selector.unregister(proc.stdout)
+                    continue
+                kept += chunk
+                if len(kept) > OUTPUT_CAP:
+                    del kept[: len(kept) - OUTPUT_CAP]
             if context.cancelled.is_set():
-                _kill_group(proc)
-                raise Cancelled("cancelled while running; process group terminated")
+                _stop(proc)
+                raise Cancelled("cancelled while running; its processes were terminated")
             if context.remaining() <= 0:
-                _kill_group(proc)
-                raise TimedOut("timed out; process group terminated")
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        deadline = time.monotonic() + wait
-        while proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)
-        if proc.poll() is not None:
-            break
+                _stop(proc)
+                raise TimedOut("timed out; its processes were terminated")
     proc.wait()
+    return bytes(kept)
+
+
+def _write_some(
+    proc: subprocess.Popen[bytes], selector: selectors.BaseSelector, payload: bytes
+) -> bytes:
+    assert proc.stdin is not None
+    try:
+        written = os.write(proc.stdin.fileno(), payload[:65536])
+    except BrokenPipeError:  # the command does not read its stdin
+        written = len(payload)
+    payload = payload[written:]
+    if not payload:
+        selector.unregister(proc.stdin)
+        proc.stdin.close()
+    return payload
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the reaper, which ends everything the command started; if the reaper
+    itself does not end, SIGKILL its process group."""
+    try:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(KILL_GRACE_S + 3.0)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

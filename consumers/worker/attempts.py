@@ -26,8 +26,8 @@ from consumers.executors.base import (
 from consumers.executors.http import HttpExecutor
 from consumers.executors.kafka import KafkaExecutor, TopicPolicy
 from consumers.executors.pool import Done, RunPool
-from consumers.executors.python import PythonExecutor
-from consumers.executors.shell import ShellExecutor
+from consumers.executors.python import PythonExecutor, PythonPolicy
+from consumers.executors.shell import ShellExecutor, ShellPolicy
 from consumers.worker.config import WorkerConfig
 from consumers.worker.outbox import Outbox
 from consumers.worker.pending import Pending
@@ -71,8 +71,8 @@ class Attempts:
                     allow=config.kafka_allow,
                 ),
             ),
-            "python": PythonExecutor(),
-            "shell": ShellExecutor(enabled=bool(config.shell_allow), allowlist=config.shell_allow),
+            "python": PythonExecutor(PythonPolicy(config.python_allow)),
+            "shell": ShellExecutor(ShellPolicy(config.shell_allow, env=config.shell_env)),
         }
         self._next_deadline_check = 0.0
 

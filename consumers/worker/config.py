@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from consumers.executors.python import DEFAULT_ALLOW as PYTHON_DEFAULT_ALLOW
+
 DAY_MS = 86_400_000
 
 
@@ -16,7 +18,9 @@ class WorkerConfig:
     grace_s: float = 30.0
     lookback_ms: int = DAY_MS  # history and control are read this far back
     http_allow: tuple[str, ...] = ()
-    shell_allow: tuple[str, ...] = ()
+    shell_allow: tuple[str, ...] = ()  # argv patterns shell targets may run; () = shell off
+    shell_env: tuple[str, ...] = ()  # the worker's variables a shell target also gets
+    python_allow: tuple[str, ...] = PYTHON_DEFAULT_ALLOW  # module prefixes or module:function
     kafka_allow: tuple[str, ...] = ()  # topic patterns kafka targets may write to; () = any
     session_timeout_ms: int = 10_000
     dedup_capacity: int = 2_000_000

@@ -14,11 +14,16 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import sys
 from typing import Any
 
+from consumers.executors.http import HttpExecutor
+from consumers.executors.python import DEFAULT_ALLOW as PYTHON_DEFAULT_ALLOW
+from consumers.executors.python import PythonPolicy
+from consumers.executors.shell import ShellPolicy
 from consumers.sink import Sink, SinkConfig
 from consumers.worker import Worker, WorkerConfig
-from cronstream.cli.common import at_least
+from cronstream.cli.common import EXIT_INVALID, at_least
 from cronstream.foreground import run_member
 from runtime.settings import Settings, env_int, env_list
 from streams.processor import Processor, ProcessorConfig
@@ -78,7 +83,17 @@ def _register_worker(sub: Any) -> None:
     p.add_argument(
         "--shell-allow", action="append",
         default=env_list("CRONSTREAM_SHELL_ALLOW"),
-        help="an executable shell targets may run (shell is off without one); repeatable",
+        help="a pattern of whole commands shell targets may run, one fnmatch pattern per "
+        "argument, a last '**' for any further ones (shell is off without one); repeatable",
+    )  # fmt: skip
+    p.add_argument(
+        "--shell-env", action="append", default=env_list("CRONSTREAM_SHELL_ENV"),
+        help="a variable of the worker's environment shell targets also get; repeatable",
+    )  # fmt: skip
+    p.add_argument(
+        "--python-allow", action="append", default=None,
+        help="a module prefix (pkg.mod) or callable (pkg.mod:function) python targets may "
+        "call; repeatable (default: examples)",
     )  # fmt: skip
     p.add_argument(
         "--kafka-allow", action="append",
@@ -116,6 +131,14 @@ def cmd_scheduler(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
+    python_allow = tuple(env_list("CRONSTREAM_PYTHON_ALLOW") + (args.python_allow or []))
+    try:  # the policies refuse what they cannot use before anything starts
+        ShellPolicy(args.shell_allow)
+        PythonPolicy(python_allow or PYTHON_DEFAULT_ALLOW)
+        HttpExecutor(allow=args.http_allow).close()
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
     config = WorkerConfig(
         group=args.group or f"{settings.topic_prefix}.workers",
         name=args.name,
@@ -124,6 +147,8 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
         dedup_capacity=args.dedup_capacity,
         http_allow=tuple(args.http_allow),
         shell_allow=tuple(args.shell_allow),
+        shell_env=tuple(args.shell_env),
+        python_allow=python_allow or PYTHON_DEFAULT_ALLOW,
         kafka_allow=tuple(args.kafka_allow),
     )
     return run_member(

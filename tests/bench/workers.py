@@ -33,7 +33,7 @@ class Pipeline:
     def __init__(self, settings: Settings, workers: int, concurrency: int) -> None:
         self.logdir = Path(tempfile.mkdtemp(prefix="csbench-"))
         self.scheduler = CronstreamProcess(settings, self.logdir, "scheduler")
-        options = ("--concurrency", str(concurrency))
+        options = ("--concurrency", str(concurrency), "--python-allow", "tests.bench")
         self.workers = [
             CronstreamProcess(settings, self.logdir, f"worker{k}", *options, command="worker")
             for k in range(workers)
@@ -105,7 +105,7 @@ def bench_drain(base: Settings, runs: int, backlog_s: float, counts: tuple[int, 
                 time.sleep(backlog_s)
                 scheduler.stop()
                 backlog = record_count(settings, Topics(settings).runs(Priority.NORMAL))
-                options = ("--concurrency", "64")
+                options = ("--concurrency", "64", "--python-allow", "tests.bench")
                 workers = [
                     CronstreamProcess(settings, logdir, f"w{k}", *options, command="worker")
                     for k in range(count)

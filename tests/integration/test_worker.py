@@ -159,7 +159,7 @@ def test_cancel_stops_a_running_run_and_prevents_a_queued_one(
     ns: Settings, tmp_path: Path, procs: list[CronstreamProcess]
 ) -> None:
     put(ns, id="long", target="shell", command="sleep 60", timeout="2m")
-    worker(ns, tmp_path, procs, "w", "--shell-allow", "sleep")
+    worker(ns, tmp_path, procs, "w", "--shell-allow", "sleep *")
     (running,) = trigger(ns, "long", ["running"])
     wait_for(ns, settled([running], "STARTED"), timeout=30)
     with JobClient(ns) as client:
