@@ -14,6 +14,7 @@ import pytest
 from consumers.executors.base import Cancelled, ExecutionFailed, RunContext, TargetInvalid, TimedOut
 from consumers.executors.python import PythonExecutor, PythonPolicy
 from consumers.executors.shell import OUTPUT_CAP, ShellExecutor, ShellPolicy
+from cronstream.cli import main
 from schemas.events import Target
 from tests.unit.test_executors import context
 
@@ -258,3 +259,16 @@ def test_shell_cancel_stops_a_running_command() -> None:
 def test_shell_command_that_ignores_its_stdin_still_succeeds() -> None:
     big = "x" * 1_000_000
     assert shell("true", "true", ctx=context(payload=big)) == "exit 0: "
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [("--shell-allow", "'unclosed", "shell allowlist pattern"),
+     ("--python-allow", "os.", "python allowlist entry"),
+     ("--http-allow", "not-a-network", "does not appear to be")],
+)  # fmt: skip
+def test_worker_refuses_an_unusable_policy_before_starting(
+    option: str, value: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["worker", option, value]) == 2
+    assert message in capsys.readouterr().err
