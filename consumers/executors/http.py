@@ -12,6 +12,12 @@ would re-send the payload there is refused (a permanent failure). An IPv6 addres
 carries an IPv4 one (IPv4-mapped, NAT64 64:ff9b::/96, 6to4, Teredo) is judged by the
 IPv4 address it reaches.
 
+Time and size: one deadline bounds the whole call, redirects included. Every connect,
+TLS handshake, write and read is given only the time left (``DeadlineBackend``), so a
+server that answers one byte at a time cannot hold a run past its timeout. Of a
+response body at most ``BODY_CAP`` bytes are read (the error text keeps the start);
+the connection is then closed.
+
 Outcome: 2xx is success; 408, 425, 429 and 5xx, and network errors, are retriable
 failures; any other status is a permanent failure (retrying a 404 cannot help).
 """
@@ -21,9 +27,13 @@ from __future__ import annotations
 import ipaddress
 import json
 import socket
+import threading
+import time
 from collections.abc import Iterable
+from typing import Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
+import httpcore
 import httpx
 
 from consumers.executors.base import (
@@ -41,7 +51,74 @@ CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"
 # NAT64 (RFC 6052 well-known prefix): the last 32 bits are the IPv4 address reached.
 NAT64 = ipaddress.ip_network("64:ff9b::/96")
 RETRIABLE_STATUS = frozenset({408, 425, 429})
+BODY_CAP = 64 * 1024  # bytes of a response body read at most
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+class _Deadline(threading.local):
+    at: float | None = None  # time.monotonic() by which this thread's call must end
+
+    def left(self, timeout: float | None) -> float | None:
+        """``timeout`` cut down to the time left; raises when none is left."""
+        if self.at is None:
+            return timeout
+        left = self.at - time.monotonic()
+        if left <= 0:
+            raise httpcore.ReadTimeout("the run's deadline passed")
+        return left if timeout is None else min(timeout, left)
+
+
+DEADLINE = _Deadline()
+
+
+class DeadlineStream(httpcore.NetworkStream):
+    """A connection whose every operation gets at most the calling thread's time left."""
+
+    def __init__(self, stream: httpcore.NetworkStream) -> None:
+        self._stream = stream
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._stream.read(max_bytes, DEADLINE.left(timeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._stream.write(buffer, DEADLINE.left(timeout))
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def start_tls(self, ssl_context: Any, server_hostname: str | None = None,
+                  timeout: float | None = None) -> httpcore.NetworkStream:  # fmt: skip
+        tls = self._stream.start_tls(ssl_context, server_hostname, DEADLINE.left(timeout))
+        return DeadlineStream(tls)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
+
+
+class DeadlineBackend(httpcore.SyncBackend):
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        stream = super().connect_tcp(
+            host, port, DEADLINE.left(timeout), local_address, socket_options
+        )
+        return DeadlineStream(stream)
+
+
+class _Transport(httpx.HTTPTransport):
+    """httpx's transport on a connection pool whose connections keep to the deadline."""
+
+    def __init__(self) -> None:
+        super().__init__(trust_env=False)
+        self._pool = httpcore.ConnectionPool(
+            ssl_context=httpx.create_ssl_context(trust_env=False),
+            network_backend=DeadlineBackend(),
+        )
 
 
 class HttpExecutor:
@@ -52,7 +129,7 @@ class HttpExecutor:
         self.allow: tuple[Network, ...] = tuple(
             ipaddress.ip_network(n, strict=False) for n in allow
         )
-        self._client = httpx.Client(follow_redirects=False, trust_env=False)
+        self._client = httpx.Client(follow_redirects=False, trust_env=False, transport=_Transport())
 
     def close(self) -> None:
         self._client.close()
@@ -89,6 +166,13 @@ class HttpExecutor:
         return parts.scheme, addresses[0], port
 
     def execute(self, target: Target, context: RunContext) -> str:
+        DEADLINE.at = context.deadline
+        try:
+            return self._call(target, context)
+        finally:
+            DEADLINE.at = None
+
+    def _call(self, target: Target, context: RunContext) -> str:
         url = target.url or ""
         method = target.method or "POST"
         body = (context.payload or "").encode() if method not in ("GET", "DELETE") else None
@@ -102,7 +186,7 @@ class HttpExecutor:
         if body and "content-type" not in {k.lower() for k in headers}:
             headers["Content-Type"] = _content_type(context.payload or "")
         for _ in range(MAX_REDIRECTS + 1):
-            response = self._send(method, url, headers, body, context)
+            response, start = self._send(method, url, headers, body, context)
             if response.status_code in (301, 302, 303, 307, 308) and "location" in response.headers:
                 target_url = urljoin(url, response.headers["location"])
                 if response.status_code == 303:
@@ -119,7 +203,7 @@ class HttpExecutor:
                         )
                 url = target_url
                 continue
-            return _judge(response, url)
+            return _judge(response.status_code, start, url)
         raise PermanentFailure(f"more than {MAX_REDIRECTS} redirects from {target.url}")
 
     def _send(
@@ -129,7 +213,8 @@ class HttpExecutor:
         headers: dict[str, str],
         body: bytes | None,
         context: RunContext,
-    ) -> httpx.Response:
+    ) -> tuple[httpx.Response, bytes]:
+        """The response and at most BODY_CAP bytes of its body (the connection closed)."""
         scheme, address, port = self.resolve(url)
         parts = urlsplit(url)
         host = f"[{address}]" if ":" in address else address
@@ -137,23 +222,38 @@ class HttpExecutor:
         remaining = context.remaining()
         if remaining <= 0:
             raise TimedOut("timed out before the request was sent")
+        request = self._client.build_request(
+            method, pinned, content=body,
+            headers={**headers, "Host": parts.netloc.rpartition("@")[2]},
+            timeout=remaining, extensions={"sni_hostname": parts.hostname or ""},
+        )  # fmt: skip
         try:
-            return self._client.request(
-                method, pinned, content=body,
-                headers={**headers, "Host": parts.netloc.rpartition("@")[2]},
-                timeout=remaining, extensions={"sni_hostname": parts.hostname or ""},
-            )  # fmt: skip
+            response = self._client.send(request, stream=True)
+            try:
+                return response, _read_capped(response)
+            finally:
+                response.close()
         except httpx.TimeoutException as exc:
             raise TimedOut(f"{method} {url} timed out: {exc!r}") from exc
         except httpx.HTTPError as exc:
             raise ExecutionFailed(f"{method} {url} failed: {exc!r}") from exc
 
 
-def _judge(response: httpx.Response, url: str) -> str:
-    status = response.status_code
+def _read_capped(response: httpx.Response) -> bytes:
+    """The start of the body, at most BODY_CAP bytes (decoded); the rest is not read."""
+    kept = bytearray()
+    for chunk in response.iter_bytes():
+        kept += chunk
+        if len(kept) >= BODY_CAP:
+            del kept[BODY_CAP:]
+            break
+    return bytes(kept)
+
+
+def _judge(status: int, body: bytes, url: str) -> str:
     if 200 <= status < 300:
         return f"HTTP {status} from {url}"
-    text = response.text[:300]
+    text = body[:300].decode("utf-8", "replace")
     if status >= 500 or status in RETRIABLE_STATUS:
         raise ExecutionFailed(f"HTTP {status} from {url}: {text}")
     raise PermanentFailure(f"HTTP {status} from {url}: {text}")

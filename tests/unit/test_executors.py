@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import resource
 import threading
 import time
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ from consumers.executors.base import (
     TargetInvalid,
     TimedOut,
 )
-from consumers.executors.http import HttpExecutor
+from consumers.executors.http import BODY_CAP, HttpExecutor
 from consumers.executors.kafka import KafkaExecutor, TopicPolicy
 from schemas.events import Target
 
@@ -55,6 +56,9 @@ class Recorder(BaseHTTPRequestHandler):
         elif self.path == "/redirect-bad-port":
             self.send_response(302)
             self.send_header("Location", "http://127.0.0.1:abc/")
+        elif self.path in ("/drip", "/drip-headers", "/huge"):
+            self._stream_slowly()
+            return
         elif self.path == "/slow":
             time.sleep(2)
             self.send_response(200)
@@ -64,6 +68,29 @@ class Recorder(BaseHTTPRequestHandler):
         self.end_headers()
 
     do_POST = do_GET = _answer
+
+    def _stream_slowly(self) -> None:
+        """/drip: a body of 100 bytes, one every 0.3 s; /drip-headers: the status line
+        and headers that way; /huge: a 500 with a 200 MB body, as fast as it goes."""
+        try:
+            if self.path == "/huge":
+                self.send_response(500)
+                self.send_header("Content-Length", str(200 * 2**20))
+                self.end_headers()
+                block = b"e" * 2**20
+                for _ in range(200):
+                    self.wfile.write(block)
+                return
+            head = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n"
+            if self.path == "/drip":
+                self.wfile.write(head)
+                head = b"x" * 100
+            for byte in head:
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+                time.sleep(0.3)
+        except OSError:
+            pass  # the client gave up, as it should
 
     def log_message(self, *args: object) -> None:
         pass
@@ -185,6 +212,28 @@ def test_http_status_decides_whether_a_retry_can_help(
 def test_http_timeout_is_reported_as_timed_out(server: str, http: HttpExecutor) -> None:
     with pytest.raises(TimedOut):
         http.execute(Target(type="http", url=f"{server}/slow"), context(timeout=0.5))
+
+
+@pytest.mark.parametrize("path", ["/drip", "/drip-headers"])
+def test_http_deadline_bounds_the_whole_call(server: str, http: HttpExecutor, path: str) -> None:
+    """Found by review: the timeout was per read, so a server sending a byte every 0.9 s
+    held a 2 s job for 6.3 s."""
+    started = time.monotonic()
+    with pytest.raises(TimedOut):
+        http.execute(Target(type="http", url=f"{server}{path}"), context(timeout=1.0))
+    assert time.monotonic() - started < 1.5
+    assert http.execute(Target(type="http", url=f"{server}/ok"), context()).startswith("HTTP 200")
+
+
+def test_http_reads_a_capped_start_of_a_huge_body(server: str, http: HttpExecutor) -> None:
+    """Found by review: a 200 MB response cost the worker +600 MB."""
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(ExecutionFailed, match="HTTP 500") as caught:
+        http.execute(Target(type="http", url=f"{server}/huge"), context(timeout=20))
+    assert str(caught.value).endswith("e" * 300)
+    grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert grown_mib < 20
+    assert BODY_CAP == 64 * 1024
 
 
 def test_cancel_flag_wakes_a_waiter_and_times_out() -> None:
