@@ -63,6 +63,7 @@ from schemas.limits import (
     target_limit_problems,
     timing_problems,
 )
+from schemas.redact import redact_url, secret_name, sensitive
 from streams.core.cron import CronError, parse_cron
 from streams.core.zones import ZoneError, load_zone, wall_instant_ms
 
@@ -375,13 +376,7 @@ def _target_kind_problems(target: Target) -> list[str]:
     if kind not in TARGET_TYPES:
         return [f"target type {kind!r} is not one of {', '.join(TARGET_TYPES)}"]
     if kind == "http":
-        if not target.url:
-            return ["target http needs a url"]
-        parsed = urlparse(target.url)
-        if parsed.scheme not in ("http", "https") or not parsed.hostname:
-            return [f"url {target.url!r} is not an http(s) URL"]
-        if target.method not in ("GET", "POST", "PUT", "PATCH", "DELETE"):
-            return [f"http method {target.method!r} is not GET, POST, PUT, PATCH or DELETE"]
+        return _http_problems(target)
     elif kind == "kafka" and not target.topic:
         return ["target kafka needs a topic"]
     elif kind == "python":
@@ -391,6 +386,32 @@ def _target_kind_problems(target: Target) -> list[str]:
     elif kind == "shell" and not (target.command or "").strip():
         return ["target shell needs a command"]
     return []
+
+
+def _http_problems(target: Target) -> list[str]:
+    if not target.url:
+        return ["target http needs a url"]
+    parsed = urlparse(target.url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        return [f"url {redact_url(target.url)!r} is not an http(s) URL"]
+    if "@" in parsed.netloc:
+        return ["url holds credentials (user:password@), which would travel in every "
+                "run request and are never sent: use a header such as "
+                "'Authorization: secret:NAME' resolved by the workers"]  # fmt: skip
+    if target.method not in ("GET", "POST", "PUT", "PATCH", "DELETE"):
+        return [f"http method {target.method!r} is not GET, POST, PUT, PATCH or DELETE"]
+    return []
+
+
+def literal_secrets(job: JobDefinition) -> list[str]:
+    """Warnings for header values that look like credentials written out in full: they
+    travel in every run request and dead letter (``secret:NAME`` would not)."""
+    return [
+        f"job {job.job_id}: header {name} holds a literal value; it travels in every run "
+        f"request and dead letter: store it on the workers and write 'secret:NAME'"
+        for name, value in job.target.headers.items()
+        if sensitive(name) and secret_name(value) is None
+    ]
 
 
 def load_jobs_file(path: Path, *, max_payload_bytes: int) -> list[JobDefinition]:

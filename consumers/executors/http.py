@@ -43,6 +43,7 @@ from consumers.executors.base import (
     TargetInvalid,
     TimedOut,
 )
+from consumers.executors.secrets import Secrets
 from schemas.events import Target
 
 MAX_REDIRECTS = 5
@@ -124,8 +125,10 @@ class _Transport(httpx.HTTPTransport):
 class HttpExecutor:
     kind = "http"
 
-    def __init__(self, *, allow: Iterable[str] = ()) -> None:
-        """``allow``: networks (CIDR) that may be called although not public."""
+    def __init__(self, *, allow: Iterable[str] = (), secrets: Secrets | None = None) -> None:
+        """``allow``: networks (CIDR) that may be called although not public;
+        ``secrets``: where ``secret:NAME`` header values are resolved."""
+        self.secrets = secrets or Secrets()
         self.allow: tuple[Network, ...] = tuple(
             ipaddress.ip_network(n, strict=False) for n in allow
         )
@@ -174,10 +177,15 @@ class HttpExecutor:
 
     def _call(self, target: Target, context: RunContext) -> str:
         url = target.url or ""
+        if "@" in urlsplit(url).netloc:
+            raise TargetInvalid(
+                "credentials in the URL are not sent (they would travel in every run "
+                "request): use a header such as Authorization: secret:NAME"
+            )
         method = target.method or "POST"
         body = (context.payload or "").encode() if method not in ("GET", "DELETE") else None
         headers = {
-            **target.headers,
+            **self.secrets.headers(target.headers),
             "Idempotency-Key": context.run_id,
             "X-Cronstream-Run-Id": context.run_id,
             "X-Cronstream-Job-Id": context.job_id,

@@ -27,6 +27,7 @@ from consumers.executors.http import HttpExecutor
 from consumers.executors.kafka import KafkaExecutor, TopicPolicy
 from consumers.executors.pool import Done, RunPool
 from consumers.executors.python import PythonExecutor, PythonPolicy
+from consumers.executors.secrets import Secrets
 from consumers.executors.shell import ShellExecutor, ShellPolicy
 from consumers.worker.config import WorkerConfig
 from consumers.worker.outbox import Outbox
@@ -36,6 +37,7 @@ from runtime.kafka.clients import kafka_producer
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import DeadLetter, RunStatus, Target, TimerRequest, to_ms
+from schemas.redact import redact_text
 
 log = logging.getLogger("cronstream.worker")
 ABANDON_AFTER_S = 1.0  # past the deadline, an attempt that ignores its timeout is given up
@@ -63,7 +65,7 @@ class Attempts:
         self.pool = RunPool(config.concurrency, self.finished)
         self._target_producer = kafka_producer(settings)
         self.executors: dict[str, Executor] = {
-            "http": HttpExecutor(allow=config.http_allow),
+            "http": HttpExecutor(allow=config.http_allow, secrets=Secrets(config.secrets_dir)),
             "kafka": KafkaExecutor(
                 self._target_producer,
                 TopicPolicy(
@@ -194,7 +196,7 @@ class Attempts:
         now_ms = int(time.time() * 1000)
         verdict = after_failure(
             RunStatus(exc.status),
-            f"{type(exc).__name__}: {exc}",
+            redact_text(f"{type(exc).__name__}: {exc}"),
             retriable=exc.retriable,
             cancel_requested=context is not None and context.cancelled.is_set()
             and run.run_id in self.cancels,

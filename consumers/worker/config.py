@@ -21,6 +21,7 @@ class WorkerConfig:
     shell_allow: tuple[str, ...] = ()  # argv patterns shell targets may run; () = shell off
     shell_env: tuple[str, ...] = ()  # the worker's variables a shell target also gets
     python_allow: tuple[str, ...] = PYTHON_DEFAULT_ALLOW  # module prefixes or module:function
+    secrets_dir: str | None = None  # where secret:NAME values are files (else the env)
     kafka_allow: tuple[str, ...] = ()  # topic patterns kafka targets may write to; () = any
     session_timeout_ms: int = 10_000
     dedup_capacity: int = 2_000_000

@@ -17,6 +17,7 @@ from producers.spec import SpecError, parse_duration, parse_instant
 from runtime.cassandra import cassandra_session
 from runtime.settings import Settings
 from schemas.events import RunOutcome, RunStatus, iso, to_jsonable, utc_now
+from schemas.redact import escape_controls, redact_jsonable, redact_text
 
 
 def register(sub: Any) -> None:
@@ -125,14 +126,14 @@ def _cell(row: RunOutcome, column: str) -> str:
         return "-"
     if isinstance(value, datetime):
         return iso(value)
-    return str(value).replace("\n", " ")
+    return escape_controls(redact_text(str(value)))
 
 
 def _print_rows(rows: Iterator[RunOutcome], as_json: bool, columns: tuple[str, ...]) -> int:
     count = 0
     for row in rows:
         if as_json:
-            print(json.dumps(to_jsonable(row)))
+            print(json.dumps(redact_jsonable(to_jsonable(row))))
         else:
             if not count:
                 print(" ".join(_TITLE.get(c, c.upper()).ljust(_WIDTH.get(c, 24))

@@ -16,11 +16,18 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
 
 from cronstream.cli.common import EXIT_INVALID
 from producers.client import JobClient, UnknownJob
-from producers.spec import SpecError, job_from_spec, load_jobs_file, parse_instant
+from producers.spec import (
+    SpecError,
+    job_from_spec,
+    literal_secrets,
+    load_jobs_file,
+    parse_instant,
+)
 from runtime.kafka.clients import kafka_consumer
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import JobDefinition, from_ms, iso, text_headers, to_jsonable, to_ms, utc_now
+from schemas.redact import escape_controls, redact_jsonable
 from schemas.registry import RegistryClient
 from schemas.serde import Codec, DecodeError
 from schemas.timing import schedule_args
@@ -29,15 +36,22 @@ from streams.core.zones import load_zone
 
 
 def _print_json(value: Any) -> None:
-    print(json.dumps(to_jsonable(value), sort_keys=False), flush=True)
+    """One JSON line, credentials redacted (``schemas.redact``); JSON escapes controls."""
+    print(json.dumps(redact_jsonable(to_jsonable(value)), sort_keys=False), flush=True)
 
 
 def _job_line(job: JobDefinition) -> str:
     state = "paused" if job.paused else "active"
-    return (
+    return escape_controls(
         f"{job.job_id:<32} {state:<7} {job.priority.value.lower():<7} "
         f"{job.target.type:<7} {job.describe_schedule()} ({job.timezone})"
     )
+
+
+def _warn_literal_secrets(jobs: list[JobDefinition]) -> None:
+    for job in jobs:
+        for warning in literal_secrets(job):
+            print(f"warning: {escape_controls(warning)}", file=sys.stderr)
 
 
 # -- jobs -------------------------------------------------------------------------------
@@ -70,6 +84,7 @@ def _spec_from_args(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_jobs_put(client: JobClient, args: argparse.Namespace) -> int:
     job = job_from_spec(_spec_from_args(args), max_payload_bytes=client.settings.max_payload_bytes)
     client.put(job)
+    _warn_literal_secrets([job])
     print(f"put {_job_line(job)}")
     return 0
 
@@ -77,6 +92,7 @@ def cmd_jobs_put(client: JobClient, args: argparse.Namespace) -> int:
 def cmd_jobs_apply(client: JobClient, args: argparse.Namespace) -> int:
     jobs = load_jobs_file(Path(args.file), max_payload_bytes=client.settings.max_payload_bytes)
     client.put_many(jobs)
+    _warn_literal_secrets(jobs)
     for job in jobs:
         print(f"put {_job_line(job)}")
     print(f"applied {len(jobs)} jobs from {args.file}")

@@ -91,6 +91,11 @@ def _register_worker(sub: Any) -> None:
         help="a variable of the worker's environment shell targets also get; repeatable",
     )  # fmt: skip
     p.add_argument(
+        "--secrets-dir", default=os.environ.get("CRONSTREAM_SECRETS_DIR") or None,
+        help="a directory of secret files: a header value secret:NAME is the file NAME "
+        "(else $CRONSTREAM_SECRET_<NAME>)",
+    )  # fmt: skip
+    p.add_argument(
         "--python-allow", action="append", default=None,
         help="a module prefix (pkg.mod) or callable (pkg.mod:function) python targets may "
         "call; repeatable (default: examples)",
@@ -136,6 +141,8 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
         ShellPolicy(args.shell_allow)
         PythonPolicy(python_allow or PYTHON_DEFAULT_ALLOW)
         HttpExecutor(allow=args.http_allow).close()
+        if args.secrets_dir and not os.path.isdir(args.secrets_dir):
+            raise ValueError(f"--secrets-dir {args.secrets_dir!r} is not a directory")
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
@@ -148,6 +155,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
         http_allow=tuple(args.http_allow),
         shell_allow=tuple(args.shell_allow),
         shell_env=tuple(args.shell_env),
+        secrets_dir=args.secrets_dir,
         python_allow=python_allow or PYTHON_DEFAULT_ALLOW,
         kafka_allow=tuple(args.kafka_allow),
     )

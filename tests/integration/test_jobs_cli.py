@@ -176,3 +176,25 @@ def test_cancel_publishes_a_control_command(ns: Settings) -> None:
     assert record["value"]["action"] == "CANCEL"
     assert record["value"]["job_id"] == "nightly"
     assert record["value"]["reason"] == "bad data"
+
+
+def test_get_and_tail_never_print_a_credential(ns: Settings) -> None:
+    """Found by review: Authorization headers and URL credentials were printed by
+    `jobs get`/`tail`."""
+    result = cronstream(ns, "jobs", "put", "hook", "--every", "1h", *HTTP,
+                        "--header", "Authorization: Bearer hunter2",
+                        "--header", "X-Api-Key: secret:billing-key")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "header Authorization holds a literal value" in result.stderr
+    assert "hunter2" not in result.stderr + result.stdout
+    shown = cronstream(ns, "jobs", "get", "hook").stdout
+    tailed = cronstream(ns, "tail", "jobs", "--from-beginning", "-n", "1", "--timeout", "20")
+    for text in (shown, tailed.stdout):
+        headers = json.loads(text.splitlines()[0])
+        headers = headers.get("value", headers)["target"]["headers"]
+        assert headers == {"Authorization": "***", "X-Api-Key": "secret:billing-key"}
+    refused = cronstream(ns, "jobs", "put", "bad", "--every", "1h", "--target", "http",
+                         "--url", "https://bob:hunter2@example.com/")  # fmt: skip
+    assert refused.returncode == 2
+    assert "secret:NAME" in refused.stderr
+    assert "hunter2" not in refused.stderr

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +25,7 @@ from consumers.executors.base import (
 )
 from consumers.executors.http import BODY_CAP, HttpExecutor
 from consumers.executors.kafka import KafkaExecutor, TopicPolicy
+from consumers.executors.secrets import Secrets
 from schemas.events import Target
 
 
@@ -122,6 +124,23 @@ def test_http_sends_the_run_id_as_idempotency_key(server: str, http: HttpExecuto
     assert headers["Idempotency-Key"] == "job@2026-11-22T10:00:00.000Z"
     assert headers["X-Cronstream-Attempt"] == "2"
     assert headers["Content-Type"] == "application/json"
+
+
+def test_http_resolves_secret_headers_on_the_worker(server: str, tmp_path: Path) -> None:
+    (tmp_path / "hook-token").write_text("Bearer s3cret\n")
+    http = HttpExecutor(allow=["127.0.0.0/8"], secrets=Secrets(tmp_path, env={}))
+    target = Target(type="http", url=f"{server}/ok", headers={"Authorization": "secret:hook-token"})
+    http.execute(target, context())
+    assert SEEN[0][2]["Authorization"] == "Bearer s3cret"
+    with pytest.raises(TargetInvalid, match="'nope' is not configured"):
+        http.execute(replace(target, headers={"Authorization": "secret:nope"}), context())
+    http.close()
+
+
+def test_http_url_credentials_are_refused_not_silently_dropped(http: HttpExecutor) -> None:
+    with pytest.raises(TargetInvalid, match="credentials in the URL") as caught:
+        http.execute(Target(type="http", url="http://u:hunter2@127.0.0.1:9/x"), context())
+    assert "hunter2" not in str(caught.value)
 
 
 def test_http_refuses_loopback_unless_allowed(server: str) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from consumers.core.dedup import Dedup
 from consumers.core.offsets import OffsetTracker
-from consumers.executors.base import RunContext
+from consumers.executors.base import ExecutionFailed, RunContext
 from consumers.worker.attempts import Attempts
 from consumers.worker.config import WorkerConfig
 from consumers.worker.intake import Intake
@@ -230,6 +230,8 @@ class _Broken:
     def execute(self, _target: Target, context: RunContext) -> str:
         if context.run_id == "j@bad":
             raise TypeError("an executor's own bug")
+        if context.run_id == "j@leaky":
+            raise ExecutionFailed("GET https://bob:hunter2@h.example/?token=t0k failed")
         return "ok"
 
 
@@ -245,7 +247,8 @@ def test_an_error_escaping_an_executor_fails_that_run_not_the_worker() -> None:
     try:
         parts.intake.accept(parts.record(run("j@bad"), 0))
         parts.intake.accept(parts.record(run("j@next"), 1))
-        assert attempts.start_some(2, parts.intake.take) == 2
+        parts.intake.accept(parts.record(run("j@leaky"), 2))
+        assert attempts.start_some(3, parts.intake.take) == 3
         deadline = time.monotonic() + 10
         while attempts.running and time.monotonic() < deadline:
             attempts.collect(wait=0.1)
@@ -254,7 +257,10 @@ def test_an_error_escaping_an_executor_fails_that_run_not_the_worker() -> None:
         attempts.close()
     outcomes = [parts.codec.decode(r.value, RunOutcome) for r in parts.producer.on(TOPICS.history)]
     final = {o.run_id: o for o in outcomes if o.status is not RunStatus.STARTED}
-    assert set(final) == {"j@bad", "j@next"}
+    assert set(final) == {"j@bad", "j@next", "j@leaky"}
+    assert final["j@leaky"].error is not None
+    assert "hunter2" not in final["j@leaky"].error  # found by review: URL credentials kept
+    assert "https://***@h.example/?token=***" in final["j@leaky"].error
     assert (final["j@bad"].status, final["j@next"].status) == (
         RunStatus.FAILED,
         RunStatus.SUCCEEDED,
@@ -263,4 +269,4 @@ def test_an_error_escaping_an_executor_fails_that_run_not_the_worker() -> None:
     assert "not retried" in (final["j@bad"].error or "")
     letters = [parts.codec.decode(r.value, DeadLetter) for r in parts.producer.on(TOPICS.dlq)]
     assert [(letter.run_id, letter.stage) for letter in letters] == [("j@bad", "worker")]
-    assert parts.consumer.commits[-1][0] == [(RUNS, 0, 2, "0")]
+    assert parts.consumer.commits[-1][0] == [(RUNS, 0, 3, "0")]

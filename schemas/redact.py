@@ -1,0 +1,111 @@
+"""What never appears in what cronstream prints or records: credentials and raw controls.
+
+Secrets by reference: a header value ``secret:NAME`` names a secret the worker resolves
+from its own configuration at run time (``consumers.executors.secrets``), so the value
+never travels in a topic, the history or the dead-letter queue. Such a reference is shown
+as it is: it names the secret, it is not one.
+
+Everything else that may hold a credential is redacted wherever cronstream shows or
+keeps it (CLI output, run errors, history): the userinfo of a URL (``https://***@host``),
+query parameters with a sensitive name (``?token=***``), the values of sensitive headers
+(``Authorization``, ``Cookie``, any name with ``token``, ``secret``, ``password``, ``key``,
+``auth``, ``session`` or ``credential`` in it, ``sig`` and ``key``). Control characters (and Unicode
+format characters that reorder text, like U+202E) are escaped (``\\x1b``) when shown.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+MASK = "***"
+SECRET_REF = re.compile(r"secret:([A-Za-z0-9][A-Za-z0-9_.-]{0,127})\Z")
+_SENSITIVE = re.compile(
+    r"auth|cookie|token|secret|passw|pwd|api[-_]?key|access[-_]?key|private[-_]?key"
+    r"|signature|^sig$|^key$|session|credential",
+    re.IGNORECASE,
+)
+_URL_IN_TEXT = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s\"'<>]+")
+
+
+def secret_name(value: str) -> str | None:
+    """The NAME of a ``secret:NAME`` reference, or None for a plain value."""
+    match = SECRET_REF.match(value)
+    return match.group(1) if match else None
+
+
+def sensitive(name: str) -> bool:
+    """Whether a header or query parameter of this name may carry a credential."""
+    return bool(_SENSITIVE.search(name))
+
+
+def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    return {
+        name: value if not sensitive(name) or secret_name(value) else MASK
+        for name, value in headers.items()
+    }
+
+
+def redact_url(url: str) -> str:
+    """``url`` without its userinfo's secret and sensitive query values."""
+    try:
+        parts = urlsplit(url)
+        netloc = parts.netloc
+        if "@" in netloc:
+            netloc = f"{MASK}@{netloc.rpartition('@')[2]}"
+        query = parts.query
+        if query:
+            pairs = parse_qsl(query, keep_blank_values=True)
+            if any(sensitive(k) for k, _ in pairs):
+                query = urlencode([(k, MASK if sensitive(k) else v) for k, v in pairs], safe="*")
+        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    except ValueError:  # not a URL we can take apart: keep nothing after the scheme
+        scheme, sep, _ = url.partition("://")
+        return f"{scheme}://{MASK}" if sep else MASK
+
+
+def redact_text(text: str) -> str:
+    """Every URL inside a free text (an error message) redacted."""
+    if "://" not in text:
+        return text
+    return _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)
+
+
+def escape_controls(text: str) -> str:
+    """Control and bidi-format characters shown as escapes, so that a record cannot move
+    the cursor, recolour or reorder a terminal."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() or ch == " " else _escape(ch) for ch in text)
+
+
+def _escape(ch: str) -> str:
+    if unicodedata.category(ch) not in ("Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"):
+        return ch  # printable in a terminal (e.g. a non-breaking space)
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def redact_jsonable(value: Any) -> Any:
+    """A record as plain JSON values (``schemas.events.to_jsonable``) with its URLs,
+    sensitive headers and errors redacted."""
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if key == "headers" and isinstance(item, Mapping):
+                out[key] = redact_headers({str(k): str(v) for k, v in item.items()})
+            elif key == "url" and isinstance(item, str):
+                out[key] = redact_url(item)
+            elif isinstance(item, str):
+                out[key] = redact_text(item)
+            else:
+                out[key] = redact_jsonable(item)
+        return out
+    if isinstance(value, list):
+        return [redact_jsonable(v) for v in value]
+    if isinstance(value, str):
+        return redact_text(value)
+    return value

@@ -1,0 +1,132 @@
+"""Secrets by reference and redaction: what cronstream prints and records holds no
+credential and no raw control character (found by review: Authorization headers and URL
+credentials were printed by `jobs get`/`tail`, kept in errors, and `history` printed
+control characters as they were)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from consumers.executors.base import TargetInvalid
+from consumers.executors.secrets import Secrets, env_name
+from cronstream.cli.history import _cell
+from producers.spec import SpecError, job_from_spec, literal_secrets
+from schemas.events import RunOutcome, RunStatus, utc_now
+from schemas.redact import (
+    MASK,
+    escape_controls,
+    redact_headers,
+    redact_jsonable,
+    redact_text,
+    redact_url,
+    secret_name,
+)
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [("https://user:pw@example.com/hook", "https://***@example.com/hook"),
+     ("https://example.com/h?token=abc&x=1", "https://example.com/h?token=***&x=1"),
+     ("https://example.com/h?X-Amz-Signature=s&api_key=k&key=v&page=2",
+      "https://example.com/h?X-Amz-Signature=***&api_key=***&key=***&page=2"),
+     ("https://example.com/h?x=1", "https://example.com/h?x=1"),
+     ("http://[::1/broken", "http://***")],
+)  # fmt: skip
+def test_urls_lose_their_userinfo_and_sensitive_query_values(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
+
+
+def test_sensitive_headers_are_masked_but_secret_references_are_shown() -> None:
+    headers = {"Authorization": "Bearer abc", "X-Api-Key": "k", "Cookie": "s=1",
+               "X-Auth-Token": "t", "X-Team": "billing", "Proxy-Authorization": "secret:proxy",
+               "Idempotency-Key": "run-1"}  # fmt: skip
+    assert redact_headers(headers) == {
+        "Authorization": MASK, "X-Api-Key": MASK, "Cookie": MASK, "X-Auth-Token": MASK,
+        "X-Team": "billing", "Proxy-Authorization": "secret:proxy", "Idempotency-Key": "run-1",
+    }  # fmt: skip
+
+
+def test_urls_inside_error_text_are_redacted() -> None:
+    error = "ExecutionFailed: POST https://u:hunter2@h.example/x?token=t1 failed: refused"
+    assert redact_text(error) == (
+        "ExecutionFailed: POST https://***@h.example/x?token=*** failed: refused"
+    )
+
+
+def test_control_and_reordering_characters_are_escaped() -> None:
+    assert escape_controls("ok\x1b[31mred\x07\n\u202eevil\x7f") == (
+        "ok\\x1b[31mred\\x07\\x0a\\u202eevil\\x7f"
+    )
+    assert escape_controls("plain text, é ü 日本") == "plain text, é ü 日本"
+
+
+def test_a_record_as_json_is_redacted_everywhere() -> None:
+    record = {"target": {"url": "https://a:b@h/x", "headers": {"Authorization": "x"}},
+              "error": "GET https://a:b@h/ failed", "payload": "{}"}  # fmt: skip
+    assert redact_jsonable(record) == {
+        "target": {"url": "https://***@h/x", "headers": {"Authorization": MASK}},
+        "error": "GET https://***@h/ failed", "payload": "{}",
+    }  # fmt: skip
+
+
+def test_history_cells_show_no_control_characters_or_credentials() -> None:
+    row = RunOutcome(
+        run_id="j@manual:1", job_id="j", attempt=1, status=RunStatus.FAILED,
+        scheduled_at=utc_now(), recorded_at=utc_now(),
+        error="exit status 1: \x1b]0;pwned\x07 https://u:p@h/",
+    )  # fmt: skip
+    assert _cell(row, "error") == "exit status 1: \\x1b]0;pwned\\x07 https://***@h/"
+
+
+@pytest.mark.parametrize(
+    ("value", "name"),
+    [("secret:db-token", "db-token"), ("secret:a.b_c", "a.b_c"), ("secret:../x", None),
+     ("secret:a/b", None), ("Bearer secret:x", None), ("secret:", None)],
+)  # fmt: skip
+def test_secret_references(value: str, name: str | None) -> None:
+    assert secret_name(value) == name
+
+
+def test_secrets_come_from_the_directory_then_the_environment(tmp_path: Path) -> None:
+    (tmp_path / "api-token").write_text("Bearer from-file\n")
+    secrets = Secrets(tmp_path, env={env_name("api-token"): "from-env", env_name("other"): "o"})
+    assert env_name("api-token") == "CRONSTREAM_SECRET_API_TOKEN"
+    assert secrets.headers(
+        {"Authorization": "secret:api-token", "X": "secret:other", "Y": "plain"}
+    ) == {
+        "Authorization": "Bearer from-file",
+        "X": "o",
+        "Y": "plain",
+    }
+    with pytest.raises(TargetInvalid, match="'missing' is not configured") as caught:
+        secrets.resolve("missing")
+    assert "from-file" not in str(caught.value)
+    (tmp_path / "two-lines").write_text("a\nb\n")
+    with pytest.raises(TargetInvalid, match="line break"):
+        secrets.resolve("two-lines")
+
+
+def _spec(**target: object) -> dict[str, object]:
+    return {"id": "hook", "every": "1m", "target": "http", **target}
+
+
+def test_put_refuses_credentials_in_the_url_and_names_no_password() -> None:
+    with pytest.raises(SpecError) as caught:
+        job_from_spec(_spec(url="https://bob:hunter2@example.com/x"), max_payload_bytes=65536)
+    assert "secret:NAME" in str(caught.value)
+    assert "hunter2" not in str(caught.value)
+
+
+def test_put_warns_about_literal_credentials_in_headers() -> None:
+    job = job_from_spec(
+        _spec(url="https://example.com/x",
+              headers={"Authorization": "Bearer abc", "X-Token": "secret:t", "X-Team": "b"}),
+        max_payload_bytes=65536,
+    )  # fmt: skip
+    warnings = literal_secrets(job)
+    assert len(warnings) == 1
+    assert "Authorization" in warnings[0]
+    assert "abc" not in json.dumps(warnings)
