@@ -33,7 +33,7 @@ from schemas.events import (
 )
 from schemas.limits import LimitError, refusal, run_problems
 from schemas.registry import RegistryClient, RegistryError, RegistryUnavailable
-from schemas.templates import RunRequestReader, encode_run_outcome
+from schemas.templates import RunRequestReader, encode_dead_letter, encode_run_outcome
 from schemas.timing import InvalidTiming, JobTiming, TimingReader
 from schemas.wire import HeadError
 
@@ -91,6 +91,8 @@ class Codec:
         prefix = self.wire_prefix(topic, type(event))
         if type(event) is RunOutcome:  # the hot one: written by hand, same bytes
             return prefix + encode_run_outcome(event)
+        if type(event) is DeadLetter:  # one per record of a flood of bad ones
+            return prefix + encode_dead_letter(event)
         buf = io.BytesIO()
         buf.write(prefix)
         fastavro.schemaless_writer(buf, parsed_schema(event.AVRO_NAME), event.to_avro())
@@ -130,12 +132,11 @@ class Codec:
         return entry
 
     def decode(self, data: bytes | None, expected: type[E]) -> E:
-        event = self.decode_any(data)
-        if not isinstance(event, expected):
-            raise DecodeError(
-                f"expected a {expected.AVRO_NAME} record, got {type(event).AVRO_NAME}"
-            )
-        return event
+        event_type, record = self._read(data, expected)
+        try:
+            return event_type.from_avro(record)  # type: ignore[return-value]
+        except Exception as exc:
+            raise DecodeError(f"undecodable {event_type.AVRO_NAME} body: {exc!r}") from exc
 
     def decode_run(self, data: bytes | None) -> RunRequest:
         """``decode(data, RunRequest)``, for the workers' hot path: a record written with
@@ -187,7 +188,7 @@ class Codec:
             raise DecodeError(str(exc)) from None
 
     def decode_any(self, data: bytes | None) -> Event:
-        event_type, record = self._read(data)
+        event_type, record = self._read(data, None)
         try:
             return event_type.from_avro(record)
         except Exception as exc:
@@ -196,12 +197,12 @@ class Codec:
     def decode_record(self, data: bytes | None, expected: type[Event]) -> dict[str, Any]:
         """The record as fastavro's dict in our schema's shape, for hot paths that want
         a few fields of many records without building the dataclass."""
-        event_type, record = self._read(data)
-        if event_type is not expected:
-            raise DecodeError(f"expected a {expected.AVRO_NAME} record, got {event_type.AVRO_NAME}")
+        _, record = self._read(data, expected)
         return record  # type: ignore[no-any-return]
 
-    def _read(self, data: bytes | None) -> tuple[type[Event], Any]:
+    def _read(self, data: bytes | None, expected: type[Any] | None) -> tuple[type[Event], Any]:
+        """(type, fastavro's record); a record of another type than ``expected`` is
+        refused before its body is read."""
         if data is None:
             raise DecodeError("record has no value (tombstone)")
         if len(data) < _HEADER.size:
@@ -213,6 +214,8 @@ class Codec:
         event_type = EVENT_TYPES.get(writer_name)
         if event_type is None:
             raise DecodeError(f"schema id {schema_id} is {writer_name!r}, not a cronstream event")
+        if expected is not None and event_type is not expected:
+            raise DecodeError(f"expected a {expected.AVRO_NAME} record, got {writer_name}")
         try:
             record: Any = fastavro.schemaless_reader(
                 io.BytesIO(memoryview(data)[_HEADER.size :]),

@@ -32,6 +32,7 @@ import fastavro
 from schemas.avro import parsed_schema
 from schemas.events import (
     EPOCH,
+    DeadLetter,
     JobDefinition,
     RunOutcome,
     RunRequest,
@@ -245,12 +246,38 @@ def encode_run_outcome(outcome: RunOutcome) -> bytes:
     )  # fmt: skip
 
 
+def _opt_bytes(value: bytes | None) -> bytes:
+    return b"\x00" if value is None else b"\x02" + zigzag(len(value)) + value
+
+
+def encode_dead_letter(letter: DeadLetter) -> bytes:
+    """The Avro body (no wire-format header) of ``letter``, as fastavro writes it: a
+    flood of undecodable records costs one of these each."""
+    d = letter
+    return b"".join(
+        (
+            avro_string(d.reason),
+            avro_string(d.stage),
+            avro_string(d.source_topic),
+            zigzag(d.source_partition),
+            zigzag(d.source_offset),
+            _opt_bytes(d.source_key),
+            _opt_bytes(d.source_value),
+            _opt_string(d.job_id),
+            _opt_string(d.run_id),
+            _opt_long(d.attempt),
+            zigzag(to_ms(d.dead_at)),
+        )
+    )
+
+
 __all__ = [
     "HeadError",
     "OutcomeTemplate",
     "RunRequestReader",
     "RunTemplate",
     "avro_string",
+    "encode_dead_letter",
     "encode_run_outcome",
     "zigzag",
 ]

@@ -21,7 +21,7 @@ from confluent_kafka import Consumer, TopicPartition
 from consumers.core.offsets import OffsetTracker
 from consumers.worker.config import WorkerConfig
 from consumers.worker.outbox import STAGE, Outbox
-from consumers.worker.pending import Pending, placeholder
+from consumers.worker.pending import UNDECODABLE, Pending
 from consumers.worker.replay import HistoryReplay
 from runtime.kafka.records import ConsumedMessage, dead_letter_for, is_record
 from schemas.catalog import Topics
@@ -111,7 +111,7 @@ class Intake:
         except DecodeError as exc:
             tracker.start(offset, msg.timestamp()[1])
             letter = dead_letter_for(msg, stage=STAGE, reason=f"undecodable run: {exc}")
-            self.outbox.reject(Pending(topic, partition, offset, placeholder(msg), tracker), letter)
+            self.outbox.reject(Pending(topic, partition, offset, UNDECODABLE, tracker), letter)
             return
         tracker.start(offset, msg.timestamp()[1])
         pending = Pending(topic, partition, offset, run, tracker)

@@ -160,7 +160,8 @@ class Outbox:
             if pending.extra:
                 for topic, event in pending.extra:
                     self.publisher.publish(topic, event)
-                self.held.append(pending)
+                if pending.outcome:  # a rejected record has none: nothing waits
+                    self.held.append(pending)
             else:
                 self._produce_outcomes(pending)
         self.published.extend(self.done)

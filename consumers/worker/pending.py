@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from consumers.core.offsets import OffsetTracker
 from consumers.executors.base import RunContext
-from runtime.kafka.records import ConsumedMessage, Headers
+from runtime.kafka.records import Headers
 from schemas.events import (
     EPOCH,
     DeadLetter,
@@ -52,9 +52,7 @@ def outcome_headers(pending: Pending, status: RunStatus) -> Headers:
     return [*pending.headers, ("status", status.value.encode())]
 
 
-def placeholder(msg: ConsumedMessage) -> RunRequest:
-    """Stands in for a run that could not be decoded (only its offset matters)."""
-    key = msg.key()
-    job = key.decode("utf-8", "replace") if isinstance(key, bytes) else "?"
-    return RunRequest(run_id=f"{job}@undecodable", job_id=job, scheduled_at=EPOCH,
-                      fired_at=EPOCH, target=Target(type="none"))  # fmt: skip
+# Stands in for every run that could not be decoded: only its place (partition and
+# offset, kept by its Pending) matters, for the commit.
+UNDECODABLE = RunRequest(run_id="?@undecodable", job_id="?", scheduled_at=EPOCH,
+                         fired_at=EPOCH, target=Target(type="none"))  # fmt: skip

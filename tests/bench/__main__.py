@@ -22,6 +22,7 @@ from pathlib import Path
 from runtime.settings import Settings
 from tests.bench.common import ROWS
 from tests.bench.history import bench_queries, bench_sink
+from tests.bench.malformed import bench_malformed
 from tests.bench.scheduler import (
     bench_burst,
     bench_million,
@@ -37,7 +38,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer runs, smaller loads")
     parser.add_argument("--only", nargs="*", default=None,
                         choices=["throughput", "skew", "burst", "million", "distinct", "slots",
-                                 "workers", "drain", "latency", "sink", "queries"])  # fmt: skip
+                                 "workers", "drain", "malformed", "latency", "sink",
+                                 "queries"])  # fmt: skip
     args = parser.parse_args()
     base = Settings.from_env()
     runs = 1 if args.quick else 3
@@ -52,6 +54,7 @@ def main() -> int:
         "slots": lambda: bench_slots(runs, 100_000),
         "workers": lambda: bench_workers(base, runs, 12_000, (1, 2, 4)),
         "drain": lambda: bench_drain(base, runs, 10.0, (1, 2, 4)),
+        "malformed": lambda: bench_malformed(base, runs, 10_000 if args.quick else 30_000),
         "latency": lambda: bench_fire_to_start(base, runs),
         "sink": lambda: bench_sink(base, runs, 100_000 if args.quick else 300_000, (64, 1)),
         "queries": lambda: bench_queries(base, runs, 200_000 if args.quick else 1_000_000,

@@ -13,6 +13,7 @@ import pytest
 from schemas.avro import parsed_schema
 from schemas.events import (
     CronSchedule,
+    DeadLetter,
     JobDefinition,
     Priority,
     RetryPolicy,
@@ -25,7 +26,12 @@ from schemas.events import (
     iso,
     utc_now,
 )
-from schemas.templates import RunRequestReader, RunTemplate, encode_run_outcome
+from schemas.templates import (
+    RunRequestReader,
+    RunTemplate,
+    encode_dead_letter,
+    encode_run_outcome,
+)
 from schemas.wire import HeadError, avro_string, zigzag
 
 JOBS = [
@@ -167,6 +173,26 @@ def test_run_outcome_bytes_equal_fastavro(
     buf = io.BytesIO()
     fastavro.schemaless_writer(buf, parsed_schema(RunOutcome.AVRO_NAME), outcome.to_avro())
     assert encode_run_outcome(outcome) == buf.getvalue()
+
+
+LETTERS = [
+    DeadLetter(reason="r", stage="worker", source_topic="t", source_partition=0,
+               source_offset=0, dead_at=from_ms(0)),
+    DeadLetter(reason="undecodable run: é" * 300, stage="scheduler", source_topic="x.runs",
+               source_partition=2**31 - 1, source_offset=2**62, dead_at=from_ms(4_102_444_799_999),
+               source_key=b"\x00\xff" * 70, source_value=bytes(range(256)) * 9,
+               job_id="j" * 200, run_id="j@1", attempt=-(2**31)),
+    DeadLetter(reason="", stage="", source_topic="", source_partition=-1, source_offset=-1,
+               dead_at=from_ms(-1), source_key=b"", source_value=b"", job_id="", run_id="",
+               attempt=0),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("letter", LETTERS, ids=["bare", "every-field", "empty"])
+def test_dead_letter_bytes_equal_fastavro(letter: DeadLetter) -> None:
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, parsed_schema(DeadLetter.AVRO_NAME), letter.to_avro())
+    assert encode_dead_letter(letter) == buf.getvalue()
 
 
 @pytest.mark.parametrize(
