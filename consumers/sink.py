@@ -34,7 +34,7 @@ from consumers.history import HistoryTables
 from runtime import metrics
 from runtime.cassandra import cassandra_session
 from runtime.kafka.clients import group_consumer
-from runtime.kafka.offsets import consumer_lag, partition_names
+from runtime.kafka.offsets import consumer_lag, is_transient, partition_names
 from runtime.kafka.publisher import Publisher
 from runtime.kafka.records import dead_letter_for, is_record
 from runtime.settings import Settings
@@ -274,7 +274,13 @@ class Sink:
         messages, self.carry = self.carry, []
         room = self.config.read_max - len(messages)
         if room > 0:
-            messages.extend(self.consumer.consume(num_messages=room, timeout=0.2))
+            try:
+                messages.extend(self.consumer.consume(num_messages=room, timeout=0.2))
+            except KafkaException as exc:  # a broker restarting, a leader moving
+                if not is_transient(exc):
+                    raise
+                log.warning("fetching refused for now (%s); retrying", exc.args[0])
+                time.sleep(0.1)
         if messages:
             self.write_and_commit(messages)
         if time.monotonic() >= self._maintenance:
@@ -355,7 +361,13 @@ class Sink:
         while time.monotonic() < deadline:
             if self.should_stop():
                 return False
-            msg = self.consumer.poll(min(0.2, max(0.0, deadline - time.monotonic())))
+            try:
+                msg = self.consumer.poll(min(0.2, max(0.0, deadline - time.monotonic())))
+            except KafkaException as exc:
+                if not is_transient(exc):
+                    raise
+                time.sleep(0.1)
+                continue
             if msg is not None:
                 self.carry.append(msg)
         return True

@@ -7,12 +7,16 @@ the roles type their record handling against it, so unit tests feed them plain f
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException
 
 from runtime import metrics
+from runtime.kafka.offsets import is_transient
 from schemas.events import DeadLetter, utc_now
+
+log = logging.getLogger("cronstream.kafka")
 
 Headers = list[tuple[str, bytes]]  # what cronstream produces
 # What a consumed record may carry (any client may have produced it).
@@ -36,12 +40,18 @@ class ConsumedMessage(Protocol):
 
 
 def is_record(msg: ConsumedMessage) -> bool:
-    """True for a record; False for an end-of-partition event. Any other error raises
-    (librdkafka reports broker trouble this way; it is not bad input)."""
+    """True for a record; False for an end-of-partition event or a transient error
+    (librdkafka reports broker trouble this way: a restarting broker, a moved leader, a
+    fenced epoch; it goes on fetching by itself). Any other error raises: it is not bad
+    input, and not something that passes."""
     error = msg.error()
     if error is None:
         return True
     if error.code() == KafkaError._PARTITION_EOF:
+        return False
+    if is_transient(KafkaException(error)):
+        log.warning("fetch error on %s [%s]: %s (passes by itself)",
+                    msg.topic(), msg.partition(), error.str())  # fmt: skip
         return False
     raise KafkaException(error)
 

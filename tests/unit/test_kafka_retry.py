@@ -7,6 +7,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from runtime.kafka.offsets import committed, is_transient, retrying, watermarks
+from runtime.kafka.records import is_record
 
 
 def refusal(code: int) -> KafkaException:
@@ -74,3 +75,35 @@ def test_a_refusal_that_outlasts_the_timeout_is_raised() -> None:
     with pytest.raises(KafkaException):
         retrying(refuse, timeout=0.6)
     assert 2 <= len(calls) <= 3
+
+
+class ErrorEvent:
+    """What consume() hands back for a partition-level error instead of a record."""
+
+    def __init__(self, code: int) -> None:
+        self._error = KafkaError(code, "from the broker")
+
+    def error(self) -> KafkaError:
+        return self._error
+
+    def topic(self) -> str:
+        return "t"
+
+    def partition(self) -> int:
+        return 0
+
+
+@pytest.mark.parametrize(
+    "code",
+    [KafkaError.FENCED_LEADER_EPOCH, KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError._TRANSPORT,
+     KafkaError._PARTITION_EOF],
+)  # fmt: skip
+def test_a_transient_fetch_error_event_is_skipped_not_raised(code: int) -> None:
+    """A fenced epoch reported as an error event while the broker restarts must not end
+    the worker, scheduler or sink that reads it (librdkafka goes on fetching)."""
+    assert is_record(ErrorEvent(code)) is False  # type: ignore[arg-type]
+
+
+def test_a_lasting_fetch_error_event_raises() -> None:
+    with pytest.raises(KafkaException):
+        is_record(ErrorEvent(KafkaError.TOPIC_AUTHORIZATION_FAILED))  # type: ignore[arg-type]
