@@ -98,9 +98,11 @@ class ShellExecutor:
         except ValueError as exc:
             raise TargetInvalid(f"cannot parse command {target.command!r}: {exc}") from exc
         if not argv or not self.policy.allows(argv):
+            hint = (f"; a pattern matches the whole command: '{argv[0]} **' would allow "
+                    "any arguments" if argv and self.policy.allows(argv[:1]) else "")  # fmt: skip
             raise TargetInvalid(
                 f"command {shlex.join(argv)!r} matches no shell allowlist pattern "
-                f"({self.policy.describe()})"
+                f"({self.policy.describe()}){hint}"
             )
         proc = subprocess.Popen(
             [sys.executable, "-I", "-S", REAPER, str(KILL_GRACE_S), *argv],

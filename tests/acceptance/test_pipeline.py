@@ -31,7 +31,7 @@ def pipeline(history_ns: Settings, tmp_path: Path) -> Iterator[list[CronstreamPr
             "--http-allow",
             "127.0.0.0/8",
             "--shell-allow",
-            "sleep",
+            "sleep *",
             command="worker",
         ),
         CronstreamProcess(ns, tmp_path, "sink", command="sink"),

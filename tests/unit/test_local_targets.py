@@ -178,6 +178,8 @@ def test_shell_allowlist_matches_the_whole_argv() -> None:
         shell("sh -c 'rm -rf /tmp/x'", "sh")
     with pytest.raises(TargetInvalid, match="matches no"):
         shell("sleep 1 2", "sleep *")
+    with pytest.raises(TargetInvalid, match=r"'sleep \*\*' would allow any arguments"):
+        shell("sleep 60", "sleep")  # the old meaning of a one-word entry
     with pytest.raises(TargetInvalid, match="matches no"):
         shell("echo a; rm x", "echo a")  # one argument 'a;' : no shell, no match
     assert "hello" in shell("echo hello", "echo *")
