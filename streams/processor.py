@@ -24,6 +24,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
@@ -64,6 +65,9 @@ class ProcessorConfig:
     horizon_ms: int = 60_000
     tick_ms: int = 10
     session_timeout_ms: int = 10_000
+    # How long librdkafka keeps trying to deliver a run request (its message.timeout.ms):
+    # past it the record fails and the partitions rewind to their checkpoint.
+    delivery_timeout_ms: int = 300_000
     name: str = "scheduler"
 
 
@@ -81,8 +85,10 @@ class Processor(Reading):
         self.clock = clock
         self.codec = Codec(RegistryClient(settings.registry_url))
         self.definitions = Definitions(self.codec)
+        delivery: dict[str, Any] = {"message.timeout.ms": config.delivery_timeout_ms}
         self.emitter = Emitter(
-            Publisher(settings, codec=self.codec), topics=self.topics,
+            Publisher(settings, codec=self.codec, **delivery),
+            topics=self.topics,
             definitions=self.definitions, name=config.name,
         )  # fmt: skip
         self.publisher = self.emitter.publisher

@@ -156,6 +156,10 @@ def print_table(results: list[Result], args: argparse.Namespace) -> None:
         extra = [f"flagged requests {r.flagged_requests:,}", f"MISSED/SKIPPED {r.misfires}",
                  f"effects {r.effects:,}", f"worker DUPLICATE records {r.worker_duplicates:,}",
                  f"dead letters {r.dead_letters:,}"]  # fmt: skip
+        if r.stale:
+            extra.append(f"run ids whose records arrived out of emission order {r.stale}")
+        if r.failures:
+            extra.append(f"failed attempts {dict(r.failures.most_common(3))}")
         if r.lost:
             extra.append(
                 f"lost: {r.lost_no_effect} without effect, {r.lost_no_history} not in history"

@@ -69,15 +69,16 @@ def _generic(prefix: bytes, good: bytes, i: int) -> Record | None:
 
 
 def job_records(publisher: Publisher, topics: Topics, firing: list[str], count: int,
-                url: str) -> Iterator[Record]:  # fmt: skip
-    """``count`` hostile records for the jobs topic."""
+                definition: Callable[[str], JobDefinition]) -> Iterator[Record]:  # fmt: skip
+    """``count`` hostile records for the jobs topic. A bad update of a firing job starts
+    from its real ``definition``, so one the scheduler (wrongly) accepted would keep its
+    slots: what the suite counts stays the job's own."""
     prefix = publisher.codec.wire_prefix(topics.jobs, JobDefinition)
     name = JobDefinition.AVRO_NAME
     now = utc_now()
     for i in range(count):
         victim = firing[i % len(firing)]
-        base = JobDefinition(job_id=victim, target=Target(type="http", url=url), updated_at=now,
-                             schedule=IntervalSchedule(every_ms=1000, anchor=now))  # fmt: skip
+        base = definition(victim)
         good = _avro(prefix, name, base.to_avro())
         generic = _generic(prefix, good, i)
         if generic is not None:
@@ -95,7 +96,8 @@ def job_records(publisher: Publisher, topics: Topics, firing: list[str], count: 
         ][i % 8]
         yield victim.encode(), _avro(prefix, name, bad.to_avro())
         if i % 50 == 0:  # a job that fires every second at a target the worker refuses
-            evil = replace(base, job_id=f"hostile-fires-{i}", target=HOSTILE_TARGETS[i % 5])
+            evil = replace(base, job_id=f"hostile-fires-{i}", target=HOSTILE_TARGETS[i % 5],
+                           schedule=IntervalSchedule(every_ms=1000, anchor=now))  # fmt: skip
             yield evil.job_id.encode(), _avro(prefix, name, evil.to_avro())
 
 

@@ -24,8 +24,10 @@ from pathlib import Path
 
 from runtime.settings import Settings
 from schemas.catalog import Topics
-from schemas.events import Priority, from_ms
+from schemas.events import Priority, RunOutcome, from_ms
 from schemas.ids import slot_run_id
+from schemas.registry import RegistryClient
+from schemas.serde import Codec
 from streams.core.schedule import jitter_offset
 from tests.integration.helpers import read_topic
 
@@ -49,6 +51,8 @@ class Result:
     effects: int = 0
     worker_duplicates: int = 0
     dead_letters: int = 0
+    stale: int = 0  # run ids whose records reached the topic out of emission order
+    failures: Counter[str] = field(default_factory=Counter)  # FAILED... outcomes by error
     recovery_s: float = 0.0
     crashes: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -57,8 +61,8 @@ class Result:
 
 @dataclass(frozen=True)
 class Window:
-    """Slots scheduled in [start_ms, end_ms) are expected; recovery is measured from
-    ``fault_end`` (epoch s)."""
+    """Slots scheduled at or after ``start_ms`` and due (slot + jitter) before
+    ``end_ms`` are expected; recovery is measured from ``fault_end`` (epoch s)."""
 
     start_ms: int
     end_ms: int
@@ -72,44 +76,58 @@ def expected_slots(jobs: list[str], every_ms: int, window: Window) -> dict[str, 
     for job_id in jobs:
         jitter = jitter_offset(job_id, every_ms - 1)
         for slot in range(first, window.end_ms, every_ms):
-            out[slot_run_id(job_id, slot)[0]] = (job_id, slot + jitter)
+            if slot + jitter < window.end_ms:  # due before the schedulers stopped
+                out[slot_run_id(job_id, slot)[0]] = (job_id, slot + jitter)
     return out
 
 
 def _runs(settings: Settings, ours: set[str], result: Result) -> set[str]:
-    """Run ids requested; counts repeats of (run id, attempt), flagged or not."""
+    """Run ids requested; counts repeats of (run id, attempt), flagged or not, in the
+    order they were emitted (the record's CreateTime, stamped at ``produce``): a record
+    a frozen scheduler had queued reaches the topic only when it resumes, after the
+    new owner's flagged re-emission of the same run id (counted as ``stale``)."""
     topics = Topics(settings)
-    seen: set[tuple[str, str]] = set()
-    requested: set[str] = set()
+    emitted: dict[tuple[str, str], list[tuple[int, int, bool]]] = {}
+    arrival = 0
     for priority in Priority:
         for record in read_topic(settings, topics.runs(priority)):
             h = record.headers
             if h.get("job_id") not in ours:
                 continue
-            run_id = h.get("run_id", "")
             flagged = h.get("possible_duplicate") == "true"
             result.flagged_requests += flagged
-            key = (run_id, h.get("attempt", ""))
-            if key in seen:
-                if flagged:
-                    result.flagged_repeats += 1
-                else:
-                    result.unflagged_repeats += 1
-                    result.examples.setdefault("unflagged", []).append(run_id)
-            seen.add(key)
-            requested.add(run_id)
-    return requested
+            key = (h.get("run_id", ""), h.get("attempt", ""))
+            arrival += 1
+            emitted.setdefault(key, []).append((record.timestamp_ms, arrival, flagged))
+    for (run_id, _), records in emitted.items():
+        if len(records) < 2:
+            continue
+        records.sort()
+        for _, _, flagged in records[1:]:
+            if flagged:
+                result.flagged_repeats += 1
+            else:
+                result.unflagged_repeats += 1
+                result.examples.setdefault("unflagged", []).append(run_id)
+        if [a for _, a, _ in records] != sorted(a for _, a, _ in records):
+            result.stale += 1
+            result.examples.setdefault("stale", []).append(run_id)
+    return {run_id for run_id, _ in emitted}
 
 
 def _history(settings: Settings, result: Result) -> set[str]:
     """Run ids recorded MISSED/SKIPPED; counts DUPLICATE records."""
     recorded = set()
+    codec = Codec(RegistryClient(settings.registry_url))
     for record in read_topic(settings, Topics(settings).history):
         status = record.headers.get("status")
         if status in ("MISSED", "SKIPPED"):
             recorded.add(record.headers.get("run_id", ""))
         elif status == "DUPLICATE":
             result.worker_duplicates += 1
+        elif status in ("FAILED", "TIMED_OUT", "DEAD_LETTERED") and record.value:
+            outcome = codec.decode(record.value, RunOutcome)
+            result.failures[f"{status}: {(outcome.error or '')[:80]}"] += 1
     result.misfires = len(recorded)
     result.dead_letters = sum(1 for _ in read_topic(settings, Topics(settings).dlq))
     return recorded

@@ -159,7 +159,7 @@ def hostile_flood(p: Pipeline, _stack: Settings) -> tuple[float, float]:
     t = time.time()
     publisher = Publisher(p.settings, **{"message.max.bytes": 4_000_000})
     say("flooding the jobs topic with 2,000 malformed/hostile records")
-    jobs = flood(publisher, p.topics.jobs, job_records(publisher, p.topics, p.jobs, 2000, p.url),
+    jobs = flood(publisher, p.topics.jobs, job_records(publisher, p.topics, p.jobs, 2000, p.definition),
                  per_s=1000)  # fmt: skip
     say(f"flooding the runs topics with 10,000 ({jobs} on jobs written)")
     runs = 0
