@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
 
 .PHONY: help deps up down status logs clean clean-all bootstrap run test test-unit \
-        test-integration test-acceptance lint fmt typecheck layers bench
+        test-integration test-acceptance lint fmt typecheck layers bench chaos
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -83,3 +83,6 @@ fmt: deps ## apply ruff's fixes and formatting
 
 bench: up ## benchmarks, printed as a table
 	@$(PY) -m tests.bench
+
+chaos: deps ## faults under load on a stack of its own (ports +100, .stack/chaos), as a table
+	@$(PY) -m tests.chaos

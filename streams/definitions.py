@@ -23,6 +23,7 @@ from schemas.serde import Codec, DecodeError
 from schemas.templates import RunTemplate
 from schemas.timing import JobTiming
 from streams.core.schedule import JobSchedule, Misfire
+from streams.core.zones import load_zone
 
 
 @dataclass(slots=True)
@@ -42,13 +43,18 @@ class Definitions:
 
     def schedule(self, key: str, raw: bytes) -> JobSchedule:
         """The core's view of the definition ``raw`` stored under ``key``. Raises
-        DecodeError (or the core's CronError/ZoneError) for one that cannot be used."""
+        DecodeError (or the core's CronError/ZoneError) for one that cannot be used,
+        whatever its schedule type."""
         t = self.codec.decode_timing(raw)
         if t.job_id != key:
             raise DecodeError(f"record key {key!r} differs from job_id {t.job_id!r}")
         problems = definition_limit_problems(t, len(raw))
         if problems:
             raise DecodeError(refusal(problems))
+        # Checked for every schedule type, not only cron: a definition the client would
+        # refuse ("America") is refused here too (found by make chaos: an interval job
+        # took such an update and carried it).
+        load_zone(t.timezone)
         misfire = self._misfires.get(t.misfire)
         if misfire is None:
             misfire = self._misfires[t.misfire] = Misfire(*t.misfire)

@@ -45,6 +45,10 @@ class Emitter:
         self._run_schema = {p: codec.writer_id(f"{self.topics.runs(p)}-value", RunRequest)
                             for p in Priority}  # fmt: skip
         self._runs_topic = {p: self.topics.runs(p) for p in Priority}
+        # Every other schema it writes, resolved now: from here on emitting never needs
+        # the registry (a MISSED record or a dead letter written while it is down).
+        codec.writer_id(f"{self.topics.history}-value", RunOutcome)
+        codec.writer_id(f"{self.topics.dlq}-value", DeadLetter)
 
     def emit(self, actions: list[Action], now: int) -> None:
         """Write what the core decided at ``now``: fires and records."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
@@ -31,47 +31,30 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPar
 from runtime import metrics
 from runtime.kafka.clients import group_consumer, kafka_consumer
 from runtime.kafka.offsets import committed, watermarks
-from runtime.kafka.publisher import Publisher
-from runtime.kafka.records import ConsumedMessage, dead_letter, dead_letter_for, is_record
+from runtime.kafka.publisher import Publisher, PublishError
 from runtime.settings import Settings
 from schemas.catalog import Topics
-from schemas.events import TimerRequest, from_ms, iso, to_ms
 from schemas.registry import RegistryClient
-from schemas.serde import Codec, DecodeError
+from schemas.serde import Codec
 from streams.checkpoint import Checkpoint
-from streams.core.cron import CronError
-from streams.core.partition import NEVER, PartitionScheduler, Timer
-from streams.core.schedule import JobSchedule
-from streams.core.zones import TZDATA_VERSION, ZoneError
+from streams.core.partition import PartitionScheduler
+from streams.core.zones import TZDATA_VERSION
 from streams.definitions import Definitions
 from streams.emitter import Emitter
 from streams.loading import Collector, check_zone_database
+from streams.reading import Owned, Reading
+from streams.stall import Backoff, Held
 
 log = logging.getLogger("cronstream.scheduler")
-STAGE = "scheduler"
 # Wheel entries fired per partition per loop iteration at most: under overload the loop
 # still reads definitions and checkpoints (every few hundred milliseconds at worst).
 FIRE_BATCH = 1000
-# Definitions settled per loop iteration while a partition loads (a few tens of
-# milliseconds): the live partitions fire on time in between.
-SETTLE_BATCH = 500
-
-
-@dataclass(slots=True)
-class Owned:
-    partition: int
-    core: PartitionScheduler
-    checkpoint: Checkpoint | None
-    load_end: int
-    loading: bool = True
-    read: bool = False  # loading, and every definition is read: settle it next (``step``)
-    settling: list[str] = field(default_factory=list)  # job ids being settled, in order
-    settled: int = 0  # how many of ``settling`` are done
-    started: float = field(default_factory=time.monotonic)
-    # job id -> (offset, timestamp, value, an earlier live version exists) while loading
-    pending: dict[str, tuple[int, int, bytes | None, bool]] = field(default_factory=dict)
-    jobs_next: int = 0
-    timers_next: int = 0
+# How long a checkpoint waits for the broker to acknowledge what was emitted. Normally
+# milliseconds; longer means the broker is down or restarting: the checkpoint is put off
+# (the previous one stands) and firing pauses until the broker acknowledges again.
+ACK_WAIT_S = 1.0
+# At a handover (revoke, close) and when taking back a partition lost in an outage.
+HANDOVER_ACK_WAIT_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,10 +65,13 @@ class ProcessorConfig:
     horizon_ms: int = 60_000
     tick_ms: int = 10
     session_timeout_ms: int = 10_000
+    # How long librdkafka keeps trying to deliver a run request (its message.timeout.ms):
+    # past it the record fails and the partitions rewind to their checkpoint.
+    delivery_timeout_ms: int = 300_000
     name: str = "scheduler"
 
 
-class Processor:
+class Processor(Reading):
     def __init__(
         self,
         settings: Settings,
@@ -99,14 +85,26 @@ class Processor:
         self.clock = clock
         self.codec = Codec(RegistryClient(settings.registry_url))
         self.definitions = Definitions(self.codec)
+        delivery: dict[str, Any] = {"message.timeout.ms": config.delivery_timeout_ms}
         self.emitter = Emitter(
-            Publisher(settings, codec=self.codec), topics=self.topics,
+            Publisher(settings, codec=self.codec, **delivery),
+            topics=self.topics,
             definitions=self.definitions, name=config.name,
         )  # fmt: skip
         self.publisher = self.emitter.publisher
         self.owned: dict[int, Owned] = {}
         self._collector = Collector()
         self._next_checkpoint = 0.0
+        # Firing paused: the broker has not acknowledged what was emitted (``checkpoint``).
+        self._undelivered = False
+        # Firing paused: the loop stood still long enough for the group to have moved
+        # the partitions (a frozen process); a committed checkpoint confirms them.
+        self._unconfirmed = False
+        self._last_step = time.monotonic()
+        # Snapshots of partitions lost before their progress was committed: taken back
+        # when the same partition comes back with the checkpoint it had (``_take_back``).
+        self._retained: dict[int, tuple[Checkpoint | None, Checkpoint]] = {}
+        self._backoff = Backoff()  # reading waits for the registry
         # False once the loop failed (e.g. a delivery error): from then on no checkpoint
         # may claim what was emitted, not even the one a handover would take.
         self._healthy = True
@@ -120,6 +118,8 @@ class Processor:
         self.timers: Consumer = kafka_consumer(
             settings, **{"group.id": f"{config.group}.timers", "client.id": config.name}
         )
+        self._held = Held(self.consumer)
+        self._held_timers = Held(self.timers)
         log.info("zone database: tzdata %s", TZDATA_VERSION)
         self.consumer.subscribe(
             [self.topics.jobs],
@@ -133,27 +133,14 @@ class Processor:
         if not partitions:
             return
         starts, timer_starts = [], []
+        fresh = {tp.partition for tp in partitions}
+        self._held.drop(fresh)
+        self._held_timers.drop(fresh)
         for tp in committed(consumer, partitions):
-            checkpoint = Checkpoint.from_metadata(tp.metadata)
+            checkpoint = self._take_back(consumer, tp, Checkpoint.from_metadata(tp.metadata))
             check_zone_database(tp.partition, checkpoint)
             low, high = watermarks(consumer, tp)
-            fired_through = checkpoint.fired_through if checkpoint else self._now_ms()
-            owned = Owned(
-                partition=tp.partition,
-                core=PartitionScheduler(
-                    tp.partition,
-                    fired_through=fired_through,
-                    threshold_ms=self.config.threshold_ms,
-                    tick_ms=self.config.tick_ms,
-                    horizon_ms=self.config.horizon_ms,
-                ),
-                checkpoint=checkpoint,
-                load_end=high,
-                jobs_next=low,
-            )
-            owned.core.wheel.on_near = self._near_hook(owned)
-            self.owned[tp.partition] = owned
-            self._collector.loading()
+            owned = self._load(tp.partition, checkpoint, load_end=high, jobs_next=low)
             starts.append(TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING))
             timers_from = checkpoint.timers_from if checkpoint else OFFSET_BEGINNING
             timer_starts.append(TopicPartition(self.topics.timers, tp.partition, timers_from))
@@ -173,7 +160,11 @@ class Processor:
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         live = [self.owned[tp.partition] for tp in partitions if tp.partition in self.owned]
-        self.checkpoint([o for o in live if not o.loading], consumer=consumer)
+        try:
+            self.checkpoint([o for o in live if not o.loading], consumer=consumer,
+                            wait=HANDOVER_ACK_WAIT_S)  # fmt: skip
+        except PublishError as exc:  # the next owner re-emits from the last checkpoint
+            log.warning("no checkpoint at the handover: %s", exc)
         self._drop(partitions)
         consumer.incremental_unassign(partitions)
 
@@ -184,8 +175,72 @@ class Processor:
         self._drop(partitions)
         consumer.incremental_unassign(partitions)
 
+    def _load(
+        self, partition: int, checkpoint: Checkpoint | None, *, load_end: int, jobs_next: int
+    ) -> Owned:
+        """A partition to load from ``checkpoint`` (from now when there is none)."""
+        fired_through = checkpoint.fired_through if checkpoint else self._now_ms()
+        owned = Owned(
+            partition=partition,
+            core=PartitionScheduler(
+                partition,
+                fired_through=fired_through,
+                threshold_ms=self.config.threshold_ms,
+                tick_ms=self.config.tick_ms,
+                horizon_ms=self.config.horizon_ms,
+            ),
+            checkpoint=checkpoint,
+            load_end=load_end,
+            jobs_next=jobs_next,
+            base=checkpoint,
+        )
+        owned.core.wheel.on_near = self._near_hook(owned)
+        self.owned[partition] = owned
+        self._collector.loading()
+        return owned
+
+    def _take_back(
+        self, consumer: Consumer, tp: TopicPartition, committed_: Checkpoint | None
+    ) -> Checkpoint | None:
+        """The checkpoint to load an assigned partition from: the committed one, unless
+        this processor lost the partition (a broker outage outlasting the session) with
+        progress it could not commit, and nobody committed since. Then that progress is
+        committed now, once the broker acknowledged what it covers, before anything is
+        re-fired: what it emitted before losing the partition is not emitted again."""
+        retained = self._retained.pop(tp.partition, None)
+        if retained is None or retained[0] != committed_:
+            return committed_
+        snapshot = retained[1]
+        try:
+            if not self.publisher.settled(HANDOVER_ACK_WAIT_S):
+                return committed_
+            consumer.commit(offsets=[self._offset(tp.partition, snapshot)], asynchronous=False)
+        except (PublishError, KafkaException) as exc:
+            if isinstance(exc, PublishError):
+                # Some record it emitted failed, and any snapshot may cover it (the error
+                # is raised once): none is taken back, every partition re-emits from
+                # its committed checkpoint (found by the broker restart test).
+                self._retained.clear()
+            log.warning("partition %d: progress made before it was lost not taken back (%s)",
+                        tp.partition, exc)  # fmt: skip
+            return committed_
+        log.info("partition %d: took back the progress made before it was lost (%s)",
+                 tp.partition, snapshot)  # fmt: skip
+        return snapshot
+
+    def _offset(self, partition: int, checkpoint: Checkpoint) -> TopicPartition:
+        return TopicPartition(self.topics.jobs, partition, max(checkpoint.jobs_offset, 0),
+                              checkpoint.to_metadata())  # fmt: skip
+
     def _drop(self, partitions: list[TopicPartition]) -> None:
         gone = [self.owned.pop(tp.partition) for tp in partitions if tp.partition in self.owned]
+        for owned in gone:
+            snapshot = self._snapshot(owned)
+            if not owned.loading and self._healthy and snapshot != owned.base:
+                self._retained[owned.partition] = (owned.base, snapshot)
+        numbers = {tp.partition for tp in partitions}
+        self._held.drop(numbers)
+        self._held_timers.drop(numbers)
         self._collector.loaded(any(o.loading for o in self.owned.values()))
         if gone:
             self.timers.incremental_unassign(
@@ -206,37 +261,62 @@ class Processor:
             self.close()
 
     def step(self) -> None:
-        """One iteration: apply what arrived, then fire what is due."""
+        """One iteration: apply what arrived, then fire what is due. A record Kafka
+        refused for good sends every partition back to its checkpoint (``_rewind``)."""
+        try:
+            self._step()
+        except PublishError as exc:
+            self._rewind(exc)
+
+    def _step(self) -> None:
         # Wait for input only when there is nothing else to do: not while a read
         # partition waits to be settled, little while partitions are live.
         live = any(not o.loading for o in self.owned.values())
-        wait = 0 if self._read_partition() else 0.005 if live else 0.1
-        for msg in self.consumer.consume(num_messages=5000, timeout=wait):
-            self._on_jobs_record(msg)
+        settle = self._backoff.due() and self._read_partition() is not None
+        wait = 0 if settle else 0.005 if live else 0.1
+        batch = self.consumer.consume(num_messages=5000, timeout=wait)
+        self._read(batch, self._held, self._on_jobs_record)
         # Read partitions are settled SETTLE_BATCH definitions per iteration, one
         # partition at a time, so the ones already live fire on time in between
         # (settling 80,000 definitions takes seconds).
         read = self._read_partition()
-        if read is not None:
+        if read is not None and self._backoff.due():
             self._settle_some(read)
         if self.owned:
-            for msg in self.timers.consume(num_messages=2000, timeout=0):
-                self._on_timer_record(msg)
+            batch = self.timers.consume(num_messages=2000, timeout=0)
+            self._read(batch, self._held_timers, self._on_timer_record)
+        if self._backoff.stalled and self._backoff.due() and not (self._held or self._held_timers):
+            self._backoff.passed()
+            self._held.resume()
+            self._held_timers.resume()
+        self._check_stall()
         now = self._now_ms()
-        for owned in list(self.owned.values()):
-            if not owned.loading:
-                self.emitter.emit(owned.core.due(now, FIRE_BATCH), now)
+        if not (self._undelivered or self._unconfirmed):
+            for owned in list(self.owned.values()):
+                if not owned.loading:
+                    self.emitter.emit(owned.core.due(now, FIRE_BATCH), now)
         self.publisher.producer.poll(0)
         if time.monotonic() >= self._next_checkpoint:
             self.checkpoint([o for o in self.owned.values() if not o.loading])
             self._gauge_state()
 
-    def checkpoint(self, partitions: list[Owned], *, consumer: Consumer | None = None) -> None:
+    def checkpoint(
+        self,
+        partitions: list[Owned],
+        *,
+        consumer: Consumer | None = None,
+        wait: float = ACK_WAIT_S,
+    ) -> None:
         """Make the partitions' progress durable. The procedure, in order:
 
         1. Snapshot each partition's checkpoint (fired-through, jobs and timers offsets).
         2. Flush the producer: every run request and history record emitted up to the
-           snapshot is acknowledged by Kafka (a delivery failure raises here).
+           snapshot is acknowledged by Kafka, within ``wait`` seconds. If not (the
+           broker is down or restarting), stop here: the previous checkpoint stands,
+           firing pauses until the broker acknowledges again (what is emitted meanwhile
+           is what a next owner would re-emit), and the next checkpoint tries again, so
+           progress is committed as soon as the broker is back. A record Kafka refused
+           for good raises PublishError (the caller rewinds: ``step``).
         3. Commit the snapshot as the jobs partitions' offsets with the checkpoint as
            metadata (synchronously; a fenced commit after losing the group raises).
 
@@ -246,33 +326,22 @@ class Processor:
         """
         self._next_checkpoint = time.monotonic() + self.config.checkpoint_ms / 1000
         if not partitions or not self._healthy:
+            self._undelivered = self._unconfirmed = False
             return
         # 1. snapshot
-        offsets = []
-        for owned in partitions:
-            lowest = owned.core.lowest_pending_timer()
-            snap = Checkpoint(
-                fired_through=owned.core.fired_through,
-                jobs_offset=owned.jobs_next,
-                timers_from=owned.timers_next if lowest is None else lowest,
-                timers_offset=owned.timers_next,
-                tzdata=TZDATA_VERSION,
-            )
-            offsets.append(
-                TopicPartition(
-                    self.topics.jobs,
-                    owned.partition,
-                    max(owned.jobs_next, 0),
-                    snap.to_metadata(),
-                )
-            )
+        snaps = [(owned, self._snapshot(owned)) for owned in partitions]
         # 2. flush
-        try:
-            self.publisher.flush()
-        except BaseException:
-            self._healthy = False
-            raise
+        if not self.publisher.settled(wait):
+            if not self._undelivered:
+                log.warning("the broker has not acknowledged what was emitted within %.0f s: "
+                            "checkpoint put off, firing paused until it does", wait)  # fmt: skip
+            self._undelivered = True
+            return
+        if self._undelivered:
+            log.info("the broker acknowledges again: checkpoint taken, firing resumed")
+            self._undelivered = False
         # 3. commit
+        offsets = [self._offset(owned.partition, snap) for owned, snap in snaps]
         try:
             (consumer or self.consumer).commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
@@ -280,177 +349,73 @@ class Processor:
             # previous checkpoint stands; the next owner re-emits from it, flagged.
             log.warning("checkpoint not committed (%s); the previous one stands", exc)
             metrics.checkpoint_failures.inc()
+            return
+        for owned, snap in snaps:
+            owned.base = snap
+        if self._unconfirmed:
+            log.info("checkpoint committed: the partitions are still ours, firing resumed")
+            self._unconfirmed = False
+
+    def _check_stall(self) -> None:
+        """A loop that stood still for more than half the session timeout (the process
+        was frozen: SIGSTOP, a VM pause) may have lost its partitions without hearing
+        it yet: firing them now would repeat what their new owner fired, unflagged.
+        Firing waits until a checkpoint commit, fenced by the group generation,
+        succeeds (the partitions are still ours) or the loss arrives (``_on_lost``)."""
+        now = time.monotonic()
+        gap, self._last_step = now - self._last_step, now
+        if gap > self.config.session_timeout_ms / 2000 and self.owned:
+            log.warning("the loop stood still %.1f s: firing waits until a checkpoint "
+                        "confirms the partitions are still ours", gap)  # fmt: skip
+            self._unconfirmed = True
+            self._next_checkpoint = 0.0
+
+    def _snapshot(self, owned: Owned) -> Checkpoint:
+        lowest = owned.core.lowest_pending_timer()
+        return Checkpoint(
+            fired_through=owned.core.fired_through,
+            jobs_offset=owned.jobs_next,
+            timers_from=owned.timers_next if lowest is None else lowest,
+            timers_offset=owned.timers_next,
+            tzdata=TZDATA_VERSION,
+        )
+
+    def _rewind(self, error: PublishError) -> None:
+        """Kafka refused some emitted record for good (a broker outage longer than the
+        producer's delivery timeout): every owned partition is loaded again from its
+        last committed checkpoint, so what came due since is emitted again (flagged
+        ``possible_duplicate``) rather than lost, and the process goes on."""
+        log.error("%s: every partition goes back to its last checkpoint and re-emits "
+                  "from there (flagged possible_duplicate)", error)  # fmt: skip
+        if self.publisher.fatal:
+            self.publisher.renew()
+        self._retained.clear()
+        self._undelivered = False
+        numbers = set(self.owned)
+        self._held.drop(numbers)
+        self._held_timers.drop(numbers)
+        for old in list(self.owned.values()):
+            base = old.base
+            self._load(old.partition, base, load_end=old.jobs_next, jobs_next=0)
+            self.consumer.seek(TopicPartition(self.topics.jobs, old.partition, OFFSET_BEGINNING))
+            timers_from = base.timers_from if base else OFFSET_BEGINNING
+            self.timers.seek(TopicPartition(self.topics.timers, old.partition, timers_from))
+            if base:
+                self.owned[old.partition].timers_next = base.timers_from
+        self._gauge_partitions()
 
     def close(self) -> None:
         """Hand every partition over: final checkpoint (unless the loop failed), leave
         the group."""
         try:
-            self.checkpoint([o for o in self.owned.values() if not o.loading])
+            self.checkpoint([o for o in self.owned.values() if not o.loading],
+                            wait=HANDOVER_ACK_WAIT_S)  # fmt: skip
         finally:
             self.consumer.close()  # runs _on_revoke for what is still owned
             self.timers.close()
             self.publisher.close()
 
     # -- input --------------------------------------------------------------------------
-    def _on_jobs_record(self, msg: ConsumedMessage) -> None:
-        if not is_record(msg):
-            # The end of the partition: loading is complete even when the last offsets
-            # are gone (compacted tombstones, transaction markers).
-            eof = self.owned.get(msg.partition() or 0)
-            if eof is not None and eof.loading:
-                eof.read = True
-            return
-        partition = msg.partition()
-        owned = self.owned.get(partition) if partition is not None else None
-        offset = msg.offset()
-        if owned is None or offset is None:
-            return
-        owned.jobs_next = offset + 1
-        key = self._key(msg)
-        if key is None:
-            return
-        if owned.loading:
-            earlier = owned.pending.get(key)
-            # An earlier version read, or already settled (``_settle_some``).
-            replaced = (earlier is not None and earlier[2] is not None) or key in owned.core.jobs
-            owned.pending[key] = (offset, msg.timestamp()[1], msg.value(), replaced)
-            if owned.jobs_next >= owned.load_end:
-                owned.read = True
-            return
-        value = msg.value()
-        if value is None:
-            owned.core.delete(key)
-            return
-        job = self._schedule(key, value, partition=owned.partition, offset=offset)
-        if job is not None:
-            now = self._now_ms()
-            self.emitter.emit(owned.core.put(job, now=now), now)
-
-    def _read_partition(self) -> Owned | None:
-        """A loading partition read to its end, waiting to be settled."""
-        return next((o for o in self.owned.values() if o.loading and o.read), None)
-
-    def _settle_some(self, owned: Owned) -> None:
-        """Settle up to SETTLE_BATCH read definitions of a loading partition against
-        its checkpoint; once none is left, the partition is live.
-
-        Definitions are taken in the order they were first read; each is the latest
-        version read so far. One read again after it was settled (written during the
-        settling) is settled again as a replacement, as it would be once live."""
-        now = self._now_ms()
-        checkpoint = owned.checkpoint
-        core = owned.core
-        pending = owned.pending
-        room = SETTLE_BATCH
-        while room > 0:
-            if owned.settled >= len(owned.settling):
-                if not pending:
-                    self._go_live(owned)
-                    return
-                owned.settling, owned.settled = list(pending), 0
-            key = owned.settling[owned.settled]
-            owned.settled += 1
-            room -= 1
-            offset, arrived, value, replaced = pending.pop(key)
-            if value is None:
-                core.delete(key)  # deleted, perhaps after it was settled
-                continue
-            job = self._schedule(key, value, partition=owned.partition, offset=offset)
-            if job is None:
-                continue
-            known = checkpoint is not None and offset < checkpoint.jobs_offset
-            actions = core.recover(job, now=now, known=known, arrived_ms=arrived, replaced=replaced)
-            self.emitter.emit(actions, now)
-
-    def _go_live(self, owned: Owned) -> None:
-        owned.loading = False
-        owned.settling = []
-        self._collector.loaded(any(o.loading for o in self.owned.values()))
-        log.info(
-            "partition %d live: %d jobs in %.1fs, fired through %s",
-            owned.partition,
-            len(owned.core.jobs),
-            time.monotonic() - owned.started,
-            iso(from_ms(owned.core.fired_through)),
-        )
-        self._gauge_partitions()
-
-    def _on_timer_record(self, msg: ConsumedMessage) -> None:
-        if not is_record(msg):
-            return
-        partition, offset = msg.partition(), msg.offset()
-        owned = self.owned.get(partition) if partition is not None else None
-        if owned is None or offset is None:
-            return
-        owned.timers_next = offset + 1
-        try:
-            request = self.codec.decode(msg.value(), TimerRequest)
-        except DecodeError as exc:
-            self.emitter.dead_letter(
-                dead_letter_for(msg, stage=STAGE, reason=f"undecodable timer request: {exc}")
-            )
-            return
-        checkpoint = owned.checkpoint
-        known = checkpoint is not None and offset < checkpoint.timers_offset
-        due = to_ms(request.due_at)
-        timer = Timer(
-            offset=offset,
-            job_id=request.job_id,
-            due_ms=due,
-            body=request,
-            # Already due when read: a previous owner may have fired it (a fresh timer
-            # due at once pays one history lookup for the flag).
-            possible_duplicate=due <= self._now_ms(),
-        )
-        owned.core.add_timer(
-            timer, fired_through=checkpoint.fired_through if known and checkpoint else NEVER
-        )
-
-    def _key(self, msg: ConsumedMessage) -> str | None:
-        raw = msg.key()
-        try:
-            if raw:
-                return raw.decode() if isinstance(raw, bytes) else str(raw)
-        except UnicodeDecodeError:
-            pass
-        self.emitter.dead_letter(
-            dead_letter_for(msg, stage=STAGE, reason="record key is not a UTF-8 job id")
-        )
-        return None
-
-    def _schedule(
-        self, key: str, value: bytes, *, partition: int, offset: int
-    ) -> JobSchedule | None:
-        """The core's view of a definition, or None after dead-lettering a bad one."""
-        try:
-            return self.definitions.schedule(key, value)
-        except (DecodeError, CronError, ZoneError) as exc:
-            reason = f"invalid job definition: {exc}"
-        self.emitter.dead_letter(
-            dead_letter(
-                stage=STAGE,
-                reason=reason,
-                topic=self.topics.jobs,
-                partition=partition,
-                offset=offset,
-                key=key.encode(),
-                value=value,
-            )
-        )
-        return None
-
-    def _near_hook(self, owned: Owned) -> Callable[[Any], None]:
-        """Prepare a job's run template as it comes within the horizon (``Definitions``)."""
-        jobs, prepare = owned.core.jobs, self.definitions.prepare
-
-        def on_near(item: Any) -> None:
-            if type(item) is tuple:
-                job = jobs.get(item[0])
-                if job is not None and job.gen == item[1]:
-                    prepare(job)
-
-        return on_near
-
     # -- state --------------------------------------------------------------------------
     def _now_ms(self) -> int:
         return int(self.clock() * 1000)

@@ -37,6 +37,8 @@ class Publisher:
     ) -> None:
         self.codec = codec or Codec(RegistryClient(settings.registry_url))
         self.producer = producer or kafka_producer(settings, **producer_overrides)
+        self._settings, self._overrides = settings, producer_overrides
+        self.fatal = False  # librdkafka said the producer cannot go on (``renew``)
         self.serve_each = serve_each  # poll(0) after each produce; False: the owner flushes
         self._error: PublishError | None = None
         self.delivered = 0
@@ -45,6 +47,7 @@ class Publisher:
         if err is None:
             self.delivered += 1
         elif self._error is None:
+            self.fatal = self.fatal or err.fatal()
             self._error = PublishError(
                 f"delivery to {msg.topic()} failed for key {msg.key()!r}: {err.str()}"
             )
@@ -83,6 +86,24 @@ class Publisher:
             self.flush()
         finally:
             self.codec.registry.close()
+
+    def settled(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for every queued record to be acknowledged: True when
+        none is left, False when some still wait (the broker is down or restarting;
+        librdkafka keeps them and goes on trying). A record Kafka refused for good
+        raises PublishError, as ``flush`` does."""
+        remaining = self.producer.flush(timeout)
+        self._raise_latched()
+        return remaining == 0
+
+    def renew(self) -> None:
+        """After a fatal error (``fatal``): a new producer in place of the old one, whose
+        queue is dropped (its records failed, or will be written again by the caller)."""
+        self.producer.purge()
+        self.producer.flush(0)
+        self.producer = kafka_producer(self._settings, **self._overrides)
+        self.fatal = False
+        self._error = None
 
     def flush(self, timeout: float = 30.0) -> None:
         """Wait until every queued record is acknowledged; raise the first failure."""

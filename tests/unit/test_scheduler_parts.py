@@ -139,3 +139,13 @@ def test_the_checkpoint_survives_its_metadata_and_a_bad_one_is_ignored() -> None
     assert Checkpoint.from_metadata(point.to_metadata()) == point
     assert Checkpoint.from_metadata("not json") is None
     assert Checkpoint.from_metadata("") is None
+
+
+def test_a_definition_with_an_unknown_zone_is_refused_whatever_its_schedule(codec: Codec) -> None:
+    """Found by make chaos: an interval job took an update naming the zone "America"."""
+    from streams.core.zones import ZoneError
+
+    every = IntervalSchedule(every_ms=60_000, anchor=T0)
+    raw = codec.encode(TOPICS.jobs, definition(schedule=every, timezone="America"))
+    with pytest.raises(ZoneError):
+        Definitions(codec).schedule("j", raw)

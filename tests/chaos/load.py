@@ -1,0 +1,327 @@
+"""The load every chaos scenario runs under, on the chaos stack.
+
+One ``Pipeline`` per scenario: a fresh topic prefix and Cassandra keyspace, the HTTP
+target process (``tests.chaos.target``), ``jobs`` http jobs firing every second (spread
+over the second by jitter) at that target, a manual job triggered ``triggers`` times a
+second with fresh idempotency keys, and two schedulers, two workers and a sink as
+separate ``cronstream`` processes. A watcher thread samples the workers' and the sink's
+lag every second. ``finish`` stops the schedulers cleanly, waits until the workers and
+the sink have read everything, and stops the rest.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import TopicPartition
+
+from infra.bootstrap import ensure_subjects, ensure_topics
+from runtime.kafka.clients import kafka_admin, kafka_consumer
+from runtime.kafka.offsets import group_lag, watermarks
+from runtime.kafka.publisher import Publisher
+from runtime.settings import Settings
+from schemas.catalog import Topics
+from schemas.events import CronSchedule, JobDefinition, Priority, Target, Trigger, utc_now
+from schemas.ids import manual_run_id
+from tests.bench.common import job, put_jobs
+
+MANUAL_JOB = "chaos-manual"
+SESSION_TIMEOUT_MS = 6000
+
+
+PRIORITIES = (Priority.HIGH, Priority.NORMAL, Priority.LOW)
+
+
+def firing_job_ids(count: int) -> list[str]:
+    return [f"chaos-{i}" for i in range(count)]
+
+
+class Member:
+    """One ``cronstream <role>`` process; kill -9, SIGSTOP/SIGCONT and restart keep the
+    same name. Its exit codes are kept: a process that dies by itself is a finding."""
+
+    def __init__(self, settings: Settings, logdir: Path, name: str, role: str,
+                 *args: str) -> None:  # fmt: skip
+        self.settings, self.logdir, self.name, self.role = settings, logdir, name, role
+        self.args = args
+        self.generation = 0
+        self.stopping = False
+        self.crashes: list[str] = []
+        self.proc = self._spawn()
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        self.generation += 1
+        log = (self.logdir / f"{self.name}.{self.generation}.log").open("wb")
+        extra = (
+            ["--session-timeout-ms", str(SESSION_TIMEOUT_MS)] if self.role == "scheduler" else []
+        )
+        env = {**os.environ, "CRONSTREAM_TOPIC_PREFIX": self.settings.topic_prefix,
+               "CRONSTREAM_KEYSPACE": self.settings.keyspace}  # fmt: skip
+        return subprocess.Popen(
+            [sys.executable, "-m", "cronstream.cli", self.role, "--name", self.name, *extra,
+             *self.args], env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+    @property
+    def log_path(self) -> Path:
+        return self.logdir / f"{self.name}.{self.generation}.log"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def check(self) -> None:
+        """Record (once) that the process ended without being asked to."""
+        code = self.proc.poll()
+        if code is not None and not self.stopping and self.crashes[-1:] != [self.log_path.name]:
+            self.crashes.append(self.log_path.name)
+            print(f"  !! {self.name} exited by itself ({code}); see {self.log_path}", flush=True)
+
+    def kill9(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def restart(self) -> None:
+        if self.proc.poll() is None:
+            self.kill9()
+        self.proc = self._spawn()
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def stop(self, timeout: float = 90) -> None:
+        self.stopping = True
+        if self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.crashes.append(f"{self.log_path.name}: ignored SIGTERM")
+            self.kill9()
+
+
+@dataclass
+class Lag:
+    """Samples of (epoch s, worker lag on the runs topics, sink lag on history)."""
+
+    samples: list[tuple[float, int, int]] = field(default_factory=list)
+
+
+class Pipeline:
+    def __init__(self, base: Settings, logdir: Path, *, jobs: int, every_ms: int,
+                 triggers: int) -> None:  # fmt: skip
+        tag = uuid.uuid4().hex[:8]
+        self.settings = base.with_namespace(topic_prefix=f"cschaos.{tag}",
+                                            keyspace=f"cschaos_{tag}")  # fmt: skip
+        self.topics = Topics(self.settings)
+        self.logdir = logdir
+        self.jobs = firing_job_ids(jobs)
+        self.every_ms = every_ms
+        self.triggers_per_s = triggers
+        self.triggered: list[tuple[float, str]] = []  # (acknowledged at, run id)
+        self.trigger_failures = 0
+        self.lag = Lag()
+        self.members: dict[str, Member] = {}
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.target_log = logdir / "target.log"
+        self.target: subprocess.Popen[bytes] | None = None
+        self.url = ""
+        ensure_topics(self.settings)
+        ensure_subjects(self.settings)
+        _migrate(self.settings)
+
+    # -- setup --------------------------------------------------------------------------
+    def start_target(self) -> None:
+        portfile = self.logdir / "target.port"
+        self.target = subprocess.Popen(
+            [sys.executable, "-m", "tests.chaos.target", str(self.target_log), str(portfile)],
+        )
+        deadline = time.monotonic() + 30
+        while not portfile.exists() or not portfile.read_text():
+            if time.monotonic() > deadline or self.target.poll() is not None:
+                raise RuntimeError("the chaos HTTP target did not start")
+            time.sleep(0.05)
+        self.url = f"http://127.0.0.1:{portfile.read_text()}/hook"
+
+    def definition(self, job_id: str, *, payload: str | None = None) -> JobDefinition:
+        target = Target(type="http", url=self.url)
+        if job_id == MANUAL_JOB:
+            return JobDefinition(job_id=job_id, target=target, updated_at=utc_now(),
+                                 schedule=CronSchedule(expression="0 0 1 1 *"))  # fmt: skip
+        made = job(job_id, every_ms=self.every_ms, jitter_ms=self.every_ms - 1, target=target)
+        # Spread over the three priorities: a worker's share of the partitions is then a
+        # share of the load whichever topics the group's assignor gave it.
+        priority = PRIORITIES[int(job_id.rsplit("-", 1)[1]) % 3]
+        return _with(made, priority=priority, payload=payload)
+
+    def put_jobs(self, extra: int = 0) -> None:
+        """The firing jobs, the manual job, and ``extra`` daily jobs (not firing)."""
+        ids = [*self.jobs, MANUAL_JOB]
+        put_jobs(self.settings, len(ids), lambda i: self.definition(ids[i]))
+        if extra:
+            put_jobs(self.settings, extra, lambda i: job(
+                f"chaos-daily-{i}", cron=f"{i % 60} {i // 60 % 60} 3 * * *",
+                target=Target(type="http", url=self.url)))  # fmt: skip
+
+    def start_members(self) -> None:
+        worker = ("--concurrency", "64", "--http-allow", "127.0.0.0/8")
+        for name, role, args in (("s1", "scheduler", ()), ("s2", "scheduler", ()),
+                                 ("w1", "worker", worker), ("w2", "worker", worker),
+                                 ("sink", "sink", ())):  # fmt: skip
+            self.members[name] = Member(self.settings, self.logdir, name, role, *args)
+
+    def wait_live(self, timeout: float = 240) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            live = sum(self.members[s].log().count(" live: ") for s in ("s1", "s2"))
+            assigned = all("assigned" in self.members[w].log() for w in ("w1", "w2", "sink"))
+            if live >= self.settings.partitions and assigned:
+                return
+            for member in self.members.values():
+                if member.proc.poll() is not None:
+                    raise RuntimeError(f"{member.name} died:\n{member.log()[-3000:]}")
+            time.sleep(0.5)
+        raise RuntimeError("the pipeline never went live")
+
+    def start_threads(self) -> None:
+        for fn in (self._trigger_loop, self._lag_loop):
+            thread = threading.Thread(target=fn, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    # -- background ---------------------------------------------------------------------
+    def _trigger_loop(self) -> None:
+        """Manual runs through the client's path (``JobClient.trigger_many``, minus its
+        read of the definition): published, flushed, and only then expected."""
+        manual = self.definition(MANUAL_JOB)
+        publisher = Publisher(self.settings)
+        topic = self.topics.runs(Priority.NORMAL)
+        while not self._stop.wait(1.0):
+            now = utc_now()
+            ids = [manual_run_id(MANUAL_JOB, uuid.uuid4().hex) for _ in range(self.triggers_per_s)]
+            try:
+                for run_id in ids:
+                    publisher.publish(topic, manual.run_request(
+                        run_id=run_id, scheduled_at=now, fired_at=now, trigger=Trigger.MANUAL))  # fmt: skip
+                publisher.flush(timeout=10)
+            except Exception as exc:  # a broker outage: not acknowledged, not expected
+                self.trigger_failures += len(ids)
+                print(f"  trigger not acknowledged: {exc}", flush=True)
+                continue
+            acked = time.time()
+            self.triggered.extend((acked, run_id) for run_id in ids)
+        publisher.close()
+
+    def _lag_loop(self) -> None:
+        runs = [self.topics.runs(p) for p in Priority]
+        workers = kafka_consumer(
+            self.settings, **{"group.id": f"{self.settings.topic_prefix}.workers"}
+        )
+        sink = kafka_consumer(self.settings, **{"group.id": f"{self.settings.topic_prefix}.sink"})
+        while not self._stop.wait(1.0):
+            try:
+                w = group_lag(workers, _ends(workers, runs, self.settings.partitions))
+                s = group_lag(sink, _ends(sink, [self.topics.history], self.settings.partitions))
+            except Exception:  # the broker is down: no sample
+                continue
+            self.lag.samples.append((time.time(), w, s))
+        workers.close()
+        sink.close()
+
+    def check_members(self) -> None:
+        for member in self.members.values():
+            member.check()
+
+    # -- the end ------------------------------------------------------------------------
+    def finish(self, drain_timeout: float = 300) -> None:
+        """Stop firing and triggering, let the workers and the sink read everything,
+        then stop them and the target."""
+        self.check_members()
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=60)
+        for name in ("s1", "s2"):
+            self.members[name].stop()
+        deadline = time.monotonic() + drain_timeout
+        while time.monotonic() < deadline and not self.drained():
+            self.check_members()
+            time.sleep(2)
+        time.sleep(2)
+        for name in ("w1", "w2", "sink"):
+            self.members[name].check()
+            self.members[name].stop()
+        if self.target is not None:
+            self.target.send_signal(signal.SIGTERM)
+            self.target.wait(timeout=30)
+
+    def drained(self) -> bool:
+        consumer = kafka_consumer(
+            self.settings, **{"group.id": f"{self.settings.topic_prefix}.workers"}
+        )
+        try:
+            runs = [self.topics.runs(p) for p in Priority]
+            if group_lag(consumer, _ends(consumer, runs, self.settings.partitions)):
+                return False
+        finally:
+            consumer.close()
+        consumer = kafka_consumer(
+            self.settings, **{"group.id": f"{self.settings.topic_prefix}.sink"}
+        )
+        try:
+            ends = _ends(consumer, [self.topics.history], self.settings.partitions)
+            return group_lag(consumer, ends) == 0
+        finally:
+            consumer.close()
+
+    def kill_all(self) -> None:
+        """Interrupted: every process of this pipeline, at once."""
+        for member in self.members.values():
+            if member.proc.poll() is None:
+                member.kill9()
+        if self.target is not None and self.target.poll() is None:
+            self.target.kill()
+
+    def drop(self) -> None:
+        """Delete the scenario's topics and keyspace (its figures are taken)."""
+        from runtime.cassandra import cassandra_session
+
+        admin = kafka_admin(self.settings)
+        names = [name for name, _ in self.topics.all()]
+        for future in admin.delete_topics(names, operation_timeout=60).values():
+            future.result()
+        cluster, session = cassandra_session(self.settings)
+        try:
+            session.execute(f"DROP KEYSPACE IF EXISTS {self.settings.keyspace}", timeout=120)
+        finally:
+            cluster.shutdown()
+
+
+def _ends(consumer: object, topics: list[str], partitions: int) -> list[TopicPartition]:
+    return [TopicPartition(t, p, watermarks(consumer, TopicPartition(t, p), timeout=10)[1])  # type: ignore[arg-type]
+            for t in topics for p in range(partitions)]  # fmt: skip
+
+
+def _with(definition: JobDefinition, **changes: object) -> JobDefinition:
+    from dataclasses import replace
+
+    return replace(definition, **changes)  # type: ignore[arg-type]
+
+
+def _migrate(settings: Settings) -> None:
+    from consumers.migrations import migrate
+    from runtime.cassandra import cassandra_session
+
+    cluster, session = cassandra_session(settings)
+    try:
+        migrate(session, settings.keyspace)
+    finally:
+        cluster.shutdown()

@@ -1,0 +1,117 @@
+"""The chaos suite's own stack: Kafka, the registry and Cassandra under their own home
+and ports, so killing its broker never touches the stack ``make test`` uses.
+
+Its home is ``.stack/chaos`` (``CRONSTREAM_CHAOS_HOME`` overrides it); every port is
+the default plus ``PORT_OFFSET``. The jars are not downloaded again: ``lib/`` is a link
+to the main stack's (``$CRONSTREAM_HOME/lib``, ``.stack/lib`` by default; fetched there
+once when missing). Its processes carry ``-Dcronstream.home=<chaos home>/<service>``,
+so ``make down`` of the main stack never stops them, nor the other way round.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from infra import stack as stack_mod
+from infra.service import Service
+from infra.services import all_services
+from runtime.settings import REPO_ROOT, Settings
+
+PORT_OFFSET = 100
+PORTS = {
+    "CRONSTREAM_KAFKA_PORT": 9092,
+    "CRONSTREAM_KAFKA_CONTROLLER_PORT": 9093,
+    "CRONSTREAM_REGISTRY_PORT": 8081,
+    "CRONSTREAM_CASSANDRA_PORT": 9042,
+    "CRONSTREAM_CASSANDRA_STORAGE_PORT": 7000,
+    "CRONSTREAM_CASSANDRA_JMX_PORT": 7199,
+}
+# Smaller heaps than the main stack: both may run at once on a small machine.
+HEAPS = {
+    "CRONSTREAM_KAFKA_HEAP_MB": "768",
+    "CRONSTREAM_REGISTRY_HEAP_MB": "384",
+    "CRONSTREAM_CASSANDRA_HEAP_MB": "1024",
+}
+
+
+def chaos_environment() -> dict[str, str]:
+    """The variables that point every cronstream process at the chaos stack."""
+    main_home = Settings.from_env().home
+    home = os.environ.get("CRONSTREAM_CHAOS_HOME") or str(REPO_ROOT / ".stack" / "chaos")
+    env = {name: str(port + PORT_OFFSET) for name, port in PORTS.items()}
+    env.update(HEAPS)
+    env["CRONSTREAM_HOME"] = str(Path(home).resolve())
+    env["CRONSTREAM_CHAOS_JARS"] = str(main_home / "lib")
+    for inherited in ("CRONSTREAM_BOOTSTRAP_SERVERS", "CRONSTREAM_REGISTRY_URL",
+                      "CRONSTREAM_CASSANDRA_HOSTS"):  # fmt: skip
+        env[inherited] = ""  # derived from the ports above
+    return env
+
+
+def enter_chaos_environment() -> Settings:
+    """Point this process (and every process it starts) at the chaos stack."""
+    os.environ.update(chaos_environment())
+    return Settings.from_env()
+
+
+def link_jars(settings: Settings) -> None:
+    """``<chaos home>/lib`` -> the main stack's jars (made there if missing)."""
+    jars = Path(os.environ["CRONSTREAM_CHAOS_JARS"])
+    jars.mkdir(parents=True, exist_ok=True)
+    lib = settings.home / "lib"
+    settings.home.mkdir(parents=True, exist_ok=True)
+    if lib.is_symlink() and lib.resolve() == jars.resolve():
+        return
+    if lib.is_symlink():
+        lib.unlink()
+    if not lib.exists():
+        lib.symlink_to(jars, target_is_directory=True)
+
+
+def up(settings: Settings) -> None:
+    from infra.bootstrap import bootstrap
+
+    link_jars(settings)
+    took = stack_mod.up(settings, say=_say)
+    _say(f"chaos stack up in {took:.1f}s under {settings.home}")
+    bootstrap(settings)
+
+
+def down(settings: Settings) -> None:
+    stack_mod.down(settings, say=_say)
+
+
+def service(settings: Settings, name: str) -> Service:
+    return next(s for s in all_services(settings) if s.name == name)
+
+
+def kill9(svc: Service) -> None:
+    """SIGKILL the service's whole process group; return once it is gone."""
+    pid = svc.pid()
+    if pid is None:
+        raise RuntimeError(f"{svc.name} is not running")
+    os.killpg(os.getpgid(pid), signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while svc.running() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    svc.pidfile.unlink(missing_ok=True)
+
+
+def start(svc: Service, timeout: float | None = None) -> float:
+    """Start ``svc`` and wait until it answers; returns the seconds it took."""
+    began = time.monotonic()
+    svc.start()
+    deadline = began + (timeout or svc.start_timeout)
+    while not svc.ready():
+        svc.check_alive()
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{svc.name} did not come back within {timeout}s")
+        time.sleep(0.2)
+    return time.monotonic() - began
+
+
+def _say(msg: str) -> None:
+    print(f"[chaos stack] {msg}", flush=True)
