@@ -40,6 +40,7 @@ from runtime.kafka.records import dead_letter_for, is_record
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import RunOutcome
+from schemas.limits import outcome_problems, refusal
 from schemas.registry import RegistryClient
 from schemas.serde import Codec, DecodeError
 
@@ -180,7 +181,9 @@ class Sink:
         self.config = config
         self.topics = Topics(settings)
         self.codec = Codec(RegistryClient(settings.registry_url))
-        self.publisher = Publisher(settings, codec=self.codec)
+        # A broker outage never fails a dead letter: librdkafka keeps trying (no limit).
+        no_limit: dict[str, Any] = {"message.timeout.ms": 0}
+        self.publisher = Publisher(settings, codec=self.codec, **no_limit)
         self.transient = transient_errors()
         logging.getLogger("cassandra.protocol").addFilter(_QuietBatchWarnings())
         self.cluster: Any = None
@@ -317,12 +320,20 @@ class Sink:
                 letter = dead_letter_for(msg, stage=STAGE, reason=f"not a RunOutcome: {exc}")
                 self.publisher.publish(self.topics.dlq, letter)
                 continue
+            problems = outcome_problems(outcome)
+            if problems:  # Cassandra would refuse its row, and the sink would stop on it
+                letter = dead_letter_for(msg, stage=STAGE, reason=refusal(problems))
+                self.publisher.publish(self.topics.dlq, letter)
+                continue
             rows.extend(self.tables.rows(outcome))
             outcomes += 1
         # 2. write
         self._write(rows)
-        # 3. flush
-        self.publisher.flush()
+        # 3. flush (a broker away: wait for it, polling, as for Cassandra)
+        while not self.publisher.settled(1.0):
+            log.warning("the broker has not acknowledged the dead letters yet; waiting")
+            if not self._wait(1.0):
+                raise Stopped
         # 4. commit
         self.written.update(self.step_offsets)
         self._commit(self.step_offsets, wait=False)

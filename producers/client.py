@@ -33,6 +33,7 @@ from schemas.events import (
     utc_now,
 )
 from schemas.ids import job_id_of, manual_run_id, partition_for
+from schemas.limits import idempotency_key_problems
 from schemas.serde import DecodeError
 
 
@@ -183,6 +184,10 @@ class JobClient:
         self, job_id: str, idempotency_keys: Sequence[str | None], *, now: datetime | None = None
     ) -> list[RunRequest]:
         """Send one manual run per key (None: a fresh key) after reading the job once."""
+        problems = [p for key in idempotency_keys if key is not None
+                    for p in idempotency_key_problems(key)]  # fmt: skip
+        if problems:
+            raise SpecError(f"trigger {job_id}", problems)
         job = self.get(job_id)
         if job is None:
             raise UnknownJob(job_id)

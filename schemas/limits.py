@@ -19,10 +19,14 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from schemas.events import RetryPolicy, RunRequest, Target
+from schemas.events import RetryPolicy, RunOutcome, RunRequest, Target
 
 DAY_MS = 86_400_000
 MAX_JOB_ID = 200
+MAX_IDEMPOTENCY_KEY = 200  # of a manual run (its run id is JOB@manual:KEY)
+MAX_RUN_ID = 512
+MAX_ERROR = 16 * 1024  # characters of an outcome's error text
+MAX_WORKER = 256  # characters of an outcome's worker name
 MAX_TENANT = 64
 MAX_CRON = 256  # characters of a cron expression
 MAX_DEFINITION_BYTES = 256 * 1024  # a whole encoded definition
@@ -126,13 +130,18 @@ def run_problems(run: RunRequest) -> list[str]:
     """The limits on a run request (the worker's check): ``head_problems`` for what
     differs per run, ``tail_problems`` for what is the same for every run of one
     definition (checked once per definition on the hot path)."""
-    return head_problems(run.job_id, run.tenant, run.attempt) + tail_problems(run)
+    return head_problems(run.run_id, run.job_id, run.tenant, run.attempt) + tail_problems(run)
 
 
-def head_problems(job_id: str, tenant: str, attempt: int) -> list[str]:
-    """What differs per run request: its job id, tenant and attempt."""
+def head_problems(run_id: str, job_id: str, tenant: str, attempt: int) -> list[str]:
+    """What differs per run request: its run id (its job's, then '@', at most
+    MAX_RUN_ID printable characters), job id, tenant and attempt."""
     if (
         1 <= attempt <= MAX_ATTEMPTS
+        and len(run_id) <= MAX_RUN_ID
+        and run_id.startswith(job_id)
+        and run_id[len(job_id) : len(job_id) + 1] == "@"
+        and run_id.isprintable()
         and len(job_id) <= MAX_JOB_ID
         and len(tenant) <= MAX_TENANT
         and NAME.match(job_id)
@@ -140,10 +149,38 @@ def head_problems(job_id: str, tenant: str, attempt: int) -> list[str]:
     ):
         return []  # the common case, cheaply
     return [
+        *run_id_problems(run_id, job_id),
         *name_problems("job id", job_id, MAX_JOB_ID),
         *name_problems("tenant", tenant, MAX_TENANT),
         *_range("attempt", attempt, 1, MAX_ATTEMPTS, f"1 to {MAX_ATTEMPTS}"),
     ]
+
+
+def run_id_problems(run_id: str, job_id: str) -> list[str]:
+    if len(run_id) > MAX_RUN_ID or not run_id.isprintable():
+        return [f"run id {run_id[:80]!r} must be at most {MAX_RUN_ID} printable characters"]
+    if not run_id.startswith(job_id + "@"):
+        return [f"run id {run_id[:80]!r} is not its job's id followed by '@'"]
+    return []
+
+
+def outcome_problems(outcome: RunOutcome) -> list[str]:
+    """The limits on a run outcome (the history sink's check: a row Cassandra would
+    refuse, e.g. a key over 64 KiB, must not stop the sink)."""
+    problems = head_problems(outcome.run_id, outcome.job_id, outcome.tenant, outcome.attempt)
+    if outcome.error is not None and len(outcome.error) > MAX_ERROR:
+        problems.append(f"error text of {len(outcome.error)} characters, over {MAX_ERROR}")
+    for what, value in (("worker", outcome.worker), ("target type", outcome.target_type)):
+        if value is not None and len(value) > MAX_WORKER:
+            problems.append(f"{what} of {len(value)} characters, over {MAX_WORKER}")
+    return problems
+
+
+def idempotency_key_problems(key: str) -> list[str]:
+    if not key or len(key) > MAX_IDEMPOTENCY_KEY or not key.isprintable():
+        return [f"idempotency key {key[:80]!r} must be 1-{MAX_IDEMPOTENCY_KEY} printable "
+                "characters"]  # fmt: skip
+    return []
 
 
 def tail_problems(run: RunRequest) -> list[str]:

@@ -153,7 +153,7 @@ class RunRequestReader:
             self._tails.put(tail, cached)
         known, problems = cached
         if self.limits:
-            problems = problems + head_problems(job_id, tenant, attempt)
+            problems = problems + head_problems(run_id, job_id, tenant, attempt)
             if problems:
                 raise LimitError(refusal(problems))
         return RunRequest(

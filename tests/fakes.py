@@ -102,6 +102,7 @@ class FakeProducer:
     produced: list[Produced] = field(default_factory=list)
     flushes: int = 0
     fail_next: bool = False
+    down: bool = False  # the broker away: flush acknowledges nothing and says how many wait
     _waiting: list[tuple[Produced, Callable[..., None]]] = field(default_factory=list)
 
     def produce(self, topic: str, *, value: bytes | None, key: bytes | None,
@@ -115,6 +116,8 @@ class FakeProducer:
 
     def flush(self, _timeout: float = 0) -> int:
         self.flushes += 1
+        if self.down:
+            return len(self._waiting)
         waiting, self._waiting = self._waiting, []
         for record, on_delivery in waiting:
             record.flushed = True

@@ -30,7 +30,14 @@ COMMIT_EVERY_S = 0.2  # flush + asynchronous commit this often (synchronous at h
 # Delivery is checked by flushing before each commit (``settle``, every COMMIT_EVERY_S); a
 # report per record would cost more than the record. The flush sends at once, so a longer
 # linger only makes fewer, larger requests (STARTED records keep their produce time).
-OUTBOX_PRODUCER: dict[str, Any] = {"delivery.report.only.error": True, "linger.ms": 25}
+# A broker outage must not fail a delivery: librdkafka keeps every record and goes on
+# trying (message.timeout.ms 0: no limit), and ``settle`` commits nothing meanwhile. A
+# worker fetches nothing while the broker is away, so what waits is bounded by what was
+# executing.
+OUTBOX_PRODUCER: dict[str, Any] = {
+    "delivery.report.only.error": True, "linger.ms": 25, "message.timeout.ms": 0,
+}  # fmt: skip
+SETTLE_WAIT_S = 1.0  # how long one settle waits for acknowledgements before going on
 
 
 def outbox_publisher(settings: Settings, codec: Codec) -> Publisher:
@@ -170,15 +177,30 @@ class Outbox:
         if not wait and (now < self._next_commit or not self.published):
             return
         self._next_commit = now + COMMIT_EVERY_S
-        # 2. flush
-        self.publisher.flush()
+        # 2. flush (the broker away: not acknowledged yet; commit nothing, try later)
+        if not self._flushed(wait):
+            return
         if self.held:
             for pending in self.held:
                 self._produce_outcomes(pending)
             self.held = []
-            self.publisher.flush()
+            if not self._flushed(wait):
+                return
         # 3. commit
         self._commit(wait=wait)
+
+    def _flushed(self, wait: bool) -> bool:
+        """Whether everything published is acknowledged. A broker that does not answer
+        (restarting, unreachable) is waited for SETTLE_WAIT_S in the loop, 30 s at a
+        handover or a shutdown (``wait``), where PublishError then says what is left."""
+        if wait:
+            self.publisher.flush()
+            return True
+        if self.publisher.settled(SETTLE_WAIT_S):
+            return True
+        log.warning("the broker has not acknowledged the last outcomes yet; "
+                    "committing nothing until it does")  # fmt: skip
+        return False
 
     def _produce_outcomes(self, pending: Pending) -> None:
         history, key = self.topics.history, pending.run.job_id

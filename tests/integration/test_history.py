@@ -9,6 +9,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -182,6 +183,27 @@ def test_every_outcome_lands_once_per_key_and_redelivery_rewrites(
     assert again == stamp  # rewritten with the same timestamp: the same cells
     lands3 = [o for o in outcomes if o.run_id == "lands@3"]
     assert stamp == write_timestamp(to_ms(lands3[0].recorded_at), lands3[0].status.value)
+
+
+def test_an_outcome_cassandra_would_refuse_is_dead_lettered_and_the_sink_goes_on(
+    history_ns: Settings, session: Any, tmp_path: Path, procs: list[CronstreamProcess]
+) -> None:
+    """Found by the chaos suite: an outcome with a 100 KB run id made Cassandra refuse
+    its row (a key over 64 KiB), and the sink stopped on it, every time it restarted."""
+    ns = history_ns
+    now = to_ms(datetime.now(UTC))
+    good = runs_of("after", 3, now - 60_000)
+    hostile = replace(good[0], run_id="after@" + "x" * 100_000)
+    publish(ns, [hostile, *good])
+    sink = start_sink(ns, tmp_path, procs)
+    wait_until(lambda: sink_done(ns), 120, "the sink to commit everything")
+    assert table_counts(session) == expected_rows(good)
+    assert sink.proc.poll() is None
+    with RegistryClient(ns.registry_url) as registry:
+        codec = Codec(registry)
+        (letter,) = [codec.decode(r.value, DeadLetter) for r in read_topic(ns, Topics(ns).dlq)]
+    assert letter.stage == "sink"
+    assert "over the limits: run id" in letter.reason
 
 
 def _scrape(port: int) -> str:

@@ -198,3 +198,10 @@ def test_get_and_tail_never_print_a_credential(ns: Settings) -> None:
     assert refused.returncode == 2
     assert "secret:NAME" in refused.stderr
     assert "hunter2" not in refused.stderr
+
+
+def test_trigger_refuses_an_idempotency_key_over_the_limit(ns: Settings) -> None:
+    put(ns, "t", "--every", "1h", *HTTP)
+    result = cronstream(ns, "runs", "trigger", "t", "--idempotency-key", "k" * 201)
+    assert result.returncode == 2, result.stderr
+    assert "idempotency key" in result.stderr

@@ -67,7 +67,8 @@ def test_the_scheduler_refuses_a_definition_over_the_limits(
 
 def run(**fields: Any) -> RunRequest:
     fields.setdefault("target", TARGET)
-    return RunRequest(run_id="j@x", job_id="j", scheduled_at=T0, fired_at=T0, **fields)
+    fields.setdefault("run_id", "j@x")
+    return RunRequest(job_id="j", scheduled_at=T0, fired_at=T0, **fields)
 
 
 @pytest.mark.parametrize(
@@ -79,6 +80,10 @@ def run(**fields: Any) -> RunRequest:
         (run(target=Target(type="http", url="https://e.x", headers={"A": "x" * 5000})),
          "at most 4096"),
         (run(tenant="t\n"), "tenant 't\\n' must be"),
+        # found by the chaos suite: a 100 KB run id ran, then crashed the history sink
+        (run(run_id="j@" + "x" * 100_000), "must be at most 512 printable characters"),
+        (run(run_id="j@x\x1b[2J"), "must be at most 512 printable characters"),
+        (run(run_id="other@x"), "is not its job's id followed by '@'"),
     ],
 )  # fmt: skip
 def test_the_worker_refuses_a_run_request_over_the_limits(
@@ -87,7 +92,7 @@ def test_the_worker_refuses_a_run_request_over_the_limits(
     """Found by review: a 70-bit attempt, 10**12 attempts and 100,000-day timeouts were
     accepted (and crashed the worker later)."""
     topic = TOPICS.runs(Priority.NORMAL)
-    good = replace(bad, attempt=1, tenant="default")
+    good = replace(bad, attempt=1, tenant="default", run_id="j@x")
     if good != bad:  # the problem is in the head: the tail is known, read by hand
         codec.decode_run(codec.encode(topic, good))
     data = codec.encode(topic, bad)

@@ -16,7 +16,7 @@ from consumers.executors.base import ExecutionFailed, RunContext
 from consumers.worker.attempts import Attempts
 from consumers.worker.config import WorkerConfig
 from consumers.worker.intake import Intake
-from consumers.worker.outbox import Outbox
+from consumers.worker.outbox import OUTBOX_PRODUCER, Outbox
 from consumers.worker.pending import Pending
 from consumers.worker.replay import HistoryReplay
 from runtime import metrics
@@ -222,6 +222,22 @@ def test_a_failed_delivery_stops_settle_before_any_commit() -> None:
     with pytest.raises(Exception, match="delivery"):
         parts.outbox.settle(wait=True)
     assert parts.consumer.commits == []
+
+
+def test_a_broker_outage_holds_the_commit_and_ends_nothing() -> None:
+    """Found by the chaos suite: the broker killed, settle's flush raised "records still
+    unacknowledged after 30.0s" out of the worker's loop and the process ended."""
+    parts = Parts()
+    parts.own()
+    parts.outbox.finish(pending_at(parts, 0, run("j@1")), RunStatus.SUCCEEDED, None)
+    parts.producer.down = True
+    parts.outbox.settle()  # waits SETTLE_WAIT_S at most, then goes on
+    assert parts.consumer.commits == []
+    parts.producer.down = False
+    parts.outbox._next_commit = 0.0
+    parts.outbox.settle()
+    assert parts.consumer.commits[-1][0] == [(RUNS, 0, 1, "1000")]
+    assert OUTBOX_PRODUCER["message.timeout.ms"] == 0  # librdkafka never gives a record up
 
 
 class _Broken:
