@@ -116,8 +116,12 @@ class _Transport(httpx.HTTPTransport):
 
     def __init__(self) -> None:
         super().__init__(trust_env=False)
+        limits = httpx.Limits(max_connections=100, max_keepalive_connections=20)  # httpx's
         self._pool = httpcore.ConnectionPool(
             ssl_context=httpx.create_ssl_context(trust_env=False),
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=5.0,
             network_backend=DeadlineBackend(),
         )
 
