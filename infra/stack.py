@@ -22,6 +22,9 @@ def _say(msg: str) -> None:
     print(f"[stack] {msg}", file=sys.stderr, flush=True)
 
 
+START_ATTEMPTS = 3  # starts of a service that exits during startup before giving up
+
+
 def fetch(settings: Settings, say: Callable[[str], None] = _say) -> None:
     for svc in all_services(settings):
         say(f"fetching {svc.name} (cached after the first time)")
@@ -48,8 +51,19 @@ def up(settings: Settings, say: Callable[[str], None] = _say) -> float:
             svc.start()
         waiting.append(svc)
     deadlines = {svc.name: time.monotonic() + svc.start_timeout for svc in waiting}
+    starts = dict.fromkeys(deadlines, 1)
     while waiting:
         for svc in list(waiting):
+            if not svc.running() and starts[svc.name] < START_ATTEMPTS:
+                # Seen under heavy load: the registry's H2 store took longer to open than
+                # its connection pool waits, and the registry exited. Another start opens
+                # the same store; a service that keeps exiting is reported below.
+                say(f"{svc.name} exited during startup; starting it again "
+                    f"(attempt {starts[svc.name] + 1} of {START_ATTEMPTS})")  # fmt: skip
+                starts[svc.name] += 1
+                svc.start()
+                deadlines[svc.name] = time.monotonic() + svc.start_timeout
+                continue
             svc.check_alive()
             if svc.ready():
                 say(f"{svc.name} ready at {svc.endpoint}")

@@ -14,6 +14,7 @@ taken high first, and fetched only as fast as they can start.
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 
 from confluent_kafka import Consumer, TopicPartition
@@ -26,9 +27,19 @@ from consumers.worker.replay import HistoryReplay
 from runtime.kafka.records import ConsumedMessage, dead_letter_for, is_record
 from schemas.catalog import Topics
 from schemas.events import Priority
+from schemas.ids import partition_for
 from schemas.serde import Codec, DecodeError
 
 Key = tuple[str, int]  # (topic, partition)
+
+
+@functools.lru_cache(maxsize=65_536)
+def _home(job_id: str, partitions: int) -> int:
+    """The partition of a job's runs (and outcomes): murmur2 of its id, cached (a
+    pure-Python murmur2 costs about what the rest of reading a run does)."""
+    return partition_for(job_id, partitions)
+
+
 ORDER = (Priority.HIGH, Priority.NORMAL, Priority.LOW)
 REVERSED = ORDER[::-1]
 
@@ -52,6 +63,11 @@ class Intake:
         self.outbox = outbox
         self.low_share = config.low_share
         self.priority_of = {topics.runs(p): p for p in Priority}
+        self.partition_count = {
+            name: topics.partitions(spec)
+            for name in self.priority_of
+            if (spec := topics.spec(name)) is not None
+        }
         self.backlog: dict[Priority, deque[Pending]] = {p: deque() for p in Priority}
         self.paused: set[Priority] = set()
         # Runs read ahead of execution: enough to choose by priority, and to go on
@@ -111,6 +127,19 @@ class Intake:
         except DecodeError as exc:
             tracker.start(offset, msg.timestamp()[1])
             letter = dead_letter_for(msg, stage=STAGE, reason=f"undecodable run: {exc}")
+            self.outbox.reject(Pending(topic, partition, offset, UNDECODABLE, tracker), letter)
+            return
+        home = _home(run.job_id, self.partition_count[topic])
+        if partition != home:
+            # Its outcome would go to history partition ``home``, which this partition's
+            # next owner does not read: history could not dedup it (found by the chaos
+            # suite: records written without the job id as key ran twice).
+            tracker.start(offset, msg.timestamp()[1])
+            letter = dead_letter_for(
+                msg, stage=STAGE, reason=f"run request of job {run.job_id!r} on partition "
+                f"{partition}, not its job's partition {home}: the key must be the job id, "
+                "partitioned with murmur2 (the Java client's default)",
+            )  # fmt: skip
             self.outbox.reject(Pending(topic, partition, offset, UNDECODABLE, tracker), letter)
             return
         tracker.start(offset, msg.timestamp()[1])

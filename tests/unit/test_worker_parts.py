@@ -33,10 +33,11 @@ from schemas.events import (
     TimerReason,
     TimerRequest,
 )
+from schemas.ids import partition_for
 from schemas.serde import Codec
 from tests.fakes import FakeConsumer, FakeMessage, FakeProducer, FakeRegistry
 
-SETTINGS = Settings.from_env({})
+SETTINGS = Settings.from_env({"CRONSTREAM_PARTITIONS": "1"})  # every job at home on 0
 TOPICS = Topics(SETTINGS)
 T0 = datetime(2026, 11, 22, 10, tzinfo=UTC)
 RUNS = TOPICS.runs(Priority.NORMAL)
@@ -45,7 +46,7 @@ RUNS = TOPICS.runs(Priority.NORMAL)
 class Parts:
     """An intake and an outbox wired as the worker wires them, on fakes."""
 
-    def __init__(self, **config: Any) -> None:
+    def __init__(self, topics: Topics = TOPICS, **config: Any) -> None:
         self.codec = Codec(FakeRegistry())  # type: ignore[arg-type]
         self.producer = FakeProducer()
         self.consumer = FakeConsumer(producer=self.producer)
@@ -54,7 +55,7 @@ class Parts:
         publisher = Publisher(SETTINGS, codec=self.codec, producer=self.producer,  # type: ignore[arg-type]
                               serve_each=False)  # fmt: skip
         self.outbox = Outbox(
-            publisher, topics=TOPICS, name="w1", consumer=self.consumer,  # type: ignore[arg-type]
+            publisher, topics=topics, name="w1", consumer=self.consumer,  # type: ignore[arg-type]
             trackers=self.trackers, dedup=self.dedup, tally=metrics.Tally(),
         )  # fmt: skip
         self.history = HistoryReplay(
@@ -64,7 +65,7 @@ class Parts:
             lookup=None,  # type: ignore[arg-type]
         )
         self.intake = Intake(
-            WorkerConfig(group="g", **config), topics=TOPICS, consumer=self.consumer,  # type: ignore[arg-type]
+            WorkerConfig(group="g", **config), topics=topics, consumer=self.consumer,  # type: ignore[arg-type]
             codec=self.codec, trackers=self.trackers, history=self.history, outbox=self.outbox,
         )  # fmt: skip
 
@@ -106,6 +107,23 @@ def test_an_undecodable_run_is_dead_lettered_with_its_place_and_the_partition_fl
     assert parts.producer.on(TOPICS.history) == []  # no outcome for a record that is no run
     # The good run is not settled yet: the commit stops at it, past the dead letter.
     assert parts.consumer.commits[-1][0] == [(RUNS, 0, 8, "0")]
+
+
+def test_a_run_request_off_its_jobs_partition_is_dead_lettered() -> None:
+    """Found by the chaos suite: run requests written without the job id as key landed
+    on another partition, where history could not dedup them, and ran twice."""
+    topics = Topics(Settings.from_env({"CRONSTREAM_PARTITIONS": "12"}))
+    runs = topics.runs(Priority.NORMAL)
+    home = partition_for("j", 12)
+    parts = Parts(topics)
+    parts.own(runs, home)
+    parts.own(runs, (home + 1) % 12)
+    parts.intake.accept(parts.record(run("j@away"), 4, partition=(home + 1) % 12))
+    parts.intake.accept(parts.record(run("j@home"), 4, partition=home))
+    assert parts.take_all() == ["j@home"]
+    parts.outbox.settle(wait=True)
+    (letter,) = [parts.codec.decode(r.value, DeadLetter) for r in parts.producer.on(topics.dlq)]
+    assert f"not its job's partition {home}" in letter.reason
 
 
 def test_records_of_partitions_not_owned_are_ignored() -> None:
