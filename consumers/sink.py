@@ -316,13 +316,13 @@ class Sink:
             self.step_offsets[key] = (msg.offset() or 0) + 1
             try:
                 outcome = self.codec.decode(msg.value(), RunOutcome)
+                # Over the limits: Cassandra would refuse its row, and the sink stop on it.
+                problems = outcome_problems(outcome)
+                reason = refusal(problems) if problems else None
             except DecodeError as exc:
-                letter = dead_letter_for(msg, stage=STAGE, reason=f"not a RunOutcome: {exc}")
-                self.publisher.publish(self.topics.dlq, letter)
-                continue
-            problems = outcome_problems(outcome)
-            if problems:  # Cassandra would refuse its row, and the sink would stop on it
-                letter = dead_letter_for(msg, stage=STAGE, reason=refusal(problems))
+                reason = f"not a RunOutcome: {exc}"
+            if reason is not None:
+                letter = dead_letter_for(msg, stage=STAGE, reason=reason)
                 self.publisher.publish(self.topics.dlq, letter)
                 continue
             rows.extend(self.tables.rows(outcome))

@@ -120,29 +120,28 @@ class Intake:
         tracker = self.trackers.get((topic, partition))
         if tracker is None:
             return
+        reason = None
         try:
             # RegistryUnavailable (the registry down, for every record) goes to the
             # loop, which holds this record and the ones after it until it is back.
             run = self.codec.decode_run(msg.value())
         except DecodeError as exc:
-            tracker.start(offset, msg.timestamp()[1])
-            letter = dead_letter_for(msg, stage=STAGE, reason=f"undecodable run: {exc}")
-            self.outbox.reject(Pending(topic, partition, offset, UNDECODABLE, tracker), letter)
-            return
-        home = _home(run.job_id, self.partition_count[topic])
-        if partition != home:
-            # Its outcome would go to history partition ``home``, which this partition's
-            # next owner does not read: history could not dedup it (found by the chaos
-            # suite: records written without the job id as key ran twice).
-            tracker.start(offset, msg.timestamp()[1])
-            letter = dead_letter_for(
-                msg, stage=STAGE, reason=f"run request of job {run.job_id!r} on partition "
-                f"{partition}, not its job's partition {home}: the key must be the job id, "
-                "partitioned with murmur2 (the Java client's default)",
-            )  # fmt: skip
-            self.outbox.reject(Pending(topic, partition, offset, UNDECODABLE, tracker), letter)
-            return
+            reason = f"undecodable run: {exc}"
+        else:
+            home = _home(run.job_id, self.partition_count[topic])
+            if partition != home:
+                # Its outcome would go to history partition ``home``, which this
+                # partition's next owner does not read: history could not dedup it
+                # (found by the chaos suite: records written without the job id as key
+                # ran twice).
+                reason = (f"run request of job {run.job_id!r} on partition {partition}, "
+                          f"not its job's partition {home}: the key must be the job id, "
+                          "partitioned with murmur2 (the Java client's default)")  # fmt: skip
         tracker.start(offset, msg.timestamp()[1])
+        if reason is not None:
+            letter = dead_letter_for(msg, stage=STAGE, reason=reason)
+            self.outbox.reject(Pending(topic, partition, offset, UNDECODABLE, tracker), letter)
+            return
         pending = Pending(topic, partition, offset, run, tracker)
         runs_end, history_end = self.replay_until.get((topic, partition), (0, 0))
         if offset >= runs_end - 1:

@@ -16,8 +16,6 @@ import argparse
 import os
 import signal
 import sys
-from contextlib import suppress
-from pathlib import Path
 
 from runtime.settings import Settings
 from tests.bench.common import ROWS
@@ -31,6 +29,7 @@ from tests.bench.scheduler import (
     bench_throughput,
 )
 from tests.bench.workers import bench_drain, bench_fire_to_start, bench_workers
+from tests.integration.helpers import kill_children
 
 
 def main() -> int:
@@ -68,7 +67,7 @@ def main() -> int:
                 print(f"[bench] {name}", flush=True)
                 fn()
     finally:
-        _kill_children()  # none on the normal path: each benchmark stops its own
+        kill_children()  # none on the normal path: each benchmark stops its own
     width = max(len(r[0]) for r in ROWS)
     print()
     print(f"{'benchmark':<{width}}  {'median':>12}  {'target':>10}  notes")
@@ -82,18 +81,8 @@ def _interrupted(signum: int, _frame: object) -> None:
     """SIGTERM or Ctrl-C: kill the schedulers and workers this bench started first (they
     would go on firing into its topics), then unwind, so that every benchmark's
     ``finally`` runs and its namespace's topics are deleted."""
-    _kill_children()
+    kill_children()
     raise KeyboardInterrupt(f"signal {signum}")
-
-
-def _kill_children() -> None:
-    me = str(os.getpid())
-    for status in Path("/proc").glob("[0-9]*/status"):
-        with suppress(OSError):
-            fields = dict(line.split(":", 1) for line in status.read_text().splitlines()
-                          if ":" in line)  # fmt: skip
-            if fields.get("PPid", "").strip() == me:
-                os.kill(int(status.parent.name), signal.SIGKILL)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from tests.chaos import stack
 from tests.chaos.load import Pipeline
 from tests.chaos.measure import Result, Window, measure
 from tests.chaos.scenarios import SCENARIOS, Scenario, say
+from tests.integration.helpers import kill_children
 
 WARMUP_S = 10
 BEFORE_S = 10
@@ -52,7 +53,7 @@ def main() -> int:
                 results.append(run(scenario, settings, args))
                 print_table(results[-1:], args)
     finally:
-        _kill_children()
+        kill_children()
         if not args.keep_stack:
             stack.down(settings)
     print_table(results, args)
@@ -174,18 +175,8 @@ def print_table(results: list[Result], args: argparse.Namespace) -> None:
 def _interrupted(signum: int, _frame: object) -> None:
     """SIGTERM or Ctrl-C: kill the processes this suite started, then unwind (the
     ``finally`` blocks drop the scenario's topics and stop the chaos stack)."""
-    _kill_children()
+    kill_children()
     raise KeyboardInterrupt(f"signal {signum}")
-
-
-def _kill_children() -> None:
-    me = str(os.getpid())
-    for status in Path("/proc").glob("[0-9]*/status"):
-        with suppress(OSError, ValueError):
-            fields = dict(line.split(":", 1) for line in status.read_text().splitlines()
-                          if ":" in line)  # fmt: skip
-            if fields.get("PPid", "").strip() == me:
-                os.kill(int(status.parent.name), signal.SIGKILL)
 
 
 if __name__ == "__main__":

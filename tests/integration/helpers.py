@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import socket
@@ -282,3 +283,15 @@ def history_keyspace(settings: Settings, prefix: str = "cstest") -> Iterator[Set
         session.execute(f"DROP KEYSPACE IF EXISTS {scoped.keyspace}", timeout=120)
     finally:
         cluster.shutdown()
+
+
+def kill_children() -> None:
+    """SIGKILL every process whose parent is this one (``make bench`` and ``make chaos``
+    interrupted: what they started must not go on firing into their topics)."""
+    me = str(os.getpid())
+    for status in Path("/proc").glob("[0-9]*/status"):
+        with suppress(OSError, ValueError):
+            fields = dict(line.split(":", 1) for line in status.read_text().splitlines()
+                          if ":" in line)  # fmt: skip
+            if fields.get("PPid", "").strip() == me:
+                os.kill(int(status.parent.name), signal.SIGKILL)
