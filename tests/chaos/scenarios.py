@@ -41,24 +41,19 @@ def say(msg: str) -> None:
     print(f"  {time.strftime('%H:%M:%S')} {msg}", flush=True)
 
 
-def worker_kill(p: Pipeline, _stack: Settings) -> tuple[float, float]:
-    t = time.time()
-    say("kill -9 worker w1")
-    p.members["w1"].kill9()
-    time.sleep(5)
-    say("restart worker w1")
-    p.members["w1"].restart()
-    return t, t
+def kill_and_restart(member: str, role: str) -> Callable[[Pipeline, Settings], tuple[float, float]]:
+    """A scenario: kill -9 ``member`` (a ``role``), start it again 5 s later."""
 
+    def fault(p: Pipeline, _stack: Settings) -> tuple[float, float]:
+        t = time.time()
+        say(f"kill -9 {role} {member}")
+        p.members[member].kill9()
+        time.sleep(5)
+        say(f"restart {role} {member}")
+        p.members[member].restart()
+        return t, t
 
-def scheduler_kill(p: Pipeline, _stack: Settings) -> tuple[float, float]:
-    t = time.time()
-    say("kill -9 scheduler s1")
-    p.members["s1"].kill9()
-    time.sleep(5)
-    say("restart scheduler s1")
-    p.members["s1"].restart()
-    return t, t
+    return fault
 
 
 def scheduler_freeze(p: Pipeline, _stack: Settings) -> tuple[float, float]:
@@ -190,8 +185,14 @@ def definitions_changed(p: Pipeline, _stack: Settings) -> tuple[float, float]:
 
 
 SCENARIOS = [
-    Scenario("worker-kill", "worker kill -9 (restarted after 5 s)", worker_kill),
-    Scenario("scheduler-kill", "scheduler kill -9 (restarted after 5 s)", scheduler_kill),
+    Scenario(
+        "worker-kill", "worker kill -9 (restarted after 5 s)", kill_and_restart("w1", "worker")
+    ),
+    Scenario(
+        "scheduler-kill",
+        "scheduler kill -9 (restarted after 5 s)",
+        kill_and_restart("s1", "scheduler"),
+    ),
     Scenario(
         "scheduler-freeze", "scheduler SIGSTOP past its session timeout, SIGCONT", scheduler_freeze
     ),
