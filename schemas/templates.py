@@ -271,8 +271,59 @@ def encode_dead_letter(letter: DeadLetter) -> bytes:
     )
 
 
+class LetterWriter:
+    """DLQ records of one stage's unusable source records, encoded straight from the
+    record's place, key and value: the same key, value body and headers as
+    ``dead_letter`` (job id from the source key) through ``encode_dead_letter`` and
+    ``DeadLetter.headers``, without building the DeadLetter (a frozen dataclass of
+    eleven fields). A flood of malformed records costs one of these each."""
+
+    __slots__ = ("_sources", "_stage", "_stage_header")
+
+    def __init__(self, stage: str) -> None:
+        self._stage = avro_string(stage)
+        self._stage_header = ("stage", stage.encode())
+        self._sources: dict[tuple[str, int], bytes] = {}  # the encoded source topic, partition
+
+    def write(
+        self,
+        reason: str,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        dead_ms: int,
+    ) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
+        """(record key, Avro body, headers) of the letter for one source record."""
+        source = self._sources.get((topic, partition))
+        if source is None:
+            source = self._sources[(topic, partition)] = avro_string(topic) + zigzag(partition)
+        if key is None:
+            job_id, key_field, job_field = b"", b"\x00", b"\x00"
+        else:
+            text = key.decode("utf-8", "replace")  # the job id: the key, read as UTF-8
+            job_id = key if "\ufffd" not in text else text.encode()
+            key_field = b"\x02" + zigzag(len(key)) + key
+            job_field = key_field if job_id is key else b"\x02" + zigzag(len(job_id)) + job_id
+        body = b"".join(
+            (
+                avro_string(reason), self._stage, source, zigzag(offset), key_field,
+                _opt_bytes(value), job_field, b"\x00\x00", zigzag(dead_ms),
+            )
+        )  # fmt: skip
+        headers = [
+            ("event", b"DeadLetter"), self._stage_header,
+            ("source", f"{topic}/{partition}@{offset}".encode()), ("reason", reason[:200].encode()),
+        ]  # fmt: skip
+        if job_id:
+            headers.append(("job_id", job_id))
+        return job_id, body, headers
+
+
 __all__ = [
     "HeadError",
+    "LetterWriter",
     "OutcomeTemplate",
     "RunRequestReader",
     "RunTemplate",

@@ -13,6 +13,9 @@ from typing import Generic, TypeVar
 V = TypeVar("V")
 
 _ONE_BYTE = [bytes([n]) for n in range(0x80)]
+# Varints of 14 bits: the last two bytes (``_TWO_BYTES``) or two with more to come.
+_TWO_BYTES = [bytes([(n & 0x7F) | 0x80, n >> 7]) for n in range(0x4000)]
+_MORE_14 = [bytes([(n & 0x7F) | 0x80, (n >> 7) | 0x80]) for n in range(0x4000)]
 # A long is at most 10 varint bytes.
 _MAX_VARINT = 10
 # timestamp-millis values fastavro can read (years 1-9999); it refuses the others.
@@ -25,16 +28,19 @@ class HeadError(ValueError):
 
 
 def zigzag(n: int) -> bytes:
-    """Avro's int/long encoding: zig-zag, then little-endian base-128 varint."""
+    """Avro's int/long encoding: zig-zag, then little-endian base-128 varint (written
+    14 bits at a time from tables: a millisecond timestamp is 6 bytes)."""
     n = (n << 1) ^ (n >> 63)
     if n < 0x80:
         return _ONE_BYTE[n]
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
+    if n < 0x4000:
+        return _TWO_BYTES[n]
+    out = _MORE_14[n & 0x3FFF]
+    n >>= 14
+    while n >= 0x4000:
+        out += _MORE_14[n & 0x3FFF]
+        n >>= 14
+    return out + (_ONE_BYTE[n] if n < 0x80 else _TWO_BYTES[n])
 
 
 def avro_string(text: str) -> bytes:

@@ -21,10 +21,10 @@ from confluent_kafka import Consumer, TopicPartition
 
 from consumers.core.offsets import OffsetTracker
 from consumers.worker.config import WorkerConfig
-from consumers.worker.outbox import STAGE, Outbox
-from consumers.worker.pending import UNDECODABLE, Pending
+from consumers.worker.outbox import Outbox
+from consumers.worker.pending import Pending
 from consumers.worker.replay import HistoryReplay
-from runtime.kafka.records import ConsumedMessage, dead_letter_for, is_record
+from runtime.kafka.records import ConsumedMessage, is_record
 from schemas.catalog import Topics
 from schemas.events import Priority
 from schemas.ids import partition_for
@@ -139,8 +139,7 @@ class Intake:
                           "partitioned with murmur2 (the Java client's default)")  # fmt: skip
         tracker.start(offset, msg.timestamp()[1])
         if reason is not None:
-            letter = dead_letter_for(msg, stage=STAGE, reason=reason)
-            self.outbox.reject(Pending(topic, partition, offset, UNDECODABLE, tracker), letter)
+            self.outbox.reject(msg, offset, tracker, reason)
             return
         pending = Pending(topic, partition, offset, run, tracker)
         runs_end, history_end = self.replay_until.get((topic, partition), (0, 0))

@@ -12,15 +12,15 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from consumers.core.dedup import Dedup
 from consumers.core.offsets import OffsetTracker
-from consumers.worker.pending import Pending, outcome_headers
+from consumers.worker.pending import UNDECODABLE, Pending, outcome_headers
 from runtime import metrics
 from runtime.kafka.publisher import Publisher
-from runtime.kafka.records import dead_letter
+from runtime.kafka.records import ConsumedMessage, dead_letter
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import DeadLetter, RunOutcome, RunRequest, RunStatus, TimerRequest, to_ms
 from schemas.serde import Codec
-from schemas.templates import OutcomeTemplate
+from schemas.templates import LetterWriter, OutcomeTemplate
 
 log = logging.getLogger("cronstream.worker")
 STAGE = "worker"
@@ -61,6 +61,9 @@ class Outbox:
         self.topics = topics
         self.publisher = publisher  # ``outbox_publisher``: flushed by ``settle`` only
         self._prefix = publisher.codec.wire_prefix(topics.history, RunOutcome)
+        self._dlq_prefix = publisher.codec.wire_prefix(topics.dlq, DeadLetter)
+        self._letters = LetterWriter(STAGE)
+        self._dead_letters = metrics.dead_letters.labels(STAGE)
         self.name = name
         self.consumer = consumer
         self.trackers = trackers  # the worker's: partition -> its runs' offsets
@@ -92,10 +95,20 @@ class Outbox:
             pending.extra.append(extra)
         self.done.append(pending)
 
-    def reject(self, pending: Pending, letter: DeadLetter) -> None:
-        """Settle a record that is not a usable run: a DLQ record, no outcome."""
-        pending.extra.append((self.topics.dlq, letter))
-        self.done.append(pending)
+    def reject(
+        self, msg: ConsumedMessage, offset: int, tracker: OffsetTracker, reason: str
+    ) -> None:
+        """Settle a consumed record that is not a usable run (``tracker`` has started
+        its ``offset``): its DLQ record is published at once, no outcome; the next
+        flush makes it durable and the commit after it moves past it (``settle``)."""
+        topic, partition, key = msg.topic() or "", msg.partition() or 0, msg.key()
+        key, body, headers = self._letters.write(
+            reason, topic, partition, offset, key if isinstance(key, bytes) else None,
+            msg.value(), int(time.time() * 1000),
+        )  # fmt: skip
+        self._dead_letters.inc()
+        self.publisher.produce_raw(self.topics.dlq, key, self._dlq_prefix + body, headers)
+        self.published.append(Pending(topic, partition, offset, UNDECODABLE, tracker))
 
     def run_letter(self, run: RunRequest, reason: str) -> DeadLetter:
         """The DLQ record of a run that is given up on."""

@@ -63,13 +63,19 @@ class Publisher:
         self.produce_raw(topic, event.key(), self.codec.encode(topic, event), event.headers())
 
     def produce_raw(
-        self, topic: str, key: str, value: bytes | None, headers: Sequence[tuple[str, bytes]]
+        self,
+        topic: str,
+        key: str | bytes,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes]],
     ) -> None:
         """Queue pre-encoded bytes (or a tombstone when value is None)."""
+        if type(key) is str:
+            key = key.encode()
         while True:
             try:
                 self.producer.produce(
-                    topic, value=value, key=key.encode(),
+                    topic, value=value, key=key,
                     headers=headers if type(headers) is list else list(headers),
                     on_delivery=self._on_delivery,
                 )  # fmt: skip

@@ -53,7 +53,7 @@ def main() -> int:
         "slots": lambda: bench_slots(runs, 100_000),
         "workers": lambda: bench_workers(base, runs, 12_000, (1, 2, 4)),
         "drain": lambda: bench_drain(base, runs, 10.0, (1, 2, 4)),
-        "malformed": lambda: bench_malformed(base, runs, 10_000 if args.quick else 30_000),
+        "malformed": lambda: bench_malformed(base, 2 * runs - 1, 9_000 if args.quick else 30_000),
         "latency": lambda: bench_fire_to_start(base, runs),
         "sink": lambda: bench_sink(base, runs, 100_000 if args.quick else 300_000, (64, 1)),
         "queries": lambda: bench_queries(base, runs, 200_000 if args.quick else 1_000_000,

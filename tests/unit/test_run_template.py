@@ -9,6 +9,8 @@ from zoneinfo import ZoneInfo
 
 import fastavro
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from schemas.avro import parsed_schema
 from schemas.events import (
@@ -27,6 +29,7 @@ from schemas.events import (
     utc_now,
 )
 from schemas.templates import (
+    LetterWriter,
     RunRequestReader,
     RunTemplate,
     encode_dead_letter,
@@ -144,8 +147,21 @@ def test_a_varint_over_64_bits_is_refused() -> None:
         reader.read(head + seventy_bits + good[len(head) + 1 :], lambda: _fastavro_run(good))
 
 
-@pytest.mark.parametrize("n", [0, 1, -1, 63, -64, 64, 2**31, -(2**40), 2**62])
+# Around every 7- and 14-bit boundary of the tables, and the ends of a long.
+EDGES = [n for k in range(0, 64, 7) for d in (-1, 0, 1) for sign in (1, -1)
+         if -(2**63) <= (n := sign * (2**k + d)) < 2**63]  # fmt: skip
+
+
+@pytest.mark.parametrize("n", [0, 1, -1, 63, -64, 64, 2**31, -(2**40), 2**62, *EDGES,
+                               2**63 - 1, -(2**63)])  # fmt: skip
 def test_zigzag_matches_avro_long_encoding(n: int) -> None:
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, "long", n)
+    assert zigzag(n) == buf.getvalue()
+
+
+@given(st.integers(min_value=-(2**63), max_value=2**63 - 1))
+def test_zigzag_matches_avro_long_encoding_anywhere(n: int) -> None:
     buf = io.BytesIO()
     fastavro.schemaless_writer(buf, "long", n)
     assert zigzag(n) == buf.getvalue()
@@ -193,6 +209,25 @@ def test_dead_letter_bytes_equal_fastavro(letter: DeadLetter) -> None:
     buf = io.BytesIO()
     fastavro.schemaless_writer(buf, parsed_schema(DeadLetter.AVRO_NAME), letter.to_avro())
     assert encode_dead_letter(letter) == buf.getvalue()
+
+
+@given(
+    reason=st.text(max_size=300), topic=st.text(max_size=40),
+    partition=st.integers(0, 2**31 - 1), offset=st.integers(0, 2**63 - 1),
+    key=st.none() | st.binary(max_size=40) | st.text(max_size=20).map(str.encode), value=st.none() | st.binary(max_size=300),
+    dead_ms=st.integers(0, 4_102_444_799_999),
+)  # fmt: skip
+def test_a_letter_written_from_its_parts_is_the_dead_letter_of_those_parts(
+    reason: str, topic: str, partition: int, offset: int, key: bytes | None,
+    value: bytes | None, dead_ms: int,
+) -> None:  # fmt: skip
+    letter = DeadLetter(
+        reason=reason, stage="worker", source_topic=topic, source_partition=partition,
+        source_offset=offset, dead_at=from_ms(dead_ms), source_key=key, source_value=value,
+        job_id=None if key is None else key.decode("utf-8", "replace"),
+    )  # fmt: skip
+    written = LetterWriter("worker").write(reason, topic, partition, offset, key, value, dead_ms)
+    assert written == (letter.key().encode(), encode_dead_letter(letter), letter.headers())
 
 
 @pytest.mark.parametrize(
