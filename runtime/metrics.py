@@ -67,9 +67,9 @@ class Tally:
     def __init__(self) -> None:
         self._pending: dict[tuple[Counter, tuple[str, ...]], int] = {}
 
-    def add(self, metric: Counter, *labels: str) -> None:
+    def add(self, metric: Counter, *labels: str, count: int = 1) -> None:
         key = (metric, labels)
-        self._pending[key] = self._pending.get(key, 0) + 1
+        self._pending[key] = self._pending.get(key, 0) + count
 
     def apply(self) -> None:
         pending, self._pending = self._pending, {}

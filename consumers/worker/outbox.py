@@ -61,15 +61,17 @@ class Outbox:
         self.topics = topics
         self.publisher = publisher  # ``outbox_publisher``: flushed by ``settle`` only
         self._prefix = publisher.codec.wire_prefix(topics.history, RunOutcome)
-        self._dlq_prefix = publisher.codec.wire_prefix(topics.dlq, DeadLetter)
+        self._dlq = topics.dlq
+        self._dlq_prefix = publisher.codec.wire_prefix(self._dlq, DeadLetter)
         self._letters = LetterWriter(STAGE)
-        self._dead_letters = metrics.dead_letters.labels(STAGE)
         self.name = name
         self.consumer = consumer
         self.trackers = trackers  # the worker's: partition -> its runs' offsets
         self.dedup = dedup
         self.tally = tally
         self.done: list[Pending] = []  # finished, records not published yet
+        # Records that are no usable run, their DLQ records not published yet.
+        self.rejected: list[tuple[ConsumedMessage, int, OffsetTracker, str]] = []
         self.published: list[Pending] = []  # records published, not flushed yet
         self.held: list[Pending] = []  # outcomes waiting for their timer/DLQ record's flush
         self._next_commit = 0.0
@@ -99,16 +101,8 @@ class Outbox:
         self, msg: ConsumedMessage, offset: int, tracker: OffsetTracker, reason: str
     ) -> None:
         """Settle a consumed record that is not a usable run (``tracker`` has started
-        its ``offset``): its DLQ record is published at once, no outcome; the next
-        flush makes it durable and the commit after it moves past it (``settle``)."""
-        topic, partition, key = msg.topic() or "", msg.partition() or 0, msg.key()
-        key, body, headers = self._letters.write(
-            reason, topic, partition, offset, key if isinstance(key, bytes) else None,
-            msg.value(), int(time.time() * 1000),
-        )  # fmt: skip
-        self._dead_letters.inc()
-        self.publisher.produce_raw(self.topics.dlq, key, self._dlq_prefix + body, headers)
-        self.published.append(Pending(topic, partition, offset, UNDECODABLE, tracker))
+        its ``offset``): a DLQ record, no outcome (``settle`` publishes it)."""
+        self.rejected.append((msg, offset, tracker, reason))
 
     def run_letter(self, run: RunRequest, reason: str) -> DeadLetter:
         """The DLQ record of a run that is given up on."""
@@ -161,6 +155,7 @@ class Outbox:
 
         1. Publish each finished run's records: its outcome; or, for a run that leaves a
            retry timer or a DLQ record, that record, its outcome waiting for step 2.
+           A record that is no usable run leaves its DLQ record alone.
         2. Flush: every record published so far is acknowledged by Kafka. A failed
            delivery raises here, before anything is committed. Then publish the
            outcomes that waited, and flush again: an outcome is what dedup trusts, so
@@ -175,17 +170,7 @@ class Outbox:
         again, finds their outcomes in history, and records DUPLICATE instead of
         executing them a second time.
         """
-        # 1. publish
-        for pending in self.done:
-            if pending.extra:
-                for topic, event in pending.extra:
-                    self.publisher.publish(topic, event)
-                if pending.outcome:  # a rejected record has none: nothing waits
-                    self.held.append(pending)
-            else:
-                self._produce_outcomes(pending)
-        self.published.extend(self.done)
-        self.done = []
+        self._publish()
         now = time.monotonic()
         if not wait and (now < self._next_commit or not self.published):
             return
@@ -214,6 +199,36 @@ class Outbox:
         log.warning("the broker has not acknowledged the last outcomes yet; "
                     "committing nothing until it does")  # fmt: skip
         return False
+
+    def _publish(self) -> None:
+        """Step 1 of ``settle``."""
+        if self.rejected:
+            self._publish_letters()
+        for pending in self.done:
+            if pending.extra:
+                for topic, event in pending.extra:
+                    self.publisher.publish(topic, event)
+                self.held.append(pending)  # its outcome waits for step 2
+            else:
+                self._produce_outcomes(pending)
+        self.published.extend(self.done)
+        self.done = []
+
+    def _publish_letters(self) -> None:
+        """Step 1 of ``settle`` for the rejected records: one tight loop, a flood of
+        malformed records costs a letter each (``LetterWriter``)."""
+        write, produce, published = self._letters.write, self.publisher.produce_raw, self.published
+        dlq, prefix, now_ms = self._dlq, self._dlq_prefix, int(time.time() * 1000)
+        for msg, offset, tracker, reason in self.rejected:
+            topic, partition, key = msg.topic() or "", msg.partition() or 0, msg.key()
+            key, body, headers = write(
+                reason, topic, partition, offset, key if isinstance(key, bytes) else None,
+                msg.value(), now_ms,
+            )  # fmt: skip
+            produce(dlq, key, prefix + body, headers)
+            published.append(Pending(topic, partition, offset, UNDECODABLE, tracker))
+        self.tally.add(metrics.dead_letters, STAGE, count=len(self.rejected))
+        self.rejected = []
 
     def _produce_outcomes(self, pending: Pending) -> None:
         history, key = self.topics.history, pending.run.job_id
