@@ -184,7 +184,7 @@ def main() -> int:
     console = Console(sys.stdout)
     console.line("cronstream local pipeline")
     for name, health, where in (
-        ("kafka", kafka_health(settings.bootstrap_servers), settings.bootstrap_servers),
+        ("kafka", kafka_health(settings), settings.bootstrap_servers),
         ("schema registry", registry_health(settings.registry_url), settings.registry_url),
         ("cassandra", cassandra_health(settings.cassandra_hosts, settings.cassandra_port),
          f"{settings.cassandra_hosts[0]}:{settings.cassandra_port}"),

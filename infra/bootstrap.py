@@ -16,13 +16,26 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._acl import AclBinding, AclOperation, AclPermissionType
 from confluent_kafka.admin._config import ConfigResource
-from confluent_kafka.admin._resource import ResourceType
+from confluent_kafka.admin._resource import ResourcePatternType, ResourceType
+from confluent_kafka.admin._scram import (
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
 from confluent_kafka.cimpl import NewTopic
 
 from consumers.migrations import migrate
+from infra.security import ensure_secret, write_private
 from runtime.cassandra import cassandra_session
 from runtime.kafka.clients import kafka_admin
+from runtime.kafka.security import (
+    BENCH_PLAIN_PREFIX,
+    client_properties,
+    credentials_dir,
+    security_dir,
+)
 from runtime.settings import Settings
 from schemas.avro import schema_json
 from schemas.catalog import Topics
@@ -48,8 +61,11 @@ def _say(msg: str) -> None:
 
 
 def ensure_topics(settings: Settings, *, timeout: float = 30.0) -> TopicReport:
+    """The catalog's topics under ``settings``' prefix, and cronstream's user's access
+    to them (``ensure_access``)."""
     topics = Topics(settings)
-    admin = kafka_admin(settings)
+    admin = kafka_admin(settings, superuser=True)
+    ensure_access(settings, admin, timeout=timeout)
     metadata = admin.list_topics(timeout=timeout)
     specs = dict(topics.all())
     existing, to_create = [], []
@@ -69,6 +85,63 @@ def ensure_topics(settings: Settings, *, timeout: float = 30.0) -> TopicReport:
     created = _create(admin, to_create, existing, timeout)
     mismatches = _mismatches(settings, admin, existing, timeout)
     return TopicReport(created=created, existing=existing, mismatches=mismatches)
+
+
+def ensure_access(settings: Settings, admin: AdminClient, *, timeout: float = 30.0) -> None:
+    """Cronstream's Kafka user (``settings.kafka_user``) exists with the stack's password
+    for it and may read, write and describe every topic and group under the topic
+    prefix (prefixed ACLs on ``<prefix>.``: a prefix never reaches another one that
+    merely starts the same); anonymous plaintext clients may use ``bench-plain.``
+    only. Idempotent."""
+    if settings.kafka_security == "plaintext":
+        return
+    user = settings.kafka_user
+    described = admin.describe_user_scram_credentials([user])
+    assert isinstance(described, dict)
+    try:
+        known = bool(described[user].result(timeout).scram_credential_infos)
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError.RESOURCE_NOT_FOUND:
+            raise BootstrapError(f"describing Kafka user {user}: {exc}") from exc
+        known = False
+    if not known:
+        password = ensure_secret(settings, user).encode()
+        upsert = UserScramCredentialUpsertion(
+            user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), password
+        )
+        admin.alter_user_scram_credentials([upsert])[user].result(timeout)
+    admin_acls(admin, _access(settings.topic_prefix, f"User:{user}"), timeout)
+    if (credentials_dir(settings) / f"{user}.secret").exists():
+        # For kcat -F and Kafka's own tools (README, "Inspecting with kcat").
+        properties = security_dir(settings) / f"{user}.properties"
+        write_private(properties, client_properties(settings).encode())
+
+
+def _access(prefix: str, principal: str) -> list[AclBinding]:
+    allow, prefixed = AclPermissionType.ALLOW, ResourcePatternType.PREFIXED
+    ops = {ResourceType.TOPIC: (AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE,
+                                AclOperation.DESCRIBE_CONFIGS),
+           ResourceType.GROUP: (AclOperation.READ, AclOperation.DESCRIBE)}  # fmt: skip
+    bindings = [
+        AclBinding(kind, f"{prefix}.", prefixed, principal, "*", op, allow)
+        for kind, kind_ops in ops.items()
+        for op in kind_ops
+    ]
+    bindings += [
+        AclBinding(kind, BENCH_PLAIN_PREFIX, prefixed, "User:ANONYMOUS", "*", op, allow)
+        for kind, op in ((ResourceType.TOPIC, AclOperation.ALL),
+                         (ResourceType.GROUP, AclOperation.ALL))
+    ]  # fmt: skip
+    return bindings
+
+
+def admin_acls(admin: AdminClient, bindings: list[AclBinding], timeout: float) -> None:
+    """Create ``bindings`` (creating one that exists changes nothing)."""
+    for binding, future in admin.create_acls(bindings, request_timeout=timeout).items():
+        try:
+            future.result()
+        except KafkaException as exc:
+            raise BootstrapError(f"creating ACL {binding}: {exc}") from exc
 
 
 def _create(

@@ -22,6 +22,7 @@ import tarfile
 import uuid
 from pathlib import Path
 
+from infra.security import ensure_tls
 from infra.service import (
     CASSANDRA_JPMS,
     CONF_DIR,
@@ -31,6 +32,7 @@ from infra.service import (
     StackError,
 )
 from runtime.health import cassandra_health, kafka_health, registry_health
+from runtime.kafka.security import ADMIN_PRINCIPAL, BROKER_PRINCIPAL, SCRAM
 from runtime.settings import Settings
 
 
@@ -44,7 +46,8 @@ class Kafka(Service):
 
     @property
     def other_ports(self) -> list[int]:
-        return [self.settings.kafka_controller_port]
+        s = self.settings
+        return [s.kafka_controller_port, s.kafka_admin_port, s.kafka_plaintext_port]
 
     @property
     def endpoint(self) -> str:
@@ -79,12 +82,7 @@ class Kafka(Service):
                     "process.roles=broker,controller",
                     "node.id=1",
                     f"controller.quorum.voters=1@127.0.0.1:{s.kafka_controller_port}",
-                    f"listeners=PLAINTEXT://127.0.0.1:{s.kafka_port},"
-                    f"CONTROLLER://127.0.0.1:{s.kafka_controller_port}",
-                    f"advertised.listeners=PLAINTEXT://127.0.0.1:{s.kafka_port}",
-                    "controller.listener.names=CONTROLLER",
-                    "inter.broker.listener.name=PLAINTEXT",
-                    "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+                    *self._security_lines(),
                     f"log.dirs={self.data / 'logs'}",
                     f"num.partitions={s.partitions}",
                     "auto.create.topics.enable=false",
@@ -113,6 +111,39 @@ class Kafka(Service):
                     "Formatting Kafka storage failed:\n" + (proc.stdout + proc.stderr)[-3000:]
                 )
 
+    def _security_lines(self) -> list[str]:
+        """Listeners (``runtime.kafka.security``): SASL_SSL/SCRAM for clients, mTLS for
+        the super user, the broker itself and the controller, and an anonymous
+        plaintext one that the ACLs confine to the benchmark's topics. Nothing is
+        allowed without an ACL; the broker and the admin certificate are super users."""
+        s, tls = self.settings, ensure_tls(self.settings)
+        return [
+            f"listeners=SASL_SSL://127.0.0.1:{s.kafka_port},"
+            f"INTERNAL://127.0.0.1:{s.kafka_admin_port},"
+            f"PLAINTEXT://127.0.0.1:{s.kafka_plaintext_port},"
+            f"CONTROLLER://127.0.0.1:{s.kafka_controller_port}",
+            f"advertised.listeners=SASL_SSL://127.0.0.1:{s.kafka_port},"
+            f"INTERNAL://127.0.0.1:{s.kafka_admin_port},"
+            f"PLAINTEXT://127.0.0.1:{s.kafka_plaintext_port}",
+            "controller.listener.names=CONTROLLER",
+            "inter.broker.listener.name=INTERNAL",
+            "listener.security.protocol.map="
+            "CONTROLLER:SSL,INTERNAL:SSL,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL",
+            "listener.name.controller.ssl.client.auth=required",
+            "listener.name.internal.ssl.client.auth=required",
+            f"sasl.enabled.mechanisms={SCRAM}",
+            f"listener.name.sasl_ssl.{SCRAM.lower()}.sasl.jaas.config="
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+            "ssl.keystore.type=PEM",
+            f"ssl.keystore.location={tls / 'server.pem'}",
+            "ssl.truststore.type=PEM",
+            f"ssl.truststore.location={tls / 'ca.pem'}",
+            "ssl.principal.mapping.rules=RULE:^CN=([^,]+)$/$1/,DEFAULT",
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            f"super.users=User:{BROKER_PRINCIPAL};User:{ADMIN_PRINCIPAL}",
+            "allow.everyone.if.no.acl.found=false",
+        ]
+
     def _java(self) -> list[str]:
         return [
             "java",
@@ -128,7 +159,7 @@ class Kafka(Service):
                 "kafka.Kafka", str(self.properties)]  # fmt: skip
 
     def ready(self) -> bool:
-        return kafka_health(self.endpoint).ok
+        return kafka_health(self.settings).ok
 
 
 class Registry(Service):

@@ -9,6 +9,10 @@ from urllib.parse import urlparse
 
 import httpx
 
+from runtime.kafka.clients import kafka_admin
+from runtime.kafka.security import tls_dir
+from runtime.settings import Settings, SettingsError
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Health:
@@ -30,17 +34,23 @@ def _host_port(endpoint: str, default_port: int) -> tuple[str, int]:
     return (host, int(port)) if host else (endpoint, default_port)
 
 
-def kafka_health(bootstrap_servers: str, timeout: float = 3.0) -> Health:
+def kafka_health(settings: Settings, timeout: float = 3.0) -> Health:
+    """Kafka answers metadata and every partition has a leader. Asked as the stack's
+    super user when its admin certificate is here (as cronstream's user, metadata
+    lists only the topics the ACLs let it see)."""
     began = time.perf_counter()
-    first = bootstrap_servers.split(",", maxsplit=1)[0].strip()
+    admin_pem = tls_dir(settings) / "admin.pem"
+    superuser = settings.kafka_security != "plaintext" and admin_pem.exists()
+    servers = settings.admin_servers if superuser else settings.bootstrap_servers
+    first = servers.split(",", maxsplit=1)[0].strip()
     host, port = _host_port(first, 9092)
     if not port_open(port, host):
         return Health(ok=False, detail=f"nothing listens on {first}", latency_ms=0.0)
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient(
-        {"bootstrap.servers": bootstrap_servers, "log_level": 0, "socket.timeout.ms": 2000}
-    )
+    try:
+        admin = kafka_admin(settings, superuser=superuser, log_level=0,
+                            **{"socket.timeout.ms": 2000})  # fmt: skip
+    except SettingsError as exc:
+        return Health(ok=False, detail=str(exc), latency_ms=0.0)
     try:
         md = admin.list_topics(timeout=timeout)
     except Exception as exc:

@@ -63,6 +63,15 @@ class Settings:
     history_ttl_days: int
     cassandra_replication: int
     bootstrap_servers: str
+    # Kafka security (runtime.kafka.security): "sasl_ssl" (SCRAM over TLS) or "plaintext";
+    # the user cronstream's processes connect as; the CA to trust (None: the stack's);
+    # the super user's mTLS listener, and the benchmark's anonymous one.
+    kafka_security: str
+    kafka_user: str
+    kafka_ca: Path | None
+    kafka_admin_port: int
+    kafka_plaintext_port: int
+    admin_servers: str
     registry_url: str
     cassandra_hosts: tuple[str, ...]
 
@@ -81,6 +90,13 @@ class Settings:
                 f"CRONSTREAM_TOPIC_PREFIX={prefix!r}: use letters, digits, '.', '_' and '-'"
             )
         kafka_port = env_int("CRONSTREAM_KAFKA_PORT", 9092, env=env)
+        admin_port = env_int("CRONSTREAM_KAFKA_ADMIN_PORT", 9095, env=env)
+        security = (env.get("CRONSTREAM_KAFKA_SECURITY") or "sasl_ssl").lower()
+        if security not in ("sasl_ssl", "plaintext"):
+            raise SettingsError(
+                f"CRONSTREAM_KAFKA_SECURITY={security!r}: use sasl_ssl or plaintext"
+            )
+        ca = env.get("CRONSTREAM_KAFKA_CA")
         registry_port = env_int("CRONSTREAM_REGISTRY_PORT", 8081, env=env)
         hosts = env.get("CRONSTREAM_CASSANDRA_HOSTS") or "127.0.0.1"
         return cls(
@@ -101,6 +117,12 @@ class Settings:
             history_ttl_days=env_int("CRONSTREAM_HISTORY_TTL_DAYS", 365, env=env),
             cassandra_replication=env_int("CRONSTREAM_CASSANDRA_REPLICATION", 1, env=env),
             bootstrap_servers=env.get("CRONSTREAM_BOOTSTRAP_SERVERS") or f"127.0.0.1:{kafka_port}",
+            kafka_security=security,
+            kafka_user=env.get("CRONSTREAM_KAFKA_USER") or "cronstream-app",
+            kafka_ca=Path(ca).resolve() if ca else None,
+            kafka_admin_port=admin_port,
+            kafka_plaintext_port=env_int("CRONSTREAM_KAFKA_PLAINTEXT_PORT", 9094, env=env),
+            admin_servers=env.get("CRONSTREAM_KAFKA_ADMIN_SERVERS") or f"127.0.0.1:{admin_port}",
             registry_url=(
                 env.get("CRONSTREAM_REGISTRY_URL")
                 or f"http://127.0.0.1:{registry_port}/apis/ccompat/v7"

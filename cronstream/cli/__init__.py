@@ -8,18 +8,19 @@ import os
 import sys
 
 from cronstream.cli import history, jobs, roles
-from cronstream.cli.common import EXIT_INVALID, EXIT_NOT_FOUND, EXIT_UNAVAILABLE
+from cronstream.cli.common import EXIT_INVALID, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_UNAVAILABLE
 from producers.client import JobClient, UnknownJob
 from producers.spec import SpecError
 from runtime.health import cassandra_health, kafka_health, registry_health
 from runtime.kafka.publisher import Publisher, PublishError
+from runtime.kafka.security import KafkaAuthError
 from runtime.settings import Settings, SettingsError
 from schemas.registry import RegistryError, RegistryUnavailable
 from streams.core.zones import TZDATA_VERSION
 
 
 def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
-    kafka = kafka_health(settings.bootstrap_servers)
+    kafka = kafka_health(settings)
     registry = registry_health(settings.registry_url)
     cassandra = cassandra_health(settings.cassandra_hosts, settings.cassandra_port)
     report = {
@@ -67,6 +68,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# What each expected failure exits with (README, "Exit codes"), and a hint.
+EXITS: tuple[tuple[type[Exception] | tuple[type[Exception], ...], int, str], ...] = (
+    (UnknownJob, EXIT_NOT_FOUND, ""),
+    (SettingsError, EXIT_INVALID, ""),
+    (KafkaAuthError, EXIT_REFUSED, ""),
+    ((RegistryUnavailable, RegistryError, PublishError), EXIT_UNAVAILABLE,
+     " (is the stack up? 'cronstream status')"),
+)  # fmt: skip
+FAILURES = (UnknownJob, SettingsError, KafkaAuthError, RegistryUnavailable, RegistryError,
+            PublishError)  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
@@ -82,15 +95,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  - {problem}", file=sys.stderr)
         print("nothing was written", file=sys.stderr)
         return EXIT_INVALID
-    except UnknownJob as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_NOT_FOUND
-    except SettingsError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_INVALID
-    except (RegistryUnavailable, RegistryError, PublishError) as exc:
-        print(f"error: {exc} (is the stack up? 'cronstream status')", file=sys.stderr)
-        return EXIT_UNAVAILABLE
+    except FAILURES as exc:
+        code, hint = next((c, h) for kinds, c, h in EXITS if isinstance(exc, kinds))
+        print(f"error: {exc}{hint}", file=sys.stderr)
+        return code
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 EXIT_INVALID = 2
 EXIT_UNAVAILABLE = 3
 EXIT_NOT_FOUND = 4
+EXIT_REFUSED = 5  # Kafka refused the credentials (runtime.kafka.security)
 
 
 def at_least(minimum: int) -> Callable[[str], int]:

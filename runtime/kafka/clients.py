@@ -12,6 +12,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
+from runtime.kafka.security import admin_security, client_security
 from runtime.settings import Settings
 
 PRODUCER_DEFAULTS: dict[str, Any] = {
@@ -24,7 +25,12 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
 
 
 def producer_config(settings: Settings, **overrides: Any) -> dict[str, Any]:
-    return {"bootstrap.servers": settings.bootstrap_servers, **PRODUCER_DEFAULTS, **overrides}
+    return {
+        "bootstrap.servers": settings.bootstrap_servers,
+        **PRODUCER_DEFAULTS,
+        **client_security(settings),
+        **overrides,
+    }
 
 
 def kafka_producer(settings: Settings, **overrides: Any) -> Producer:
@@ -36,12 +42,14 @@ def kafka_consumer(settings: Settings, **overrides: Any) -> Consumer:
         "bootstrap.servers": settings.bootstrap_servers,
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
+        **client_security(settings),
         **overrides,
     }
     if "group.id" not in config:
         # Read-only consumers (tail, jobs list) assign partitions themselves; librdkafka
-        # still wants a group id, which they never commit to.
-        config["group.id"] = "cronstream-reader"
+        # still wants a group id, which they never commit to (under the topic prefix,
+        # where the ACLs of cronstream's user reach).
+        config["group.id"] = f"{settings.topic_prefix}.reader"
     return Consumer(config)
 
 
@@ -64,5 +72,10 @@ def group_consumer(
     )
 
 
-def kafka_admin(settings: Settings, **overrides: Any) -> AdminClient:
-    return AdminClient({"bootstrap.servers": settings.bootstrap_servers, **overrides})
+def kafka_admin(settings: Settings, *, superuser: bool = False, **overrides: Any) -> AdminClient:
+    """An admin client as cronstream's user, or (``superuser``) as the stack's super user
+    on the admin listener: creating topics, users and ACLs."""
+    if superuser:
+        return AdminClient({**admin_security(settings), **overrides})
+    config = {"bootstrap.servers": settings.bootstrap_servers, **client_security(settings)}
+    return AdminClient({**config, **overrides})

@@ -45,7 +45,7 @@ def namespace(base: Settings) -> Iterator[Settings]:
     try:
         yield settings
     finally:
-        admin = kafka_admin(settings)
+        admin = kafka_admin(settings, superuser=True)
         names = [name for name, _ in Topics(settings).all()]
         for future in admin.delete_topics(names, operation_timeout=60).values():
             future.result()

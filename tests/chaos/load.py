@@ -294,7 +294,7 @@ class Pipeline:
         """Delete the scenario's topics and keyspace (its figures are taken)."""
         from runtime.cassandra import cassandra_session
 
-        admin = kafka_admin(self.settings)
+        admin = kafka_admin(self.settings, superuser=True)
         names = [name for name, _ in self.topics.all()]
         for future in admin.delete_topics(names, operation_timeout=60).values():
             future.result()

@@ -24,6 +24,8 @@ PORT_OFFSET = 100
 PORTS = {
     "CRONSTREAM_KAFKA_PORT": 9092,
     "CRONSTREAM_KAFKA_CONTROLLER_PORT": 9093,
+    "CRONSTREAM_KAFKA_PLAINTEXT_PORT": 9094,
+    "CRONSTREAM_KAFKA_ADMIN_PORT": 9095,
     "CRONSTREAM_REGISTRY_PORT": 8081,
     "CRONSTREAM_CASSANDRA_PORT": 9042,
     "CRONSTREAM_CASSANDRA_STORAGE_PORT": 7000,
@@ -46,7 +48,9 @@ def chaos_environment() -> dict[str, str]:
     env["CRONSTREAM_HOME"] = str(Path(home).resolve())
     env["CRONSTREAM_CHAOS_JARS"] = str(main_home / "lib")
     for inherited in ("CRONSTREAM_BOOTSTRAP_SERVERS", "CRONSTREAM_REGISTRY_URL",
-                      "CRONSTREAM_CASSANDRA_HOSTS"):  # fmt: skip
+                      "CRONSTREAM_CASSANDRA_HOSTS", "CRONSTREAM_KAFKA_ADMIN_SERVERS",
+                      "CRONSTREAM_KAFKA_CA", "CRONSTREAM_KAFKA_PASSWORD_FILE",
+                      "CRONSTREAM_KAFKA_PASSWORD"):  # fmt: skip
         env[inherited] = ""  # derived from the ports above
     return env
 

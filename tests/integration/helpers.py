@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -19,8 +20,10 @@ from typing import NamedTuple
 
 from confluent_kafka import TopicPartition
 
+from infra.security import write_private
 from runtime.kafka.clients import kafka_consumer
 from runtime.kafka.offsets import group_lag, watermarks
+from runtime.kafka.security import client_properties
 from runtime.settings import Settings
 from tests.conftest import cli_env
 
@@ -42,11 +45,14 @@ def kcat(settings: Settings, topic: str, fmt: str) -> list[str]:
     """Every record of ``topic`` from the beginning, formatted by kcat (-Z: NULL shown)."""
     exe = shutil.which("kcat")
     assert exe, "kcat is not installed: 'make deps' installs it (Debian package kcat)"
-    out = subprocess.run(
-        [exe, "-C", "-b", settings.bootstrap_servers, "-t", topic, "-o", "beginning",
-         "-e", "-q", "-Z", "-f", fmt],
-        capture_output=True, text=True, errors="replace", timeout=60, check=True,
-    )  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Path(tmp) / "kcat.properties"  # the password stays out of argv
+        write_private(config, client_properties(settings).encode())
+        out = subprocess.run(
+            [exe, "-F", str(config), "-C", "-b", settings.bootstrap_servers, "-t", topic,
+             "-o", "beginning", "-e", "-q", "-Z", "-f", fmt],
+            capture_output=True, text=True, errors="replace", timeout=60, check=True,
+        )  # fmt: skip
     return [line for line in out.stdout.split("\n") if line]
 
 

@@ -71,6 +71,6 @@ def test_a_bench_stopped_by_sigterm_stops_its_processes_and_deletes_its_topics(
     assert prefixes, children
     time.sleep(1)
     assert not [pid for pid in children if _alive(pid)], "a process outlived its bench"
-    topics = kafka_admin(stack).list_topics(timeout=10).topics
+    topics = kafka_admin(stack, superuser=True).list_topics(timeout=10).topics
     left = [t for t in topics if any(t.startswith(p + ".") for p in prefixes)]
     assert left == [], left

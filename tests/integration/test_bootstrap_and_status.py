@@ -29,7 +29,7 @@ def test_bootstrap_twice_creates_nothing_new(ns: Settings) -> None:
 
 def test_a_topic_with_the_wrong_partition_count_is_reported(stack: Settings) -> None:
     settings = stack.with_namespace(topic_prefix=f"cstest.{uuid.uuid4().hex[:10]}")
-    admin = kafka_admin(settings)
+    admin = kafka_admin(settings, superuser=True)
     jobs = f"{settings.topic_prefix}.jobs"
     admin.create_topics([NewTopic(jobs, num_partitions=3, replication_factor=1)])[jobs].result()
     try:

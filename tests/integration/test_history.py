@@ -169,7 +169,7 @@ def test_every_outcome_lands_once_per_key_and_redelivery_rewrites(
     group = f"{ns.topic_prefix}.sink"
     topic = Topics(ns).history
     rewind = [TopicPartition(topic, p, 0) for p in range(ns.partitions)]
-    admin = kafka_admin(ns)
+    admin = kafka_admin(ns, superuser=True)
     for future in admin.alter_consumer_group_offsets(
         [ConsumerGroupTopicPartitions(group, rewind)]
     ).values():

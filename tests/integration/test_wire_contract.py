@@ -14,6 +14,7 @@ from aiokafka import AIOKafkaProducer
 from confluent_kafka import KafkaError, Message
 
 from runtime.kafka.clients import kafka_producer
+from runtime.kafka.security import aiokafka_security
 from runtime.settings import Settings
 from schemas.avro import schema_json
 from schemas.catalog import Topics
@@ -42,7 +43,7 @@ def test_confluent_and_aiokafka_producers_put_a_key_on_the_same_partition(ns: Se
     assert producer.flush(30) == 0
 
     async def aiokafka_partitions() -> dict[str, int]:
-        aio = AIOKafkaProducer(bootstrap_servers=ns.bootstrap_servers)
+        aio = AIOKafkaProducer(bootstrap_servers=ns.bootstrap_servers, **aiokafka_security(ns))
         await aio.start()
         try:
             out = {}

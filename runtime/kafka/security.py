@@ -1,0 +1,137 @@
+"""How a cronstream client proves who it is to Kafka.
+
+The local stack's broker (``infra.services.Kafka``) has three client listeners:
+
+- ``CRONSTREAM_KAFKA_PORT`` (9092): SASL_SSL, SCRAM-SHA-512 over TLS. Every cronstream
+  process and operator connects here as a Kafka user (``CRONSTREAM_KAFKA_USER``, by
+  default ``cronstream-app``) with its password.
+- ``CRONSTREAM_KAFKA_ADMIN_PORT`` (9095): TLS with client certificates. The bootstrap
+  and the readiness probe act here as the super user ``cronstream-admin`` (the stack's
+  ``tls/admin.pem``); it creates users, ACLs and topics.
+- ``CRONSTREAM_KAFKA_PLAINTEXT_PORT`` (9094): no authentication, and no rights but on
+  the ``bench-plain.`` topics: the secured-vs-plaintext benchmark.
+
+The password comes from ``CRONSTREAM_KAFKA_PASSWORD``, else the file named by
+``CRONSTREAM_KAFKA_PASSWORD_FILE``, else the stack's ``credentials/<user>.secret``. It
+is read when a client is built and never logged. Kafka refusing it ends the process with
+``KafkaAuthError`` (librdkafka alone would retry forever, saying nothing).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaError
+
+from runtime.settings import Settings, SettingsError
+
+BROKER_PRINCIPAL = "cronstream-broker"
+ADMIN_PRINCIPAL = "cronstream-admin"
+APP_PRINCIPAL = "cronstream-app"
+BENCH_PLAIN_PREFIX = "bench-plain."  # what anonymous plaintext clients may use
+SCRAM = "SCRAM-SHA-512"
+
+
+class KafkaAuthError(RuntimeError):
+    """Kafka refused this client's credentials or its TLS handshake: retrying will not
+    help."""
+
+
+def security_dir(settings: Settings) -> Path:
+    return settings.home / "data" / "security"
+
+
+def tls_dir(settings: Settings) -> Path:
+    return security_dir(settings) / "tls"
+
+
+def credentials_dir(settings: Settings) -> Path:
+    return security_dir(settings) / "credentials"
+
+
+def ca_location(settings: Settings) -> str:
+    return str(settings.kafka_ca or tls_dir(settings) / "ca.pem")
+
+
+def kafka_password(settings: Settings, env: dict[str, str] | None = None) -> str:
+    """The password of ``settings.kafka_user`` (see the module's text for where)."""
+    env = dict(os.environ) if env is None else env
+    if env.get("CRONSTREAM_KAFKA_PASSWORD"):
+        return env["CRONSTREAM_KAFKA_PASSWORD"]
+    named = env.get("CRONSTREAM_KAFKA_PASSWORD_FILE")
+    path = Path(named) if named else credentials_dir(settings) / f"{settings.kafka_user}.secret"
+    try:
+        return path.read_text().strip()
+    except OSError as exc:
+        raise SettingsError(
+            f"no password for Kafka user {settings.kafka_user!r}: cannot read {path} "
+            f"({exc.strerror}); set CRONSTREAM_KAFKA_PASSWORD_FILE or run `make bootstrap`"
+        ) from None
+
+
+def refuse_bad_credentials(user: str) -> Any:
+    """An ``error_cb`` that turns an authentication or TLS failure into KafkaAuthError,
+    raised from the client call that served it (poll, consume, flush)."""
+
+    def on_error(err: KafkaError) -> None:
+        if err.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL):
+            raise KafkaAuthError(f"Kafka refused user {user!r}: {err.str()}")
+
+    return on_error
+
+
+def client_security(settings: Settings) -> dict[str, Any]:
+    """The librdkafka settings of an ordinary client of ``settings``."""
+    if settings.kafka_security == "plaintext":
+        return {}
+    return {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanisms": SCRAM,
+        "sasl.username": settings.kafka_user,
+        "sasl.password": kafka_password(settings),
+        "ssl.ca.location": ca_location(settings),
+        "ssl.endpoint.identification.algorithm": "https",
+        "error_cb": refuse_bad_credentials(settings.kafka_user),
+    }
+
+
+def admin_security(settings: Settings) -> dict[str, Any]:
+    """The librdkafka settings of the super user: the stack's admin certificate on the
+    admin listener (bootstrap, readiness, tests' namespaces)."""
+    if settings.kafka_security == "plaintext":
+        return {"bootstrap.servers": settings.bootstrap_servers}
+    admin_pem = str(tls_dir(settings) / "admin.pem")
+    return {
+        "bootstrap.servers": settings.admin_servers,
+        "security.protocol": "SSL",
+        "ssl.ca.location": ca_location(settings),
+        "ssl.certificate.location": admin_pem,
+        "ssl.key.location": admin_pem,
+        "ssl.endpoint.identification.algorithm": "https",
+        "error_cb": refuse_bad_credentials(ADMIN_PRINCIPAL),
+    }
+
+
+def client_properties(settings: Settings) -> str:
+    """``client_security`` as a librdkafka properties file (kcat -F, Kafka's tools):
+    holds the password, so it is written 0600 (``infra.security.write_private``)."""
+    config = {"bootstrap.servers": settings.bootstrap_servers}
+    config.update((k, v) for k, v in client_security(settings).items() if isinstance(v, str))
+    return "".join(f"{key}={value}\n" for key, value in config.items())
+
+
+def aiokafka_security(settings: Settings) -> dict[str, Any]:
+    """``client_security`` for aiokafka (and faust, which passes these through)."""
+    if settings.kafka_security == "plaintext":
+        return {}
+    from aiokafka.helpers import create_ssl_context
+
+    return {
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": SCRAM,
+        "sasl_plain_username": settings.kafka_user,
+        "sasl_plain_password": kafka_password(settings),
+        "ssl_context": create_ssl_context(cafile=ca_location(settings)),
+    }

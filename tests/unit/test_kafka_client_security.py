@@ -1,0 +1,76 @@
+"""Kafka client security settings (runtime.kafka.security): where the password comes
+from, and what librdkafka is told."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaError
+
+from runtime.kafka.security import (
+    KafkaAuthError,
+    admin_security,
+    client_properties,
+    client_security,
+    kafka_password,
+    refuse_bad_credentials,
+)
+from runtime.settings import Settings, SettingsError
+
+
+def settings(tmp_path: Path, **env: str) -> Settings:
+    return Settings.from_env({"CRONSTREAM_HOME": str(tmp_path), **env})
+
+
+def test_defaults_are_the_local_stacks_secured_listeners(tmp_path: Path) -> None:
+    s = settings(tmp_path)
+    assert (s.kafka_security, s.kafka_user) == ("sasl_ssl", "cronstream-app")
+    assert (s.bootstrap_servers, s.admin_servers) == ("127.0.0.1:9092", "127.0.0.1:9095")
+    assert s.kafka_plaintext_port == 9094
+    with pytest.raises(SettingsError, match="use sasl_ssl or plaintext"):
+        settings(tmp_path, CRONSTREAM_KAFKA_SECURITY="ssl-please")
+
+
+def test_the_password_comes_from_the_environment_a_named_file_or_the_stack(
+    tmp_path: Path,
+) -> None:
+    s = settings(tmp_path)
+    stack_secret = tmp_path / "data" / "security" / "credentials" / "cronstream-app.secret"
+    stack_secret.parent.mkdir(parents=True)
+    stack_secret.write_text("from-the-stack\n")
+    named = tmp_path / "pw"
+    named.write_text("from-a-file\n")
+    assert kafka_password(s, {}) == "from-the-stack"
+    assert kafka_password(s, {"CRONSTREAM_KAFKA_PASSWORD_FILE": str(named)}) == "from-a-file"
+    both = {"CRONSTREAM_KAFKA_PASSWORD_FILE": str(named), "CRONSTREAM_KAFKA_PASSWORD": "env"}
+    assert kafka_password(s, both) == "env"
+    with pytest.raises(SettingsError, match="no password for Kafka user 'nobody'"):
+        kafka_password(settings(tmp_path, CRONSTREAM_KAFKA_USER="nobody"), {})
+
+
+def test_librdkafka_gets_scram_over_tls_and_the_properties_file_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CRONSTREAM_KAFKA_PASSWORD", "s3cret")
+    s = settings(tmp_path, CRONSTREAM_KAFKA_CA=str(tmp_path / "my-ca.pem"))
+    config = client_security(s)
+    assert config["security.protocol"] == "SASL_SSL"
+    assert config["sasl.mechanisms"] == "SCRAM-SHA-512"
+    assert (config["sasl.username"], config["sasl.password"]) == ("cronstream-app", "s3cret")
+    assert config["ssl.ca.location"] == str(tmp_path / "my-ca.pem")
+    lines = client_properties(s).splitlines()
+    assert "bootstrap.servers=127.0.0.1:9092" in lines
+    assert "sasl.password=s3cret" in lines
+    assert admin_security(s)["ssl.certificate.location"].endswith("tls/admin.pem")
+    plain = settings(tmp_path, CRONSTREAM_KAFKA_SECURITY="plaintext")
+    assert client_security(plain) == {}
+
+
+def test_an_authentication_error_is_raised_other_errors_are_left_to_librdkafka() -> None:
+    on_error = refuse_bad_credentials("cronstream-app")
+    on_error(KafkaError(KafkaError._TRANSPORT, "broker went away"))  # retried by librdkafka
+    with pytest.raises(KafkaAuthError, match="Kafka refused user 'cronstream-app'"):
+        on_error(KafkaError(KafkaError._AUTHENTICATION, "invalid credentials"))
+    with pytest.raises(KafkaAuthError):
+        on_error(KafkaError(KafkaError._SSL, "certificate verify failed"))
