@@ -27,14 +27,14 @@ from confluent_kafka.admin._scram import (
 from confluent_kafka.cimpl import NewTopic
 
 from consumers.migrations import migrate
-from infra.security import ensure_secret, write_private
+from infra.security import ensure_client_certificate, ensure_secret, write_private
 from runtime.cassandra import cassandra_session
 from runtime.kafka.clients import kafka_admin
 from runtime.kafka.security import (
     BENCH_PLAIN_PREFIX,
     client_properties,
-    credentials_dir,
     security_dir,
+    tls_dir,
 )
 from runtime.settings import Settings
 from schemas.avro import schema_json
@@ -111,8 +111,9 @@ def ensure_access(settings: Settings, admin: AdminClient, *, timeout: float = 30
         )
         admin.alter_user_scram_credentials([upsert])[user].result(timeout)
     admin_acls(admin, _access(settings.topic_prefix, f"User:{user}"), timeout)
-    if (credentials_dir(settings) / f"{user}.secret").exists():
-        # For kcat -F and Kafka's own tools (README, "Inspecting with kcat").
+    if (tls_dir(settings) / "ca-key.pem").exists():  # the local stack's CA: certificates
+        # For kcat -F (README, "Security").
+        ensure_client_certificate(settings, user)
         properties = security_dir(settings) / f"{user}.properties"
         write_private(properties, client_properties(settings).encode())
 

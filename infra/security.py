@@ -33,6 +33,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from runtime.kafka.security import (
     ADMIN_PRINCIPAL,
     BROKER_PRINCIPAL,
+    client_certificate,
     credentials_dir,
     security_dir,
     tls_dir,
@@ -163,6 +164,20 @@ def ensure_tls(settings: Settings) -> Path:
         key, cert = _issue(ca, ca_key, ADMIN_PRINCIPAL, server=False)
         write_private(tls / "admin.pem", key + cert)
     return tls
+
+
+def ensure_client_certificate(settings: Settings, user: str) -> Path:
+    """A client certificate of Kafka user ``user`` (CN=user: the broker's principal
+    for it on the mTLS listener), made once; returns the PEM (key + certificate)."""
+    tls = ensure_tls(settings)
+    path = client_certificate(settings, user)
+    if not _fresh(path):
+        ca = x509.load_pem_x509_certificate((tls / "ca.pem").read_bytes())
+        ca_key = serialization.load_pem_private_key((tls / "ca-key.pem").read_bytes(), None)
+        assert isinstance(ca_key, rsa.RSAPrivateKey), "the local CA key is RSA"
+        key, cert = _issue(ca, ca_key, user, server=False)
+        write_private(path, key + cert)
+    return path
 
 
 def ensure_secret(settings: Settings, user: str) -> str:

@@ -73,6 +73,8 @@ def cli_env(settings: Settings) -> dict[str, str]:
         **os.environ,
         "CRONSTREAM_TOPIC_PREFIX": settings.topic_prefix,
         "CRONSTREAM_KEYSPACE": settings.keyspace,
+        "CRONSTREAM_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+        "CRONSTREAM_KAFKA_SECURITY": settings.kafka_security,
     }
 
 

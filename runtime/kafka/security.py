@@ -5,9 +5,10 @@ The local stack's broker (``infra.services.Kafka``) has three client listeners:
 - ``CRONSTREAM_KAFKA_PORT`` (9092): SASL_SSL, SCRAM-SHA-512 over TLS. Every cronstream
   process and operator connects here as a Kafka user (``CRONSTREAM_KAFKA_USER``, by
   default ``cronstream-app``) with its password.
-- ``CRONSTREAM_KAFKA_ADMIN_PORT`` (9095): TLS with client certificates. The bootstrap
-  and the readiness probe act here as the super user ``cronstream-admin`` (the stack's
-  ``tls/admin.pem``); it creates users, ACLs and topics.
+- ``CRONSTREAM_KAFKA_ADMIN_PORT`` (9095): TLS with client certificates, the certificate's
+  CN the user. The bootstrap and the readiness probe act here as the super user
+  ``cronstream-admin`` (the stack's ``tls/admin.pem``), which creates users, ACLs and
+  topics; kcat as cronstream's user (``tls/<user>.pem``, the same ACLs).
 - ``CRONSTREAM_KAFKA_PLAINTEXT_PORT`` (9094): no authentication, and no rights but on
   the ``bench-plain.`` topics: the secured-vs-plaintext benchmark.
 
@@ -114,11 +115,27 @@ def admin_security(settings: Settings) -> dict[str, Any]:
     }
 
 
+def client_certificate(settings: Settings, user: str | None = None) -> Path:
+    """The stack's client certificate (key and certificate, PEM) of a Kafka user."""
+    return tls_dir(settings) / f"{user or settings.kafka_user}.pem"
+
+
 def client_properties(settings: Settings) -> str:
-    """``client_security`` as a librdkafka properties file (kcat -F, Kafka's tools):
-    holds the password, so it is written 0600 (``infra.security.write_private``)."""
-    config = {"bootstrap.servers": settings.bootstrap_servers}
-    config.update((k, v) for k, v in client_security(settings).items() if isinstance(v, str))
+    """A librdkafka properties file for kcat (-F) and other tools: cronstream's user by
+    its client certificate on the mTLS listener, where the same ACLs apply (the
+    Debian kcat's librdkafka 2.0 cannot do SCRAM with a Kafka 4 broker: its client
+    proof repeats the nonce, fixed in librdkafka 2.6.1)."""
+    if settings.kafka_security == "plaintext":
+        return f"bootstrap.servers={settings.bootstrap_servers}\n"
+    cert = client_certificate(settings)
+    config = {
+        "bootstrap.servers": settings.admin_servers,
+        "security.protocol": "SSL",
+        "ssl.ca.location": ca_location(settings),
+        "ssl.certificate.location": str(cert),
+        "ssl.key.location": str(cert),
+        "ssl.endpoint.identification.algorithm": "https",
+    }
     return "".join(f"{key}={value}\n" for key, value in config.items())
 
 

@@ -28,6 +28,7 @@ from tests.bench.scheduler import (
     bench_slots,
     bench_throughput,
 )
+from tests.bench.security import bench_security
 from tests.bench.workers import bench_drain, bench_fire_to_start, bench_workers
 from tests.integration.helpers import kill_children
 
@@ -37,7 +38,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer runs, smaller loads")
     parser.add_argument("--only", nargs="*", default=None,
                         choices=["throughput", "skew", "burst", "million", "distinct", "slots",
-                                 "workers", "drain", "malformed", "latency", "sink",
+                                 "workers", "drain", "malformed", "security", "latency", "sink",
                                  "queries"])  # fmt: skip
     args = parser.parse_args()
     base = Settings.from_env()
@@ -53,6 +54,7 @@ def main() -> int:
         "slots": lambda: bench_slots(runs, 100_000),
         "workers": lambda: bench_workers(base, runs, 12_000, (1, 2, 4)),
         "drain": lambda: bench_drain(base, runs, 10.0, (1, 2, 4)),
+        "security": lambda: bench_security(base, 2 * runs - 1, 3_000 if args.quick else 12_000),
         "malformed": lambda: bench_malformed(base, 2 * runs - 1, 9_000 if args.quick else 30_000),
         "latency": lambda: bench_fire_to_start(base, runs),
         "sink": lambda: bench_sink(base, runs, 100_000 if args.quick else 300_000, (64, 1)),

@@ -38,8 +38,8 @@ def row(name: str, value: str, target: str, note: str = "") -> None:
 
 
 @contextmanager
-def namespace(base: Settings) -> Iterator[Settings]:
-    settings = base.with_namespace(topic_prefix=f"csbench.{uuid.uuid4().hex[:8]}")
+def namespace(base: Settings, prefix: str = "csbench") -> Iterator[Settings]:
+    settings = base.with_namespace(topic_prefix=f"{prefix}.{uuid.uuid4().hex[:8]}")
     ensure_topics(settings)
     ensure_subjects(settings)
     try:

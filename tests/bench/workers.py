@@ -56,38 +56,44 @@ class Pipeline:
             process.stop()
 
 
-def bench_workers(base: Settings, runs: int, demand: int, counts: tuple[int, ...]) -> None:
-    """A scheduler firing ``demand`` no-op python runs per second, and 1, 2, 4 worker
-    processes: SUCCEEDED outcomes per second published to history, end to end."""
+def end_to_end(settings: Settings, workers: int, demand: int) -> tuple[float, dict[str, float]]:
+    """A scheduler firing ``demand`` no-op python runs per second and ``workers`` worker
+    processes in ``settings``' namespace: (SUCCEEDED outcomes per second published to
+    history over a 15 s window after 10 s of warm-up, CPU us per run by role)."""
     warmup, window = 10.0, 15.0
+    put_noop_jobs(settings, demand, "w")
+    pipeline = Pipeline(settings, workers, concurrency=64)
+    try:
+        pipeline.wait_live()
+        time.sleep(warmup)
+        cpu0, t0 = pipeline.cpu_seconds(), time.time()
+        time.sleep(window)
+        cpu1, t1 = pipeline.cpu_seconds(), time.time()
+    finally:
+        pipeline.stop()
+    done = [
+        r for r in read_topic(settings, Topics(settings).history)
+        if r.headers.get("status") == "SUCCEEDED" and t0 * 1000 <= r.timestamp_ms < t1 * 1000
+    ]  # fmt: skip
+    cpu = {role: (cpu1[role] - cpu0[role]) / max(1, len(done)) * 1e6 for role in cpu0}
+    return len(done) / (t1 - t0), cpu
+
+
+def bench_workers(base: Settings, runs: int, demand: int, counts: tuple[int, ...]) -> None:
+    """End to end (``end_to_end``) with 1, 2, 4 worker processes."""
     for count in counts:
         rates: list[float] = []
         cpu_per_run: dict[str, list[float]] = {}
         for _ in range(runs):
             with namespace(base) as settings:
-                put_noop_jobs(settings, demand, "w")
-                pipeline = Pipeline(settings, count, concurrency=64)
-                try:
-                    pipeline.wait_live()
-                    time.sleep(warmup)
-                    cpu0, t0 = pipeline.cpu_seconds(), time.time()
-                    time.sleep(window)
-                    cpu1, t1 = pipeline.cpu_seconds(), time.time()
-                finally:
-                    pipeline.stop()
-                done = [
-                    r for r in read_topic(settings, Topics(settings).history)
-                    if r.headers.get("status") == "SUCCEEDED"
-                    and t0 * 1000 <= r.timestamp_ms < t1 * 1000
-                ]  # fmt: skip
-                rates.append(len(done) / (t1 - t0))
-                for role in cpu0:
-                    used = (cpu1[role] - cpu0[role]) / max(1, len(done)) * 1e6
-                    cpu_per_run.setdefault(role, []).append(used)
-        cpu = ", ".join(f"{role} {statistics.median(v):.0f}" for role, v in cpu_per_run.items())
+                rate, cpu = end_to_end(settings, count, demand)
+            rates.append(rate)
+            for role, used in cpu.items():
+                cpu_per_run.setdefault(role, []).append(used)
+        cpu_text = ", ".join(f"{r} {statistics.median(v):.0f}" for r, v in cpu_per_run.items())
         row(f"no-op runs/s end to end, {count} worker(s)", f"{statistics.median(rates):,.0f}",
             ">= 10,000", f"demand {demand:,}/s; runs {[round(r) for r in rates]}; "
-            f"CPU us/run: {cpu}")  # fmt: skip
+            f"CPU us/run: {cpu_text}")  # fmt: skip
 
 
 def bench_drain(base: Settings, runs: int, backlog_s: float, counts: tuple[int, ...]) -> None:

@@ -46,11 +46,11 @@ def kcat(settings: Settings, topic: str, fmt: str) -> list[str]:
     exe = shutil.which("kcat")
     assert exe, "kcat is not installed: 'make deps' installs it (Debian package kcat)"
     with tempfile.TemporaryDirectory() as tmp:
-        config = Path(tmp) / "kcat.properties"  # the password stays out of argv
+        config = Path(tmp) / "kcat.properties"
         write_private(config, client_properties(settings).encode())
         out = subprocess.run(
-            [exe, "-F", str(config), "-C", "-b", settings.bootstrap_servers, "-t", topic,
-             "-o", "beginning", "-e", "-q", "-Z", "-f", fmt],
+            [exe, "-F", str(config), "-C", "-t", topic, "-o", "beginning", "-e", "-q",
+             "-Z", "-f", fmt],
             capture_output=True, text=True, errors="replace", timeout=60, check=True,
         )  # fmt: skip
     return [line for line in out.stdout.split("\n") if line]

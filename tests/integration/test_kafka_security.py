@@ -5,6 +5,7 @@ the refusals, each a clear error with nothing written."""
 
 from __future__ import annotations
 
+import subprocess
 import uuid
 from dataclasses import replace
 
@@ -16,7 +17,7 @@ from runtime.kafka.clients import kafka_admin, kafka_consumer, kafka_producer
 from runtime.kafka.security import BENCH_PLAIN_PREFIX, KafkaAuthError, credentials_dir
 from runtime.settings import Settings
 from schemas.catalog import Topics
-from tests.integration.helpers import cronstream, record_count
+from tests.integration.helpers import cronstream, kcat, record_count
 
 pytestmark = pytest.mark.integration
 
@@ -92,6 +93,9 @@ def test_cronstreams_user_is_confined_to_its_topic_prefix(ns: Settings) -> None:
             assert other not in consumer.list_topics(timeout=10).topics  # not even seen
         finally:
             consumer.close()
+        with pytest.raises(subprocess.CalledProcessError) as denied:  # kcat: mTLS, same ACLs
+            kcat(ns, other, "%k\n")
+        assert "authoriz" in denied.value.stderr.lower(), denied.value.stderr
         as_app = kafka_admin(ns)
         name = f"{ns.topic_prefix}.made-by-app"
         with pytest.raises(KafkaException) as caught:

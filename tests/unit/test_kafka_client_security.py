@@ -59,9 +59,11 @@ def test_librdkafka_gets_scram_over_tls_and_the_properties_file_the_same(
     assert config["sasl.mechanisms"] == "SCRAM-SHA-512"
     assert (config["sasl.username"], config["sasl.password"]) == ("cronstream-app", "s3cret")
     assert config["ssl.ca.location"] == str(tmp_path / "my-ca.pem")
-    lines = client_properties(s).splitlines()
-    assert "bootstrap.servers=127.0.0.1:9092" in lines
-    assert "sasl.password=s3cret" in lines
+    lines = client_properties(s).splitlines()  # kcat: the client certificate, mTLS
+    assert "bootstrap.servers=127.0.0.1:9095" in lines
+    assert "security.protocol=SSL" in lines
+    assert f"ssl.certificate.location={tmp_path}/data/security/tls/cronstream-app.pem" in lines
+    assert not [line for line in lines if "password" in line]
     assert admin_security(s)["ssl.certificate.location"].endswith("tls/admin.pem")
     plain = settings(tmp_path, CRONSTREAM_KAFKA_SECURITY="plaintext")
     assert client_security(plain) == {}

@@ -1,0 +1,44 @@
+"""The secured listener's cost (issue 16): the same end-to-end pipeline on SASL_SSL
+(SCRAM-SHA-512 over TLS, as cronstream's user) and on the broker's anonymous plaintext
+listener (topics under ``bench-plain.``, the only ones it may use), side by side in one
+run. Which arm goes first alternates from pair to pair; the row is the median of the
+pairs' ratios."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+
+from runtime.kafka.security import BENCH_PLAIN_PREFIX
+from runtime.settings import Settings
+from tests.bench.common import namespace, row
+from tests.bench.workers import end_to_end
+
+
+def plaintext(settings: Settings) -> Settings:
+    """``settings`` on the broker's anonymous plaintext listener."""
+    return replace(settings, kafka_security="plaintext",
+                   bootstrap_servers=f"127.0.0.1:{settings.kafka_plaintext_port}")  # fmt: skip
+
+
+def bench_security(base: Settings, pairs: int, demand: int) -> None:
+    rates: dict[bool, list[float]] = {True: [], False: []}
+    cpu: dict[bool, dict[str, list[float]]] = {True: {}, False: {}}
+    for k in range(pairs):
+        for secured in (True, False) if k % 2 == 0 else (False, True):
+            arm = base if secured else plaintext(base)
+            prefix = "csbench" if secured else BENCH_PLAIN_PREFIX.rstrip(".")
+            with namespace(arm, prefix) as settings:
+                rate, used = end_to_end(settings, 1, demand)
+            rates[secured].append(rate)
+            for role, us in used.items():
+                cpu[secured].setdefault(role, []).append(us)
+    ratio = statistics.median(s / p for s, p in zip(rates[True], rates[False], strict=True))
+
+    def cpu_text(secured: bool) -> str:
+        return ", ".join(f"{r} {statistics.median(v):.0f}" for r, v in cpu[secured].items())
+
+    row("no-op runs/s end to end, 1 worker, SASL_SSL vs plaintext", f"{ratio:.0%}", ">= 85%",
+        f"demand {demand:,}/s; SASL_SSL {[round(r) for r in rates[True]]} vs plaintext "
+        f"{[round(r) for r in rates[False]]} runs/s; CPU us/run SASL_SSL: {cpu_text(True)}; "
+        f"plaintext: {cpu_text(False)}")  # fmt: skip
