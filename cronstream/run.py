@@ -186,7 +186,7 @@ def main() -> int:
     for name, health, where in (
         ("kafka", kafka_health(settings), settings.bootstrap_servers),
         ("schema registry", registry_health(settings.registry_url), settings.registry_url),
-        ("cassandra", cassandra_health(settings.cassandra_hosts, settings.cassandra_port),
+        ("cassandra", cassandra_health(settings),
          f"{settings.cassandra_hosts[0]}:{settings.cassandra_port}"),
     ):  # fmt: skip
         console.line(f"  {'ok  ' if health.ok else 'DOWN'} {name:<16} {where:<42} {health.detail}")

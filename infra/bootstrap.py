@@ -27,6 +27,7 @@ from confluent_kafka.admin._scram import (
 from confluent_kafka.cimpl import NewTopic
 
 from consumers.migrations import migrate
+from infra.cassandra_access import admin_session, ensure_cassandra_access, grant_keyspace
 from infra.security import ensure_client_certificate, ensure_secret, write_private
 from runtime.cassandra import cassandra_session
 from runtime.kafka.clients import kafka_admin
@@ -246,12 +247,18 @@ def ensure_subjects(settings: Settings) -> dict[str, int]:
 
 
 def ensure_keyspace(settings: Settings) -> list[str]:
-    cluster, session = cassandra_session(settings)
+    """The keyspace migrated, and readable and writable by cronstream's user (as the
+    super user, ``infra.cassandra_access``). Returns the migrations applied."""
+    if settings.cassandra_security == "none":
+        cluster, session = cassandra_session(settings)
+    else:
+        cluster, session = admin_session(settings)
     try:
-        return [
-            f"{m.version:03d}_{m.name}"
-            for m in migrate(session, settings.keyspace, settings.cassandra_replication)
-        ]
+        applied = migrate(session, settings.keyspace, settings.cassandra_replication)
+        if settings.cassandra_security != "none":
+            ensure_cassandra_access(settings, session)
+            grant_keyspace(settings, session, settings.keyspace)
+        return [f"{m.version:03d}_{m.name}" for m in applied]
     finally:
         cluster.shutdown()
 

@@ -1,42 +1,110 @@
 """Cassandra clients, configured one way for every process (the sink, history queries,
-the bootstrap's migrations, health checks)."""
+the bootstrap's migrations, health checks).
+
+The local stack's Cassandra takes TLS clients only and checks passwords
+(PasswordAuthenticator, CassandraAuthorizer). Cronstream's processes log in as
+``CRONSTREAM_CASSANDRA_USER`` (``cronstream_app``: SELECT and MODIFY on cronstream's
+keyspaces, granted by the bootstrap); the bootstrap and tests' keyspace set-up as the
+super user ``cronstream_admin``. A password comes from ``CRONSTREAM_CASSANDRA_PASSWORD``,
+the file named by ``CRONSTREAM_CASSANDRA_PASSWORD_FILE`` (the configured user only), or
+the stack's ``credentials/cassandra-<user>.secret``; it is never logged.
+``CRONSTREAM_CASSANDRA_SECURITY=none`` connects without TLS or a login (a cluster that
+asks for neither).
+"""
 
 from __future__ import annotations
 
+import os
+import ssl
+from pathlib import Path
 from typing import Any
 
-from runtime.settings import Settings
+from runtime.settings import Settings, SettingsError
+
+CASSANDRA_ADMIN = "cronstream_admin"
+CASSANDRA_DEFAULT_ROLE = ("cassandra", "cassandra")  # a fresh node's, disabled by bootstrap
 
 
-def cassandra_cluster(hosts: tuple[str, ...], port: int, *, timeout: float = 10.0) -> Any:
-    """A cassandra-driver Cluster (not yet connected); the caller shuts it down.
+def cassandra_secret_path(settings: Settings, user: str) -> Path:
+    return settings.home / "data" / "security" / "credentials" / f"cassandra-{user}.secret"
+
+
+def cassandra_password(settings: Settings, user: str) -> str:
+    env = os.environ
+    if user == settings.cassandra_user and env.get("CRONSTREAM_CASSANDRA_PASSWORD"):
+        return env["CRONSTREAM_CASSANDRA_PASSWORD"]
+    named = env.get("CRONSTREAM_CASSANDRA_PASSWORD_FILE")
+    path = (Path(named) if named and user == settings.cassandra_user
+            else cassandra_secret_path(settings, user))  # fmt: skip
+    try:
+        return path.read_text().strip()
+    except OSError as exc:
+        raise SettingsError(
+            f"no password for Cassandra user {user!r}: cannot read {path} ({exc.strerror}); "
+            "set CRONSTREAM_CASSANDRA_PASSWORD_FILE or run `make bootstrap`"
+        ) from None
+
+
+def cassandra_tls(settings: Settings) -> ssl.SSLContext:
+    ca = settings.cassandra_ca or settings.home / "data" / "security" / "tls" / "ca.pem"
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(ca))
+    context.check_hostname = True  # the node's certificate names 127.0.0.1 and localhost
+    return context
+
+
+def cassandra_cluster(
+    settings: Settings,
+    *,
+    timeout: float = 10.0,
+    superuser: bool = False,
+    login: tuple[str, str] | None = None,
+) -> Any:
+    """A cassandra-driver Cluster (not yet connected) as cronstream's user, the super
+    user, or ``login`` (user, password); the caller shuts it down.
 
     A host that went down is tried again every 0.5 s doubling to 5 s (the driver's
     default climbs to 10 minutes, which would keep the sink waiting long after a
     restarted Cassandra is back)."""
+    from cassandra.auth import PlainTextAuthProvider
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
     from cassandra.policies import DCAwareRoundRobinPolicy, ExponentialReconnectionPolicy
 
     profile = ExecutionProfile(
         load_balancing_policy=DCAwareRoundRobinPolicy(), request_timeout=max(timeout, 10.0)
     )
+    secured: dict[str, Any] = {}
+    if settings.cassandra_security != "none":
+        if login is None:
+            user = CASSANDRA_ADMIN if superuser else settings.cassandra_user
+            login = (user, cassandra_password(settings, user))
+        secured = {
+            "auth_provider": PlainTextAuthProvider(username=login[0], password=login[1]),
+            "ssl_context": cassandra_tls(settings),
+            "ssl_options": {"server_hostname": settings.cassandra_hosts[0]},
+        }
     return Cluster(
-        list(hosts),
-        port=port,
+        list(settings.cassandra_hosts),
+        port=settings.cassandra_port,
         connect_timeout=timeout,
         control_connection_timeout=timeout,
         execution_profiles={EXEC_PROFILE_DEFAULT: profile},
         protocol_version=5,
         reconnection_policy=ExponentialReconnectionPolicy(0.5, 5.0),
+        **secured,
     )
 
 
 def cassandra_session(
-    settings: Settings, *, timeout: float = 10.0, keyspace: str | None = None
+    settings: Settings,
+    *,
+    timeout: float = 10.0,
+    keyspace: str | None = None,
+    superuser: bool = False,
+    login: tuple[str, str] | None = None,
 ) -> tuple[Any, Any]:
     """A (Cluster, Session) pair on the configured hosts (in ``keyspace`` when given);
     the caller shuts the cluster down."""
-    cluster = cassandra_cluster(settings.cassandra_hosts, settings.cassandra_port, timeout=timeout)
+    cluster = cassandra_cluster(settings, timeout=timeout, superuser=superuser, login=login)
     try:
         session = cluster.connect(keyspace)
     except BaseException:

@@ -88,16 +88,37 @@ def registry_health(url: str, timeout: float = 3.0) -> Health:
     return Health(ok=True, detail=f"{len(resp.json())} subjects", latency_ms=ms)
 
 
-def cassandra_health(hosts: tuple[str, ...], port: int, timeout: float = 5.0) -> Health:
+def cassandra_health(
+    settings: Settings,
+    timeout: float = 5.0,
+    *,
+    login: tuple[str, str] | None = None,
+    refused_is_up: bool = False,
+) -> Health:
+    """Cassandra answers a query as cronstream's user (or ``login``). With
+    ``refused_is_up`` a refused login still counts as up: ``make up`` waits for the
+    node before the bootstrap has made the users."""
     began = time.perf_counter()
+    hosts, port = settings.cassandra_hosts, settings.cassandra_port
     if not any(port_open(port, h) for h in hosts):
         return Health(ok=False, detail=f"nothing listens on port {port} of {hosts}", latency_ms=0)
+    from cassandra import AuthenticationFailed
+    from cassandra.cluster import NoHostAvailable
+
     from runtime.cassandra import cassandra_cluster
 
-    cluster = cassandra_cluster(hosts, port, timeout=timeout)
+    try:
+        cluster = cassandra_cluster(settings, timeout=timeout, login=login)
+    except SettingsError as exc:
+        return Health(ok=False, detail=str(exc), latency_ms=0.0)
     try:
         session = cluster.connect()
         row = session.execute("SELECT release_version FROM system.local", timeout=timeout).one()
+    except NoHostAvailable as exc:
+        refused = any(isinstance(e, AuthenticationFailed) for e in exc.errors.values())
+        if refused and refused_is_up:
+            return Health(ok=True, detail="answers (login refused)", latency_ms=0.0)
+        return Health(ok=False, detail=f"CQL connection failed: {exc}", latency_ms=0.0)
     except Exception as exc:
         return Health(ok=False, detail=f"CQL query failed: {exc}", latency_ms=0.0)
     finally:

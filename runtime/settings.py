@@ -74,6 +74,11 @@ class Settings:
     admin_servers: str
     registry_url: str
     cassandra_hosts: tuple[str, ...]
+    # Cassandra security (runtime.cassandra): "password_tls" or "none"; the login of
+    # cronstream's processes; the CA to trust (None: the stack's).
+    cassandra_security: str
+    cassandra_user: str
+    cassandra_ca: Path | None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -97,6 +102,12 @@ class Settings:
                 f"CRONSTREAM_KAFKA_SECURITY={security!r}: use sasl_ssl or plaintext"
             )
         ca = env.get("CRONSTREAM_KAFKA_CA")
+        cassandra_ca = env.get("CRONSTREAM_CASSANDRA_CA")
+        cassandra_security = (env.get("CRONSTREAM_CASSANDRA_SECURITY") or "password_tls").lower()
+        if cassandra_security not in ("password_tls", "none"):
+            raise SettingsError(
+                f"CRONSTREAM_CASSANDRA_SECURITY={cassandra_security!r}: use password_tls or none"
+            )
         registry_port = env_int("CRONSTREAM_REGISTRY_PORT", 8081, env=env)
         hosts = env.get("CRONSTREAM_CASSANDRA_HOSTS") or "127.0.0.1"
         return cls(
@@ -128,6 +139,9 @@ class Settings:
                 or f"http://127.0.0.1:{registry_port}/apis/ccompat/v7"
             ).rstrip("/"),
             cassandra_hosts=tuple(h.strip() for h in hosts.split(",") if h.strip()),
+            cassandra_security=cassandra_security,
+            cassandra_user=env.get("CRONSTREAM_CASSANDRA_USER") or "cronstream_app",
+            cassandra_ca=Path(cassandra_ca).resolve() if cassandra_ca else None,
         )
 
     def with_namespace(self, *, topic_prefix: str, keyspace: str | None = None) -> Settings:

@@ -22,7 +22,7 @@ from streams.core.zones import TZDATA_VERSION
 def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
     kafka = kafka_health(settings)
     registry = registry_health(settings.registry_url)
-    cassandra = cassandra_health(settings.cassandra_hosts, settings.cassandra_port)
+    cassandra = cassandra_health(settings)
     report = {
         "ok": kafka.ok and registry.ok and cassandra.ok,
         "kafka": {"ok": kafka.ok, "bootstrap_servers": settings.bootstrap_servers,

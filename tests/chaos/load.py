@@ -292,13 +292,13 @@ class Pipeline:
 
     def drop(self) -> None:
         """Delete the scenario's topics and keyspace (its figures are taken)."""
-        from runtime.cassandra import cassandra_session
+        from infra.cassandra_access import admin_session
 
         admin = kafka_admin(self.settings, superuser=True)
         names = [name for name, _ in self.topics.all()]
         for future in admin.delete_topics(names, operation_timeout=60).values():
             future.result()
-        cluster, session = cassandra_session(self.settings)
+        cluster, session = admin_session(self.settings)
         try:
             session.execute(f"DROP KEYSPACE IF EXISTS {self.settings.keyspace}", timeout=120)
         finally:
@@ -317,11 +317,6 @@ def _with(definition: JobDefinition, **changes: object) -> JobDefinition:
 
 
 def _migrate(settings: Settings) -> None:
-    from consumers.migrations import migrate
-    from runtime.cassandra import cassandra_session
+    from infra.bootstrap import ensure_keyspace
 
-    cluster, session = cassandra_session(settings)
-    try:
-        migrate(session, settings.keyspace)
-    finally:
-        cluster.shutdown()
+    ensure_keyspace(settings)

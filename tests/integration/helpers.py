@@ -276,15 +276,15 @@ def history_keyspace(settings: Settings, prefix: str = "cstest") -> Iterator[Set
     """``settings`` with a fresh, migrated Cassandra keyspace (dropped afterwards)."""
     import uuid
 
-    from consumers.migrations import migrate
-    from runtime.cassandra import cassandra_session
+    from infra.bootstrap import ensure_keyspace
+    from infra.cassandra_access import admin_session
 
     scoped = settings.with_namespace(
         topic_prefix=settings.topic_prefix, keyspace=f"{prefix}_{uuid.uuid4().hex[:10]}"
     )
-    cluster, session = cassandra_session(scoped)
+    ensure_keyspace(scoped)  # migrated, cronstream's user granted (as the super user)
+    cluster, session = admin_session(scoped)
     try:
-        migrate(session, scoped.keyspace)
         yield scoped
         session.execute(f"DROP KEYSPACE IF EXISTS {scoped.keyspace}", timeout=120)
     finally:

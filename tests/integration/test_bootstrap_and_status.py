@@ -11,8 +11,8 @@ from confluent_kafka.cimpl import NewTopic
 
 from consumers.migrations import load_migrations, migrate
 from infra.bootstrap import ensure_topics
+from infra.cassandra_access import admin_session
 from infra.services import Kafka
-from runtime.cassandra import cassandra_session
 from runtime.kafka.clients import kafka_admin
 from runtime.settings import Settings
 from tests.integration.helpers import cronstream
@@ -46,7 +46,7 @@ def test_a_topic_with_the_wrong_partition_count_is_reported(stack: Settings) -> 
 @pytest.fixture
 def keyspace(stack: Settings) -> Iterator[tuple[Settings, object]]:
     name = f"cstest_{uuid.uuid4().hex[:10]}"
-    cluster, session = cassandra_session(stack)
+    cluster, session = admin_session(stack)  # migrations create tables: the super user
     try:
         yield stack.with_namespace(topic_prefix=stack.topic_prefix, keyspace=name), session
     finally:

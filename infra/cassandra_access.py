@@ -1,0 +1,89 @@
+"""Cassandra's users for cronstream (runtime.cassandra), made by the bootstrap.
+
+A fresh node has only the default role ``cassandra``/``cassandra``. The bootstrap logs in
+with it once, creates the super user ``cronstream_admin`` with the stack's password for
+it, and disables the default role (no login, no super user). Then, as
+``cronstream_admin``: cronstream's user (``CRONSTREAM_CASSANDRA_USER``) exists, and may
+SELECT and MODIFY in each keyspace the bootstrap migrates (``grant_keyspace``); it cannot
+create, alter or drop anything. Idempotent.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from infra.security import ensure_secret
+from runtime.cassandra import (
+    CASSANDRA_ADMIN,
+    CASSANDRA_DEFAULT_ROLE,
+    cassandra_password,
+    cassandra_session,
+)
+from runtime.settings import Settings, SettingsError
+
+TAKEOVER_S = 60.0  # how long a fresh node may take to create its default role
+
+
+class CassandraAccessError(RuntimeError):
+    """Cassandra refuses both cronstream_admin and the default role."""
+
+
+def _refused(exc: Exception) -> bool:
+    from cassandra import AuthenticationFailed
+
+    errors = getattr(exc, "errors", None) or {}
+    return any(isinstance(e, AuthenticationFailed) for e in errors.values())
+
+
+def admin_session(settings: Settings) -> tuple[Any, Any]:
+    """(Cluster, Session) as cronstream_admin, taking over from the default role on a
+    fresh node. The caller shuts the cluster down."""
+    from cassandra.cluster import NoHostAvailable
+
+    password = ensure_secret(settings, f"cassandra-{CASSANDRA_ADMIN}")
+    deadline = time.monotonic() + TAKEOVER_S
+    while True:
+        try:
+            return cassandra_session(settings, login=(CASSANDRA_ADMIN, password))
+        except NoHostAvailable as exc:
+            if not _refused(exc):
+                raise
+        try:
+            cluster, session = cassandra_session(settings, login=CASSANDRA_DEFAULT_ROLE)
+        except NoHostAvailable as exc:
+            if not _refused(exc) or time.monotonic() > deadline:
+                raise CassandraAccessError(
+                    "Cassandra refuses cronstream_admin (is .stack/data/security from "
+                    "another stack?) and the default role"
+                ) from exc
+            time.sleep(1.0)  # a fresh node: its default role is not made yet
+            continue
+        try:
+            session.execute(
+                f"CREATE ROLE IF NOT EXISTS {CASSANDRA_ADMIN} "
+                "WITH SUPERUSER = true AND LOGIN = true AND PASSWORD = %s", [password]
+            )  # fmt: skip
+        finally:
+            cluster.shutdown()
+
+
+def ensure_cassandra_access(settings: Settings, session: Any) -> None:
+    """With ``session`` as cronstream_admin: the default role disabled, cronstream's
+    user made."""
+    session.execute("ALTER ROLE cassandra WITH SUPERUSER = false AND LOGIN = false")
+    user = settings.cassandra_user
+    if session.execute("SELECT role FROM system_auth.roles WHERE role = %s", [user]).one():
+        return
+    try:
+        password = cassandra_password(settings, user)
+    except SettingsError:
+        password = ensure_secret(settings, f"cassandra-{user}")
+    session.execute(f'CREATE ROLE IF NOT EXISTS "{user}" WITH LOGIN = true AND PASSWORD = %s',
+                    [password])  # fmt: skip
+
+
+def grant_keyspace(settings: Settings, session: Any, keyspace: str) -> None:
+    """Cronstream's user may read and write ``keyspace`` (and nothing more)."""
+    for permission in ("SELECT", "MODIFY"):
+        session.execute(f'GRANT {permission} ON KEYSPACE {keyspace} TO "{settings.cassandra_user}"')
