@@ -47,8 +47,11 @@ def admin_session(settings: Settings) -> tuple[Any, Any]:
         try:
             return cassandra_session(settings, login=(CASSANDRA_ADMIN, password))
         except NoHostAvailable as exc:
-            if not _refused(exc):
-                raise
+            if not _refused(exc):  # not answering yet (a node just started)
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
+                continue
         try:
             cluster, session = cassandra_session(settings, login=CASSANDRA_DEFAULT_ROLE)
         except NoHostAvailable as exc:

@@ -42,6 +42,14 @@ def env_list(name: str, env: Mapping[str, str] | None = None) -> list[str]:
     return [item for item in raw.split(",") if item]
 
 
+def env_choice(name: str, choices: tuple[str, ...], env: Mapping[str, str]) -> str:
+    """One of ``choices`` (any case; the first when unset or empty)."""
+    value = (env.get(name) or choices[0]).lower()
+    if value not in choices:
+        raise SettingsError(f"{name}={value!r}: use {' or '.join(choices)}")
+    return value
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
     """Where the services are and how cronstream names and sizes its things."""
@@ -96,18 +104,8 @@ class Settings:
             )
         kafka_port = env_int("CRONSTREAM_KAFKA_PORT", 9092, env=env)
         admin_port = env_int("CRONSTREAM_KAFKA_ADMIN_PORT", 9095, env=env)
-        security = (env.get("CRONSTREAM_KAFKA_SECURITY") or "sasl_ssl").lower()
-        if security not in ("sasl_ssl", "plaintext"):
-            raise SettingsError(
-                f"CRONSTREAM_KAFKA_SECURITY={security!r}: use sasl_ssl or plaintext"
-            )
         ca = env.get("CRONSTREAM_KAFKA_CA")
         cassandra_ca = env.get("CRONSTREAM_CASSANDRA_CA")
-        cassandra_security = (env.get("CRONSTREAM_CASSANDRA_SECURITY") or "password_tls").lower()
-        if cassandra_security not in ("password_tls", "none"):
-            raise SettingsError(
-                f"CRONSTREAM_CASSANDRA_SECURITY={cassandra_security!r}: use password_tls or none"
-            )
         registry_port = env_int("CRONSTREAM_REGISTRY_PORT", 8081, env=env)
         hosts = env.get("CRONSTREAM_CASSANDRA_HOSTS") or "127.0.0.1"
         return cls(
@@ -128,7 +126,7 @@ class Settings:
             history_ttl_days=env_int("CRONSTREAM_HISTORY_TTL_DAYS", 365, env=env),
             cassandra_replication=env_int("CRONSTREAM_CASSANDRA_REPLICATION", 1, env=env),
             bootstrap_servers=env.get("CRONSTREAM_BOOTSTRAP_SERVERS") or f"127.0.0.1:{kafka_port}",
-            kafka_security=security,
+            kafka_security=env_choice("CRONSTREAM_KAFKA_SECURITY", ("sasl_ssl", "plaintext"), env),
             kafka_user=env.get("CRONSTREAM_KAFKA_USER") or "cronstream-app",
             kafka_ca=Path(ca).resolve() if ca else None,
             kafka_admin_port=admin_port,
@@ -139,7 +137,9 @@ class Settings:
                 or f"http://127.0.0.1:{registry_port}/apis/ccompat/v7"
             ).rstrip("/"),
             cassandra_hosts=tuple(h.strip() for h in hosts.split(",") if h.strip()),
-            cassandra_security=cassandra_security,
+            cassandra_security=env_choice(
+                "CRONSTREAM_CASSANDRA_SECURITY", ("password_tls", "none"), env
+            ),
             cassandra_user=env.get("CRONSTREAM_CASSANDRA_USER") or "cronstream_app",
             cassandra_ca=Path(cassandra_ca).resolve() if cassandra_ca else None,
         )
