@@ -30,13 +30,9 @@ from consumers.migrations import migrate
 from infra.cassandra_access import admin_session, ensure_cassandra_access, grant_keyspace
 from infra.security import ensure_client_certificate, ensure_secret, write_private
 from runtime.cassandra import cassandra_session
+from runtime.credentials import security_dir, tls_dir
 from runtime.kafka.clients import kafka_admin
-from runtime.kafka.security import (
-    BENCH_PLAIN_PREFIX,
-    client_properties,
-    security_dir,
-    tls_dir,
-)
+from runtime.kafka.security import BENCH_PLAIN_PREFIX, client_properties
 from runtime.settings import Settings
 from schemas.avro import schema_json
 from schemas.catalog import Topics

@@ -13,12 +13,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from infra.security import ensure_secret
+from infra.security import ensure_secret_file
 from runtime.cassandra import (
     CASSANDRA_ADMIN,
     CASSANDRA_DEFAULT_ROLE,
     cassandra_password,
+    cassandra_secret_path,
     cassandra_session,
+    login_refused,
 )
 from runtime.settings import Settings, SettingsError
 
@@ -29,25 +31,18 @@ class CassandraAccessError(RuntimeError):
     """Cassandra refuses both cronstream_admin and the default role."""
 
 
-def _refused(exc: Exception) -> bool:
-    from cassandra import AuthenticationFailed
-
-    errors = getattr(exc, "errors", None) or {}
-    return any(isinstance(e, AuthenticationFailed) for e in errors.values())
-
-
 def admin_session(settings: Settings) -> tuple[Any, Any]:
     """(Cluster, Session) as cronstream_admin, taking over from the default role on a
     fresh node. The caller shuts the cluster down."""
     from cassandra.cluster import NoHostAvailable
 
-    password = ensure_secret(settings, f"cassandra-{CASSANDRA_ADMIN}")
+    password = ensure_secret_file(settings, cassandra_secret_path(settings, CASSANDRA_ADMIN))
     deadline = time.monotonic() + TAKEOVER_S
     while True:
         try:
             return cassandra_session(settings, login=(CASSANDRA_ADMIN, password))
         except NoHostAvailable as exc:
-            if not _refused(exc):  # not answering yet (a node just started)
+            if not login_refused(exc):  # not answering yet (a node just started)
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(1.0)
@@ -55,7 +50,7 @@ def admin_session(settings: Settings) -> tuple[Any, Any]:
         try:
             cluster, session = cassandra_session(settings, login=CASSANDRA_DEFAULT_ROLE)
         except NoHostAvailable as exc:
-            if not _refused(exc) or time.monotonic() > deadline:
+            if not login_refused(exc) or time.monotonic() > deadline:
                 raise CassandraAccessError(
                     "Cassandra refuses cronstream_admin (is .stack/data/security from "
                     "another stack?) and the default role"
@@ -81,7 +76,7 @@ def ensure_cassandra_access(settings: Settings, session: Any) -> None:
     try:
         password = cassandra_password(settings, user)
     except SettingsError:
-        password = ensure_secret(settings, f"cassandra-{user}")
+        password = ensure_secret_file(settings, cassandra_secret_path(settings, user))
     session.execute(f'CREATE ROLE IF NOT EXISTS "{user}" WITH LOGIN = true AND PASSWORD = %s',
                     [password])  # fmt: skip
 

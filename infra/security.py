@@ -30,13 +30,13 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from runtime.credentials import security_dir, tls_dir
 from runtime.kafka.security import (
     ADMIN_PRINCIPAL,
     BROKER_PRINCIPAL,
+    admin_certificate,
     client_certificate,
-    credentials_dir,
-    security_dir,
-    tls_dir,
+    kafka_secret_path,
 )
 from runtime.settings import Settings
 
@@ -142,48 +142,54 @@ def _fresh(path: Path) -> bool:
     return cert.not_valid_after_utc - dt.datetime.now(dt.UTC) > RENEW_WITHIN
 
 
+def _ca(tls: Path) -> tuple[x509.Certificate, rsa.RSAPrivateKey]:
+    """The local CA in ``tls``, made when missing."""
+    if not ((tls / "ca.pem").exists() and (tls / "ca-key.pem").exists()):
+        return _new_ca(tls)
+    ca = x509.load_pem_x509_certificate((tls / "ca.pem").read_bytes())
+    key = serialization.load_pem_private_key((tls / "ca-key.pem").read_bytes(), None)
+    assert isinstance(key, rsa.RSAPrivateKey), "the local CA key is RSA"
+    return ca, key
+
+
 def ensure_tls(settings: Settings) -> Path:
     """The CA and the broker's and admin's certificates, made once (leaves re-issued
     within RENEW_WITHIN of expiry). Returns the directory."""
     private_dir(security_dir(settings))
     tls = private_dir(tls_dir(settings))
-    if (tls / "ca.pem").exists() and (tls / "ca-key.pem").exists():
-        ca = x509.load_pem_x509_certificate((tls / "ca.pem").read_bytes())
-        loaded = serialization.load_pem_private_key((tls / "ca-key.pem").read_bytes(), None)
-        assert isinstance(loaded, rsa.RSAPrivateKey), "the local CA key is RSA"
-        ca_key = loaded
-    else:
-        ca, ca_key = _new_ca(tls)
+    ca, ca_key = _ca(tls)
     ca_pem = ca.public_bytes(serialization.Encoding.PEM)
     if not _fresh(tls / "server.pem"):
         key, cert = _issue(ca, ca_key, BROKER_PRINCIPAL, server=True)
         write_private(tls / "server-key.pem", key)
         write_private(tls / "server-cert.pem", cert)
         write_private(tls / "server.pem", key + cert + ca_pem)
-    if not _fresh(tls / "admin.pem"):
+    admin = admin_certificate(settings)
+    if not _fresh(admin):
         key, cert = _issue(ca, ca_key, ADMIN_PRINCIPAL, server=False)
-        write_private(tls / "admin.pem", key + cert)
+        write_private(admin, key + cert)
     return tls
 
 
 def ensure_client_certificate(settings: Settings, user: str) -> Path:
     """A client certificate of Kafka user ``user`` (CN=user: the broker's principal
     for it on the mTLS listener), made once; returns the PEM (key + certificate)."""
-    tls = ensure_tls(settings)
     path = client_certificate(settings, user)
     if not _fresh(path):
-        ca = x509.load_pem_x509_certificate((tls / "ca.pem").read_bytes())
-        ca_key = serialization.load_pem_private_key((tls / "ca-key.pem").read_bytes(), None)
-        assert isinstance(ca_key, rsa.RSAPrivateKey), "the local CA key is RSA"
-        key, cert = _issue(ca, ca_key, user, server=False)
+        key, cert = _issue(*_ca(ensure_tls(settings)), user, server=False)
         write_private(path, key + cert)
     return path
 
 
-def ensure_secret(settings: Settings, user: str) -> str:
-    """The password of Kafka user ``user`` in the stack's credentials, made at first use."""
+def ensure_secret_file(settings: Settings, path: Path) -> str:
+    """The password in ``path`` (one of the stack's credentials files), made at first use."""
     private_dir(security_dir(settings))
-    path = private_dir(credentials_dir(settings)) / f"{user}.secret"
+    private_dir(path.parent)
     if not path.exists():
         write_private(path, secrets.token_urlsafe(32).encode())
     return path.read_text().strip()
+
+
+def ensure_secret(settings: Settings, user: str) -> str:
+    """The password of Kafka user ``user`` in the stack's credentials, made at first use."""
+    return ensure_secret_file(settings, kafka_secret_path(settings, user))

@@ -19,37 +19,37 @@ import ssl
 from pathlib import Path
 from typing import Any
 
-from runtime.settings import Settings, SettingsError
+from runtime.credentials import credentials_dir, read_password, stack_ca
+from runtime.settings import Settings
 
 CASSANDRA_ADMIN = "cronstream_admin"
 CASSANDRA_DEFAULT_ROLE = ("cassandra", "cassandra")  # a fresh node's, disabled by bootstrap
 
 
 def cassandra_secret_path(settings: Settings, user: str) -> Path:
-    return settings.home / "data" / "security" / "credentials" / f"cassandra-{user}.secret"
+    return credentials_dir(settings) / f"cassandra-{user}.secret"
 
 
 def cassandra_password(settings: Settings, user: str) -> str:
-    env = os.environ
-    if user == settings.cassandra_user and env.get("CRONSTREAM_CASSANDRA_PASSWORD"):
-        return env["CRONSTREAM_CASSANDRA_PASSWORD"]
-    named = env.get("CRONSTREAM_CASSANDRA_PASSWORD_FILE")
-    path = (Path(named) if named and user == settings.cassandra_user
-            else cassandra_secret_path(settings, user))  # fmt: skip
-    try:
-        return path.read_text().strip()
-    except OSError as exc:
-        raise SettingsError(
-            f"no password for Cassandra user {user!r}: cannot read {path} ({exc.strerror}); "
-            "set CRONSTREAM_CASSANDRA_PASSWORD_FILE or run `make bootstrap`"
-        ) from None
+    return read_password(
+        "Cassandra", user, cassandra_secret_path(settings, user), os.environ,
+        "CRONSTREAM_CASSANDRA_PASSWORD", from_env=user == settings.cassandra_user,
+    )  # fmt: skip
 
 
 def cassandra_tls(settings: Settings) -> ssl.SSLContext:
-    ca = settings.cassandra_ca or settings.home / "data" / "security" / "tls" / "ca.pem"
+    ca = settings.cassandra_ca or stack_ca(settings)
     context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(ca))
     context.check_hostname = True  # the node's certificate names 127.0.0.1 and localhost
     return context
+
+
+def login_refused(exc: BaseException) -> bool:
+    """Whether the driver's NoHostAvailable ``exc`` is Cassandra refusing the login."""
+    from cassandra import AuthenticationFailed
+
+    errors = getattr(exc, "errors", None) or {}
+    return any(isinstance(e, AuthenticationFailed) for e in errors.values())
 
 
 def cassandra_cluster(

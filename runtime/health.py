@@ -10,7 +10,7 @@ from urllib.parse import urlparse
 import httpx
 
 from runtime.kafka.clients import kafka_admin
-from runtime.kafka.security import tls_dir
+from runtime.kafka.security import admin_certificate
 from runtime.settings import Settings, SettingsError
 
 
@@ -39,8 +39,7 @@ def kafka_health(settings: Settings, timeout: float = 3.0) -> Health:
     super user when its admin certificate is here (as cronstream's user, metadata
     lists only the topics the ACLs let it see)."""
     began = time.perf_counter()
-    admin_pem = tls_dir(settings) / "admin.pem"
-    superuser = settings.kafka_security != "plaintext" and admin_pem.exists()
+    superuser = settings.kafka_security != "plaintext" and admin_certificate(settings).exists()
     servers = settings.admin_servers if superuser else settings.bootstrap_servers
     first = servers.split(",", maxsplit=1)[0].strip()
     host, port = _host_port(first, 9092)
@@ -102,10 +101,9 @@ def cassandra_health(
     hosts, port = settings.cassandra_hosts, settings.cassandra_port
     if not any(port_open(port, h) for h in hosts):
         return Health(ok=False, detail=f"nothing listens on port {port} of {hosts}", latency_ms=0)
-    from cassandra import AuthenticationFailed
     from cassandra.cluster import NoHostAvailable
 
-    from runtime.cassandra import cassandra_cluster
+    from runtime.cassandra import cassandra_cluster, login_refused
 
     try:
         cluster = cassandra_cluster(settings, timeout=timeout, login=login)
@@ -115,8 +113,7 @@ def cassandra_health(
         session = cluster.connect()
         row = session.execute("SELECT release_version FROM system.local", timeout=timeout).one()
     except NoHostAvailable as exc:
-        refused = any(isinstance(e, AuthenticationFailed) for e in exc.errors.values())
-        if refused and refused_is_up:
+        if refused_is_up and login_refused(exc):
             return Health(ok=True, detail="answers (login refused)", latency_ms=0.0)
         return Health(ok=False, detail=f"CQL connection failed: {exc}", latency_ms=0.0)
     except Exception as exc:

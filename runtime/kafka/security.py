@@ -21,16 +21,17 @@ is read when a client is built and never logged. Kafka refusing it ends the proc
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import KafkaError
 
-from runtime.settings import Settings, SettingsError
+from runtime.credentials import credentials_dir, read_password, stack_ca, tls_dir
+from runtime.settings import Settings
 
 BROKER_PRINCIPAL = "cronstream-broker"
 ADMIN_PRINCIPAL = "cronstream-admin"
-APP_PRINCIPAL = "cronstream-app"
 BENCH_PLAIN_PREFIX = "bench-plain."  # what anonymous plaintext clients may use
 SCRAM = "SCRAM-SHA-512"
 
@@ -40,36 +41,19 @@ class KafkaAuthError(RuntimeError):
     help."""
 
 
-def security_dir(settings: Settings) -> Path:
-    return settings.home / "data" / "security"
-
-
-def tls_dir(settings: Settings) -> Path:
-    return security_dir(settings) / "tls"
-
-
-def credentials_dir(settings: Settings) -> Path:
-    return security_dir(settings) / "credentials"
-
-
 def ca_location(settings: Settings) -> str:
-    return str(settings.kafka_ca or tls_dir(settings) / "ca.pem")
+    return str(settings.kafka_ca or stack_ca(settings))
 
 
-def kafka_password(settings: Settings, env: dict[str, str] | None = None) -> str:
+def kafka_secret_path(settings: Settings, user: str) -> Path:
+    return credentials_dir(settings) / f"{user}.secret"
+
+
+def kafka_password(settings: Settings, env: Mapping[str, str] | None = None) -> str:
     """The password of ``settings.kafka_user`` (see the module's text for where)."""
-    env = dict(os.environ) if env is None else env
-    if env.get("CRONSTREAM_KAFKA_PASSWORD"):
-        return env["CRONSTREAM_KAFKA_PASSWORD"]
-    named = env.get("CRONSTREAM_KAFKA_PASSWORD_FILE")
-    path = Path(named) if named else credentials_dir(settings) / f"{settings.kafka_user}.secret"
-    try:
-        return path.read_text().strip()
-    except OSError as exc:
-        raise SettingsError(
-            f"no password for Kafka user {settings.kafka_user!r}: cannot read {path} "
-            f"({exc.strerror}); set CRONSTREAM_KAFKA_PASSWORD_FILE or run `make bootstrap`"
-        ) from None
+    user, env = settings.kafka_user, os.environ if env is None else env
+    stored = kafka_secret_path(settings, user)
+    return read_password("Kafka", user, stored, env, "CRONSTREAM_KAFKA_PASSWORD")
 
 
 def refuse_bad_credentials(user: str) -> Any:
@@ -98,19 +82,31 @@ def client_security(settings: Settings) -> dict[str, Any]:
     }
 
 
+def _mtls(settings: Settings, certificate: Path) -> dict[str, Any]:
+    """The librdkafka settings of a client known by ``certificate`` (key and certificate,
+    PEM) on the mTLS listener."""
+    return {
+        "bootstrap.servers": settings.admin_servers,
+        "security.protocol": "SSL",
+        "ssl.ca.location": ca_location(settings),
+        "ssl.certificate.location": str(certificate),
+        "ssl.key.location": str(certificate),
+        "ssl.endpoint.identification.algorithm": "https",
+    }
+
+
+def admin_certificate(settings: Settings) -> Path:
+    """The stack's certificate of the super user ``cronstream-admin``."""
+    return tls_dir(settings) / "admin.pem"
+
+
 def admin_security(settings: Settings) -> dict[str, Any]:
     """The librdkafka settings of the super user: the stack's admin certificate on the
     admin listener (bootstrap, readiness, tests' namespaces)."""
     if settings.kafka_security == "plaintext":
         return {"bootstrap.servers": settings.bootstrap_servers}
-    admin_pem = str(tls_dir(settings) / "admin.pem")
     return {
-        "bootstrap.servers": settings.admin_servers,
-        "security.protocol": "SSL",
-        "ssl.ca.location": ca_location(settings),
-        "ssl.certificate.location": admin_pem,
-        "ssl.key.location": admin_pem,
-        "ssl.endpoint.identification.algorithm": "https",
+        **_mtls(settings, admin_certificate(settings)),
         "error_cb": refuse_bad_credentials(ADMIN_PRINCIPAL),
     }
 
@@ -127,15 +123,7 @@ def client_properties(settings: Settings) -> str:
     proof repeats the nonce, fixed in librdkafka 2.6.1)."""
     if settings.kafka_security == "plaintext":
         return f"bootstrap.servers={settings.bootstrap_servers}\n"
-    cert = client_certificate(settings)
-    config = {
-        "bootstrap.servers": settings.admin_servers,
-        "security.protocol": "SSL",
-        "ssl.ca.location": ca_location(settings),
-        "ssl.certificate.location": str(cert),
-        "ssl.key.location": str(cert),
-        "ssl.endpoint.identification.algorithm": "https",
-    }
+    config = _mtls(settings, client_certificate(settings))
     return "".join(f"{key}={value}\n" for key, value in config.items())
 
 

@@ -4,9 +4,9 @@ Side by side in one run, in pairs: one worker drains ``good`` no-op run requests
 alone (clean), and the same ``good`` interleaved with ``bad`` malformed records
 (flood). Which of the two goes first alternates from pair to pair, so that a machine
 growing slower or faster during the bench favours neither; the row is the median of
-the pairs' ratios. Every bad record must be dead-lettered, every good one SUCCEEDED, and the
-worker alive at the end; the row is the good runs' rate with the flood against the
-clean rate.
+the pairs' ratios (the good runs' rate with the flood against the clean rate). Every
+bad record must be dead-lettered, every good one SUCCEEDED, and the worker alive at the
+end.
 """
 
 from __future__ import annotations

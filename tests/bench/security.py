@@ -7,18 +7,12 @@ pairs' ratios."""
 from __future__ import annotations
 
 import statistics
-from dataclasses import replace
 
 from runtime.kafka.security import BENCH_PLAIN_PREFIX
 from runtime.settings import Settings
 from tests.bench.common import namespace, row
 from tests.bench.workers import end_to_end
-
-
-def plaintext(settings: Settings) -> Settings:
-    """``settings`` on the broker's anonymous plaintext listener."""
-    return replace(settings, kafka_security="plaintext",
-                   bootstrap_servers=f"127.0.0.1:{settings.kafka_plaintext_port}")  # fmt: skip
+from tests.integration.helpers import plaintext_listener
 
 
 def bench_security(base: Settings, pairs: int, demand: int) -> None:
@@ -26,7 +20,7 @@ def bench_security(base: Settings, pairs: int, demand: int) -> None:
     cpu: dict[bool, dict[str, list[float]]] = {True: {}, False: {}}
     for k in range(pairs):
         for secured in (True, False) if k % 2 == 0 else (False, True):
-            arm = base if secured else plaintext(base)
+            arm = base if secured else plaintext_listener(base)
             prefix = "csbench" if secured else BENCH_PLAIN_PREFIX.rstrip(".")
             with namespace(arm, prefix) as settings:
                 rate, used = end_to_end(settings, 1, demand)

@@ -14,6 +14,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import NamedTuple
@@ -39,6 +40,13 @@ def cronstream(
         timeout=120,
         check=False,
     )
+
+
+def plaintext_listener(settings: Settings) -> Settings:
+    """``settings`` as an anonymous client of the broker's plaintext listener (only
+    ``bench-plain.`` topics are open to it)."""
+    return replace(settings, kafka_security="plaintext",
+                   bootstrap_servers=f"127.0.0.1:{settings.kafka_plaintext_port}")  # fmt: skip
 
 
 def kcat(settings: Settings, topic: str, fmt: str) -> list[str]:

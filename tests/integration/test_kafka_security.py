@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import subprocess
 import uuid
-from dataclasses import replace
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import NewTopic
 
+from runtime.credentials import credentials_dir
 from runtime.kafka.clients import kafka_admin, kafka_consumer, kafka_producer
-from runtime.kafka.security import BENCH_PLAIN_PREFIX, KafkaAuthError, credentials_dir
+from runtime.kafka.security import BENCH_PLAIN_PREFIX, KafkaAuthError
 from runtime.settings import Settings
 from schemas.catalog import Topics
-from tests.integration.helpers import cronstream, kcat, record_count
+from tests.integration.helpers import cronstream, kcat, plaintext_listener, record_count
 
 pytestmark = pytest.mark.integration
 
@@ -64,9 +64,7 @@ def test_the_cli_says_so_and_exits_5_without_printing_the_password(ns: Settings)
 
 
 def test_anonymous_plaintext_clients_reach_the_benchmark_topics_only(ns: Settings) -> None:
-    plain = replace(ns, kafka_security="plaintext",
-                    bootstrap_servers=f"127.0.0.1:{ns.kafka_plaintext_port}")  # fmt: skip
-    producer = kafka_producer(plain)
+    producer = kafka_producer(plaintext_listener(ns))
     (refused,) = _deliveries(producer, Topics(ns).jobs)
     assert refused is not None
     assert refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
