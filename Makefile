@@ -43,6 +43,10 @@ logs: deps ## the tail of every service's log
 bootstrap: deps ## create topics, register schemas, apply migrations (idempotent)
 	@$(PY) -m infra bootstrap
 
+tenant: deps ## onboard tenant(s) NAME="acme beta": Kafka user, topics, ACLs (idempotent)
+	@test -n "$(NAME)" || { echo 'usage: make tenant NAME="acme [more]"'; exit 2; }
+	@$(PY) -m infra tenants add $(NAME)
+
 clean: ## stop the stack and delete its data, logs and config (keeps downloads)
 	@test -x $(PY) && $(PY) -m infra clean || rm -rf .stack/data .stack/logs .stack/run .stack/conf
 
@@ -50,6 +54,7 @@ clean-all: clean ## also delete downloaded jars and the virtualenv
 	rm -rf .stack $(VENV)
 
 run: up ## the whole local stack, then cronstream's own processes in the foreground
+	@$(PY) -m infra tenants add demo --if-secured
 	@$(PY) -m cronstream.run
 
 test: up ## the whole suite (unit + integration + acceptance) against the real services

@@ -1,4 +1,5 @@
-"""``python -m infra up|down|status|logs|clean|fetch|bootstrap``: what the Makefile calls."""
+"""``python -m infra up|down|status|logs|clean|fetch|bootstrap|tenants``: what the Makefile
+calls."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Callable
 from infra import stack
 from infra.bootstrap import BootstrapError, bootstrap
 from infra.service import StackError
+from infra.tenants import TenantError, tenants_command
 from runtime.settings import Settings, SettingsError
 from schemas.registry import RegistryUnavailable
 
@@ -26,6 +28,11 @@ def main(argv: list[str] | None = None) -> int:
     cl.add_argument("--all", action="store_true", help="also delete the downloaded jars")
     sub.add_parser("fetch", help="download the services' jars only")
     sub.add_parser("bootstrap", help="create topics, subjects, keyspace (idempotent)")
+    tn = sub.add_parser("tenants", help="add, list or remove tenants (as the super user)")
+    tn.add_argument("action", choices=("add", "list", "remove"))
+    tn.add_argument("names", nargs="*", metavar="NAME")
+    tn.add_argument("--if-secured", action="store_true",
+                    help="do nothing on a plaintext stack (make run)")  # fmt: skip
     args = parser.parse_args(argv)
     commands: dict[str, Callable[[Settings], int | None]] = {
         "up": lambda settings: _up(settings, bootstrap_too=not args.no_bootstrap),
@@ -35,10 +42,15 @@ def main(argv: list[str] | None = None) -> int:
         "clean": lambda settings: stack.clean(settings, keep_lib=not args.all),
         "fetch": stack.fetch,
         "bootstrap": bootstrap,
+        "tenants": lambda settings: (
+            0
+            if args.if_secured and settings.kafka_security == "plaintext"
+            else tenants_command(settings, args.action, args.names)
+        ),
     }
     try:
         return commands[args.cmd](Settings.from_env()) or 0
-    except (StackError, SettingsError, BootstrapError, RegistryUnavailable) as exc:
+    except (StackError, SettingsError, BootstrapError, RegistryUnavailable, TenantError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
 

@@ -79,7 +79,7 @@ def ensure_topics(settings: Settings, *, timeout: float = 30.0) -> TopicReport:
             )
             continue
         existing.append(name)
-    created = _create(admin, to_create, existing, timeout)
+    created = create_topics(admin, to_create, existing, timeout)
     mismatches = _mismatches(settings, admin, existing, timeout)
     return TopicReport(created=created, existing=existing, mismatches=mismatches)
 
@@ -93,6 +93,20 @@ def ensure_access(settings: Settings, admin: AdminClient, *, timeout: float = 30
     if settings.kafka_security == "plaintext":
         return
     user = settings.kafka_user
+    ensure_scram_user(settings, admin, user, timeout)
+    admin_acls(admin, _access(settings.topic_prefix, f"User:{user}"), timeout)
+    if (tls_dir(settings) / "ca-key.pem").exists():  # the local stack's CA: certificates
+        # For kcat -F (README, "Security").
+        ensure_client_certificate(settings, user)
+        properties = security_dir(settings) / f"{user}.properties"
+        write_private(properties, client_properties(settings).encode())
+
+
+def ensure_scram_user(
+    settings: Settings, admin: AdminClient, user: str, timeout: float = 30.0
+) -> None:
+    """Kafka user ``user`` exists, with the password the stack keeps for it (made at
+    first use). Idempotent."""
     described = admin.describe_user_scram_credentials([user])
     assert isinstance(described, dict)
     try:
@@ -107,12 +121,6 @@ def ensure_access(settings: Settings, admin: AdminClient, *, timeout: float = 30
             user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), password
         )
         admin.alter_user_scram_credentials([upsert])[user].result(timeout)
-    admin_acls(admin, _access(settings.topic_prefix, f"User:{user}"), timeout)
-    if (tls_dir(settings) / "ca-key.pem").exists():  # the local stack's CA: certificates
-        # For kcat -F (README, "Security").
-        ensure_client_certificate(settings, user)
-        properties = security_dir(settings) / f"{user}.properties"
-        write_private(properties, client_properties(settings).encode())
 
 
 def _access(prefix: str, principal: str) -> list[AclBinding]:
@@ -142,7 +150,7 @@ def admin_acls(admin: AdminClient, bindings: list[AclBinding], timeout: float) -
             raise BootstrapError(f"creating ACL {binding}: {exc}") from exc
 
 
-def _create(
+def create_topics(
     admin: AdminClient, to_create: list[NewTopic], existing: list[str], timeout: float
 ) -> list[str]:
     """Create ``to_create``; a topic someone else created meanwhile joins ``existing``."""

@@ -233,3 +233,19 @@ sink_consumer_lag = Gauge(
     ["partition"],
     registry=REGISTRY,
 )
+
+# -- admission ------------------------------------------------------------------------------
+# Tenants are onboarded by an operator (``cronstream tenants add``), so the tenant label's
+# values are bounded by that list; action and verdict are closed sets.
+admission_commands = Counter(
+    "cronstream_admission_commands",
+    "Tenant commands answered, by tenant, action and verdict (accepted/refused)",
+    ["tenant", "action", "verdict"],
+    registry=REGISTRY,
+)
+admission_jobs = Gauge(
+    "cronstream_admission_jobs",
+    "Jobs per tenant as the admission knows them (what its job quota counts)",
+    ["tenant"],
+    registry=REGISTRY,
+)

@@ -16,13 +16,13 @@ from typing import Protocol
 from schemas.events import (
     ControlCommand,
     DeadLetter,
-    Event,
     JobDefinition,
     Priority,
     RunOutcome,
     RunRequest,
     TimerRequest,
 )
+from schemas.tenancy import AnyEvent, TenantCommand, TenantResult, commands_topic, results_topic
 
 DAY_MS = 86_400_000
 
@@ -34,7 +34,7 @@ def _cfg(**kv: str) -> Mapping[str, str]:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TopicSpec:
     suffix: str
-    value_type: type[Event]
+    value_type: type[AnyEvent]
     doc: str
     config: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     fixed_partitions: int | None = None  # None: Settings.partitions
@@ -82,6 +82,20 @@ CONTROL = TopicSpec(
 )
 
 CATALOG: tuple[TopicSpec, ...] = (JOBS, *RUNS.values(), TIMERS, HISTORY, DLQ, CONTROL)
+
+# Per tenant (``tenants add``), not in CATALOG: the bootstrap does not make them.
+TENANT_COMMANDS = TopicSpec(
+    suffix="t.{tenant}.in",
+    value_type=TenantCommand,
+    doc="a tenant's commands on its own jobs, key=job_id; only that tenant may write",
+    config=_cfg(retention_ms=str(7 * DAY_MS)),
+)
+TENANT_RESULTS = TopicSpec(
+    suffix="t.{tenant}.out",
+    value_type=TenantResult,
+    doc="the admission's answer to each command, key=job_id; only that tenant may read",
+    config=_cfg(retention_ms=str(7 * DAY_MS)),
+)
 
 
 class Namespace(Protocol):
@@ -137,6 +151,12 @@ class Topics:
     @property
     def control(self) -> str:
         return self.name(CONTROL)
+
+    def tenant_commands(self, tenant: str) -> str:
+        return commands_topic(self.prefix, tenant)
+
+    def tenant_results(self, tenant: str) -> str:
+        return results_topic(self.prefix, tenant)
 
     def all(self) -> list[tuple[str, TopicSpec]]:
         return [(self.name(spec), spec) for spec in CATALOG]

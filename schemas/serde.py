@@ -25,7 +25,6 @@ from schemas.avro import parsed_schema, schema_json
 from schemas.events import (
     ControlCommand,
     DeadLetter,
-    Event,
     JobDefinition,
     RunOutcome,
     RunRequest,
@@ -34,6 +33,7 @@ from schemas.events import (
 from schemas.limits import LimitError, refusal, run_problems
 from schemas.registry import RegistryClient, RegistryError, RegistryUnavailable
 from schemas.templates import RunRequestReader, encode_dead_letter, encode_run_outcome
+from schemas.tenancy import AnyEvent, TenantCommand, TenantResult
 from schemas.timing import InvalidTiming, JobTiming, TimingReader
 from schemas.wire import HeadError
 
@@ -41,11 +41,14 @@ MAGIC = 0
 # A schema id the registry refused is refused again without asking for this long.
 REFUSED_FOR_S = 60.0
 _HEADER = struct.Struct(">bI")
-EVENT_TYPES: dict[str, type[Event]] = {
+EVENT_TYPES: dict[str, type[AnyEvent]] = {
     t.AVRO_NAME: t
-    for t in (JobDefinition, RunRequest, RunOutcome, TimerRequest, ControlCommand, DeadLetter)
+    for t in (
+        *(JobDefinition, RunRequest, RunOutcome, TimerRequest, ControlCommand, DeadLetter),
+        *(TenantCommand, TenantResult),
+    )
 }
-E = TypeVar("E", bound=Event)
+E = TypeVar("E", bound=AnyEvent)
 
 
 class DecodeError(ValueError):
@@ -64,13 +67,13 @@ class Codec:
         self._timings = TimingReader()
 
     # -- registration -------------------------------------------------------------------
-    def register(self, subject: str, event_type: type[Event]) -> int:
+    def register(self, subject: str, event_type: type[AnyEvent]) -> int:
         """Register our schema for ``event_type`` under ``subject``; returns its id."""
         schema_id = self.registry.register(subject, schema_json(event_type.AVRO_NAME))
         self._writer_ids[(subject, event_type.AVRO_NAME)] = schema_id
         return schema_id
 
-    def writer_id(self, subject: str, event_type: type[Event]) -> int:
+    def writer_id(self, subject: str, event_type: type[AnyEvent]) -> int:
         """The id our schema has under ``subject`` (registered on first use if missing)."""
         cached = self._writer_ids.get((subject, event_type.AVRO_NAME))
         if cached is not None:
@@ -82,12 +85,12 @@ class Codec:
         return schema_id
 
     # -- encode -------------------------------------------------------------------------
-    def wire_prefix(self, topic: str, event_type: type[Event]) -> bytes:
+    def wire_prefix(self, topic: str, event_type: type[AnyEvent]) -> bytes:
         """The wire-format header (magic byte, schema id) of ``event_type`` values on
         ``topic``, for callers that encode the body themselves (``schemas.templates``)."""
         return _HEADER.pack(MAGIC, self.writer_id(f"{topic}-value", event_type))
 
-    def encode(self, topic: str, event: Event) -> bytes:
+    def encode(self, topic: str, event: AnyEvent) -> bytes:
         prefix = self.wire_prefix(topic, type(event))
         if type(event) is RunOutcome:  # the hot one: written by hand, same bytes
             return prefix + encode_run_outcome(event)
@@ -169,7 +172,7 @@ class Codec:
                 raise DecodeError(str(exc)) from None
         return self._slow_timing(data)
 
-    def _ours(self, data: bytes, event_type: type[Event]) -> bool:
+    def _ours(self, data: bytes, event_type: type[AnyEvent]) -> bool:
         """Whether ``data`` was written with exactly our schema of ``event_type`` (then
         a hand reader may read its body)."""
         if len(data) <= _HEADER.size:
@@ -187,20 +190,20 @@ class Codec:
         except InvalidTiming as exc:
             raise DecodeError(str(exc)) from None
 
-    def decode_any(self, data: bytes | None) -> Event:
+    def decode_any(self, data: bytes | None) -> AnyEvent:
         event_type, record = self._read(data, None)
         try:
             return event_type.from_avro(record)
         except Exception as exc:
             raise DecodeError(f"undecodable {event_type.AVRO_NAME} body: {exc!r}") from exc
 
-    def decode_record(self, data: bytes | None, expected: type[Event]) -> dict[str, Any]:
+    def decode_record(self, data: bytes | None, expected: type[AnyEvent]) -> dict[str, Any]:
         """The record as fastavro's dict in our schema's shape, for hot paths that want
         a few fields of many records without building the dataclass."""
         _, record = self._read(data, expected)
         return record  # type: ignore[no-any-return]
 
-    def _read(self, data: bytes | None, expected: type[Any] | None) -> tuple[type[Event], Any]:
+    def _read(self, data: bytes | None, expected: type[Any] | None) -> tuple[type[AnyEvent], Any]:
         """(type, fastavro's record); a record of another type than ``expected`` is
         refused before its body is read."""
         if data is None:

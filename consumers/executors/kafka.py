@@ -36,12 +36,16 @@ class TopicPolicy:
 
     own: frozenset[str]
     allow: tuple[str, ...] = ()
+    # Every topic under the deployment's prefix is cronstream's too: the tenants'
+    # command topics among them (a job writing into another tenant's commands would
+    # act as that tenant, with the worker's rights).
+    prefix: str = ""
 
     def refusal(self, topic: str) -> str | None:
         """Why ``topic`` is refused, or None."""
         if topic.startswith("__"):
             return f"topic {topic!r} is internal to Kafka"
-        if topic in self.own:
+        if topic in self.own or (self.prefix and topic.startswith(f"{self.prefix}.")):
             return f"topic {topic!r} is one of cronstream's own"
         if self.allow and not any(fnmatch.fnmatchcase(topic, p) for p in self.allow):
             return f"topic {topic!r} matches no --kafka-allow pattern"

@@ -71,6 +71,7 @@ class Attempts:
                 TopicPolicy(
                     own=frozenset(name for name, _ in Topics(settings).all()),
                     allow=config.kafka_allow,
+                    prefix=settings.topic_prefix,
                 ),
             ),
             "python": PythonExecutor(PythonPolicy(config.python_allow)),

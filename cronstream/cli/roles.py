@@ -1,4 +1,4 @@
-"""The long-running roles: `cronstream scheduler`, `cronstream worker`, `cronstream sink`.
+"""The long-running roles: `cronstream scheduler`, `worker`, `sink` and `admission`.
 
 Start as many of each as you like (on one machine or many): each kind shares its topics
 through its consumer group. SIGTERM or Ctrl-C hands over cleanly: a scheduler takes a
@@ -25,6 +25,8 @@ from consumers.sink import Sink, SinkConfig
 from consumers.worker import Worker, WorkerConfig
 from cronstream.cli.common import EXIT_INVALID, at_least
 from cronstream.foreground import run_member
+from producers.admission.core import Quotas
+from producers.admission.processor import AdmissionConfig, AdmissionProcessor
 from runtime.settings import Settings, env_int, env_list
 from streams.processor import Processor, ProcessorConfig
 
@@ -33,6 +35,7 @@ def register(sub: Any) -> None:
     _register_scheduler(sub)
     _register_worker(sub)
     _register_sink(sub)
+    _register_admission(sub)
 
 
 def _register_scheduler(sub: Any) -> None:
@@ -121,6 +124,25 @@ def _register_sink(sub: Any) -> None:
     p.set_defaults(handler=cmd_sink, needs="settings")
 
 
+def _register_admission(sub: Any) -> None:
+    p = sub.add_parser("admission", help="run an admission (tenants' commands -> jobs)")
+    p.add_argument("--group", help="consumer group (default <topic prefix>.admission)")
+    p.add_argument("--name", default=f"admission-{socket.gethostname()}-{os.getpid()}")
+    p.add_argument(
+        "--max-jobs", type=at_least(0),
+        default=env_int("CRONSTREAM_TENANT_MAX_JOBS", 1000, minimum=0),
+        help="jobs one tenant may have (a put of a new one over it is refused)",
+    )  # fmt: skip
+    p.add_argument(
+        "--triggers-per-minute", type=at_least(0),
+        default=env_int("CRONSTREAM_TENANT_TRIGGERS_PER_MINUTE", 600, minimum=0),
+        help="manual runs one tenant may start in any 60 s (more are refused)",
+    )  # fmt: skip
+    p.add_argument("--metrics-port", type=int,
+                   default=env_int("CRONSTREAM_ADMISSION_METRICS_PORT", 0, minimum=0))  # fmt: skip
+    p.set_defaults(handler=cmd_admission, needs="settings")
+
+
 def cmd_scheduler(settings: Settings, args: argparse.Namespace) -> int:
     config = ProcessorConfig(
         group=args.group or f"{settings.topic_prefix}.scheduler",
@@ -175,4 +197,16 @@ def cmd_sink(settings: Settings, args: argparse.Namespace) -> int:
     return run_member(
         "sink", name=config.name, group=config.group,
         start=lambda: Sink(settings, config), metrics_port=args.metrics_port,
+    )  # fmt: skip
+
+
+def cmd_admission(settings: Settings, args: argparse.Namespace) -> int:
+    config = AdmissionConfig(
+        group=args.group or f"{settings.topic_prefix}.admission",
+        name=args.name,
+        quotas=Quotas(max_jobs=args.max_jobs, triggers_per_minute=args.triggers_per_minute),
+    )
+    return run_member(
+        "admission", name=config.name, group=config.group,
+        start=lambda: AdmissionProcessor(settings, config), metrics_port=args.metrics_port,
     )  # fmt: skip

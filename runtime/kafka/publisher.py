@@ -16,9 +16,9 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from runtime.kafka.clients import kafka_producer
 from runtime.settings import Settings
-from schemas.events import Event
 from schemas.registry import RegistryClient
 from schemas.serde import Codec
+from schemas.tenancy import AnyEvent
 
 
 class PublishError(RuntimeError):
@@ -57,7 +57,7 @@ class Publisher:
             error, self._error = self._error, None
             raise error
 
-    def publish(self, topic: str, event: Event) -> None:
+    def publish(self, topic: str, event: AnyEvent) -> None:
         """Queue ``event`` on ``topic`` keyed by ``event.key()`` with its readable headers."""
         self._raise_latched()
         self.produce_raw(topic, event.key(), self.codec.encode(topic, event), event.headers())

@@ -305,6 +305,8 @@ POLICY = TopicPolicy(own=frozenset({"cronstream.runs.normal", "cronstream.jobs"}
         ("__consumer_offsets", POLICY, "internal to Kafka"),
         ("__anything", POLICY, "internal to Kafka"),
         ("billing.events", replace(POLICY, allow=("orders.*",)), "matches no --kafka-allow"),
+        # A tenant's commands topic: a job there would act as that tenant (issue 16).
+        ("cronstream.t.acme.in", replace(POLICY, prefix="cronstream"), "one of cronstream's own"),
     ],
 )
 def test_kafka_targets_never_write_into_cronstreams_or_kafkas_own_topics(

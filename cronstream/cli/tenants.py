@@ -1,0 +1,70 @@
+"""`cronstream tenant`: a tenant acting on its own jobs through the admission (an
+operator onboards tenants with ``python -m infra tenants add NAME``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from cronstream.cli.common import EXIT_INVALID, EXIT_UNAVAILABLE
+from producers.spec import load_jobs_file
+from producers.tenant import NoAnswer, TenantClient
+from runtime.settings import Settings
+from schemas.events import to_jsonable
+from schemas.redact import redact_jsonable
+from schemas.tenancy import TenantResult
+
+
+def register(sub: Any) -> None:
+    tenant = sub.add_parser("tenant", help="act on your own jobs as a tenant (via admission)")
+    tenant.add_argument("--tenant", default=os.environ.get("CRONSTREAM_TENANT"),
+                        help="your tenant name (default $CRONSTREAM_TENANT)")  # fmt: skip
+    tenant.add_argument("--timeout", type=float, default=30.0,
+                        help="seconds to wait for each answer")  # fmt: skip
+    acts = tenant.add_subparsers(dest="tenant_command", required=True)
+    put = acts.add_parser("put", help="create or change the jobs of a jobs YAML file")
+    put.add_argument("file")
+    for name in ("delete", "pause", "resume"):
+        act = acts.add_parser(name, help=f"{name} one of your jobs")
+        act.add_argument("job_id", metavar="JOB_ID")
+    trigger = acts.add_parser("trigger", help="run one of your jobs now")
+    trigger.add_argument("job_id", metavar="JOB_ID")
+    trigger.add_argument("--key", help="idempotency key (same key: the same run)")
+    cancel = acts.add_parser("cancel", help="cancel one of your runs (JOB@WHEN)")
+    cancel.add_argument("run_id", metavar="RUN_ID")
+    cancel.add_argument("--reason")
+    tenant.set_defaults(handler=cmd_tenant, needs="settings")
+
+
+def cmd_tenant(settings: Settings, args: argparse.Namespace) -> int:
+    if not args.tenant:
+        print("error: --tenant (or $CRONSTREAM_TENANT) is required", file=sys.stderr)
+        return EXIT_INVALID
+    with TenantClient(settings, args.tenant) as client:
+        try:
+            results = _act(client, args)
+        except NoAnswer as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_UNAVAILABLE
+    for result in results:
+        print(json.dumps(redact_jsonable(to_jsonable(result))))
+    return 0 if all(r.accepted for r in results) else EXIT_INVALID
+
+
+def _act(client: TenantClient, args: argparse.Namespace) -> list[TenantResult]:
+    command = args.tenant_command
+    client.timeout = args.timeout
+    if command == "put":
+        max_bytes = client.settings.max_payload_bytes
+        jobs = load_jobs_file(Path(args.file), max_payload_bytes=max_bytes)
+        return [client.put(job) for job in jobs]
+    if command == "trigger":
+        return [client.trigger(args.job_id, args.key)]
+    if command == "cancel":
+        return [client.cancel(args.run_id, args.reason)]
+    act = {"delete": client.delete, "pause": client.pause, "resume": client.resume}[command]
+    return [act(args.job_id)]

@@ -1,0 +1,147 @@
+"""Onboarding tenants: ``python -m infra tenants add|list|remove NAME`` (``make tenant``),
+an operator acting as the super user.
+
+Adding tenant ``acme`` makes, idempotently:
+
+- the Kafka user ``tenant-acme`` (SCRAM-SHA-512) with a random password kept in the
+  stack's credentials (``credentials/tenant-acme.secret``, 0600), never printed;
+- its two topics, ``<prefix>.t.acme.in`` (commands) and ``<prefix>.t.acme.out``
+  (answers), one partition each (one admission decides all of a tenant's commands, in
+  order), and their schema subjects;
+- ACLs: WRITE on its commands topic, READ on its answers topic and on consumer groups
+  under ``<prefix>.t.acme.`` (literal topics, a prefixed group), nothing else. A
+  tenant cannot write cronstream's topics, read runs, outcomes or history, or touch
+  another tenant's topics: the authorizer refuses (``allow.everyone.if.no.acl.found``
+  is false).
+
+Removing one deletes its user, ACLs and topics; its jobs stay until deleted (``--purge``
+writes their tombstones).
+"""
+
+from __future__ import annotations
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._acl import AclBinding, AclBindingFilter, AclOperation
+from confluent_kafka.admin._acl import AclPermissionType as Permission
+from confluent_kafka.admin._resource import ResourcePatternType, ResourceType
+from confluent_kafka.admin._scram import ScramMechanism, UserScramCredentialDeletion
+from confluent_kafka.cimpl import NewTopic
+
+from infra.bootstrap import BootstrapError, admin_acls, create_topics, ensure_scram_user
+from runtime.kafka.clients import kafka_admin
+from runtime.kafka.security import kafka_secret_path
+from runtime.settings import Settings
+from schemas.catalog import TENANT_COMMANDS, TENANT_RESULTS, Topics
+from schemas.registry import RegistryClient
+from schemas.serde import Codec
+from schemas.tenancy import tenant_of_topic, tenant_problems, tenant_user
+
+
+class TenantError(ValueError):
+    """A tenant name that cannot be, or a stack without authentication."""
+
+
+def _checked(settings: Settings, tenant: str) -> None:
+    problems = tenant_problems(tenant)
+    if problems:
+        raise TenantError("; ".join(problems))
+    if settings.kafka_security == "plaintext":
+        raise TenantError("tenants need authenticated clients: CRONSTREAM_KAFKA_SECURITY=sasl_ssl")
+
+
+def tenant_acls(settings: Settings, tenant: str) -> list[AclBinding]:
+    topics, principal = Topics(settings), f"User:{tenant_user(tenant)}"
+    literal, prefixed, allow = (
+        ResourcePatternType.LITERAL,
+        ResourcePatternType.PREFIXED,
+        Permission.ALLOW,
+    )
+    group = f"{settings.topic_prefix}.t.{tenant}."
+    grants = [
+        (ResourceType.TOPIC, topics.tenant_commands(tenant), literal, AclOperation.WRITE),
+        (ResourceType.TOPIC, topics.tenant_commands(tenant), literal, AclOperation.DESCRIBE),
+        (ResourceType.TOPIC, topics.tenant_results(tenant), literal, AclOperation.READ),
+        (ResourceType.TOPIC, topics.tenant_results(tenant), literal, AclOperation.DESCRIBE),
+        (ResourceType.GROUP, group, prefixed, AclOperation.READ),
+    ]
+    return [AclBinding(kind, name, pattern, principal, "*", op, allow)
+            for kind, name, pattern, op in grants]  # fmt: skip
+
+
+def add_tenant(settings: Settings, tenant: str, *, timeout: float = 30.0) -> list[str]:
+    """Make (or complete) ``tenant``; the topics created."""
+    _checked(settings, tenant)
+    topics = Topics(settings)
+    admin = kafka_admin(settings, superuser=True)
+    ensure_scram_user(settings, admin, tenant_user(tenant), timeout)
+    names = {topics.tenant_commands(tenant): TENANT_COMMANDS,
+             topics.tenant_results(tenant): TENANT_RESULTS}  # fmt: skip
+    listed = admin.list_topics(timeout=timeout).topics
+    new = [NewTopic(name, num_partitions=1, replication_factor=1, config=dict(spec.config))
+           for name, spec in names.items() if name not in listed]  # fmt: skip
+    created = create_topics(admin, new, [], timeout)
+    admin_acls(admin, tenant_acls(settings, tenant), timeout)
+    with RegistryClient(settings.registry_url) as registry:
+        codec = Codec(registry)
+        for name, spec in names.items():
+            codec.register(f"{name}-value", spec.value_type)
+    return created
+
+
+def list_tenants(settings: Settings, *, timeout: float = 30.0) -> list[str]:
+    admin = kafka_admin(settings, superuser=True)
+    prefix = settings.topic_prefix
+    names = (tenant_of_topic(prefix, t) for t in admin.list_topics(timeout=timeout).topics)
+    return sorted(n for n in names if n is not None)
+
+
+def remove_tenant(settings: Settings, tenant: str, *, timeout: float = 30.0) -> None:
+    """Delete ``tenant``'s user, ACLs and topics (its jobs stay)."""
+    _checked(settings, tenant)
+    admin = kafka_admin(settings, superuser=True)
+    _delete_acls(admin, tenant_acls(settings, tenant), timeout)
+    user = tenant_user(tenant)
+    deletion = UserScramCredentialDeletion(user, ScramMechanism.SCRAM_SHA_512)
+    try:
+        admin.alter_user_scram_credentials([deletion])[user].result(timeout)
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError.RESOURCE_NOT_FOUND:  # not already gone
+            raise BootstrapError(f"deleting Kafka user {user}: {exc}") from exc
+    topics = Topics(settings)
+    listed = admin.list_topics(timeout=timeout).topics
+    gone = [t for t in (topics.tenant_commands(tenant), topics.tenant_results(tenant))
+            if t in listed]  # fmt: skip
+    for future in admin.delete_topics(gone, operation_timeout=timeout).values():
+        future.result()
+    kafka_secret_path(settings, user).unlink(missing_ok=True)
+
+
+def _delete_acls(admin: AdminClient, bindings: list[AclBinding], timeout: float) -> None:
+    filters = [
+        AclBindingFilter(b.restype, b.name, b.resource_pattern_type, b.principal, b.host,
+                         b.operation, b.permission_type)
+        for b in bindings
+    ]  # fmt: skip
+    for future in admin.delete_acls(filters, request_timeout=timeout).values():
+        future.result()
+
+
+def tenants_command(settings: Settings, action: str, names: list[str]) -> int:
+    """``python -m infra tenants ACTION NAMES``: one line per tenant, no secret printed."""
+    if action == "list":
+        for name in list_tenants(settings):
+            print(name)
+        return 0
+    if not names:
+        raise TenantError(f"tenants {action} needs at least one NAME")
+    for name in names:
+        if action == "add":
+            created = add_tenant(settings, name)
+            secret = kafka_secret_path(settings, tenant_user(name))
+            print(f"tenant {name}: Kafka user {tenant_user(name)} (password in {secret}), "
+                  f"topics {', '.join(created) if created else 'already there'}")  # fmt: skip
+        else:
+            remove_tenant(settings, name)
+            print(f"tenant {name} removed (its jobs stay until deleted)")
+    return 0

@@ -1,0 +1,175 @@
+"""The admission's decisions, pure: a tenant's command, the jobs as known, the quotas and
+``now`` in; what to write out (``Decision``).
+
+- The tenant is the one whose commands topic the record came from (the caller says);
+  a definition's own ``tenant`` and ``job_id`` fields are replaced, never trusted.
+- A tenant's job ``x`` is stored as ``tenant/x`` (``schemas.tenancy.qualify``), so a
+  tenant can name, change, delete, trigger and cancel only its own jobs: another
+  tenant's job is simply not in its namespace ("no job").
+- Quotas: at most ``max_jobs`` jobs per tenant (a put of a new job over it is refused);
+  at most ``triggers_per_minute`` accepted manual runs per tenant in any 60 s (a trigger
+  over it is refused, saying when the next one fits). Every refusal is a result with its
+  reason on the tenant's results topic; nothing is dropped silently.
+- A trigger without an idempotency key uses the command's id as the key, so a command
+  read twice (after a crash of the admission) names the same run, which workers
+  execute once.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from producers.spec import job_problems
+from schemas.events import ControlAction, ControlCommand, JobDefinition, RunRequest, Trigger
+from schemas.ids import job_id_of, manual_run_id
+from schemas.instants import to_ms
+from schemas.limits import MAX_JOB_ID, idempotency_key_problems, name_problems
+from schemas.tenancy import TenantAction, TenantCommand, TenantResult, qualify, unqualify
+
+MINUTE_MS = 60_000
+
+
+@dataclass(frozen=True, slots=True)
+class Quotas:
+    max_jobs: int = 1000
+    triggers_per_minute: int = 600
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Decision:
+    """What one command makes: always a result; at most one of the writes."""
+
+    result: TenantResult
+    job: tuple[str, JobDefinition | None] | None = None  # (stored id, None: delete)
+    run: RunRequest | None = None
+    cancel: ControlCommand | None = None
+
+
+class Admission:
+    """The jobs as the admission knows them (all tenants'), and each tenant's recent
+    triggers."""
+
+    def __init__(self, quotas: Quotas, *, max_payload_bytes: int) -> None:
+        self.quotas = quotas
+        self.max_payload_bytes = max_payload_bytes
+        self.jobs: dict[str, JobDefinition] = {}
+        self.counts: Counter[str] = Counter()  # tenant -> jobs
+        self.triggers: dict[str, deque[int]] = {}  # tenant -> accepted triggers' ms
+
+    def observe(self, job_id: str, job: JobDefinition | None) -> None:
+        """A definition (None: a tombstone) as written to the jobs topic, by this
+        admission or by an operator."""
+        old = self.jobs.pop(job_id, None)
+        if old is not None:
+            self.counts[old.tenant] -= 1
+        if job is not None:
+            self.jobs[job_id] = job
+            self.counts[job.tenant] += 1
+
+    def refuse(self, key: str, offset: int, reason: str, now: datetime) -> Decision:
+        """The answer to a record that is not a command this admission can read."""
+        return Decision(result=TenantResult(
+            command_id="", action=None, job_id=key, accepted=False, recorded_at=now,
+            source_offset=offset, reason=reason,
+        ))  # fmt: skip
+
+    def decide(
+        self, tenant: str, command: TenantCommand, *, offset: int, now: datetime
+    ) -> Decision:
+        problems = [
+            *name_problems("command id", command.command_id, 200),
+            *name_problems("job id", command.job_id, MAX_JOB_ID - len(tenant) - 1),
+        ]
+        if problems:
+            return self._answer(command, offset, now, "; ".join(problems))
+        stored = qualify(tenant, command.job_id)
+        if command.action is TenantAction.PUT:
+            return self._put(tenant, stored, command, offset, now)
+        job = self.jobs.get(stored)
+        if job is None or job.tenant != tenant:
+            return self._answer(command, offset, now, f"no job {command.job_id!r}")
+        if command.action is TenantAction.CANCEL:
+            return self._cancel(tenant, command, offset, now)
+        if command.action is TenantAction.DELETE:
+            self.observe(stored, None)
+            return replace(self._answer(command, offset, now), job=(stored, None))
+        if command.action is TenantAction.TRIGGER:
+            return self._trigger(tenant, job, command, offset, now)
+        paused = command.action is TenantAction.PAUSE
+        updated = replace(job, paused=paused, updated_at=now)
+        self.observe(stored, updated)
+        return replace(self._answer(command, offset, now), job=(stored, updated))
+
+    def _put(
+        self, tenant: str, stored: str, command: TenantCommand, offset: int, now: datetime
+    ) -> Decision:
+        if command.job is None:
+            return self._answer(command, offset, now, "PUT without a job definition")
+        job = replace(command.job, job_id=stored, tenant=tenant, updated_at=now)
+        problems = job_problems(job, max_payload_bytes=self.max_payload_bytes)
+        if problems:
+            return self._answer(command, offset, now, "; ".join(problems))
+        have = self.counts[tenant]
+        if stored not in self.jobs and have >= self.quotas.max_jobs:
+            return self._answer(command, offset, now, f"job quota: tenant {tenant!r} has "
+                                f"{have} of its {self.quotas.max_jobs} jobs")  # fmt: skip
+        self.observe(stored, job)
+        return replace(self._answer(command, offset, now), job=(stored, job))
+
+    def _trigger(
+        self, tenant: str, job: JobDefinition, command: TenantCommand, offset: int, now: datetime
+    ) -> Decision:
+        key = command.idempotency_key or command.command_id
+        problems = idempotency_key_problems(key)
+        if problems:
+            return self._answer(command, offset, now, "; ".join(problems))
+        now_ms = to_ms(now)
+        recent = self.triggers.setdefault(tenant, deque())
+        while recent and recent[0] <= now_ms - MINUTE_MS:
+            recent.popleft()
+        limit = self.quotas.triggers_per_minute
+        if len(recent) >= limit:
+            wait_s = (recent[0] + MINUTE_MS - now_ms) / 1000
+            why = f"trigger quota: at most {limit} manual runs per minute; the next fits in "
+            return self._answer(command, offset, now, f"{why}{wait_s:.1f} s")
+        recent.append(now_ms)
+        run = job.run_request(
+            run_id=manual_run_id(job.job_id, key), scheduled_at=now, fired_at=now,
+            trigger=Trigger.MANUAL,
+        )  # fmt: skip
+        own = unqualify(tenant, run.run_id)
+        return replace(self._answer(command, offset, now, run_id=own), run=run)
+
+    def _cancel(self, tenant: str, command: TenantCommand, offset: int, now: datetime) -> Decision:
+        run_id = command.run_id or ""
+        try:
+            owner = job_id_of(run_id)
+        except ValueError as exc:
+            return self._answer(command, offset, now, str(exc))
+        if owner != command.job_id:
+            why = f"run {run_id!r} is not a run of job {command.job_id!r}"
+            return self._answer(command, offset, now, why)
+        stored = qualify(tenant, run_id)
+        cancel = ControlCommand(
+            command_id=command.command_id, action=ControlAction.CANCEL, run_id=stored,
+            job_id=qualify(tenant, owner), issued_at=now, reason=command.reason,
+        )  # fmt: skip
+        return replace(self._answer(command, offset, now, run_id=run_id), cancel=cancel)
+
+    @staticmethod
+    def _answer(
+        command: TenantCommand,
+        offset: int,
+        now: datetime,
+        reason: str | None = None,
+        *,
+        run_id: str | None = None,
+    ) -> Decision:
+        """Refused with ``reason``, else accepted."""
+        return Decision(result=TenantResult(
+            command_id=command.command_id, action=command.action, job_id=command.job_id,
+            accepted=reason is None, recorded_at=now, source_offset=offset, reason=reason,
+            run_id=run_id,
+        ))  # fmt: skip

@@ -1,0 +1,189 @@
+"""`cronstream admission`: tenants' commands in, validated and stamped definitions out.
+
+It reads every tenant's commands topic (``<prefix>.t.<tenant>.in``, subscribed by
+pattern, so a tenant added later is picked up within seconds), decides each command
+(``producers.admission.core``) and writes:
+
+- an accepted put, pause or resume to the jobs topic as ``tenant/job`` with the tenant
+  stamped; a delete as its tombstone;
+- a manual run to its priority's runs topic; a cancel to the control topic;
+- the answer (accepted, or refused with the reason) to ``<prefix>.t.<tenant>.out``.
+
+**Commit procedure.** Per batch: decide every command, queue every write, flush (all
+acknowledged), then commit the batch's offsets synchronously. A crash before the commit
+makes the next owner decide those commands again: a put writes the same definition, a
+trigger names the same run (deduplicated by the workers), a delete or cancel may be
+answered twice. Each tenant's commands topic has one partition, so one admission decides
+all of a tenant's commands in order and its quotas are exact.
+
+The jobs known (for ownership, pause/resume/trigger and the job quota) come from the
+jobs topic, read to its end before the first command and followed after that, so an
+operator's own changes count too.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
+
+from producers.admission.core import Admission, Decision, Quotas
+from runtime import metrics
+from runtime.kafka.clients import group_consumer, kafka_consumer
+from runtime.kafka.offsets import is_transient, watermarks
+from runtime.kafka.publisher import Publisher
+from runtime.settings import Settings
+from schemas.catalog import Topics
+from schemas.events import JobDefinition, job_headers, utc_now
+from schemas.registry import RegistryClient
+from schemas.serde import Codec, DecodeError
+from schemas.tenancy import TenantCommand, commands_pattern, tenant_of_topic
+
+log = logging.getLogger("cronstream.admission")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AdmissionConfig:
+    group: str
+    name: str
+    quotas: Quotas
+    session_timeout_ms: int = 10_000
+    batch: int = 500
+
+
+class JobsFollower:
+    """The jobs topic read from its beginning into ``admission.observe``, then followed."""
+
+    def __init__(self, settings: Settings, codec: Codec, admission: Admission) -> None:
+        self.topic = Topics(settings).jobs
+        self.codec = codec
+        self.admission = admission
+        self.consumer: Consumer = kafka_consumer(settings)
+        self.next: dict[int, int] = {}  # partition -> the next offset to read
+
+    def load(self) -> int:
+        """Read the topic to the end it has now; the records read."""
+        meta = self.consumer.list_topics(self.topic, timeout=30).topics[self.topic]
+        parts = [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in meta.partitions]
+        ends = {}
+        for tp in parts:
+            low, high = watermarks(self.consumer, tp)
+            if high > low:
+                ends[tp.partition] = high
+        self.consumer.assign(parts)
+        read = 0
+        while any(self.next.get(p, 0) < end for p, end in ends.items()):
+            read += self.follow(timeout=1.0)
+        return read
+
+    def follow(self, timeout: float = 0.0) -> int:
+        messages = self.consumer.consume(num_messages=1000, timeout=timeout)
+        for msg in messages:
+            if msg.error():
+                continue
+            self.next[msg.partition() or 0] = (msg.offset() or 0) + 1
+            key = (msg.key() or b"").decode("utf-8", "replace")
+            value = msg.value()
+            if value is None:
+                self.admission.observe(key, None)
+                continue
+            try:
+                job = self.codec.decode(value, JobDefinition)
+            except DecodeError:
+                continue  # the scheduler dead-letters it; it is no job
+            self.admission.observe(key, job)
+        return len(messages)
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+class AdmissionProcessor:
+    def __init__(self, settings: Settings, config: AdmissionConfig) -> None:
+        self.settings = settings
+        self.config = config
+        self.topics = Topics(settings)
+        self.codec = Codec(RegistryClient(settings.registry_url))
+        self.publisher = Publisher(settings, codec=self.codec)
+        self.admission = Admission(config.quotas, max_payload_bytes=settings.max_payload_bytes)
+        self.jobs = JobsFollower(settings, self.codec, self.admission)
+        self.consumer = group_consumer(
+            settings, group=config.group, name=config.name,
+            session_timeout_ms=config.session_timeout_ms,
+            **{"topic.metadata.refresh.interval.ms": 2000},
+        )  # fmt: skip
+
+    def run(self, should_stop: Callable[[], bool]) -> None:
+        try:
+            loaded = self.jobs.load()
+            log.info("jobs topic read (%d records, %d jobs)", loaded, len(self.admission.jobs))
+            self.consumer.subscribe([commands_pattern(self.settings.topic_prefix)])
+            while not should_stop():
+                self.step()
+        finally:
+            self.consumer.close()
+            self.jobs.close()
+            self.publisher.close()
+
+    def step(self, timeout: float = 0.2) -> int:
+        """Follow the jobs topic, then decide one batch of commands; the commands read."""
+        self.jobs.follow()
+        try:
+            messages = self.consumer.consume(num_messages=self.config.batch, timeout=timeout)
+        except KafkaException as exc:
+            if not is_transient(exc):
+                raise
+            log.warning("fetching refused for now (%s); retrying", exc.args[0])
+            time.sleep(0.1)
+            return 0
+        offsets: dict[tuple[str, int], int] = {}
+        for msg in messages:
+            if msg.error():
+                continue
+            self.handle(msg)
+            offsets[(msg.topic() or "", msg.partition() or 0)] = (msg.offset() or 0) + 1
+        if offsets:
+            self.publisher.flush()
+            commit = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+            self.consumer.commit(offsets=commit, asynchronous=False)
+        return len(messages)
+
+    def handle(self, msg: Message) -> None:
+        topic, offset = msg.topic() or "", msg.offset() or 0
+        tenant = tenant_of_topic(self.settings.topic_prefix, topic)
+        if tenant is None:
+            return  # matched the pattern but names no tenant we could have onboarded
+        key = (msg.key() or b"").decode("utf-8", "replace")
+        now = utc_now()
+        try:
+            command = self.codec.decode(msg.value(), TenantCommand)
+        except DecodeError as exc:
+            decision = self.admission.refuse(key, offset, f"undecodable command: {exc}", now)
+        else:
+            decision = self.admission.decide(tenant, command, offset=offset, now=now)
+        self.write(tenant, decision)
+
+    def write(self, tenant: str, decision: Decision) -> None:
+        if decision.job is not None:
+            stored, job = decision.job
+            if job is None:
+                headers = job_headers(stored, op="delete")
+                self.publisher.produce_raw(self.topics.jobs, stored, None, headers)
+            else:
+                self.publisher.publish(self.topics.jobs, job)
+        if decision.run is not None:
+            self.publisher.publish(self.topics.runs(decision.run.priority), decision.run)
+        if decision.cancel is not None:
+            self.publisher.publish(self.topics.control, decision.cancel)
+        result = decision.result
+        self.publisher.publish(self.topics.tenant_results(tenant), result)
+        action = result.action.value if result.action else "UNREADABLE"
+        verdict = "accepted" if result.accepted else "refused"
+        metrics.labelled(metrics.admission_commands, tenant, action, verdict).inc()
+        metrics.labelled(metrics.admission_jobs, tenant).set(self.admission.counts[tenant])
+
+
+__all__ = ["AdmissionConfig", "AdmissionProcessor"]

@@ -1,0 +1,145 @@
+"""TenantClient: a tenant's way to its jobs, as its own Kafka user.
+
+It writes ``TenantCommand`` records to the tenant's commands topic and waits for the
+admission's answer on the tenant's results topic (matched by command id). Job ids are
+the tenant's own (``nightly``); cronstream stores them as ``tenant/nightly``.
+
+Settings: the tenant's Kafka user is ``tenant-<name>`` (``CRONSTREAM_KAFKA_USER``
+otherwise), its password from ``CRONSTREAM_KAFKA_PASSWORD(_FILE)`` or the local stack's
+credentials. Kafka refusing the user, or the user writing where its ACLs do not reach,
+raises ``KafkaAuthError`` / ``PublishError`` with the broker's reason.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from confluent_kafka import Message, TopicPartition
+
+from runtime.kafka.clients import kafka_consumer
+from runtime.kafka.offsets import watermarks
+from runtime.kafka.publisher import Publisher, PublishError
+from runtime.settings import Settings
+from schemas.catalog import Topics
+from schemas.events import JobDefinition, utc_now
+from schemas.serde import DecodeError
+from schemas.tenancy import TenantAction, TenantCommand, TenantResult, tenant_user
+
+
+class NoAnswer(TimeoutError):
+    """The admission did not answer in time (is `cronstream admission` running?)."""
+
+
+def tenant_settings(settings: Settings, tenant: str) -> Settings:
+    """``settings`` as tenant ``tenant``'s Kafka user (unless one was set explicitly)."""
+    if settings.kafka_user != "cronstream-app":
+        return settings
+    return replace(settings, kafka_user=tenant_user(tenant))
+
+
+class TenantClient:
+    def __init__(self, settings: Settings, tenant: str) -> None:
+        self.tenant = tenant
+        self.settings = tenant_settings(settings, tenant)
+        topics = Topics(settings)
+        self.commands = topics.tenant_commands(tenant)
+        self.results = topics.tenant_results(tenant)
+        self.publisher = Publisher(self.settings)
+        group = f"{settings.topic_prefix}.t.{tenant}.client"
+        self.consumer = kafka_consumer(self.settings, **{"group.id": group})
+        # From the end as of now, resolved here: librdkafka would resolve OFFSET_END
+        # when it first fetches, after an answer may have come.
+        end = watermarks(self.consumer, TopicPartition(self.results, 0))[1]
+        self.consumer.assign([TopicPartition(self.results, 0, end)])
+        self.answers: dict[str, TenantResult] = {}
+        self.timeout = 30.0  # seconds to wait for each answer
+
+    def close(self) -> None:
+        self.consumer.close()
+        self.publisher.close()
+
+    def __enter__(self) -> TenantClient:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # -- commands ---------------------------------------------------------------------
+    def put(self, job: JobDefinition) -> TenantResult:
+        return self.send(TenantAction.PUT, job.job_id, job=job)
+
+    def delete(self, job_id: str) -> TenantResult:
+        return self.send(TenantAction.DELETE, job_id)
+
+    def pause(self, job_id: str) -> TenantResult:
+        return self.send(TenantAction.PAUSE, job_id)
+
+    def resume(self, job_id: str) -> TenantResult:
+        return self.send(TenantAction.RESUME, job_id)
+
+    def trigger(self, job_id: str, idempotency_key: str | None = None) -> TenantResult:
+        return self.send(TenantAction.TRIGGER, job_id, idempotency_key=idempotency_key)
+
+    def cancel(self, run_id: str, reason: str | None = None) -> TenantResult:
+        job_id = run_id.rpartition("@")[0] or run_id
+        return self.send(TenantAction.CANCEL, job_id, run_id=run_id, reason=reason)
+
+    def send(
+        self,
+        action: TenantAction,
+        job_id: str,
+        *,
+        job: JobDefinition | None = None,
+        idempotency_key: str | None = None,
+        run_id: str | None = None,
+        reason: str | None = None,
+        now: datetime | None = None,
+    ) -> TenantResult:
+        """Write one command and wait for its answer (NoAnswer after ``self.timeout`` s)."""
+        command = TenantCommand(
+            command_id=uuid.uuid4().hex, action=action, job_id=job_id,
+            issued_at=now or utc_now(), job=job, idempotency_key=idempotency_key,
+            run_id=run_id, reason=reason,
+        )  # fmt: skip
+        offset = self._write(command)
+        return self.answer(command.command_id, offset, self.timeout)
+
+    def _write(self, command: TenantCommand) -> int:
+        """Write ``command``; its offset once Kafka acknowledged it."""
+        delivered: list[Message] = []
+        value = self.publisher.codec.encode(self.commands, command)
+        self.publisher.producer.produce(
+            self.commands, value=value, key=command.key().encode(),
+            headers=list[Any](command.headers()),
+            on_delivery=lambda err, msg: delivered.append(msg),
+        )  # fmt: skip
+        self.publisher.producer.flush(self.timeout)
+        error = delivered[0].error() if delivered else None
+        if not delivered or error is not None:
+            why = error.str() if error is not None else "no acknowledgement"
+            raise PublishError(f"command to {self.commands} not written: {why}")
+        return delivered[0].offset() or 0
+
+    def answer(self, command_id: str, offset: int, timeout: float) -> TenantResult:
+        """The answer to the command ``command_id`` written at ``offset`` (a command the
+        admission could not read is answered by its offset only)."""
+        deadline = time.monotonic() + timeout
+        unread = f"@{offset}"
+        while command_id not in self.answers and unread not in self.answers:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise NoAnswer(f"no answer to command {command_id} on {self.results} in "
+                               f"{timeout:.0f} s: is `cronstream admission` running?")  # fmt: skip
+            for msg in self.consumer.consume(num_messages=100, timeout=min(left, 0.5)):
+                if msg.error():
+                    continue
+                try:
+                    result = self.publisher.codec.decode(msg.value(), TenantResult)
+                except DecodeError:
+                    continue
+                self.answers[result.command_id or f"@{result.source_offset}"] = result
+        return self.answers.pop(command_id, None) or self.answers.pop(unread)

@@ -1,0 +1,142 @@
+"""Tenants: who owns a job, and the two topics through which a tenant reaches its jobs.
+
+A tenant never writes cronstream's own topics. It writes ``TenantCommand`` records to
+``<prefix>.t.<tenant>.in`` (only its Kafka user may) and reads the admission's
+``TenantResult`` answers on ``<prefix>.t.<tenant>.out`` (only it may). The tenant of a
+command is the topic's, so identity comes from authentication, never from a field.
+
+Job ids are unique per tenant: the admission stores a tenant's job ``nightly`` as
+``acme/nightly`` (``qualify``), and everything downstream (run ids, partitions, history)
+carries that id. A tenant's own view drops the prefix again (``unqualify``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, ClassVar, Self
+
+from schemas.events import AvroRecord, Event, JobDefinition
+
+# Lower-case letters, digits and '-', no dots: a prefixed ACL on ``<prefix>.t.<tenant>.``
+# then never reaches another tenant whose name merely starts the same.
+TENANT_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,31}\Z")
+RESERVED = frozenset({"admin", "cronstream", "bench", "default", "all"})
+SEPARATOR = "/"
+
+
+class TenantAction(StrEnum):
+    PUT = "PUT"
+    DELETE = "DELETE"
+    PAUSE = "PAUSE"
+    RESUME = "RESUME"
+    TRIGGER = "TRIGGER"
+    CANCEL = "CANCEL"
+
+
+def tenant_problems(name: str) -> list[str]:
+    if not TENANT_NAME.match(name):
+        return [f"tenant {name[:80]!r} must be 1-32 characters of a-z, 0-9 and '-', "
+                "starting with a letter or digit"]  # fmt: skip
+    if name in RESERVED:
+        return [f"tenant name {name!r} is reserved ({', '.join(sorted(RESERVED))})"]
+    return []
+
+
+def tenant_user(tenant: str) -> str:
+    """The Kafka user of ``tenant`` (``cronstream tenants add`` makes it)."""
+    return f"tenant-{tenant}"
+
+
+def qualify(tenant: str, job_id: str) -> str:
+    """The id cronstream stores for ``tenant``'s job ``job_id``."""
+    return f"{tenant}{SEPARATOR}{job_id}"
+
+
+def unqualify(tenant: str, job_id: str) -> str | None:
+    """``tenant``'s own name of a stored job id, or None when the job is not its."""
+    head, sep, rest = job_id.partition(SEPARATOR)
+    return rest if sep and head == tenant else None
+
+
+def commands_topic(prefix: str, tenant: str) -> str:
+    return f"{prefix}.t.{tenant}.in"
+
+
+def results_topic(prefix: str, tenant: str) -> str:
+    return f"{prefix}.t.{tenant}.out"
+
+
+def tenant_of_topic(prefix: str, topic: str) -> str | None:
+    """The tenant whose commands topic ``topic`` is, or None."""
+    head, tail = f"{prefix}.t.", ".in"
+    if not (topic.startswith(head) and topic.endswith(tail)):
+        return None
+    name = topic[len(head) : -len(tail)]
+    return None if tenant_problems(name) else name
+
+
+def commands_pattern(prefix: str) -> str:
+    """librdkafka's subscription regex for every tenant's commands topic."""
+    return "^" + re.escape(f"{prefix}.t.") + r"[a-z0-9][a-z0-9-]*\.in$"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TenantCommand(AvroRecord):
+    AVRO_NAME: ClassVar[str] = "cronstream.TenantCommand"
+
+    command_id: str
+    action: TenantAction
+    job_id: str
+    issued_at: datetime
+    job: JobDefinition | None = None
+    idempotency_key: str | None = None
+    run_id: str | None = None
+    reason: str | None = None
+
+    @classmethod
+    def from_avro(cls, d: Mapping[str, Any]) -> Self:
+        # Codecs read with return_record_name: the job union's branch comes as (name, job).
+        job = d["job"]
+        if isinstance(job, tuple):
+            d = {**d, "job": job[1]}
+        return super(TenantCommand, cls).from_avro(d)
+
+    def key(self) -> str:
+        return self.job_id
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        return [("event", b"TenantCommand"), ("action", self.action.value.encode()),
+                ("job_id", self.job_id.encode())]  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TenantResult(AvroRecord):
+    AVRO_NAME: ClassVar[str] = "cronstream.TenantResult"
+
+    command_id: str
+    job_id: str
+    accepted: bool
+    recorded_at: datetime
+    source_offset: int
+    reason: str | None = None
+    run_id: str | None = None
+    action: TenantAction | None = None
+
+    def key(self) -> str:
+        return self.job_id
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        verdict = b"accepted" if self.accepted else b"refused"
+        action = self.action.value.encode() if self.action else b""
+        headers = [("event", b"TenantResult"), ("action", action),
+                   ("job_id", self.job_id.encode()), ("verdict", verdict)]  # fmt: skip
+        if self.reason:
+            headers.append(("reason", self.reason[:200].encode()))
+        return headers
+
+
+AnyEvent = Event | TenantCommand | TenantResult
