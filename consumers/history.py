@@ -198,17 +198,19 @@ class History:
                 yield row
 
     def by_status(
-        self, statuses: Sequence[str], start: datetime, end: datetime
+        self, statuses: Sequence[str], start: datetime, end: datetime, tenant: str | None = None
     ) -> Iterator[RunOutcome]:
         """Outcomes with one of ``statuses`` recorded in [start, end), latest first,
-        across every job (hour by hour, each hour's shards merged)."""
+        across every job (hour by hour, each hour's shards merged); only ``tenant``'s
+        when given (filtered here: the table is not partitioned by tenant)."""
         names = [s.upper() for s in statuses]
         hours = (
             _merged([self._query("select_status_hour", (status, hour, shard, start, end))
                      for status in names for shard in range(SHARDS)], "recorded_at")
             for hour in hours_desc(start, end)
         )  # fmt: skip
-        return _one_ahead(hours)
+        rows = _one_ahead(hours)
+        return rows if tenant is None else (row for row in rows if row.tenant == tenant)
 
     def run(self, run_id: str) -> list[RunOutcome]:
         """Every record of one run: attempt by attempt, oldest first."""

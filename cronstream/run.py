@@ -207,7 +207,7 @@ def main() -> int:
         "scheduler, worker, sink and admission started; in another terminal try:\n"
         "  .venv/bin/cronstream jobs list\n"
         "  .venv/bin/cronstream history hello-python --since 5m\n"
-        "  .venv/bin/cronstream history --status failed,dead_lettered --since 1h\n"
+        "  .venv/bin/cronstream history --status failed,dead_lettered --since 1h --all-tenants\n"
         "  .venv/bin/cronstream runs trigger hello-webhook --idempotency-key first\n"
         "  .venv/bin/cronstream tenant --tenant demo put examples/tenant-jobs.yaml\n"
         "Ctrl-C stops every process; `make down` stops the services."

@@ -18,6 +18,7 @@ from runtime.cassandra import cassandra_session
 from runtime.settings import Settings
 from schemas.events import RunOutcome, RunStatus, iso, to_jsonable, utc_now
 from schemas.redact import escape_controls, redact_jsonable, redact_text
+from schemas.tenancy import qualify, tenant_problems
 
 
 def register(sub: Any) -> None:
@@ -26,7 +27,9 @@ def register(sub: Any) -> None:
         help="runs recorded in Cassandra: a job's, by status, or one run's attempts",
         description="JOB_ID: the job's attempts (latest status each) in the window. "
         "--status without JOB_ID: outcomes with that status recorded in the window. "
-        "--run: every record of one run, attempt by attempt.",
+        "--run: every record of one run, attempt by attempt. With --tenant T, ids are "
+        "T's own (T/JOB_ID is stored); --status across jobs needs --tenant or "
+        "--all-tenants.",
     )
     h.add_argument("job_id", nargs="?", metavar="JOB_ID")
     h.add_argument("--run", metavar="RUN_ID", help="every attempt of one run")
@@ -38,6 +41,11 @@ def register(sub: Any) -> None:
     h.add_argument("--limit", type=int, default=100, help="at most N rows (0: all)")
     h.add_argument("--page-size", type=int, default=1000, help="rows per Cassandra request")
     h.add_argument("--json", action="store_true", help="one JSON object per line")
+    who = h.add_mutually_exclusive_group()
+    who.add_argument("--tenant", help="a tenant's: JOB_ID and RUN_ID are its own ids, "
+                     "--status rows only its jobs'")  # fmt: skip
+    who.add_argument("--all-tenants", action="store_true",
+                     help="--status rows of every tenant (operators)")  # fmt: skip
     h.set_defaults(handler=cmd_history, needs="settings")
 
 
@@ -69,7 +77,9 @@ def history_statuses(values: list[str]) -> list[str]:
     return names
 
 
-def cmd_history(settings: Settings, args: argparse.Namespace) -> int:
+def _checked(args: argparse.Namespace) -> list[str]:
+    """The statuses asked for, once the arguments make one query; with --tenant, the
+    ids made the tenant's (``tenant/...``)."""
     statuses = history_statuses(args.status)
     if not (args.job_id or args.run or statuses):
         raise SpecError("history", ["give a JOB_ID, --run RUN_ID, or --status S"])
@@ -77,6 +87,18 @@ def cmd_history(settings: Settings, args: argparse.Namespace) -> int:
         raise SpecError("history", ["--run takes no JOB_ID, --status or window"])
     if args.limit < 0 or args.page_size < 1:
         raise SpecError("history", ["--limit must be 0 or more, --page-size 1 or more"])
+    if statuses and not args.job_id and not (args.tenant or args.all_tenants):
+        raise SpecError("history", ["--status across jobs needs --tenant T or --all-tenants"])
+    if args.tenant:
+        if problems := tenant_problems(args.tenant):
+            raise SpecError("--tenant", problems)
+        args.job_id = args.job_id and qualify(args.tenant, args.job_id)
+        args.run = args.run and qualify(args.tenant, args.run)
+    return statuses
+
+
+def cmd_history(settings: Settings, args: argparse.Namespace) -> int:
+    statuses = _checked(args)
     try:
         cluster, session = cassandra_session(settings)
     except Exception as exc:  # the driver's NoHostAvailable, InvalidRequest (no keyspace)
@@ -98,7 +120,7 @@ def cmd_history(settings: Settings, args: argparse.Namespace) -> int:
             found = history.job_runs(args.job_id, start, end, statuses)
             columns = JOB_COLUMNS
         else:
-            found = history.by_status(statuses, start, end)
+            found = history.by_status(statuses, start, end, args.tenant)
             columns = STATUS_COLUMNS
         shown = _print_rows(islice(found, args.limit or None), args.json, columns)
         if args.limit and shown == args.limit and next(found, None) is not None:

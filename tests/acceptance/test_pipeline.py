@@ -108,7 +108,7 @@ def test_put_fire_execute_and_read_back_through_the_cli(  # long: one end-to-end
         assert [(r["attempt"], r["status"]) for r in job_view] == [(2, "SUCCEEDED"), (1, "FAILED")]
 
         # Dead-lettered after its attempts, found by status.
-        dead = eventually(lambda: history_json(ns, "--status", "dead_lettered", "--since", "10m"),
+        dead = eventually(lambda: history_json(ns, "--status", "dead_lettered", "--since", "10m", "--all-tenants"),
                           lambda rows: len(rows) >= 1, "hopeless to be dead-lettered")  # fmt: skip
         assert [(r["job_id"], r["attempt"]) for r in dead] == [("hopeless", 2)]
         assert "no attempts left" in dead[0]["error"]

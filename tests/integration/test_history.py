@@ -4,6 +4,7 @@ rows carry the configured TTL, and queries cross day/hour buckets and page."""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -327,3 +328,40 @@ def test_queries_cross_day_and_hour_buckets_and_page(
     bad = cronstream(ns, "history", "pager", "--status", "exploded")
     assert bad.returncode == 2
     assert "unknown status EXPLODED" in bad.stderr
+
+
+def test_a_tenants_history_is_its_own_and_status_queries_need_a_tenant(
+    history_ns: Settings, session: Any
+) -> None:
+    """Issue 16: the tenant is part of every history query: a tenant's job ids are
+    stored as tenant/id, and --status across jobs needs --tenant or --all-tenants."""
+    ns = history_ns
+    tables = HistoryTables(session, ns.keyspace, ttl_s=3600)
+    start = datetime.now(UTC) - timedelta(minutes=30)
+    mine = [replace(o, tenant="acme") for o in runs_of("acme/x", 20, to_ms(start))]
+    theirs = [replace(o, tenant="beta") for o in runs_of("beta/y", 20, to_ms(start))]
+    for _table, statement in (row for o in mine + theirs for row in tables.rows(o)):
+        session.execute(statement)
+    window = ["--since", "1h", "--json", "--limit", "0"]
+
+    def rows(*args: str) -> list[dict[str, Any]]:
+        run = cronstream(ns, "history", *args, *window)
+        assert run.returncode == 0, run.stderr
+        return [json.loads(line) for line in run.stdout.splitlines()]
+
+    assert {r["job_id"] for r in rows("x", "--tenant", "acme")} == {"acme/x"}
+    failed = rows("--status", "failed", "--tenant", "beta")
+    assert failed
+    assert {(r["job_id"], r["tenant"]) for r in failed} == {("beta/y", "beta")}
+    every = rows("--status", "failed", "--all-tenants")
+    assert {r["tenant"] for r in every} == {"acme", "beta"}
+    one = cronstream(ns, "history", "--run", mine[0].run_id.removeprefix("acme/"),
+                     "--tenant", "acme", "--json")  # fmt: skip
+    assert one.returncode == 0, one.stderr
+    # beta has no job x: acme's run is not in its reach.
+    assert cronstream(ns, "history", "--run", mine[0].run_id.removeprefix("acme/"),
+                      "--tenant", "beta").returncode == 4  # fmt: skip
+    assert rows("x", "--tenant", "beta") == []
+    unscoped = cronstream(ns, "history", "--status", "failed", "--since", "1h")
+    assert unscoped.returncode == 2
+    assert "--status across jobs needs --tenant T or --all-tenants" in unscoped.stderr
