@@ -2,8 +2,8 @@
 
 The stack is already up and bootstrapped (the Makefile's `up` target ran first). This
 applies ``examples/jobs.yaml``, serves the example HTTP target those jobs call, starts
-one scheduler, one worker, one history sink and one admission (tenants' commands; the
-Makefile onboards the tenant ``demo`` first), and prints their logs combined (each
+one scheduler, one worker, one history sink, one admission (tenants' commands; the
+Makefile onboards the tenant ``demo`` first) and the HTTP API, and prints their logs combined (each
 line prefixed with its process) under a live status line: fires/s, runs/s, failures,
 and the workers' and sink's lag. Logs are also appended to ``.stack/logs/<name>.log``.
 Ctrl-C stops every process (each finishes its own clean handover); `make down` stops
@@ -202,14 +202,18 @@ def main() -> int:
         "worker": start("worker", ["worker", "--http-allow", "127.0.0.1/32"], logs, console),
         "sink": start("sink", ["sink"], logs, console),
         "admission": start("admission", ["admission"], logs, console),
+        "api": start("api", ["api"], logs, console),
     }
     console.line(
-        "scheduler, worker, sink and admission started; in another terminal try:\n"
+        "scheduler, worker, sink, admission and api (http://127.0.0.1:8780) started; "
+        "in another terminal try:\n"
         "  .venv/bin/cronstream jobs list\n"
         "  .venv/bin/cronstream history hello-python --since 5m\n"
         "  .venv/bin/cronstream history --status failed,dead_lettered --since 1h --all-tenants\n"
         "  .venv/bin/cronstream runs trigger hello-webhook --idempotency-key first\n"
         "  .venv/bin/cronstream tenant --tenant demo put examples/tenant-jobs.yaml\n"
+        '  curl -H "Authorization: Bearer $(cat .stack/data/security/credentials/'
+        'api-token-demo.secret)" http://127.0.0.1:8780/v1/jobs\n'
         "Ctrl-C stops every process; `make down` stops the services."
     )
     # Ctrl-C reaches the whole foreground process group: the children stop themselves;

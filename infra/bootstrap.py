@@ -34,6 +34,7 @@ from runtime.credentials import security_dir, tls_dir
 from runtime.kafka.clients import kafka_admin
 from runtime.kafka.security import BENCH_PLAIN_PREFIX, client_properties
 from runtime.settings import Settings
+from runtime.tokens import ADMIN, issue_token
 from schemas.avro import schema_json
 from schemas.catalog import Topics
 from schemas.registry import RegistryClient
@@ -98,6 +99,7 @@ def ensure_access(settings: Settings, admin: AdminClient, *, timeout: float = 30
     if (tls_dir(settings) / "ca-key.pem").exists():  # the local stack's CA: certificates
         # For kcat -F (README, "Security").
         ensure_client_certificate(settings, user)
+        issue_token(settings, ADMIN)  # for `cronstream api` (runtime.tokens)
         properties = security_dir(settings) / f"{user}.properties"
         write_private(properties, client_properties(settings).encode())
 

@@ -8,6 +8,8 @@ Adding tenant ``acme`` makes, idempotently:
 - its two topics, ``<prefix>.t.acme.in`` (commands) and ``<prefix>.t.acme.out``
   (answers), one partition each (one admission decides all of a tenant's commands, in
   order), and their schema subjects;
+- an API token for `cronstream api` (``credentials/api-token-acme.secret``; its digest
+  in ``api-tokens.json``, ``runtime.tokens``);
 - ACLs: WRITE on its commands topic, READ on its answers topic and on consumer groups
   under ``<prefix>.t.acme.`` (literal topics, a prefixed group), nothing else. A
   tenant cannot write cronstream's topics, read runs, outcomes or history, or touch
@@ -32,6 +34,7 @@ from infra.bootstrap import BootstrapError, admin_acls, create_topics, ensure_sc
 from runtime.kafka.clients import kafka_admin
 from runtime.kafka.security import kafka_secret_path
 from runtime.settings import Settings
+from runtime.tokens import issue_token, revoke_tokens, token_path
 from schemas.catalog import TENANT_COMMANDS, TENANT_RESULTS, Topics
 from schemas.registry import RegistryClient
 from schemas.serde import Codec
@@ -86,6 +89,7 @@ def add_tenant(settings: Settings, tenant: str, *, timeout: float = 30.0) -> lis
         codec = Codec(registry)
         for name, spec in names.items():
             codec.register(f"{name}-value", spec.value_type)
+    issue_token(settings, tenant)
     return created
 
 
@@ -115,6 +119,7 @@ def remove_tenant(settings: Settings, tenant: str, *, timeout: float = 30.0) -> 
     for future in admin.delete_topics(gone, operation_timeout=timeout).values():
         future.result()
     kafka_secret_path(settings, user).unlink(missing_ok=True)
+    revoke_tokens(settings, tenant)
 
 
 def _delete_acls(admin: AdminClient, bindings: list[AclBinding], timeout: float) -> None:
@@ -140,6 +145,7 @@ def tenants_command(settings: Settings, action: str, names: list[str]) -> int:
             created = add_tenant(settings, name)
             secret = kafka_secret_path(settings, tenant_user(name))
             print(f"tenant {name}: Kafka user {tenant_user(name)} (password in {secret}), "
+                  f"API token in {token_path(settings, name)}, "
                   f"topics {', '.join(created) if created else 'already there'}")  # fmt: skip
         else:
             remove_tenant(settings, name)

@@ -79,9 +79,10 @@ def tenant_of_topic(prefix: str, topic: str) -> str | None:
     return None if tenant_problems(name) else name
 
 
-def commands_pattern(prefix: str) -> str:
-    """librdkafka's subscription regex for every tenant's commands topic."""
-    return "^" + re.escape(f"{prefix}.t.") + r"[a-z0-9][a-z0-9-]*\.in$"
+def commands_pattern(prefix: str, suffix: str = "in") -> str:
+    """librdkafka's subscription regex for every tenant's commands topic (``suffix``
+    "out": results topic)."""
+    return "^" + re.escape(f"{prefix}.t.") + rf"[a-z0-9][a-z0-9-]*\.{suffix}$"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -23,6 +23,7 @@ from consumers.executors.python import PythonPolicy
 from consumers.executors.shell import ShellPolicy
 from consumers.sink import Sink, SinkConfig
 from consumers.worker import Worker, WorkerConfig
+from cronstream.api.serve import serve
 from cronstream.cli.common import EXIT_INVALID, at_least
 from cronstream.foreground import run_member
 from producers.admission.core import Quotas
@@ -36,6 +37,11 @@ def register(sub: Any) -> None:
     _register_worker(sub)
     _register_sink(sub)
     _register_admission(sub)
+    p = sub.add_parser("api", help="serve the tenant-facing HTTP API (tokens: runtime.tokens)")
+    p.add_argument("--host", default=os.environ.get("CRONSTREAM_API_HOST", "127.0.0.1"))
+    p.add_argument("--port", type=int, default=env_int("CRONSTREAM_API_PORT", 8780, minimum=1))
+    p.add_argument("--name", default=f"api-{socket.gethostname()}-{os.getpid()}")
+    p.set_defaults(handler=cmd_api, needs="settings")
 
 
 def _register_scheduler(sub: Any) -> None:
@@ -210,3 +216,7 @@ def cmd_admission(settings: Settings, args: argparse.Namespace) -> int:
         "admission", name=config.name, group=config.group,
         start=lambda: AdmissionProcessor(settings, config), metrics_port=args.metrics_port,
     )  # fmt: skip
+
+
+def cmd_api(settings: Settings, args: argparse.Namespace) -> int:
+    return serve(settings, host=args.host, port=args.port)

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cronstream.cli.api import over_http
 from cronstream.cli.common import EXIT_INVALID, EXIT_UNAVAILABLE
 from producers.spec import load_jobs_file
 from producers.tenant import NoAnswer, TenantClient
@@ -25,6 +26,11 @@ def register(sub: Any) -> None:
                         help="your tenant name (default $CRONSTREAM_TENANT)")  # fmt: skip
     tenant.add_argument("--timeout", type=float, default=30.0,
                         help="seconds to wait for each answer")  # fmt: skip
+    tenant.add_argument("--api", metavar="URL", default=os.environ.get("CRONSTREAM_API_URL"),
+                        help="through `cronstream api` at URL instead of Kafka (the tenant "
+                        "is the token's)")  # fmt: skip
+    tenant.add_argument("--token-file", default=os.environ.get("CRONSTREAM_API_TOKEN_FILE"),
+                        help="the API token (default $CRONSTREAM_API_TOKEN)")  # fmt: skip
     acts = tenant.add_subparsers(dest="tenant_command", required=True)
     put = acts.add_parser("put", help="create or change the jobs of a jobs YAML file")
     put.add_argument("file")
@@ -41,6 +47,8 @@ def register(sub: Any) -> None:
 
 
 def cmd_tenant(settings: Settings, args: argparse.Namespace) -> int:
+    if args.api:
+        return over_http(settings, args)
     if not args.tenant:
         print("error: --tenant (or $CRONSTREAM_TENANT) is required", file=sys.stderr)
         return EXIT_INVALID

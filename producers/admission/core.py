@@ -47,19 +47,15 @@ class Decision:
     cancel: ControlCommand | None = None
 
 
-class Admission:
-    """The jobs as the admission knows them (all tenants'), and each tenant's recent
-    triggers."""
+class JobsView:
+    """The current definitions of every tenant, as the jobs topic has them."""
 
-    def __init__(self, quotas: Quotas, *, max_payload_bytes: int) -> None:
-        self.quotas = quotas
-        self.max_payload_bytes = max_payload_bytes
+    def __init__(self) -> None:
         self.jobs: dict[str, JobDefinition] = {}
         self.counts: Counter[str] = Counter()  # tenant -> jobs
-        self.triggers: dict[str, deque[int]] = {}  # tenant -> accepted triggers' ms
 
     def observe(self, job_id: str, job: JobDefinition | None) -> None:
-        """A definition (None: a tombstone) as written to the jobs topic, by this
+        """A definition (None: a tombstone) as written to the jobs topic, by the
         admission or by an operator."""
         old = self.jobs.pop(job_id, None)
         if old is not None:
@@ -67,6 +63,22 @@ class Admission:
         if job is not None:
             self.jobs[job_id] = job
             self.counts[job.tenant] += 1
+
+    def of_tenant(self, tenant: str, job_id: str) -> JobDefinition | None:
+        """``tenant``'s job ``job_id`` (its own id), or None."""
+        job = self.jobs.get(qualify(tenant, job_id))
+        return job if job is not None and job.tenant == tenant else None
+
+
+class Admission(JobsView):
+    """The jobs as the admission knows them (all tenants'), and each tenant's recent
+    triggers."""
+
+    def __init__(self, quotas: Quotas, *, max_payload_bytes: int) -> None:
+        super().__init__()
+        self.quotas = quotas
+        self.max_payload_bytes = max_payload_bytes
+        self.triggers: dict[str, deque[int]] = {}  # tenant -> accepted triggers' ms
 
     def refuse(self, key: str, offset: int, reason: str, now: datetime) -> Decision:
         """The answer to a record that is not a command this admission can read."""
@@ -87,8 +99,8 @@ class Admission:
         stored = qualify(tenant, command.job_id)
         if command.action is TenantAction.PUT:
             return self._put(tenant, stored, command, offset, now)
-        job = self.jobs.get(stored)
-        if job is None or job.tenant != tenant:
+        job = self.of_tenant(tenant, command.job_id)
+        if job is None:
             return self._answer(command, offset, now, f"no job {command.job_id!r}")
         if command.action is TenantAction.CANCEL:
             return self._cancel(tenant, command, offset, now)

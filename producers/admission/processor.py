@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 
-from producers.admission.core import Admission, Decision, Quotas
+from producers.admission.core import Admission, Decision, JobsView, Quotas
 from runtime import metrics
 from runtime.kafka.clients import group_consumer, kafka_consumer
 from runtime.kafka.offsets import is_transient, watermarks
@@ -55,9 +55,9 @@ class AdmissionConfig:
 
 
 class JobsFollower:
-    """The jobs topic read from its beginning into ``admission.observe``, then followed."""
+    """The jobs topic read from its beginning into ``view.observe``, then followed."""
 
-    def __init__(self, settings: Settings, codec: Codec, admission: Admission) -> None:
+    def __init__(self, settings: Settings, codec: Codec, admission: JobsView) -> None:
         self.topic = Topics(settings).jobs
         self.codec = codec
         self.admission = admission

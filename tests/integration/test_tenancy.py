@@ -3,9 +3,6 @@ by ACLs and by the admission, quotas with their reasons visible to the tenant.""
 
 from __future__ import annotations
 
-import threading
-import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
@@ -13,9 +10,7 @@ from typing import TypeVar
 import pytest
 from confluent_kafka import KafkaError, Message
 
-from infra.tenants import TenantError, add_tenant, list_tenants, remove_tenant
-from producers.admission.core import Quotas
-from producers.admission.processor import AdmissionConfig, AdmissionProcessor
+from infra.tenants import TenantError, add_tenant, list_tenants
 from producers.tenant import TenantClient, tenant_settings
 from runtime.kafka.clients import kafka_consumer, kafka_producer
 from runtime.settings import Settings
@@ -32,6 +27,7 @@ from schemas.events import (
 from schemas.registry import RegistryClient
 from schemas.serde import Codec
 from tests.integration.helpers import cronstream, read_topic, record_count
+from tests.integration.tenants import AdmissionThread
 
 pytestmark = pytest.mark.integration
 
@@ -44,40 +40,6 @@ def _job(job_id: str, tenant: str = "default") -> JobDefinition:
         job_id=job_id, tenant=tenant, updated_at=T0, schedule=CronSchedule(expression="0 2 * * *"),
         target=Target(type="http", url="https://example.com/hook"),
     )  # fmt: skip
-
-
-class Running:
-    """An admission processor on a thread of the test."""
-
-    def __init__(self, settings: Settings, quotas: Quotas) -> None:
-        config = AdmissionConfig(group=f"{settings.topic_prefix}.admission", name="adm-test",
-                                 quotas=quotas)  # fmt: skip
-        self.processor = AdmissionProcessor(settings, config)
-        self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self.processor.run, args=(self.stopping.is_set,))
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.stopping.set()
-        self.thread.join(30)
-
-
-@pytest.fixture
-def two(ns: Settings) -> Iterator[tuple[str, str]]:
-    """Two fresh tenants of ``ns`` (removed afterwards)."""
-    names = (f"a{uuid.uuid4().hex[:8]}", f"b{uuid.uuid4().hex[:8]}")
-    for name in names:
-        add_tenant(ns, name)
-    yield names
-    for name in names:
-        remove_tenant(ns, name)
-
-
-@pytest.fixture
-def admission(ns: Settings, two: tuple[str, str]) -> Iterator[Running]:
-    running = Running(ns, Quotas(max_jobs=3, triggers_per_minute=2))
-    yield running
-    running.stop()
 
 
 def _decoded(ns: Settings, topic: str, kind: type[E]) -> list[tuple[str, E | None]]:
@@ -94,7 +56,7 @@ def _stored(ns: Settings) -> dict[str, JobDefinition | None]:
 
 
 def test_a_tenant_acts_on_its_own_jobs_only_and_its_tenant_comes_from_its_login(
-    ns: Settings, two: tuple[str, str], admission: Running
+    ns: Settings, two: tuple[str, str], admission: AdmissionThread
 ) -> None:
     a, b = two
     with TenantClient(ns, a) as ca, TenantClient(ns, b) as cb:
@@ -180,7 +142,7 @@ def test_a_tenant_cannot_write_cronstreams_topics_nor_touch_another_tenants(
 
 
 def test_quotas_refuse_with_the_reason_on_the_tenants_results_topic(
-    ns: Settings, two: tuple[str, str], admission: Running
+    ns: Settings, two: tuple[str, str], admission: AdmissionThread
 ) -> None:
     a, b = two
     with TenantClient(ns, a) as ca, TenantClient(ns, b) as cb:
@@ -205,7 +167,7 @@ def test_quotas_refuse_with_the_reason_on_the_tenants_results_topic(
 
 
 def test_an_unreadable_command_is_answered_and_changes_nothing(
-    ns: Settings, two: tuple[str, str], admission: Running
+    ns: Settings, two: tuple[str, str], admission: AdmissionThread
 ) -> None:
     a, _ = two
     with TenantClient(ns, a) as ca:
@@ -236,7 +198,7 @@ def test_a_tenant_refused_or_unknown_gets_a_clear_error(ns: Settings, tmp_path: 
 
 
 def test_the_cli_puts_a_tenants_jobs_through_the_admission(
-    ns: Settings, two: tuple[str, str], admission: Running, tmp_path: Path
+    ns: Settings, two: tuple[str, str], admission: AdmissionThread, tmp_path: Path
 ) -> None:
     a, _ = two
     assert set(two) <= set(list_tenants(ns))

@@ -1,0 +1,254 @@
+"""`cronstream api`: the tenant-facing HTTP API (FastAPI; the OpenAPI document at
+``/openapi.json``).
+
+Every call carries ``Authorization: Bearer <token>``; the token names a tenant (or an
+admin, ``runtime.tokens``). A tenant sees and changes only its own jobs, by its own ids;
+another tenant's job is "no job" (404), exactly as a job that does not exist. An admin
+sees every job by its stored id (``tenant/id``), and acts for a tenant with
+``?tenant=NAME``. Writes go through the admission (validation, tenant stamp, quotas):
+refused with its reason as 404 (no job), 429 (a quota) or 422 (invalid). Errors are
+``{"error": reason}`` (and ``"problems"`` when there are several).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from itertools import islice
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, FastAPI, Header, HTTPException, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from cronstream.api.backend import Backend, NoAnswer
+from producers.spec import SpecError, job_from_spec, parse_duration
+from runtime.tokens import ADMIN, TokenBook
+from schemas.events import JobDefinition, RunOutcome, RunStatus, to_jsonable, utc_now
+from schemas.redact import redact_jsonable
+from schemas.tenancy import TenantAction, TenantResult, qualify, tenant_problems, unqualify
+
+MAX_ROWS = 1000
+
+
+class Caller:
+    """Who is calling: a tenant, or an admin acting for ``tenant`` (or for all)."""
+
+    def __init__(self, holder: str, tenant: str | None) -> None:
+        self.admin = holder == ADMIN
+        self.tenant = tenant if self.admin else holder
+
+    def acting(self) -> str:
+        """The tenant a write acts for."""
+        if self.tenant is None:
+            raise HTTPException(400, "an admin token acts for a tenant: add ?tenant=NAME")
+        return self.tenant
+
+    def own(self, stored: str) -> str:
+        """A stored job or run id as this caller names it."""
+        if self.admin and self.tenant is None:
+            return stored
+        return unqualify(self.tenant or "", stored) or stored
+
+
+def _error(status: int, reason: str, problems: list[str] | None = None) -> JSONResponse:
+    body: dict[str, Any] = {"error": reason}
+    if problems:
+        body["problems"] = problems
+    return JSONResponse(body, status_code=status)
+
+
+def _job_json(caller: Caller, job: JobDefinition) -> dict[str, Any]:
+    out: dict[str, Any] = redact_jsonable(to_jsonable(job))
+    out["job_id"] = caller.own(job.job_id)
+    return out
+
+
+def _outcome_json(caller: Caller, row: RunOutcome) -> dict[str, Any]:
+    out: dict[str, Any] = redact_jsonable(to_jsonable(row))
+    out["job_id"], out["run_id"] = caller.own(row.job_id), caller.own(row.run_id)
+    return out
+
+
+def _answered(result: TenantResult) -> dict[str, Any]:
+    """The admission's answer as the response, or its refusal as an HTTP error."""
+    if result.accepted:
+        return {"accepted": True, "job_id": result.job_id, "run_id": result.run_id,
+                "action": result.action.value if result.action else None}  # fmt: skip
+    reason = result.reason or "refused"
+    status = 404 if reason.startswith("no job") else 429 if "quota" in reason else 422
+    raise HTTPException(status, reason)
+
+
+def caller(
+    request: Request,
+    authorization: Annotated[str | None, Header()] = None,
+    tenant: Annotated[str | None, Query(description="admin tokens: act for this tenant")] = None,
+) -> Caller:
+    scheme, _, token = (authorization or "").partition(" ")
+    book: TokenBook = request.app.state.book
+    holder = book.holder(token.strip()) if scheme.lower() == "bearer" else None
+    if holder is None:
+        raise HTTPException(401, "a valid API token is required (Authorization: Bearer)")
+    if tenant is not None and (holder != ADMIN or tenant_problems(tenant)):
+        raise HTTPException(400, "?tenant= is for admin tokens, with a tenant's name")
+    return Caller(holder, tenant)
+
+
+def backend_of(request: Request) -> Backend:
+    backend: Backend = request.app.state.backend
+    return backend
+
+
+Who = Annotated[Caller, Depends(caller)]
+Back = Annotated[Backend, Depends(backend_of)]
+Limit = Annotated[int, Query(ge=1, le=MAX_ROWS)]
+Payload = Annotated[dict[str, Any] | None, Body()]
+router = APIRouter()
+
+
+def _job_of(backend: Backend, who: Caller, job_id: str) -> JobDefinition:
+    if who.tenant is not None:
+        job = backend.view.of_tenant(who.tenant, job_id)
+    else:
+        job = backend.view.jobs.get(job_id)
+    if job is None:
+        raise HTTPException(404, f"no job {job_id!r}")
+    return job
+
+
+def _send(backend: Backend, who: Caller, action: TenantAction, job_id: str, **kw: Any) -> Any:
+    try:
+        return _answered(backend.command(who.acting(), action, job_id, **kw))
+    except NoAnswer as exc:
+        raise HTTPException(503, str(exc)) from None
+
+
+@router.get("/healthz")
+def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/v1/jobs")
+def list_jobs(who: Who, backend: Back) -> list[dict[str, Any]]:
+    jobs = sorted(backend.view.jobs.values(), key=lambda j: j.job_id)
+    return [_job_json(who, j) for j in jobs if who.tenant is None or j.tenant == who.tenant]
+
+
+@router.get("/v1/jobs/{job_id:path}/history")
+def job_history(
+    who: Who, backend: Back, job_id: str, since: str = "24h", status: str | None = None,
+    limit: Limit = 100,
+) -> list[dict[str, Any]]:  # fmt: skip
+    job = _job_of(backend, who, job_id)
+    start, end = _window(since)
+    assert backend.history is not None
+    rows = backend.history.job_runs(job.job_id, start, end, _statuses(status))
+    return [_outcome_json(who, r) for r in islice(rows, limit)]
+
+
+@router.post("/v1/jobs/{job_id:path}/{action}")
+def act(
+    who: Who, backend: Back, job_id: str, action: str, body: Payload = None,
+    idempotency_key: Annotated[str | None, Header()] = None,
+) -> dict[str, Any]:  # fmt: skip
+    kinds = {"pause": TenantAction.PAUSE, "resume": TenantAction.RESUME,
+             "trigger": TenantAction.TRIGGER}  # fmt: skip
+    if action not in kinds:
+        raise HTTPException(404, f"no action {action!r} (pause, resume, trigger)")
+    key = (body or {}).get("idempotency_key") or idempotency_key
+    result: dict[str, Any] = _send(backend, who, kinds[action], job_id, idempotency_key=key)
+    return result
+
+
+@router.get("/v1/jobs/{job_id:path}")
+def get_job(who: Who, backend: Back, job_id: str) -> dict[str, Any]:
+    return _job_json(who, _job_of(backend, who, job_id))
+
+
+@router.put("/v1/jobs/{job_id:path}")
+def put_job(
+    who: Who, backend: Back, job_id: str, spec: Annotated[dict[str, Any], Body()]
+) -> dict[str, Any]:
+    try:
+        job = job_from_spec({**spec, "id": job_id},
+                            max_payload_bytes=backend.settings.max_payload_bytes)  # fmt: skip
+    except SpecError as exc:
+        raise HTTPException(422, "; ".join(exc.problems)) from None
+    result: dict[str, Any] = _send(backend, who, TenantAction.PUT, job_id, job=job)
+    return result
+
+
+@router.delete("/v1/jobs/{job_id:path}")
+def delete_job(who: Who, backend: Back, job_id: str) -> dict[str, Any]:
+    result: dict[str, Any] = _send(backend, who, TenantAction.DELETE, job_id)
+    return result
+
+
+@router.post("/v1/runs/{run_id:path}/cancel")
+def cancel(who: Who, backend: Back, run_id: str, body: Payload = None) -> dict[str, Any]:
+    job_id = run_id.rpartition("@")[0] or run_id
+    reason = (body or {}).get("reason")
+    result: dict[str, Any] = _send(backend, who, TenantAction.CANCEL, job_id, run_id=run_id,
+                                   reason=reason)  # fmt: skip
+    return result
+
+
+@router.get("/v1/runs/{run_id:path}")
+def run(who: Who, backend: Back, run_id: str) -> list[dict[str, Any]]:
+    stored = run_id if who.tenant is None else qualify(who.tenant, run_id)
+    assert backend.history is not None
+    rows = backend.history.run(stored)
+    if not rows:
+        raise HTTPException(404, f"no records of run {run_id!r}")
+    return [_outcome_json(who, r) for r in rows]
+
+
+@router.get("/v1/history")
+def by_status(
+    who: Who, backend: Back, status: str, since: str = "1h", limit: Limit = 100
+) -> list[dict[str, Any]]:
+    start, end = _window(since)
+    assert backend.history is not None
+    rows = backend.history.by_status(_statuses(status), start, end, who.tenant)
+    return [_outcome_json(who, r) for r in islice(rows, limit)]
+
+
+def build_app(backend: Backend, book: TokenBook) -> FastAPI:
+    app = FastAPI(title="cronstream", version="1", docs_url=None, redoc_url=None,
+                  description=__doc__)  # fmt: skip
+    app.state.backend, app.state.book = backend, book
+    app.include_router(router)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(_request: Request, exc: HTTPException) -> JSONResponse:
+        response = _error(exc.status_code, str(exc.detail))
+        if exc.status_code == 401:
+            response.headers["WWW-Authenticate"] = "Bearer"
+        return response
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
+        return _error(422, "invalid request", problems)
+
+    _ = (http_error, invalid)
+    return app
+
+
+def _window(since: str) -> tuple[datetime, datetime]:
+    try:
+        span = timedelta(milliseconds=parse_duration(since))
+    except ValueError as exc:
+        raise HTTPException(422, f"since: {exc}") from None
+    if span > timedelta(days=366):
+        raise HTTPException(422, "since: at most 366 days")
+    now = utc_now()
+    return now - span, now
+
+
+def _statuses(text: str | None) -> list[str]:
+    names = [s.strip().upper() for s in (text or "").split(",") if s.strip()]
+    unknown = [n for n in names if n not in RunStatus.__members__]
+    if unknown:
+        raise HTTPException(422, f"unknown status {', '.join(unknown)}")
+    return names

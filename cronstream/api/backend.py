@@ -1,0 +1,148 @@
+"""What `cronstream api` stands on: the jobs as the jobs topic has them, the admission's
+answers, and history.
+
+- Commands go to the caller's commands topic (``<prefix>.t.<tenant>.in``), as
+  cronstream's own Kafka user, so the API's writes pass the same admission (validation,
+  tenant stamp, quotas) as a tenant's own client. The tenant is the one the caller's
+  token was issued to, never a field of the request.
+- Answers are read from every tenant's results topic (subscribed by pattern, from the
+  beginning in a group of this process's own, so no answer is missed whatever the
+  assignment's timing) and handed to the request waiting for that command id.
+- Jobs are read from the jobs topic into a ``JobsView`` and followed; a change the
+  admission accepted shows there a moment after its answer.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from typing import Any
+
+from confluent_kafka import KafkaException
+
+from consumers.history import History
+from producers.admission.core import JobsView
+from producers.admission.processor import JobsFollower
+from runtime.cassandra import cassandra_session
+from runtime.kafka.clients import group_consumer
+from runtime.kafka.offsets import is_transient
+from runtime.kafka.publisher import Publisher
+from runtime.settings import Settings
+from schemas.catalog import Topics
+from schemas.events import JobDefinition, utc_now
+from schemas.registry import RegistryClient
+from schemas.serde import Codec, DecodeError
+from schemas.tenancy import TenantAction, TenantCommand, TenantResult, commands_pattern
+
+log = logging.getLogger("cronstream.api")
+
+
+class NoAnswer(TimeoutError):
+    """The admission did not answer in time."""
+
+
+class Backend:
+    def __init__(self, settings: Settings, *, answer_timeout: float = 30.0) -> None:
+        self.settings = settings
+        self.topics = Topics(settings)
+        self.answer_timeout = answer_timeout
+        self.codec = Codec(RegistryClient(settings.registry_url))
+        self.publisher = Publisher(settings, codec=self.codec)
+        self.view = JobsView()
+        self.follower = JobsFollower(settings, self.codec, self.view)
+        self._waiting: dict[str, tuple[threading.Event, list[TenantResult]]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.cluster: Any = None
+        self.history: History | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def start(self) -> None:
+        self.follower.load()
+        self.cluster, session = cassandra_session(self.settings)
+        self.history = History(session, self.settings.keyspace)
+        for target in (self._follow_jobs, self._read_answers):
+            thread = threading.Thread(target=target, daemon=True, name=target.__name__)
+            thread.start()
+            self._threads.append(thread)
+
+    def close(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(10)
+        self.follower.close()
+        self.publisher.close()
+        if self.cluster is not None:
+            self.cluster.shutdown()
+
+    def _follow_jobs(self) -> None:
+        while not self._stop.is_set():
+            self.follower.follow(timeout=0.5)
+
+    def _read_answers(self) -> None:
+        prefix = self.settings.topic_prefix
+        consumer = group_consumer(
+            self.settings, group=f"{prefix}.api.{uuid.uuid4().hex[:12]}", name="api-answers",
+            session_timeout_ms=10_000, **{"topic.metadata.refresh.interval.ms": 2000},
+        )  # fmt: skip
+        consumer.subscribe([commands_pattern(prefix, "out")])
+        try:
+            while not self._stop.is_set():
+                try:
+                    messages = consumer.consume(num_messages=500, timeout=0.5)
+                except KafkaException as exc:
+                    if not is_transient(exc):
+                        raise
+                    time.sleep(0.2)
+                    continue
+                for msg in messages:
+                    if not msg.error():
+                        self._answered(msg.value())
+        finally:
+            consumer.close()
+
+    def _answered(self, value: bytes | None) -> None:
+        try:
+            result = self.codec.decode(value, TenantResult)
+        except DecodeError:
+            return
+        with self._lock:
+            waiting = self._waiting.get(result.command_id)
+        if waiting is not None:
+            waiting[1].append(result)
+            waiting[0].set()
+
+    # -- commands -----------------------------------------------------------------------
+    def command(
+        self,
+        tenant: str,
+        action: TenantAction,
+        job_id: str,
+        *,
+        job: JobDefinition | None = None,
+        idempotency_key: str | None = None,
+        run_id: str | None = None,
+        reason: str | None = None,
+    ) -> TenantResult:
+        """Send one command as ``tenant`` and wait for the admission's answer."""
+        command = TenantCommand(
+            command_id=uuid.uuid4().hex, action=action, job_id=job_id, issued_at=utc_now(),
+            job=job, idempotency_key=idempotency_key, run_id=run_id, reason=reason,
+        )  # fmt: skip
+        done = threading.Event()
+        box: list[TenantResult] = []
+        with self._lock:
+            self._waiting[command.command_id] = (done, box)
+        try:
+            self.publisher.publish(self.topics.tenant_commands(tenant), command)
+            self.publisher.flush()
+            if not done.wait(self.answer_timeout):
+                raise NoAnswer(f"no answer from the admission in {self.answer_timeout:.0f} s "
+                               "(is `cronstream admission` running?)")  # fmt: skip
+            return box[0]
+        finally:
+            with self._lock:
+                self._waiting.pop(command.command_id, None)

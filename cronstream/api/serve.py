@@ -1,0 +1,29 @@
+"""`cronstream api`: the HTTP API in the foreground (uvicorn), until SIGTERM or Ctrl-C."""
+
+from __future__ import annotations
+
+import logging
+
+import uvicorn
+
+from cronstream.api.app import build_app
+from cronstream.api.backend import Backend
+from cronstream.foreground import setup_logging
+from runtime.settings import Settings
+from runtime.tokens import TokenBook, book_path
+
+log = logging.getLogger("cronstream.api")
+
+
+def serve(settings: Settings, *, host: str, port: int, answer_timeout: float = 30.0) -> int:
+    setup_logging()
+    backend = Backend(settings, answer_timeout=answer_timeout)
+    backend.start()
+    book = TokenBook(book_path(settings))
+    log.info("api on http://%s:%d (OpenAPI at /openapi.json; tokens from %s)", host, port,
+             book.path)  # fmt: skip
+    try:
+        uvicorn.run(build_app(backend, book), host=host, port=port, log_level="warning")
+    finally:
+        backend.close()
+    return 0

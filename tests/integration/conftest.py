@@ -1,0 +1,31 @@
+"""Fixtures of the integration tests that need tenants (issue 16)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from infra.tenants import add_tenant, remove_tenant
+from producers.admission.core import Quotas
+from runtime.settings import Settings
+from tests.integration.tenants import AdmissionThread
+
+
+@pytest.fixture
+def two(ns: Settings) -> Iterator[tuple[str, str]]:
+    """Two fresh tenants of ``ns`` (removed afterwards)."""
+    names = (f"a{uuid.uuid4().hex[:8]}", f"b{uuid.uuid4().hex[:8]}")
+    for name in names:
+        add_tenant(ns, name)
+    yield names
+    for name in names:
+        remove_tenant(ns, name)
+
+
+@pytest.fixture
+def admission(ns: Settings, two: tuple[str, str]) -> Iterator[AdmissionThread]:
+    running = AdmissionThread(ns, Quotas(max_jobs=3, triggers_per_minute=2))
+    yield running
+    running.stop()

@@ -1,0 +1,198 @@
+"""`cronstream api` on the real stack (issue 16): tokens, tenant scoping, errors as JSON,
+writes through the real admission, history from Cassandra."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from consumers.history import HistoryTables
+from cronstream.api.app import build_app
+from cronstream.api.backend import Backend
+from runtime.cassandra import cassandra_session
+from runtime.settings import Settings
+from runtime.tokens import ADMIN, TokenBook, book_path, token_path
+from schemas.events import RunOutcome, RunStatus, utc_now
+from tests.integration.helpers import cronstream
+from tests.integration.tenants import AdmissionThread
+
+pytestmark = pytest.mark.integration
+
+SPEC = {"cron": "0 3 * * *", "target": "http", "url": "https://example.com/x"}
+
+
+class Api:
+    def __init__(self, settings: Settings) -> None:
+        self.backend = Backend(settings, answer_timeout=30)
+        self.backend.start()
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        app = build_app(self.backend, TokenBook(book_path(settings)))
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
+                                                    log_level="warning"))  # fmt: skip
+        self.thread = threading.Thread(target=self.server.run)
+        self.thread.start()
+        while not self.server.started:
+            time.sleep(0.05)
+        self.url = f"http://127.0.0.1:{port}"
+
+    def client(self, settings: Settings, holder: str) -> httpx.Client:
+        token = token_path(settings, holder).read_text().strip()
+        return httpx.Client(base_url=self.url, timeout=60,
+                            headers={"Authorization": f"Bearer {token}"})  # fmt: skip
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+        self.backend.close()
+
+
+@pytest.fixture
+def api(history_ns: Settings, admission: AdmissionThread) -> Iterator[Api]:
+    running = Api(history_ns)
+    yield running
+    running.stop()
+
+
+def eventually(call: Any, check: Any, timeout: float = 30) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = call()
+        if check(got) or time.monotonic() > deadline:
+            return got
+        time.sleep(0.2)
+
+
+def test_tokens_scope_every_call_to_the_callers_tenant(
+    history_ns: Settings, two: tuple[str, str], api: Api
+) -> None:
+    a, b = two
+    with api.client(history_ns, a) as ca, api.client(history_ns, b) as cb:
+        for bad in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "Basic x"}):
+            refused = httpx.get(f"{api.url}/v1/jobs", headers=bad)
+            assert refused.status_code == 401
+            assert refused.json() == {
+                "error": "a valid API token is required (Authorization: Bearer)"
+            }
+        put = ca.put("/v1/jobs/report", json={**SPEC, "tenant": b})
+        assert put.status_code == 200, put.text
+        assert put.json()["accepted"] is True
+        mine = eventually(lambda: ca.get("/v1/jobs/report"), lambda r: r.status_code == 200)
+        assert mine.status_code == 200
+        assert (mine.json()["job_id"], mine.json()["tenant"]) == ("report", a)
+        assert [j["job_id"] for j in ca.get("/v1/jobs").json()] == ["report"]
+        # b: a's job does not exist for it, whatever it tries.
+        assert cb.get("/v1/jobs").json() == []
+        for response in (cb.get("/v1/jobs/report"), cb.delete("/v1/jobs/report"),
+                         cb.post("/v1/jobs/report/pause"), cb.post("/v1/jobs/report/trigger"),
+                         cb.post("/v1/runs/report@manual:k/cancel"),
+                         cb.get("/v1/jobs/report/history"),
+                         cb.get(f"/v1/jobs/{a}/report")):  # fmt: skip
+            assert response.status_code == 404, response.text
+            assert response.json()["error"].startswith("no job")
+        trigger = ca.post("/v1/jobs/report/trigger", headers={"Idempotency-Key": "k1"})
+        assert trigger.json()["run_id"] == "report@manual:k1"
+        assert ca.post("/v1/jobs/report/pause").status_code == 200
+        assert ca.post("/v1/jobs/report/explode").status_code == 404
+        paused = eventually(lambda: ca.get("/v1/jobs/report").json(), lambda j: j["paused"])
+        assert paused["paused"] is True
+        # The tenant parameter is for admins only.
+        assert ca.get("/v1/jobs", params={"tenant": b}).status_code == 400
+    with api.client(history_ns, ADMIN) as admin:
+        everything = {j["job_id"] for j in admin.get("/v1/jobs").json()}
+        assert f"{a}/report" in everything
+        assert admin.put("/v1/jobs/x", json=SPEC).status_code == 400  # for which tenant?
+        assert admin.put("/v1/jobs/x", json=SPEC, params={"tenant": b}).status_code == 200
+        theirs = admin.get("/v1/jobs", params={"tenant": b}).json
+        listed = eventually(theirs, lambda jobs: [j["job_id"] for j in jobs] == ["x"])
+        assert [j["job_id"] for j in listed] == ["x"]
+
+
+def test_refusals_are_json_with_their_reason(
+    history_ns: Settings, two: tuple[str, str], api: Api
+) -> None:
+    a, _ = two
+    with api.client(history_ns, a) as ca:
+        bad = ca.put("/v1/jobs/x", json={**SPEC, "cron": "not cron"})
+        assert bad.status_code == 422
+        assert "not cron" in bad.json()["error"]
+        assert ca.put("/v1/jobs/x", content=b"[", headers={"content-type": "application/json"}
+                      ).status_code == 422  # fmt: skip
+        for i in range(3):  # the fixture's quota: 3 jobs, 2 triggers a minute
+            assert ca.put(f"/v1/jobs/j{i}", json=SPEC).status_code == 200
+        over = ca.put("/v1/jobs/j3", json=SPEC)
+        assert over.status_code == 429
+        assert over.json() == {"error": f"job quota: tenant '{a}' has 3 of its 3 jobs"}
+        eventually(lambda: ca.get("/v1/jobs/j0"), lambda r: r.status_code == 200)
+        assert [ca.post("/v1/jobs/j0/trigger").status_code for _ in range(3)] == [200, 200, 429]
+        assert ca.get("/v1/history", params={"status": "exploded"}).status_code == 422
+        assert ca.get("/v1/jobs/j0/history", params={"since": "forever"}).status_code == 422
+    spec = httpx.get(f"{api.url}/openapi.json").json()
+    assert {"/v1/jobs", "/v1/jobs/{job_id}", "/v1/history"} <= set(spec["paths"])
+
+
+def test_history_through_the_api_is_the_tenants_own(
+    history_ns: Settings, two: tuple[str, str], api: Api
+) -> None:
+    a, b = two
+    now = utc_now()
+    outcomes = [
+        RunOutcome(run_id=f"{t}/r@{i}", job_id=f"{t}/r", tenant=t, status=RunStatus.FAILED,
+                   scheduled_at=now - timedelta(minutes=i + 1),
+                   recorded_at=now - timedelta(minutes=i), error="HttpError: 500")
+        for t in (a, b) for i in range(3)
+    ]  # fmt: skip
+    cluster, session = cassandra_session(history_ns, keyspace=history_ns.keyspace)
+    try:
+        tables = HistoryTables(session, history_ns.keyspace, ttl_s=3600)
+        for _table, statement in (row for o in outcomes for row in tables.rows(o)):
+            session.execute(statement)
+    finally:
+        cluster.shutdown()
+    with api.client(history_ns, a) as ca:
+        assert ca.put("/v1/jobs/r", json=SPEC).status_code == 200
+        runs = eventually(lambda: ca.get("/v1/jobs/r/history"), lambda r: r.status_code == 200)
+        assert [r["run_id"] for r in runs.json()] == ["r@0", "r@1", "r@2"]
+        failed = ca.get("/v1/history", params={"status": "failed", "since": "1h"}).json()
+        assert {(r["job_id"], r["tenant"]) for r in failed} == {("r", a)}
+        attempts = ca.get("/v1/runs/r@1")
+        assert attempts.status_code == 200
+        assert [r["status"] for r in attempts.json()] == ["FAILED"]
+    with api.client(history_ns, b) as cb:
+        assert cb.get("/v1/jobs/r/history").status_code == 404  # b has no job r
+        assert cb.get("/v1/runs/r@1").status_code == 200  # b's own run r@1
+        assert {r["tenant"] for r in cb.get("/v1/history", params={"status": "failed"}).json()} == {
+            b
+        }
+
+
+def test_the_cli_talks_to_the_api_with_a_token(
+    history_ns: Settings, two: tuple[str, str], api: Api, tmp_path: Path
+) -> None:
+    a, b = two
+    jobs_file = tmp_path / "jobs.yaml"
+    jobs_file.write_text(
+        "jobs:\n  - {id: x, cron: '0 2 * * *', target: http, url: https://e.x/h}\n"
+    )
+    via = ["tenant", "--api", api.url, "--token-file"]
+    put = cronstream(history_ns, *via, str(token_path(history_ns, a)), "put", str(jobs_file))
+    assert put.returncode == 0, put.stderr
+    assert '"accepted": true' in put.stdout
+    other = cronstream(history_ns, *via, str(token_path(history_ns, b)), "delete", "x")
+    assert other.returncode == 4, other.stdout
+    assert "no job 'x'" in other.stdout
+    forged = tmp_path / "forged"
+    forged.write_text("not-a-token")
+    refused = cronstream(history_ns, *via, str(forged), "delete", "x")
+    assert refused.returncode == 5
+    assert "a valid API token is required" in refused.stdout
