@@ -25,3 +25,5 @@ class WorkerConfig:
     kafka_allow: tuple[str, ...] = ()  # topic patterns kafka targets may write to; () = any
     session_timeout_ms: int = 10_000
     dedup_capacity: int = 2_000_000
+    # Starts per turn of a tenant in each priority's round (FairQueue); others get 1.
+    tenant_weights: tuple[tuple[str, int], ...] = ()

@@ -3,6 +3,9 @@ taken high first, and fetched only as fast as they can start.
 
 - **Priority.** Starts take high first, then normal, then low; every ``low_share``-th
   start goes to the lowest non-empty backlog, so low priority is never starved.
+- **Tenants.** Within a priority, starts go round the tenants with runs waiting
+  (``FairQueue``), so one tenant's burst does not hold back another tenant's runs that
+  are read.
 - **Flow control.** The worker reads only what the backlogs have room for; a backlog
   that overflows anyway (every slot busy with long runs while polling goes on) pauses
   its priority's partitions, and polling goes on, so a long run never breaks group
@@ -15,10 +18,10 @@ taken high first, and fetched only as fast as they can start.
 from __future__ import annotations
 
 import functools
-from collections import deque
 
 from confluent_kafka import Consumer, TopicPartition
 
+from consumers.core.fair import FairQueue
 from consumers.core.offsets import OffsetTracker
 from consumers.worker.config import WorkerConfig
 from consumers.worker.outbox import Outbox
@@ -38,6 +41,10 @@ def _home(job_id: str, partitions: int) -> int:
     """The partition of a job's runs (and outcomes): murmur2 of its id, cached (a
     pure-Python murmur2 costs about what the rest of reading a run does)."""
     return partition_for(job_id, partitions)
+
+
+def _tenant(pending: Pending) -> str:
+    return pending.run.tenant
 
 
 ORDER = (Priority.HIGH, Priority.NORMAL, Priority.LOW)
@@ -68,7 +75,10 @@ class Intake:
             for name in self.priority_of
             if (spec := topics.spec(name)) is not None
         }
-        self.backlog: dict[Priority, deque[Pending]] = {p: deque() for p in Priority}
+        weights = dict(config.tenant_weights)
+        self.backlog: dict[Priority, FairQueue[Pending]] = {
+            p: FairQueue(_tenant, weights) for p in Priority
+        }
         self.paused: set[Priority] = set()
         # Runs read ahead of execution: enough to choose by priority, and to go on
         # starting runs while a paused priority is fetched again.
@@ -101,9 +111,7 @@ class Intake:
     def drop_unstarted(self, gone: set[Key]) -> None:
         """Revoked: runs not started yet are left for the next owner to read again."""
         for queue in self.backlog.values():
-            kept = [p for p in queue if (p.topic, p.partition) not in gone]
-            queue.clear()
-            queue.extend(kept)
+            queue.keep(lambda p: (p.topic, p.partition) not in gone)
 
     def forget(self, gone: set[Key]) -> None:
         for key in gone:
@@ -160,7 +168,8 @@ class Intake:
         ready = self.history.ready
         for priority in order:
             queue = self.backlog[priority]
-            if queue and ready(queue[0]):
+            head = queue.peek()
+            if head is not None and ready(head):
                 return queue.popleft()
         return None
 

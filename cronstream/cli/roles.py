@@ -115,6 +115,12 @@ def _register_worker(sub: Any) -> None:
         help="a topic pattern (fnmatch) kafka targets may write to; repeatable; none: any "
         "topic but cronstream's own and Kafka's internal ones",
     )  # fmt: skip
+    p.add_argument(
+        "--tenant-weight", action="append", metavar="TENANT=N",
+        default=env_list("CRONSTREAM_TENANT_WEIGHTS"),
+        help="starts per turn of TENANT in each priority's round among tenants (default 1); "
+        "repeatable",
+    )  # fmt: skip
     p.set_defaults(handler=cmd_worker, needs="settings")
 
 
@@ -171,6 +177,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
         HttpExecutor(allow=args.http_allow).close()
         if args.secrets_dir and not os.path.isdir(args.secrets_dir):
             raise ValueError(f"--secrets-dir {args.secrets_dir!r} is not a directory")
+        weights = tenant_weights(args.tenant_weight)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
@@ -186,11 +193,23 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
         secrets_dir=args.secrets_dir,
         python_allow=python_allow or PYTHON_DEFAULT_ALLOW,
         kafka_allow=tuple(args.kafka_allow),
+        tenant_weights=weights,
     )
     return run_member(
         "worker", name=config.name, group=config.group,
         start=lambda: Worker(settings, config), metrics_port=args.metrics_port,
     )  # fmt: skip
+
+
+def tenant_weights(items: list[str]) -> tuple[tuple[str, int], ...]:
+    """``["acme=3", ...]`` (or comma-separated) -> ((tenant, weight), ...)."""
+    out = []
+    for item in (i.strip() for text in items for i in text.split(",") if i.strip()):
+        name, sep, weight = item.partition("=")
+        if not sep or not weight.isdigit() or not 1 <= int(weight) <= 1000 or not name:
+            raise ValueError(f"--tenant-weight {item!r} is not TENANT=N (N 1 to 1000)")
+        out.append((name, int(weight)))
+    return tuple(out)
 
 
 def cmd_sink(settings: Settings, args: argparse.Namespace) -> int:
