@@ -249,3 +249,10 @@ admission_jobs = Gauge(
     ["tenant"],
     registry=REGISTRY,
 )
+fires_deferred = Counter(
+    "cronstream_fires_deferred",
+    "Scheduled fires deferred because their tenant was over its fire rate (each fires "
+    "later, at the rate; none is dropped), by tenant",
+    ["tenant"],
+    registry=REGISTRY,
+)

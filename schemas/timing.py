@@ -18,6 +18,7 @@ from the end. A unit test holds the reader's result equal to fastavro's.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -54,6 +55,7 @@ class JobTiming:
     jitter_ms: int = 0
     paused: bool = False
     misfire: tuple[str, int, int] = ("ONCE", 10, 3_600_000)
+    tenant: str = "default"
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> JobTiming:
@@ -68,6 +70,7 @@ class JobTiming:
             jitter_ms=record["jitter_ms"],
             paused=record["paused"],
             misfire=(m["policy"], m["max_catchup"], m["catchup_window_ms"]),
+            tenant=sys.intern(record["tenant"]),
         )
 
 
@@ -106,7 +109,7 @@ class TimingReader:
 
     def read(self, body: bytes, slow: Callable[[], JobTiming]) -> JobTiming:
         job_id, pos = read_string(body, 0)
-        _tenant, pos = read_string(body, pos)
+        tenant, pos = read_string(body, pos)
         schedule, pos = _read_schedule(body, pos)
         timezone, pos = read_string(body, pos)
         start_ms, pos = _read_optional_instant(body, pos)
@@ -126,6 +129,7 @@ class TimingReader:
         return JobTiming(
             job_id=job_id, schedule=schedule, timezone=timezone, start_ms=start_ms,
             end_ms=end_ms, jitter_ms=jitter_ms, paused=paused == 1, misfire=misfire,
+            tenant=sys.intern(tenant),  # one string per tenant, however many jobs
         )  # fmt: skip
 
 

@@ -67,6 +67,7 @@ class Definitions:
             paused=t.paused,
             misfire=misfire,
             body=raw,
+            tenant=t.tenant,
             **t.schedule,
         )
 

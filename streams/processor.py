@@ -33,11 +33,12 @@ from runtime.kafka.clients import group_consumer, kafka_consumer
 from runtime.kafka.offsets import committed, watermarks
 from runtime.kafka.publisher import Publisher, PublishError
 from runtime.settings import Settings
-from schemas.catalog import Topics
+from schemas.catalog import JOBS, Topics
 from schemas.registry import RegistryClient
 from schemas.serde import Codec
 from streams.checkpoint import Checkpoint
 from streams.core.partition import PartitionScheduler
+from streams.core.rates import TenantRates
 from streams.core.zones import TZDATA_VERSION
 from streams.definitions import Definitions
 from streams.emitter import Emitter
@@ -69,6 +70,10 @@ class ProcessorConfig:
     # past it the record fails and the partitions rewind to their checkpoint.
     delivery_timeout_ms: int = 300_000
     name: str = "scheduler"
+    # Fires per second per tenant (0: no limit), and per-tenant exceptions; the excess
+    # is deferred (``streams.core.rates``). Tenant "default" is never limited.
+    tenant_fire_rate: float = 0.0
+    tenant_fire_rates: tuple[tuple[str, float], ...] = ()
 
 
 class Processor(Reading):
@@ -93,6 +98,11 @@ class Processor(Reading):
         )  # fmt: skip
         self.publisher = self.emitter.publisher
         self.owned: dict[int, Owned] = {}
+        self.rates = (
+            TenantRates(config.tenant_fire_rate, overrides=dict(config.tenant_fire_rates))
+            if config.tenant_fire_rate > 0 or config.tenant_fire_rates
+            else None
+        )
         self._collector = Collector()
         self._next_checkpoint = 0.0
         # Firing paused: the broker has not acknowledged what was emitted (``checkpoint``).
@@ -188,6 +198,7 @@ class Processor(Reading):
                 threshold_ms=self.config.threshold_ms,
                 tick_ms=self.config.tick_ms,
                 horizon_ms=self.config.horizon_ms,
+                rates=self.rates,
             ),
             checkpoint=checkpoint,
             load_end=load_end,
@@ -421,6 +432,8 @@ class Processor(Reading):
         return int(self.clock() * 1000)
 
     def _gauge_partitions(self) -> None:
+        if self.rates is not None:  # this processor's share of each tenant's rate
+            self.rates.share = max(1, len(self.owned)) / self.topics.partitions(JOBS)
         loading = sum(1 for o in self.owned.values() if o.loading)
         metrics.partitions_owned.labels("loading").set(loading)
         metrics.partitions_owned.labels("live").set(len(self.owned) - loading)
@@ -431,3 +444,7 @@ class Processor(Reading):
         metrics.wheel_items.labels("near").set(sum(c.wheel.near for c in cores))
         metrics.wheel_items.labels("far").set(sum(c.wheel.far for c in cores))
         metrics.timers_pending.set(sum(len(c.timers) for c in cores))
+        if self.rates is not None and self.rates.deferred:
+            for tenant, count in self.rates.deferred.items():
+                metrics.labelled(metrics.fires_deferred, tenant).inc(count)
+            self.rates.deferred.clear()

@@ -67,6 +67,17 @@ def _register_scheduler(sub: Any) -> None:
         default=env_int("CRONSTREAM_SCHEDULER_SESSION_TIMEOUT_MS", 10_000),
         help="how long a silent scheduler keeps its partitions",
     )  # fmt: skip
+    p.add_argument(
+        "--tenant-fires-per-second", type=float,
+        default=float(os.environ.get("CRONSTREAM_TENANT_FIRES_PER_SECOND") or 1000),
+        help="scheduled fires per second per tenant (0: no limit); the excess is deferred "
+        "at the rate, never dropped; tenant 'default' is never limited",
+    )  # fmt: skip
+    p.add_argument(
+        "--tenant-fire-rate", action="append", metavar="TENANT=N",
+        default=env_list("CRONSTREAM_TENANT_FIRE_RATES"),
+        help="a tenant's own fires per second; repeatable",
+    )  # fmt: skip
     p.set_defaults(handler=cmd_scheduler, needs="settings")
 
 
@@ -156,7 +167,17 @@ def _register_admission(sub: Any) -> None:
 
 
 def cmd_scheduler(settings: Settings, args: argparse.Namespace) -> int:
+    try:
+        rates = tenant_values(args.tenant_fire_rate, "--tenant-fire-rate", 1_000_000)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    if args.tenant_fires_per_second < 0:
+        print("error: --tenant-fires-per-second must be 0 or more", file=sys.stderr)
+        return EXIT_INVALID
     config = ProcessorConfig(
+        tenant_fire_rate=args.tenant_fires_per_second,
+        tenant_fire_rates=tuple((t, float(n)) for t, n in rates),
         group=args.group or f"{settings.topic_prefix}.scheduler",
         threshold_ms=args.misfire_threshold_ms,
         checkpoint_ms=args.checkpoint_ms,
@@ -177,7 +198,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
         HttpExecutor(allow=args.http_allow).close()
         if args.secrets_dir and not os.path.isdir(args.secrets_dir):
             raise ValueError(f"--secrets-dir {args.secrets_dir!r} is not a directory")
-        weights = tenant_weights(args.tenant_weight)
+        weights = tenant_values(args.tenant_weight, "--tenant-weight", 1000)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
@@ -201,14 +222,14 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     )  # fmt: skip
 
 
-def tenant_weights(items: list[str]) -> tuple[tuple[str, int], ...]:
-    """``["acme=3", ...]`` (or comma-separated) -> ((tenant, weight), ...)."""
+def tenant_values(items: list[str], flag: str, most: int) -> tuple[tuple[str, int], ...]:
+    """``["acme=3", ...]`` (or comma-separated) -> ((tenant, N), ...), N in 1..``most``."""
     out = []
     for item in (i.strip() for text in items for i in text.split(",") if i.strip()):
-        name, sep, weight = item.partition("=")
-        if not sep or not weight.isdigit() or not 1 <= int(weight) <= 1000 or not name:
-            raise ValueError(f"--tenant-weight {item!r} is not TENANT=N (N 1 to 1000)")
-        out.append((name, int(weight)))
+        name, sep, number = item.partition("=")
+        if not sep or not number.isdigit() or not 1 <= int(number) <= most or not name:
+            raise ValueError(f"{flag} {item!r} is not TENANT=N (N 1 to {most})")
+        out.append((name, int(number)))
     return tuple(out)
 
 

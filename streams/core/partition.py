@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streams.core.misfire import Action, Fire, Record, settle
+from streams.core.rates import TenantRates
 from streams.core.schedule import JobSchedule, Kind
 from streams.core.wheel import TimingWheel
 
@@ -49,8 +50,13 @@ class PartitionScheduler:
         threshold_ms: int = 60_000,
         tick_ms: int = 10,
         horizon_ms: int = 60_000,
+        rates: TenantRates | None = None,
     ) -> None:
         self.partition = partition
+        self.rates = rates
+        # Scheduled fires deferred by their tenant's rate: original due -> how many. The
+        # checkpoint stays before the earliest (a crash re-emits it, flagged).
+        self.deferred: dict[int, int] = {}
         self.fired_through = fired_through
         self.threshold_ms = threshold_ms
         self.jobs: dict[str, JobSchedule] = {}
@@ -156,7 +162,7 @@ class PartitionScheduler:
         room = limit
         while True:
             batch, complete = self.wheel.pop_due(now, room)
-            self._fire(batch, out)
+            self._fire(batch, out, now)
             if not complete:
                 self.fired_through = max(self.fired_through, self.wheel.drained_through)
                 return out
@@ -169,13 +175,18 @@ class PartitionScheduler:
                     self.fired_through = max(self.fired_through, self.wheel.drained_through)
                     return out
         self.fired_through = max(self.fired_through, now)
+        if self.deferred:
+            self.fired_through = min(self.fired_through, min(self.deferred) - 1)
         return out
 
-    def _fire(self, batch: list[tuple[int, Any]], out: list[Action]) -> None:
-        jobs = self.jobs
+    def _fire(self, batch: list[tuple[int, Any]], out: list[Action], now: int) -> None:
+        jobs, rates = self.jobs, self.rates
         for due_ms, item in batch:
             if type(item) is int:
                 self._timer_due(item, out)
+                continue
+            if len(item) == 4:
+                self._deferred_due(item, out)
                 continue
             job_id, gen, slot = item
             job = jobs.get(job_id)
@@ -183,12 +194,36 @@ class PartitionScheduler:
                 continue  # replaced or deleted since this entry was scheduled
             if job.paused:
                 out.append(Record(job_id, slot, "SKIPPED", "job paused", job))
+            elif (
+                rates is not None
+                and rates.limited(job.tenant)
+                and ((at := rates.reserve(job.tenant, now)) > now)
+            ):
+                self.wheel.add(at, (job_id, gen, slot, due_ms))
+                self.deferred[due_ms] = self.deferred.get(due_ms, 0) + 1
             else:
                 out.append(Fire(job_id, slot, due_ms, "SCHEDULE", False, job))
             if job.kind is Kind.ONCE:
                 self.once_done[job_id] = slot
             else:
                 self._schedule_next(job, after_due=due_ms)
+
+    def _deferred_due(self, item: tuple[str, int, int, int], out: list[Action]) -> None:
+        """A fire its tenant's rate deferred comes due: fired now (or skipped, if the
+        job was paused meanwhile; dropped if it was replaced or deleted)."""
+        job_id, gen, slot, due_ms = item
+        left = self.deferred[due_ms] - 1
+        if left:
+            self.deferred[due_ms] = left
+        else:
+            del self.deferred[due_ms]
+        job = self.jobs.get(job_id)
+        if job is None or job.gen != gen:
+            return
+        if job.paused:
+            out.append(Record(job_id, slot, "SKIPPED", "job paused", job))
+        else:
+            out.append(Fire(job_id, slot, due_ms, "SCHEDULE", False, job))
 
     def _timer_due(self, offset: int, out: list[Action]) -> None:
         timer = self.timers.pop(offset, None)

@@ -70,6 +70,7 @@ class JobSchedule:
         "misfire",
         "paused",
         "start_ms",
+        "tenant",
         "times",
     )
 
@@ -88,6 +89,7 @@ class JobSchedule:
         paused: bool = False,
         misfire: Misfire = Misfire(),
         body: Any = None,
+        tenant: str = "default",
     ) -> None:
         """Raises CronError / ZoneError for an expression or zone that cannot be used."""
         self.job_id = job_id
@@ -110,6 +112,7 @@ class JobSchedule:
         self.paused = paused
         self.misfire = misfire
         self.body = body
+        self.tenant = tenant
         self.gen = 0
 
     def slot_after(self, after_ms: int) -> int | None:
