@@ -19,6 +19,7 @@ import sys
 
 from runtime.settings import Settings
 from tests.bench.common import ROWS
+from tests.bench.fairness import bench_fairness
 from tests.bench.history import bench_queries, bench_sink
 from tests.bench.malformed import bench_malformed
 from tests.bench.scheduler import (
@@ -39,7 +40,7 @@ def main() -> int:
     parser.add_argument("--only", nargs="*", default=None,
                         choices=["throughput", "skew", "burst", "million", "distinct", "slots",
                                  "workers", "drain", "malformed", "security", "latency", "sink",
-                                 "queries"])  # fmt: skip
+                                 "queries", "fairness"])  # fmt: skip
     args = parser.parse_args()
     base = Settings.from_env()
     runs = 1 if args.quick else 3
@@ -58,6 +59,8 @@ def main() -> int:
         "malformed": lambda: bench_malformed(base, 2 * runs - 1, 9_000 if args.quick else 30_000),
         "latency": lambda: bench_fire_to_start(base, runs),
         "sink": lambda: bench_sink(base, runs, 100_000 if args.quick else 300_000, (64, 1)),
+        "fairness": lambda: bench_fairness(base, runs // 2 + 1 if not args.quick else 1,
+                                           10_000 if args.quick else 100_000),
         "queries": lambda: bench_queries(base, runs, 200_000 if args.quick else 1_000_000,
                                          100 if args.quick else 300),
     }  # fmt: skip

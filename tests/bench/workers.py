@@ -30,9 +30,11 @@ def put_noop_jobs(settings: Settings, count: int, prefix: str) -> None:
 class Pipeline:
     """One scheduler and ``workers`` worker processes in ``settings``' namespace."""
 
-    def __init__(self, settings: Settings, workers: int, concurrency: int) -> None:
+    def __init__(
+        self, settings: Settings, workers: int, concurrency: int, *scheduler_args: str
+    ) -> None:
         self.logdir = Path(tempfile.mkdtemp(prefix="csbench-"))
-        self.scheduler = CronstreamProcess(settings, self.logdir, "scheduler")
+        self.scheduler = CronstreamProcess(settings, self.logdir, "scheduler", *scheduler_args)
         options = ("--concurrency", str(concurrency), "--python-allow", "tests.bench")
         self.workers = [
             CronstreamProcess(settings, self.logdir, f"worker{k}", *options, command="worker")

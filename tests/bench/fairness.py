@@ -1,0 +1,79 @@
+"""Fair share between tenants (issue 16): tenant A bursts 100,000 runs on one instant
+while tenant B has 100 jobs every second; B's slot-to-start latency during the burst.
+
+Side by side in one run: the scheduler without a per-tenant fire rate (A's burst enters
+the runs topic at once, ahead of B's runs in every partition, and the worker's
+round-robin among tenants only helps once B's runs are read), and with one
+(``--tenant-fires-per-second``: A's excess is deferred at the rate, B's runs are never
+behind more than a second of A's). One scheduler, one worker, no-op python runs.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import replace
+from datetime import timedelta
+
+from runtime.settings import Settings
+from schemas.catalog import Topics
+from schemas.events import OnceSchedule, utc_now
+from tests.bench.common import NOOP_TARGET, job, namespace, pct, put_jobs, row
+from tests.bench.workers import Pipeline
+from tests.integration.helpers import read_topic
+
+B_JOBS = 100
+
+
+def _iso_ms(text: str) -> int:
+    from datetime import datetime
+
+    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def one_burst(base: Settings, burst: int, rate: int) -> tuple[float, float, float, int]:
+    """(B's p50, p99 slot-to-start in ms over the burst, A's drain s, B's runs seen)."""
+    with namespace(base) as settings:
+        beta = replace(job("beta/b", every_ms=1000, jitter_ms=999, target=NOOP_TARGET),
+                       tenant="beta")  # fmt: skip
+        put_jobs(settings, B_JOBS, lambda i: replace(beta, job_id=f"beta/b-{i}"))
+        at = utc_now() + timedelta(seconds=60)
+        acme = replace(job("acme/a", target=NOOP_TARGET), tenant="acme",
+                       schedule=OnceSchedule(at=at))  # fmt: skip
+        put_jobs(settings, burst, lambda i: replace(acme, job_id=f"acme/a-{i}"))
+        pipeline = Pipeline(settings, 1, 64, "--tenant-fires-per-second", str(rate))
+        t_burst = int(at.timestamp() * 1000)
+        try:
+            pipeline.wait_live()
+            while time.time() * 1000 < t_burst:
+                time.sleep(1)
+            time.sleep(burst / 1500 + 20)  # the burst drains (at the rate, or as fast as run)
+        finally:
+            pipeline.stop()
+        started = [r for r in read_topic(settings, Topics(settings).history)
+                   if r.headers.get("status") == "STARTED"]  # fmt: skip
+        acme_done = [r.timestamp_ms for r in started if r.headers["job_id"].startswith("acme/")]
+        if len(acme_done) < burst:
+            raise RuntimeError(f"only {len(acme_done)} of {burst} burst runs started")
+        drain_end = max(acme_done)
+        beta_lat = [
+            r.timestamp_ms - _iso_ms(r.headers["scheduled_at"]) for r in started
+            if r.headers["job_id"].startswith("beta/")
+            and t_burst - 1000 <= _iso_ms(r.headers["scheduled_at"]) <= drain_end
+        ]  # fmt: skip
+        return pct(beta_lat, 0.5), pct(beta_lat, 0.99), (drain_end - t_burst) / 1000, len(beta_lat)
+
+
+def bench_fairness(base: Settings, runs: int, burst: int, rate: int = 2000) -> None:
+    results: dict[int, list[tuple[float, float, float, int]]] = {0: [], rate: []}
+    for i in range(runs):
+        for r in (0, rate) if i % 2 == 0 else (rate, 0):
+            results[r].append(one_burst(base, burst, r))
+            print(f"    rate {r or 'off'}: {results[r][-1]}", flush=True)
+    for r, label in ((rate, f"{rate}/s"), (0, "off")):
+        got = results[r]
+        p99 = statistics.median(x[1] for x in got)
+        row(f"fairness: B p99 slot-to-start, A bursts {burst:,} (rate {label}) (ms)",
+            f"{p99:.0f}", "<= 500" if r else "-",
+            f"p50 {[round(x[0]) for x in got]}, p99 {[round(x[1]) for x in got]}, "
+            f"A drained in {[round(x[2], 1) for x in got]} s, B runs {[x[3] for x in got]}")  # fmt: skip
