@@ -153,6 +153,11 @@ class Kafka(Service):
             f"{self.lib / 'jars'}/*",
         ]
 
+    def tool(self, main_class: str, *args: str) -> subprocess.CompletedProcess[str]:
+        """Run one of Kafka's own command-line tools (a class of its jars)."""
+        return subprocess.run([*self._java()[:1], "-Xmx256m", *self._java()[1:], main_class,
+                               *args], capture_output=True, text=True, check=False)  # fmt: skip
+
     def command(self) -> list[str]:
         heap = f"{self.settings.kafka_heap_mb}m"
         java, *rest = self._java()

@@ -10,6 +10,8 @@ Adding tenant ``acme`` makes, idempotently:
   order), and their schema subjects;
 - an API token for `cronstream api` (``credentials/api-token-acme.secret``; its digest
   in ``api-tokens.json``, ``runtime.tokens``);
+- Kafka client quotas for that user (``infra.quotas``: produce and fetch bytes per
+  second, request time), from ``CRONSTREAM_TENANT_*`` or the defaults;
 - ACLs: WRITE on its commands topic, READ on its answers topic and on consumer groups
   under ``<prefix>.t.acme.`` (literal topics, a prefixed group), nothing else. A
   tenant cannot write cronstream's topics, read runs, outcomes or history, or touch
@@ -22,6 +24,8 @@ writes their tombstones).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._acl import AclBinding, AclBindingFilter, AclOperation
@@ -31,6 +35,7 @@ from confluent_kafka.admin._scram import ScramMechanism, UserScramCredentialDele
 from confluent_kafka.cimpl import NewTopic
 
 from infra.bootstrap import BootstrapError, admin_acls, create_topics, ensure_scram_user
+from infra.quotas import default_quotas, set_quotas
 from runtime.kafka.clients import kafka_admin
 from runtime.kafka.security import kafka_secret_path
 from runtime.settings import Settings
@@ -72,8 +77,15 @@ def tenant_acls(settings: Settings, tenant: str) -> list[AclBinding]:
             for kind, name, pattern, op in grants]  # fmt: skip
 
 
-def add_tenant(settings: Settings, tenant: str, *, timeout: float = 30.0) -> list[str]:
-    """Make (or complete) ``tenant``; the topics created."""
+def add_tenant(
+    settings: Settings,
+    tenant: str,
+    *,
+    quotas: Mapping[str, int] | None = None,
+    timeout: float = 30.0,
+) -> list[str]:
+    """Make (or complete) ``tenant``, with Kafka client ``quotas`` when given
+    (``infra.quotas``); the topics created."""
     _checked(settings, tenant)
     topics = Topics(settings)
     admin = kafka_admin(settings, superuser=True)
@@ -90,6 +102,8 @@ def add_tenant(settings: Settings, tenant: str, *, timeout: float = 30.0) -> lis
         for name, spec in names.items():
             codec.register(f"{name}-value", spec.value_type)
     issue_token(settings, tenant)
+    if quotas is not None:
+        set_quotas(settings, tenant_user(tenant), quotas)
     return created
 
 
@@ -142,10 +156,11 @@ def tenants_command(settings: Settings, action: str, names: list[str]) -> int:
         raise TenantError(f"tenants {action} needs at least one NAME")
     for name in names:
         if action == "add":
-            created = add_tenant(settings, name)
+            created = add_tenant(settings, name, quotas=default_quotas())
             secret = kafka_secret_path(settings, tenant_user(name))
             print(f"tenant {name}: Kafka user {tenant_user(name)} (password in {secret}), "
-                  f"API token in {token_path(settings, name)}, "
+                  f"API token in {token_path(settings, name)}, Kafka quotas "
+                  f"{', '.join(f'{k}={v}' for k, v in default_quotas().items())}, "
                   f"topics {', '.join(created) if created else 'already there'}")  # fmt: skip
         else:
             remove_tenant(settings, name)

@@ -10,13 +10,15 @@ import statistics
 
 from runtime.kafka.security import BENCH_PLAIN_PREFIX
 from runtime.settings import Settings
-from tests.bench.common import namespace, row
+from tests.bench.common import namespace, pct, row
+from tests.bench.scheduler import fire_skews
 from tests.bench.workers import end_to_end
 from tests.integration.helpers import plaintext_listener
 
 
 def bench_security(base: Settings, pairs: int, demand: int) -> None:
     rates: dict[bool, list[float]] = {True: [], False: []}
+    skews: dict[bool, list[float]] = {True: [], False: []}
     cpu: dict[bool, dict[str, list[float]]] = {True: {}, False: {}}
     for k in range(pairs):
         for secured in (True, False) if k % 2 == 0 else (False, True):
@@ -24,6 +26,8 @@ def bench_security(base: Settings, pairs: int, demand: int) -> None:
             prefix = "csbench" if secured else BENCH_PLAIN_PREFIX.rstrip(".")
             with namespace(arm, prefix) as settings:
                 rate, used = end_to_end(settings, 1, demand)
+            with namespace(arm, prefix) as settings:
+                skews[secured].append(pct(fire_skews(settings), 0.99))
             rates[secured].append(rate)
             for role, us in used.items():
                 cpu[secured].setdefault(role, []).append(us)
@@ -36,3 +40,6 @@ def bench_security(base: Settings, pairs: int, demand: int) -> None:
         f"demand {demand:,}/s; SASL_SSL {[round(r) for r in rates[True]]} vs plaintext "
         f"{[round(r) for r in rates[False]]} runs/s; CPU us/run SASL_SSL: {cpu_text(True)}; "
         f"plaintext: {cpu_text(False)}")  # fmt: skip
+    row("fire skew p99 @1k/s, SASL_SSL vs plaintext (ms)",
+        f"{statistics.median(skews[True]):.0f} vs {statistics.median(skews[False]):.0f}",
+        "<= 50", f"SASL_SSL {skews[True]}, plaintext {skews[False]}")  # fmt: skip

@@ -3,6 +3,10 @@ by ACLs and by the admission, quotas with their reasons visible to the tenant.""
 
 from __future__ import annotations
 
+import json
+import os
+import time
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
@@ -10,7 +14,8 @@ from typing import TypeVar
 import pytest
 from confluent_kafka import KafkaError, Message
 
-from infra.tenants import TenantError, add_tenant, list_tenants
+from infra.quotas import quotas_of
+from infra.tenants import TenantError, add_tenant, list_tenants, remove_tenant
 from producers.tenant import TenantClient, tenant_settings
 from runtime.kafka.clients import kafka_consumer, kafka_producer
 from runtime.settings import Settings
@@ -26,6 +31,7 @@ from schemas.events import (
 )
 from schemas.registry import RegistryClient
 from schemas.serde import Codec
+from schemas.tenancy import tenant_user
 from tests.integration.helpers import cronstream, read_topic, record_count
 from tests.integration.tenants import AdmissionThread
 
@@ -217,3 +223,34 @@ def test_the_cli_puts_a_tenants_jobs_through_the_admission(
     run = cronstream(ns, "tenant", "--tenant", a, "trigger", "nope")
     assert run.returncode == 2
     assert "no job 'nope'" in run.stdout
+
+
+def test_a_tenants_kafka_quotas_are_set_and_the_broker_throttles_it(ns: Settings) -> None:
+    """Kafka client quotas per tenant principal, set by Kafka's own ConfigCommand; a
+    tenant producing over its byte rate is throttled by the broker."""
+    name = f"q{uuid.uuid4().hex[:8]}"
+    quotas = {"producer_byte_rate": 262_144, "consumer_byte_rate": 524_288,
+              "request_percentage": 10}  # fmt: skip
+    add_tenant(ns, name, quotas=quotas)
+    try:
+        assert quotas_of(ns, tenant_user(name)) == {k: float(v) for k, v in quotas.items()}
+        throttles: list[int] = []
+
+        def stats(text: str) -> None:
+            for broker in json.loads(text).get("brokers", {}).values():
+                if broker.get("throttle", {}).get("max"):
+                    throttles.append(broker["throttle"]["max"])
+
+        producer = kafka_producer(tenant_settings(ns, name), **{
+            "compression.type": "none", "statistics.interval.ms": 500, "stats_cb": stats})  # fmt: skip
+        started = time.monotonic()
+        for _ in range(40):  # 4 MB, well over what the quota window lets through at once
+            producer.produce(Topics(ns).tenant_commands(name), value=os.urandom(100_000))
+            producer.poll(0)
+        assert producer.flush(120) == 0
+        elapsed = time.monotonic() - started
+        producer.poll(1.5)  # one more statistics report
+        assert throttles, "the broker never throttled the tenant"
+        assert elapsed > 3, elapsed
+    finally:
+        remove_tenant(ns, name)
