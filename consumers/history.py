@@ -1,11 +1,12 @@
 """The execution history in Cassandra: its statements, the rows of an outcome, its queries.
 
-Three tables (``cql/migrations/001_history_tables.cql``), one per question, each
-bucketed by time (``consumers.core.buckets``):
+Four tables (``cql/migrations/``), one per question, each bucketed by time
+(``consumers.core.buckets``):
 
 - ``runs_by_job``: a job's runs in a time range (one row per attempt; its columns hold
   the attempt's latest status);
 - ``runs_by_status``: runs with a status in a time window (one row per outcome);
+- ``runs_by_tenant_status``: the same, partitioned by tenant too (a tenant's queries);
 - ``runs_by_id``: every record of one run id, attempt by attempt.
 
 Statements live in ``cql/history.cql`` as named statements, prepared once per session
@@ -96,6 +97,11 @@ class HistoryTables:
             ("runs_by_status", st["insert_by_status"].bind((
                 status, hour_of(o.recorded_at), shard_of(o.run_id), o.recorded_at, o.run_id,
                 o.attempt, o.job_id, o.tenant, trigger, o.scheduled_at, duration, error,
+                target, worker, stamp, ttl,
+            ))),
+            ("runs_by_tenant_status", st["insert_by_tenant_status"].bind((
+                o.tenant, status, hour_of(o.recorded_at), shard_of(o.run_id), o.recorded_at,
+                o.run_id, o.attempt, o.job_id, trigger, o.scheduled_at, duration, error,
                 target, worker, stamp, ttl,
             ))),
         ]  # fmt: skip
@@ -201,16 +207,17 @@ class History:
         self, statuses: Sequence[str], start: datetime, end: datetime, tenant: str | None = None
     ) -> Iterator[RunOutcome]:
         """Outcomes with one of ``statuses`` recorded in [start, end), latest first,
-        across every job (hour by hour, each hour's shards merged); only ``tenant``'s
-        when given (filtered here: the table is not partitioned by tenant)."""
+        across every job (hour by hour, each hour's shards merged); with ``tenant``,
+        only that tenant's partitions are read (``runs_by_tenant_status``)."""
         names = [s.upper() for s in statuses]
+        keys: tuple[str, ...] = () if tenant is None else (tenant,)
+        name = "select_status_hour" if tenant is None else "select_tenant_status_hour"
         hours = (
-            _merged([self._query("select_status_hour", (status, hour, shard, start, end))
+            _merged([self._query(name, (*keys, status, hour, shard, start, end))
                      for status in names for shard in range(SHARDS)], "recorded_at")
             for hour in hours_desc(start, end)
         )  # fmt: skip
-        rows = _one_ahead(hours)
-        return rows if tenant is None else (row for row in rows if row.tenant == tenant)
+        return _one_ahead(hours)
 
     def run(self, run_id: str) -> list[RunOutcome]:
         """Every record of one run: attempt by attempt, oldest first."""

@@ -37,11 +37,11 @@ from runtime.kafka.clients import group_consumer
 from runtime.kafka.offsets import consumer_lag, is_transient, partition_names
 from runtime.kafka.publisher import Publisher
 from runtime.kafka.records import dead_letter_for, is_record
+from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import RunOutcome
 from schemas.limits import outcome_problems, refusal
-from schemas.registry import RegistryClient
 from schemas.serde import Codec, DecodeError
 
 log = logging.getLogger("cronstream.sink")
@@ -180,7 +180,7 @@ class Sink:
         self.settings = settings
         self.config = config
         self.topics = Topics(settings)
-        self.codec = Codec(RegistryClient(settings.registry_url))
+        self.codec = Codec(registry_client(settings))
         # A broker outage never fails a dead letter: librdkafka keeps trying (no limit).
         no_limit: dict[str, Any] = {"message.timeout.ms": 0}
         self.publisher = Publisher(settings, codec=self.codec, **no_limit)

@@ -33,11 +33,11 @@ from runtime.cassandra import cassandra_session
 from runtime.credentials import security_dir, tls_dir
 from runtime.kafka.clients import kafka_admin
 from runtime.kafka.security import BENCH_PLAIN_PREFIX, client_properties
+from runtime.registry import registry_client
 from runtime.settings import Settings
 from runtime.tokens import ADMIN, issue_token
 from schemas.avro import schema_json
 from schemas.catalog import Topics
-from schemas.registry import RegistryClient
 from schemas.serde import Codec
 
 COMPATIBILITY = "BACKWARD"
@@ -234,7 +234,7 @@ def _describe_configs(admin: AdminClient, names: list[str]) -> dict[str, Any]:
 def ensure_subjects(settings: Settings) -> dict[str, int]:
     """Register every topic's value schema and pin BACKWARD compatibility per subject."""
     topics = Topics(settings)
-    registry = RegistryClient(settings.registry_url)
+    registry = registry_client(settings, writer=True)
     codec = Codec(registry)
     ids = {}
     try:

@@ -13,10 +13,11 @@ Adding tenant ``acme`` makes, idempotently:
 - Kafka client quotas for that user (``infra.quotas``: produce and fetch bytes per
   second, request time), from ``CRONSTREAM_TENANT_*`` or the defaults;
 - ACLs: WRITE on its commands topic, READ on its answers topic and on consumer groups
-  under ``<prefix>.t.acme.`` (literal topics, a prefixed group), nothing else. A
-  tenant cannot write cronstream's topics, read runs, outcomes or history, or touch
-  another tenant's topics: the authorizer refuses (``allow.everyone.if.no.acl.found``
-  is false).
+  under ``<prefix>.t.acme.`` (literal topics, a prefixed group), and WRITE on the
+  topics named ``acme.*`` (its own, which an operator creates: its jobs' kafka targets
+  write there as ``tenant-acme``), nothing else. A tenant cannot write cronstream's
+  topics, read runs, outcomes or history, or touch another tenant's topics: the
+  authorizer refuses (``allow.everyone.if.no.acl.found`` is false).
 
 Removing one deletes its user, ACLs and topics; its jobs stay until deleted (``--purge``
 writes their tombstones).
@@ -38,10 +39,10 @@ from infra.bootstrap import BootstrapError, admin_acls, create_topics, ensure_sc
 from infra.quotas import default_quotas, set_quotas
 from runtime.kafka.clients import kafka_admin
 from runtime.kafka.security import kafka_secret_path
+from runtime.registry import registry_client
 from runtime.settings import Settings
 from runtime.tokens import issue_token, revoke_tokens, token_path
 from schemas.catalog import TENANT_COMMANDS, TENANT_RESULTS, Topics
-from schemas.registry import RegistryClient
 from schemas.serde import Codec
 from schemas.tenancy import tenant_of_topic, tenant_problems, tenant_user
 
@@ -56,6 +57,14 @@ def _checked(settings: Settings, tenant: str) -> None:
         raise TenantError("; ".join(problems))
     if settings.kafka_security == "plaintext":
         raise TenantError("tenants need authenticated clients: CRONSTREAM_KAFKA_SECURITY=sasl_ssl")
+    if settings.topic_prefix.split(".")[0] == tenant:
+        # The tenant's own topics are <tenant>.* (tenant_acls): never cronstream's.
+        raise TenantError(f"tenant {tenant!r} would own the topic prefix {settings.topic_prefix!r}")
+
+
+def egress_prefix(tenant: str) -> str:
+    """The topics a tenant owns (an operator creates them): ``<tenant>.``."""
+    return f"{tenant}."
 
 
 def tenant_acls(settings: Settings, tenant: str) -> list[AclBinding]:
@@ -72,6 +81,9 @@ def tenant_acls(settings: Settings, tenant: str) -> list[AclBinding]:
         (ResourceType.TOPIC, topics.tenant_results(tenant), literal, AclOperation.READ),
         (ResourceType.TOPIC, topics.tenant_results(tenant), literal, AclOperation.DESCRIBE),
         (ResourceType.GROUP, group, prefixed, AclOperation.READ),
+        # The tenant's own topics, where its jobs' kafka targets write (as the tenant).
+        (ResourceType.TOPIC, egress_prefix(tenant), prefixed, AclOperation.WRITE),
+        (ResourceType.TOPIC, egress_prefix(tenant), prefixed, AclOperation.DESCRIBE),
     ]
     return [AclBinding(kind, name, pattern, principal, "*", op, allow)
             for kind, name, pattern, op in grants]  # fmt: skip
@@ -97,7 +109,7 @@ def add_tenant(
            for name, spec in names.items() if name not in listed]  # fmt: skip
     created = create_topics(admin, new, [], timeout)
     admin_acls(admin, tenant_acls(settings, tenant), timeout)
-    with RegistryClient(settings.registry_url) as registry:
+    with registry_client(settings, writer=True) as registry:
         codec = Codec(registry)
         for name, spec in names.items():
             codec.register(f"{name}-value", spec.value_type)

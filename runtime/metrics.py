@@ -234,6 +234,36 @@ sink_consumer_lag = Gauge(
     registry=REGISTRY,
 )
 
+
+class TenantLabels:
+    """A ``tenant`` label with bounded cardinality: the first ``limit`` tenants seen keep
+    their name, any later one is counted as ``_other`` (a run request's tenant comes
+    from a record, and a label per distinct string would grow without end)."""
+
+    OTHER = "_other"
+
+    def __init__(self, limit: int = 100) -> None:
+        self.limit = limit
+        self._known: set[str] = set()
+
+    def __call__(self, tenant: str) -> str:
+        if tenant in self._known:
+            return tenant
+        if len(self._known) < self.limit:
+            self._known.add(tenant)
+            return tenant
+        return self.OTHER
+
+
+worker_tenant_runs = Counter(
+    "cronstream_worker_tenant_runs",
+    "Attempts finished by tenant and status (SUCCEEDED, FAILED, RETRIED, TIMED_OUT, "
+    "CANCELED, DEAD_LETTERED); tenants past the first 100 a worker sees count as _other",
+    ["tenant", "status"],
+    registry=REGISTRY,
+)
+worker_tenant_label = TenantLabels()
+
 # -- admission ------------------------------------------------------------------------------
 # Tenants are onboarded by an operator (``cronstream tenants add``), so the tenant label's
 # values are bounded by that list; action and verdict are closed sets.

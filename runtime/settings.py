@@ -81,6 +81,12 @@ class Settings:
     kafka_plaintext_port: int
     admin_servers: str
     registry_url: str
+    # Schema registry logins (runtime.registry): the reading user of cronstream's
+    # processes (None: anonymous; the local stack lets anyone read), the user that may
+    # register schemas (the bootstrap's), and the CA to trust for an https URL.
+    registry_user: str | None
+    registry_writer: str
+    registry_ca: Path | None
     cassandra_hosts: tuple[str, ...]
     # Cassandra security (runtime.cassandra): "password_tls" or "none"; the login of
     # cronstream's processes; the CA to trust (None: the stack's).
@@ -107,6 +113,7 @@ class Settings:
         ca = env.get("CRONSTREAM_KAFKA_CA")
         cassandra_ca = env.get("CRONSTREAM_CASSANDRA_CA")
         registry_port = env_int("CRONSTREAM_REGISTRY_PORT", 8081, env=env)
+        registry_ca = env.get("CRONSTREAM_REGISTRY_CA")
         hosts = env.get("CRONSTREAM_CASSANDRA_HOSTS") or "127.0.0.1"
         return cls(
             home=Path(env.get("CRONSTREAM_HOME") or REPO_ROOT / ".stack").resolve(),
@@ -136,6 +143,9 @@ class Settings:
                 env.get("CRONSTREAM_REGISTRY_URL")
                 or f"http://127.0.0.1:{registry_port}/apis/ccompat/v7"
             ).rstrip("/"),
+            registry_user=env.get("CRONSTREAM_REGISTRY_USER") or None,
+            registry_writer=env.get("CRONSTREAM_REGISTRY_WRITER") or "cronstream-bootstrap",
+            registry_ca=Path(registry_ca).resolve() if registry_ca else None,
             cassandra_hosts=tuple(h.strip() for h in hosts.split(",") if h.strip()),
             cassandra_security=env_choice(
                 "CRONSTREAM_CASSANDRA_SECURITY", ("password_tls", "none"), env

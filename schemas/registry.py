@@ -3,8 +3,12 @@
 Apicurio Registry serves it at ``/apis/ccompat/v7``; Confluent Schema Registry and other
 compatible registries serve it at their root. Only what cronstream needs: register,
 look up, fetch by id, list subjects, and per-subject compatibility. Transport failures
-become RegistryUnavailable; answers the registry gives (404, 409, 422) become
+become RegistryUnavailable; answers the registry gives (401, 403, 404, 409, 422) become
 RegistryError carrying the HTTP status and the registry's error code.
+
+With ``auth`` (user, password) every request carries HTTP basic credentials; the
+password is never part of an error's text. ``verify`` is the CA file to trust for an
+https URL (True: the system's).
 """
 
 from __future__ import annotations
@@ -31,10 +35,21 @@ class RegistryError(RuntimeError):
 
 
 class RegistryClient:
-    def __init__(self, url: str, *, timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout: float = 10.0,
+        auth: tuple[str, str] | None = None,
+        verify: str | bool = True,
+    ) -> None:
         self.url = url.rstrip("/")
+        self.user = auth[0] if auth else None
         self._http = httpx.Client(
-            timeout=timeout, headers={"Content-Type": CONTENT_TYPE, "Accept": CONTENT_TYPE}
+            timeout=timeout,
+            headers={"Content-Type": CONTENT_TYPE, "Accept": CONTENT_TYPE},
+            auth=httpx.BasicAuth(*auth) if auth else None,
+            verify=verify,
         )
 
     def close(self) -> None:
@@ -54,6 +69,15 @@ class RegistryClient:
         if resp.status_code >= 500:
             raise RegistryUnavailable(
                 f"schema registry {method} {path} failed: {resp.status_code} {resp.text[:300]}"
+            )
+        if resp.status_code in (401, 403):
+            who = f"user {self.user!r}" if self.user else "an anonymous client"
+            why = ("did not accept the credentials of" if resp.status_code == 401
+                   else "does not allow this to")  # fmt: skip
+            raise RegistryError(
+                f"schema registry {method} {path}: {resp.status_code}: the registry {why} {who}",
+                status=resp.status_code,
+                code=None,
             )
         if resp.status_code >= 400:
             try:

@@ -32,9 +32,9 @@ from runtime import metrics
 from runtime.kafka.clients import group_consumer, kafka_consumer
 from runtime.kafka.offsets import committed, watermarks
 from runtime.kafka.publisher import Publisher, PublishError
+from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import JOBS, Topics
-from schemas.registry import RegistryClient
 from schemas.serde import Codec
 from streams.checkpoint import Checkpoint
 from streams.core.partition import PartitionScheduler
@@ -88,7 +88,7 @@ class Processor(Reading):
         self.config = config
         self.topics = Topics(settings)
         self.clock = clock
-        self.codec = Codec(RegistryClient(settings.registry_url))
+        self.codec = Codec(registry_client(settings))
         self.definitions = Definitions(self.codec)
         delivery: dict[str, Any] = {"message.timeout.ms": config.delivery_timeout_ms}
         self.emitter = Emitter(

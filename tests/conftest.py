@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING
 
 import pytest
 
+from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.registry import RegistryClient
 
@@ -34,6 +35,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if unmarked:
         raise pytest.UsageError("tests without their layer's marker:\n  " + "\n  ".join(unmarked))
     items.sort(key=lambda item: item.get_closest_marker("restarts_stack") is not None)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A test that failed because Kafka refused cronstream's user reports the
+    credentials' state with it (tests.diagnostics)."""
+    report = yield
+    if report.failed and call.excinfo is not None:
+        from tests.diagnostics import caused_by_kafka_auth, kafka_credentials_report
+
+        if caused_by_kafka_auth(call.excinfo.value):
+            section = kafka_credentials_report(Settings.from_env())
+            report.sections.append(("kafka credentials", section))
+    return report
 
 
 @pytest.fixture(scope="session")
@@ -80,7 +97,7 @@ def cli_env(settings: Settings) -> dict[str, str]:
 
 @pytest.fixture
 def registry(stack: Settings) -> Iterator[RegistryClient]:
-    with RegistryClient(stack.registry_url) as client:
+    with registry_client(stack, writer=True) as client:
         yield client
 
 

@@ -10,6 +10,9 @@ nor Kafka's internal ones (``__consumer_offsets``, ``__*``); with
 ``--kafka-allow`` patterns only the topics they match. A topic that does not exist
 fails at once, not retried (the broker's metadata, remembered for a minute), instead
 of waiting out the timeout for an acknowledgement.
+
+**Who writes**: a tenant's job produces as the tenant (``consumers.executors.egress``),
+so the broker's ACLs bound it; a topic the tenant may not write fails at once.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from consumers.executors.base import ExecutionFailed, RunContext, TargetInvalid, TimedOut
+from consumers.executors.egress import DEFAULT_TENANT, TenantProducers
 from schemas.events import Target
 
 # How long the broker's answer on a topic's existence is trusted.
@@ -55,9 +59,12 @@ class TopicPolicy:
 class KafkaExecutor:
     kind = "kafka"
 
-    def __init__(self, producer: Producer, policy: TopicPolicy) -> None:
-        self.producer = producer
+    def __init__(
+        self, producer: Producer, policy: TopicPolicy, tenants: TenantProducers | None = None
+    ) -> None:
+        self.producer = producer  # the worker's own: the default tenant's jobs
         self.policy = policy
+        self.tenants = tenants
         self._exists: dict[str, tuple[float, bool]] = {}  # topic -> (until, exists)
         self._lock = threading.Lock()
 
@@ -68,7 +75,18 @@ class KafkaExecutor:
             raise TargetInvalid(refusal)
         if not self._topic_exists(topic):
             raise TargetInvalid(f"topic {topic!r} does not exist")
-        return self._produce(target, context)
+        if self.tenants is None or context.tenant == DEFAULT_TENANT:
+            return self._produce(self.producer, target, context)
+        producer = self.tenants.producer(context.tenant)
+        try:
+            done = self._produce(producer, target, context)
+        except TimedOut:
+            refusal = self.tenants.refusal(context.tenant)
+            if refusal is not None:
+                raise ExecutionFailed(refusal) from None
+            raise
+        self.tenants.forget_refusal(context.tenant)
+        return done
 
     def _topic_exists(self, topic: str) -> bool:
         """From the broker's metadata (a lookup failure counts as existing: producing
@@ -91,7 +109,7 @@ class KafkaExecutor:
             self._exists[topic] = (time.monotonic() + TOPIC_KNOWN_S, exists)
         return exists
 
-    def _produce(self, target: Target, context: RunContext) -> str:
+    def _produce(self, producer: Producer, target: Target, context: RunContext) -> str:
         done = threading.Event()
         outcome: list[KafkaError | None] = []
 
@@ -100,7 +118,7 @@ class KafkaExecutor:
             done.set()
 
         try:
-            self.producer.produce(
+            producer.produce(
                 target.topic or "",
                 key=context.run_id.encode(),
                 value=(context.payload or "").encode(),
@@ -116,10 +134,13 @@ class KafkaExecutor:
         while not done.is_set():
             if context.remaining() <= 0:
                 raise TimedOut(f"no acknowledgement from {target.topic!r} before the timeout")
-            self.producer.poll(min(0.05, context.remaining()))
+            producer.poll(min(0.05, context.remaining()))
         err = outcome[0]
         if err is None:
             return f"produced to {target.topic}"
         if err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
             raise TargetInvalid(f"topic {target.topic!r} does not exist: {err.str()}")
+        if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            who = f"tenant {context.tenant!r}" if producer is not self.producer else "the worker"
+            raise TargetInvalid(f"{who} may not write to {target.topic!r}: {err.str()}")
         raise ExecutionFailed(f"delivery to {target.topic!r} failed: {err.str()}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 from queue import Empty, SimpleQueue
 
 from consumers.core.dedup import Dedup
@@ -23,6 +24,7 @@ from consumers.executors.base import (
     TargetInvalid,
     TimedOut,
 )
+from consumers.executors.egress import TenantProducers
 from consumers.executors.http import HttpExecutor
 from consumers.executors.kafka import KafkaExecutor, TopicPolicy
 from consumers.executors.pool import Done, RunPool
@@ -33,6 +35,7 @@ from consumers.worker.config import WorkerConfig
 from consumers.worker.outbox import Outbox
 from consumers.worker.pending import Pending
 from runtime import metrics
+from runtime.credentials import credentials_dir
 from runtime.kafka.clients import kafka_producer
 from runtime.settings import Settings
 from schemas.catalog import Topics
@@ -64,6 +67,10 @@ class Attempts:
         self.finished: SimpleQueue[Done[Pending]] = SimpleQueue()
         self.pool = RunPool(config.concurrency, self.finished)
         self._target_producer = kafka_producer(settings)
+        self._tenant_producers = (
+            None if settings.kafka_security == "plaintext" else TenantProducers(
+                settings, Path(config.tenant_credentials or credentials_dir(settings)))
+        )  # fmt: skip
         self.executors: dict[str, Executor] = {
             "http": HttpExecutor(allow=config.http_allow, secrets=Secrets(config.secrets_dir)),
             "kafka": KafkaExecutor(
@@ -73,6 +80,7 @@ class Attempts:
                     allow=config.kafka_allow,
                     prefix=settings.topic_prefix,
                 ),
+                self._tenant_producers,
             ),
             "python": PythonExecutor(PythonPolicy(config.python_allow)),
             "shell": ShellExecutor(ShellPolicy(config.shell_allow, env=config.shell_env)),
@@ -209,6 +217,8 @@ class Attempts:
         if verdict.retry_at_ms is not None:
             extra = (self.outbox.topics.timers, retry_timer(run, verdict.retry_at_ms, now_ms))
             self.tally.add(metrics.runs_finished, "RETRIED", run.target.type)
+            tenant = metrics.worker_tenant_label(run.tenant)
+            self.tally.add(metrics.worker_tenant_runs, tenant, "RETRIED")
         elif verdict.dead_letter:
             assert verdict.error is not None
             extra = (self.outbox.topics.dlq, self.outbox.run_letter(run, verdict.error))
@@ -218,6 +228,8 @@ class Attempts:
     def close(self) -> None:
         self.pool.shutdown()
         self._target_producer.flush(10)
+        if self._tenant_producers is not None:
+            self._tenant_producers.close()
         http = self.executors["http"]
         if isinstance(http, HttpExecutor):
             http.close()

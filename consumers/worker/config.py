@@ -23,6 +23,9 @@ class WorkerConfig:
     python_allow: tuple[str, ...] = PYTHON_DEFAULT_ALLOW  # module prefixes or module:function
     secrets_dir: str | None = None  # where secret:NAME values are files (else the env)
     kafka_allow: tuple[str, ...] = ()  # topic patterns kafka targets may write to; () = any
+    # Where tenant-<name>.secret files are: a tenant's kafka targets write as the tenant
+    # (consumers.executors.egress). None: the local stack's credentials.
+    tenant_credentials: str | None = None
     session_timeout_ms: int = 10_000
     dedup_capacity: int = 2_000_000
     # Starts per turn of a tenant in each priority's round (FairQueue); others get 1.

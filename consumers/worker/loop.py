@@ -36,10 +36,11 @@ from runtime.kafka.offsets import (
     partition_names,
     watermarks,
 )
+from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import DeadLetter, RunOutcome, TimerRequest
-from schemas.registry import RegistryClient, RegistryUnavailable
+from schemas.registry import RegistryUnavailable
 from schemas.serde import Codec
 
 log = logging.getLogger("cronstream.worker")
@@ -56,7 +57,7 @@ class Worker:
     def __init__(self, settings: Settings, config: WorkerConfig) -> None:
         self.config = config
         topics = Topics(settings)
-        codec = Codec(RegistryClient(settings.registry_url))
+        codec = Codec(registry_client(settings))
         # Every schema the worker writes with, resolved before anything else: from now
         # on publishing never needs the registry (RegistryUnavailable here: the caller
         # waits for it, ``cronstream.foreground.run_member``).

@@ -144,6 +144,8 @@ class Outbox:
             pending.outcome.append((value, headers))
             self.dedup.note(run.run_id, run.attempt, status.value)
             self.tally.add(metrics.runs_finished, status.value, run.target.type)
+            tenant = metrics.worker_tenant_label(run.tenant)
+            self.tally.add(metrics.worker_tenant_runs, tenant, status.value)
             if ran:
                 metrics.run_duration.observe((now_ms - started_ms) / 1000)
         else:

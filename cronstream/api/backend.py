@@ -29,10 +29,10 @@ from runtime.cassandra import cassandra_session
 from runtime.kafka.clients import group_consumer
 from runtime.kafka.offsets import is_transient
 from runtime.kafka.publisher import Publisher
+from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import JobDefinition, utc_now
-from schemas.registry import RegistryClient
 from schemas.serde import Codec, DecodeError
 from schemas.tenancy import TenantAction, TenantCommand, TenantResult, commands_pattern
 
@@ -48,7 +48,7 @@ class Backend:
         self.settings = settings
         self.topics = Topics(settings)
         self.answer_timeout = answer_timeout
-        self.codec = Codec(RegistryClient(settings.registry_url))
+        self.codec = Codec(registry_client(settings))
         self.publisher = Publisher(settings, codec=self.codec)
         self.view = JobsView()
         self.follower = JobsFollower(settings, self.codec, self.view)

@@ -24,11 +24,11 @@ from producers.spec import (
     parse_instant,
 )
 from runtime.kafka.clients import kafka_consumer
+from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import JobDefinition, from_ms, iso, text_headers, to_jsonable, to_ms, utc_now
 from schemas.redact import escape_controls, redact_jsonable
-from schemas.registry import RegistryClient
 from schemas.serde import Codec, DecodeError
 from schemas.timing import schedule_args
 from streams.core.schedule import JobSchedule
@@ -211,7 +211,7 @@ def cmd_tail(settings: Settings, args: argparse.Namespace) -> int:
     """Print records of a topic as JSON lines: decoded values for cronstream topics."""
     topics = Topics(settings)
     topic = topics.resolve(args.topic)
-    codec = Codec(RegistryClient(settings.registry_url))
+    codec = Codec(registry_client(settings))
     consumer = kafka_consumer(settings)
     try:
         meta = consumer.list_topics(topic, timeout=10).topics.get(topic)

@@ -127,6 +127,12 @@ def _register_worker(sub: Any) -> None:
         "topic but cronstream's own and Kafka's internal ones",
     )  # fmt: skip
     p.add_argument(
+        "--tenant-credentials", metavar="DIR",
+        default=os.environ.get("CRONSTREAM_TENANT_CREDENTIALS") or None,
+        help="where tenant-<name>.secret files are: a tenant's kafka targets write as the "
+        "tenant (default: the local stack's credentials)",
+    )  # fmt: skip
+    p.add_argument(
         "--tenant-weight", action="append", metavar="TENANT=N",
         default=env_list("CRONSTREAM_TENANT_WEIGHTS"),
         help="starts per turn of TENANT in each priority's round among tenants (default 1); "
@@ -214,6 +220,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
         secrets_dir=args.secrets_dir,
         python_allow=python_allow or PYTHON_DEFAULT_ALLOW,
         kafka_allow=tuple(args.kafka_allow),
+        tenant_credentials=args.tenant_credentials,
         tenant_weights=weights,
     )
     return run_member(

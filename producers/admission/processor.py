@@ -35,10 +35,10 @@ from runtime import metrics
 from runtime.kafka.clients import group_consumer, kafka_consumer
 from runtime.kafka.offsets import is_transient, watermarks
 from runtime.kafka.publisher import Publisher
+from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import JobDefinition, job_headers, utc_now
-from schemas.registry import RegistryClient
 from schemas.serde import Codec, DecodeError
 from schemas.tenancy import TenantCommand, commands_pattern, tenant_of_topic
 
@@ -106,7 +106,7 @@ class AdmissionProcessor:
         self.settings = settings
         self.config = config
         self.topics = Topics(settings)
-        self.codec = Codec(RegistryClient(settings.registry_url))
+        self.codec = Codec(registry_client(settings))
         self.publisher = Publisher(settings, codec=self.codec)
         self.admission = Admission(config.quotas, max_payload_bytes=settings.max_payload_bytes)
         self.jobs = JobsFollower(settings, self.codec, self.admission)

@@ -15,8 +15,8 @@ from typing import Any
 from confluent_kafka import KafkaError, Message, Producer
 
 from runtime.kafka.clients import kafka_producer
+from runtime.registry import registry_client
 from runtime.settings import Settings
-from schemas.registry import RegistryClient
 from schemas.serde import Codec
 from schemas.tenancy import AnyEvent
 
@@ -35,7 +35,7 @@ class Publisher:
         serve_each: bool = True,
         **producer_overrides: Any,
     ) -> None:
-        self.codec = codec or Codec(RegistryClient(settings.registry_url))
+        self.codec = codec or Codec(registry_client(settings))
         self.producer = producer or kafka_producer(settings, **producer_overrides)
         self._settings, self._overrides = settings, producer_overrides
         self.fatal = False  # librdkafka said the producer cannot go on (``renew``)

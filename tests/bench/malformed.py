@@ -21,10 +21,10 @@ from datetime import timedelta
 from pathlib import Path
 
 from runtime.kafka.clients import kafka_producer
+from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import Priority, RunRequest, utc_now
-from schemas.registry import RegistryClient
 from schemas.serde import Codec, DecodeError
 from schemas.wire import zigzag
 from tests.bench.common import NOOP_TARGET, cpu_s, job, namespace, row
@@ -82,7 +82,7 @@ def produce(settings: Settings, good: int, bad: int, seed: int) -> None:
     """``good`` no-op run requests with ``bad`` hostile records spread among them."""
     topics = Topics(settings)
     topic = topics.runs(Priority.NORMAL)
-    codec = Codec(RegistryClient(settings.registry_url))
+    codec = Codec(registry_client(settings, writer=True))
     rng = random.Random(seed)
     makers = hostile_values(codec, topic, topics.jobs, rng)
     kinds = [True] * good + [False] * bad

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 
+from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import Priority, RunOutcome, from_ms
 from schemas.ids import slot_run_id
-from schemas.registry import RegistryClient
 from schemas.serde import Codec
 from streams.core.schedule import jitter_offset
 from tests.integration.helpers import read_topic
@@ -118,7 +118,7 @@ def _runs(settings: Settings, ours: set[str], result: Result) -> set[str]:
 def _history(settings: Settings, result: Result) -> set[str]:
     """Run ids recorded MISSED/SKIPPED; counts DUPLICATE records."""
     recorded = set()
-    codec = Codec(RegistryClient(settings.registry_url))
+    codec = Codec(registry_client(settings, writer=True))
     for record in read_topic(settings, Topics(settings).history):
         status = record.headers.get("status")
         if status in ("MISSED", "SKIPPED"):

@@ -16,11 +16,11 @@ from typing import Any
 import fastavro
 
 from runtime.kafka.publisher import Publisher
+from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.avro import schema_json
 from schemas.events import JobDefinition, Priority, RunRequest, Trigger, utc_now
 from schemas.ids import manual_run_id
-from schemas.registry import RegistryClient
 from tests.bench.common import job
 from tests.chaos import stack
 from tests.chaos.hostile import flood, job_records, run_records
@@ -131,7 +131,7 @@ def _evolved(p: Pipeline) -> tuple[Callable[[dict[str, Any]], bytes], ...]:
     """Encoders for JobDefinition and RunRequest in a newer schema (one more optional
     field), registered now under the jobs and runs subjects."""
     encoders = []
-    with RegistryClient(p.settings.registry_url) as registry:
+    with registry_client(p.settings, writer=True) as registry:
         for topic, event in ((p.topics.jobs, JobDefinition),
                              (p.topics.runs(Priority.NORMAL), RunRequest)):  # fmt: skip
             schema = json.loads(schema_json(event.AVRO_NAME))

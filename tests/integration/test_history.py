@@ -25,10 +25,10 @@ from infra.services import Cassandra
 from runtime.cassandra import cassandra_session
 from runtime.kafka.clients import kafka_admin, kafka_producer
 from runtime.kafka.publisher import Publisher
+from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import DeadLetter, RunOutcome, RunStatus, Trigger, from_ms, to_ms
-from schemas.registry import RegistryClient
 from schemas.serde import Codec
 from tests.integration.helpers import CronstreamProcess, cronstream, group_caught_up, read_topic
 
@@ -91,16 +91,20 @@ def runs_of(job: str, count: int, start_ms: int, step_ms: int = 1000) -> list[Ru
     return out  # fmt: skip
 
 
+TABLES = ("runs_by_id", "runs_by_status", "runs_by_tenant_status", "runs_by_job")
+
+
 def expected_rows(outcomes: list[RunOutcome]) -> dict[str, int]:
     by_id = {(o.run_id, o.attempt, o.recorded_at, o.status) for o in outcomes}
     by_job = {(o.run_id, o.attempt) for o in outcomes if o.status is not RunStatus.DUPLICATE}
-    return {"runs_by_id": len(by_id), "runs_by_status": len(by_id), "runs_by_job": len(by_job)}
+    return {"runs_by_id": len(by_id), "runs_by_status": len(by_id),
+            "runs_by_tenant_status": len(by_id), "runs_by_job": len(by_job)}  # fmt: skip
 
 
 def table_counts(session: Any) -> dict[str, int]:
     return {
         table: session.execute(f"SELECT count(*) FROM {table}", timeout=60).one()[0]
-        for table in ("runs_by_id", "runs_by_status", "runs_by_job")
+        for table in TABLES
     }
 
 
@@ -153,12 +157,12 @@ def test_every_outcome_lands_once_per_key_and_redelivery_rewrites(
 
     # The configured TTL (CRONSTREAM_HISTORY_TTL_DAYS, default 365) is on every table.
     ttl = ns.history_ttl_days * 86400
-    for table in ("runs_by_id", "runs_by_status", "runs_by_job"):
-        (left,) = session.execute(f"SELECT TTL(tenant) FROM {table} LIMIT 1").one()
+    for table in TABLES:
+        (left,) = session.execute(f"SELECT TTL(trigger) FROM {table} LIMIT 1").one()
         assert ttl - 600 < left <= ttl, (table, left)
 
     # The undecodable record went to the DLQ, stage sink.
-    with RegistryClient(ns.registry_url) as registry:
+    with registry_client(ns, writer=True) as registry:
         codec = Codec(registry)
         letters = [codec.decode(r.value, DeadLetter) for r in read_topic(ns, Topics(ns).dlq)]
     assert [(d.stage, d.source_topic) for d in letters] == [("sink", Topics(ns).history)]
@@ -200,7 +204,7 @@ def test_an_outcome_cassandra_would_refuse_is_dead_lettered_and_the_sink_goes_on
     wait_until(lambda: sink_done(ns), 120, "the sink to commit everything")
     assert table_counts(session) == expected_rows(good)
     assert sink.proc.poll() is None
-    with RegistryClient(ns.registry_url) as registry:
+    with registry_client(ns, writer=True) as registry:
         codec = Codec(registry)
         (letter,) = [codec.decode(r.value, DeadLetter) for r in read_topic(ns, Topics(ns).dlq)]
     assert letter.stage == "sink"

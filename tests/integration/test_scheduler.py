@@ -18,10 +18,10 @@ import pytest
 
 from producers.client import JobClient
 from producers.spec import job_from_spec
+from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import Priority, RunOutcome, iso
-from schemas.registry import RegistryClient
 from schemas.serde import Codec
 from tests.integration.helpers import CronstreamProcess, read_topic
 
@@ -43,7 +43,7 @@ def runs(settings: Settings) -> list[dict[str, str]]:
 
 
 def history(settings: Settings) -> list[RunOutcome]:
-    with RegistryClient(settings.registry_url) as registry:
+    with registry_client(settings, writer=True) as registry:
         codec = Codec(registry)
         return [
             codec.decode(record.value, RunOutcome)
@@ -255,7 +255,7 @@ def test_bad_definitions_go_to_the_dlq_and_the_partition_keeps_firing(
     time.sleep(3)
     sched.stop()
 
-    with RegistryClient(ns.registry_url) as registry:
+    with registry_client(ns, writer=True) as registry:
         codec = Codec(registry)
         letters = [codec.decode(r.value, DeadLetter) for r in read_topic(ns, topics.dlq)]
     reasons = {letter.job_id: letter.reason for letter in letters}

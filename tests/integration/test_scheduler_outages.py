@@ -14,11 +14,11 @@ import fastavro
 import pytest
 
 from runtime.kafka.publisher import Publisher
+from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.avro import schema_json
 from schemas.catalog import Topics
 from schemas.events import EPOCH, IntervalSchedule, JobDefinition, Priority, Target, utc_now
-from schemas.registry import RegistryClient
 from streams.processor import Processor, ProcessorConfig
 from tests.integration.helpers import Outage, read_topic
 
@@ -36,7 +36,7 @@ def evolved_encoder(settings: Settings) -> tuple[int, object]:
     subject now: its id is one no processor has looked up yet."""
     schema = json.loads(schema_json(JobDefinition.AVRO_NAME))
     schema["fields"].append({"name": "note", "type": ["null", "string"], "default": None})
-    with RegistryClient(settings.registry_url) as registry:
+    with registry_client(settings, writer=True) as registry:
         schema_id = registry.register(f"{Topics(settings).jobs}-value", json.dumps(schema))
     return schema_id, fastavro.parse_schema(schema)
 

@@ -7,11 +7,11 @@ import pytest
 
 from infra import stack as stack_mod
 from producers.client import JobClient
+from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.avro import schema_json
 from schemas.catalog import Topics
 from schemas.events import JobDefinition
-from schemas.registry import RegistryClient
 from tests.integration.helpers import cronstream
 
 pytestmark = [pytest.mark.integration, pytest.mark.restarts_stack]
@@ -23,7 +23,7 @@ def test_subjects_ids_and_jobs_survive_down_and_up(ns: Settings) -> None:
     assert put.returncode == 0, put.stderr
     subject = f"{Topics(ns).jobs}-value"
     schema = schema_json(JobDefinition.AVRO_NAME)
-    with RegistryClient(ns.registry_url) as registry:
+    with registry_client(ns, writer=True) as registry:
         id_before = registry.lookup(subject, schema)
     assert id_before is not None
 
@@ -31,7 +31,7 @@ def test_subjects_ids_and_jobs_survive_down_and_up(ns: Settings) -> None:
     assert not any(s.running for s in stack_mod.status(ns))
     stack_mod.up(ns, say=lambda _m: None)
 
-    with RegistryClient(ns.registry_url) as registry:
+    with registry_client(ns, writer=True) as registry:
         assert subject in registry.subjects()
         assert registry.lookup(subject, schema) == id_before
     with JobClient(ns) as client:

@@ -18,6 +18,7 @@ from infra.quotas import quotas_of
 from infra.tenants import TenantError, add_tenant, list_tenants, remove_tenant
 from producers.tenant import TenantClient, tenant_settings
 from runtime.kafka.clients import kafka_consumer, kafka_producer
+from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import (
@@ -29,7 +30,6 @@ from schemas.events import (
     Target,
     Trigger,
 )
-from schemas.registry import RegistryClient
 from schemas.serde import Codec
 from schemas.tenancy import tenant_user
 from tests.integration.helpers import cronstream, read_topic, record_count
@@ -50,7 +50,7 @@ def _job(job_id: str, tenant: str = "default") -> JobDefinition:
 
 def _decoded(ns: Settings, topic: str, kind: type[E]) -> list[tuple[str, E | None]]:
     """(the job_id header, the decoded value or None) of every record of ``topic``."""
-    with RegistryClient(ns.registry_url) as registry:
+    with registry_client(ns, writer=True) as registry:
         codec = Codec(registry)
         return [(r.headers["job_id"], None if r.value is None else codec.decode(r.value, kind))
                 for r in read_topic(ns, topic)]  # fmt: skip

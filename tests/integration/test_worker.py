@@ -21,11 +21,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from producers.client import JobClient
 from producers.spec import job_from_spec
 from runtime.kafka.publisher import Publisher
+from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import DeadLetter, Priority, RunOutcome
 from schemas.events import Target as RunTarget
-from schemas.registry import RegistryClient
 from schemas.serde import Codec
 from tests.bench.malformed import hostile_values, malformed
 from tests.integration.helpers import CronstreamProcess, Outage, Target, read_topic, record_count
@@ -60,7 +60,7 @@ def trigger(ns: Settings, job_id: str, keys: list[str]) -> list[str]:
 
 
 def outcomes(ns: Settings) -> list[RunOutcome]:
-    with RegistryClient(ns.registry_url) as registry:
+    with registry_client(ns, writer=True) as registry:
         codec = Codec(registry)
         return [codec.decode(r.value, RunOutcome) for r in read_topic(ns, Topics(ns).history)]
 
@@ -117,12 +117,16 @@ def test_retries_stay_within_backoff_bounds_then_dead_letter(
     (run_id,) = trigger(ns, "bad", ["once"])
     seen = wait_for(ns, settled([run_id], "DEAD_LETTERED"), timeout=60)
     # The worker's metrics count the same story: 3 starts, 2 retried failures, 1 dead
-    # letter; one fire-to-start and one duration sample per attempt.
+    # letter (and the same by tenant); one fire-to-start and one duration sample per
+    # attempt.
     assert _worker_metrics(port) == {
         'cronstream_worker_runs_started_total{target="http"}': 3.0,
         'cronstream_worker_runs_finished_total{status="FAILED",target="http"}': 2.0,
         'cronstream_worker_runs_finished_total{status="RETRIED",target="http"}': 2.0,
         'cronstream_worker_runs_finished_total{status="DEAD_LETTERED",target="http"}': 1.0,
+        'cronstream_worker_tenant_runs_total{status="FAILED",tenant="default"}': 2.0,
+        'cronstream_worker_tenant_runs_total{status="RETRIED",tenant="default"}': 2.0,
+        'cronstream_worker_tenant_runs_total{status="DEAD_LETTERED",tenant="default"}': 1.0,
         "cronstream_worker_fire_to_start_seconds_count": 3.0,
         "cronstream_worker_run_duration_seconds_count": 3.0,
     }
@@ -135,7 +139,7 @@ def test_retries_stay_within_backoff_bounds_then_dead_letter(
         assert 0 <= wait <= ceiling + 1.0, f"attempt {attempt + 1} waited {wait:.2f}s"
         assert failed[attempt].next_attempt_at is not None
     assert target.keys("/fail")[run_id] == 3
-    with RegistryClient(ns.registry_url) as registry:
+    with registry_client(ns, writer=True) as registry:
         letters = [Codec(registry).decode(r.value, DeadLetter)
                    for r in read_topic(ns, Topics(ns).dlq)]  # fmt: skip
     (letter,) = [d for d in letters if d.run_id == run_id]
@@ -147,7 +151,8 @@ def _worker_metrics(port: int) -> dict[str, float]:
     """The run counters and histogram counts a worker serves, as 'name{labels}': value."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         text = response.read().decode()
-    wanted = ("_runs_started_total", "_runs_finished_total", "_seconds_count")
+    wanted = ("_runs_started_total", "_runs_finished_total", "_tenant_runs_total",
+              "_seconds_count")  # fmt: skip
     out = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -241,7 +246,7 @@ def test_bad_run_records_are_dead_lettered_and_the_partition_keeps_flowing(
     assert len(ftp) == 1, "an unknown target type must not be retried"
     assert "unknown target type 'ftp'" in (ftp[0].error or "")
     assert ftp[0].next_attempt_at is None
-    with RegistryClient(ns.registry_url) as registry:
+    with registry_client(ns, writer=True) as registry:
         letters = [Codec(registry).decode(r.value, DeadLetter) for r in read_topic(ns, topics.dlq)]
     reasons = defaultdict(list)
     for letter in letters:

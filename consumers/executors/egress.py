@@ -1,0 +1,83 @@
+"""Kafka producers that log in as a job's tenant, for its ``kafka`` targets (issue 16).
+
+A tenant's job writes with the tenant's own Kafka user (``tenant-<name>``), so the
+broker's ACLs decide where it may write: ``tenants add`` grants WRITE on the topics
+named ``<tenant>.*``; an operator may grant more. Jobs of the ``default`` tenant (an
+operator's) write with the worker's user. The passwords are files
+``tenant-<name>.secret`` in one directory (the local stack's credentials by default,
+``--tenant-credentials DIR`` otherwise); a tenant without one gets a clear refusal,
+never the worker's rights. Producers are made on first use and at most ``limit`` are
+kept (the least recently used is flushed and dropped).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+
+from confluent_kafka import KafkaError, Producer
+
+from consumers.executors.base import TargetInvalid
+from runtime.kafka.clients import kafka_producer
+from runtime.settings import Settings
+from schemas.tenancy import tenant_user
+
+DEFAULT_TENANT = "default"
+
+
+class TenantProducers:
+    def __init__(self, settings: Settings, credentials: Path, *, limit: int = 64) -> None:
+        self.settings = settings
+        self.credentials = credentials
+        self.limit = limit
+        self._producers: OrderedDict[str, Producer] = OrderedDict()
+        self._refused: dict[str, str] = {}  # user -> the broker's last refusal
+        self._lock = threading.Lock()
+
+    def producer(self, tenant: str) -> Producer:
+        """``tenant``'s producer; TargetInvalid when there is no password for it."""
+        with self._lock:
+            found = self._producers.get(tenant)
+            if found is not None:
+                self._producers.move_to_end(tenant)
+                return found
+        user = tenant_user(tenant)
+        path = self.credentials / f"{user}.secret"
+        try:
+            password = path.read_text().strip()
+        except OSError:
+            raise TargetInvalid(
+                f"no Kafka credentials for tenant {tenant!r} (user {user}): its kafka "
+                f"targets write as the tenant, never as the worker"
+            ) from None
+        made = kafka_producer(self.settings, **{
+            "sasl.username": user, "sasl.password": password, "error_cb": self._on_error(user),
+        })  # fmt: skip
+        with self._lock:
+            self._producers[tenant] = made
+            while len(self._producers) > self.limit:
+                _, old = self._producers.popitem(last=False)
+                old.flush(5)
+        return made
+
+    def refusal(self, tenant: str) -> str | None:
+        """Why the broker refused ``tenant``'s login, if it did since the last success."""
+        return self._refused.get(tenant_user(tenant))
+
+    def _on_error(self, user: str) -> Callable[[KafkaError], None]:
+        def on_error(err: KafkaError) -> None:
+            if err.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL):
+                self._refused[user] = f"Kafka refused user {user!r}: {err.str()}"
+
+        return on_error
+
+    def forget_refusal(self, tenant: str) -> None:
+        self._refused.pop(tenant_user(tenant), None)
+
+    def close(self) -> None:
+        with self._lock:
+            producers, self._producers = list(self._producers.values()), OrderedDict()
+        for producer in producers:
+            producer.flush(10)

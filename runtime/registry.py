@@ -1,0 +1,42 @@
+"""How cronstream's processes log in to the schema registry.
+
+Reading (looking up and fetching schemas) is what every process does; in the local
+stack anyone on the loopback may read, since the schemas are the published contract
+tenants encode against (``infra.services.Registry``). A deployment whose registry wants
+a login for reads too sets ``CRONSTREAM_REGISTRY_USER`` and its password
+(``CRONSTREAM_REGISTRY_PASSWORD`` or ``..._FILE``). Registering schemas and changing
+compatibility is the bootstrap's alone: ``settings.registry_writer`` with the password
+the stack keeps for it (``credentials/registry-<user>.secret``) or
+``CRONSTREAM_REGISTRY_WRITER_PASSWORD`` (or ``..._FILE``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from runtime.credentials import credentials_dir, read_password
+from runtime.settings import Settings
+from schemas.registry import RegistryClient
+
+
+def registry_secret_path(settings: Settings, user: str) -> Path:
+    return credentials_dir(settings) / f"registry-{user}.secret"
+
+
+def registry_login(settings: Settings, *, writer: bool = False) -> tuple[str, str] | None:
+    """(user, password) for reading, or for registering with ``writer``; None: anonymous."""
+    user = settings.registry_writer if writer else settings.registry_user
+    if user is None:
+        return None
+    variable = "CRONSTREAM_REGISTRY_WRITER_PASSWORD" if writer else "CRONSTREAM_REGISTRY_PASSWORD"
+    stored = registry_secret_path(settings, user)
+    return user, read_password("schema registry", user, stored, os.environ, variable)
+
+
+def registry_client(settings: Settings, *, writer: bool = False) -> RegistryClient:
+    """A client of ``settings``' registry: reading, or registering with ``writer``."""
+    verify: str | bool = str(settings.registry_ca) if settings.registry_ca else True
+    return RegistryClient(
+        settings.registry_url, auth=registry_login(settings, writer=writer), verify=verify
+    )

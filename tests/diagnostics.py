@@ -1,0 +1,52 @@
+"""What a failing test adds to its report when Kafka refused cronstream's user
+(``KafkaAuthError``): where the stored password is (its age and a short digest, never
+the password), the users and mechanisms the broker holds, and the broker log's SCRAM
+lines. CI once saw the broker refuse ``cronstream-app`` after a restart and could not
+be reproduced; this is the evidence the next occurrence leaves."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+
+from runtime.settings import Settings
+
+
+def caused_by_kafka_auth(exc: BaseException | None) -> bool:
+    from runtime.kafka.security import KafkaAuthError
+
+    seen = 0
+    while exc is not None and seen < 20:
+        if isinstance(exc, KafkaAuthError):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+def kafka_credentials_report(settings: Settings) -> str:
+    from infra.services import Kafka
+    from runtime.kafka.clients import kafka_admin
+    from runtime.kafka.security import kafka_secret_path
+
+    lines = []
+    stored = kafka_secret_path(settings, settings.kafka_user)
+    if stored.exists():
+        digest = hashlib.sha256(stored.read_bytes().strip()).hexdigest()[:12]
+        age = time.time() - stored.stat().st_mtime
+        lines.append(f"stored password {stored}: sha256 {digest}..., written {age:.0f} s ago")
+    else:
+        lines.append(f"stored password {stored}: missing")
+    try:
+        admin = kafka_admin(settings, superuser=True)  # must outlive its futures
+        described = admin.describe_user_scram_credentials()
+        for user, info in sorted(described.result(30).items()):  # type: ignore[union-attr]
+            mechanisms = [(str(c.mechanism), c.iterations) for c in info.scram_credential_infos]
+            lines.append(f"broker holds {user}: {mechanisms}")
+    except Exception as exc:  # a report, whatever the broker says
+        lines.append(f"describing SCRAM users failed: {exc}")
+    log = Kafka(settings).log
+    if log.exists():
+        scram = [ln for ln in log.read_text(errors="replace").splitlines()
+                 if "ScramCredentialRecord" in ln or "starting kafka" in ln]  # fmt: skip
+        lines += ["kafka.log, SCRAM records and starts (last 30):", *scram[-30:]]
+    return "\n".join(lines)
