@@ -32,7 +32,7 @@ from infra.security import ensure_client_certificate, ensure_secret, write_priva
 from runtime.cassandra import cassandra_session
 from runtime.credentials import security_dir, tls_dir
 from runtime.kafka.clients import kafka_admin
-from runtime.kafka.security import BENCH_PLAIN_PREFIX, client_properties
+from runtime.kafka.security import BENCH_PLAIN_PREFIX, client_properties, kafka_secret_path
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from runtime.tokens import ADMIN, issue_token
@@ -108,21 +108,30 @@ def ensure_scram_user(
     settings: Settings, admin: AdminClient, user: str, timeout: float = 30.0
 ) -> None:
     """Kafka user ``user`` exists, with the password the stack keeps for it (made at
-    first use). Idempotent."""
+    first use; a user the broker knows under a password the stack does not keep, as a
+    retired tenant's, gets the kept one). Idempotent."""
+    fresh = not kafka_secret_path(settings, user).exists()
+    password = ensure_secret(settings, user)
+    if fresh or not scram_user_known(admin, user, timeout):
+        set_scram_password(admin, user, password.encode(), timeout)
+
+
+def scram_user_known(admin: AdminClient, user: str, timeout: float = 30.0) -> bool:
     described = admin.describe_user_scram_credentials([user])
     assert isinstance(described, dict)
     try:
-        known = bool(described[user].result(timeout).scram_credential_infos)
+        return bool(described[user].result(timeout).scram_credential_infos)
     except KafkaException as exc:
         if exc.args[0].code() != KafkaError.RESOURCE_NOT_FOUND:
             raise BootstrapError(f"describing Kafka user {user}: {exc}") from exc
-        known = False
-    if not known:
-        password = ensure_secret(settings, user).encode()
-        upsert = UserScramCredentialUpsertion(
-            user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), password
-        )
-        admin.alter_user_scram_credentials([upsert])[user].result(timeout)
+        return False
+
+
+def set_scram_password(admin: AdminClient, user: str, password: bytes, timeout: float) -> None:
+    upsert = UserScramCredentialUpsertion(
+        user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), password
+    )
+    admin.alter_user_scram_credentials([upsert])[user].result(timeout)
 
 
 def _access(prefix: str, principal: str) -> list[AclBinding]:
