@@ -8,6 +8,7 @@ and timers), so that change is for an operator to make deliberately.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from collections.abc import Callable
@@ -31,8 +32,13 @@ from infra.cassandra_access import admin_session, ensure_cassandra_access, grant
 from infra.security import ensure_client_certificate, ensure_secret, write_private
 from runtime.cassandra import cassandra_session
 from runtime.credentials import security_dir, tls_dir
-from runtime.kafka.clients import kafka_admin
-from runtime.kafka.security import BENCH_PLAIN_PREFIX, client_properties, kafka_secret_path
+from runtime.kafka.clients import kafka_admin, kafka_consumer
+from runtime.kafka.security import (
+    BENCH_PLAIN_PREFIX,
+    KafkaAuthError,
+    client_properties,
+    kafka_secret_path,
+)
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from runtime.tokens import ADMIN, issue_token
@@ -82,7 +88,49 @@ def ensure_topics(settings: Settings, *, timeout: float = 30.0) -> TopicReport:
         existing.append(name)
     created = create_topics(admin, to_create, existing, timeout)
     mismatches = _mismatches(settings, admin, existing, timeout)
+    wait_until_usable(settings, topics.jobs)
     return TopicReport(created=created, existing=existing, mismatches=mismatches)
+
+
+# How long a login or ACL the controller has committed may take to reach the broker's
+# authorizer. Usually milliseconds; in make test (2 cores, hundreds of ACL changes) the
+# broker once applied new ACLs a minute late, and writes in that minute failed with
+# TOPIC_AUTHORIZATION_FAILED.
+USABLE_WITHIN_S = 120.0
+
+
+def wait_until_usable(settings: Settings, topic: str, timeout: float = USABLE_WITHIN_S) -> None:
+    """Return once ``settings``' Kafka user logs in and sees ``topic`` (its ACLs are in
+    force on the broker, not only committed); BootstrapError after ``timeout``."""
+    if settings.kafka_security == "plaintext":
+        return
+    deadline = time.monotonic() + timeout
+    while True:
+        why = _usable(settings, topic)
+        if why is None:
+            return
+        if time.monotonic() > deadline:
+            raise BootstrapError(
+                f"Kafka user {settings.kafka_user} still cannot use {topic} after "
+                f"{timeout:.0f} s: {why}"
+            )
+        time.sleep(0.5)
+
+
+def _usable(settings: Settings, topic: str) -> str | None:
+    """None when ``settings``' user sees ``topic``, else why not."""
+    consumer = kafka_consumer(settings, **{"group.id": f"{settings.topic_prefix}.probe"})
+    try:
+        found = consumer.list_topics(topic, timeout=5).topics.get(topic)
+        consumer.poll(0)  # serves a refused login (KafkaAuthError)
+    except (KafkaException, KafkaAuthError) as exc:
+        return str(exc)
+    finally:
+        with contextlib.suppress(KafkaException, KafkaAuthError, RuntimeError):
+            consumer.close()
+    if found is None or found.error is not None:
+        return f"metadata: {found.error if found else 'no such topic'}"
+    return None
 
 
 def ensure_access(settings: Settings, admin: AdminClient, *, timeout: float = 30.0) -> None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Mapping
+from dataclasses import replace
 
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._acl import AclBinding, AclBindingFilter, AclOperation
@@ -43,6 +44,7 @@ from infra.bootstrap import (
     ensure_scram_user,
     scram_user_known,
     set_scram_password,
+    wait_until_usable,
 )
 from infra.quotas import default_quotas, set_quotas
 from runtime.kafka.clients import kafka_admin
@@ -124,6 +126,9 @@ def add_tenant(
     issue_token(settings, tenant)
     if quotas is not None:
         set_quotas(settings, tenant_user(tenant), quotas)
+    # Its login and ACLs are in force on the broker before the tenant is told it exists.
+    as_tenant = replace(settings, kafka_user=tenant_user(tenant))
+    wait_until_usable(as_tenant, topics.tenant_results(tenant))
     return created
 
 
