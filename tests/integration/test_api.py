@@ -22,7 +22,7 @@ from runtime.cassandra import cassandra_session
 from runtime.settings import Settings
 from runtime.tokens import ADMIN, TokenBook, book_path, token_path
 from schemas.events import RunOutcome, RunStatus, utc_now
-from tests.integration.helpers import cronstream
+from tests.integration.helpers import CronstreamProcess, cronstream
 from tests.integration.tenants import AdmissionThread
 
 pytestmark = pytest.mark.integration
@@ -196,3 +196,24 @@ def test_the_cli_talks_to_the_api_with_a_token(
     refused = cronstream(history_ns, *via, str(forged), "delete", "x")
     assert refused.returncode == 5
     assert "a valid API token is required" in refused.stdout
+
+
+def test_the_api_process_stops_cleanly_on_sigterm(ns: Settings, tmp_path: Path) -> None:
+    """uvicorn re-raises the signal it stopped on: with the default handler `cronstream
+    api` died by SIGTERM (exit -15) after a clean stop, which `make run` reported as a
+    crash. ``CronstreamProcess.stop`` sends SIGTERM and asserts exit 0."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = CronstreamProcess(ns, tmp_path, "api", "--port", str(port), command="api")
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, proc.log()[-2000:]
+        time.sleep(0.5)
+    proc.stop()
+    assert "api stopped by signal 15" in proc.log()
