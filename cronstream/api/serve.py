@@ -29,7 +29,10 @@ def serve(settings: Settings, *, host: str, port: int, answer_timeout: float = 3
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _stopped)
     try:
-        uvicorn.run(build_app(backend, book), host=host, port=port, log_level="warning")
+        # At most 10 s for requests still running (a put waits up to answer_timeout for the
+        # admission): without a bound, a stop after make bench's load outlasted 60 s.
+        uvicorn.run(build_app(backend, book), host=host, port=port, log_level="warning",
+                    timeout_graceful_shutdown=10)  # fmt: skip
     finally:
         backend.close()
     return 0
