@@ -17,7 +17,12 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.admin._acl import AclBinding, AclOperation, AclPermissionType
+from confluent_kafka.admin._acl import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+)
 from confluent_kafka.admin._config import ConfigResource
 from confluent_kafka.admin._resource import ResourcePatternType, ResourceType
 from confluent_kafka.admin._scram import (
@@ -43,7 +48,7 @@ from runtime.registry import registry_client
 from runtime.settings import Settings
 from runtime.tokens import ADMIN, issue_token
 from schemas.avro import schema_json
-from schemas.catalog import Topics
+from schemas.catalog import ROLES, TENANT_TOPICS, RoleAccess, Topics, role_user
 from schemas.serde import Codec
 
 COMPATIBILITY = "BACKWARD"
@@ -134,16 +139,20 @@ def _usable(settings: Settings, topic: str) -> str | None:
 
 
 def ensure_access(settings: Settings, admin: AdminClient, *, timeout: float = 30.0) -> None:
-    """Cronstream's Kafka user (``settings.kafka_user``) exists with the stack's password
-    for it and may read, write and describe every topic and group under the topic
-    prefix (prefixed ACLs on ``<prefix>.``: a prefix never reaches another one that
-    merely starts the same); anonymous plaintext clients may use ``bench-plain.``
-    only. Idempotent."""
+    """The operators' Kafka user (``settings.kafka_user``) exists with the stack's
+    password for it and may read, write and describe every topic and group under the
+    topic prefix (prefixed ACLs on ``<prefix>.``: a prefix never reaches another one
+    that merely starts the same); each of cronstream's roles has its own user
+    (``cronstream-<role>``) that may use the topics ``schemas.catalog.ROLES`` gives it
+    and nothing else; anonymous plaintext clients may use ``bench-plain.`` only.
+    Idempotent."""
     if settings.kafka_security == "plaintext":
         return
     user = settings.kafka_user
+    for role in ROLES:  # before the user wait_until_usable waits for
+        ensure_scram_user(settings, admin, role_user(role), timeout)
     ensure_scram_user(settings, admin, user, timeout)
-    admin_acls(admin, _access(settings.topic_prefix, f"User:{user}"), timeout)
+    admin_acls(admin, namespace_acls(settings) + _bench_plain_access(), timeout)
     if (tls_dir(settings) / "ca-key.pem").exists():  # the local stack's CA: certificates
         # For kcat -F (README, "Security").
         ensure_client_certificate(settings, user)
@@ -182,21 +191,75 @@ def set_scram_password(admin: AdminClient, user: str, password: bytes, timeout: 
     admin.alter_user_scram_credentials([upsert])[user].result(timeout)
 
 
-def _access(prefix: str, principal: str) -> list[AclBinding]:
+def namespace_acls(settings: Settings) -> list[AclBinding]:
+    """Every ACL of ``settings``' topic prefix: each role's (``_role_access``), then the
+    operators' user's, which may read, write and describe every topic and group under
+    the prefix (``<prefix>.``: a prefix never reaches another that merely starts the
+    same)."""
+    topics = Topics(settings)
+    bindings = [
+        binding
+        for role, access in ROLES.items()
+        for binding in _role_access(topics, access, f"User:{role_user(role)}")
+    ]
     allow, prefixed = AclPermissionType.ALLOW, ResourcePatternType.PREFIXED
     ops = {ResourceType.TOPIC: (AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE,
                                 AclOperation.DESCRIBE_CONFIGS),
            ResourceType.GROUP: (AclOperation.READ, AclOperation.DESCRIBE)}  # fmt: skip
-    bindings = [
-        AclBinding(kind, f"{prefix}.", prefixed, principal, "*", op, allow)
+    principal = f"User:{settings.kafka_user}"
+    bindings += [
+        AclBinding(kind, f"{settings.topic_prefix}.", prefixed, principal, "*", op, allow)
         for kind, kind_ops in ops.items()
         for op in kind_ops
     ]
-    bindings += [
-        AclBinding(kind, BENCH_PLAIN_PREFIX, prefixed, "User:ANONYMOUS", "*", op, allow)
-        for kind, op in ((ResourceType.TOPIC, AclOperation.ALL),
-                         (ResourceType.GROUP, AclOperation.ALL))
+    return bindings
+
+
+def _bench_plain_access() -> list[AclBinding]:
+    """Anonymous plaintext clients: the ``bench-plain.`` topics and groups, nothing else."""
+    allow, prefixed = AclPermissionType.ALLOW, ResourcePatternType.PREFIXED
+    return [
+        AclBinding(kind, BENCH_PLAIN_PREFIX, prefixed, "User:ANONYMOUS", "*", AclOperation.ALL,
+                   allow)
+        for kind in (ResourceType.TOPIC, ResourceType.GROUP)
     ]  # fmt: skip
+
+
+def delete_acls(admin: AdminClient, bindings: list[AclBinding], timeout: float = 30.0) -> None:
+    """Delete exactly ``bindings`` (one that is not there is no error)."""
+    filters = [
+        AclBindingFilter(b.restype, b.name, b.resource_pattern_type, b.principal, b.host,
+                         b.operation, b.permission_type)
+        for b in bindings
+    ]  # fmt: skip
+    for binding, future in admin.delete_acls(filters, request_timeout=timeout).items():
+        try:
+            future.result()
+        except KafkaException as exc:
+            raise BootstrapError(f"deleting ACL {binding}: {exc}") from exc
+
+
+def _role_access(topics: Topics, access: RoleAccess, principal: str) -> list[AclBinding]:
+    """The ACLs of one of cronstream's roles (``schemas.catalog.ROLES``): literal topic
+    names, so a role reaches no topic it does not use."""
+    allow, literal, prefixed = (
+        AclPermissionType.ALLOW, ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
+    )  # fmt: skip
+    wanted = {(topics.name(spec), literal, op) for spec in access.reads
+              for op in (AclOperation.READ, AclOperation.DESCRIBE)}  # fmt: skip
+    wanted |= {(topics.name(spec), literal, op) for spec in access.writes
+               for op in (AclOperation.WRITE, AclOperation.DESCRIBE)}  # fmt: skip
+    if access.tenant_topics:
+        ops = (AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE)
+        wanted |= {(f"{topics.prefix}.{TENANT_TOPICS}", prefixed, op) for op in ops}
+    bindings = [
+        AclBinding(ResourceType.TOPIC, name, pattern, principal, "*", op, allow)
+        for name, pattern, op in sorted(wanted, key=str)
+    ]
+    bindings += [
+        AclBinding(ResourceType.GROUP, f"{topics.prefix}.", prefixed, principal, "*", op, allow)
+        for op in (AclOperation.READ, AclOperation.DESCRIBE)
+    ]
     return bindings
 
 

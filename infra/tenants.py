@@ -32,8 +32,7 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import replace
 
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.admin._acl import AclBinding, AclBindingFilter, AclOperation
+from confluent_kafka.admin._acl import AclBinding, AclOperation
 from confluent_kafka.admin._acl import AclPermissionType as Permission
 from confluent_kafka.admin._resource import ResourcePatternType, ResourceType
 from confluent_kafka.cimpl import NewTopic
@@ -41,6 +40,7 @@ from confluent_kafka.cimpl import NewTopic
 from infra.bootstrap import (
     admin_acls,
     create_topics,
+    delete_acls,
     ensure_scram_user,
     scram_user_known,
     set_scram_password,
@@ -143,7 +143,7 @@ def remove_tenant(settings: Settings, tenant: str, *, timeout: float = 30.0) -> 
     """Retire ``tenant``'s user and delete its ACLs and topics (its jobs stay)."""
     _checked(settings, tenant)
     admin = kafka_admin(settings, superuser=True)
-    _delete_acls(admin, tenant_acls(settings, tenant), timeout)
+    delete_acls(admin, tenant_acls(settings, tenant), timeout)
     # Retired, not deleted: the login gets a random password nobody keeps. Kafka 4.3.1
     # loses every SCRAM user on its next start once the metadata log holds a credential
     # deletion (ScramDelta.apply drops the whole mechanism when a deletion of a user it
@@ -160,16 +160,6 @@ def remove_tenant(settings: Settings, tenant: str, *, timeout: float = 30.0) -> 
         future.result()
     kafka_secret_path(settings, user).unlink(missing_ok=True)
     revoke_tokens(settings, tenant)
-
-
-def _delete_acls(admin: AdminClient, bindings: list[AclBinding], timeout: float) -> None:
-    filters = [
-        AclBindingFilter(b.restype, b.name, b.resource_pattern_type, b.principal, b.host,
-                         b.operation, b.permission_type)
-        for b in bindings
-    ]  # fmt: skip
-    for future in admin.delete_acls(filters, request_timeout=timeout).values():
-        future.result()
 
 
 def tenants_command(settings: Settings, action: str, names: list[str]) -> int:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -36,9 +35,7 @@ class NoAnswer(TimeoutError):
 
 def tenant_settings(settings: Settings, tenant: str) -> Settings:
     """``settings`` as tenant ``tenant``'s Kafka user (unless one was set explicitly)."""
-    if settings.kafka_user != "cronstream-app":
-        return settings
-    return replace(settings, kafka_user=tenant_user(tenant))
+    return settings.acting_as(tenant_user(tenant))
 
 
 class TenantClient:

@@ -12,7 +12,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from schemas.catalog import ROLES, role_user
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+DEFAULT_KAFKA_USER = "cronstream-app"  # the operators' user (CLI, bootstrap's kcat file)
+# Any of these set: every process connects as that user (Settings.as_role keeps it).
+EXPLICIT_KAFKA_USER = (
+    "CRONSTREAM_KAFKA_USER", "CRONSTREAM_KAFKA_PASSWORD", "CRONSTREAM_KAFKA_PASSWORD_FILE"
+)  # fmt: skip
 
 
 class SettingsError(ValueError):
@@ -76,6 +85,9 @@ class Settings:
     # the super user's mTLS listener, and the benchmark's anonymous one.
     kafka_security: str
     kafka_user: str
+    # Whether kafka_user (or its password) came from the environment: then every
+    # process connects as it; else each long-running role as its own user (as_role).
+    kafka_user_explicit: bool
     kafka_ca: Path | None
     kafka_admin_port: int
     kafka_plaintext_port: int
@@ -134,7 +146,8 @@ class Settings:
             cassandra_replication=env_int("CRONSTREAM_CASSANDRA_REPLICATION", 1, env=env),
             bootstrap_servers=env.get("CRONSTREAM_BOOTSTRAP_SERVERS") or f"127.0.0.1:{kafka_port}",
             kafka_security=env_choice("CRONSTREAM_KAFKA_SECURITY", ("sasl_ssl", "plaintext"), env),
-            kafka_user=env.get("CRONSTREAM_KAFKA_USER") or "cronstream-app",
+            kafka_user=env.get("CRONSTREAM_KAFKA_USER") or DEFAULT_KAFKA_USER,
+            kafka_user_explicit=any(env.get(k) for k in EXPLICIT_KAFKA_USER),
             kafka_ca=Path(ca).resolve() if ca else None,
             kafka_admin_port=admin_port,
             kafka_plaintext_port=env_int("CRONSTREAM_KAFKA_PLAINTEXT_PORT", 9094, env=env),
@@ -153,6 +166,21 @@ class Settings:
             cassandra_user=env.get("CRONSTREAM_CASSANDRA_USER") or "cronstream_app",
             cassandra_ca=Path(cassandra_ca).resolve() if cassandra_ca else None,
         )
+
+    def as_role(self, role: str) -> Settings:
+        """These settings for cronstream's process ``role`` (a key of
+        ``schemas.catalog.ROLES``): its own Kafka user ``cronstream-<role>``, whose ACLs
+        allow only what the role does, unless a user was set explicitly."""
+        if role not in ROLES:
+            raise ValueError(f"unknown role {role!r}")
+        return self.acting_as(role_user(role))
+
+    def acting_as(self, kafka_user: str) -> Settings:
+        """These settings connecting to Kafka as ``kafka_user`` (a role's or a tenant's,
+        whose password the stack keeps), unless a user was set explicitly."""
+        if self.kafka_user_explicit or self.kafka_user != DEFAULT_KAFKA_USER:
+            return self
+        return replace(self, kafka_user=kafka_user)
 
     def with_namespace(self, *, topic_prefix: str, keyspace: str | None = None) -> Settings:
         """The same services under another topic prefix (and keyspace): test isolation."""

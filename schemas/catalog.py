@@ -98,6 +98,43 @@ TENANT_RESULTS = TopicSpec(
 )
 
 
+TENANT_TOPICS = "t."  # after "<prefix>.": every tenant's command and result topics
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RoleAccess:
+    """What one of cronstream's processes does on Kafka, and so all the bootstrap lets
+    its user (``cronstream-<role>``) do: read (and describe) ``reads``, write
+    ``writes``; ``tenant_topics``: read and write every tenant's command and result
+    topics (``<prefix>.t.``). Every role may use consumer groups under the prefix."""
+
+    reads: tuple[TopicSpec, ...] = ()
+    writes: tuple[TopicSpec, ...] = ()
+    tenant_topics: bool = False
+
+
+_RUNS = tuple(RUNS.values())
+# Who reads and writes what (the bootstrap's ACLs follow this table; a role that needs
+# another topic fails with TOPIC_AUTHORIZATION_FAILED until it is added here).
+ROLES: Mapping[str, RoleAccess] = MappingProxyType({
+    # fires due runs; records skipped slots and refused definitions
+    "scheduler": RoleAccess(reads=(JOBS, TIMERS), writes=(*_RUNS, HISTORY, DLQ)),
+    # executes runs; replays history for dedup; retries go to timers
+    "worker": RoleAccess(reads=(*_RUNS, CONTROL, HISTORY), writes=(HISTORY, TIMERS, DLQ)),
+    # history topic -> Cassandra; undecodable records to the dead letters
+    "sink": RoleAccess(reads=(HISTORY,), writes=(DLQ,)),
+    # tenants' commands -> jobs, triggers and cancels; answers to each tenant
+    "admission": RoleAccess(reads=(JOBS,), writes=(JOBS, *_RUNS, CONTROL), tenant_topics=True),
+    # the HTTP API: a tenant's commands go through the admission like the tenant's own
+    "api": RoleAccess(reads=(JOBS,), tenant_topics=True),
+})  # fmt: skip
+
+
+def role_user(role: str) -> str:
+    """The Kafka user of cronstream's process ``role`` (a key of ROLES)."""
+    return f"cronstream-{role}"
+
+
 class Namespace(Protocol):
     """Where a deployment's topics live: ``runtime.settings.Settings`` is one. (The
     catalog takes only these two facts, so ``schemas`` depends on nothing of ours.)"""

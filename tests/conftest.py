@@ -70,7 +70,7 @@ def stack(base_settings: Settings) -> Settings:
 @pytest.fixture
 def ns(stack: Settings) -> Iterator[Settings]:
     """Settings under a fresh topic prefix, with the catalog's topics and subjects created."""
-    from infra.bootstrap import ensure_subjects, ensure_topics
+    from infra.bootstrap import delete_acls, ensure_subjects, ensure_topics, namespace_acls
     from runtime.kafka.clients import kafka_admin
     from schemas.catalog import Topics
 
@@ -82,6 +82,8 @@ def ns(stack: Settings) -> Iterator[Settings]:
     admin = kafka_admin(settings, superuser=True)  # must outlive its futures
     for future in admin.delete_topics(names, operation_timeout=30).values():
         future.result()
+    if settings.kafka_security != "plaintext":  # ~60 ACLs a namespace: keep the broker's few
+        delete_acls(admin, namespace_acls(settings))
 
 
 def cli_env(settings: Settings) -> dict[str, str]:

@@ -173,6 +173,7 @@ def _register_admission(sub: Any) -> None:
 
 
 def cmd_scheduler(settings: Settings, args: argparse.Namespace) -> int:
+    settings = settings.as_role("scheduler")  # its own Kafka user and ACLs
     try:
         rates = tenant_values(args.tenant_fire_rate, "--tenant-fire-rate", 1_000_000)
     except ValueError as exc:
@@ -197,6 +198,7 @@ def cmd_scheduler(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
+    settings = settings.as_role("worker")  # its own Kafka user and ACLs
     python_allow = tuple(env_list("CRONSTREAM_PYTHON_ALLOW") + (args.python_allow or []))
     try:  # the policies refuse what they cannot use before anything starts
         ShellPolicy(args.shell_allow)
@@ -241,6 +243,7 @@ def tenant_values(items: list[str], flag: str, most: int) -> tuple[tuple[str, in
 
 
 def cmd_sink(settings: Settings, args: argparse.Namespace) -> int:
+    settings = settings.as_role("sink")  # its own Kafka user and ACLs
     config = SinkConfig(
         group=args.group or f"{settings.topic_prefix}.sink",
         name=args.name,
@@ -254,6 +257,7 @@ def cmd_sink(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_admission(settings: Settings, args: argparse.Namespace) -> int:
+    settings = settings.as_role("admission")  # its own Kafka user and ACLs
     config = AdmissionConfig(
         group=args.group or f"{settings.topic_prefix}.admission",
         name=args.name,
@@ -266,4 +270,5 @@ def cmd_admission(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_api(settings: Settings, args: argparse.Namespace) -> int:
+    settings = settings.as_role("api")  # its own Kafka user and ACLs
     return serve(settings, host=args.host, port=args.port)

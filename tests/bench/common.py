@@ -132,7 +132,9 @@ def live(processor: Processor, timeout: float = 300) -> float:
 
 
 def processor(settings: Settings) -> Processor:
-    return Processor(settings, ProcessorConfig(group=f"{settings.topic_prefix}.scheduler"))
+    return Processor(
+        settings.as_role("scheduler"), ProcessorConfig(group=f"{settings.topic_prefix}.scheduler")
+    )
 
 
 def cpu_s(pid: int) -> float:

@@ -15,7 +15,7 @@ class AdmissionThread:
     def __init__(self, settings: Settings, quotas: Quotas) -> None:
         config = AdmissionConfig(group=f"{settings.topic_prefix}.admission", name="adm-test",
                                  quotas=quotas)  # fmt: skip
-        self.processor = AdmissionProcessor(settings, config)
+        self.processor = AdmissionProcessor(settings.as_role("admission"), config)
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self.processor.run, args=(self.stopping.is_set,))
         self.thread.start()

@@ -32,7 +32,7 @@ SPEC = {"cron": "0 3 * * *", "target": "http", "url": "https://example.com/x"}
 
 class Api:
     def __init__(self, settings: Settings) -> None:
-        self.backend = Backend(settings, answer_timeout=30)
+        self.backend = Backend(settings.as_role("api"), answer_timeout=30)
         self.backend.start()
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))

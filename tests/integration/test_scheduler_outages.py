@@ -62,7 +62,9 @@ def test_a_definition_needing_the_registry_while_it_is_down_waits_and_loaded_job
     publisher.publish(Topics(ns).jobs, every_second("loaded"))
     publisher.flush()
     schema_id, evolved = evolved_encoder(ns)
-    processor = Processor(through, ProcessorConfig(group=f"{ns.topic_prefix}.scheduler"))
+    processor = Processor(
+        through.as_role("scheduler"), ProcessorConfig(group=f"{ns.topic_prefix}.scheduler")
+    )
     try:
         drive(processor, 8)  # assigned, loaded, live
         outage.down()

@@ -76,3 +76,19 @@ def test_an_authentication_error_is_raised_other_errors_are_left_to_librdkafka()
         on_error(KafkaError(KafkaError._AUTHENTICATION, "invalid credentials"))
     with pytest.raises(KafkaAuthError):
         on_error(KafkaError(KafkaError._SSL, "certificate verify failed"))
+
+
+def test_each_role_connects_as_its_own_user_unless_one_is_set(tmp_path: Path) -> None:
+    s = settings(tmp_path)
+    assert [s.as_role(r).kafka_user for r in ("scheduler", "worker", "sink")] == [
+        "cronstream-scheduler", "cronstream-worker", "cronstream-sink"
+    ]  # fmt: skip
+    assert s.kafka_user == "cronstream-app"  # the CLI, an operator's
+    assert s.as_role("api").acting_as("tenant-a").kafka_user == "cronstream-api"
+    for env in ({"CRONSTREAM_KAFKA_USER": "ops"}, {"CRONSTREAM_KAFKA_PASSWORD": "x"},
+                {"CRONSTREAM_KAFKA_PASSWORD_FILE": "/p"}):  # fmt: skip
+        explicit = settings(tmp_path, **env)
+        assert explicit.as_role("worker").kafka_user == explicit.kafka_user
+        assert explicit.acting_as("tenant-a").kafka_user == explicit.kafka_user
+    with pytest.raises(ValueError, match="unknown role 'janitor'"):
+        s.as_role("janitor")

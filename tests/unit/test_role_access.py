@@ -1,0 +1,40 @@
+"""The ACLs the bootstrap gives each of cronstream's roles (schemas.catalog.ROLES)."""
+
+from __future__ import annotations
+
+from infra.bootstrap import _role_access
+from schemas.catalog import ROLES, Topics
+
+
+class Namespace:
+    topic_prefix = "acme"
+    partitions = 3
+
+
+def _grants(role: str) -> set[tuple[str, str, str, str]]:
+    bindings = _role_access(Topics(Namespace()), ROLES[role], f"User:cronstream-{role}")
+    assert {b.principal for b in bindings} == {f"User:cronstream-{role}"}
+    return {(b.restype.name, b.name, b.resource_pattern_type.name, b.operation.name)
+            for b in bindings}  # fmt: skip
+
+
+def test_the_sink_reads_history_and_writes_dead_letters_only() -> None:
+    assert _grants("sink") == {
+        ("TOPIC", "acme.history", "LITERAL", "READ"),
+        ("TOPIC", "acme.history", "LITERAL", "DESCRIBE"),
+        ("TOPIC", "acme.dlq", "LITERAL", "WRITE"),
+        ("TOPIC", "acme.dlq", "LITERAL", "DESCRIBE"),
+        ("GROUP", "acme.", "PREFIXED", "READ"),
+        ("GROUP", "acme.", "PREFIXED", "DESCRIBE"),
+    }
+
+
+def test_no_role_but_the_admission_writes_jobs_and_only_it_and_the_api_reach_tenants() -> None:
+    writes_jobs = {r for r in ROLES if ("TOPIC", "acme.jobs", "LITERAL", "WRITE") in _grants(r)}
+    assert writes_jobs == {"admission"}
+    tenant_writes = {r for r in ROLES if ("TOPIC", "acme.t.", "PREFIXED", "WRITE") in _grants(r)}
+    assert tenant_writes == {"admission", "api"}
+    for role in ROLES:  # literal names, or the tenant prefix: never the whole namespace
+        for kind, name, pattern, _op in _grants(role):
+            if kind == "TOPIC" and pattern == "PREFIXED":
+                assert name == "acme.t."
