@@ -4,7 +4,8 @@ A fresh node has only the default role ``cassandra``/``cassandra``. The bootstra
 with it once, creates the super user ``cronstream_admin`` with the stack's password for
 it, and disables the default role (no login, no super user). Then, as
 ``cronstream_admin``: cronstream's user (``CRONSTREAM_CASSANDRA_USER``) exists, and may
-SELECT and MODIFY in each keyspace the bootstrap migrates (``grant_keyspace``); it cannot
+SELECT and MODIFY in each keyspace the bootstrap migrates (``grant_keyspace``); so does
+the sink's ``cronstream_sink``; the API's ``cronstream_api`` may SELECT only. None can
 create, alter or drop anything. Idempotent.
 """
 
@@ -23,6 +24,7 @@ from runtime.cassandra import (
     login_refused,
 )
 from runtime.settings import Settings, SettingsError
+from schemas.catalog import ROLES, cassandra_role_user
 
 TAKEOVER_S = 60.0  # how long a fresh node may take to create its default role
 
@@ -66,22 +68,37 @@ def admin_session(settings: Settings) -> tuple[Any, Any]:
             cluster.shutdown()
 
 
+def _history_users(settings: Settings) -> dict[str, tuple[str, ...]]:
+    """Each login of cronstream's and what it may do on a keyspace: the configured user
+    (the CLI's, operators') SELECT and MODIFY; each role with history access
+    (``schemas.catalog.ROLES``) its own: the sink SELECT and MODIFY, the API SELECT."""
+    users: dict[str, tuple[str, ...]] = {settings.cassandra_user: ("SELECT", "MODIFY")}
+    for role, access in ROLES.items():
+        if access.history:
+            users[cassandra_role_user(role)] = (
+                ("SELECT", "MODIFY") if access.history == "write" else ("SELECT",)
+            )
+    return users
+
+
 def ensure_cassandra_access(settings: Settings, session: Any) -> None:
     """With ``session`` as cronstream_admin: the default role disabled, cronstream's
-    user made."""
+    users made (``_history_users``)."""
     session.execute("ALTER ROLE cassandra WITH SUPERUSER = false AND LOGIN = false")
-    user = settings.cassandra_user
-    if session.execute("SELECT role FROM system_auth.roles WHERE role = %s", [user]).one():
-        return
-    try:
-        password = cassandra_password(settings, user)
-    except SettingsError:
-        password = ensure_secret_file(settings, cassandra_secret_path(settings, user))
-    session.execute(f'CREATE ROLE IF NOT EXISTS "{user}" WITH LOGIN = true AND PASSWORD = %s',
-                    [password])  # fmt: skip
+    for user in _history_users(settings):
+        if session.execute("SELECT role FROM system_auth.roles WHERE role = %s", [user]).one():
+            continue
+        try:
+            password = cassandra_password(settings, user)
+        except SettingsError:
+            password = ensure_secret_file(settings, cassandra_secret_path(settings, user))
+        session.execute(f'CREATE ROLE IF NOT EXISTS "{user}" WITH LOGIN = true AND PASSWORD = %s',
+                        [password])  # fmt: skip
 
 
 def grant_keyspace(settings: Settings, session: Any, keyspace: str) -> None:
-    """Cronstream's user may read and write ``keyspace`` (and nothing more)."""
-    for permission in ("SELECT", "MODIFY"):
-        session.execute(f'GRANT {permission} ON KEYSPACE {keyspace} TO "{settings.cassandra_user}"')
+    """Cronstream's users may use ``keyspace`` as ``_history_users`` says (and nothing
+    more)."""
+    for user, permissions in _history_users(settings).items():
+        for permission in permissions:
+            session.execute(f'GRANT {permission} ON KEYSPACE {keyspace} TO "{user}"')

@@ -10,8 +10,10 @@ librdkafka reports as throttle time. One JVM start per call (a few seconds), so
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
+from pathlib import Path
 
 from infra.bootstrap import BootstrapError
 from infra.security import write_private
@@ -63,12 +65,58 @@ def _config_command(settings: Settings, *args: str) -> str:
 
 
 def set_quotas(settings: Settings, user: str, quotas: Mapping[str, int]) -> None:
-    """``user``'s client quotas: a 0 removes that one."""
-    add = [f"{k}={v}" for k, v in quotas.items() if v > 0]
+    """``user``'s client quotas: a value over 0 sets that one, 0 removes it (one the
+    broker does not have is no error). What is set is kept in the stack's record
+    (``quota_record``), so that ``drop_quotas`` can remove it without asking."""
+    add = {k: v for k, v in quotas.items() if v > 0}
     drop = [k for k, v in quotas.items() if v <= 0]
+    if drop:  # ConfigCommand refuses to delete a quota the user does not have
+        present = quotas_of(settings, user)
+        drop = [k for k in drop if k in present]
+    if add or drop:
+        _alter(settings, user, add, drop)
+    record = {**_recorded(settings, user), **add}
+    _keep(settings, user, {k: v for k, v in record.items() if k not in drop})
+
+
+def drop_quotas(settings: Settings, user: str) -> None:
+    """Remove the client quotas the stack set for ``user`` (a retired tenant's)."""
+    recorded = _recorded(settings, user)
+    if recorded:
+        try:
+            _alter(settings, user, {}, list(recorded))
+        except BootstrapError:  # the broker lost some already (a wiped metadata log)
+            present = quotas_of(settings, user)
+            if present:
+                _alter(settings, user, {}, list(present))
+    quota_record(settings, user).unlink(missing_ok=True)
+
+
+def quota_record(settings: Settings, user: str) -> Path:
+    """Where the stack keeps the client quotas it set for ``user`` (JSON)."""
+    return security_dir(settings) / "quotas" / f"{user}.json"
+
+
+def _recorded(settings: Settings, user: str) -> dict[str, int]:
+    path = quota_record(settings, user)
+    if not path.exists():
+        return {}
+    loaded = json.loads(path.read_text())
+    return {str(k): int(v) for k, v in loaded.items()}
+
+
+def _keep(settings: Settings, user: str, quotas: Mapping[str, int]) -> None:
+    path = quota_record(settings, user)
+    if quotas:
+        write_private(path, json.dumps(dict(quotas), sort_keys=True).encode())
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _alter(settings: Settings, user: str, add: Mapping[str, int], drop: list[str]) -> None:
     args = ["--alter", "--entity-name", user]
     if add:
-        args += ["--add-config", ",".join(add)]
+        args += ["--add-config", ",".join(f"{k}={v}" for k, v in add.items())]
     if drop:
         args += ["--delete-config", ",".join(drop)]
     _config_command(settings, *args)

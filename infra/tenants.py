@@ -46,7 +46,7 @@ from infra.bootstrap import (
     set_scram_password,
     wait_until_usable,
 )
-from infra.quotas import default_quotas, set_quotas
+from infra.quotas import default_quotas, drop_quotas, set_quotas
 from runtime.kafka.clients import kafka_admin
 from runtime.kafka.security import kafka_secret_path
 from runtime.registry import registry_client
@@ -140,7 +140,8 @@ def list_tenants(settings: Settings, *, timeout: float = 30.0) -> list[str]:
 
 
 def remove_tenant(settings: Settings, tenant: str, *, timeout: float = 30.0) -> None:
-    """Retire ``tenant``'s user and delete its ACLs and topics (its jobs stay)."""
+    """Retire ``tenant``'s user and delete its ACLs, client quotas and topics (its jobs
+    stay)."""
     _checked(settings, tenant)
     admin = kafka_admin(settings, superuser=True)
     delete_acls(admin, tenant_acls(settings, tenant), timeout)
@@ -152,6 +153,7 @@ def remove_tenant(settings: Settings, tenant: str, *, timeout: float = 30.0) -> 
     user = tenant_user(tenant)
     if scram_user_known(admin, user, timeout):
         set_scram_password(admin, user, secrets.token_bytes(32), timeout)
+    drop_quotas(settings, user)
     topics = Topics(settings)
     listed = admin.list_topics(timeout=timeout).topics
     gone = [t for t in (topics.tenant_commands(tenant), topics.tenant_results(tenant))

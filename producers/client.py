@@ -18,7 +18,7 @@ from datetime import datetime
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from producers.spec import SpecError, job_problems
-from runtime.kafka.clients import kafka_consumer
+from runtime.kafka.clients import consume_ready, kafka_consumer
 from runtime.kafka.offsets import watermarks
 from runtime.kafka.publisher import Publisher
 from runtime.settings import Settings
@@ -148,7 +148,7 @@ class JobClient:
                 return
             consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
             while ends:
-                for msg in consumer.consume(num_messages=1000, timeout=1.0):
+                for msg in consume_ready(consumer, 1000, 1.0):
                     if msg.error():
                         continue
                     part, offset = msg.partition(), msg.offset()

@@ -19,7 +19,7 @@ from typing import Any
 
 from confluent_kafka import Message, TopicPartition
 
-from runtime.kafka.clients import kafka_consumer
+from runtime.kafka.clients import consume_ready, kafka_consumer
 from runtime.kafka.offsets import watermarks
 from runtime.kafka.publisher import Publisher, PublishError
 from runtime.settings import Settings
@@ -131,7 +131,7 @@ class TenantClient:
             if left <= 0:
                 raise NoAnswer(f"no answer to command {command_id} on {self.results} in "
                                f"{timeout:.0f} s: is `cronstream admission` running?")  # fmt: skip
-            for msg in self.consumer.consume(num_messages=100, timeout=min(left, 0.5)):
+            for msg in consume_ready(self.consumer, 100, min(left, 0.5)):
                 if msg.error():
                     continue
                 try:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from schemas.catalog import ROLES, role_user
+from schemas.catalog import ROLES, cassandra_role_user, role_user
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,6 +21,11 @@ DEFAULT_KAFKA_USER = "cronstream-app"  # the operators' user (CLI, bootstrap's k
 # Any of these set: every process connects as that user (Settings.as_role keeps it).
 EXPLICIT_KAFKA_USER = (
     "CRONSTREAM_KAFKA_USER", "CRONSTREAM_KAFKA_PASSWORD", "CRONSTREAM_KAFKA_PASSWORD_FILE"
+)  # fmt: skip
+DEFAULT_CASSANDRA_USER = "cronstream_app"
+EXPLICIT_CASSANDRA_USER = (
+    "CRONSTREAM_CASSANDRA_USER", "CRONSTREAM_CASSANDRA_PASSWORD",
+    "CRONSTREAM_CASSANDRA_PASSWORD_FILE",
 )  # fmt: skip
 
 
@@ -104,6 +109,7 @@ class Settings:
     # cronstream's processes; the CA to trust (None: the stack's).
     cassandra_security: str
     cassandra_user: str
+    cassandra_user_explicit: bool  # as kafka_user_explicit
     cassandra_ca: Path | None
 
     @classmethod
@@ -163,17 +169,24 @@ class Settings:
             cassandra_security=env_choice(
                 "CRONSTREAM_CASSANDRA_SECURITY", ("password_tls", "none"), env
             ),
-            cassandra_user=env.get("CRONSTREAM_CASSANDRA_USER") or "cronstream_app",
+            cassandra_user=env.get("CRONSTREAM_CASSANDRA_USER") or DEFAULT_CASSANDRA_USER,
+            cassandra_user_explicit=any(env.get(k) for k in EXPLICIT_CASSANDRA_USER),
             cassandra_ca=Path(cassandra_ca).resolve() if cassandra_ca else None,
         )
 
     def as_role(self, role: str) -> Settings:
         """These settings for cronstream's process ``role`` (a key of
         ``schemas.catalog.ROLES``): its own Kafka user ``cronstream-<role>``, whose ACLs
-        allow only what the role does, unless a user was set explicitly."""
+        allow only what the role does, and its own Cassandra login ``cronstream_<role>``
+        if it uses history, unless a user was set explicitly."""
         if role not in ROLES:
             raise ValueError(f"unknown role {role!r}")
-        return self.acting_as(role_user(role))
+        settings = self.acting_as(role_user(role))
+        if ROLES[role].history and not (
+            self.cassandra_user_explicit or self.cassandra_user != DEFAULT_CASSANDRA_USER
+        ):
+            settings = replace(settings, cassandra_user=cassandra_role_user(role))
+        return settings
 
     def acting_as(self, kafka_user: str) -> Settings:
         """These settings connecting to Kafka as ``kafka_user`` (a role's or a tenant's,

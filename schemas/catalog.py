@@ -111,6 +111,9 @@ class RoleAccess:
     reads: tuple[TopicSpec, ...] = ()
     writes: tuple[TopicSpec, ...] = ()
     tenant_topics: bool = False
+    # The history tables in Cassandra, as its own login (cassandra_role_user):
+    # "write" (SELECT and MODIFY), "read" (SELECT), "" (no login of its own).
+    history: str = ""
 
 
 _RUNS = tuple(RUNS.values())
@@ -122,17 +125,22 @@ ROLES: Mapping[str, RoleAccess] = MappingProxyType({
     # executes runs; replays history for dedup; retries go to timers
     "worker": RoleAccess(reads=(*_RUNS, CONTROL, HISTORY), writes=(HISTORY, TIMERS, DLQ)),
     # history topic -> Cassandra; undecodable records to the dead letters
-    "sink": RoleAccess(reads=(HISTORY,), writes=(DLQ,)),
+    "sink": RoleAccess(reads=(HISTORY,), writes=(DLQ,), history="write"),
     # tenants' commands -> jobs, triggers and cancels; answers to each tenant
     "admission": RoleAccess(reads=(JOBS,), writes=(JOBS, *_RUNS, CONTROL), tenant_topics=True),
     # the HTTP API: a tenant's commands go through the admission like the tenant's own
-    "api": RoleAccess(reads=(JOBS,), tenant_topics=True),
+    "api": RoleAccess(reads=(JOBS,), tenant_topics=True, history="read"),
 })  # fmt: skip
 
 
 def role_user(role: str) -> str:
     """The Kafka user of cronstream's process ``role`` (a key of ROLES)."""
     return f"cronstream-{role}"
+
+
+def cassandra_role_user(role: str) -> str:
+    """The Cassandra login of ``role`` (one whose RoleAccess.history is set)."""
+    return f"cronstream_{role}"
 
 
 class Namespace(Protocol):

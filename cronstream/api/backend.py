@@ -26,7 +26,7 @@ from consumers.history import History
 from producers.admission.core import JobsView
 from producers.admission.processor import JobsFollower
 from runtime.cassandra import cassandra_session
-from runtime.kafka.clients import group_consumer
+from runtime.kafka.clients import consume_ready, group_consumer
 from runtime.kafka.offsets import is_transient
 from runtime.kafka.publisher import Publisher
 from runtime.registry import registry_client
@@ -92,7 +92,7 @@ class Backend:
         try:
             while not self._stop.is_set():
                 try:
-                    messages = consumer.consume(num_messages=500, timeout=0.5)
+                    messages = consume_ready(consumer, 500, 0.5)
                 except KafkaException as exc:
                     if not is_transient(exc):
                         raise

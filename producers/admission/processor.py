@@ -32,7 +32,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message,
 
 from producers.admission.core import Admission, Decision, JobsView, Quotas
 from runtime import metrics
-from runtime.kafka.clients import group_consumer, kafka_consumer
+from runtime.kafka.clients import consume_ready, group_consumer, kafka_consumer
 from runtime.kafka.offsets import is_transient, watermarks
 from runtime.kafka.publisher import Publisher
 from runtime.registry import registry_client
@@ -80,7 +80,7 @@ class JobsFollower:
         return read
 
     def follow(self, timeout: float = 0.0) -> int:
-        messages = self.consumer.consume(num_messages=1000, timeout=timeout)
+        messages = consume_ready(self.consumer, 1000, timeout)
         for msg in messages:
             if msg.error():
                 continue
@@ -132,7 +132,7 @@ class AdmissionProcessor:
         """Follow the jobs topic, then decide one batch of commands; the commands read."""
         self.jobs.follow()
         try:
-            messages = self.consumer.consume(num_messages=self.config.batch, timeout=timeout)
+            messages = consume_ready(self.consumer, self.config.batch, timeout)
         except KafkaException as exc:
             if not is_transient(exc):
                 raise

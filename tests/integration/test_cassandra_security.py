@@ -58,3 +58,25 @@ def test_cronstreams_user_reads_and_writes_its_keyspace_and_changes_nothing_else
             session.execute("CREATE ROLE someone WITH LOGIN = true AND PASSWORD = 'x'")
     finally:
         cluster.shutdown()
+
+
+def test_the_sink_writes_history_and_the_api_only_reads_it(history_ns: Settings) -> None:
+    insert = (
+        "INSERT INTO runs_by_id (run_id, attempt, recorded_at, status) "
+        "VALUES (%s, 1, toTimestamp(now()), 'SUCCEEDED')"
+    )
+    for role, writes in (("sink", True), ("api", False)):
+        as_role = history_ns.as_role(role)
+        assert as_role.cassandra_user == f"cronstream_{role}"
+        cluster, session = cassandra_session(as_role, keyspace=history_ns.keyspace)
+        try:
+            session.execute("SELECT run_id FROM runs_by_id LIMIT 1")
+            if writes:
+                session.execute(insert, [f"r-{role}"])
+            else:
+                with pytest.raises(Unauthorized):
+                    session.execute(insert, [f"r-{role}"])
+            with pytest.raises(Unauthorized):
+                session.execute(f"DROP TABLE {history_ns.keyspace}.runs_by_id")
+        finally:
+            cluster.shutdown()

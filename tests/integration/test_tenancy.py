@@ -14,7 +14,7 @@ from typing import TypeVar
 import pytest
 from confluent_kafka import KafkaError, Message
 
-from infra.quotas import quotas_of
+from infra.quotas import quota_record, quotas_of, set_quotas
 from infra.tenants import TenantError, add_tenant, list_tenants, remove_tenant
 from producers.tenant import TenantClient, tenant_settings
 from runtime.kafka.clients import kafka_consumer, kafka_producer
@@ -252,5 +252,10 @@ def test_a_tenants_kafka_quotas_are_set_and_the_broker_throttles_it(ns: Settings
         producer.poll(1.5)  # one more statistics report
         assert throttles, "the broker never throttled the tenant"
         assert elapsed > 3, elapsed
+        # 0 removes one; a quota the user does not have is no error
+        set_quotas(ns, tenant_user(name), {"request_percentage": 0, "controller_mutation_rate": 0})
+        assert set(quotas_of(ns, tenant_user(name))) == {"producer_byte_rate", "consumer_byte_rate"}
     finally:
         remove_tenant(ns, name)
+    assert quotas_of(ns, tenant_user(name)) == {}  # a retired tenant keeps no quotas
+    assert not quota_record(ns, tenant_user(name)).exists()

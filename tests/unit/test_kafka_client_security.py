@@ -92,3 +92,17 @@ def test_each_role_connects_as_its_own_user_unless_one_is_set(tmp_path: Path) ->
         assert explicit.acting_as("tenant-a").kafka_user == explicit.kafka_user
     with pytest.raises(ValueError, match="unknown role 'janitor'"):
         s.as_role("janitor")
+
+
+def test_the_sink_and_the_api_use_their_own_cassandra_logins(tmp_path: Path) -> None:
+    s = settings(tmp_path)
+    assert s.cassandra_user == "cronstream_app"
+    assert {r: s.as_role(r).cassandra_user for r in ("sink", "api", "worker", "scheduler")} == {
+        "sink": "cronstream_sink", "api": "cronstream_api",
+        "worker": "cronstream_app", "scheduler": "cronstream_app",
+    }  # fmt: skip
+    ops = settings(tmp_path, CRONSTREAM_CASSANDRA_USER="ops")
+    assert ops.as_role("sink").cassandra_user == "ops"
+    assert settings(tmp_path, CRONSTREAM_CASSANDRA_PASSWORD="x").as_role("api").cassandra_user == (
+        "cronstream_app"
+    )
