@@ -149,9 +149,10 @@ def ensure_access(settings: Settings, admin: AdminClient, *, timeout: float = 30
     if settings.kafka_security == "plaintext":
         return
     user = settings.kafka_user
-    for role in ROLES:  # before the user wait_until_usable waits for
-        ensure_scram_user(settings, admin, role_user(role), timeout)
-    ensure_scram_user(settings, admin, user, timeout)
+    # The roles' users before the one wait_until_usable waits for.
+    ensure_scram_users(
+        settings, admin, list(dict.fromkeys([*map(role_user, ROLES), user])), timeout
+    )
     admin_acls(admin, namespace_acls(settings) + _bench_plain_access(), timeout)
     if (tls_dir(settings) / "ca-key.pem").exists():  # the local stack's CA: certificates
         # For kcat -F (README, "Security").
@@ -164,24 +165,42 @@ def ensure_access(settings: Settings, admin: AdminClient, *, timeout: float = 30
 def ensure_scram_user(
     settings: Settings, admin: AdminClient, user: str, timeout: float = 30.0
 ) -> None:
-    """Kafka user ``user`` exists, with the password the stack keeps for it (made at
-    first use; a user the broker knows under a password the stack does not keep, as a
-    retired tenant's, gets the kept one). Idempotent."""
-    fresh = not kafka_secret_path(settings, user).exists()
-    password = ensure_secret(settings, user)
-    if fresh or not scram_user_known(admin, user, timeout):
-        set_scram_password(admin, user, password.encode(), timeout)
+    ensure_scram_users(settings, admin, [user], timeout)
+
+
+def ensure_scram_users(
+    settings: Settings, admin: AdminClient, users: list[str], timeout: float = 30.0
+) -> None:
+    """Kafka users ``users`` exist, each with the password the stack keeps for it (made
+    at first use; a user the broker knows under a password the stack does not keep, as
+    a retired tenant's, gets the kept one). One describe for all. Idempotent."""
+    fresh = {user for user in users if not kafka_secret_path(settings, user).exists()}
+    passwords = {user: ensure_secret(settings, user) for user in users}
+    known = scram_users_known(admin, [u for u in users if u not in fresh], timeout)
+    for user in users:
+        if user in fresh or user not in known:
+            set_scram_password(admin, user, passwords[user].encode(), timeout)
 
 
 def scram_user_known(admin: AdminClient, user: str, timeout: float = 30.0) -> bool:
-    described = admin.describe_user_scram_credentials([user])
+    return user in scram_users_known(admin, [user], timeout)
+
+
+def scram_users_known(admin: AdminClient, users: list[str], timeout: float = 30.0) -> set[str]:
+    """Which of ``users`` the broker has SCRAM credentials for (one request)."""
+    if not users:  # an empty list would describe every user
+        return set()
+    described = admin.describe_user_scram_credentials(users)
     assert isinstance(described, dict)
-    try:
-        return bool(described[user].result(timeout).scram_credential_infos)
-    except KafkaException as exc:
-        if exc.args[0].code() != KafkaError.RESOURCE_NOT_FOUND:
-            raise BootstrapError(f"describing Kafka user {user}: {exc}") from exc
-        return False
+    known = set()
+    for user, future in described.items():
+        try:
+            if future.result(timeout).scram_credential_infos:
+                known.add(user)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.RESOURCE_NOT_FOUND:
+                raise BootstrapError(f"describing Kafka user {user}: {exc}") from exc
+    return known
 
 
 def set_scram_password(admin: AdminClient, user: str, password: bytes, timeout: float) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import statistics
 import tempfile
 import time
@@ -13,13 +12,11 @@ import uuid
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import httpx
-
 from infra.tenants import add_tenant, remove_tenant
 from runtime.settings import Settings
 from runtime.tokens import token_path
 from tests.bench.common import namespace, pct, row
-from tests.integration.helpers import CronstreamProcess
+from tests.integration.helpers import CronstreamProcess, free_port, wait_http_up
 
 SPEC = {"every": "1h", "target": "http", "url": "https://example.com/hook"}
 
@@ -83,18 +80,6 @@ async def _load(url: str, token: str, concurrency: int, total: int, kind: str) -
     return latencies
 
 
-def _wait_up(url: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError(f"{url} never came up")
-
-
 def one_round(
     base: Settings, concurrency: int, total: int
 ) -> dict[str, tuple[float, float, float]]:
@@ -103,9 +88,7 @@ def one_round(
         tenant = f"bench{uuid.uuid4().hex[:6]}"
         add_tenant(settings, tenant)
         logdir = Path(tempfile.mkdtemp(prefix="csbench-"))
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
+        port = free_port()
         procs = [
             CronstreamProcess(settings, logdir, "admission", "--max-jobs", str(total * 2),
                               command="admission"),
@@ -114,7 +97,7 @@ def one_round(
         url = f"http://127.0.0.1:{port}"
         try:
             procs[0].wait_live(1, timeout=120, text="jobs topic read")
-            _wait_up(url)
+            wait_http_up(url)
             token = token_path(settings, tenant).read_text().strip()
             out = {}
             for kind in ("put", "history"):

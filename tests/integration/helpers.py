@@ -12,7 +12,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -40,6 +40,29 @@ def cronstream(
         timeout=120,
         check=False,
     )
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nobody listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def wait_http_up(url: str, timeout: float = 120, log: Callable[[], str] = str) -> None:
+    """Return once ``url``/healthz answers 200; AssertionError (with ``log()``, e.g. the
+    server's log) after ``timeout``."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, f"{url} never came up: {log()}"
+        time.sleep(0.5)
 
 
 def plaintext_listener(settings: Settings) -> Settings:

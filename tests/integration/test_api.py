@@ -3,7 +3,6 @@ writes through the real admission, history from Cassandra."""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -22,7 +21,7 @@ from runtime.cassandra import cassandra_session
 from runtime.settings import Settings
 from runtime.tokens import ADMIN, TokenBook, book_path, token_path
 from schemas.events import RunOutcome, RunStatus, utc_now
-from tests.integration.helpers import CronstreamProcess, cronstream
+from tests.integration.helpers import CronstreamProcess, cronstream, free_port, wait_http_up
 from tests.integration.tenants import AdmissionThread
 
 pytestmark = pytest.mark.integration
@@ -34,9 +33,7 @@ class Api:
     def __init__(self, settings: Settings) -> None:
         self.backend = Backend(settings.as_role("api"), answer_timeout=30)
         self.backend.start()
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
+        port = free_port()
         app = build_app(self.backend, TokenBook(book_path(settings)))
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
                                                     log_level="warning"))  # fmt: skip
@@ -202,18 +199,8 @@ def test_the_api_process_stops_cleanly_on_sigterm(ns: Settings, tmp_path: Path) 
     """uvicorn re-raises the signal it stopped on: with the default handler `cronstream
     api` died by SIGTERM (exit -15) after a clean stop, which `make run` reported as a
     crash. ``CronstreamProcess.stop`` sends SIGTERM and asserts exit 0."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     proc = CronstreamProcess(ns, tmp_path, "api", "--port", str(port), command="api")
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, proc.log()[-2000:]
-        time.sleep(0.5)
+    wait_http_up(f"http://127.0.0.1:{port}", log=lambda: proc.log()[-2000:])
     proc.stop()
     assert "api stopped by signal 15" in proc.log()
