@@ -13,6 +13,7 @@ we did not expect) raises DecodeError, which callers turn into a DLQ record. Fai
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import struct
@@ -110,8 +111,30 @@ class Codec:
         refused = self._refused.get(schema_id)
         if refused is not None and refused[0] > time.monotonic():
             raise DecodeError(refused[1])
+        return self._fetch_writer(schema_id, self.registry)
+
+    def unknown_id(self, data: bytes | None) -> int | None:
+        """The writer schema id in ``data``'s header when decoding it would have to ask
+        the registry (neither known nor refused lately); None otherwise."""
+        if data is None or len(data) < _HEADER.size:
+            return None
+        magic, schema_id = _HEADER.unpack_from(data)
+        if magic != MAGIC or schema_id in self._writers:
+            return None
+        refused = self._refused.get(schema_id)
+        if refused is not None and refused[0] > time.monotonic():
+            return None
+        return int(schema_id)
+
+    def learn(self, schema_id: int, registry: RegistryClient) -> None:
+        """Ask ``registry`` for ``schema_id`` (off a hot loop: ``unknown_id``); it is
+        known or refused afterwards. RegistryUnavailable propagates."""
+        with contextlib.suppress(DecodeError):  # remembered in _refused
+            self._fetch_writer(schema_id, registry)
+
+    def _fetch_writer(self, schema_id: int, registry: RegistryClient) -> tuple[str, Any, bool]:
         try:
-            text, kind = self.registry.schema_by_id(schema_id)
+            text, kind = registry.schema_by_id(schema_id)
         except RegistryError as exc:
             # The registry answered, so it is up: the refusal is about this record's
             # schema id (unknown: 404; or forbidden...). Remembered for a while, so a
@@ -119,20 +142,26 @@ class Codec:
             # (Unreachable, or a server error: RegistryUnavailable, for the caller.)
             reason = (f"schema id {schema_id} is not in the registry" if exc.status == 404
                       else f"schema id {schema_id}: the registry refused it ({exc})")  # fmt: skip
-            if len(self._refused) >= 4096:
-                self._refused.clear()
-            self._refused[schema_id] = (time.monotonic() + REFUSED_FOR_S, reason)
-            raise DecodeError(reason) from exc
+            raise self._refuse(schema_id, reason) from exc
         if kind != "AVRO":
-            raise DecodeError(f"schema id {schema_id} is {kind}, not Avro")
-        raw = json.loads(text)
-        name = raw.get("name", "") if isinstance(raw, dict) else ""
-        if "." not in name and isinstance(raw, dict):
-            name = f"{raw.get('namespace', '')}.{name}".lstrip(".")
-        ours = name in EVENT_TYPES and raw == json.loads(schema_json(name))
-        entry = (name, fastavro.parse_schema(raw), ours)
+            raise self._refuse(schema_id, f"schema id {schema_id} is {kind}, not Avro")
+        try:
+            raw = json.loads(text)
+            name = raw.get("name", "") if isinstance(raw, dict) else ""
+            if "." not in name and isinstance(raw, dict):
+                name = f"{raw.get('namespace', '')}.{name}".lstrip(".")
+            ours = name in EVENT_TYPES and raw == json.loads(schema_json(name))
+            entry = (name, fastavro.parse_schema(raw), ours)
+        except Exception as exc:  # the registry holds a schema fastavro cannot read
+            raise self._refuse(schema_id, f"schema id {schema_id}: unreadable ({exc!r})") from exc
         self._writers[schema_id] = entry
         return entry
+
+    def _refuse(self, schema_id: int, reason: str) -> DecodeError:
+        if len(self._refused) >= 4096:
+            self._refused.clear()
+        self._refused[schema_id] = (time.monotonic() + REFUSED_FOR_S, reason)
+        return DecodeError(reason)
 
     def decode(self, data: bytes | None, expected: type[E]) -> E:
         event_type, record = self._read(data, expected)

@@ -10,6 +10,9 @@ taken high first, and fetched only as fast as they can start.
   that overflows anyway (every slot busy with long runs while polling goes on) pauses
   its priority's partitions, and polling goes on, so a long run never breaks group
   membership.
+- **Unknown schemas.** A record written with a schema id not seen yet holds its
+  partition alone while a thread asks the registry (``SchemaLookups``): the partition
+  is paused and its records kept in order until the answer is in.
 - **Replays.** A run already on its partition when the partition was assigned, or
   flagged ``possible_duplicate``, waits until history is read far enough to tell
   whether an earlier owner executed it (``HistoryReplay``).
@@ -24,6 +27,7 @@ from confluent_kafka import Consumer, TopicPartition
 from consumers.core.fair import FairQueue
 from consumers.core.offsets import OffsetTracker
 from consumers.worker.config import WorkerConfig
+from consumers.worker.lookups import SchemaLookups
 from consumers.worker.outbox import Outbox
 from consumers.worker.pending import Pending
 from consumers.worker.replay import HistoryReplay
@@ -62,8 +66,13 @@ class Intake:
         trackers: dict[Key, OffsetTracker],
         history: HistoryReplay,
         outbox: Outbox,
+        lookups: SchemaLookups | None = None,
     ) -> None:
         self.consumer = consumer
+        self.lookups = lookups
+        # Partitions paused for a schema lookup: (the schema id, their records from the
+        # one that needs it on, in order).
+        self.waiting: dict[Key, tuple[int, list[ConsumedMessage]]] = {}
         self.codec = codec
         self.trackers = trackers  # the worker's: partition -> its runs' offsets
         self.history = history
@@ -112,6 +121,8 @@ class Intake:
         """Revoked: runs not started yet are left for the next owner to read again."""
         for queue in self.backlog.values():
             queue.keep(lambda p: (p.topic, p.partition) not in gone)
+        for key in gone:
+            self.waiting.pop(key, None)
 
     def forget(self, gone: set[Key]) -> None:
         for key in gone:
@@ -127,6 +138,8 @@ class Intake:
         topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
         tracker = self.trackers.get((topic, partition))
         if tracker is None:
+            return
+        if self._waits(msg, (topic, partition)):
             return
         reason = None
         try:
@@ -159,6 +172,37 @@ class Intake:
             # this assignment. What this worker executed itself, ``dedup`` knows.
             pending.history_needed = history_end
         self.backlog[self.priority_of[topic]].append(pending)
+
+    def _waits(self, msg: ConsumedMessage, key: Key) -> bool:
+        """Whether ``msg`` is kept for a schema lookup (its own, or an earlier record's
+        of its partition)."""
+        waiting = self.waiting.get(key)
+        if waiting is not None:
+            waiting[1].append(msg)
+            return True
+        if self.lookups is None:
+            return False
+        schema_id = self.codec.unknown_id(msg.value())
+        if schema_id is None or not self.lookups.wait_for(schema_id):
+            return False
+        self.waiting[key] = (schema_id, [msg])
+        self.consumer.pause([TopicPartition(*key)])
+        return True
+
+    def looked_up(self) -> list[ConsumedMessage]:
+        """The records kept for schema lookups that are over, to be accepted again in
+        order; their partitions are fetched again (unless their priority is paused)."""
+        if not self.waiting:
+            return []
+        assert self.lookups is not None
+        out: list[ConsumedMessage] = []
+        for key, (schema_id, kept) in list(self.waiting.items()):
+            if self.lookups.answered(schema_id):
+                del self.waiting[key]
+                if self.priority_of[key[0]] not in self.paused:
+                    self.consumer.resume([TopicPartition(*key)])
+                out.extend(kept)
+        return out
 
     def take(self) -> Pending | None:
         """The next run to start, by priority, among those history lets through."""
@@ -197,4 +241,4 @@ class Intake:
 
     def _partitions(self, priority: Priority) -> list[TopicPartition]:
         return [TopicPartition(t, p) for (t, p) in self.trackers
-                if self.priority_of.get(t) is priority]  # fmt: skip
+                if self.priority_of.get(t) is priority and (t, p) not in self.waiting]  # fmt: skip

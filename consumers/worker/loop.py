@@ -24,6 +24,7 @@ from consumers.core.offsets import OffsetTracker
 from consumers.worker.attempts import Attempts
 from consumers.worker.config import WorkerConfig
 from consumers.worker.intake import Intake, Key
+from consumers.worker.lookups import SchemaLookups
 from consumers.worker.outbox import Outbox, outbox_publisher
 from consumers.worker.replay import ControlFeed, HistoryReplay, side_consumer
 from consumers.worker.stall import Stall
@@ -36,6 +37,7 @@ from runtime.kafka.offsets import (
     partition_names,
     watermarks,
 )
+from runtime.kafka.records import ConsumedMessage
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import Topics
@@ -101,6 +103,7 @@ class Worker:
         self.intake = Intake(
             config, topics=topics, consumer=self.consumer, codec=codec,
             trackers=self.trackers, history=self.history, outbox=self.outbox,
+            lookups=SchemaLookups(codec, registry_client(settings)),
         )  # fmt: skip
         self.stall = Stall(self.consumer)
         self._next_input = 0.0
@@ -200,27 +203,29 @@ class Worker:
         if time.monotonic() >= self._maintenance:
             self._maintain()
 
-    def _input(self, due: bool, capacity: int) -> list[Message]:
+    def _input(self, due: bool, capacity: int) -> list[ConsumedMessage]:
         """Fetch and accept run requests; while the registry is unavailable, hold them
         (``Stall``) and try them again with backoff. Returns the records read."""
-        stall = self.stall
+        stall, intake = self.stall, self.intake
         if not stall.stalled:
-            messages = self._fetch(due, capacity)
+            messages = intake.looked_up()
+            messages += self._fetch(due, capacity)
         elif stall.held and stall.due():
-            messages = stall.release()
+            messages = stall.release() + intake.looked_up()
         else:
             stall.poll()
             messages = []
         for i, msg in enumerate(messages):
             try:
-                self.intake.accept(msg)
+                intake.accept(msg)
             except RegistryUnavailable as exc:
                 stall.hold(messages[i:], exc)
                 return messages[:i]
         if stall.stalled and not stall.held:
-            paused = self.intake.paused
+            paused, waiting = intake.paused, intake.waiting
             stall.recovered([tp for tp in self.consumer.assignment()
-                             if self.intake.priority_of.get(tp.topic) not in paused])  # fmt: skip
+                             if intake.priority_of.get(tp.topic) not in paused
+                             and (tp.topic, tp.partition) not in waiting])  # fmt: skip
         return messages
 
     def _fetch(self, due: bool, capacity: int) -> list[Message]:
@@ -267,6 +272,8 @@ class Worker:
             self.control.close()
             self.attempts.close()
             self.outbox.close()
+            if self.intake.lookups is not None:
+                self.intake.lookups.close()
 
     def _maintain(self) -> None:
         self._maintenance = time.monotonic() + 5

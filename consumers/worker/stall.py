@@ -15,7 +15,9 @@ from __future__ import annotations
 import logging
 import time
 
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
+
+from runtime.kafka.records import ConsumedMessage
 
 log = logging.getLogger("cronstream.worker")
 FIRST_DELAY_S = 0.5
@@ -25,12 +27,12 @@ MAX_DELAY_S = 30.0
 class Stall:
     def __init__(self, consumer: Consumer) -> None:
         self.consumer = consumer
-        self.held: list[Message] = []
+        self.held: list[ConsumedMessage] = []
         self.delay = 0.0
         self.retry_at = 0.0
         self.since = 0.0
 
-    def hold(self, messages: list[Message], reason: Exception) -> None:
+    def hold(self, messages: list[ConsumedMessage], reason: Exception) -> None:
         """``messages[0]`` could not be decoded for want of the registry: keep it and
         the rest, and stop fetching until ``due``."""
         now = time.monotonic()
@@ -48,7 +50,7 @@ class Stall:
     def due(self) -> bool:
         return time.monotonic() >= self.retry_at
 
-    def release(self) -> list[Message]:
+    def release(self) -> list[ConsumedMessage]:
         """The held records, to be accepted again in order (``hold`` them again if the
         registry still does not answer)."""
         held, self.held = self.held, []
