@@ -14,6 +14,7 @@ from zoneinfo import ZoneInfo
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
 
+from cronstream.cli.backfill import add_backfill
 from cronstream.cli.common import EXIT_INVALID
 from producers.client import JobClient, UnknownJob
 from producers.spec import (
@@ -332,7 +333,7 @@ def register(sub: Any) -> None:
     lst.add_argument("--json", action="store_true")
     lst.set_defaults(handler=cmd_jobs_list, needs="client")
 
-    runs = sub.add_parser("runs", help="trigger or cancel runs").add_subparsers(
+    runs = sub.add_parser("runs", help="trigger, cancel or backfill runs").add_subparsers(
         dest="action", required=True
     )
     trig = runs.add_parser("trigger", help="run a job now (straight to the execution topic)")
@@ -343,6 +344,7 @@ def register(sub: Any) -> None:
     cancel.add_argument("run_id")
     cancel.add_argument("--reason")
     cancel.set_defaults(handler=cmd_runs_cancel, needs="client")
+    add_backfill(runs)
 
     tail = sub.add_parser("tail", help="print a topic's records as decoded JSON lines")
     tail.add_argument("topic", help="full name, or a catalog name such as jobs, runs.high")

@@ -1,0 +1,199 @@
+"""`cronstream runs backfill`: a job's slots in a past range, run now.
+
+Each slot in ``[from, to)`` becomes a run request with the slot's own run id
+(``JOB@<slot>``, what the scheduler would have fired), trigger CATCHUP, flagged
+``possible_duplicate`` so that a worker first checks history for it. Before anything is
+sent, the job's history in Cassandra for the range says which slots already ran
+(any record but MISSED or SKIPPED: succeeded, failed, dead-lettered, cancelled, in
+progress): those are left alone, so running the same backfill twice runs nothing twice.
+``--rerun`` runs every slot again under a fresh run id per slot (``JOB@<slot>~<key>``).
+
+Pacing: at most ``max_parallel`` backfilled runs are in flight (sent, no final outcome
+on the history topic yet); the next is sent when one ends. Runs go to the low priority
+topic unless told otherwise, so workers start live runs of higher priorities first.
+Progress is printed as it goes; Ctrl-C stops sending and cancels the runs in flight.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter, deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+
+from confluent_kafka import TopicPartition
+
+from producers.client import JobClient
+from producers.spec import SpecError
+from runtime.kafka.clients import consume_ready, kafka_consumer
+from runtime.kafka.offsets import watermarks
+from schemas.events import (
+    JobDefinition,
+    Priority,
+    RunOutcome,
+    Trigger,
+    from_ms,
+    iso,
+    text_headers,
+    utc_now,
+)
+from schemas.ids import partition_for, slot_run_id
+from schemas.timing import schedule_args
+from streams.core.schedule import JobSchedule
+
+MAX_SLOTS = 100_000
+MAX_PARALLEL = 10_000
+# The statuses of a slot that never ran: a backfill runs it.
+NEVER_RAN = frozenset({"MISSED", "SKIPPED"})
+# Outcomes after which a run is over (FAILED and TIMED_OUT are attempts: a retry follows).
+OVER = frozenset({"SUCCEEDED", "DEAD_LETTERED", "CANCELED", "DUPLICATE", "MISSED", "SKIPPED"})
+
+
+def backfill_slots(job: JobDefinition, start_ms: int, end_ms: int, *, now_ms: int) -> list[int]:
+    """The job's slots due in ``[start_ms, end_ms)``, as the scheduler computes them
+    (jitter aside); SpecError for a range that is empty, in the future or too long."""
+    problems = []
+    if start_ms >= end_ms:
+        problems.append("--from must be before --to")
+    if end_ms > now_ms:
+        problems.append("--to is in the future: the scheduler fires those slots itself")
+    if job.schedule is None:
+        problems.append("the job has no schedule (manual only): use 'runs trigger'")
+    if problems:
+        raise SpecError(f"backfill {job.job_id}", problems)
+    assert job.schedule is not None
+    schedule = JobSchedule(job.job_id, timezone=job.timezone, **schedule_args(job.schedule))
+    slots: list[int] = []
+    after = start_ms - 1
+    while (slot := schedule.slot_after(after)) is not None and slot < end_ms:
+        if len(slots) == MAX_SLOTS:
+            raise SpecError(f"backfill {job.job_id}", [
+                f"more than {MAX_SLOTS:,} slots in the range: backfill it in parts"])  # fmt: skip
+        slots.append(slot)
+        after = slot
+    return slots
+
+
+def ran_already(outcomes: Iterable[RunOutcome]) -> set[str]:
+    """The run ids of ``outcomes`` (a job's history over the range) that ran, or are
+    running: every record but MISSED and SKIPPED."""
+    return {o.run_id for o in outcomes if o.status.value not in NEVER_RAN}
+
+
+@dataclass
+class Progress:
+    total: int  # slots to run
+    left_alone: int  # slots in the range that ran already
+    sent: int = 0
+    ended: Counter[str] = field(default_factory=Counter)  # final status -> runs
+    cancelled: int = 0  # in flight when stopped: a cancel was sent
+
+    @property
+    def done(self) -> int:
+        return sum(self.ended.values())
+
+    def line(self, job_id: str) -> str:
+        ended = ", ".join(f"{n} {s.lower()}" for s, n in sorted(self.ended.items()))
+        return (f"backfill {job_id}: {self.done}/{self.total} ended"
+                f"{f' ({ended})' if ended else ''}, {self.sent - self.done} running, "
+                f"{self.total - self.sent} to send")  # fmt: skip
+
+
+class Backfill:
+    def __init__(
+        self,
+        client: JobClient,
+        job: JobDefinition,
+        slots: list[int],
+        *,
+        max_parallel: int,
+        priority: Priority,
+        rerun: bool,
+        left_alone: int = 0,
+        say: Callable[[str], None] = print,
+    ) -> None:
+        self.client = client
+        self.job = job
+        self.max_parallel = max_parallel
+        self.priority = priority
+        self.say = say
+        self.key = uuid.uuid4().hex[:8] if rerun else None
+        self.todo = deque(slots)
+        self.progress = Progress(total=len(slots), left_alone=left_alone)
+        self.in_flight: set[str] = set()
+        topic = client.topics.history
+        spec = client.topics.spec(topic)
+        assert spec is not None
+        # Outcomes go to the job's own history partition: read it from its end as of now.
+        self.history = kafka_consumer(client.settings)
+        part = TopicPartition(topic, partition_for(job.job_id, client.topics.partitions(spec)))
+        part.offset = watermarks(self.history, part)[1]
+        self.history.assign([part])
+
+    def run_id(self, slot_ms: int) -> str:
+        run_id, _ = slot_run_id(self.job.job_id, slot_ms)
+        return run_id if self.key is None else f"{run_id}~{self.key}"
+
+    def run(self) -> Progress:
+        """Send, pace and follow the runs until every one ended; Ctrl-C cancels the
+        runs in flight and raises KeyboardInterrupt again."""
+        progress = self.progress
+        shown = 0.0
+        try:
+            while self.todo or self.in_flight:
+                self._send()
+                self._follow()
+                if time.monotonic() - shown >= 1.0:
+                    shown = time.monotonic()
+                    self.say(progress.line(self.job.job_id))
+        except KeyboardInterrupt:
+            for run_id in sorted(self.in_flight):
+                self.client.cancel(run_id, reason="backfill interrupted")
+            progress.cancelled = len(self.in_flight)
+            self.say(f"{progress.line(self.job.job_id)}; interrupted: {progress.cancelled} "
+                     f"cancel(s) sent, {len(self.todo)} slot(s) not sent")  # fmt: skip
+            raise
+        finally:
+            self.history.close()
+        self.say(progress.line(self.job.job_id))
+        return progress
+
+    def _send(self) -> None:
+        room = self.max_parallel - len(self.in_flight)
+        if room <= 0 or not self.todo:
+            return
+        now = utc_now()
+        topic = self.client.topics.runs(self.priority)
+        publisher = self.client.publisher
+        for _ in range(min(room, len(self.todo))):
+            slot = self.todo.popleft()
+            run = replace(
+                self.job.run_request(run_id=self.run_id(slot), scheduled_at=from_ms(slot),
+                                     fired_at=now, trigger=Trigger.CATCHUP),
+                priority=self.priority, possible_duplicate=True,
+            )  # fmt: skip
+            publisher.publish(topic, run)
+            self.in_flight.add(run.run_id)
+            self.progress.sent += 1
+        publisher.flush()
+
+    def _follow(self) -> None:
+        for msg in consume_ready(self.history, 1000, 0.2):
+            if msg.error():
+                continue
+            headers = text_headers(msg.headers())
+            run_id, status = headers.get("run_id"), headers.get("status", "")
+            if run_id in self.in_flight and status in OVER:
+                self.in_flight.discard(run_id)
+                self.progress.ended[status] += 1
+
+
+def describe(job: JobDefinition, slots: list[int], left_alone: int) -> str:
+    first = iso(from_ms(slots[0])) if slots else "-"
+    last = iso(from_ms(slots[-1])) if slots else "-"
+    return (f"backfill {job.job_id}: {len(slots)} slot(s) to run ({first} .. {last}), "
+            f"{left_alone} already ran")  # fmt: skip
+
+
+__all__ = ["MAX_PARALLEL", "Backfill", "Progress", "backfill_slots", "describe", "ran_already"]

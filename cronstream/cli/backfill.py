@@ -1,0 +1,111 @@
+"""`cronstream runs backfill`: run a job's slots of a past range now (``cronstream.backfill``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from cronstream.backfill import (
+    MAX_PARALLEL,
+    Backfill,
+    backfill_slots,
+    describe,
+    ran_already,
+)
+from cronstream.cli.common import EXIT_UNAVAILABLE
+from producers.client import JobClient, UnknownJob
+from producers.spec import SpecError, parse_instant
+from runtime.cassandra import cassandra_session
+from schemas.events import Priority, from_ms, to_ms, utc_now
+from schemas.ids import slot_run_id
+
+
+def cmd_runs_backfill(client: JobClient, args: argparse.Namespace) -> int:
+    job = client.get(args.job_id)
+    if job is None:
+        raise UnknownJob(args.job_id)
+    problems = []
+    bounds = []
+    for flag, text in (("--from", args.start), ("--to", args.end)):
+        try:
+            bounds.append(to_ms(parse_instant(text, job.timezone)))
+        except ValueError as exc:
+            problems.append(f"{flag}: {exc}")
+    if not 1 <= args.max_parallel <= MAX_PARALLEL:
+        problems.append(f"--max-parallel must be 1 to {MAX_PARALLEL:,}")
+    if problems:
+        raise SpecError(f"backfill {job.job_id}", problems)
+    slots = backfill_slots(job, bounds[0], bounds[1], now_ms=to_ms(utc_now()))
+    left_alone = 0
+    if slots and not args.rerun:
+        try:
+            ran = _ran(client, job.job_id, slots)
+        except Exception as exc:  # the driver's NoHostAvailable, Unavailable...
+            print(f"error: cassandra unavailable: {exc}: the range's history tells which "
+                  "slots ran (or pass --rerun)", file=sys.stderr)  # fmt: skip
+            return EXIT_UNAVAILABLE
+        todo = [s for s in slots if slot_run_id(job.job_id, s)[0] not in ran]
+        left_alone, slots = len(slots) - len(todo), todo
+    print(describe(job, slots, left_alone), file=sys.stderr)
+    if args.dry_run or not slots:
+        return _report(args, job.job_id, len(slots), left_alone, None)
+    backfill = Backfill(
+        client, job, slots, max_parallel=args.max_parallel,
+        priority=Priority(args.priority.upper()), rerun=args.rerun, left_alone=left_alone,
+        say=lambda line: print(line, file=sys.stderr, flush=True),
+    )  # fmt: skip
+    progress = backfill.run()
+    return _report(args, job.job_id, len(slots), left_alone, dict(progress.ended))
+
+
+def _ran(client: JobClient, job_id: str, slots: list[int]) -> set[str]:
+    from consumers.history import History
+
+    cluster, session = cassandra_session(client.settings)
+    try:
+        history = History(session, client.settings.keyspace)
+        return ran_already(history.job_runs(job_id, from_ms(slots[0]), from_ms(slots[-1] + 1)))
+    finally:
+        cluster.shutdown()
+
+
+def _report(
+    args: argparse.Namespace, job_id: str, to_run: int, left_alone: int,
+    ended: dict[str, int] | None,
+) -> int:  # fmt: skip
+    """The summary (``--json``: one object); exit 1 when a run did not succeed."""
+    summary: dict[str, Any] = {"job_id": job_id, "slots_to_run": to_run,
+                               "already_ran": left_alone, "ended": ended or {}}  # fmt: skip
+    if args.json:
+        print(json.dumps(summary))
+    failed = sum(n for status, n in (ended or {}).items() if status != "SUCCEEDED")
+    return 1 if failed else 0
+
+
+def add_backfill(runs: Any) -> None:
+    p = runs.add_parser(
+        "backfill", help="run a job's slots of a past range now (those that ran are left alone)",
+        description="Sends one run per slot of the job due in [--from, --to), with the "
+        "slot's own run id, flagged possible_duplicate. Slots whose history shows they ran "
+        "(anything but MISSED or SKIPPED) are left alone, so running it twice runs "
+        "nothing twice; --rerun runs them all again under fresh run ids. At most "
+        "--max-parallel runs are in flight; Ctrl-C stops and cancels those. Exit 0 when "
+        "every run succeeded, 1 when one did not.",
+    )  # fmt: skip
+    p.add_argument("job_id")
+    p.add_argument("--from", dest="start", required=True, metavar="T",
+                   help="first instant (ISO 8601; no offset: the job's zone)")  # fmt: skip
+    p.add_argument("--to", dest="end", required=True, metavar="T",
+                   help="end of the range, excluded (not in the future)")  # fmt: skip
+    p.add_argument("--max-parallel", type=int, default=16,
+                   help="runs in flight at most (default 16)")  # fmt: skip
+    p.add_argument("--priority", default="low", choices=["high", "normal", "low"],
+                   help="execution topic of the backfilled runs (default low: live runs "
+                   "of the other priorities start first)")  # fmt: skip
+    p.add_argument("--rerun", action="store_true",
+                   help="run every slot again, under fresh run ids (JOB@SLOT~KEY)")  # fmt: skip
+    p.add_argument("--dry-run", action="store_true", help="say what would run, send nothing")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.set_defaults(handler=cmd_runs_backfill, needs="client")
