@@ -8,6 +8,7 @@ backoff until ``max_attempts``); the return value's text is logged.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 
@@ -26,3 +27,16 @@ def flaky(context: Any) -> str:
 def hopeless(context: Any) -> str:
     """Always fails: after max_attempts the run is dead-lettered."""
     raise RuntimeError(f"this example never succeeds (attempt {context.attempt})")
+
+
+def slow(context: Any) -> str:
+    """Works for the payload's ``seconds`` (default 3), stopping at once when the run is
+    cancelled (a cancel, or a newer run replacing it: ``concurrency: replace``); raising
+    then makes the attempt CANCELED, not retried."""
+    try:
+        seconds = float(json.loads(context.payload or "{}").get("seconds", 3))
+    except (ValueError, TypeError, AttributeError):
+        seconds = 3.0
+    if context.cancelled.wait(max(0.0, min(seconds, context.remaining()))):
+        raise RuntimeError("cancelled while working")
+    return f"worked {seconds:g} s"

@@ -17,6 +17,7 @@ A spec is a plain mapping with the same names as the CLI flags::
     backoff: 1s..5m
     timeout: 30s
     misfire: once                 # skip | once | all
+    concurrency: allow            # allow | forbid | replace | queue (another run executing)
     catchup: 10                   # misfire=all: at most this many missed slots run
     catchup_window: 1h
     jitter: 0s
@@ -42,6 +43,7 @@ import yaml
 from schemas.events import (
     EPOCH,
     TARGET_TYPES,
+    Concurrency,
     CronSchedule,
     IntervalSchedule,
     JobDefinition,
@@ -76,8 +78,8 @@ KNOWN_KEYS = frozenset(
     {
         "id", "cron", "every", "anchor", "at", "tz", "target", "url", "method", "headers",
         "topic", "callable", "command", "payload", "priority", "max_attempts", "backoff",
-        "timeout", "misfire", "catchup", "catchup_window", "jitter", "start", "end",
-        "paused", "tenant",
+        "timeout", "misfire", "concurrency", "catchup", "catchup_window", "jitter", "start",
+        "end", "paused", "tenant",
     }
 )  # fmt: skip
 
@@ -181,6 +183,8 @@ def job_from_spec(
     max_attempts = read.whole("max_attempts", 3)
     misfire_kind = read.choice("misfire", MisfireKind, MisfireKind.ONCE, "skip, once, all")
     catchup = read.whole("catchup", 10)
+    concurrency = read.choice("concurrency", Concurrency, Concurrency.ALLOW,
+                              "allow, forbid, replace, queue")  # fmt: skip
     start = read.instant("start", zone)
     end = read.instant("end", zone)
     paused = read.flag("paused")
@@ -205,6 +209,7 @@ def job_from_spec(
             max_catchup=catchup,
             catchup_window_ms=read.duration("catchup_window", "1h", 3_600_000),
         ),
+        concurrency=concurrency,
         updated_at=now or utc_now(),
     )
     problems = [*read.problems, *job_problems(job, max_payload_bytes=max_payload_bytes)]

@@ -34,6 +34,16 @@ class Priority(StrEnum):
     LOW = "LOW"
 
 
+class Concurrency(StrEnum):
+    """What a new run of a job does while another run of it executes (on the worker
+    owning the job's partition)."""
+
+    ALLOW = "ALLOW"
+    FORBID = "FORBID"
+    REPLACE = "REPLACE"
+    QUEUE = "QUEUE"
+
+
 class Trigger(StrEnum):
     SCHEDULE = "SCHEDULE"
     CATCHUP = "CATCHUP"
@@ -236,6 +246,7 @@ class JobDefinition(AvroRecord):
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     timeout_ms: int = 30_000
     misfire: MisfirePolicy = field(default_factory=MisfirePolicy)
+    concurrency: Concurrency = Concurrency.ALLOW
 
     def key(self) -> str:
         return self.job_id
@@ -262,6 +273,7 @@ class JobDefinition(AvroRecord):
             priority=self.priority,
             timeout_ms=self.timeout_ms,
             retry=self.retry,
+            concurrency=self.concurrency,
         )
 
 
@@ -282,6 +294,7 @@ class RunRequest(AvroRecord):
     priority: Priority = Priority.NORMAL
     timeout_ms: int = 30_000
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    concurrency: Concurrency = Concurrency.ALLOW
 
     def key(self) -> str:
         return self.job_id

@@ -161,7 +161,7 @@ class RunRequestReader:
             scheduled_at=from_ms(scheduled), fired_at=from_ms(fired),
             trigger=TRIGGERS[trigger], possible_duplicate=duplicate == 1,
             target=known.target, payload=known.payload, priority=known.priority,
-            timeout_ms=known.timeout_ms, retry=known.retry,
+            timeout_ms=known.timeout_ms, retry=known.retry, concurrency=known.concurrency,
         )  # fmt: skip
 
 

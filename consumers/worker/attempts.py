@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from queue import Empty, SimpleQueue
 
+from consumers.core.concurrency import ConcurrencyGate
 from consumers.core.dedup import Dedup
 from consumers.core.verdict import after_failure, before_start, retry_timer
 from consumers.executors.base import (
@@ -39,7 +41,7 @@ from runtime.credentials import credentials_dir
 from runtime.kafka.clients import kafka_producer
 from runtime.settings import Settings
 from schemas.catalog import Topics
-from schemas.events import DeadLetter, RunStatus, Target, TimerRequest, to_ms
+from schemas.events import Concurrency, DeadLetter, RunStatus, Target, TimerRequest, to_ms
 from schemas.redact import redact_text
 
 log = logging.getLogger("cronstream.worker")
@@ -64,6 +66,11 @@ class Attempts:
         self.tally = tally
         self.running: set[Pending] = set()
         self.running_ids: dict[str, Pending] = {}
+        # Jobs' concurrency policies: runs executing or queued per job, and the queued
+        # runs whose turn came (started before anything new is taken).
+        self.gate: ConcurrencyGate[Pending] = ConcurrencyGate()
+        self.released: deque[Pending] = deque()
+        self.replaced: dict[str, str] = {}  # run id -> the run that replaced it
         self.finished: SimpleQueue[Done[Pending]] = SimpleQueue()
         self.pool = RunPool(config.concurrency, self.finished)
         self._target_producer = kafka_producer(settings)
@@ -92,10 +99,12 @@ class Attempts:
 
     # -- starting -----------------------------------------------------------------------
     def start_some(self, capacity: int, take: Callable[[], Pending | None]) -> int:
-        """Start up to ``capacity`` runs taken from ``take``; returns how many it took."""
+        """Start up to ``capacity`` runs: first queued runs whose turn came (a job's
+        ``concurrency`` policy), then runs from ``take``; returns how many it took."""
         taken = 0
         while capacity > 0:
-            pending = take()
+            released = bool(self.released)
+            pending = self.released.popleft() if released else take()
             if pending is None:
                 break
             taken += 1
@@ -107,10 +116,58 @@ class Attempts:
             )
             if verdict is not None:
                 self.outbox.finish(pending, verdict.status, verdict.error)
+                if released:
+                    self._release(run.job_id)
+                continue
+            if (
+                not released
+                and run.concurrency is not Concurrency.ALLOW
+                and not self._admit(pending)
+            ):
                 continue
             if self._start(pending):
                 capacity -= 1
         return taken
+
+    def _admit(self, pending: Pending) -> bool:
+        """The job's concurrency policy on a new run: start it (replacing the runs
+        executing, for REPLACE), skip it (FORBID) or queue it (QUEUE)."""
+        run = pending.run
+        decision = self.gate.admit(run.job_id, run.run_id, attempt=run.attempt,
+                                   policy=run.concurrency.value, item=pending)  # fmt: skip
+        if decision.skip_reason is not None:
+            self.outbox.finish(pending, RunStatus.SKIPPED, decision.skip_reason)
+            self.tally.add(metrics.runs_finished, "SKIPPED", run.target.type)
+        for run_id in decision.cancel:
+            other = self.running_ids.get(run_id)
+            if other is not None and other.context is not None:
+                self.replaced[run_id] = run.run_id
+                self.cancels.setdefault(run_id, int(time.time() * 1000))  # CANCELED, no retry
+                other.context.cancelled.set()
+        return decision.start
+
+    def _release(self, job_id: str) -> None:
+        """A run of ``job_id`` ended, or a queued one did not start: the next queued."""
+        item = self.gate.release(job_id)
+        if item is not None:
+            self.released.append(item)
+
+    def _ended(self, pending: Pending) -> None:
+        run = pending.run
+        if run.concurrency is not Concurrency.ALLOW:
+            self.replaced.pop(run.run_id, None)
+            item = self.gate.ended(run.job_id, run.run_id)
+            if item is not None:
+                self.released.append(item)
+
+    def drop_unstarted(self, gone: set[tuple[str, int]]) -> None:
+        """Revoked partitions: their queued runs are left for the next owner to read."""
+
+        def revoked(pending: Pending) -> bool:
+            return (pending.topic, pending.partition) in gone
+
+        self.gate.drop_queued(revoked)
+        self.released = deque(p for p in self.released if not revoked(p))
 
     def _start(self, pending: Pending) -> bool:
         """Publish STARTED and hand the attempt to a run thread; False when there is no
@@ -130,9 +187,13 @@ class Attempts:
         metrics.fire_to_start.observe(max(0, now_ms - to_ms(run.fired_at)) / 1000)
         if executor is None:
             self.fail(pending, TargetInvalid(f"unknown target type {run.target.type!r}"))
+            if run.concurrency is not Concurrency.ALLOW:
+                self._release(run.job_id)
             return False
         self.running.add(pending)
         self.running_ids[run.run_id] = pending
+        if run.concurrency is not Concurrency.ALLOW:
+            self.gate.started(run.job_id, run.run_id, policy=run.concurrency.value, item=pending)
         self.pool.submit(pending, _execute, executor, run.target, context)
         return True
 
@@ -170,6 +231,7 @@ class Attempts:
                 self.fail(pending, InternalError(f"the worker failed running it: {error!r}"))
             else:  # a cancel that came while it ran could not stop it: it succeeded
                 self.outbox.finish(pending, RunStatus.SUCCEEDED, None)
+            self._ended(pending)
         now = time.monotonic()
         if now >= self._next_deadline_check:
             self._next_deadline_check = now + 0.1
@@ -190,6 +252,7 @@ class Attempts:
                 self.running.remove(pending)
                 del self.running_ids[pending.run.run_id]
                 self.fail(pending, TimedOut("timed out; the callable did not stop"))
+                self._ended(pending)
                 count += 1
                 if len(self.pool) < 2 * self.concurrency:
                     self.pool.add_thread()
@@ -203,9 +266,11 @@ class Attempts:
         run = pending.run
         context = pending.context
         now_ms = int(time.time() * 1000)
+        by = self.replaced.get(run.run_id)
         verdict = after_failure(
             RunStatus(exc.status),
-            redact_text(f"{type(exc).__name__}: {exc}"),
+            f"replaced by run {by} (concurrency replace)" if by is not None
+            else redact_text(f"{type(exc).__name__}: {exc}"),
             retriable=exc.retriable,
             cancel_requested=context is not None and context.cancelled.is_set()
             and run.run_id in self.cancels,

@@ -145,6 +145,7 @@ class Worker:
     def _on_revoke(self, consumer: object, partitions: list[TopicPartition]) -> None:
         gone = {(tp.topic, tp.partition) for tp in partitions}
         self.intake.drop_unstarted(gone)
+        self.attempts.drop_unstarted(gone)
         self.stall.drop(gone)
         # Stopping (SIGTERM): ``drain`` already gave running attempts the grace period.
         deadline = self._stop_deadline or time.monotonic() + self.config.grace_s

@@ -59,7 +59,7 @@ def _warn_literal_secrets(jobs: list[JobDefinition]) -> None:
 def _spec_from_args(args: argparse.Namespace) -> dict[str, Any]:
     spec: dict[str, Any] = {"id": args.job_id, "target": args.target}
     for name in ("cron", "every", "at", "anchor", "tz", "url", "method", "topic", "callable",
-                 "command", "priority", "backoff", "timeout", "misfire", "catchup",
+                 "command", "priority", "backoff", "timeout", "misfire", "concurrency", "catchup",
                  "catchup_window", "jitter", "start", "end", "tenant", "max_attempts"):  # fmt: skip
         value = getattr(args, name)
         if value is not None:
@@ -288,6 +288,8 @@ def add_job_schedule_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", help="per-run timeout (default 30s)")
     parser.add_argument("--misfire", help="skip | once | all (default once)")
     parser.add_argument("--catchup", type=int, help="misfire=all: most slots to run (10)")
+    parser.add_argument("--concurrency", help="while another run of the job executes: "
+                        "allow | forbid | replace | queue (default allow)")  # fmt: skip
     parser.add_argument("--catchup-window", help="older missed slots are only recorded (1h)")
     parser.add_argument("--jitter", help="spread fires over 0..JITTER (default 0)")
     parser.add_argument("--start", help="no fire before this instant")

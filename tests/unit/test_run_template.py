@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from schemas.avro import parsed_schema
 from schemas.events import (
+    Concurrency,
     CronSchedule,
     DeadLetter,
     JobDefinition,
@@ -44,7 +45,8 @@ JOBS = [
                   target=Target(type="kafka", topic="out", headers={"k": "v", "é": "x"}),
                   updated_at=utc_now(), payload='{"big": "' + "x" * 300 + '"}',
                   priority=Priority.HIGH, timeout_ms=123_456_789_012,
-                  retry=RetryPolicy(max_attempts=9, initial_backoff_ms=1, max_backoff_ms=2**40)),
+                  retry=RetryPolicy(max_attempts=9, initial_backoff_ms=1, max_backoff_ms=2**40),
+                  concurrency=Concurrency.QUEUE),
 ]  # fmt: skip
 
 
@@ -58,6 +60,7 @@ def test_template_bytes_equal_fastavro(job: JobDefinition, trigger: Trigger, dup
         scheduled_at=from_ms(slot), fired_at=from_ms(fired), target=job.target,
         payload=job.payload, priority=job.priority, timeout_ms=job.timeout_ms,
         retry=job.retry, attempt=70, trigger=trigger, possible_duplicate=dup,
+        concurrency=job.concurrency,
     )  # fmt: skip
     buf = io.BytesIO()
     buf.write(struct.pack(">bI", 0, 4242))
