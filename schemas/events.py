@@ -114,6 +114,9 @@ def _converters(hint: Any) -> tuple[Convert, Convert]:
         return methodcaller("to_avro"), hint.from_avro
     if get_origin(hint) is dict:
         return dict, dict
+    if get_origin(hint) is tuple:  # tuple[X, ...]: an Avro array
+        to_item, from_item = _converters(args[0])
+        return (lambda seq: [to_item(x) for x in seq]), (lambda seq: tuple(map(from_item, seq)))
     return _same, _same
 
 
@@ -436,6 +439,7 @@ Event = JobDefinition | RunRequest | RunOutcome | TimerRequest | ControlCommand 
 __all__ = [
     "EPOCH",
     "TARGET_TYPES",
+    "Concurrency",
     "ControlAction",
     "ControlCommand",
     "CronSchedule",

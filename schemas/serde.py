@@ -31,6 +31,7 @@ from schemas.events import (
     RunRequest,
     TimerRequest,
 )
+from schemas.flows import FlowDefinition
 from schemas.limits import LimitError, refusal, run_problems
 from schemas.registry import RegistryClient, RegistryError, RegistryUnavailable
 from schemas.templates import RunRequestReader, encode_dead_letter, encode_run_outcome
@@ -46,7 +47,7 @@ EVENT_TYPES: dict[str, type[AnyEvent]] = {
     t.AVRO_NAME: t
     for t in (
         *(JobDefinition, RunRequest, RunOutcome, TimerRequest, ControlCommand, DeadLetter),
-        *(TenantCommand, TenantResult),
+        *(TenantCommand, TenantResult, FlowDefinition),
     )
 }
 E = TypeVar("E", bound=AnyEvent)

@@ -1,0 +1,48 @@
+"""Flows: named DAGs of nodes (``cronstream.FlowDefinition``; ``producers.flows`` checks a
+definition is a DAG, ``streams.core.flow`` runs one)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import ClassVar
+
+from schemas.events import AvroRecord, Priority, RetryPolicy, Target
+
+
+class FlowTriggerRule(StrEnum):
+    """When a flow node runs once every node it comes after has ended."""
+
+    ALL_SUCCESS = "ALL_SUCCESS"  # each succeeded (otherwise: UPSTREAM_FAILED)
+    ALL_DONE = "ALL_DONE"  # whatever they ended with
+    ANY_FAILED = "ANY_FAILED"  # one failed (a cleanup node; otherwise: SKIPPED)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FlowNode(AvroRecord):
+    name: str
+    target: Target
+    payload: str | None = None
+    priority: Priority = Priority.NORMAL
+    timeout_ms: int = 30_000
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    after: tuple[str, ...] = ()
+    trigger_rule: FlowTriggerRule = FlowTriggerRule.ALL_SUCCESS
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FlowDefinition(AvroRecord):
+    AVRO_NAME: ClassVar[str] = "cronstream.FlowDefinition"
+
+    flow_id: str
+    nodes: tuple[FlowNode, ...]
+    updated_at: datetime
+    tenant: str = "default"
+
+    def key(self) -> str:
+        return self.flow_id
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        return [("event", b"FlowDefinition"), ("flow_id", self.flow_id.encode()),
+                ("nodes", str(len(self.nodes)).encode())]  # fmt: skip
