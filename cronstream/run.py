@@ -3,7 +3,8 @@
 The stack is already up and bootstrapped (the Makefile's `up` target ran first). This
 applies ``examples/jobs.yaml``, serves the example HTTP target those jobs call, starts
 one scheduler, one worker, one history sink, one admission (tenants' commands; the
-Makefile onboards the tenant ``demo`` first) and the HTTP API, and prints their logs combined (each
+Makefile onboards the tenant ``demo`` first), the HTTP API and the flows coordinator
+(``examples/flows.yaml`` applied too), and prints their logs combined (each
 line prefixed with its process) under a live status line: fires/s, runs/s, failures,
 and the workers' and sink's lag. Logs are also appended to ``.stack/logs/<name>.log``.
 Ctrl-C stops every process (each finishes its own clean handover); `make down` stops
@@ -36,6 +37,19 @@ from schemas.catalog import Topics
 from schemas.events import Priority, text_headers
 
 FAILURES = frozenset({"FAILED", "TIMED_OUT", "DEAD_LETTERED"})
+STARTED = (
+    "scheduler, worker, sink, admission, api (http://127.0.0.1:8780) and the flows "
+    "coordinator started; in another terminal try:\n"
+    "  .venv/bin/cronstream jobs list\n"
+    "  .venv/bin/cronstream history hello-python --since 5m\n"
+    "  .venv/bin/cronstream history --status failed,dead_lettered --since 1h --all-tenants\n"
+    "  .venv/bin/cronstream runs trigger hello-webhook --idempotency-key first\n"
+    "  .venv/bin/cronstream flows trigger example-etl --idempotency-key first\n"
+    "  .venv/bin/cronstream tenant --tenant demo put examples/tenant-jobs.yaml\n"
+    '  curl -H "Authorization: Bearer $(cat .stack/data/security/credentials/'
+    'api-token-demo.secret)" http://127.0.0.1:8780/v1/jobs\n'
+    "Ctrl-C stops every process; `make down` stops the services."
+)
 STATUS_EVERY_S = 2.0
 
 
@@ -91,15 +105,23 @@ def serve_example_target(console: Console, port: int) -> ThreadingHTTPServer:
 
 def apply_examples(settings: Settings, console: Console) -> None:
     from producers.client import JobClient
+    from producers.flows import load_flows_file
     from producers.spec import load_jobs_file
     from runtime.kafka.publisher import Publisher
 
     path = REPO_ROOT / "examples" / "jobs.yaml"
     jobs = load_jobs_file(path, max_payload_bytes=settings.max_payload_bytes)
+    flows_path = REPO_ROOT / "examples" / "flows.yaml"
+    flows = load_flows_file(flows_path, max_payload_bytes=settings.max_payload_bytes)
     with JobClient(settings, publisher=Publisher(settings, log_level=3)) as client:
         client.put_many(jobs)
+        for flow, schedule in flows:
+            client.put_flow(flow, schedule)
     console.line(f"applied {len(jobs)} example jobs from {path.relative_to(REPO_ROOT)}: "
                  + ", ".join(j.job_id for j in jobs))  # fmt: skip
+    console.line(f"applied {len(flows)} example flows from "
+                 f"{flows_path.relative_to(REPO_ROOT)}: "
+                 + ", ".join(f.flow_id for f, _ in flows))  # fmt: skip
 
 
 def start(name: str, args: list[str], logs: Path, console: Console) -> subprocess.Popen[str]:
@@ -203,19 +225,9 @@ def main() -> int:
         "sink": start("sink", ["sink"], logs, console),
         "admission": start("admission", ["admission"], logs, console),
         "api": start("api", ["api"], logs, console),
+        "flows": start("flows", ["flows-coordinator"], logs, console),
     }
-    console.line(
-        "scheduler, worker, sink, admission and api (http://127.0.0.1:8780) started; "
-        "in another terminal try:\n"
-        "  .venv/bin/cronstream jobs list\n"
-        "  .venv/bin/cronstream history hello-python --since 5m\n"
-        "  .venv/bin/cronstream history --status failed,dead_lettered --since 1h --all-tenants\n"
-        "  .venv/bin/cronstream runs trigger hello-webhook --idempotency-key first\n"
-        "  .venv/bin/cronstream tenant --tenant demo put examples/tenant-jobs.yaml\n"
-        '  curl -H "Authorization: Bearer $(cat .stack/data/security/credentials/'
-        'api-token-demo.secret)" http://127.0.0.1:8780/v1/jobs\n'
-        "Ctrl-C stops every process; `make down` stops the services."
-    )
+    console.line(STARTED)
     # Ctrl-C reaches the whole foreground process group: the children stop themselves;
     # this process notes it, stops waiting, and makes sure they are gone.
     stopping: list[int] = []

@@ -48,7 +48,7 @@ from runtime.registry import registry_client
 from runtime.settings import Settings
 from runtime.tokens import ADMIN, issue_token
 from schemas.avro import schema_json
-from schemas.catalog import ROLES, TENANT_TOPICS, RoleAccess, Topics, role_user
+from schemas.catalog import FLOWS_APP, ROLES, TENANT_TOPICS, RoleAccess, Topics, role_user
 from schemas.serde import Codec
 
 COMPATIBILITY = "BACKWARD"
@@ -91,6 +91,15 @@ def ensure_topics(settings: Settings, *, timeout: float = 30.0) -> TopicReport:
             )
             continue
         existing.append(name)
+    for name, internal in topics.internal():
+        current = metadata.topics.get(name)
+        if current is not None and current.error is None:
+            existing.append(name)
+            continue
+        config = {"cleanup.policy": "compact"} if internal.compacted else {}
+        partitions = internal.fixed_partitions or settings.partitions
+        to_create.append(NewTopic(name, num_partitions=partitions, replication_factor=1,
+                                  config=config))  # fmt: skip
     created = create_topics(admin, to_create, existing, timeout)
     mismatches = _mismatches(settings, admin, existing, timeout)
     wait_until_usable(settings, topics.jobs)
@@ -271,6 +280,10 @@ def _role_access(topics: Topics, access: RoleAccess, principal: str) -> list[Acl
     if access.tenant_topics:
         ops = (AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE)
         wanted |= {(f"{topics.prefix}.{TENANT_TOPICS}", prefixed, op) for op in ops}
+    if access.internal:  # faust's own topics: "<prefix>.flows-coordinator-..."
+        own = (AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE,
+               AclOperation.DESCRIBE_CONFIGS)  # fmt: skip
+        wanted |= {(f"{topics.prefix}.{FLOWS_APP}-", prefixed, op) for op in own}
     bindings = [
         AclBinding(ResourceType.TOPIC, name, pattern, principal, "*", op, allow)
         for name, pattern, op in sorted(wanted, key=str)
@@ -319,9 +332,12 @@ def _mismatches(
     mismatches = []
     # Partition counts are checked on fresh metadata: a topic another client created a
     # moment ago (TOPIC_ALREADY_EXISTS above) may be missing from the first listing.
+    internal = dict(topics.internal())
     for name in existing:
         have = _partition_count(admin, name, timeout)
-        want = topics.partitions(specs[name])
+        spec = specs.get(name)
+        want = (topics.partitions(spec) if spec is not None
+                else internal[name].fixed_partitions or settings.partitions)  # fmt: skip
         if have != want:
             mismatches.append(
                 f"{name} has {have} partitions, the catalog wants {want} "

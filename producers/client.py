@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from datetime import datetime
+from typing import TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
@@ -32,9 +33,13 @@ from schemas.events import (
     job_headers,
     utc_now,
 )
+from schemas.flows import FlowDefinition, FlowEvent, FlowEventKind
 from schemas.ids import job_id_of, manual_run_id, partition_for
 from schemas.limits import idempotency_key_problems
 from schemas.serde import DecodeError
+from schemas.tenancy import AnyEvent
+
+E = TypeVar("E", bound=AnyEvent)
 
 
 class UnknownJob(LookupError):
@@ -120,24 +125,27 @@ class JobClient:
             jobs[key] = job
         return sorted((j for j in jobs.values() if j is not None), key=lambda j: j.job_id)
 
-    def _partition_count(self, consumer: Consumer) -> int:
-        meta = consumer.list_topics(self.topics.jobs, timeout=10)
-        topic = meta.topics.get(self.topics.jobs)
+    def _partition_count(self, consumer: Consumer, name: str) -> int:
+        meta = consumer.list_topics(name, timeout=10)
+        topic = meta.topics.get(name)
         if topic is None or topic.error is not None or not topic.partitions:
-            raise RuntimeError(
-                f"topic {self.topics.jobs} does not exist: run 'make up' (bootstrap) first"
-            )
+            raise RuntimeError(f"topic {name} does not exist: run 'make up' (bootstrap) first")
         return len(topic.partitions)
 
-    def _read(self, *, only: str | None) -> Iterator[tuple[str, JobDefinition | None]]:
-        """(job_id, definition or None for a tombstone) in log order, up to the end.
-
-        With ``only``, just the partition that job id hashes to is read.
-        """
-        topic = self.topics.jobs
+    def _read(
+        self,
+        *,
+        only: str | None,
+        topic: str | None = None,
+        kind: type[E] = JobDefinition,  # type: ignore[assignment]
+    ) -> Iterator[tuple[str, E | None]]:
+        """(key, definition or None for a tombstone) of a compacted topic (the jobs
+        topic unless told), in log order, up to the end. With ``only``, just the
+        partition that key hashes to is read."""
+        topic = topic or self.topics.jobs
         consumer = kafka_consumer(self.settings)
         try:
-            count = self._partition_count(consumer)
+            count = self._partition_count(consumer, topic)
             partitions = [partition_for(only, count)] if only else list(range(count))
             ends: dict[int, int] = {}
             for p in partitions:
@@ -160,13 +168,61 @@ class JobClient:
                         yield key, None
                     else:
                         try:
-                            yield key, self.publisher.codec.decode(value, JobDefinition)
+                            yield key, self.publisher.codec.decode(value, kind)
                         except DecodeError as exc:
                             self.skipped.append(f"{topic}/{part}@{offset}: {exc}")
                     if part in ends and offset + 1 >= ends[part]:
                         del ends[part]
         finally:
             consumer.close()
+
+    # -- flows --------------------------------------------------------------------------
+    def put_flow(self, flow: FlowDefinition, schedule: JobDefinition) -> None:
+        """Write a flow: its definition, then its schedule (a job of the same id whose
+        target is ``flow``: each of its runs starts a flow run)."""
+        problems = job_problems(schedule, max_payload_bytes=self.settings.max_payload_bytes)
+        if schedule.job_id != flow.flow_id or schedule.target.type != "flow":
+            problems.append("the schedule must be a job of the flow's id with target flow")
+        if problems:
+            raise SpecError(f"flow {flow.flow_id}", problems)
+        self.publisher.publish(self.topics.flows, flow)
+        self.publisher.publish(self.topics.jobs, schedule)
+        self.publisher.flush()
+
+    def get_flow(self, flow_id: str) -> FlowDefinition | None:
+        latest = None
+        for key, flow in self._read(only=flow_id, topic=self.topics.flows, kind=FlowDefinition):
+            if key == flow_id:
+                latest = flow
+        return latest
+
+    def list_flows(self) -> list[FlowDefinition]:
+        flows: dict[str, FlowDefinition | None] = {}
+        for key, flow in self._read(only=None, topic=self.topics.flows, kind=FlowDefinition):
+            flows[key] = flow
+        return sorted((f for f in flows.values() if f is not None), key=lambda f: f.flow_id)
+
+    def delete_flow(self, flow_id: str) -> None:
+        """Tombstones for the flow's schedule, then its definition (runs in progress
+        can no longer start nodes: they end FAILED)."""
+        if self.get_flow(flow_id) is None:
+            raise UnknownJob(flow_id)
+        self.publisher.produce_raw(self.topics.jobs, flow_id, None,
+                                   job_headers(flow_id, op="delete"))  # fmt: skip
+        self.publisher.produce_raw(self.topics.flows, flow_id, None, [("op", b"delete")])
+        self.publisher.flush()
+
+    def rerun_flow(self, flow_run_id: str) -> FlowEvent:
+        """Ask the coordinator to run the failed part of a flow run again."""
+        flow_id = job_id_of(flow_run_id)
+        if self.get_flow(flow_id) is None:
+            raise UnknownJob(flow_id)
+        now = utc_now()
+        event = FlowEvent(flow_id=flow_id, flow_run_id=flow_run_id, kind=FlowEventKind.RERUN,
+                          scheduled_at=now, at=now)  # fmt: skip
+        self.publisher.publish(self.topics.flow_events, event)
+        self.publisher.flush()
+        return event
 
     # -- runs ---------------------------------------------------------------------------
     def trigger(

@@ -30,10 +30,13 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
+import yaml
+
 from producers.spec import SpecError, job_from_spec
-from schemas.events import utc_now
+from schemas.events import JobDefinition, utc_now
 from schemas.flows import FlowDefinition, FlowNode, FlowTriggerRule
 from schemas.limits import MAX_JOB_ID, name_problems
 
@@ -46,7 +49,12 @@ NODE_JOB_KEYS = frozenset({
     "priority", "max_attempts", "backoff", "timeout",
 })  # fmt: skip
 NODE_KEYS = NODE_JOB_KEYS | {"name", "after", "trigger"}
-FLOW_KEYS = frozenset({"id", "tenant", "nodes"})
+# A flow's schedule: what a job says about when it runs (the flow's job, target flow).
+SCHEDULE_KEYS = frozenset({
+    "cron", "every", "anchor", "at", "tz", "start", "end", "jitter", "misfire", "catchup",
+    "catchup_window", "concurrency", "paused", "priority",
+})  # fmt: skip
+FLOW_KEYS = frozenset({"id", "tenant", "nodes"}) | SCHEDULE_KEYS
 
 
 def flow_from_spec(
@@ -76,6 +84,38 @@ def flow_from_spec(
         raise SpecError(f"flow {flow_id or '(no id)'}", problems)
     return FlowDefinition(flow_id=flow_id, tenant=str(spec.get("tenant") or "default"),
                           nodes=tuple(nodes), updated_at=now or utc_now())  # fmt: skip
+
+
+def flow_schedule(spec: Mapping[str, Any], *, max_payload_bytes: int) -> JobDefinition:
+    """The flow's job: its schedule keys (none: manual triggers only), target ``flow``;
+    each of its runs ``FLOW@<slot>`` starts a flow run."""
+    job_spec = {k: v for k, v in spec.items() if k in SCHEDULE_KEYS}
+    return job_from_spec({**job_spec, "id": spec.get("id"), "tenant": spec.get("tenant"),
+                          "target": "flow"}, max_payload_bytes=max_payload_bytes)  # fmt: skip
+
+
+def load_flows_file(
+    path: Path, *, max_payload_bytes: int
+) -> list[tuple[FlowDefinition, JobDefinition]]:
+    """Read a flows YAML file (a list, or ``flows:`` with a list): every flow and its
+    schedule, all checked; SpecError naming each entry's problems."""
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise SpecError(str(path), [f"cannot read: {exc}"]) from None
+    entries = doc.get("flows") if isinstance(doc, dict) else doc
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise SpecError(str(path), ["expected a list of flows (or 'flows:' with a list)"])
+    out, problems = [], []
+    for index, entry in enumerate(entries):
+        try:
+            flow = flow_from_spec(entry, max_payload_bytes=max_payload_bytes)
+            out.append((flow, flow_schedule(entry, max_payload_bytes=max_payload_bytes)))
+        except SpecError as exc:
+            problems += [f"entry {index + 1} ({exc.subject}): {p}" for p in exc.problems]
+    if problems:
+        raise SpecError(str(path), problems)
+    return out
 
 
 def _node(

@@ -22,6 +22,7 @@ from schemas.events import (
     RunRequest,
     TimerRequest,
 )
+from schemas.flows import FlowDefinition, FlowEvent
 from schemas.tenancy import AnyEvent, TenantCommand, TenantResult, commands_topic, results_topic
 
 DAY_MS = 86_400_000
@@ -81,7 +82,41 @@ CONTROL = TopicSpec(
     fixed_partitions=1,
 )
 
-CATALOG: tuple[TopicSpec, ...] = (JOBS, *RUNS.values(), TIMERS, HISTORY, DLQ, CONTROL)
+FLOWS = TopicSpec(
+    suffix="flows",
+    value_type=FlowDefinition,
+    doc="flow definitions, key=flow_id, compacted, kept forever; a tombstone deletes a flow",
+    config=_cfg(cleanup_policy="compact", retention_ms="-1", min_cleanable_dirty_ratio="0.1"),
+)
+FLOW_EVENTS = TopicSpec(
+    suffix="flows.events",
+    value_type=FlowEvent,
+    doc="flow run starts, node run outcomes and reruns for the flows coordinator, key=flow_id",
+    config=_cfg(retention_ms=str(7 * DAY_MS)),
+)
+
+CATALOG: tuple[TopicSpec, ...] = (
+    JOBS, *RUNS.values(), TIMERS, HISTORY, DLQ, CONTROL, FLOWS, FLOW_EVENTS,
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InternalTopic:
+    """A topic of the flows coordinator's own (faust-streaming's: its leader topic, its
+    table's changelog), not Avro, not in CATALOG; the bootstrap creates it, since
+    cronstream's users may not create topics."""
+
+    suffix: str
+    compacted: bool = False
+    fixed_partitions: int | None = None  # None: Settings.partitions (the events topic's)
+
+
+FLOWS_APP = "flows-coordinator"  # the faust app id after "<prefix>."; its topics start so
+FLOWS_TABLE = "runs"
+INTERNAL: tuple[InternalTopic, ...] = (
+    InternalTopic(suffix=f"{FLOWS_APP}-__assignor-__leader", fixed_partitions=1),
+    InternalTopic(suffix=f"{FLOWS_APP}-{FLOWS_TABLE}-changelog", compacted=True),
+)
 
 # Per tenant (``tenants add``), not in CATALOG: the bootstrap does not make them.
 TENANT_COMMANDS = TopicSpec(
@@ -111,6 +146,7 @@ class RoleAccess:
     reads: tuple[TopicSpec, ...] = ()
     writes: tuple[TopicSpec, ...] = ()
     tenant_topics: bool = False
+    internal: bool = False  # read and write the flows coordinator's INTERNAL topics
     # The history tables in Cassandra, as its own login (cassandra_role_user):
     # "write" (SELECT and MODIFY), "read" (SELECT), "" (no login of its own).
     history: str = ""
@@ -123,13 +159,17 @@ ROLES: Mapping[str, RoleAccess] = MappingProxyType({
     # fires due runs; records skipped slots and refused definitions
     "scheduler": RoleAccess(reads=(JOBS, TIMERS), writes=(*_RUNS, HISTORY, DLQ)),
     # executes runs; replays history for dedup; retries go to timers
-    "worker": RoleAccess(reads=(*_RUNS, CONTROL, HISTORY), writes=(HISTORY, TIMERS, DLQ)),
+    "worker": RoleAccess(reads=(*_RUNS, CONTROL, HISTORY),
+                         writes=(HISTORY, TIMERS, DLQ, FLOW_EVENTS)),
     # history topic -> Cassandra; undecodable records to the dead letters
     "sink": RoleAccess(reads=(HISTORY,), writes=(DLQ,), history="write"),
     # tenants' commands -> jobs, triggers and cancels; answers to each tenant
     "admission": RoleAccess(reads=(JOBS,), writes=(JOBS, *_RUNS, CONTROL), tenant_topics=True),
     # the HTTP API: a tenant's commands go through the admission like the tenant's own
     "api": RoleAccess(reads=(JOBS,), tenant_topics=True, history="read"),
+    # flow runs: starts and node outcomes -> node run requests; flows' outcomes recorded
+    "flows": RoleAccess(reads=(FLOWS, FLOW_EVENTS), writes=(*_RUNS, HISTORY, DLQ),
+                        internal=True),
 })  # fmt: skip
 
 
@@ -196,6 +236,17 @@ class Topics:
     @property
     def control(self) -> str:
         return self.name(CONTROL)
+
+    @property
+    def flows(self) -> str:
+        return self.name(FLOWS)
+
+    @property
+    def flow_events(self) -> str:
+        return self.name(FLOW_EVENTS)
+
+    def internal(self) -> list[tuple[str, InternalTopic]]:
+        return [(f"{self.prefix}.{t.suffix}", t) for t in INTERNAL]
 
     def tenant_commands(self, tenant: str) -> str:
         return commands_topic(self.prefix, tenant)

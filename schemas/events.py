@@ -49,6 +49,7 @@ class Trigger(StrEnum):
     CATCHUP = "CATCHUP"
     RETRY = "RETRY"
     MANUAL = "MANUAL"
+    FLOW = "FLOW"  # a node of a flow run
 
 
 class MisfireKind(StrEnum):
@@ -67,6 +68,7 @@ class RunStatus(StrEnum):
     MISSED = "MISSED"
     SKIPPED = "SKIPPED"
     DUPLICATE = "DUPLICATE"
+    UPSTREAM_FAILED = "UPSTREAM_FAILED"  # a flow node not run: a node before it failed
 
 
 class TimerReason(StrEnum):
@@ -78,7 +80,7 @@ class ControlAction(StrEnum):
     CANCEL = "CANCEL"
 
 
-TARGET_TYPES = ("http", "kafka", "python", "shell")
+TARGET_TYPES = ("http", "kafka", "python", "shell", "flow")
 
 
 # -- Avro conversion --------------------------------------------------------------------

@@ -46,3 +46,40 @@ class FlowDefinition(AvroRecord):
     def headers(self) -> list[tuple[str, bytes]]:
         return [("event", b"FlowDefinition"), ("flow_id", self.flow_id.encode()),
                 ("nodes", str(len(self.nodes)).encode())]  # fmt: skip
+
+
+class FlowEventKind(StrEnum):
+    START = "START"
+    OUTCOME = "OUTCOME"
+    RERUN = "RERUN"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FlowEvent(AvroRecord):
+    """What the flows coordinator acts on (``cronstream.flows.events``, key flow id)."""
+
+    AVRO_NAME: ClassVar[str] = "cronstream.FlowEvent"
+
+    flow_id: str
+    flow_run_id: str
+    kind: FlowEventKind
+    scheduled_at: datetime
+    at: datetime
+    tenant: str = "default"
+    run_id: str | None = None
+    status: str | None = None
+    retrying: bool = False
+    error: str | None = None
+
+    def key(self) -> str:
+        return self.flow_id
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        headers = [("event", b"FlowEvent"), ("kind", self.kind.value.encode()),
+                   ("flow_id", self.flow_id.encode()),
+                   ("flow_run_id", self.flow_run_id.encode())]  # fmt: skip
+        if self.run_id is not None:
+            headers.append(("run_id", self.run_id.encode()))
+        if self.status is not None:
+            headers.append(("status", self.status.encode()))
+        return headers

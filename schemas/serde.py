@@ -31,7 +31,7 @@ from schemas.events import (
     RunRequest,
     TimerRequest,
 )
-from schemas.flows import FlowDefinition
+from schemas.flows import FlowDefinition, FlowEvent
 from schemas.limits import LimitError, refusal, run_problems
 from schemas.registry import RegistryClient, RegistryError, RegistryUnavailable
 from schemas.templates import RunRequestReader, encode_dead_letter, encode_run_outcome
@@ -47,7 +47,7 @@ EVENT_TYPES: dict[str, type[AnyEvent]] = {
     t.AVRO_NAME: t
     for t in (
         *(JobDefinition, RunRequest, RunOutcome, TimerRequest, ControlCommand, DeadLetter),
-        *(TenantCommand, TenantResult, FlowDefinition),
+        *(TenantCommand, TenantResult, FlowDefinition, FlowEvent),
     )
 }
 E = TypeVar("E", bound=AnyEvent)

@@ -20,7 +20,7 @@ from enum import StrEnum
 from typing import Any, ClassVar, Self
 
 from schemas.events import AvroRecord, Event, JobDefinition
-from schemas.flows import FlowDefinition
+from schemas.flows import FlowDefinition, FlowEvent
 
 # Lower-case letters, digits and '-', no dots: a prefixed ACL on ``<prefix>.t.<tenant>.``
 # then never reaches another tenant whose name merely starts the same.
@@ -141,4 +141,4 @@ class TenantResult(AvroRecord):
         return headers
 
 
-AnyEvent = Event | TenantCommand | TenantResult | FlowDefinition
+AnyEvent = Event | TenantCommand | TenantResult | FlowDefinition | FlowEvent

@@ -20,6 +20,7 @@ from __future__ import annotations
 import fnmatch
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -110,32 +111,12 @@ class KafkaExecutor:
         return exists
 
     def _produce(self, producer: Producer, target: Target, context: RunContext) -> str:
-        done = threading.Event()
-        outcome: list[KafkaError | None] = []
-
-        def on_delivery(err: KafkaError | None, _msg: Message) -> None:
-            outcome.append(err)
-            done.set()
-
-        try:
-            producer.produce(
-                target.topic or "",
-                key=context.run_id.encode(),
-                value=(context.payload or "").encode(),
-                headers=[("run_id", context.run_id.encode()),
-                         ("job_id", context.job_id.encode()),
-                         ("attempt", str(context.attempt).encode())],
-                on_delivery=on_delivery,
-            )  # fmt: skip
-        except BufferError as exc:
-            raise ExecutionFailed(f"local producer queue full: {exc}") from exc
-        except Exception as exc:  # KafkaException for a bad topic name and the like
-            raise TargetInvalid(f"cannot produce to {target.topic!r}: {exc}") from exc
-        while not done.is_set():
-            if context.remaining() <= 0:
-                raise TimedOut(f"no acknowledgement from {target.topic!r} before the timeout")
-            producer.poll(min(0.05, context.remaining()))
-        err = outcome[0]
+        err = deliver(
+            producer, target.topic or "", context, key=context.run_id.encode(),
+            value=(context.payload or "").encode(),
+            headers=[("run_id", context.run_id.encode()), ("job_id", context.job_id.encode()),
+                     ("attempt", str(context.attempt).encode())],
+        )  # fmt: skip
         if err is None:
             return f"produced to {target.topic}"
         if err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
@@ -144,3 +125,36 @@ class KafkaExecutor:
             who = f"tenant {context.tenant!r}" if producer is not self.producer else "the worker"
             raise TargetInvalid(f"{who} may not write to {target.topic!r}: {err.str()}")
         raise ExecutionFailed(f"delivery to {target.topic!r} failed: {err.str()}")
+
+
+def deliver(
+    producer: Producer,
+    topic: str,
+    context: RunContext,
+    *,
+    key: bytes,
+    value: bytes,
+    headers: Sequence[tuple[str, bytes]],
+) -> KafkaError | None:
+    """Produce one record and wait for the broker's answer within the run's time (None:
+    acknowledged). A full local queue fails the attempt (retried); the run's deadline
+    passing raises TimedOut."""
+    done = threading.Event()
+    outcome: list[KafkaError | None] = []
+
+    def on_delivery(err: KafkaError | None, _msg: Message) -> None:
+        outcome.append(err)
+        done.set()
+
+    try:
+        wire: list[tuple[str, str | bytes | None]] = list(headers)
+        producer.produce(topic, key=key, value=value, headers=wire, on_delivery=on_delivery)
+    except BufferError as exc:
+        raise ExecutionFailed(f"local producer queue full: {exc}") from exc
+    except Exception as exc:  # KafkaException for a bad topic name and the like
+        raise TargetInvalid(f"cannot produce to {topic!r}: {exc}") from exc
+    while not done.is_set():
+        if context.remaining() <= 0:
+            raise TimedOut(f"no acknowledgement from {topic!r} before the timeout")
+        producer.poll(min(0.05, context.remaining()))
+    return outcome[0]

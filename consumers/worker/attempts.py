@@ -27,6 +27,7 @@ from consumers.executors.base import (
     TimedOut,
 )
 from consumers.executors.egress import TenantProducers
+from consumers.executors.flow import FlowExecutor
 from consumers.executors.http import HttpExecutor
 from consumers.executors.kafka import KafkaExecutor, TopicPolicy
 from consumers.executors.pool import Done, RunPool
@@ -78,12 +79,13 @@ class Attempts:
             None if settings.kafka_security == "plaintext" else TenantProducers(
                 settings, Path(config.tenant_credentials or credentials_dir(settings)))
         )  # fmt: skip
+        topics, codec = Topics(settings), outbox.publisher.codec
         self.executors: dict[str, Executor] = {
             "http": HttpExecutor(allow=config.http_allow, secrets=Secrets(config.secrets_dir)),
             "kafka": KafkaExecutor(
                 self._target_producer,
                 TopicPolicy(
-                    own=frozenset(name for name, _ in Topics(settings).all()),
+                    own=frozenset(name for name, _ in [*topics.all(), *topics.internal()]),
                     allow=config.kafka_allow,
                     prefix=settings.topic_prefix,
                 ),
@@ -91,6 +93,11 @@ class Attempts:
             ),
             "python": PythonExecutor(PythonPolicy(config.python_allow)),
             "shell": ShellExecutor(ShellPolicy(config.shell_allow, env=config.shell_env)),
+            "flow": FlowExecutor(
+                self._target_producer,
+                topics.flow_events,
+                lambda event: codec.encode(topics.flow_events, event),
+            ),
         }
         self._next_deadline_check = 0.0
 

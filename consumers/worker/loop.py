@@ -42,8 +42,10 @@ from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import DeadLetter, RunOutcome, TimerRequest
+from schemas.flows import FlowEvent
 from schemas.registry import RegistryUnavailable
 from schemas.serde import Codec
+from schemas.tenancy import AnyEvent
 
 log = logging.getLogger("cronstream.worker")
 # History is read from this long before the oldest run an earlier owner left uncommitted
@@ -63,8 +65,7 @@ class Worker:
         # Every schema the worker writes with, resolved before anything else: from now
         # on publishing never needs the registry (RegistryUnavailable here: the caller
         # waits for it, ``cronstream.foreground.run_member``).
-        for topic, event_type in ((topics.history, RunOutcome), (topics.timers, TimerRequest),
-                                  (topics.dlq, DeadLetter)):  # fmt: skip
+        for topic, event_type in _written(topics):
             codec.writer_id(f"{topic}-value", event_type)
         self.trackers: dict[Key, OffsetTracker] = {}
         self.dedup = Dedup(config.lookback_ms, config.dedup_capacity, now_ms=_now_ms())
@@ -297,6 +298,12 @@ class Worker:
         owned = [TopicPartition(t, p) for (t, p) in self.trackers]
         for tp, lag in consumer_lag(self.consumer, owned):
             metrics.consumer_lag.labels(tp.topic, str(tp.partition)).set(lag)
+
+
+def _written(topics: Topics) -> list[tuple[str, type[AnyEvent]]]:
+    """Every topic the worker writes to, with the event it writes there."""
+    return [(topics.history, RunOutcome), (topics.timers, TimerRequest),
+            (topics.dlq, DeadLetter), (topics.flow_events, FlowEvent)]  # fmt: skip
 
 
 def _metadata_time(metadata: str | None) -> int | None:

@@ -18,7 +18,17 @@ from runtime.kafka.publisher import Publisher
 from runtime.kafka.records import ConsumedMessage, dead_letter
 from runtime.settings import Settings
 from schemas.catalog import Topics
-from schemas.events import DeadLetter, RunOutcome, RunRequest, RunStatus, TimerRequest, to_ms
+from schemas.events import (
+    DeadLetter,
+    RunOutcome,
+    RunRequest,
+    RunStatus,
+    TimerRequest,
+    Trigger,
+    to_ms,
+    utc_now,
+)
+from schemas.flows import FlowEvent, FlowEventKind
 from schemas.serde import Codec
 from schemas.templates import LetterWriter, OutcomeTemplate
 
@@ -44,6 +54,16 @@ def outbox_publisher(settings: Settings, codec: Codec) -> Publisher:
     """The publisher an ``Outbox`` needs: no per-record delivery reports, served by the
     flushes in ``settle``."""
     return Publisher(settings, codec=codec, serve_each=False, **OUTBOX_PRODUCER)
+
+
+def flow_outcome(run: RunRequest, status: RunStatus, error: str | None, *, retrying: bool
+                 ) -> FlowEvent:  # fmt: skip
+    """The FlowEvent of a flow node's attempt ending (its run id: FLOW@<slot>/NODE)."""
+    return FlowEvent(
+        flow_id=run.job_id, flow_run_id=run.run_id.rpartition("/")[0], kind=FlowEventKind.OUTCOME,
+        scheduled_at=run.scheduled_at, at=utc_now(), tenant=run.tenant, run_id=run.run_id,
+        status=status.value, retrying=retrying, error=error[:2000] if error else None,
+    )  # fmt: skip
 
 
 class Outbox:
@@ -88,13 +108,16 @@ class Outbox:
         error: str | None,
         *,
         next_attempt_ms: int | None = None,
-        extra: tuple[str, TimerRequest | DeadLetter] | None = None,
+        extra: tuple[str, TimerRequest | DeadLetter | FlowEvent] | None = None,
     ) -> None:
         """Settle ``pending`` with its final outcome for this attempt (and a retry timer
         or a DLQ record that must be durable first)."""
         self._outcome(pending, status, error, next_attempt_ms=next_attempt_ms)
         if extra is not None:
             pending.extra.append(extra)
+        if pending.run.trigger is Trigger.FLOW:  # a flow's node: the coordinator hears too
+            pending.extra.append((self.topics.flow_events, flow_outcome(
+                pending.run, status, error, retrying=next_attempt_ms is not None)))  # fmt: skip
         self.done.append(pending)
 
     def reject(

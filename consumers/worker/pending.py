@@ -15,6 +15,7 @@ from schemas.events import (
     Target,
     TimerRequest,
 )
+from schemas.flows import FlowEvent
 from schemas.headers import run_headers
 from schemas.templates import OutcomeTemplate
 
@@ -34,7 +35,7 @@ class Pending:
     outcome: list[tuple[bytes, Headers]] = field(default_factory=list)  # encoded, unpublished
     template: OutcomeTemplate | None = None  # what its outcomes have in common, encoded
     headers: Headers | None = None  # its outcomes' headers but the status (the last one)
-    extra: list[tuple[str, TimerRequest | DeadLetter]] = field(default_factory=list)
+    extra: list[tuple[str, TimerRequest | DeadLetter | FlowEvent]] = field(default_factory=list)
 
 
 def outcome_headers(pending: Pending, status: RunStatus) -> Headers:

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from cronstream.cli import history, jobs, roles, tenants
+from cronstream.cli import flows, history, jobs, roles, tenants
 from cronstream.cli.common import EXIT_INVALID, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_UNAVAILABLE
 from producers.client import JobClient, UnknownJob
 from producers.spec import SpecError
@@ -63,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     roles.register(sub)
     history.register(sub)
     tenants.register(sub)
+    flows.register(sub)
     status = sub.add_parser("status", help="health and endpoints of every service")
     status.add_argument("--json", action="store_true")
     status.set_defaults(handler=cmd_status, needs="settings")

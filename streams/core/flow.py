@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 
 class NodeState(StrEnum):
@@ -73,6 +74,8 @@ class FlowRun:
     states: dict[str, NodeState]
     generation: int = 0  # reruns so far
     status: str = "RUNNING"  # RUNNING, SUCCEEDED or FAILED
+    scheduled_ms: int = 0  # the flow run's slot
+    tenant: str = "default"
     # node -> the run id of its current run (its latest start)
     runs: dict[str, str] = field(default_factory=dict)
 
@@ -89,14 +92,39 @@ class FlowRun:
         return name if self.runs.get(name) == run_id else None
 
 
+def to_record(run: FlowRun) -> dict[str, Any]:
+    """``run`` as plain JSON values (the coordinator's table keeps these)."""
+    return {
+        "flow_id": run.flow_id, "run_id": run.run_id, "generation": run.generation,
+        "status": run.status, "scheduled_ms": run.scheduled_ms, "tenant": run.tenant,
+        "nodes": [[n.name, list(n.after), n.rule] for n in run.nodes.values()],
+        "states": {name: state.value for name, state in run.states.items()},
+        "runs": dict(run.runs),
+    }  # fmt: skip
+
+
+def from_record(record: Mapping[str, Any]) -> FlowRun:
+    nodes = {name: Node(name, tuple(after), rule) for name, after, rule in record["nodes"]}
+    return FlowRun(
+        record["flow_id"], record["run_id"], nodes,
+        {name: NodeState(state) for name, state in record["states"].items()},
+        generation=record["generation"], status=record["status"],
+        scheduled_ms=record["scheduled_ms"], tenant=record["tenant"], runs=dict(record["runs"]),
+    )  # fmt: skip
+
+
 def node_run_id(flow_run_id: str, node: str, generation: int) -> str:
     return f"{flow_run_id}/{node}" + (f"~r{generation}" if generation else "")
 
 
-def start(flow_id: str, run_id: str, nodes: Iterable[Node]) -> tuple[FlowRun, list[Start]]:
+def start(
+    flow_id: str, run_id: str, nodes: Iterable[Node], *, scheduled_ms: int = 0,
+    tenant: str = "default",
+) -> tuple[FlowRun, list[Start]]:  # fmt: skip
     """A new flow run and the starts of its root nodes."""
     table = {node.name: node for node in nodes}
-    run = FlowRun(flow_id, run_id, table, dict.fromkeys(table, NodeState.PENDING))
+    run = FlowRun(flow_id, run_id, table, dict.fromkeys(table, NodeState.PENDING),
+                  scheduled_ms=scheduled_ms, tenant=tenant)  # fmt: skip
     return run, _advance(run)
 
 

@@ -80,3 +80,18 @@ def test_a_5000_node_chain_is_checked_without_recursion() -> None:
     assert cycle is not None
     assert cycle[0] == cycle[-1]
     assert len(cycle) == 5001
+
+
+def test_the_example_flows_file_is_valid_and_each_flow_has_its_schedule_job() -> None:
+    from producers.flows import load_flows_file
+    from runtime.settings import REPO_ROOT
+    from schemas.events import Concurrency
+
+    ((flow, schedule),) = load_flows_file(
+        REPO_ROOT / "examples" / "flows.yaml", max_payload_bytes=65536
+    )
+    assert flow.flow_id == schedule.job_id == "example-etl"
+    assert schedule.target.type == "flow"
+    assert schedule.concurrency is Concurrency.FORBID
+    assert [n.name for n in flow.nodes] == ["extract", "transform", "validate", "load",
+                                            "page-oncall"]  # fmt: skip

@@ -34,7 +34,18 @@ def test_no_role_but_the_admission_writes_jobs_and_only_it_and_the_api_reach_ten
     assert writes_jobs == {"admission"}
     tenant_writes = {r for r in ROLES if ("TOPIC", "acme.t.", "PREFIXED", "WRITE") in _grants(r)}
     assert tenant_writes == {"admission", "api"}
-    for role in ROLES:  # literal names, or the tenant prefix: never the whole namespace
-        for kind, name, pattern, _op in _grants(role):
+    for role in ROLES:  # literal names, the tenant prefix or the flows coordinator's own
+        for kind, name, pattern, _op in _grants(role):  # topics: never the whole namespace
             if kind == "TOPIC" and pattern == "PREFIXED":
-                assert name == "acme.t."
+                assert name == ("acme.flows-coordinator-" if role == "flows" else "acme.t.")
+
+
+def test_the_flows_coordinator_reaches_its_own_topics_and_writes_no_definition() -> None:
+    grants = _grants("flows")
+    assert ("TOPIC", "acme.flows-coordinator-", "PREFIXED", "WRITE") in grants
+    assert ("TOPIC", "acme.flows.events", "LITERAL", "READ") in grants
+    assert ("TOPIC", "acme.runs.low", "LITERAL", "WRITE") in grants
+    assert not {g for g in grants if g[1] in ("acme.flows", "acme.jobs") and g[3] == "WRITE"}
+    # the worker starts flow runs and reports node outcomes; it reads no flow event
+    assert ("TOPIC", "acme.flows.events", "LITERAL", "WRITE") in _grants("worker")
+    assert ("TOPIC", "acme.flows.events", "LITERAL", "READ") not in _grants("worker")

@@ -51,7 +51,10 @@ def test_catalog_names_partitions_and_configs() -> None:
     )
     assert [name for name, _ in topics.all()] == [
         "acme.jobs", "acme.runs.high", "acme.runs.normal", "acme.runs.low", "acme.timers",
-        "acme.history", "acme.dlq", "acme.control",
+        "acme.history", "acme.dlq", "acme.control", "acme.flows", "acme.flows.events",
+    ]  # fmt: skip
+    assert [name for name, _ in topics.internal()] == [
+        "acme.flows-coordinator-__assignor-__leader", "acme.flows-coordinator-runs-changelog",
     ]  # fmt: skip
     assert topics.runs(Priority.HIGH) == "acme.runs.high"
     assert JOBS.config["cleanup.policy"] == "compact"

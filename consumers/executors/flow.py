@@ -1,0 +1,36 @@
+"""`flow` targets: a flow's schedule came due, or the flow was triggered. The run starts
+a flow run: a FlowEvent START on ``flows.events`` (key: the flow id, the job's id) for
+the flows coordinator, which starts the flow's root nodes. The run succeeds once the
+broker acknowledged the event; a repeat of it (a redelivery, a retry) names the same
+flow run, which the coordinator starts once."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from confluent_kafka import Producer
+
+from consumers.executors.base import ExecutionFailed, RunContext
+from consumers.executors.kafka import deliver
+from schemas.events import Target, utc_now
+from schemas.flows import FlowEvent, FlowEventKind
+
+
+class FlowExecutor:
+    kind = "flow"
+
+    def __init__(self, producer: Producer, topic: str, encode: Callable[[FlowEvent], bytes]):
+        self.producer = producer
+        self.topic = topic
+        self.encode = encode
+
+    def execute(self, target: Target, context: RunContext) -> str:
+        event = FlowEvent(
+            flow_id=context.job_id, flow_run_id=context.run_id, kind=FlowEventKind.START,
+            scheduled_at=context.scheduled_at, at=utc_now(), tenant=context.tenant,
+        )  # fmt: skip
+        err = deliver(self.producer, self.topic, context, key=event.flow_id.encode(),
+                      value=self.encode(event), headers=event.headers())  # fmt: skip
+        if err is not None:
+            raise ExecutionFailed(f"the flow run's start was not delivered: {err.str()}")
+        return f"flow run {context.run_id} started"

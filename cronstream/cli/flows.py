@@ -1,0 +1,127 @@
+"""`cronstream flows ...` (define, inspect, trigger and rerun flows) and
+`cronstream flows-coordinator` (the role that runs them: ``streams.flows``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+from cronstream.foreground import setup_logging
+from producers.client import JobClient, UnknownJob
+from producers.flows import load_flows_file
+from producers.spec import SpecError
+from runtime.settings import Settings
+from schemas.events import to_jsonable
+
+log = logging.getLogger("cronstream.flows")
+CATCH_UP_S = 60.0
+
+
+def cmd_flows_put(client: JobClient, args: argparse.Namespace) -> int:
+    flows = load_flows_file(Path(args.file), max_payload_bytes=client.settings.max_payload_bytes)
+    for flow, schedule in flows:
+        client.put_flow(flow, schedule)
+        print(f"put flow {flow.flow_id}: {len(flow.nodes)} nodes, {schedule.describe_schedule()}")
+    return 0
+
+
+def cmd_flows_get(client: JobClient, args: argparse.Namespace) -> int:
+    flow = client.get_flow(args.flow_id)
+    if flow is None:
+        raise UnknownJob(args.flow_id)
+    schedule = client.get(args.flow_id)
+    out = to_jsonable(flow)
+    out["schedule"] = schedule.describe_schedule() if schedule else "none (deleted)"
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+def cmd_flows_list(client: JobClient, args: argparse.Namespace) -> int:
+    flows = client.list_flows()
+    if args.json:
+        print(json.dumps([to_jsonable(f) for f in flows]))
+        return 0
+    for flow in flows:
+        job = client.get(flow.flow_id)
+        schedule = job.describe_schedule() if job else "no schedule"
+        print(f"{flow.flow_id:<40} {len(flow.nodes):>5} nodes  {schedule}")
+    return 0
+
+
+def cmd_flows_delete(client: JobClient, args: argparse.Namespace) -> int:
+    client.delete_flow(args.flow_id)
+    print(f"deleted flow {args.flow_id}")
+    return 0
+
+
+def cmd_flows_trigger(client: JobClient, args: argparse.Namespace) -> int:
+    if client.get_flow(args.flow_id) is None:
+        raise UnknownJob(args.flow_id)
+    run = client.trigger(args.flow_id, idempotency_key=args.idempotency_key)
+    print(f"triggered flow run {run.run_id}")
+    return 0
+
+
+def cmd_flows_rerun(client: JobClient, args: argparse.Namespace) -> int:
+    if not args.from_failed:
+        raise SpecError(args.flow_run_id, ["say --from-failed (the only rerun there is)"])
+    event = client.rerun_flow(args.flow_run_id)
+    print(f"rerun of the failed part of {event.flow_run_id} requested")
+    return 0
+
+
+def cmd_flows_coordinator(settings: Settings, args: argparse.Namespace) -> int:
+    import faust
+
+    from streams.flows import build_app
+
+    setup_logging()
+    settings = settings.as_role("flows")  # its own Kafka user and ACLs
+    app, definitions = build_app(settings)
+    definitions.start()
+    if not definitions.caught_up.wait(CATCH_UP_S):
+        log.warning("flow definitions not read to their end within %.0f s; going on", CATCH_UP_S)
+    log.info("flows coordinator %s: %d flow definitions read; joining group %s",
+             args.name, len(definitions.flows), app.conf.id)  # fmt: skip
+    try:
+        faust.Worker(app, loglevel=args.log_level, quiet=True).execute_from_commandline()
+    finally:
+        definitions.stop()
+    return 0
+
+
+def register(sub: Any) -> None:
+    flows = sub.add_parser("flows", help="define, inspect, trigger and rerun flows (DAGs)"
+                           ).add_subparsers(dest="action", required=True)  # fmt: skip
+    put = flows.add_parser("put", help="create or replace the flows of a YAML file (all or none)")
+    put.add_argument("-f", "--file", required=True)
+    put.set_defaults(handler=cmd_flows_put, needs="client")
+    for name, handler, text in (
+        ("get", cmd_flows_get, "print one flow as JSON"),
+        ("delete", cmd_flows_delete, "delete a flow and its schedule"),
+    ):
+        p = flows.add_parser(name, help=text)
+        p.add_argument("flow_id")
+        p.set_defaults(handler=handler, needs="client")
+    lst = flows.add_parser("list", help="every flow, one line each")
+    lst.add_argument("--json", action="store_true")
+    lst.set_defaults(handler=cmd_flows_list, needs="client")
+    trig = flows.add_parser("trigger", help="start a flow run now")
+    trig.add_argument("flow_id")
+    trig.add_argument("--idempotency-key", help="the same key never yields two flow runs")
+    trig.set_defaults(handler=cmd_flows_trigger, needs="client")
+    rerun = flows.add_parser("rerun", help="run the failed part of a flow run again")
+    rerun.add_argument("flow_run_id", help="FLOW@<slot>")
+    rerun.add_argument("--from-failed", action="store_true", required=True,
+                       help="run the failed and upstream-failed nodes again")  # fmt: skip
+    rerun.set_defaults(handler=cmd_flows_rerun, needs="client")
+
+    coord = sub.add_parser("flows-coordinator", help="run a flows coordinator (faust-streaming)")
+    coord.add_argument("--name", default=f"flows-{socket.gethostname()}-{os.getpid()}")
+    coord.add_argument("--log-level", default="WARNING", help="faust's log level (WARNING)")
+    coord.set_defaults(handler=cmd_flows_coordinator, needs="settings")

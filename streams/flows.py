@@ -1,0 +1,264 @@
+"""The flows coordinator: a faust-streaming app (``cronstream flows-coordinator``).
+
+One agent reads ``flows.events`` (key: the flow id, so every event of a flow run is on
+one partition): flow run starts (the worker executing a flow's schedule), node run
+outcomes (the worker settling a node's attempt) and reruns (``flows rerun``). Each
+event moves one flow run through ``streams.core.flow``; the run's state is a row of
+the table ``runs`` (key: the flow run id), backed by its changelog topic, so a new
+owner of the partition (after a kill -9) restores it. What the step decides is sent
+with faust's producer, which faust flushes before it commits the event's offset:
+node run requests to ``runs.<priority>`` (key: the flow id, the job of every node run),
+and to ``history`` the nodes decided without running (UPSTREAM_FAILED, SKIPPED) and
+the flow run's end (SUCCEEDED or FAILED). An event processed again after a crash
+changes nothing in the table and sends its starts again, flagged (the workers run
+each node run once).
+
+Flow definitions come from the compacted ``flows`` topic, read by a thread
+(``Definitions``); a run keeps the nodes it started with. Faust's traps avoided:
+its topics are created by the bootstrap (``topic_allow_declare=False``), raw topics
+say so, table types are explicit, and no timer decides anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+from typing import Any
+
+import faust
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+from runtime.kafka.clients import kafka_consumer
+from runtime.kafka.security import aiokafka_security
+from runtime.registry import registry_client
+from runtime.settings import Settings
+from schemas.catalog import FLOWS_APP, FLOWS_TABLE, Topics
+from schemas.events import (
+    Priority,
+    RunOutcome,
+    RunRequest,
+    RunStatus,
+    Trigger,
+    from_ms,
+    to_ms,
+    utc_now,
+)
+from schemas.flows import FlowDefinition, FlowEvent, FlowEventKind, FlowNode
+from schemas.serde import Codec, DecodeError
+from streams.core import flow as core
+
+log = logging.getLogger("cronstream.flows")
+DEFINITION_WAIT_S = 5.0  # a start whose flow is not known yet waits this long for it
+
+
+class Definitions:
+    """The flows topic, followed by a thread into a dict (flow id -> definition)."""
+
+    def __init__(self, settings: Settings, codec: Codec) -> None:
+        self.topic = Topics(settings).flows
+        self.codec = codec
+        self.flows: dict[str, FlowDefinition] = {}
+        self.caught_up = threading.Event()
+        self._consumer = kafka_consumer(settings)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._follow, name="flow-definitions", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _follow(self) -> None:
+        meta = self._consumer.list_topics(self.topic, timeout=30).topics[self.topic]
+        parts = [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in meta.partitions]
+        ends = {p.partition: self._consumer.get_watermark_offsets(p, timeout=30)[1] for p in parts}
+        self._consumer.assign(parts)
+        seen = {p: 0 for p in ends}
+        while not self._stop.is_set():
+            for msg in self._consumer.consume(num_messages=500, timeout=0.2):
+                if msg.error():
+                    continue
+                seen[msg.partition() or 0] = (msg.offset() or 0) + 1
+                key = (msg.key() or b"").decode("utf-8", "replace")
+                if msg.value() is None:
+                    self.flows.pop(key, None)
+                    continue
+                try:
+                    self.flows[key] = self.codec.decode(msg.value(), FlowDefinition)
+                except DecodeError as exc:
+                    log.warning("flow definition %r unreadable: %s", key, exc)
+            if not self.caught_up.is_set() and all(seen[p] >= end for p, end in ends.items()):
+                self.caught_up.set()
+        self._consumer.close()
+
+
+class Coordinator:
+    """One event at a time: the table row in, the row and what to send out."""
+
+    def __init__(self, settings: Settings, codec: Codec, definitions: Definitions) -> None:
+        self.topics = Topics(settings)
+        self.codec = codec
+        self.definitions = definitions
+
+    def step(self, row: dict[str, Any] | None, event: FlowEvent
+             ) -> tuple[dict[str, Any] | None, list[tuple[str, str, bytes, Any]]]:  # fmt: skip
+        """(the new row, records to send: (topic, key, value, headers))."""
+        if row is None:
+            if event.kind is not FlowEventKind.START:
+                return None, []  # an outcome or rerun of a run this coordinator never started
+            definition = self.definitions.flows.get(event.flow_id)
+            if definition is None:
+                slot = to_ms(event.scheduled_at)
+                return None, [self._record(event.flow_id, event.flow_run_id, slot, event.tenant,
+                                           RunStatus.FAILED,
+                                           f"no flow {event.flow_id!r} is defined")]  # fmt: skip
+            run, starts = core.start(
+                event.flow_id, event.flow_run_id,
+                [core.Node(n.name, n.after, n.trigger_rule.value) for n in definition.nodes],
+                scheduled_ms=to_ms(event.scheduled_at), tenant=event.tenant,
+            )  # fmt: skip
+            before: dict[str, core.NodeState] = {}
+        else:
+            run = core.from_record(row)
+            before = dict(run.states)
+            was = run.status
+            if event.kind is FlowEventKind.START:
+                starts = core.restarted(run)
+            elif event.kind is FlowEventKind.RERUN:
+                starts = core.rerun_failed(run)
+            else:
+                starts = core.settle(run, event.run_id or "", event.status or "",
+                                     retrying=event.retrying)  # fmt: skip
+            if run.status == was and not starts and run.states == before:
+                return row, []
+        return core.to_record(run), self._sends(run, starts, before)
+
+    def _sends(self, run: core.FlowRun, starts: list[core.Start],
+               before: dict[str, core.NodeState]) -> list[tuple[str, str, bytes, Any]]:  # fmt: skip
+        definition = self.definitions.flows.get(run.flow_id)
+        specs = {n.name: n for n in definition.nodes} if definition else {}
+        out = []
+        for item in starts:
+            spec = specs.get(item.node)
+            if spec is None:  # the definition changed or went: the node cannot run
+                out.append(self._record(run.flow_id, item.run_id, run.scheduled_ms, run.tenant,
+                                        RunStatus.FAILED, f"node {item.node!r} is no longer "
+                                        "in the flow's definition"))  # fmt: skip
+                continue
+            out.append(self._node_run(run, item, spec))
+        for name, state in run.states.items():
+            if state in (core.NodeState.UPSTREAM_FAILED, core.NodeState.SKIPPED) and before.get(
+                    name) is not state:  # fmt: skip
+                status = RunStatus(state.value)
+                why = ("a node it comes after failed" if status is RunStatus.UPSTREAM_FAILED
+                       else "no node it comes after failed (trigger any_failed)")  # fmt: skip
+                run_id = core.node_run_id(run.run_id, name, run.generation)
+                out.append(self._record(run.flow_id, run_id, run.scheduled_ms, run.tenant,
+                                        status, why))  # fmt: skip
+        if run.ended and (not before or any(s not in core.ENDED for s in before.values())):
+            counts = ", ".join(f"{n} {s.lower()}" for s, n in sorted(core.summary(run).items()))
+            ended = RunStatus(run.status)
+            out.append(self._record(run.flow_id, run.run_id, run.scheduled_ms, run.tenant, ended,
+                                    f"flow run ended: {counts}"))  # fmt: skip
+        return out
+
+    def _node_run(self, run: core.FlowRun, item: core.Start, spec: FlowNode
+                  ) -> tuple[str, str, bytes, Any]:  # fmt: skip
+        now = utc_now()
+        request = RunRequest(
+            run_id=item.run_id, job_id=run.flow_id, tenant=run.tenant,
+            scheduled_at=from_ms(run.scheduled_ms), fired_at=now, trigger=Trigger.FLOW,
+            possible_duplicate=item.possible_duplicate, target=spec.target, payload=spec.payload,
+            priority=spec.priority, timeout_ms=spec.timeout_ms, retry=spec.retry,
+        )  # fmt: skip
+        topic = self.topics.runs(spec.priority)
+        return topic, run.flow_id, self.codec.encode(topic, request), request.headers()
+
+    def _record(self, flow_id: str, run_id: str, scheduled_ms: int, tenant: str,
+                status: RunStatus, error: str) -> tuple[str, str, bytes, Any]:  # fmt: skip
+        outcome = RunOutcome(
+            run_id=run_id, job_id=flow_id, tenant=tenant, status=status,
+            scheduled_at=from_ms(scheduled_ms), recorded_at=utc_now(), trigger=Trigger.FLOW,
+            error=error, worker=FLOWS_APP,
+        )  # fmt: skip
+        topic = self.topics.history
+        return topic, flow_id, self.codec.encode(topic, outcome), outcome.headers()
+
+
+class _Runner:
+    """The agent's body: decode, wait a moment for an unknown flow, step, send."""
+
+    def __init__(self, coordinator: Coordinator, codec: Codec, table: Any, out: Any) -> None:
+        self.coordinator, self.codec, self.table, self.out = coordinator, codec, table, out
+
+    async def handle(self, value: bytes) -> None:
+        try:
+            event = self.codec.decode(value, FlowEvent)
+        except DecodeError as exc:
+            log.warning("flow event unreadable, skipped: %s", exc)
+            return
+        text = self.table.get(event.flow_run_id)
+        row = json.loads(text) if text else None
+        known = self.coordinator.definitions.flows
+        if row is None and event.kind is FlowEventKind.START:
+            # ``flows put`` then at once ``flows trigger``: give the thread a moment.
+            deadline = time.monotonic() + DEFINITION_WAIT_S
+            while event.flow_id not in known and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+        new_row, sends = self.coordinator.step(row, event)
+        if new_row is not None and new_row != row:
+            self.table[event.flow_run_id] = json.dumps(new_row, separators=(",", ":"))
+        for topic, key, data, headers in sends:
+            await self.out[topic].send(key=key.encode(), value=data, headers=headers)
+
+
+def _credentials(settings: Settings) -> Any:
+    security = aiokafka_security(settings)
+    if not security:
+        return None
+    return faust.SASLCredentials(
+        username=security["sasl_plain_username"], password=security["sasl_plain_password"],
+        mechanism="SCRAM-SHA-512", ssl_context=security["ssl_context"],
+    )  # fmt: skip
+
+
+def build_app(settings: Settings) -> tuple[faust.App, Definitions]:
+    """The coordinator's faust app (run it with ``faust.Worker``)."""
+    topics = Topics(settings)
+    codec = Codec(registry_client(settings))
+    for name, event_type in ((topics.history, RunOutcome), *((topics.runs(p), RunRequest)
+                                                             for p in Priority)):  # fmt: skip
+        codec.writer_id(f"{name}-value", event_type)
+    definitions = Definitions(settings, Codec(registry_client(settings)))  # its own client
+    coordinator = Coordinator(settings, codec, definitions)
+    app = faust.App(
+        f"{settings.topic_prefix}.{FLOWS_APP}", broker=f"kafka://{settings.bootstrap_servers}",
+        broker_credentials=_credentials(settings), web_enabled=False, store="memory://",
+        processing_guarantee="at_least_once", topic_allow_declare=False,
+        topic_partitions=settings.partitions, topic_replication_factor=1,
+        consumer_auto_offset_reset="earliest",
+    )  # fmt: skip
+
+    def raw(name: str) -> Any:
+        return app.topic(name, key_type=bytes, value_type=bytes, key_serializer="raw",
+                         value_serializer="raw")  # fmt: skip
+
+    out = {name: raw(name) for name in (topics.history, *(topics.runs(p) for p in Priority))}
+    # Rows are JSON text: faust's json codec turns a dict value_type into a model it
+    # cannot restore ("type object 'dict' has no attribute 'from_data'").
+    table = app.Table(FLOWS_TABLE, default=None, key_type=str, value_type=str,
+                      partitions=settings.partitions)  # fmt: skip
+
+    runner = _Runner(coordinator, codec, table, out)
+
+    @app.agent(raw(topics.flow_events))
+    async def coordinate(stream: Any) -> None:
+        async for value in stream:
+            await runner.handle(value)
+
+    return app, definitions

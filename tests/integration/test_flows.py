@@ -1,0 +1,131 @@
+"""Flows on the real stack: the flows coordinator (faust-streaming), a worker and an
+HTTP target that records each call's Idempotency-Key (the node run id)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from runtime.registry import registry_client
+from runtime.settings import Settings
+from schemas.catalog import Topics
+from schemas.events import RunOutcome
+from schemas.serde import Codec
+from tests.integration.helpers import CronstreamProcess, Target, cronstream, read_topic
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def target() -> Iterator[Target]:
+    t = Target()
+    yield t
+    t.server.shutdown()
+    t.server.server_close()
+
+
+def _diamond(url: str, b: str = "slow", **b_more: object) -> dict[str, object]:
+    def node(name: str, path: str, *after: str, **more: object) -> dict[str, object]:
+        return {"name": name, "after": list(after), "target": "http",
+                "url": f"{url}/{path}/{name}", **more}  # fmt: skip
+
+    return {"id": "diamond", "nodes": [
+        node("a", "ok"), node("b", b, "a", **b_more), node("c", "ok", "a"),
+        node("d", "ok", "b", "c"),
+    ]}  # fmt: skip
+
+
+def _put(ns: Settings, tmp_path: Path, *flows: dict[str, object]) -> None:
+    path = tmp_path / "flows.yaml"
+    path.write_text(yaml.safe_dump({"flows": list(flows)}))
+    put = cronstream(ns, "flows", "put", "-f", str(path))
+    assert put.returncode == 0, put.stderr
+
+
+def _start(ns: Settings, tmp: Path, procs: list[CronstreamProcess], name: str, command: str,
+           *args: str, ready: str) -> CronstreamProcess:  # fmt: skip
+    proc = CronstreamProcess(ns, tmp, name, *args, command=command)
+    procs.append(proc)
+    proc.wait_live(1, text=ready, timeout=120)
+    return proc
+
+
+def _coordinator(ns: Settings, tmp: Path, procs: list[CronstreamProcess], name: str
+                 ) -> CronstreamProcess:  # fmt: skip
+    return _start(ns, tmp, procs, name, "flows-coordinator", "--log-level", "INFO",
+                  ready="Ready")  # fmt: skip
+
+
+def _history(ns: Settings) -> list[RunOutcome]:
+    with registry_client(ns, writer=True) as registry:
+        codec = Codec(registry)
+        return [codec.decode(r.value, RunOutcome) for r in read_topic(ns, Topics(ns).history)]
+
+
+def _flow_end(ns: Settings, flow_run_id: str, timeout: float = 120) -> RunOutcome:
+    deadline = time.monotonic() + timeout
+    while True:
+        ends = [o for o in _history(ns)
+                if o.run_id == flow_run_id and o.worker == "flows-coordinator"]  # fmt: skip
+        if ends:
+            return ends[-1]
+        assert time.monotonic() < deadline, f"flow run {flow_run_id} never ended"
+        time.sleep(1)
+
+
+def test_a_diamond_runs_each_node_once_in_order_across_a_coordinator_kill9(
+    ns: Settings, tmp_path: Path, target: Target, procs: list[CronstreamProcess]
+) -> None:
+    _put(ns, tmp_path, _diamond(target.url))
+    _start(ns, tmp_path, procs, "w", "worker", "--http-allow", "127.0.0.0/8", ready="assigned")
+    first = _coordinator(ns, tmp_path, procs, "c1")
+    run = cronstream(ns, "flows", "trigger", "diamond", "--idempotency-key", "k1")
+    assert run.returncode == 0, run.stderr
+    flow_run = "diamond@manual:k1"
+    deadline = time.monotonic() + 60
+    while not target.keys("/slow/b"):  # b is executing (it takes a second)
+        assert time.monotonic() < deadline, "node b never started"
+        time.sleep(0.05)
+    first.kill9()
+    _coordinator(ns, tmp_path, procs, "c2")  # restores the table from its changelog
+    end = _flow_end(ns, flow_run)
+    assert end.status.value == "SUCCEEDED", end.error
+    calls = {key: at for at, _, key in target.calls}
+    assert sorted(target.keys("/").items()) == [(f"{flow_run}/{n}", 1) for n in "abcd"]
+    a, b, c, d = (calls[f"{flow_run}/{n}"] for n in "abcd")
+    assert a < b and a < c and max(b, c) < d  # noqa: PT018
+
+
+def test_an_upstream_dead_letter_fails_the_flow_and_rerun_from_failed_finishes_it(
+    ns: Settings, tmp_path: Path, target: Target, procs: list[CronstreamProcess]
+) -> None:
+    _put(ns, tmp_path, _diamond(target.url, "fail", max_attempts=1))
+    _start(ns, tmp_path, procs, "w", "worker", "--http-allow", "127.0.0.0/8", ready="assigned")
+    _coordinator(ns, tmp_path, procs, "c1")
+    assert cronstream(ns, "flows", "trigger", "diamond", "--idempotency-key", "k2").returncode == 0
+    flow_run = "diamond@manual:k2"
+    end = _flow_end(ns, flow_run)
+    assert end.status.value == "FAILED"
+    statuses = {o.run_id: o.status.value for o in _history(ns) if o.run_id.startswith(flow_run)}
+    assert statuses[f"{flow_run}/b"] == "DEAD_LETTERED"
+    assert statuses[f"{flow_run}/d"] == "UPSTREAM_FAILED"
+    assert f"{flow_run}/d" not in target.keys("/")  # never ran
+    # b fixed in the definition; the rerun runs b and d again, not a and c.
+    _put(ns, tmp_path, _diamond(target.url, "ok"))
+    rerun = cronstream(ns, "flows", "rerun", flow_run, "--from-failed")
+    assert rerun.returncode == 0, rerun.stderr
+    deadline = time.monotonic() + 120
+    while True:
+        ends = [o for o in _history(ns) if o.run_id == flow_run and o.worker == "flows-coordinator"]
+        if len(ends) == 2:
+            break
+        assert time.monotonic() < deadline, [o.status for o in ends]
+        time.sleep(1)
+    assert ends[-1].status.value == "SUCCEEDED", ends[-1].error
+    assert target.keys("/ok/b") == {f"{flow_run}/b~r1": 1}
+    assert target.keys("/ok/d") == {f"{flow_run}/d~r1": 1}
+    assert sum(target.keys("/ok/a").values()) == 1

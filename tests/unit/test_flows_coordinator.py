@@ -1,0 +1,86 @@
+"""The flows coordinator's step (streams.flows.Coordinator) on a fake registry: what it
+keeps in its table and what it sends for each event."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from producers.flows import flow_from_spec
+from runtime.settings import Settings
+from schemas.catalog import Topics
+from schemas.events import Priority, RunOutcome, RunRequest, Trigger
+from schemas.flows import FlowEvent, FlowEventKind
+from schemas.serde import Codec
+from streams.flows import Coordinator
+from tests.fakes import FakeRegistry
+
+SETTINGS = Settings.from_env({"CRONSTREAM_TOPIC_PREFIX": "acme"})
+TOPICS = Topics(SETTINGS)
+SLOT = datetime(2026, 11, 25, 2, tzinfo=UTC)
+RUN = "etl@2026-11-25T02:00:00.000Z"
+
+
+class Known:
+    def __init__(self, **flows: Any) -> None:
+        self.flows = flows
+
+
+def _coordinator() -> tuple[Coordinator, Codec]:
+    flow = flow_from_spec({"id": "etl", "nodes": [
+        {"name": "a", "target": "python", "callable": "m:f", "priority": "high"},
+        {"name": "b", "after": ["a"], "target": "python", "callable": "m:g"},
+        {"name": "c", "after": ["b"], "target": "python", "callable": "m:h"},
+    ]}, max_payload_bytes=65536)  # fmt: skip
+    codec = Codec(FakeRegistry())  # type: ignore[arg-type]
+    return Coordinator(SETTINGS, codec, Known(etl=flow)), codec  # type: ignore[arg-type]
+
+
+def _event(kind: FlowEventKind, run_id: str | None = None, status: str | None = None,
+           flow_run: str = RUN) -> FlowEvent:  # fmt: skip
+    return FlowEvent(flow_id="etl", flow_run_id=flow_run, kind=kind, scheduled_at=SLOT, at=SLOT,
+                     run_id=run_id, status=status)  # fmt: skip
+
+
+def test_a_start_sends_the_root_node_run_and_keeps_the_run() -> None:
+    coordinator, codec = _coordinator()
+    row, sends = coordinator.step(None, _event(FlowEventKind.START))
+    assert row is not None
+    assert row["states"] == {"a": "RUNNING", "b": "PENDING", "c": "PENDING"}
+    ((topic, key, value, headers),) = sends
+    assert (topic, key) == (TOPICS.runs(Priority.HIGH), "etl")
+    run = codec.decode(value, RunRequest)
+    assert (run.run_id, run.job_id, run.trigger, run.scheduled_at) == (
+        f"{RUN}/a", "etl", Trigger.FLOW, SLOT)  # fmt: skip
+    assert run.target.callable == "m:f"
+    assert ("run_id", f"{RUN}/a".encode()) in headers
+
+
+def test_a_dead_letter_records_the_rest_upstream_failed_and_the_flow_failed_once() -> None:
+    coordinator, codec = _coordinator()
+    row, _ = coordinator.step(None, _event(FlowEventKind.START))
+    failed = _event(FlowEventKind.OUTCOME, f"{RUN}/a", "DEAD_LETTERED")
+    row, sends = coordinator.step(row, failed)
+    records = [codec.decode(v, RunOutcome) for t, _, v, _ in sends if t == TOPICS.history]
+    assert [(r.run_id, r.status.value) for r in records] == [
+        (f"{RUN}/b", "UPSTREAM_FAILED"), (f"{RUN}/c", "UPSTREAM_FAILED"), (RUN, "FAILED"),
+    ]  # fmt: skip
+    assert records[-1].error == "flow run ended: 1 failed, 2 upstream_failed"
+    assert coordinator.step(row, failed) == (row, [])  # seen again: nothing more
+
+
+def test_a_start_for_a_flow_nobody_defined_records_the_flow_run_failed() -> None:
+    coordinator, codec = _coordinator()
+    event = FlowEvent(flow_id="ghost", flow_run_id="ghost@manual:k", kind=FlowEventKind.START,
+                      scheduled_at=SLOT, at=SLOT)  # fmt: skip
+    row, ((topic, _, value, _),) = coordinator.step(None, event)
+    assert row is None
+    record = codec.decode(value, RunOutcome)
+    assert (topic, record.status.value, record.error) == (
+        TOPICS.history, "FAILED", "no flow 'ghost' is defined")  # fmt: skip
+
+
+def test_an_outcome_of_a_run_it_never_started_is_ignored() -> None:
+    coordinator, _ = _coordinator()
+    assert coordinator.step(None, _event(FlowEventKind.OUTCOME, f"{RUN}/a", "SUCCEEDED")) == (
+        None, [])  # fmt: skip
