@@ -346,7 +346,10 @@ def _mismatches(
     # Cleanup policy matters for the jobs topic (compaction is what makes it the source
     # of truth); check every configured key of the topics that already existed.
     for name, actual in _describe_configs(admin, existing).items():
-        for key, want_value in specs[name].config.items():
+        compacted = name in internal and internal[name].compacted
+        wanted = dict(specs[name].config) if name in specs else (
+            {"cleanup.policy": "compact"} if compacted else {})  # fmt: skip
+        for key, want_value in wanted.items():
             entry = actual.get(key)
             if entry is not None and entry.value != want_value:
                 mismatches.append(f"{name} has {key}={entry.value}, the catalog wants {want_value}")
