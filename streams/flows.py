@@ -51,6 +51,7 @@ from schemas.serde import Codec, DecodeError
 from streams.core import flow as core
 
 log = logging.getLogger("cronstream.flows")
+SESSION_TIMEOUT_S = 10.0  # as the other roles' consumer groups
 DEFINITION_WAIT_S = 5.0  # a start whose flow is not known yet waits this long for it
 
 
@@ -242,6 +243,8 @@ def build_app(settings: Settings) -> tuple[faust.App, Definitions]:
         processing_guarantee="at_least_once", topic_allow_declare=False,
         topic_partitions=settings.partitions, topic_replication_factor=1,
         consumer_auto_offset_reset="earliest",
+        # A killed coordinator's partitions move after this, not faust's default 60 s.
+        broker_session_timeout=SESSION_TIMEOUT_S, broker_heartbeat_interval=3.0,
     )  # fmt: skip
 
     def raw(name: str) -> Any:

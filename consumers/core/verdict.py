@@ -93,7 +93,11 @@ def retry_timer(run: RunRequest, due_ms: int, now_ms: int) -> TimerRequest:
     scheduler; the same run id, the attempt number one higher)."""
     due = from_ms(due_ms)
     retry = replace(
-        run, attempt=run.attempt + 1, trigger=Trigger.RETRY, possible_duplicate=False,
+        # A flow node's retry stays a FLOW run: the worker reports its end to the flows
+        # coordinator by that trigger (found by `make run`: a retried node's success was
+        # never reported and its flow run stopped there).
+        run, attempt=run.attempt + 1, possible_duplicate=False,
+        trigger=Trigger.FLOW if run.trigger is Trigger.FLOW else Trigger.RETRY,
         fired_at=due,
     )  # fmt: skip
     return TimerRequest(

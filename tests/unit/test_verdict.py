@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -96,6 +97,8 @@ def test_the_retry_timer_keeps_the_run_id_and_counts_the_attempt() -> None:
     assert timer.run.trigger is Trigger.RETRY
     assert not timer.run.possible_duplicate
     assert timer.run.scheduled_at == t0
+    node = replace(run, run_id="f@x/a", job_id="f", trigger=Trigger.FLOW)
+    assert retry_timer(node, NOW + 5000, NOW).run.trigger is Trigger.FLOW  # still a flow node
 
 
 def test_a_backoff_of_any_size_gives_a_retry_timer_that_can_be_written() -> None:
