@@ -76,30 +76,14 @@ def ensure_topics(settings: Settings, *, timeout: float = 30.0) -> TopicReport:
     admin = kafka_admin(settings, superuser=True)
     ensure_access(settings, admin, timeout=timeout)
     metadata = admin.list_topics(timeout=timeout)
-    specs = dict(topics.all())
     existing, to_create = [], []
-    for name, spec in specs.items():
+    for name, (partitions, config) in topics.layout().items():
         current = metadata.topics.get(name)
         if current is None or current.error is not None:
-            to_create.append(
-                NewTopic(
-                    name,
-                    num_partitions=topics.partitions(spec),
-                    replication_factor=1,
-                    config=dict(spec.config),
-                )
-            )
+            to_create.append(NewTopic(name, num_partitions=partitions, replication_factor=1,
+                                      config=dict(config)))  # fmt: skip
             continue
         existing.append(name)
-    for name, internal in topics.internal():
-        current = metadata.topics.get(name)
-        if current is not None and current.error is None:
-            existing.append(name)
-            continue
-        config = {"cleanup.policy": "compact"} if internal.compacted else {}
-        partitions = internal.fixed_partitions or settings.partitions
-        to_create.append(NewTopic(name, num_partitions=partitions, replication_factor=1,
-                                  config=config))  # fmt: skip
     created = create_topics(admin, to_create, existing, timeout)
     mismatches = _mismatches(settings, admin, existing, timeout)
     wait_until_usable(settings, topics.jobs)
@@ -327,17 +311,13 @@ def _mismatches(
     settings: Settings, admin: AdminClient, existing: list[str], timeout: float
 ) -> list[str]:
     """How topics that were already there differ from the catalog."""
-    topics = Topics(settings)
-    specs = dict(topics.all())
+    layout = Topics(settings).layout()
     mismatches = []
     # Partition counts are checked on fresh metadata: a topic another client created a
     # moment ago (TOPIC_ALREADY_EXISTS above) may be missing from the first listing.
-    internal = dict(topics.internal())
     for name in existing:
         have = _partition_count(admin, name, timeout)
-        spec = specs.get(name)
-        want = (topics.partitions(spec) if spec is not None
-                else internal[name].fixed_partitions or settings.partitions)  # fmt: skip
+        want = layout[name][0]
         if have != want:
             mismatches.append(
                 f"{name} has {have} partitions, the catalog wants {want} "
@@ -346,10 +326,7 @@ def _mismatches(
     # Cleanup policy matters for the jobs topic (compaction is what makes it the source
     # of truth); check every configured key of the topics that already existed.
     for name, actual in _describe_configs(admin, existing).items():
-        compacted = name in internal and internal[name].compacted
-        wanted = dict(specs[name].config) if name in specs else (
-            {"cleanup.policy": "compact"} if compacted else {})  # fmt: skip
-        for key, want_value in wanted.items():
+        for key, want_value in layout[name][1].items():
             entry = actual.get(key)
             if entry is not None and entry.value != want_value:
                 mismatches.append(f"{name} has {key}={entry.value}, the catalog wants {want_value}")

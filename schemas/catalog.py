@@ -107,7 +107,7 @@ class InternalTopic:
     cronstream's users may not create topics."""
 
     suffix: str
-    compacted: bool = False
+    config: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     fixed_partitions: int | None = None  # None: Settings.partitions (the events topic's)
 
 
@@ -115,7 +115,9 @@ FLOWS_APP = "flows-coordinator"  # the faust app id after "<prefix>."; its topic
 FLOWS_TABLE = "runs"
 INTERNAL: tuple[InternalTopic, ...] = (
     InternalTopic(suffix=f"{FLOWS_APP}-__assignor-__leader", fixed_partitions=1),
-    InternalTopic(suffix=f"{FLOWS_APP}-{FLOWS_TABLE}-changelog", compacted=True),
+    InternalTopic(
+        suffix=f"{FLOWS_APP}-{FLOWS_TABLE}-changelog", config=_cfg(cleanup_policy="compact")
+    ),
 )
 
 # Per tenant (``tenants add``), not in CATALOG: the bootstrap does not make them.
@@ -204,7 +206,7 @@ class Topics:
     def name(self, spec: TopicSpec) -> str:
         return f"{self.prefix}.{spec.suffix}"
 
-    def partitions(self, spec: TopicSpec) -> int:
+    def partitions(self, spec: TopicSpec | InternalTopic) -> int:
         return spec.fixed_partitions or self._partitions
 
     def spec(self, name: str) -> TopicSpec | None:
@@ -247,6 +249,16 @@ class Topics:
 
     def internal(self) -> list[tuple[str, InternalTopic]]:
         return [(f"{self.prefix}.{t.suffix}", t) for t in INTERNAL]
+
+    def layout(self) -> dict[str, tuple[int, Mapping[str, str]]]:
+        """Every topic the bootstrap makes, the catalog's and the flows coordinator's
+        own: name -> (partitions, configs)."""
+        both: list[tuple[str, TopicSpec | InternalTopic]] = [*self.all(), *self.internal()]
+        return {name: (self.partitions(spec), spec.config) for name, spec in both}
+
+    def names(self) -> list[str]:
+        """Every topic name of the namespace (``layout``'s)."""
+        return list(self.layout())
 
     def tenant_commands(self, tenant: str) -> str:
         return commands_topic(self.prefix, tenant)

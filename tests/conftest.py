@@ -78,7 +78,7 @@ def ns(stack: Settings) -> Iterator[Settings]:
     ensure_topics(settings)
     ensure_subjects(settings)
     yield settings
-    names = [name for name, _ in [*Topics(settings).all(), *Topics(settings).internal()]]
+    names = Topics(settings).names()
     admin = kafka_admin(settings, superuser=True)  # must outlive its futures
     for future in admin.delete_topics(names, operation_timeout=30).values():
         future.result()

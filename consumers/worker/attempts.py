@@ -85,7 +85,7 @@ class Attempts:
             "kafka": KafkaExecutor(
                 self._target_producer,
                 TopicPolicy(
-                    own=frozenset(name for name, _ in [*topics.all(), *topics.internal()]),
+                    own=frozenset(topics.names()),
                     allow=config.kafka_allow,
                     prefix=settings.topic_prefix,
                 ),

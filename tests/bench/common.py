@@ -46,7 +46,7 @@ def namespace(base: Settings, prefix: str = "csbench") -> Iterator[Settings]:
         yield settings
     finally:
         admin = kafka_admin(settings, superuser=True)
-        names = [name for name, _ in [*Topics(settings).all(), *Topics(settings).internal()]]
+        names = Topics(settings).names()
         for future in admin.delete_topics(names, operation_timeout=60).values():
             future.result()
 

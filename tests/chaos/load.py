@@ -295,7 +295,7 @@ class Pipeline:
         from infra.cassandra_access import admin_session
 
         admin = kafka_admin(self.settings, superuser=True)
-        names = [name for name, _ in [*self.topics.all(), *self.topics.internal()]]
+        names = self.topics.names()
         for future in admin.delete_topics(names, operation_timeout=60).values():
             future.result()
         cluster, session = admin_session(self.settings)

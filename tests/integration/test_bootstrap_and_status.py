@@ -41,7 +41,7 @@ def test_a_topic_with_the_wrong_partition_count_is_reported(stack: Settings) -> 
         assert any(f"{jobs} has cleanup.policy=delete" in m for m in report.mismatches)
     finally:
         topics = Topics(settings)
-        names = [name for name, _ in [*topics.all(), *topics.internal()]]
+        names = topics.names()
         for future in admin.delete_topics(names).values():
             future.result()
 
