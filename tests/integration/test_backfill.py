@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -26,14 +25,6 @@ from tests.conftest import cli_env
 from tests.integration.helpers import CronstreamProcess, Target, cronstream
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def target() -> Iterator[Target]:
-    t = Target()
-    yield t
-    t.server.shutdown()
-    t.server.server_close()
 
 
 def _start(ns: Settings, tmp: Path, procs: list[CronstreamProcess], command: str,

@@ -4,7 +4,6 @@ HTTP target that records each call's Idempotency-Key (the node run id)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,14 +17,6 @@ from schemas.serde import Codec
 from tests.integration.helpers import CronstreamProcess, Target, cronstream, read_topic
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def target() -> Iterator[Target]:
-    t = Target()
-    yield t
-    t.server.shutdown()
-    t.server.server_close()
 
 
 def _diamond(url: str, b: str = "slow", **b_more: object) -> dict[str, object]:

@@ -10,7 +10,6 @@ import time
 import urllib.parse
 import urllib.request
 from collections import Counter, defaultdict
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -31,14 +30,6 @@ from tests.bench.malformed import hostile_values, malformed
 from tests.integration.helpers import CronstreamProcess, Outage, Target, read_topic, record_count
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def target() -> Iterator[Target]:
-    t = Target()
-    yield t
-    t.server.shutdown()
-    t.server.server_close()
 
 
 def worker(ns: Settings, tmp: Path, procs: list[CronstreamProcess], name: str, *args: str
