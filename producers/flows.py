@@ -33,9 +33,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from producers.spec import SpecError, job_from_spec
+from producers.spec import SpecError, job_from_spec, yaml_entries
 from schemas.events import JobDefinition, utc_now
 from schemas.flows import FlowDefinition, FlowNode, FlowTriggerRule
 from schemas.limits import MAX_JOB_ID, name_problems
@@ -99,13 +97,7 @@ def load_flows_file(
 ) -> list[tuple[FlowDefinition, JobDefinition]]:
     """Read a flows YAML file (a list, or ``flows:`` with a list): every flow and its
     schedule, all checked; SpecError naming each entry's problems."""
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise SpecError(str(path), [f"cannot read: {exc}"]) from None
-    entries = doc.get("flows") if isinstance(doc, dict) else doc
-    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-        raise SpecError(str(path), ["expected a list of flows (or 'flows:' with a list)"])
+    entries = yaml_entries(path, "flows")
     out, problems = [], []
     for index, entry in enumerate(entries):
         try:

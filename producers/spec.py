@@ -419,15 +419,22 @@ def literal_secrets(job: JobDefinition) -> list[str]:
     ]
 
 
-def load_jobs_file(path: Path, *, max_payload_bytes: int) -> list[JobDefinition]:
-    """Read a jobs YAML file (a list, or a mapping with a 'jobs' list) and validate all."""
+def yaml_entries(path: Path, kind: str) -> list[dict[str, Any]]:
+    """The entries of a YAML file of ``kind`` ("jobs", "flows"): a list, or a mapping
+    with a ``kind`` list; SpecError when it cannot be read or is neither."""
     try:
         doc = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
         raise SpecError(str(path), [f"cannot read: {exc}"]) from None
-    entries = doc.get("jobs") if isinstance(doc, dict) else doc
+    entries = doc.get(kind) if isinstance(doc, dict) else doc
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-        raise SpecError(str(path), ["expected a list of jobs (or 'jobs:' with a list)"])
+        raise SpecError(str(path), [f"expected a list of {kind} (or '{kind}:' with a list)"])
+    return entries
+
+
+def load_jobs_file(path: Path, *, max_payload_bytes: int) -> list[JobDefinition]:
+    """Read a jobs YAML file (a list, or a mapping with a 'jobs' list) and validate all."""
+    entries = yaml_entries(path, "jobs")
     jobs, problems = [], []
     for index, entry in enumerate(entries):
         try:
