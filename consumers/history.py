@@ -21,12 +21,14 @@ from __future__ import annotations
 import heapq
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from datetime import UTC, datetime
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from consumers.core.buckets import SHARDS, day_of, days_desc, hour_of, hours_desc, shard_of
 from consumers.core.buckets import write_timestamp as _write_timestamp
+from schemas.catalog import FLOWS_APP
 from schemas.events import RunOutcome, RunStatus, Trigger, to_ms
 
 STATEMENTS_FILE = Path(__file__).resolve().parent / "cql" / "history.cql"
@@ -222,3 +224,29 @@ class History:
     def run(self, run_id: str) -> list[RunOutcome]:
         """Every record of one run: attempt by attempt, oldest first."""
         return list(self._query("select_run", (run_id,)))
+
+    def flow_run(self, flow_run_id: str) -> list[RunOutcome]:
+        """A flow run and its node runs (``FLOW@slot/NODE``, reruns ``~rN``): every
+        attempt with its latest status, the flow run's own record first, then the
+        nodes by start. A flow run and its nodes share the flow's id as job id and the
+        run's slot as scheduled time, so one partition of ``runs_by_job`` holds them."""
+        own = self.run(flow_run_id)
+        if not own:
+            return []
+        job_id, slot = own[0].job_id, own[0].scheduled_at
+        prefix = flow_run_id + "/"
+        rows = [
+            row for row in self.job_runs(job_id, slot, slot + timedelta(milliseconds=1))
+            if row.run_id == flow_run_id or row.run_id.startswith(prefix)
+        ]  # fmt: skip
+        far = datetime.max.replace(tzinfo=UTC)
+        rows.sort(key=lambda r: (r.run_id != flow_run_id, r.started_at or r.recorded_at or far,
+                                 r.run_id, r.attempt))  # fmt: skip
+        if rows and rows[0].run_id == flow_run_id and rows[0].worker == FLOWS_APP:
+            # The flow run's row holds its start's timings (the run that started it):
+            # show the flow's own, from its first node's start to the recorded end.
+            starts = [r.started_at for r in rows[1:] if r.started_at is not None]
+            first, end = min(starts, default=None), rows[0].recorded_at
+            rows[0] = replace(rows[0], started_at=first, finished_at=end, duration_ms=(
+                to_ms(end) - to_ms(first) if first and end else None))  # fmt: skip
+        return rows

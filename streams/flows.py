@@ -191,6 +191,29 @@ class Coordinator:
         return topic, flow_id, self.codec.encode(topic, outcome), outcome.headers()
 
 
+class Rows(faust.Table[str, str]):
+    """The coordinator's table, whose writes can be waited for.
+
+    Faust hands a table's changelog record to its producer from a buffer, and its
+    commit waits for that buffer at most 0.1 s (``ProducerBuffer.flush_atmost``): at
+    start, while the producer still fetches the changelog topic's metadata, an event's
+    offset could be committed before its row was written, and a kill -9 then lost the
+    row with the event (the flow run stalled: found by the kill -9 integration test).
+    ``written`` waits for the broker's acknowledgement of the last row set, before the
+    step's sends and before the event counts as processed."""
+
+    _last: Any = None
+
+    def send_changelog(self, *args: Any, **kwargs: Any) -> Any:
+        self._last = super().send_changelog(*args, **kwargs)
+        return self._last
+
+    async def written(self) -> None:
+        last, self._last = self._last, None
+        if last is not None:
+            await last  # raises the producer's error: nothing is sent, nothing committed
+
+
 class _Runner:
     """The agent's body: decode, wait a moment for an unknown flow, step, send."""
 
@@ -214,6 +237,7 @@ class _Runner:
         new_row, sends = self.coordinator.step(row, event)
         if new_row is not None and new_row != row:
             self.table[event.flow_run_id] = json.dumps(new_row, separators=(",", ":"))
+            await self.table.written()
         for topic, key, data, headers in sends:
             await self.out[topic].send(key=key.encode(), value=data, headers=headers)
 
@@ -245,6 +269,7 @@ def build_app(settings: Settings) -> tuple[faust.App, Definitions]:
         consumer_auto_offset_reset="earliest",
         # A killed coordinator's partitions move after this, not faust's default 60 s.
         broker_session_timeout=SESSION_TIMEOUT_S, broker_heartbeat_interval=3.0,
+        Table=Rows,
     )  # fmt: skip
 
     def raw(name: str) -> Any:

@@ -27,12 +27,15 @@ def register(sub: Any) -> None:
         help="runs recorded in Cassandra: a job's, by status, or one run's attempts",
         description="JOB_ID: the job's attempts (latest status each) in the window. "
         "--status without JOB_ID: outcomes with that status recorded in the window. "
-        "--run: every record of one run, attempt by attempt. With --tenant T, ids are "
+        "--run: every record of one run, attempt by attempt. --flow-run: a flow run's "
+        "status and each node run's attempts and timings. With --tenant T, ids are "
         "T's own (T/JOB_ID is stored); --status across jobs needs --tenant or "
         "--all-tenants.",
     )
     h.add_argument("job_id", nargs="?", metavar="JOB_ID")
     h.add_argument("--run", metavar="RUN_ID", help="every attempt of one run")
+    h.add_argument("--flow-run", metavar="FLOW_RUN_ID",
+                   help="a flow run (FLOW@slot) and each node run: attempts, timings")  # fmt: skip
     h.add_argument("--status", action="append", default=[],
                    help="SUCCEEDED, FAILED, ... (comma-separated, repeatable)")  # fmt: skip
     h.add_argument("--since", help="the window ends now and starts this long ago (default 24h)")
@@ -81,10 +84,15 @@ def _checked(args: argparse.Namespace) -> list[str]:
     """The statuses asked for, once the arguments make one query; with --tenant, the
     ids made the tenant's (``tenant/...``)."""
     statuses = history_statuses(args.status)
-    if not (args.job_id or args.run or statuses):
-        raise SpecError("history", ["give a JOB_ID, --run RUN_ID, or --status S"])
-    if args.run and (args.job_id or statuses or args.since or args.start or args.end):
-        raise SpecError("history", ["--run takes no JOB_ID, --status or window"])
+    if not (args.job_id or args.run or args.flow_run or statuses):
+        raise SpecError("history", ["give a JOB_ID, --run RUN_ID, --flow-run FLOW_RUN_ID "
+                                    "or --status S"])  # fmt: skip
+    for name, value in (("--run", args.run), ("--flow-run", args.flow_run)):
+        others = (args.job_id, statuses, args.since, args.start, args.end,
+                  args.flow_run if name == "--run" else None)  # fmt: skip
+        if value and any(others):
+            raise SpecError("history", [f"{name} takes no JOB_ID, --status, window "
+                                        "or other run"])  # fmt: skip
     if args.limit < 0 or args.page_size < 1:
         raise SpecError("history", ["--limit must be 0 or more, --page-size 1 or more"])
     if statuses and not args.job_id and not (args.tenant or args.all_tenants):
@@ -94,6 +102,7 @@ def _checked(args: argparse.Namespace) -> list[str]:
             raise SpecError("--tenant", problems)
         args.job_id = args.job_id and qualify(args.tenant, args.job_id)
         args.run = args.run and qualify(args.tenant, args.run)
+        args.flow_run = args.flow_run and qualify(args.tenant, args.flow_run)
     return statuses
 
 
@@ -113,6 +122,13 @@ def cmd_history(settings: Settings, args: argparse.Namespace) -> int:
                 print(f"no records for run {args.run}", file=sys.stderr)
                 return EXIT_NOT_FOUND
             _print_rows(iter(rows), args.json, RUN_COLUMNS)
+            return 0
+        if args.flow_run:
+            rows = history.flow_run(args.flow_run)
+            if not rows:
+                print(f"no records for flow run {args.flow_run}", file=sys.stderr)
+                return EXIT_NOT_FOUND
+            _print_rows(iter(rows), args.json, FLOW_COLUMNS, node_of=args.flow_run)
             return 0
         start, end = history_window(args.since, args.start, args.end, utc_now())
         found: Iterator[RunOutcome]
@@ -137,12 +153,16 @@ JOB_COLUMNS = ("scheduled_at", "run_id", "attempt", "status", "trigger", "durati
 STATUS_COLUMNS = ("recorded_at", "status", "job_id", "run_id", "attempt", "duration_ms", "error")
 RUN_COLUMNS = ("attempt", "status", "recorded_at", "started_at", "finished_at", "duration_ms",
                "next_attempt_at", "worker", "error")  # fmt: skip
-_WIDTH = {"attempt": 3, "status": 13, "trigger": 8, "duration_ms": 8, "worker": 16,
+FLOW_COLUMNS = ("node", "attempt", "status", "started_at", "finished_at", "duration_ms",
+                "worker", "error")  # fmt: skip
+_WIDTH = {"node": 20, "attempt": 3, "status": 15, "trigger": 8, "duration_ms": 8, "worker": 16,
           "run_id": 40, "job_id": 24}  # fmt: skip
 _TITLE = {"attempt": "ATT", "duration_ms": "MS"}
 
 
-def _cell(row: RunOutcome, column: str) -> str:
+def _cell(row: RunOutcome, column: str, node_of: str = "") -> str:
+    if column == "node":  # FLOW@slot/NODE[~rN] -> NODE[~rN]; the flow run itself: (flow)
+        return escape_controls(row.run_id[len(node_of) + 1 :] or "(flow)")
     value = getattr(row, column)
     if value is None:
         return "-"
@@ -151,7 +171,9 @@ def _cell(row: RunOutcome, column: str) -> str:
     return escape_controls(redact_text(str(value)))
 
 
-def _print_rows(rows: Iterator[RunOutcome], as_json: bool, columns: tuple[str, ...]) -> int:
+def _print_rows(
+    rows: Iterator[RunOutcome], as_json: bool, columns: tuple[str, ...], node_of: str = ""
+) -> int:
     count = 0
     for row in rows:
         if as_json:
@@ -160,7 +182,8 @@ def _print_rows(rows: Iterator[RunOutcome], as_json: bool, columns: tuple[str, .
             if not count:
                 print(" ".join(_TITLE.get(c, c.upper()).ljust(_WIDTH.get(c, 24))
                                for c in columns).rstrip())  # fmt: skip
-            print(" ".join(_cell(row, c).ljust(_WIDTH.get(c, 24)) for c in columns).rstrip())
+            print(" ".join(_cell(row, c, node_of).ljust(_WIDTH.get(c, 24))
+                           for c in columns).rstrip())  # fmt: skip
         count += 1
     sys.stdout.flush()
     return count

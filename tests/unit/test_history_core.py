@@ -3,6 +3,7 @@ and the CLI's window and status parsing."""
 
 from __future__ import annotations
 
+import argparse
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from consumers.core.buckets import (
     write_timestamp,
 )
 from consumers.history import StatementsError, load_statements
-from cronstream.cli.history import history_statuses, history_window
+from cronstream.cli.history import _checked, history_statuses, history_window, register
 from producers.spec import SpecError
 
 T = datetime(2026, 11, 22, 23, 30, tzinfo=UTC)
@@ -92,3 +93,20 @@ def test_history_window_and_statuses() -> None:
         "FAILED", "TIMED_OUT", "DEAD_LETTERED"]  # fmt: skip
     with pytest.raises(SpecError, match="unknown status BOOM"):
         history_statuses(["boom"])
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    return parser.parse_args(["history", *argv])
+
+
+def test_a_flow_run_query_takes_nothing_else_and_is_made_the_tenants() -> None:
+    args = _args("--flow-run", "etl@manual:k", "--tenant", "acme")
+    assert _checked(args) == []
+    assert args.flow_run == "acme/etl@manual:k"
+    for extra in (["etl"], ["--status", "FAILED"], ["--since", "1h"], ["--run", "etl@1"]):
+        with pytest.raises(SpecError, match="--(flow-)?run takes no"):
+            _checked(_args("--flow-run", "etl@manual:k", *extra))
+    with pytest.raises(SpecError, match="--flow-run FLOW_RUN_ID"):
+        _checked(_args())
