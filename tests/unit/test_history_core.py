@@ -106,7 +106,7 @@ def test_a_flow_run_query_takes_nothing_else_and_is_made_the_tenants() -> None:
     assert _checked(args) == []
     assert args.flow_run == "acme/etl@manual:k"
     for extra in (["etl"], ["--status", "FAILED"], ["--since", "1h"], ["--run", "etl@1"]):
-        with pytest.raises(SpecError, match="--(flow-)?run takes no"):
+        with pytest.raises(SpecError, match=r"--(flow-)?run takes no"):
             _checked(_args("--flow-run", "etl@manual:k", *extra))
     with pytest.raises(SpecError, match="--flow-run FLOW_RUN_ID"):
         _checked(_args())
