@@ -21,6 +21,7 @@ from runtime.settings import Settings
 from tests.bench.api import bench_api
 from tests.bench.common import ROWS
 from tests.bench.fairness import bench_fairness
+from tests.bench.flows import bench_flows
 from tests.bench.history import bench_queries, bench_sink
 from tests.bench.malformed import bench_malformed
 from tests.bench.scheduler import (
@@ -41,7 +42,7 @@ def main() -> int:
     parser.add_argument("--only", nargs="*", default=None,
                         choices=["throughput", "skew", "burst", "million", "distinct", "slots",
                                  "workers", "drain", "malformed", "security", "latency", "sink",
-                                 "queries", "fairness", "api"])  # fmt: skip
+                                 "queries", "fairness", "api", "flows"])  # fmt: skip
     args = parser.parse_args()
     base = Settings.from_env()
     runs = 1 if args.quick else 3
@@ -62,6 +63,7 @@ def main() -> int:
         "sink": lambda: bench_sink(base, runs, 100_000 if args.quick else 300_000, (64, 1)),
         "fairness": lambda: bench_fairness(base, runs // 2 + 1 if not args.quick else 1,
                                            10_000 if args.quick else 100_000),
+        "flows": lambda: bench_flows(base, runs, args.quick),
         "api": lambda: bench_api(base, runs, 1000 if args.quick else 4000),
         "queries": lambda: bench_queries(base, runs, 200_000 if args.quick else 1_000_000,
                                          100 if args.quick else 300),

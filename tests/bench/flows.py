@@ -1,0 +1,213 @@
+"""Flow benchmarks (issue 17): a worker, the flows coordinator (faust-streaming) and, for
+the last row, a scheduler firing 5,000 no-op jobs per second, in a fresh namespace.
+
+- **Node to node**: a 10-node chain triggered one run at a time; for each edge, the
+  downstream node's STARTED record timestamp minus its upstream's SUCCEEDED record
+  timestamp (both stamped by librdkafka at produce, read back from history): the
+  coordinator's hop (outcome event in, row acknowledged, run request out) plus the
+  worker's pick-up.
+- **1,000 nodes**: wide (one root, 998 nodes after it, one node after all of them) and
+  deep (a chain of 1,000): from the trigger to the coordinator's end record.
+- **Beside the scheduler**: 5,000 no-op jobs every second (spread by jitter) and 20
+  chains of 10 nodes every second; flow runs ended per second over a 20 s window and
+  the jobs' fire skew, with the same jobs' skew measured without flows in the same run.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from producers.client import JobClient
+from producers.flows import flow_from_spec, flow_schedule
+from runtime.settings import Settings
+from schemas.catalog import Topics
+from schemas.events import Priority
+from streams.core.schedule import jitter_offset
+from tests.bench.common import NOOP_TARGET, job, namespace, pct, put_jobs, row, run_records
+from tests.integration.helpers import CronstreamProcess, read_topic
+
+NOOP = {"target": "python", "callable": "tests.bench.targets:noop"}
+
+
+def chain(flow_id: str, n: int, **schedule: str) -> dict[str, object]:
+    nodes = [{"name": f"n{i}", **NOOP, **({"after": [f"n{i - 1}"]} if i else {})}
+             for i in range(n)]  # fmt: skip
+    return {"id": flow_id, **schedule, "nodes": nodes}
+
+
+def wide(flow_id: str, n: int) -> dict[str, object]:
+    middle = [f"m{i}" for i in range(n - 2)]
+    return {"id": flow_id, "nodes": [
+        {"name": "root", **NOOP},
+        *({"name": m, **NOOP, "after": ["root"]} for m in middle),
+        {"name": "end", **NOOP, "after": middle},
+    ]}  # fmt: skip
+
+
+def put_flows(settings: Settings, *specs: dict[str, object]) -> None:
+    with JobClient(settings) as client:
+        for spec in specs:
+            limit = settings.max_payload_bytes
+            client.put_flow(flow_from_spec(spec, max_payload_bytes=limit),
+                            flow_schedule(spec, max_payload_bytes=limit))  # fmt: skip
+
+
+class FlowStack:
+    """A worker and a flows coordinator (and, when asked, a scheduler)."""
+
+    def __init__(self, settings: Settings, *, scheduler: bool = False) -> None:
+        self.logdir = Path(tempfile.mkdtemp(prefix="csbench-"))
+        options = ("--concurrency", "64", "--python-allow", "tests.bench")
+        self.procs = [
+            CronstreamProcess(settings, self.logdir, "w", *options, command="worker"),
+            CronstreamProcess(
+                settings, self.logdir, "c", "--log-level", "INFO", command="flows-coordinator"
+            ),
+        ]
+        if scheduler:
+            self.procs.append(CronstreamProcess(settings, self.logdir, "s"))
+
+    def wait_live(self) -> None:
+        self.procs[0].wait_live(1, timeout=120, text="assigned")
+        self.procs[1].wait_live(1, timeout=120, text="Ready")
+        if len(self.procs) > 2:
+            self.procs[2].wait_live(12, timeout=240)
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.stop()
+
+
+def _outcomes(settings: Settings) -> list[tuple[str, str, int]]:
+    """(run id, status, record timestamp ms) of every history record."""
+    return [(r.headers.get("run_id", ""), r.headers.get("status", ""), r.timestamp_ms)
+            for r in read_topic(settings, Topics(settings).history)]  # fmt: skip
+
+
+def _wait_ended(settings: Settings, flow_runs: set[str], timeout: float) -> dict[str, int]:
+    """The coordinator's end record time of each of ``flow_runs`` (a flow run's own run
+    id is recorded by its start, STARTED then SUCCEEDED, and then by its end)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        seen: dict[str, list[int]] = {}
+        for run_id, status, ts in _outcomes(settings):
+            if run_id in flow_runs and status in ("SUCCEEDED", "FAILED"):
+                seen.setdefault(run_id, []).append(ts)
+        ended = {run_id: max(ts) for run_id, ts in seen.items() if len(ts) >= 2}
+        if len(ended) == len(flow_runs):
+            return ended
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{len(flow_runs) - len(ended)} flow runs never ended")
+        time.sleep(1)
+
+
+def hops(settings: Settings, runs: int, nodes: int = 10) -> list[tuple[int, int]]:
+    """Per edge of ``runs`` runs of a chain: (upstream's success published -> downstream
+    run request published, -> downstream STARTED), ms. The upstream's success is its
+    OUTCOME event on ``flows.events``: the worker publishes it with the attempt's other
+    records, and the SUCCEEDED history record itself only at its next flush (it waits
+    for the event to be acknowledged), so that record comes later than the next start."""
+    put_flows(settings, chain("hop", nodes))
+    stack = FlowStack(settings)
+    try:
+        stack.wait_live()
+        flow_runs = []
+        with JobClient(settings) as client:
+            for k in range(runs):
+                flow_runs.append(client.trigger("hop", idempotency_key=f"k{k}").run_id)
+                _wait_ended(settings, {flow_runs[-1]}, 120)
+    finally:
+        stack.stop()
+    topics = Topics(settings)
+    done = {r.headers.get("run_id"): r.timestamp_ms
+            for r in read_topic(settings, topics.flow_events)
+            if r.headers.get("kind") == "OUTCOME"}  # fmt: skip
+    asked = {r.headers.get("run_id"): r.timestamp_ms
+             for r in read_topic(settings, topics.runs(Priority.NORMAL))}  # fmt: skip
+    started = {run_id: ts for run_id, status, ts in _outcomes(settings) if status == "STARTED"}
+    out = []
+    for run in flow_runs:
+        for i in range(nodes - 1):
+            up, down = f"{run}/n{i}", f"{run}/n{i + 1}"
+            out.append((asked[down] - done[up], started[down] - done[up]))
+    return out
+
+
+def big(settings: Settings, shape: str, n: int = 1000) -> float:
+    """Seconds from the trigger of one ``n``-node flow to its end record."""
+    put_flows(settings, wide("big", n) if shape == "wide" else chain("big", n))
+    stack = FlowStack(settings)
+    try:
+        stack.wait_live()
+        with JobClient(settings) as client:
+            t0 = time.time()
+            run_id = client.trigger("big", idempotency_key="k").run_id
+        end = _wait_ended(settings, {run_id}, 900)[run_id]
+    finally:
+        stack.stop()
+    return end / 1000 - t0
+
+
+def beside_scheduler(settings: Settings, flows: int) -> tuple[float, list[int]]:
+    """5,000 no-op jobs every second and ``flows`` 10-node chains every second: (flow
+    runs ended per second over 20 s after a 10 s warm-up, the jobs' fire skews, ms)."""
+    put_jobs(settings, 5000, lambda i: job(f"j-{i}", every_ms=1000, jitter_ms=999,
+                                           target=NOOP_TARGET))  # fmt: skip
+    put_flows(settings, *(chain(f"f{k}", 10, every="1s") for k in range(flows)))
+    stack = FlowStack(settings, scheduler=True)
+    try:
+        stack.wait_live()
+        time.sleep(10)
+        t0 = int(time.time() * 1000)
+        time.sleep(20)
+        t1 = int(time.time() * 1000)
+    finally:
+        stack.stop()
+    ended = [ts for run_id, status, ts in _outcomes(settings)
+             if run_id.endswith("/n9") and status == "SUCCEEDED" and t0 <= ts < t1]  # fmt: skip
+    skews = [ts - (slot + jitter_offset(job_id, 999))
+             for job_id, ts, slot in run_records(settings)
+             if job_id.startswith("j-") and t0 <= slot < t1]  # fmt: skip
+    return len(ended) / ((t1 - t0) / 1000), skews
+
+
+def bench_flows(base: Settings, runs: int, quick: bool = False) -> None:
+    edges: list[tuple[int, int]] = []
+    for _ in range(runs):
+        with namespace(base) as settings:
+            edges += hops(settings, 10 if quick else 30)
+    lat, emit = [e[1] for e in edges], [e[0] for e in edges]
+    row("flow node succeeded -> next node STARTED p50 (ms)", f"{pct(lat, 0.5):.0f}", "-",
+        f"{len(lat)} hops of a 10-node chain, {runs} run(s); of which the coordinator "
+        f"(outcome event -> run request) p50 {pct(emit, 0.5):.0f}")  # fmt: skip
+    row("flow node succeeded -> next node STARTED p99 (ms)", f"{pct(lat, 0.99):.0f}",
+        "<= 200", f"max {max(lat)}; coordinator p99 {pct(emit, 0.99):.0f}")  # fmt: skip
+    for shape in ("wide", "deep"):
+        took = []
+        for _ in range(1 if quick else runs):
+            with namespace(base) as settings:
+                took.append(big(settings, shape, 200 if quick else 1000))
+        size = 200 if quick else 1000
+        row(f"{size}-node flow, {shape}: trigger to end (s)", f"{statistics.median(took):.1f}",
+            "-", f"runs {[round(t, 1) for t in took]}")  # fmt: skip
+    alone: list[int] = []
+    rates, skews = [], []
+    for _ in range(1 if quick else runs):
+        with namespace(base) as settings:
+            alone += beside_scheduler(settings, 0)[1]
+        with namespace(base) as settings:
+            rate, s = beside_scheduler(settings, 20)
+        rates.append(rate)
+        skews += s
+    row(
+        "10-node flow runs/s beside 5,000 fires/s",
+        f"{statistics.median(rates):.1f}",
+        "-",
+        f"20 flows every 1 s (demand 20/s); runs {[round(r, 1) for r in rates]}",
+    )
+    row("fire skew p99 @5k/s with flows (ms)", f"{pct(skews, 0.99):.0f}",
+        f"~{pct(alone, 0.99):.0f}", f"without flows, same run: p50 {pct(alone, 0.5):.0f}, "
+        f"p99 {pct(alone, 0.99):.0f}; with: p50 {pct(skews, 0.5):.0f}")  # fmt: skip
