@@ -56,12 +56,21 @@ def kafka_password(settings: Settings, env: Mapping[str, str] | None = None) -> 
     return read_password("Kafka", user, stored, env, "CRONSTREAM_KAFKA_PASSWORD")
 
 
+# librdkafka reports a connection lost during the SASL handshake as an authentication
+# error too ("SaslAuthenticateRequest failed: Local: Broker transport failure"; seen when
+# a group coordinator connection is torn down at close, and under load): transient.
+TRANSPORT_FAILURE = "Local: Broker transport failure"
+
+
 def refuse_bad_credentials(user: str) -> Any:
     """An ``error_cb`` that turns an authentication or TLS failure into KafkaAuthError,
-    raised from the client call that served it (poll, consume, flush)."""
+    raised from the client call that served it (poll, consume, flush); a connection
+    lost during the handshake is left to librdkafka, which connects again."""
 
     def on_error(err: KafkaError) -> None:
-        if err.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL):
+        if err.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL) and (
+            TRANSPORT_FAILURE not in err.str()
+        ):
             raise KafkaAuthError(f"Kafka refused user {user!r}: {err.str()}")
 
     return on_error
