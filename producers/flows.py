@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from producers.spec import SpecError, job_from_spec, yaml_entries
-from schemas.events import JobDefinition, utc_now
+from schemas.events import Concurrency, JobDefinition, utc_now
 from schemas.flows import FlowDefinition, FlowNode, FlowTriggerRule
 from schemas.limits import MAX_JOB_ID, name_problems
 
@@ -50,9 +50,11 @@ NODE_KEYS = NODE_JOB_KEYS | {"name", "after", "trigger"}
 # A flow's schedule: what a job says about when it runs (the flow's job, target flow).
 SCHEDULE_KEYS = frozenset({
     "cron", "every", "anchor", "at", "tz", "start", "end", "jitter", "misfire", "catchup",
-    "catchup_window", "concurrency", "paused", "priority",
+    "catchup_window", "paused", "priority",
 })  # fmt: skip
-FLOW_KEYS = frozenset({"id", "tenant", "nodes"}) | SCHEDULE_KEYS
+# ``concurrency`` is the flow run's (the coordinator's), not its schedule job's: that
+# job's run only publishes the start, in milliseconds.
+FLOW_KEYS = frozenset({"id", "tenant", "nodes", "concurrency"}) | SCHEDULE_KEYS
 
 
 def flow_from_spec(
@@ -78,10 +80,15 @@ def flow_from_spec(
                 nodes.append(node)
         if len(nodes) == len(raw_nodes):
             problems += graph_problems(nodes)
+    policy = str(spec.get("concurrency") or "allow").upper()
+    if policy not in Concurrency.__members__:
+        problems.append(f"concurrency {policy.lower()[:40]!r} must be one of "
+                        f"{', '.join(c.value.lower() for c in Concurrency)}")  # fmt: skip
     if problems:
         raise SpecError(f"flow {flow_id or '(no id)'}", problems)
     return FlowDefinition(flow_id=flow_id, tenant=str(spec.get("tenant") or "default"),
-                          nodes=tuple(nodes), updated_at=now or utc_now())  # fmt: skip
+                          nodes=tuple(nodes), updated_at=now or utc_now(),
+                          concurrency=Concurrency(policy))  # fmt: skip
 
 
 def flow_schedule(spec: Mapping[str, Any], *, max_payload_bytes: int) -> JobDefinition:

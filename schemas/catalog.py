@@ -169,8 +169,9 @@ ROLES: Mapping[str, RoleAccess] = MappingProxyType({
     "admission": RoleAccess(reads=(JOBS,), writes=(JOBS, *_RUNS, CONTROL), tenant_topics=True),
     # the HTTP API: a tenant's commands go through the admission like the tenant's own
     "api": RoleAccess(reads=(JOBS,), tenant_topics=True, history="read"),
-    # flow runs: starts and node outcomes -> node run requests; flows' outcomes recorded
-    "flows": RoleAccess(reads=(FLOWS, FLOW_EVENTS), writes=(*_RUNS, HISTORY, DLQ),
+    # flow runs: starts and node outcomes -> node run requests; flows' outcomes recorded;
+    # a flow run replaced (concurrency replace) cancels its node runs
+    "flows": RoleAccess(reads=(FLOWS, FLOW_EVENTS), writes=(*_RUNS, HISTORY, DLQ, CONTROL),
                         internal=True),
 })  # fmt: skip
 

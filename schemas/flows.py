@@ -8,7 +8,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import ClassVar
 
-from schemas.events import AvroRecord, Priority, RetryPolicy, Target
+from schemas.events import AvroRecord, Concurrency, Priority, RetryPolicy, Target
 
 
 class FlowTriggerRule(StrEnum):
@@ -39,6 +39,7 @@ class FlowDefinition(AvroRecord):
     nodes: tuple[FlowNode, ...]
     updated_at: datetime
     tenant: str = "default"
+    concurrency: Concurrency = Concurrency.ALLOW
 
     def key(self) -> str:
         return self.flow_id

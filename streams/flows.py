@@ -26,6 +26,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import faust
@@ -37,6 +38,9 @@ from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import FLOWS_APP, FLOWS_TABLE, Topics
 from schemas.events import (
+    Concurrency,
+    ControlAction,
+    ControlCommand,
     Priority,
     RunOutcome,
     RunRequest,
@@ -98,6 +102,17 @@ class Definitions:
         self._consumer.close()
 
 
+Send = tuple[str, str, bytes, Any]  # (topic, key, value, headers)
+
+
+def _nodes(definition: FlowDefinition) -> list[core.Node]:
+    return [core.Node(n.name, n.after, n.trigger_rule.value) for n in definition.nodes]
+
+
+def _ended(row: Mapping[str, Any]) -> bool:
+    return row["status"] not in ("RUNNING", "QUEUED")
+
+
 class Coordinator:
     """One event at a time: the table row in, the row and what to send out."""
 
@@ -105,10 +120,103 @@ class Coordinator:
         self.topics = Topics(settings)
         self.codec = codec
         self.definitions = definitions
+        self._by_name: dict[str, tuple[FlowDefinition, dict[str, FlowNode]]] = {}
+
+    def handle(self, rows: JsonRows, event: FlowEvent) -> list[Send]:
+        """One event: the rows it changes (its flow run's; under a concurrency policy,
+        the flow's ``Active`` and the runs it queues, starts or cancels), and the
+        records to send."""
+        key = event.flow_run_id
+        row = rows.get(key)
+        if row is None and event.kind is FlowEventKind.START:
+            definition = self.definitions.flows.get(event.flow_id)
+            if definition is not None and definition.concurrency is not Concurrency.ALLOW:
+                return self._admit(rows, event, definition)
+        new_row, sends = self.step(row, event)
+        if new_row is not None and new_row != row:
+            rows[key] = new_row
+            if row is not None and not _ended(row) and _ended(new_row):
+                sends += self._next_in_line(rows, event.flow_id, key)
+        return sends
+
+    def _admit(self, rows: JsonRows, event: FlowEvent, definition: FlowDefinition
+               ) -> list[Send]:  # fmt: skip
+        """A new run of a flow with a concurrency policy."""
+        key, active_key = event.flow_run_id, core.active_key(event.flow_id)
+        active = core.Active.from_record(rows.get(active_key))
+        policy = definition.concurrency
+        verdict = active.admit(policy.value, key)
+        slot, sends = to_ms(event.scheduled_at), []
+        if verdict in ("skip", "queue"):
+            status = "SKIPPED" if verdict == "skip" else "QUEUED"
+            run, _ = core.start(event.flow_id, key, _nodes(definition), scheduled_ms=slot,
+                                tenant=event.tenant, status=status)  # fmt: skip
+            rows[key] = core.to_record(run)
+            if verdict == "skip":
+                return [self._record(event.flow_id, key, slot, event.tenant, RunStatus.SKIPPED,
+                                     f"flow run {active.running[0]} is still running "
+                                     "(concurrency forbid)")]  # fmt: skip
+            active.queued.append(key)
+            rows[active_key] = active.to_record()
+            return []
+        if verdict == "replace":
+            for old_id in [*active.running, *active.queued]:
+                sends += self._cancel(rows, old_id, f"replaced by flow run {key} "
+                                      "(concurrency replace)")  # fmt: skip
+            active = core.Active()
+        new_row, started = self.step(None, event)
+        if new_row is not None:
+            rows[key] = new_row
+            if key not in active.running:
+                active.running.append(key)
+            rows[active_key] = active.to_record()
+        return sends + started
+
+    def _cancel(self, rows: JsonRows, run_id: str, reason: str) -> list[Send]:
+        """End a replaced run: cancel commands for its running node runs, its end."""
+        row = rows.get(run_id)
+        if row is None:
+            return []
+        run = core.from_record(row)
+        stopped = core.cancel(run)
+        if not run.ended or row["status"] == run.status:
+            return []
+        rows[run_id] = core.to_record(run)
+        out = []
+        for node_run in stopped:
+            command = ControlCommand(
+                command_id=f"{node_run}:replaced", action=ControlAction.CANCEL, run_id=node_run,
+                job_id=run.flow_id, issued_at=utc_now(), reason=reason,
+            )  # fmt: skip
+            topic = self.topics.control
+            out.append((topic, node_run, self.codec.encode(topic, command), command.headers()))
+        out.append(self._record(run.flow_id, run_id, run.scheduled_ms, run.tenant,
+                                RunStatus.CANCELED, f"flow run {reason}"))  # fmt: skip
+        return out
+
+    def _next_in_line(self, rows: JsonRows, flow_id: str, ended: str) -> list[Send]:
+        """A run of a flow under a concurrency policy ended: start the queued run whose
+        turn it is."""
+        active_key = core.active_key(flow_id)
+        record = rows.get(active_key)
+        if record is None:
+            return []
+        active = core.Active.from_record(record)
+        turn = active.ended(ended)
+        rows[active_key] = active.to_record()
+        row = rows.get(turn) if turn is not None else None
+        if row is None:
+            return []
+        run = core.from_record(row)
+        before = dict(run.states)
+        starts = core.begin(run)
+        rows[run.run_id] = core.to_record(run)
+        return self._sends(run, starts, before)
 
     def step(self, row: dict[str, Any] | None, event: FlowEvent
-             ) -> tuple[dict[str, Any] | None, list[tuple[str, str, bytes, Any]]]:  # fmt: skip
-        """(the new row, records to send: (topic, key, value, headers))."""
+             ) -> tuple[dict[str, Any] | None, list[Send]]:  # fmt: skip
+        """One flow run's row and one event: (the new row, records to send: (topic, key,
+        value, headers))."""
         if row is None:
             if event.kind is not FlowEventKind.START:
                 return None, []  # an outcome or rerun of a run this coordinator never started
@@ -119,8 +227,7 @@ class Coordinator:
                                            RunStatus.FAILED,
                                            f"no flow {event.flow_id!r} is defined")]  # fmt: skip
             run, starts = core.start(
-                event.flow_id, event.flow_run_id,
-                [core.Node(n.name, n.after, n.trigger_rule.value) for n in definition.nodes],
+                event.flow_id, event.flow_run_id, _nodes(definition),
                 scheduled_ms=to_ms(event.scheduled_at), tenant=event.tenant,
             )  # fmt: skip
             before: dict[str, core.NodeState] = {}
@@ -139,10 +246,20 @@ class Coordinator:
                 return row, []
         return core.to_record(run), self._sends(run, starts, before)
 
+    def _specs(self, flow_id: str) -> Mapping[str, FlowNode]:
+        """The flow's nodes by name, built once per definition (a 1,000-node flow's
+        every event used to build it again)."""
+        definition = self.definitions.flows.get(flow_id)
+        if definition is None:
+            return {}
+        cached = self._by_name.get(flow_id)
+        if cached is None or cached[0] is not definition:
+            cached = self._by_name[flow_id] = (definition, {n.name: n for n in definition.nodes})
+        return cached[1]
+
     def _sends(self, run: core.FlowRun, starts: list[core.Start],
-               before: dict[str, core.NodeState]) -> list[tuple[str, str, bytes, Any]]:  # fmt: skip
-        definition = self.definitions.flows.get(run.flow_id)
-        specs = {n.name: n for n in definition.nodes} if definition else {}
+               before: dict[str, core.NodeState]) -> list[Send]:  # fmt: skip
+        specs = self._specs(run.flow_id)
         out = []
         for item in starts:
             spec = specs.get(item.node)
@@ -168,8 +285,7 @@ class Coordinator:
                                     f"flow run ended: {counts}"))  # fmt: skip
         return out
 
-    def _node_run(self, run: core.FlowRun, item: core.Start, spec: FlowNode
-                  ) -> tuple[str, str, bytes, Any]:  # fmt: skip
+    def _node_run(self, run: core.FlowRun, item: core.Start, spec: FlowNode) -> Send:
         now = utc_now()
         request = RunRequest(
             run_id=item.run_id, job_id=run.flow_id, tenant=run.tenant,
@@ -181,7 +297,7 @@ class Coordinator:
         return topic, run.flow_id, self.codec.encode(topic, request), request.headers()
 
     def _record(self, flow_id: str, run_id: str, scheduled_ms: int, tenant: str,
-                status: RunStatus, error: str) -> tuple[str, str, bytes, Any]:  # fmt: skip
+                status: RunStatus, error: str) -> Send:  # fmt: skip
         outcome = RunOutcome(
             run_id=run_id, job_id=flow_id, tenant=tenant, status=status,
             scheduled_at=from_ms(scheduled_ms), recorded_at=utc_now(), trigger=Trigger.FLOW,
@@ -199,19 +315,41 @@ class Rows(faust.Table[str, str]):
     start, while the producer still fetches the changelog topic's metadata, an event's
     offset could be committed before its row was written, and a kill -9 then lost the
     row with the event (the flow run stalled: found by the kill -9 integration test).
-    ``written`` waits for the broker's acknowledgement of the last row set, before the
-    step's sends and before the event counts as processed."""
+    ``written`` waits for the broker's acknowledgement of every row set since, before
+    the step's sends and before the event counts as processed."""
 
-    _last: Any = None
+    _sent: list[Any] | None = None
 
     def send_changelog(self, *args: Any, **kwargs: Any) -> Any:
-        self._last = super().send_changelog(*args, **kwargs)
-        return self._last
+        future = super().send_changelog(*args, **kwargs)
+        if self._sent is None:
+            self._sent = []
+        self._sent.append(future)
+        return future
 
     async def written(self) -> None:
-        last, self._last = self._last, None
-        if last is not None:
-            await last  # raises the producer's error: nothing is sent, nothing committed
+        sent, self._sent = self._sent or [], None
+        for future in sent:
+            await future  # raises the producer's error: nothing is sent, nothing committed
+
+
+class JsonRows:
+    """The table seen as rows of JSON values (faust's json codec cannot restore a dict
+    value_type: rows are kept as JSON text)."""
+
+    def __init__(self, table: Any) -> None:
+        self.table = table
+        self._read: dict[str, dict[str, Any] | None] = {}
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        if key not in self._read:
+            text = self.table.get(key)
+            self._read[key] = json.loads(text) if text else None
+        return self._read[key]
+
+    def __setitem__(self, key: str, row: dict[str, Any]) -> None:
+        self._read[key] = row
+        self.table[key] = json.dumps(row, separators=(",", ":"))
 
 
 class _Runner:
@@ -226,18 +364,15 @@ class _Runner:
         except DecodeError as exc:
             log.warning("flow event unreadable, skipped: %s", exc)
             return
-        text = self.table.get(event.flow_run_id)
-        row = json.loads(text) if text else None
+        rows = JsonRows(self.table)
         known = self.coordinator.definitions.flows
-        if row is None and event.kind is FlowEventKind.START:
+        if event.kind is FlowEventKind.START and rows.get(event.flow_run_id) is None:
             # ``flows put`` then at once ``flows trigger``: give the thread a moment.
             deadline = time.monotonic() + DEFINITION_WAIT_S
             while event.flow_id not in known and time.monotonic() < deadline:
                 await asyncio.sleep(0.1)
-        new_row, sends = self.coordinator.step(row, event)
-        if new_row is not None and new_row != row:
-            self.table[event.flow_run_id] = json.dumps(new_row, separators=(",", ":"))
-            await self.table.written()
+        sends = self.coordinator.handle(rows, event)
+        await self.table.written()
         for topic, key, data, headers in sends:
             await self.out[topic].send(key=key.encode(), value=data, headers=headers)
 
@@ -256,8 +391,8 @@ def build_app(settings: Settings) -> tuple[faust.App, Definitions]:
     """The coordinator's faust app (run it with ``faust.Worker``)."""
     topics = Topics(settings)
     codec = Codec(registry_client(settings))
-    for name, event_type in ((topics.history, RunOutcome), *((topics.runs(p), RunRequest)
-                                                             for p in Priority)):  # fmt: skip
+    for name, event_type in ((topics.history, RunOutcome), (topics.control, ControlCommand),
+                             *((topics.runs(p), RunRequest) for p in Priority)):  # fmt: skip
         codec.writer_id(f"{name}-value", event_type)
     definitions = Definitions(settings, Codec(registry_client(settings)))  # its own client
     coordinator = Coordinator(settings, codec, definitions)
@@ -276,7 +411,8 @@ def build_app(settings: Settings) -> tuple[faust.App, Definitions]:
         return app.topic(name, key_type=bytes, value_type=bytes, key_serializer="raw",
                          value_serializer="raw")  # fmt: skip
 
-    out = {name: raw(name) for name in (topics.history, *(topics.runs(p) for p in Priority))}
+    written = (topics.history, topics.control, *(topics.runs(p) for p in Priority))
+    out = {name: raw(name) for name in written}
     # Rows are JSON text: faust's json codec turns a dict value_type into a model it
     # cannot restore ("type object 'dict' has no attribute 'from_data'").
     table = app.Table(FLOWS_TABLE, default=None, key_type=str, value_type=str,

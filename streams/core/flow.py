@@ -17,6 +17,11 @@ ended, the flow run ends: FAILED if a node FAILED or was UPSTREAM_FAILED, else
 SUCCEEDED. ``rerun_failed`` runs the FAILED and UPSTREAM_FAILED nodes again (and the
 SKIPPED ones, whose rule is judged again), keeping what succeeded.
 
+Concurrency per flow (``Active``, one per flow with a policy other than ALLOW): a new
+run while an earlier one is RUNNING is SKIPPED (FORBID), QUEUED until the runs before
+it ended (QUEUE: ``begin`` starts it), or starts after the running ones are CANCELED
+(REPLACE: ``cancel`` gives the node runs to stop).
+
 Replays: an event applied twice (the coordinator restarted between updating its table
 and committing its input) changes nothing, and gives back the starts it caused the first
 time, flagged as possible duplicates: a start lost in the crash is emitted again.
@@ -73,7 +78,9 @@ class FlowRun:
     nodes: dict[str, Node]
     states: dict[str, NodeState]
     generation: int = 0  # reruns so far
-    status: str = "RUNNING"  # RUNNING, SUCCEEDED or FAILED
+    # RUNNING, QUEUED (waits for an earlier run: concurrency QUEUE), or ended: SUCCEEDED,
+    # FAILED, SKIPPED (concurrency FORBID) or CANCELED (concurrency REPLACE)
+    status: str = "RUNNING"
     scheduled_ms: int = 0  # the flow run's slot
     tenant: str = "default"
     # node -> the run id of its current run (its latest start)
@@ -81,7 +88,7 @@ class FlowRun:
 
     @property
     def ended(self) -> bool:
-        return self.status != "RUNNING"
+        return self.status not in ("RUNNING", "QUEUED")
 
     def node_of(self, run_id: str) -> str | None:
         """The node whose *current* run is ``run_id`` (None: another run, or a stale one)."""
@@ -119,13 +126,80 @@ def node_run_id(flow_run_id: str, node: str, generation: int) -> str:
 
 def start(
     flow_id: str, run_id: str, nodes: Iterable[Node], *, scheduled_ms: int = 0,
-    tenant: str = "default",
+    tenant: str = "default", status: str = "RUNNING",
 ) -> tuple[FlowRun, list[Start]]:  # fmt: skip
-    """A new flow run and the starts of its root nodes."""
+    """A new flow run and the starts of its root nodes; with ``status`` QUEUED or
+    SKIPPED, a run that starts nothing (yet)."""
     table = {node.name: node for node in nodes}
     run = FlowRun(flow_id, run_id, table, dict.fromkeys(table, NodeState.PENDING),
-                  scheduled_ms=scheduled_ms, tenant=tenant)  # fmt: skip
-    return run, _advance(run)
+                  scheduled_ms=scheduled_ms, tenant=tenant, status=status)  # fmt: skip
+    return run, _advance(run) if status == "RUNNING" else []
+
+
+def begin(run: FlowRun) -> list[Start]:
+    """A QUEUED run whose turn came: the starts of its root nodes."""
+    if run.status != "QUEUED":
+        return []
+    run.status = "RUNNING"
+    return _advance(run)
+
+
+def cancel(run: FlowRun) -> list[str]:
+    """End a run that is replaced: its running nodes FAILED (their runs are to be
+    cancelled: returned), its pending ones SKIPPED; the run CANCELED."""
+    if run.ended:
+        return []
+    stopped = [run.runs[n] for n, s in run.states.items() if s is NodeState.RUNNING]
+    for name, state in run.states.items():
+        if state is NodeState.RUNNING:
+            run.states[name] = NodeState.FAILED
+        elif state is NodeState.PENDING:
+            run.states[name] = NodeState.SKIPPED
+    run.status = "CANCELED"
+    return stopped
+
+
+@dataclass
+class Active:
+    """The runs of one flow under a concurrency policy: started and not ended (in start
+    order), and queued (in arrival order)."""
+
+    running: list[str] = field(default_factory=list)
+    queued: list[str] = field(default_factory=list)
+
+    def admit(self, policy: str, run_id: str) -> str:
+        """What a new run ``run_id`` does: "start", "skip", "queue" or "replace"."""
+        if run_id in self.running or run_id in self.queued:
+            return "again"  # its start seen before
+        if not self.running and not self.queued:
+            return "start"
+        return {"FORBID": "skip", "QUEUE": "queue", "REPLACE": "replace"}.get(policy, "start")
+
+    def ended(self, run_id: str) -> str | None:
+        """``run_id`` ended: the queued run whose turn it is now, if any."""
+        if run_id in self.running:
+            self.running.remove(run_id)
+        elif run_id in self.queued:
+            self.queued.remove(run_id)
+        if not self.running and self.queued:
+            turn = self.queued.pop(0)
+            self.running.append(turn)
+            return turn
+        return None
+
+    def to_record(self) -> dict[str, Any]:
+        return {"running": list(self.running), "queued": list(self.queued)}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any] | None) -> Active:
+        if not record:
+            return cls()
+        return cls(list(record["running"]), list(record["queued"]))
+
+
+def active_key(flow_id: str) -> str:
+    """The coordinator table's key of a flow's ``Active`` (no flow run id has '#')."""
+    return f"#active/{flow_id}"
 
 
 def restarted(run: FlowRun) -> list[Start]:

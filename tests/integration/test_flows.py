@@ -167,3 +167,35 @@ def test_a_node_that_succeeds_on_its_retry_lets_the_flow_go_on(
     ran = {(o.run_id, o.attempt, o.status.value) for o in _history(ns)}
     assert ("retrying@manual:k/x", 2, "SUCCEEDED") in ran
     assert ("retrying@manual:k/y", 1, "SUCCEEDED") in ran
+
+
+@pytest.mark.parametrize("policy", ["forbid", "queue", "replace"])
+def test_a_flows_concurrency_policy_holds_for_a_run_started_while_one_runs(
+    ns: Settings, tmp_path: Path, target: Target, procs: list[CronstreamProcess], policy: str
+) -> None:
+    _put(ns, tmp_path, {"id": "one", "concurrency": policy, "nodes": [
+        {"name": "a", "target": "http", "url": f"{target.url}/slow/a"},  # takes a second
+        {"name": "b", "after": ["a"], "target": "http", "url": f"{target.url}/ok/b"},
+    ]})  # fmt: skip
+    _start(ns, tmp_path, procs, "w", "worker", "--http-allow", "127.0.0.0/8", ready="assigned")
+    _coordinator(ns, tmp_path, procs, "c1")
+    assert cronstream(ns, "flows", "trigger", "one", "--idempotency-key", "k1").returncode == 0
+    deadline = time.monotonic() + 60
+    while "one@manual:k1/a" not in target.keys("/slow/a"):  # the first run is running
+        assert time.monotonic() < deadline, "the first run never started"
+        time.sleep(0.05)
+    assert cronstream(ns, "flows", "trigger", "one", "--idempotency-key", "k2").returncode == 0
+    first, second = _flow_end(ns, "one@manual:k1"), _flow_end(ns, "one@manual:k2")
+    ran = target.keys("/")
+    if policy == "forbid":
+        assert (first.status.value, second.status.value) == ("SUCCEEDED", "SKIPPED")
+        assert "one@manual:k1" in (second.error or "")
+        assert "one@manual:k2/a" not in ran
+    elif policy == "queue":
+        assert (first.status.value, second.status.value) == ("SUCCEEDED", "SUCCEEDED")
+        calls = {key: at for at, _, key in target.calls}
+        assert calls["one@manual:k2/a"] > calls["one@manual:k1/b"]  # after the first ended
+    else:
+        assert (first.status.value, second.status.value) == ("CANCELED", "SUCCEEDED")
+        assert "one@manual:k1/b" not in ran
+        assert ran["one@manual:k2/b"] == 1

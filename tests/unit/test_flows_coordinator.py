@@ -6,13 +6,16 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from producers.flows import flow_from_spec
+from producers.spec import SpecError
 from runtime.settings import Settings
 from schemas.catalog import Topics
-from schemas.events import Priority, RunOutcome, RunRequest, Trigger
+from schemas.events import ControlCommand, Priority, RunOutcome, RunRequest, Trigger
 from schemas.flows import FlowEvent, FlowEventKind
 from schemas.serde import Codec
-from streams.flows import Coordinator
+from streams.flows import Coordinator, JsonRows
 from tests.fakes import FakeRegistry
 
 SETTINGS = Settings.from_env({"CRONSTREAM_TOPIC_PREFIX": "acme"})
@@ -84,3 +87,86 @@ def test_an_outcome_of_a_run_it_never_started_is_ignored() -> None:
     coordinator, _ = _coordinator()
     assert coordinator.step(None, _event(FlowEventKind.OUTCOME, f"{RUN}/a", "SUCCEEDED")) == (
         None, [])  # fmt: skip
+
+
+def _policy(policy: str) -> tuple[Coordinator, Codec, JsonRows]:
+    flow = flow_from_spec({"id": "etl", "concurrency": policy, "nodes": [
+        {"name": "a", "target": "python", "callable": "m:f"},
+        {"name": "b", "after": ["a"], "target": "python", "callable": "m:g"},
+    ]}, max_payload_bytes=65536)  # fmt: skip
+    codec = Codec(FakeRegistry())  # type: ignore[arg-type]
+    coordinator = Coordinator(SETTINGS, codec, Known(etl=flow))  # type: ignore[arg-type]
+    return coordinator, codec, JsonRows({})
+
+
+def _what(codec: Codec, sends: list[Any]) -> list[tuple[str, str, str]]:
+    """(kind, run id, status or reason) of each record sent."""
+    out = []
+    for topic, _, value, _ in sends:
+        if topic == TOPICS.history:
+            r = codec.decode(value, RunOutcome)
+            out.append(("history", r.run_id, r.status.value))
+        elif topic == TOPICS.control:
+            c = codec.decode(value, ControlCommand)
+            out.append(("cancel", c.run_id, c.reason or ""))
+        else:
+            out.append(("run", codec.decode(value, RunRequest).run_id, ""))
+    return out
+
+
+def _start(key: str) -> FlowEvent:
+    return _event(FlowEventKind.START, flow_run=f"etl@manual:{key}")
+
+
+def _done(key: str, node: str, status: str = "SUCCEEDED") -> FlowEvent:
+    run = f"etl@manual:{key}"
+    return _event(FlowEventKind.OUTCOME, f"{run}/{node}", status, flow_run=run)
+
+
+def test_forbid_records_a_run_that_starts_while_another_runs_skipped() -> None:
+    coordinator, codec, rows = _policy("forbid")
+    assert _what(codec, coordinator.handle(rows, _start("k1"))) == [
+        ("run", "etl@manual:k1/a", "")]  # fmt: skip
+    assert _what(codec, coordinator.handle(rows, _start("k2"))) == [
+        ("history", "etl@manual:k2", "SKIPPED")]  # fmt: skip
+    assert coordinator.handle(rows, _start("k2")) == []  # its start again: still skipped
+    coordinator.handle(rows, _done("k1", "a"))
+    ended = _what(codec, coordinator.handle(rows, _done("k1", "b")))
+    assert ended == [("history", "etl@manual:k1", "SUCCEEDED")]
+    assert _what(codec, coordinator.handle(rows, _start("k3"))) == [
+        ("run", "etl@manual:k3/a", "")]  # fmt: skip
+
+
+def test_queue_starts_a_waiting_run_when_the_one_before_ends() -> None:
+    coordinator, codec, rows = _policy("queue")
+    coordinator.handle(rows, _start("k1"))
+    assert coordinator.handle(rows, _start("k2")) == []  # queued
+    assert coordinator.handle(rows, _start("k3")) == []  # queued behind k2
+    assert rows.get("etl@manual:k2")["status"] == "QUEUED"  # type: ignore[index]
+    coordinator.handle(rows, _done("k1", "a"))
+    assert _what(codec, coordinator.handle(rows, _done("k1", "b", "DEAD_LETTERED"))) == [
+        ("history", "etl@manual:k1", "FAILED"), ("run", "etl@manual:k2/a", "")]  # fmt: skip
+    coordinator.handle(rows, _done("k2", "a"))
+    assert _what(codec, coordinator.handle(rows, _done("k2", "b"))) == [
+        ("history", "etl@manual:k2", "SUCCEEDED"), ("run", "etl@manual:k3/a", "")]  # fmt: skip
+
+
+def test_replace_cancels_the_running_run_and_starts_the_new_one() -> None:
+    coordinator, codec, rows = _policy("replace")
+    coordinator.handle(rows, _start("k1"))
+    assert _what(codec, coordinator.handle(rows, _start("k2"))) == [
+        ("cancel", "etl@manual:k1/a", "replaced by flow run etl@manual:k2 (concurrency replace)"),
+        ("history", "etl@manual:k1", "CANCELED"),
+        ("run", "etl@manual:k2/a", ""),
+    ]  # fmt: skip
+    # The cancelled node's outcome comes back: the replaced run stays as it ended.
+    assert coordinator.handle(rows, _done("k1", "a", "CANCELED")) == []
+    coordinator.handle(rows, _done("k2", "a"))
+    assert _what(codec, coordinator.handle(rows, _done("k2", "b"))) == [
+        ("history", "etl@manual:k2", "SUCCEEDED")]  # fmt: skip
+
+
+def test_a_flow_file_refuses_an_unknown_concurrency_policy() -> None:
+    with pytest.raises(SpecError, match="concurrency 'sometimes' must be one of allow, forbid"):
+        flow_from_spec({"id": "x", "concurrency": "sometimes", "nodes": [
+            {"name": "a", "target": "python", "callable": "m:f"}]}, max_payload_bytes=100)  # fmt: skip
