@@ -60,6 +60,7 @@ from schemas.limits import (
     MAX_INTERVAL_MS,
     MAX_JOB_ID,
     MAX_TENANT,
+    deadline_problems,
     name_problems,
     retry_problems,
     target_limit_problems,
@@ -79,7 +80,7 @@ KNOWN_KEYS = frozenset(
         "id", "cron", "every", "anchor", "at", "tz", "target", "url", "method", "headers",
         "topic", "callable", "command", "payload", "priority", "max_attempts", "backoff",
         "timeout", "misfire", "concurrency", "catchup", "catchup_window", "jitter", "start",
-        "end", "paused", "tenant",
+        "end", "paused", "tenant", "deadline",
     }
 )  # fmt: skip
 
@@ -188,6 +189,8 @@ def job_from_spec(
     start = read.instant("start", zone)
     end = read.instant("end", zone)
     paused = read.flag("paused")
+    given = spec.get("deadline")
+    deadline = None if given in (None, "") else read.parsed("deadline", parse_duration, given)
     job = JobDefinition(
         job_id=job_id,
         tenant=str(spec.get("tenant") or "default"),
@@ -210,6 +213,7 @@ def job_from_spec(
             catchup_window_ms=read.duration("catchup_window", "1h", 3_600_000),
         ),
         concurrency=concurrency,
+        deadline_ms=deadline,
         updated_at=now or utc_now(),
     )
     problems = [*read.problems, *job_problems(job, max_payload_bytes=max_payload_bytes)]
@@ -369,7 +373,7 @@ def _policy_problems(job: JobDefinition, max_payload_bytes: int) -> list[str]:
                 f"payload is {size} bytes, over the {max_payload_bytes}-byte limit "
                 "(CRONSTREAM_MAX_PAYLOAD_BYTES)"
             )
-    return problems + retry_problems(job.retry, job.timeout_ms)
+    return problems + retry_problems(job.retry, job.timeout_ms) + deadline_problems(job.deadline_ms)
 
 
 def target_problems(target: Target) -> list[str]:

@@ -184,6 +184,12 @@ dedup_run_ids = Gauge(
     "Run ids remembered as settled or attempted, for dedup (--dedup-capacity bounds it)",
     registry=REGISTRY,
 )
+deadline_alerts = Counter(
+    "cronstream_worker_deadline_alerts",
+    "Deadline alerts written to cronstream.alerts, by kind (DEADLINE_MISSED, DEADLINE_CLEARED)",
+    ["kind"],
+    registry=REGISTRY,
+)
 dedup_forgotten = Counter(
     "cronstream_worker_dedup_forgotten",
     "Run ids dropped from dedup before the lookback because of --dedup-capacity",

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol
 
+from schemas.alerts import Alert
 from schemas.events import (
     ControlCommand,
     DeadLetter,
@@ -74,6 +75,12 @@ DLQ = TopicSpec(
     doc="undecodable/invalid records and runs that exhausted their retries",
     config=_cfg(retention_ms=str(30 * DAY_MS)),
 )
+ALERTS = TopicSpec(
+    suffix="alerts",
+    value_type=Alert,
+    doc="alerts: scheduled runs not succeeded by their deadline, and their clearing; key=job_id",
+    config=_cfg(retention_ms=str(30 * DAY_MS)),
+)
 CONTROL = TopicSpec(
     suffix="control",
     value_type=ControlCommand,
@@ -96,7 +103,7 @@ FLOW_EVENTS = TopicSpec(
 )
 
 CATALOG: tuple[TopicSpec, ...] = (
-    JOBS, *RUNS.values(), TIMERS, HISTORY, DLQ, CONTROL, FLOWS, FLOW_EVENTS,
+    JOBS, *RUNS.values(), TIMERS, HISTORY, DLQ, CONTROL, FLOWS, FLOW_EVENTS, ALERTS,
 )  # fmt: skip
 
 
@@ -159,10 +166,10 @@ _RUNS = tuple(RUNS.values())
 # another topic fails with TOPIC_AUTHORIZATION_FAILED until it is added here).
 ROLES: Mapping[str, RoleAccess] = MappingProxyType({
     # fires due runs; records skipped slots and refused definitions
-    "scheduler": RoleAccess(reads=(JOBS, TIMERS), writes=(*_RUNS, HISTORY, DLQ)),
-    # executes runs; replays history for dedup; retries go to timers
+    "scheduler": RoleAccess(reads=(JOBS, TIMERS), writes=(*_RUNS, HISTORY, DLQ, TIMERS)),
+    # executes runs; replays history for dedup; retries go to timers; deadline alerts
     "worker": RoleAccess(reads=(*_RUNS, CONTROL, HISTORY),
-                         writes=(HISTORY, TIMERS, DLQ, FLOW_EVENTS)),
+                         writes=(HISTORY, TIMERS, DLQ, FLOW_EVENTS, ALERTS)),
     # history topic -> Cassandra; undecodable records to the dead letters
     "sink": RoleAccess(reads=(HISTORY,), writes=(DLQ,), history="write"),
     # tenants' commands -> jobs, triggers and cancels; answers to each tenant
@@ -239,6 +246,10 @@ class Topics:
     @property
     def control(self) -> str:
         return self.name(CONTROL)
+
+    @property
+    def alerts(self) -> str:
+        return self.name(ALERTS)
 
     @property
     def flows(self) -> str:

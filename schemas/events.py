@@ -50,6 +50,7 @@ class Trigger(StrEnum):
     RETRY = "RETRY"
     MANUAL = "MANUAL"
     FLOW = "FLOW"  # a node of a flow run
+    DEADLINE = "DEADLINE"  # not a run: the check that the run succeeded by its deadline
 
 
 class MisfireKind(StrEnum):
@@ -74,6 +75,7 @@ class RunStatus(StrEnum):
 class TimerReason(StrEnum):
     RETRY = "RETRY"
     DELAY = "DELAY"
+    DEADLINE = "DEADLINE"  # the check of a scheduled run's deadline
 
 
 class ControlAction(StrEnum):
@@ -252,6 +254,7 @@ class JobDefinition(AvroRecord):
     timeout_ms: int = 30_000
     misfire: MisfirePolicy = field(default_factory=MisfirePolicy)
     concurrency: Concurrency = Concurrency.ALLOW
+    deadline_ms: int | None = None  # slot -> success, else an alert
 
     def key(self) -> str:
         return self.job_id

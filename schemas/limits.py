@@ -41,6 +41,7 @@ MAX_COMMAND = 4096
 MAX_ATTEMPTS = 100
 MAX_BACKOFF_MS = 30 * DAY_MS
 MAX_TIMEOUT_MS = 7 * DAY_MS
+MAX_DEADLINE_MS = 7 * DAY_MS  # its check waits as a timer: the timers topic keeps 7 days
 MAX_JITTER_MS = DAY_MS
 MAX_CATCHUP = 1000
 MAX_CATCHUP_WINDOW_MS = 30 * DAY_MS
@@ -92,6 +93,12 @@ def retry_problems(retry: RetryPolicy, timeout_ms: int) -> list[str]:
                 MAX_BACKOFF_MS, "at least the minimum, at most 30 days"),
         *_range("timeout", timeout_ms, 1, MAX_TIMEOUT_MS, "positive, at most 7 days"),
     ]  # fmt: skip
+
+
+def deadline_problems(deadline_ms: int | None) -> list[str]:
+    if deadline_ms is None:
+        return []
+    return _range("deadline", deadline_ms, 1, MAX_DEADLINE_MS, "positive, at most 7 days")
 
 
 def target_limit_problems(target: Target) -> list[str]:

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 import fastavro
 
+from schemas.alerts import Alert
 from schemas.avro import parsed_schema, schema_json
 from schemas.events import (
     ControlCommand,
@@ -46,7 +47,7 @@ _HEADER = struct.Struct(">bI")
 EVENT_TYPES: dict[str, type[AnyEvent]] = {
     t.AVRO_NAME: t
     for t in (
-        *(JobDefinition, RunRequest, RunOutcome, TimerRequest, ControlCommand, DeadLetter),
+        *(JobDefinition, RunRequest, RunOutcome, TimerRequest, ControlCommand, DeadLetter, Alert),
         *(TenantCommand, TenantResult, FlowDefinition, FlowEvent),
     )
 }

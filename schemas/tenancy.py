@@ -19,6 +19,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, ClassVar, Self
 
+from schemas.alerts import Alert
 from schemas.events import AvroRecord, Event, JobDefinition
 from schemas.flows import FlowDefinition, FlowEvent
 
@@ -141,4 +142,4 @@ class TenantResult(AvroRecord):
         return headers
 
 
-AnyEvent = Event | TenantCommand | TenantResult | FlowDefinition | FlowEvent
+AnyEvent = Event | TenantCommand | TenantResult | FlowDefinition | FlowEvent | Alert

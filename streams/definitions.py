@@ -9,12 +9,14 @@ million schedules that is most of what a restart costs.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from schemas.events import JobDefinition
 from schemas.limits import (
     MAX_DEFINITION_BYTES,
     MAX_JOB_ID,
+    deadline_problems,
     name_problems,
     refusal,
     timing_problems,
@@ -25,6 +27,8 @@ from schemas.timing import JobTiming
 from streams.core.schedule import JobSchedule, Misfire
 from streams.core.zones import load_zone
 
+log = logging.getLogger("cronstream.scheduler")
+
 
 @dataclass(slots=True)
 class Prepared:
@@ -32,6 +36,7 @@ class Prepared:
 
     raw: bytes
     template: RunTemplate
+    deadline_ms: int | None = None  # the job's deadline (its checks decode ``raw`` again)
 
 
 class Definitions:
@@ -77,7 +82,12 @@ class Definitions:
         if type(body) is Prepared:
             return body
         definition = self.codec.decode(body, JobDefinition)
-        prepared = Prepared(raw=body, template=RunTemplate(definition))
+        deadline = definition.deadline_ms
+        if deadline_problems(deadline):  # from another producer than ``jobs put``
+            log.warning("job %r: deadline %s ms is out of range (1 ms to 7 days): ignored",
+                        definition.job_id, deadline)  # fmt: skip
+            deadline = None
+        prepared = Prepared(raw=body, template=RunTemplate(definition), deadline_ms=deadline)
         job.body = prepared
         return prepared
 

@@ -16,10 +16,12 @@ from runtime.kafka.publisher import Publisher
 from schemas.catalog import Topics
 from schemas.events import (
     DeadLetter,
+    JobDefinition,
     Priority,
     RunOutcome,
     RunRequest,
     RunStatus,
+    TimerReason,
     TimerRequest,
     Trigger,
     from_ms,
@@ -27,7 +29,7 @@ from schemas.events import (
 from schemas.headers import run_request_headers
 from schemas.ids import run_id_for, slot_run_id
 from streams.core.misfire import Action, Fire, Record
-from streams.definitions import Definitions
+from streams.definitions import Definitions, Prepared
 
 log = logging.getLogger("cronstream.scheduler")
 _TRIGGER_BYTES = {t: t.value.encode() for t in Trigger}
@@ -48,6 +50,7 @@ class Emitter:
         # Every other schema it writes, resolved now: from here on emitting never needs
         # the registry (a MISSED record or a dead letter written while it is down).
         codec.writer_id(f"{self.topics.history}-value", RunOutcome)
+        codec.writer_id(f"{self.topics.timers}-value", TimerRequest)
         codec.writer_id(f"{self.topics.dlq}-value", DeadLetter)
 
     def emit(self, actions: list[Action], now: int) -> None:
@@ -64,7 +67,8 @@ class Emitter:
                     self._fire_timer(action, now)
                     continue
                 assert action.job is not None
-                template = prepare(action.job).template
+                prepared = prepare(action.job)
+                template = prepared.template
                 run_id, slot = slot_run_id(action.job_id, action.slot_ms)
                 trigger = Trigger(action.trigger)
                 value = template.encode(
@@ -76,6 +80,8 @@ class Emitter:
                     trigger=_TRIGGER_BYTES[trigger], possible_duplicate=action.possible_duplicate,
                 )  # fmt: skip
                 produce(self._runs_topic[template.priority], action.job_id, value, headers)
+                if prepared.deadline_ms is not None:
+                    self._deadline(prepared, run_id, action.slot_ms, now)
                 fired[trigger] = fired.get(trigger, 0) + 1
                 skew(max(0, now - action.due_ms) / 1000)
             else:
@@ -84,16 +90,33 @@ class Emitter:
         for trigger, count in fired.items():  # one labelled update per batch, not per fire
             metrics.fires.labels(trigger.value).inc(count)
 
+    def _deadline(self, prepared: Prepared, run_id: str, slot_ms: int, now: int) -> None:
+        """The timer of a fired run's deadline check, at slot + the job's deadline: due,
+        it fires a run request with trigger DEADLINE that the worker owning the job's
+        partition answers (alert or not) instead of executing. Written with the run
+        request, flushed before the checkpoint that covers the slot."""
+        job = self.publisher.codec.decode(prepared.raw, JobDefinition)
+        assert job.deadline_ms is not None
+        check = job.run_request(run_id=run_id, scheduled_at=from_ms(slot_ms),
+                                fired_at=from_ms(now), trigger=Trigger.DEADLINE)  # fmt: skip
+        self.publisher.publish(self.topics.timers, TimerRequest(
+            timer_id=f"{run_id}:deadline", job_id=job.job_id,
+            due_at=from_ms(slot_ms + job.deadline_ms), reason=TimerReason.DEADLINE,
+            created_at=from_ms(now), run=check,
+        ))  # fmt: skip
+
     def _fire_timer(self, action: Fire, now: int) -> None:
         request: TimerRequest = action.timer.body
+        check = request.run.trigger is Trigger.DEADLINE  # its fired_at stays its deadline
         run = replace(
             request.run,
-            fired_at=from_ms(now),
+            fired_at=from_ms(action.due_ms if check else now),
             possible_duplicate=request.run.possible_duplicate or action.possible_duplicate,
         )
         self.publisher.publish(self.topics.runs(run.priority), run)
         metrics.fires.labels(run.trigger.value).inc()
-        metrics.fire_skew.observe(max(0, now - action.due_ms) / 1000)
+        if not check:
+            metrics.fire_skew.observe(max(0, now - action.due_ms) / 1000)
 
     def _record(self, action: Record, now: int) -> None:
         """A slot a misfire policy does not run: MISSED or SKIPPED in history."""

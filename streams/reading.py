@@ -14,7 +14,7 @@ from typing import Any
 
 from runtime.kafka.records import ConsumedMessage, dead_letter, dead_letter_for, is_record
 from schemas.catalog import Topics
-from schemas.events import TimerRequest, from_ms, iso, to_ms
+from schemas.events import TimerReason, TimerRequest, from_ms, iso, to_ms
 from schemas.registry import RegistryUnavailable
 from schemas.serde import Codec, DecodeError
 from streams.checkpoint import Checkpoint
@@ -204,6 +204,7 @@ class Reading:
             # Already due when read: a previous owner may have fired it (a fresh timer
             # due at once pays one history lookup for the flag).
             possible_duplicate=due <= self._now_ms(),
+            check=request.reason is TimerReason.DEADLINE,
         )
         owned.core.add_timer(
             timer, fired_through=checkpoint.fired_through if known and checkpoint else NEVER

@@ -4,18 +4,21 @@ finished, seen on history or published by the worker itself.
 Memory is what bounds it: a run id costs ~130 bytes, so a day of 10,000 runs/s would
 take ~100 GB. Run ids are kept in generations (a new one every ``lookback_ms / 8``, or
 once the newest holds ``capacity / 8``), each mapping a run id to its highest finished
-attempt ``<< 1 | settled``. ``prune`` drops whole generations: those past the lookback,
-then the oldest while more than ``capacity`` run ids are held, but never the newest, nor
-any while the worker replays history after an assignment. A run redelivered or
-re-emitted after it was forgotten that way executes again, with the same run id (the
-idempotency key).
+attempt ``<< 2 | final`` (final: 0 not settled, else its final status's index in
+``FINALS``: what a deadline check reports). ``prune`` drops whole generations: those
+past the lookback, then the oldest while more than ``capacity`` run ids are held, but
+never the newest, nor any while the worker replays history after an assignment. A run
+redelivered or re-emitted after it was forgotten that way executes again, with the same
+run id (the idempotency key).
 """
 
 from __future__ import annotations
 
 from collections import deque
 
-RUN_DONE = frozenset({"SUCCEEDED", "DEAD_LETTERED", "CANCELED"})
+FINALS = ("", "SUCCEEDED", "DEAD_LETTERED", "CANCELED")
+RUN_DONE = frozenset(FINALS[1:])
+_FINAL = {status: index for index, status in enumerate(FINALS) if status}
 ATTEMPT_DONE = frozenset({"FAILED", "TIMED_OUT"})
 
 
@@ -36,23 +39,30 @@ class Dedup:
     def note(self, run_id: str, attempt: int, status: str) -> None:
         """Remember an outcome; statuses other than final ones and FAILED/TIMED_OUT are
         ignored."""
-        if status in RUN_DONE:
-            settled = 1
-        elif status in ATTEMPT_DONE:
-            settled = 0
-        else:
+        final = _FINAL.get(status, 0)
+        if not final and status not in ATTEMPT_DONE:
             return
         # Attempts run one after the other: attempt n finished means every earlier did.
         old = self.newest.get(run_id, 0)
-        self.newest[run_id] = max(old >> 1, attempt) << 1 | (old & 1) | settled
+        self.newest[run_id] = max(old >> 2, attempt) << 2 | (final or old & 3)
 
     def seen(self, run_id: str, attempt: int) -> bool:
         """The run settled, or this attempt (or a later one) finished."""
         for _, generation in reversed(self.generations):
             code = generation.get(run_id)
-            if code is not None and (code & 1 or code >> 1 >= attempt):
+            if code is not None and (code & 3 or code >> 2 >= attempt):
                 return True
         return False
+
+    def status(self, run_id: str) -> tuple[str, int]:
+        """(the run's final status, "" while not settled; its highest finished attempt)."""
+        final, attempt = 0, 0
+        for _, generation in reversed(self.generations):
+            code = generation.get(run_id)
+            if code is not None:
+                final = final or code & 3
+                attempt = max(attempt, code >> 2)
+        return FINALS[final], attempt
 
     def prune(self, now_ms: int, *, hold: bool = False) -> int:
         """Drop what is past the lookback, then (unless ``hold``: the worker still

@@ -42,7 +42,15 @@ from runtime.credentials import credentials_dir
 from runtime.kafka.clients import kafka_producer
 from runtime.settings import Settings
 from schemas.catalog import Topics
-from schemas.events import Concurrency, DeadLetter, RunStatus, Target, TimerRequest, to_ms
+from schemas.events import (
+    Concurrency,
+    DeadLetter,
+    RunStatus,
+    Target,
+    TimerRequest,
+    Trigger,
+    to_ms,
+)
 from schemas.redact import redact_text
 
 log = logging.getLogger("cronstream.worker")
@@ -116,6 +124,9 @@ class Attempts:
                 break
             taken += 1
             run = pending.run
+            if run.trigger is Trigger.DEADLINE:  # not a run: the check of its deadline
+                self.outbox.check_deadline(pending, running=run.run_id in self.running_ids)
+                continue
             verdict = before_start(
                 cancelled=run.run_id in self.cancels,
                 duplicate=run.run_id in self.running_ids

@@ -40,8 +40,9 @@ from runtime.kafka.offsets import (
 from runtime.kafka.records import ConsumedMessage
 from runtime.registry import registry_client
 from runtime.settings import Settings
+from schemas.alerts import Alert
 from schemas.catalog import Topics
-from schemas.events import DeadLetter, RunOutcome, TimerRequest
+from schemas.events import DeadLetter, RunOutcome, TimerRequest, from_ms
 from schemas.flows import FlowEvent
 from schemas.registry import RegistryUnavailable
 from schemas.serde import Codec
@@ -295,6 +296,7 @@ class Worker:
             metrics.dedup_forgotten.inc(forgotten)
         metrics.dedup_run_ids.set(len(self.dedup))
         self.control.forget_before(now_ms - self.config.lookback_ms)
+        self.outbox.deadlines.forget(from_ms(now_ms - self.config.lookback_ms))
         owned = [TopicPartition(t, p) for (t, p) in self.trackers]
         for tp, lag in consumer_lag(self.consumer, owned):
             metrics.consumer_lag.labels(tp.topic, str(tp.partition)).set(lag)
@@ -303,7 +305,8 @@ class Worker:
 def _written(topics: Topics) -> list[tuple[str, type[AnyEvent]]]:
     """Every topic the worker writes to, with the event it writes there."""
     return [(topics.history, RunOutcome), (topics.timers, TimerRequest),
-            (topics.dlq, DeadLetter), (topics.flow_events, FlowEvent)]  # fmt: skip
+            (topics.dlq, DeadLetter), (topics.flow_events, FlowEvent),
+            (topics.alerts, Alert)]  # fmt: skip
 
 
 def _metadata_time(metadata: str | None) -> int | None:

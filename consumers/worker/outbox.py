@@ -10,6 +10,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from consumers.core.deadlines import Deadlines
 from consumers.core.dedup import Dedup
 from consumers.core.offsets import OffsetTracker
 from consumers.worker.pending import UNDECODABLE, Pending, outcome_headers
@@ -17,6 +18,7 @@ from runtime import metrics
 from runtime.kafka.publisher import Publisher
 from runtime.kafka.records import ConsumedMessage, dead_letter
 from runtime.settings import Settings
+from schemas.alerts import Alert
 from schemas.catalog import Topics
 from schemas.events import (
     DeadLetter,
@@ -94,6 +96,9 @@ class Outbox:
         self.rejected: list[tuple[ConsumedMessage, int, OffsetTracker, str]] = []
         self.published: list[Pending] = []  # records published, not flushed yet
         self.held: list[Pending] = []  # outcomes waiting for their timer/DLQ record's flush
+        self.deadlines = Deadlines(dedup, name=name)
+        # Deadline checks answered, with the alert each raised (None: the run succeeded).
+        self.checked: list[tuple[Pending, Alert | None]] = []
         self._next_commit = 0.0
 
     # -- what a run leaves ------------------------------------------------------------
@@ -115,6 +120,12 @@ class Outbox:
         self._outcome(pending, status, error, next_attempt_ms=next_attempt_ms)
         if extra is not None:
             pending.extra.append(extra)
+        if status is RunStatus.SUCCEEDED and self.deadlines.alerted:
+            cleared = self.deadlines.succeeded(pending.run.run_id, pending.run.attempt,
+                                               int(time.time() * 1000))  # fmt: skip
+            if cleared is not None:  # late: its DEADLINE_MISSED alert is cleared
+                pending.extra.append((self.topics.alerts, cleared))
+                metrics.deadline_alerts.labels(cleared.kind.value).inc()
         if pending.run.trigger is Trigger.FLOW:  # a flow's node: the coordinator hears too
             pending.extra.append((self.topics.flow_events, flow_outcome(
                 pending.run, status, error, retrying=next_attempt_ms is not None)))  # fmt: skip
@@ -126,6 +137,17 @@ class Outbox:
         """Settle a consumed record that is not a usable run (``tracker`` has started
         its ``offset``): a DLQ record, no outcome (``settle`` publishes it)."""
         self.rejected.append((msg, offset, tracker, reason))
+
+    def check_deadline(self, pending: Pending, *, running: bool) -> None:
+        """Answer a deadline check (``consumers.core.deadlines``): an alert when its run
+        has not succeeded; settled like a run (its offset moves once the alert is
+        flushed)."""
+        alert = self.deadlines.check(pending.run, int(time.time() * 1000), running=running)
+        if alert is not None:
+            log.warning("run %s missed its deadline by %d ms (%s)", alert.run_id,
+                        alert.late_ms, alert.last_status)  # fmt: skip
+            metrics.deadline_alerts.labels(alert.kind.value).inc()
+        self.checked.append((pending, alert))
 
     def run_letter(self, run: RunRequest, reason: str) -> DeadLetter:
         """The DLQ record of a run that is given up on."""
@@ -229,6 +251,12 @@ class Outbox:
         """Step 1 of ``settle``."""
         if self.rejected:
             self._publish_letters()
+        if self.checked:
+            for pending, alert in self.checked:
+                if alert is not None:
+                    self.publisher.publish(self.topics.alerts, alert)
+                self.published.append(pending)
+            self.checked = []
         for pending in self.done:
             if pending.extra:
                 for topic, event in pending.extra:

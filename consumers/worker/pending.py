@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from consumers.core.offsets import OffsetTracker
 from consumers.executors.base import RunContext
 from runtime.kafka.records import Headers
+from schemas.alerts import Alert
 from schemas.events import (
     EPOCH,
     DeadLetter,
@@ -35,7 +36,9 @@ class Pending:
     outcome: list[tuple[bytes, Headers]] = field(default_factory=list)  # encoded, unpublished
     template: OutcomeTemplate | None = None  # what its outcomes have in common, encoded
     headers: Headers | None = None  # its outcomes' headers but the status (the last one)
-    extra: list[tuple[str, TimerRequest | DeadLetter | FlowEvent]] = field(default_factory=list)
+    extra: list[tuple[str, TimerRequest | DeadLetter | FlowEvent | Alert]] = field(
+        default_factory=list
+    )
 
 
 def outcome_headers(pending: Pending, status: RunStatus) -> Headers:

@@ -60,7 +60,8 @@ def _spec_from_args(args: argparse.Namespace) -> dict[str, Any]:
     spec: dict[str, Any] = {"id": args.job_id, "target": args.target}
     for name in ("cron", "every", "at", "anchor", "tz", "url", "method", "topic", "callable",
                  "command", "priority", "backoff", "timeout", "misfire", "concurrency", "catchup",
-                 "catchup_window", "jitter", "start", "end", "tenant", "max_attempts"):  # fmt: skip
+                 "catchup_window", "jitter", "start", "end", "tenant", "max_attempts",
+                 "deadline"):  # fmt: skip
         value = getattr(args, name)
         if value is not None:
             spec[name] = value
@@ -291,6 +292,8 @@ def add_job_schedule_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--concurrency", help="while another run of the job executes: "
                         "allow | forbid | replace | queue (default allow)")  # fmt: skip
     parser.add_argument("--catchup-window", help="older missed slots are only recorded (1h)")
+    parser.add_argument("--deadline", help="a scheduled run not succeeded this long after "
+                        "its slot raises an alert on cronstream.alerts (default none)")  # fmt: skip
     parser.add_argument("--jitter", help="spread fires over 0..JITTER (default 0)")
     parser.add_argument("--start", help="no fire before this instant")
     parser.add_argument("--end", help="no fire after this instant")

@@ -39,6 +39,7 @@ class Timer:
     due_ms: int
     body: Any
     possible_duplicate: bool = False
+    check: bool = False  # a deadline check: fired even for a paused job, never recorded
 
 
 class PartitionScheduler:
@@ -230,7 +231,13 @@ class PartitionScheduler:
         if timer is None:
             return
         job = self.jobs.get(timer.job_id)
-        if job is None:
+        if timer.check:
+            # Not a run: the check that the run succeeded by its deadline (a paused job's
+            # runs fired before the pause still have theirs; a deleted job's do not).
+            if job is not None:
+                out.append(Fire(timer.job_id, timer.due_ms, timer.due_ms, "DEADLINE",
+                                timer.possible_duplicate, job, timer))  # fmt: skip
+        elif job is None:
             out.append(Record(timer.job_id, timer.due_ms, "SKIPPED", "job deleted", None, timer))
         elif job.paused:
             out.append(Record(timer.job_id, timer.due_ms, "SKIPPED", "job paused", job, timer))

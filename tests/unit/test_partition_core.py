@@ -166,6 +166,17 @@ def test_timer_of_a_deleted_job_is_recorded_not_fired() -> None:
     assert records(core.due(T0 + 1)) == [(T0 + 1, "SKIPPED")]
 
 
+def test_a_deadline_check_fires_for_a_paused_job_and_is_never_recorded() -> None:
+    core = PartitionScheduler(0, fired_through=T0)
+    core.put(JobSchedule("j", paused=True), now=T0)
+    core.add_timer(Timer(3, "j", T0 + 5, body="check", check=True))
+    core.add_timer(Timer(4, "gone", T0 + 5, body="check", check=True))
+    out = core.due(T0 + 5)
+    assert [(a.job_id, a.trigger, a.timer.body) for a in out if type(a) is Fire] == [
+        ("j", "DEADLINE", "check")]  # fmt: skip
+    assert records(out) == []  # a deleted job's check is dropped, a run is never SKIPPED
+
+
 def test_wheel_keeps_far_items_out_of_the_buckets_and_promotes_them_in_budget() -> None:
     wheel = TimingWheel(tick_ms=10, horizon_ms=1000)
     wheel.promote(0)

@@ -52,6 +52,7 @@ def test_catalog_names_partitions_and_configs() -> None:
     assert [name for name, _ in topics.all()] == [
         "acme.jobs", "acme.runs.high", "acme.runs.normal", "acme.runs.low", "acme.timers",
         "acme.history", "acme.dlq", "acme.control", "acme.flows", "acme.flows.events",
+        "acme.alerts",
     ]  # fmt: skip
     assert [name for name, _ in topics.internal()] == [
         "acme.flows-coordinator-__assignor-__leader", "acme.flows-coordinator-runs-changelog",

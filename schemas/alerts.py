@@ -1,0 +1,44 @@
+"""Alerts (``cronstream.alerts``): what the workers raise when a scheduled run has not
+succeeded by its job's deadline, and clear when it succeeds late."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import ClassVar
+
+from schemas.events import AvroRecord
+
+
+class AlertKind(StrEnum):
+    DEADLINE_MISSED = "DEADLINE_MISSED"
+    DEADLINE_CLEARED = "DEADLINE_CLEARED"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Alert(AvroRecord):
+    """A scheduled run's deadline missed, or that alert cleared (``cronstream.alerts``)."""
+
+    AVRO_NAME: ClassVar[str] = "cronstream.Alert"
+
+    alert_id: str
+    kind: AlertKind
+    job_id: str
+    run_id: str
+    scheduled_at: datetime
+    deadline_at: datetime
+    raised_at: datetime
+    late_ms: int
+    last_status: str
+    tenant: str = "default"
+    attempt: int = 0
+    worker: str | None = None
+
+    def key(self) -> str:
+        return self.job_id
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        return [("event", b"Alert"), ("kind", self.kind.value.encode()),
+                ("job_id", self.job_id.encode()), ("run_id", self.run_id.encode()),
+                ("late_ms", str(self.late_ms).encode())]  # fmt: skip

@@ -1,0 +1,75 @@
+"""Deadlines on the real stack: a scheduler fires one-time jobs with a deadline and the
+checks at slot + deadline; the worker owning each job's partition answers them with
+alerts on cronstream.alerts."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from producers.client import JobClient
+from producers.spec import job_from_spec
+from runtime.registry import registry_client
+from runtime.settings import Settings
+from schemas.alerts import Alert
+from schemas.catalog import Topics
+from schemas.events import iso, utc_now
+from schemas.serde import Codec
+from tests.integration.helpers import CronstreamProcess, read_topic
+
+pytestmark = pytest.mark.integration
+
+
+def _alerts(ns: Settings) -> list[Alert]:
+    with registry_client(ns, writer=True) as registry:
+        codec = Codec(registry)
+        return [codec.decode(r.value, Alert) for r in read_topic(ns, Topics(ns).alerts)]
+
+
+def test_a_missed_deadline_raises_one_alert_cleared_when_the_run_succeeds_late(
+    ns: Settings, tmp_path: Path, procs: list[CronstreamProcess]
+) -> None:
+    for name, command, ready in (("s", "scheduler", " live: "), ("w", "worker", "assigned")):
+        proc = CronstreamProcess(ns, tmp_path, name, command=command)
+        procs.append(proc)
+        proc.wait_live(1, text=ready, timeout=120)
+    at = iso(utc_now() + timedelta(seconds=4))
+    specs = [
+        # fails its first attempt, succeeds on the retry 3 s later: late, then cleared
+        {"id": "late", "callable": "examples.tasks:flaky", "backoff": "3s..3s",
+         "deadline": "1s"},
+        # dead-lettered at once: missed, never cleared
+        {"id": "never", "callable": "examples.tasks:hopeless", "max_attempts": 1,
+         "deadline": "1s"},
+        # succeeds at once: no alert
+        {"id": "ontime", "callable": "examples.tasks:send_digest", "deadline": "2s"},
+    ]  # fmt: skip
+    with JobClient(ns) as client:
+        for spec in specs:
+            client.put(job_from_spec({**spec, "at": at, "target": "python"},
+                                     max_payload_bytes=65536))  # fmt: skip
+    deadline = time.monotonic() + 90
+    while True:
+        alerts = _alerts(ns)
+        kinds = sorted((a.job_id, a.kind.value) for a in alerts)
+        if ("late", "DEADLINE_CLEARED") in kinds or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    time.sleep(3)  # the on-time job's check (slot + 2 s) is long answered by now
+    alerts = _alerts(ns)
+    assert sorted((a.job_id, a.kind.value) for a in alerts) == [
+        ("late", "DEADLINE_CLEARED"), ("late", "DEADLINE_MISSED"), ("never", "DEADLINE_MISSED"),
+    ]  # fmt: skip
+    by = {(a.job_id, a.kind.value): a for a in alerts}
+    missed, cleared = by[("late", "DEADLINE_MISSED")], by[("late", "DEADLINE_CLEARED")]
+    assert missed.last_status == "FAILED (retrying)"
+    assert missed.attempt == 1
+    assert missed.alert_id == cleared.alert_id == f"{missed.run_id}:deadline"
+    assert missed.deadline_at == missed.scheduled_at + timedelta(seconds=1)
+    assert 0 <= missed.late_ms < 5000
+    assert cleared.last_status == "SUCCEEDED"
+    assert cleared.late_ms > missed.late_ms  # succeeded about 2 s after its deadline
+    assert by[("never", "DEADLINE_MISSED")].last_status == "DEAD_LETTERED"
