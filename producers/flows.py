@@ -50,7 +50,7 @@ NODE_KEYS = NODE_JOB_KEYS | {"name", "after", "trigger"}
 # A flow's schedule: what a job says about when it runs (the flow's job, target flow).
 SCHEDULE_KEYS = frozenset({
     "cron", "every", "anchor", "at", "tz", "start", "end", "jitter", "misfire", "catchup",
-    "catchup_window", "paused", "priority",
+    "catchup_window", "paused", "priority", "deadline",
 })  # fmt: skip
 # ``concurrency`` is the flow run's (the coordinator's), not its schedule job's: that
 # job's run only publishes the start, in milliseconds.

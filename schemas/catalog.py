@@ -177,8 +177,9 @@ ROLES: Mapping[str, RoleAccess] = MappingProxyType({
     # the HTTP API: a tenant's commands go through the admission like the tenant's own
     "api": RoleAccess(reads=(JOBS,), tenant_topics=True, history="read"),
     # flow runs: starts and node outcomes -> node run requests; flows' outcomes recorded;
-    # a flow run replaced (concurrency replace) cancels its node runs
-    "flows": RoleAccess(reads=(FLOWS, FLOW_EVENTS), writes=(*_RUNS, HISTORY, DLQ, CONTROL),
+    # a flow run replaced (concurrency replace) cancels its node runs; flow deadlines
+    "flows": RoleAccess(reads=(FLOWS, FLOW_EVENTS),
+                        writes=(*_RUNS, HISTORY, DLQ, CONTROL, ALERTS),
                         internal=True),
 })  # fmt: skip
 

@@ -53,6 +53,7 @@ class FlowEventKind(StrEnum):
     START = "START"
     OUTCOME = "OUTCOME"
     RERUN = "RERUN"
+    DEADLINE = "DEADLINE"  # the flow run's deadline came (``at``): the coordinator checks it
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -36,6 +36,7 @@ from runtime.kafka.clients import kafka_consumer
 from runtime.kafka.security import aiokafka_security
 from runtime.registry import registry_client
 from runtime.settings import Settings
+from schemas.alerts import Alert, AlertKind
 from schemas.catalog import FLOWS_APP, FLOWS_TABLE, Topics
 from schemas.events import (
     Concurrency,
@@ -128,6 +129,8 @@ class Coordinator:
         records to send."""
         key = event.flow_run_id
         row = rows.get(key)
+        if event.kind is FlowEventKind.DEADLINE:
+            return self._deadline(rows, event, row)
         if row is None and event.kind is FlowEventKind.START:
             definition = self.definitions.flows.get(event.flow_id)
             if definition is not None and definition.concurrency is not Concurrency.ALLOW:
@@ -137,7 +140,39 @@ class Coordinator:
             rows[key] = new_row
             if row is not None and not _ended(row) and _ended(new_row):
                 sends += self._next_in_line(rows, event.flow_id, key)
+                if new_row["status"] == "SUCCEEDED" and new_row.get("alerted") is not None:
+                    sends.append(self._alert(event.flow_id, key, new_row["scheduled_ms"],
+                                             new_row["tenant"], new_row["alerted"],
+                                             "SUCCEEDED", AlertKind.DEADLINE_CLEARED))  # fmt: skip
         return sends
+
+    def _deadline(self, rows: JsonRows, event: FlowEvent, row: dict[str, Any] | None
+                  ) -> list[Send]:  # fmt: skip
+        """A flow run's deadline came (forwarded by the worker that got the check): one
+        DEADLINE_MISSED alert unless the run SUCCEEDED; the row remembers it, so the
+        run succeeding later (a rerun) clears it, and a check fired again is quiet."""
+        status = "NOT_STARTED" if row is None else row["status"]
+        if status == "SUCCEEDED" or (row is not None and row.get("alerted") is not None):
+            return []
+        deadline_ms = to_ms(event.at)
+        if row is not None:
+            rows[event.flow_run_id] = {**row, "alerted": deadline_ms}
+        log.warning("flow run %s missed its deadline (%s)", event.flow_run_id, status)
+        slot = to_ms(event.scheduled_at)
+        return [self._alert(event.flow_id, event.flow_run_id, slot, event.tenant, deadline_ms,
+                            status, AlertKind.DEADLINE_MISSED)]  # fmt: skip
+
+    def _alert(self, flow_id: str, run_id: str, scheduled_ms: int, tenant: str,
+               deadline_ms: int, status: str, kind: AlertKind) -> Send:  # fmt: skip
+        now = utc_now()
+        alert = Alert(
+            alert_id=f"{run_id}:deadline", kind=kind, job_id=flow_id, run_id=run_id,
+            tenant=tenant, scheduled_at=from_ms(scheduled_ms), deadline_at=from_ms(deadline_ms),
+            raised_at=now, late_ms=max(0, to_ms(now) - deadline_ms), last_status=status,
+            worker=FLOWS_APP,
+        )  # fmt: skip
+        topic = self.topics.alerts
+        return topic, flow_id, self.codec.encode(topic, alert), alert.headers()
 
     def _admit(self, rows: JsonRows, event: FlowEvent, definition: FlowDefinition
                ) -> list[Send]:  # fmt: skip
@@ -392,6 +427,7 @@ def build_app(settings: Settings) -> tuple[faust.App, Definitions]:
     topics = Topics(settings)
     codec = Codec(registry_client(settings))
     for name, event_type in ((topics.history, RunOutcome), (topics.control, ControlCommand),
+                             (topics.alerts, Alert),
                              *((topics.runs(p), RunRequest) for p in Priority)):  # fmt: skip
         codec.writer_id(f"{name}-value", event_type)
     definitions = Definitions(settings, Codec(registry_client(settings)))  # its own client
@@ -411,7 +447,7 @@ def build_app(settings: Settings) -> tuple[faust.App, Definitions]:
         return app.topic(name, key_type=bytes, value_type=bytes, key_serializer="raw",
                          value_serializer="raw")  # fmt: skip
 
-    written = (topics.history, topics.control, *(topics.runs(p) for p in Priority))
+    written = (topics.history, topics.control, topics.alerts, *(topics.runs(p) for p in Priority))
     out = {name: raw(name) for name in written}
     # Rows are JSON text: faust's json codec turns a dict value_type into a model it
     # cannot restore ("type object 'dict' has no attribute 'from_data'").

@@ -97,8 +97,9 @@ class Outbox:
         self.published: list[Pending] = []  # records published, not flushed yet
         self.held: list[Pending] = []  # outcomes waiting for their timer/DLQ record's flush
         self.deadlines = Deadlines(dedup, name=name)
-        # Deadline checks answered, with the alert each raised (None: the run succeeded).
-        self.checked: list[tuple[Pending, Alert | None]] = []
+        # Deadline checks answered, with the record each left (an alert; a flow's check
+        # for the coordinator; None: the run succeeded).
+        self.checked: list[tuple[Pending, tuple[str, Alert | FlowEvent] | None]] = []
         self._next_commit = 0.0
 
     # -- what a run leaves ------------------------------------------------------------
@@ -141,13 +142,22 @@ class Outbox:
     def check_deadline(self, pending: Pending, *, running: bool) -> None:
         """Answer a deadline check (``consumers.core.deadlines``): an alert when its run
         has not succeeded; settled like a run (its offset moves once the alert is
-        flushed)."""
-        alert = self.deadlines.check(pending.run, int(time.time() * 1000), running=running)
+        flushed). A flow's check goes to the coordinator, which knows how the flow run
+        (not its start, which succeeded at once) is doing."""
+        run = pending.run
+        if run.target.type == "flow":
+            event = FlowEvent(
+                flow_id=run.job_id, flow_run_id=run.run_id, kind=FlowEventKind.DEADLINE,
+                scheduled_at=run.scheduled_at, at=run.fired_at, tenant=run.tenant,
+            )  # fmt: skip
+            self.checked.append((pending, (self.topics.flow_events, event)))
+            return
+        alert = self.deadlines.check(run, int(time.time() * 1000), running=running)
         if alert is not None:
             log.warning("run %s missed its deadline by %d ms (%s)", alert.run_id,
                         alert.late_ms, alert.last_status)  # fmt: skip
             metrics.deadline_alerts.labels(alert.kind.value).inc()
-        self.checked.append((pending, alert))
+        self.checked.append((pending, None if alert is None else (self.topics.alerts, alert)))
 
     def run_letter(self, run: RunRequest, reason: str) -> DeadLetter:
         """The DLQ record of a run that is given up on."""
@@ -252,9 +262,9 @@ class Outbox:
         if self.rejected:
             self._publish_letters()
         if self.checked:
-            for pending, alert in self.checked:
-                if alert is not None:
-                    self.publisher.publish(self.topics.alerts, alert)
+            for pending, record in self.checked:
+                if record is not None:
+                    self.publisher.publish(*record)
                 self.published.append(pending)
             self.checked = []
         for pending in self.done:

@@ -85,6 +85,7 @@ class FlowRun:
     tenant: str = "default"
     # node -> the run id of its current run (its latest start)
     runs: dict[str, str] = field(default_factory=dict)
+    alerted_ms: int | None = None  # the deadline whose DEADLINE_MISSED alert was raised
 
     @property
     def ended(self) -> bool:
@@ -106,7 +107,7 @@ def to_record(run: FlowRun) -> dict[str, Any]:
         "status": run.status, "scheduled_ms": run.scheduled_ms, "tenant": run.tenant,
         "nodes": [[n.name, list(n.after), n.rule] for n in run.nodes.values()],
         "states": {name: state.value for name, state in run.states.items()},
-        "runs": dict(run.runs),
+        "runs": dict(run.runs), "alerted": run.alerted_ms,
     }  # fmt: skip
 
 
@@ -117,6 +118,7 @@ def from_record(record: Mapping[str, Any]) -> FlowRun:
         {name: NodeState(state) for name, state in record["states"].items()},
         generation=record["generation"], status=record["status"],
         scheduled_ms=record["scheduled_ms"], tenant=record["tenant"], runs=dict(record["runs"]),
+        alerted_ms=record.get("alerted"),
     )  # fmt: skip
 
 

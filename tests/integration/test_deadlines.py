@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from producers.client import JobClient
+from producers.flows import flow_from_spec, flow_schedule
 from producers.spec import job_from_spec
 from runtime.registry import registry_client
 from runtime.settings import Settings
@@ -73,3 +74,31 @@ def test_a_missed_deadline_raises_one_alert_cleared_when_the_run_succeeds_late(
     assert cleared.last_status == "SUCCEEDED"
     assert cleared.late_ms > missed.late_ms  # succeeded about 2 s after its deadline
     assert by[("never", "DEADLINE_MISSED")].last_status == "DEAD_LETTERED"
+
+
+def test_a_flow_run_past_its_deadline_raises_one_alert_cleared_when_it_ends(
+    ns: Settings, tmp_path: Path, procs: list[CronstreamProcess]
+) -> None:
+    for name, command, ready, *more in (
+        ("s", "scheduler", " live: "), ("w", "worker", "assigned"),
+        ("c", "flows-coordinator", "Ready", "--log-level", "INFO"),
+    ):  # fmt: skip
+        proc = CronstreamProcess(ns, tmp_path, name, *more, command=command)
+        procs.append(proc)
+        proc.wait_live(1, text=ready, timeout=120)
+    spec = {"id": "slowflow", "at": iso(utc_now() + timedelta(seconds=4)), "deadline": "1s",
+            "nodes": [{"name": "a", "target": "python", "callable": "examples.tasks:slow",
+                       "payload": {"seconds": 3}},
+                      {"name": "b", "after": ["a"], "target": "python",
+                       "callable": "examples.tasks:send_digest"}]}  # fmt: skip
+    with JobClient(ns) as client:
+        client.put_flow(flow_from_spec(spec, max_payload_bytes=65536),
+                        flow_schedule(spec, max_payload_bytes=65536))  # fmt: skip
+    deadline = time.monotonic() + 90
+    while True:
+        kinds = [(a.kind.value, a.last_status, a.worker) for a in _alerts(ns)]
+        if len(kinds) >= 2 or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert kinds == [("DEADLINE_MISSED", "RUNNING", "flows-coordinator"),
+                     ("DEADLINE_CLEARED", "SUCCEEDED", "flows-coordinator")]  # fmt: skip

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from producers.flows import MAX_NODES, find_cycle, flow_from_spec
+from producers.flows import MAX_NODES, find_cycle, flow_from_spec, flow_schedule
 from producers.spec import SpecError
 from schemas.events import Priority
 from schemas.flows import FlowDefinition, FlowTriggerRule
@@ -95,3 +95,10 @@ def test_the_example_flows_file_is_valid_and_each_flow_has_its_schedule_job() ->
     assert schedule.concurrency is Concurrency.ALLOW  # see README, Flows: not per flow run yet
     assert [n.name for n in flow.nodes] == ["extract", "transform", "validate", "load",
                                             "page-oncall"]  # fmt: skip
+
+
+def test_a_flows_deadline_is_its_schedule_jobs() -> None:
+    spec = {"id": "etl", "every": "1h", "deadline": "10m",
+            "nodes": [{"name": "a", "target": "python", "callable": "m:f"}]}  # fmt: skip
+    assert flow_schedule(spec, max_payload_bytes=100).deadline_ms == 600_000
+    flow_from_spec(spec, max_payload_bytes=100)  # a key of the flow's too

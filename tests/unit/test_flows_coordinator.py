@@ -11,6 +11,7 @@ import pytest
 from producers.flows import flow_from_spec
 from producers.spec import SpecError
 from runtime.settings import Settings
+from schemas.alerts import Alert
 from schemas.catalog import Topics
 from schemas.events import ControlCommand, Priority, RunOutcome, RunRequest, Trigger
 from schemas.flows import FlowEvent, FlowEventKind
@@ -170,3 +171,32 @@ def test_a_flow_file_refuses_an_unknown_concurrency_policy() -> None:
     with pytest.raises(SpecError, match="concurrency 'sometimes' must be one of allow, forbid"):
         flow_from_spec({"id": "x", "concurrency": "sometimes", "nodes": [
             {"name": "a", "target": "python", "callable": "m:f"}]}, max_payload_bytes=100)  # fmt: skip
+
+
+def _alerts(codec: Codec, sends: list[Any]) -> list[tuple[str, str, str]]:
+    out = []
+    for topic, _, value, _ in sends:
+        if topic == TOPICS.alerts:
+            alert = codec.decode(value, Alert)
+            out.append((alert.kind.value, alert.run_id, alert.last_status))
+    return out
+
+
+def test_a_flow_runs_deadline_alerts_once_and_clears_when_the_run_succeeds() -> None:
+    coordinator, codec, rows = _policy("allow")
+    coordinator.handle(rows, _start("k1"))
+    due = _event(FlowEventKind.DEADLINE, flow_run="etl@manual:k1")
+    assert _alerts(codec, coordinator.handle(rows, due)) == [
+        ("DEADLINE_MISSED", "etl@manual:k1", "RUNNING")]  # fmt: skip
+    assert coordinator.handle(rows, due) == []  # a check fired again: quiet
+    coordinator.handle(rows, _done("k1", "a"))
+    assert _alerts(codec, coordinator.handle(rows, _done("k1", "b"))) == [
+        ("DEADLINE_CLEARED", "etl@manual:k1", "SUCCEEDED")]  # fmt: skip
+    # A run that succeeded in time, and one never started, are told apart.
+    coordinator.handle(rows, _start("k2"))
+    coordinator.handle(rows, _done("k2", "a"))
+    coordinator.handle(rows, _done("k2", "b"))
+    assert coordinator.handle(rows, _event(FlowEventKind.DEADLINE, flow_run="etl@manual:k2")) == []
+    assert _alerts(codec, coordinator.handle(rows, _event(
+        FlowEventKind.DEADLINE, flow_run="etl@manual:k9"))) == [
+        ("DEADLINE_MISSED", "etl@manual:k9", "NOT_STARTED")]  # fmt: skip
