@@ -111,7 +111,7 @@ def _nodes(definition: FlowDefinition) -> list[core.Node]:
 
 
 def _ended(row: Mapping[str, Any]) -> bool:
-    return row["status"] not in ("RUNNING", "QUEUED")
+    return row["status"] not in core.GOING
 
 
 class Coordinator:

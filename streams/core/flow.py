@@ -53,6 +53,7 @@ FINAL_OUTCOMES = {"SUCCEEDED": NodeState.SUCCEEDED, "DEAD_LETTERED": NodeState.F
                   "CANCELED": NodeState.FAILED, "FAILED": NodeState.FAILED,
                   "TIMED_OUT": NodeState.FAILED}  # fmt: skip
 ALL_SUCCESS, ALL_DONE, ANY_FAILED = "ALL_SUCCESS", "ALL_DONE", "ANY_FAILED"
+GOING = frozenset({"RUNNING", "QUEUED"})  # a flow run's statuses before it ended
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +90,7 @@ class FlowRun:
 
     @property
     def ended(self) -> bool:
-        return self.status not in ("RUNNING", "QUEUED")
+        return self.status not in GOING
 
     def node_of(self, run_id: str) -> str | None:
         """The node whose *current* run is ``run_id`` (None: another run, or a stale one)."""
