@@ -42,3 +42,9 @@ class Alert(AvroRecord):
         return [("event", b"Alert"), ("kind", self.kind.value.encode()),
                 ("job_id", self.job_id.encode()), ("run_id", self.run_id.encode()),
                 ("late_ms", str(self.late_ms).encode())]  # fmt: skip
+
+
+def deadline_alert_id(run_id: str) -> str:
+    """The ``alert_id`` of a run's deadline alerts: one per run, missed and cleared alike
+    (whoever raises them: the worker for a job, the flows coordinator for a flow)."""
+    return f"{run_id}:deadline"

@@ -36,7 +36,7 @@ from runtime.kafka.clients import kafka_consumer
 from runtime.kafka.security import aiokafka_security
 from runtime.registry import registry_client
 from runtime.settings import Settings
-from schemas.alerts import Alert, AlertKind
+from schemas.alerts import Alert, AlertKind, deadline_alert_id
 from schemas.catalog import FLOWS_APP, FLOWS_TABLE, Topics
 from schemas.events import (
     Concurrency,
@@ -166,7 +166,7 @@ class Coordinator:
                deadline_ms: int, status: str, kind: AlertKind) -> Send:  # fmt: skip
         now = utc_now()
         alert = Alert(
-            alert_id=f"{run_id}:deadline", kind=kind, job_id=flow_id, run_id=run_id,
+            alert_id=deadline_alert_id(run_id), kind=kind, job_id=flow_id, run_id=run_id,
             tenant=tenant, scheduled_at=from_ms(scheduled_ms), deadline_at=from_ms(deadline_ms),
             raised_at=now, late_ms=max(0, to_ms(now) - deadline_ms), last_status=status,
             worker=FLOWS_APP,

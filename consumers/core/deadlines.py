@@ -23,7 +23,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from consumers.core.dedup import Dedup
-from schemas.alerts import Alert, AlertKind
+from schemas.alerts import Alert, AlertKind, deadline_alert_id
 from schemas.events import RunRequest, from_ms, to_ms
 
 
@@ -50,7 +50,7 @@ class Deadlines:
             last = "FAILED (retrying)" if attempt else "NOT_STARTED"
         deadline_ms = to_ms(check.fired_at)
         alert = Alert(
-            alert_id=f"{run_id}:deadline", kind=AlertKind.DEADLINE_MISSED, job_id=check.job_id,
+            alert_id=deadline_alert_id(run_id), kind=AlertKind.DEADLINE_MISSED, job_id=check.job_id,
             run_id=run_id, tenant=check.tenant, scheduled_at=check.scheduled_at,
             deadline_at=check.fired_at, raised_at=from_ms(now_ms),
             late_ms=max(0, now_ms - deadline_ms), last_status=last, attempt=attempt,
