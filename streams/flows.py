@@ -54,6 +54,7 @@ from schemas.events import (
 from schemas.flows import FlowDefinition, FlowEvent, FlowEventKind, FlowNode
 from schemas.serde import Codec, DecodeError
 from streams.core import flow as core
+from streams.faust_seek import SeekingApp
 
 log = logging.getLogger("cronstream.flows")
 SESSION_TIMEOUT_S = 10.0  # as the other roles' consumer groups
@@ -432,7 +433,7 @@ def build_app(settings: Settings) -> tuple[faust.App, Definitions]:
         codec.writer_id(f"{name}-value", event_type)
     definitions = Definitions(settings, Codec(registry_client(settings)))  # its own client
     coordinator = Coordinator(settings, codec, definitions)
-    app = faust.App(
+    app = SeekingApp(
         f"{settings.topic_prefix}.{FLOWS_APP}", broker=f"kafka://{settings.bootstrap_servers}",
         broker_credentials=_credentials(settings), web_enabled=False, store="memory://",
         processing_guarantee="at_least_once", topic_allow_declare=False,

@@ -69,17 +69,7 @@ def _flow_end(ns: Settings, flow_run_id: str, timeout: float = 120) -> RunOutcom
         time.sleep(1)
 
 
-KILL9_STALL = (
-    "known defect (issue 17 open): after a kill -9, the next coordinator restores the run's "
-    "row (its changelog write is acknowledged first now) and processes the START again, but "
-    "in about 1 run in 8 it then gets only the DUPLICATE outcomes of the starts it re-sent, "
-    "not the node outcomes the killed one never processed: the run stalls"
-)
-
-
-@pytest.mark.parametrize(
-    "end", ["stop", pytest.param("kill9", marks=pytest.mark.xfail(reason=KILL9_STALL))]
-)
+@pytest.mark.parametrize("end", ["stop", "kill9"])
 def test_a_diamond_runs_each_node_once_in_order_across_a_coordinator_restart(
     ns: Settings, tmp_path: Path, target: Target, procs: list[CronstreamProcess], end: str
 ) -> None:

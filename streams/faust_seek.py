@@ -1,0 +1,69 @@
+"""A faust app whose "seek back to committed offsets" always moves the position.
+
+Faust clears the queues of its streams when it resumes after a rebalance or a table
+recovery (``clear_on_resume``): records already fetched but not yet handled are thrown
+away, and faust counts on seeking every stream partition back to its committed offset
+to fetch them again. aiokafka's ``seek_to_committed`` seeks only a partition whose
+committed offset is above 0; a partition with nothing committed yet (or 0) keeps its
+position, past the records just thrown away, and they are never read.
+
+Seen in the flows coordinator (issue 17): a coordinator killed before its first commit
+on a partition; the next one fetched that partition's START and three node outcomes
+while it finished its recovery, handled the START, lost the three outcomes when faust
+resumed, and the flow run waited forever (faust-streaming#216 reports the same kind of
+skipped offsets after a rebalance). Here such partitions are sought to their beginning,
+where ``auto_offset_reset=earliest`` would have started them: the thrown-away records
+are read again (the coordinator's steps are replay-safe).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import faust
+from faust.transport.drivers import aiokafka as driver
+from faust.types import TP
+
+log = logging.getLogger("cronstream.flows")
+
+
+def never_committed(committed: Mapping[TP, int | None], streamed: set[str]) -> list[TP]:
+    """The partitions of ``streamed`` topics that aiokafka's ``seek_to_committed``
+    leaves where they are: nothing committed, or 0."""
+    return [tp for tp, offset in committed.items() if not offset and tp.topic in streamed]
+
+
+class _SeekingThread(driver.AIOKafkaConsumerThread):
+    async def seek_to_committed(self) -> Mapping[TP, int]:
+        return await self.call_thread(self._seek_to_committed)  # type: ignore[no-any-return]
+
+    async def _seek_to_committed(self) -> Mapping[TP, int]:
+        consumer = self._ensure_consumer()
+        committed: Mapping[TP, int] = await consumer.seek_to_committed()
+        streamed = {tp.topic for tp in committed if self.app.topics.acks_enabled_for(tp.topic)}
+        rewind = never_committed(committed, streamed)
+        if rewind:
+            log.info(
+                "nothing committed yet on %s: read from the beginning",
+                ", ".join(sorted(f"{tp.topic}[{tp.partition}]" for tp in rewind)),
+            )
+            await consumer.seek_to_beginning(*rewind)
+        return committed
+
+
+class _Consumer(driver.Consumer):
+    def _new_consumer_thread(self) -> _SeekingThread:
+        return _SeekingThread(self, loop=self.loop, beacon=self.beacon)
+
+
+class _Transport(driver.Transport):
+    Consumer = _Consumer
+
+
+class SeekingApp(faust.App):
+    """``faust.App`` with the consumer above (its producer transport is faust's own)."""
+
+    def _new_transport(self) -> Any:
+        return _Transport(self.conf.broker_consumer, self)

@@ -1,0 +1,70 @@
+"""The flows coordinator's seek back to committed offsets (streams.faust_seek): a stream
+partition with nothing committed is sought to its beginning, so that the records faust
+threw away on resuming are read again (issue 17's kill -9 stall)."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+from faust.types import TP
+
+from streams.faust_seek import SeekingApp, _Consumer, _SeekingThread, never_committed
+
+EVENTS, CHANGELOG = "acme.flows.events", "acme.flows-coordinator-runs-changelog"
+
+
+class FakeAiokafka:
+    """aiokafka's consumer as faust's thread sees it: ``seek_to_committed`` seeks only
+    partitions whose committed offset is above 0 (aiokafka 0.14's rule)."""
+
+    def __init__(self, committed: dict[TP, int | None], position: dict[TP, int]) -> None:
+        self.committed, self.position = committed, position
+        self.beginning = 0
+
+    async def seek_to_committed(self) -> dict[TP, int | None]:
+        for tp, offset in self.committed.items():
+            if offset and offset > 0:
+                self.position[tp] = offset
+        return dict(self.committed)
+
+    async def seek_to_beginning(self, *tps: TP) -> None:
+        for tp in tps:
+            self.position[tp] = self.beginning
+
+
+def _thread(fake: FakeAiokafka) -> Any:
+    thread: Any = _SeekingThread.__new__(_SeekingThread)
+    thread._consumer = fake
+    thread.app = SimpleNamespace(topics=SimpleNamespace(acks_enabled_for=lambda t: t == EVENTS))
+    return thread
+
+
+def test_a_stream_partition_with_nothing_committed_is_read_again_from_its_beginning() -> None:
+    fresh, zero, done, log = TP(EVENTS, 7), TP(EVENTS, 3), TP(EVENTS, 1), TP(CHANGELOG, 7)
+    # The fetcher already went past offsets 0..3 of partition 7 (faust then cleared them).
+    fake = FakeAiokafka({fresh: None, zero: 0, done: 5, log: None},
+                        {fresh: 4, zero: 2, done: 9, log: 12})  # fmt: skip
+    committed = asyncio.run(_thread(fake)._seek_to_committed())
+    assert committed == {fresh: None, zero: 0, done: 5, log: None}  # faust's read offsets
+    assert fake.position == {fresh: 0, zero: 0, done: 5, log: 12}  # a changelog is left alone
+
+
+def test_only_never_committed_partitions_of_streamed_topics_are_rewound() -> None:
+    offsets = {TP(EVENTS, 0): None, TP(EVENTS, 1): 0, TP(EVENTS, 2): 1, TP(CHANGELOG, 0): None}
+    assert never_committed(offsets, {EVENTS}) == [TP(EVENTS, 0), TP(EVENTS, 1)]
+    assert never_committed(offsets, set()) == []
+
+
+def test_the_app_builds_its_consumer_with_the_seeking_thread(monkeypatch: Any) -> None:
+    made: list[object] = []
+    monkeypatch.setattr(
+        _SeekingThread, "__init__", lambda self, consumer, **_: made.append(consumer)
+    )
+    app = SeekingApp("seek-test", broker="kafka://127.0.0.1:1", web_enabled=False,
+                     store="memory://")  # fmt: skip
+    assert type(app.transport).Consumer is _Consumer
+    consumer = SimpleNamespace(loop=None, beacon=None)
+    assert isinstance(_Consumer._new_consumer_thread(consumer), _SeekingThread)  # type: ignore[arg-type]
+    assert made == [consumer]
