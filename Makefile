@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: help deps up down status logs clean clean-all bootstrap run test test-unit \
+.PHONY: help debs deps up down status logs clean clean-all bootstrap run test test-unit \
         test-integration test-acceptance lint fmt typecheck layers bench chaos
 
 help: ## list the targets
@@ -17,18 +17,23 @@ help: ## list the targets
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "Java 17 is missing: apt-get install -y openjdk-17-jdk-headless"; exit 1; }
 	@command -v mvn >/dev/null || { echo "Maven is missing: apt-get install -y maven"; exit 1; }
-	@command -v kcat >/dev/null || { echo "[deps] installing kcat (Debian package)"; \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; \
-	  else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; fi; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "[deps] installing Python packages into $(VENV) (log: $(VENV)/pip.log)"
 	@$(PY) -m pip install -q --upgrade pip > $(VENV)/pip.log 2>&1 && \
 	  $(PY) -m pip install -e '.[dev]' >> $(VENV)/pip.log 2>&1 || { tail -30 $(VENV)/pip.log; exit 1; }
 	@rm -f $(VENV)/.installed-*; touch $@
 
-deps: $(STAMP) ## install Python packages into .venv, kcat, and check Java/Maven
+debs: ## install the Debian packages used here when missing: kcat, prometheus, prometheus-alertmanager
+	@missing=""; command -v kcat >/dev/null || missing="$$missing kcat"; \
+	  command -v promtool >/dev/null || missing="$$missing prometheus"; \
+	  command -v prometheus-alertmanager >/dev/null || missing="$$missing prometheus-alertmanager"; \
+	  if [ -n "$$missing" ]; then echo "[deps] installing Debian packages:$$missing"; \
+	    sudo=""; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+	    $$sudo apt-get update -qq && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 
-up: deps ## start Kafka, the schema registry and Cassandra; create topics, schemas, keyspace
+deps: debs $(STAMP) ## install Python packages into .venv and Debian packages; check Java/Maven
+
+up: deps ## start Kafka, the registry, Cassandra, Prometheus, Alertmanager; create topics, schemas, keyspace
 	@$(PY) -m infra up
 
 down: ## stop every service (data is kept)

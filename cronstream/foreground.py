@@ -36,6 +36,7 @@ def run_member(
     registry outage must not leave nothing running once the registry is back."""
     setup_logging()
     log = logging.getLogger(f"cronstream.{role}")
+    metrics.zero_counters(role)
     metrics.serve(metrics_port)
     stopping = _stop_on_signals()
     delay = 0.5
@@ -46,12 +47,19 @@ def run_member(
         except RegistryUnavailable as exc:
             log.warning("%s %s waiting for the schema registry (%s); retrying in %.1f s",
                         role, name, exc, delay)  # fmt: skip
+            metrics.PROBES.beat()  # waiting is alive, not ready
             if _sleep_unless(stopping, delay):
                 return 0
             delay = min(2 * delay, 30.0)
-    metrics.member_ready.set(1)
+    metrics.PROBES.set_ready(True)
     log.info("%s %s joining group %s", role, name, group)
-    member.run(lambda: bool(stopping))
+    beat = metrics.PROBES.beat
+
+    def should_stop() -> bool:  # asked once per round of the member's loop
+        beat()
+        return bool(stopping)
+
+    member.run(should_stop)
     return 0
 
 

@@ -29,6 +29,7 @@ from typing import IO, Any
 
 from confluent_kafka import OFFSET_END, TopicPartition
 
+from cronstream.monitoring import metrics_ports, publish_targets, serve_alert_receiver
 from runtime.health import cassandra_health, kafka_health, registry_health
 from runtime.kafka.clients import kafka_consumer
 from runtime.kafka.offsets import group_lag
@@ -48,6 +49,8 @@ STARTED = (
     "  .venv/bin/cronstream tenant --tenant demo put examples/tenant-jobs.yaml\n"
     '  curl -H "Authorization: Bearer $(cat .stack/data/security/credentials/'
     'api-token-demo.secret)" http://127.0.0.1:8780/v1/jobs\n'
+    "Monitoring: Prometheus http://127.0.0.1:9190 (alerts: /alerts), Alertmanager\n"
+    "  http://127.0.0.1:9193; each process answers /metrics, /healthz, /readyz\n"
     "Ctrl-C stops every process; `make down` stops the services."
 )
 STATUS_EVERY_S = 2.0
@@ -219,13 +222,23 @@ def main() -> int:
         apply_examples(settings, console)
     logs = settings.home / "logs"
     logs.mkdir(parents=True, exist_ok=True)
+    ports = metrics_ports()
+    publish_targets(settings, ports)
+    alerts = serve_alert_receiver(lambda text: console.line(f"{'alert':<9}| {text}"),
+                                  env_int("CRONSTREAM_ALERT_RECEIVER_PORT", 8790))  # fmt: skip
+
+    def scraped(role: str, *args: str) -> list[str]:
+        return [*args, "--metrics-port", str(ports[role])]
+
     children = {
-        "scheduler": start("scheduler", ["scheduler"], logs, console),
-        "worker": start("worker", ["worker", "--http-allow", "127.0.0.1/32"], logs, console),
-        "sink": start("sink", ["sink"], logs, console),
-        "admission": start("admission", ["admission"], logs, console),
+        "scheduler": start("scheduler", scraped("scheduler", "scheduler"), logs, console),
+        "worker": start(
+            "worker", scraped("worker", "worker", "--http-allow", "127.0.0.1/32"), logs, console
+        ),
+        "sink": start("sink", scraped("sink", "sink"), logs, console),
+        "admission": start("admission", scraped("admission", "admission"), logs, console),
         "api": start("api", ["api"], logs, console),
-        "flows": start("flows", ["flows-coordinator"], logs, console),
+        "flows": start("flows", scraped("flows", "flows-coordinator"), logs, console),
     }
     console.line(STARTED)
     # Ctrl-C reaches the whole foreground process group: the children stop themselves;
@@ -250,6 +263,7 @@ def main() -> int:
         _stop(children.values())
         pulse.close()
         target.shutdown()
+        alerts.shutdown()
         console.line("stopped")
 
 

@@ -68,7 +68,7 @@ def _status(settings: Settings) -> int:
         rss = f"{st.rss_bytes / 2**20:.0f} MiB" if st.rss_bytes else "-"
         state = "ok" if st.ok else ("starting" if st.running else "down")
         bad += not st.ok
-        print(f"{st.name:<10} {state:<9} pid={st.pid or '-':<8} rss={rss:<9} {st.endpoint}")
+        print(f"{st.name:<12} {state:<9} pid={st.pid or '-':<8} rss={rss:<9} {st.endpoint}")
     return 1 if bad else 0
 
 

@@ -22,6 +22,7 @@ import tarfile
 import uuid
 from pathlib import Path
 
+from infra.ops import ops_services
 from infra.security import ensure_secret_file, ensure_tls, write_private
 from infra.service import (
     CASSANDRA_JPMS,
@@ -399,5 +400,5 @@ unlogged_batch_across_partitions_warn_threshold: 128
 
 
 def all_services(settings: Settings) -> list[Service]:
-    """In start order: Cassandra is slowest, so it goes first."""
-    return [Cassandra(settings), Kafka(settings), Registry(settings)]
+    """In start order: Cassandra is slowest, so it goes first; monitoring last."""
+    return [Cassandra(settings), Kafka(settings), Registry(settings), *ops_services(settings)]

@@ -6,13 +6,23 @@ on ``--metrics-port`` (0 = do not serve) at ``/metrics``.
 
 from __future__ import annotations
 
+import threading
+import time
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from functools import cache
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from math import inf
 from typing import TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 from prometheus_client.metrics_core import HistogramMetricFamily, Metric
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -114,6 +124,12 @@ partitions_owned = Gauge(
     ["state"],
     registry=REGISTRY,
 )
+partitions_total = Gauge(
+    "cronstream_scheduler_partitions",
+    "Partitions of the jobs topic (the same in every scheduler: alert when the sum of "
+    "cronstream_scheduler_partitions_owned stays below it)",
+    registry=REGISTRY,
+)
 timers_pending = Gauge(
     "cronstream_scheduler_timers_pending",
     "Retry/delay timers held until due",
@@ -140,10 +156,96 @@ member_ready = Gauge(
 )
 
 
-def serve(port: int) -> None:
-    """Serve /metrics on 127.0.0.1:port in a daemon thread (port 0: do nothing)."""
-    if port:
-        start_http_server(port, addr="127.0.0.1", registry=REGISTRY)
+RUN_STATUSES = ("SUCCEEDED", "FAILED", "RETRIED", "TIMED_OUT", "CANCELED", "DEAD_LETTERED",
+                "DUPLICATE", "SKIPPED")  # fmt: skip
+TARGET_TYPES = ("http", "kafka", "python", "shell", "flow")
+
+
+def zero_counters(role: str) -> None:
+    """Create a role's labelled counters at 0 when it starts: Prometheus's ``increase``
+    cannot see a series that first appears at 1 (the alerts on dead letters and failures
+    would miss the first one)."""
+    if role in ("scheduler", "worker", "sink"):
+        labelled(dead_letters, role)
+    if role == "worker":
+        for status in RUN_STATUSES:
+            for target in TARGET_TYPES:
+                labelled(runs_finished, status, target)
+
+
+class Probes:
+    """What ``/healthz`` and ``/readyz`` answer. Live: the process's main loop went round
+    within ``LIVE_WITHIN_S`` (``beat``; before its first beat, while it starts or waits
+    for the registry, it counts as live). Ready: live and ``set_ready(True)`` (also the
+    gauge ``cronstream_member_ready``)."""
+
+    LIVE_WITHIN_S = 60.0  # a worker's revoke may wait a grace period for its runs
+
+    def __init__(self) -> None:
+        self.last_beat: float | None = None
+        self.is_ready = False
+
+    def set_ready(self, ready: bool) -> None:
+        self.is_ready = ready
+        member_ready.set(1 if ready else 0)
+
+    def beat(self) -> None:
+        self.last_beat = time.monotonic()
+
+    def live(self) -> tuple[bool, str]:
+        if self.last_beat is None:
+            return True, "starting"
+        quiet = time.monotonic() - self.last_beat
+        if quiet > self.LIVE_WITHIN_S:
+            return False, f"main loop stuck: last went round {quiet:.0f} s ago"
+        return True, "ok"
+
+    def ready(self) -> tuple[bool, str]:
+        live, why = self.live()
+        if not live:
+            return False, why
+        if not self.is_ready:
+            return False, "not ready: waiting for its dependencies or its group"
+        return True, "ok"
+
+
+PROBES = Probes()
+
+
+def exposition() -> tuple[bytes, str]:
+    """Every metric in Prometheus's text format, and its content type."""
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            (body, kind), code = exposition(), 200
+        elif path in ("/healthz", "/readyz"):
+            ok, why = PROBES.live() if path == "/healthz" else PROBES.ready()
+            body, code, kind = why.encode() + b"\n", 200 if ok else 503, "text/plain"
+        else:
+            body, code, kind = b"/metrics, /healthz or /readyz\n", 404, "text/plain"
+        self.send_response(code)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: object) -> None:  # scrapes every few seconds: no log line
+        return
+
+
+def serve(port: int, host: str = "127.0.0.1") -> ThreadingHTTPServer | None:
+    """Serve /metrics, /healthz and /readyz on host:port in a daemon thread (port 0: do
+    nothing)."""
+    if not port:
+        return None
+    server = ThreadingHTTPServer((host, port), _Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    return server
 
 
 # -- workers ------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from typing import Any
 import faust
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
+from runtime import metrics
 from runtime.kafka.clients import kafka_consumer
 from runtime.kafka.security import aiokafka_security
 from runtime.registry import registry_client
@@ -58,6 +59,7 @@ from streams.faust_seek import SeekingApp
 
 log = logging.getLogger("cronstream.flows")
 SESSION_TIMEOUT_S = 10.0  # as the other roles' consumer groups
+PROBE_EVERY_S = 2.0  # liveness and readiness of the coordinator (nothing else is timed)
 DEFINITION_WAIT_S = 5.0  # a start whose flow is not known yet waits this long for it
 
 
@@ -456,6 +458,16 @@ def build_app(settings: Settings) -> tuple[faust.App, Definitions]:
                       partitions=settings.partitions)  # fmt: skip
 
     runner = _Runner(coordinator, codec, table, out)
+
+    async def probe() -> None:
+        """``/healthz`` and ``/readyz`` (``runtime.metrics.PROBES``): the event loop goes
+        round; ready once the definitions are read and the table is recovered."""
+        metrics.PROBES.beat()
+        recovery = app.tables.recovery  # type: ignore[attr-defined]  # TableManager's
+        recovered = recovery.completed.is_set() and not app.rebalancing
+        metrics.PROBES.set_ready(definitions.caught_up.is_set() and recovered)
+
+    app.timer(interval=PROBE_EVERY_S)(probe)
 
     @app.agent(raw(topics.flow_events))
     async def coordinate(stream: Any) -> None:

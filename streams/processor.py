@@ -437,6 +437,7 @@ class Processor(Reading):
         loading = sum(1 for o in self.owned.values() if o.loading)
         metrics.partitions_owned.labels("loading").set(loading)
         metrics.partitions_owned.labels("live").set(len(self.owned) - loading)
+        metrics.partitions_total.set(self.topics.partitions(JOBS))
 
     def _gauge_state(self) -> None:
         cores = [o.core for o in self.owned.values()]

@@ -18,10 +18,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from cronstream.api.backend import Backend, NoAnswer
 from producers.spec import SpecError, job_from_spec, parse_duration
+from runtime.metrics import exposition
 from runtime.tokens import ADMIN, TokenBook
 from schemas.events import JobDefinition, RunOutcome, RunStatus, to_jsonable, utc_now
 from schemas.redact import redact_jsonable
@@ -126,6 +127,21 @@ def _send(backend: Backend, who: Caller, action: TenantAction, job_id: str, **kw
 @router.get("/healthz")
 def healthz() -> dict[str, str]:
     return {"status": "ok"}
+
+
+@router.get("/readyz")
+def readyz(backend: Back) -> JSONResponse:
+    """Ready while the threads that follow the jobs and the admission's answers run."""
+    stopped = backend.stopped_threads()
+    if stopped:
+        return JSONResponse({"status": "not ready", "stopped": stopped}, status_code=503)
+    return JSONResponse({"status": "ok"})
+
+
+@router.get("/metrics")
+def metrics_text() -> Response:
+    body, kind = exposition()
+    return Response(body, media_type=kind)
 
 
 @router.get("/v1/jobs")

@@ -69,6 +69,10 @@ class Backend:
             thread.start()
             self._threads.append(thread)
 
+    def stopped_threads(self) -> list[str]:
+        """The names of the backend's threads that ended (none while it serves)."""
+        return [t.name for t in self._threads if not t.is_alive()]
+
     def close(self) -> None:
         self._stop.set()
         for thread in self._threads:

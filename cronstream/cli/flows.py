@@ -15,7 +15,8 @@ from cronstream.foreground import setup_logging
 from producers.client import JobClient, UnknownJob
 from producers.flows import load_flows_file
 from producers.spec import SpecError
-from runtime.settings import Settings
+from runtime import metrics
+from runtime.settings import Settings, env_int
 from schemas.events import to_jsonable
 
 log = logging.getLogger("cronstream.flows")
@@ -81,6 +82,7 @@ def cmd_flows_coordinator(settings: Settings, args: argparse.Namespace) -> int:
     from streams.flows import build_app
 
     setup_logging()
+    metrics.serve(args.metrics_port)
     settings = settings.as_role("flows")  # its own Kafka user and ACLs
     app, definitions = build_app(settings)
     definitions.start()
@@ -124,4 +126,7 @@ def register(sub: Any) -> None:
     coord = sub.add_parser("flows-coordinator", help="run a flows coordinator (faust-streaming)")
     coord.add_argument("--name", default=f"flows-{socket.gethostname()}-{os.getpid()}")
     coord.add_argument("--log-level", default="WARNING", help="faust's log level (WARNING)")
+    coord.add_argument("--metrics-port", type=int,
+                       default=env_int("CRONSTREAM_FLOWS_METRICS_PORT", 0, minimum=0),
+                       help="serve /metrics, /healthz, /readyz on this port (0: off)")  # fmt: skip
     coord.set_defaults(handler=cmd_flows_coordinator, needs="settings")

@@ -30,6 +30,8 @@ PORTS = {
     "CRONSTREAM_CASSANDRA_PORT": 9042,
     "CRONSTREAM_CASSANDRA_STORAGE_PORT": 7000,
     "CRONSTREAM_CASSANDRA_JMX_PORT": 7199,
+    "CRONSTREAM_PROMETHEUS_PORT": 9190,
+    "CRONSTREAM_ALERTMANAGER_PORT": 9193,
 }
 # Smaller heaps than the main stack: both may run at once on a small machine.
 HEAPS = {

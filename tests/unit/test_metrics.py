@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import random
+import socket
 
+import httpx
+import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
+from runtime import metrics
 from runtime.metrics import LoopHistogram, Tally
 
 BUCKETS = (0.001, 0.005, 0.01, 0.1, 1.0, 60.0)
@@ -58,3 +62,46 @@ def test_tally_applies_counts_in_bulk() -> None:
     tally.apply()  # nothing new: nothing added twice
     assert registry.get_sample_value("runs_total", {"status": "SUCCEEDED", "target": "python"}) == 3
     assert registry.get_sample_value("runs_total", {"status": "FAILED", "target": "http"}) == 1
+
+
+def test_probes_answer_live_until_the_loop_stops_going_round_and_ready_once_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    probes = metrics.Probes()
+    assert probes.live() == (True, "starting")
+    assert probes.ready()[0] is False  # not set ready yet
+    probes.set_ready(True)
+    probes.beat()
+    assert probes.live() == (True, "ok")
+    assert probes.ready() == (True, "ok")
+    monkeypatch.setattr(metrics.time, "monotonic", lambda: probes.last_beat + 61)  # type: ignore[operator]
+    live, why = probes.live()
+    assert not live
+    assert "main loop stuck: last went round 61 s ago" in why
+    assert probes.ready() == (False, why)
+
+
+def test_the_probe_server_serves_metrics_healthz_and_readyz() -> None:
+    server = metrics.serve(_free_port())
+    assert server is not None
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        metrics.PROBES.set_ready(False)
+        assert httpx.get(f"{base}/healthz").status_code == 200
+        refused = httpx.get(f"{base}/readyz")
+        assert (refused.status_code, refused.text) == (503, "not ready: waiting for its "
+                                                       "dependencies or its group\n")  # fmt: skip
+        metrics.PROBES.set_ready(True)
+        assert httpx.get(f"{base}/readyz").status_code == 200
+        assert "cronstream_member_ready 1.0" in httpx.get(f"{base}/metrics").text
+        assert httpx.get(f"{base}/other").status_code == 404
+    finally:
+        metrics.PROBES.set_ready(False)
+        server.shutdown()
+        server.server_close()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

@@ -376,9 +376,11 @@ def test_an_error_escaping_an_executor_fails_that_run_not_the_worker() -> None:
     later owner of the partition died on the same record."""
     parts = Parts()
     parts.own()
+    tally = metrics.Tally()
     attempts = Attempts(SETTINGS, WorkerConfig(group="g", concurrency=2), outbox=parts.outbox,
-                        dedup=parts.dedup, cancels={}, tally=metrics.Tally())  # fmt: skip
+                        dedup=parts.dedup, cancels={}, tally=tally)  # fmt: skip
     attempts.executors["python"] = _Broken()  # type: ignore[assignment]
+    letters_before = _worker_letters()
     try:
         parts.intake.accept(parts.record(run("j@bad"), 0))
         parts.intake.accept(parts.record(run("j@next"), 1))
@@ -405,3 +407,10 @@ def test_an_error_escaping_an_executor_fails_that_run_not_the_worker() -> None:
     letters = [parts.codec.decode(r.value, DeadLetter) for r in parts.producer.on(TOPICS.dlq)]
     assert [(letter.run_id, letter.stage) for letter in letters] == [("j@bad", "worker")]
     assert parts.consumer.commits[-1][0] == [(RUNS, 0, 3, "0")]
+    tally.apply()  # the letter of a run given up on counts once (the DLQ alert reads it)
+    assert _worker_letters() == letters_before + 1
+
+
+def _worker_letters() -> float:
+    value = metrics.REGISTRY.get_sample_value("cronstream_dead_letters_total", {"stage": "worker"})
+    return value or 0.0

@@ -1,0 +1,72 @@
+"""`make run`'s side of monitoring: each process's metrics port, the targets file the
+stack's Prometheus discovers them by (``runtime.scrape``), and the webhook Alertmanager
+delivers alerts to, printed on the console.
+
+Ports (environment): ``CRONSTREAM_METRICS_BASE_PORT`` (9301: scheduler, then worker,
+sink, admission and the flows coordinator; the API serves /metrics on its own port) and
+``CRONSTREAM_ALERT_RECEIVER_PORT`` (8790, the port of Alertmanager's default webhook).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from runtime.scrape import targets_dir, write_targets
+from runtime.settings import Settings, env_int
+
+ROLES = ("scheduler", "worker", "sink", "admission", "flows")
+API_PORT = 8780
+
+
+def metrics_ports() -> dict[str, int]:
+    base = env_int("CRONSTREAM_METRICS_BASE_PORT", 9301, minimum=1)
+    return {role: base + i for i, role in enumerate(ROLES)}
+
+
+def publish_targets(settings: Settings, ports: dict[str, int]) -> None:
+    """The targets of ``make run``'s processes, for the stack's Prometheus."""
+    processes = {f"make-run-{role}": (role, port) for role, port in ports.items()}
+    processes["make-run-api"] = ("api", API_PORT)
+    write_targets(targets_dir(settings), "make-run", processes)
+
+
+def alert_lines(payload: dict[str, Any]) -> list[str]:
+    """One line per alert of an Alertmanager webhook payload."""
+    lines = []
+    for alert in payload.get("alerts", []):
+        labels, notes = alert.get("labels", {}), alert.get("annotations", {})
+        status = str(alert.get("status", "?")).upper()
+        where = ", ".join(f"{k}={v}" for k, v in sorted(labels.items())
+                          if k not in ("alertname", "severity"))  # fmt: skip
+        name, severity = labels.get("alertname", "?"), labels.get("severity", "-")
+        lines.append(f"{status} {name} [{severity}] {notes.get('summary', '')} ({where})"
+                     f" -> {notes.get('action', '')}")  # fmt: skip
+    return lines
+
+
+def serve_alert_receiver(say: Callable[[str], None], port: int) -> ThreadingHTTPServer:
+    """Alertmanager's webhook: each alert it delivers becomes a console line."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            try:
+                lines = alert_lines(json.loads(body))
+            except (ValueError, AttributeError) as exc:
+                lines = [f"unreadable webhook payload: {exc}"]
+            for line in lines:
+                say(line)
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
