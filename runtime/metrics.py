@@ -6,6 +6,7 @@ on ``--metrics-port`` (0 = do not serve) at ``/metrics``.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from bisect import bisect_left
@@ -237,11 +238,13 @@ class _Handler(BaseHTTPRequestHandler):
         return
 
 
-def serve(port: int, host: str = "127.0.0.1") -> ThreadingHTTPServer | None:
+def serve(port: int, host: str | None = None) -> ThreadingHTTPServer | None:
     """Serve /metrics, /healthz and /readyz on host:port in a daemon thread (port 0: do
-    nothing)."""
+    nothing). The host: ``CRONSTREAM_METRICS_HOST``, else 127.0.0.1 (0.0.0.0 in a pod,
+    where the kubelet probes the pod's address)."""
     if not port:
         return None
+    host = host or os.environ.get("CRONSTREAM_METRICS_HOST") or "127.0.0.1"
     server = ThreadingHTTPServer((host, port), _Handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()

@@ -1,0 +1,115 @@
+"""The deployment files in infra/deploy validate offline (part of make lint): Kubernetes
+manifests against the API's schemas (kubernetes-validate, strict), systemd units with
+systemd-analyze verify; each role runs a command our CLI accepts, with probes on the
+port it serves /healthz and /readyz on, resources, and a disruption budget."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from cronstream.cli import build_parser
+
+DEPLOY = Path(__file__).resolve().parents[2] / "infra" / "deploy"
+KUBERNETES = "1.37.0"
+ROLES = {"scheduler", "worker", "sink", "admission", "flows", "api"}
+
+
+def _documents() -> list[dict[str, Any]]:
+    docs = []
+    for path in sorted((DEPLOY / "kubernetes").glob("*.yaml")):
+        docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
+    return docs
+
+
+def _kind(kind: str) -> list[dict[str, Any]]:
+    return [d for d in _documents() if d["kind"] == kind]
+
+
+def test_every_manifest_validates_against_the_kubernetes_schemas() -> None:
+    docs = _documents()
+    assert len(docs) >= 15
+    for doc in docs:
+        kubernetes_validate.validate(doc, KUBERNETES, strict=True)  # raises on a bad one
+
+
+def test_a_broken_manifest_is_refused() -> None:
+    deployment = _kind("Deployment")[0]
+    broken = {**deployment, "spec": {**deployment["spec"], "replicas": "two"}}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, KUBERNETES, strict=True)
+
+
+def _container(deployment: dict[str, Any]) -> dict[str, Any]:
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return dict(container)
+
+
+def test_every_role_is_deployed_with_probes_resources_and_a_disruption_budget() -> None:
+    deployments = {d["metadata"]["labels"]["app.kubernetes.io/component"]: d
+                   for d in _kind("Deployment")}  # fmt: skip
+    assert set(deployments) == ROLES
+    budgets = {d["metadata"]["name"]: d for d in _kind("PodDisruptionBudget")}
+    parser = build_parser()
+    for role, deployment in deployments.items():
+        container = _container(deployment)
+        port = container["ports"][0]["containerPort"]
+        assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port}
+        assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port}
+        assert container["resources"]["requests"]
+        assert container["resources"]["limits"]["memory"]
+        args = container["args"]
+        assert ("--port" if role == "api" else "--metrics-port") in args
+        assert str(port) == args[args.index("--port" if role == "api" else "--metrics-port") + 1]
+        parser.parse_args(args)  # a command the CLI accepts (SystemExit otherwise)
+        budget = budgets[deployment["metadata"]["name"]]
+        selector = deployment["spec"]["selector"]["matchLabels"]
+        assert budget["spec"]["selector"]["matchLabels"] == selector
+    (hpa,) = _kind("HorizontalPodAutoscaler")
+    assert hpa["spec"]["scaleTargetRef"]["name"] == "cronstream-worker"
+
+
+def _units() -> list[Path]:
+    return sorted((DEPLOY / "systemd").glob("*.service"))
+
+
+def test_every_systemd_unit_verifies_and_runs_a_command_the_cli_accepts(tmp_path: Path) -> None:
+    analyze = shutil.which("systemd-analyze")
+    assert analyze is not None, "systemd-analyze is missing (Debian package systemd)"
+    units = _units()
+    assert {u.stem.removeprefix("cronstream-") for u in units} == ROLES
+    cronstream = str(Path(sys.executable).with_name("cronstream"))
+    parser = build_parser()
+    for unit in units:
+        text = unit.read_text()
+        (command,) = re.findall(r"^ExecStart=(\S+) (.*)$", text, re.MULTILINE)
+        assert command[0] == "/opt/cronstream/venv/bin/cronstream"
+        parser.parse_args(command[1].split())
+        # verify with the executable that exists here (it checks ExecStart's binary)
+        local = tmp_path / unit.name
+        local.write_text(text.replace(command[0], cronstream))
+        verified = subprocess.run([analyze, "verify", str(local)], capture_output=True,
+                                  text=True, check=False, timeout=60)  # fmt: skip
+        problems = [line for line in verified.stderr.splitlines()
+                    if unit.name in line or "Failed" in line or "Unknown" in line]  # fmt: skip
+        assert verified.returncode == 0, verified.stderr
+        assert not problems, verified.stderr
+
+
+def test_systemd_analyze_finds_a_broken_unit(tmp_path: Path) -> None:
+    analyze = shutil.which("systemd-analyze")
+    assert analyze is not None
+    unit = _units()[0]
+    local = tmp_path / unit.name
+    local.write_text(unit.read_text().replace("Restart=always", "Restart=sometimes"))
+    verified = subprocess.run([analyze, "verify", str(local)], capture_output=True, text=True,
+                              check=False, timeout=60)  # fmt: skip
+    assert "Failed to parse service restart specifier" in verified.stderr
