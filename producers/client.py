@@ -11,18 +11,20 @@ only the one partition the job id hashes to; ``list`` reads them all.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+from producers.audit import Auditor
 from producers.spec import SpecError, job_problems
 from runtime.kafka.clients import consume_ready, kafka_consumer
 from runtime.kafka.offsets import watermarks
 from runtime.kafka.publisher import Publisher
 from runtime.settings import Settings
+from schemas.audit import AuditAction
 from schemas.catalog import Topics
 from schemas.events import (
     ControlAction,
@@ -56,6 +58,7 @@ class JobClient:
         self.topics = Topics(settings)
         self.publisher = publisher or Publisher(settings)
         self.skipped: list[str] = []  # undecodable records met while reading the jobs topic
+        self.auditor = Auditor(settings.kafka_user)  # every change also goes to the trail
 
     def close(self) -> None:
         self.publisher.close()
@@ -72,7 +75,10 @@ class JobClient:
 
     def put_many(self, jobs: Iterable[JobDefinition]) -> int:
         """Validate every job, then write them all; nothing is written if any is invalid."""
-        jobs = list(jobs)
+        return self._write_jobs(list(jobs), AuditAction.PUT)
+
+    def _write_jobs(self, jobs: list[JobDefinition], action: AuditAction,
+                    before: Mapping[str, JobDefinition] | None = None) -> int:  # fmt: skip
         errors = []
         for job in jobs:
             problems = job_problems(job, max_payload_bytes=self.settings.max_payload_bytes)
@@ -85,16 +91,35 @@ class JobClient:
             seen.add(job.job_id)
         if errors:
             raise SpecError(f"{len(errors)} of {len(jobs)} jobs invalid", errors)
+        if before is None:  # the definitions replaced, for the trail's diff
+            before = self._current([job.job_id for job in jobs])
         for job in jobs:
             self.publisher.publish(self.topics.jobs, job)
+            self._audit(action, job.job_id, before=before.get(job.job_id), after=job,
+                        tenant=job.tenant)  # fmt: skip
         self.publisher.flush()
         return len(jobs)
 
+    def _current(self, job_ids: list[str]) -> dict[str, JobDefinition]:
+        """The current definitions of ``job_ids``: one partition read for one job, the
+        whole topic for more."""
+        if len(job_ids) == 1:
+            job = self.get(job_ids[0])
+            return {} if job is None else {job.job_id: job}
+        wanted = set(job_ids)
+        return {job.job_id: job for job in self.list_jobs() if job.job_id in wanted}
+
+    def _audit(self, action: AuditAction, job_id: str, **what: Any) -> None:
+        """Queue the trail's entry (flushed with the change it describes)."""
+        self.publisher.publish(self.topics.audit, self.auditor.record(action, job_id, **what))
+
     def delete(self, job_id: str) -> None:
         """Write a tombstone for an existing job; UnknownJob if there is none."""
-        if self.get(job_id) is None:
+        job = self.get(job_id)
+        if job is None:
             raise UnknownJob(job_id)
         self.publisher.produce_raw(self.topics.jobs, job_id, None, job_headers(job_id, op="delete"))
+        self._audit(AuditAction.DELETE, job_id, before=job, tenant=job.tenant)
         self.publisher.flush()
 
     def pause(self, job_id: str) -> JobDefinition:
@@ -108,7 +133,8 @@ class JobClient:
         if job is None:
             raise UnknownJob(job_id)
         updated = replace(job, paused=paused, updated_at=utc_now())
-        self.put(updated)
+        action = AuditAction.PAUSE if paused else AuditAction.RESUME
+        self._write_jobs([updated], action, before={job_id: job})
         return updated
 
     # -- reading jobs -------------------------------------------------------------------
@@ -185,8 +211,11 @@ class JobClient:
             problems.append("the schedule must be a job of the flow's id with target flow")
         if problems:
             raise SpecError(f"flow {flow.flow_id}", problems)
+        before = self.get_flow(flow.flow_id)
         self.publisher.publish(self.topics.flows, flow)
         self.publisher.publish(self.topics.jobs, schedule)
+        self._audit(AuditAction.FLOW_PUT, flow.flow_id, before=before, after=flow,
+                    tenant=schedule.tenant)  # fmt: skip
         self.publisher.flush()
 
     def get_flow(self, flow_id: str) -> FlowDefinition | None:
@@ -205,11 +234,13 @@ class JobClient:
     def delete_flow(self, flow_id: str) -> None:
         """Tombstones for the flow's schedule, then its definition (runs in progress
         can no longer start nodes: they end FAILED)."""
-        if self.get_flow(flow_id) is None:
+        flow = self.get_flow(flow_id)
+        if flow is None:
             raise UnknownJob(flow_id)
         self.publisher.produce_raw(self.topics.jobs, flow_id, None,
                                    job_headers(flow_id, op="delete"))  # fmt: skip
         self.publisher.produce_raw(self.topics.flows, flow_id, None, [("op", b"delete")])
+        self._audit(AuditAction.FLOW_DELETE, flow_id, before=flow)
         self.publisher.flush()
 
     def rerun_flow(self, flow_run_id: str) -> FlowEvent:
@@ -221,6 +252,7 @@ class JobClient:
         event = FlowEvent(flow_id=flow_id, flow_run_id=flow_run_id, kind=FlowEventKind.RERUN,
                           scheduled_at=now, at=now)  # fmt: skip
         self.publisher.publish(self.topics.flow_events, event)
+        self._audit(AuditAction.FLOW_RERUN, flow_id, detail=f"{flow_run_id} --from-failed")
         self.publisher.flush()
         return event
 
@@ -257,6 +289,7 @@ class JobClient:
                 trigger=Trigger.MANUAL,
             )
             self.publisher.publish(self.topics.runs(job.priority), run)
+            self._audit(AuditAction.TRIGGER, job_id, detail=run.run_id, tenant=job.tenant)
             runs.append(run)
         self.publisher.flush()
         return runs
@@ -272,5 +305,12 @@ class JobClient:
             reason=reason,
         )
         self.publisher.publish(self.topics.control, command)
+        why = f" ({reason})" if reason else ""
+        self._audit(AuditAction.CANCEL, command.job_id or run_id, detail=f"{run_id}{why}")
         self.publisher.flush()
         return command
+
+    def audit_backfill(self, job: JobDefinition, detail: str) -> None:
+        """The trail's entry of a backfill (its runs are not entries of their own)."""
+        self._audit(AuditAction.BACKFILL, job.job_id, detail=detail, tenant=job.tenant)
+        self.publisher.flush()

@@ -19,6 +19,7 @@ from typing import Any
 
 from confluent_kafka import Message, TopicPartition
 
+from producers.audit import Auditor
 from runtime.kafka.clients import consume_ready, kafka_consumer
 from runtime.kafka.offsets import watermarks
 from runtime.kafka.publisher import Publisher, PublishError
@@ -54,6 +55,8 @@ class TenantClient:
         self.consumer.assign([TopicPartition(self.results, 0, end)])
         self.answers: dict[str, TenantResult] = {}
         self.timeout = 30.0  # seconds to wait for each answer
+        who = Auditor(self.settings.kafka_user)
+        self.issued_by = f"{who.os_user or 'unknown user'} on {who.origin}"  # for the trail
 
     def close(self) -> None:
         self.consumer.close()
@@ -100,7 +103,7 @@ class TenantClient:
         command = TenantCommand(
             command_id=uuid.uuid4().hex, action=action, job_id=job_id,
             issued_at=now or utc_now(), job=job, idempotency_key=idempotency_key,
-            run_id=run_id, reason=reason,
+            run_id=run_id, reason=reason, issued_by=self.issued_by,
         )  # fmt: skip
         offset = self._write(command)
         return self.answer(command.command_id, offset, self.timeout)

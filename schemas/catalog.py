@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import Protocol
 
 from schemas.alerts import Alert
+from schemas.audit import AuditRecord
 from schemas.events import (
     ControlCommand,
     DeadLetter,
@@ -102,8 +103,16 @@ FLOW_EVENTS = TopicSpec(
     config=_cfg(retention_ms=str(7 * DAY_MS)),
 )
 
+AUDIT = TopicSpec(
+    suffix="audit",
+    value_type=AuditRecord,
+    doc="the audit trail: every definition change and run command, who, when, from where, "
+    "the field-level diff; key=job_id, append-only, kept 365 days (as history)",
+    config=_cfg(retention_ms=str(365 * DAY_MS)),
+)
+
 CATALOG: tuple[TopicSpec, ...] = (
-    JOBS, *RUNS.values(), TIMERS, HISTORY, DLQ, CONTROL, FLOWS, FLOW_EVENTS, ALERTS,
+    JOBS, *RUNS.values(), TIMERS, HISTORY, DLQ, CONTROL, FLOWS, FLOW_EVENTS, ALERTS, AUDIT,
 )  # fmt: skip
 
 
@@ -173,7 +182,8 @@ ROLES: Mapping[str, RoleAccess] = MappingProxyType({
     # history topic -> Cassandra; undecodable records to the dead letters
     "sink": RoleAccess(reads=(HISTORY,), writes=(DLQ,), history="write"),
     # tenants' commands -> jobs, triggers and cancels; answers to each tenant
-    "admission": RoleAccess(reads=(JOBS,), writes=(JOBS, *_RUNS, CONTROL), tenant_topics=True),
+    "admission": RoleAccess(reads=(JOBS,), writes=(JOBS, *_RUNS, CONTROL, AUDIT),
+                            tenant_topics=True),
     # the HTTP API: a tenant's commands go through the admission like the tenant's own
     "api": RoleAccess(reads=(JOBS,), tenant_topics=True, history="read"),
     # flow runs: starts and node outcomes -> node run requests; flows' outcomes recorded;
@@ -259,6 +269,10 @@ class Topics:
     @property
     def flow_events(self) -> str:
         return self.name(FLOW_EVENTS)
+
+    @property
+    def audit(self) -> str:
+        return self.name(AUDIT)
 
     def internal(self) -> list[tuple[str, InternalTopic]]:
         return [(f"{self.prefix}.{t.suffix}", t) for t in INTERNAL]

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import fastavro
 
 from schemas.alerts import Alert
+from schemas.audit import AuditRecord
 from schemas.avro import parsed_schema, schema_json
 from schemas.events import (
     ControlCommand,
@@ -48,7 +49,7 @@ EVENT_TYPES: dict[str, type[AnyEvent]] = {
     t.AVRO_NAME: t
     for t in (
         *(JobDefinition, RunRequest, RunOutcome, TimerRequest, ControlCommand, DeadLetter, Alert),
-        *(TenantCommand, TenantResult, FlowDefinition, FlowEvent),
+        *(TenantCommand, TenantResult, FlowDefinition, FlowEvent, AuditRecord),
     )
 }
 E = TypeVar("E", bound=AnyEvent)

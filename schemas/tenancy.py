@@ -20,6 +20,7 @@ from enum import StrEnum
 from typing import Any, ClassVar, Self
 
 from schemas.alerts import Alert
+from schemas.audit import AuditRecord
 from schemas.events import AvroRecord, Event, JobDefinition
 from schemas.flows import FlowDefinition, FlowEvent
 
@@ -99,6 +100,7 @@ class TenantCommand(AvroRecord):
     idempotency_key: str | None = None
     run_id: str | None = None
     reason: str | None = None
+    issued_by: str | None = None  # who and from where, for the audit trail
 
     @classmethod
     def from_avro(cls, d: Mapping[str, Any]) -> Self:
@@ -142,4 +144,4 @@ class TenantResult(AvroRecord):
         return headers
 
 
-AnyEvent = Event | TenantCommand | TenantResult | FlowDefinition | FlowEvent | Alert
+AnyEvent = Event | TenantCommand | TenantResult | FlowDefinition | FlowEvent | Alert | AuditRecord

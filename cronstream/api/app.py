@@ -34,9 +34,10 @@ MAX_ROWS = 1000
 class Caller:
     """Who is calling: a tenant, or an admin acting for ``tenant`` (or for all)."""
 
-    def __init__(self, holder: str, tenant: str | None) -> None:
+    def __init__(self, holder: str, tenant: str | None, address: str = "?") -> None:
         self.admin = holder == ADMIN
         self.tenant = tenant if self.admin else holder
+        self.by = f"api token of {holder} from {address}"  # the audit trail's who
 
     def acting(self) -> str:
         """The tenant a write acts for."""
@@ -92,7 +93,7 @@ def caller(
         raise HTTPException(401, "a valid API token is required (Authorization: Bearer)")
     if tenant is not None and (holder != ADMIN or tenant_problems(tenant)):
         raise HTTPException(400, "?tenant= is for admin tokens, with a tenant's name")
-    return Caller(holder, tenant)
+    return Caller(holder, tenant, request.client.host if request.client else "?")
 
 
 def backend_of(request: Request) -> Backend:
@@ -119,7 +120,7 @@ def _job_of(backend: Backend, who: Caller, job_id: str) -> JobDefinition:
 
 def _send(backend: Backend, who: Caller, action: TenantAction, job_id: str, **kw: Any) -> Any:
     try:
-        return _answered(backend.command(who.acting(), action, job_id, **kw))
+        return _answered(backend.command(who.acting(), action, job_id, issued_by=who.by, **kw))
     except NoAnswer as exc:
         raise HTTPException(503, str(exc)) from None
 

@@ -130,11 +130,13 @@ class Backend:
         idempotency_key: str | None = None,
         run_id: str | None = None,
         reason: str | None = None,
+        issued_by: str | None = None,
     ) -> TenantResult:
         """Send one command as ``tenant`` and wait for the admission's answer."""
         command = TenantCommand(
             command_id=uuid.uuid4().hex, action=action, job_id=job_id, issued_at=utc_now(),
             job=job, idempotency_key=idempotency_key, run_id=run_id, reason=reason,
+            issued_by=issued_by,
         )  # fmt: skip
         done = threading.Event()
         box: list[TenantResult] = []

@@ -18,7 +18,7 @@ from cronstream.cli.common import EXIT_UNAVAILABLE
 from producers.client import JobClient, UnknownJob
 from producers.spec import SpecError, parse_instant
 from runtime.cassandra import cassandra_session
-from schemas.events import Priority, from_ms, to_ms, utc_now
+from schemas.events import Priority, from_ms, iso, to_ms, utc_now
 from schemas.ids import slot_run_id
 
 
@@ -51,6 +51,10 @@ def cmd_runs_backfill(client: JobClient, args: argparse.Namespace) -> int:
     print(describe(job, slots, left_alone), file=sys.stderr)
     if args.dry_run or not slots:
         return _report(args, job.job_id, len(slots), left_alone, None)
+    client.audit_backfill(job, f"{len(slots)} slot(s) from {iso(from_ms(bounds[0]))} to "
+                          f"{iso(from_ms(bounds[1]))}, max-parallel {args.max_parallel}, "
+                          f"priority {args.priority}{', rerun' if args.rerun else ''}; "
+                          f"{left_alone} left alone (ran)")  # fmt: skip
     backfill = Backfill(
         client, job, slots, max_parallel=args.max_parallel,
         priority=Priority(args.priority.upper()), rerun=args.rerun, left_alone=left_alone,

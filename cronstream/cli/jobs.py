@@ -16,6 +16,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
 
 from cronstream.cli.backfill import add_backfill
 from cronstream.cli.common import EXIT_INVALID
+from producers.audit import read_log
 from producers.client import JobClient, UnknownJob
 from producers.spec import (
     SpecError,
@@ -106,6 +107,26 @@ def cmd_jobs_get(client: JobClient, args: argparse.Namespace) -> int:
     if job is None:
         raise UnknownJob(args.job_id)
     _print_json(job)
+    return 0
+
+
+def cmd_jobs_log(client: JobClient, args: argparse.Namespace) -> int:
+    """The audit trail of one job (or flow): every change and command, oldest first."""
+    records = list(read_log(client.settings, client.publisher.codec, args.job_id))
+    if not records:
+        print(f"no audit entries for {args.job_id!r}", file=sys.stderr)
+    for record in records[-args.limit :] if args.limit else records:
+        if args.json:
+            _print_json(record)
+            continue
+        who = f"{record.principal} ({record.os_user + ', ' if record.os_user else ''}"
+        print(escape_controls(f"{iso(record.at)}  {record.action.value:<11} {who}"
+                              f"{record.origin})"))  # fmt: skip
+        if record.detail:
+            print(escape_controls(f"    {record.detail}"))
+        for change in record.changes:
+            print(escape_controls(f"    {change.field}: {change.before or '(none)'} -> "
+                                  f"{change.after or '(none)'}"))  # fmt: skip
     return 0
 
 
@@ -301,6 +322,14 @@ def add_job_schedule_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--paused", action="store_true", help="create it paused")
 
 
+def _add_log(jobs: Any) -> None:
+    log_ = jobs.add_parser("log", help="a job's audit trail: who changed what, when, from where")
+    log_.add_argument("job_id", help="the job's (or flow's) id; a tenant's: TENANT/JOB")
+    log_.add_argument("--json", action="store_true", help="one JSON line per entry")
+    log_.add_argument("--limit", type=int, default=0, help="only the last N entries")
+    log_.set_defaults(handler=cmd_jobs_log, needs="client")
+
+
 def register(sub: Any) -> None:
     """Add the jobs, runs and tail commands to the top-level subparsers."""
     jobs = sub.add_parser("jobs", help="create, change and inspect jobs").add_subparsers(
@@ -334,6 +363,7 @@ def register(sub: Any) -> None:
     preview.add_argument("--count", type=int, default=10, help="how many fire times (1-1000)")
     preview.add_argument("--json", action="store_true", help='a JSON list of {"utc", "local"}')
     preview.set_defaults(handler=cmd_jobs_preview, needs="settings")
+    _add_log(jobs)
     lst = jobs.add_parser("list", help="every job, one line each")
     lst.add_argument("--json", action="store_true")
     lst.set_defaults(handler=cmd_jobs_list, needs="client")

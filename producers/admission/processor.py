@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 
 from producers.admission.core import Admission, Decision, JobsView, Quotas
+from producers.audit import command_record
 from runtime import metrics
 from runtime.kafka.clients import consume_ready, group_consumer, kafka_consumer
 from runtime.kafka.offsets import is_transient, watermarks
@@ -40,7 +41,7 @@ from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import JobDefinition, job_headers, utc_now
 from schemas.serde import Codec, DecodeError
-from schemas.tenancy import TenantCommand, commands_pattern, tenant_of_topic
+from schemas.tenancy import TenantCommand, commands_pattern, qualify, tenant_of_topic
 
 log = logging.getLogger("cronstream.admission")
 
@@ -163,7 +164,16 @@ class AdmissionProcessor:
         except DecodeError as exc:
             decision = self.admission.refuse(key, offset, f"undecodable command: {exc}", now)
         else:
+            stored = qualify(tenant, command.job_id)
+            before = self.admission.jobs.get(stored)
             decision = self.admission.decide(tenant, command, offset=offset, now=now)
+            if decision.result.accepted:  # the trail, flushed with the change (``step``)
+                after = decision.job[1] if decision.job is not None else None
+                run_id = decision.run.run_id if decision.run is not None else (
+                    decision.cancel.run_id if decision.cancel is not None else None)  # fmt: skip
+                record = command_record(tenant, command, stored=stored, before=before,
+                                        after=after, run_id=run_id, at=now)  # fmt: skip
+                self.publisher.publish(self.topics.audit, record)
         self.write(tenant, decision)
 
     def write(self, tenant: str, decision: Decision) -> None:

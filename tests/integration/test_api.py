@@ -3,6 +3,7 @@ writes through the real admission, history from Cassandra."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -113,6 +114,17 @@ def test_tokens_scope_every_call_to_the_callers_tenant(
         theirs = admin.get("/v1/jobs", params={"tenant": b}).json
         listed = eventually(theirs, lambda jobs: [j["job_id"] for j in jobs] == ["x"])
         assert [j["job_id"] for j in listed] == ["x"]
+    # The audit trail: a's accepted commands, as the admission applied them; b's refusals
+    # of a's job left nothing (its job id is a's, under a's name, which b never reached).
+    shown = cronstream(history_ns, "jobs", "log", f"{a}/report", "--json")
+    entries = [json.loads(line) for line in shown.stdout.splitlines()]
+    assert [e["action"] for e in entries] == ["PUT", "TRIGGER", "PAUSE"], shown.stderr
+    assert {e["principal"] for e in entries} == {f"tenant {a}"}
+    assert {e["origin"] for e in entries} == {f"api token of {a} from 127.0.0.1"}
+    assert entries[1]["detail"] == f"{a}/report@manual:k1"
+    assert {c["field"] for c in entries[0]["changes"]} >= {"target.url", "schedule.expression"}
+    by_admin = cronstream(history_ns, "jobs", "log", f"{b}/x", "--json").stdout
+    assert json.loads(by_admin)["origin"] == f"api token of {ADMIN} from 127.0.0.1"
 
 
 def test_refusals_are_json_with_their_reason(

@@ -5,7 +5,7 @@ import pytest
 from consumers.migrations import MIGRATIONS_DIR, load_migrations, split_statements
 from runtime.kafka.clients import producer_config
 from runtime.settings import Settings, SettingsError
-from schemas.catalog import CATALOG, JOBS, Topics
+from schemas.catalog import AUDIT, CATALOG, JOBS, Topics
 from schemas.events import Priority
 
 
@@ -52,8 +52,10 @@ def test_catalog_names_partitions_and_configs() -> None:
     assert [name for name, _ in topics.all()] == [
         "acme.jobs", "acme.runs.high", "acme.runs.normal", "acme.runs.low", "acme.timers",
         "acme.history", "acme.dlq", "acme.control", "acme.flows", "acme.flows.events",
-        "acme.alerts",
+        "acme.alerts", "acme.audit",
     ]  # fmt: skip
+    assert topics.audit == "acme.audit"
+    assert AUDIT.config["retention.ms"] == str(365 * 86_400_000)  # kept as long as history
     assert [name for name, _ in topics.internal()] == [
         "acme.flows-coordinator-__assignor-__leader", "acme.flows-coordinator-runs-changelog",
     ]  # fmt: skip
