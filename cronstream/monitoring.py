@@ -48,18 +48,14 @@ def alert_lines(payload: dict[str, Any]) -> list[str]:
     return lines
 
 
-def serve_alert_receiver(say: Callable[[str], None], port: int) -> ThreadingHTTPServer:
-    """Alertmanager's webhook: each alert it delivers becomes a console line."""
+def serve_posts(port: int, handle: Callable[[str, Any, bytes], None]) -> ThreadingHTTPServer:
+    """An HTTP server on 127.0.0.1:``port`` answering every POST 200 after
+    ``handle(path, headers, body)``, in a daemon thread."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            try:
-                lines = alert_lines(json.loads(body))
-            except (ValueError, AttributeError) as exc:
-                lines = [f"unreadable webhook payload: {exc}"]
-            for line in lines:
-                say(line)
+            handle(self.path, self.headers, body)
             self.send_response(200)
             self.send_header("Content-Length", "0")
             self.end_headers()
@@ -70,3 +66,17 @@ def serve_alert_receiver(say: Callable[[str], None], port: int) -> ThreadingHTTP
     server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
+
+
+def serve_alert_receiver(say: Callable[[str], None], port: int) -> ThreadingHTTPServer:
+    """Alertmanager's webhook: each alert it delivers becomes a console line."""
+
+    def handle(_path: str, _headers: Any, body: bytes) -> None:
+        try:
+            lines = alert_lines(json.loads(body))
+        except (ValueError, AttributeError) as exc:
+            lines = [f"unreadable webhook payload: {exc}"]
+        for line in lines:
+            say(line)
+
+    return serve_posts(port, handle)

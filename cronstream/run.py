@@ -23,13 +23,18 @@ import sys
 import threading
 import time
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import IO, Any
 
 from confluent_kafka import OFFSET_END, TopicPartition
 
-from cronstream.monitoring import metrics_ports, publish_targets, serve_alert_receiver
+from cronstream.monitoring import (
+    metrics_ports,
+    publish_targets,
+    serve_alert_receiver,
+    serve_posts,
+)
 from runtime.health import cassandra_health, kafka_health, registry_health
 from runtime.kafka.clients import kafka_consumer
 from runtime.kafka.offsets import group_lag
@@ -89,21 +94,11 @@ class Console:
 def serve_example_target(console: Console, port: int) -> ThreadingHTTPServer:
     """The HTTP endpoint the example http jobs call: logs each call and answers 200."""
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            key = self.headers.get("Idempotency-Key", "-")
-            console.line(f"{'target':<9}| POST {self.path} Idempotency-Key={key}")
-            self.send_response(200)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
+    def handle(path: str, headers: Any, _body: bytes) -> None:
+        key = headers.get("Idempotency-Key", "-")
+        console.line(f"{'target':<9}| POST {path} Idempotency-Key={key}")
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+    return serve_posts(port, handle)
 
 
 def apply_examples(settings: Settings, console: Console) -> None:

@@ -112,6 +112,12 @@ class _Binary(Service):
     def ready(self) -> bool:
         return _answers(f"{self.endpoint}/-/ready")
 
+    def argv(self, config: str, *more: str) -> list[str]:
+        """The command line: the binary, the marker, its config file and address."""
+        return [require_tool(self.binary, self.package), self.marker,
+                f"--config.file={self.conf / config}",
+                f"--web.listen-address=127.0.0.1:{self.port}", *more]  # fmt: skip
+
     def write(self, name: str, config: dict[str, Any]) -> Path:
         self.conf.mkdir(parents=True, exist_ok=True)
         path = self.conf / name
@@ -139,14 +145,8 @@ class Prometheus(_Binary):
         )
 
     def command(self) -> list[str]:
-        return [
-            require_tool(self.binary, self.package),
-            self.marker,
-            f"--config.file={self.conf / 'prometheus.yml'}",
-            f"--web.listen-address=127.0.0.1:{self.port}",
-            "--storage.tsdb.retention.time=15d",
-            "--web.enable-lifecycle",
-        ]
+        return self.argv("prometheus.yml", "--storage.tsdb.retention.time=15d",
+                         "--web.enable-lifecycle")  # fmt: skip
 
 
 class Alertmanager(_Binary):
@@ -161,13 +161,7 @@ class Alertmanager(_Binary):
         self.write("alertmanager.yml", alertmanager_config(webhook=webhook))
 
     def command(self) -> list[str]:
-        return [
-            require_tool(self.binary, self.package),
-            self.marker,
-            f"--config.file={self.conf / 'alertmanager.yml'}",
-            f"--web.listen-address=127.0.0.1:{self.port}",
-            "--cluster.listen-address=",  # one instance: no gossip port
-        ]
+        return self.argv("alertmanager.yml", "--cluster.listen-address=")  # one: no gossip
 
 
 def ops_services(settings: Settings) -> list[Service]:

@@ -23,7 +23,7 @@ from tests.bench.common import ROWS
 from tests.bench.fairness import bench_fairness
 from tests.bench.flows import bench_flows
 from tests.bench.history import bench_queries, bench_sink
-from tests.bench.malformed import bench_malformed
+from tests.bench.malformed import bench_malformed, bench_scrape
 from tests.bench.scheduler import (
     bench_burst,
     bench_million,
@@ -42,7 +42,7 @@ def main() -> int:
     parser.add_argument("--only", nargs="*", default=None,
                         choices=["throughput", "skew", "burst", "million", "distinct", "slots",
                                  "workers", "drain", "malformed", "security", "latency", "sink",
-                                 "queries", "fairness", "api", "flows"])  # fmt: skip
+                                 "scrape", "queries", "fairness", "api", "flows"])  # fmt: skip
     args = parser.parse_args()
     base = Settings.from_env()
     runs = 1 if args.quick else 3
@@ -59,6 +59,7 @@ def main() -> int:
         "drain": lambda: bench_drain(base, runs, 10.0, (1, 2, 4)),
         "security": lambda: bench_security(base, 2 * runs - 1, 3_000 if args.quick else 12_000),
         "malformed": lambda: bench_malformed(base, 2 * runs - 1, 9_000 if args.quick else 30_000),
+        "scrape": lambda: bench_scrape(base, 2 * runs - 1, 9_000 if args.quick else 30_000),
         "latency": lambda: bench_fire_to_start(base, runs),
         "sink": lambda: bench_sink(base, runs, 100_000 if args.quick else 300_000, (64, 1)),
         "fairness": lambda: bench_fairness(base, runs // 2 + 1 if not args.quick else 1,

@@ -11,14 +11,18 @@ end.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
+
+import httpx
 
 from runtime.kafka.clients import kafka_producer
 from runtime.registry import registry_client
@@ -28,7 +32,7 @@ from schemas.events import Priority, RunRequest, utc_now
 from schemas.serde import Codec, DecodeError
 from schemas.wire import zigzag
 from tests.bench.common import NOOP_TARGET, cpu_s, job, namespace, row
-from tests.integration.helpers import CronstreamProcess, read_topic, record_count
+from tests.integration.helpers import CronstreamProcess, free_port, read_topic, record_count
 
 UNKNOWN_IDS = tuple(range(900_000, 900_016))  # schema ids nobody registered
 
@@ -106,13 +110,23 @@ def produce(settings: Settings, good: int, bad: int, seed: int) -> None:
     assert producer.flush(60) == 0
 
 
-def drain(settings: Settings, good: int) -> tuple[float, float, int, bool]:
+def drain(
+    settings: Settings, good: int, scrape_every: float | None = None
+) -> tuple[float, float, int, bool]:
     """Start one worker on the produced records; (good runs/s over the middle 80 %,
-    worker CPU us per good run, dead letters, worker still alive)."""
+    worker CPU us per good run, dead letters, worker still alive). ``scrape_every``:
+    the worker serves its metrics and a thread reads /metrics that often, as
+    Prometheus would."""
     logdir = Path(tempfile.mkdtemp(prefix="csbench-"))
-    options = ("--concurrency", "64", "--python-allow", "tests.bench")
+    options: tuple[str, ...] = ("--concurrency", "64", "--python-allow", "tests.bench")
+    port = free_port()
+    if scrape_every is not None:
+        options += ("--metrics-port", str(port))
     worker = CronstreamProcess(settings, logdir, "w", *options, command="worker")
     topics = Topics(settings)
+    stop = threading.Event()
+    if scrape_every is not None:
+        threading.Thread(target=_scrape, args=(port, scrape_every, stop), daemon=True).start()
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and worker.proc.poll() is None:
@@ -122,6 +136,7 @@ def drain(settings: Settings, good: int) -> tuple[float, float, int, bool]:
         alive = worker.proc.poll() is None
         used = cpu_s(worker.proc.pid)
     finally:
+        stop.set()
         worker.stop()
     done = sorted(
         r.timestamp_ms for r in read_topic(settings, topics.history)
@@ -132,6 +147,13 @@ def drain(settings: Settings, good: int) -> tuple[float, float, int, bool]:
     lo, hi = done[len(done) // 10], done[len(done) * 9 // 10]
     rate = 0.8 * len(done) / max(0.001, (hi - lo) / 1000)
     return rate, used / good * 1e6, record_count(settings, topics.dlq), alive
+
+
+def _scrape(port: int, every: float, stop: threading.Event) -> None:
+    with httpx.Client(timeout=5) as client:
+        while not stop.wait(every):
+            with contextlib.suppress(httpx.HTTPError):  # not up yet, or stopping
+                client.get(f"http://127.0.0.1:{port}/metrics")
 
 
 def bench_malformed(base: Settings, pairs: int, good: int = 30_000) -> None:
@@ -158,3 +180,25 @@ def bench_malformed(base: Settings, pairs: int, good: int = 30_000) -> None:
         f"worker CPU us per good run {statistics.median(cpu[True]):.0f} vs "
         f"{statistics.median(cpu[False]):.0f} (startup included); "
         f"dead letters {letters} (expected {bad:,}); worker alive")  # fmt: skip
+
+
+def bench_scrape(base: Settings, pairs: int, good: int = 30_000) -> None:
+    """The cost of being scraped (issue 18): the same drain of no-op runs by one worker,
+    with a scraper reading its /metrics every second and without, side by side in pairs
+    alternating which goes first."""
+    rates: dict[bool, list[float]] = {True: [], False: []}
+    cpu: dict[bool, list[float]] = {True: [], False: []}
+    for k in range(pairs):
+        for scraped in (True, False) if k % 2 == 0 else (False, True):
+            with namespace(base) as settings:
+                produce(settings, good, 0, seed=k)
+                rate, used, _, alive = drain(settings, good, 1.0 if scraped else None)
+            if not alive:
+                raise RuntimeError("the worker died")
+            rates[scraped].append(rate)
+            cpu[scraped].append(used)
+    ratio = statistics.median(s / n for s, n in zip(rates[True], rates[False], strict=True))
+    row("no-op runs/s, 1 worker, scraped every 1 s vs not", f"{ratio:.0%}", "report",
+        f"scraped {[round(r) for r in rates[True]]} vs not {[round(r) for r in rates[False]]} "
+        f"runs/s; worker CPU us per run {statistics.median(cpu[True]):.0f} vs "
+        f"{statistics.median(cpu[False]):.0f}")  # fmt: skip
