@@ -10,6 +10,7 @@ import uvicorn
 from cronstream.api.app import build_app
 from cronstream.api.backend import Backend
 from cronstream.foreground import setup_logging
+from runtime import metrics
 from runtime.settings import Settings
 from runtime.tokens import TokenBook, book_path
 
@@ -20,6 +21,7 @@ def serve(settings: Settings, *, host: str, port: int, answer_timeout: float = 3
     setup_logging()
     backend = Backend(settings, answer_timeout=answer_timeout)
     backend.start()
+    metrics.PROBES.set_ready(True)  # cronstream_member_ready: the API serves from here on
     book = TokenBook(book_path(settings))
     log.info("api on http://%s:%d (OpenAPI at /openapi.json; tokens from %s)", host, port,
              book.path)  # fmt: skip
