@@ -82,6 +82,11 @@ def cmd_flows_coordinator(settings: Settings, args: argparse.Namespace) -> int:
     from streams.flows import build_app
 
     setup_logging()
+    if args.nice:
+        # Below the fire path's priority where they share cores. Beside 5,000 fires/s
+        # with 20 flows/s (2 pairs on 2 cores): the jobs' fire skew p99 16/15 ms at nice
+        # 0, 14/13 at nice 10; the flows' rate and node hop p99 (45 ms) unchanged.
+        os.nice(args.nice)
     metrics.serve(args.metrics_port)
     settings = settings.as_role("flows")  # its own Kafka user and ACLs
     app, definitions = build_app(settings)
@@ -126,6 +131,13 @@ def register(sub: Any) -> None:
     coord = sub.add_parser("flows-coordinator", help="run a flows coordinator (faust-streaming)")
     coord.add_argument("--name", default=f"flows-{socket.gethostname()}-{os.getpid()}")
     coord.add_argument("--log-level", default="WARNING", help="faust's log level (WARNING)")
+    coord.add_argument(
+        "--nice",
+        type=int,
+        choices=range(20),
+        default=env_int("CRONSTREAM_FLOWS_NICE", 10, minimum=0),
+        help="run at this CPU niceness, below the scheduler's (10; 0: as is)",
+    )
     coord.add_argument("--metrics-port", type=int,
                        default=env_int("CRONSTREAM_FLOWS_METRICS_PORT", 0, minimum=0),
                        help="serve /metrics, /healthz, /readyz on this port (0: off)")  # fmt: skip
