@@ -34,6 +34,10 @@ def publish_targets(settings: Settings, ports: dict[str, int]) -> None:
     write_targets(targets_dir(settings), "make-run", processes)
 
 
+def withdraw_targets(settings: Settings) -> None:
+    (targets_dir(settings) / "make-run.json").unlink(missing_ok=True)
+
+
 def alert_lines(payload: dict[str, Any]) -> list[str]:
     """One line per alert of an Alertmanager webhook payload."""
     lines = []

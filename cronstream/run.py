@@ -34,6 +34,7 @@ from cronstream.monitoring import (
     publish_targets,
     serve_alert_receiver,
     serve_posts,
+    withdraw_targets,
 )
 from runtime.health import cassandra_health, kafka_health, registry_health
 from runtime.kafka.clients import kafka_consumer
@@ -259,6 +260,7 @@ def main() -> int:
         pulse.close()
         target.shutdown()
         alerts.shutdown()
+        withdraw_targets(settings)  # stopped processes must not page (CronstreamProcessDown)
         console.line("stopped")
 
 

@@ -76,7 +76,10 @@ def read_log(settings: Settings, codec: Codec, job_id: str) -> Iterator[AuditRec
         low, end = watermarks(consumer, tp)
         consumer.assign([tp])
         position, deadline = low, time.monotonic() + READ_TIMEOUT_S
-        while position < end and time.monotonic() < deadline:
+        while position < end:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the audit trail of {job_id!r} was read only to offset "
+                                   f"{position} of {end} in {READ_TIMEOUT_S:.0f} s")  # fmt: skip
             for msg in consume_ready(consumer, 500, 1.0):
                 if msg.error():
                     continue

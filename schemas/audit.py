@@ -1,12 +1,14 @@
 """The audit trail (``cronstream.audit``): every change to a job or flow definition and
 every command on its runs, append-only, kept as long as history (365 days).
 
-Who: ``principal`` is the authenticated identity (the Kafka user a CLI or program wrote
-as; ``tenant NAME`` for a tenant's command through the admission, with the API token's
-name when it came through the API); ``os_user`` and ``origin`` (host and process, or the
-API client's address) say from where. What: ``action`` and, for a definition, the
-field-level diff of its redacted JSON form (``field_changes``): credentials in URLs and
-headers never reach the trail.
+Who: ``principal`` is the authenticated identity: the Kafka user a CLI or program wrote
+as, or ``tenant NAME`` for a tenant's command through the admission (only that tenant's
+user and the API may write its command topic). ``origin`` says from where: this host and
+process for a local change (with ``os_user``); for a tenant's command, what its sender
+reported (``api token of HOLDER from ADDRESS`` from the API, user and host from the
+tenant CLI): reported, not verified, since a tenant can write its topic itself. What:
+``action`` and, for a definition, the field-level diff (``field_changes``), shown
+redacted: credentials in URLs and headers never reach the trail.
 """
 
 from __future__ import annotations
@@ -83,20 +85,33 @@ def _flat(value: Any, path: str = "") -> dict[str, Any]:
     return {} if value is None else {path: value}
 
 
+def _both(value: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A definition's leaves as they are and as shown (redacted)."""
+    if value is None:
+        return {}, {}
+    plain = to_jsonable(value)
+    return _flat(plain), _flat(redact_jsonable(plain))
+
+
 def field_changes(before: Any, after: Any) -> tuple[FieldChange, ...]:
     """The fields that differ between two definitions (either None: created or deleted),
-    by dotted path (``target.url``, ``retry.max_attempts``), redacted, sorted."""
-    old = _flat(redact_jsonable(to_jsonable(before))) if before is not None else {}
-    new = _flat(redact_jsonable(to_jsonable(after))) if after is not None else {}
+    by dotted path (``target.url``, ``retry.max_attempts``), sorted. Compared as they
+    are, shown redacted: a rotated credential is a change whose both sides read
+    ``***`` (the after side ``*** (changed)``)."""
+    old, old_shown = _both(before)
+    new, new_shown = _both(after)
     changes = []
     for name in sorted(set(old) | set(new)):
         if name in IGNORED or name.split(".")[0] in IGNORED:
             continue
         if name in old and name in new and old[name] == new[name]:
             continue
+        shown_after = new_shown.get(name)
+        if name in old and name in new and old_shown.get(name) == shown_after:
+            shown_after = f"{shown_after} (changed)"
         changes.append(FieldChange(
             field=name,
-            before=json.dumps(old[name], sort_keys=True) if name in old else None,
-            after=json.dumps(new[name], sort_keys=True) if name in new else None,
+            before=json.dumps(old_shown.get(name), sort_keys=True) if name in old else None,
+            after=json.dumps(shown_after, sort_keys=True) if name in new else None,
         ))  # fmt: skip
     return tuple(changes)

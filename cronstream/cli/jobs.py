@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
 
 from cronstream.cli.backfill import add_backfill
-from cronstream.cli.common import EXIT_INVALID
+from cronstream.cli.common import EXIT_INVALID, EXIT_UNAVAILABLE
 from producers.audit import read_log
 from producers.client import JobClient, UnknownJob
 from producers.spec import (
@@ -112,7 +112,11 @@ def cmd_jobs_get(client: JobClient, args: argparse.Namespace) -> int:
 
 def cmd_jobs_log(client: JobClient, args: argparse.Namespace) -> int:
     """The audit trail of one job (or flow): every change and command, oldest first."""
-    records = list(read_log(client.settings, client.publisher.codec, args.job_id))
+    try:
+        records = list(read_log(client.settings, client.publisher.codec, args.job_id))
+    except (TimeoutError, RuntimeError) as exc:  # never a partial trail shown as whole
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
     if not records:
         print(f"no audit entries for {args.job_id!r}", file=sys.stderr)
     for record in records[-args.limit :] if args.limit else records:

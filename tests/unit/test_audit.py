@@ -52,6 +52,21 @@ def test_credentials_never_reach_the_trail() -> None:
     assert "abc" not in json.dumps([c.after for c in field_changes(None, after)])
 
 
+def test_a_rotated_credential_is_a_change_though_both_sides_are_masked() -> None:
+    """Found by review: the diff was taken after redaction, so a new Authorization value
+    (or a new token in the URL) made a PUT with no change at all."""
+    before = _job(headers={"Authorization": "Bearer old"})
+    after = _job(headers={"Authorization": "Bearer new"},
+                 url="https://example.com/hook?token=other")  # fmt: skip
+    assert _changed(before, after) == {
+        "target.headers.Authorization": ("***", "*** (changed)"),
+        "target.url": ("https://example.com/hook?token=***",
+                       "https://example.com/hook?token=*** (changed)"),
+    }  # fmt: skip
+    assert "old" not in str(field_changes(before, after))
+    assert "other" not in str(field_changes(before, after))
+
+
 def test_a_creation_and_a_deletion_list_every_field_that_has_a_value() -> None:
     created = _changed(None, _job())
     assert created["job_id"] == (None, "nightly")

@@ -17,6 +17,8 @@ import pytest
 import yaml
 
 from cronstream.cli import build_parser
+from schemas.catalog import ROLES as CATALOG_ROLES
+from schemas.catalog import cassandra_role_user
 
 DEPLOY = Path(__file__).resolve().parents[2] / "infra" / "deploy"
 KUBERNETES = "1.37.0"
@@ -102,6 +104,23 @@ def test_every_systemd_unit_verifies_and_runs_a_command_the_cli_accepts(tmp_path
                     if unit.name in line or "Failed" in line or "Unknown" in line]  # fmt: skip
         assert verified.returncode == 0, verified.stderr
         assert not problems, verified.stderr
+
+
+def test_a_role_with_history_logs_in_to_cassandra_as_its_own_user() -> None:
+    """Found by review: a unit set the password file without the user, and an explicit
+    password keeps the shared user (``Settings.as_role``)."""
+    deployments = {d["metadata"]["labels"]["app.kubernetes.io/component"]: d
+                   for d in _kind("Deployment")}  # fmt: skip
+    for role in ROLES:
+        unit = (DEPLOY / "systemd" / f"cronstream-{role}.service").read_text()
+        env = {e["name"]: e.get("value") for e in _container(deployments[role])["env"]}
+        if CATALOG_ROLES[role].history:
+            want = cassandra_role_user(role)
+            assert f"Environment=CRONSTREAM_CASSANDRA_USER={want}" in unit, role
+            assert env["CRONSTREAM_CASSANDRA_USER"] == want, role
+        else:
+            assert "CASSANDRA" not in unit, role
+            assert not any("CASSANDRA" in name for name in env), role
 
 
 def test_systemd_analyze_finds_a_broken_unit(tmp_path: Path) -> None:
