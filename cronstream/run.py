@@ -201,6 +201,29 @@ class Pulse:
             group.close()
 
 
+def start_roles(settings: Settings, console: Console) -> dict[str, subprocess.Popen[str]]:
+    """Every role's process, each scraped on its metrics port (the targets file says
+    where, for the stack's Prometheus)."""
+    logs = settings.home / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    ports = metrics_ports()
+    publish_targets(settings, ports)
+
+    def scraped(role: str, *args: str) -> list[str]:
+        return [*args, "--metrics-port", str(ports[role])]
+
+    return {
+        "scheduler": start("scheduler", scraped("scheduler", "scheduler"), logs, console),
+        "worker": start(
+            "worker", scraped("worker", "worker", "--http-allow", "127.0.0.1/32"), logs, console
+        ),
+        "sink": start("sink", scraped("sink", "sink"), logs, console),
+        "admission": start("admission", scraped("admission", "admission"), logs, console),
+        "api": start("api", ["api"], logs, console),
+        "flows": start("flows", scraped("flows", "flows-coordinator"), logs, console),
+    }
+
+
 def main() -> int:
     settings = Settings.from_env()
     console = Console(sys.stdout)
@@ -216,26 +239,9 @@ def main() -> int:
     target = serve_example_target(console, port)
     if os.environ.get("CRONSTREAM_RUN_EXAMPLES", "1") != "0":
         apply_examples(settings, console)
-    logs = settings.home / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    ports = metrics_ports()
-    publish_targets(settings, ports)
     alerts = serve_alert_receiver(lambda text: console.line(f"{'alert':<9}| {text}"),
                                   env_int("CRONSTREAM_ALERT_RECEIVER_PORT", 8790))  # fmt: skip
-
-    def scraped(role: str, *args: str) -> list[str]:
-        return [*args, "--metrics-port", str(ports[role])]
-
-    children = {
-        "scheduler": start("scheduler", scraped("scheduler", "scheduler"), logs, console),
-        "worker": start(
-            "worker", scraped("worker", "worker", "--http-allow", "127.0.0.1/32"), logs, console
-        ),
-        "sink": start("sink", scraped("sink", "sink"), logs, console),
-        "admission": start("admission", scraped("admission", "admission"), logs, console),
-        "api": start("api", ["api"], logs, console),
-        "flows": start("flows", scraped("flows", "flows-coordinator"), logs, console),
-    }
+    children = start_roles(settings, console)
     console.line(STARTED)
     # Ctrl-C reaches the whole foreground process group: the children stop themselves;
     # this process notes it, stops waiting, and makes sure they are gone.
