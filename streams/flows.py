@@ -435,12 +435,15 @@ def build_app(settings: Settings) -> tuple[faust.App, Definitions]:
         codec.writer_id(f"{name}-value", event_type)
     definitions = Definitions(settings, Codec(registry_client(settings)))  # its own client
     coordinator = Coordinator(settings, codec, definitions)
+    # faust makes only the last directory of it (the first start on a host failed)
+    datadir = settings.home / "faust" / f"{settings.topic_prefix}.{FLOWS_APP}"
+    datadir.parent.mkdir(parents=True, exist_ok=True)
     app = SeekingApp(
         f"{settings.topic_prefix}.{FLOWS_APP}", broker=f"kafka://{settings.bootstrap_servers}",
         broker_credentials=_credentials(settings), web_enabled=False, store="memory://",
         # Under the stack's home: faust's default is "<app id>-data" in the working
         # directory (a read-only image in a pod; the repository's root under make test).
-        datadir=str(settings.home / "faust" / f"{settings.topic_prefix}.{FLOWS_APP}"),
+        datadir=str(datadir),
         processing_guarantee="at_least_once", topic_allow_declare=False,
         topic_partitions=settings.partitions, topic_replication_factor=1,
         consumer_auto_offset_reset="earliest",
