@@ -11,7 +11,7 @@ only the one partition the job id hashes to; ``list`` reads them all.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar
@@ -24,7 +24,7 @@ from runtime.kafka.clients import consume_ready, kafka_consumer
 from runtime.kafka.offsets import watermarks
 from runtime.kafka.publisher import Publisher
 from runtime.settings import Settings
-from schemas.audit import AuditAction
+from schemas.audit import AuditAction, AuditRecord
 from schemas.catalog import Topics
 from schemas.events import (
     ControlAction,
@@ -101,13 +101,22 @@ class JobClient:
         return len(jobs)
 
     def _current(self, job_ids: list[str]) -> dict[str, JobDefinition]:
-        """The current definitions of ``job_ids``: one partition read for one job, the
-        whole topic for more."""
-        if len(job_ids) == 1:
-            job = self.get(job_ids[0])
-            return {} if job is None else {job.job_id: job}
+        """The current definitions of ``job_ids`` (only the partitions they hash to)."""
         wanted = set(job_ids)
-        return {job.job_id: job for job in self.list_jobs() if job.job_id in wanted}
+        current: dict[str, JobDefinition] = {}
+        for key, job in self._read(only=wanted):
+            if key in wanted:
+                if job is None:
+                    current.pop(key, None)
+                else:
+                    current[key] = job
+        return current
+
+    def audit_log(self, job_id: str) -> list[AuditRecord]:
+        """Every audit entry of ``job_id`` (``schemas.audit``), oldest first."""
+        return [r for key, r in self._read(only={job_id}, topic=self.topics.audit,
+                                            kind=AuditRecord)
+                if key == job_id and r is not None]  # fmt: skip
 
     def _audit(self, action: AuditAction, job_id: str, **what: Any) -> None:
         """Queue the trail's entry (flushed with the change it describes)."""
@@ -140,7 +149,7 @@ class JobClient:
     # -- reading jobs -------------------------------------------------------------------
     def get(self, job_id: str) -> JobDefinition | None:
         latest = None
-        for key, job in self._read(only=job_id):
+        for key, job in self._read(only={job_id}):
             if key == job_id:
                 latest = job
         return latest
@@ -161,18 +170,19 @@ class JobClient:
     def _read(
         self,
         *,
-        only: str | None,
+        only: Set[str] | None,
         topic: str | None = None,
         kind: type[E] = JobDefinition,  # type: ignore[assignment]
     ) -> Iterator[tuple[str, E | None]]:
         """(key, definition or None for a tombstone) of a compacted topic (the jobs
         topic unless told), in log order, up to the end. With ``only``, just the
-        partition that key hashes to is read."""
+        partitions those keys hash to are read."""
         topic = topic or self.topics.jobs
         consumer = kafka_consumer(self.settings)
         try:
             count = self._partition_count(consumer, topic)
-            partitions = [partition_for(only, count)] if only else list(range(count))
+            partitions = (sorted({partition_for(key, count) for key in only})
+                          if only is not None else list(range(count)))  # fmt: skip
             ends: dict[int, int] = {}
             for p in partitions:
                 low, high = watermarks(consumer, TopicPartition(topic, p))
@@ -220,7 +230,7 @@ class JobClient:
 
     def get_flow(self, flow_id: str) -> FlowDefinition | None:
         latest = None
-        for key, flow in self._read(only=flow_id, topic=self.topics.flows, kind=FlowDefinition):
+        for key, flow in self._read(only={flow_id}, topic=self.topics.flows, kind=FlowDefinition):
             if key == flow_id:
                 latest = flow
         return latest

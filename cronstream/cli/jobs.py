@@ -16,7 +16,6 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
 
 from cronstream.cli.backfill import add_backfill
 from cronstream.cli.common import EXIT_INVALID, EXIT_UNAVAILABLE
-from producers.audit import read_log
 from producers.client import JobClient, UnknownJob
 from producers.spec import (
     SpecError,
@@ -113,8 +112,8 @@ def cmd_jobs_get(client: JobClient, args: argparse.Namespace) -> int:
 def cmd_jobs_log(client: JobClient, args: argparse.Namespace) -> int:
     """The audit trail of one job (or flow): every change and command, oldest first."""
     try:
-        records = list(read_log(client.settings, client.publisher.codec, args.job_id))
-    except (TimeoutError, RuntimeError) as exc:  # never a partial trail shown as whole
+        records = client.audit_log(args.job_id)  # read to the partition's end, never part
+    except RuntimeError as exc:  # the topic is missing (no bootstrap)
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     if not records:
