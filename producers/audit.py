@@ -29,6 +29,15 @@ def _os_user() -> str | None:
         return None
 
 
+def here() -> str:
+    """Who and where this process is, as a tenant command's ``issued_by`` says it."""
+    return f"{_os_user() or 'unknown user'} on {_origin()}"
+
+
+def _origin() -> str:
+    return f"{socket.gethostname()} pid {os.getpid()}"
+
+
 class Auditor:
     def __init__(self, principal: str, *, origin: str | None = None, local: bool = True,
                  tenant: str = "default") -> None:  # fmt: skip
@@ -36,7 +45,7 @@ class Auditor:
         process are where it comes from); not for the admission, which applies what a
         tenant sent (``origin`` then says from where)."""
         self.principal = principal
-        self.origin = origin or f"{socket.gethostname()} pid {os.getpid()}"
+        self.origin = origin or _origin()
         self.os_user = _os_user() if local else None
         self.tenant = tenant
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from confluent_kafka import Message, TopicPartition
 
-from producers.audit import Auditor
+from producers.audit import here
 from runtime.kafka.clients import consume_ready, kafka_consumer
 from runtime.kafka.offsets import watermarks
 from runtime.kafka.publisher import Publisher, PublishError
@@ -55,8 +55,7 @@ class TenantClient:
         self.consumer.assign([TopicPartition(self.results, 0, end)])
         self.answers: dict[str, TenantResult] = {}
         self.timeout = 30.0  # seconds to wait for each answer
-        who = Auditor(self.settings.kafka_user)
-        self.issued_by = f"{who.os_user or 'unknown user'} on {who.origin}"  # for the trail
+        self.issued_by = here()  # for the audit trail
 
     def close(self) -> None:
         self.consumer.close()

@@ -49,20 +49,23 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def wait_http_up(url: str, timeout: float = 120, log: Callable[[], str] = str) -> None:
-    """Return once ``url``/healthz answers 200; AssertionError (with ``log()``, e.g. the
-    server's log) after ``timeout``."""
+def wait_http_up(url: str, timeout: float = 120, log: Callable[[], str] = str, *,
+                 path: str = "/healthz", alive: Callable[[], bool] = lambda: True,
+                 every: float = 0.5) -> None:  # fmt: skip
+    """Return once ``url`` + ``path`` answers 200; AssertionError (with ``log()``, e.g.
+    the server's log) after ``timeout``, or at once when ``alive()`` says it died."""
     import httpx
 
     deadline = time.monotonic() + timeout
     while True:
         try:
-            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+            if httpx.get(f"{url}{path}", timeout=2).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
-        assert time.monotonic() < deadline, f"{url} never came up: {log()}"
-        time.sleep(0.5)
+        assert alive(), f"{url} died: {log()}"
+        assert time.monotonic() < deadline, f"{url}{path} never answered 200: {log()}"
+        time.sleep(every)
 
 
 def plaintext_listener(settings: Settings) -> Settings:

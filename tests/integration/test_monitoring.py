@@ -21,7 +21,13 @@ import yaml
 from infra.ops import RULES, alertmanager_config, prometheus_config
 from runtime.scrape import write_targets
 from runtime.settings import Settings
-from tests.integration.helpers import CronstreamProcess, Target, cronstream, free_port
+from tests.integration.helpers import (
+    CronstreamProcess,
+    Target,
+    cronstream,
+    free_port,
+    wait_http_up,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -47,19 +53,6 @@ class Receiver:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/alerts"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-
-def _ready(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, log.read_text()[-3000:]
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"{url} never ready:\n{log.read_text()[-3000:]}")
 
 
 @pytest.fixture
@@ -89,7 +82,9 @@ def monitoring(tmp_path: Path) -> Iterator[tuple[Receiver, Path, int]]:
                 proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
             procs.append(proc)
             port = am_port if name == "alertmanager" else prom_port
-            _ready(f"http://127.0.0.1:{port}/-/ready", proc, log)
+            wait_http_up(f"http://127.0.0.1:{port}", 60, lambda log=log: log.read_text()[-3000:],
+                         path="/-/ready", alive=lambda proc=proc: proc.poll() is None,
+                         every=0.2)  # fmt: skip
         yield receiver, targets, prom_port
     finally:
         for proc in procs:
@@ -140,20 +135,6 @@ def _query(port: int, expr: str) -> list[Any]:
     return list(answer["data"]["result"])
 
 
-def _probe(url: str, proc: CronstreamProcess, timeout: float = 120) -> None:
-    """Until ``url`` answers 200 (a process becomes ready after it joins and loads)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        assert proc.proc.poll() is None, f"{proc.name} died:\n{proc.log()[-3000:]}"
-        assert time.monotonic() < deadline, f"{url} never 200:\n{proc.log()[-3000:]}"
-        time.sleep(0.3)
-
-
 def test_every_role_answers_healthz_readyz_and_metrics(
     history_ns: Settings, tmp_path: Path, procs: list[CronstreamProcess]
 ) -> None:
@@ -167,8 +148,9 @@ def test_every_role_answers_healthz_readyz_and_metrics(
         procs.append(proc)
         started[role] = (proc, f"http://127.0.0.1:{port}")
     for role, (proc, base) in started.items():
-        _probe(f"{base}/healthz", proc)
-        _probe(f"{base}/readyz", proc)
+        for path in ("/healthz", "/readyz"):
+            wait_http_up(base, 120, lambda proc=proc: proc.log()[-3000:], path=path,
+                         alive=lambda proc=proc: proc.proc.poll() is None, every=0.3)  # fmt: skip
         text = httpx.get(f"{base}/metrics").text
         assert "cronstream_" in text if role != "api" else "# HELP" in text, role
     assert httpx.get(f"{started['worker'][1]}/nothing").status_code == 404
