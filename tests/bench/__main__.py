@@ -58,7 +58,8 @@ def main() -> int:
         "workers": lambda: bench_workers(base, runs, 12_000, (1, 2, 4)),
         "drain": lambda: bench_drain(base, runs, 10.0, (1, 2, 4)),
         "security": lambda: bench_security(base, 2 * runs - 1, 3_000 if args.quick else 12_000),
-        "malformed": lambda: bench_malformed(base, 2 * runs - 1, 9_000 if args.quick else 30_000),
+        "malformed": lambda: bench_malformed(base, 2 * runs - 1, (30_000, 9_000) if args.quick
+                                             else (100_000, 30_000), 3_000 if args.quick else 10_000),
         "scrape": lambda: bench_scrape(base, 2 * runs - 1, 9_000 if args.quick else 30_000),
         "latency": lambda: bench_fire_to_start(base, runs),
         "sink": lambda: bench_sink(base, runs, 100_000 if args.quick else 300_000, (64, 1)),

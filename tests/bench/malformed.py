@@ -156,8 +156,14 @@ def _scrape(port: int, every: float, stop: threading.Event) -> None:
                 client.get(f"http://127.0.0.1:{port}/metrics")
 
 
-def bench_malformed(base: Settings, pairs: int, good: int = 30_000) -> None:
-    bad = good // 3
+def bench_malformed(base: Settings, pairs: int, goods: tuple[int, ...], bad: int = 10_000) -> None:
+    """A row per ``good`` count: the same ``bad`` malformed records among more or fewer
+    good runs (the issue names the 10,000, not the density; both are printed)."""
+    for good in goods:
+        _flood_row(base, pairs, good, bad, target=">= 90%" if good == goods[0] else "report")
+
+
+def _flood_row(base: Settings, pairs: int, good: int, bad: int, target: str) -> None:
     clean: list[float] = []
     flood: list[float] = []
     cpu: dict[bool, list[float]] = {False: [], True: []}
@@ -174,12 +180,16 @@ def bench_malformed(base: Settings, pairs: int, good: int = 30_000) -> None:
             if hostile:
                 letters.append(dead)
     ratio = statistics.median(f / c for f, c in zip(flood, clean, strict=True))
+    # What one malformed record costs the worker: the median of the pairs' CPU
+    # differences (both drains of a pair include the same startup; noisy).
+    extra_us = statistics.median(f - c for f, c in zip(cpu[True], cpu[False], strict=True))
+    extra_us *= good / bad
     row(f"good runs/s, 1 worker, {bad:,} malformed among {good:,} vs clean",
-        f"{ratio:.0%}", ">= 90%",
+        f"{ratio:.0%}", target,
         f"flood {[round(r) for r in flood]} vs clean {[round(r) for r in clean]} runs/s; "
         f"worker CPU us per good run {statistics.median(cpu[True]):.0f} vs "
-        f"{statistics.median(cpu[False]):.0f} (startup included); "
-        f"dead letters {letters} (expected {bad:,}); worker alive")  # fmt: skip
+        f"{statistics.median(cpu[False]):.0f} (startup included), ~{extra_us:.0f} us per "
+        f"malformed record; dead letters {letters} (expected {bad:,}); worker alive")  # fmt: skip
 
 
 def bench_scrape(base: Settings, pairs: int, good: int = 30_000) -> None:
