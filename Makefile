@@ -23,8 +23,10 @@ $(STAMP): pyproject.toml
 	  $(PY) -m pip install -e '.[dev]' >> $(VENV)/pip.log 2>&1 || { tail -30 $(VENV)/pip.log; exit 1; }
 	@rm -f $(VENV)/.installed-*; touch $@
 
-debs: ## install the Debian packages used here when missing: kcat, prometheus, prometheus-alertmanager
+debs: ## install the Debian packages used here when missing: kcat, prometheus, prometheus-alertmanager, chromium (+ driver, for the dashboard's browser tests)
 	@missing=""; command -v kcat >/dev/null || missing="$$missing kcat"; \
+	  command -v chromium >/dev/null || missing="$$missing chromium"; \
+	  command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
 	  command -v promtool >/dev/null || missing="$$missing prometheus"; \
 	  command -v prometheus-alertmanager >/dev/null || missing="$$missing prometheus-alertmanager"; \
 	  if [ -n "$$missing" ]; then echo "[deps] installing Debian packages:$$missing"; \

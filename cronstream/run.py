@@ -45,8 +45,9 @@ from schemas.events import Priority, text_headers
 
 FAILURES = frozenset({"FAILED", "TIMED_OUT", "DEAD_LETTERED"})
 STARTED = (
-    "scheduler, worker, sink, admission, api (http://127.0.0.1:8780) and the flows "
-    "coordinator started; in another terminal try:\n"
+    "scheduler, worker, sink, admission, api and the flows coordinator started.\n"
+    "Dashboard: http://127.0.0.1:8780/ui (read-only; sign in with a token from\n"
+    "  .stack/data/security/credentials/api-token-*.secret to act). In another terminal try:\n"
     "  .venv/bin/cronstream jobs list\n"
     "  .venv/bin/cronstream history hello-python --since 5m\n"
     "  .venv/bin/cronstream history --status failed,dead_lettered --since 1h --all-tenants\n"
@@ -219,7 +220,8 @@ def start_roles(settings: Settings, console: Console) -> dict[str, subprocess.Po
         ),
         "sink": start("sink", scraped("sink", "sink"), logs, console),
         "admission": start("admission", scraped("admission", "admission"), logs, console),
-        "api": start("api", ["api"], logs, console),
+        # the dashboard at /ui, the HTTP API beside it (one process: `cronstream ui`)
+        "api": start("api", ["ui"], logs, console),
         "flows": start("flows", scraped("flows", "flows-coordinator"), logs, console),
     }
 

@@ -23,7 +23,7 @@ from schemas.limits import (
 )
 from schemas.serde import Codec, DecodeError
 from schemas.templates import RunTemplate
-from schemas.timing import JobTiming
+from schemas.timing import JobTiming, schedule_args
 from streams.core.schedule import JobSchedule, Misfire
 from streams.core.zones import load_zone
 
@@ -106,3 +106,18 @@ def definition_limit_problems(t: JobTiming, size: int) -> list[str]:
     if size > MAX_DEFINITION_BYTES:
         problems.append(f"definition of {size} bytes, over {MAX_DEFINITION_BYTES}")
     return problems
+
+
+def preview_slots(job: JobDefinition, from_ms_: int, count: int) -> list[int]:
+    """Up to ``count`` slots of ``job`` at or after ``from_ms_``, as the scheduler
+    computes them (no jitter): `cronstream jobs preview`, the dashboard's next fires."""
+    schedule = JobSchedule(job.job_id, timezone=job.timezone, **schedule_args(job.schedule))
+    slots: list[int] = []
+    after = from_ms_ - 1
+    while len(slots) < count:
+        slot = schedule.slot_after(after)
+        if slot is None:
+            break
+        slots.append(slot)
+        after = slot
+    return slots

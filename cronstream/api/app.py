@@ -108,7 +108,7 @@ Payload = Annotated[dict[str, Any] | None, Body()]
 router = APIRouter()
 
 
-def _job_of(backend: Backend, who: Caller, job_id: str) -> JobDefinition:
+def job_of(backend: Backend, who: Caller, job_id: str) -> JobDefinition:
     if who.tenant is not None:
         job = backend.view.of_tenant(who.tenant, job_id)
     else:
@@ -118,7 +118,7 @@ def _job_of(backend: Backend, who: Caller, job_id: str) -> JobDefinition:
     return job
 
 
-def _send(backend: Backend, who: Caller, action: TenantAction, job_id: str, **kw: Any) -> Any:
+def send(backend: Backend, who: Caller, action: TenantAction, job_id: str, **kw: Any) -> Any:
     try:
         return _answered(backend.command(who.acting(), action, job_id, issued_by=who.by, **kw))
     except NoAnswer as exc:
@@ -156,10 +156,10 @@ def job_history(
     who: Who, backend: Back, job_id: str, since: str = "24h", status: str | None = None,
     limit: Limit = 100,
 ) -> list[dict[str, Any]]:  # fmt: skip
-    job = _job_of(backend, who, job_id)
-    start, end = _window(since)
+    job = job_of(backend, who, job_id)
+    start, end = window_of(since)
     assert backend.history is not None
-    rows = backend.history.job_runs(job.job_id, start, end, _statuses(status))
+    rows = backend.history.job_runs(job.job_id, start, end, statuses_of(status))
     return [_outcome_json(who, r) for r in islice(rows, limit)]
 
 
@@ -173,13 +173,13 @@ def act(
     if action not in kinds:
         raise HTTPException(404, f"no action {action!r} (pause, resume, trigger)")
     key = (body or {}).get("idempotency_key") or idempotency_key
-    result: dict[str, Any] = _send(backend, who, kinds[action], job_id, idempotency_key=key)
+    result: dict[str, Any] = send(backend, who, kinds[action], job_id, idempotency_key=key)
     return result
 
 
 @router.get("/v1/jobs/{job_id:path}")
 def get_job(who: Who, backend: Back, job_id: str) -> dict[str, Any]:
-    return _job_json(who, _job_of(backend, who, job_id))
+    return _job_json(who, job_of(backend, who, job_id))
 
 
 @router.put("/v1/jobs/{job_id:path}")
@@ -191,13 +191,13 @@ def put_job(
                             max_payload_bytes=backend.settings.max_payload_bytes)  # fmt: skip
     except SpecError as exc:
         raise HTTPException(422, "; ".join(exc.problems)) from None
-    result: dict[str, Any] = _send(backend, who, TenantAction.PUT, job_id, job=job)
+    result: dict[str, Any] = send(backend, who, TenantAction.PUT, job_id, job=job)
     return result
 
 
 @router.delete("/v1/jobs/{job_id:path}")
 def delete_job(who: Who, backend: Back, job_id: str) -> dict[str, Any]:
-    result: dict[str, Any] = _send(backend, who, TenantAction.DELETE, job_id)
+    result: dict[str, Any] = send(backend, who, TenantAction.DELETE, job_id)
     return result
 
 
@@ -205,7 +205,7 @@ def delete_job(who: Who, backend: Back, job_id: str) -> dict[str, Any]:
 def cancel(who: Who, backend: Back, run_id: str, body: Payload = None) -> dict[str, Any]:
     job_id = run_id.rpartition("@")[0] or run_id
     reason = (body or {}).get("reason")
-    result: dict[str, Any] = _send(backend, who, TenantAction.CANCEL, job_id, run_id=run_id,
+    result: dict[str, Any] = send(backend, who, TenantAction.CANCEL, job_id, run_id=run_id,
                                    reason=reason)  # fmt: skip
     return result
 
@@ -224,9 +224,9 @@ def run(who: Who, backend: Back, run_id: str) -> list[dict[str, Any]]:
 def by_status(
     who: Who, backend: Back, status: str, since: str = "1h", limit: Limit = 100
 ) -> list[dict[str, Any]]:
-    start, end = _window(since)
+    start, end = window_of(since)
     assert backend.history is not None
-    rows = backend.history.by_status(_statuses(status), start, end, who.tenant)
+    rows = backend.history.by_status(statuses_of(status), start, end, who.tenant)
     return [_outcome_json(who, r) for r in islice(rows, limit)]
 
 
@@ -238,10 +238,7 @@ def build_app(backend: Backend, book: TokenBook) -> FastAPI:
 
     @app.exception_handler(HTTPException)
     async def http_error(_request: Request, exc: HTTPException) -> JSONResponse:
-        response = _error(exc.status_code, str(exc.detail))
-        if exc.status_code == 401:
-            response.headers["WWW-Authenticate"] = "Bearer"
-        return response
+        return error_response(exc)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -252,7 +249,15 @@ def build_app(backend: Backend, book: TokenBook) -> FastAPI:
     return app
 
 
-def _window(since: str) -> tuple[datetime, datetime]:
+def error_response(exc: HTTPException) -> JSONResponse:
+    """An HTTPException as the API answers it."""
+    response = _error(exc.status_code, str(exc.detail))
+    if exc.status_code == 401:
+        response.headers["WWW-Authenticate"] = "Bearer"
+    return response
+
+
+def window_of(since: str) -> tuple[datetime, datetime]:
     try:
         span = timedelta(milliseconds=parse_duration(since))
     except ValueError as exc:
@@ -263,7 +268,7 @@ def _window(since: str) -> tuple[datetime, datetime]:
     return now - span, now
 
 
-def _statuses(text: str | None) -> list[str]:
+def statuses_of(text: str | None) -> list[str]:
     names = [s.strip().upper() for s in (text or "").split(",") if s.strip()]
     unknown = [n for n in names if n not in RunStatus.__members__]
     if unknown:

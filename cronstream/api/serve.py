@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import logging
 import signal
+from collections.abc import Callable
+from typing import Any
 
 import uvicorn
+from fastapi import FastAPI
 
 from cronstream.api.app import build_app
 from cronstream.api.backend import Backend
@@ -17,12 +20,26 @@ from runtime.tokens import TokenBook, book_path
 log = logging.getLogger("cronstream.api")
 
 
-def serve(settings: Settings, *, host: str, port: int, answer_timeout: float = 30.0) -> int:
+# Builds the application on the backend and token book instead of the bare API (the
+# dashboard: ``cronstream.ui.app.ui_factory``), with what must be closed at the end.
+AppFactory = Callable[[Backend, TokenBook], tuple[FastAPI, list[Any]]]
+
+
+def serve(
+    settings: Settings, *, host: str, port: int, answer_timeout: float = 30.0,
+    factory: AppFactory | None = None,
+) -> int:  # fmt: skip
+    """The API; with ``factory``, what it builds (``cronstream ui``: the dashboard)."""
     setup_logging()
     backend = Backend(settings, answer_timeout=answer_timeout)
     backend.start()
-    metrics.PROBES.set_ready(True)  # cronstream_member_ready: the API serves from here on
     book = TokenBook(book_path(settings))
+    closing: list[Any] = []
+    if factory is None:
+        app = build_app(backend, book)
+    else:
+        app, closing = factory(backend, book)
+    metrics.PROBES.set_ready(True)  # cronstream_member_ready: the API serves from here on
     log.info("api on http://%s:%d (OpenAPI at /openapi.json; tokens from %s)", host, port,
              book.path)  # fmt: skip
     # uvicorn shuts down gracefully on SIGTERM/SIGINT, then raises the signal again for
@@ -33,9 +50,11 @@ def serve(settings: Settings, *, host: str, port: int, answer_timeout: float = 3
     try:
         # At most 10 s for requests still running (a put waits up to answer_timeout for the
         # admission): without a bound, a stop after make bench's load outlasted 60 s.
-        uvicorn.run(build_app(backend, book), host=host, port=port, log_level="warning",
+        uvicorn.run(app, host=host, port=port, log_level="warning",
                     timeout_graceful_shutdown=10)  # fmt: skip
     finally:
+        for part in closing:
+            part.close()
         backend.close()
     return 0
 

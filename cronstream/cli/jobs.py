@@ -31,9 +31,8 @@ from schemas.catalog import Topics
 from schemas.events import JobDefinition, from_ms, iso, text_headers, to_jsonable, to_ms, utc_now
 from schemas.redact import escape_controls, redact_jsonable
 from schemas.serde import Codec, DecodeError
-from schemas.timing import schedule_args
-from streams.core.schedule import JobSchedule
 from streams.core.zones import load_zone
+from streams.definitions import preview_slots
 
 
 def _print_json(value: Any) -> None:
@@ -194,21 +193,6 @@ def cmd_jobs_preview(settings: Settings, args: argparse.Namespace) -> int:
     if len(slots) < args.count:
         print(f"(no more fires: {len(slots)} in all)", file=sys.stderr)
     return 0
-
-
-def preview_slots(job: JobDefinition, from_ms_: int, count: int) -> list[int]:
-    """Up to ``count`` slots of ``job`` at or after ``from_ms_``, as the scheduler
-    computes them (no jitter)."""
-    schedule = JobSchedule(job.job_id, timezone=job.timezone, **schedule_args(job.schedule))
-    slots: list[int] = []
-    after = from_ms_ - 1
-    while len(slots) < count:
-        slot = schedule.slot_after(after)
-        if slot is None:
-            break
-        slots.append(slot)
-        after = slot
-    return slots
 
 
 def _local(ms: int, zone: ZoneInfo) -> str:

@@ -42,6 +42,22 @@ def register(sub: Any) -> None:
     p.add_argument("--port", type=int, default=env_int("CRONSTREAM_API_PORT", 8780, minimum=1))
     p.add_argument("--name", default=f"api-{socket.gethostname()}-{os.getpid()}")
     p.set_defaults(handler=cmd_api, needs="settings")
+    p = sub.add_parser(
+        "ui", help="serve the web dashboard at /ui, with the HTTP API beside it",
+        description="The operator's dashboard: live overview (from Prometheus), jobs, a "
+        "job's page with actions, run search, dead letters with replay. Read-only without a "
+        "token; sign in at /ui/login with an API token to act.",
+    )  # fmt: skip
+    p.add_argument("--host", default=os.environ.get("CRONSTREAM_UI_HOST", "127.0.0.1"))
+    p.add_argument("--port", type=int, default=env_int("CRONSTREAM_UI_PORT", 8780, minimum=1))
+    p.add_argument("--name", default=f"ui-{socket.gethostname()}-{os.getpid()}")
+    stack = f"http://127.0.0.1:{env_int('CRONSTREAM_PROMETHEUS_PORT', 9190, minimum=1)}"
+    p.add_argument("--prometheus", metavar="URL",
+                   default=os.environ.get("CRONSTREAM_PROMETHEUS_URL", stack),
+                   help="the Prometheus scraping cronstream (the overview's figures)")  # fmt: skip
+    p.add_argument("--no-anonymous", dest="anonymous", action="store_false",
+                   help="no page without a token (default: read-only without one)")  # fmt: skip
+    p.set_defaults(handler=cmd_ui, needs="settings")
 
 
 def _register_scheduler(sub: Any) -> None:
@@ -272,3 +288,11 @@ def cmd_admission(settings: Settings, args: argparse.Namespace) -> int:
 def cmd_api(settings: Settings, args: argparse.Namespace) -> int:
     settings = settings.as_role("api")  # its own Kafka user and ACLs
     return serve(settings, host=args.host, port=args.port)
+
+
+def cmd_ui(settings: Settings, args: argparse.Namespace) -> int:
+    settings = settings.as_role("ui")  # its own Kafka user and ACLs
+    from cronstream.ui.app import UiOptions, ui_factory  # the pages' imports: only here
+
+    options = UiOptions(prometheus_url=args.prometheus, anonymous=args.anonymous)
+    return serve(settings, host=args.host, port=args.port, factory=ui_factory(options))

@@ -29,11 +29,13 @@ def test_the_sink_reads_history_and_writes_dead_letters_only() -> None:
     }
 
 
-def test_no_role_but_the_admission_writes_jobs_and_only_it_and_the_api_reach_tenants() -> None:
+def test_only_the_admission_and_the_dashboard_write_jobs_and_reach_tenants() -> None:
+    """The dashboard (`cronstream ui`) writes jobs for the admin's acts on operators'
+    jobs (audited); a tenant's job it changes through the admission, like the API."""
     writes_jobs = {r for r in ROLES if ("TOPIC", "acme.jobs", "LITERAL", "WRITE") in _grants(r)}
-    assert writes_jobs == {"admission"}
+    assert writes_jobs == {"admission", "ui"}
     tenant_writes = {r for r in ROLES if ("TOPIC", "acme.t.", "PREFIXED", "WRITE") in _grants(r)}
-    assert tenant_writes == {"admission", "api"}
+    assert tenant_writes == {"admission", "api", "ui"}
     for role in ROLES:  # literal names, the tenant prefix or the flows coordinator's own
         for kind, name, pattern, _op in _grants(role):  # topics: never the whole namespace
             if kind == "TOPIC" and pattern == "PREFIXED":

@@ -1,0 +1,142 @@
+"""The dashboard's writes (POST, each after a confirmation page): sign in and out,
+trigger / pause / resume a job, cancel a run, replay a dead letter.
+
+A tenant's job is changed through the admission exactly as the API changes it (the
+same ``Caller``, so the same checks, quotas and audit entry); an operator's job (one
+not owned by a tenant, put with `cronstream jobs put`) only with the admin token,
+through ``JobClient``, audited with the token's holder and the browser's address.
+Forms are accepted only from the dashboard's own origin (the sign-in cookie is also
+``SameSite=Strict``)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+from urllib.parse import quote, urlencode
+
+from fastapi import APIRouter, Form, HTTPException, Request
+from fastapi.responses import HTMLResponse, RedirectResponse
+
+from cronstream.api.app import send
+from cronstream.api.backend import Backend
+from cronstream.ui.pages import COOKIE, Back, Viewer, Who, render
+from producers.audit import Auditor
+from producers.client import JobClient, UnknownJob
+from runtime.tokens import ADMIN, TokenBook
+from schemas.tenancy import TenantAction, unqualify
+
+router = APIRouter(prefix="/ui")
+ACTIONS = {"trigger": TenantAction.TRIGGER, "pause": TenantAction.PAUSE,
+           "resume": TenantAction.RESUME, "cancel": TenantAction.CANCEL}  # fmt: skip
+Field = Annotated[str, Form()]
+
+
+def _same_origin(request: Request) -> None:
+    origin = request.headers.get("origin")
+    if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
+        raise HTTPException(403, "a form of another site")
+
+
+def _back(path: str, **query: str) -> RedirectResponse:
+    return RedirectResponse(f"{path}?{urlencode(query)}" if query else path, status_code=303)
+
+
+@router.get("/login", response_class=HTMLResponse)
+def login_page(request: Request) -> HTMLResponse:
+    return render(request, "login.html", Viewer(None, "?"))
+
+
+@router.post("/login")
+def login(request: Request, token: Field) -> RedirectResponse:
+    _same_origin(request)
+    book: TokenBook = request.app.state.book
+    if book.holder(token.strip()) is None:
+        return _back("/ui/login", error="that token is not valid")
+    response = _back("/ui", done="signed in")
+    response.set_cookie(COOKIE, token.strip(), httponly=True, samesite="strict", path="/ui")
+    return response
+
+
+@router.post("/logout")
+def logout(request: Request) -> RedirectResponse:
+    _same_origin(request)
+    response = _back("/ui", done="signed out")
+    response.delete_cookie(COOKIE, path="/ui")
+    return response
+
+
+@router.get("/confirm", response_class=HTMLResponse)
+def confirm(request: Request, who: Who, action: str, job: str, run: str = "") -> HTMLResponse:
+    """What is about to happen, and the button that does it."""
+    if action not in ACTIONS:
+        raise HTTPException(404, f"no action {action!r}")
+    return render(request, "confirm.html", who, action=action, job=job, run=run)
+
+
+@router.post("/act")
+def act(
+    request: Request, who: Who, backend: Back, action: Field, job: Field,
+    run: Annotated[str, Form()] = "", reason: Annotated[str, Form()] = "",
+) -> RedirectResponse:  # fmt: skip
+    _same_origin(request)
+    page = f"/ui/jobs/{quote(job)}"
+    if action not in ACTIONS or not who.can_act:
+        return _back(page, error="sign in with a token to act" if who.can_act is False
+                     else f"no action {action!r}")  # fmt: skip
+    try:
+        done = _perform(backend, who.holder or "", who.address, action, job, run, reason)
+    except (HTTPException, UnknownJob, LookupError, ValueError) as exc:
+        detail = exc.detail if isinstance(exc, HTTPException) else str(exc)
+        return _back(page, error=f"{action} refused: {detail}")
+    return _back(page, done=done)
+
+
+def _perform(backend: Backend, holder: str, address: str, action: str, job: str, run: str,
+             reason: str) -> str:  # fmt: skip
+    """Carry ``action`` out as ``holder``; what was done, in words."""
+    viewer = Viewer(holder, address)
+    stored = job if viewer.tenant is None else f"{viewer.tenant}/{job}"
+    definition = backend.view.jobs.get(stored)
+    if definition is None:
+        raise LookupError(f"no job {job!r}")
+    own = unqualify(definition.tenant, definition.job_id)
+    if own is not None:  # a tenant's job: through the admission, as the API
+        who = viewer.caller(definition.tenant)
+        run_id = None
+        if action == "cancel":  # the tenant's own name of the run
+            run_id = run if viewer.tenant else unqualify(definition.tenant, run) or run
+        result = send(backend, who, ACTIONS[action], own, run_id=run_id,
+                      reason=reason or None)  # fmt: skip
+        return f"{action}: accepted ({result.get('run_id') or own})"
+    if holder != ADMIN:
+        raise LookupError("an operator's job is changed with the admin token only")
+    with JobClient(backend.settings) as client:
+        client.auditor = Auditor(f"ui admin token from {address}", local=False)
+        if action == "trigger":
+            return f"triggered {client.trigger(job).run_id}"
+        if action == "pause":
+            client.pause(job)
+            return f"paused {job}"
+        if action == "resume":
+            client.resume(job)
+            return f"resumed {job}"
+        if not run:
+            raise ValueError("cancel needs the run id")
+        client.cancel(run, reason=reason or None)
+        return f"asked every worker to cancel {run}"
+
+
+@router.post("/dlq/replay")
+def replay(
+    request: Request, who: Who, partition: Annotated[int, Form()], offset: Annotated[int, Form()]
+) -> RedirectResponse:
+    """Write a dead letter's source record back to its topic (admin token only)."""
+    _same_origin(request)
+    if who.holder != ADMIN:
+        return _back("/ui/dlq", error="replay needs the admin token")
+    letters = request.app.state.letters
+    try:
+        letter = letters.find(partition, offset)
+        letters.replay(letter)
+    except LookupError as exc:
+        return _back("/ui/dlq", error=str(exc))
+    return _back("/ui/dlq", done=f"replayed {partition}@{offset} to {letter.source_topic}")

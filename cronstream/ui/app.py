@@ -1,0 +1,78 @@
+"""The dashboard's application: the HTTP API with the pages beside it (one process,
+one backend, the same tokens)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+
+from cronstream.api.app import build_app, error_response
+from cronstream.api.backend import Backend
+from cronstream.ui import actions, pages
+from cronstream.ui.sources import DeadLetters, Prometheus
+from runtime.tokens import TokenBook
+
+STATIC = Path(__file__).parent / "static"
+log = logging.getLogger("cronstream.ui")
+
+
+def build_ui_app(
+    backend: Backend, book: TokenBook, *, prometheus: Prometheus, letters: DeadLetters,
+    anonymous: bool = True,
+) -> FastAPI:  # fmt: skip
+    app = build_app(backend, book)
+    app.state.prometheus, app.state.letters, app.state.anonymous = prometheus, letters, anonymous
+    app.include_router(pages.router)
+    app.include_router(actions.router)
+    app.mount("/ui/static", StaticFiles(directory=STATIC), name="static")
+
+    async def html_error(request: Request, exc: Exception) -> Response:
+        """A page's error as a page (401: the sign-in form); the API's stay JSON."""
+        assert isinstance(exc, HTTPException)
+        if not request.url.path.startswith("/ui"):
+            return error_response(exc)
+        if exc.status_code == 401:
+            return RedirectResponse("/ui/login", status_code=303)
+        who = pages.Viewer(None, "?")
+        page = pages.render(request, "error.html", who, status=exc.status_code,
+                            message=str(exc.detail))  # fmt: skip
+        page.status_code = exc.status_code
+        return page
+
+    app.add_exception_handler(HTTPException, html_error)
+
+    @app.get("/", include_in_schema=False)
+    def root() -> RedirectResponse:
+        return RedirectResponse("/ui", status_code=303)
+
+    _ = root
+    return app
+
+
+@dataclass(frozen=True)
+class UiOptions:
+    prometheus_url: str  # where the overview's live figures come from
+    anonymous: bool = True  # pages readable without a token (read-only)
+
+
+def ui_factory(options: UiOptions) -> Callable[[Backend, TokenBook], tuple[FastAPI, list[Any]]]:
+    """``cronstream.api.serve.serve``'s factory for the dashboard."""
+
+    def build(backend: Backend, book: TokenBook) -> tuple[FastAPI, list[Any]]:
+        prometheus = Prometheus(options.prometheus_url)
+        letters = DeadLetters(backend.settings, backend.codec, backend.publisher)
+        app = build_ui_app(backend, book, prometheus=prometheus, letters=letters,
+                           anonymous=options.anonymous)  # fmt: skip
+        log.info("dashboard at /ui (%s without a token; live figures from %s)",
+                 "read-only" if options.anonymous else "nothing",
+                 options.prometheus_url)  # fmt: skip
+        return app, [prometheus, letters]
+
+    return build

@@ -1,0 +1,200 @@
+"""What the dashboard reads besides the API's backend: the stack's Prometheus (the
+overview's live figures) and the dead-letter topic (the DLQ browser, its replay)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from confluent_kafka import TopicPartition
+
+from runtime.kafka.clients import kafka_consumer
+from runtime.kafka.publisher import Publisher
+from runtime.settings import Settings
+from schemas.catalog import Topics
+from schemas.events import DeadLetter
+from schemas.serde import Codec, DecodeError
+
+log = logging.getLogger("cronstream.ui")
+
+# The overview's figures: name -> PromQL (raw expressions, so that they answer before
+# the recording rules' first evaluation).
+QUERIES = {
+    "fires": "sum(rate(cronstream_scheduler_fires_total[1m]))",
+    "runs": "sum by (status) (rate(cronstream_worker_runs_finished_total[1m]))",
+    "hour": "sum by (status) (increase(cronstream_worker_runs_finished_total[1h]))",
+    "skew": "histogram_quantile(0.99, sum by (le) "
+    "(rate(cronstream_scheduler_fire_skew_seconds_bucket[5m])))",
+    "lag": 'sum by (role) (cronstream_worker_consumer_lag{role="worker"}) or '
+    'sum by (role) (cronstream_sink_consumer_lag{role="sink"})',
+    "owned": 'sum by (process) (cronstream_scheduler_partitions_owned{role="scheduler"})',
+    "partitions": 'max(cronstream_scheduler_partitions{role="scheduler"})',
+    "letters": "sum by (stage) (cronstream_dead_letters_total)",
+    "up": "up",
+}
+
+
+@dataclass
+class Overview:
+    error: str | None = None  # Prometheus unreachable or refusing: why
+    fires_per_s: float = 0.0
+    runs_per_s: dict[str, float] = field(default_factory=dict)  # status -> runs/s
+    last_hour: dict[str, float] = field(default_factory=dict)  # status -> runs
+    skew_p99_ms: float | None = None
+    lag: dict[str, float] = field(default_factory=dict)  # workers / sink -> records
+    owned: dict[str, float] = field(default_factory=dict)  # scheduler -> partitions
+    partitions: float | None = None
+    letters: dict[str, float] = field(default_factory=dict)  # stage -> since start
+    processes: list[dict[str, Any]] = field(default_factory=list)  # role, process, up
+    dlq_records: int | None = None  # in the DLQ topic (Kafka's count)
+
+    def as_json(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+
+class Prometheus:
+    def __init__(self, url: str, timeout: float = 2.0) -> None:
+        self.url = url.rstrip("/")
+        self.client = httpx.Client(timeout=timeout)
+
+    def query(self, expr: str) -> list[tuple[dict[str, str], float]]:
+        reply = self.client.get(f"{self.url}/api/v1/query", params={"query": expr})
+        reply.raise_for_status()
+        body = reply.json()
+        out = []
+        for item in body["data"]["result"]:
+            value = float(item["value"][1])
+            if not math.isnan(value):  # NaN: no data in the window
+                out.append((item["metric"], value))
+        return out
+
+    def overview(self) -> Overview:
+        got = Overview()
+        try:
+            answers = {name: self.query(expr) for name, expr in QUERIES.items()}
+        except (httpx.HTTPError, KeyError, ValueError) as exc:
+            got.error = f"Prometheus at {self.url} did not answer ({exc})"
+            return got
+        got.fires_per_s = sum(v for _, v in answers["fires"])
+        got.runs_per_s = {m.get("status", "?"): v for m, v in answers["runs"]}
+        got.last_hour = {m.get("status", "?"): round(v) for m, v in answers["hour"]}
+        skew = [v for _, v in answers["skew"]]
+        got.skew_p99_ms = skew[0] * 1000 if skew else None
+        names = {"worker": "workers", "sink": "history sink"}
+        got.lag = {names.get(m.get("role", ""), m.get("role", "?")): v for m, v in answers["lag"]}
+        got.owned = {m.get("process", "?"): v for m, v in answers["owned"]}
+        total = [v for _, v in answers["partitions"]]
+        got.partitions = total[0] if total else None
+        got.letters = {m.get("stage", "?"): v for m, v in answers["letters"]}
+        got.processes = sorted(
+            ({"role": m.get("role", m.get("job", "?")), "process": m.get("process", m.get(
+                "instance", "?")), "up": v == 1} for m, v in answers["up"]),
+            key=lambda p: (p["role"], p["process"]),
+        )  # fmt: skip
+        return got
+
+    def close(self) -> None:
+        self.client.close()
+
+
+@dataclass(frozen=True)
+class Letter:
+    partition: int
+    offset: int
+    letter: DeadLetter | None  # None: the DLQ record itself is unreadable
+    problem: str | None = None
+
+
+class DeadLetters:
+    """The last records of the DLQ topic, newest first; a replay writes a letter's
+    source record (key and value as they were) back to its source topic."""
+
+    def __init__(self, settings: Settings, codec: Codec, publisher: Publisher) -> None:
+        self.topic = Topics(settings).dlq
+        self.codec = codec
+        self.publisher = publisher
+        self.consumer = kafka_consumer(settings)
+        self.lock = threading.Lock()  # one consumer, requests on several threads
+
+    def _ends(self) -> list[tuple[int, int, int]]:
+        meta = self.consumer.list_topics(self.topic, timeout=10).topics[self.topic]
+        out = []
+        for p in sorted(meta.partitions):
+            low, high = self.consumer.get_watermark_offsets(TopicPartition(self.topic, p),
+                                                            timeout=10)  # fmt: skip
+            out.append((p, low, high))
+        return out
+
+    def count(self) -> int:
+        with self.lock:
+            return sum(high - low for _, low, high in self._ends())
+
+    def last(self, limit: int) -> list[Letter]:
+        """Up to ``limit`` letters of each partition, the newest ``limit`` of all first."""
+        with self.lock:
+            return self._last(limit)
+
+    def _last(self, limit: int) -> list[Letter]:
+        ends = [(p, max(low, high - limit), high) for p, low, high in self._ends()]
+        wanted = {p: high for p, start, high in ends if start < high}
+        if not wanted:
+            return []
+        self.consumer.assign([TopicPartition(self.topic, p, start) for p, start, high in ends
+                              if start < high])  # fmt: skip
+        got: list[tuple[int, Letter]] = []
+        deadline = time.monotonic() + 10
+        try:
+            while wanted and time.monotonic() < deadline:
+                # consume() waits for all 500 or the timeout: short waits, until the ends
+                for msg in self.consumer.consume(500, timeout=0.05):
+                    if msg.error() is not None:
+                        continue
+                    p, offset = msg.partition() or 0, msg.offset() or 0
+                    got.append((msg.timestamp()[1], self._letter(p, offset, msg.value())))
+                    if offset + 1 >= wanted.get(p, 0):
+                        wanted.pop(p, None)
+        finally:
+            self.consumer.unassign()
+        got.sort(key=lambda t: (t[0], t[1].offset), reverse=True)
+        return [letter for _, letter in got[:limit]]
+
+    def _letter(self, partition: int, offset: int, value: bytes | None) -> Letter:
+        try:
+            return Letter(partition, offset, self.codec.decode(value, DeadLetter))
+        except DecodeError as exc:
+            return Letter(partition, offset, None, str(exc))
+
+    def find(self, partition: int, offset: int) -> DeadLetter:
+        """The letter at ``partition``/``offset`` (LookupError: none readable there)."""
+        with self.lock:
+            self.consumer.assign([TopicPartition(self.topic, partition, offset)])
+            try:
+                msg = self.consumer.consume(1, timeout=10)
+            finally:
+                self.consumer.unassign()
+        if not msg or msg[0].error() is not None or msg[0].offset() != offset:
+            raise LookupError(f"no dead letter at {self.topic}/{partition}@{offset}")
+        letter = self._letter(partition, offset, msg[0].value())
+        if letter.letter is None:
+            raise LookupError(f"the dead letter at {partition}@{offset} is unreadable")
+        return letter.letter
+
+    def replay(self, letter: DeadLetter) -> None:
+        """Write the letter's source record back where it came from, as it was."""
+        if letter.source_value is None or letter.source_partition < 0:
+            raise LookupError(
+                "this letter keeps no source record to replay (a run given up "
+                "on after its attempts: trigger its job again instead)"
+            )
+        key = letter.source_key if letter.source_key is not None else b""
+        self.publisher.produce_raw(letter.source_topic, key, letter.source_value,
+                                   [("replayed_from", self.topic.encode())])  # fmt: skip
+        self.publisher.flush()
+
+    def close(self) -> None:
+        self.consumer.close()

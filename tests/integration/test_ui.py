@@ -1,0 +1,214 @@
+"""`cronstream ui` in a real headless Chromium (Debian's chromium + chromedriver, driven
+by Selenium) on the real stack (issue 18): a scheduler, a worker and a sink running
+example jobs in the test's namespace, the admission for a tenant's job, the stack's
+Prometheus for the overview. Each page loads and shows the jobs and their runs; one
+action of each kind works (pause an operator's job as the admin, trigger a tenant's
+job as the tenant, replay a dead letter). Screenshots: .stack/screenshots/ui/."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+
+from producers.client import JobClient
+from producers.spec import job_from_spec
+from runtime.kafka.clients import kafka_producer
+from runtime.settings import REPO_ROOT, Settings
+from runtime.tokens import ADMIN, token_path
+from schemas.catalog import Topics
+from schemas.events import Priority
+from tests.integration.helpers import CronstreamProcess, free_port, wait_http_up
+from tests.integration.tenants import AdmissionThread
+
+pytestmark = pytest.mark.integration
+SHOTS = REPO_ROOT / ".stack" / "screenshots" / "ui"
+JOBS = [
+    {"id": "hello-python", "every": "1s", "target": "python",
+     "callable": "examples.tasks:send_digest", "payload": '{"greeting": "hello"}'},
+    {"id": "hopeless", "every": "2s", "target": "python", "callable": "examples.tasks:hopeless",
+     "max_attempts": 1},
+    {"id": "nightly-report", "cron": "0 2 * * *", "tz": "Europe/Paris", "target": "kafka",
+     "topic": "reports.requests"},
+]  # fmt: skip
+
+
+@pytest.fixture
+def browser() -> Iterator[webdriver.Chrome]:
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--window-size=1400,1000",
+                 "--disable-dev-shm-usage"):  # fmt: skip
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()
+
+
+class Page:
+    """The browser on one dashboard, with waits and screenshots."""
+
+    def __init__(self, driver: webdriver.Chrome, url: str) -> None:
+        self.driver, self.url = driver, url
+        self.shots: list[Path] = []
+
+    def open(self, path: str) -> None:
+        self.driver.get(self.url + path)
+
+    def text(self, css: str = "main") -> str:
+        return str(self.driver.find_element(By.CSS_SELECTOR, css).text)
+
+    def until(self, path: str, check: Callable[[], bool], timeout: float = 60) -> None:
+        """Load ``path`` again until ``check`` holds on it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.open(path)
+            if check():
+                return
+            assert time.monotonic() < deadline, f"{path}:\n{self.text()}"
+            time.sleep(1)
+
+    def shot(self, name: str) -> None:
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        path = SHOTS / f"{name}.png"
+        assert self.driver.save_screenshot(str(path))
+        self.shots.append(path)
+
+    def click(self, css: str) -> None:
+        self.driver.find_element(By.CSS_SELECTOR, css).click()
+
+    def sign_in(self, token: str) -> None:
+        self.open("/ui/login")
+        self.driver.find_element(By.ID, "token").send_keys(token)
+        self.click("#sign-in")
+        assert "signed in" in self.text("#flash")
+
+
+def _stack(settings: Settings, procs: list[CronstreamProcess], tmp_path: Path) -> str:
+    with JobClient(settings) as client:
+        client.put_many([job_from_spec(spec, max_payload_bytes=settings.max_payload_bytes)
+                         for spec in JOBS])  # fmt: skip
+    for role, args in (("scheduler", ()), ("sink", ()),
+                       ("worker", ("--python-allow", "examples"))):  # fmt: skip
+        procs.append(CronstreamProcess(settings, tmp_path, role, *args, command=role))
+    port = free_port()
+    ui = CronstreamProcess(settings, tmp_path, "ui", "--port", str(port), command="ui")
+    procs.append(ui)
+    url = f"http://127.0.0.1:{port}"
+    wait_http_up(url, 60, ui.log, path="/readyz", alive=lambda: ui.proc.poll() is None)
+    return url
+
+
+def test_every_page_loads_shows_the_jobs_and_their_runs_and_one_action_each_works(
+    history_ns: Settings, two: tuple[str, str], admission: AdmissionThread,
+    procs: list[CronstreamProcess], browser: webdriver.Chrome, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    assert admission is not None  # tenants' commands are answered
+    url = _stack(history_ns, procs, tmp_path)
+    page = Page(browser, url)
+    # A malformed run record: the worker dead-letters it, keeping its bytes (replayable).
+    producer = kafka_producer(history_ns)
+    producer.produce(Topics(history_ns).runs(Priority.NORMAL), value=b"\x00garbage", key=b"junk")
+    producer.flush(30)
+    _read_pages(page, browser)
+    _replay(page, browser, token_path(history_ns, ADMIN).read_text().strip())
+    _pause(page)
+    _tenant_trigger(page, url, token_path(history_ns, two[0]).read_text().strip())
+    with capsys.disabled():
+        print("\nscreenshots:", *(str(p) for p in page.shots), sep="\n  ")
+
+
+def _read_pages(page: Page, browser: webdriver.Chrome) -> None:
+    # Overview: rendered, then updated live by its script.
+    page.open("/ui")
+    deadline = time.monotonic() + 30
+    while not page.text("#updated").startswith("live ·"):
+        assert time.monotonic() < deadline, page.text()
+        time.sleep(0.5)
+    assert int(page.text("#jobs")) >= len(JOBS)
+    page.shot("overview")
+
+    # Jobs: every job, then a search.
+    page.open("/ui/jobs")
+    listed = page.text("#jobs")
+    assert all(spec["id"] in listed for spec in JOBS), listed
+    page.open("/ui/jobs?q=hello")
+    assert "hello-python" in page.text("#jobs")
+    assert "hopeless" not in page.text("#jobs")
+    page.shot("jobs")
+
+    # A job: its definition, 10 next fires in its zone, its runs and their chart.
+    page.until("/ui/jobs/hello-python", lambda: "SUCCEEDED" in page.text("#runs"))
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#fires tr")) == 11  # header + 10
+    assert browser.find_elements(By.CSS_SELECTOR, "svg.chart rect.bar")
+    assert "send_digest" in page.text("#definition")
+    assert not browser.find_elements(By.ID, "act-pause")  # read-only without a token
+    page.shot("job")
+    page.open("/ui/jobs/nightly-report")
+    assert "CET" in page.text("#fires") or "CEST" in page.text("#fires")
+    page.until("/ui/jobs/hopeless", lambda: "FAILED" in page.text("#failures")
+               or "DEAD_LETTERED" in page.text("#failures"))  # fmt: skip
+    assert "hopeless" in page.text("#failures").lower()  # the error the task raised
+    page.shot("job-failures")
+
+    # Runs: by job, and by status.
+    page.open("/ui/runs?job=hello-python&since=1h")
+    assert "hello-python@" in page.text("#results")
+    page.open("/ui/runs?status=failed,dead_lettered&since=1h")
+    assert "hopeless@" in page.text("#results")
+    page.shot("runs")
+
+
+def _replay(page: Page, browser: webdriver.Chrome, admin: str) -> None:
+    """Dead letters, and a replay by the admin: the record is read again (and, still
+    malformed, dead-lettered again: a second letter of the same source record)."""
+    page.until("/ui/dlq", lambda: "undecodable run" in page.text("#letters"))
+    assert not browser.find_elements(By.CSS_SELECTOR, "button.replay")  # admin only
+    page.shot("dlq")
+    page.sign_in(admin)
+    page.open("/ui/dlq")
+    before = page.text("#letters").count("undecodable run")
+    page.click("button.replay")
+    browser.switch_to.alert.accept()
+    assert "replayed" in page.text("#flash")
+    page.until("/ui/dlq", lambda: page.text("#letters").count("undecodable run") > before)
+    page.shot("dlq-replayed")
+
+
+def _pause(page: Page) -> None:
+    """Pause an operator's job as the admin, after the confirmation page."""
+    page.open("/ui/jobs/hello-python")
+    page.click("#act-pause")
+    assert "Confirm: pause hello-python" in page.text("h1")
+    page.shot("confirm")
+    page.click("#confirm")
+    assert "paused hello-python" in page.text("#flash")
+    page.until("/ui/jobs/hello-python", lambda: "paused" in page.text("h1"))
+    assert "none (paused)" in page.text("#fires")
+    page.shot("job-paused")
+
+
+def _tenant_trigger(page: Page, url: str, token: str) -> None:
+    """Trigger a tenant's job as that tenant (through the admission, as the API does)."""
+    spec = {"cron": "0 3 * * *", "target": "python", "callable": "examples.tasks:send_digest"}
+    put = httpx.put(f"{url}/v1/jobs/report", json=spec, timeout=60,
+                    headers={"Authorization": f"Bearer {token}"})  # fmt: skip
+    assert put.status_code == 200, put.text
+    page.sign_in(token)
+    page.until("/ui/jobs", lambda: "report" in page.text("#jobs"))
+    assert "hello-python" not in page.text("#jobs")  # a tenant sees its own jobs only
+    page.open("/ui/jobs/report")
+    page.click("#act-trigger")
+    page.click("#confirm")
+    assert "trigger: accepted" in page.text("#flash"), page.text()
+    page.shot("tenant-triggered")
