@@ -16,7 +16,7 @@ from urllib.parse import quote, urlencode
 from fastapi import APIRouter, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from cronstream.api.app import send
+from cronstream.api.app import job_of, send
 from cronstream.api.backend import Backend
 from cronstream.ui.pages import COOKIE, Back, Viewer, Who, render
 from producers.audit import Auditor
@@ -79,25 +79,22 @@ def act(
 ) -> RedirectResponse:  # fmt: skip
     _same_origin(request)
     page = f"/ui/jobs/{quote(job)}"
-    if action not in ACTIONS or not who.can_act:
-        return _back(page, error="sign in with a token to act" if who.can_act is False
-                     else f"no action {action!r}")  # fmt: skip
+    if not who.can_act:
+        return _back(page, error="sign in with a token to act")
+    if action not in ACTIONS:
+        return _back(page, error=f"no action {action!r}")
     try:
-        done = _perform(backend, who.holder or "", who.address, action, job, run, reason)
+        done = _perform(backend, who, action, job, run, reason)
     except (HTTPException, UnknownJob, LookupError, ValueError) as exc:
         detail = exc.detail if isinstance(exc, HTTPException) else str(exc)
         return _back(page, error=f"{action} refused: {detail}")
     return _back(page, done=done)
 
 
-def _perform(backend: Backend, holder: str, address: str, action: str, job: str, run: str,
-             reason: str) -> str:  # fmt: skip
-    """Carry ``action`` out as ``holder``; what was done, in words."""
-    viewer = Viewer(holder, address)
-    stored = job if viewer.tenant is None else f"{viewer.tenant}/{job}"
-    definition = backend.view.jobs.get(stored)
-    if definition is None:
-        raise LookupError(f"no job {job!r}")
+def _perform(backend: Backend, viewer: Viewer, action: str, job: str, run: str, reason: str
+             ) -> str:  # fmt: skip
+    """Carry ``action`` out as ``viewer`` (signed in); what was done, in words."""
+    definition = job_of(backend, viewer.caller(), job)  # HTTPException 404: no such job
     own = unqualify(definition.tenant, definition.job_id)
     if own is not None:  # a tenant's job: through the admission, as the API
         who = viewer.caller(definition.tenant)
@@ -107,10 +104,10 @@ def _perform(backend: Backend, holder: str, address: str, action: str, job: str,
         result = send(backend, who, ACTIONS[action], own, run_id=run_id,
                       reason=reason or None)  # fmt: skip
         return f"{action}: accepted ({result.get('run_id') or own})"
-    if holder != ADMIN:
+    if viewer.holder != ADMIN:
         raise LookupError("an operator's job is changed with the admin token only")
     with JobClient(backend.settings) as client:
-        client.auditor = Auditor(f"ui admin token from {address}", local=False)
+        client.auditor = Auditor(f"ui admin token from {viewer.address}", local=False)
         if action == "trigger":
             return f"triggered {client.trigger(job).run_id}"
         if action == "pause":

@@ -4,7 +4,6 @@ one backend, the same tokens)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from fastapi.staticfiles import StaticFiles
 
 from cronstream.api.app import build_app, error_response
 from cronstream.api.backend import Backend
+from cronstream.api.serve import AppFactory
 from cronstream.ui import actions, pages
 from cronstream.ui.sources import DeadLetters, Prometheus
 from runtime.tokens import TokenBook
@@ -62,7 +62,7 @@ class UiOptions:
     anonymous: bool = True  # pages readable without a token (read-only)
 
 
-def ui_factory(options: UiOptions) -> Callable[[Backend, TokenBook], tuple[FastAPI, list[Any]]]:
+def ui_factory(options: UiOptions) -> AppFactory:
     """``cronstream.api.serve.serve``'s factory for the dashboard."""
 
     def build(backend: Backend, book: TokenBook) -> tuple[FastAPI, list[Any]]:

@@ -21,9 +21,11 @@ from fastapi.templating import Jinja2Templates
 from cronstream.api.app import Caller, job_of, statuses_of, window_of
 from cronstream.api.backend import Backend
 from cronstream.ui.charts import duration_chart
+from cronstream.ui.sources import replayable
 from runtime.tokens import ADMIN, TokenBook
 from schemas.events import JobDefinition, RunOutcome, from_ms, to_jsonable, to_ms, utc_now
 from schemas.redact import redact_jsonable, redact_text
+from schemas.tenancy import qualify, unqualify
 from streams.core.zones import load_zone
 from streams.definitions import preview_slots
 
@@ -111,7 +113,8 @@ def overview_data(request: Request, backend: Backend, who: Viewer) -> dict[str, 
     except KafkaException as exc:  # the broker away: shown, not a failed page
         got.error = (got.error or "") + f" dead-letter count unavailable ({exc})"
     data: dict[str, Any] = got.as_json()
-    data["jobs"] = len(visible_jobs(backend, who))
+    counts = backend.view.counts  # jobs per tenant, kept by the view
+    data["jobs"] = sum(counts.values()) if who.tenant is None else counts[who.tenant]
     return data
 
 
@@ -151,8 +154,7 @@ def jobs(
     """50 per page in id order; next fires computed for the page (and for every
     candidate only when ``due`` filters by them)."""
     now_ms = to_ms(utc_now())
-    visible = visible_jobs(backend, who)
-    found = [j for j in visible if f.keeps(j)]
+    found = [j for j in visible_jobs(backend, who) if f.keeps(j)]
     nexts: dict[str, int | None] = {}
     if f.due is not None:
         horizon = now_ms + f.due * 60_000
@@ -166,7 +168,8 @@ def jobs(
                      "schedule": job.describe_schedule()})  # fmt: skip
     return render(request, "jobs.html", who, rows=rows, total=len(found), page=f.page,
                   pages=max(1, -(-len(found) // PAGE)), f=f,
-                  tenants=sorted({j.tenant for j in visible}))  # fmt: skip
+                  tenants=sorted(t for t, n in backend.view.counts.items()
+                                 if n > 0 and who.tenant in (None, t)))  # fmt: skip
 
 
 @router.get("/jobs/{job_id:path}", response_class=HTMLResponse)
@@ -216,7 +219,7 @@ def runs(
         start, end = window_of(since)
         statuses = statuses_of(status)
         if run_id:
-            stored = run_id if who.tenant is None else f"{who.tenant}/{run_id}"
+            stored = run_id if who.tenant is None else qualify(who.tenant, run_id)
             rows = backend.history.run(stored)
         elif job:
             found = job_of(backend, who.caller(), job)
@@ -241,14 +244,12 @@ def dlq(request: Request, who: Who, limit: Annotated[int, Query(ge=1, le=500)] =
         if (
             letter is not None
             and who.tenant is not None
-            and not (letter.job_id or "").startswith(f"{who.tenant}/")
+            and (unqualify(who.tenant, letter.job_id or "") is None)
         ):
-            continue
+            continue  # another tenant's
         shown.append({
             "partition": item.partition, "offset": item.offset, "problem": item.problem,
             "letter": letter, "job": own_id(who, letter.job_id) if letter and letter.job_id else "",
-            "replayable": bool(letter and letter.source_value is not None
-                               and letter.source_partition >= 0),
-            "value": (letter.source_value or b"")[:120].hex() if letter else "",
+            "replayable": letter is not None and replayable(letter),
         })  # fmt: skip
     return render(request, "dlq.html", who, letters=shown, admin=who.holder == ADMIN)

@@ -13,10 +13,11 @@ from typing import Any
 import httpx
 from confluent_kafka import TopicPartition
 
-from runtime.kafka.clients import kafka_consumer
+from runtime.kafka.clients import consume_ready, kafka_consumer
+from runtime.kafka.offsets import watermarks
 from runtime.kafka.publisher import Publisher
 from runtime.settings import Settings
-from schemas.catalog import Topics
+from schemas.catalog import DLQ, Topics
 from schemas.events import DeadLetter
 from schemas.serde import Codec, DecodeError
 
@@ -110,29 +111,33 @@ class Letter:
     problem: str | None = None
 
 
+def replayable(letter: DeadLetter) -> bool:
+    """Whether ``letter`` keeps its source record (a run given up on after its attempts
+    does not: it was a good record)."""
+    return letter.source_value is not None and letter.source_partition >= 0
+
+
 class DeadLetters:
     """The last records of the DLQ topic, newest first; a replay writes a letter's
     source record (key and value as they were) back to its source topic."""
 
     def __init__(self, settings: Settings, codec: Codec, publisher: Publisher) -> None:
-        self.topic = Topics(settings).dlq
+        topics = Topics(settings)
+        self.topic = topics.dlq
+        self.partitions = topics.partitions(DLQ)
         self.codec = codec
         self.publisher = publisher
         self.consumer = kafka_consumer(settings)
         self.lock = threading.Lock()  # one consumer, requests on several threads
 
-    def _ends(self) -> list[tuple[int, int, int]]:
-        meta = self.consumer.list_topics(self.topic, timeout=10).topics[self.topic]
-        out = []
-        for p in sorted(meta.partitions):
-            low, high = self.consumer.get_watermark_offsets(TopicPartition(self.topic, p),
-                                                            timeout=10)  # fmt: skip
-            out.append((p, low, high))
-        return out
+    def _ends(self) -> dict[int, tuple[int, int]]:
+        """partition -> (low, high) offsets."""
+        return {p: watermarks(self.consumer, TopicPartition(self.topic, p), timeout=10)
+                for p in range(self.partitions)}  # fmt: skip
 
     def count(self) -> int:
         with self.lock:
-            return sum(high - low for _, low, high in self._ends())
+            return sum(high - low for low, high in self._ends().values())
 
     def last(self, limit: int) -> list[Letter]:
         """Up to ``limit`` letters of each partition, the newest ``limit`` of all first."""
@@ -140,24 +145,24 @@ class DeadLetters:
             return self._last(limit)
 
     def _last(self, limit: int) -> list[Letter]:
-        ends = [(p, max(low, high - limit), high) for p, low, high in self._ends()]
-        wanted = {p: high for p, start, high in ends if start < high}
-        if not wanted:
+        # partition -> (first offset read, end)
+        ranges = {p: (max(low, high - limit), high) for p, (low, high) in self._ends().items()
+                  if low < high}  # fmt: skip
+        if not ranges:
             return []
-        self.consumer.assign([TopicPartition(self.topic, p, start) for p, start, high in ends
-                              if start < high])  # fmt: skip
+        self.consumer.assign([TopicPartition(self.topic, p, start)
+                              for p, (start, _) in ranges.items()])  # fmt: skip
         got: list[tuple[int, Letter]] = []
         deadline = time.monotonic() + 10
         try:
-            while wanted and time.monotonic() < deadline:
-                # consume() waits for all 500 or the timeout: short waits, until the ends
-                for msg in self.consumer.consume(500, timeout=0.05):
+            while ranges and (left := deadline - time.monotonic()) > 0:
+                for msg in consume_ready(self.consumer, 500, left):
                     if msg.error() is not None:
                         continue
                     p, offset = msg.partition() or 0, msg.offset() or 0
                     got.append((msg.timestamp()[1], self._letter(p, offset, msg.value())))
-                    if offset + 1 >= wanted.get(p, 0):
-                        wanted.pop(p, None)
+                    if p in ranges and offset + 1 >= ranges[p][1]:
+                        del ranges[p]
         finally:
             self.consumer.unassign()
         got.sort(key=lambda t: (t[0], t[1].offset), reverse=True)
@@ -174,7 +179,7 @@ class DeadLetters:
         with self.lock:
             self.consumer.assign([TopicPartition(self.topic, partition, offset)])
             try:
-                msg = self.consumer.consume(1, timeout=10)
+                msg = consume_ready(self.consumer, 1, 10)
             finally:
                 self.consumer.unassign()
         if not msg or msg[0].error() is not None or msg[0].offset() != offset:
@@ -186,7 +191,7 @@ class DeadLetters:
 
     def replay(self, letter: DeadLetter) -> None:
         """Write the letter's source record back where it came from, as it was."""
-        if letter.source_value is None or letter.source_partition < 0:
+        if not replayable(letter):
             raise LookupError(
                 "this letter keeps no source record to replay (a run given up "
                 "on after its attempts: trigger its job again instead)"
