@@ -214,12 +214,15 @@ class CronstreamProcess:
 
 
 class Target:
-    """An HTTP server on 127.0.0.1 that records (time, path, Idempotency-Key)."""
+    """An HTTP server on 127.0.0.1 that records (time, path, Idempotency-Key); a path
+    under /slow answers after ``slow_s`` seconds, /fail with a 500."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[float, str, str]] = []
+        self.slow_s = 1.0
         lock = threading.Lock()
         calls = self.calls
+        owner = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
@@ -228,7 +231,7 @@ class Target:
                 with lock:
                     calls.append((time.time(), self.path, self.headers["Idempotency-Key"]))
                 if self.path.startswith("/slow"):
-                    time.sleep(1.0)
+                    time.sleep(owner.slow_s)
                 status = 500 if self.path.startswith("/fail") else 200
                 self.send_response(status)
                 self.send_header("Content-Length", "0")

@@ -173,8 +173,11 @@ def test_a_node_that_succeeds_on_its_retry_lets_the_flow_go_on(
 def test_a_flows_concurrency_policy_holds_for_a_run_started_while_one_runs(
     ns: Settings, tmp_path: Path, target: Target, procs: list[CronstreamProcess], policy: str
 ) -> None:
+    # The second trigger is a `cronstream` command (about a second to start): node a must
+    # outlast it by far, or the first run has ended when the second arrives.
+    target.slow_s = 5.0
     _put(ns, tmp_path, {"id": "one", "concurrency": policy, "nodes": [
-        {"name": "a", "target": "http", "url": f"{target.url}/slow/a"},  # takes a second
+        {"name": "a", "target": "http", "url": f"{target.url}/slow/a"},  # takes 5 s
         {"name": "b", "after": ["a"], "target": "http", "url": f"{target.url}/ok/b"},
     ]})  # fmt: skip
     _start(ns, tmp_path, procs, "w", "worker", "--http-allow", "127.0.0.0/8", ready="assigned")
