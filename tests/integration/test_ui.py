@@ -16,6 +16,9 @@ import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.wait import WebDriverWait
 
 from producers.client import JobClient
 from producers.spec import job_from_spec
@@ -65,7 +68,13 @@ class Page:
         self.driver.get(self.url + path)
 
     def text(self, css: str = "main") -> str:
-        return str(self.driver.find_element(By.CSS_SELECTOR, css).text)
+        """The text of the element, waited for (a page the last click asked for may still
+        be on its way)."""
+        return str(self._wait(expected_conditions.presence_of_element_located(
+            (By.CSS_SELECTOR, css))).text)  # fmt: skip
+
+    def _wait(self, condition: Callable[[webdriver.Chrome], WebElement | bool]) -> WebElement:
+        return WebDriverWait(self.driver, 30).until(condition)  # type: ignore[return-value]
 
     def until(self, path: str, check: Callable[[], bool], timeout: float = 60) -> None:
         """Load ``path`` again until ``check`` holds on it."""
@@ -83,8 +92,20 @@ class Page:
         assert self.driver.save_screenshot(str(path))
         self.shots.append(path)
 
-    def click(self, css: str) -> None:
+    def click(self, css: str, *, accept_alert: bool = False) -> None:
+        """Click a link or a form's button and wait until the page it asks for replaced
+        this one (a click returns before the browser has the next page: the failure of
+        the CI run on a2be8d7 was a look for the flash on the page before it). The old
+        page is marked with a script variable: chromedriver's staleness check of an
+        element of it can fail with "Node ... does not belong to the document"."""
+        self.driver.execute_script("window.cronstreamLeaving = true;")
         self.driver.find_element(By.CSS_SELECTOR, css).click()
+        if accept_alert:
+            WebDriverWait(self.driver, 30).until(expected_conditions.alert_is_present())
+            self.driver.switch_to.alert.accept()
+        self._wait(lambda driver: bool(driver.execute_script(
+            "return window.cronstreamLeaving === undefined"
+            " && document.readyState === 'complete';")))  # fmt: skip
 
     def sign_in(self, token: str) -> None:
         self.open("/ui/login")
@@ -178,8 +199,7 @@ def _replay(page: Page, browser: webdriver.Chrome, admin: str) -> None:
     page.sign_in(admin)
     page.open("/ui/dlq")
     before = page.text("#letters").count("undecodable run")
-    page.click("button.replay")
-    browser.switch_to.alert.accept()
+    page.click("button.replay", accept_alert=True)
     assert "replayed" in page.text("#flash")
     page.until("/ui/dlq", lambda: page.text("#letters").count("undecodable run") > before)
     page.shot("dlq-replayed")
