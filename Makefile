@@ -23,19 +23,20 @@ $(STAMP): pyproject.toml
 	  $(PY) -m pip install -e '.[dev]' >> $(VENV)/pip.log 2>&1 || { tail -30 $(VENV)/pip.log; exit 1; }
 	@rm -f $(VENV)/.installed-*; touch $@
 
-debs: ## install the Debian packages used here when missing: kcat, prometheus, prometheus-alertmanager, chromium (+ driver, for the dashboard's browser tests)
+debs: ## install the Debian packages used here when missing: kcat, prometheus, prometheus-alertmanager, chromium (+ driver, for the dashboard's browser tests), postgresql (Kafka Connect's warehouse)
 	@missing=""; command -v kcat >/dev/null || missing="$$missing kcat"; \
 	  command -v chromium >/dev/null || missing="$$missing chromium"; \
 	  command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
 	  command -v promtool >/dev/null || missing="$$missing prometheus"; \
 	  command -v prometheus-alertmanager >/dev/null || missing="$$missing prometheus-alertmanager"; \
+	  ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	  if [ -n "$$missing" ]; then echo "[deps] installing Debian packages:$$missing"; \
 	    sudo=""; [ "$$(id -u)" = 0 ] || sudo=sudo; \
 	    $$sudo apt-get update -qq && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 
 deps: debs $(STAMP) ## install Python packages into .venv and Debian packages; check Java/Maven
 
-up: deps ## start Kafka, the registry, Cassandra, Prometheus, Alertmanager; create topics, schemas, keyspace
+up: deps ## start Kafka, the registry, Cassandra, PostgreSQL, Prometheus, Alertmanager; create topics, schemas, keyspace; then Kafka Connect and its history sink
 	@$(PY) -m infra up
 
 down: ## stop every service (data is kept)

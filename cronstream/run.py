@@ -58,6 +58,8 @@ STARTED = (
     'api-token-demo.secret)" http://127.0.0.1:8780/v1/jobs\n'
     "Monitoring: Prometheus http://127.0.0.1:9190 (alerts: /alerts), Alertmanager\n"
     "  http://127.0.0.1:9193; each process answers /metrics, /healthz, /readyz\n"
+    "Warehouse: Kafka Connect http://127.0.0.1:8083/connectors writes history into\n"
+    "  PostgreSQL 127.0.0.1:5442, database warehouse, table cronstream_history\n"
     "Ctrl-C stops every process; `make down` stops the services."
 )
 STATUS_EVERY_S = 2.0

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from infra import stack
 from infra.bootstrap import BootstrapError, bootstrap
+from infra.connect import ensure_history_sink, history_table
 from infra.service import StackError
 from infra.tenants import TenantError, tenants_command
 from runtime.settings import Settings, SettingsError
@@ -60,6 +61,10 @@ def _up(settings: Settings, *, bootstrap_too: bool) -> None:
     print(f"[stack] services up in {took:.1f}s", file=sys.stderr)
     if bootstrap_too:
         bootstrap(settings)
+        took = stack.up(settings, bootstrapped=True)  # Kafka Connect: its login exists now
+        ensure_history_sink(settings)
+        print(f"[stack] Kafka Connect up in {took:.1f}s; history sinks to the warehouse's "
+              f"{history_table(settings)} table", file=sys.stderr)  # fmt: skip
 
 
 def _status(settings: Settings) -> int:

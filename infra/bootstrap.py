@@ -48,7 +48,7 @@ from runtime.registry import registry_client
 from runtime.settings import Settings
 from runtime.tokens import ADMIN, issue_token
 from schemas.avro import schema_json
-from schemas.catalog import FLOWS_APP, ROLES, TENANT_TOPICS, RoleAccess, Topics, role_user
+from schemas.catalog import ROLES, TENANT_TOPICS, RoleAccess, Topics, role_user
 from schemas.serde import Codec
 
 COMPATIBILITY = "BACKWARD"
@@ -264,10 +264,10 @@ def _role_access(topics: Topics, access: RoleAccess, principal: str) -> list[Acl
     if access.tenant_topics:
         ops = (AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE)
         wanted |= {(f"{topics.prefix}.{TENANT_TOPICS}", prefixed, op) for op in ops}
-    if access.internal:  # faust's own topics: "<prefix>.flows-coordinator-..."
+    if access.internal:  # a framework's own topics: "<prefix>.flows-coordinator-..."
         own = (AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE,
                AclOperation.DESCRIBE_CONFIGS)  # fmt: skip
-        wanted |= {(f"{topics.prefix}.{FLOWS_APP}-", prefixed, op) for op in own}
+        wanted |= {(f"{topics.prefix}.{access.internal}", prefixed, op) for op in own}
     bindings = [
         AclBinding(ResourceType.TOPIC, name, pattern, principal, "*", op, allow)
         for name, pattern, op in sorted(wanted, key=str)

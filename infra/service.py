@@ -133,6 +133,9 @@ class Service(ABC):
 
     name: str
     start_timeout: float = 120.0
+    stop_signal: int = signal.SIGTERM  # what asks the process to stop
+    # started after the bootstrap (its Kafka login, ACLs and topics): Kafka Connect
+    after_bootstrap: bool = False
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -184,10 +187,11 @@ class Service(ABC):
 
         ``spec`` is a POM (its runtime dependencies are copied) or a file holding one
         artifact coordinate (that artifact alone is copied: the Apicurio archive, whose
-        parent POM is not on Maven Central). A marker named after the spec's hash makes
-        the next call a no-op until the spec changes.
+        parent POM is not on Maven Central). A marker in ``into`` named after the spec's
+        hash makes the next call a no-op until the spec changes (one per folder: a
+        service may resolve several, as Kafka Connect's plugins).
         """
-        marker = self.lib / f".resolved-{hashlib.sha256(spec.read_bytes()).hexdigest()[:16]}"
+        marker = into / f".resolved-{hashlib.sha256(spec.read_bytes()).hexdigest()[:16]}"
         if marker.exists():
             return False
         if into.exists():
@@ -198,8 +202,6 @@ class Service(ABC):
         else:
             args = ["dependency:copy", f"-Dartifact={spec.read_text().strip()}"]
         run_maven([*args, f"-DoutputDirectory={into}"], f"the {self.name} artifacts ({spec})")
-        for old in self.lib.glob(".resolved-*"):
-            old.unlink()
         marker.touch()
         return True
 
@@ -263,7 +265,7 @@ class Service(ABC):
         pid = self.pid()
         if pid is None:
             return
-        _signal_group(pid, signal.SIGTERM)
+        _signal_group(pid, self.stop_signal)
         if not _wait_gone(pid, timeout):
             _signal_group(pid, signal.SIGKILL)
             _wait_gone(pid, 30.0)

@@ -22,6 +22,7 @@ import tarfile
 import uuid
 from pathlib import Path
 
+from infra.connect import connect_services
 from infra.ops import ops_services
 from infra.security import ensure_secret_file, ensure_tls, write_private
 from infra.service import (
@@ -400,5 +401,7 @@ unlogged_batch_across_partitions_warn_threshold: 128
 
 
 def all_services(settings: Settings) -> list[Service]:
-    """In start order: Cassandra is slowest, so it goes first; monitoring last."""
-    return [Cassandra(settings), Kafka(settings), Registry(settings), *ops_services(settings)]
+    """In start order: Cassandra is slowest, so it goes first; Kafka Connect after
+    Kafka (whose jars it runs) and its warehouse; monitoring last."""
+    return [Cassandra(settings), Kafka(settings), Registry(settings),
+            *connect_services(settings), *ops_services(settings)]  # fmt: skip

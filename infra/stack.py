@@ -31,14 +31,11 @@ def fetch(settings: Settings, say: Callable[[str], None] = _say) -> None:
         svc.fetch()
 
 
-def up(settings: Settings, say: Callable[[str], None] = _say) -> float:
-    """Start every service that is not running and wait until all are ready.
-
-    Returns the seconds spent. Raises StackError with advice when something fails.
-    """
-    began = time.monotonic()
-    services = all_services(settings)
-    fetch(settings, say)
+def _start(settings: Settings, say: Callable[[str], None], *, bootstrapped: bool) -> list[Service]:
+    """Start the services of this phase that are not running; those to wait for."""
+    services = [s for s in all_services(settings) if s.after_bootstrap == bootstrapped]
+    if not bootstrapped:
+        fetch(settings, say)
     waiting: list[Service] = []
     for svc in services:
         if svc.running():
@@ -50,6 +47,20 @@ def up(settings: Settings, say: Callable[[str], None] = _say) -> float:
             say(f"starting {svc.name} (log: {svc.log})")
             svc.start()
         waiting.append(svc)
+    return waiting
+
+
+def up(
+    settings: Settings, say: Callable[[str], None] = _say, *, bootstrapped: bool = False
+) -> float:
+    """Start every service that is not running and wait until all are ready: those
+    that need the bootstrap (``Service.after_bootstrap``) when ``bootstrapped``, the
+    others when not.
+
+    Returns the seconds spent. Raises StackError with advice when something fails.
+    """
+    began = time.monotonic()
+    waiting = _start(settings, say, bootstrapped=bootstrapped)
     deadlines = {svc.name: time.monotonic() + svc.start_timeout for svc in waiting}
     starts = dict.fromkeys(deadlines, 1)
     while waiting:

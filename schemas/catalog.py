@@ -118,8 +118,9 @@ CATALOG: tuple[TopicSpec, ...] = (
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InternalTopic:
-    """A topic of the flows coordinator's own (faust-streaming's: its leader topic, its
-    table's changelog), not Avro, not in CATALOG; the bootstrap creates it, since
+    """A topic of a framework's own, not Avro, not in CATALOG: the flows coordinator's
+    (faust-streaming's leader topic and its table's changelog) and the Kafka Connect
+    worker's (its configs, offsets and status); the bootstrap creates it, since
     cronstream's users may not create topics."""
 
     suffix: str
@@ -129,11 +130,15 @@ class InternalTopic:
 
 FLOWS_APP = "flows-coordinator"  # the faust app id after "<prefix>."; its topics start so
 FLOWS_TABLE = "runs"
+CONNECT = "connect"  # the Kafka Connect worker's group and topics after "<prefix>."
+_COMPACT = _cfg(cleanup_policy="compact")
 INTERNAL: tuple[InternalTopic, ...] = (
     InternalTopic(suffix=f"{FLOWS_APP}-__assignor-__leader", fixed_partitions=1),
-    InternalTopic(
-        suffix=f"{FLOWS_APP}-{FLOWS_TABLE}-changelog", config=_cfg(cleanup_policy="compact")
-    ),
+    InternalTopic(suffix=f"{FLOWS_APP}-{FLOWS_TABLE}-changelog", config=_COMPACT),
+    # Kafka Connect's (distributed mode): its configs must be one partition
+    InternalTopic(suffix=f"{CONNECT}-configs", config=_COMPACT, fixed_partitions=1),
+    InternalTopic(suffix=f"{CONNECT}-offsets", config=_COMPACT),
+    InternalTopic(suffix=f"{CONNECT}-status", config=_COMPACT),
 )
 
 # Per tenant (``tenants add``), not in CATALOG: the bootstrap does not make them.
@@ -164,7 +169,8 @@ class RoleAccess:
     reads: tuple[TopicSpec, ...] = ()
     writes: tuple[TopicSpec, ...] = ()
     tenant_topics: bool = False
-    internal: bool = False  # read and write the flows coordinator's INTERNAL topics
+    # read and write the INTERNAL topics starting "<prefix>.<internal>" ("": none)
+    internal: str = ""
     # The history tables in Cassandra, as its own login (cassandra_role_user):
     # "write" (SELECT and MODIFY), "read" (SELECT), "" (no login of its own).
     history: str = ""
@@ -195,7 +201,9 @@ ROLES: Mapping[str, RoleAccess] = MappingProxyType({
     # a flow run replaced (concurrency replace) cancels its node runs; flow deadlines
     "flows": RoleAccess(reads=(FLOWS, FLOW_EVENTS),
                         writes=(*_RUNS, HISTORY, DLQ, CONTROL, ALERTS),
-                        internal=True),
+                        internal=f"{FLOWS_APP}-"),
+    # the Kafka Connect worker (infra.connect): its own topics; its sinks read history
+    "connect": RoleAccess(reads=(HISTORY,), internal=f"{CONNECT}-"),
 })  # fmt: skip
 
 

@@ -64,6 +64,8 @@ def stack(base_settings: Settings) -> Settings:
     from infra import stack as stack_mod
 
     stack_mod.up(base_settings, say=lambda _msg: None)
+    # Kafka Connect (after the bootstrap, which `make test`'s `make up` ran)
+    stack_mod.up(base_settings, say=lambda _msg: None, bootstrapped=True)
     return base_settings
 
 

@@ -32,6 +32,8 @@ PORTS = {
     "CRONSTREAM_CASSANDRA_JMX_PORT": 7199,
     "CRONSTREAM_PROMETHEUS_PORT": 9190,
     "CRONSTREAM_ALERTMANAGER_PORT": 9193,
+    "CRONSTREAM_POSTGRES_PORT": 5442,
+    "CRONSTREAM_CONNECT_PORT": 8083,
 }
 # Smaller heaps than the main stack: both may run at once on a small machine.
 HEAPS = {

@@ -36,10 +36,19 @@ def test_only_the_admission_and_the_dashboard_write_jobs_and_reach_tenants() -> 
     assert writes_jobs == {"admission", "ui"}
     tenant_writes = {r for r in ROLES if ("TOPIC", "acme.t.", "PREFIXED", "WRITE") in _grants(r)}
     assert tenant_writes == {"admission", "api", "ui"}
-    for role in ROLES:  # literal names, the tenant prefix or the flows coordinator's own
-        for kind, name, pattern, _op in _grants(role):  # topics: never the whole namespace
+    own = {"flows": "acme.flows-coordinator-", "connect": "acme.connect-"}
+    for role in ROLES:  # literal names, the tenant prefix or a framework's own topics:
+        for kind, name, pattern, _op in _grants(role):  # never the whole namespace
             if kind == "TOPIC" and pattern == "PREFIXED":
-                assert name == ("acme.flows-coordinator-" if role == "flows" else "acme.t.")
+                assert name == own.get(role, "acme.t.")
+
+
+def test_kafka_connect_reads_history_and_uses_its_own_topics_only() -> None:
+    grants = _grants("connect")
+    assert {(g[1], g[3]) for g in grants if g[0] == "TOPIC" and g[2] == "LITERAL"} == {
+        ("acme.history", "READ"), ("acme.history", "DESCRIBE")}  # fmt: skip
+    assert {g[3] for g in grants if g[1] == "acme.connect-"} == {
+        "READ", "WRITE", "DESCRIBE", "DESCRIBE_CONFIGS"}  # fmt: skip
 
 
 def test_the_flows_coordinator_reaches_its_own_topics_and_writes_no_definition() -> None:

@@ -58,7 +58,9 @@ def test_catalog_names_partitions_and_configs() -> None:
     assert AUDIT.config["retention.ms"] == str(365 * 86_400_000)  # kept as long as history
     assert [name for name, _ in topics.internal()] == [
         "acme.flows-coordinator-__assignor-__leader", "acme.flows-coordinator-runs-changelog",
+        "acme.connect-configs", "acme.connect-offsets", "acme.connect-status",
     ]  # fmt: skip
+    assert dict(topics.layout())["acme.connect-configs"][0] == 1  # Connect demands one
     assert topics.runs(Priority.HIGH) == "acme.runs.high"
     assert JOBS.config["cleanup.policy"] == "compact"
     assert JOBS.config["retention.ms"] == "-1"
