@@ -375,6 +375,55 @@ worker_tenant_runs = Counter(
 )
 worker_tenant_label = TenantLabels()
 
+job_failure_streak = Gauge(
+    "cronstream_worker_job_failure_streak",
+    "Attempts of a job that failed in a row (FAILED, TIMED_OUT, DEAD_LETTERED; a success "
+    "ends the streak and the series), for the jobs of this worker's partitions; at most "
+    "100 jobs by name, the others counted in job_id=_other (how many jobs fail)",
+    ["job_id"],
+    registry=REGISTRY,
+)
+
+
+class FailureStreaks:
+    """``job_failure_streak``'s bookkeeping: a series per failing job only, so a
+    scheduler of 100,000 healthy jobs exports none, and at most ``limit`` named (the
+    job id comes from a record); a streak restarts on another worker after failover.
+    The label is ``job_id``: Prometheus's own ``job`` label names the scrape job."""
+
+    FAILURES = frozenset({"FAILED", "TIMED_OUT", "DEAD_LETTERED"})
+    OTHER = "_other"
+
+    def __init__(self, gauge: Gauge, limit: int = 100, track: int = 100_000) -> None:
+        self.gauge, self.limit, self.track = gauge, limit, track
+        self._streaks: dict[str, int] = {}
+        self._named: set[str] = set()
+        self._overflowed = False
+
+    def note(self, job: str, status: str) -> None:
+        if status == "SUCCEEDED":
+            if self._streaks.pop(job, None) is None:
+                return
+            if job in self._named:
+                self._named.discard(job)
+                self.gauge.remove(job)
+        elif status in self.FAILURES:
+            if job not in self._streaks and len(self._streaks) >= self.track:
+                return
+            streak = self._streaks[job] = self._streaks.get(job, 0) + 1
+            if job in self._named or len(self._named) < self.limit:
+                self._named.add(job)
+                self.gauge.labels(job).set(streak)
+        else:
+            return
+        unnamed = len(self._streaks) - len(self._named)
+        if unnamed or self._overflowed:
+            self._overflowed = True
+            self.gauge.labels(self.OTHER).set(unnamed)
+
+
+worker_failure_streaks = FailureStreaks(job_failure_streak)
+
 # -- admission ------------------------------------------------------------------------------
 # Tenants are onboarded by an operator (``cronstream tenants add``), so the tenant label's
 # values are bounded by that list; action and verdict are closed sets.

@@ -201,6 +201,7 @@ class Outbox:
             self.tally.add(metrics.runs_finished, status.value, run.target.type)
             tenant = metrics.worker_tenant_label(run.tenant)
             self.tally.add(metrics.worker_tenant_runs, tenant, status.value)
+            metrics.worker_failure_streaks.note(run.job_id, status.value)
             if ran:
                 metrics.run_duration.observe((now_ms - started_ms) / 1000)
         else:

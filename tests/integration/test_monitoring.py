@@ -129,6 +129,17 @@ def test_a_dead_lettered_job_reaches_the_webhook_through_prometheus_and_alertman
     assert alert["annotations"]["summary"].endswith("dead-lettered by the worker in 5 minutes")
     assert target.keys("/fail/doomed")  # the run really ran, and failed
 
+    # Two more runs of it fail: three in a row, an alert naming the job.
+    for _ in range(2):
+        assert cronstream(ns, "runs", "trigger", "doomed").returncode == 0
+    deadline = time.monotonic() + 90
+    while not (streak := [a for a in receiver.alerts
+                          if a["labels"]["alertname"] == "CronstreamJobFailingRepeatedly"]):  # fmt: skip
+        assert time.monotonic() < deadline, f"no streak alert: {receiver.alerts}"
+        time.sleep(0.5)
+    assert streak[0]["labels"]["job_id"] == "doomed"
+    assert streak[0]["annotations"]["summary"] == "job doomed: 3 attempts failed in a row"
+
 
 def _query(port: int, expr: str) -> list[Any]:
     answer = httpx.get(f"http://127.0.0.1:{port}/api/v1/query", params={"query": expr}).json()

@@ -22,7 +22,8 @@ from schemas.catalog import cassandra_role_user
 
 DEPLOY = Path(__file__).resolve().parents[2] / "infra" / "deploy"
 KUBERNETES = "1.37.0"
-ROLES = {"scheduler", "worker", "sink", "admission", "flows", "api"}
+ROLES = {"scheduler", "worker", "sink", "admission", "flows", "api", "ui"}
+HTTP = ("api", "ui")  # serve on --port; the others on --metrics-port
 
 
 def _documents() -> list[dict[str, Any]]:
@@ -69,8 +70,8 @@ def test_every_role_is_deployed_with_probes_resources_and_a_disruption_budget() 
         assert container["resources"]["requests"]
         assert container["resources"]["limits"]["memory"]
         args = container["args"]
-        assert ("--port" if role == "api" else "--metrics-port") in args
-        assert str(port) == args[args.index("--port" if role == "api" else "--metrics-port") + 1]
+        flag = "--port" if role in HTTP else "--metrics-port"
+        assert str(port) == args[args.index(flag) + 1]
         parser.parse_args(args)  # a command the CLI accepts (SystemExit otherwise)
         budget = budgets[deployment["metadata"]["name"]]
         selector = deployment["spec"]["selector"]["matchLabels"]
