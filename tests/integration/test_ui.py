@@ -23,6 +23,7 @@ from selenium.webdriver.support.wait import WebDriverWait
 from producers.client import JobClient
 from producers.spec import job_from_spec
 from runtime.kafka.clients import kafka_producer
+from runtime.scrape import targets_dir, write_targets
 from runtime.settings import REPO_ROOT, Settings
 from runtime.tokens import ADMIN, token_path
 from schemas.catalog import Topics
@@ -114,13 +115,27 @@ class Page:
         assert "signed in" in self.text("#flash")
 
 
-def _stack(settings: Settings, procs: list[CronstreamProcess], tmp_path: Path) -> str:
+@pytest.fixture
+def scraped(history_ns: Settings) -> Iterator[Path]:
+    """A file of the stack's Prometheus targets for the test's processes (removed after):
+    the overview's figures are theirs."""
+    path = targets_dir(history_ns) / f"test-ui-{history_ns.topic_prefix}.json"
+    yield path
+    path.unlink(missing_ok=True)
+
+
+def _stack(settings: Settings, procs: list[CronstreamProcess], tmp_path: Path,
+           scraped: Path) -> str:  # fmt: skip
     with JobClient(settings) as client:
         client.put_many([job_from_spec(spec, max_payload_bytes=settings.max_payload_bytes)
                          for spec in JOBS])  # fmt: skip
+    ports = {}
     for role, args in (("scheduler", ()), ("sink", ()),
                        ("worker", ("--python-allow", "examples"))):  # fmt: skip
-        procs.append(CronstreamProcess(settings, tmp_path, role, *args, command=role))
+        ports[f"{settings.topic_prefix}-{role}"] = (role, port := free_port())
+        procs.append(CronstreamProcess(settings, tmp_path, role, *args, "--metrics-port",
+                                       str(port), command=role))  # fmt: skip
+    write_targets(scraped.parent, scraped.stem, ports)
     port = free_port()
     ui = CronstreamProcess(settings, tmp_path, "ui", "--port", str(port), command="ui")
     procs.append(ui)
@@ -132,15 +147,16 @@ def _stack(settings: Settings, procs: list[CronstreamProcess], tmp_path: Path) -
 def test_every_page_loads_shows_the_jobs_and_their_runs_and_one_action_each_works(
     history_ns: Settings, two: tuple[str, str], admission: AdmissionThread,
     procs: list[CronstreamProcess], browser: webdriver.Chrome, tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], scraped: Path,
 ) -> None:  # fmt: skip
     assert admission is not None  # tenants' commands are answered
-    url = _stack(history_ns, procs, tmp_path)
+    url = _stack(history_ns, procs, tmp_path, scraped)
     page = Page(browser, url)
     # A malformed run record: the worker dead-letters it, keeping its bytes (replayable).
     producer = kafka_producer(history_ns)
     producer.produce(Topics(history_ns).runs(Priority.NORMAL), value=b"\x00garbage", key=b"junk")
     producer.flush(30)
+    _overview(page, history_ns.topic_prefix)
     _read_pages(page, browser)
     _replay(page, browser, token_path(history_ns, ADMIN).read_text().strip())
     _pause(page)
@@ -149,15 +165,24 @@ def test_every_page_loads_shows_the_jobs_and_their_runs_and_one_action_each_work
         print("\nscreenshots:", *(str(p) for p in page.shots), sep="\n  ")
 
 
-def _read_pages(page: Page, browser: webdriver.Chrome) -> None:
-    # Overview: rendered, then updated live by its script.
+def _overview(page: Page, prefix: str) -> None:
+    """Rendered, then updated live by its script with the stack's Prometheus's figures
+    of the test's processes: each listed up, fires and runs per second above 0."""
     page.open("/ui")
-    deadline = time.monotonic() + 30
-    while not page.text("#updated").startswith("live ·"):
+    deadline = time.monotonic() + 90
+    while not (page.text("#updated").startswith("live ·")
+               and all(f"{prefix}-{role}" in page.text("#processes")
+                       for role in ("scheduler", "worker", "sink"))
+               and float(page.text("#fires")) > 0 and float(page.text("#runs")) > 0):  # fmt: skip
         assert time.monotonic() < deadline, page.text()
-        time.sleep(0.5)
+        time.sleep(1)
+    assert "DOWN" not in "".join(line for line in page.text("#processes").splitlines()
+                                 if prefix in line)  # fmt: skip
     assert int(page.text("#jobs")) >= len(JOBS)
     page.shot("overview")
+
+
+def _read_pages(page: Page, browser: webdriver.Chrome) -> None:
 
     # Jobs: every job, then a search.
     page.open("/ui/jobs")
