@@ -18,7 +18,7 @@ from typing import Any
 from runtime.scrape import targets_dir, write_targets
 from runtime.settings import Settings, env_int
 
-ROLES = ("scheduler", "worker", "sink", "admission", "flows")
+ROLES = ("scheduler", "worker", "sink", "admission", "flows", "archiver")
 API_PORT = 8780
 
 

@@ -45,7 +45,7 @@ from schemas.events import Priority, text_headers
 
 FAILURES = frozenset({"FAILED", "TIMED_OUT", "DEAD_LETTERED"})
 STARTED = (
-    "scheduler, worker, sink, admission, api and the flows coordinator started.\n"
+    "scheduler, worker, sink, archiver, admission, api and the flows coordinator started.\n"
     "Dashboard: http://127.0.0.1:8780/ui (read-only; sign in with a token from\n"
     "  .stack/data/security/credentials/api-token-*.secret to act). In another terminal try:\n"
     "  .venv/bin/cronstream jobs list\n"
@@ -225,6 +225,7 @@ def start_roles(settings: Settings, console: Console) -> dict[str, subprocess.Po
         # the dashboard at /ui, the HTTP API beside it (one process: `cronstream ui`)
         "api": start("api", ["ui"], logs, console),
         "flows": start("flows", scraped("flows", "flows-coordinator"), logs, console),
+        "archiver": start("archiver", scraped("archiver", "archiver"), logs, console),
     }
 
 

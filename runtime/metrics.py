@@ -424,6 +424,28 @@ class FailureStreaks:
 
 worker_failure_streaks = FailureStreaks(job_failure_streak)
 
+# -- archiver -------------------------------------------------------------------------------
+archiver_outcomes = Counter(
+    "cronstream_archiver_outcomes",
+    "Outcomes written to the Parquet archive",
+    registry=REGISTRY,
+)
+archiver_files = Counter(
+    "cronstream_archiver_files",
+    "Parquet parts written (one per day and tenant of a flush)",
+    registry=REGISTRY,
+)
+archiver_skipped = Counter(
+    "cronstream_archiver_skipped",
+    "History records that are no RunOutcome, skipped (the sink dead-letters them)",
+    registry=REGISTRY,
+)
+archiver_flush_seconds = Gauge(
+    "cronstream_archiver_flush_seconds",
+    "How long the last flush took (parts written, checkpoint saved)",
+    registry=REGISTRY,
+)
+
 # -- admission ------------------------------------------------------------------------------
 # Tenants are onboarded by an operator (``cronstream tenants add``), so the tenant label's
 # values are bounded by that list; action and verdict are closed sets.

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from cronstream.cli import flows, history, jobs, roles, tenants
+from cronstream.cli import archive, flows, history, jobs, roles, tenants
 from cronstream.cli.common import EXIT_INVALID, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_UNAVAILABLE
 from producers.client import JobClient, UnknownJob
 from producers.spec import SpecError
@@ -62,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.register(sub)
     roles.register(sub)
     history.register(sub)
+    archive.register(sub)
     tenants.register(sub)
     flows.register(sub)
     status = sub.add_parser("status", help="health and endpoints of every service")

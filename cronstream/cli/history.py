@@ -7,10 +7,12 @@ import argparse
 import json
 import sys
 from collections.abc import Iterator
+from contextlib import ExitStack, closing
 from datetime import datetime, timedelta
 from itertools import islice
 from typing import Any
 
+from consumers.archive import Archive, archive_root, hot_from, tiered_job_runs
 from consumers.history import History
 from cronstream.cli.common import EXIT_NOT_FOUND, EXIT_UNAVAILABLE
 from producers.spec import SpecError, parse_duration, parse_instant
@@ -44,6 +46,9 @@ def register(sub: Any) -> None:
     h.add_argument("--limit", type=int, default=100, help="at most N rows (0: all)")
     h.add_argument("--page-size", type=int, default=1000, help="rows per Cassandra request")
     h.add_argument("--json", action="store_true", help="one JSON object per line")
+    h.add_argument("--archive", action="store_true",
+                   help="JOB_ID's runs older than Cassandra keeps (CRONSTREAM_HISTORY_TTL_DAYS) "
+                   "from the Parquet archive too, in one answer")  # fmt: skip
     who = h.add_mutually_exclusive_group()
     who.add_argument("--tenant", help="a tenant's: JOB_ID and RUN_ID are its own ids, "
                      "--status rows only its jobs'")  # fmt: skip
@@ -93,6 +98,8 @@ def _checked(args: argparse.Namespace) -> list[str]:
         if value and any(others):
             raise SpecError("history", [f"{name} takes no JOB_ID, --status, window "
                                         "or other run"])  # fmt: skip
+    if args.archive and not args.job_id:
+        raise SpecError("history", ["--archive reads a JOB_ID's runs only"])
     if args.limit < 0 or args.page_size < 1:
         raise SpecError("history", ["--limit must be 0 or more, --page-size 1 or more"])
     if statuses and not args.job_id and not (args.tenant or args.all_tenants):
@@ -114,6 +121,7 @@ def cmd_history(settings: Settings, args: argparse.Namespace) -> int:
         print(f"error: cassandra unavailable: {exc} (is the stack up? 'cronstream status')",
               file=sys.stderr)  # fmt: skip
         return EXIT_UNAVAILABLE
+    stack = ExitStack()
     try:
         history = History(session, settings.keyspace, page_size=args.page_size)
         if args.run:
@@ -130,9 +138,15 @@ def cmd_history(settings: Settings, args: argparse.Namespace) -> int:
                 return EXIT_NOT_FOUND
             _print_rows(iter(rows), args.json, FLOW_COLUMNS, node_of=args.flow_run)
             return 0
-        start, end = history_window(args.since, args.start, args.end, utc_now())
+        now = utc_now()
+        start, end = history_window(args.since, args.start, args.end, now)
         found: Iterator[RunOutcome]
-        if args.job_id:
+        if args.job_id and args.archive:
+            cold = stack.enter_context(closing(Archive(archive_root(settings))))
+            found = tiered_job_runs(history, cold, hot_from(settings, now), args.job_id,
+                                    start, end, statuses)  # fmt: skip
+            columns = JOB_COLUMNS
+        elif args.job_id:
             found = history.job_runs(args.job_id, start, end, statuses)
             columns = JOB_COLUMNS
         else:
@@ -146,6 +160,7 @@ def cmd_history(settings: Settings, args: argparse.Namespace) -> int:
             print(f"nothing recorded from {iso(start)} to {iso(end)}", file=sys.stderr)
         return 0
     finally:
+        stack.close()
         cluster.shutdown()
 
 

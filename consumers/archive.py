@@ -1,0 +1,256 @@
+"""The cold tier of history: outcomes as Parquet files, read with DuckDB.
+
+Cassandra keeps the hot window (its rows live ``CRONSTREAM_HISTORY_TTL_DAYS``); the
+archive keeps every outcome, for a year or longer, at a fraction of the cost. Layout,
+under ``archive_root`` (``$CRONSTREAM_ARCHIVE_DIR`` or ``<home>/archive``, then the
+topic prefix)::
+
+    day=2026-11-25/tenant=default/p003-00000000000000123456.parquet   a part
+    day=2026-11-25/tenant=default/day.parquet                         a compacted day
+    _checkpoints/p003                                                 next offset
+
+``day`` is the UTC day of the run's slot (``scheduled_at``, the day ``runs_by_job``
+buckets it by), so one job's runs over a range read only those days' folders. A file
+holds one outcome per row (every record, as ``runs_by_id``; the tenant is the folder's),
+sorted by job, slot, run and attempt in row groups of ``ROW_GROUP`` rows: a query for one
+job reads the row groups whose job range holds it (Parquet's min/max statistics).
+
+The archiver (``consumers.archiver``) writes parts; ``compact`` merges a finished day's
+parts into ``day.parquet``. Writes are atomic (a temporary file renamed), and a part is
+named after the first offset it holds, so writing the same records again replaces the
+same file. Queries read each outcome once even where a crash left a part next to the
+compacted file that already holds it (``DISTINCT``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator, Sequence
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from consumers.core.buckets import STATUS_RANK, day_of
+from consumers.history import History
+from runtime.settings import Settings
+from schemas.events import RunOutcome, RunStatus, Trigger
+
+ROW_GROUP = 64_000
+COMPACTED = "day.parquet"
+_MS = pa.timestamp("ms", tz="UTC")
+SCHEMA = pa.schema([
+    ("job_id", pa.string()), ("scheduled_at", _MS), ("run_id", pa.string()),
+    ("attempt", pa.int32()), ("status", pa.string()), ("trigger", pa.string()),
+    ("recorded_at", _MS), ("started_at", _MS), ("finished_at", _MS),
+    ("duration_ms", pa.int64()), ("error", pa.string()), ("next_attempt_at", _MS),
+    ("target_type", pa.string()), ("worker", pa.string()),
+])  # fmt: skip
+COLUMNS = tuple(SCHEMA.names)
+_SORT = [("job_id", "ascending"), ("scheduled_at", "ascending"), ("run_id", "ascending"),
+         ("attempt", "ascending"), ("recorded_at", "ascending")]  # fmt: skip
+_PART = re.compile(r"^p(\d{3})-(\d{20})\.parquet$")
+
+
+def archive_root(settings: Settings) -> Path:
+    base = os.environ.get("CRONSTREAM_ARCHIVE_DIR") or settings.home / "archive"
+    return Path(base) / settings.topic_prefix
+
+
+def folder(root: Path, day: date, tenant: str) -> Path:
+    return root / f"day={day.isoformat()}" / f"tenant={tenant}"
+
+
+def part_name(partition: int, first_offset: int) -> str:
+    return f"p{partition:03d}-{first_offset:020d}.parquet"
+
+
+def _table(outcomes: Sequence[RunOutcome]) -> pa.Table:
+    columns: dict[str, list[Any]] = {name: [] for name in COLUMNS}
+    for o in outcomes:
+        columns["job_id"].append(o.job_id)
+        columns["scheduled_at"].append(o.scheduled_at)
+        columns["run_id"].append(o.run_id)
+        columns["attempt"].append(o.attempt)
+        columns["status"].append(o.status.value)
+        columns["trigger"].append(o.trigger.value)
+        columns["recorded_at"].append(o.recorded_at)
+        columns["started_at"].append(o.started_at)
+        columns["finished_at"].append(o.finished_at)
+        columns["duration_ms"].append(o.duration_ms)
+        columns["error"].append(o.error)
+        columns["next_attempt_at"].append(o.next_attempt_at)
+        columns["target_type"].append(o.target_type)
+        columns["worker"].append(o.worker)
+    return pa.table(columns, schema=SCHEMA)
+
+
+def write_table(table: pa.Table, path: Path) -> None:
+    """``table`` sorted into ``path``, atomically (a reader sees the old file or the new
+    one, a crash leaves a ``.tmp`` that nothing reads)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(table.sort_by(_SORT), tmp, row_group_size=ROW_GROUP, compression="zstd")
+    os.replace(tmp, path)
+
+
+def write_parts(root: Path, partition: int, first_offset: int,
+                outcomes: Sequence[RunOutcome]) -> list[Path]:  # fmt: skip
+    """One part per (day, tenant) of ``outcomes``, all named after ``first_offset``."""
+    groups: dict[tuple[date, str], list[RunOutcome]] = {}
+    for o in outcomes:
+        groups.setdefault((day_of(o.scheduled_at), o.tenant), []).append(o)
+    written = []
+    for (day, tenant), rows in sorted(groups.items()):
+        path = folder(root, day, tenant) / part_name(partition, first_offset)
+        write_table(_table(rows), path)
+        written.append(path)
+    return written
+
+
+# -- checkpoints: the next offset of each partition, written after its parts ----------------
+def checkpoint(root: Path, partition: int) -> int | None:
+    try:
+        return int((root / "_checkpoints" / f"p{partition:03d}").read_text())
+    except FileNotFoundError:
+        return None
+
+
+def save_checkpoint(root: Path, partition: int, next_offset: int) -> None:
+    path = root / "_checkpoints" / f"p{partition:03d}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(str(next_offset))
+    os.replace(tmp, path)
+
+
+# -- compaction ---------------------------------------------------------------------------
+def days(root: Path) -> list[date]:
+    found = []
+    for path in root.glob("day=*"):
+        try:
+            found.append(date.fromisoformat(path.name.removeprefix("day=")))
+        except ValueError:
+            continue
+    return sorted(found)
+
+
+def compact(root: Path, day: date) -> int:
+    """Merge ``day``'s parts (and its compacted file) into one ``day.parquet`` per
+    tenant, each outcome once; returns the parts merged. The new file is in place
+    before the parts go: a crash between leaves duplicates that readers skip, and the
+    next compaction removes. Parts the archiver writes meanwhile stay for the next."""
+    merged = 0
+    for tenant_dir in sorted((root / f"day={day.isoformat()}").glob("tenant=*")):
+        parts = sorted(p for p in tenant_dir.iterdir() if _PART.match(p.name))
+        if not parts:
+            continue
+        inputs = [*parts, *([tenant_dir / COMPACTED] if (tenant_dir / COMPACTED).exists()
+                            else [])]  # fmt: skip
+        found = duckdb.sql(
+            f"SELECT DISTINCT {', '.join(COLUMNS)} FROM read_parquet($files)",
+            params={"files": [str(p) for p in inputs]},
+        )
+        assert found is not None  # a SELECT has rows
+        table = found.to_arrow_table()
+        write_table(table.cast(SCHEMA), tenant_dir / COMPACTED)
+        for part in parts:
+            part.unlink()
+        merged += len(parts)
+    return merged
+
+
+def compact_finished(root: Path, today: date) -> dict[date, int]:
+    """Compact every day before yesterday that has parts (yesterday's late outcomes,
+    retries and slow runs, still arrive)."""
+    done = {}
+    for day in days(root):
+        if day < today - timedelta(days=1):
+            merged = compact(root, day)
+            if merged:
+                done[day] = merged
+    return done
+
+
+# -- queries ------------------------------------------------------------------------------
+_STATUS = {s.value: s for s in RunStatus}
+_TRIGGER = {t.value: t for t in Trigger}
+_RANK = " ".join(f"WHEN '{status}' THEN {rank}" for status, rank in STATUS_RANK.items())
+
+
+class Archive:
+    """The history queries over the archive (``cronstream history --archive``)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.db = duckdb.connect()
+
+    def close(self) -> None:
+        self.db.close()
+
+    def _files(self, first: date, last: date, tenant: str | None) -> list[str]:
+        """The files of days ``first``..``last`` (a day with none is skipped)."""
+        found: list[str] = []
+        for day in days(self.root):
+            if first <= day <= last:
+                tenants = [f"tenant={tenant}"] if tenant else ["tenant=*"]
+                for pattern in tenants:
+                    found += sorted(str(p) for p in (self.root / f"day={day.isoformat()}")
+                                    .glob(f"{pattern}/*.parquet"))  # fmt: skip
+        return found
+
+    def job_runs(self, job_id: str, start: datetime, end: datetime,
+                 statuses: Sequence[str] = ()) -> Iterator[RunOutcome]:  # fmt: skip
+        """As ``History.job_runs``: a job's attempts scheduled in [start, end), latest
+        first, each with its latest status (a DUPLICATE is not a status of the attempt)."""
+        files = self._files(day_of(start), day_of(end - timedelta(microseconds=1)), None)
+        if not files:
+            return iter(())
+        wanted = [s.upper() for s in statuses]
+        sql = f"""
+            WITH rows AS (SELECT DISTINCT {", ".join(COLUMNS)}, tenant
+                          FROM read_parquet($files, hive_partitioning = true,
+                                            hive_types = {{'day': DATE, 'tenant': VARCHAR}})
+                          WHERE job_id = $job AND scheduled_at >= $start
+                            AND scheduled_at < $end AND status <> 'DUPLICATE')
+            SELECT {", ".join(COLUMNS)}, tenant FROM rows
+            QUALIFY row_number() OVER (PARTITION BY run_id, attempt
+                ORDER BY recorded_at DESC, CASE status {_RANK} ELSE 0 END DESC) = 1
+            ORDER BY scheduled_at DESC, run_id ASC, attempt DESC"""
+        rows = self.db.execute(sql, {"files": files, "job": job_id, "start": start,
+                                     "end": end}).fetchall()  # fmt: skip
+        found = (self._outcome(row) for row in rows)
+        return (o for o in found if not wanted or o.status.value in wanted)
+
+    @staticmethod
+    def _outcome(row: Sequence[Any]) -> RunOutcome:
+        values = dict(zip((*COLUMNS, "tenant"), row, strict=True))
+        for name, value in values.items():
+            if name.endswith("_at") and value is not None:
+                values[name] = value.astimezone(UTC)
+        values["status"] = _STATUS[values["status"]]
+        values["trigger"] = _TRIGGER[values["trigger"]]
+        return RunOutcome(**values)
+
+
+def hot_from(settings: Settings, now: datetime) -> datetime:
+    """The start of the first UTC day whose runs Cassandra still holds in full: earlier
+    slots are read from the archive."""
+    first = day_of(now - timedelta(days=settings.history_ttl_days)) + timedelta(days=1)
+    return datetime(first.year, first.month, first.day, tzinfo=UTC)
+
+
+def tiered_job_runs(hot: History, archive: Archive, boundary: datetime,
+                    job_id: str, start: datetime, end: datetime,
+                    statuses: Sequence[str] = ()) -> Iterator[RunOutcome]:  # fmt: skip
+    """A job's runs over [start, end) across the tiers, latest first: slots from
+    ``boundary`` on from Cassandra (``hot``: a ``History``), earlier ones from the
+    archive; the ranges do not overlap, so each run comes once."""
+    if end > boundary:
+        yield from hot.job_runs(job_id, max(start, boundary), end, statuses)
+    if start < boundary:
+        yield from archive.job_runs(job_id, start, min(end, boundary), statuses)

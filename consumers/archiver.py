@@ -1,0 +1,192 @@
+"""The archiver: ``cronstream.history`` into the Parquet archive (``consumers.archive``).
+
+One process runs one ``Archiver``: a member of the group ``<prefix>.archiver`` on the
+history topic, beside the Cassandra sink (its own group: each reads every outcome). It
+buffers each partition's outcomes and flushes a partition when it holds ``flush_rows``
+of them or its oldest waited ``flush_s``. The one commit procedure (``flush``):
+
+1. Write the partition's buffer as parts, one per (day, tenant), each named after the
+   buffer's first offset (atomically: a temporary file renamed).
+2. Save the partition's checkpoint: the offset after the buffer's last record.
+3. Commit that offset to the group.
+
+Files are the truth: on assignment reading starts at the committed offset, and records
+below the checkpoint (written, then a crash before 3) are skipped, so the next buffer
+starts at the same offset as before the crash and rewrites the same part names. A
+record that is not a RunOutcome is skipped (the sink dead-letters it) and counted.
+
+Why stream the topic rather than export days from Cassandra: reading a day back out of
+Cassandra costs as much as writing it (every outcome of every table, at 10,000 runs/s
+864 million rows a day) and competes with the hot tier; the topic has every outcome
+once, in order, with offsets that make the export resumable and idempotent for free.
+The daily step is compaction: the owner of partition 0 merges each finished day's
+parts into one sorted file per tenant (``archive.compact_finished``), hourly.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from confluent_kafka import KafkaException, Message, TopicPartition
+
+from consumers import archive
+from runtime import metrics
+from runtime.kafka.clients import consume_ready, group_consumer
+from runtime.kafka.offsets import is_transient, partition_names
+from runtime.kafka.records import is_record
+from runtime.registry import registry_client
+from runtime.settings import Settings
+from schemas.catalog import Topics
+from schemas.events import RunOutcome
+from schemas.serde import Codec, DecodeError
+
+log = logging.getLogger("cronstream.archiver")
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiverConfig:
+    group: str
+    name: str = "archiver"
+    flush_rows: int = 200_000
+    flush_s: float = 60.0
+    compact_every_s: float = 3600.0
+    read_max: int = 5000
+    session_timeout_ms: int = 10_000
+
+
+@dataclass(slots=True)
+class _Buffer:
+    first: int
+    opened: float
+    next_offset: int = 0
+    outcomes: list[RunOutcome] = field(default_factory=list)
+
+
+class Archiver:
+    def __init__(self, settings: Settings, config: ArchiverConfig, root: Path | None = None
+                 ) -> None:  # fmt: skip
+        self.config = config
+        self.root = root or archive.archive_root(settings)
+        self.topic = Topics(settings).history
+        self.codec = Codec(registry_client(settings))
+        self.consumer = group_consumer(settings, group=config.group, name=config.name,
+                                       session_timeout_ms=config.session_timeout_ms)  # fmt: skip
+        self.buffers: dict[int, _Buffer] = {}
+        self.checkpoints: dict[int, int | None] = {}
+        self._compacted = 0.0
+
+    def run(self, should_stop: Callable[[], bool]) -> None:
+        self.consumer.subscribe([self.topic], on_assign=self._on_assign,
+                                on_revoke=self._on_revoke, on_lost=self._on_lost)  # fmt: skip
+        try:
+            while not should_stop():
+                self.step()
+            for partition in list(self.buffers):
+                self.flush(partition, wait=True)
+        finally:
+            self.consumer.close()
+            self.codec.registry.close()
+
+    # -- partitions moving ----------------------------------------------------------------
+    def _on_assign(self, consumer: object, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self.checkpoints[tp.partition] = archive.checkpoint(self.root, tp.partition)
+        log.info("assigned %s", partition_names(partitions))
+
+    def _on_revoke(self, consumer: object, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:  # what is buffered is written before the partition moves
+            if tp.partition in self.buffers:
+                self.flush(tp.partition, wait=True)
+            self.checkpoints.pop(tp.partition, None)
+        log.info("revoked %s", partition_names(partitions))
+
+    def _on_lost(self, consumer: object, partitions: list[TopicPartition]) -> None:
+        log.warning("partitions lost: %s", partition_names(partitions))
+        for tp in partitions:  # the next owner reads them again from the checkpoint
+            self.buffers.pop(tp.partition, None)
+            self.checkpoints.pop(tp.partition, None)
+
+    # -- the loop ---------------------------------------------------------------------------
+    def step(self) -> None:
+        now = time.monotonic()
+        skipped = self._buffer(self._read(), now)
+        if skipped:
+            self._commit({p: self.checkpoints[p] for p in skipped}, wait=False)
+        for partition, buffer in list(self.buffers.items()):
+            if (len(buffer.outcomes) >= self.config.flush_rows
+                    or now - buffer.opened >= self.config.flush_s):  # fmt: skip
+                self.flush(partition)
+        if now >= self._compacted + self.config.compact_every_s:
+            self._compact()
+
+    def _read(self) -> list[Message]:
+        try:
+            return consume_ready(self.consumer, self.config.read_max, 0.5)
+        except KafkaException as exc:  # a broker restarting, a leader moving
+            if not is_transient(exc):
+                raise
+            log.warning("fetching refused for now (%s); retrying", exc.args[0])
+            time.sleep(0.1)
+            return []
+
+    def _buffer(self, messages: list[Message], now: float) -> set[int]:
+        """Add the records to their partitions' buffers; returns the partitions whose
+        records were archived already (written, then a crash before the commit, which
+        is made now)."""
+        skipped: set[int] = set()
+        for msg in messages:
+            if not is_record(msg):
+                continue
+            partition, offset = msg.partition() or 0, msg.offset() or 0
+            done = self.checkpoints.get(partition)
+            if done is not None and offset < done:
+                skipped.add(partition)
+                continue
+            buffer = self.buffers.get(partition)
+            if buffer is None:
+                buffer = self.buffers[partition] = _Buffer(first=offset, opened=now)
+            buffer.next_offset = offset + 1
+            try:
+                buffer.outcomes.append(self.codec.decode(msg.value(), RunOutcome))
+            except DecodeError:
+                metrics.archiver_skipped.inc()
+        return skipped
+
+    def flush(self, partition: int, *, wait: bool = False) -> None:
+        """The commit procedure (the module's text): parts, checkpoint, offset."""
+        buffer = self.buffers.pop(partition)
+        began = time.monotonic()
+        files = archive.write_parts(self.root, partition, buffer.first, buffer.outcomes)
+        archive.save_checkpoint(self.root, partition, buffer.next_offset)
+        self.checkpoints[partition] = buffer.next_offset
+        metrics.archiver_outcomes.inc(len(buffer.outcomes))
+        metrics.archiver_files.inc(len(files))
+        metrics.archiver_flush_seconds.set(time.monotonic() - began)
+        self._commit({partition: buffer.next_offset}, wait=wait)
+
+    def _commit(self, offsets: dict[int, int | None], *, wait: bool) -> None:
+        parts = [TopicPartition(self.topic, p, o) for p, o in offsets.items() if o is not None]
+        if not parts:
+            return
+        try:
+            if wait:
+                self.consumer.commit(offsets=parts, asynchronous=False)
+            else:
+                self.consumer.commit(offsets=parts, asynchronous=True)
+        except KafkaException as exc:  # the checkpoint stands: nothing is written twice
+            log.warning("commit refused (%s); the checkpoint holds the position", exc)
+
+    def _compact(self) -> None:
+        """Daily files of finished days, by the owner of partition 0 only (one
+        compaction at a time for an archive that several archivers share)."""
+        self._compacted = time.monotonic()
+        if 0 not in self.checkpoints:
+            return
+        done = archive.compact_finished(self.root, datetime.now(UTC).date())
+        for day, merged in done.items():
+            log.info("compacted %s: %d parts into day files", day.isoformat(), merged)

@@ -1,0 +1,67 @@
+"""`cronstream archiver` (history topic -> the Parquet archive) and `cronstream archive
+compact` (a finished day's parts into one file per tenant)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+from datetime import UTC, date, datetime
+from typing import Any
+
+from consumers import archive
+from consumers.archiver import Archiver, ArchiverConfig
+from cronstream.cli.common import EXIT_INVALID, at_least
+from cronstream.foreground import run_member
+from runtime.settings import Settings, env_int
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("archiver", help="run an archiver (history topic -> Parquet archive)")
+    p.add_argument("--group", help="consumer group (default <topic prefix>.archiver)")
+    p.add_argument("--name", default=f"archiver-{socket.gethostname()}-{os.getpid()}")
+    p.add_argument("--flush-rows", type=at_least(1), default=200_000,
+                   help="write a partition's parts once it buffers this many outcomes")  # fmt: skip
+    p.add_argument("--flush-s", type=float, default=60.0,
+                   help="... or once its oldest buffered outcome waited this long")  # fmt: skip
+    p.add_argument("--metrics-port", type=int,
+                   default=env_int("CRONSTREAM_ARCHIVER_METRICS_PORT", 0, minimum=0))  # fmt: skip
+    p.set_defaults(handler=cmd_archiver, needs="settings")
+    a = sub.add_parser("archive", help="the Parquet archive of history: compact days")
+    verbs = a.add_subparsers(dest="verb", required=True)
+    c = verbs.add_parser("compact", help="merge finished days' parts into one file per tenant")
+    c.add_argument("--day", help="only this UTC day (YYYY-MM-DD; default: every day "
+                   "before yesterday)")  # fmt: skip
+    c.set_defaults(handler=cmd_compact, needs="settings")
+
+
+def cmd_archiver(settings: Settings, args: argparse.Namespace) -> int:
+    settings = settings.as_role("archiver")  # its own Kafka user and ACLs
+    if args.flush_s <= 0:
+        print("error: --flush-s must be above 0", file=sys.stderr)
+        return EXIT_INVALID
+    config = ArchiverConfig(group=args.group or f"{settings.topic_prefix}.archiver",
+                            name=args.name, flush_rows=args.flush_rows,
+                            flush_s=args.flush_s)  # fmt: skip
+    return run_member("archiver", name=config.name, group=config.group,
+                      start=lambda: Archiver(settings, config),
+                      metrics_port=args.metrics_port)  # fmt: skip
+
+
+def cmd_compact(settings: Settings, args: argparse.Namespace) -> int:
+    root = archive.archive_root(settings)
+    if args.day:
+        try:
+            day = date.fromisoformat(args.day)
+        except ValueError:
+            print(f"error: --day {args.day!r} is not YYYY-MM-DD", file=sys.stderr)
+            return EXIT_INVALID
+        done = {day: archive.compact(root, day)}
+    else:
+        done = archive.compact_finished(root, datetime.now(UTC).date())
+    for day, merged in sorted(done.items()):
+        print(f"{day.isoformat()}: {merged} parts merged")
+    if not any(done.values()):
+        print(f"nothing to compact in {root}")
+    return 0
