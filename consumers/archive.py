@@ -38,9 +38,9 @@ import pyarrow.parquet as pq
 from consumers.core.buckets import STATUS_RANK, day_of
 from consumers.history import History
 from runtime.settings import Settings
-from schemas.events import RunOutcome, RunStatus, Trigger
+from schemas.events import RunOutcome, RunStatus, Trigger, from_ms
 
-ROW_GROUP = 64_000
+ROW_GROUP = 16_384  # rows: one job's rows of a day read in one or two groups
 COMPACTED = "day.parquet"
 _MS = pa.timestamp("ms", tz="UTC")
 SCHEMA = pa.schema([
@@ -188,6 +188,9 @@ class Archive:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.db = duckdb.connect()
+        # Footers parsed once per connection: reading 365 files' footers again was most
+        # of a repeated year's query (measured: 107 -> 48 ms for 30 days of 274,000 rows)
+        self.db.execute("SET parquet_metadata_cache = true")
 
     def close(self) -> None:
         self.db.close()
@@ -203,38 +206,61 @@ class Archive:
                                     .glob(f"{pattern}/*.parquet"))  # fmt: skip
         return found
 
-    def job_runs(self, job_id: str, start: datetime, end: datetime,
-                 statuses: Sequence[str] = ()) -> Iterator[RunOutcome]:  # fmt: skip
-        """As ``History.job_runs``: a job's attempts scheduled in [start, end), latest
-        first, each with its latest status (a DUPLICATE is not a status of the attempt)."""
+    def job_runs_table(self, job_id: str, start: datetime, end: datetime) -> pa.Table:
+        """``job_runs`` as one Arrow table (instants as epoch milliseconds), for callers
+        that take columns (charts, exports): no Python object per run."""
         files = self._files(day_of(start), day_of(end - timedelta(microseconds=1)), None)
         if not files:
-            return iter(())
-        wanted = [s.upper() for s in statuses]
-        sql = f"""
-            WITH rows AS (SELECT DISTINCT {", ".join(COLUMNS)}, tenant
-                          FROM read_parquet($files, hive_partitioning = true,
-                                            hive_types = {{'day': DATE, 'tenant': VARCHAR}})
-                          WHERE job_id = $job AND scheduled_at >= $start
-                            AND scheduled_at < $end AND status <> 'DUPLICATE')
-            SELECT {", ".join(COLUMNS)}, tenant FROM rows
-            QUALIFY row_number() OVER (PARTITION BY run_id, attempt
-                ORDER BY recorded_at DESC, CASE status {_RANK} ELSE 0 END DESC) = 1
-            ORDER BY scheduled_at DESC, run_id ASC, attempt DESC"""
-        rows = self.db.execute(sql, {"files": files, "job": job_id, "start": start,
-                                     "end": end}).fetchall()  # fmt: skip
-        found = (self._outcome(row) for row in rows)
-        return (o for o in found if not wanted or o.status.value in wanted)
+            return pa.table({name: [] for name in _SELECTED_NAMES})
+        params = {"files": files, "job": job_id, "start": start, "end": end}
+        return self.db.sql(_JOB_RUNS, params=params).to_arrow_table()
 
-    @staticmethod
-    def _outcome(row: Sequence[Any]) -> RunOutcome:
-        values = dict(zip((*COLUMNS, "tenant"), row, strict=True))
-        for name, value in values.items():
-            if name.endswith("_at") and value is not None:
-                values[name] = value.astimezone(UTC)
-        values["status"] = _STATUS[values["status"]]
-        values["trigger"] = _TRIGGER[values["trigger"]]
-        return RunOutcome(**values)
+    def job_runs(
+        self, job_id: str, start: datetime, end: datetime, statuses: Sequence[str] = ()
+    ) -> Iterator[RunOutcome]:
+        """As ``History.job_runs``: a job's attempts scheduled in [start, end), latest
+        first, each with its latest status (a DUPLICATE is not a status of the attempt);
+        read ``BATCH`` rows at a time."""
+        files = self._files(day_of(start), day_of(end - timedelta(microseconds=1)), None)
+        if not files:
+            return
+        wanted = {s.upper() for s in statuses}
+        cursor = self.db.execute(_JOB_RUNS, {"files": files, "job": job_id, "start": start,
+                                             "end": end})  # fmt: skip
+        while batch := cursor.fetchmany(BATCH):
+            for row in batch:
+                if not wanted or row[_STATUS_AT] in wanted:
+                    yield _outcome(row)
+
+
+BATCH = 10_000
+# Instants come out as epoch milliseconds: DuckDB's own datetimes carry pytz zones, whose
+# conversion was two thirds of a year's query (5 s of 7 for 105,000 runs).
+_SELECTED = [f"epoch_ms({c})" if c.endswith("_at") else c for c in (*COLUMNS, "tenant")]
+_SELECTED_NAMES = (*COLUMNS, "tenant")
+_STATUS_AT = COLUMNS.index("status")
+_JOB_RUNS = f"""
+    WITH rows AS (SELECT DISTINCT {", ".join(COLUMNS)}, tenant
+                  FROM read_parquet($files, hive_partitioning = true,
+                                    hive_types = {{'day': DATE, 'tenant': VARCHAR}})
+                  WHERE job_id = $job AND scheduled_at >= $start
+                    AND scheduled_at < $end AND status <> 'DUPLICATE')
+    SELECT {", ".join(_SELECTED)} FROM rows
+    QUALIFY row_number() OVER (PARTITION BY run_id, attempt
+        ORDER BY recorded_at DESC, CASE status {_RANK} ELSE 0 END DESC) = 1
+    ORDER BY scheduled_at DESC, run_id ASC, attempt DESC"""
+_INSTANTS = tuple(i for i, c in enumerate(COLUMNS) if c.endswith("_at"))
+
+
+def _outcome(row: Sequence[Any]) -> RunOutcome:
+    values = list(row)
+    for i in _INSTANTS:
+        if values[i] is not None:
+            values[i] = from_ms(values[i])
+    values[_STATUS_AT] = _STATUS[values[_STATUS_AT]]
+    trigger = COLUMNS.index("trigger")
+    values[trigger] = _TRIGGER[values[trigger]]
+    return RunOutcome(**dict(zip((*COLUMNS, "tenant"), values, strict=True)))
 
 
 def hot_from(settings: Settings, now: datetime) -> datetime:
