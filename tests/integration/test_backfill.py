@@ -122,7 +122,10 @@ def test_bad_backfills_are_refused_and_send_nothing(ns: Settings, target: Target
 def test_ctrl_c_stops_sending_and_cancels_the_runs_in_flight(
     ns: Settings, tmp_path: Path, target: Target, procs: list[CronstreamProcess]
 ) -> None:
-    _put(ns, "slow", f"{target.url}/slow")  # each run takes a second
+    # Each run takes 5 s: both are still running when the interrupt is handled (with
+    # 1 s, a busy machine finished one first, and one cancel was sent: seen in make test).
+    target.slow_s = 5.0
+    _put(ns, "slow", f"{target.url}/slow")
     _start(ns, tmp_path, procs, "worker", "--http-allow", "127.0.0.0/8")
     end = (int(time.time()) - 60) * 1000
     args = ["--from", iso(from_ms(end - 30_000)), "--to", iso(from_ms(end)), "--max-parallel", "2",
