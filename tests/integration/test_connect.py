@@ -29,13 +29,13 @@ from infra.connect import (
     warehouse,
 )
 from runtime.kafka.clients import kafka_producer
-from runtime.kafka.publisher import Publisher
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.avro import schema_json
 from schemas.catalog import Topics
 from schemas.events import RunOutcome, RunStatus, from_ms
 from schemas.serde import MAGIC
+from tests.integration.test_history import publish  # cronstream's own publisher
 
 pytestmark = pytest.mark.integration
 JOB = "nightly-export"  # one key: one partition, so the records arrive in order
@@ -90,16 +90,6 @@ def columns(ns: Settings, table: str) -> dict[str, str]:
         rows = db.run("SELECT column_name, data_type FROM information_schema.columns "
                       "WHERE table_name = :t", t=table)  # fmt: skip
     return {str(name): str(kind) for name, kind in rows}
-
-
-def publish(ns: Settings, events: list[RunOutcome]) -> None:
-    """Through cronstream's own publisher (its serializer and the registry)."""
-    publisher = Publisher(ns)
-    try:
-        for event in events:
-            publisher.publish(Topics(ns).history, event)
-    finally:
-        publisher.close()
 
 
 def publish_with_region(ns: Settings, events: list[RunOutcome], region: str) -> int:
