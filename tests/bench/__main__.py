@@ -1,4 +1,4 @@
-"""`make bench`: scheduler, worker, history sink and query benchmarks against the local broker, as a table.
+"""`make bench`: scheduler, worker, history sink, query, archive and dashboard benchmarks against the local broker, as a table.
 
 Every scenario runs in a fresh topic prefix. Skew is measured from the outside: the
 record timestamp librdkafka stamps at produce() minus the run's due time (slot + the
@@ -19,6 +19,7 @@ import sys
 
 from runtime.settings import Settings
 from tests.bench.api import bench_api
+from tests.bench.archive import bench_archive
 from tests.bench.common import ROWS
 from tests.bench.fairness import bench_fairness
 from tests.bench.flows import bench_flows
@@ -32,6 +33,7 @@ from tests.bench.scheduler import (
     bench_throughput,
 )
 from tests.bench.security import bench_security
+from tests.bench.ui import bench_ui
 from tests.bench.workers import bench_drain, bench_fire_to_start, bench_workers
 from tests.integration.helpers import kill_children
 
@@ -42,7 +44,8 @@ def main() -> int:
     parser.add_argument("--only", nargs="*", default=None,
                         choices=["throughput", "skew", "burst", "million", "distinct", "slots",
                                  "workers", "drain", "malformed", "security", "latency", "sink",
-                                 "scrape", "queries", "fairness", "api", "flows"])  # fmt: skip
+                                 "scrape", "queries", "fairness", "api", "flows", "ui",
+                                 "archive"])  # fmt: skip
     args = parser.parse_args()
     base = Settings.from_env()
     runs = 1 if args.quick else 3
@@ -69,6 +72,10 @@ def main() -> int:
         "api": lambda: bench_api(base, runs, 1000 if args.quick else 4000),
         "queries": lambda: bench_queries(base, runs, 200_000 if args.quick else 1_000_000,
                                          100 if args.quick else 300),
+        "ui": lambda: bench_ui(base, runs, 20_000 if args.quick else 100_000,
+                               200_000 if args.quick else 1_000_000, 50 if args.quick else 200),
+        "archive": lambda: bench_archive(base, runs, 10_000_000 if args.quick else 100_000_000,
+                                         10 if args.quick else 20),
     }  # fmt: skip
     signal.signal(signal.SIGTERM, _interrupted)
     signal.signal(signal.SIGINT, _interrupted)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import timedelta
 from itertools import islice
 from pathlib import Path
+from typing import Any
 
 from infra.services import all_services
 from runtime.kafka.publisher import Publisher
@@ -81,46 +82,79 @@ def bench_sink(base: Settings, runs: int, outcomes: int, batch_rows: tuple[int, 
             f"CPU us/row: {where}")  # fmt: skip
 
 
-def bench_queries(
-    base: Settings, runs: int, stored: int, samples: int
-) -> None:  # long: load, then three timed queries
+def store_runs(session: Any, keyspace: str, outcomes: Iterable[RunOutcome],
+               chunk_rows: int = 30_000) -> float:  # fmt: skip
+    """Write ``outcomes`` straight into ``keyspace``'s history tables the sink's way
+    (``HistoryTables.rows``, ``RowWriter`` batches, 16 in flight), ``chunk_rows`` rows
+    at a time; the seconds it took."""
+    from consumers.history import HistoryTables
+    from consumers.sink import RowWriter
+
+    tables = HistoryTables(session, keyspace, ttl_s=86400 * 7)
+    writer = RowWriter(session)
+    t0 = time.monotonic()
+    chunk: list[tuple[str, Any]] = []
+    for outcome in outcomes:
+        chunk.extend(tables.rows(outcome))
+        if len(chunk) >= chunk_rows:
+            _send(writer, chunk)
+            chunk = []
+    _send(writer, chunk)
+    return time.monotonic() - t0
+
+
+def _send(writer: Any, rows: list[tuple[str, Any]]) -> None:
+    if rows and writer.send(writer.batches(rows)):
+        raise RuntimeError("cassandra refused the bench load")
+
+
+def settle(settings: Settings, idle_cores: float = 0.25, most_s: float = 300) -> float:
+    """Wait until Cassandra uses less than ``idle_cores`` of CPU over 5 s (after a bulk
+    load, its flushes and compactions take a core for minutes), ``most_s`` at most;
+    the seconds waited."""
+    cassandra = next(s for s in all_services(settings) if s.name == "cassandra").pid() or 0
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < most_s:
+        used = cpu_s(cassandra)
+        time.sleep(5)
+        if (cpu_s(cassandra) - used) / 5 < idle_cores:
+            break
+    return time.monotonic() - t0
+
+
+def _day_of_runs(stored: int, now_ms: int) -> Iterator[RunOutcome]:
+    """``stored`` runs of 1,000 jobs over the last day, 1 % failed."""
+    per_job = stored // 1000
+    step = 86_400_000 // per_job
+    for k in range(per_job):
+        for j in range(1000):
+            at = now_ms - k * step - j
+            failed = (k * 1000 + j) % 100 == 0
+            yield RunOutcome(
+                run_id=f"job{j}@{k}", job_id=f"job{j}",
+                status=RunStatus.FAILED if failed else RunStatus.SUCCEEDED,
+                scheduled_at=from_ms(at), recorded_at=from_ms(at + 50),
+                started_at=from_ms(at + 5), finished_at=from_ms(at + 50),
+                duration_ms=45, error="HttpError: 500" if failed else None,
+                target_type="http", worker="bench",
+            )  # fmt: skip
+
+
+def bench_queries(base: Settings, runs: int, stored: int, samples: int) -> None:
     """``stored`` runs (1,000 jobs over the last day, 1 % failed) written straight to
     Cassandra, then the three history queries, ``samples`` times each per run."""
     import random
 
-    from consumers.history import History, HistoryTables
-    from consumers.sink import RowWriter
+    from consumers.history import History
     from runtime.cassandra import cassandra_session
 
     with history_keyspace(base, prefix="csbench") as settings:
         cluster, session = cassandra_session(settings)
         try:
-            tables = HistoryTables(session, settings.keyspace, ttl_s=86400 * 7)
-            writer = RowWriter(session)
             now_ms = int(time.time() * 1000)
             per_job = stored // 1000
-            step = 86_400_000 // per_job
-            t0 = time.monotonic()
-            chunk: list[tuple[str, object]] = []
-            for k in range(per_job):
-                for j in range(1000):
-                    at = now_ms - k * step - j
-                    failed = (k * 1000 + j) % 100 == 0
-                    outcome = RunOutcome(
-                        run_id=f"job{j}@{k}", job_id=f"job{j}",
-                        status=RunStatus.FAILED if failed else RunStatus.SUCCEEDED,
-                        scheduled_at=from_ms(at), recorded_at=from_ms(at + 50),
-                        started_at=from_ms(at + 5), finished_at=from_ms(at + 50),
-                        duration_ms=45, error="HttpError: 500" if failed else None,
-                        target_type="http", worker="bench",
-                    )  # fmt: skip
-                    chunk.extend(tables.rows(outcome))
-                if len(chunk) >= 30_000 or k == per_job - 1:
-                    failed_batches = writer.send(writer.batches(chunk))  # type: ignore[arg-type]
-                    assert not failed_batches, "cassandra refused the bench load"
-                    chunk = []
-            load_s = time.monotonic() - t0
-            print(f"  loaded {stored:,} runs ({stored * 3:,} rows) in {load_s:.0f}s", flush=True)
+            load_s = store_runs(session, settings.keyspace, _day_of_runs(stored, now_ms))
+            print(f"  loaded {stored:,} runs ({stored * 4:,} rows) in {load_s:.0f}s", flush=True)
             history = History(session, settings.keyspace)
             end = from_ms(now_ms + 1000)
             queries: dict[str, Callable[[], object]] = {
