@@ -175,11 +175,13 @@ class History:
             if name.startswith("select_")
         }
 
-    def _query(self, name: str, params: Sequence[Any]) -> Iterator[RunOutcome]:
+    def _query(
+        self, name: str, params: Sequence[Any], fetch_size: int | None = None
+    ) -> Iterator[RunOutcome]:
         """Rows of one partition query. The first page is requested now (so several
         queries run at once); the driver fetches each next page as iteration reaches it."""
         statement = self.tables.statements[name].bind(params)
-        statement.fetch_size = self.page_size
+        statement.fetch_size = fetch_size or self.page_size
         future = self.session.execute_async(statement, execution_profile=self._profile)
         read = self._readers[name]
 
@@ -195,15 +197,24 @@ class History:
         start: datetime,
         end: datetime,
         statuses: Sequence[str] = (),
+        *,
+        limit: int | None = None,
     ) -> Iterator[RunOutcome]:
         """A job's attempts scheduled in [start, end), latest first, each with its
-        latest status; only those with a status in ``statuses`` when given."""
+        latest status; only those with a status in ``statuses`` when given; at most
+        ``limit`` (pages of that size: the dashboard's 200 rows of a busy job fetched
+        ~2,050 with the default page size, two or three days in flight)."""
         wanted = {s.upper() for s in statuses}
-        days = (self._query("select_job_day", (job_id, day, start, end))
+        fetch = min(self.page_size, limit) if limit else None
+        days = (self._query("select_job_day", (job_id, day, start, end), fetch)
                 for day in days_desc(start, end))  # fmt: skip
+        found = 0
         for row in _one_ahead(days):
             if not wanted or row.status in wanted:
                 yield row
+                found += 1
+                if found == limit:
+                    return
 
     def by_status(
         self, statuses: Sequence[str], start: datetime, end: datetime, tenant: str | None = None

@@ -16,11 +16,14 @@ Progress is printed as it goes; Ctrl-C stops sending and cancels the runs in fli
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
 import uuid
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from confluent_kafka import TopicPartition
 
@@ -136,17 +139,25 @@ class Backfill:
         return run_id if self.key is None else f"{run_id}~{self.key}"
 
     def run(self) -> Progress:
-        """Send, pace and follow the runs until every one ended; Ctrl-C cancels the
-        runs in flight and raises KeyboardInterrupt again."""
+        """Send, pace and follow the runs until every one ended; Ctrl-C (SIGINT) cancels
+        the runs in flight and raises KeyboardInterrupt.
+
+        The signal sets a flag the loop reads each round: a KeyboardInterrupt raised
+        while librdkafka ran a callback of ours was lost (make test saw a backfill go on
+        for 30 s after SIGINT)."""
         progress = self.progress
         shown = 0.0
+        asked: list[int] = []
+        previous = _on_sigint(asked.append)
         try:
-            while self.todo or self.in_flight:
+            while (self.todo or self.in_flight) and not asked:
                 self._send()
                 self._follow()
                 if time.monotonic() - shown >= 1.0:
                     shown = time.monotonic()
                     self.say(progress.line(self.job.job_id))
+            if asked:
+                raise KeyboardInterrupt
         except KeyboardInterrupt:
             for run_id in sorted(self.in_flight):
                 self.client.cancel(run_id, reason="backfill interrupted")
@@ -156,6 +167,8 @@ class Backfill:
             raise
         finally:
             self.history.close()
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
         self.say(progress.line(self.job.job_id))
         return progress
 
@@ -187,6 +200,14 @@ class Backfill:
             if run_id in self.in_flight and status in OVER:
                 self.in_flight.discard(run_id)
                 self.progress.ended[status] += 1
+
+
+def _on_sigint(note: Callable[[int], object]) -> Any:
+    """Have SIGINT call ``note`` (in the main thread only: where a handler can be set);
+    the handler it replaces, to put back (None: none was replaced)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGINT, lambda signum, _frame: note(signum))
 
 
 def describe(job: JobDefinition, slots: list[int], left_alone: int) -> str:
