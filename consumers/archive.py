@@ -70,23 +70,14 @@ def part_name(partition: int, first_offset: int) -> str:
 
 
 def _table(outcomes: Sequence[RunOutcome]) -> pa.Table:
-    columns: dict[str, list[Any]] = {name: [] for name in COLUMNS}
-    for o in outcomes:
-        columns["job_id"].append(o.job_id)
-        columns["scheduled_at"].append(o.scheduled_at)
-        columns["run_id"].append(o.run_id)
-        columns["attempt"].append(o.attempt)
-        columns["status"].append(o.status.value)
-        columns["trigger"].append(o.trigger.value)
-        columns["recorded_at"].append(o.recorded_at)
-        columns["started_at"].append(o.started_at)
-        columns["finished_at"].append(o.finished_at)
-        columns["duration_ms"].append(o.duration_ms)
-        columns["error"].append(o.error)
-        columns["next_attempt_at"].append(o.next_attempt_at)
-        columns["target_type"].append(o.target_type)
-        columns["worker"].append(o.worker)
+    """The archive's columns of ``outcomes`` (the tenant is the folder's)."""
+    columns = {name: [getattr(o, name) for o in outcomes] for name in COLUMNS}
+    for name in _ENUMS:
+        columns[name] = [value.value for value in columns[name]]
     return pa.table(columns, schema=SCHEMA)
+
+
+_ENUMS = ("status", "trigger")
 
 
 def write_table(table: pa.Table, path: Path) -> None:
@@ -195,21 +186,17 @@ class Archive:
     def close(self) -> None:
         self.db.close()
 
-    def _files(self, first: date, last: date, tenant: str | None) -> list[str]:
-        """The files of days ``first``..``last`` (a day with none is skipped)."""
-        found: list[str] = []
-        for day in days(self.root):
-            if first <= day <= last:
-                tenants = [f"tenant={tenant}"] if tenant else ["tenant=*"]
-                for pattern in tenants:
-                    found += sorted(str(p) for p in (self.root / f"day={day.isoformat()}")
-                                    .glob(f"{pattern}/*.parquet"))  # fmt: skip
-        return found
+    def _files(self, first: date, last: date) -> list[str]:
+        """The files of days ``first``..``last``, every tenant's (a day with none is
+        skipped)."""
+        return [str(path) for day in days(self.root) if first <= day <= last
+                for path in sorted((self.root / f"day={day.isoformat()}")
+                                   .glob("tenant=*/*.parquet"))]  # fmt: skip
 
     def job_runs_table(self, job_id: str, start: datetime, end: datetime) -> pa.Table:
         """``job_runs`` as one Arrow table (instants as epoch milliseconds), for callers
         that take columns (charts, exports): no Python object per run."""
-        files = self._files(day_of(start), day_of(end - timedelta(microseconds=1)), None)
+        files = self._files(day_of(start), day_of(end - timedelta(microseconds=1)))
         if not files:
             return pa.table({name: [] for name in _SELECTED_NAMES})
         params = {"files": files, "job": job_id, "start": start, "end": end}
@@ -221,7 +208,7 @@ class Archive:
         """As ``History.job_runs``: a job's attempts scheduled in [start, end), latest
         first, each with its latest status (a DUPLICATE is not a status of the attempt);
         read ``BATCH`` rows at a time."""
-        files = self._files(day_of(start), day_of(end - timedelta(microseconds=1)), None)
+        files = self._files(day_of(start), day_of(end - timedelta(microseconds=1)))
         if not files:
             return
         wanted = {s.upper() for s in statuses}
@@ -239,6 +226,7 @@ BATCH = 10_000
 _SELECTED = [f"epoch_ms({c})" if c.endswith("_at") else c for c in (*COLUMNS, "tenant")]
 _SELECTED_NAMES = (*COLUMNS, "tenant")
 _STATUS_AT = COLUMNS.index("status")
+_TRIGGER_AT = COLUMNS.index("trigger")
 _JOB_RUNS = f"""
     WITH rows AS (SELECT DISTINCT {", ".join(COLUMNS)}, tenant
                   FROM read_parquet($files, hive_partitioning = true,
@@ -258,8 +246,7 @@ def _outcome(row: Sequence[Any]) -> RunOutcome:
         if values[i] is not None:
             values[i] = from_ms(values[i])
     values[_STATUS_AT] = _STATUS[values[_STATUS_AT]]
-    trigger = COLUMNS.index("trigger")
-    values[trigger] = _TRIGGER[values[trigger]]
+    values[_TRIGGER_AT] = _TRIGGER[values[_TRIGGER_AT]]
     return RunOutcome(**dict(zip((*COLUMNS, "tenant"), values, strict=True)))
 
 

@@ -52,6 +52,11 @@ def warehouse_secret(settings: Settings) -> Path:
     return credentials_dir(settings) / f"postgres-{WAREHOUSE_USER}.secret"
 
 
+def _secret_properties(settings: Settings) -> Path:
+    """The password as a properties file, for Connect's FileConfigProvider."""
+    return Path(f"{warehouse_secret(settings)}.properties")
+
+
 def _postgres_bin(tool: str) -> Path:
     found = sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{tool}"))
     if not found:
@@ -262,7 +267,7 @@ def history_sink_config(settings: Settings, *, table: str, name: str) -> dict[st
         "value.converter.apicurio.registry.headers.enabled": "false",
         "connection.url": f"jdbc:postgresql://127.0.0.1:{Postgres(settings).port}/{WAREHOUSE_DB}",
         "connection.username": WAREHOUSE_USER,
-        "connection.password": f"${{file:{warehouse_secret(settings)}.properties:password}}",
+        "connection.password": f"${{file:{_secret_properties(settings)}:password}}",
         "insert.mode": "upsert",
         "primary.key.mode": "record_value",
         "primary.key.fields": "run_id,attempt,status",
@@ -302,7 +307,7 @@ def ensure_warehouse(settings: Settings) -> None:
     """The ``warehouse`` database and the file the connector reads its password from
     (``${file:...}``: it never appears in the connector's config)."""
     password = warehouse_secret(settings).read_text().strip()
-    write_private(Path(f"{warehouse_secret(settings)}.properties"),
+    write_private(_secret_properties(settings),
                   f"password={password}\n".encode())  # fmt: skip
     conn = warehouse(settings, database="postgres")
     try:
