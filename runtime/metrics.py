@@ -284,6 +284,18 @@ fire_to_start = LoopHistogram(
     SKEW_BUCKETS,
     REGISTRY,
 )
+start_skew = LoopHistogram(
+    "cronstream_worker_start_skew_seconds",
+    "Start of an attempt minus the time it was due (its slot plus jitter, or its retry "
+    "time): what a user sees as lateness, lookahead or not",
+    SKEW_BUCKETS,
+    REGISTRY,
+)
+runs_held = Gauge(
+    "cronstream_worker_runs_held",
+    "Runs read before their due time and held until it (the scheduler's lookahead)",
+    registry=REGISTRY,
+)
 dedup_run_ids = Gauge(
     "cronstream_worker_dedup_run_ids",
     "Run ids remembered as settled or attempted, for dedup (--dedup-capacity bounds it)",

@@ -180,8 +180,10 @@ _RUNS = tuple(RUNS.values())
 # Who reads and writes what (the bootstrap's ACLs follow this table; a role that needs
 # another topic fails with TOPIC_AUTHORIZATION_FAILED until it is added here).
 ROLES: Mapping[str, RoleAccess] = MappingProxyType({
-    # fires due runs; records skipped slots and refused definitions
-    "scheduler": RoleAccess(reads=(JOBS, TIMERS), writes=(*_RUNS, HISTORY, DLQ, TIMERS)),
+    # fires due runs; records skipped slots and refused definitions; cancels the runs
+    # it emitted ahead (--lookahead-ms) of a job paused or deleted before they were due
+    "scheduler": RoleAccess(reads=(JOBS, TIMERS),
+                            writes=(*_RUNS, HISTORY, DLQ, TIMERS, CONTROL)),
     # executes runs; replays history for dedup; retries go to timers; deadline alerts
     "worker": RoleAccess(reads=(*_RUNS, CONTROL, HISTORY),
                          writes=(HISTORY, TIMERS, DLQ, FLOW_EVENTS, ALERTS)),

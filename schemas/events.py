@@ -59,6 +59,10 @@ class MisfireKind(StrEnum):
     ALL = "ALL"
 
 
+# Why a run emitted ahead was cancelled (a paused job's: SKIPPED, as its slots are).
+JOB_PAUSED, JOB_DELETED = "job paused", "job deleted"
+
+
 class RunStatus(StrEnum):
     STARTED = "STARTED"
     SUCCEEDED = "SUCCEEDED"
@@ -270,19 +274,11 @@ class JobDefinition(AvroRecord):
     ) -> RunRequest:
         """The first attempt of one run of this job (what it executes comes from here)."""
         return RunRequest(
-            run_id=run_id,
-            job_id=self.job_id,
-            tenant=self.tenant,
-            scheduled_at=scheduled_at,
-            fired_at=fired_at,
-            trigger=trigger,
-            target=self.target,
-            payload=self.payload,
-            priority=self.priority,
-            timeout_ms=self.timeout_ms,
-            retry=self.retry,
+            run_id=run_id, job_id=self.job_id, tenant=self.tenant, scheduled_at=scheduled_at,
+            fired_at=fired_at, trigger=trigger, target=self.target, payload=self.payload,
+            priority=self.priority, timeout_ms=self.timeout_ms, retry=self.retry,
             concurrency=self.concurrency,
-        )
+        )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -298,6 +294,7 @@ class RunRequest(AvroRecord):
     attempt: int = 1
     trigger: Trigger = Trigger.SCHEDULE
     possible_duplicate: bool = False
+    due_at: datetime | None = None
     payload: str | None = None
     priority: Priority = Priority.NORMAL
     timeout_ms: int = 30_000
@@ -308,10 +305,12 @@ class RunRequest(AvroRecord):
         return self.job_id
 
     def headers(self) -> list[tuple[str, bytes]]:
+        due = self.due_at
         return run_request_headers(
             self.job_id.encode(), self.run_id.encode(), iso(self.scheduled_at).encode(),
             attempt=str(self.attempt).encode(), trigger=self.trigger.value.encode(),
             possible_duplicate=self.possible_duplicate,
+            due_at=iso(due).encode() if due is not None and due > self.fired_at else None,
         )  # fmt: skip
 
 

@@ -57,15 +57,19 @@ def run_request_headers(
     attempt: bytes,
     trigger: bytes,
     possible_duplicate: bool,
+    due_at: bytes | None = None,
 ) -> list[tuple[str, bytes]]:
-    """A RunRequest's headers: ``run_headers`` with status REQUESTED, the trigger, and
-    ``possible_duplicate: true`` on a flagged re-emission."""
+    """A RunRequest's headers: ``run_headers`` with status REQUESTED, the trigger,
+    ``possible_duplicate: true`` on a flagged re-emission, and ``due_at`` on a run
+    emitted ahead of its due time (the worker holds it until then)."""
     headers = encoded_run_headers(
         b"RunRequest", job_id, run_id, scheduled_at, attempt=attempt, status=b"REQUESTED"
     )
     headers.append(("trigger", trigger))
     if possible_duplicate:
         headers.append(("possible_duplicate", b"true"))
+    if due_at is not None:
+        headers.append(("due_at", due_at))
     return headers
 
 

@@ -9,7 +9,7 @@ varints, length-prefixed UTF-8, enum indexes). The result is byte-for-byte what
 ``Codec.encode`` produces — a unit test holds it to that — at a fraction of the cost.
 
 Field order is RunRequest.avsc's: run_id, job_id, tenant, attempt, scheduled_at,
-fired_at, trigger, possible_duplicate, then the constant tail.
+fired_at, trigger, possible_duplicate, due_at, then the constant tail.
 
 ``RunRequestReader`` is the way back, for the workers: it reads the varying head by
 hand and keeps the decoded constant tail of the definitions it has seen, so a run
@@ -76,13 +76,14 @@ class RunTemplate:
         fastavro.schemaless_writer(buf, parsed_schema(RunRequest.AVRO_NAME), probe.to_avro())
         encoded = buf.getvalue()
         # run_id "" (1 byte), ident, attempt 1 (1), two zero instants (1+1), trigger
-        # index 0 (1), possible_duplicate false (1): 6 bytes plus the ident.
-        head = 6 + len(self._ident)
+        # index 0 (1), possible_duplicate false (1), due_at null (1): 7 bytes plus
+        # the ident.
+        head = 7 + len(self._ident)
         self._tail = encoded[head:]
         self._tail_check(encoded, head)
 
     def _tail_check(self, encoded: bytes, head: int) -> None:
-        expected = b"\x00" + self._ident + b"\x02\x00\x00\x00\x00"
+        expected = b"\x00" + self._ident + b"\x02\x00\x00\x00\x00\x00"
         if encoded[:head] != expected:
             raise AssertionError("RunRequest.avsc field order changed: update RunTemplate")
 
@@ -96,6 +97,7 @@ class RunTemplate:
         attempt: int = 1,
         trigger: Trigger = Trigger.SCHEDULE,
         possible_duplicate: bool = False,
+        due_ms: int | None = None,
     ) -> bytes:
         """The Confluent wire-format value of one run request."""
         return b"".join(
@@ -108,6 +110,7 @@ class RunTemplate:
                 zigzag(fired_ms),
                 zigzag(TRIGGER_INDEX[trigger]),
                 b"\x01" if possible_duplicate else b"\x00",
+                _opt_long(due_ms),
                 self._tail,
             )
         )
@@ -141,11 +144,18 @@ class RunRequestReader:
             fired, pos = read_instant(body, pos)
             trigger, pos = read_long(body, pos)
             duplicate = body[pos]
+            branch = body[pos + 1]
+            if branch == 2:
+                due, pos = read_instant(body, pos + 2)
+            elif branch == 0:
+                due, pos = None, pos + 2
+            else:
+                raise HeadError(f"due_at union branch byte {branch} out of range")
         except IndexError:
             raise HeadError("record ends inside the RunRequest head") from None
         if not 0 <= trigger < len(TRIGGERS) or duplicate > 1:
             raise HeadError(f"trigger index {trigger} / boolean byte {duplicate} out of range")
-        tail = body[pos + 1 :]
+        tail = body[pos:]
         cached = self._tails.get(tail)
         if cached is None:
             run = slow()
@@ -160,8 +170,9 @@ class RunRequestReader:
             run_id=run_id, job_id=job_id, tenant=tenant, attempt=attempt,
             scheduled_at=from_ms(scheduled), fired_at=from_ms(fired),
             trigger=TRIGGERS[trigger], possible_duplicate=duplicate == 1,
-            target=known.target, payload=known.payload, priority=known.priority,
-            timeout_ms=known.timeout_ms, retry=known.retry, concurrency=known.concurrency,
+            due_at=None if due is None else from_ms(due), target=known.target,
+            payload=known.payload, priority=known.priority, timeout_ms=known.timeout_ms,
+            retry=known.retry, concurrency=known.concurrency,
         )  # fmt: skip
 
 

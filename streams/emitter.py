@@ -1,9 +1,12 @@
 """What the scheduler writes: run requests for due slots and timers, MISSED/SKIPPED
-history records for slots a misfire policy does not run, and dead letters.
+history records for slots a misfire policy does not run, cancels of runs emitted ahead
+for jobs paused or deleted since, and dead letters.
 
 Run requests of scheduled slots are encoded from each job's ``RunTemplate`` (the
 definition is encoded once, the slot's fields per fire) and produced with no delivery
-report wait; ``Processor.checkpoint`` flushes before it commits.
+report wait; ``Processor.checkpoint`` flushes before it commits. Every run request
+carries its due time (``due_at``); one emitted ahead of it (the lookahead) also has a
+``due_at`` header and is remembered in ``ahead`` until due.
 """
 
 from __future__ import annotations
@@ -15,6 +18,9 @@ from runtime import metrics
 from runtime.kafka.publisher import Publisher
 from schemas.catalog import Topics
 from schemas.events import (
+    JOB_PAUSED,
+    ControlAction,
+    ControlCommand,
     DeadLetter,
     JobDefinition,
     Priority,
@@ -25,9 +31,11 @@ from schemas.events import (
     TimerRequest,
     Trigger,
     from_ms,
+    iso,
 )
 from schemas.headers import run_request_headers
 from schemas.ids import run_id_for, slot_run_id
+from streams.core.ahead import AheadRuns
 from streams.core.misfire import Action, Fire, Record
 from streams.definitions import Definitions, Prepared
 
@@ -43,6 +51,7 @@ class Emitter:
         self.publisher = publisher
         self.definitions = definitions
         self.name = name
+        self.ahead = AheadRuns()
         codec = publisher.codec
         self._run_schema = {p: codec.writer_id(f"{self.topics.runs(p)}-value", RunRequest)
                             for p in Priority}  # fmt: skip
@@ -52,6 +61,7 @@ class Emitter:
         codec.writer_id(f"{self.topics.history}-value", RunOutcome)
         codec.writer_id(f"{self.topics.timers}-value", TimerRequest)
         codec.writer_id(f"{self.topics.dlq}-value", DeadLetter)
+        codec.writer_id(f"{self.topics.control}-value", ControlCommand)
 
     def emit(self, actions: list[Action], now: int) -> None:
         """Write what the core decided at ``now``: fires and records."""
@@ -60,6 +70,7 @@ class Emitter:
         produce = self.publisher.produce_raw
         prepare = self.definitions.prepare
         skew = metrics.fire_skew.observe
+        ahead = self.ahead
         fired: dict[Trigger, int] = {}
         for action in actions:
             if type(action) is Fire:
@@ -71,14 +82,19 @@ class Emitter:
                 template = prepared.template
                 run_id, slot = slot_run_id(action.job_id, action.slot_ms)
                 trigger = Trigger(action.trigger)
+                due = action.due_ms
                 value = template.encode(
                     self._run_schema[template.priority], run_id, action.slot_ms, now,
-                    trigger=trigger, possible_duplicate=action.possible_duplicate,
+                    trigger=trigger, possible_duplicate=action.possible_duplicate, due_ms=due,
                 )  # fmt: skip
+                early = due > now
                 headers = run_request_headers(
                     template.header_job, run_id.encode(), slot, attempt=b"1",
                     trigger=_TRIGGER_BYTES[trigger], possible_duplicate=action.possible_duplicate,
+                    due_at=iso(from_ms(due)).encode() if early else None,
                 )  # fmt: skip
+                if early:
+                    ahead.add(action.job_id, due, run_id)
                 produce(self._runs_topic[template.priority], action.job_id, value, headers)
                 if prepared.deadline_ms is not None:
                     self._deadline(prepared, run_id, action.slot_ms, now)
@@ -112,6 +128,7 @@ class Emitter:
             request.run,
             fired_at=from_ms(action.due_ms if check else now),
             possible_duplicate=request.run.possible_duplicate or action.possible_duplicate,
+            due_at=from_ms(action.due_ms),
         )
         self.publisher.publish(self.topics.runs(run.priority), run)
         metrics.fires.labels(run.trigger.value).inc()
@@ -142,6 +159,21 @@ class Emitter:
         )
         self.publisher.publish(self.topics.history, outcome)
         metrics.misfires.labels(action.status).inc()
+
+    def cancel_ahead(self, job_id: str, reason: str, now: int) -> int:
+        """Cancel the runs of ``job_id`` emitted ahead and not due yet (the job was paused
+        or deleted since): the worker holding each records it SKIPPED (paused) or
+        CANCELED. Returns how many."""
+        runs = self.ahead.take(job_id, now)
+        for run_id in runs:
+            self.publisher.publish(self.topics.control, ControlCommand(
+                command_id=f"{run_id}:{reason}", action=ControlAction.CANCEL, run_id=run_id,
+                job_id=job_id, issued_at=from_ms(now), reason=reason,
+            ))  # fmt: skip
+        if runs:
+            log.info("job %r %s: %d runs emitted ahead cancelled", job_id,
+                     "paused" if reason == JOB_PAUSED else "deleted", len(runs))  # fmt: skip
+        return len(runs)
 
     def dead_letter(self, letter: DeadLetter) -> None:
         log.warning(

@@ -56,6 +56,9 @@ FIRE_BATCH = 1000
 ACK_WAIT_S = 1.0
 # At a handover (revoke, close) and when taking back a partition lost in an outage.
 HANDOVER_ACK_WAIT_S = 10.0
+# The lookahead at most: a run emitted earlier waits in a worker's memory that long, and
+# a pause or delete must cancel it (``streams.core.ahead``).
+MAX_LOOKAHEAD_MS = 60_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +77,10 @@ class ProcessorConfig:
     # is deferred (``streams.core.rates``). Tenant "default" is never limited.
     tenant_fire_rate: float = 0.0
     tenant_fire_rates: tuple[tuple[str, float], ...] = ()
+    # Run requests are emitted up to this long before they are due (with their due
+    # time; the worker holds each until then), so a burst on one boundary has left the
+    # scheduler before the boundary. 0: emitted when due.
+    lookahead_ms: int = 1_000
 
 
 class Processor(Reading):
@@ -303,9 +310,11 @@ class Processor(Reading):
         self._check_stall()
         now = self._now_ms()
         if not (self._undelivered or self._unconfirmed):
+            ahead = now + self.config.lookahead_ms
             for owned in list(self.owned.values()):
                 if not owned.loading:
-                    self.emitter.emit(owned.core.due(now, FIRE_BATCH), now)
+                    self.emitter.emit(owned.core.due(ahead, FIRE_BATCH), now)
+            self.emitter.ahead.prune(now)
         self.publisher.producer.poll(0)
         if time.monotonic() >= self._next_checkpoint:
             self.checkpoint([o for o in self.owned.values() if not o.loading])

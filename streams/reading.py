@@ -14,7 +14,15 @@ from typing import Any
 
 from runtime.kafka.records import ConsumedMessage, dead_letter, dead_letter_for, is_record
 from schemas.catalog import Topics
-from schemas.events import TimerReason, TimerRequest, from_ms, iso, to_ms
+from schemas.events import (
+    JOB_DELETED,
+    JOB_PAUSED,
+    TimerReason,
+    TimerRequest,
+    from_ms,
+    iso,
+    to_ms,
+)
 from schemas.registry import RegistryUnavailable
 from schemas.serde import Codec, DecodeError
 from streams.checkpoint import Checkpoint
@@ -116,11 +124,14 @@ class Reading:
         value = msg.value()
         if value is None:
             owned.core.delete(key)
+            self.emitter.cancel_ahead(key, JOB_DELETED, self._now_ms())
             return
         job = self._schedule(key, value, partition=owned.partition, offset=offset)
         if job is not None:
             now = self._now_ms()
             self.emitter.emit(owned.core.put(job, now=now), now)
+            if job.paused:
+                self.emitter.cancel_ahead(key, JOB_PAUSED, now)
 
     def _read_partition(self) -> Owned | None:
         """A loading partition read to its end, waiting to be settled."""

@@ -1,8 +1,9 @@
 """What becomes of a run request: the worker's start / retry / cancel / dead-letter /
 timeout decisions as pure functions of what happened and the run's retry policy.
 
-- Before it starts: a cancelled run is CANCELED, one already executed (or executing)
-  is DUPLICATE; anything else starts.
+- Before it starts: a cancelled run is CANCELED (SKIPPED when the scheduler cancelled
+  it because its job was paused after it was emitted ahead), one already executed (or
+  executing) is DUPLICATE; anything else starts.
 - After a failed attempt: a cancel (the executor stopped on it, or the attempt failed
   while a cancel for it was on record) is CANCELED. Otherwise the attempt is FAILED or
   TIMED_OUT, and a retriable one gets a next attempt after the policy's backoff (a retry
@@ -22,6 +23,7 @@ from dataclasses import dataclass, replace
 
 from consumers.core.backoff import next_attempt_due
 from schemas.events import (
+    JOB_PAUSED,
     RetryPolicy,
     RunRequest,
     RunStatus,
@@ -49,9 +51,12 @@ class Verdict:
     dead_letter: bool = False
 
 
-def before_start(*, cancelled: bool, duplicate: bool) -> Verdict | None:
-    """None: start the attempt. ``cancelled``: a cancel for the run is on record.
-    ``duplicate``: the attempt is executing here, or already finished (dedup)."""
+def before_start(*, cancelled: bool, duplicate: bool, reason: str | None = None) -> Verdict | None:
+    """None: start the attempt. ``cancelled``: a cancel for the run is on record, for
+    ``reason``. ``duplicate``: the attempt is executing here, or already finished
+    (dedup)."""
+    if cancelled and reason == JOB_PAUSED:  # as the scheduler records a paused job's slot
+        return Verdict(RunStatus.SKIPPED, JOB_PAUSED)
     if cancelled:
         return Verdict(RunStatus.CANCELED, NOT_STARTED_CANCELLED)
     if duplicate:

@@ -67,11 +67,13 @@ class Attempts:
         dedup: Dedup,
         cancels: dict[str, int],
         tally: metrics.Tally,
+        cancel_reasons: dict[str, str] | None = None,
     ) -> None:
         self.concurrency = config.concurrency
         self.outbox = outbox
         self.dedup = dedup
         self.cancels = cancels  # run id -> when the cancel was issued (``ControlFeed``)
+        self.cancel_reasons = {} if cancel_reasons is None else cancel_reasons
         self.tally = tally
         self.running: set[Pending] = set()
         self.running_ids: dict[str, Pending] = {}
@@ -127,10 +129,12 @@ class Attempts:
             if run.trigger is Trigger.DEADLINE:  # not a run: the check of its deadline
                 self.outbox.check_deadline(pending, running=run.run_id in self.running_ids)
                 continue
+            cancelled = run.run_id in self.cancels
             verdict = before_start(
-                cancelled=run.run_id in self.cancels,
+                cancelled=cancelled,
                 duplicate=run.run_id in self.running_ids
                 or self.dedup.seen(run.run_id, run.attempt),
+                reason=self.cancel_reasons.get(run.run_id) if cancelled else None,
             )
             if verdict is not None:
                 self.outbox.finish(pending, verdict.status, verdict.error)
@@ -203,6 +207,8 @@ class Attempts:
         self.outbox.started(pending)
         self.tally.add(metrics.runs_started, run.target.type)
         metrics.fire_to_start.observe(max(0, now_ms - to_ms(run.fired_at)) / 1000)
+        if run.due_at is not None:
+            metrics.start_skew.observe(max(0, now_ms - to_ms(run.due_at)) / 1000)
         if executor is None:
             self.fail(pending, TargetInvalid(f"unknown target type {run.target.type!r}"))
             if run.concurrency is not Concurrency.ALLOW:

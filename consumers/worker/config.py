@@ -28,5 +28,8 @@ class WorkerConfig:
     tenant_credentials: str | None = None
     session_timeout_ms: int = 10_000
     dedup_capacity: int = 2_000_000
+    # Runs read before their due time (the scheduler's lookahead) held at most; past
+    # it, fetching pauses (``Intake``). About 1 KB each.
+    delay_limit: int = 200_000
     # Starts per turn of a tenant in each priority's round (FairQueue); others get 1.
     tenant_weights: tuple[tuple[str, int], ...] = ()

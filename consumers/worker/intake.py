@@ -16,14 +16,20 @@ taken high first, and fetched only as fast as they can start.
 - **Replays.** A run already on its partition when the partition was assigned, or
   flagged ``possible_duplicate``, waits until history is read far enough to tell
   whether an earlier owner executed it (``HistoryReplay``).
+- **Early runs.** A run read before its due time (the scheduler's lookahead) is held
+  in ``delayed`` until then, then joins its backlog (``release_due``); its offset is
+  tracked meanwhile, so no commit passes it. Past ``delay_limit`` held runs, fetching
+  pauses until half of them have started.
 """
 
 from __future__ import annotations
 
 import functools
+import time
 
 from confluent_kafka import Consumer, TopicPartition
 
+from consumers.core.delay import DelayQueue
 from consumers.core.fair import FairQueue
 from consumers.core.offsets import OffsetTracker
 from consumers.worker.config import WorkerConfig
@@ -33,7 +39,7 @@ from consumers.worker.pending import Pending
 from consumers.worker.replay import HistoryReplay
 from runtime.kafka.records import ConsumedMessage, is_record
 from schemas.catalog import Topics
-from schemas.events import Priority
+from schemas.events import Priority, to_ms
 from schemas.ids import partition_for
 from schemas.serde import Codec, DecodeError
 
@@ -93,6 +99,9 @@ class Intake:
             p: FairQueue(_tenant, weights) for p in Priority
         }
         self.paused: set[Priority] = set()
+        self.delayed: DelayQueue[Pending] = DelayQueue()
+        self.delay_limit = config.delay_limit
+        self.delay_paused = False  # every runs partition paused: ``delayed`` is full
         # Runs read ahead of execution: enough to choose by priority, and to go on
         # starting runs while a paused priority is fetched again.
         self.limit = max(512, 8 * config.concurrency)
@@ -125,6 +134,7 @@ class Intake:
         """Revoked: runs not started yet are left for the next owner to read again."""
         for queue in self.backlog.values():
             queue.keep(lambda p: (p.topic, p.partition) not in gone)
+        self.delayed.keep(lambda p: (p.topic, p.partition) not in gone)
         for key in gone:
             self.waiting.pop(key, None)
 
@@ -175,7 +185,35 @@ class Intake:
             # emission, earlier on this partition): it published the outcome before
             # this assignment. What this worker executed itself, ``dedup`` knows.
             pending.history_needed = history_end
-        self.backlog[self.priority_of[topic]].append(pending)
+        self._queue(pending)
+
+    def _queue(self, pending: Pending) -> None:
+        """Into its priority's backlog, or held until due (read early: the lookahead)."""
+        due_at = pending.run.due_at
+        if due_at is not None:
+            due = to_ms(due_at)
+            if due > time.time() * 1000:
+                self.delayed.push(due, pending)
+                return
+        self.backlog[self.priority_of[pending.topic]].append(pending)
+
+    def release_due(self, now_ms: float) -> int:
+        """Held runs whose due time came join their backlogs; returns how many."""
+        delayed = self.delayed
+        if not delayed or delayed.next_due() > now_ms:  # type: ignore[operator]
+            return 0
+        due = delayed.pop_due(int(now_ms))
+        priority_of, backlog = self.priority_of, self.backlog
+        for pending in due:
+            backlog[priority_of[pending.topic]].append(pending)
+        return len(due)
+
+    def wait_s(self, now_ms: float, longest: float) -> float:
+        """How long the loop may wait for input before a held run is due."""
+        next_due = self.delayed.next_due()
+        if next_due is None:
+            return longest
+        return max(0.0, min(longest, (next_due - now_ms) / 1000))
 
     def _waits(self, msg: ConsumedMessage, key: Key) -> bool:
         """Whether ``msg`` is kept for a schema lookup (its own, or an earlier record's
@@ -232,6 +270,8 @@ class Intake:
         polling goes on reads one run per step); resume it once the backlog is back to
         what fetching fills. Pausing drops what librdkafka prefetched, so it is kept for
         that case only."""
+        if self._delay_control():
+            return
         limit = self.limit
         for priority, queue in self.backlog.items():
             if priority not in self.paused and len(queue) < 2 * limit:
@@ -245,6 +285,22 @@ class Intake:
             elif len(queue) < limit:
                 self.consumer.resume(parts)
                 self.paused.discard(priority)
+
+    def _delay_control(self) -> bool:
+        """Pause every runs partition while ``delay_limit`` runs are held (again on
+        each call: one gained or resumed meanwhile too); resume them, but a priority
+        paused for its backlog, once half of those started. True while paused."""
+        held = len(self.delayed)
+        if held >= self.delay_limit or (self.delay_paused and held >= self.delay_limit // 2):
+            self.consumer.pause([TopicPartition(t, p) for (t, p) in self.trackers])
+            self.delay_paused = True
+            return True
+        if self.delay_paused:
+            self.delay_paused = False
+            for priority in Priority:
+                if priority not in self.paused:
+                    self.consumer.resume(self._partitions(priority))
+        return False
 
     def _partitions(self, priority: Priority) -> list[TopicPartition]:
         return [TopicPartition(t, p) for (t, p) in self.trackers

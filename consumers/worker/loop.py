@@ -72,6 +72,7 @@ class Worker:
         self.dedup = Dedup(config.lookback_ms, config.dedup_capacity, now_ms=_now_ms())
         self.tally = metrics.Tally()
         cancels: dict[str, int] = {}
+        cancel_reasons: dict[str, str] = {}
         self.consumer = group_consumer(
             settings,
             group=config.group,
@@ -91,7 +92,7 @@ class Worker:
         )  # fmt: skip
         self.attempts = Attempts(
             settings, config, outbox=self.outbox, dedup=self.dedup, cancels=cancels,
-            tally=self.tally,
+            tally=self.tally, cancel_reasons=cancel_reasons,
         )  # fmt: skip
         self.history = HistoryReplay(
             side_consumer(settings, config, "history"), topic=topics.history,
@@ -100,7 +101,7 @@ class Worker:
         self.control = ControlFeed(
             side_consumer(settings, config, "control"), topic=topics.control, codec=codec,
             lookup=self.consumer, lookback_ms=config.lookback_ms, cancels=cancels,
-            on_cancel=self.attempts.cancel,
+            on_cancel=self.attempts.cancel, reasons=cancel_reasons,
         )  # fmt: skip
         self.intake = Intake(
             config, topics=topics, consumer=self.consumer, codec=codec,
@@ -191,6 +192,8 @@ class Worker:
             self.tally.apply()  # the run counters, in bulk
         self.history.read()
         attempts, intake = self.attempts, self.intake
+        if intake.delayed:
+            intake.release_due(time.time() * 1000)
         capacity = self.config.concurrency - len(attempts)
         messages = self._input(due, capacity)
         started = attempts.start_some(capacity, intake.take) if capacity > 0 else 0
@@ -241,8 +244,9 @@ class Worker:
         messages: list[Message] = []
         try:
             if not self.attempts.running and not backlog:
-                # Idle: wait for the first run (a batch call would wait for a full batch).
-                first = self.consumer.poll(0.1)
+                # Idle: wait for the first run (a batch call would wait for a full batch),
+                # or until a held run is due.
+                first = self.consumer.poll(self.intake.wait_s(time.time() * 1000, 0.1))
                 if first is not None:
                     messages.append(first)
                     fetch -= 1
@@ -295,6 +299,7 @@ class Worker:
                 )  # fmt: skip
             metrics.dedup_forgotten.inc(forgotten)
         metrics.dedup_run_ids.set(len(self.dedup))
+        metrics.runs_held.set(len(self.intake.delayed))
         self.control.forget_before(now_ms - self.config.lookback_ms)
         self.outbox.deadlines.forget(from_ms(now_ms - self.config.lookback_ms))
         owned = [TopicPartition(t, p) for (t, p) in self.trackers]

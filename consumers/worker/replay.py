@@ -106,6 +106,7 @@ class ControlFeed:
     def __init__(
         self, consumer: Consumer, *, topic: str, codec: Codec, lookup: Consumer,
         lookback_ms: int, cancels: dict[str, int], on_cancel: Callable[[str], None],
+        reasons: dict[str, str] | None = None,
     ) -> None:  # fmt: skip
         self.consumer = consumer  # assigned the control partition
         self.topic = topic
@@ -113,6 +114,7 @@ class ControlFeed:
         self.lookup = lookup
         self.lookback_ms = lookback_ms
         self.cancels = cancels  # run id -> when the cancel was issued (ms)
+        self.reasons = {} if reasons is None else reasons  # run id -> the cancel's reason
         self.on_cancel = on_cancel
         self.next_offset = 0
 
@@ -142,12 +144,15 @@ class ControlFeed:
                 log.warning("ignoring undecodable control record: %s", exc)
                 continue
             self.cancels[command.run_id] = to_ms(command.issued_at)
+            if command.reason:
+                self.reasons[command.run_id] = command.reason
             self.on_cancel(command.run_id)
 
     def forget_before(self, cut_ms: int) -> None:
         """Drop cancels issued before ``cut_ms`` (their runs are long settled)."""
         for run_id in [k for k, issued in self.cancels.items() if issued < cut_ms]:
             del self.cancels[run_id]
+            self.reasons.pop(run_id, None)
 
     def close(self) -> None:
         self.consumer.close()

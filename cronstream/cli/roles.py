@@ -29,7 +29,7 @@ from cronstream.foreground import run_member
 from producers.admission.core import Quotas
 from producers.admission.processor import AdmissionConfig, AdmissionProcessor
 from runtime.settings import Settings, env_int, env_list
-from streams.processor import Processor, ProcessorConfig
+from streams.processor import MAX_LOOKAHEAD_MS, Processor, ProcessorConfig
 
 
 def register(sub: Any) -> None:
@@ -82,6 +82,13 @@ def _register_scheduler(sub: Any) -> None:
         "--session-timeout-ms", type=int,
         default=env_int("CRONSTREAM_SCHEDULER_SESSION_TIMEOUT_MS", 10_000),
         help="how long a silent scheduler keeps its partitions",
+    )  # fmt: skip
+    p.add_argument(
+        "--lookahead-ms", type=int,
+        default=env_int("CRONSTREAM_LOOKAHEAD_MS", 1000, minimum=0),
+        help="emit run requests up to this long before they are due (the worker holds "
+        "each until its due time), so a boundary burst has left before the boundary; 0: "
+        "emit when due; at most 60000",
     )  # fmt: skip
     p.add_argument(
         "--tenant-fires-per-second", type=float,
@@ -198,6 +205,9 @@ def cmd_scheduler(settings: Settings, args: argparse.Namespace) -> int:
     if args.tenant_fires_per_second < 0:
         print("error: --tenant-fires-per-second must be 0 or more", file=sys.stderr)
         return EXIT_INVALID
+    if not 0 <= args.lookahead_ms <= MAX_LOOKAHEAD_MS:
+        print(f"error: --lookahead-ms must be 0 to {MAX_LOOKAHEAD_MS}", file=sys.stderr)
+        return EXIT_INVALID
     config = ProcessorConfig(
         tenant_fire_rate=args.tenant_fires_per_second,
         tenant_fire_rates=tuple((t, float(n)) for t, n in rates),
@@ -205,6 +215,7 @@ def cmd_scheduler(settings: Settings, args: argparse.Namespace) -> int:
         threshold_ms=args.misfire_threshold_ms,
         checkpoint_ms=args.checkpoint_ms,
         session_timeout_ms=args.session_timeout_ms,
+        lookahead_ms=args.lookahead_ms,
         name=args.name,
     )
     return run_member(

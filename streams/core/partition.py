@@ -70,11 +70,16 @@ class PartitionScheduler:
     # -- definitions --------------------------------------------------------------------
     def put(self, job: JobSchedule, *, now: int) -> list[Action]:
         """A definition read live. A new job's cron/interval slots start after ``now``;
-        a changed job keeps the slots not emitted yet (due after ``fired_through``)."""
+        a changed job keeps the slots not emitted yet (due after ``fired_through``).
+
+        With a lookahead (``due(now + ahead)``) ``fired_through`` is ahead of ``now``: a
+        change applies from the first slot not emitted yet; runs emitted ahead keep the
+        definition they were emitted with (the adapter cancels them on a pause or a
+        delete), and a resume fires from the first slot after the lookahead."""
         if job.kind is Kind.ONCE:
             settled = NEVER
         elif job.job_id in self.jobs:
-            settled = min(now, self.fired_through)
+            settled = self.fired_through
         else:
             settled = now
         return self._apply(job, now=now, settled=settled, possible_duplicate=False)

@@ -53,6 +53,21 @@ def test_paused_slots_are_recorded_skipped_and_resume_fires_the_next_slot() -> N
     assert fires(core.due(T0 + 2 * MIN)) == [(T0 + 2 * MIN, "SCHEDULE", False)]
 
 
+def test_with_a_lookahead_a_change_applies_from_the_first_slot_not_emitted() -> None:
+    """due(now + ahead) emits ahead; a pause or resume read meanwhile neither emits a
+    slot again nor records one already emitted (found by test_lookahead: a paused job's
+    slot emitted ahead was also recorded SKIPPED)."""
+    core = PartitionScheduler(0, fired_through=T0)
+    core.put(JobSchedule("j", every_ms=1000), now=T0)
+    assert fires(core.due(T0 + 2000)) == [(T0 + 1000, "SCHEDULE", False),
+                                          (T0 + 2000, "SCHEDULE", False)]  # fmt: skip
+    # now = T0 + 500, lookahead 1.5 s: paused, the slots emitted ahead stay as they are
+    assert core.put(JobSchedule("j", every_ms=1000, paused=True), now=T0 + 500) == []
+    assert records(core.due(T0 + 3000)) == [(T0 + 3000, "SKIPPED")]
+    assert core.put(JobSchedule("j", every_ms=1000), now=T0 + 1600) == []
+    assert fires(core.due(T0 + 4000)) == [(T0 + 4000, "SCHEDULE", False)]
+
+
 def test_deleted_job_never_fires_again() -> None:
     core = PartitionScheduler(0, fired_through=T0)
     core.put(every_minute(), now=T0)

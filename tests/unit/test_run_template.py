@@ -53,21 +53,23 @@ JOBS = [
 @pytest.mark.parametrize("job", JOBS, ids=["plain", "unicode-big"])
 @pytest.mark.parametrize("trigger", list(Trigger))
 @pytest.mark.parametrize("dup", [False, True])
-def test_template_bytes_equal_fastavro(job: JobDefinition, trigger: Trigger, dup: bool) -> None:
+@pytest.mark.parametrize("due", [None, 1_795_320_004_321])
+def test_template_bytes_equal_fastavro(
+    job: JobDefinition, trigger: Trigger, dup: bool, due: int | None
+) -> None:
     slot, fired = 1_795_320_000_000, 1_795_320_000_123
     run = RunRequest(
         run_id=f"{job.job_id}@x", job_id=job.job_id, tenant=job.tenant,
         scheduled_at=from_ms(slot), fired_at=from_ms(fired), target=job.target,
         payload=job.payload, priority=job.priority, timeout_ms=job.timeout_ms,
         retry=job.retry, attempt=70, trigger=trigger, possible_duplicate=dup,
-        concurrency=job.concurrency,
+        concurrency=job.concurrency, due_at=None if due is None else from_ms(due),
     )  # fmt: skip
     buf = io.BytesIO()
     buf.write(struct.pack(">bI", 0, 4242))
     fastavro.schemaless_writer(buf, parsed_schema(RunRequest.AVRO_NAME), run.to_avro())
-    mine = RunTemplate(job).encode(
-        4242, run.run_id, slot, fired, attempt=70, trigger=trigger, possible_duplicate=dup
-    )
+    mine = RunTemplate(job).encode(4242, run.run_id, slot, fired, attempt=70, trigger=trigger,
+                                   possible_duplicate=dup, due_ms=due)  # fmt: skip
     assert mine == buf.getvalue()
 
 
@@ -91,14 +93,18 @@ def test_run_request_reader_equals_fastavro(trigger: Trigger, dup: bool) -> None
     for job in JOBS:
         template = RunTemplate(job)
         # The first run of a definition is decoded by fastavro, the next ones by hand.
-        for k, (slot, fired, attempt) in enumerate(
-            [(1_795_320_000_000, 1_795_320_000_123, 1), (0, 2**41, 70), (-1, 1, 2**30)]
-        ):
+        # The due time is in the head: runs of one definition due at different times
+        # share its tail.
+        for k, (slot, fired, attempt, due) in enumerate(
+            [(1_795_320_000_000, 1_795_320_000_123, 1, None), (0, 2**41, 70, 2**41 + 5),
+             (-1, 1, 2**30, -7)]
+        ):  # fmt: skip
             body = template.encode(4242, f"{job.job_id}@{k}é", slot, fired, attempt=attempt,
-                                   trigger=trigger, possible_duplicate=dup)[5:]  # fmt: skip
+                                   trigger=trigger, possible_duplicate=dup, due_ms=due)[5:]  # fmt: skip
             got = reader.read(body, lambda b=body: slow_for(b))
             assert got == _fastavro_run(body)
             assert (got.attempt, got.trigger, got.possible_duplicate) == (attempt, trigger, dup)
+            assert got.due_at == (None if due is None else from_ms(due))
     assert len(slow_calls) == len(JOBS)  # once per distinct tail
 
 
@@ -111,9 +117,13 @@ def test_run_request_reader_refuses_a_broken_head() -> None:
     with pytest.raises(HeadError):
         reader.read(zigzag(-5) + body[1:], lambda: _fastavro_run(body))  # negative length
     bad_trigger = bytearray(body)
-    bad_trigger[len(body) - len(RunTemplate(JOBS[0])._tail) - 2] = 0x7E  # index 63
+    bad_trigger[len(body) - len(RunTemplate(JOBS[0])._tail) - 3] = 0x7E  # index 63
     with pytest.raises(HeadError):
         reader.read(bytes(bad_trigger), lambda: _fastavro_run(body))
+    bad_branch = bytearray(body)
+    bad_branch[len(body) - len(RunTemplate(JOBS[0])._tail) - 1] = 0x04  # due_at branch 2
+    with pytest.raises(HeadError):
+        reader.read(bytes(bad_branch), lambda: _fastavro_run(body))
     with pytest.raises(UnicodeDecodeError):
         reader.read(b"\x02\xff" + body[2:], lambda: _fastavro_run(body))
 

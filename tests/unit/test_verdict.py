@@ -10,6 +10,8 @@ import pytest
 from consumers.core.backoff import MAX_BACKOFF_MS
 from consumers.core.verdict import after_failure, before_start, retry_timer
 from schemas.events import (
+    JOB_DELETED,
+    JOB_PAUSED,
     RetryPolicy,
     RunRequest,
     RunStatus,
@@ -81,6 +83,17 @@ def test_before_start_a_cancel_or_a_duplicate_never_reaches_the_target(
 ) -> None:
     verdict = before_start(cancelled=cancelled, duplicate=duplicate)
     assert (None if verdict is None else (verdict.status, verdict.error)) == expected
+
+
+def test_a_run_cancelled_because_its_job_was_paused_is_skipped_as_its_slots_are() -> None:
+    """The scheduler cancels the runs it emitted ahead of a pause (``--lookahead-ms``)."""
+    paused = before_start(cancelled=True, duplicate=False, reason=JOB_PAUSED)
+    assert paused is not None
+    assert (paused.status, paused.error) == (RunStatus.SKIPPED, JOB_PAUSED)
+    deleted = before_start(cancelled=True, duplicate=True, reason=JOB_DELETED)
+    assert deleted is not None
+    assert (deleted.status, deleted.error) == (RunStatus.CANCELED, "cancelled before it started")
+    assert before_start(cancelled=False, duplicate=False, reason=JOB_PAUSED) is None
 
 
 def test_the_retry_timer_keeps_the_run_id_and_counts_the_attempt() -> None:

@@ -1,0 +1,89 @@
+"""Lookahead on the real stack: the scheduler emits run requests ahead of their due time
+(``--lookahead-ms``), the worker holds each until it is due, and a job paused in
+between has its early runs cancelled: the worker records them SKIPPED, never runs them.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from producers.client import JobClient
+from producers.spec import job_from_spec
+from runtime.registry import registry_client
+from runtime.settings import Settings
+from schemas.catalog import Topics
+from schemas.events import JOB_PAUSED, Priority, RunOutcome, RunStatus, to_ms
+from schemas.serde import Codec
+from tests.integration.helpers import CronstreamProcess, read_topic
+
+pytestmark = pytest.mark.integration
+LOOKAHEAD_MS = 3000
+
+
+def _outcomes(ns: Settings) -> list[RunOutcome]:
+    with registry_client(ns, writer=True) as registry:
+        codec = Codec(registry)
+        return [codec.decode(r.value, RunOutcome) for r in read_topic(ns, Topics(ns).history)]
+
+
+def test_runs_leave_ahead_start_when_due_and_a_pause_skips_the_early_ones(
+    ns: Settings, tmp_path: Path, procs: list[CronstreamProcess]
+) -> None:
+    for name, command, ready, more in (
+        ("s", "scheduler", " live: ", ("--lookahead-ms", str(LOOKAHEAD_MS))),
+        ("w", "worker", "assigned", ()),
+    ):
+        proc = CronstreamProcess(ns, tmp_path, name, *more, command=command)
+        procs.append(proc)
+        proc.wait_live(1, text=ready, timeout=120)
+    with JobClient(ns) as client:
+        for job_id in ("a", "p"):
+            client.put(job_from_spec({"id": job_id, "every": "2s", "target": "python",
+                                      "callable": "examples.tasks:send_digest"},
+                                     max_payload_bytes=65536))  # fmt: skip
+        time.sleep(8)
+        client.pause("p")
+        paused_ms = int(time.time() * 1000)
+        time.sleep(LOOKAHEAD_MS / 1000 + 4)  # every run emitted before the pause is due
+
+    requests = read_topic(ns, Topics(ns).runs(Priority.NORMAL))
+    outcomes = _outcomes(ns)
+    by_run: dict[str, list[RunOutcome]] = {}
+    for outcome in outcomes:
+        by_run.setdefault(outcome.run_id, []).append(outcome)
+
+    # Emitted ahead, carrying the due time; started at it, not before.
+    a_runs = [r for r in requests if r.headers["job_id"] == "a"]
+    assert len(a_runs) >= 5
+    early = [r for r in a_runs if "due_at" in r.headers]
+    assert len(early) >= len(a_runs) - 1, "runs were not emitted ahead"
+    leads = []
+    for record in a_runs:
+        run_id = record.headers["run_id"]
+        started = [o for o in by_run.get(run_id, []) if o.status is RunStatus.STARTED]
+        if not started:
+            continue  # due after the worker stopped being watched
+        due = to_ms(started[0].scheduled_at)  # no jitter: due at its slot
+        start_ms = to_ms(started[0].recorded_at)
+        assert start_ms >= due, f"{run_id} started {due - start_ms} ms before it was due"
+        assert start_ms - due < 1500, f"{run_id} started {start_ms - due} ms late"
+        leads.append(due - record.timestamp_ms)
+    assert len(leads) >= 4
+    assert max(leads) > LOOKAHEAD_MS / 2, f"emitted only {max(leads)} ms ahead"
+
+    # The pause cancels p's runs emitted ahead: each recorded SKIPPED by the worker.
+    p_after = [r.headers["run_id"] for r in requests
+               if r.headers["job_id"] == "p" and r.timestamp_ms < paused_ms
+               and to_ms(_slot(r.headers["run_id"])) > paused_ms + 200]  # fmt: skip
+    assert p_after, "no run of p was emitted ahead of the pause"
+    for run_id in p_after:
+        statuses = [(o.status, o.error, o.worker) for o in by_run.get(run_id, [])]
+        assert statuses == [(RunStatus.SKIPPED, JOB_PAUSED, "w")], (run_id, statuses)
+
+
+def _slot(run_id: str) -> datetime:
+    return datetime.fromisoformat(run_id.rpartition("@")[2].replace("Z", "+00:00"))
