@@ -215,8 +215,11 @@ def start_roles(settings: Settings, console: Console) -> dict[str, subprocess.Po
     def scraped(role: str, *args: str) -> list[str]:
         return [*args, "--metrics-port", str(ports[role])]
 
+    # two tiers: every job in a store on disk, in memory only what is due soon
+    state = ("--state-dir", str(settings.home / "data" / "scheduler"))
+
     return {
-        "scheduler": start("scheduler", scraped("scheduler", "scheduler"), logs, console),
+        "scheduler": start("scheduler", scraped("scheduler", "scheduler", *state), logs, console),
         "worker": start(
             "worker", scraped("worker", "worker", "--http-allow", "127.0.0.1/32"), logs, console
         ),

@@ -10,6 +10,7 @@ million schedules that is most of what a restart costs.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 from schemas.events import JobDefinition
@@ -21,11 +22,13 @@ from schemas.limits import (
     refusal,
     timing_problems,
 )
+from schemas.registry import RegistryUnavailable
 from schemas.serde import Codec, DecodeError
 from schemas.templates import RunTemplate
 from schemas.timing import JobTiming, schedule_args
+from streams.core.cron import CronError
 from streams.core.schedule import JobSchedule, Misfire
-from streams.core.zones import load_zone
+from streams.core.zones import ZoneError, load_zone
 
 log = logging.getLogger("cronstream.scheduler")
 
@@ -75,6 +78,21 @@ class Definitions:
             tenant=t.tenant,
             **t.schedule,
         )
+
+    def stored_schedule(self, key: str, raw: bytes) -> JobSchedule | None:
+        """``schedule`` of a definition from a partition's store (``streams.state``);
+        None if it cannot be used. While the registry is unreachable (only a process
+        that never read this schema asks it) this waits for it: a job taken for
+        deleted would be lost."""
+        while True:
+            try:
+                return self.schedule(key, raw)
+            except (DecodeError, CronError, ZoneError):
+                return None
+            except RegistryUnavailable as exc:
+                log.warning("loading job %r from the store waits for the registry: %s",
+                            key, exc)  # fmt: skip
+                time.sleep(1)
 
     def prepare(self, job: JobSchedule) -> Prepared:
         """Decode ``job``'s whole definition and build its run template (once)."""

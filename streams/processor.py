@@ -24,6 +24,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
@@ -45,6 +46,7 @@ from streams.emitter import Emitter
 from streams.loading import Collector, check_zone_database
 from streams.reading import Owned, Reading
 from streams.stall import Backoff, Held
+from streams.state import PartitionState, open_partition
 
 log = logging.getLogger("cronstream.scheduler")
 # Wheel entries fired per partition per loop iteration at most: under overload the loop
@@ -81,15 +83,15 @@ class ProcessorConfig:
     # time; the worker holds each until then), so a burst on one boundary has left the
     # scheduler before the boundary. 0: emitted when due.
     lookahead_ms: int = 1_000
+    # Two tiers: a RocksDB store per partition under this directory holds every job,
+    # memory only what is due within the horizon (``streams.state``). None: all in memory.
+    state_dir: str | None = None
+    rebuild_index: bool = False  # rebuild each store from the jobs topic (once per partition)
 
 
 class Processor(Reading):
     def __init__(
-        self,
-        settings: Settings,
-        config: ProcessorConfig,
-        *,
-        clock: Callable[[], float] = time.time,
+        self, settings: Settings, config: ProcessorConfig, *, clock: Callable[[], float] = time.time
     ) -> None:
         self.settings = settings
         self.config = config
@@ -111,6 +113,7 @@ class Processor(Reading):
             else None
         )
         self._collector = Collector()
+        self._rebuilt: set[int] = set()  # partitions whose store --rebuild-index rebuilt
         self._next_checkpoint = 0.0
         # Firing paused: the broker has not acknowledged what was emitted (``checkpoint``).
         self._undelivered = False
@@ -157,8 +160,11 @@ class Processor(Reading):
             checkpoint = self._take_back(consumer, tp, Checkpoint.from_metadata(tp.metadata))
             check_zone_database(tp.partition, checkpoint)
             low, high = watermarks(consumer, tp)
-            owned = self._load(tp.partition, checkpoint, load_end=high, jobs_next=low)
-            starts.append(TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING))
+            state, start, fallback = self._open_state(tp.partition, checkpoint, low)
+            owned = self._load(tp.partition, checkpoint, load_end=high, jobs_next=start,
+                               state=state, fired_through=fallback)  # fmt: skip
+            begin = start if start > low else OFFSET_BEGINNING  # a store's offset, or all
+            starts.append(TopicPartition(tp.topic, tp.partition, begin))
             timers_from = checkpoint.timers_from if checkpoint else OFFSET_BEGINNING
             timer_starts.append(TopicPartition(self.topics.timers, tp.partition, timers_from))
             if checkpoint:
@@ -166,10 +172,10 @@ class Processor(Reading):
             log.info(
                 "partition %d assigned: reading %d definitions, checkpoint %s",
                 tp.partition,
-                high - low,
+                high - start,
                 checkpoint,
             )
-            if high <= low:
+            if high <= start:
                 self._go_live(owned)
         consumer.incremental_assign(starts)
         self.timers.incremental_assign(timer_starts)
@@ -192,11 +198,27 @@ class Processor(Reading):
         self._drop(partitions)
         consumer.incremental_unassign(partitions)
 
+    def _open_state(
+        self, partition: int, checkpoint: Checkpoint | None, low: int
+    ) -> tuple[PartitionState | None, int, int | None]:
+        """With ``--state-dir``: ``streams.state.open_partition``."""
+        if self.config.state_dir is None:
+            return None, low, None
+        rebuild = self.config.rebuild_index and partition not in self._rebuilt
+        self._rebuilt.add(partition)
+        return open_partition(
+            Path(self.config.state_dir) / self.topics.jobs / str(partition),
+            self.definitions.stored_schedule, rebuild=rebuild, now_ms=self._now_ms(),
+            checkpoint=checkpoint, low=low,
+        )  # fmt: skip
+
     def _load(
-        self, partition: int, checkpoint: Checkpoint | None, *, load_end: int, jobs_next: int
-    ) -> Owned:
-        """A partition to load from ``checkpoint`` (from now when there is none)."""
-        fired_through = checkpoint.fired_through if checkpoint else self._now_ms()
+        self, partition: int, checkpoint: Checkpoint | None, *, load_end: int, jobs_next: int,
+        state: PartitionState | None = None, fired_through: int | None = None,
+    ) -> Owned:  # fmt: skip
+        """A partition to load from ``checkpoint`` (else the store's point, else now)."""
+        if checkpoint is not None or fired_through is None:
+            fired_through = checkpoint.fired_through if checkpoint else self._now_ms()
         owned = Owned(
             partition=partition,
             core=PartitionScheduler(
@@ -206,11 +228,14 @@ class Processor(Reading):
                 tick_ms=self.config.tick_ms,
                 horizon_ms=self.config.horizon_ms,
                 rates=self.rates,
+                far=state,
             ),
             checkpoint=checkpoint,
             load_end=load_end,
             jobs_next=jobs_next,
             base=checkpoint,
+            state=state,
+            rebuilding=state is not None and state.meta() is None,
         )
         owned.core.wheel.on_near = self._near_hook(owned)
         self.owned[partition] = owned
@@ -253,6 +278,8 @@ class Processor(Reading):
     def _drop(self, partitions: list[TopicPartition]) -> None:
         gone = [self.owned.pop(tp.partition) for tp in partitions if tp.partition in self.owned]
         for owned in gone:
+            if owned.state is not None:
+                owned.state.close()
             snapshot = self._snapshot(owned)
             if not owned.loading and self._healthy and snapshot != owned.base:
                 self._retained[owned.partition] = (owned.base, snapshot)
@@ -337,10 +364,12 @@ class Processor(Reading):
            is what a next owner would re-emit), and the next checkpoint tries again, so
            progress is committed as soon as the broker is back. A record Kafka refused
            for good raises PublishError (the caller rewinds: ``step``).
-        3. Commit the snapshot as the jobs partitions' offsets with the checkpoint as
+        3. With ``--state-dir``, each store deletes the entries the snapshot covers (a
+           store ahead of the commit lacks only entries of acknowledged slots).
+        4. Commit the snapshot as the jobs partitions' offsets with the checkpoint as
            metadata (synchronously; a fenced commit after losing the group raises).
 
-        A crash before step 3, or a commit the group refuses (rebalance in progress,
+        A crash before step 4, or a commit the group refuses (rebalance in progress,
         partition already moved), leaves the previous checkpoint: the next owner re-emits
         from there, flagged ``possible_duplicate``. Nothing is skipped.
         """
@@ -360,7 +389,10 @@ class Processor(Reading):
         if self._undelivered:
             log.info("the broker acknowledges again: checkpoint taken, firing resumed")
             self._undelivered = False
-        # 3. commit
+        for owned, snap in snaps:  # 3. the stores (--state-dir)
+            if owned.state is not None:
+                owned.state.flush(snap.fired_through, snap.jobs_offset)
+        # 4. commit
         offsets = [self._offset(owned.partition, snap) for owned, snap in snaps]
         try:
             (consumer or self.consumer).commit(offsets=offsets, asynchronous=False)
@@ -415,9 +447,12 @@ class Processor(Reading):
         self._held.drop(numbers)
         self._held_timers.drop(numbers)
         for old in list(self.owned.values()):
-            base = old.base
-            self._load(old.partition, base, load_end=old.jobs_next, jobs_next=0)
-            self.consumer.seek(TopicPartition(self.topics.jobs, old.partition, OFFSET_BEGINNING))
+            base, meta = old.base, old.state.meta() if old.state is not None else None
+            start = 0 if meta is None else min(meta.jobs_offset, base.jobs_offset if base else 0)
+            self._load(old.partition, base, load_end=old.jobs_next, jobs_next=start,
+                       state=old.state)  # fmt: skip
+            self.consumer.seek(TopicPartition(self.topics.jobs, old.partition,
+                                              start or OFFSET_BEGINNING))  # fmt: skip
             timers_from = base.timers_from if base else OFFSET_BEGINNING
             self.timers.seek(TopicPartition(self.topics.timers, old.partition, timers_from))
             if base:

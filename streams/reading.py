@@ -6,6 +6,7 @@ half (``streams.processor.Processor`` inherits it); ``Owned`` is one partition i
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -34,6 +35,7 @@ from streams.definitions import Definitions
 from streams.emitter import Emitter
 from streams.loading import Collector
 from streams.stall import Backoff, Held
+from streams.state import PartitionState, StoredDefinition
 
 log = logging.getLogger("cronstream.scheduler")
 STAGE = "scheduler"
@@ -59,6 +61,12 @@ class Owned:
     timers_next: int = 0
     # The checkpoint last committed (or read at assignment): what a rewind goes back to.
     base: Checkpoint | None = None
+    # The partition's store (``--state-dir``); ``rebuilding``: it is being built from
+    # the whole jobs topic (definitions go into it as read, then are settled from it,
+    # in job id order after ``rebuilt_through``).
+    state: PartitionState | None = None
+    rebuilding: bool = False
+    rebuilt_through: str | None = None
 
 
 class Reading:
@@ -114,24 +122,45 @@ class Reading:
         if key is None:
             return
         if owned.loading:
-            earlier = owned.pending.get(key)
-            # An earlier version read, or already settled (``_settle_some``).
-            replaced = (earlier is not None and earlier[2] is not None) or key in owned.core.jobs
-            owned.pending[key] = (offset, msg.timestamp()[1], msg.value(), replaced)
-            if owned.jobs_next >= owned.load_end:
-                owned.read = True
-            return
+            self._loading_record(owned, key, offset, msg)
+        else:
+            self._live_record(owned, key, offset, msg)
+
+    def _live_record(self, owned: Owned, key: str, offset: int, msg: ConsumedMessage) -> None:
+        """A definition read while its partition is live: applied at once."""
         value = msg.value()
         if value is None:
             owned.core.delete(key)
+            if owned.state is not None:
+                owned.state.delete_definition(key)
             self.emitter.cancel_ahead(key, JOB_DELETED, self._now_ms())
             return
         job = self._schedule(key, value, partition=owned.partition, offset=offset)
         if job is not None:
+            if owned.state is not None:
+                self._store(owned.state, key, offset, msg.timestamp()[1], value)
             now = self._now_ms()
             self.emitter.emit(owned.core.put(job, now=now), now)
             if job.paused:
                 self.emitter.cancel_ahead(key, JOB_PAUSED, now)
+
+    def _loading_record(self, owned: Owned, key: str, offset: int, msg: ConsumedMessage) -> None:
+        """A definition read while its partition loads: kept to be settled once the
+        partition is read to its end (into the store, when it is being rebuilt)."""
+        arrived = msg.timestamp()[1]
+        if owned.rebuilding:
+            assert owned.state is not None
+            self._store(owned.state, key, offset, arrived, msg.value())
+        else:
+            earlier = owned.pending.get(key)
+            # An earlier version read, or already settled (``_settle_some``), or stored.
+            replaced = (earlier is not None and earlier[2] is not None) or key in owned.core.jobs
+            if not replaced and owned.state is not None:
+                stored = owned.state.definition(key)
+                replaced = stored is not None and (stored.offset < offset or stored.replaced)
+            owned.pending[key] = (offset, arrived, msg.value(), replaced)
+        if owned.jobs_next >= owned.load_end:
+            owned.read = True
 
     def _read_partition(self) -> Owned | None:
         """A loading partition read to its end, waiting to be settled."""
@@ -144,6 +173,9 @@ class Reading:
         Definitions are taken in the order they were first read; each is the latest
         version read so far. One read again after it was settled (written during the
         settling) is settled again as a replacement, as it would be once live."""
+        if owned.rebuilding:
+            self._settle_stored(owned)
+            return
         now = self._now_ms()
         checkpoint = owned.checkpoint
         core = owned.core
@@ -162,6 +194,8 @@ class Reading:
             offset, arrived, value, replaced = entry
             if value is None:
                 core.delete(key)  # deleted, perhaps after it was settled
+                if owned.state is not None:
+                    owned.state.delete_definition(key)
                 continue
             try:
                 job = self._schedule(key, value, partition=owned.partition, offset=offset)
@@ -172,9 +206,47 @@ class Reading:
                 return
             if job is None:
                 continue
+            if owned.state is not None:
+                owned.state.put_definition(key, StoredDefinition(offset, arrived, replaced, value))
             known = checkpoint is not None and offset < checkpoint.jobs_offset
             actions = core.recover(job, now=now, known=known, arrived_ms=arrived, replaced=replaced)
             self.emitter.emit(actions, now)
+
+    def _store(
+        self, state: PartitionState, key: str, offset: int, arrived: int, value: bytes | None
+    ) -> None:
+        """A definition read, into the partition's store (a tombstone deletes it)."""
+        if value is None:
+            state.delete_definition(key)
+            return
+        replaced = state.definition(key) is not None
+        state.put_definition(key, StoredDefinition(offset, arrived, replaced, value))
+
+    def _settle_stored(self, owned: Owned) -> None:
+        """A store rebuilt from the whole jobs topic: settle SETTLE_BATCH of its
+        definitions against the checkpoint, in job id order; then the partition is
+        live. One that cannot be used is dead-lettered and deleted from the store."""
+        assert owned.state is not None
+        now, checkpoint, state = self._now_ms(), owned.checkpoint, owned.state
+        batch = list(itertools.islice(state.definitions(owned.rebuilt_through), SETTLE_BATCH))
+        for key, stored in batch:
+            try:
+                job = self._schedule(key, stored.raw, partition=owned.partition,
+                                     offset=stored.offset)  # fmt: skip
+            except RegistryUnavailable as exc:  # tried again after the backoff
+                self._backoff.failed(exc)
+                return
+            owned.rebuilt_through = key
+            if job is None:
+                state.delete_definition(key)
+                continue
+            known = checkpoint is not None and stored.offset < checkpoint.jobs_offset
+            actions = owned.core.recover(job, now=now, known=known, arrived_ms=stored.arrived_ms,
+                                         replaced=stored.replaced)  # fmt: skip
+            self.emitter.emit(actions, now)
+        if len(batch) < SETTLE_BATCH:
+            owned.rebuilding = False
+            self._go_live(owned)
 
     def _go_live(self, owned: Owned) -> None:
         owned.loading = False

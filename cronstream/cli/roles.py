@@ -84,6 +84,22 @@ def _register_scheduler(sub: Any) -> None:
         help="how long a silent scheduler keeps its partitions",
     )  # fmt: skip
     p.add_argument(
+        "--state-dir", default=os.environ.get("CRONSTREAM_SCHEDULER_STATE_DIR") or None,
+        help="two tiers: keep every job in a RocksDB store per partition under DIR and in "
+        "memory only what is due within the next minute; a restart on the same disk "
+        "takes its partitions back without replaying the jobs topic",
+    )  # fmt: skip
+    p.add_argument(
+        "--rebuild-index", action="store_true",
+        help="with --state-dir: rebuild each partition's store from the jobs topic when "
+        "it is first assigned",
+    )  # fmt: skip
+    p.add_argument(
+        "--check-index", action="store_true",
+        help="with --state-dir: check every partition store against the jobs topic, print "
+        "what differs and exit (1 if anything does); run it with no scheduler on DIR",
+    )  # fmt: skip
+    p.add_argument(
         "--lookahead-ms", type=int,
         default=env_int("CRONSTREAM_LOOKAHEAD_MS", 1000, minimum=0),
         help="emit run requests up to this long before they are due (the worker holds "
@@ -208,6 +224,11 @@ def cmd_scheduler(settings: Settings, args: argparse.Namespace) -> int:
     if not 0 <= args.lookahead_ms <= MAX_LOOKAHEAD_MS:
         print(f"error: --lookahead-ms must be 0 to {MAX_LOOKAHEAD_MS}", file=sys.stderr)
         return EXIT_INVALID
+    if (args.rebuild_index or args.check_index) and not args.state_dir:
+        print("error: --rebuild-index and --check-index need --state-dir", file=sys.stderr)
+        return EXIT_INVALID
+    if args.check_index:
+        return check_index(settings, args.state_dir)
     config = ProcessorConfig(
         tenant_fire_rate=args.tenant_fires_per_second,
         tenant_fire_rates=tuple((t, float(n)) for t, n in rates),
@@ -216,12 +237,29 @@ def cmd_scheduler(settings: Settings, args: argparse.Namespace) -> int:
         checkpoint_ms=args.checkpoint_ms,
         session_timeout_ms=args.session_timeout_ms,
         lookahead_ms=args.lookahead_ms,
+        state_dir=args.state_dir,
+        rebuild_index=args.rebuild_index,
         name=args.name,
     )
     return run_member(
         "scheduler", name=config.name, group=config.group,
         start=lambda: Processor(settings, config), metrics_port=args.metrics_port,
     )  # fmt: skip
+
+
+def check_index(settings: Settings, state_dir: str) -> int:
+    from runtime.registry import registry_client
+    from schemas.serde import Codec
+    from streams.definitions import Definitions
+    from streams.index_check import check_stores
+
+    with registry_client(settings) as registry:
+        checked, problems = check_stores(settings, state_dir, Definitions(Codec(registry)))
+    for problem in problems:
+        print(problem)
+    print(f"{checked} partition stores checked against the jobs topic: "
+          f"{len(problems)} differences")  # fmt: skip
+    return 1 if problems or not checked else 0
 
 
 def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:

@@ -16,6 +16,9 @@ adapter) it is enough to recover cron, interval and one-time state after a crash
   ``fired_through`` and its arrival; a one-time job owes its instant unless it is known
   to be done. Whatever is re-emitted for those carries ``possible_duplicate``;
 - a timer read before the checkpoint and due at or before ``fired_through`` has fired.
+
+With a far tier (``streams.core.far``) only the jobs due within the horizon are held
+here; the rest wait in the durable store and are loaded as their entries come near.
 """
 
 from __future__ import annotations
@@ -24,12 +27,16 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
+from streams.core.far import FarTier
 from streams.core.misfire import Action, Fire, Record, settle
 from streams.core.rates import TenantRates
 from streams.core.schedule import JobSchedule, Kind
 from streams.core.wheel import TimingWheel
 
 NEVER = -(2**62)
+# Far entries loaded per call of ``due`` beyond the ones due by the next tick: a burst on
+# one boundary is loaded over the ticks before it (the horizon), not all at once.
+FAR_BUDGET = 256
 
 
 @dataclass(slots=True)
@@ -52,8 +59,13 @@ class PartitionScheduler:
         tick_ms: int = 10,
         horizon_ms: int = 60_000,
         rates: TenantRates | None = None,
+        far: FarTier | None = None,
     ) -> None:
         self.partition = partition
+        self.far = far
+        self.horizon_ms = horizon_ms
+        self._near_limit = fired_through + horizon_ms  # a slot due before it is held here
+        self._far_cursor: tuple[int, str] | None = None  # far entries loaded up to it
         self.rates = rates
         # Scheduled fires deferred by their tenant's rate: original due -> how many. The
         # checkpoint stays before the earliest (a crash re-emits it, flagged).
@@ -136,8 +148,18 @@ class PartitionScheduler:
         self._hold_slot(job, job.slot_due_after(after_due))
 
     def _hold_slot(self, job: JobSchedule, slot: int | None) -> None:
-        if slot is not None:
-            self._hold(slot + job.jitter, (job.job_id, job.gen, slot))
+        far = self.far
+        if far is None:
+            if slot is not None:
+                self._hold(slot + job.jitter, (job.job_id, job.gen, slot))
+            return
+        due = None if slot is None else slot + job.jitter
+        far.hold(job.job_id, due, job.entry_due)  # no more slots: its last entry goes
+        job.entry_due = due
+        if due is not None and due < self._near_limit:
+            self._hold(due, (job.job_id, job.gen, slot))
+        elif self.jobs.get(job.job_id) is job:
+            del self.jobs[job.job_id]  # far: loaded again when its entry comes near
 
     def _hold(self, due_ms: int, item: Any) -> None:
         # fired_through claims every due time up to it was emitted: an item held with an
@@ -164,7 +186,7 @@ class PartitionScheduler:
         """What is due at or before ``now``: at most about ``limit`` wheel entries, so an
         overloaded processor still returns to read input and checkpoint. Afterwards
         ``fired_through`` is ``now``, or the point up to which everything was emitted."""
-        out: list[Action] = []
+        out: list[Action] = [] if self.far is None else self._load_near(now)
         room = limit
         while True:
             batch, complete = self.wheel.pop_due(now, room)
@@ -185,13 +207,45 @@ class PartitionScheduler:
             self.fired_through = min(self.fired_through, min(self.deferred) - 1)
         return out
 
+    def _load_near(self, now: int) -> list[Action]:
+        """Load the far entries that came within the horizon: each job not held yet is
+        settled from ``fired_through`` (a takeover's late slots fire, flagged, or go by
+        its misfire policy; a stale entry only finds the job's next slot)."""
+        assert self.far is not None
+        self._near_limit = now + self.horizon_ms
+        entries = self.far.entries(self._far_cursor, self._near_limit, now + self.wheel.tick_ms,
+                                   FAR_BUDGET)  # fmt: skip
+        out: list[Action] = []
+        for due, job_id in entries:
+            self._far_cursor = (due, job_id)
+            held = self.jobs.get(job_id)
+            if held is not None:  # its own slot is in the wheel: a stale entry goes
+                if held.entry_due != due:
+                    self.far.forget(job_id, due)
+                continue
+            job = self.far.load(job_id)
+            if job is None:
+                self.far.forget(job_id, due)
+                continue
+            job.entry_due = due
+            out.extend(self._apply(job, now=now, settled=self.fired_through,
+                                   possible_duplicate=True))  # fmt: skip
+        return out
+
+    def job(self, job_id: str) -> JobSchedule | None:
+        """A job held here, or loaded from the far tier (not held)."""
+        job = self.jobs.get(job_id)
+        if job is None and self.far is not None:
+            job = self.far.load(job_id)
+        return job
+
     def _fire(self, batch: list[tuple[int, Any]], out: list[Action], now: int) -> None:
         jobs, rates = self.jobs, self.rates
         for due_ms, item in batch:
             if type(item) is int:
                 self._timer_due(item, out)
                 continue
-            if len(item) == 4:
+            if len(item) == 5:
                 self._deferred_due(item, out)
                 continue
             job_id, gen, slot = item
@@ -205,25 +259,33 @@ class PartitionScheduler:
                 and rates.limited(job.tenant)
                 and ((at := rates.reserve(job.tenant, now)) > now)
             ):
-                self.wheel.add(at, (job_id, gen, slot, due_ms))
+                self.wheel.add(at, (job_id, gen, slot, due_ms, job))
                 self.deferred[due_ms] = self.deferred.get(due_ms, 0) + 1
             else:
                 out.append(Fire(job_id, slot, due_ms, "SCHEDULE", False, job))
             if job.kind is Kind.ONCE:
                 self.once_done[job_id] = slot
+                if self.far is not None:
+                    self._hold_slot(job, None)
             else:
                 self._schedule_next(job, after_due=due_ms)
 
-    def _deferred_due(self, item: tuple[str, int, int, int], out: list[Action]) -> None:
+    def _deferred_due(
+        self, item: tuple[str, int, int, int, JobSchedule], out: list[Action]
+    ) -> None:
         """A fire its tenant's rate deferred comes due: fired now (or skipped, if the
-        job was paused meanwhile; dropped if it was replaced or deleted)."""
-        job_id, gen, slot, due_ms = item
+        job was paused meanwhile; dropped if it was replaced or deleted). A job gone to
+        the far tier meanwhile fires as it was deferred, unless it was deleted."""
+        job_id, gen, slot, due_ms, deferred = item
         left = self.deferred[due_ms] - 1
         if left:
             self.deferred[due_ms] = left
         else:
             del self.deferred[due_ms]
         job = self.jobs.get(job_id)
+        if job is None and self.far is not None:
+            current = self.far.load(job_id)
+            job = None if current is None else deferred
         if job is None or job.gen != gen:
             return
         if job.paused:
@@ -235,7 +297,7 @@ class PartitionScheduler:
         timer = self.timers.pop(offset, None)
         if timer is None:
             return
-        job = self.jobs.get(timer.job_id)
+        job = self.job(timer.job_id)
         if timer.check:
             # Not a run: the check that the run succeeded by its deadline (a paused job's
             # runs fired before the pause still have theirs; a deleted job's do not).

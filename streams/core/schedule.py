@@ -62,6 +62,7 @@ class JobSchedule:
         "at_ms",
         "body",
         "end_ms",
+        "entry_due",
         "every_ms",
         "gen",
         "jitter",
@@ -114,6 +115,8 @@ class JobSchedule:
         self.body = body
         self.tenant = tenant
         self.gen = 0
+        # With a far tier: the due time of its durable entry, when known (``core.far``).
+        self.entry_due: int | None = None
 
     def slot_after(self, after_ms: int) -> int | None:
         """The first slot strictly after ``after_ms`` inside the bounds, None if none."""

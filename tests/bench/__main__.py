@@ -20,6 +20,7 @@ import sys
 from runtime.settings import Settings
 from tests.bench.api import bench_api
 from tests.bench.archive import bench_archive
+from tests.bench.boundary import bench_boundary
 from tests.bench.common import ROWS
 from tests.bench.fairness import bench_fairness
 from tests.bench.flows import bench_flows
@@ -45,7 +46,7 @@ def main() -> int:
                         choices=["throughput", "skew", "burst", "million", "distinct", "slots",
                                  "workers", "drain", "malformed", "security", "latency", "sink",
                                  "scrape", "queries", "fairness", "api", "flows", "ui",
-                                 "archive"])  # fmt: skip
+                                 "archive", "boundary"])  # fmt: skip
     args = parser.parse_args()
     base = Settings.from_env()
     runs = 1 if args.quick else 3
@@ -76,6 +77,8 @@ def main() -> int:
                                200_000 if args.quick else 1_000_000, 50 if args.quick else 200),
         "archive": lambda: bench_archive(base, runs, 10_000_000 if args.quick else 100_000_000,
                                          10 if args.quick else 20),
+        "boundary": lambda: bench_boundary(base, 1 if args.quick else 2,
+                                           10_000 if args.quick else 100_000, 5_000),
     }  # fmt: skip
     signal.signal(signal.SIGTERM, _interrupted)
     signal.signal(signal.SIGINT, _interrupted)

@@ -1,0 +1,171 @@
+"""Two tiers on the real stack (``cronstream scheduler --state-dir``): a scheduler killed
+with -9 under load and a fresh process on the same store take over without replaying the
+jobs topic, missing no slot; the store a live scheduler kept up to date equals the one
+``--rebuild-index`` builds from the jobs topic, and ``--check-index`` says so (and says
+when it does not)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from producers.client import JobClient
+from producers.spec import job_from_spec
+from runtime.registry import registry_client
+from runtime.settings import Settings
+from schemas.catalog import Topics
+from schemas.events import Priority
+from schemas.serde import Codec
+from streams.definitions import Definitions
+from streams.state import PartitionState, index_view
+from tests.integration.helpers import CronstreamProcess, cronstream, read_topic
+
+pytestmark = pytest.mark.integration
+URL = "https://example.com/hook"
+
+
+def _put(ns: Settings, specs: list[dict[str, Any]]) -> None:
+    with JobClient(ns) as client:
+        client.put_many(job_from_spec({"target": "http", "url": URL, **spec},
+                                      max_payload_bytes=65536) for spec in specs)  # fmt: skip
+
+
+def _slot_ms(run_id: str) -> int:
+    from datetime import datetime
+
+    text = run_id.rpartition("@")[2].replace("Z", "+00:00")
+    return int(datetime.fromisoformat(text).timestamp() * 1000)
+
+
+def test_a_kill9_takeover_on_the_same_store_reads_no_definition_and_misses_no_slot(
+    ns: Settings, tmp_path: Path, procs: list[CronstreamProcess]
+) -> None:
+    state = tmp_path / "state"
+    near = [{"id": f"near-{i}", "every": "2s"} for i in range(150)]
+    # Due every 90 s, spread over it: most are beyond the 60 s horizon (in the store only).
+    far = [{"id": f"far-{i}", "every": "90s", "anchor": f"1970-01-01T00:00:{i % 60:02d}Z"}
+           for i in range(150)]  # fmt: skip
+    _put(ns, near + far)
+    first = CronstreamProcess(ns, tmp_path, "first", "--state-dir", str(state),
+                              "--checkpoint-ms", "500")  # fmt: skip
+    procs.append(first)
+    first.wait_live(ns.partitions, timeout=120)
+    started_ms = int(time.time() * 1000)
+    time.sleep(20)
+    first.kill9()
+    killed_ms = int(time.time() * 1000)
+    second = CronstreamProcess(ns, tmp_path, "second", "--state-dir", str(state))
+    procs.append(second)
+    second.wait_live(ns.partitions, timeout=120)
+    time.sleep(max(0.0, started_ms / 1000 + 120 - time.time()))
+    second.stop()
+    ended_ms = int(time.time() * 1000) - 3000
+
+    # The fresh process read only what came after the store's point: no definition.
+    read = [int(n) for n in re.findall(r"reading (\d+) definitions", second.log())]
+    assert read, "no assignment logged"
+    assert sum(read) == 0, read
+    held = [int(n) for n in re.findall(r"live: (\d+) jobs", second.log())]
+    assert sum(held) < 300, f"{sum(held)} of 300 jobs held in memory right after the takeover"
+
+    fired: dict[str, set[int]] = defaultdict(set)
+    for record in read_topic(ns, Topics(ns).runs(Priority.NORMAL)):
+        fired[record.headers["job_id"]].add(_slot_ms(record.headers["run_id"]))
+    missing = []
+    for spec in near + far:
+        every = 2000 if spec["id"].startswith("near") else 90_000
+        anchor = int(spec.get("anchor", "1970-01-01T00:00:00Z")[-3:-1]) * 1000
+        first_slot = anchor + ((started_ms - anchor) // every + 1) * every
+        for slot in range(first_slot, ended_ms, every):
+            if slot not in fired[spec["id"]]:
+                missing.append((spec["id"], slot - killed_ms))
+    assert not missing, f"{len(missing)} slots missed (ms after the kill): {missing[:10]}"
+
+
+def _view(store: Path, ns: Settings, after_ms: int) -> dict[str, dict[str, Any]]:
+    with registry_client(ns, writer=True) as registry:
+        definitions = Definitions(Codec(registry))
+        views: dict[str, dict[str, Any]] = {}
+        for path in sorted((store / Topics(ns).jobs).iterdir()):
+            state = PartitionState(path, definitions.stored_schedule)
+            try:
+                views[path.name] = index_view(state, after_ms)  # type: ignore[assignment]
+            finally:
+                state.close()
+        return views
+
+
+def _fired_through(store: Path, ns: Settings) -> int:
+    points = []
+    for path in (store / Topics(ns).jobs).iterdir():
+        state = PartitionState(path, lambda _k, _v: None)
+        meta = state.meta()
+        state.close()
+        assert meta is not None
+        points.append(meta.fired_through)
+    return max(points)
+
+
+def test_the_store_kept_live_equals_the_one_rebuilt_from_the_jobs_topic(
+    ns: Settings, tmp_path: Path, procs: list[CronstreamProcess]
+) -> None:
+    kept = tmp_path / "kept"
+    specs: list[dict[str, Any]] = [
+        {"id": f"c-{i}", "cron": f"{i % 60} * * * * *"} for i in range(60)
+    ]
+    specs += [{"id": f"i-{i}", "every": f"{5 + i}s"} for i in range(40)]
+    specs += [{"id": "once", "at": "2099-01-01T00:00:00Z"}, {"id": "manual"}]
+    _put(ns, specs[:50])
+    sched = CronstreamProcess(ns, tmp_path, "kept", "--state-dir", str(kept))
+    procs.append(sched)
+    sched.wait_live(ns.partitions, timeout=120)
+    _put(ns, specs[50:])  # read live
+    time.sleep(3)
+    changed = [{**spec, "every": "7m"} for spec in specs[60:70]]  # from seconds to minutes
+    _put(ns, [*changed, {"id": "c-3", "cron": "0 0 * * * *", "paused": True}])
+    with JobClient(ns) as client:
+        for job_id in ("c-5", "i-30", "once"):
+            client.delete(job_id)
+    time.sleep(5)
+    sched.stop()
+
+    check = cronstream(ns, "scheduler", "--state-dir", str(kept), "--check-index")
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert f"{ns.partitions} partition stores checked against the jobs topic: 0 differences" \
+        in check.stdout  # fmt: skip
+
+    rebuilt = tmp_path / "rebuilt"
+    shutil.copytree(kept, rebuilt)
+    again = CronstreamProcess(ns, tmp_path, "rebuilt", "--state-dir", str(rebuilt),
+                              "--rebuild-index")  # fmt: skip
+    procs.append(again)
+    again.wait_live(ns.partitions, timeout=120)
+    again.stop()
+    assert again.log().count("--rebuild-index") == ns.partitions
+    check = cronstream(ns, "scheduler", "--state-dir", str(rebuilt), "--check-index")
+    assert check.returncode == 0, check.stdout + check.stderr
+
+    after = max(_fired_through(kept, ns), _fired_through(rebuilt, ns))
+    kept_view, rebuilt_view = _view(kept, ns, after), _view(rebuilt, ns, after)
+    assert kept_view == rebuilt_view
+    jobs = {job_id for view in kept_view.values() for job_id in view}
+    assert jobs == {s["id"] for s in specs} - {"c-5", "i-30", "once"}
+
+    # A store that lost a definition is told apart.
+    broken = tmp_path / "broken"
+    shutil.copytree(kept, broken)
+    for path in (broken / Topics(ns).jobs).iterdir():
+        state = PartitionState(path, lambda _k, _v: None)
+        if state.definition("c-7") is not None:
+            state.delete_definition("c-7")
+        state.close()
+    check = cronstream(ns, "scheduler", "--state-dir", str(broken), "--check-index")
+    assert check.returncode == 1
+    assert "job 'c-7'" in check.stdout
+    assert "1 differences" in check.stdout
