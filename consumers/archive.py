@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from collections.abc import Iterator, Sequence
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -165,6 +166,28 @@ def compact_finished(root: Path, today: date) -> dict[date, int]:
             if merged:
                 done[day] = merged
     return done
+
+
+def keep_days() -> int:
+    """How many days the archive keeps (``$CRONSTREAM_ARCHIVE_KEEP_DAYS``, default 366:
+    a year, whatever the day of the year); 0 keeps everything."""
+    raw = os.environ.get("CRONSTREAM_ARCHIVE_KEEP_DAYS") or "366"
+    if not raw.isdigit():
+        raise ValueError(f"CRONSTREAM_ARCHIVE_KEEP_DAYS={raw!r} is not a whole number of days")
+    return int(raw)
+
+
+def expire(root: Path, today: date, keep: int) -> list[date]:
+    """Delete the days more than ``keep`` days before ``today`` (0: none); returns them.
+    A day goes whole (its folder renamed away first, so a reader sees it or not)."""
+    gone = []
+    for day in days(root):
+        if keep and day < today - timedelta(days=keep):
+            doomed = root / f".expired-day={day.isoformat()}"
+            (root / f"day={day.isoformat()}").rename(doomed)
+            shutil.rmtree(doomed)
+            gone.append(day)
+    return gone
 
 
 # -- queries ------------------------------------------------------------------------------

@@ -57,6 +57,7 @@ class ArchiverConfig:
     compact_every_s: float = 3600.0
     read_max: int = 5000
     session_timeout_ms: int = 10_000
+    keep_days: int = 366  # days before today the archive keeps (0: all)
 
 
 @dataclass(slots=True)
@@ -79,6 +80,7 @@ class Archiver:
         self.buffers: dict[int, _Buffer] = {}
         self.checkpoints: dict[int, int | None] = {}
         self._compacted = 0.0
+        self.keep_days = config.keep_days
 
     def run(self, should_stop: Callable[[], bool]) -> None:
         self.consumer.subscribe([self.topic], on_assign=self._on_assign,
@@ -182,11 +184,15 @@ class Archiver:
             log.warning("commit refused (%s); the checkpoint holds the position", exc)
 
     def _compact(self) -> None:
-        """Daily files of finished days, by the owner of partition 0 only (one
-        compaction at a time for an archive that several archivers share)."""
+        """Daily files of finished days, and days past the retention deleted, by the
+        owner of partition 0 only (one at a time for an archive that several archivers
+        share)."""
         self._compacted = time.monotonic()
         if 0 not in self.checkpoints:
             return
-        done = archive.compact_finished(self.root, datetime.now(UTC).date())
+        today = datetime.now(UTC).date()
+        done = archive.compact_finished(self.root, today)
         for day, merged in done.items():
             log.info("compacted %s: %d parts into day files", day.isoformat(), merged)
+        for day in archive.expire(self.root, today, self.keep_days):
+            log.info("expired %s: older than %d days", day.isoformat(), self.keep_days)

@@ -34,6 +34,10 @@ def register(sub: Any) -> None:
     c.add_argument("--day", help="only this UTC day (YYYY-MM-DD; default: every day "
                    "before yesterday)")  # fmt: skip
     c.set_defaults(handler=cmd_compact, needs="settings")
+    e = verbs.add_parser("expire", help="delete the days past the retention "
+                         "($CRONSTREAM_ARCHIVE_KEEP_DAYS, default 366; the archiver does "
+                         "it hourly)")  # fmt: skip
+    e.set_defaults(handler=cmd_expire, needs="settings")
 
 
 def cmd_archiver(settings: Settings, args: argparse.Namespace) -> int:
@@ -41,9 +45,14 @@ def cmd_archiver(settings: Settings, args: argparse.Namespace) -> int:
     if args.flush_s <= 0:
         print("error: --flush-s must be above 0", file=sys.stderr)
         return EXIT_INVALID
+    try:
+        keep = archive.keep_days()
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
     config = ArchiverConfig(group=args.group or f"{settings.topic_prefix}.archiver",
                             name=args.name, flush_rows=args.flush_rows,
-                            flush_s=args.flush_s)  # fmt: skip
+                            flush_s=args.flush_s, keep_days=keep)  # fmt: skip
     return run_member("archiver", name=config.name, group=config.group,
                       start=lambda: Archiver(settings, config),
                       metrics_port=args.metrics_port)  # fmt: skip
@@ -64,4 +73,19 @@ def cmd_compact(settings: Settings, args: argparse.Namespace) -> int:
         print(f"{day.isoformat()}: {merged} parts merged")
     if not any(done.values()):
         print(f"nothing to compact in {root}")
+    return 0
+
+
+def cmd_expire(settings: Settings, args: argparse.Namespace) -> int:
+    try:
+        keep = archive.keep_days()
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    root = archive.archive_root(settings)
+    gone = archive.expire(root, datetime.now(UTC).date(), keep)
+    for day in gone:
+        print(f"{day.isoformat()}: deleted (older than {keep} days)")
+    if not gone:
+        print(f"nothing older than {keep} days in {root}" if keep else "retention is off (0)")
     return 0

@@ -26,6 +26,7 @@ from tests.bench.fairness import bench_fairness
 from tests.bench.flows import bench_flows
 from tests.bench.history import bench_queries, bench_sink
 from tests.bench.malformed import bench_malformed, bench_scrape
+from tests.bench.scale import bench_scale
 from tests.bench.scheduler import (
     bench_burst,
     bench_million,
@@ -34,6 +35,7 @@ from tests.bench.scheduler import (
     bench_throughput,
 )
 from tests.bench.security import bench_security
+from tests.bench.tiers import bench_tiers
 from tests.bench.ui import bench_ui
 from tests.bench.workers import bench_drain, bench_fire_to_start, bench_workers
 from tests.integration.helpers import kill_children
@@ -46,7 +48,7 @@ def main() -> int:
                         choices=["throughput", "skew", "burst", "million", "distinct", "slots",
                                  "workers", "drain", "malformed", "security", "latency", "sink",
                                  "scrape", "queries", "fairness", "api", "flows", "ui",
-                                 "archive", "boundary"])  # fmt: skip
+                                 "archive", "boundary", "tiers", "scale"])  # fmt: skip
     args = parser.parse_args()
     base = Settings.from_env()
     runs = 1 if args.quick else 3
@@ -79,6 +81,9 @@ def main() -> int:
                                          10 if args.quick else 20),
         "boundary": lambda: bench_boundary(base, 1 if args.quick else 2,
                                            10_000 if args.quick else 100_000, 5_000),
+        "tiers": lambda: bench_tiers(base, 1 if args.quick else 3,
+                                     200_000 if args.quick else 10_000_000),
+        "scale": lambda: bench_scale(base, 1 if args.quick else 2, 3000, 3),
     }  # fmt: skip
     signal.signal(signal.SIGTERM, _interrupted)
     signal.signal(signal.SIGINT, _interrupted)
