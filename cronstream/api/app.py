@@ -158,9 +158,8 @@ def job_history(
 ) -> list[dict[str, Any]]:  # fmt: skip
     job = job_of(backend, who, job_id)
     start, end = window_of(since)
-    assert backend.history is not None
-    rows = backend.history.job_runs(job.job_id, start, end, statuses_of(status))
-    return [_outcome_json(who, r) for r in islice(rows, limit)]
+    rows = backend.job_runs(job.job_id, start, end, statuses_of(status), limit=limit)
+    return [_outcome_json(who, r) for r in rows]
 
 
 @router.post("/v1/jobs/{job_id:path}/{action}")

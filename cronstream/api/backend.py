@@ -18,10 +18,14 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from itertools import islice
 from typing import Any
 
 from confluent_kafka import KafkaException
 
+from consumers.archive import Archive, archive_root, hot_from, tiered_job_runs
 from consumers.history import History
 from producers.admission.core import JobsView
 from producers.admission.processor import JobsFollower
@@ -32,7 +36,7 @@ from runtime.kafka.publisher import Publisher
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import Topics
-from schemas.events import JobDefinition, utc_now
+from schemas.events import JobDefinition, RunOutcome, utc_now
 from schemas.serde import Codec, DecodeError
 from schemas.tenancy import TenantAction, TenantCommand, TenantResult, commands_pattern
 
@@ -58,6 +62,7 @@ class Backend:
         self._threads: list[threading.Thread] = []
         self.cluster: Any = None
         self.history: History | None = None
+        self._archive: Archive | None = None  # opened by the first query that needs it
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
@@ -69,6 +74,23 @@ class Backend:
             thread.start()
             self._threads.append(thread)
 
+    def job_runs(
+        self, job_id: str, start: datetime, end: datetime, statuses: Sequence[str] = (),
+        *, limit: int | None = None,
+    ) -> Iterator[RunOutcome]:  # fmt: skip
+        """A job's runs over [start, end), latest first: from Cassandra alone while the
+        window is inside its hot window, else across the hot and cold tiers (the slots
+        before the first day Cassandra holds in full from the Parquet archive)."""
+        assert self.history is not None
+        boundary = hot_from(self.settings, utc_now())
+        if start >= boundary:
+            return self.history.job_runs(job_id, start, end, statuses, limit=limit)
+        if self._archive is None:
+            self._archive = Archive(archive_root(self.settings))
+        rows = tiered_job_runs(self.history, self._archive, boundary, job_id, start, end,
+                               statuses)  # fmt: skip
+        return islice(rows, limit)
+
     def stopped_threads(self) -> list[str]:
         """The names of the backend's threads that ended (none while it serves)."""
         return [t.name for t in self._threads if not t.is_alive()]
@@ -79,6 +101,8 @@ class Backend:
             thread.join(10)
         self.follower.close()
         self.publisher.close()
+        if self._archive is not None:
+            self._archive.close()
         if self.cluster is not None:
             self.cluster.shutdown()
 

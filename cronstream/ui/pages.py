@@ -182,8 +182,7 @@ def job_page(
     fires = [{"local": local_time(ms, job.timezone), "utc": local_time(ms, "UTC")}
              for ms in upcoming]  # fmt: skip
     start, end = window_of(since)
-    assert backend.history is not None
-    runs = list(backend.history.job_runs(job.job_id, start, end, [], limit=200))
+    runs = list(backend.job_runs(job.job_id, start, end, [], limit=200))
     finals = [r for r in runs if r.status.value in FINAL]
     failures = [r for r in finals if r.status.value not in ("SUCCEEDED", "DUPLICATE")][:20]
     chart = duration_chart([
@@ -223,7 +222,7 @@ def runs(
             rows = backend.history.run(stored)
         elif job:
             found = job_of(backend, who.caller(), job)
-            rows = list(backend.history.job_runs(found.job_id, start, end, statuses, limit=200))
+            rows = list(backend.job_runs(found.job_id, start, end, statuses, limit=200))
         elif statuses:
             rows = list(islice(backend.history.by_status(statuses, start, end, who.tenant), 200))
     except HTTPException as exc:

@@ -17,6 +17,9 @@ import pytest
 
 from consumers import archive
 from consumers.archiver import Archiver, ArchiverConfig
+from consumers.history import History
+from cronstream.api.backend import Backend
+from runtime.cassandra import cassandra_session
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import RunOutcome, RunStatus, iso, to_ms
@@ -138,6 +141,23 @@ def test_a_job_history_spanning_the_hot_and_cold_tiers_has_every_run_once(
     assert {r.run_id for r in from_archive} == older  # the days before the first hot day
     assert 0 < len(older) < 60
     assert all(to_ms(r.scheduled_at) < to_ms(boundary) for r in from_archive)
+
+    # The dashboard's and the API's job history (``Backend.job_runs``) spans them too.
+    backend = Backend(replace(ns, history_ttl_days=30))
+    cluster, session = cassandra_session(ns)
+    try:
+        backend.history = History(session, ns.keyspace)
+        now = datetime.now(UTC)
+        shown = [r.run_id for r in backend.job_runs("spans", now - 70 * DAY, now)]
+        assert sorted(shown) == sorted({o.run_id for o in outcomes})
+        latest = [r.run_id for r in backend.job_runs("spans", now - 70 * DAY, now, limit=5)]
+        assert latest == shown[:5]
+        midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
+        recent = backend.job_runs("spans", midnight - 3 * DAY, now)  # Cassandra's alone
+        assert [r.run_id for r in recent] == shown[:3]
+    finally:
+        backend.close()
+        cluster.shutdown()
 
     # Compaction: one file per finished day and tenant, the same answer.
     archiver.cleanup()
