@@ -87,6 +87,9 @@ class ProcessorConfig:
     # memory only what is due within the horizon (``streams.state``). None: all in memory.
     state_dir: str | None = None
     rebuild_index: bool = False  # rebuild each store from the jobs topic (once per partition)
+    # Static group membership: a process started again under the same id gets its
+    # partitions back at once, not after the session timeout (see the README).
+    instance_id: str | None = None
 
 
 class Processor(Reading):
@@ -134,6 +137,7 @@ class Processor(Reading):
             name=config.name,
             session_timeout_ms=config.session_timeout_ms,
             **{"enable.partition.eof": True},  # the end of a partition ends its loading
+            **({"group.instance.id": config.instance_id} if config.instance_id else {}),
         )
         self.timers: Consumer = kafka_consumer(
             settings, **{"group.id": f"{config.group}.timers", "client.id": config.name}

@@ -90,6 +90,12 @@ def _register_scheduler(sub: Any) -> None:
         "takes its partitions back without replaying the jobs topic",
     )  # fmt: skip
     p.add_argument(
+        "--instance-id", default=os.environ.get("CRONSTREAM_SCHEDULER_INSTANCE_ID") or None,
+        help="static group membership: a scheduler started again with the same id (after a "
+        "crash, on the same --state-dir) takes its partitions back at once instead of after "
+        "--session-timeout-ms; a stopped one keeps them that long unless it comes back",
+    )  # fmt: skip
+    p.add_argument(
         "--rebuild-index", action="store_true",
         help="with --state-dir: rebuild each partition's store from the jobs topic when "
         "it is first assigned",
@@ -239,6 +245,7 @@ def cmd_scheduler(settings: Settings, args: argparse.Namespace) -> int:
         lookahead_ms=args.lookahead_ms,
         state_dir=args.state_dir,
         rebuild_index=args.rebuild_index,
+        instance_id=args.instance_id,
         name=args.name,
     )
     return run_member(

@@ -42,11 +42,11 @@ def _measure(settings: Settings, count: int) -> dict[str, list[float]]:
         cpu0, t0 = [cpu_s(p.proc.pid) for p in procs], time.time()
         time.sleep(WINDOW_S)
         cpu1, t1 = [cpu_s(p.proc.pid) for p in procs], time.time()
+        owned = [_owned(s.log()) for s in schedulers]
     finally:
         for process in workers + schedulers:
             process.stop()
     used = [(b - a) / (t1 - t0) for a, b in zip(cpu0, cpu1, strict=True)]
-    owned = [_owned(s.log()) for s in schedulers]
     requested = sum(1 for r in read_topic(settings, Topics(settings).runs(Priority.NORMAL))
                     if t0 * 1000 <= r.timestamp_ms < t1 * 1000)  # fmt: skip
     done = sum(1 for r in read_topic(settings, Topics(settings).history)

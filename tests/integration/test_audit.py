@@ -23,7 +23,7 @@ def _ok(ns: Settings, *args: str) -> None:
 def test_every_cli_change_is_in_the_jobs_log_with_who_and_the_diff(
     ns: Settings, tmp_path: Path
 ) -> None:
-    http = ["--target", "http", "--url", "https://example.com/hook?token=abc"]
+    http = ["--target", "http", "--url", "https://example.com/hook?token=t0psecret"]
     _ok(ns, "jobs", "put", "audited", "--every", "1h", *http)
     _ok(ns, "jobs", "put", "audited", "--every", "2h", *http, "--max-attempts", "5")
     _ok(ns, "jobs", "pause", "audited")
@@ -45,7 +45,7 @@ def test_every_cli_change_is_in_the_jobs_log_with_who_and_the_diff(
     assert entries[2]["changes"] == [{"field": "paused", "before": "false", "after": "true"}]
     assert entries[4]["detail"] == "audited@manual:k1"
     assert entries[5]["detail"] == "audited@manual:k1 (wrong day)"
-    assert "abc" not in shown.stdout  # the URL's token is redacted
+    assert "t0psecret" not in shown.stdout  # the URL's token is redacted
     text = cronstream(ns, "jobs", "log", "audited", "--limit", "2").stdout.splitlines()
     assert "CANCEL" in text[0] and "DELETE" in text[2]  # noqa: PT018
     none = cronstream(ns, "jobs", "log", "never-existed")
