@@ -83,6 +83,30 @@ def _register_scheduler(sub: Any) -> None:
         default=env_int("CRONSTREAM_SCHEDULER_SESSION_TIMEOUT_MS", 10_000),
         help="how long a silent scheduler keeps its partitions",
     )  # fmt: skip
+    _register_store(p)
+    p.add_argument(
+        "--lookahead-ms", type=int,
+        default=env_int("CRONSTREAM_LOOKAHEAD_MS", 1000, minimum=0),
+        help="emit run requests up to this long before they are due (the worker holds "
+        "each until its due time), so a boundary burst has left before the boundary; 0: "
+        "emit when due; at most 60000",
+    )  # fmt: skip
+    p.add_argument(
+        "--tenant-fires-per-second", type=float,
+        default=float(os.environ.get("CRONSTREAM_TENANT_FIRES_PER_SECOND") or 1000),
+        help="scheduled fires per second per tenant (0: no limit); the excess is deferred "
+        "at the rate, never dropped; tenant 'default' is never limited",
+    )  # fmt: skip
+    p.add_argument(
+        "--tenant-fire-rate", action="append", metavar="TENANT=N",
+        default=env_list("CRONSTREAM_TENANT_FIRE_RATES"),
+        help="a tenant's own fires per second; repeatable",
+    )  # fmt: skip
+    p.set_defaults(handler=cmd_scheduler, needs="settings")
+
+
+def _register_store(p: Any) -> None:
+    """The scheduler's two tiers (``streams.state``) and its static membership."""
     p.add_argument(
         "--state-dir", default=os.environ.get("CRONSTREAM_SCHEDULER_STATE_DIR") or None,
         help="two tiers: keep every job in a RocksDB store per partition under DIR and in "
@@ -105,25 +129,6 @@ def _register_scheduler(sub: Any) -> None:
         help="with --state-dir: check every partition store against the jobs topic, print "
         "what differs and exit (1 if anything does); run it with no scheduler on DIR",
     )  # fmt: skip
-    p.add_argument(
-        "--lookahead-ms", type=int,
-        default=env_int("CRONSTREAM_LOOKAHEAD_MS", 1000, minimum=0),
-        help="emit run requests up to this long before they are due (the worker holds "
-        "each until its due time), so a boundary burst has left before the boundary; 0: "
-        "emit when due; at most 60000",
-    )  # fmt: skip
-    p.add_argument(
-        "--tenant-fires-per-second", type=float,
-        default=float(os.environ.get("CRONSTREAM_TENANT_FIRES_PER_SECOND") or 1000),
-        help="scheduled fires per second per tenant (0: no limit); the excess is deferred "
-        "at the rate, never dropped; tenant 'default' is never limited",
-    )  # fmt: skip
-    p.add_argument(
-        "--tenant-fire-rate", action="append", metavar="TENANT=N",
-        default=env_list("CRONSTREAM_TENANT_FIRE_RATES"),
-        help="a tenant's own fires per second; repeatable",
-    )  # fmt: skip
-    p.set_defaults(handler=cmd_scheduler, needs="settings")
 
 
 def _register_worker(sub: Any) -> None:

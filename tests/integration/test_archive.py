@@ -108,7 +108,7 @@ def test_every_outcome_is_archived_once_across_a_crash_before_the_commit(
     assert {p.parent.name for p in root.rglob("*.parquet")} == {"tenant=default", "tenant=acme"}
 
 
-def test_a_job_history_spanning_the_hot_and_cold_tiers_has_every_run_once(
+def test_a_job_history_spanning_the_hot_and_cold_tiers_has_every_run_once(  # long: one story
     history_ns: Settings, root: Path, tmp_path: Path, procs: list[CronstreamProcess]
 ) -> None:
     ns = history_ns
