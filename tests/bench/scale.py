@@ -3,7 +3,13 @@ second: every-second jobs spread by jitter) through 1 scheduler + 1 worker, then
 ``wide`` schedulers + ``wide`` workers on the same 12 partitions. Per process: CPU
 seconds per second over a 15 s window and the partitions it owns; in all: runs
 requested and SUCCEEDED per second. The prediction: each role's CPU divides among its
-processes (each about 1/``wide`` of the single one's) while the total stays the demand."""
+processes (each about 1/``wide`` of the single one's) while the total stays the demand.
+
+Run twice: every job at normal priority, then a third at each priority. The workers
+share ``runs.high``, ``runs.normal`` and ``runs.low`` in one consumer group, and the
+cooperative-sticky assignor balances the count of partitions per member, not per topic:
+members that join one after the other can end with one holding all of ``runs.normal``
+(found by this simulation)."""
 
 from __future__ import annotations
 
@@ -11,14 +17,16 @@ import re
 import statistics
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from runtime.settings import Settings
 from schemas.catalog import Topics
-from schemas.events import Priority
-from tests.bench.common import cpu_s, namespace, row
-from tests.bench.workers import put_noop_jobs
+from schemas.events import JobDefinition, Priority
+from tests.bench.common import NOOP_TARGET, cpu_s, job, namespace, put_jobs, row
 from tests.integration.helpers import CronstreamProcess, read_topic
+
+PRIORITIES = tuple(Priority)
 
 WINDOW_S = 15.0
 
@@ -47,7 +55,7 @@ def _measure(settings: Settings, count: int) -> dict[str, list[float]]:
         for process in workers + schedulers:
             process.stop()
     used = [(b - a) / (t1 - t0) for a, b in zip(cpu0, cpu1, strict=True)]
-    requested = sum(1 for r in read_topic(settings, Topics(settings).runs(Priority.NORMAL))
+    requested = sum(1 for p in Priority for r in read_topic(settings, Topics(settings).runs(p))
                     if t0 * 1000 <= r.timestamp_ms < t1 * 1000)  # fmt: skip
     done = sum(1 for r in read_topic(settings, Topics(settings).history)
                if r.headers.get("status") == "SUCCEEDED"
@@ -64,11 +72,23 @@ def _owned(log: str) -> float:
 
 
 def bench_scale(base: Settings, runs: int, demand: int, wide: int) -> None:
+    for spread in (False, True):
+        _bench_scale(base, runs, demand, wide, spread=spread)
+
+
+def _bench_scale(base: Settings, runs: int, demand: int, wide: int, *, spread: bool) -> None:
     results: dict[int, list[dict[str, list[float]]]] = {1: [], wide: []}
+    label = "3 priorities" if spread else "normal priority"
+    print(f"  {label}", flush=True)
+
+    def make(i: int) -> JobDefinition:
+        made = job(f"x-{i}", every_ms=1000, jitter_ms=999, target=NOOP_TARGET)
+        return replace(made, priority=PRIORITIES[i % 3]) if spread else made
+
     for k in range(runs):
         for count in (1, wide) if k % 2 == 0 else (wide, 1):
             with namespace(base) as settings:
-                put_noop_jobs(settings, demand, "x")
+                put_jobs(settings, demand, make)
                 results[count].append(_measure(settings, count))
             last = results[count][-1]
             print(f"    {count} + {count}: scheduler CPU {[round(c, 2) for c in last['scheduler']]}"
@@ -80,12 +100,14 @@ def bench_scale(base: Settings, runs: int, demand: int, wide: int) -> None:
         one = statistics.median(r[role][0] for r in single)
         each = statistics.median(c for r in spread for c in r[role])
         total = statistics.median(sum(r[role]) for r in spread)
-        row(f"scale: {role} CPU s/s, 1 process / each of {wide} (sum)",
+        spread_of = [[round(c, 2) for c in r[role]] for r in spread]
+        row(f"scale ({label}): {role} CPU s/s, 1 process / each of {wide} (sum)",
             f"{one:.2f} / {each:.2f} ({total:.2f})", f"each ~{one / wide:.2f}",
-            f"demand {demand:,} runs/s; 12 partitions; {runs} runs alternating")  # fmt: skip
-    for key, label in (("requested", "run requests/s"), ("done", "SUCCEEDED/s")):
-        row(f"scale: {label}, 1+1 / {wide}+{wide}",
+            f"demand {demand:,} runs/s; 12 partitions; per process {spread_of}")  # fmt: skip
+    for key, what in (("requested", "run requests/s"), ("done", "SUCCEEDED/s")):
+        row(f"scale ({label}): {what}, 1+1 / {wide}+{wide}",
             f"{statistics.median(r[key][0] for r in single):,.0f} / "
             f"{statistics.median(r[key][0] for r in spread):,.0f}", f"{demand:,}")  # fmt: skip
     owned = [o for r in spread for o in r["owned"]]
-    row(f"scale: partitions per scheduler, {wide} processes", str(sorted(owned)), "12 / n")
+    row(f"scale ({label}): jobs partitions per scheduler, {wide} processes", str(sorted(owned)),
+        f"12 / {wide}")  # fmt: skip
