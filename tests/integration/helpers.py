@@ -17,7 +17,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from confluent_kafka import TopicPartition
 
@@ -26,7 +26,10 @@ from runtime.kafka.clients import kafka_consumer
 from runtime.kafka.offsets import group_lag, watermarks
 from runtime.kafka.security import client_properties
 from runtime.settings import Settings
+from schemas.tenancy import AnyEvent
 from tests.conftest import cli_env
+
+E = TypeVar("E", bound=AnyEvent)
 
 
 def cronstream(
@@ -118,6 +121,16 @@ class Record(NamedTuple):
     headers: dict[str, str]
     value: bytes | None
     timestamp_ms: int
+
+
+def decoded(settings: Settings, topic: str, event_type: type[E]) -> list[E]:
+    """Every record of ``topic`` decoded as ``event_type`` (through the registry)."""
+    from runtime.registry import registry_client
+    from schemas.serde import Codec
+
+    with registry_client(settings, writer=True) as registry:
+        codec = Codec(registry)
+        return [codec.decode(r.value, event_type) for r in read_topic(settings, topic)]
 
 
 def read_topic(settings: Settings, topic: str) -> list[Record]:

@@ -13,21 +13,17 @@ import pytest
 from producers.client import JobClient
 from producers.flows import flow_from_spec, flow_schedule
 from producers.spec import job_from_spec
-from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.alerts import Alert
 from schemas.catalog import Topics
 from schemas.events import iso, utc_now
-from schemas.serde import Codec
-from tests.integration.helpers import CronstreamProcess, read_topic
+from tests.integration.helpers import CronstreamProcess, decoded
 
 pytestmark = pytest.mark.integration
 
 
 def _alerts(ns: Settings) -> list[Alert]:
-    with registry_client(ns, writer=True) as registry:
-        codec = Codec(registry)
-        return [codec.decode(r.value, Alert) for r in read_topic(ns, Topics(ns).alerts)]
+    return decoded(ns, Topics(ns).alerts, Alert)
 
 
 def test_a_missed_deadline_raises_one_alert_cleared_when_the_run_succeeds_late(

@@ -10,12 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import RunOutcome, from_ms, iso
-from schemas.serde import Codec
-from tests.integration.helpers import CronstreamProcess, Target, cronstream, read_topic
+from tests.integration.helpers import CronstreamProcess, Target, cronstream, decoded
 
 pytestmark = pytest.mark.integration
 
@@ -53,9 +51,7 @@ def _coordinator(ns: Settings, tmp: Path, procs: list[CronstreamProcess], name: 
 
 
 def _history(ns: Settings) -> list[RunOutcome]:
-    with registry_client(ns, writer=True) as registry:
-        codec = Codec(registry)
-        return [codec.decode(r.value, RunOutcome) for r in read_topic(ns, Topics(ns).history)]
+    return decoded(ns, Topics(ns).history, RunOutcome)
 
 
 def _flow_end(ns: Settings, flow_run_id: str, timeout: float = 120) -> RunOutcome:

@@ -13,21 +13,17 @@ import pytest
 
 from producers.client import JobClient
 from producers.spec import job_from_spec
-from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import JOB_PAUSED, Priority, RunOutcome, RunStatus, to_ms
-from schemas.serde import Codec
-from tests.integration.helpers import CronstreamProcess, read_topic
+from tests.integration.helpers import CronstreamProcess, decoded, read_topic
 
 pytestmark = pytest.mark.integration
 LOOKAHEAD_MS = 3000
 
 
 def _outcomes(ns: Settings) -> list[RunOutcome]:
-    with registry_client(ns, writer=True) as registry:
-        codec = Codec(registry)
-        return [codec.decode(r.value, RunOutcome) for r in read_topic(ns, Topics(ns).history)]
+    return decoded(ns, Topics(ns).history, RunOutcome)
 
 
 def test_runs_leave_ahead_start_when_due_and_a_pause_skips_the_early_ones(

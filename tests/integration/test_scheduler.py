@@ -23,7 +23,7 @@ from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import Priority, RunOutcome, iso
 from schemas.serde import Codec
-from tests.integration.helpers import CronstreamProcess, read_topic
+from tests.integration.helpers import CronstreamProcess, decoded, read_topic
 
 pytestmark = pytest.mark.integration
 URL = "https://example.com/hook"
@@ -43,12 +43,7 @@ def runs(settings: Settings) -> list[dict[str, str]]:
 
 
 def history(settings: Settings) -> list[RunOutcome]:
-    with registry_client(settings, writer=True) as registry:
-        codec = Codec(registry)
-        return [
-            codec.decode(record.value, RunOutcome)
-            for record in read_topic(settings, Topics(settings).history)
-        ]
+    return decoded(settings, Topics(settings).history, RunOutcome)
 
 
 def slot_seconds(run_id: str) -> int:

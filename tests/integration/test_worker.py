@@ -27,7 +27,14 @@ from schemas.events import DeadLetter, Priority, RunOutcome
 from schemas.events import Target as RunTarget
 from schemas.serde import Codec
 from tests.bench.malformed import hostile_values, malformed
-from tests.integration.helpers import CronstreamProcess, Outage, Target, read_topic, record_count
+from tests.integration.helpers import (
+    CronstreamProcess,
+    Outage,
+    Target,
+    decoded,
+    read_topic,
+    record_count,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -51,9 +58,7 @@ def trigger(ns: Settings, job_id: str, keys: list[str]) -> list[str]:
 
 
 def outcomes(ns: Settings) -> list[RunOutcome]:
-    with registry_client(ns, writer=True) as registry:
-        codec = Codec(registry)
-        return [codec.decode(r.value, RunOutcome) for r in read_topic(ns, Topics(ns).history)]
+    return decoded(ns, Topics(ns).history, RunOutcome)
 
 
 def wait_for(ns: Settings, predicate: Any, timeout: float = 90) -> list[RunOutcome]:
