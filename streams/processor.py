@@ -46,7 +46,7 @@ from streams.emitter import Emitter
 from streams.loading import Collector, check_zone_database
 from streams.reading import Owned, Reading
 from streams.stall import Backoff, Held
-from streams.state import PartitionState, open_partition
+from streams.state import PartitionState, open_partition, resume_point
 
 log = logging.getLogger("cronstream.scheduler")
 # Wheel entries fired per partition per loop iteration at most: under overload the loop
@@ -452,9 +452,9 @@ class Processor(Reading):
         self._held_timers.drop(numbers)
         for old in list(self.owned.values()):
             base, meta = old.base, old.state.meta() if old.state is not None else None
-            start = 0 if meta is None else min(meta.jobs_offset, base.jobs_offset if base else 0)
+            start, fallback = resume_point(meta, base, 0)
             self._load(old.partition, base, load_end=old.jobs_next, jobs_next=start,
-                       state=old.state)  # fmt: skip
+                       state=old.state, fired_through=fallback)  # fmt: skip
             self.consumer.seek(TopicPartition(self.topics.jobs, old.partition,
                                               start or OFFSET_BEGINNING))  # fmt: skip
             timers_from = base.timers_from if base else OFFSET_BEGINNING

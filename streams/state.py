@@ -208,12 +208,21 @@ def open_partition(
     store's and the checkpoint's; ``low``, the beginning, for a new store) and, for a
     partition with no checkpoint, the store's fired-through point."""
     state = PartitionState.open(path, schedule, rebuild=rebuild, now_ms=now_ms)
-    meta = state.meta()
+    start, fired_through = resume_point(state.meta(), checkpoint, low)
+    return state, start, fired_through
+
+
+def resume_point(
+    meta: StateMeta | None, checkpoint: Checkpoint | None, low: int
+) -> tuple[int, int | None]:
+    """Where a partition with this store reads the jobs topic from (the lower of the
+    store's and the checkpoint's offsets; ``low`` for a store never checkpointed) and,
+    with no checkpoint, the store's fired-through point."""
     if meta is None:
-        return state, low, None
+        return low, None
     start = meta.jobs_offset if checkpoint is None else min(meta.jobs_offset,
                                                             checkpoint.jobs_offset)  # fmt: skip
-    return state, max(low, start), meta.fired_through
+    return max(low, start), meta.fired_through
 
 
 def _options() -> Options:
