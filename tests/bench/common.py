@@ -59,7 +59,7 @@ def put_jobs(settings: Settings, count: int, make: Callable[[int], JobDefinition
     shapes: dict[int, tuple[bytes, bytes]] = {}
     for i in range(count):
         job = make(i)
-        shape_key = hash((job.schedule, job.timezone, job.jitter_ms))
+        shape_key = hash((job.schedule, job.timezone, job.jitter_ms, job.priority))
         shape = shapes.get(shape_key)
         if shape is None:
             encoded = publisher.codec.encode(topic, job)

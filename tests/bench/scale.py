@@ -71,8 +71,10 @@ def _owned(log: str) -> float:
     return float(assigned - handed)
 
 
-def bench_scale(base: Settings, runs: int, demand: int, wide: int) -> None:
-    for spread in (False, True):
+def bench_scale(
+    base: Settings, runs: int, demand: int, wide: int, spreads: tuple[bool, ...] = (False, True)
+) -> None:
+    for spread in spreads:
         _bench_scale(base, runs, demand, wide, spread=spread)
 
 
