@@ -80,7 +80,6 @@ class Archiver:
         self.buffers: dict[int, _Buffer] = {}
         self.checkpoints: dict[int, int | None] = {}
         self._compacted = 0.0
-        self.keep_days = config.keep_days
 
     def run(self, should_stop: Callable[[], bool]) -> None:
         self.consumer.subscribe([self.topic], on_assign=self._on_assign,
@@ -194,5 +193,6 @@ class Archiver:
         done = archive.compact_finished(self.root, today)
         for day, merged in done.items():
             log.info("compacted %s: %d parts into day files", day.isoformat(), merged)
-        for day in archive.expire(self.root, today, self.keep_days):
-            log.info("expired %s: older than %d days", day.isoformat(), self.keep_days)
+        keep = self.config.keep_days
+        for day in archive.expire(self.root, today, keep):
+            log.info("expired %s: older than %d days", day.isoformat(), keep)

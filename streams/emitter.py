@@ -43,6 +43,13 @@ log = logging.getLogger("cronstream.scheduler")
 _TRIGGER_BYTES = {t: t.value.encode() for t in Trigger}
 
 
+def _instant(ms: int) -> bytes:
+    """A due time as header bytes, when jitter moved it off its slot (whose bytes the
+    slot's run id already made; not cached: jittered due times are all different, and
+    they would push the shared slots out of ``slot_text``'s cache)."""
+    return iso(from_ms(ms)).encode()
+
+
 class Emitter:
     def __init__(
         self, publisher: Publisher, *, topics: Topics, definitions: Definitions, name: str
@@ -91,7 +98,7 @@ class Emitter:
                 headers = run_request_headers(
                     template.header_job, run_id.encode(), slot, attempt=b"1",
                     trigger=_TRIGGER_BYTES[trigger], possible_duplicate=action.possible_duplicate,
-                    due_at=iso(from_ms(due)).encode() if early else None,
+                    due_at=(slot if due == action.slot_ms else _instant(due)) if early else None,
                 )  # fmt: skip
                 if early:
                     ahead.add(action.job_id, due, run_id)

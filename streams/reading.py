@@ -219,7 +219,7 @@ class Reading:
         if value is None:
             state.delete_definition(key)
             return
-        replaced = state.definition(key) is not None
+        replaced = state.has_definition(key)
         state.put_definition(key, StoredDefinition(offset, arrived, replaced, value))
 
     def _settle_stored(self, owned: Owned) -> None:

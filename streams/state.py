@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocksdict import Options, Rdict
+from rocksdict import Options, Rdict, WriteBatch
 
 from streams.checkpoint import Checkpoint
 from streams.core.schedule import JobSchedule
@@ -123,15 +123,16 @@ class PartitionState:
     def flush(self, fired_through: int, jobs_offset: int) -> None:
         """At a checkpoint, once the broker acknowledged everything emitted through
         ``fired_through``: delete the entries it covers, record what the store covers."""
-        keep: list[tuple[int, str]] = []
+        batch, keep = WriteBatch(raw_mode=True), []
         for due, job_id in self._superseded:
             if due <= fired_through:
-                self.db.delete(entry_key(due, job_id))
+                batch.delete(entry_key(due, job_id))
             else:
                 keep.append((due, job_id))
         self._superseded = keep
         meta = StateMeta(jobs_offset, fired_through, int(time.time() * 1000))
-        self.db.put(META, meta.encode())
+        batch.put(META, meta.encode())
+        self.db.write(batch)  # one write: the deletes and what they are covered by
 
     # -- definitions --------------------------------------------------------------------
     def put_definition(self, job_id: str, stored: StoredDefinition) -> None:
@@ -140,6 +141,9 @@ class PartitionState:
 
     def delete_definition(self, job_id: str) -> None:
         self.db.delete(b"d" + job_id.encode())
+
+    def has_definition(self, job_id: str) -> bool:
+        return b"d" + job_id.encode() in self.db
 
     def definition(self, job_id: str) -> StoredDefinition | None:
         value = self.db.get(b"d" + job_id.encode())

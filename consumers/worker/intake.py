@@ -199,10 +199,7 @@ class Intake:
 
     def release_due(self, now_ms: float) -> int:
         """Held runs whose due time came join their backlogs; returns how many."""
-        delayed = self.delayed
-        if not delayed or delayed.next_due() > now_ms:  # type: ignore[operator]
-            return 0
-        due = delayed.pop_due(int(now_ms))
+        due = self.delayed.pop_due(int(now_ms))
         priority_of, backlog = self.priority_of, self.backlog
         for pending in due:
             backlog[priority_of[pending.topic]].append(pending)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -25,6 +27,7 @@ from schemas.events import (
 )
 from schemas.wire import avro_string
 from streams.processor import Processor, ProcessorConfig
+from tests.conftest import cli_env
 from tests.integration.helpers import (
     read_topic,
 )
@@ -135,6 +138,28 @@ def processor(settings: Settings) -> Processor:
     return Processor(
         settings.as_role("scheduler"), ProcessorConfig(group=f"{settings.topic_prefix}.scheduler")
     )
+
+
+def scheduler_process(
+    settings: Settings, log: Path, name: str, *args: str
+) -> subprocess.Popen[bytes]:
+    """A `cronstream scheduler` process in ``settings``' namespace, logging to ``log``."""
+    with log.open("w") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "cronstream.cli", "scheduler", "--name", name, *args],
+            env=cli_env(settings), stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+
+def wait_all_live(proc: subprocess.Popen[bytes], log: Path, timeout: float) -> float:
+    """Seconds until ``proc``'s log shows all 12 partitions live (it dying, or the
+    timeout, raises with the log's tail)."""
+    started = time.time()
+    while log.read_text().count(" live: ") < 12:
+        if proc.poll() is not None or time.time() - started > timeout:
+            raise RuntimeError(log.read_text()[-3000:])
+        time.sleep(0.2)
+    return time.time() - started
 
 
 def cpu_s(pid: int) -> float:

@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import re
 import statistics
-import tempfile
 import time
 from dataclasses import replace
-from pathlib import Path
 
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import JobDefinition, Priority
 from tests.bench.common import NOOP_TARGET, cpu_s, job, namespace, put_jobs, row
-from tests.integration.helpers import CronstreamProcess, read_topic
+from tests.bench.workers import Pipeline
+from tests.integration.helpers import read_topic
 
 PRIORITIES = tuple(Priority)
 
@@ -33,18 +32,10 @@ WINDOW_S = 15.0
 
 def _measure(settings: Settings, count: int) -> dict[str, list[float]]:
     """``count`` schedulers and ``count`` workers: CPU s/s of each, runs/s in all."""
-    logdir = Path(tempfile.mkdtemp(prefix="csbench-"))
-    options = ("--concurrency", "64", "--python-allow", "tests.bench")
-    schedulers = [CronstreamProcess(settings, logdir, f"s{k}") for k in range(count)]
-    workers = [CronstreamProcess(settings, logdir, f"w{k}", *options, command="worker")
-               for k in range(count)]  # fmt: skip
+    pipeline = Pipeline(settings, count, 64, schedulers=count)
+    schedulers, workers = pipeline.schedulers, pipeline.workers
     try:
-        deadline = time.monotonic() + 240
-        while sum(s.log().count(" live: ") for s in schedulers) < 12:
-            assert time.monotonic() < deadline, "the schedulers never went live"
-            time.sleep(0.5)
-        for worker in workers:
-            worker.wait_live(1, timeout=120, text="assigned")
+        pipeline.wait_live()
         time.sleep(15)  # the groups settle, the backlog of the start drains
         procs = schedulers + workers
         cpu0, t0 = [cpu_s(p.proc.pid) for p in procs], time.time()
@@ -52,8 +43,7 @@ def _measure(settings: Settings, count: int) -> dict[str, list[float]]:
         cpu1, t1 = [cpu_s(p.proc.pid) for p in procs], time.time()
         owned = [_owned(s.log()) for s in schedulers]
     finally:
-        for process in workers + schedulers:
-            process.stop()
+        pipeline.stop()
     used = [(b - a) / (t1 - t0) for a, b in zip(cpu0, cpu1, strict=True)]
     requested = sum(1 for p in Priority for r in read_topic(settings, Topics(settings).runs(p))
                     if t0 * 1000 <= r.timestamp_ms < t1 * 1000)  # fmt: skip

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -27,8 +25,9 @@ from tests.bench.common import (
     row,
     rss_mib,
     run_records,
+    scheduler_process,
+    wait_all_live,
 )
-from tests.conftest import cli_env
 
 
 def bench_throughput(base: Settings, runs: int, jobs: int) -> None:
@@ -138,17 +137,8 @@ def bench_million(base: Settings, runs: int, jobs: int, *, distinct: bool = Fals
         for k in range(runs + 1):
             log = logdir / f"s{k}.log"
             started = time.time()
-            with log.open("w") as out:
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", "cronstream.cli", "scheduler", "--name", f"m{k}"],
-                    env=cli_env(settings), stdout=out, stderr=subprocess.STDOUT,
-                )  # fmt: skip
-            deadline = started + 240
-            while time.time() < deadline and log.read_text().count(" live: ") < 12:
-                time.sleep(0.5)
-                if proc.poll() is not None:
-                    raise RuntimeError(log.read_text()[-3000:])
-            live_s = time.time() - started
+            proc = scheduler_process(settings, log, f"m{k}")
+            live_s = wait_all_live(proc, log, 240)
             time.sleep(10)
             rss.append(rss_mib(proc.pid))
             proc.send_signal(signal.SIGTERM)

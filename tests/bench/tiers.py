@@ -12,15 +12,22 @@ from __future__ import annotations
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from runtime.settings import Settings
 from schemas.events import JobDefinition
-from tests.bench.common import job, namespace, put_jobs, row, rss_mib, run_records
-from tests.conftest import cli_env
+from tests.bench.common import (
+    job,
+    namespace,
+    put_jobs,
+    row,
+    rss_mib,
+    run_records,
+    scheduler_process,
+    wait_all_live,
+)
 
 PROBES = 100
 
@@ -31,21 +38,8 @@ def daily(i: int) -> str:
 
 
 def _start(settings: Settings, state: Path, log: Path, name: str) -> subprocess.Popen[bytes]:
-    with log.open("w") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "cronstream.cli", "scheduler", "--name", name,
-             "--state-dir", str(state), "--instance-id", "tiers-bench"],
-            env=cli_env(settings), stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-
-
-def _wait_live(proc: subprocess.Popen[bytes], log: Path, timeout: float) -> float:
-    started = time.time()
-    while log.read_text().count(" live: ") < 12:
-        if proc.poll() is not None or time.time() - started > timeout:
-            raise RuntimeError(log.read_text()[-3000:])
-        time.sleep(0.2)
-    return time.time() - started
+    return scheduler_process(settings, log, name, "--state-dir", str(state),
+                             "--instance-id", "tiers-bench")  # fmt: skip
 
 
 def bench_tiers(base: Settings, restarts: int, jobs: int) -> None:
@@ -61,7 +55,7 @@ def bench_tiers(base: Settings, restarts: int, jobs: int) -> None:
         logdir = Path(tempfile.mkdtemp(prefix="csbench-"))
         state = logdir / "state"
         proc = _start(settings, state, logdir / "build.log", "t0")
-        built = _wait_live(proc, logdir / "build.log", 3600)
+        built = wait_all_live(proc, logdir / "build.log", 3600)
         time.sleep(10)
         build_rss = rss_mib(proc.pid)
         print(f"  stores built in {built:.0f}s, RSS {build_rss:.0f} MiB", flush=True)
@@ -72,7 +66,7 @@ def bench_tiers(base: Settings, restarts: int, jobs: int) -> None:
             killed = time.time()
             log = logdir / f"r{k}.log"
             proc = _start(settings, state, log, f"t{k}")
-            live.append(_wait_live(proc, log, 600))
+            live.append(wait_all_live(proc, log, 600))
             time.sleep(20)
             rss.append(rss_mib(proc.pid))
             windows.append((killed, time.time() - 2))

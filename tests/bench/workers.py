@@ -28,13 +28,19 @@ def put_noop_jobs(settings: Settings, count: int, prefix: str) -> None:
 
 
 class Pipeline:
-    """One scheduler and ``workers`` worker processes in ``settings``' namespace."""
+    """``schedulers`` scheduler (one by default) and ``workers`` worker processes in
+    ``settings``' namespace."""
 
     def __init__(
-        self, settings: Settings, workers: int, concurrency: int, *scheduler_args: str
-    ) -> None:
+        self, settings: Settings, workers: int, concurrency: int, *scheduler_args: str,
+        schedulers: int = 1,
+    ) -> None:  # fmt: skip
         self.logdir = Path(tempfile.mkdtemp(prefix="csbench-"))
-        self.scheduler = CronstreamProcess(settings, self.logdir, "scheduler", *scheduler_args)
+        self.schedulers = [
+            CronstreamProcess(settings, self.logdir, f"s{k}" if k else "scheduler", *scheduler_args)
+            for k in range(schedulers)
+        ]
+        self.scheduler = self.schedulers[0]
         options = ("--concurrency", str(concurrency), "--python-allow", "tests.bench")
         self.workers = [
             CronstreamProcess(settings, self.logdir, f"worker{k}", *options, command="worker")
@@ -42,7 +48,12 @@ class Pipeline:
         ]
 
     def wait_live(self) -> None:
-        self.scheduler.wait_live(12, timeout=240)
+        deadline = time.monotonic() + 240
+        while sum(s.log().count(" live: ") for s in self.schedulers) < 12:
+            assert time.monotonic() < deadline, "the schedulers never went live"
+            for scheduler in self.schedulers:
+                assert scheduler.proc.poll() is None, scheduler.log()[-3000:]
+            time.sleep(0.2)
         for worker in self.workers:
             worker.wait_live(1, timeout=120, text="assigned")
 
@@ -54,7 +65,7 @@ class Pipeline:
         return out
 
     def stop(self) -> None:
-        for process in [*self.workers, self.scheduler]:
+        for process in [*self.workers, *self.schedulers]:
             process.stop()
 
 
