@@ -18,18 +18,11 @@ from datetime import timedelta
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import OnceSchedule, utc_now
-from streams.core.schedule import jitter_offset
-from tests.bench.common import NOOP_TARGET, job, namespace, pct, put_jobs, row
+from tests.bench.common import NOOP_TARGET, due_ms, iso_ms, job, namespace, pct, put_jobs, row
 from tests.bench.workers import Pipeline
 from tests.integration.helpers import read_topic
 
 B_JOBS = 100
-
-
-def _iso_ms(text: str) -> int:
-    from datetime import datetime
-
-    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
 
 
 def one_burst(base: Settings, burst: int, rate: int) -> tuple[float, float, float, int]:
@@ -59,10 +52,10 @@ def one_burst(base: Settings, burst: int, rate: int) -> tuple[float, float, floa
         drain_end = max(acme_done)
         # From each B run's due time: its slot plus its job's jitter offset.
         beta_lat = [
-            r.timestamp_ms - _iso_ms(r.headers["scheduled_at"])
-            - jitter_offset(r.headers["job_id"], 999) for r in started
+            r.timestamp_ms - due_ms(r.headers["job_id"], r.headers["scheduled_at"])
+            for r in started
             if r.headers["job_id"].startswith("beta/")
-            and t_burst - 1000 <= _iso_ms(r.headers["scheduled_at"]) <= drain_end
+            and t_burst - 1000 <= iso_ms(r.headers["scheduled_at"]) <= drain_end
         ]  # fmt: skip
         return pct(beta_lat, 0.5), pct(beta_lat, 0.99), (drain_end - t_burst) / 1000, len(beta_lat)
 

@@ -8,9 +8,11 @@ the last row, a scheduler firing 5,000 no-op jobs per second, in a fresh namespa
   worker's pick-up.
 - **1,000 nodes**: wide (one root, 998 nodes after it, one node after all of them) and
   deep (a chain of 1,000): from the trigger to the coordinator's end record.
-- **Beside the scheduler**: 5,000 no-op jobs every second (spread by jitter) and 20
-  chains of 10 nodes every second; flow runs ended per second over a 20 s window and
-  the jobs' fire skew, with the same jobs' skew measured without flows in the same run.
+- **Beside the scheduler**: 5,000 no-op jobs every second (spread by jitter, the
+  default lookahead of 1 s) and 0, 5, 10 or 20 chains of 10 nodes every second, each
+  demand once per round: flow runs ended per second over a 20 s window, the jobs' fire
+  skew (emission minus due time, 0 when emitted ahead: the scheduler's metric), their
+  due-to-STARTED lateness, and the CPU of each process (the box's 2 cores are shared).
 """
 
 from __future__ import annotations
@@ -18,15 +20,28 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
+from infra.services import all_services
 from producers.client import JobClient
 from producers.flows import flow_from_spec, flow_schedule
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import Priority
 from streams.core.schedule import jitter_offset
-from tests.bench.common import NOOP_TARGET, job, namespace, pct, put_jobs, row, run_records
+from tests.bench.common import (
+    NOOP_TARGET,
+    cpu_s,
+    due_ms,
+    job,
+    namespace,
+    pct,
+    put_jobs,
+    row,
+    run_records,
+)
 from tests.integration.helpers import CronstreamProcess, read_topic
 
 NOOP = {"target": "python", "callable": "tests.bench.targets:noop"}
@@ -58,7 +73,7 @@ def put_flows(settings: Settings, *specs: dict[str, object]) -> None:
 class FlowStack:
     """A worker and a flows coordinator (and, when asked, a scheduler)."""
 
-    def __init__(self, settings: Settings, *, scheduler: bool = False) -> None:
+    def __init__(self, settings: Settings, *, scheduler: Sequence[str] | None = None) -> None:
         self.logdir = Path(tempfile.mkdtemp(prefix="csbench-"))
         options = ("--concurrency", "64", "--python-allow", "tests.bench")
         self.procs = [
@@ -67,8 +82,8 @@ class FlowStack:
                 settings, self.logdir, "c", "--log-level", "INFO", command="flows-coordinator"
             ),
         ]
-        if scheduler:
-            self.procs.append(CronstreamProcess(settings, self.logdir, "s"))
+        if scheduler is not None:  # its arguments
+            self.procs.append(CronstreamProcess(settings, self.logdir, "s", *scheduler))
 
     def wait_live(self) -> None:
         self.procs[0].wait_live(1, timeout=120, text="assigned")
@@ -151,27 +166,72 @@ def big(settings: Settings, shape: str, n: int = 1000) -> float:
     return end / 1000 - t0
 
 
-def beside_scheduler(settings: Settings, flows: int) -> tuple[float, list[int]]:
-    """5,000 no-op jobs every second and ``flows`` 10-node chains every second: (flow
-    runs ended per second over 20 s after a 10 s warm-up, the jobs' fire skews, ms)."""
+class Beside(NamedTuple):
+    """One run of ``beside_scheduler``: flow runs ended per second; for each job run (ms)
+    its emission minus its due time and its STARTED record minus its due time; CPU
+    seconds per second of each process (worker, coordinator, scheduler, broker)."""
+
+    flow_runs: float
+    emits: list[int]
+    starts: list[int]
+    cpu: dict[str, float]
+
+
+def beside_scheduler(settings: Settings, flows: int, lookahead_ms: int = 1000) -> Beside:
+    """5,000 no-op jobs every second and ``flows`` 10-node chains every second, one
+    scheduler (``--lookahead-ms``), one worker, one coordinator; measured over 20 s after a
+    10 s warm-up."""
     put_jobs(settings, 5000, lambda i: job(f"j-{i}", every_ms=1000, jitter_ms=999,
                                            target=NOOP_TARGET))  # fmt: skip
     put_flows(settings, *(chain(f"f{k}", 10, every="1s") for k in range(flows)))
-    stack = FlowStack(settings, scheduler=True)
+    stack = FlowStack(settings, scheduler=("--lookahead-ms", str(lookahead_ms)))
+    broker = next(s for s in all_services(settings) if s.name == "kafka").pid() or 0
+    pids = dict(zip(("worker", "coordinator", "scheduler"), (p.proc.pid for p in stack.procs),
+                    strict=True), broker=broker)  # fmt: skip
     try:
         stack.wait_live()
         time.sleep(10)
-        t0 = int(time.time() * 1000)
+        t0, used = int(time.time() * 1000), {role: cpu_s(pid) for role, pid in pids.items()}
         time.sleep(20)
         t1 = int(time.time() * 1000)
+        used = {role: (cpu_s(pid) - used[role]) / ((t1 - t0) / 1000) for role, pid in pids.items()}
     finally:
         stack.stop()
-    ended = [ts for run_id, status, ts in _outcomes(settings)
-             if run_id.endswith("/n9") and status == "SUCCEEDED" and t0 <= ts < t1]  # fmt: skip
-    skews = [ts - (slot + jitter_offset(job_id, 999))
+    ended, starts = 0, []
+    for r in read_topic(settings, Topics(settings).history):
+        run_id, status = r.headers.get("run_id", ""), r.headers.get("status")
+        if run_id.endswith("/n9") and status == "SUCCEEDED" and t0 <= r.timestamp_ms < t1:
+            ended += 1
+        elif run_id.startswith("j-") and status == "STARTED":
+            due = due_ms(r.headers["job_id"], r.headers["scheduled_at"])
+            if t0 <= due < t1:
+                starts.append(r.timestamp_ms - due)
+    emits = [ts - (slot + jitter_offset(job_id, 999))
              for job_id, ts, slot in run_records(settings)
              if job_id.startswith("j-") and t0 <= slot < t1]  # fmt: skip
-    return len(ended) / ((t1 - t0) / 1000), skews
+    return Beside(ended / ((t1 - t0) / 1000), emits, starts, used)
+
+
+def _beside_rows(base: Settings, rounds: int, demands: Sequence[int]) -> None:
+    """Each flow demand (flows a second, 0 = none) once per round, the order reversed
+    every other round; one row per demand."""
+    got: dict[int, list[Beside]] = {d: [] for d in demands}
+    for k in range(rounds):
+        for flows in demands if k % 2 == 0 else demands[::-1]:
+            with namespace(base) as settings:
+                got[flows].append(beside_scheduler(settings, flows))
+    for flows, runs in got.items():
+        emits = [max(v, 0) for b in runs for v in b.emits]  # the scheduler's metric
+        starts = [v for b in runs for v in b.starts]
+        cpu = {role: statistics.median(b.cpu[role] for b in runs) for role in runs[0].cpu}
+        rates = [round(b.flow_runs, 1) for b in runs]
+        row(f"beside 5,000 fires/s, {flows} 10-node flows/s: flow runs/s | jobs' fire skew p99 "
+            "| due -> STARTED p50 / p99 (ms)",
+            f"{statistics.median(rates)} | {pct(emits, 0.99):.0f} | "
+            f"{pct(starts, 0.5):.0f} / {pct(starts, 0.99):.0f}", "fire skew as with 0",
+            f"flow runs/s {rates}; emission - due max {max(max(b.emits) for b in runs)} ms; "
+            f"due -> STARTED p99 per run {[round(pct(b.starts, 0.99)) for b in runs]}; CPU s/s "
+            + " ".join(f"{role} {v:.2f}" for role, v in cpu.items()))  # fmt: skip
 
 
 def bench_flows(base: Settings, runs: int, quick: bool = False) -> None:
@@ -193,21 +253,4 @@ def bench_flows(base: Settings, runs: int, quick: bool = False) -> None:
         size = 200 if quick else 1000
         row(f"{size}-node flow, {shape}: trigger to end (s)", f"{statistics.median(took):.1f}",
             "-", f"runs {[round(t, 1) for t in took]}")  # fmt: skip
-    alone: list[int] = []
-    rates, skews = [], []
-    for _ in range(1 if quick else runs):
-        with namespace(base) as settings:
-            alone += beside_scheduler(settings, 0)[1]
-        with namespace(base) as settings:
-            rate, s = beside_scheduler(settings, 20)
-        rates.append(rate)
-        skews += s
-    row(
-        "10-node flow runs/s beside 5,000 fires/s",
-        f"{statistics.median(rates):.1f}",
-        "-",
-        f"20 flows every 1 s (demand 20/s); runs {[round(r, 1) for r in rates]}",
-    )
-    row("fire skew p99 @5k/s with flows (ms)", f"{pct(skews, 0.99):.0f}",
-        f"~{pct(alone, 0.99):.0f}", f"without flows, same run: p50 {pct(alone, 0.5):.0f}, "
-        f"p99 {pct(alone, 0.99):.0f}; with: p50 {pct(skews, 0.5):.0f}")  # fmt: skip
+    _beside_rows(base, 1 if quick else runs, (0, 5, 10, 20))
