@@ -5,8 +5,10 @@ one partition): flow run starts (the worker executing a flow's schedule), node r
 outcomes (the worker settling a node's attempt) and reruns (``flows rerun``). Each
 event moves one flow run through ``streams.core.flow``; the run's state is a row of
 the table ``runs`` (key: the flow run id), backed by its changelog topic, so a new
-owner of the partition (after a kill -9) restores it. What the step decides is sent
-with faust's producer, which faust flushes before it commits the event's offset:
+owner of the partition (after a kill -9) restores it. Events come in batches (faust's
+``noack_take``), acked once their rows are acknowledged (``Rows``) and their sends
+queued. What the step decides is sent with faust's producer, which faust flushes
+before it commits the event's offset:
 node run requests to ``runs.<priority>`` (key: the flow id, the job of every node run),
 and to ``history`` the nodes decided without running (UPSTREAM_FAILED, SKIPPED) and
 the flow run's end (SUCCEEDED or FAILED). An event processed again after a crash
@@ -26,11 +28,13 @@ import json
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
 import faust
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+from faust.streams import _current_event
 
 from runtime import metrics
 from runtime.kafka.clients import kafka_consumer
@@ -61,6 +65,8 @@ log = logging.getLogger("cronstream.flows")
 SESSION_TIMEOUT_S = 10.0  # as the other roles' consumer groups
 PROBE_EVERY_S = 2.0  # liveness and readiness of the coordinator (nothing else is timed)
 DEFINITION_WAIT_S = 5.0  # a start whose flow is not known yet waits this long for it
+# Flow events handled together (one wait for their rows): at most BATCH, gathered for at
+BATCH, BATCH_WAIT_S = 256, 0.005  # most BATCH_WAIT_S (added to a hop when events are few)
 
 
 class Definitions:
@@ -285,8 +291,7 @@ class Coordinator:
         return core.to_record(run), self._sends(run, starts, before)
 
     def _specs(self, flow_id: str) -> Mapping[str, FlowNode]:
-        """The flow's nodes by name, built once per definition (a 1,000-node flow's
-        every event used to build it again)."""
+        """The flow's nodes by name, built once per definition."""
         definition = self.definitions.flows.get(flow_id)
         if definition is None:
             return {}
@@ -346,15 +351,13 @@ class Coordinator:
 
 
 class Rows(faust.Table[str, str]):
-    """The coordinator's table, whose writes can be waited for.
+    """The coordinator's table, whose writes can be waited for (``written``: every row
+    set since acknowledged by the broker, before the sends and the events' acks).
 
-    Faust hands a table's changelog record to its producer from a buffer, and its
-    commit waits for that buffer at most 0.1 s (``ProducerBuffer.flush_atmost``): at
-    start, while the producer still fetches the changelog topic's metadata, an event's
-    offset could be committed before its row was written, and a kill -9 then lost the
-    row with the event (the flow run stalled: found by the kill -9 integration test).
-    ``written`` waits for the broker's acknowledgement of every row set since, before
-    the step's sends and before the event counts as processed."""
+    Faust's commit waits for its producer buffer at most 0.1 s: at start, while the
+    producer still fetched the changelog's metadata, an event's offset could be
+    committed before its row was written, and a kill -9 lost the row (found by the
+    kill -9 integration test)."""
 
     _sent: list[Any] | None = None
 
@@ -391,17 +394,31 @@ class JsonRows:
 
 
 class _Runner:
-    """The agent's body: decode, wait a moment for an unknown flow, step, send."""
+    """The agent's body, a batch of events at a time."""
 
     def __init__(self, coordinator: Coordinator, codec: Codec, table: Any, out: Any) -> None:
         self.coordinator, self.codec, self.table, self.out = coordinator, codec, table, out
 
-    async def handle(self, value: bytes) -> None:
+    async def handle(self, events: list[Any]) -> None:
+        """Step each of ``events`` (faust events) in order, wait once for every row they
+        wrote to be acknowledged, queue their sends; the caller then acks the events
+        (processed once their rows are durable and their sends queued)."""
+        sends: list[Send] = []
+        for event in events:
+            # A row goes to the changelog partition of faust's current event (task-local).
+            _current_event.set(weakref.ref(event))
+            sends += await self._step(event.value)
+        await self.table.written()
+        for topic, key, data, headers in sends:
+            await self.out[topic].send(key=key.encode(), value=data, headers=headers)
+
+    async def _step(self, value: bytes) -> list[Send]:
+        """Decode, wait a moment for an unknown flow, step."""
         try:
             event = self.codec.decode(value, FlowEvent)
         except DecodeError as exc:
             log.warning("flow event unreadable, skipped: %s", exc)
-            return
+            return []
         rows = JsonRows(self.table)
         known = self.coordinator.definitions.flows
         if event.kind is FlowEventKind.START and rows.get(event.flow_run_id) is None:
@@ -409,10 +426,7 @@ class _Runner:
             deadline = time.monotonic() + DEFINITION_WAIT_S
             while event.flow_id not in known and time.monotonic() < deadline:
                 await asyncio.sleep(0.1)
-        sends = self.coordinator.handle(rows, event)
-        await self.table.written()
-        for topic, key, data, headers in sends:
-            await self.out[topic].send(key=key.encode(), value=data, headers=headers)
+        return self.coordinator.handle(rows, event)
 
 
 def _credentials(settings: Settings) -> Any:
@@ -477,7 +491,9 @@ def build_app(settings: Settings) -> tuple[faust.App, Definitions]:
 
     @app.agent(raw(topics.flow_events))
     async def coordinate(stream: Any) -> None:
-        async for value in stream:
-            await runner.handle(value)
+        async for events in stream.noack_take(BATCH, within=BATCH_WAIT_S):
+            await runner.handle(events)
+            for event in events:
+                await stream.ack(event)
 
     return app, definitions

@@ -121,6 +121,8 @@ class Record(NamedTuple):
     headers: dict[str, str]
     value: bytes | None
     timestamp_ms: int
+    key: bytes | None = None
+    partition: int = 0
 
 
 def decoded(settings: Settings, topic: str, event_type: type[E]) -> list[E]:
@@ -134,7 +136,8 @@ def decoded(settings: Settings, topic: str, event_type: type[E]) -> list[E]:
 
 
 def read_topic(settings: Settings, topic: str) -> list[Record]:
-    """Every record of ``topic`` (text headers, value, timestamp), partition by partition.
+    """Every record of ``topic`` (text headers, value, timestamp, key, partition),
+    partition by partition.
 
     A consumer that stops fetching a partition (seen once: librdkafka returned nothing
     for minutes after the assignment moved on from the previous partition) is replaced;
@@ -154,7 +157,8 @@ def read_topic(settings: Settings, topic: str) -> list[Record]:
                 for msg in consumer.consume(num_messages=10_000, timeout=1):
                     if msg.error():
                         continue
-                    out.append(Record(text_headers(msg.headers()), msg.value(), msg.timestamp()[1]))
+                    out.append(Record(text_headers(msg.headers()), msg.value(),
+                                      msg.timestamp()[1], msg.key(), p))  # fmt: skip
                     seen, progress_at = (msg.offset() or 0) + 1, time.monotonic()
                 if seen < high and time.monotonic() - progress_at > 20:
                     stalls += 1

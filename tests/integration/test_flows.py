@@ -11,9 +11,10 @@ import pytest
 import yaml
 
 from runtime.settings import Settings
-from schemas.catalog import Topics
+from schemas.catalog import FLOWS_APP, FLOWS_TABLE, Topics
 from schemas.events import RunOutcome, from_ms, iso
-from tests.integration.helpers import CronstreamProcess, Target, cronstream, decoded
+from schemas.ids import partition_for
+from tests.integration.helpers import CronstreamProcess, Target, cronstream, decoded, read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -87,6 +88,48 @@ def test_a_diamond_runs_each_node_once_in_order_across_a_coordinator_restart(
     assert sorted(target.keys("/").items()) == [(f"{flow_run}/{n}", 1) for n in "abcd"]
     a, b, c, d = (calls[f"{flow_run}/{n}"] for n in "abcd")
     assert a < b and a < c and max(b, c) < d  # noqa: PT018
+
+
+def test_flow_runs_on_many_partitions_handled_in_one_batch_survive_a_kill9(
+    ns: Settings, tmp_path: Path, target: Target, procs: list[CronstreamProcess]
+) -> None:
+    """The coordinator takes flow events in batches: the starts of 12 flows (on several
+    partitions) waiting when it starts are handled in one, and each run's row must go
+    to its own partition's changelog (checked on the changelog: the new owner of a
+    partition restores only that partition's rows), and the runs go on across a kill -9
+    with two coordinators taking over."""
+    flows = [{**_diamond(target.url), "id": f"many-{k}"} for k in range(12)]
+    assert len({partition_for(str(f["id"]), ns.partitions) for f in flows}) >= 4
+    _put(ns, tmp_path, *flows)
+    _start(ns, tmp_path, procs, "w", "worker", "--http-allow", "127.0.0.0/8",
+           "--concurrency", "32", ready="assigned")  # fmt: skip
+    runs = {f"{flow['id']}@manual:k" for flow in flows}
+    for flow in flows:
+        run = cronstream(ns, "flows", "trigger", str(flow["id"]), "--idempotency-key", "k")
+        assert run.returncode == 0, run.stderr
+    deadline = time.monotonic() + 60
+    while runs - {o.run_id for o in _history(ns) if o.status.value == "SUCCEEDED"}:
+        assert time.monotonic() < deadline, "the worker never started every flow run"
+        time.sleep(0.5)
+    first = _coordinator(ns, tmp_path, procs, "c1")  # the 12 starts wait for it
+    deadline = time.monotonic() + 60
+    while len(target.keys("/slow/b")) < len(flows):  # every b is executing
+        assert time.monotonic() < deadline, f"{len(target.keys('/slow/b'))} b nodes started"
+        time.sleep(0.05)
+    first.kill9()
+    _coordinator(ns, tmp_path, procs, "c2")  # two owners: each restores its partitions' rows
+    _coordinator(ns, tmp_path, procs, "c3")
+    for flow_run in runs:
+        end = _flow_end(ns, flow_run)
+        assert end.status.value == "SUCCEEDED", end.error
+    assert all(count == 1 for count in target.keys("/").values())
+    assert len(target.keys("/")) == 4 * len(flows)
+    changelog = f"{ns.topic_prefix}.{FLOWS_APP}-{FLOWS_TABLE}-changelog"
+    rows = [(r.partition, r.key.decode().strip('"')) for r in read_topic(ns, changelog) if r.key]
+    assert {key for _, key in rows} >= runs
+    misplaced = [(p, key) for p, key in rows
+                 if p != partition_for(key.split("@")[0], ns.partitions)]  # fmt: skip
+    assert not misplaced, "rows not on their flow's partition"
 
 
 def test_an_upstream_dead_letter_fails_the_flow_and_rerun_from_failed_finishes_it(
