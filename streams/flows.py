@@ -24,7 +24,6 @@ say so, table types are explicit, and no timer decides anything.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 import time
@@ -60,6 +59,7 @@ from schemas.flows import FlowDefinition, FlowEvent, FlowEventKind, FlowNode
 from schemas.serde import Codec, DecodeError
 from streams.core import flow as core
 from streams.faust_seek import SeekingApp
+from streams.flow_rows import JsonRows, Rows
 
 log = logging.getLogger("cronstream.flows")
 SESSION_TIMEOUT_S = 10.0  # as the other roles' consumer groups
@@ -350,49 +350,6 @@ class Coordinator:
         return topic, flow_id, self.codec.encode(topic, outcome), outcome.headers()
 
 
-class Rows(faust.Table[str, str]):
-    """The coordinator's table, whose writes can be waited for (``written``: every row
-    set since acknowledged by the broker, before the sends and the events' acks).
-
-    Faust's commit waits for its producer buffer at most 0.1 s: at start, while the
-    producer still fetched the changelog's metadata, an event's offset could be
-    committed before its row was written, and a kill -9 lost the row (found by the
-    kill -9 integration test)."""
-
-    _sent: list[Any] | None = None
-
-    def send_changelog(self, *args: Any, **kwargs: Any) -> Any:
-        future = super().send_changelog(*args, **kwargs)
-        if self._sent is None:
-            self._sent = []
-        self._sent.append(future)
-        return future
-
-    async def written(self) -> None:
-        sent, self._sent = self._sent or [], None
-        for future in sent:
-            await future  # raises the producer's error: nothing is sent, nothing committed
-
-
-class JsonRows:
-    """The table seen as rows of JSON values (faust's json codec cannot restore a dict
-    value_type: rows are kept as JSON text)."""
-
-    def __init__(self, table: Any) -> None:
-        self.table = table
-        self._read: dict[str, dict[str, Any] | None] = {}
-
-    def get(self, key: str) -> dict[str, Any] | None:
-        if key not in self._read:
-            text = self.table.get(key)
-            self._read[key] = json.loads(text) if text else None
-        return self._read[key]
-
-    def __setitem__(self, key: str, row: dict[str, Any]) -> None:
-        self._read[key] = row
-        self.table[key] = json.dumps(row, separators=(",", ":"))
-
-
 class _Runner:
     """The agent's body, a batch of events at a time."""
 
@@ -411,6 +368,20 @@ class _Runner:
         await self.table.written()
         for topic, key, data, headers in sends:
             await self.out[topic].send(key=key.encode(), value=data, headers=headers)
+
+    async def handle_batch(self, events: list[Any]) -> None:
+        """``handle``; if the batch fails, each event alone, one that fails again logged
+        and skipped (as faust does with an event whose agent raised); an event of the
+        batch already stepped is then a replay, which changes nothing."""
+        try:
+            await self.handle(events)
+        except Exception:
+            log.exception("a batch of %d flow events failed: each handled alone", len(events))
+            for event in events:
+                try:
+                    await self.handle([event])
+                except Exception:
+                    log.exception("flow event at %s skipped", event.message.tp)
 
     async def _step(self, value: bytes) -> list[Send]:
         """Decode, wait a moment for an unknown flow, step."""
@@ -492,7 +463,7 @@ def build_app(settings: Settings) -> tuple[faust.App, Definitions]:
     @app.agent(raw(topics.flow_events))
     async def coordinate(stream: Any) -> None:
         async for events in stream.noack_take(BATCH, within=BATCH_WAIT_S):
-            await runner.handle(events)
+            await runner.handle_batch(events)
             for event in events:
                 await stream.ack(event)
 

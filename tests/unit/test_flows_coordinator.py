@@ -16,7 +16,8 @@ from schemas.catalog import Topics
 from schemas.events import ControlCommand, Priority, RunOutcome, RunRequest, Trigger
 from schemas.flows import FlowEvent, FlowEventKind
 from schemas.serde import Codec
-from streams.flows import Coordinator, JsonRows
+from streams.flow_rows import JsonRows
+from streams.flows import Coordinator
 from tests.fakes import FakeRegistry
 
 SETTINGS = Settings.from_env({"CRONSTREAM_TOPIC_PREFIX": "acme"})
@@ -200,3 +201,81 @@ def test_a_flow_runs_deadline_alerts_once_and_clears_when_the_run_succeeds() -> 
     assert _alerts(codec, coordinator.handle(rows, _event(
         FlowEventKind.DEADLINE, flow_run="etl@manual:k9"))) == [
         ("DEADLINE_MISSED", "etl@manual:k9", "NOT_STARTED")]  # fmt: skip
+
+
+class _Table(dict[str, str]):
+    """The coordinator's table on fakes: ``written`` fails once if a row of ``refused``
+    was set since the last call (the broker refused it)."""
+
+    def __init__(self, refused: str) -> None:
+        super().__init__()
+        self.refused, self.since = refused, set[str]()
+
+    def __setitem__(self, key: str, value: str) -> None:
+        self.since.add(key)
+        super().__setitem__(key, value)
+
+    async def written(self) -> None:
+        since, self.since = self.since, set()
+        if self.refused in since:
+            self.refused = ""
+            raise RuntimeError("the broker refused a row")
+
+
+class _Poisoned(Coordinator):
+    """A coordinator that fails on every event of one flow run (a bug)."""
+
+    poison = ""
+
+    def handle(self, rows: JsonRows, event: FlowEvent) -> list[Any]:
+        if event.flow_run_id == self.poison:
+            raise ValueError("a bug")
+        return super().handle(rows, event)
+
+
+class _Out:
+    def __init__(self, sent: list[tuple[str, bytes]], topic: str) -> None:
+        self.sent, self.topic = sent, topic
+
+    async def send(self, key: bytes, value: bytes, headers: Any) -> None:
+        self.sent.append((self.topic, value))
+
+
+class _Message:
+    tp = ("acme.flows.events", 0)
+
+
+class _FaustEvent:
+    message = _Message()
+
+    def __init__(self, value: bytes) -> None:
+        self.value = value
+
+
+@pytest.mark.parametrize("failure", ["refused once", "poison"])
+def test_a_failed_batch_is_handled_again_event_by_event(failure: str) -> None:
+    """A batch that fails (the broker refused a row once; a bug on one event): each
+    event is handled alone, one stepped already as a replay (its starts sent again,
+    flagged), one that fails again skipped while the others go on."""
+    import asyncio
+
+    from streams.flows import _Runner
+
+    flow = _coordinator()[0].definitions
+    codec = Codec(FakeRegistry())  # type: ignore[arg-type]
+    coordinator = _Poisoned(SETTINGS, codec, flow)
+    first, other = "etl@2026-11-25T01:00:00.000Z", "etl@2026-11-25T03:00:00.000Z"
+    table = _Table(other if failure == "refused once" else "")
+    if failure == "poison":
+        coordinator.poison = other
+    sent: list[tuple[str, bytes]] = []
+    runner = _Runner(coordinator, codec, table, {t: _Out(sent, t) for t in TOPICS.names()})
+    events = [_FaustEvent(codec.encode(TOPICS.flow_events, _event(FlowEventKind.START, flow_run=r)))
+              for r in (first, other)]  # fmt: skip
+    asyncio.run(runner.handle_batch(events))
+    requests = [codec.decode(v, RunRequest) for t, v in sent if t == TOPICS.runs(Priority.HIGH)]
+    if failure == "refused once":
+        assert sorted(r.run_id for r in requests) == [f"{first}/a", f"{other}/a"]
+    else:
+        assert [r.run_id for r in requests] == [f"{first}/a"]
+    assert all(r.possible_duplicate for r in requests)  # stepped in the failed batch first
