@@ -361,10 +361,11 @@ class _Runner:
         wrote to be acknowledged, queue their sends; the caller then acks the events
         (processed once their rows are durable and their sends queued)."""
         sends: list[Send] = []
+        rows = JsonRows(self.table)  # the batch's rows, each decoded once
         for event in events:
             # A row goes to the changelog partition of faust's current event (task-local).
             _current_event.set(weakref.ref(event))
-            sends += await self._step(event.value)
+            sends += await self._step(rows, event.value)
         await self.table.written()
         for topic, key, data, headers in sends:
             await self.out[topic].send(key=key.encode(), value=data, headers=headers)
@@ -383,14 +384,13 @@ class _Runner:
                 except Exception:
                     log.exception("flow event at %s skipped", event.message.tp)
 
-    async def _step(self, value: bytes) -> list[Send]:
+    async def _step(self, rows: JsonRows, value: bytes) -> list[Send]:
         """Decode, wait a moment for an unknown flow, step."""
         try:
             event = self.codec.decode(value, FlowEvent)
         except DecodeError as exc:
             log.warning("flow event unreadable, skipped: %s", exc)
             return []
-        rows = JsonRows(self.table)
         known = self.coordinator.definitions.flows
         if event.kind is FlowEventKind.START and rows.get(event.flow_run_id) is None:
             # ``flows put`` then at once ``flows trigger``: give the thread a moment.

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -102,10 +102,15 @@ def run_records(settings: Settings) -> list[tuple[str, int, int]]:
 _ISO: dict[str, int] = {}
 
 
-def due_ms(job_id: str, scheduled_at: str, jitter_ms: int = 999) -> int:
-    """A run's due time from its readable headers: its slot plus its job's jitter offset
-    (the benchmarks' jobs have ``jitter_ms`` 999)."""
-    return iso_ms(scheduled_at) + jitter_offset(job_id, jitter_ms)
+def due_ms(job_id: str, slot_ms: int, jitter_ms: int = 999) -> int:
+    """A run's due time: its slot plus its job's jitter offset (the benchmarks' jobs
+    have ``jitter_ms`` 999)."""
+    return slot_ms + jitter_offset(job_id, jitter_ms)
+
+
+def header_due_ms(headers: Mapping[str, str]) -> int:
+    """``due_ms`` of a record from its readable headers (job id, slot)."""
+    return due_ms(headers["job_id"], iso_ms(headers["scheduled_at"]))
 
 
 def iso_ms(text: str) -> int:
@@ -141,13 +146,13 @@ def live(processor: Processor, timeout: float = 300) -> float:
     raise RuntimeError("processor never went live")
 
 
-def processor(settings: Settings, lookahead_ms: int = 0) -> Processor:
-    """An in-process scheduler. Without a lookahead by default: the skew and burst
-    benchmarks measure the emission path itself (a run emitted when it is due); with the
-    default lookahead (1 s) every run would be emitted ahead and its skew say nothing."""
+def processor(settings: Settings) -> Processor:
+    """An in-process scheduler without a lookahead: the skew and burst benchmarks
+    measure the emission path itself (a run emitted when it is due); with the default
+    lookahead (1 s) every run would be emitted ahead and its skew say nothing."""
     return Processor(
         settings.as_role("scheduler"),
-        ProcessorConfig(group=f"{settings.topic_prefix}.scheduler", lookahead_ms=lookahead_ms),
+        ProcessorConfig(group=f"{settings.topic_prefix}.scheduler", lookahead_ms=0),
     )
 
 

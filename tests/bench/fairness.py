@@ -18,7 +18,16 @@ from datetime import timedelta
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import OnceSchedule, utc_now
-from tests.bench.common import NOOP_TARGET, due_ms, iso_ms, job, namespace, pct, put_jobs, row
+from tests.bench.common import (
+    NOOP_TARGET,
+    header_due_ms,
+    iso_ms,
+    job,
+    namespace,
+    pct,
+    put_jobs,
+    row,
+)
 from tests.bench.workers import Pipeline
 from tests.integration.helpers import read_topic
 
@@ -52,7 +61,7 @@ def one_burst(base: Settings, burst: int, rate: int) -> tuple[float, float, floa
         drain_end = max(acme_done)
         # From each B run's due time: its slot plus its job's jitter offset.
         beta_lat = [
-            r.timestamp_ms - due_ms(r.headers["job_id"], r.headers["scheduled_at"])
+            r.timestamp_ms - header_due_ms(r.headers)
             for r in started
             if r.headers["job_id"].startswith("beta/")
             and t_burst - 1000 <= iso_ms(r.headers["scheduled_at"]) <= drain_end

@@ -30,11 +30,11 @@ from producers.flows import flow_from_spec, flow_schedule
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import Priority
-from streams.core.schedule import jitter_offset
 from tests.bench.common import (
     NOOP_TARGET,
     cpu_s,
     due_ms,
+    header_due_ms,
     job,
     namespace,
     pct,
@@ -73,7 +73,7 @@ def put_flows(settings: Settings, *specs: dict[str, object]) -> None:
 class FlowStack:
     """A worker and a flows coordinator (and, when asked, a scheduler)."""
 
-    def __init__(self, settings: Settings, *, scheduler: Sequence[str] | None = None) -> None:
+    def __init__(self, settings: Settings, *, scheduler: bool = False) -> None:
         self.logdir = Path(tempfile.mkdtemp(prefix="csbench-"))
         options = ("--concurrency", "64", "--python-allow", "tests.bench")
         self.procs = [
@@ -82,8 +82,8 @@ class FlowStack:
                 settings, self.logdir, "c", "--log-level", "INFO", command="flows-coordinator"
             ),
         ]
-        if scheduler is not None:  # its arguments
-            self.procs.append(CronstreamProcess(settings, self.logdir, "s", *scheduler))
+        if scheduler:
+            self.procs.append(CronstreamProcess(settings, self.logdir, "s"))
 
     def wait_live(self) -> None:
         self.procs[0].wait_live(1, timeout=120, text="assigned")
@@ -177,14 +177,14 @@ class Beside(NamedTuple):
     cpu: dict[str, float]
 
 
-def beside_scheduler(settings: Settings, flows: int, lookahead_ms: int = 1000) -> Beside:
+def beside_scheduler(settings: Settings, flows: int) -> Beside:
     """5,000 no-op jobs every second and ``flows`` 10-node chains every second, one
-    scheduler (``--lookahead-ms``), one worker, one coordinator; measured over 20 s after a
-    10 s warm-up."""
+    scheduler (the default lookahead), one worker, one coordinator; measured over 20 s
+    after a 10 s warm-up."""
     put_jobs(settings, 5000, lambda i: job(f"j-{i}", every_ms=1000, jitter_ms=999,
                                            target=NOOP_TARGET))  # fmt: skip
     put_flows(settings, *(chain(f"f{k}", 10, every="1s") for k in range(flows)))
-    stack = FlowStack(settings, scheduler=("--lookahead-ms", str(lookahead_ms)))
+    stack = FlowStack(settings, scheduler=True)
     broker = next(s for s in all_services(settings) if s.name == "kafka").pid() or 0
     pids = dict(zip(("worker", "coordinator", "scheduler"), (p.proc.pid for p in stack.procs),
                     strict=True), broker=broker)  # fmt: skip
@@ -203,11 +203,10 @@ def beside_scheduler(settings: Settings, flows: int, lookahead_ms: int = 1000) -
         if run_id.endswith("/n9") and status == "SUCCEEDED" and t0 <= r.timestamp_ms < t1:
             ended += 1
         elif run_id.startswith("j-") and status == "STARTED":
-            due = due_ms(r.headers["job_id"], r.headers["scheduled_at"])
+            due = header_due_ms(r.headers)
             if t0 <= due < t1:
                 starts.append(r.timestamp_ms - due)
-    emits = [ts - (slot + jitter_offset(job_id, 999))
-             for job_id, ts, slot in run_records(settings)
+    emits = [ts - due_ms(job_id, slot) for job_id, ts, slot in run_records(settings)
              if job_id.startswith("j-") and t0 <= slot < t1]  # fmt: skip
     return Beside(ended / ((t1 - t0) / 1000), emits, starts, used)
 

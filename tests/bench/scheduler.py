@@ -13,9 +13,9 @@ from schemas.events import (
     JobDefinition,
 )
 from streams.core.cron import cron_times, parse_cron
-from streams.core.schedule import jitter_offset
 from tests.bench.common import (
     drive,
+    due_ms,
     job,
     live,
     namespace,
@@ -61,9 +61,7 @@ def fire_skews(settings: Settings) -> list[int]:
     drive(proc, 15)
     proc.close()
     return [
-        ts - (slot + jitter_offset(job_id, 999))
-        for job_id, ts, slot in run_records(settings)
-        if slot > start_ms
+        ts - due_ms(job_id, slot) for job_id, ts, slot in run_records(settings) if slot > start_ms
     ]
 
 

@@ -13,7 +13,7 @@ from schemas.catalog import Topics
 from schemas.events import (
     Priority,
 )
-from tests.bench.common import NOOP_TARGET, cpu_s, due_ms, job, namespace, pct, put_jobs, row
+from tests.bench.common import NOOP_TARGET, cpu_s, header_due_ms, job, namespace, pct, put_jobs, row
 from tests.integration.helpers import (
     CronstreamProcess,
     read_topic,
@@ -171,7 +171,7 @@ def _starts(settings: Settings, lookahead_ms: int) -> tuple[list[int], list[int]
     fired = {
         r.headers["run_id"]: (
             r.timestamp_ms,
-            due_ms(r.headers["job_id"], r.headers["scheduled_at"]),
+            header_due_ms(r.headers),
         )
         for r in read_topic(settings, Topics(settings).runs(Priority.NORMAL))
         if t0 <= r.timestamp_ms < t1
