@@ -204,9 +204,13 @@ class Pulse:
             group.close()
 
 
-def start_roles(settings: Settings, console: Console) -> dict[str, subprocess.Popen[str]]:
+def start_roles(
+    settings: Settings, console: Console, target_port: int
+) -> dict[str, subprocess.Popen[str]]:
     """Every role's process, each scraped on its metrics port (the targets file says
-    where, for the stack's Prometheus)."""
+    where, for the stack's Prometheus). The tenant ``demo`` is granted exactly the
+    example target (host and port) for its http jobs; the admission and the worker are
+    given the same grant (``schemas.policy``)."""
     logs = settings.home / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     ports = metrics_ports()
@@ -217,14 +221,18 @@ def start_roles(settings: Settings, console: Console) -> dict[str, subprocess.Po
 
     # two tiers: every job in a store on disk, in memory only what is due soon
     state = ("--state-dir", str(settings.home / "data" / "scheduler"))
+    grant = ("--grant", f"demo:http=127.0.0.1:{target_port}")
 
     return {
         "scheduler": start("scheduler", scraped("scheduler", "scheduler", *state), logs, console),
         "worker": start(
-            "worker", scraped("worker", "worker", "--http-allow", "127.0.0.1/32"), logs, console
+            "worker",
+            scraped("worker", "worker", "--http-allow", "127.0.0.1/32", *grant),
+            logs,
+            console,
         ),
         "sink": start("sink", scraped("sink", "sink"), logs, console),
-        "admission": start("admission", scraped("admission", "admission"), logs, console),
+        "admission": start("admission", scraped("admission", "admission", *grant), logs, console),
         # the dashboard at /ui, the HTTP API beside it (one process: `cronstream ui`)
         "api": start("api", ["ui"], logs, console),
         "flows": start("flows", scraped("flows", "flows-coordinator"), logs, console),
@@ -249,7 +257,7 @@ def main() -> int:
         apply_examples(settings, console)
     alerts = serve_alert_receiver(lambda text: console.line(f"{'alert':<9}| {text}"),
                                   env_int("CRONSTREAM_ALERT_RECEIVER_PORT", 8790))  # fmt: skip
-    children = start_roles(settings, console)
+    children = start_roles(settings, console, port)
     console.line(STARTED)
     # Ctrl-C reaches the whole foreground process group: the children stop themselves;
     # this process notes it, stops waiting, and makes sure they are gone.

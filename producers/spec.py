@@ -102,6 +102,8 @@ def parse_duration(text: str | int | float) -> int:
         if not 0 <= text * 1000 <= MAX_DURATION_MS:  # also NaN
             raise ValueError(f"{text!r} is negative or longer than 100 years")
         return int(text * 1000)
+    if not isinstance(text, str):
+        raise ValueError(f"{str(text)[:80]!r} is not a duration")
     raw = text.strip().lower().replace(" ", "")
     if raw.isdigit() and len(raw) < 20:
         return parse_duration(int(raw))
@@ -124,6 +126,8 @@ def parse_instant(text: str | datetime, zone: str = "UTC") -> datetime:
     is the transition instant, in a repeated hour its first occurrence."""
     if isinstance(text, datetime):
         value = text
+    elif not isinstance(text, str):
+        raise ValueError(f"{str(text)[:80]!r} is not an ISO 8601 instant")
     else:
         try:
             value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
@@ -272,18 +276,29 @@ class _SpecReader:
     def target(self) -> Target:
         spec = self.spec
         headers = spec.get("headers") or {}
-        if not isinstance(headers, Mapping):
-            self.problems.append("headers must be a mapping of name to value")
+        if not isinstance(headers, Mapping) or not all(
+            isinstance(v, str | int | float) for v in headers.values()
+        ):
+            self.problems.append("headers must be a mapping of name to text value")
             headers = {}
         return Target(
             type=str(spec.get("target") or ""),
-            url=spec.get("url"),
+            url=self.text("url"),
             method=str(spec.get("method") or "POST").upper(),
             headers={str(k): str(v) for k, v in headers.items()},
-            topic=spec.get("topic"),
-            callable=spec.get("callable"),
-            command=spec.get("command"),
+            topic=self.text("topic"),
+            callable=self.text("callable"),
+            command=self.text("command"),
         )
+
+    def text(self, key: str) -> str | None:
+        """A field that must be text when given (a list or a mapping is a problem, not
+        a crash further on)."""
+        value = self.spec.get(key)
+        if value is None or isinstance(value, str):
+            return value
+        self.problems.append(f"{key} must be text, not {type(value).__name__}")
+        return None
 
     def choice(self, key: str, enum: type[E], default: E, names: str) -> E:
         text = str(self.spec.get(key) or default.value).upper()
@@ -400,7 +415,11 @@ def _target_kind_problems(target: Target) -> list[str]:
 def _http_problems(target: Target) -> list[str]:
     if not target.url:
         return ["target http needs a url"]
-    parsed = urlparse(target.url)
+    try:  # urlparse refuses some hosts ('http://[zz]/'), .port a bad port
+        parsed = urlparse(target.url)
+        _ = parsed.port
+    except ValueError as exc:
+        return [f"url {redact_url(target.url)[:200]!r} is not a usable URL: {exc}"]
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
         return [f"url {redact_url(target.url)!r} is not an http(s) URL"]
     if "@" in parsed.netloc:

@@ -39,6 +39,7 @@ from consumers.worker.outbox import Outbox
 from consumers.worker.pending import Pending
 from runtime import metrics
 from runtime.credentials import credentials_dir
+from runtime.grants import PolicyBook
 from runtime.kafka.clients import kafka_producer
 from runtime.settings import Settings
 from schemas.catalog import Topics
@@ -110,6 +111,8 @@ class Attempts:
             ),
         }
         self._next_deadline_check = 0.0
+        self.policy = PolicyBook(config.grants, Path(config.policy_file) if config.policy_file
+                                 else None)  # fmt: skip
 
     def __len__(self) -> int:
         return len(self.running)
@@ -209,8 +212,12 @@ class Attempts:
         metrics.fire_to_start.observe(max(0, now_ms - to_ms(run.fired_at)) / 1000)
         if run.due_at is not None:
             metrics.start_skew.observe(max(0, now_ms - to_ms(run.due_at)) / 1000)
-        if executor is None:
-            self.fail(pending, TargetInvalid(f"unknown target type {run.target.type!r}"))
+        refusal = (
+            f"unknown target type {run.target.type!r}" if executor is None
+            else "; ".join(self.policy.current().problems(run.tenant, run.job_id, run.target))
+        )  # fmt: skip
+        if refusal:
+            self.fail(pending, TargetInvalid(refusal))
             if run.concurrency is not Concurrency.ALLOW:
                 self._release(run.job_id)
             return False

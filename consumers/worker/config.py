@@ -33,3 +33,7 @@ class WorkerConfig:
     delay_limit: int = 200_000
     # Starts per turn of a tenant in each priority's round (FairQueue); others get 1.
     tenant_weights: tuple[tuple[str, int], ...] = ()
+    # The tenants' target policy (schemas.policy), checked again before each tenant run:
+    # the admission's grants (TENANT:KIND=VALUE) and its policy file (runtime.grants).
+    grants: tuple[str, ...] = ()
+    policy_file: str | None = None

@@ -12,8 +12,8 @@ refused with its reason as 404 (no job), 429 (a quota) or 422 (invalid). Errors 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta
-from itertools import islice
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, FastAPI, Header, HTTPException, Query, Request
@@ -65,10 +65,28 @@ def _job_json(caller: Caller, job: JobDefinition) -> dict[str, Any]:
     return out
 
 
-def _outcome_json(caller: Caller, row: RunOutcome) -> dict[str, Any]:
-    out: dict[str, Any] = redact_jsonable(to_jsonable(row))
-    out["job_id"], out["run_id"] = caller.own(row.job_id), caller.own(row.run_id)
+def _outcomes_json(caller: Caller, rows: Iterable[RunOutcome], limit: int) -> list[dict[str, Any]]:
+    """Up to ``limit`` rows as the caller sees them. Every row is checked to be the
+    caller's tenant's, whatever query found it: an operator's job may be named like a
+    tenant's (``acme/x`` of tenant ``default``), so an id prefix proves nothing."""
+    out = []
+    for row in rows:
+        if caller.tenant is not None and row.tenant != caller.tenant:
+            continue
+        item: dict[str, Any] = redact_jsonable(to_jsonable(row))
+        item["job_id"], item["run_id"] = caller.own(row.job_id), caller.own(row.run_id)
+        out.append(item)
+        if len(out) >= limit:
+            break
     return out
+
+
+def _text_field(body: dict[str, Any] | None, name: str) -> str | None:
+    """A body field that must be text when given: 422 otherwise (never a 500 later)."""
+    value = (body or {}).get(name)
+    if value is not None and not isinstance(value, str):
+        raise HTTPException(422, f"{name} must be text, not {type(value).__name__}")
+    return value
 
 
 def _answered(result: TenantResult) -> dict[str, Any]:
@@ -159,7 +177,7 @@ def job_history(
     job = job_of(backend, who, job_id)
     start, end = window_of(since)
     rows = backend.job_runs(job.job_id, start, end, statuses_of(status), limit=limit)
-    return [_outcome_json(who, r) for r in rows]
+    return _outcomes_json(who, rows, limit)
 
 
 @router.post("/v1/jobs/{job_id:path}/{action}")
@@ -171,7 +189,7 @@ def act(
              "trigger": TenantAction.TRIGGER}  # fmt: skip
     if action not in kinds:
         raise HTTPException(404, f"no action {action!r} (pause, resume, trigger)")
-    key = (body or {}).get("idempotency_key") or idempotency_key
+    key = _text_field(body, "idempotency_key") or idempotency_key
     result: dict[str, Any] = send(backend, who, kinds[action], job_id, idempotency_key=key)
     return result
 
@@ -203,7 +221,7 @@ def delete_job(who: Who, backend: Back, job_id: str) -> dict[str, Any]:
 @router.post("/v1/runs/{run_id:path}/cancel")
 def cancel(who: Who, backend: Back, run_id: str, body: Payload = None) -> dict[str, Any]:
     job_id = run_id.rpartition("@")[0] or run_id
-    reason = (body or {}).get("reason")
+    reason = _text_field(body, "reason")
     result: dict[str, Any] = send(backend, who, TenantAction.CANCEL, job_id, run_id=run_id,
                                    reason=reason)  # fmt: skip
     return result
@@ -213,10 +231,10 @@ def cancel(who: Who, backend: Back, run_id: str, body: Payload = None) -> dict[s
 def run(who: Who, backend: Back, run_id: str) -> list[dict[str, Any]]:
     stored = run_id if who.tenant is None else qualify(who.tenant, run_id)
     assert backend.history is not None
-    rows = backend.history.run(stored)
-    if not rows:
+    found = _outcomes_json(who, backend.history.run(stored), MAX_ROWS)
+    if not found:
         raise HTTPException(404, f"no records of run {run_id!r}")
-    return [_outcome_json(who, r) for r in rows]
+    return found
 
 
 @router.get("/v1/history")
@@ -226,7 +244,7 @@ def by_status(
     start, end = window_of(since)
     assert backend.history is not None
     rows = backend.history.by_status(statuses_of(status), start, end, who.tenant)
-    return [_outcome_json(who, r) for r in islice(rows, limit)]
+    return _outcomes_json(who, rows, limit)
 
 
 def build_app(backend: Backend, book: TokenBook) -> FastAPI:

@@ -28,6 +28,7 @@ from cronstream.cli.common import EXIT_INVALID, at_least
 from cronstream.foreground import run_member
 from producers.admission.core import Quotas
 from producers.admission.processor import AdmissionConfig, AdmissionProcessor
+from runtime.grants import PolicyBook, policy_path
 from runtime.settings import Settings, env_int, env_list
 from streams.processor import MAX_LOOKAHEAD_MS, Processor, ProcessorConfig
 
@@ -188,7 +189,25 @@ def _register_worker(sub: Any) -> None:
         help="starts per turn of TENANT in each priority's round among tenants (default 1); "
         "repeatable",
     )  # fmt: skip
+    _add_grant_flags(p)
     p.set_defaults(handler=cmd_worker, needs="settings")
+
+
+def _add_grant_flags(p: Any) -> None:
+    """The tenants' target policy (``schemas.policy``): the admission and every worker
+    must be given the same grants."""
+    p.add_argument(
+        "--grant", action="append", metavar="TENANT:KIND=VALUE",
+        default=env_list("CRONSTREAM_TENANT_GRANTS"),
+        help="let TENANT's jobs use a target beyond public http and its own <tenant>.* "
+        "topics: http=HOST[:PORT] (a private address, network or name), kafka=PATTERN, "
+        "python=MODULE[:FUNCTION], shell=PATTERN, flow=PATTERN; repeatable",
+    )  # fmt: skip
+    p.add_argument(
+        "--policy", metavar="FILE", default=None,
+        help="a file of grants, one TENANT:KIND=VALUE a line, re-read when it changes "
+        "(default $CRONSTREAM_TENANT_POLICY, else the stack's security/tenant-grants)",
+    )  # fmt: skip
 
 
 def _register_sink(sub: Any) -> None:
@@ -219,6 +238,7 @@ def _register_admission(sub: Any) -> None:
     )  # fmt: skip
     p.add_argument("--metrics-port", type=int,
                    default=env_int("CRONSTREAM_ADMISSION_METRICS_PORT", 0, minimum=0))  # fmt: skip
+    _add_grant_flags(p)
     p.set_defaults(handler=cmd_admission, needs="settings")
 
 
@@ -284,6 +304,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
         if args.secrets_dir and not os.path.isdir(args.secrets_dir):
             raise ValueError(f"--secrets-dir {args.secrets_dir!r} is not a directory")
         weights = tenant_values(args.tenant_weight, "--tenant-weight", 1000)
+        PolicyBook(args.grant, policy_path(settings, args.policy))
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
@@ -301,6 +322,8 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
         kafka_allow=tuple(args.kafka_allow),
         tenant_credentials=args.tenant_credentials,
         tenant_weights=weights,
+        grants=tuple(args.grant),
+        policy_file=str(policy_path(settings, args.policy)),
     )
     return run_member(
         "worker", name=config.name, group=config.group,
@@ -339,7 +362,14 @@ def cmd_admission(settings: Settings, args: argparse.Namespace) -> int:
         group=args.group or f"{settings.topic_prefix}.admission",
         name=args.name,
         quotas=Quotas(max_jobs=args.max_jobs, triggers_per_minute=args.triggers_per_minute),
+        grants=tuple(args.grant),
+        policy_file=policy_path(settings, args.policy),
     )
+    try:  # a grant that cannot be read is refused before anything starts
+        PolicyBook(config.grants, config.policy_file)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
     return run_member(
         "admission", name=config.name, group=config.group,
         start=lambda: AdmissionProcessor(settings, config), metrics_port=args.metrics_port,

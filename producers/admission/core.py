@@ -10,6 +10,9 @@
   at most ``triggers_per_minute`` accepted manual runs per tenant in any 60 s (a trigger
   over it is refused, saying when the next one fits). Every refusal is a result with its
   reason on the tenant's results topic; nothing is dropped silently.
+- Target policy (``schemas.policy``): a put whose target the tenant is not granted (a
+  private address, another tenant's or cronstream's topic, python, shell) is refused
+  naming the rule; ``policy`` is the current one (the processor keeps it fresh).
 - A trigger without an idempotency key uses the command's id as the key, so a command
   read twice (after a crash of the admission) names the same run, which workers
   execute once.
@@ -26,6 +29,7 @@ from schemas.events import ControlAction, ControlCommand, JobDefinition, RunRequ
 from schemas.ids import job_id_of, manual_run_id
 from schemas.instants import to_ms
 from schemas.limits import MAX_JOB_ID, idempotency_key_problems, name_problems
+from schemas.policy import TenantPolicy
 from schemas.tenancy import TenantAction, TenantCommand, TenantResult, qualify, unqualify
 
 MINUTE_MS = 60_000
@@ -74,9 +78,12 @@ class Admission(JobsView):
     """The jobs as the admission knows them (all tenants'), and each tenant's recent
     triggers."""
 
-    def __init__(self, quotas: Quotas, *, max_payload_bytes: int) -> None:
+    def __init__(
+        self, quotas: Quotas, *, max_payload_bytes: int, policy: TenantPolicy | None = None
+    ) -> None:
         super().__init__()
         self.quotas = quotas
+        self.policy = policy or TenantPolicy()
         self.max_payload_bytes = max_payload_bytes
         self.triggers: dict[str, deque[int]] = {}  # tenant -> accepted triggers' ms
 
@@ -121,6 +128,7 @@ class Admission(JobsView):
             return self._answer(command, offset, now, "PUT without a job definition")
         job = replace(command.job, job_id=stored, tenant=tenant, updated_at=now)
         problems = job_problems(job, max_payload_bytes=self.max_payload_bytes)
+        problems = problems or self.policy.problems(tenant, stored, job.target)
         if problems:
             return self._answer(command, offset, now, "; ".join(problems))
         have = self.counts[tenant]

@@ -27,12 +27,14 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 
 from producers.admission.core import Admission, Decision, JobsView, Quotas
 from producers.audit import command_record
 from runtime import metrics
+from runtime.grants import PolicyBook
 from runtime.kafka.clients import consume_ready, group_consumer, kafka_consumer
 from runtime.kafka.offsets import is_transient, watermarks
 from runtime.kafka.publisher import Publisher
@@ -51,6 +53,8 @@ class AdmissionConfig:
     group: str
     name: str
     quotas: Quotas
+    grants: tuple[str, ...] = ()  # TENANT:KIND=VALUE (schemas.policy), beside the file's
+    policy_file: Path | None = None  # runtime.grants; None: no file
     session_timeout_ms: int = 10_000
     batch: int = 500
 
@@ -109,7 +113,9 @@ class AdmissionProcessor:
         self.topics = Topics(settings)
         self.codec = Codec(registry_client(settings))
         self.publisher = Publisher(settings, codec=self.codec)
-        self.admission = Admission(config.quotas, max_payload_bytes=settings.max_payload_bytes)
+        self.policy = PolicyBook(config.grants, config.policy_file)
+        self.admission = Admission(config.quotas, max_payload_bytes=settings.max_payload_bytes,
+                                   policy=self.policy.current())  # fmt: skip
         self.jobs = JobsFollower(settings, self.codec, self.admission)
         self.consumer = group_consumer(
             settings, group=config.group, name=config.name,
@@ -132,6 +138,7 @@ class AdmissionProcessor:
     def step(self, timeout: float = 0.2) -> int:
         """Follow the jobs topic, then decide one batch of commands; the commands read."""
         self.jobs.follow()
+        self.admission.policy = self.policy.current()
         try:
             messages = consume_ready(self.consumer, self.config.batch, timeout)
         except KafkaException as exc:

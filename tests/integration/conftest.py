@@ -11,7 +11,7 @@ from infra.tenants import add_tenant, remove_tenant
 from producers.admission.core import Quotas
 from runtime.settings import Settings
 from tests.integration.helpers import Target
-from tests.integration.tenants import AdmissionThread
+from tests.integration.tenants import AdmissionThread, Api
 
 
 @pytest.fixture
@@ -39,3 +39,10 @@ def target() -> Iterator[Target]:
     yield t
     t.server.shutdown()
     t.server.server_close()
+
+
+@pytest.fixture
+def api(history_ns: Settings, admission: AdmissionThread) -> Iterator[Api]:
+    running = Api(history_ns)
+    yield running
+    running.stop()

@@ -4,62 +4,25 @@ writes through the real admission, history from Cassandra."""
 from __future__ import annotations
 
 import json
-import threading
 import time
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from consumers.history import HistoryTables
-from cronstream.api.app import build_app
-from cronstream.api.backend import Backend
 from runtime.cassandra import cassandra_session
 from runtime.settings import Settings
-from runtime.tokens import ADMIN, TokenBook, book_path, token_path
+from runtime.tokens import ADMIN, token_path
 from schemas.events import RunOutcome, RunStatus, utc_now
 from tests.integration.helpers import CronstreamProcess, cronstream, free_port, wait_http_up
-from tests.integration.tenants import AdmissionThread
+from tests.integration.tenants import Api
 
 pytestmark = pytest.mark.integration
 
 SPEC = {"cron": "0 3 * * *", "target": "http", "url": "https://example.com/x"}
-
-
-class Api:
-    def __init__(self, settings: Settings) -> None:
-        self.backend = Backend(settings.as_role("api"), answer_timeout=30)
-        self.backend.start()
-        port = free_port()
-        app = build_app(self.backend, TokenBook(book_path(settings)))
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                                    log_level="warning"))  # fmt: skip
-        self.thread = threading.Thread(target=self.server.run)
-        self.thread.start()
-        while not self.server.started:
-            time.sleep(0.05)
-        self.url = f"http://127.0.0.1:{port}"
-
-    def client(self, settings: Settings, holder: str) -> httpx.Client:
-        token = token_path(settings, holder).read_text().strip()
-        return httpx.Client(base_url=self.url, timeout=60,
-                            headers={"Authorization": f"Bearer {token}"})  # fmt: skip
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(30)
-        self.backend.close()
-
-
-@pytest.fixture
-def api(history_ns: Settings, admission: AdmissionThread) -> Iterator[Api]:
-    running = Api(history_ns)
-    yield running
-    running.stop()
 
 
 def eventually(call: Any, check: Any, timeout: float = 30) -> Any:
