@@ -23,6 +23,7 @@ from consumers.executors.python import PythonPolicy
 from consumers.executors.shell import ShellPolicy
 from consumers.sink import Sink, SinkConfig
 from consumers.worker import Worker, WorkerConfig
+from cronstream.api.guard import AllowedHosts
 from cronstream.api.serve import serve
 from cronstream.cli.common import EXIT_INVALID, at_least
 from cronstream.foreground import run_member
@@ -41,6 +42,7 @@ def register(sub: Any) -> None:
     p.add_argument("--host", default=os.environ.get("CRONSTREAM_API_HOST", "127.0.0.1"))
     p.add_argument("--port", type=int, default=env_int("CRONSTREAM_API_PORT", 8780, minimum=1))
     p.add_argument("--name", default=f"api-{socket.gethostname()}-{os.getpid()}")
+    _register_hosts(p)
     p.set_defaults(handler=cmd_api, needs="settings")
     p = sub.add_parser(
         "ui", help="serve the web dashboard at /ui, with the HTTP API beside it",
@@ -57,7 +59,18 @@ def register(sub: Any) -> None:
                    help="the Prometheus scraping cronstream (the overview's figures)")  # fmt: skip
     p.add_argument("--no-anonymous", dest="anonymous", action="store_false",
                    help="no page without a token (default: read-only without one)")  # fmt: skip
+    _register_hosts(p)
     p.set_defaults(handler=cmd_ui, needs="settings")
+
+
+def _register_hosts(p: Any) -> None:
+    p.add_argument(
+        "--allowed-host", action="append", metavar="NAME",
+        default=env_list("CRONSTREAM_ALLOWED_HOSTS"),
+        help="a Host name requests may be addressed to besides 127.0.0.1, localhost, ::1, "
+        "--host and any IP address (.example.com: the domain and its subdomains; *: any); "
+        "repeatable; others are refused with 400 (DNS rebinding)",
+    )  # fmt: skip
 
 
 def _register_scheduler(sub: Any) -> None:
@@ -348,7 +361,18 @@ def cmd_admission(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_api(settings: Settings, args: argparse.Namespace) -> int:
     settings = settings.as_role("api")  # its own Kafka user and ACLs
-    return serve(settings, host=args.host, port=args.port)
+    if not hosts_valid(args):
+        return EXIT_INVALID
+    return serve(settings, host=args.host, port=args.port, allowed_hosts=args.allowed_host)
+
+
+def hosts_valid(args: argparse.Namespace) -> bool:
+    try:
+        AllowedHosts.of(args.host, args.allowed_host)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return False
+    return True
 
 
 def cmd_ui(settings: Settings, args: argparse.Namespace) -> int:
@@ -356,5 +380,8 @@ def cmd_ui(settings: Settings, args: argparse.Namespace) -> int:
     # Imported here: Jinja2 and the pages cost every other command ~55 ms of startup.
     from cronstream.ui.app import UiOptions, ui_factory
 
+    if not hosts_valid(args):
+        return EXIT_INVALID
     options = UiOptions(prometheus_url=args.prometheus, anonymous=args.anonymous)
-    return serve(settings, host=args.host, port=args.port, factory=ui_factory(options))
+    return serve(settings, host=args.host, port=args.port, factory=ui_factory(options),
+                 allowed_hosts=args.allowed_host)  # fmt: skip
