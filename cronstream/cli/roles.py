@@ -47,8 +47,8 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "ui", help="serve the web dashboard at /ui, with the HTTP API beside it",
         description="The operator's dashboard: live overview (from Prometheus), jobs, a "
-        "job's page with actions, run search, dead letters with replay. Read-only without a "
-        "token; sign in at /ui/login with an API token to act.",
+        "job's page with actions, run search, dead letters with replay. Sign in at /ui/login "
+        "with an API token (a tenant's sees only that tenant).",
     )  # fmt: skip
     p.add_argument("--host", default=os.environ.get("CRONSTREAM_UI_HOST", "127.0.0.1"))
     p.add_argument("--port", type=int, default=env_int("CRONSTREAM_UI_PORT", 8780, minimum=1))
@@ -57,8 +57,12 @@ def register(sub: Any) -> None:
     p.add_argument("--prometheus", metavar="URL",
                    default=os.environ.get("CRONSTREAM_PROMETHEUS_URL", stack),
                    help="the Prometheus scraping cronstream (the overview's figures)")  # fmt: skip
-    p.add_argument("--no-anonymous", dest="anonymous", action="store_false",
-                   help="no page without a token (default: read-only without one)")  # fmt: skip
+    p.add_argument("--anonymous", action=argparse.BooleanOptionalAction, default=False,
+                   help="every page readable without signing in, read-only (default: the "
+                   "sign-in page without a session)")  # fmt: skip
+    p.add_argument("--secure-cookies", action="store_true",
+                   help="mark the session cookie Secure even on plain http (behind a TLS "
+                   "proxy that does not say so with X-Forwarded-Proto)")  # fmt: skip
     _register_hosts(p)
     p.set_defaults(handler=cmd_ui, needs="settings")
 
@@ -382,6 +386,7 @@ def cmd_ui(settings: Settings, args: argparse.Namespace) -> int:
 
     if not hosts_valid(args):
         return EXIT_INVALID
-    options = UiOptions(prometheus_url=args.prometheus, anonymous=args.anonymous)
+    options = UiOptions(prometheus_url=args.prometheus, anonymous=args.anonymous,
+                        secure_cookies=args.secure_cookies)  # fmt: skip
     return serve(settings, host=args.host, port=args.port, factory=ui_factory(options),
                  allowed_hosts=args.allowed_host)  # fmt: skip
