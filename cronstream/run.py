@@ -46,8 +46,8 @@ from schemas.events import Priority, text_headers
 FAILURES = frozenset({"FAILED", "TIMED_OUT", "DEAD_LETTERED"})
 STARTED = (
     "scheduler, worker, sink, archiver, admission, api and the flows coordinator started.\n"
-    "Dashboard: http://127.0.0.1:8780/ui (read-only; sign in with a token from\n"
-    "  .stack/data/security/credentials/api-token-*.secret to act). In another terminal try:\n"
+    "Dashboard: http://127.0.0.1:8780/ui (sign in with a token from .stack/data/security/\n"
+    "  credentials/: api-token-admin.secret sees everything). In another terminal try:\n"
     "  .venv/bin/cronstream jobs list\n"
     "  .venv/bin/cronstream history hello-python --since 5m\n"
     "  .venv/bin/cronstream history --status failed,dead_lettered --since 1h --all-tenants\n"

@@ -1,11 +1,13 @@
-"""`cronstream api`: the HTTP API in the foreground (uvicorn), until SIGTERM or Ctrl-C."""
+"""`cronstream api`: the HTTP API in the foreground (uvicorn), until SIGTERM or Ctrl-C,
+behind the front door of ``cronstream.api.guard`` (allowed Host names, security headers,
+a bound on request bodies)."""
 
 from __future__ import annotations
 
 import gc
 import logging
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import uvicorn
@@ -13,6 +15,7 @@ from fastapi import FastAPI
 
 from cronstream.api.app import build_app
 from cronstream.api.backend import Backend
+from cronstream.api.guard import AllowedHosts, Guard
 from cronstream.foreground import setup_logging
 from runtime import metrics
 from runtime.settings import Settings
@@ -28,10 +31,12 @@ AppFactory = Callable[[Backend, TokenBook], tuple[FastAPI, list[Any]]]
 
 def serve(
     settings: Settings, *, host: str, port: int, answer_timeout: float = 30.0,
-    factory: AppFactory | None = None,
+    factory: AppFactory | None = None, allowed_hosts: Sequence[str] = (),
 ) -> int:  # fmt: skip
-    """The API; with ``factory``, what it builds (``cronstream ui``: the dashboard)."""
+    """The API; with ``factory``, what it builds (``cronstream ui``: the dashboard).
+    ``allowed_hosts``: Host names served besides the loopback ones and ``host``."""
     setup_logging()
+    hosts = AllowedHosts.of(host, allowed_hosts)  # ValueError: a name that is none
     backend = Backend(settings, answer_timeout=answer_timeout)
     backend.start()
     # The jobs loaded at start (100,000 jobs: ~550,000 objects) out of the collector's
@@ -47,8 +52,8 @@ def serve(
     else:
         app, closing = factory(backend, book)
     metrics.PROBES.set_ready(True)  # cronstream_member_ready: the API serves from here on
-    log.info("api on http://%s:%d (OpenAPI at /openapi.json; tokens from %s)", host, port,
-             book.path)  # fmt: skip
+    log.info("api on http://%s:%d (OpenAPI at /openapi.json; tokens from %s; Host names "
+             "served: %s)", host, port, book.path, hosts.describe())  # fmt: skip
     # uvicorn shuts down gracefully on SIGTERM/SIGINT, then raises the signal again for
     # the handler it found installed: with the default one the process died by SIGTERM
     # (exit -15) after a clean stop. A handler of ours makes a clean stop exit 0.
@@ -57,7 +62,7 @@ def serve(
     try:
         # At most 10 s for requests still running (a put waits up to answer_timeout for the
         # admission): without a bound, a stop after make bench's load outlasted 60 s.
-        uvicorn.run(app, host=host, port=port, log_level="warning",
+        uvicorn.run(Guard(app, hosts), host=host, port=port, log_level="warning",
                     timeout_graceful_shutdown=10)  # fmt: skip
     finally:
         for part in closing:

@@ -23,6 +23,7 @@ from consumers.executors.python import PythonPolicy
 from consumers.executors.shell import ShellPolicy
 from consumers.sink import Sink, SinkConfig
 from consumers.worker import Worker, WorkerConfig
+from cronstream.api.guard import AllowedHosts
 from cronstream.api.serve import serve
 from cronstream.cli.common import EXIT_INVALID, at_least
 from cronstream.foreground import run_member
@@ -42,12 +43,13 @@ def register(sub: Any) -> None:
     p.add_argument("--host", default=os.environ.get("CRONSTREAM_API_HOST", "127.0.0.1"))
     p.add_argument("--port", type=int, default=env_int("CRONSTREAM_API_PORT", 8780, minimum=1))
     p.add_argument("--name", default=f"api-{socket.gethostname()}-{os.getpid()}")
+    _register_hosts(p)
     p.set_defaults(handler=cmd_api, needs="settings")
     p = sub.add_parser(
         "ui", help="serve the web dashboard at /ui, with the HTTP API beside it",
         description="The operator's dashboard: live overview (from Prometheus), jobs, a "
-        "job's page with actions, run search, dead letters with replay. Read-only without a "
-        "token; sign in at /ui/login with an API token to act.",
+        "job's page with actions, run search, dead letters with replay. Sign in at /ui/login "
+        "with an API token (a tenant's sees only that tenant).",
     )  # fmt: skip
     p.add_argument("--host", default=os.environ.get("CRONSTREAM_UI_HOST", "127.0.0.1"))
     p.add_argument("--port", type=int, default=env_int("CRONSTREAM_UI_PORT", 8780, minimum=1))
@@ -56,9 +58,24 @@ def register(sub: Any) -> None:
     p.add_argument("--prometheus", metavar="URL",
                    default=os.environ.get("CRONSTREAM_PROMETHEUS_URL", stack),
                    help="the Prometheus scraping cronstream (the overview's figures)")  # fmt: skip
-    p.add_argument("--no-anonymous", dest="anonymous", action="store_false",
-                   help="no page without a token (default: read-only without one)")  # fmt: skip
+    p.add_argument("--anonymous", action=argparse.BooleanOptionalAction, default=False,
+                   help="every page readable without signing in, read-only (default: the "
+                   "sign-in page without a session)")  # fmt: skip
+    p.add_argument("--secure-cookies", action="store_true",
+                   help="mark the session cookie Secure even on plain http (behind a TLS "
+                   "proxy that does not say so with X-Forwarded-Proto)")  # fmt: skip
+    _register_hosts(p)
     p.set_defaults(handler=cmd_ui, needs="settings")
+
+
+def _register_hosts(p: Any) -> None:
+    p.add_argument(
+        "--allowed-host", action="append", metavar="NAME",
+        default=env_list("CRONSTREAM_ALLOWED_HOSTS"),
+        help="a Host name requests may be addressed to besides 127.0.0.1, localhost, ::1, "
+        "--host and any IP address (.example.com: the domain and its subdomains; *: any); "
+        "repeatable; others are refused with 400 (DNS rebinding)",
+    )  # fmt: skip
 
 
 def _register_scheduler(sub: Any) -> None:
@@ -378,7 +395,18 @@ def cmd_admission(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_api(settings: Settings, args: argparse.Namespace) -> int:
     settings = settings.as_role("api")  # its own Kafka user and ACLs
-    return serve(settings, host=args.host, port=args.port)
+    if not hosts_valid(args):
+        return EXIT_INVALID
+    return serve(settings, host=args.host, port=args.port, allowed_hosts=args.allowed_host)
+
+
+def hosts_valid(args: argparse.Namespace) -> bool:
+    try:
+        AllowedHosts.of(args.host, args.allowed_host)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return False
+    return True
 
 
 def cmd_ui(settings: Settings, args: argparse.Namespace) -> int:
@@ -386,5 +414,9 @@ def cmd_ui(settings: Settings, args: argparse.Namespace) -> int:
     # Imported here: Jinja2 and the pages cost every other command ~55 ms of startup.
     from cronstream.ui.app import UiOptions, ui_factory
 
-    options = UiOptions(prometheus_url=args.prometheus, anonymous=args.anonymous)
-    return serve(settings, host=args.host, port=args.port, factory=ui_factory(options))
+    if not hosts_valid(args):
+        return EXIT_INVALID
+    options = UiOptions(prometheus_url=args.prometheus, anonymous=args.anonymous,
+                        secure_cookies=args.secure_cookies)  # fmt: skip
+    return serve(settings, host=args.host, port=args.port, factory=ui_factory(options),
+                 allowed_hosts=args.allowed_host)  # fmt: skip

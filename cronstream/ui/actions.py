@@ -5,20 +5,24 @@ A tenant's job is changed through the admission exactly as the API changes it (t
 same ``Caller``, so the same checks, quotas and audit entry); an operator's job (one
 not owned by a tenant, put with `cronstream jobs put`) only with the admin token,
 through ``JobClient``, audited with the token's holder and the browser's address.
-Forms are accepted only from the dashboard's own origin (the sign-in cookie is also
-``SameSite=Strict``)."""
+Forms are accepted only from the dashboard's own origin (the session cookie is also
+``SameSite=Strict``). Signing in opens a session on the server (``sessions``): the
+cookie holds its random id, never the token, and is ``Secure`` when the page came over
+https (or with ``--secure-cookies``); signing out ends the session on the server."""
 
 from __future__ import annotations
 
+import time
 from typing import Annotated
 from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from cronstream.api.app import job_of, send
+from cronstream.api.app import send
 from cronstream.api.backend import Backend
-from cronstream.ui.pages import COOKIE, Back, Viewer, Who, render
+from cronstream.ui.pages import COOKIE, Back, Viewer, Who, render, visible_job
+from cronstream.ui.sessions import Sessions
 from producers.audit import Auditor
 from producers.client import JobClient, UnknownJob
 from runtime.tokens import ADMIN, TokenBook
@@ -31,8 +35,16 @@ Field = Annotated[str, Form()]
 
 
 def _same_origin(request: Request) -> None:
+    """403 for a form sent from another site. Browsers say where a request comes from in
+    ``Sec-Fetch-Site`` (no page can set it); under our ``Referrer-Policy: no-referrer``
+    they send ``Origin: null`` with our own forms, so ``Origin`` is only the fallback of
+    browsers without it (and then must be ours)."""
+    site = request.headers.get("sec-fetch-site")
     origin = request.headers.get("origin")
-    if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
+    if site is not None:
+        if site not in ("same-origin", "none"):  # none: the user's own navigation
+            raise HTTPException(403, "a form of another site")
+    elif origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
         raise HTTPException(403, "a form of another site")
 
 
@@ -49,17 +61,24 @@ def login_page(request: Request) -> HTMLResponse:
 def login(request: Request, token: Field) -> RedirectResponse:
     _same_origin(request)
     book: TokenBook = request.app.state.book
-    if book.holder(token.strip()) is None:
+    sessions: Sessions = request.app.state.sessions
+    holder = book.holder(token.strip())
+    if holder is None:
         return _back("/ui/login", error="that token is not valid")
+    session_id = sessions.open(holder, token.strip(), time.time())
     response = _back("/ui", done="signed in")
-    response.set_cookie(COOKIE, token.strip(), httponly=True, samesite="strict", path="/ui")
+    secure = request.app.state.secure_cookies or request.url.scheme == "https"
+    response.set_cookie(COOKIE, session_id, httponly=True, samesite="strict", path="/ui",
+                        secure=secure)  # fmt: skip
     return response
 
 
 @router.post("/logout")
 def logout(request: Request) -> RedirectResponse:
     _same_origin(request)
-    response = _back("/ui", done="signed out")
+    sessions: Sessions = request.app.state.sessions
+    sessions.close(request.cookies.get(COOKIE) or "")
+    response = _back("/ui/login", done="signed out")
     response.delete_cookie(COOKIE, path="/ui")
     return response
 
@@ -94,7 +113,7 @@ def act(
 def _perform(backend: Backend, viewer: Viewer, action: str, job: str, run: str, reason: str
              ) -> str:  # fmt: skip
     """Carry ``action`` out as ``viewer`` (signed in); what was done, in words."""
-    definition = job_of(backend, viewer.caller(), job)  # HTTPException 404: no such job
+    definition = visible_job(backend, viewer, job)  # HTTPException 404: no such job
     own = unqualify(definition.tenant, definition.job_id)
     if own is not None:  # a tenant's job: through the admission, as the API
         who = viewer.caller(definition.tenant)

@@ -16,6 +16,7 @@ from cronstream.api.app import build_app, error_response
 from cronstream.api.backend import Backend
 from cronstream.api.serve import AppFactory
 from cronstream.ui import actions, pages
+from cronstream.ui.sessions import Sessions
 from cronstream.ui.sources import DeadLetters, Prometheus
 from runtime.tokens import TokenBook
 
@@ -25,10 +26,12 @@ log = logging.getLogger("cronstream.ui")
 
 def build_ui_app(
     backend: Backend, book: TokenBook, *, prometheus: Prometheus, letters: DeadLetters,
-    anonymous: bool = True,
+    anonymous: bool = False, secure_cookies: bool = False, sessions: Sessions | None = None,
 ) -> FastAPI:  # fmt: skip
     app = build_app(backend, book)
     app.state.prometheus, app.state.letters, app.state.anonymous = prometheus, letters, anonymous
+    app.state.secure_cookies = secure_cookies  # Secure even on plain http (a TLS proxy)
+    app.state.sessions = sessions or Sessions()
     app.include_router(pages.router)
     app.include_router(actions.router)
     app.mount("/ui/static", StaticFiles(directory=STATIC), name="static")
@@ -59,7 +62,8 @@ def build_ui_app(
 @dataclass(frozen=True)
 class UiOptions:
     prometheus_url: str  # where the overview's live figures come from
-    anonymous: bool = True  # pages readable without a token (read-only)
+    anonymous: bool = False  # pages readable without signing in (read-only)
+    secure_cookies: bool = False  # the session cookie Secure on plain http too
 
 
 def ui_factory(options: UiOptions) -> AppFactory:
@@ -69,9 +73,10 @@ def ui_factory(options: UiOptions) -> AppFactory:
         prometheus = Prometheus(options.prometheus_url)
         letters = DeadLetters(backend.settings, backend.codec, backend.publisher)
         app = build_ui_app(backend, book, prometheus=prometheus, letters=letters,
-                           anonymous=options.anonymous)  # fmt: skip
-        log.info("dashboard at /ui (%s without a token; live figures from %s)",
-                 "read-only" if options.anonymous else "nothing",
+                           anonymous=options.anonymous,
+                           secure_cookies=options.secure_cookies)  # fmt: skip
+        log.info("dashboard at /ui (%s without signing in; live figures from %s)",
+                 "every page read-only" if options.anonymous else "nothing",
                  options.prometheus_url)  # fmt: skip
         return app, [prometheus, letters]
 

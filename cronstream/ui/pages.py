@@ -1,13 +1,19 @@
 """The dashboard's pages (GET): overview, jobs, a job, runs, dead letters.
 
-Who is looking (``Viewer``): the holder of the token in the sign-in cookie (a tenant:
-only its own jobs, by its own ids; the admin: every job), or nobody (every job, read
-only; ``--no-anonymous`` turns that off). Jobs come from the API backend's view of the
-jobs topic, runs from history (Cassandra), the overview from the stack's Prometheus."""
+Who is looking (``Viewer``): the holder of the token that opened the session named by
+the cookie (``sessions``): a tenant sees only its own jobs, runs and dead letters, by its
+own ids, exactly as the API shows them (``Caller``); the admin sees everything. Without
+a session every page is the sign-in page, unless the dashboard runs with
+``--anonymous`` (every page read-only, as the admin sees it). Every row a page shows is
+checked against the viewer's tenant (``shows``), whatever query found it. Jobs come from
+the API backend's view of the jobs topic, runs from history (Cassandra), the overview
+from the stack's Prometheus."""
 
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -21,15 +27,24 @@ from fastapi.templating import Jinja2Templates
 from cronstream.api.app import Caller, job_of, statuses_of, window_of
 from cronstream.api.backend import Backend
 from cronstream.ui.charts import duration_chart
+from cronstream.ui.sessions import Sessions
 from cronstream.ui.sources import replayable
 from runtime.tokens import ADMIN, TokenBook
-from schemas.events import JobDefinition, RunOutcome, from_ms, to_jsonable, to_ms, utc_now
+from schemas.events import (
+    DeadLetter,
+    JobDefinition,
+    RunOutcome,
+    from_ms,
+    to_jsonable,
+    to_ms,
+    utc_now,
+)
 from schemas.redact import redact_jsonable, redact_text
 from schemas.tenancy import qualify, unqualify
 from streams.core.zones import load_zone
 from streams.definitions import preview_slots
 
-COOKIE = "cronstream_token"
+COOKIE = "cronstream_session"
 PAGE = 50  # jobs per page
 FINAL = {"SUCCEEDED", "FAILED", "TIMED_OUT", "DEAD_LETTERED", "CANCELLED", "DUPLICATE"}
 templates = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
@@ -58,13 +73,43 @@ class Viewer:
 
 
 def viewer(request: Request) -> Viewer:
+    """The session's holder; 401 (the sign-in page) without a live session, unless the
+    dashboard is open read-only (``--anonymous``)."""
     book: TokenBook = request.app.state.book
-    token = request.cookies.get(COOKIE)
-    holder = book.holder(token) if token else None
+    sessions: Sessions = request.app.state.sessions
+    session_id = request.cookies.get(COOKIE)
+    session = sessions.get(session_id, time.time()) if session_id else None
+    if session is not None and book.holder(session.token) != session.holder:
+        sessions.close(session_id or "")  # its token left the book (revoked, rotated)
+        session = None
     address = request.client.host if request.client else "?"
-    if holder is None and not request.app.state.anonymous:
+    if session is None and not request.app.state.anonymous:
         raise HTTPException(401, "sign in with an API token: /ui/login")
-    return Viewer(holder, address)
+    return Viewer(session.holder if session else None, address)
+
+
+def shows(who: Viewer, tenant: str, job_id: str) -> bool:
+    """Whether a row of ``tenant``'s job ``job_id`` (a job, a run, a dead letter) may be
+    shown to ``who``: any to the admin (or to nobody signed in, ``--anonymous``); to a
+    tenant only its own, by the tenant the row carries and by its job id both (an
+    operator's job named ``acme/x`` is not acme's)."""
+    mine = who.tenant
+    return mine is None or (tenant == mine and unqualify(mine, job_id) is not None)
+
+
+def visible_job(backend: Backend, who: Viewer, job_id: str) -> JobDefinition:
+    """``who``'s job ``job_id`` (by its own name); 404 "no job" as the API answers, for
+    one that does not exist and for another tenant's alike."""
+    job = job_of(backend, who.caller(), job_id)
+    if not shows(who, job.tenant, job.job_id):
+        raise HTTPException(404, f"no job {job_id!r}")
+    return job
+
+
+def mine(who: Viewer, rows: Iterable[RunOutcome]) -> Iterator[RunOutcome]:
+    """The rows ``who`` may see (``shows``); the others dropped, whatever query found
+    them."""
+    return (r for r in rows if shows(who, r.tenant, r.job_id))
 
 
 def backend_of(request: Request) -> Backend:
@@ -78,7 +123,8 @@ Back = Annotated[Backend, Depends(backend_of)]
 
 def render(request: Request, name: str, who: Viewer, **context: Any) -> HTMLResponse:
     context.update(who=who, flash=request.query_params.get("done"),
-                   failure=request.query_params.get("error"))  # fmt: skip
+                   failure=request.query_params.get("error"),
+                   anonymous=request.app.state.anonymous)  # fmt: skip
     return templates.TemplateResponse(request, name, context)
 
 
@@ -87,9 +133,7 @@ def own_id(who: Viewer, stored: str) -> str:
 
 
 def visible_jobs(backend: Backend, who: Viewer) -> list[JobDefinition]:
-    jobs = backend.view.jobs.values()
-    tenant = who.tenant
-    return [j for j in jobs if tenant is None or j.tenant == tenant]
+    return [j for j in backend.view.jobs.values() if shows(who, j.tenant, j.job_id)]
 
 
 def next_fire_ms(job: JobDefinition, now_ms: int) -> int | None:
@@ -107,11 +151,14 @@ def local_time(ms: int | None, zone_name: str) -> str:
 
 # -- overview ---------------------------------------------------------------------------
 def overview_data(request: Request, backend: Backend, who: Viewer) -> dict[str, Any]:
-    got = request.app.state.prometheus.overview()
-    try:
-        got.dlq_records = request.app.state.letters.count()
-    except KafkaException as exc:  # the broker away: shown, not a failed page
-        got.error = (got.error or "") + f" dead-letter count unavailable ({exc})"
+    """The stack's figures; a tenant's: its own jobs and runs, no dead-letter count (the
+    topic's is every tenant's)."""
+    got = request.app.state.prometheus.overview(who.tenant)
+    if who.tenant is None:
+        try:
+            got.dlq_records = request.app.state.letters.count()
+        except KafkaException as exc:  # the broker away: shown, not a failed page
+            got.error = (got.error or "") + f" dead-letter count unavailable ({exc})"
     data: dict[str, Any] = got.as_json()
     counts = backend.view.counts  # jobs per tenant, kept by the view
     data["jobs"] = sum(counts.values()) if who.tenant is None else counts[who.tenant]
@@ -176,13 +223,13 @@ def jobs(
 def job_page(
     request: Request, who: Who, backend: Back, job_id: str, since: str = "7d"
 ) -> HTMLResponse:
-    job = job_of(backend, who.caller(), job_id)
+    job = visible_job(backend, who, job_id)
     now_ms = to_ms(utc_now())
     upcoming = [] if job.paused else preview_slots(job, now_ms, 10)
     fires = [{"local": local_time(ms, job.timezone), "utc": local_time(ms, "UTC")}
              for ms in upcoming]  # fmt: skip
     start, end = window_of(since)
-    runs = list(backend.job_runs(job.job_id, start, end, [], limit=200))
+    runs = list(mine(who, backend.job_runs(job.job_id, start, end, [], limit=200)))
     finals = [r for r in runs if r.status.value in FINAL]
     failures = [r for r in finals if r.status.value not in ("SUCCEEDED", "DUPLICATE")][:20]
     chart = duration_chart([
@@ -219,12 +266,14 @@ def runs(
         statuses = statuses_of(status)
         if run_id:
             stored = run_id if who.tenant is None else qualify(who.tenant, run_id)
-            rows = backend.history.run(stored)
+            rows = list(mine(who, backend.history.run(stored)))
         elif job:
-            found = job_of(backend, who.caller(), job)
-            rows = list(backend.job_runs(found.job_id, start, end, statuses, limit=200))
+            found = visible_job(backend, who, job)
+            found_rows = backend.job_runs(found.job_id, start, end, statuses, limit=200)
+            rows = list(mine(who, found_rows))
         elif statuses:
-            rows = list(islice(backend.history.by_status(statuses, start, end, who.tenant), 200))
+            found_rows = backend.history.by_status(statuses, start, end, who.tenant)
+            rows = list(islice(mine(who, found_rows), 200))
     except HTTPException as exc:
         error = str(exc.detail)
     return render(request, "runs.html", who, rows=[_run_row(who, r) for r in rows], error=error,
@@ -233,22 +282,27 @@ def runs(
 
 # -- dead letters -----------------------------------------------------------------------
 @router.get("/dlq", response_class=HTMLResponse)
-def dlq(request: Request, who: Who, limit: Annotated[int, Query(ge=1, le=500)] = 100
-        ) -> HTMLResponse:  # fmt: skip
+def dlq(request: Request, who: Who, backend: Back,
+        limit: Annotated[int, Query(ge=1, le=500)] = 100) -> HTMLResponse:  # fmt: skip
     """The newest dead letters (every tenant's: the admin's page; a tenant sees its own)."""
     letters = request.app.state.letters.last(limit)
     shown = []
     for item in letters:
         letter = item.letter
-        if (
-            letter is not None
-            and who.tenant is not None
-            and (unqualify(who.tenant, letter.job_id or "") is None)
-        ):
-            continue  # another tenant's
+        if who.tenant is not None and (letter is None or not letter_shows(backend, who, letter)):
+            continue  # another tenant's, or unreadable (whose, nobody knows)
         shown.append({
             "partition": item.partition, "offset": item.offset, "problem": item.problem,
             "letter": letter, "job": own_id(who, letter.job_id) if letter and letter.job_id else "",
             "replayable": letter is not None and replayable(letter),
         })  # fmt: skip
     return render(request, "dlq.html", who, letters=shown, admin=who.holder == ADMIN)
+
+
+def letter_shows(backend: Backend, who: Viewer, letter: DeadLetter) -> bool:
+    """Whether a tenant may see ``letter``: a DLQ record names its job (``job_id``, the
+    stored id: ``tenant/id`` for a tenant's) but no tenant, so the tenant is the job's
+    as the jobs topic has it, or, for a job deleted since, the id's head."""
+    job_id = letter.job_id or ""
+    job = backend.view.jobs.get(job_id)
+    return shows(who, job.tenant if job is not None else job_id.partition("/")[0], job_id)

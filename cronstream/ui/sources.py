@@ -40,6 +40,16 @@ QUERIES = {
 }
 
 
+def tenant_queries(tenant: str) -> dict[str, str]:
+    """``QUERIES`` as a tenant's overview has them: its own runs (the workers' per-tenant
+    counter) in place of everyone's, and no dead-letter counts (every tenant's)."""
+    runs = f'cronstream_worker_tenant_runs_total{{tenant="{tenant}"}}'  # a-z, 0-9, '-'
+    queries = {name: q for name, q in QUERIES.items() if name != "letters"}
+    queries["runs"] = f"sum by (status) (rate({runs}[1m]))"
+    queries["hour"] = f"sum by (status) (increase({runs}[1h]))"
+    return queries
+
+
 @dataclass
 class Overview:
     error: str | None = None  # Prometheus unreachable or refusing: why
@@ -74,10 +84,13 @@ class Prometheus:
                 out.append((item["metric"], value))
         return out
 
-    def overview(self) -> Overview:
+    def overview(self, tenant: str | None = None) -> Overview:
+        """The figures of the whole stack, or with ``tenant`` that tenant's runs (the
+        stack's health figures besides: fires/s, skew, lag, processes)."""
         got = Overview()
+        queries = QUERIES if tenant is None else tenant_queries(tenant)
         try:
-            answers = {name: self.query(expr) for name, expr in QUERIES.items()}
+            answers = {name: self.query(expr) for name, expr in queries.items()}
         except (httpx.HTTPError, KeyError, ValueError) as exc:
             got.error = f"Prometheus at {self.url} did not answer ({exc})"
             return got
@@ -91,7 +104,7 @@ class Prometheus:
         got.owned = {m.get("process", "?"): v for m, v in answers["owned"]}
         total = [v for _, v in answers["partitions"]]
         got.partitions = total[0] if total else None
-        got.letters = {m.get("stage", "?"): v for m, v in answers["letters"]}
+        got.letters = {m.get("stage", "?"): v for m, v in answers.get("letters", [])}
         got.processes = sorted(
             ({"role": m.get("role", m.get("job", "?")), "process": m.get("process", m.get(
                 "instance", "?")), "up": v == 1} for m, v in answers["up"]),

@@ -100,7 +100,7 @@ def start_ui(settings: Settings, jobs: int) -> tuple[CronstreamProcess, str, flo
     jobs; the seconds that took."""
     port = free_port()
     ui = CronstreamProcess(settings, Path(tempfile.mkdtemp(prefix="csbench-")), "ui",
-                           "--port", str(port), command="ui")  # fmt: skip
+                           "--port", str(port), "--anonymous", command="ui")  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     t0 = time.monotonic()
     try:

@@ -7,8 +7,12 @@ job as the tenant, replay a dead letter). Screenshots: .stack/screenshots/ui/.""
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 
 import httpx
@@ -20,14 +24,17 @@ from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.wait import WebDriverWait
 
+from consumers.history import HistoryTables
 from producers.client import JobClient
 from producers.spec import job_from_spec
+from runtime.cassandra import cassandra_session
 from runtime.kafka.clients import kafka_producer
+from runtime.kafka.publisher import Publisher
 from runtime.scrape import targets_dir, write_targets
 from runtime.settings import REPO_ROOT, Settings
 from runtime.tokens import ADMIN, token_path
 from schemas.catalog import Topics
-from schemas.events import Priority
+from schemas.events import DeadLetter, Priority, RunOutcome, RunStatus, utc_now
 from tests.integration.helpers import CronstreamProcess, free_port, wait_http_up
 from tests.integration.tenants import AdmissionThread
 
@@ -156,18 +163,23 @@ def test_every_page_loads_shows_the_jobs_and_their_runs_and_one_action_each_work
     producer = kafka_producer(history_ns)
     producer.produce(Topics(history_ns).runs(Priority.NORMAL), value=b"\x00garbage", key=b"junk")
     producer.flush(30)
+    page.open("/ui/jobs")  # no session: the sign-in page
+    assert page.driver.current_url == f"{url}/ui/login", page.driver.current_url
+    assert "hello-python" not in page.text()
+    page.sign_in(token_path(history_ns, ADMIN).read_text().strip())
     _overview(page, history_ns.topic_prefix)
     _read_pages(page, browser)
-    _replay(page, browser, token_path(history_ns, ADMIN).read_text().strip())
+    _replay(page, browser)
     _pause(page)
-    _tenant_trigger(page, url, token_path(history_ns, two[0]).read_text().strip())
+    _tenant_trigger(page, browser, url, token_path(history_ns, two[0]).read_text().strip())
     with capsys.disabled():
         print("\nscreenshots:", *(str(p) for p in page.shots), sep="\n  ")
 
 
 def _overview(page: Page, prefix: str) -> None:
-    """Rendered, then updated live by its script with the stack's Prometheus's figures
-    of the test's processes: each listed up, fires and runs per second above 0."""
+    """Rendered, then updated live by its script (so the pages' CSP lets it run) with the
+    stack's Prometheus's figures of the test's processes: each listed up, fires and runs
+    per second above 0."""
     page.open("/ui")
     deadline = time.monotonic() + 90
     while not (page.text("#updated").startswith("live ·")
@@ -198,7 +210,6 @@ def _read_pages(page: Page, browser: webdriver.Chrome) -> None:
     assert len(browser.find_elements(By.CSS_SELECTOR, "#fires tr")) == 11  # header + 10
     assert browser.find_elements(By.CSS_SELECTOR, "svg.chart rect.bar")
     assert "send_digest" in page.text("#definition")
-    assert not browser.find_elements(By.ID, "act-pause")  # read-only without a token
     page.shot("job")
     page.open("/ui/jobs/nightly-report")
     assert "CET" in page.text("#fires") or "CEST" in page.text("#fires")
@@ -215,14 +226,12 @@ def _read_pages(page: Page, browser: webdriver.Chrome) -> None:
     page.shot("runs")
 
 
-def _replay(page: Page, browser: webdriver.Chrome, admin: str) -> None:
-    """Dead letters, and a replay by the admin: the record is read again (and, still
+def _replay(page: Page, browser: webdriver.Chrome) -> None:
+    """Dead letters, and a replay by the admin after the confirmation dialog (asked by
+    static/confirm.js, so the CSP lets it run): the record is read again (and, still
     malformed, dead-lettered again: a second letter of the same source record)."""
     page.until("/ui/dlq", lambda: "undecodable run" in page.text("#letters"))
-    assert not browser.find_elements(By.CSS_SELECTOR, "button.replay")  # admin only
     page.shot("dlq")
-    page.sign_in(admin)
-    page.open("/ui/dlq")
     before = page.text("#letters").count("undecodable run")
     page.click("button.replay", accept_alert=True)
     assert "replayed" in page.text("#flash")
@@ -243,8 +252,9 @@ def _pause(page: Page) -> None:
     page.shot("job-paused")
 
 
-def _tenant_trigger(page: Page, url: str, token: str) -> None:
-    """Trigger a tenant's job as that tenant (through the admission, as the API does)."""
+def _tenant_trigger(page: Page, browser: webdriver.Chrome, url: str, token: str) -> None:
+    """Trigger a tenant's job as that tenant (through the admission, as the API does);
+    the operators' dead letters are not the tenant's, and replay is the admin's."""
     spec = {"cron": "0 3 * * *", "target": "python", "callable": "examples.tasks:send_digest"}
     put = httpx.put(f"{url}/v1/jobs/report", json=spec, timeout=60,
                     headers={"Authorization": f"Bearer {token}"})  # fmt: skip
@@ -252,8 +262,174 @@ def _tenant_trigger(page: Page, url: str, token: str) -> None:
     page.sign_in(token)
     page.until("/ui/jobs", lambda: "report" in page.text("#jobs"))
     assert "hello-python" not in page.text("#jobs")  # a tenant sees its own jobs only
+    page.open("/ui/dlq")
+    assert "undecodable run" not in page.text("#letters")
+    assert not browser.find_elements(By.CSS_SELECTOR, "button.replay")
     page.open("/ui/jobs/report")
     page.click("#act-trigger")
     page.click("#confirm")
     assert "trigger: accepted" in page.text("#flash"), page.text()
     page.shot("tenant-triggered")
+
+
+# -- the tenant boundary and the front door (issue 31) ------------------------------------
+SPEC = {"cron": "0 3 * * *", "target": "http", "url": "https://example.com/report"}
+
+
+def _ui(settings: Settings, procs: list[CronstreamProcess], tmp_path: Path) -> str:
+    port = free_port()
+    ui = CronstreamProcess(settings, tmp_path, "ui", "--port", str(port), command="ui")
+    procs.append(ui)
+    url = f"http://127.0.0.1:{port}"
+    wait_http_up(url, 60, ui.log, path="/readyz", alive=lambda: ui.proc.poll() is None)
+    return url
+
+
+@contextmanager
+def _signed_in(url: str, token: str) -> Iterator[httpx.Client]:
+    """A browser-like client with a dashboard session (the cookie the sign-in set)."""
+    with httpx.Client(base_url=url, timeout=60) as client:
+        reply = client.post("/ui/login", data={"token": token})
+        assert (reply.status_code, reply.headers["location"]) == (303, "/ui?done=signed+in")
+        assert token not in reply.headers["set-cookie"]
+        yield client
+
+
+def _their_work(settings: Settings, tenants: tuple[str, str]) -> None:
+    """Each tenant's failed runs in history and a dead letter of its job, as the sink
+    and the worker write them."""
+    now = utc_now()
+    cluster, session = cassandra_session(settings, keyspace=settings.keyspace)
+    try:
+        tables = HistoryTables(session, settings.keyspace, ttl_s=3600)
+        for t in tenants:
+            outcome = RunOutcome(run_id=f"{t}/report@1", job_id=f"{t}/report", tenant=t,
+                                 status=RunStatus.FAILED, scheduled_at=now - timedelta(minutes=1),
+                                 recorded_at=now, error=f"run-error-of-{t}")  # fmt: skip
+            for _table, statement in tables.rows(outcome):
+                session.execute(statement)
+    finally:
+        cluster.shutdown()
+    publisher = Publisher(settings)
+    try:
+        for t in tenants:
+            publisher.publish(Topics(settings).dlq, DeadLetter(
+                reason=f"letter-of-{t}", stage="worker", source_topic="runs",
+                source_partition=-1, source_offset=-1, dead_at=now, job_id=f"{t}/report"))  # fmt: skip
+        publisher.flush()
+    finally:
+        publisher.close()
+
+
+def test_a_tenant_signed_in_sees_only_its_own_jobs_runs_and_dead_letters(
+    history_ns: Settings, two: tuple[str, str], admission: AdmissionThread,
+    procs: list[CronstreamProcess], tmp_path: Path,
+) -> None:  # fmt: skip
+    assert admission is not None
+    a, b = two
+    url = _ui(history_ns, procs, tmp_path)
+    for t in two:
+        put = httpx.put(f"{url}/v1/jobs/report", json=SPEC, timeout=60, headers={
+            "Authorization": f"Bearer {token_path(history_ns, t).read_text().strip()}"})  # fmt: skip
+        assert put.status_code == 200, put.text
+    _their_work(history_ns, two)
+    with _signed_in(url, token_path(history_ns, a).read_text().strip()) as ca:
+        page = ca.get("/ui/jobs/report")  # a's own: its job, its run, its letter
+        assert page.status_code == 200, page.text
+        assert f"run-error-of-{a}" in page.text, page.text
+        deadline = time.monotonic() + 60
+        while f"letter-of-{a}" not in (letters := ca.get("/ui/dlq").text):
+            assert time.monotonic() < deadline, letters
+            time.sleep(1)
+        assert f"letter-of-{b}" not in letters
+    with _signed_in(url, token_path(history_ns, b).read_text().strip()) as cb:
+        mine = cb.get("/ui/runs", params={"status": "failed", "since": "1h"}).text
+        assert f"run-error-of-{b}" in mine
+        assert f"run-error-of-{a}" not in mine
+        for path in ("/ui/jobs/report", f"/ui/jobs/{a}/report"):
+            other = cb.get(path)  # b's /ui/jobs/report is b's own job
+            assert (other.status_code == 200) == (path == "/ui/jobs/report"), path
+            assert f"run-error-of-{a}" not in other.text, path
+        assert "no job" in cb.get(f"/ui/jobs/{a}/report").text
+        for params in ({"job": f"{a}/report"}, {"run_id": f"{a}/report@1"}):
+            assert f"run-error-of-{a}" not in cb.get("/ui/runs", params=params).text
+        letters = cb.get("/ui/dlq").text
+        assert f"letter-of-{b}" in letters
+        assert f"letter-of-{a}" not in letters
+        # Sign-out ends the session on the server: the old cookie opens nothing.
+        old = cb.cookies["cronstream_session"]
+        assert cb.post("/ui/logout").status_code == 303
+        cb.cookies.clear()
+        again = cb.get("/ui/jobs", headers={"cookie": f"cronstream_session={old}"})
+        assert (again.status_code, again.headers["location"]) == (303, "/ui/login")
+
+
+def test_strangers_get_the_sign_in_page_a_foreign_host_400_and_a_big_body_413(
+    ns: Settings, procs: list[CronstreamProcess], tmp_path: Path
+) -> None:
+    url = _ui(ns, procs, tmp_path)
+    for path in ("/ui", "/ui/jobs", "/ui/jobs/x", "/ui/runs?status=failed", "/ui/dlq"):
+        reply = httpx.get(url + path, timeout=30)
+        assert (reply.status_code, reply.headers["location"]) == (303, "/ui/login"), path
+    login = httpx.get(f"{url}/ui/login", timeout=30)
+    assert 'id="sign-in"' in login.text
+    for reply in (login, httpx.get(f"{url}/v1/jobs", timeout=30)):  # a page, an API 401
+        assert "frame-ancestors 'none'" in reply.headers["content-security-policy"]
+        assert reply.headers["x-frame-options"] == "DENY"
+        assert reply.headers["x-content-type-options"] == "nosniff"
+        assert reply.headers["referrer-policy"] == "no-referrer"
+    port = int(url.rsplit(":", 1)[1])
+    assert httpx.get(f"http://localhost:{port}/healthz", timeout=30).status_code == 200
+    rebound = httpx.get(f"{url}/ui/login", headers={"Host": f"evil.example:{port}"}, timeout=30)
+    assert rebound.status_code == 400
+    assert "Host" in rebound.json()["error"]
+    ui = procs[-1].proc.pid
+    _put_raw(port, chunked=False, megabytes=1)  # warm: the first request's allocations
+    before = _rss_mib(ui)
+    assert _put_raw(port, chunked=False, megabytes=60) == 413  # refused from the header
+    assert _put_raw(port, chunked=True, megabytes=60) == 413  # cut off past 1 MiB
+    grown = _rss_mib(ui) - before
+    assert grown < 20, f"RSS grew {grown:.0f} MiB for two refused 60 MiB bodies"
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def _put_raw(port: int, *, chunked: bool, megabytes: int) -> int:
+    """PUT a body of ``megabytes`` MiB without a token (chunked, or with its length), the
+    answer read while it is sent (the server may answer and close long before the end);
+    the status code."""
+    head = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {megabytes << 20}"
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    answer: list[bytes] = []
+
+    def read() -> None:
+        try:
+            answer.append(sock.recv(4096))
+        except OSError as exc:  # reset before the answer came, or none in 30 s
+            answer.append(repr(exc).encode())
+
+    reader = threading.Thread(target=read)
+    try:
+        sock.sendall(f"PUT /v1/jobs/x HTTP/1.1\r\nHost: 127.0.0.1\r\n{head}\r\n"
+                     "Content-Type: application/json\r\n\r\n".encode())  # fmt: skip
+        reader.start()
+        chunk = b"x" * (1 << 20)
+        for _ in range(megabytes):
+            if answer:
+                break
+            sock.sendall(b"100000\r\n" + chunk + b"\r\n" if chunked else chunk)
+        if chunked and not answer:
+            sock.sendall(b"0\r\n\r\n")  # the end of the body
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # answered and closed while the body was on its way
+    finally:
+        reader.join(30)
+        sock.close()
+    assert answer, "no answer"
+    assert answer[0].startswith(b"HTTP/1.1 "), answer
+    return int(answer[0].split()[1])
