@@ -45,6 +45,15 @@ class Caller:
             raise HTTPException(400, "an admin token acts for a tenant: add ?tenant=NAME")
         return self.tenant
 
+    def sees(self, tenant: str, job_id: str) -> bool:
+        """Whether a row (a job, a run, a dead letter) of ``tenant``'s job ``job_id`` (its
+        stored id) may be shown to this caller: any to an admin acting for all; else only
+        its tenant's, by the tenant the row carries and by its id both (an operator's job
+        may be named like a tenant's, ``acme/x`` of tenant ``default``: an id prefix
+        proves nothing alone)."""
+        mine = self.tenant
+        return mine is None or (tenant == mine and unqualify(mine, job_id) is not None)
+
     def own(self, stored: str) -> str:
         """A stored job or run id as this caller names it."""
         if self.admin and self.tenant is None:
@@ -66,12 +75,11 @@ def _job_json(caller: Caller, job: JobDefinition) -> dict[str, Any]:
 
 
 def _outcomes_json(caller: Caller, rows: Iterable[RunOutcome], limit: int) -> list[dict[str, Any]]:
-    """Up to ``limit`` rows as the caller sees them. Every row is checked to be the
-    caller's tenant's, whatever query found it: an operator's job may be named like a
-    tenant's (``acme/x`` of tenant ``default``), so an id prefix proves nothing."""
+    """Up to ``limit`` rows as the caller sees them, each checked (``Caller.sees``)
+    whatever query found it."""
     out = []
     for row in rows:
-        if caller.tenant is not None and row.tenant != caller.tenant:
+        if not caller.sees(row.tenant, row.job_id):
             continue
         item: dict[str, Any] = redact_jsonable(to_jsonable(row))
         item["job_id"], item["run_id"] = caller.own(row.job_id), caller.own(row.run_id)
@@ -166,7 +174,7 @@ def metrics_text() -> Response:
 @router.get("/v1/jobs")
 def list_jobs(who: Who, backend: Back) -> list[dict[str, Any]]:
     jobs = sorted(backend.view.jobs.values(), key=lambda j: j.job_id)
-    return [_job_json(who, j) for j in jobs if who.tenant is None or j.tenant == who.tenant]
+    return [_job_json(who, j) for j in jobs if who.sees(j.tenant, j.job_id)]
 
 
 @router.get("/v1/jobs/{job_id:path}/history")

@@ -40,7 +40,7 @@ from schemas.events import (
     utc_now,
 )
 from schemas.redact import redact_jsonable, redact_text
-from schemas.tenancy import qualify, unqualify
+from schemas.tenancy import qualify
 from streams.core.zones import load_zone
 from streams.definitions import preview_slots
 
@@ -90,11 +90,9 @@ def viewer(request: Request) -> Viewer:
 
 def shows(who: Viewer, tenant: str, job_id: str) -> bool:
     """Whether a row of ``tenant``'s job ``job_id`` (a job, a run, a dead letter) may be
-    shown to ``who``: any to the admin (or to nobody signed in, ``--anonymous``); to a
-    tenant only its own, by the tenant the row carries and by its job id both (an
-    operator's job named ``acme/x`` is not acme's)."""
-    mine = who.tenant
-    return mine is None or (tenant == mine and unqualify(mine, job_id) is not None)
+    shown to ``who``: the API's rule (``Caller.sees``); nobody signed in (``--anonymous``)
+    reads as the admin."""
+    return who.caller().sees(tenant, job_id)
 
 
 def visible_job(backend: Backend, who: Viewer, job_id: str) -> JobDefinition:
