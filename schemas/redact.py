@@ -9,17 +9,23 @@ Everything else that may hold a credential is redacted wherever cronstream shows
 keeps it (CLI output, run errors, history): the userinfo of a URL (``https://***@host``),
 query parameters with a sensitive name (``?token=***``), the values of sensitive headers
 (``Authorization``, ``Cookie``, any name with ``token``, ``secret``, ``password``, ``key``,
-``auth``, ``session`` or ``credential`` in it, ``sig`` and ``key``). Control characters (and Unicode
-format characters that reorder text, like U+202E) are escaped (``\\x1b``) when shown.
+``auth``, ``session`` or ``credential`` in it, ``sig`` and ``key``). That one list
+(``sensitive``) also decides which headers a worker drops when a redirect leaves the
+origin the job named. Control characters (and Unicode format characters that reorder
+text, like U+202E) are escaped (``\\x1b``) when shown.
+
+A secret value a worker resolved for a run is scrubbed (``scrub``) from every text about
+that run before it leaves the worker, however the target echoed it back.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, quote_plus, urlencode, urlsplit, urlunsplit
 
 MASK = "***"
 SECRET_REF = re.compile(r"secret:([A-Za-z0-9][A-Za-z0-9_.-]{0,127})\Z")
@@ -29,6 +35,10 @@ _SENSITIVE = re.compile(
     re.IGNORECASE,
 )
 _URL_IN_TEXT = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s\"'<>]+")
+_AUTH_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9!#$%&'*+.^_`|~-]*\s+(\S.*)\Z", re.DOTALL)
+# A part of a value (the credential after ``Bearer``, the start of a value that a length
+# cap cut) is scrubbed only from this many characters: shorter ones are common text.
+MIN_PART = 6
 
 
 def secret_name(value: str) -> str | None:
@@ -72,6 +82,33 @@ def redact_text(text: str) -> str:
     if "://" not in text:
         return text
     return _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)
+
+
+def scrub(text: str, values: Iterable[str]) -> str:
+    """``text`` with each of ``values`` replaced by ``***`` wherever it occurs: as is,
+    percent-encoded, JSON-escaped, the credential after an auth scheme (``Bearer X``: X
+    too), and at the very end of the text the start of one (a body cut at a length cap)."""
+    forms = sorted({form for value in values for form in _forms(value)}, key=len, reverse=True)
+    for form in forms:
+        text = text.replace(form, MASK)
+    for form in forms:
+        for start in range(max(0, len(text) - len(form) + 1), len(text) - MIN_PART + 1):
+            if form.startswith(text[start:]):
+                text = text[:start] + MASK
+                break
+    return text
+
+
+def _forms(value: str) -> set[str]:
+    if not value:
+        return set()
+    found = {value}
+    scheme = _AUTH_SCHEME.match(value)
+    if scheme and len(scheme.group(1)) >= MIN_PART:
+        found.add(scheme.group(1))
+    for part in list(found):
+        found.update((quote(part, safe=""), quote_plus(part), json.dumps(part)[1:-1]))
+    return found
 
 
 def escape_controls(text: str) -> str:

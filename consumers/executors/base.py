@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Protocol
 
 from schemas.events import Target
+from schemas.redact import scrub
 
 
 class CancelFlag:
@@ -53,6 +54,28 @@ class CancelFlag:
         return event.wait(timeout)
 
 
+class Revealed:
+    """The secret values resolved for one attempt (``consumers.executors.secrets``).
+
+    Whatever text about the attempt leaves the worker (its outcome's error, its dead
+    letter's reason, a log line) goes through ``scrub`` first, so a target that echoes
+    a credential back does not put it into a topic. ``add`` is called on the run thread
+    and ``scrub`` on the worker's, possibly at once (an attempt given up at its
+    deadline): the values are a tuple, replaced whole, never changed in place."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self) -> None:
+        self._values: tuple[str, ...] = ()
+
+    def add(self, value: str) -> None:
+        self._values = (*self._values, value)
+
+    def scrub(self, text: str) -> str:
+        values = self._values
+        return scrub(text, values) if values else text
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunContext:
     """What a target learns about the run it executes (passed to python callables too)."""
@@ -65,6 +88,7 @@ class RunContext:
     tenant: str
     deadline: float  # time.monotonic() by which the attempt must finish
     cancelled: CancelFlag = field(default_factory=CancelFlag)
+    revealed: Revealed = field(default_factory=Revealed)  # secrets resolved for this attempt
 
     def remaining(self) -> float:
         """Seconds left before the deadline (never negative)."""

@@ -7,8 +7,10 @@ the worker's allowlist (``--http-allow 127.0.0.0/8``). The request then goes to 
 address that was checked (the Host header and TLS SNI keep the name), so a DNS answer
 that changes between check and connect cannot redirect it. Redirects are followed by
 hand, at most five, each one checked the same way; a redirect to another origin
-(scheme, host, port) drops Authorization, Proxy-Authorization and Cookie, and one that
-would re-send the payload there is refused (a permanent failure). An IPv6 address that
+(scheme, host, port) drops every header that may carry a credential (the names
+``schemas.redact.sensitive`` masks: Authorization, Cookie, X-Api-Key, Private-Token...,
+and any header whose value came from a secret), and one that would re-send the payload
+there is refused (a permanent failure). An IPv6 address that
 carries an IPv4 one (IPv4-mapped, NAT64 64:ff9b::/96, 6to4, Teredo) is judged by the
 IPv4 address it reaches.
 
@@ -45,10 +47,9 @@ from consumers.executors.base import (
 )
 from consumers.executors.secrets import Secrets
 from schemas.events import Target
+from schemas.redact import secret_name, sensitive
 
 MAX_REDIRECTS = 5
-# Dropped when a redirect leaves the origin (scheme, host, port) the job named.
-CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
 # NAT64 (RFC 6052 well-known prefix): the last 32 bits are the IPv4 address reached.
 NAT64 = ipaddress.ip_network("64:ff9b::/96")
 RETRIABLE_STATUS = frozenset({408, 425, 429})
@@ -188,8 +189,10 @@ class HttpExecutor:
             )
         method = target.method or "POST"
         body = (context.payload or "").encode() if method not in ("GET", "DELETE") else None
+        # Dropped when a redirect leaves the origin (scheme, host, port) the job named.
+        credentials = {k for k, v in target.headers.items() if sensitive(k) or secret_name(v)}
         headers = {
-            **self.secrets.headers(target.headers),
+            **self.secrets.headers(target.headers, context),
             "Idempotency-Key": context.run_id,
             "X-Cronstream-Run-Id": context.run_id,
             "X-Cronstream-Job-Id": context.job_id,
@@ -205,8 +208,7 @@ class HttpExecutor:
                     method, body = "GET", None
                 if _origin(target_url) != _origin(url):
                     # Credentials and the payload are for the origin the job named.
-                    headers = {k: v for k, v in headers.items()
-                               if k.lower() not in CREDENTIAL_HEADERS}  # fmt: skip
+                    headers = {k: v for k, v in headers.items() if k not in credentials}
                     if body:
                         self.resolve(target_url)  # a refused address says so first
                         raise PermanentFailure(

@@ -3,9 +3,20 @@
 The command is split like a shell would (``shlex``) but never run through a shell. The
 whole argv must match one of the worker's patterns (``--shell-allow``): a pattern is
 split the same way, and each of its words matches one argument (``fnmatch``, so ``*``
-matches any one argument and ``/opt/jobs/*.sh`` any script there); a last word ``**``
-matches any number of further arguments. ``sleep *`` allows ``sleep 60`` but not
-``sleep 60 70``; ``sh`` alone never allows ``sh -c anything``.
+matches any one argument); a last word ``**`` matches any number of further arguments.
+``sleep *`` allows ``sleep 60`` but not ``sleep 60 70``; ``sh`` alone never allows
+``sh -c anything``. Bounds:
+
+- Options are spelled out by the pattern: an argument that starts with ``-`` matches
+  only a pattern word that starts with ``-`` (``-n``, ``--count=*``, or ``-*`` for any
+  option), never ``*`` nor ``**``. ``date *`` does not allow ``date --file=SECRET``.
+- A word with a ``/`` (not an option) is a path pattern: it matches the argument's real
+  path (``os.path.realpath``: symlinks followed, relative to the worker's directory),
+  one directory level per ``/`` (``*`` never crosses one), and the pattern's own leading
+  directories are resolved the same way. ``/opt/jobs/*.sh`` allows a script in
+  ``/opt/jobs`` but not a symlink there that leads elsewhere.
+- An argument with a ``..`` path segment (``../x``, ``a/../b``, ``--f=../x``) is
+  refused, whatever the patterns.
 
 The command runs under ``reaper.py`` in a session of its own, with a scrubbed
 environment: ``PATH``, ``HOME``, ``LANG``, ``LC_ALL``, ``TZ``, ``TMPDIR`` when the worker
@@ -21,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import selectors
 import shlex
 import signal
@@ -40,6 +52,10 @@ REAPER = str(Path(__file__).with_name("reaper.py"))
 NOT_STARTED = 127  # reaper.py's status when the command could not be started
 
 
+DOTDOT = re.compile(r"(?:^|[/=])\.\.(?:/|\Z)")  # a '..' path segment, also after --opt=
+GLOB = re.compile(r"[*?[]")
+
+
 class ShellPolicy:
     """Which argv a worker may run (patterns), and which of its variables pass."""
 
@@ -52,7 +68,7 @@ class ShellPolicy:
                 raise ValueError(f"shell allowlist pattern {entry!r}: {exc}") from None
             if not words or "**" in words[:-1]:
                 raise ValueError(f"shell allowlist pattern {entry!r}: empty, or '**' not last")
-            self.patterns.append((entry, words))
+            self.patterns.append((entry, tuple(_anchor(w) if _is_path(w) else w for w in words)))
         self.env = tuple(env)
 
     @property
@@ -60,6 +76,8 @@ class ShellPolicy:
         return bool(self.patterns)
 
     def allows(self, argv: list[str]) -> bool:
+        if any(DOTDOT.search(arg) for arg in argv):
+            return False
         return any(_matches(words, argv) for _, words in self.patterns)
 
     def describe(self) -> str:
@@ -75,13 +93,38 @@ class ShellPolicy:
         return env
 
 
+def _is_path(word: str) -> bool:
+    return "/" in word and not word.startswith("-")
+
+
+def _anchor(word: str) -> str:
+    """A path pattern with its leading directories that hold no wildcard resolved to
+    their real path, as the arguments it is compared with are."""
+    parts = word.split("/")
+    fixed = next((i for i, part in enumerate(parts) if GLOB.search(part)), len(parts))
+    if fixed == len(parts):
+        return os.path.realpath(word)
+    head = "/".join(parts[:fixed]) or ("/" if word.startswith("/") else ".")
+    return os.path.realpath(head).rstrip("/") + "/" + "/".join(parts[fixed:])
+
+
 def _matches(words: tuple[str, ...], argv: list[str]) -> bool:
     if words[-1] == "**":
         words = words[:-1]
-        if len(argv) < len(words):
+        if len(argv) < len(words) or any(arg.startswith("-") for arg in argv[len(words) :]):
             return False
         argv = argv[: len(words)]
-    return len(words) == len(argv) and all(map(fnmatchcase, argv, words))
+    return len(words) == len(argv) and all(map(_word_matches, words, argv))
+
+
+def _word_matches(word: str, arg: str) -> bool:
+    if arg.startswith("-") and not word.startswith("-"):
+        return False  # an option matches only a word that spells one out
+    if _is_path(word):
+        real = os.path.realpath(arg).split("/")
+        pattern = word.split("/")
+        return len(real) == len(pattern) and all(map(fnmatchcase, real, pattern))
+    return fnmatchcase(arg, word)
 
 
 class ShellExecutor:
@@ -90,6 +133,15 @@ class ShellExecutor:
     def __init__(self, policy: ShellPolicy) -> None:
         self.policy = policy
 
+    def _hint(self, argv: list[str]) -> str:
+        if any(arg.startswith("-") for arg in argv[1:]):
+            return ("; an option matches only a pattern word that spells one out "
+                    "('-n', '--count=*'), never '*' or '**'")  # fmt: skip
+        if argv and self.policy.allows(argv[:1]):
+            return (f"; a pattern matches the whole command: '{argv[0]} **' would allow "
+                    "any arguments")  # fmt: skip
+        return ""
+
     def execute(self, target: Target, context: RunContext) -> str:
         if not self.policy.enabled:
             raise TargetInvalid("shell targets are disabled on this worker (--shell-allow)")
@@ -97,12 +149,13 @@ class ShellExecutor:
             argv = shlex.split(target.command or "")
         except ValueError as exc:
             raise TargetInvalid(f"cannot parse command {target.command!r}: {exc}") from exc
+        dotdot = next((arg for arg in argv if DOTDOT.search(arg)), None)
+        if dotdot is not None:
+            raise TargetInvalid(f"command argument {dotdot!r} has a '..' path segment: refused")
         if not argv or not self.policy.allows(argv):
-            hint = (f"; a pattern matches the whole command: '{argv[0]} **' would allow "
-                    "any arguments" if argv and self.policy.allows(argv[:1]) else "")  # fmt: skip
             raise TargetInvalid(
                 f"command {shlex.join(argv)!r} matches no shell allowlist pattern "
-                f"({self.policy.describe()}){hint}"
+                f"({self.policy.describe()}){self._hint(argv)}"
             )
         proc = subprocess.Popen(
             [sys.executable, "-I", "-S", REAPER, str(KILL_GRACE_S), *argv],

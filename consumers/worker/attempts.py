@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+import traceback
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -257,8 +258,9 @@ class Attempts:
             if isinstance(error, ExecutionFailed):
                 self.fail(pending, error)
             elif error is not None:  # an executor's bug: this run's outcome, not our end
-                log.error("run %s: %r escaped its executor", pending.run.run_id, error,
-                          exc_info=error)  # fmt: skip
+                trace = "".join(traceback.format_exception(error)).rstrip()
+                log.error("run %s: an exception escaped its executor\n%s",
+                          pending.run.run_id, _scrub(pending, trace))  # fmt: skip
                 self.fail(pending, InternalError(f"the worker failed running it: {error!r}"))
             else:  # a cancel that came while it ran could not stop it: it succeeded
                 self.outbox.finish(pending, RunStatus.SUCCEEDED, None)
@@ -301,7 +303,7 @@ class Attempts:
         verdict = after_failure(
             RunStatus(exc.status),
             f"replaced by run {by} (concurrency replace)" if by is not None
-            else redact_text(f"{type(exc).__name__}: {exc}"),
+            else redact_text(_scrub(pending, f"{type(exc).__name__}: {exc}")),
             retriable=exc.retriable,
             cancel_requested=context is not None and context.cancelled.is_set()
             and run.run_id in self.cancels,
@@ -329,6 +331,12 @@ class Attempts:
         http = self.executors["http"]
         if isinstance(http, HttpExecutor):
             http.close()
+
+
+def _scrub(pending: Pending, text: str) -> str:
+    """``text`` about an attempt without the secret values resolved for it: every error
+    text and log line of an attempt passes here before it is published or logged."""
+    return text if pending.context is None else pending.context.revealed.scrub(text)
 
 
 def _execute(executor: Executor, target: Target, context: RunContext) -> str:

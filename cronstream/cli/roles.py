@@ -180,8 +180,9 @@ def _register_worker(sub: Any) -> None:
     )  # fmt: skip
     p.add_argument(
         "--secrets-dir", default=os.environ.get("CRONSTREAM_SECRETS_DIR") or None,
-        help="a directory of secret files: a header value secret:NAME is the file NAME "
-        "(else $CRONSTREAM_SECRET_<NAME>)",
+        help="a directory of secret files: a header value secret:NAME is the file NAME, "
+        "TENANT/NAME for a tenant's job (else $CRONSTREAM_SECRET_<NAME>, "
+        "$CRONSTREAM_TENANT_SECRET_<TENANT>__<NAME>)",
     )  # fmt: skip
     p.add_argument(
         "--python-allow", action="append", default=None,

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 import time
 import urllib.parse
 import urllib.request
 from collections import Counter, defaultdict
 from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -288,3 +290,62 @@ def test_a_registry_outage_holds_runs_until_it_answers_then_runs_them(
     assert record_count(ns, Topics(ns).dlq) == 0, "a good run was dead-lettered"
     w.stop()
     outage.down()
+
+
+class _Echo(BaseHTTPRequestHandler):
+    """401 with the Authorization header it got in the body (a target that echoes)."""
+
+    got: ClassVar[list[str]] = []
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        auth = self.headers.get("Authorization", "")
+        _Echo.got.append(auth)
+        body = f"bad credentials: {auth}".encode()
+        self.send_response(401)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_secrets_stay_in_their_tenant_and_out_of_history_the_dlq_and_the_log(
+    ns: Settings, tmp_path: Path, procs: list[CronstreamProcess]
+) -> None:
+    """Found by probing (issue 31): a tenant's job got the operators' secret, and a target
+    echoing it put the value into the history outcome and the DLQ reason."""
+    value = "Bearer op-s3cret-value"
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    (secrets / "hook-token").write_text(value + "\n")
+    _Echo.got = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        spec = {"target": "http", "url": f"http://127.0.0.1:{server.server_address[1]}/hook",
+                "headers": {"Authorization": "secret:hook-token"}, "max_attempts": 1}  # fmt: skip
+        put(ns, id="echo", **spec)
+        with JobClient(ns) as client:  # as the admission stores a tenant's job
+            client.put(replace(job_from_spec({"id": "acme/echo", **spec},
+                                             max_payload_bytes=65536), tenant="acme"))  # fmt: skip
+        w = worker(ns, tmp_path, procs, "w", "--secrets-dir", str(secrets))
+        (ours,) = trigger(ns, "echo", ["once"])
+        (theirs,) = trigger(ns, "acme/echo", ["once"])
+        seen = wait_for(ns, settled([ours, theirs], "FAILED"), timeout=60)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert _Echo.got == [value]  # the operators' run sent it; the tenant's run sent nothing
+    errors = {o.run_id: o.error or "" for o in seen if o.status.value == "FAILED"}
+    assert "HTTP 401" in errors[ours]
+    assert "bad credentials: ***" in errors[ours]
+    assert "secret 'hook-token' is not configured for tenant 'acme'" in errors[theirs]
+    with registry_client(ns, writer=True) as registry:
+        letters = [Codec(registry).decode(r.value, DeadLetter)
+                   for r in read_topic(ns, Topics(ns).dlq)]  # fmt: skip
+    reasons = [letter.reason for letter in letters if letter.run_id in (ours, theirs)]
+    assert len(reasons) == 2
+    for text in [*errors.values(), *reasons, w.log()]:
+        assert "op-s3cret" not in text

@@ -29,11 +29,13 @@ from consumers.executors.secrets import Secrets
 from schemas.events import Target
 
 
-def context(timeout: float = 5.0, payload: str | None = '{"x": 1}') -> RunContext:
+def context(
+    timeout: float = 5.0, payload: str | None = '{"x": 1}', tenant: str = "default"
+) -> RunContext:
     return RunContext(
         run_id="job@2026-11-22T10:00:00.000Z", job_id="job", attempt=2,
         scheduled_at=datetime(2026, 11, 22, 10, tzinfo=UTC), payload=payload,
-        tenant="default", deadline=time.monotonic() + timeout,
+        tenant=tenant, deadline=time.monotonic() + timeout,
     )  # fmt: skip
 
 
@@ -137,6 +139,27 @@ def test_http_resolves_secret_headers_on_the_worker(server: str, tmp_path: Path)
     http.close()
 
 
+def test_a_tenants_http_job_never_reaches_an_operators_secret(server: str, tmp_path: Path) -> None:
+    """Found by probing (issue 31): Authorization: secret:billing-token in a tenant's job
+    was sent with the operators' value."""
+    (tmp_path / "billing-token").write_text("operators-value\n")
+    http = HttpExecutor(allow=["127.0.0.0/8"], secrets=Secrets(tmp_path, env={}))
+    target = Target(type="http", url=f"{server}/ok", headers={"X-Key": "secret:billing-token"})
+    try:
+        with pytest.raises(TargetInvalid, match="not configured for tenant 'acme'") as caught:
+            http.execute(target, context(tenant="acme"))
+        assert not caught.value.retriable
+        assert "operators-value" not in str(caught.value)
+        assert SEEN == []  # refused before any request
+        (tmp_path / "acme").mkdir()
+        (tmp_path / "acme" / "billing-token").write_text("acme-value")
+        http.execute(target, context(tenant="acme"))
+        http.execute(target, context())
+        assert [headers["X-Key"] for _, _, headers, _ in SEEN] == ["acme-value", "operators-value"]
+    finally:
+        http.close()
+
+
 def test_http_url_credentials_are_refused_not_silently_dropped(http: HttpExecutor) -> None:
     with pytest.raises(TargetInvalid, match="credentials in the URL") as caught:
         http.execute(Target(type="http", url="http://u:hunter2@127.0.0.1:9/x"), context())
@@ -174,18 +197,26 @@ def test_http_refuses_private_ipv4_addresses_inside_ipv6_ones(address: str) -> N
     HttpExecutor().check_address("64:ff9b::808:808")  # 8.8.8.8 through NAT64: public
 
 
+CREDENTIALS = ("Authorization", "Cookie", "Proxy-Authorization", "X-Api-Key", "Private-Token",
+               "X-Auth-Token")  # fmt: skip
+
+
 def test_http_drops_credentials_on_a_redirect_to_another_origin(server: str) -> None:
-    """Found by review: Authorization, Cookie and the body went to the redirect's origin."""
-    http = HttpExecutor(allow=["127.0.0.0/8", "::1/128"])
+    """Found by review: Authorization, Cookie and the body went to the redirect's origin;
+    found by probing (issue 31): X-Api-Key, Private-Token and X-Auth-Token still did."""
+    http = HttpExecutor(
+        allow=["127.0.0.0/8", "::1/128"], secrets=Secrets(env={"CRONSTREAM_SECRET_HOOK": "c1"})
+    )
     try:
-        secret = {"Authorization": "Bearer s3cret", "Cookie": "session=1", "X-Team": "a"}
+        secret = {name: f"s3cret-{i}" for i, name in enumerate(CREDENTIALS)}
+        secret |= {"X-Team": "a", "X-Plain-Name": "secret:hook"}  # a secret is a credential
         get = Target(type="http", method="GET", url=f"{server}/redirect-cross", headers=secret)
         assert http.execute(get, context()).startswith("HTTP 200")
         (_, first, sent, _), (_, landing, followed, _) = SEEN
         assert (first, landing) == ("/redirect-cross", "/landing")
-        assert sent["Authorization"] == "Bearer s3cret"
-        assert "Authorization" not in followed
-        assert "Cookie" not in followed
+        assert [sent[name] for name in CREDENTIALS] == [secret[name] for name in CREDENTIALS]
+        assert sent["X-Plain-Name"] == "c1"
+        assert [name for name in (*CREDENTIALS, "X-Plain-Name") if name in followed] == []
         assert followed["X-Team"] == "a"
         post = Target(type="http", url=f"{server}/redirect-cross-post", headers=secret)
         with pytest.raises(PermanentFailure, match="the payload is not sent there"):

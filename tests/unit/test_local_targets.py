@@ -190,6 +190,54 @@ def test_shell_allowlist_matches_the_whole_argv() -> None:
         shell("sh -c 'exit 3'", "sh -c 'exit [0-9]'")
 
 
+def _jobs(tmp_path: Path) -> Path:
+    """tmp/jobs/ok.sh, tmp/jobs/sub/deep.sh, tmp/evil.sh, tmp/jobs/link.sh -> ../evil.sh,
+    tmp/alias -> jobs; every script prints its own name."""
+    jobs = tmp_path / "jobs"
+    (jobs / "sub").mkdir(parents=True)
+    for script in (jobs / "ok.sh", jobs / "sub" / "deep.sh", tmp_path / "evil.sh"):
+        script.write_text(f"#!/bin/sh\necho ran {script.name}\n")
+        script.chmod(0o755)
+    (jobs / "link.sh").symlink_to(tmp_path / "evil.sh")
+    (tmp_path / "alias").symlink_to(jobs)
+    return jobs
+
+
+def test_shell_path_patterns_match_the_real_path_and_never_dotdot(tmp_path: Path) -> None:
+    """Found by probing (issue 31): the allowlist .../jobs/*.sh ran .../jobs/../../evil.sh."""
+    jobs = _jobs(tmp_path)
+    allow = f"{jobs}/*.sh"
+    assert "ran ok.sh" in shell(f"{jobs}/ok.sh", allow)
+    assert "ran ok.sh" in shell(f"{tmp_path}/alias/ok.sh", allow)  # a symlink to inside
+    assert "ran ok.sh" in shell(f"{jobs}/ok.sh", f"{tmp_path}/alias/*.sh")  # the pattern's too
+    for command in (f"{jobs}/../evil.sh", f"{jobs}/sub/../../evil.sh", f"{jobs}/..",
+                    f"cat {jobs}/../evil.sh", "cat --file=../evil.sh", "cat ../x", "cat ..", "cat a/../b"):  # fmt: skip
+        with pytest.raises(TargetInvalid, match=r"'\.\.' path segment"):
+            shell(command, allow, "cat *", "cat -*", "cat **")
+    with pytest.raises(TargetInvalid, match="matches no"):
+        shell(f"{jobs}/link.sh", allow)  # a symlink to outside
+    with pytest.raises(TargetInvalid, match="matches no"):
+        shell(f"{jobs}/sub/deep.sh", allow)  # '*' stays in one directory
+    assert "ran deep.sh" in shell(f"{jobs}/sub/deep.sh", f"{jobs}/*/*.sh")
+    assert "ran ok.sh" in shell(f"sh {jobs}/ok.sh", f"sh {jobs}/*.sh")  # an argument too
+    with pytest.raises(TargetInvalid, match="matches no"):
+        shell(f"sh {jobs}/link.sh", f"sh {jobs}/*.sh")
+
+
+def test_shell_options_must_be_spelled_out_by_the_pattern() -> None:
+    """Found by probing (issue 31): `date *` ran `date --file=SECRET`."""
+    for command, allow in [("date --file=/etc/shadow", "date *"), ("date -f /etc/shadow", "date **"),
+                           ("echo -e x", "echo **"), ("echo x -n", "echo x **"),
+                           ("echo -n x", "echo * *"), ("echo -", "echo *")]:  # fmt: skip
+        with pytest.raises(TargetInvalid, match="an option matches only a pattern word"):
+            shell(command, allow)
+    assert shell("echo -n hi", "echo -n *") == "exit 0: hi"
+    assert shell("echo -n hi", "echo -* *") == "exit 0: hi"
+    assert shell("echo hi there", "echo **") == "exit 0: hi there"
+    with pytest.raises(TargetInvalid, match="matches no"):
+        shell("echo -e hi", "echo -n *")
+
+
 @pytest.mark.parametrize("pattern", ["", "a ** b", "'unclosed"])
 def test_shell_policy_refuses_unusable_patterns(pattern: str) -> None:
     with pytest.raises(ValueError, match="shell allowlist pattern"):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from consumers.executors.base import TargetInvalid
-from consumers.executors.secrets import Secrets, env_name
+from consumers.executors.secrets import Secrets, env_name, tenant_env_name
 from cronstream.cli.history import _cell
 from producers.spec import SpecError, job_from_spec, literal_secrets
 from schemas.events import RunOutcome, RunStatus, utc_now
@@ -22,8 +22,11 @@ from schemas.redact import (
     redact_jsonable,
     redact_text,
     redact_url,
+    scrub,
     secret_name,
+    sensitive,
 )
+from tests.unit.test_executors import context
 
 
 @pytest.mark.parametrize(
@@ -94,8 +97,9 @@ def test_secrets_come_from_the_directory_then_the_environment(tmp_path: Path) ->
     (tmp_path / "api-token").write_text("Bearer from-file\n")
     secrets = Secrets(tmp_path, env={env_name("api-token"): "from-env", env_name("other"): "o"})
     assert env_name("api-token") == "CRONSTREAM_SECRET_API_TOKEN"
+    ctx = context()
     assert secrets.headers(
-        {"Authorization": "secret:api-token", "X": "secret:other", "Y": "plain"}
+        {"Authorization": "secret:api-token", "X": "secret:other", "Y": "plain"}, ctx
     ) == {
         "Authorization": "Bearer from-file",
         "X": "o",
@@ -107,6 +111,97 @@ def test_secrets_come_from_the_directory_then_the_environment(tmp_path: Path) ->
     (tmp_path / "two-lines").write_text("a\nb\n")
     with pytest.raises(TargetInvalid, match="line break"):
         secrets.resolve("two-lines")
+    assert ctx.revealed.scrub("sent Bearer from-file") == "sent ***"
+
+
+def test_a_tenant_resolves_secrets_only_in_its_own_namespace(tmp_path: Path) -> None:
+    """Found by probing (issue 31): a tenant's job naming secret:billing-token got the
+    operators' secret."""
+    (tmp_path / "billing-token").write_text("operators-value\n")
+    env = {env_name("billing-token"): "operators-env", env_name("shared"): "operators-shared"}
+    secrets = Secrets(tmp_path, env=env)
+    for name in ("billing-token", "shared"):
+        with pytest.raises(TargetInvalid, match="not configured for tenant 'acme'") as caught:
+            secrets.resolve(name, "acme")
+        assert "operators" not in str(caught.value)
+    assert secrets.resolve("billing-token") == "operators-value"  # the operators' own
+    (tmp_path / "acme").mkdir()
+    (tmp_path / "acme" / "billing-token").write_text("acme-value\n")
+    assert secrets.resolve("billing-token", "acme") == "acme-value"
+    with pytest.raises(TargetInvalid, match="for tenant 'globex'"):
+        secrets.resolve("billing-token", "globex")
+    variable = tenant_env_name("globex", "billing-token")
+    assert variable == "CRONSTREAM_TENANT_SECRET_GLOBEX__BILLING_TOKEN"
+    in_env = Secrets(tmp_path, env={**env, variable: "globex-env"})
+    assert in_env.resolve("billing-token", "globex") == "globex-env"
+    assert in_env.resolve("billing-token", "acme") == "acme-value"  # a file first
+    ctx = context(tenant="acme")
+    assert secrets.headers({"Authorization": "secret:billing-token"}, ctx) == {
+        "Authorization": "acme-value"
+    }
+    assert ctx.revealed.scrub("echo: acme-value") == "echo: ***"
+
+
+@pytest.mark.parametrize(
+    ("name", "tenant", "why"),
+    [("../billing-token", "default", "not a secret name"), ("a/b", "default", "not a secret"),
+     ("x", "../etc", "not a tenant name"), ("x", "acme/..", "not a tenant name"),
+     ("x", "", "not a tenant name"), ("x", "ACME", "not a tenant name")],
+)  # fmt: skip
+def test_a_secret_lookup_never_leaves_its_namespace(
+    tmp_path: Path, name: str, tenant: str, why: str
+) -> None:
+    (tmp_path / "x").write_text("operators-x")
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "x").write_text("elsewhere")
+    with pytest.raises(TargetInvalid, match=why):
+        Secrets(tmp_path / "etc", env={}).resolve(name, tenant)
+
+
+def test_no_two_namespaces_share_a_variable() -> None:
+    """A tenant whose name ends or joins the same as another's must not read its
+    variables: the operators' names and every tenant's differ, except a tenant named
+    with '--', which gets files only."""
+    tenants = ["a", "a-b", "ab", "a-b-c", "a-", "b", "acme", "acme-x", "x-acme", "a0", "a--b"]
+    names = ["x", "b-x", "b_x", "b__x", "b--x", "x.y", "c", "acme__x", "acme-x", "x-b"]
+    owners: dict[str, str] = {}
+    for name in names:
+        owners.setdefault(env_name(name), "default")
+    for tenant in tenants:
+        for name in names:
+            variable = tenant_env_name(tenant, name)
+            if variable is None:
+                assert "--" in tenant
+                continue
+            assert owners.setdefault(variable, tenant) == tenant, variable
+    assert tenant_env_name("a--b", "c") is None
+
+
+@pytest.mark.parametrize(
+    ("text", "values", "scrubbed"),
+    [("401: you sent Bearer abc.def/ghi", ["Bearer abc.def/ghi"], "401: you sent ***"),
+     ("token abc.def/ghi is revoked", ["Bearer abc.def/ghi"], "token *** is revoked"),
+     ("GET /?auth=Bearer%20abc.def%2Fghi", ["Bearer abc.def/ghi"], "GET /?auth=***"),
+     ("q=Bearer+abc.def%2Fghi", ["Bearer abc.def/ghi"], "q=***"),
+     ('{"authorization": "p\\"w\\\\x1"}', ['p"w\\x1'], '{"authorization": "***"}'),
+     ("body cut: xx Bearer abc.d", ["Bearer abc.def/ghi"], "body cut: xx ***"),
+     ("ends with Bear", ["Bearer abc.def/ghi"], "ends with Bear"),  # under MIN_PART
+     ("ab then abc", ["ab", "abc"], "*** then ***"), ("nothing here", [], "nothing here"),
+     ("keep it", [""], "keep it"), ("Bearer x stays", ["Bearer x"], "*** stays")],
+)  # fmt: skip
+def test_scrub_removes_a_value_in_every_form_a_target_may_echo(
+    text: str, values: list[str], scrubbed: str
+) -> None:
+    assert scrub(text, values) == scrubbed
+
+
+def test_one_list_of_credential_header_names() -> None:
+    """Masked when shown, and dropped when a redirect leaves the origin (http.py)."""
+    for name in ("Authorization", "Proxy-Authorization", "Cookie", "X-Api-Key",
+                 "Private-Token", "X-Auth-Token", "x-api-key", "Api_Key", "X-Session-Id"):  # fmt: skip
+        assert sensitive(name), name
+    for name in ("Idempotency-Key", "X-Team", "Content-Type", "X-Cronstream-Run-Id"):
+        assert not sensitive(name), name
 
 
 def _spec(**target: object) -> dict[str, object]:
