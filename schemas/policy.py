@@ -32,6 +32,7 @@ own ``--python-allow`` / ``--shell-allow``: a run needs both.
 from __future__ import annotations
 
 import ipaddress
+import re
 import shlex
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ from urllib.parse import urlsplit
 
 from schemas.events import Target
 
+DOTDOT = re.compile(r"(?:^|[/=])\.\.(?:/|\Z)")  # a '..' path segment, also after --opt=
 OPERATORS = "default"  # the tenant of operators' own jobs: not bounded by grants
 KINDS = ("http", "kafka", "python", "shell", "flow")
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -134,25 +136,26 @@ def _shell_words(pattern: str) -> tuple[str, ...]:
     return words
 
 
-def argv_matches(words: tuple[str, ...], argv: list[str]) -> bool:
+def argv_matches(
+    words: tuple[str, ...], argv: list[str], word_matches: Callable[[str, str], bool] | None = None
+) -> bool:
     """Whether ``argv`` matches the pattern ``words``: each word matches one argument
-    (a glob; ``*`` and ``?`` never match an argument starting with ``-``, so options are
-    spelled out by the pattern), a last word ``**`` any number of further non-option
-    arguments; no argument may hold a ``..`` path segment."""
-    if any(".." in arg.split("/") for arg in argv):
+    (``word_matches``, by default ``option_glob``), a last word ``**`` any number of
+    further arguments that are not options; no argument may hold a ``..`` path segment.
+    The workers' shell allowlist uses it with a matcher of real paths."""
+    if any(DOTDOT.search(arg) for arg in argv):
         return False
-    rest: list[str] = []
     if words[-1] == "**":
         words = words[:-1]
-        if len(argv) < len(words):
+        if len(argv) < len(words) or any(arg.startswith("-") for arg in argv[len(words) :]):
             return False
-        argv, rest = argv[: len(words)], argv[len(words) :]
-    if len(words) != len(argv) or any(arg.startswith("-") for arg in rest):
-        return False
-    return all(_word_matches(word, arg) for word, arg in zip(words, argv, strict=True))
+        argv = argv[: len(words)]
+    return len(words) == len(argv) and all(map(word_matches or option_glob, words, argv))
 
 
-def _word_matches(word: str, arg: str) -> bool:
+def option_glob(word: str, arg: str) -> bool:
+    """A glob that never lets ``*`` or ``?`` stand for an option: an argument starting
+    with ``-`` matches only a word that spells one out."""
     if arg.startswith("-") and not word.startswith("-"):
         return False
     return fnmatchcase(arg, word)

@@ -31,7 +31,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
@@ -47,6 +47,7 @@ from consumers.executors.base import (
 )
 from consumers.executors.secrets import Secrets
 from schemas.events import Target
+from schemas.policy import OPERATORS, TenantPolicy
 from schemas.redact import secret_name, sensitive
 
 MAX_REDIRECTS = 5
@@ -130,10 +131,16 @@ class _Transport(httpx.HTTPTransport):
 class HttpExecutor:
     kind = "http"
 
-    def __init__(self, *, allow: Iterable[str] = (), secrets: Secrets | None = None) -> None:
-        """``allow``: networks (CIDR) that may be called although not public;
-        ``secrets``: where ``secret:NAME`` header values are resolved."""
+    def __init__(
+        self, *, allow: Iterable[str] = (), secrets: Secrets | None = None,
+        policy: Callable[[], TenantPolicy] = TenantPolicy,
+    ) -> None:  # fmt: skip
+        """``allow``: networks (CIDR) operators' jobs may call although not public;
+        ``secrets``: where ``secret:NAME`` header values are resolved; ``policy``: the
+        tenants' grants now (a tenant's job may call a private address only by its own
+        grant, never by ``allow``)."""
         self.secrets = secrets or Secrets()
+        self.policy = policy
         self.allow: tuple[Network, ...] = tuple(
             ipaddress.ip_network(n, strict=False) for n in allow
         )
@@ -142,9 +149,18 @@ class HttpExecutor:
     def close(self) -> None:
         self._client.close()
 
-    def check_address(self, address: str) -> None:
-        """Raise TargetInvalid unless ``address`` may be called."""
+    def check_address(
+        self, address: str, *, host: str = "", port: int = 0, tenant: str = OPERATORS
+    ) -> None:
+        """Raise TargetInvalid unless ``address`` (resolved from ``host``) may be called
+        on ``port`` by a job of ``tenant``."""
         ip = ipaddress.ip_address(address)
+        if tenant != OPERATORS:
+            reached = _embedded_ipv4(ip) or ip  # the address it reaches is what counts
+            if not self.policy().http_allowed(tenant, host, reached, port):
+                why = f"not a public address, and tenant {tenant!r} has no grant for it"
+                raise TargetInvalid(f"refusing to call {reached} port {port}: {why}")
+            return
         if any(ip in network for network in self.allow):
             return
         embedded = _embedded_ipv4(ip)
@@ -156,8 +172,9 @@ class HttpExecutor:
                 f"refusing to call {ip}: not a public address (allow its network with --http-allow)"
             )
 
-    def resolve(self, url: str) -> tuple[str, str, int]:
-        """(scheme, checked IP, port) for ``url``; raises TargetInvalid when not allowed."""
+    def resolve(self, url: str, tenant: str = OPERATORS) -> tuple[str, str, int]:
+        """(scheme, checked IP, port) for ``url`` called by a job of ``tenant``; raises
+        TargetInvalid when not allowed."""
         try:  # a bad port or host (also from a redirect's Location) is the target's fault
             parts = urlsplit(url)
             port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -170,7 +187,7 @@ class HttpExecutor:
             raise TargetInvalid(f"{url!r} is not a usable http(s) URL: {exc}") from exc
         addresses = sorted({str(info[4][0]) for info in infos})
         for address in addresses:
-            self.check_address(address)
+            self.check_address(address, host=parts.hostname, port=port, tenant=tenant)
         return parts.scheme, addresses[0], port
 
     def execute(self, target: Target, context: RunContext) -> str:
@@ -210,7 +227,7 @@ class HttpExecutor:
                     # Credentials and the payload are for the origin the job named.
                     headers = {k: v for k, v in headers.items() if k not in credentials}
                     if body:
-                        self.resolve(target_url)  # a refused address says so first
+                        self.resolve(target_url, context.tenant)  # a refusal says so first
                         raise PermanentFailure(
                             f"{url} redirects to another origin ({_origin(target_url)}): "
                             "the payload is not sent there"
@@ -229,7 +246,7 @@ class HttpExecutor:
         context: RunContext,
     ) -> tuple[httpx.Response, bytes]:
         """The response and at most BODY_CAP bytes of its body (the connection closed)."""
-        scheme, address, port = self.resolve(url)
+        scheme, address, port = self.resolve(url, context.tenant)
         parts = urlsplit(url)
         host = f"[{address}]" if ":" in address else address
         pinned = urlunsplit((scheme, f"{host}:{port}", parts.path or "/", parts.query, ""))

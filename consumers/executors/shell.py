@@ -44,6 +44,7 @@ from pathlib import Path
 
 from consumers.executors.base import Cancelled, ExecutionFailed, RunContext, TargetInvalid, TimedOut
 from schemas.events import Target
+from schemas.policy import DOTDOT, argv_matches, option_glob
 
 KILL_GRACE_S = 2.0
 OUTPUT_CAP = 64 * 1024
@@ -52,7 +53,6 @@ REAPER = str(Path(__file__).with_name("reaper.py"))
 NOT_STARTED = 127  # reaper.py's status when the command could not be started
 
 
-DOTDOT = re.compile(r"(?:^|[/=])\.\.(?:/|\Z)")  # a '..' path segment, also after --opt=
 GLOB = re.compile(r"[*?[]")
 
 
@@ -76,9 +76,7 @@ class ShellPolicy:
         return bool(self.patterns)
 
     def allows(self, argv: list[str]) -> bool:
-        if any(DOTDOT.search(arg) for arg in argv):
-            return False
-        return any(_matches(words, argv) for _, words in self.patterns)
+        return any(argv_matches(words, argv, _word_matches) for _, words in self.patterns)
 
     def describe(self) -> str:
         return ", ".join(repr(entry) for entry, _ in self.patterns) or "none"
@@ -108,23 +106,14 @@ def _anchor(word: str) -> str:
     return os.path.realpath(head).rstrip("/") + "/" + "/".join(parts[fixed:])
 
 
-def _matches(words: tuple[str, ...], argv: list[str]) -> bool:
-    if words[-1] == "**":
-        words = words[:-1]
-        if len(argv) < len(words) or any(arg.startswith("-") for arg in argv[len(words) :]):
-            return False
-        argv = argv[: len(words)]
-    return len(words) == len(argv) and all(map(_word_matches, words, argv))
-
-
 def _word_matches(word: str, arg: str) -> bool:
-    if arg.startswith("-") and not word.startswith("-"):
-        return False  # an option matches only a word that spells one out
-    if _is_path(word):
+    """``schemas.policy.option_glob``, a path word compared with the argument's real path
+    one directory per '/'."""
+    if _is_path(word) and not arg.startswith("-"):
         real = os.path.realpath(arg).split("/")
         pattern = word.split("/")
         return len(real) == len(pattern) and all(map(fnmatchcase, real, pattern))
-    return fnmatchcase(arg, word)
+    return option_glob(word, arg)
 
 
 class ShellExecutor:

@@ -92,8 +92,14 @@ class Attempts:
                 settings, Path(config.tenant_credentials or credentials_dir(settings)))
         )  # fmt: skip
         topics, codec = Topics(settings), outbox.publisher.codec
+        self.policy = PolicyBook(config.grants, Path(config.policy_file) if config.policy_file
+                                 else None)  # fmt: skip
         self.executors: dict[str, Executor] = {
-            "http": HttpExecutor(allow=config.http_allow, secrets=Secrets(config.secrets_dir)),
+            "http": HttpExecutor(
+                allow=config.http_allow,
+                secrets=Secrets(config.secrets_dir),
+                policy=self.policy.current,
+            ),
             "kafka": KafkaExecutor(
                 self._target_producer,
                 TopicPolicy(
@@ -112,8 +118,6 @@ class Attempts:
             ),
         }
         self._next_deadline_check = 0.0
-        self.policy = PolicyBook(config.grants, Path(config.policy_file) if config.policy_file
-                                 else None)  # fmt: skip
 
     def __len__(self) -> int:
         return len(self.running)

@@ -27,6 +27,7 @@ from consumers.executors.http import BODY_CAP, HttpExecutor
 from consumers.executors.kafka import KafkaExecutor, TopicPolicy
 from consumers.executors.secrets import Secrets
 from schemas.events import Target
+from schemas.policy import TenantPolicy
 
 
 def context(
@@ -143,7 +144,8 @@ def test_a_tenants_http_job_never_reaches_an_operators_secret(server: str, tmp_p
     """Found by probing (issue 31): Authorization: secret:billing-token in a tenant's job
     was sent with the operators' value."""
     (tmp_path / "billing-token").write_text("operators-value\n")
-    http = HttpExecutor(allow=["127.0.0.0/8"], secrets=Secrets(tmp_path, env={}))
+    http = HttpExecutor(allow=["127.0.0.0/8"], secrets=Secrets(tmp_path, env={}),
+                        policy=lambda: TenantPolicy(["acme:http=127.0.0.0/8"]))  # fmt: skip
     target = Target(type="http", url=f"{server}/ok", headers={"X-Key": "secret:billing-token"})
     try:
         with pytest.raises(TargetInvalid, match="not configured for tenant 'acme'") as caught:
@@ -156,6 +158,24 @@ def test_a_tenants_http_job_never_reaches_an_operators_secret(server: str, tmp_p
         http.execute(target, context(tenant="acme"))
         http.execute(target, context())
         assert [headers["X-Key"] for _, _, headers, _ in SEEN] == ["acme-value", "operators-value"]
+    finally:
+        http.close()
+
+
+def test_a_tenants_http_job_reaches_a_private_address_only_by_its_own_grant(server: str) -> None:
+    """Found by probing (issue 31): every tenant's job had the worker's --http-allow, which
+    on the local stack reached Prometheus' lifecycle API and the Connect REST API."""
+    port = int(server.rpartition(":")[2])
+    grants = TenantPolicy([f"acme:http=127.0.0.1:{port}"])
+    http = HttpExecutor(allow=["127.0.0.0/8"], policy=lambda: grants)
+    try:
+        for tenant, url in (("beta", f"{server}/ok"), ("acme", f"http://127.0.0.1:{port + 1}/")):
+            with pytest.raises(TargetInvalid, match="has no grant for it"):
+                http.execute(Target(type="http", url=url), context(tenant=tenant))
+        assert SEEN == []
+        http.execute(Target(type="http", url=f"{server}/ok"), context(tenant="acme"))
+        http.execute(Target(type="http", url=f"{server}/ok"), context())  # --http-allow
+        assert len(SEEN) == 2
     finally:
         http.close()
 

@@ -177,7 +177,8 @@ def test_the_admission_refuses_a_target_the_tenant_is_not_granted() -> None:
     decision = admission.decide("acme", _put(http("http://127.0.0.1:9190/-/quit")), offset=1,
                                 now=NOW)  # fmt: skip
     assert decision.result.accepted
-    assert decision.job is not None and decision.job[1] is not None
+    assert decision.job is not None
+    assert decision.job[1] is not None
     assert decision.job[1].tenant == "acme"
 
 

@@ -77,6 +77,7 @@ def settle_all(parts: Parts, secrets_dir: Path, *runs: tuple[str, str, Target]) 
     published (final outcomes' errors and dead letters' reasons)."""
     parts.own()
     config = WorkerConfig(group="g", concurrency=2, http_allow=("127.0.0.0/8",),
+                          grants=("acme:http=127.0.0.0/8",),
                           secrets_dir=str(secrets_dir))  # fmt: skip
     attempts = Attempts(SETTINGS, config, outbox=parts.outbox, dedup=parts.dedup, cancels={},
                         tally=metrics.Tally())  # fmt: skip
