@@ -34,6 +34,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import shlex
+import socket
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -204,10 +205,39 @@ class TenantPolicy:
 
 
 def _public(ip: IPAddress) -> bool:
-    mapped = getattr(ip, "ipv4_mapped", None)
-    if mapped is not None:
-        ip = mapped
-    return ip.is_global and not ip.is_multicast
+    """Whether ``ip`` is a public unicast address, judged by the IPv4 address it reaches
+    when it is a translation of one."""
+    reached = embedded_ipv4(ip) or ip
+    return reached.is_global and not reached.is_multicast
+
+
+# NAT64 (RFC 6052 well-known prefix): the last 32 bits are the IPv4 address reached.
+NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+
+
+def embedded_ipv4(ip: IPAddress) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one reaches through a translation (IPv4-mapped, NAT64,
+    6to4, Teredo's client), or None."""
+    if not isinstance(ip, ipaddress.IPv6Address):
+        return None
+    if ip in NAT64:
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    teredo = ip.teredo
+    return ip.ipv4_mapped or ip.sixtofour or (teredo[1] if teredo else None)
+
+
+def host_address(host: str) -> IPAddress | None:
+    """The address a URL's host names literally, or None for a DNS name. Also the forms
+    the C resolver reads as IPv4 (``127.1``, ``0x7f.0.0.1``, ``2130706433``): a worker
+    would connect to them as addresses, so they are judged as addresses."""
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    try:
+        return ipaddress.IPv4Address(socket.inet_aton(host))
+    except (OSError, ValueError):
+        return None
 
 
 def _why_not(tenant: str, job_id: str, target: Target, grants: Grants) -> str | None:
@@ -257,10 +287,7 @@ def _http_why_not(_tenant: str, _job_id: str, target: Target, grants: Grants) ->
     except ValueError:
         return f"url {url[:200]!r} is not a usable http(s) URL"
     port = port or (443 if parts.scheme == "https" else 80)
-    try:
-        ip: IPAddress | None = ipaddress.ip_address(host)
-    except ValueError:
-        ip = None
+    ip = host_address(host)
     if ip is not None:
         if _public(ip) or any(g.covers(host, ip, port) for g in grants.http):
             return None

@@ -47,12 +47,10 @@ from consumers.executors.base import (
 )
 from consumers.executors.secrets import Secrets
 from schemas.events import Target
-from schemas.policy import OPERATORS, TenantPolicy
+from schemas.policy import OPERATORS, TenantPolicy, embedded_ipv4
 from schemas.redact import secret_name, sensitive
 
 MAX_REDIRECTS = 5
-# NAT64 (RFC 6052 well-known prefix): the last 32 bits are the IPv4 address reached.
-NAT64 = ipaddress.ip_network("64:ff9b::/96")
 RETRIABLE_STATUS = frozenset({408, 425, 429})
 BODY_CAP = 64 * 1024  # bytes of a response body read at most
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -156,14 +154,14 @@ class HttpExecutor:
         on ``port`` by a job of ``tenant``."""
         ip = ipaddress.ip_address(address)
         if tenant != OPERATORS:
-            reached = _embedded_ipv4(ip) or ip  # the address it reaches is what counts
+            reached = embedded_ipv4(ip) or ip  # the address it reaches is what counts
             if not self.policy().http_allowed(tenant, host, reached, port):
                 why = f"not a public address, and tenant {tenant!r} has no grant for it"
                 raise TargetInvalid(f"refusing to call {reached} port {port}: {why}")
             return
         if any(ip in network for network in self.allow):
             return
-        embedded = _embedded_ipv4(ip)
+        embedded = embedded_ipv4(ip)
         if embedded is not None and embedded != ip:
             self.check_address(str(embedded))  # the address it reaches is what counts
             return
@@ -294,20 +292,6 @@ def _origin(url: str) -> tuple[str, str, int | None]:
     parts = urlsplit(url)
     port = parts.port or (443 if parts.scheme == "https" else 80)
     return parts.scheme, (parts.hostname or "").lower(), port
-
-
-def _embedded_ipv4(
-    ip: ipaddress.IPv4Address | ipaddress.IPv6Address,
-) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 one reaches through a translation (IPv4-mapped, NAT64,
-    6to4, Teredo's client), or None."""
-    if ip.version != 6:
-        return None
-    assert isinstance(ip, ipaddress.IPv6Address)
-    if ip in NAT64:
-        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
-    teredo = ip.teredo
-    return ip.ipv4_mapped or ip.sixtofour or (teredo[1] if teredo else None)
 
 
 def _content_type(payload: str) -> str:

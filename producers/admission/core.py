@@ -33,6 +33,7 @@ from schemas.policy import TenantPolicy
 from schemas.tenancy import TenantAction, TenantCommand, TenantResult, qualify, unqualify
 
 MINUTE_MS = 60_000
+MAX_REASON = 2000  # characters of a refusal's reason kept in the answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,8 +91,8 @@ class Admission(JobsView):
     def refuse(self, key: str, offset: int, reason: str, now: datetime) -> Decision:
         """The answer to a record that is not a command this admission can read."""
         return Decision(result=TenantResult(
-            command_id="", action=None, job_id=key, accepted=False, recorded_at=now,
-            source_offset=offset, reason=reason,
+            command_id="", action=None, job_id=_clip(key, MAX_JOB_ID), accepted=False,
+            recorded_at=now, source_offset=offset, reason=_clip(reason, MAX_REASON),
         ))  # fmt: skip
 
     def decide(
@@ -189,7 +190,17 @@ class Admission(JobsView):
     ) -> Decision:
         """Refused with ``reason``, else accepted."""
         return Decision(result=TenantResult(
-            command_id=command.command_id, action=command.action, job_id=command.job_id,
-            accepted=reason is None, recorded_at=now, source_offset=offset, reason=reason,
-            run_id=run_id,
+            # an id too long to echo: answered by its offset, as an unreadable record is
+            command_id=command.command_id if len(command.command_id) <= MAX_JOB_ID else "",
+            action=command.action,
+            job_id=_clip(command.job_id, MAX_JOB_ID), accepted=reason is None,
+            recorded_at=now, source_offset=offset,
+            reason=None if reason is None else _clip(reason, MAX_REASON), run_id=run_id,
         ))  # fmt: skip
+
+
+def _clip(text: str, most: int) -> str:
+    """``text`` cut to ``most`` characters (marked): an answer echoes the command's ids,
+    and a 400 KB job id echoed as key, header and value made a 1.2 MB answer the broker
+    refused (MSG_SIZE_TOO_LARGE), which stopped the admission (chaos tenant-flood)."""
+    return text if len(text) <= most else text[: most - 1] + "…"

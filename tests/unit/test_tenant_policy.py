@@ -36,6 +36,11 @@ def http(url: str) -> Target:
         (http("http://prometheus:9090/"), True),
         (http("http://db.internal/"), True),
         (http("http://[zz]/"), True),
+        (http("http://127.1:8181/"), True),  # found by the tenant-flood chaos scenario
+        (http("http://0x7f.0.0.1:8181/"), True),
+        (http("http://2130706433/"), True),
+        (http("http://[64:ff9b::7f00:1]/"), True),  # NAT64 to 127.0.0.1
+        (http("http://[2002:7f00:1::]/"), True),  # 6to4 of 127.0.0.1
         (Target(type="kafka", topic="acme.events"), False),
         (Target(type="kafka", topic="cronstream.runs.high"), True),
         (Target(type="kafka", topic="beta.events"), True),
@@ -188,3 +193,18 @@ def test_the_admission_refuses_a_url_urlparse_cannot_read() -> None:
     decision = admission.decide("acme", bad, offset=0, now=NOW)
     assert not decision.result.accepted
     assert "not a usable URL" in (decision.result.reason or "")
+
+
+def test_an_answer_never_echoes_an_oversized_id_in_full() -> None:
+    """Found by the tenant-flood chaos scenario: a 400 KB job id echoed as the answer's
+    key, header and value made a 1.2 MB record the broker refused, and the admission
+    stopped on it at every restart."""
+    admission = Admission(Quotas(), max_payload_bytes=10_000)
+    huge = TenantCommand(command_id="c" * 300_000, action=TenantAction.DELETE,
+                         job_id="j" * 400_000, issued_at=NOW)  # fmt: skip
+    result = admission.decide("acme", huge, offset=7, now=NOW).result
+    assert not result.accepted
+    assert len(result.job_id) <= 200
+    assert result.command_id == ""  # answered by its offset
+    assert result.source_offset == 7
+    assert len(result.reason or "") <= 2000
