@@ -103,7 +103,7 @@ def run(scenario: Scenario, settings: Settings, args: argparse.Namespace) -> Res
         result.notes.append(
             f"fault began {fault_end - fault_start:.0f} s before recovery was timed"
         )
-        result.notes.extend(pipeline.notes)
+        result.notes.extend([*pipeline.notes, *(line() for line in pipeline.after)])
         result.notes.append(f"logs {logdir}")
         return result
     except Exception:

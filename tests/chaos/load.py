@@ -146,6 +146,7 @@ class Pipeline:
         self.extra_members: list[tuple[str, str, tuple[str, ...]]] = []
         self.on_drop: list[Callable[[], None]] = []
         self.notes: list[str] = []
+        self.after: list[Callable[[], str]] = []  # lines made once everything stopped
         ensure_topics(self.settings)
         ensure_subjects(self.settings)
         _migrate(self.settings)
