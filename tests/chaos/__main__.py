@@ -22,9 +22,9 @@ from pathlib import Path
 
 from runtime.settings import Settings
 from tests.chaos import stack
-from tests.chaos.load import Pipeline
+from tests.chaos.load import Pipeline, say
 from tests.chaos.measure import Result, Window, measure
-from tests.chaos.scenarios import SCENARIOS, Scenario, say
+from tests.chaos.scenarios import SCENARIOS, Scenario
 from tests.integration.helpers import kill_children
 
 WARMUP_S = 10
@@ -67,6 +67,8 @@ def run(scenario: Scenario, settings: Settings, args: argparse.Namespace) -> Res
                         triggers=args.triggers)  # fmt: skip
     try:
         pipeline.start_target()
+        if scenario.prepare is not None:
+            scenario.prepare(pipeline, settings)
         pipeline.put_jobs(scenario.extra_jobs)
         pipeline.start_members()
         pipeline.wait_live()
@@ -101,13 +103,13 @@ def run(scenario: Scenario, settings: Settings, args: argparse.Namespace) -> Res
         result.notes.append(
             f"fault began {fault_end - fault_start:.0f} s before recovery was timed"
         )
+        result.notes.extend([*pipeline.notes, *(line() for line in pipeline.after)])
         result.notes.append(f"logs {logdir}")
         return result
     except Exception:
         traceback.print_exc()
-        return Result(
-            scenario.name, notes=[f"FAILED to run: see the traceback above; logs {logdir}"]
-        )
+        return Result(scenario.name, notes=[
+            *pipeline.notes, f"FAILED to run: see the traceback above; logs {logdir}"])  # fmt: skip
     finally:
         pipeline.kill_all()
         with suppress(Exception):

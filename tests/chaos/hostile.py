@@ -16,6 +16,7 @@ import os
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 import fastavro
@@ -52,8 +53,9 @@ def _avro(codec_prefix: bytes, name: str, record: dict[str, Any]) -> bytes:
     return buf.getvalue()
 
 
-def _generic(prefix: bytes, good: bytes, i: int) -> Record | None:
-    """Kinds that break any record type; None for the type-specific ones."""
+def malformed(prefix: bytes, good: bytes, i: int) -> Record | None:
+    """Kinds that break any record type (``good``, a valid value, and ``prefix``, its
+    wire header, are the material); None for the type-specific ones."""
     key = f"hostile-{i}".encode()
     kinds: list[Callable[[], Record]] = [
         lambda: (key, os.urandom(1 + i % 200)),
@@ -68,6 +70,22 @@ def _generic(prefix: bytes, good: bytes, i: int) -> Record | None:
     return kinds[k]() if k < len(kinds) else None
 
 
+def bad_updates(base: JobDefinition, now: datetime) -> list[JobDefinition]:
+    """Eight invalid versions of ``base``: a cron field out of range, a 20 KB cron, a
+    negative interval, a zone that is not one, a jitter and a catch-up past every limit,
+    a 600 KB payload, a job id with a control character."""
+    return [
+        replace(base, schedule=CronSchedule(expression="61 * * * *")),
+        replace(base, schedule=CronSchedule(expression="* " * 10_000)),
+        replace(base, schedule=IntervalSchedule(every_ms=-5, anchor=now)),
+        replace(base, timezone="America"),
+        replace(base, jitter_ms=2**62),
+        replace(base, misfire=MisfirePolicy(max_catchup=2**31 - 1, catchup_window_ms=2**62)),
+        replace(base, payload="x" * 600_000),
+        replace(base, job_id=f"{base.job_id}\n"),
+    ]
+
+
 def job_records(publisher: Publisher, topics: Topics, firing: list[str], count: int,
                 definition: Callable[[str], JobDefinition]) -> Iterator[Record]:  # fmt: skip
     """``count`` hostile records for the jobs topic. A bad update of a firing job starts
@@ -80,20 +98,11 @@ def job_records(publisher: Publisher, topics: Topics, firing: list[str], count: 
         victim = firing[i % len(firing)]
         base = definition(victim)
         good = _avro(prefix, name, base.to_avro())
-        generic = _generic(prefix, good, i)
+        generic = malformed(prefix, good, i)
         if generic is not None:
             yield generic
             continue
-        bad = [
-            replace(base, schedule=CronSchedule(expression="61 * * * *")),
-            replace(base, schedule=CronSchedule(expression="* " * 10_000)),
-            replace(base, schedule=IntervalSchedule(every_ms=-5, anchor=now)),
-            replace(base, timezone="America"),
-            replace(base, jitter_ms=2**62),
-            replace(base, misfire=MisfirePolicy(max_catchup=2**31 - 1, catchup_window_ms=2**62)),
-            replace(base, payload="x" * 600_000),
-            replace(base, job_id=f"{victim}\n"),
-        ][i % 8]
+        bad = bad_updates(base, now)[i % 8]
         yield victim.encode(), _avro(prefix, name, bad.to_avro())
         if i % 50 == 0:  # a job that fires every second at a target the worker refuses
             evil = replace(base, job_id=f"hostile-fires-{i}", target=HOSTILE_TARGETS[i % 5],
@@ -114,7 +123,7 @@ def run_records(publisher: Publisher, topics: Topics, count: int, url: str) -> I
                          target=Target(type="http", url=url), trigger=Trigger.MANUAL)  # fmt: skip
         fields = run.to_avro()
         good = _avro(prefix, name, fields)
-        generic = _generic(prefix, good, i)
+        generic = malformed(prefix, good, i)
         if generic is not None:
             yield generic
             continue

@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +39,10 @@ SESSION_TIMEOUT_MS = 6000
 
 
 PRIORITIES = (Priority.HIGH, Priority.NORMAL, Priority.LOW)
+
+
+def say(msg: str) -> None:
+    print(f"  {time.strftime('%H:%M:%S')} {msg}", flush=True)
 
 
 def firing_job_ids(count: int) -> list[str]:
@@ -135,6 +140,13 @@ class Pipeline:
         self.target_log = logdir / "target.log"
         self.target: subprocess.Popen[bytes] | None = None
         self.url = ""
+        # What a scenario's ``prepare`` adds: worker flags, more members (name, role,
+        # args), work for ``drop`` and lines for the scenario's row.
+        self.worker_args: tuple[str, ...] = ()
+        self.extra_members: list[tuple[str, str, tuple[str, ...]]] = []
+        self.on_drop: list[Callable[[], None]] = []
+        self.notes: list[str] = []
+        self.after: list[Callable[[], str]] = []  # lines made once everything stopped
         ensure_topics(self.settings)
         ensure_subjects(self.settings)
         _migrate(self.settings)
@@ -173,10 +185,10 @@ class Pipeline:
                 target=Target(type="http", url=self.url)))  # fmt: skip
 
     def start_members(self) -> None:
-        worker = ("--concurrency", "64", "--http-allow", "127.0.0.0/8")
+        worker = ("--concurrency", "64", "--http-allow", "127.0.0.0/8", *self.worker_args)
         for name, role, args in (("s1", "scheduler", ()), ("s2", "scheduler", ()),
                                  ("w1", "worker", worker), ("w2", "worker", worker),
-                                 ("sink", "sink", ())):  # fmt: skip
+                                 ("sink", "sink", ()), *self.extra_members):  # fmt: skip
             self.members[name] = Member(self.settings, self.logdir, name, role, *args)
 
     def wait_live(self, timeout: float = 240) -> None:
@@ -256,9 +268,9 @@ class Pipeline:
             self.check_members()
             time.sleep(2)
         time.sleep(2)
-        for name in ("w1", "w2", "sink"):
-            self.members[name].check()
-            self.members[name].stop()
+        for member in self.members.values():  # the workers, the sink, any extra ones
+            member.check()
+            member.stop()
         if self.target is not None:
             self.target.send_signal(signal.SIGTERM)
             self.target.wait(timeout=30)
@@ -294,6 +306,8 @@ class Pipeline:
         """Delete the scenario's topics and keyspace (its figures are taken)."""
         from infra.cassandra_access import admin_session
 
+        for undo in self.on_drop:
+            undo()
         admin = kafka_admin(self.settings, superuser=True)
         names = self.topics.names()
         for future in admin.delete_topics(names, operation_timeout=60).values():

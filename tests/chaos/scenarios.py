@@ -24,7 +24,8 @@ from schemas.ids import manual_run_id
 from tests.bench.common import job
 from tests.chaos import stack
 from tests.chaos.hostile import flood, job_records, run_records
-from tests.chaos.load import MANUAL_JOB, SESSION_TIMEOUT_MS, Pipeline
+from tests.chaos.load import MANUAL_JOB, SESSION_TIMEOUT_MS, Pipeline, say
+from tests.chaos.tenants import TenantFlood
 
 Fault = Callable[[Pipeline, Settings], tuple[float, float]]
 
@@ -35,10 +36,8 @@ class Scenario:
     title: str
     fault: Fault
     extra_jobs: int = 0  # daily jobs loaded besides the firing ones
-
-
-def say(msg: str) -> None:
-    print(f"  {time.strftime('%H:%M:%S')} {msg}", flush=True)
+    # Before the members start (the target is up): flags, members, tenants of its own.
+    prepare: Callable[[Pipeline, Settings], None] | None = None
 
 
 def kill_and_restart(member: str, role: str) -> Callable[[Pipeline, Settings], tuple[float, float]]:
@@ -184,6 +183,7 @@ def definitions_changed(p: Pipeline, _stack: Settings) -> tuple[float, float]:
     return t, time.time()
 
 
+TENANT_FLOOD = TenantFlood()
 SCENARIOS = [
     Scenario(
         "worker-kill", "worker kill -9 (restarted after 5 s)", kill_and_restart("w1", "worker")
@@ -200,6 +200,12 @@ SCENARIOS = [
     Scenario("cassandra", "Cassandra kill -9, down 2 minutes", cassandra_outage),
     Scenario("registry", "registry kill -9, down 1 minute", registry_outage),
     Scenario("flood", "12,000 malformed/hostile records on jobs and runs", hostile_flood),
+    Scenario(
+        "tenant-flood",
+        "a tenant floods its commands topic with 2,000 hostile records",
+        TENANT_FLOOD.fault,
+        prepare=TENANT_FLOOD.prepare,
+    ),
     Scenario(
         "definitions",
         "100,000 definitions changed while firing",

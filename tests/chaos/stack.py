@@ -2,7 +2,7 @@
 and ports, so killing its broker never touches the stack ``make test`` uses.
 
 Its home is ``.stack/chaos`` (``CRONSTREAM_CHAOS_HOME`` overrides it); every port is
-the default plus ``PORT_OFFSET``. The jars are not downloaded again: ``lib/`` is a link
+the default plus ``PORT_OFFSET`` (the Kafka controller's: 9196, see ``PORTS``). The jars are not downloaded again: ``lib/`` is a link
 to the main stack's (``$CRONSTREAM_HOME/lib``, ``.stack/lib`` by default; fetched there
 once when missing). Its processes carry ``-Dcronstream.home=<chaos home>/<service>``,
 so ``make down`` of the main stack never stops them, nor the other way round.
@@ -23,7 +23,8 @@ from runtime.settings import REPO_ROOT, Settings
 PORT_OFFSET = 100
 PORTS = {
     "CRONSTREAM_KAFKA_PORT": 9092,
-    "CRONSTREAM_KAFKA_CONTROLLER_PORT": 9093,
+    # 9093 + 100 is the main stack's Alertmanager (9193): the controller takes 9196.
+    "CRONSTREAM_KAFKA_CONTROLLER_PORT": 9096,
     "CRONSTREAM_KAFKA_PLAINTEXT_PORT": 9094,
     "CRONSTREAM_KAFKA_ADMIN_PORT": 9095,
     "CRONSTREAM_REGISTRY_PORT": 8081,
