@@ -143,7 +143,8 @@ class Emitter:
             metrics.fire_skew.observe(max(0, now - action.due_ms) / 1000)
 
     def _record(self, action: Record, now: int) -> None:
-        """A slot a misfire policy does not run: MISSED or SKIPPED in history."""
+        """A slot a misfire policy does not run: MISSED or SKIPPED in history, under the
+        job's tenant (the tenant's history and API list them)."""
         if action.timer is not None:
             run: RunRequest = action.timer.body.run
             run_id, scheduled, attempt = run.run_id, run.scheduled_at, run.attempt
@@ -151,7 +152,8 @@ class Emitter:
         else:
             scheduled = from_ms(action.slot_ms)
             run_id = run_id_for(action.job_id, scheduled)
-            attempt, trigger, tenant = 1, Trigger.SCHEDULE, "default"
+            attempt, trigger = 1, Trigger.SCHEDULE
+            tenant = "default" if action.job is None else action.job.tenant
         outcome = RunOutcome(
             run_id=run_id,
             job_id=action.job_id,

@@ -134,6 +134,23 @@ def test_a_misfire_record_is_a_history_outcome_with_the_slots_run_id(codec: Code
     assert written.headers == outcome.headers()
 
 
+def test_a_misfire_record_carries_its_jobs_tenant(codec: Codec) -> None:
+    """The tenant's history lists its own MISSED/SKIPPED slots (issue 31: they were all
+    written under tenant "default")."""
+    producer = FakeProducer()
+    raw = codec.encode(TOPICS.jobs, definition("acme/x", tenant="acme"))
+    core = Definitions(codec).schedule("acme/x", raw)
+    emitter(codec, producer).emit(
+        [Record(job_id="acme/x", slot_ms=SLOT, status="SKIPPED", reason="misfire=skip", job=core),
+         Record(job_id="acme/x", slot_ms=SLOT + 1000, status="MISSED", reason="old", job=core)],
+        SLOT + 99)  # fmt: skip
+    outcomes = [codec.decode(r.value, RunOutcome) for r in producer.on(TOPICS.history)]
+    assert [(o.job_id, o.status, o.tenant) for o in outcomes] == [
+        ("acme/x", RunStatus.SKIPPED, "acme"),
+        ("acme/x", RunStatus.MISSED, "acme"),
+    ]
+
+
 def test_the_checkpoint_survives_its_metadata_and_a_bad_one_is_ignored() -> None:
     point = Checkpoint(fired_through=SLOT, jobs_offset=12, timers_from=3, timers_offset=9)
     assert Checkpoint.from_metadata(point.to_metadata()) == point
