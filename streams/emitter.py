@@ -143,7 +143,11 @@ class Emitter:
             metrics.fire_skew.observe(max(0, now - action.due_ms) / 1000)
 
     def _record(self, action: Record, now: int) -> None:
-        """A slot a misfire policy does not run: MISSED or SKIPPED in history."""
+        """Slots a misfire policy (or a pause) does not run: MISSED or SKIPPED in history,
+        under the job's tenant (the tenant's history and API list them). A summary of
+        many slots (``Record.slots``) is one outcome under its first slot's run id; its
+        error names the count and the first and last slot, and so do its headers
+        ``slots`` and ``last_slot`` (kcat, and the chaos counters, read them)."""
         if action.timer is not None:
             run: RunRequest = action.timer.body.run
             run_id, scheduled, attempt = run.run_id, run.scheduled_at, run.attempt
@@ -151,7 +155,15 @@ class Emitter:
         else:
             scheduled = from_ms(action.slot_ms)
             run_id = run_id_for(action.job_id, scheduled)
-            attempt, trigger, tenant = 1, Trigger.SCHEDULE, "default"
+            attempt, trigger = 1, Trigger.SCHEDULE
+            tenant = "default" if action.job is None else action.job.tenant
+        error, extra = action.reason, []
+        if action.slots > 1:
+            assert action.last_ms is not None
+            last = iso(from_ms(action.last_ms))
+            error = (f"{action.slots:,} slots from {iso(scheduled)} to {last} not run, "
+                     f"recorded once here: {error}")  # fmt: skip
+            extra = [("slots", str(action.slots).encode()), ("last_slot", last.encode())]
         outcome = RunOutcome(
             run_id=run_id,
             job_id=action.job_id,
@@ -160,12 +172,14 @@ class Emitter:
             recorded_at=from_ms(now),
             attempt=attempt,
             trigger=trigger,
-            error=action.reason,
+            error=error,
             worker=self.name,
             tenant=tenant,
         )
-        self.publisher.publish(self.topics.history, outcome)
-        metrics.misfires.labels(action.status).inc()
+        topic, publisher = self.topics.history, self.publisher
+        publisher.produce_raw(topic, outcome.key(), publisher.codec.encode(topic, outcome),
+                              outcome.headers() + extra)  # fmt: skip
+        metrics.misfires.labels(action.status).inc(action.slots)
 
     def cancel_ahead(self, job_id: str, reason: str, now: int) -> int:
         """Cancel the runs of ``job_id`` emitted ahead and not due yet (the job was paused

@@ -24,6 +24,7 @@ from enum import StrEnum
 from typing import Any
 
 from streams.core.cron import CronTimes, cron_times
+from streams.core.span import cron_count, cron_latest
 
 
 class Kind(StrEnum):
@@ -141,6 +142,53 @@ class JobSchedule:
     def slot_due_after(self, after_due_ms: int) -> int | None:
         """The first slot whose due time (slot + jitter) is strictly after ``after_due_ms``."""
         return self.slot_after(after_due_ms - self.jitter)
+
+    def _bounded(self, after_ms: int, through_ms: int) -> tuple[int, int]:
+        """``(after_ms, through_ms]`` cut to the job's bounds ``[start_ms, end_ms]``."""
+        if self.start_ms is not None:
+            after_ms = max(after_ms, self.start_ms - 1)
+        if self.end_ms is not None:
+            through_ms = min(through_ms, self.end_ms)
+        return after_ms, through_ms
+
+    def count_slots(self, after_ms: int, through_ms: int) -> int:
+        """How many slots are in ``(after_ms, through_ms]``, without walking them: an
+        outage of any length costs the same to settle (``streams.core.span``)."""
+        after_ms, through_ms = self._bounded(after_ms, through_ms)
+        if through_ms <= after_ms:
+            return 0
+        match self.kind:
+            case Kind.CRON:
+                assert self.times is not None
+                return cron_count(self.times, after_ms, through_ms)
+            case Kind.INTERVAL:
+                every, anchor = self.every_ms, self.anchor_ms
+                return (through_ms - anchor) // every - (after_ms - anchor) // every
+            case Kind.ONCE:
+                assert self.at_ms is not None
+                return int(after_ms < self.at_ms <= through_ms)
+            case _:
+                return 0
+
+    def latest_slots(self, after_ms: int, through_ms: int, n: int) -> list[int]:
+        """The latest ``n`` (or fewer) slots in ``(after_ms, through_ms]``, oldest first."""
+        after_ms, through_ms = self._bounded(after_ms, through_ms)
+        if through_ms <= after_ms or n <= 0:
+            return []
+        match self.kind:
+            case Kind.CRON:
+                assert self.times is not None
+                return cron_latest(self.times, after_ms, through_ms, n)
+            case Kind.INTERVAL:
+                every, anchor = self.every_ms, self.anchor_ms
+                last = (through_ms - anchor) // every
+                first = max((after_ms - anchor) // every + 1, last - n + 1)
+                return [anchor + k * every for k in range(first, last + 1)]
+            case Kind.ONCE:
+                assert self.at_ms is not None
+                return [self.at_ms] if after_ms < self.at_ms <= through_ms else []
+            case _:
+                return []
 
     def __repr__(self) -> str:
         return f"JobSchedule({self.job_id!r}, {self.kind.value}, gen={self.gen})"

@@ -115,20 +115,32 @@ def _runs(settings: Settings, ours: set[str], result: Result) -> set[str]:
     return {run_id for run_id, _ in emitted}
 
 
-def _history(settings: Settings, result: Result) -> set[str]:
-    """Run ids recorded MISSED/SKIPPED; counts DUPLICATE records."""
+def _history(settings: Settings, result: Result, slots: dict[str, tuple[str, int]]) -> set[str]:
+    """Run ids recorded MISSED/SKIPPED; counts DUPLICATE records. A summary record
+    (headers ``slots`` and ``last_slot``: the scheduler's one record for many slots of
+    one outage) stands for every expected slot of its job from its ``scheduled_at`` to
+    its ``last_slot``."""
     recorded = set()
+    summaries: dict[str, list[tuple[str, str]]] = {}
     codec = Codec(registry_client(settings, writer=True))
     for record in read_topic(settings, Topics(settings).history):
-        status = record.headers.get("status")
+        headers = record.headers
+        status = headers.get("status")
         if status in ("MISSED", "SKIPPED"):
-            recorded.add(record.headers.get("run_id", ""))
+            recorded.add(headers.get("run_id", ""))
+            result.misfires += int(headers.get("slots", "1"))
+            if "last_slot" in headers:
+                summaries.setdefault(headers.get("job_id", ""), []).append(
+                    (headers.get("scheduled_at", ""), headers["last_slot"]))  # fmt: skip
         elif status == "DUPLICATE":
             result.worker_duplicates += 1
         elif status in ("FAILED", "TIMED_OUT", "DEAD_LETTERED") and record.value:
             outcome = codec.decode(record.value, RunOutcome)
             result.failures[f"{status}: {(outcome.error or '')[:80]}"] += 1
-    result.misfires = len(recorded)
+    for run_id, (job_id, _) in slots.items():
+        slot = run_id.rpartition("@")[2]  # the wire form of an instant sorts as it
+        if any(first <= slot <= last for first, last in summaries.get(job_id, ())):
+            recorded.add(run_id)
     result.dead_letters = sum(1 for _ in read_topic(settings, Topics(settings).dlq))
     return recorded
 
@@ -178,7 +190,7 @@ def measure(name: str, settings: Settings, *, jobs: list[str], every_ms: int,
     from tests.chaos.load import MANUAL_JOB
 
     requested = _runs(settings, {*jobs, MANUAL_JOB}, result)
-    recorded = _history(settings, result)
+    recorded = _history(settings, result, slots)
     effects = _target(target_log, result)
     days = {from_ms(window.start_ms).date(), from_ms(window.end_ms).date()}
     stored = _cassandra(settings, [*jobs, MANUAL_JOB], days)

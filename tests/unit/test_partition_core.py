@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from streams.core.misfire import LIST_LIMIT, Fire, Record
+from streams.core.misfire import Fire, Record
 from streams.core.partition import PartitionScheduler, Timer
 from streams.core.schedule import JobSchedule, Misfire
 from streams.core.wheel import TimingWheel
@@ -119,14 +119,14 @@ def test_misfire_window_bounds_what_can_still_run() -> None:
     assert records(actions) == [(T0 + MIN, "MISSED"), (T0 + 2 * MIN, "MISSED")]
 
 
-def test_a_long_outage_is_listed_up_to_a_limit_then_summarised() -> None:
+def test_a_long_outage_is_one_summary_record_per_status() -> None:
     core = PartitionScheduler(0, fired_through=T0, threshold_ms=1000)
     job = JobSchedule("s", every_ms=1000, misfire=Misfire("SKIP", 1, 60_000))
     actions = core.recover(job, now=T0 + 20_000_000, known=True, arrived_ms=0)
-    missed = [a for a in actions if type(a) is Record and a.status == "MISSED"]
-    assert len(missed) == LIST_LIMIT + 1
-    assert "not listed one by one" in missed[-1].reason
-    assert len([a for a in actions if type(a) is Record and a.status == "SKIPPED"]) >= 59
+    summaries = [(a.slot_ms, a.status, a.slots, a.last_ms) for a in actions if type(a) is Record]
+    assert summaries == [(T0 + 1000, "MISSED", 19_940, T0 + 19_940_000),
+                         (T0 + 19_941_000, "SKIPPED", 59, T0 + 19_999_000)]  # fmt: skip
+    assert fires(actions) == [(T0 + 20_000_000, "SCHEDULE", True)]
 
 
 def test_one_time_job_fires_once_even_when_put_again() -> None:

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from runtime import metrics
 from runtime.kafka.publisher import Publisher
 from runtime.settings import Settings
 from schemas.catalog import Topics
@@ -132,6 +133,46 @@ def test_a_misfire_record_is_a_history_outcome_with_the_slots_run_id(codec: Code
                                                                RunStatus.MISSED, "outage")  # fmt: skip
     assert outcome.worker == "s1"
     assert written.headers == outcome.headers()
+
+
+def test_a_misfire_record_carries_its_jobs_tenant(codec: Codec) -> None:
+    """The tenant's history lists its own MISSED/SKIPPED slots (issue 31: they were all
+    written under tenant "default")."""
+    producer = FakeProducer()
+    raw = codec.encode(TOPICS.jobs, definition("acme/x", tenant="acme"))
+    core = Definitions(codec).schedule("acme/x", raw)
+    emitter(codec, producer).emit(
+        [Record(job_id="acme/x", slot_ms=SLOT, status="SKIPPED", reason="misfire=skip", job=core),
+         Record(job_id="acme/x", slot_ms=SLOT + 1000, status="MISSED", reason="old", job=core,
+                slots=5, last_ms=SLOT + 5000)], SLOT + 99)  # fmt: skip
+    outcomes = [codec.decode(r.value, RunOutcome) for r in producer.on(TOPICS.history)]
+    assert [(o.job_id, o.status, o.tenant) for o in outcomes] == [
+        ("acme/x", RunStatus.SKIPPED, "acme"),
+        ("acme/x", RunStatus.MISSED, "acme"),
+    ]
+
+
+def test_a_summary_record_names_its_count_and_first_and_last_slot(codec: Codec) -> None:
+    producer = FakeProducer()
+    core = Definitions(codec).schedule("j", codec.encode(TOPICS.jobs, definition("j")))
+    last = SLOT + 2_591_929_000
+    before = metrics.REGISTRY.get_sample_value("cronstream_scheduler_misfires_total",
+                                               {"status": "MISSED"}) or 0.0  # fmt: skip
+    summary = Record(job_id="j", slot_ms=SLOT, status="MISSED", job=core, slots=2_591_930,
+                     last_ms=last, reason="misfire=all ran the latest 10 (2,591,930)")  # fmt: skip
+    emitter(codec, producer).emit([summary], last + 70_000)
+    (written,) = producer.on(TOPICS.history)
+    outcome = codec.decode(written.value, RunOutcome)
+    assert outcome.run_id == run_id_for("j", T0)  # the first slot's run id
+    assert outcome.error == (
+        "2,591,930 slots from 2026-11-22T10:00:00.000Z to 2026-12-22T09:58:49.000Z not run, "
+        "recorded once here: misfire=all ran the latest 10 (2,591,930)"
+    )
+    assert written.headers == [*outcome.headers(), ("slots", b"2591930"),
+                               ("last_slot", b"2026-12-22T09:58:49.000Z")]  # fmt: skip
+    after = metrics.REGISTRY.get_sample_value("cronstream_scheduler_misfires_total",
+                                              {"status": "MISSED"})  # fmt: skip
+    assert after == before + 2_591_930  # the metric counts slots, not records
 
 
 def test_the_checkpoint_survives_its_metadata_and_a_bad_one_is_ignored() -> None:
