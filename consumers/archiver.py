@@ -54,7 +54,7 @@ from schemas.serde import Codec, DecodeError
 
 log = logging.getLogger("cronstream.archiver")
 STAGE = "archiver"
-FOLDER_NAME_MAX = 200  # characters of a tenant: "tenant=<it>" stays one file name (255 bytes)
+FOLDER_NAME_MAX = 200  # UTF-8 bytes of a tenant: "tenant=<it>" stays one file name (255 bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,10 +250,10 @@ class Archiver:
 def folder_problem(tenant: str) -> str | None:
     """Why ``tenant`` cannot name an archive folder (``tenant=<it>``), or None: it must be
     one plain path name, so that no outcome is written outside the archive."""
-    if (not tenant or tenant in (".", "..") or len(tenant) > FOLDER_NAME_MAX
+    if (not tenant or tenant in (".", "..") or len(tenant.encode()) > FOLDER_NAME_MAX
             or any(c in tenant for c in "/\\\0")):  # fmt: skip
         return (
             f"tenant {tenant[:80]!r} cannot name an archive folder: it must be 1-"
-            f"{FOLDER_NAME_MAX} characters, without '/', '\\' or NUL, not '.' or '..'"
+            f"{FOLDER_NAME_MAX} bytes of UTF-8, without '/', '\\' or NUL, not '.' or '..'"
         )
     return None

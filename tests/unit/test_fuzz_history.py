@@ -8,12 +8,12 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from hypothesis import given
+from hypothesis import example, given
 
 from consumers import archive
-from schemas.events import RunOutcome
+from schemas.events import RunOutcome, RunStatus
 from tests.hostile import FUZZ, OUTCOMES
-from tests.processors import TOPICS, ArchiverHarness, SinkHarness
+from tests.processors import NOW, TOPICS, ArchiverHarness, SinkHarness
 
 
 @FUZZ
@@ -27,6 +27,16 @@ def test_a_hostile_outcome_becomes_rows_or_a_dead_letter(outcome: RunOutcome) ->
 
 @FUZZ
 @given(OUTCOMES)
+@example(
+    RunOutcome(
+        run_id="j@1",
+        job_id="j",
+        status=RunStatus.STARTED,
+        scheduled_at=NOW,
+        recorded_at=NOW,
+        tenant="é" * 125,
+    )
+)  # found: 250 bytes, a name too long
 def test_a_hostile_outcome_is_archived_inside_the_archive_or_dead_lettered(
     outcome: RunOutcome,
 ) -> None:
