@@ -13,7 +13,10 @@ of them or its oldest waited ``flush_s``. The one commit procedure (``flush``):
 Files are the truth: on assignment reading starts at the committed offset, and records
 below the checkpoint (written, then a crash before 3) are skipped, so the next buffer
 starts at the same offset as before the crash and rewrites the same part names. A
-record that is not a RunOutcome is skipped (the sink dead-letters it) and counted.
+record that is not a RunOutcome is skipped (the sink dead-letters it) and counted. One
+the archive cannot hold (a tenant that is no folder name: ``a/../..`` would write
+outside the archive) or that makes the archiver raise (a bug its values reach,
+``runtime.faults``) goes to the DLQ, acknowledged before its offset is committed.
 
 Why stream the topic rather than export days from Cassandra: reading a day back out of
 Cassandra costs as much as writing it (every outcome of every table, at 10,000 runs/s
@@ -31,21 +34,27 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import KafkaException, Message, TopicPartition
 
 from consumers import archive
+from consumers.core.buckets import day_of
 from runtime import metrics
+from runtime.faults import RecordFaults
 from runtime.kafka.clients import consume_ready, group_consumer
 from runtime.kafka.offsets import is_transient, partition_names
-from runtime.kafka.records import is_record
+from runtime.kafka.publisher import Publisher
+from runtime.kafka.records import ConsumedMessage, dead_letter_for, is_record
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import Topics
-from schemas.events import RunOutcome
+from schemas.events import DeadLetter, RunOutcome
 from schemas.serde import Codec, DecodeError
 
 log = logging.getLogger("cronstream.archiver")
+STAGE = "archiver"
+FOLDER_NAME_MAX = 200  # UTF-8 bytes of a tenant: "tenant=<it>" stays one file name (255 bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +86,13 @@ class Archiver:
         self.codec = Codec(registry_client(settings))
         self.consumer = group_consumer(settings, group=config.group, name=config.name,
                                        session_timeout_ms=config.session_timeout_ms)  # fmt: skip
+        self.dlq = Topics(settings).dlq
+        # A broker outage never fails a dead letter: librdkafka keeps trying (no limit).
+        no_limit: dict[str, Any] = {"message.timeout.ms": 0}
+        self.publisher = Publisher(settings, codec=self.codec, **no_limit)
+        self.codec.writer_id(f"{self.dlq}-value", DeadLetter)  # never asked again
+        self.faults = RecordFaults(STAGE)
+        self.letters = False  # dead letters published, not acknowledged yet
         self.buffers: dict[int, _Buffer] = {}
         self.checkpoints: dict[int, int | None] = {}
         self._compacted = 0.0
@@ -91,7 +107,7 @@ class Archiver:
                 self.flush(partition, wait=True)
         finally:
             self.consumer.close()
-            self.codec.registry.close()
+            self.publisher.close()
 
     # -- partitions moving ----------------------------------------------------------------
     def _on_assign(self, consumer: object, partitions: list[TopicPartition]) -> None:
@@ -135,6 +151,30 @@ class Archiver:
             time.sleep(0.1)
             return []
 
+    def accept(self, msg: ConsumedMessage) -> RunOutcome | None:
+        """The outcome of one history record to archive, or None: not a RunOutcome
+        (skipped: the sink dead-letters it), or dead-lettered (``letters``)."""
+        outcome = None
+        try:
+            outcome = self.codec.decode(msg.value(), RunOutcome)
+            problem = folder_problem(outcome.tenant)
+            day_of(outcome.scheduled_at)
+        except DecodeError:
+            self.faults.ok()
+            metrics.archiver_skipped.inc()
+            return None
+        except Exception as exc:
+            tenant = outcome.tenant if outcome is not None else None
+            problem = self.faults.fault_at(exc, msg, tenant=tenant).reason
+        else:
+            self.faults.ok()
+        if problem is None:
+            return outcome
+        letter = dead_letter_for(msg, stage=STAGE, reason=problem)
+        self.publisher.publish(self.dlq, letter)
+        self.letters = True
+        return None
+
     def _buffer(self, messages: list[Message], now: float) -> set[int]:
         """Add the records to their partitions' buffers; returns the partitions whose
         records were archived already (written, then a crash before the commit, which
@@ -152,14 +192,23 @@ class Archiver:
             if buffer is None:
                 buffer = self.buffers[partition] = _Buffer(first=offset, opened=now)
             buffer.next_offset = offset + 1
-            try:
-                buffer.outcomes.append(self.codec.decode(msg.value(), RunOutcome))
-            except DecodeError:
-                metrics.archiver_skipped.inc()
+            outcome = self.accept(msg)
+            if outcome is not None:
+                buffer.outcomes.append(outcome)
         return skipped
 
     def flush(self, partition: int, *, wait: bool = False) -> None:
-        """The commit procedure (the module's text): parts, checkpoint, offset."""
+        """The commit procedure (the module's text): parts, checkpoint, offset. Dead
+        letters of the buffer's records are acknowledged first (the broker away: the
+        flush waits for a later step; at a handover, up to 30 s)."""
+        if self.letters:
+            if wait:
+                self.publisher.flush()
+            elif not self.publisher.settled(1.0):
+                log.warning("the broker has not acknowledged the dead letters yet; the "
+                            "flush waits")  # fmt: skip
+                return
+            self.letters = False
         buffer = self.buffers.pop(partition)
         began = time.monotonic()
         files = archive.write_parts(self.root, partition, buffer.first, buffer.outcomes)
@@ -196,3 +245,15 @@ class Archiver:
         keep = self.config.keep_days
         for day in archive.expire(self.root, today, keep):
             log.info("expired %s: older than %d days", day.isoformat(), keep)
+
+
+def folder_problem(tenant: str) -> str | None:
+    """Why ``tenant`` cannot name an archive folder (``tenant=<it>``), or None: it must be
+    one plain path name, so that no outcome is written outside the archive."""
+    if (not tenant or tenant in (".", "..") or len(tenant.encode()) > FOLDER_NAME_MAX
+            or any(c in tenant for c in "/\\\0")):  # fmt: skip
+        return (
+            f"tenant {tenant[:80]!r} cannot name an archive folder: it must be 1-"
+            f"{FOLDER_NAME_MAX} bytes of UTF-8, without '/', '\\' or NUL, not '.' or '..'"
+        )
+    return None

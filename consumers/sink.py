@@ -15,8 +15,10 @@ outcomes and hands them to ``Sink.write_and_commit``, the one commit procedure.
   and polling goes on (the group keeps the sink), nothing is committed,
   ``cronstream_sink_cassandra_up`` is 0, and a warning is logged at each retry.
   Stopping in that state commits nothing: the next sink reads those outcomes again.
-- **Bad input.** A record that is not a RunOutcome goes to ``dlq`` with its
-  topic/partition/offset; the partition goes on.
+- **Bad input.** A record that is not a RunOutcome, or one over the limits, goes to
+  ``dlq`` with its topic/partition/offset; so does one whose rows cannot be built (a
+  bug its values reach, ``runtime.faults``); the partition goes on. Cassandra refusing
+  or timing out is an outage, never a record's fault: it is waited out (above).
 """
 
 from __future__ import annotations
@@ -33,10 +35,11 @@ from confluent_kafka import KafkaException, Message, TopicPartition
 from consumers.history import HistoryTables
 from runtime import metrics
 from runtime.cassandra import cassandra_session
+from runtime.faults import RecordFaults
 from runtime.kafka.clients import group_consumer
 from runtime.kafka.offsets import consumer_lag, is_transient, partition_names
 from runtime.kafka.publisher import Publisher
-from runtime.kafka.records import dead_letter_for, is_record
+from runtime.kafka.records import ConsumedMessage, dead_letter_for, is_record
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import Topics
@@ -185,6 +188,9 @@ class Sink:
         no_limit: dict[str, Any] = {"message.timeout.ms": 0}
         self.publisher = Publisher(settings, codec=self.codec, **no_limit)
         self.transient = transient_errors()
+        # Cassandra's errors are an outage, never a record's fault (none is expected
+        # while building rows, which sends nothing).
+        self.faults = RecordFaults(STAGE, infrastructure=(*self.transient, Stopped))
         logging.getLogger("cassandra.protocol").addFilter(_QuietBatchWarnings())
         self.cluster: Any = None
         self.tables: HistoryTables | None = None
@@ -292,8 +298,8 @@ class Sink:
     def write_and_commit(self, messages: list[Message]) -> None:
         """Make a step's outcomes durable in Cassandra, then move the offsets. In order:
 
-        1. Decode each record into the rows it writes; one that is not a RunOutcome
-           becomes a DLQ record.
+        1. Decode each record into the rows it writes; one that is not a RunOutcome,
+           is over the limits or whose rows cannot be built becomes a DLQ record.
         2. Write every row, in batches, ``in_flight`` at a time; batches Cassandra did
            not acknowledge are sent again after a backoff, until all are (or the
            process is asked to stop: then nothing is committed).
@@ -314,18 +320,12 @@ class Sink:
                 continue
             key = (msg.topic() or "", msg.partition() or 0)
             self.step_offsets[key] = (msg.offset() or 0) + 1
-            try:
-                outcome = self.codec.decode(msg.value(), RunOutcome)
-                # Over the limits: Cassandra would refuse its row, and the sink stop on it.
-                problems = outcome_problems(outcome)
-                reason = refusal(problems) if problems else None
-            except DecodeError as exc:
-                reason = f"not a RunOutcome: {exc}"
+            built, reason = self.rows_of(msg)
             if reason is not None:
                 letter = dead_letter_for(msg, stage=STAGE, reason=reason)
                 self.publisher.publish(self.topics.dlq, letter)
                 continue
-            rows.extend(self.tables.rows(outcome))
+            rows.extend(built)
             outcomes += 1
         # 2. write
         self._write(rows)
@@ -338,6 +338,28 @@ class Sink:
         self.written.update(self.step_offsets)
         self._commit(self.step_offsets, wait=False)
         metrics.sink_outcomes.inc(outcomes)
+
+    def rows_of(self, msg: ConsumedMessage) -> tuple[list[tuple[str, Any]], str | None]:
+        """One record's rows, or why it goes to the DLQ instead: not a RunOutcome, over
+        the limits (Cassandra would refuse its row, and the sink stop on it), or a bug
+        its values reach (``runtime.faults``). Nothing here talks to Cassandra."""
+        assert self.tables is not None
+        outcome = None
+        try:
+            outcome = self.codec.decode(msg.value(), RunOutcome)
+            problems = outcome_problems(outcome)
+            if problems:
+                self.faults.ok()
+                return [], refusal(problems)
+            rows = self.tables.rows(outcome)
+        except DecodeError as exc:
+            self.faults.ok()
+            return [], f"not a RunOutcome: {exc}"
+        except Exception as exc:
+            tenant = outcome.tenant if outcome is not None else None
+            return [], self.faults.fault_at(exc, msg, tenant=tenant).reason
+        self.faults.ok()
+        return rows, None
 
     # -- writing ------------------------------------------------------------------------
     def _write(self, rows: list[tuple[str, Any]]) -> None:

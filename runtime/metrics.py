@@ -147,6 +147,14 @@ dead_letters = Counter(
     ["stage"],
     registry=REGISTRY,
 )
+record_faults = Counter(
+    "cronstream_record_faults",
+    "Records whose handling raised an unexpected error (a bug reached by the record), each "
+    "refused or dead-lettered while the process went on (runtime.faults), by role",
+    ["role"],
+    registry=REGISTRY,
+)
+FAULT_ROLES = ("admission", "scheduler", "worker", "sink", "archiver", "flows")
 
 
 member_ready = Gauge(
@@ -166,8 +174,10 @@ def zero_counters(role: str) -> None:
     """Create a role's labelled counters at 0 when it starts: Prometheus's ``increase``
     cannot see a series that first appears at 1 (the alerts on dead letters and failures
     would miss the first one)."""
-    if role in ("scheduler", "worker", "sink"):
+    if role in ("scheduler", "worker", "sink", "archiver", "flows"):
         labelled(dead_letters, role)
+    if role in FAULT_ROLES:
+        labelled(record_faults, role)
     if role == "worker":
         for status in RUN_STATUSES:
             for target in TARGET_TYPES:

@@ -189,8 +189,9 @@ ROLES: Mapping[str, RoleAccess] = MappingProxyType({
                          writes=(HISTORY, TIMERS, DLQ, FLOW_EVENTS, ALERTS)),
     # history topic -> Cassandra; undecodable records to the dead letters
     "sink": RoleAccess(reads=(HISTORY,), writes=(DLQ,), history="write"),
-    # history topic -> the Parquet archive (files; undecodable records skipped)
-    "archiver": RoleAccess(reads=(HISTORY,)),
+    # history topic -> the Parquet archive (files; undecodable records skipped, records
+    # it cannot archive to the dead letters)
+    "archiver": RoleAccess(reads=(HISTORY,), writes=(DLQ,)),
     # tenants' commands -> jobs, triggers and cancels; answers to each tenant
     "admission": RoleAccess(reads=(JOBS,), writes=(JOBS, *_RUNS, CONTROL, AUDIT),
                             tenant_topics=True),

@@ -13,6 +13,7 @@ import logging
 import time
 from dataclasses import dataclass
 
+from runtime.faults import RecordFaults
 from schemas.events import JobDefinition
 from schemas.limits import (
     MAX_DEFINITION_BYTES,
@@ -47,6 +48,8 @@ class Definitions:
 
     def __init__(self, codec: Codec) -> None:
         self.codec = codec
+        # A definition that makes loading it raise (here, or in the core: ``Reading``).
+        self.faults = RecordFaults("scheduler")
         self._misfires: dict[tuple[str, int, int], Misfire] = {}
 
     def schedule(self, key: str, raw: bytes) -> JobSchedule:
@@ -93,6 +96,18 @@ class Definitions:
                 log.warning("loading job %r from the store waits for the registry: %s",
                             key, exc)  # fmt: skip
                 time.sleep(1)
+            except Exception as exc:  # a bug it reaches: not loaded (dead-lettered at settling)
+                self.faults.fault(exc, topic="(partition store)", partition=-1, offset=-1,
+                                  key=key, tenant=self.tenant_of(raw))  # fmt: skip
+                return None
+
+    def tenant_of(self, raw: bytes) -> str | None:
+        """The tenant a definition names, if its timing fields can be read (a fault's
+        source: ``runtime.faults``)."""
+        try:
+            return self.codec.decode_timing(raw).tenant
+        except Exception:  # only names the source; the fault itself is reported
+            return None
 
     def prepare(self, job: JobSchedule) -> Prepared:
         """Decode ``job``'s whole definition and build its run template (once)."""

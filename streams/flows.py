@@ -13,30 +13,29 @@ node run requests to ``runs.<priority>`` (key: the flow id, the job of every nod
 and to ``history`` the nodes decided without running (UPSTREAM_FAILED, SKIPPED) and
 the flow run's end (SUCCEEDED or FAILED). An event processed again after a crash
 changes nothing in the table and sends its starts again, flagged (the workers run
-each node run once).
+each node run once). An event the step raises on (a bug it reaches) changes no row and
+goes to the DLQ with the error; the others go on (``runtime.faults``).
 
 Flow definitions come from the compacted ``flows`` topic, read by a thread
-(``Definitions``); a run keeps the nodes it started with. Faust's traps avoided:
-its topics are created by the bootstrap (``topic_allow_declare=False``), raw topics
-say so, table types are explicit, and no timer decides anything.
+(``streams.flow_definitions``); a run keeps the nodes it started with. Faust's traps
+avoided: its topics are created by the bootstrap (``topic_allow_declare=False``), raw
+topics say so, table types are explicit, and no timer decides anything.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 import weakref
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, NoReturn
 
 import faust
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from faust.streams import _current_event
 
 from runtime import metrics
-from runtime.kafka.clients import kafka_consumer
+from runtime.faults import RecordFaults, RepeatedFault
 from runtime.kafka.security import aiokafka_security
 from runtime.registry import registry_client
 from runtime.settings import Settings
@@ -46,6 +45,7 @@ from schemas.events import (
     Concurrency,
     ControlAction,
     ControlCommand,
+    DeadLetter,
     Priority,
     RunOutcome,
     RunRequest,
@@ -59,57 +59,16 @@ from schemas.flows import FlowDefinition, FlowEvent, FlowEventKind, FlowNode
 from schemas.serde import Codec, DecodeError
 from streams.core import flow as core
 from streams.faust_seek import SeekingApp
-from streams.flow_rows import JsonRows, Rows
+from streams.flow_definitions import Definitions
+from streams.flow_rows import EventRows, JsonRows, Rows
 
 log = logging.getLogger("cronstream.flows")
+STAGE = "flows"
 SESSION_TIMEOUT_S = 10.0  # as the other roles' consumer groups
 PROBE_EVERY_S = 2.0  # liveness and readiness of the coordinator (nothing else is timed)
 DEFINITION_WAIT_S = 5.0  # a start whose flow is not known yet waits this long for it
 # Flow events handled together (one wait for their rows): at most BATCH, gathered for at
 BATCH, BATCH_WAIT_S = 256, 0.005  # most BATCH_WAIT_S (added to a hop when events are few)
-
-
-class Definitions:
-    """The flows topic, followed by a thread into a dict (flow id -> definition)."""
-
-    def __init__(self, settings: Settings, codec: Codec) -> None:
-        self.topic = Topics(settings).flows
-        self.codec = codec
-        self.flows: dict[str, FlowDefinition] = {}
-        self.caught_up = threading.Event()
-        self._consumer = kafka_consumer(settings)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._follow, name="flow-definitions", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-    def _follow(self) -> None:
-        meta = self._consumer.list_topics(self.topic, timeout=30).topics[self.topic]
-        parts = [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in meta.partitions]
-        ends = {p.partition: self._consumer.get_watermark_offsets(p, timeout=30)[1] for p in parts}
-        self._consumer.assign(parts)
-        seen = {p: 0 for p in ends}
-        while not self._stop.is_set():
-            for msg in self._consumer.consume(num_messages=500, timeout=0.2):
-                if msg.error():
-                    continue
-                seen[msg.partition() or 0] = (msg.offset() or 0) + 1
-                key = (msg.key() or b"").decode("utf-8", "replace")
-                if msg.value() is None:
-                    self.flows.pop(key, None)
-                    continue
-                try:
-                    self.flows[key] = self.codec.decode(msg.value(), FlowDefinition)
-                except DecodeError as exc:
-                    log.warning("flow definition %r unreadable: %s", key, exc)
-            if not self.caught_up.is_set() and all(seen[p] >= end for p, end in ends.items()):
-                self.caught_up.set()
-        self._consumer.close()
 
 
 Send = tuple[str, str, bytes, Any]  # (topic, key, value, headers)
@@ -353,8 +312,13 @@ class Coordinator:
 class _Runner:
     """The agent's body, a batch of events at a time."""
 
-    def __init__(self, coordinator: Coordinator, codec: Codec, table: Any, out: Any) -> None:
+    def __init__(
+        self, coordinator: Coordinator, codec: Codec, table: Any, out: Any,
+        crash: Callable[[BaseException], Awaitable[None]] | None = None,
+    ) -> None:  # fmt: skip
         self.coordinator, self.codec, self.table, self.out = coordinator, codec, table, out
+        self.faults = RecordFaults(STAGE)
+        self.crash = crash  # the app's: a RepeatedFault stops the process (``_stop``)
 
     async def handle(self, events: list[Any]) -> None:
         """Step each of ``events`` (faust events) in order, wait once for every row they
@@ -365,29 +329,41 @@ class _Runner:
         for event in events:
             # A row goes to the changelog partition of faust's current event (task-local).
             _current_event.set(weakref.ref(event))
-            sends += await self._step(rows, event.value)
+            sends += await self._step(rows, event)
         await self.table.written()
         for topic, key, data, headers in sends:
             await self.out[topic].send(key=key.encode(), value=data, headers=headers)
 
     async def handle_batch(self, events: list[Any]) -> None:
-        """``handle``; if the batch fails, each event alone, one that fails again logged
-        and skipped (as faust does with an event whose agent raised); an event of the
-        batch already stepped is then a replay, which changes nothing."""
+        """``handle``; if the batch fails (its rows or sends refused: an event the step
+        raises on is dead-lettered by ``_step``), each event alone, one that fails again
+        logged and skipped (as faust does with an event whose agent raised); an event of
+        the batch already stepped is then a replay, which changes nothing."""
         try:
             await self.handle(events)
+        except RepeatedFault as exc:
+            await self._stop(exc)
         except Exception:
             log.exception("a batch of %d flow events failed: each handled alone", len(events))
             for event in events:
                 try:
                     await self.handle([event])
+                except RepeatedFault as exc:
+                    await self._stop(exc)
                 except Exception:
                     log.exception("flow event at %s skipped", event.message.tp)
 
-    async def _step(self, rows: JsonRows, value: bytes) -> list[Send]:
-        """Decode, wait a moment for an unknown flow, step."""
+    async def _stop(self, exc: RepeatedFault) -> NoReturn:
+        """A bug every event reaches: the process stops (faust would restart the agent)."""
+        if self.crash is not None:
+            await self.crash(exc)
+        raise exc
+
+    async def _step(self, rows: JsonRows, faust_event: Any) -> list[Send]:
+        """Decode, wait a moment for an unknown flow, step. An event the step raises on
+        changes no row and is dead-lettered with the error (``runtime.faults``)."""
         try:
-            event = self.codec.decode(value, FlowEvent)
+            event = self.codec.decode(faust_event.value, FlowEvent)
         except DecodeError as exc:
             log.warning("flow event unreadable, skipped: %s", exc)
             return []
@@ -397,7 +373,21 @@ class _Runner:
             deadline = time.monotonic() + DEFINITION_WAIT_S
             while event.flow_id not in known and time.monotonic() < deadline:
                 await asyncio.sleep(0.1)
-        return self.coordinator.handle(rows, event)
+        own = EventRows(rows)
+        try:
+            sends = self.coordinator.handle(own, event)
+        except Exception as exc:
+            message = faust_event.message
+            fault = self.faults.fault(exc, topic=message.tp[0], partition=message.tp[1],
+                                      offset=message.offset, key=message.key,
+                                      tenant=event.tenant)  # fmt: skip
+            letter = fault.letter(STAGE, value=faust_event.value, job_id=event.flow_id,
+                                  run_id=event.run_id or event.flow_run_id)  # fmt: skip
+            dlq = self.coordinator.topics.dlq
+            return [(dlq, letter.key(), self.codec.encode(dlq, letter), letter.headers())]
+        self.faults.ok()
+        own.apply()
+        return sends
 
 
 def _credentials(settings: Settings) -> Any:
@@ -414,9 +404,10 @@ def build_app(settings: Settings) -> tuple[faust.App, Definitions]:
     """The coordinator's faust app (run it with ``faust.Worker``)."""
     topics = Topics(settings)
     codec = Codec(registry_client(settings))
-    for name, event_type in ((topics.history, RunOutcome), (topics.control, ControlCommand),
-                             (topics.alerts, Alert),
-                             *((topics.runs(p), RunRequest) for p in Priority)):  # fmt: skip
+    writes = ((topics.history, RunOutcome), (topics.control, ControlCommand),
+              (topics.alerts, Alert), (topics.dlq, DeadLetter),
+              *((topics.runs(p), RunRequest) for p in Priority))  # fmt: skip
+    for name, event_type in writes:
         codec.writer_id(f"{name}-value", event_type)
     definitions = Definitions(settings, Codec(registry_client(settings)))  # its own client
     coordinator = Coordinator(settings, codec, definitions)
@@ -441,14 +432,13 @@ def build_app(settings: Settings) -> tuple[faust.App, Definitions]:
         return app.topic(name, key_type=bytes, value_type=bytes, key_serializer="raw",
                          value_serializer="raw")  # fmt: skip
 
-    written = (topics.history, topics.control, topics.alerts, *(topics.runs(p) for p in Priority))
-    out = {name: raw(name) for name in written}
+    out = {name: raw(name) for name, _ in writes}
     # Rows are JSON text: faust's json codec turns a dict value_type into a model it
     # cannot restore ("type object 'dict' has no attribute 'from_data'").
     table = app.Table(FLOWS_TABLE, default=None, key_type=str, value_type=str,
                       partitions=settings.partitions)  # fmt: skip
 
-    runner = _Runner(coordinator, codec, table, out)
+    runner = _Runner(coordinator, codec, table, out, crash=app.crash)
 
     async def probe() -> None:
         """``/healthz`` and ``/readyz`` (``runtime.metrics.PROBES``): the event loop goes

@@ -1,7 +1,9 @@
 """How the scheduler processor reads its input: definitions from the jobs topic (applied
 live, or collected while a partition loads and settled SETTLE_BATCH at a time), timers
-from the timers topic, and bad records to the DLQ. ``Reading`` is the processor's input
-half (``streams.processor.Processor`` inherits it); ``Owned`` is one partition it owns.
+from the timers topic, and bad records to the DLQ: one that cannot be used, and one that
+makes loading it raise (a bug its values reach, ``runtime.faults``: its job is not
+loaded, the partition goes on). ``Reading`` is the processor's input half
+(``streams.processor.Processor`` inherits it); ``Owned`` is one partition it owns.
 """
 
 from __future__ import annotations
@@ -140,7 +142,13 @@ class Reading:
             if owned.state is not None:
                 self._store(owned.state, key, offset, msg.timestamp()[1], value)
             now = self._now_ms()
-            self.emitter.emit(owned.core.put(job, now=now), now)
+            try:
+                actions = owned.core.put(job, now=now)
+            except Exception as exc:  # a bug this definition reaches: not the partition
+                self._faulted(owned, job, value, offset, exc)
+                return
+            self.definitions.faults.ok()
+            self.emitter.emit(actions, now)
             if job.paused:
                 self.emitter.cancel_ahead(key, JOB_PAUSED, now)
 
@@ -177,7 +185,6 @@ class Reading:
             self._settle_stored(owned)
             return
         now = self._now_ms()
-        checkpoint = owned.checkpoint
         core = owned.core
         pending = owned.pending
         room = SETTLE_BATCH
@@ -208,9 +215,25 @@ class Reading:
                 continue
             if owned.state is not None:
                 owned.state.put_definition(key, StoredDefinition(offset, arrived, replaced, value))
-            known = checkpoint is not None and offset < checkpoint.jobs_offset
-            actions = core.recover(job, now=now, known=known, arrived_ms=arrived, replaced=replaced)
-            self.emitter.emit(actions, now)
+            self._recover(owned, job, value, offset, now=now, arrived_ms=arrived,
+                          replaced=replaced)  # fmt: skip
+
+    def _recover(
+        self, owned: Owned, job: JobSchedule, raw: bytes, offset: int, *, now: int,
+        arrived_ms: int, replaced: bool,
+    ) -> None:  # fmt: skip
+        """One definition of a loading partition settled against its checkpoint (read
+        at ``offset``), what came due emitted; a bug it reaches drops that job alone."""
+        checkpoint = owned.checkpoint
+        known = checkpoint is not None and offset < checkpoint.jobs_offset
+        try:
+            actions = owned.core.recover(job, now=now, known=known, arrived_ms=arrived_ms,
+                                         replaced=replaced)  # fmt: skip
+        except Exception as exc:  # a bug this definition reaches: not the partition
+            self._faulted(owned, job, raw, offset, exc)
+            return
+        self.definitions.faults.ok()
+        self.emitter.emit(actions, now)
 
     def _store(
         self, state: PartitionState, key: str, offset: int, arrived: int, value: bytes | None
@@ -227,7 +250,7 @@ class Reading:
         definitions against the checkpoint, in job id order; then the partition is
         live. One that cannot be used is dead-lettered and deleted from the store."""
         assert owned.state is not None
-        now, checkpoint, state = self._now_ms(), owned.checkpoint, owned.state
+        now, state = self._now_ms(), owned.state
         batch = list(itertools.islice(state.definitions(owned.rebuilt_through), SETTLE_BATCH))
         for key, stored in batch:
             try:
@@ -240,10 +263,8 @@ class Reading:
             if job is None:
                 state.delete_definition(key)
                 continue
-            known = checkpoint is not None and stored.offset < checkpoint.jobs_offset
-            actions = owned.core.recover(job, now=now, known=known, arrived_ms=stored.arrived_ms,
-                                         replaced=stored.replaced)  # fmt: skip
-            self.emitter.emit(actions, now)
+            self._recover(owned, job, stored.raw, stored.offset, now=now,
+                          arrived_ms=stored.arrived_ms, replaced=stored.replaced)  # fmt: skip
         if len(batch) < SETTLE_BATCH:
             owned.rebuilding = False
             self._go_live(owned)
@@ -308,11 +329,19 @@ class Reading:
     def _schedule(
         self, key: str, value: bytes, *, partition: int, offset: int
     ) -> JobSchedule | None:
-        """The core's view of a definition, or None after dead-lettering a bad one."""
+        """The core's view of a definition, or None after dead-lettering a bad one (or
+        one that makes reading it raise: ``runtime.faults``)."""
         try:
             return self.definitions.schedule(key, value)
         except (DecodeError, CronError, ZoneError) as exc:
+            self.definitions.faults.ok()  # refused: handled
             reason = f"invalid job definition: {exc}"
+        except Exception as exc:  # RegistryUnavailable passes: the record waits
+            tenant = self.definitions.tenant_of(value)
+            reason = self.definitions.faults.fault(
+                exc, topic=self.topics.jobs, partition=partition, offset=offset, key=key,
+                tenant=tenant,
+            ).reason  # fmt: skip
         self.emitter.dead_letter(
             dead_letter(
                 stage=STAGE,
@@ -325,6 +354,21 @@ class Reading:
             )
         )
         return None
+
+    def _faulted(
+        self, owned: Owned, job: JobSchedule, value: bytes, offset: int, exc: Exception
+    ) -> None:
+        """The core raised on ``job`` (read at ``offset`` of ``owned``'s partition): the
+        job is dropped (whatever the call left of it), its definition dead-lettered with
+        the error; the partition goes on."""
+        fault = self.definitions.faults.fault(
+            exc, topic=self.topics.jobs, partition=owned.partition, offset=offset,
+            key=job.job_id, tenant=job.tenant,
+        )  # fmt: skip
+        owned.core.delete(job.job_id)
+        if owned.state is not None:
+            owned.state.delete_definition(job.job_id)
+        self.emitter.dead_letter(fault.letter(STAGE, value=value))
 
     def _near_hook(self, owned: Owned) -> Callable[[Any], None]:
         """Prepare a job's run template as it comes within the horizon (``Definitions``)."""

@@ -40,6 +40,7 @@ from consumers.worker.outbox import Outbox
 from consumers.worker.pending import Pending
 from runtime import metrics
 from runtime.credentials import credentials_dir
+from runtime.faults import RecordFaults
 from runtime.grants import PolicyBook
 from runtime.kafka.clients import kafka_producer
 from runtime.settings import Settings
@@ -56,6 +57,7 @@ from schemas.events import (
 from schemas.redact import redact_text
 
 log = logging.getLogger("cronstream.worker")
+STAGE = "worker"
 ABANDON_AFTER_S = 1.0  # past the deadline, an attempt that ignores its timeout is given up
 
 
@@ -118,6 +120,7 @@ class Attempts:
             ),
         }
         self._next_deadline_check = 0.0
+        self.faults = RecordFaults(STAGE)  # a run that makes starting it raise
 
     def __len__(self) -> int:
         return len(self.running)
@@ -133,31 +136,60 @@ class Attempts:
             if pending is None:
                 break
             taken += 1
-            run = pending.run
-            if run.trigger is Trigger.DEADLINE:  # not a run: the check of its deadline
-                self.outbox.check_deadline(pending, running=run.run_id in self.running_ids)
-                continue
-            cancelled = run.run_id in self.cancels
-            verdict = before_start(
-                cancelled=cancelled,
-                duplicate=run.run_id in self.running_ids
-                or self.dedup.seen(run.run_id, run.attempt),
-                reason=self.cancel_reasons.get(run.run_id) if cancelled else None,
-            )
-            if verdict is not None:
-                self.outbox.finish(pending, verdict.status, verdict.error)
-                if released:
-                    self._release(run.job_id)
-                continue
-            if (
-                not released
-                and run.concurrency is not Concurrency.ALLOW
-                and not self._admit(pending)
-            ):
-                continue
-            if self._start(pending):
-                capacity -= 1
+            try:
+                capacity -= self._start_one(pending, released)
+            except Exception as exc:  # a bug this run reaches before its executor
+                self._unstartable(pending, exc)
+            else:
+                self.faults.ok()
         return taken
+
+    def _start_one(self, pending: Pending, released: bool) -> int:
+        """Start ``pending`` or settle it at once; 1 if it took a run thread."""
+        run = pending.run
+        if run.trigger is Trigger.DEADLINE:  # not a run: the check of its deadline
+            self.outbox.check_deadline(pending, running=run.run_id in self.running_ids)
+            return 0
+        cancelled = run.run_id in self.cancels
+        verdict = before_start(
+            cancelled=cancelled,
+            duplicate=run.run_id in self.running_ids or self.dedup.seen(run.run_id, run.attempt),
+            reason=self.cancel_reasons.get(run.run_id) if cancelled else None,
+        )
+        if verdict is not None:
+            self.outbox.finish(pending, verdict.status, verdict.error)
+            if released:
+                self._release(run.job_id)
+            return 0
+        if not released and run.concurrency is not Concurrency.ALLOW and not self._admit(pending):
+            return 0
+        return 1 if self._start(pending) else 0
+
+    def _unstartable(self, pending: Pending, exc: Exception) -> None:
+        """A bug ``pending``'s run reaches before its executor (``runtime.faults``): the
+        run DEAD_LETTERED with the error and a DLQ record, or the DLQ record alone when
+        its outcome cannot be written either; the other runs go on."""
+        run = pending.run
+        fault = self.faults.fault(
+            exc, topic=pending.topic, partition=pending.partition, offset=pending.offset,
+            key=run.job_id, tenant=run.tenant,
+        )  # fmt: skip
+        if self.running_ids.get(run.run_id) is pending:
+            self.running.discard(pending)
+            del self.running_ids[run.run_id]
+        if run.concurrency is not Concurrency.ALLOW:  # the job's next queued run goes on
+            if self.gate.running.get(run.job_id, {}).get(run.run_id) is pending:
+                self._ended(pending)
+            else:
+                self._release(run.job_id)
+        letter = fault.letter(STAGE, job_id=run.job_id, run_id=run.run_id, attempt=run.attempt)
+        try:
+            self.outbox.finish(pending, RunStatus.DEAD_LETTERED, fault.reason,
+                               extra=(self.outbox.topics.dlq, letter))  # fmt: skip
+        except Exception:
+            log.exception("run %s: its outcome cannot be written; the dead letter alone",
+                          run.run_id)  # fmt: skip
+            self.outbox.checked.append((pending, (self.outbox.topics.dlq, letter)))
 
     def _admit(self, pending: Pending) -> bool:
         """The job's concurrency policy on a new run: start it (replacing the runs

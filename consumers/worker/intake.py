@@ -10,6 +10,9 @@ taken high first, and fetched only as fast as they can start.
   that overflows anyway (every slot busy with long runs while polling goes on) pauses
   its priority's partitions, and polling goes on, so a long run never breaks group
   membership.
+- **Faults.** A record that makes reading it raise (a bug its values reach; an
+  undecodable or misplaced one is refused as bad input) is dead-lettered with the
+  error and the partition flows (``runtime.faults``).
 - **Unknown schemas.** A record written with a schema id not seen yet holds its
   partition alone while a thread asks the registry (``SchemaLookups``): the partition
   is paused and its records kept in order until the answer is in.
@@ -37,9 +40,10 @@ from consumers.worker.lookups import SchemaLookups
 from consumers.worker.outbox import Outbox
 from consumers.worker.pending import Pending
 from consumers.worker.replay import HistoryReplay
+from runtime.faults import RecordFaults
 from runtime.kafka.records import ConsumedMessage, is_record
 from schemas.catalog import Topics
-from schemas.events import Priority, to_ms
+from schemas.events import Priority, RunRequest, to_ms
 from schemas.ids import partition_for
 from schemas.serde import Codec, DecodeError
 
@@ -110,6 +114,9 @@ class Intake:
         self.replay_until: dict[Key, tuple[int, int]] = {}
         self.replaying: set[Key] = set()
         self.starts = 0
+        # A record that makes reading it raise (a bug, not a bad record: those are
+        # refused above) is dead-lettered (``runtime.faults``).
+        self.faults = RecordFaults("worker")
 
     def __len__(self) -> int:
         return sum(len(q) for q in self.backlog.values())
@@ -155,26 +162,22 @@ class Intake:
             return
         if self._waits(msg, (topic, partition)):
             return
-        reason = None
+        run: RunRequest | None = None
         try:
             # RegistryUnavailable (the registry down, for every record) goes to the
             # loop, which holds this record and the ones after it until it is back.
             run = self.codec.decode_run(msg.value())
+            reason = self._misplaced(run, topic, partition)
         except DecodeError as exc:
             reason = f"undecodable run: {exc}"
+        except Exception as exc:  # a bug this record reaches: dead-lettered, not the worker
+            tenant = run.tenant if run is not None else None
+            reason = self.faults.fault_at(exc, msg, tenant=tenant).reason
         else:
-            home = _home(run.job_id, self.partition_count[topic])
-            if partition != home:
-                # Its outcome would go to history partition ``home``, which this
-                # partition's next owner does not read: history could not dedup it
-                # (found by the chaos suite: records written without the job id as key
-                # ran twice).
-                reason = (f"run request of job {run.job_id!r} on partition {partition}, "
-                          f"not its job's partition {home}: the key must be the job id, "
-                          "partitioned with murmur2 (the Java client's default)")  # fmt: skip
+            self.faults.ok()
         tracker.start(offset, msg.timestamp()[1])
-        if reason is not None:
-            self.outbox.reject(msg, offset, tracker, reason)
+        if reason is not None or run is None:
+            self.outbox.reject(msg, offset, tracker, reason or "no run")
             return
         pending = Pending(topic, partition, offset, run, tracker)
         runs_end, history_end = self.replay_until.get((topic, partition), (0, 0))
@@ -186,6 +189,18 @@ class Intake:
             # this assignment. What this worker executed itself, ``dedup`` knows.
             pending.history_needed = history_end
         self._queue(pending)
+
+    def _misplaced(self, run: RunRequest, topic: str, partition: int) -> str | None:
+        """Why ``run`` cannot be taken from this partition, or None."""
+        home = _home(run.job_id, self.partition_count[topic])
+        if partition == home:
+            return None
+        # Its outcome would go to history partition ``home``, which this partition's
+        # next owner does not read: history could not dedup it (found by the chaos
+        # suite: records written without the job id as key ran twice).
+        return (f"run request of job {run.job_id!r} on partition {partition}, not its "
+                f"job's partition {home}: the key must be the job id, partitioned with "
+                "murmur2 (the Java client's default)")  # fmt: skip
 
     def _queue(self, pending: Pending) -> None:
         """Into its priority's backlog, or held until due (read early: the lookahead)."""

@@ -98,8 +98,9 @@ class Outbox:
         self.held: list[Pending] = []  # outcomes waiting for their timer/DLQ record's flush
         self.deadlines = Deadlines(dedup, name=name)
         # Deadline checks answered, with the record each left (an alert; a flow's check
-        # for the coordinator; None: the run succeeded).
-        self.checked: list[tuple[Pending, tuple[str, Alert | FlowEvent] | None]] = []
+        # for the coordinator; None: the run succeeded); a run settled by its dead letter
+        # alone (``Attempts._unstartable``).
+        self.checked: list[tuple[Pending, tuple[str, Alert | FlowEvent | DeadLetter] | None]] = []
         self._next_commit = 0.0
 
     # -- what a run leaves ------------------------------------------------------------

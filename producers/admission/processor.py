@@ -16,6 +16,11 @@ trigger names the same run (deduplicated by the workers), a delete or cancel may
 answered twice. Each tenant's commands topic has one partition, so one admission decides
 all of a tenant's commands in order and its quotas are exact.
 
+**A command that makes the admission raise** (a bug its values reach, not a refusal
+the decision knows): the tenant gets it refused with the error as the reason, its offset
+is committed with the batch and the next command is decided (``runtime.faults``: only
+twenty in a row from three tenants, without one decided between, stop the process).
+
 The jobs known (for ownership, pause/resume/trigger and the job quota) come from the
 jobs topic, read to its end before the first command and followed after that, so an
 operator's own changes count too.
@@ -27,6 +32,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
@@ -34,16 +40,24 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message,
 from producers.admission.core import Admission, Decision, JobsView, Quotas
 from producers.audit import command_record
 from runtime import metrics
+from runtime.faults import RecordFaults
 from runtime.grants import PolicyBook
 from runtime.kafka.clients import consume_ready, group_consumer, kafka_consumer
 from runtime.kafka.offsets import is_transient, watermarks
 from runtime.kafka.publisher import Publisher
 from runtime.registry import registry_client
 from runtime.settings import Settings
+from schemas.audit import AuditRecord
 from schemas.catalog import Topics
 from schemas.events import JobDefinition, job_headers, utc_now
 from schemas.serde import Codec, DecodeError
-from schemas.tenancy import TenantCommand, commands_pattern, qualify, tenant_of_topic
+from schemas.tenancy import (
+    TenantCommand,
+    TenantResult,
+    commands_pattern,
+    qualify,
+    tenant_of_topic,
+)
 
 log = logging.getLogger("cronstream.admission")
 
@@ -117,6 +131,7 @@ class AdmissionProcessor:
         self.admission = Admission(config.quotas, max_payload_bytes=settings.max_payload_bytes,
                                    policy=self.policy.current())  # fmt: skip
         self.jobs = JobsFollower(settings, self.codec, self.admission)
+        self.faults = RecordFaults("admission")  # a command that makes ``decide`` raise
         self.consumer = group_consumer(
             settings, group=config.group, name=config.name,
             session_timeout_ms=config.session_timeout_ms,
@@ -169,19 +184,39 @@ class AdmissionProcessor:
         try:
             command = self.codec.decode(msg.value(), TenantCommand)
         except DecodeError as exc:
-            decision = self.admission.refuse(key, offset, f"undecodable command: {exc}", now)
+            self.write(tenant, self.admission.refuse(key, offset, f"undecodable command: {exc}",
+                                                     now))  # fmt: skip
+            return
+        stored = qualify(tenant, command.job_id)
+        before = self.admission.jobs.get(stored)
+        try:
+            decision, record = self.decide(tenant, command, stored, before, offset, now)
+        except Exception as exc:  # a bug this command reaches: refused, the next one goes on
+            fault = self.faults.fault_at(exc, msg, tenant=tenant)
+            self.admission.observe(stored, before)  # as it was, whatever decide changed
+            decision, record = Decision(result=TenantResult(
+                command_id=command.command_id, action=command.action, job_id=command.job_id,
+                accepted=False, recorded_at=now, source_offset=offset, reason=fault.reason,
+            )), None  # fmt: skip
         else:
-            stored = qualify(tenant, command.job_id)
-            before = self.admission.jobs.get(stored)
-            decision = self.admission.decide(tenant, command, offset=offset, now=now)
-            if decision.result.accepted:  # the trail, flushed with the change (``step``)
-                after = decision.job[1] if decision.job is not None else None
-                run_id = decision.run.run_id if decision.run is not None else (
-                    decision.cancel.run_id if decision.cancel is not None else None)  # fmt: skip
-                record = command_record(tenant, command, stored=stored, before=before,
-                                        after=after, run_id=run_id, at=now)  # fmt: skip
-                self.publisher.publish(self.topics.audit, record)
+            self.faults.ok()
+        if record is not None:  # the trail, flushed with the change (``step``)
+            self.publisher.publish(self.topics.audit, record)
         self.write(tenant, decision)
+
+    def decide(
+        self, tenant: str, command: TenantCommand, stored: str, before: JobDefinition | None,
+        offset: int, now: datetime,
+    ) -> tuple[Decision, AuditRecord | None]:  # fmt: skip
+        """The decision on one command, and its audit record when it is accepted."""
+        decision = self.admission.decide(tenant, command, offset=offset, now=now)
+        if not decision.result.accepted:
+            return decision, None
+        after = decision.job[1] if decision.job is not None else None
+        run_id = decision.run.run_id if decision.run is not None else (
+            decision.cancel.run_id if decision.cancel is not None else None)  # fmt: skip
+        return decision, command_record(tenant, command, stored=stored, before=before,
+                                        after=after, run_id=run_id, at=now)  # fmt: skip
 
     def write(self, tenant: str, decision: Decision) -> None:
         if decision.job is not None:

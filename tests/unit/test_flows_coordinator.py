@@ -13,7 +13,7 @@ from producers.spec import SpecError
 from runtime.settings import Settings
 from schemas.alerts import Alert
 from schemas.catalog import Topics
-from schemas.events import ControlCommand, Priority, RunOutcome, RunRequest, Trigger
+from schemas.events import ControlCommand, DeadLetter, Priority, RunOutcome, RunRequest, Trigger
 from schemas.flows import FlowEvent, FlowEventKind
 from schemas.serde import Codec
 from streams.flow_rows import JsonRows
@@ -242,7 +242,7 @@ class _Out:
 
 
 class _Message:
-    tp = ("acme.flows.events", 0)
+    tp, offset, key = ("acme.flows.events", 0), 0, b"etl"
 
 
 class _FaustEvent:
@@ -254,9 +254,10 @@ class _FaustEvent:
 
 @pytest.mark.parametrize("failure", ["refused once", "poison"])
 def test_a_failed_batch_is_handled_again_event_by_event(failure: str) -> None:
-    """A batch that fails (the broker refused a row once; a bug on one event): each
-    event is handled alone, one stepped already as a replay (its starts sent again,
-    flagged), one that fails again skipped while the others go on."""
+    """A batch that fails (the broker refused a row once): each event is handled alone,
+    one stepped already as a replay (its starts sent again, flagged). A bug on one event
+    does not fail the batch: that event is dead-lettered (``runtime.faults``), the
+    others go on."""
     import asyncio
 
     from streams.flows import _Runner
@@ -276,6 +277,7 @@ def test_a_failed_batch_is_handled_again_event_by_event(failure: str) -> None:
     requests = [codec.decode(v, RunRequest) for t, v in sent if t == TOPICS.runs(Priority.HIGH)]
     if failure == "refused once":
         assert sorted(r.run_id for r in requests) == [f"{first}/a", f"{other}/a"]
-    else:
-        assert [r.run_id for r in requests] == [f"{first}/a"]
-    assert all(r.possible_duplicate for r in requests)  # stepped in the failed batch first
+        assert all(r.possible_duplicate for r in requests)  # stepped in the failed batch first
+    else:  # the bug on one event is that event's dead letter: the batch did not fail
+        assert [(r.run_id, r.possible_duplicate) for r in requests] == [(f"{first}/a", False)]
+        assert [codec.decode(v, DeadLetter).run_id for t, v in sent if t == TOPICS.dlq] == [other]

@@ -1,0 +1,339 @@
+"""Each processor's handling of one record, wired as the process wires it but on fakes
+(``tests.fakes``): for the record-fault tests and the fuzz suite. A harness feeds plain
+values in, and reads what the processor wrote (results, dead letters, outcomes).
+
+The processors' constructors connect to Kafka, the registry or Cassandra; a harness
+builds the object without them (``object.__new__``) and sets exactly the parts that
+the per-record handling uses, named as the constructor names them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, ClassVar
+
+from consumers.archiver import Archiver
+from consumers.core.dedup import Dedup
+from consumers.core.offsets import OffsetTracker
+from consumers.executors.base import ExecutionFailed, RunContext
+from consumers.history import HistoryTables
+from consumers.sink import Sink, transient_errors
+from consumers.worker.attempts import Attempts
+from consumers.worker.config import WorkerConfig
+from consumers.worker.intake import Intake
+from consumers.worker.outbox import Outbox
+from consumers.worker.replay import HistoryReplay
+from producers.admission.core import Admission, Quotas
+from producers.admission.processor import AdmissionConfig, AdmissionProcessor
+from runtime import metrics
+from runtime.faults import RecordFaults
+from runtime.kafka.publisher import Publisher
+from runtime.settings import Settings
+from schemas.catalog import Topics
+from schemas.events import DeadLetter, Priority, RunOutcome, Target
+from schemas.flows import FlowDefinition
+from schemas.serde import Codec
+from schemas.tenancy import TenantCommand, TenantResult, commands_topic
+from streams.core.partition import PartitionScheduler
+from streams.definitions import Definitions
+from streams.emitter import Emitter
+from streams.flow_rows import JsonRows
+from streams.flows import Coordinator, _Runner
+from streams.loading import Collector
+from streams.reading import Owned, Reading
+from streams.stall import Backoff
+from tests.fakes import FakeConsumer, FakeMessage, FakeProducer, FakeRegistry
+
+SETTINGS = Settings.from_env({"CRONSTREAM_PARTITIONS": "1"})  # every job at home on 0
+TOPICS = Topics(SETTINGS)
+NOW = datetime(2026, 11, 26, 10, tzinfo=UTC)
+NOW_MS = int(NOW.timestamp() * 1000)
+
+
+def new_codec() -> Codec:
+    return Codec(FakeRegistry())  # type: ignore[arg-type]
+
+
+def fake_publisher(codec: Codec, producer: FakeProducer, **kwargs: Any) -> Publisher:
+    return Publisher(SETTINGS, codec=codec, producer=producer, **kwargs)  # type: ignore[arg-type]
+
+
+def decoded(codec: Codec, producer: FakeProducer, topic: str, kind: type[Any]) -> list[Any]:
+    return [codec.decode(r.value, kind) for r in producer.on(topic) if r.value is not None]
+
+
+# -- admission ------------------------------------------------------------------------------
+class AdmissionHarness:
+    def __init__(self) -> None:
+        self.codec = new_codec()
+        self.producer = FakeProducer()
+        p = self.processor = object.__new__(AdmissionProcessor)
+        p.settings, p.topics, p.codec = SETTINGS, TOPICS, self.codec
+        p.config = AdmissionConfig(group="g", name="a", quotas=Quotas())
+        p.publisher = fake_publisher(self.codec, self.producer)
+        p.admission = Admission(Quotas(), max_payload_bytes=SETTINGS.max_payload_bytes)
+        p.faults = RecordFaults("admission")
+        self.offset = 0
+
+    def send(self, tenant: str, command: TenantCommand) -> TenantResult:
+        """``command`` read from ``tenant``'s commands topic; the answer it got."""
+        topic = commands_topic(SETTINGS.topic_prefix, tenant)
+        self.offset += 1
+        value = self.codec.encode(topic, command)
+        self.processor.handle(FakeMessage(topic, 0, self.offset, value, command.job_id.encode()))  # type: ignore[arg-type]
+        answers = decoded(self.codec, self.producer, TOPICS.tenant_results(tenant), TenantResult)
+        return answers[-1]  # type: ignore[no-any-return]
+
+
+# -- scheduler ------------------------------------------------------------------------------
+class SchedulerHarness(Reading):
+    """The scheduler's input half on one live partition (``streams.reading``)."""
+
+    def __init__(self, now_ms: int = NOW_MS) -> None:
+        self.topics, self.codec = TOPICS, new_codec()
+        self.definitions = Definitions(self.codec)
+        self.producer = FakeProducer()
+        self.emitter = Emitter(fake_publisher(self.codec, self.producer), topics=TOPICS,
+                               definitions=self.definitions, name="s1")  # fmt: skip
+        self.now = now_ms
+        core = PartitionScheduler(0, fired_through=now_ms)
+        self.owned = {0: Owned(partition=0, core=core, checkpoint=None, load_end=0,
+                               loading=False)}  # fmt: skip
+        core.wheel.on_near = self._near_hook(self.owned[0])
+        self._collector, self._backoff = Collector(), Backoff()
+        self.offset = 0
+
+    def _now_ms(self) -> int:
+        return self.now
+
+    def _gauge_partitions(self) -> None:
+        return None
+
+    def put(self, job_id: str, value: bytes) -> None:
+        """A definition read live from the jobs topic."""
+        self.offset += 1
+        self._on_jobs_record(FakeMessage(TOPICS.jobs, 0, self.offset, value, job_id.encode()))
+
+    def fire_until(self, until_ms: int) -> None:
+        """What is due up to ``until_ms``, emitted."""
+        core = self.owned[0].core
+        self.now = until_ms
+        self.emitter.emit(core.due(until_ms, 1000), until_ms)
+
+    def letters(self) -> list[DeadLetter]:
+        return decoded(self.codec, self.producer, TOPICS.dlq, DeadLetter)
+
+
+# -- worker ---------------------------------------------------------------------------------
+RUNS = TOPICS.runs(Priority.NORMAL)
+
+
+class Recording:
+    """An executor that runs nothing: succeeds, or fails as told by the payload."""
+
+    def execute(self, target: Target, context: RunContext) -> str:
+        if context.payload and "fail" in context.payload:
+            raise ExecutionFailed("told to fail")
+        return "ok"
+
+
+class WorkerHarness:
+    """Intake, attempts and outbox wired as ``consumers.worker.loop.Worker`` wires them;
+    no executor reaches a target."""
+
+    def __init__(self) -> None:
+        self.codec = new_codec()
+        self.producer = FakeProducer()
+        self.consumer = FakeConsumer(producer=self.producer)
+        self.trackers: dict[tuple[str, int], OffsetTracker] = {}
+        self.dedup = Dedup(86_400_000, 100_000, now_ms=0)
+        tally = metrics.Tally()
+        publisher = fake_publisher(self.codec, self.producer, serve_each=False)
+        self.outbox = Outbox(publisher, topics=TOPICS, name="w1", consumer=self.consumer,  # type: ignore[arg-type]
+                             trackers=self.trackers, dedup=self.dedup, tally=tally)  # fmt: skip
+        history = HistoryReplay(None, topic=TOPICS.history, dedup=self.dedup, lookup=None)  # type: ignore[arg-type]
+        config = WorkerConfig(group="g", concurrency=4)
+        self.intake = Intake(config, topics=TOPICS, consumer=self.consumer, codec=self.codec,  # type: ignore[arg-type]
+                             trackers=self.trackers, history=history, outbox=self.outbox)  # fmt: skip
+        self.attempts = Attempts(SETTINGS, config, outbox=self.outbox, dedup=self.dedup,
+                                 cancels={}, tally=tally)  # fmt: skip
+        for executor in list(self.attempts.executors.values()):
+            close = getattr(executor, "close", None)
+            if close is not None:
+                close()
+        self.attempts.executors = dict.fromkeys(self.attempts.executors, Recording())  # type: ignore[arg-type]
+        self.intake.assigned((RUNS, 0), committed=0, runs_end=0, history_end=0)
+        self.offset = 0
+
+    def read(self, value: bytes, key: bytes = b"j") -> int:
+        """A record read from runs.normal partition 0; its offset."""
+        self.offset += 1
+        self.intake.accept(FakeMessage(RUNS, 0, self.offset, value, key, timestamp_ms=NOW_MS))
+        return self.offset
+
+    def run_all(self, timeout_s: float = 5.0) -> None:
+        """Start what the backlog holds and settle every attempt."""
+        import time
+
+        deadline = time.monotonic() + timeout_s
+        self.attempts.start_some(64, self.intake.take)
+        while self.attempts.running and time.monotonic() < deadline:
+            self.attempts.collect(wait=0.05)
+        self.outbox.settle(wait=True)
+
+    def outcomes(self) -> list[RunOutcome]:
+        return decoded(self.codec, self.producer, TOPICS.history, RunOutcome)
+
+    def letters(self) -> list[DeadLetter]:
+        return decoded(self.codec, self.producer, TOPICS.dlq, DeadLetter)
+
+    def close(self) -> None:
+        self.attempts.pool.shutdown()
+
+
+# -- history sink and archiver --------------------------------------------------------------
+_COLUMN = re.compile(r"^\s+(\w+)\s+(\w+)", re.MULTILINE)
+_INSERT = re.compile(r"INSERT INTO \w+\.(\w+) \(([^)]*)\)", re.DOTALL)
+
+
+class _Statement:
+    """A prepared statement whose ``bind`` serializes every value as Cassandra's driver
+    would for the column's type (a wrong type or an out-of-range number raises there)."""
+
+    def __init__(self, types: list[Any]) -> None:
+        self.types = types
+
+    def bind(self, values: tuple[Any, ...]) -> Any:
+        from cassandra.query import UNSET_VALUE
+
+        assert len(values) == len(self.types), (len(values), len(self.types))
+        for kind, value in zip(self.types, values, strict=True):
+            if value is not UNSET_VALUE and value is not None:
+                kind.serialize(value, 4)
+        return values
+
+
+class SchemaSession:
+    """What ``HistoryTables`` asks of a session: statements prepared against the column
+    types of the migrations (``consumers/cql/migrations``), without Cassandra."""
+
+    CQL: ClassVar[dict[str, str]] = {"text": "UTF8Type", "int": "Int32Type", "bigint": "LongType",
+           "timestamp": "DateType", "date": "SimpleDateType", "smallint": "ShortType"}  # fmt: skip
+
+    def __init__(self) -> None:
+        from cassandra import cqltypes
+
+        root = Path(__file__).resolve().parents[1] / "consumers" / "cql" / "migrations"
+        self.columns: dict[str, Any] = {}
+        for path in sorted(root.glob("*.cql")):
+            for name, kind in _COLUMN.findall(path.read_text()):
+                if kind in self.CQL:
+                    self.columns[name] = cqltypes.lookup_casstype(self.CQL[kind])
+        self.bigint = cqltypes.lookup_casstype("LongType")
+        self.int = cqltypes.lookup_casstype("Int32Type")
+
+    def prepare(self, cql: str) -> _Statement:
+        match = _INSERT.search(cql)
+        if match is None:
+            return _Statement([])  # a SELECT: never bound here
+        names = [n.strip() for n in match.group(2).split(",")]
+        return _Statement([self.columns[n] for n in names] + [self.bigint, self.int])
+
+
+class SinkHarness:
+    def __init__(self) -> None:
+        self.codec = new_codec()
+        self.producer = FakeProducer()
+        s = self.sink = object.__new__(Sink)
+        s.codec, s.topics = self.codec, TOPICS
+        s.publisher = fake_publisher(self.codec, self.producer)
+        s.tables = HistoryTables(SchemaSession(), "ks", ttl_s=86_400 * 30)
+        s.faults = RecordFaults("sink", infrastructure=transient_errors())
+        self.offset = 0
+
+    def rows_of(self, value: bytes) -> tuple[list[Any], str | None]:
+        self.offset += 1
+        return self.sink.rows_of(FakeMessage(TOPICS.history, 0, self.offset, value, b"j"))
+
+
+class ArchiverHarness:
+    def __init__(self) -> None:
+        self.codec = new_codec()
+        self.producer = FakeProducer()
+        a = self.archiver = object.__new__(Archiver)
+        a.codec, a.dlq, a.letters = self.codec, TOPICS.dlq, False
+        a.publisher = fake_publisher(self.codec, self.producer)
+        a.faults = RecordFaults("archiver")
+        self.offset = 0
+
+    def accept(self, value: bytes) -> RunOutcome | None:
+        self.offset += 1
+        return self.archiver.accept(FakeMessage(TOPICS.history, 0, self.offset, value, b"j"))
+
+    def letters(self) -> list[DeadLetter]:
+        return decoded(self.codec, self.producer, TOPICS.dlq, DeadLetter)
+
+
+# -- flows coordinator ----------------------------------------------------------------------
+class Known:
+    """The flow definitions a coordinator knows (``streams.flow_definitions``'s dict)."""
+
+    def __init__(self, *flows: FlowDefinition) -> None:
+        self.flows = {f.flow_id: f for f in flows}
+
+
+class _Out:
+    def __init__(self, sent: list[tuple[str, bytes]], topic: str) -> None:
+        self.sent, self.topic = sent, topic
+
+    async def send(self, key: bytes, value: bytes, headers: Any) -> None:
+        self.sent.append((self.topic, value))
+
+
+class Table(dict[str, str]):
+    """The coordinator's faust table: rows as JSON text, every write acknowledged."""
+
+    async def written(self) -> None:
+        return None
+
+
+@dataclass
+class _Message:
+    tp: tuple[str, int]
+    offset: int
+    key: bytes
+
+
+class FaustEvent:
+    def __init__(self, value: bytes, offset: int, key: bytes = b"f") -> None:
+        self.value = value
+        self.message = _Message((TOPICS.flow_events, 0), offset, key)
+
+
+class FlowsHarness:
+    def __init__(self, *flows: FlowDefinition, coordinator: type[Coordinator] = Coordinator
+                 ) -> None:  # fmt: skip
+        self.codec = new_codec()
+        self.coordinator = coordinator(SETTINGS, self.codec, Known(*flows))  # type: ignore[arg-type]
+        self.table = Table()
+        self.sent: list[tuple[str, bytes]] = []
+        out = {t: _Out(self.sent, t) for t in TOPICS.names()}
+        self.runner = _Runner(self.coordinator, self.codec, self.table, out)
+        self.offset = 0
+
+    def handle(self, *values: bytes) -> None:
+        events = []
+        for value in values:
+            self.offset += 1
+            events.append(FaustEvent(value, self.offset))
+        asyncio.run(self.runner.handle_batch(events))
+
+    def on(self, topic: str, kind: type[Any]) -> list[Any]:
+        return [self.codec.decode(v, kind) for t, v in self.sent if t == topic]
+
+    def rows(self) -> JsonRows:
+        return JsonRows(self.table)
