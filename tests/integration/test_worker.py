@@ -330,7 +330,9 @@ def test_secrets_stay_in_their_tenant_and_out_of_history_the_dlq_and_the_log(
         with JobClient(ns) as client:  # as the admission stores a tenant's job
             client.put(replace(job_from_spec({"id": "acme/echo", **spec},
                                              max_payload_bytes=65536), tenant="acme"))  # fmt: skip
-        w = worker(ns, tmp_path, procs, "w", "--secrets-dir", str(secrets))
+        # the tenant may call the echo target (its grant): what stops it is the secret
+        w = worker(ns, tmp_path, procs, "w", "--secrets-dir", str(secrets),
+                   "--grant", "acme:http=127.0.0.1")  # fmt: skip
         (ours,) = trigger(ns, "echo", ["once"])
         (theirs,) = trigger(ns, "acme/echo", ["once"])
         seen = wait_for(ns, settled([ours, theirs], "FAILED"), timeout=60)
