@@ -48,8 +48,17 @@ from runtime.registry import registry_client
 from runtime.settings import Settings
 from runtime.tokens import ADMIN, issue_token
 from schemas.avro import schema_json
-from schemas.catalog import ROLES, TENANT_TOPICS, RoleAccess, Topics, role_user
+from schemas.catalog import (
+    ROLES,
+    TENANT_COMMANDS,
+    TENANT_RESULTS,
+    TENANT_TOPICS,
+    RoleAccess,
+    Topics,
+    role_user,
+)
 from schemas.serde import Codec
+from schemas.tenancy import tenant_of_topic
 
 COMPATIBILITY = "BACKWARD"
 
@@ -387,6 +396,25 @@ def ensure_subjects(settings: Settings) -> dict[str, int]:
     return ids
 
 
+def ensure_tenant_subjects(settings: Settings) -> int:
+    """Every onboarded tenant's two subjects (commands, answers) at the current schemas:
+    a tenant added before a schema gained a field (TenantResult's ``code``) would
+    otherwise make the admission, which may read the registry but not write it, fail to
+    publish its answers. Returns the tenants brought up to date."""
+    admin = kafka_admin(settings, superuser=True)
+    listed = admin.list_topics(timeout=30).topics
+    topics = Topics(settings)
+    tenants = sorted(
+        {t for t in (tenant_of_topic(settings.topic_prefix, name) for name in listed) if t}
+    )
+    with registry_client(settings, writer=True) as registry:
+        codec = Codec(registry)
+        for tenant in tenants:
+            codec.register(f"{topics.tenant_commands(tenant)}-value", TENANT_COMMANDS.value_type)
+            codec.register(f"{topics.tenant_results(tenant)}-value", TENANT_RESULTS.value_type)
+    return len(tenants)
+
+
 def ensure_keyspace(settings: Settings) -> list[str]:
     """The keyspace migrated, and readable and writable by cronstream's user (as the
     super user, ``infra.cassandra_access``). Returns the migrations applied."""
@@ -417,6 +445,9 @@ def bootstrap(settings: Settings, say: Callable[[str], None] = _say) -> None:
         )
     ids = ensure_subjects(settings)
     say(f"schemas: {len(ids)} subjects registered ({COMPATIBILITY} compatibility)")
+    tenants = ensure_tenant_subjects(settings)
+    if tenants:
+        say(f"schemas: the subjects of {tenants} tenants at the current schemas")
     applied = ensure_keyspace(settings)
     say(
         f"cassandra: keyspace {settings.keyspace!r}, "

@@ -40,6 +40,20 @@ class TenantAction(StrEnum):
     CANCEL = "CANCEL"
 
 
+class RefusalCode(StrEnum):
+    """Why the admission refused a command, for machines: the API's HTTP status
+    (``cronstream.api.app.STATUS_OF``) and clients decide by it, never by the reason's
+    words. Avro enum ``cronstream.RefusalCode``: a code added later reads as INVALID in
+    an older reader (the enum's default)."""
+
+    NOT_FOUND = "not_found"  # no such job of this tenant (another tenant's included)
+    QUOTA = "quota"  # the job quota or the trigger rate; the reason says when it fits
+    INVALID = "invalid"  # a definition, an id or a key the limits or the rules refuse
+    POLICY = "policy"  # a target the tenant is not granted (``schemas.policy``)
+    UNREADABLE = "unreadable"  # a record that is not a command this admission can read
+    INTERNAL = "internal"  # the command made the admission raise (``runtime.faults``)
+
+
 def tenant_problems(name: str) -> list[str]:
     if not TENANT_NAME.match(name):
         return [f"tenant {name[:80]!r} must be 1-32 characters of a-z, 0-9 and '-', "
@@ -130,6 +144,7 @@ class TenantResult(AvroRecord):
     reason: str | None = None
     run_id: str | None = None
     action: TenantAction | None = None
+    code: RefusalCode | None = None  # a refusal's (None: accepted, or an older admission)
 
     def key(self) -> str:
         return self.job_id
@@ -139,6 +154,8 @@ class TenantResult(AvroRecord):
         action = self.action.value.encode() if self.action else b""
         headers = [("event", b"TenantResult"), ("action", action),
                    ("job_id", self.job_id.encode()), ("verdict", verdict)]  # fmt: skip
+        if self.code:
+            headers.append(("code", self.code.value.encode()))
         if self.reason:
             headers.append(("reason", self.reason[:200].encode()))
         return headers

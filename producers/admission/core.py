@@ -9,7 +9,10 @@
 - Quotas: at most ``max_jobs`` jobs per tenant (a put of a new job over it is refused);
   at most ``triggers_per_minute`` accepted manual runs per tenant in any 60 s (a trigger
   over it is refused, saying when the next one fits). Every refusal is a result with its
-  reason on the tenant's results topic; nothing is dropped silently.
+  reason and its code (``schemas.tenancy.RefusalCode``: not_found, quota, invalid,
+  policy; unreadable and internal for a record that is no command or that made the
+  processor raise) on the tenant's results topic; nothing is dropped silently. Each
+  refusal is made as a ``Refusal`` (code and reason together) where it is decided.
 - Target policy (``schemas.policy``): a put whose target the tenant is not granted (a
   private address, another tenant's or cronstream's topic, python, shell) is refused
   naming the rule; ``policy`` is the current one (the processor keeps it fresh).
@@ -30,7 +33,14 @@ from schemas.ids import job_id_of, manual_run_id
 from schemas.instants import to_ms
 from schemas.limits import MAX_JOB_ID, idempotency_key_problems, name_problems
 from schemas.policy import TenantPolicy
-from schemas.tenancy import TenantAction, TenantCommand, TenantResult, qualify, unqualify
+from schemas.tenancy import (
+    RefusalCode,
+    TenantAction,
+    TenantCommand,
+    TenantResult,
+    qualify,
+    unqualify,
+)
 
 MINUTE_MS = 60_000
 MAX_REASON = 2000  # characters of a refusal's reason kept in the answer
@@ -40,6 +50,19 @@ MAX_REASON = 2000  # characters of a refusal's reason kept in the answer
 class Quotas:
     max_jobs: int = 1000
     triggers_per_minute: int = 600
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a command is refused: its code for machines, its reason for people."""
+
+    code: RefusalCode
+    reason: str
+
+
+def _refusal(code: RefusalCode, problems: list[str]) -> Refusal:
+    """Every problem found, in one reason."""
+    return Refusal(code, "; ".join(problems))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,12 +111,18 @@ class Admission(JobsView):
         self.max_payload_bytes = max_payload_bytes
         self.triggers: dict[str, deque[int]] = {}  # tenant -> accepted triggers' ms
 
-    def refuse(self, key: str, offset: int, reason: str, now: datetime) -> Decision:
+    def unreadable(self, key: str, offset: int, reason: str, now: datetime) -> Decision:
         """The answer to a record that is not a command this admission can read."""
         return Decision(result=TenantResult(
             command_id="", action=None, job_id=_clip(key, MAX_JOB_ID), accepted=False,
             recorded_at=now, source_offset=offset, reason=_clip(reason, MAX_REASON),
+            code=RefusalCode.UNREADABLE,
         ))  # fmt: skip
+
+    def faulted(self, command: TenantCommand, offset: int, reason: str, now: datetime) -> Decision:
+        """The answer to a command that made the admission raise (``runtime.faults``:
+        ``reason`` is the fault's)."""
+        return self._answer(command, offset, now, Refusal(RefusalCode.INTERNAL, reason))
 
     def decide(
         self, tenant: str, command: TenantCommand, *, offset: int, now: datetime
@@ -103,13 +132,14 @@ class Admission(JobsView):
             *name_problems("job id", command.job_id, MAX_JOB_ID - len(tenant) - 1),
         ]
         if problems:
-            return self._answer(command, offset, now, "; ".join(problems))
+            return self._answer(command, offset, now, _refusal(RefusalCode.INVALID, problems))
         stored = qualify(tenant, command.job_id)
         if command.action is TenantAction.PUT:
             return self._put(tenant, stored, command, offset, now)
         job = self.of_tenant(tenant, command.job_id)
         if job is None:
-            return self._answer(command, offset, now, f"no job {command.job_id!r}")
+            why = Refusal(RefusalCode.NOT_FOUND, f"no job {command.job_id!r}")
+            return self._answer(command, offset, now, why)
         if command.action is TenantAction.CANCEL:
             return self._cancel(tenant, command, offset, now)
         if command.action is TenantAction.DELETE:
@@ -126,16 +156,20 @@ class Admission(JobsView):
         self, tenant: str, stored: str, command: TenantCommand, offset: int, now: datetime
     ) -> Decision:
         if command.job is None:
-            return self._answer(command, offset, now, "PUT without a job definition")
+            why = Refusal(RefusalCode.INVALID, "PUT without a job definition")
+            return self._answer(command, offset, now, why)
         job = replace(command.job, job_id=stored, tenant=tenant, updated_at=now)
         problems = job_problems(job, max_payload_bytes=self.max_payload_bytes)
-        problems = problems or self.policy.problems(tenant, stored, job.target)
         if problems:
-            return self._answer(command, offset, now, "; ".join(problems))
+            return self._answer(command, offset, now, _refusal(RefusalCode.INVALID, problems))
+        problems = self.policy.problems(tenant, stored, job.target)
+        if problems:
+            return self._answer(command, offset, now, _refusal(RefusalCode.POLICY, problems))
         have = self.counts[tenant]
         if stored not in self.jobs and have >= self.quotas.max_jobs:
-            return self._answer(command, offset, now, f"job quota: tenant {tenant!r} has "
-                                f"{have} of its {self.quotas.max_jobs} jobs")  # fmt: skip
+            why = Refusal(RefusalCode.QUOTA, f"job quota: tenant {tenant!r} has "
+                          f"{have} of its {self.quotas.max_jobs} jobs")  # fmt: skip
+            return self._answer(command, offset, now, why)
         self.observe(stored, job)
         return replace(self._answer(command, offset, now), job=(stored, job))
 
@@ -145,7 +179,7 @@ class Admission(JobsView):
         key = command.idempotency_key or command.command_id
         problems = idempotency_key_problems(key)
         if problems:
-            return self._answer(command, offset, now, "; ".join(problems))
+            return self._answer(command, offset, now, _refusal(RefusalCode.INVALID, problems))
         now_ms = to_ms(now)
         recent = self.triggers.setdefault(tenant, deque())
         while recent and recent[0] <= now_ms - MINUTE_MS:
@@ -154,7 +188,8 @@ class Admission(JobsView):
         if len(recent) >= limit:
             wait_s = (recent[0] + MINUTE_MS - now_ms) / 1000
             why = f"trigger quota: at most {limit} manual runs per minute; the next fits in "
-            return self._answer(command, offset, now, f"{why}{wait_s:.1f} s")
+            return self._answer(command, offset, now,
+                                Refusal(RefusalCode.QUOTA, f"{why}{wait_s:.1f} s"))  # fmt: skip
         recent.append(now_ms)
         run = job.run_request(
             run_id=manual_run_id(job.job_id, key), scheduled_at=now, fired_at=now,
@@ -168,10 +203,10 @@ class Admission(JobsView):
         try:
             owner = job_id_of(run_id)
         except ValueError as exc:
-            return self._answer(command, offset, now, str(exc))
+            return self._answer(command, offset, now, Refusal(RefusalCode.INVALID, str(exc)))
         if owner != command.job_id:
             why = f"run {run_id!r} is not a run of job {command.job_id!r}"
-            return self._answer(command, offset, now, why)
+            return self._answer(command, offset, now, Refusal(RefusalCode.INVALID, why))
         stored = qualify(tenant, run_id)
         cancel = ControlCommand(
             command_id=command.command_id, action=ControlAction.CANCEL, run_id=stored,
@@ -184,18 +219,19 @@ class Admission(JobsView):
         command: TenantCommand,
         offset: int,
         now: datetime,
-        reason: str | None = None,
+        refusal: Refusal | None = None,
         *,
         run_id: str | None = None,
     ) -> Decision:
-        """Refused with ``reason``, else accepted."""
+        """Refused for ``refusal``'s code and reason, else accepted."""
         return Decision(result=TenantResult(
             # an id too long to echo: answered by its offset, as an unreadable record is
             command_id=command.command_id if len(command.command_id) <= MAX_JOB_ID else "",
             action=command.action,
-            job_id=_clip(command.job_id, MAX_JOB_ID), accepted=reason is None,
-            recorded_at=now, source_offset=offset,
-            reason=None if reason is None else _clip(reason, MAX_REASON), run_id=run_id,
+            job_id=_clip(command.job_id, MAX_JOB_ID), accepted=refusal is None,
+            recorded_at=now, source_offset=offset, run_id=run_id,
+            reason=None if refusal is None else _clip(refusal.reason, MAX_REASON),
+            code=None if refusal is None else refusal.code,
         ))  # fmt: skip
 
 

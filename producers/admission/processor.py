@@ -17,9 +17,10 @@ answered twice. Each tenant's commands topic has one partition, so one admission
 all of a tenant's commands in order and its quotas are exact.
 
 **A command that makes the admission raise** (a bug its values reach, not a refusal
-the decision knows): the tenant gets it refused with the error as the reason, its offset
-is committed with the batch and the next command is decided (``runtime.faults``: only
-twenty in a row from three tenants, without one decided between, stop the process).
+the decision knows): the tenant gets it refused (code ``internal``) with the error as
+the reason, its offset is committed with the batch and the next command is decided
+(``runtime.faults``: only twenty in a row from three tenants, without one decided
+between, stop the process).
 
 The jobs known (for ownership, pause/resume/trigger and the job quota) come from the
 jobs topic, read to its end before the first command and followed after that, so an
@@ -51,13 +52,7 @@ from schemas.audit import AuditRecord
 from schemas.catalog import Topics
 from schemas.events import JobDefinition, job_headers, utc_now
 from schemas.serde import Codec, DecodeError
-from schemas.tenancy import (
-    TenantCommand,
-    TenantResult,
-    commands_pattern,
-    qualify,
-    tenant_of_topic,
-)
+from schemas.tenancy import TenantCommand, commands_pattern, qualify, tenant_of_topic
 
 log = logging.getLogger("cronstream.admission")
 
@@ -184,8 +179,8 @@ class AdmissionProcessor:
         try:
             command = self.codec.decode(msg.value(), TenantCommand)
         except DecodeError as exc:
-            self.write(tenant, self.admission.refuse(key, offset, f"undecodable command: {exc}",
-                                                     now))  # fmt: skip
+            why = f"undecodable command: {exc}"
+            self.write(tenant, self.admission.unreadable(key, offset, why, now))
             return
         stored = qualify(tenant, command.job_id)
         before = self.admission.jobs.get(stored)
@@ -194,10 +189,7 @@ class AdmissionProcessor:
         except Exception as exc:  # a bug this command reaches: refused, the next one goes on
             fault = self.faults.fault_at(exc, msg, tenant=tenant)
             self.admission.observe(stored, before)  # as it was, whatever decide changed
-            decision, record = Decision(result=TenantResult(
-                command_id=command.command_id, action=command.action, job_id=command.job_id,
-                accepted=False, recorded_at=now, source_offset=offset, reason=fault.reason,
-            )), None  # fmt: skip
+            decision, record = self.admission.faulted(command, offset, fault.reason, now), None
         else:
             self.faults.ok()
         if record is not None:  # the trail, flushed with the change (``step``)

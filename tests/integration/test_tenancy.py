@@ -31,7 +31,7 @@ from schemas.events import (
     Trigger,
 )
 from schemas.serde import Codec
-from schemas.tenancy import tenant_user
+from schemas.tenancy import RefusalCode, tenant_user
 from tests.integration.helpers import cronstream, read_topic, record_count
 from tests.integration.tenants import AdmissionThread
 
@@ -77,6 +77,7 @@ def test_a_tenant_acts_on_its_own_jobs_only_and_its_tenant_comes_from_its_login(
                         cb.cancel("nightly@manual:k1")):  # fmt: skip
             assert not refused.accepted
             assert refused.reason == "no job 'nightly'"
+            assert refused.code is RefusalCode.NOT_FOUND
         assert _stored(ns)[f"{a}/nightly"] == stored
         # Nor by naming it with a's prefix: that is b's job "<a>/nightly", which it lacks.
         assert cb.delete(f"{a}/nightly").reason == f"no job '{a}/nightly'"
@@ -156,6 +157,7 @@ def test_quotas_refuse_with_the_reason_on_the_tenants_results_topic(
         over = ca.put(_job("j3"))
         assert not over.accepted
         assert over.reason == f"job quota: tenant '{a}' has 3 of its 3 jobs"
+        assert over.code is RefusalCode.QUOTA
         assert ca.put(_job("j0")).accepted  # changing one it has is no new job
         assert cb.put(_job("j0")).accepted  # b's quota is b's own
         assert [ca.trigger("j1").accepted for _ in range(2)] == [True, True]
@@ -187,6 +189,7 @@ def test_an_unreadable_command_is_answered_and_changes_nothing(
     assert answer.action is None
     assert answer.reason is not None
     assert answer.reason.startswith("undecodable command")
+    assert answer.code is RefusalCode.UNREADABLE
     assert record_count(ns, Topics(ns).jobs) == 0
 
 

@@ -16,6 +16,7 @@ from producers.tenant import TenantClient
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import CronSchedule, JobDefinition, Priority, Target
+from schemas.tenancy import RefusalCode
 from tests.integration.tenants import AdmissionThread, Api
 from tests.integration.test_api import SPEC
 
@@ -37,6 +38,7 @@ def test_a_record_the_admission_cannot_read_is_refused_and_the_next_one_accepted
         bad = client.put(_job("bad", Target(type="http", url="http://[zz]/")))
         assert not bad.accepted
         assert "not a usable URL" in (bad.reason or ""), bad.reason
+        assert bad.code is RefusalCode.INVALID
         started = time.monotonic()
         good = client.put(_job("good", Target(type="http", url="https://example.com/h")))
         assert good.accepted, good.reason
@@ -62,6 +64,7 @@ def test_a_tenant_is_refused_every_target_it_was_not_granted(
             answer = client.put(_job(what.replace(" ", "-").replace("'", ""), target))
             assert not answer.accepted, what
             assert (answer.reason or "").startswith("target policy: "), (what, answer.reason)
+            assert answer.code is RefusalCode.POLICY, what
         own = client.put(_job("own-topic", Target(type="kafka", topic=f"{a}.events")))
         assert own.accepted, own.reason
 
@@ -87,7 +90,7 @@ def test_an_operators_grant_allows_exactly_the_host_and_port_it_names(
         assert not cb.put(_job("demo", target)).accepted  # a's grant is not b's
 
 
-def test_the_api_answers_unreadable_specs_with_422_and_goes_on(
+def test_the_api_answers_unreadable_specs_with_422_an_ungranted_target_with_403(
     history_ns: Settings, two: tuple[str, str], api: Api
 ) -> None:
     a, _ = two
@@ -101,7 +104,7 @@ def test_the_api_answers_unreadable_specs_with_422_and_goes_on(
         key = ca.post("/v1/jobs/x/trigger", json={"idempotency_key": 5})
         assert key.status_code == 422, key.text
         private = ca.put("/v1/jobs/p", json={**SPEC, "url": "http://127.0.0.1:9190/-/quit"})
-        assert private.status_code == 422, private.text
+        assert private.status_code == 403, private.text  # readable, but not granted (issue 32)
         assert private.json()["error"].startswith("target policy: ")
         good = ca.put("/v1/jobs/good", json=SPEC)
         assert good.status_code == 200, good.text

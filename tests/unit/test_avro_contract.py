@@ -1,9 +1,11 @@
-"""Every event round-trips through its .avsc schema, and the schemas evolve compatibly."""
+"""Every event round-trips through its .avsc schema, and the schemas evolve compatibly
+(a job definition, and the admission's answer before and after refusal codes)."""
 
 from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -34,6 +36,7 @@ from schemas.events import (
     iso,
     to_jsonable,
 )
+from schemas.tenancy import RefusalCode, TenantAction, TenantResult
 
 T0 = datetime(2026, 11, 22, 10, 0, 0, 123000, tzinfo=UTC)
 HTTP = Target(type="http", url="https://example.com/h", headers={"X-A": "1"})
@@ -145,6 +148,50 @@ def test_records_written_with_todays_schema_read_with_the_older_one() -> None:
     back = read(write(current, job.to_avro()), current, old)
     assert back["job_id"] == "cron"
     assert "jitter_ms" not in back
+
+
+REFUSED = TenantResult(command_id="c1", job_id="j", accepted=False, recorded_at=T0,
+                       source_offset=7, reason="job quota: ...", action=TenantAction.PUT,
+                       code=RefusalCode.QUOTA)  # fmt: skip
+
+
+def _old_result_schema() -> dict[str, Any]:
+    """TenantResult as it was before refusal codes (issue 32): no ``code``."""
+    current = json.loads(schema_json(TenantResult.AVRO_NAME))
+    return {**current, "fields": [f for f in current["fields"] if f["name"] != "code"]}
+
+
+def test_a_refusal_round_trips_with_its_code() -> None:
+    schema = parsed_schema(TenantResult.AVRO_NAME)
+    back = TenantResult.from_avro(read(write(schema, REFUSED.to_avro()), schema, schema))
+    assert back == REFUSED
+
+
+def test_answers_written_before_refusal_codes_read_without_one() -> None:
+    old = fastavro.parse_schema(_old_result_schema())
+    record = {k: v for k, v in REFUSED.to_avro().items() if k != "code"}
+    current = parsed_schema(TenantResult.AVRO_NAME)
+    back = TenantResult.from_avro(read(write(old, record), old, current))
+    assert back == replace(REFUSED, code=None)
+
+
+def test_answers_with_a_code_read_with_the_schema_before_codes() -> None:
+    old = fastavro.parse_schema(_old_result_schema())
+    current = parsed_schema(TenantResult.AVRO_NAME)
+    back = read(write(current, REFUSED.to_avro()), current, old)
+    assert (back["reason"], "code" in back) == ("job quota: ...", False)
+
+
+def test_a_refusal_code_added_later_reads_as_invalid() -> None:
+    newer = json.loads(schema_json(TenantResult.AVRO_NAME))
+    code = next(f for f in newer["fields"] if f["name"] == "code")
+    enum = code["type"][1]
+    enum["symbols"] = [*enum["symbols"], "overloaded"]
+    writer = fastavro.parse_schema(newer)
+    record = {**REFUSED.to_avro(), "code": "overloaded"}
+    current = parsed_schema(TenantResult.AVRO_NAME)
+    back = TenantResult.from_avro(read(write(writer, record), writer, current))
+    assert back.code is RefusalCode.INVALID  # the enum's default: the API's 422
 
 
 def test_events_render_as_json() -> None:

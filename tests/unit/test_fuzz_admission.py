@@ -35,6 +35,7 @@ def test_every_tenant_command_is_answered_and_none_makes_the_admission_raise(
     result = h.send("acme", command)
     assert result.source_offset == h.offset
     assert result.accepted or result.reason
+    assert (result.code is None) is result.accepted, result.reason  # every refusal has a code
     assert h.processor.faults.streak == 0, result.reason  # refused as bad input, not a fault
 
 

@@ -30,7 +30,7 @@ from schemas.events import (
 )
 from schemas.flows import FlowEvent, FlowEventKind
 from schemas.registry import RegistryUnavailable
-from schemas.tenancy import TenantAction, TenantCommand
+from schemas.tenancy import RefusalCode, TenantAction, TenantCommand
 from streams.core.partition import PartitionScheduler
 from streams.flows import Coordinator
 from tests.processors import (
@@ -176,6 +176,7 @@ def test_the_admission_refuses_a_command_it_raises_on_and_decides_the_next(
     assert (refused.accepted, refused.command_id, refused.action) == (False, "poison",
                                                                       TenantAction.PUT)  # fmt: skip
     assert refused.reason == "internal error on this record: ValueError: Invalid IPv6 URL"
+    assert refused.code is RefusalCode.INTERNAL
     assert "acme/bad" not in h.processor.admission.jobs  # the view as it was
     assert h.send("acme", put("next")).accepted
     assert h.processor.admission.counts["acme"] == 1

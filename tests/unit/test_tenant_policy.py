@@ -13,7 +13,7 @@ from producers.admission.core import Admission, Quotas
 from runtime.grants import PolicyBook, read_grants
 from schemas.events import IntervalSchedule, JobDefinition, Target
 from schemas.policy import GrantError, TenantPolicy, argv_matches, parse_grant
-from schemas.tenancy import TenantAction, TenantCommand
+from schemas.tenancy import RefusalCode, TenantAction, TenantCommand
 
 NOW = datetime(2026, 11, 27, tzinfo=UTC)
 
@@ -178,6 +178,7 @@ def test_the_admission_refuses_a_target_the_tenant_is_not_granted() -> None:
     assert not decision.result.accepted
     assert decision.job is None
     assert "127.0.0.1 port 9190 is not a public address" in (decision.result.reason or "")
+    assert decision.result.code is RefusalCode.POLICY  # the API's 403
     admission.policy = TenantPolicy(["acme:http=127.0.0.1:9190"])
     decision = admission.decide("acme", _put(http("http://127.0.0.1:9190/-/quit")), offset=1,
                                 now=NOW)  # fmt: skip
@@ -193,6 +194,7 @@ def test_the_admission_refuses_a_url_urlparse_cannot_read() -> None:
     decision = admission.decide("acme", bad, offset=0, now=NOW)
     assert not decision.result.accepted
     assert "not a usable URL" in (decision.result.reason or "")
+    assert decision.result.code is RefusalCode.INVALID  # the definition's rules, before policy
 
 
 def test_an_answer_never_echoes_an_oversized_id_in_full() -> None:
