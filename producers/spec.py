@@ -6,7 +6,8 @@ A spec is a plain mapping with the same names as the CLI flags::
     cron: "0 2 * * *"            # or every: 15m [anchor: ISO8601, default the Unix epoch]
                                   # or at: ISO8601 (once); none of them: manual runs only
     tz: Europe/Paris
-    target: http                  # http | kafka | python | shell
+    target: http                  # a target type: http | kafka | python | shell | flow
+                                  # or a plugin's (schemas.targets, docs/targets.md)
     url: https://example.com/hook # http; or topic: (kafka), callable: mod:func (python),
                                   # command: (shell)
     method: POST                  # http, optional
@@ -36,13 +37,11 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urlparse
 
 import yaml
 
 from schemas.events import (
     EPOCH,
-    TARGET_TYPES,
     Concurrency,
     CronSchedule,
     IntervalSchedule,
@@ -63,10 +62,10 @@ from schemas.limits import (
     deadline_problems,
     name_problems,
     retry_problems,
-    target_limit_problems,
     timing_problems,
 )
-from schemas.redact import redact_url, secret_name, sensitive
+from schemas.redact import secret_name, sensitive
+from schemas.targets import target_problems
 from streams.core.cron import CronError, parse_cron
 from streams.core.zones import ZoneError, load_zone, wall_instant_ms
 
@@ -389,46 +388,6 @@ def _policy_problems(job: JobDefinition, max_payload_bytes: int) -> list[str]:
                 "(CRONSTREAM_MAX_PAYLOAD_BYTES)"
             )
     return problems + retry_problems(job.retry, job.timeout_ms) + deadline_problems(job.deadline_ms)
-
-
-def target_problems(target: Target) -> list[str]:
-    return _target_kind_problems(target) or target_limit_problems(target)
-
-
-def _target_kind_problems(target: Target) -> list[str]:
-    kind = target.type
-    if kind not in TARGET_TYPES:
-        return [f"target type {kind!r} is not one of {', '.join(TARGET_TYPES)}"]
-    if kind == "http":
-        return _http_problems(target)
-    elif kind == "kafka" and not target.topic:
-        return ["target kafka needs a topic"]
-    elif kind == "python":
-        module, sep, func = (target.callable or "").partition(":")
-        if not sep or not module or not func.isidentifier():
-            return [f"target python needs a callable as 'module:function', got {target.callable!r}"]
-    elif kind == "shell" and not (target.command or "").strip():
-        return ["target shell needs a command"]
-    return []
-
-
-def _http_problems(target: Target) -> list[str]:
-    if not target.url:
-        return ["target http needs a url"]
-    try:  # urlparse refuses some hosts ('http://[zz]/'), .port a bad port
-        parsed = urlparse(target.url)
-        _ = parsed.port
-    except ValueError as exc:
-        return [f"url {redact_url(target.url)[:200]!r} is not a usable URL: {exc}"]
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        return [f"url {redact_url(target.url)!r} is not an http(s) URL"]
-    if "@" in parsed.netloc:
-        return ["url holds credentials (user:password@), which would travel in every "
-                "run request and are never sent: use a header such as "
-                "'Authorization: secret:NAME' resolved by the workers"]  # fmt: skip
-    if target.method not in ("GET", "POST", "PUT", "PATCH", "DELETE"):
-        return [f"http method {target.method!r} is not GET, POST, PUT, PATCH or DELETE"]
-    return []
 
 
 def literal_secrets(job: JobDefinition) -> list[str]:

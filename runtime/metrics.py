@@ -26,6 +26,8 @@ from prometheus_client import (
 )
 from prometheus_client.metrics_core import HistogramMetricFamily, Metric
 
+from schemas.targets import names as target_types
+
 REGISTRY = CollectorRegistry(auto_describe=True)
 M = TypeVar("M", Counter, Gauge, Histogram)
 
@@ -167,7 +169,6 @@ member_ready = Gauge(
 
 RUN_STATUSES = ("SUCCEEDED", "FAILED", "RETRIED", "TIMED_OUT", "CANCELED", "DEAD_LETTERED",
                 "DUPLICATE", "SKIPPED")  # fmt: skip
-TARGET_TYPES = ("http", "kafka", "python", "shell", "flow")
 
 
 def zero_counters(role: str) -> None:
@@ -180,7 +181,7 @@ def zero_counters(role: str) -> None:
         labelled(record_faults, role)
     if role == "worker":
         for status in RUN_STATUSES:
-            for target in TARGET_TYPES:
+            for target in target_types():  # each registered one (schemas.targets)
                 labelled(runs_finished, status, target)
 
 

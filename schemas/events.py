@@ -86,9 +86,6 @@ class ControlAction(StrEnum):
     CANCEL = "CANCEL"
 
 
-TARGET_TYPES = ("http", "kafka", "python", "shell", "flow")
-
-
 # -- Avro conversion --------------------------------------------------------------------
 # Each record class converts to and from fastavro's dicts by its field types, worked out
 # once per class: enums travel as their symbol, instants as aware datetimes, nested
@@ -442,7 +439,6 @@ Event = JobDefinition | RunRequest | RunOutcome | TimerRequest | ControlCommand 
 
 __all__ = [
     "EPOCH",
-    "TARGET_TYPES",
     "Concurrency",
     "ControlAction",
     "ControlCommand",

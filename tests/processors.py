@@ -143,9 +143,11 @@ class Recording:
 
 class WorkerHarness:
     """Intake, attempts and outbox wired as ``consumers.worker.loop.Worker`` wires them;
-    no executor reaches a target."""
+    no executor reaches a target (``Recording`` stands for each), unless
+    ``fake_executors`` is False: then the executors are those the registered target
+    types build (``consumers.executors.setup``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, config: WorkerConfig | None = None, *, fake_executors: bool = True) -> None:
         self.codec = new_codec()
         self.producer = FakeProducer()
         self.consumer = FakeConsumer(producer=self.producer)
@@ -156,16 +158,18 @@ class WorkerHarness:
         self.outbox = Outbox(publisher, topics=TOPICS, name="w1", consumer=self.consumer,  # type: ignore[arg-type]
                              trackers=self.trackers, dedup=self.dedup, tally=tally)  # fmt: skip
         history = HistoryReplay(None, topic=TOPICS.history, dedup=self.dedup, lookup=None)  # type: ignore[arg-type]
-        config = WorkerConfig(group="g", concurrency=4)
+        config = config or WorkerConfig(group="g", concurrency=4)
         self.intake = Intake(config, topics=TOPICS, consumer=self.consumer, codec=self.codec,  # type: ignore[arg-type]
                              trackers=self.trackers, history=history, outbox=self.outbox)  # fmt: skip
         self.attempts = Attempts(SETTINGS, config, outbox=self.outbox, dedup=self.dedup,
                                  cancels={}, tally=tally)  # fmt: skip
-        for executor in list(self.attempts.executors.values()):
-            close = getattr(executor, "close", None)
-            if close is not None:
-                close()
-        self.attempts.executors = dict.fromkeys(self.attempts.executors, Recording())  # type: ignore[arg-type]
+        self.fake_executors = fake_executors
+        if fake_executors:
+            for executor in list(self.attempts.executors.values()):
+                close = getattr(executor, "close", None)
+                if close is not None:
+                    close()
+            self.attempts.executors = dict.fromkeys(self.attempts.executors, Recording())  # type: ignore[arg-type]
         self.intake.assigned((RUNS, 0), committed=0, runs_end=0, history_end=0)
         self.offset = 0
 
@@ -192,7 +196,10 @@ class WorkerHarness:
         return decoded(self.codec, self.producer, TOPICS.dlq, DeadLetter)
 
     def close(self) -> None:
-        self.attempts.pool.shutdown()
+        if self.fake_executors:
+            self.attempts.pool.shutdown()
+        else:  # the executors' resources too, as the worker closes them
+            self.attempts.close()
 
 
 # -- history sink and archiver --------------------------------------------------------------

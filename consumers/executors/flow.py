@@ -12,8 +12,15 @@ from confluent_kafka import Producer
 
 from consumers.executors.base import ExecutionFailed, RunContext
 from consumers.executors.kafka import deliver
+from consumers.executors.setup import ExecutorSetup
 from schemas.events import Target, utc_now
 from schemas.flows import FlowEvent, FlowEventKind
+
+
+def executor(setup: ExecutorSetup) -> FlowExecutor:
+    """The worker's flow executor (declared by ``schemas.targets.flow``)."""
+    topic = setup.topics.flow_events
+    return FlowExecutor(setup.producer, topic, lambda event: setup.encode(topic, event))
 
 
 class FlowExecutor:

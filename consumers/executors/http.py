@@ -46,9 +46,11 @@ from consumers.executors.base import (
     TimedOut,
 )
 from consumers.executors.secrets import Secrets
+from consumers.executors.setup import ExecutorSetup
 from schemas.events import Target
-from schemas.policy import OPERATORS, TenantPolicy, embedded_ipv4
+from schemas.policy import OPERATORS, TenantPolicy
 from schemas.redact import secret_name, sensitive
+from schemas.targets.http import connect_allowed, embedded_ipv4
 
 MAX_REDIRECTS = 5
 RETRIABLE_STATUS = frozenset({408, 425, 429})
@@ -126,6 +128,13 @@ class _Transport(httpx.HTTPTransport):
         )
 
 
+def executor(setup: ExecutorSetup) -> HttpExecutor:
+    """The worker's http executor (declared by ``schemas.targets.http``)."""
+    config = setup.config
+    return HttpExecutor(allow=config.http_allow, secrets=Secrets(config.secrets_dir),
+                        policy=setup.policy)  # fmt: skip
+
+
 class HttpExecutor:
     kind = "http"
 
@@ -155,7 +164,7 @@ class HttpExecutor:
         ip = ipaddress.ip_address(address)
         if tenant != OPERATORS:
             reached = embedded_ipv4(ip) or ip  # the address it reaches is what counts
-            if not self.policy().http_allowed(tenant, host, reached, port):
+            if not connect_allowed(self.policy().of(tenant).granted("http"), host, reached, port):
                 why = f"not a public address, and tenant {tenant!r} has no grant for it"
                 raise TargetInvalid(f"refusing to call {reached} port {port}: {why}")
             return

@@ -27,6 +27,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from consumers.executors.base import ExecutionFailed, RunContext, TargetInvalid, TimedOut
 from consumers.executors.egress import DEFAULT_TENANT, TenantProducers
+from consumers.executors.setup import ExecutorSetup
 from schemas.events import Target
 
 # How long the broker's answer on a topic's existence is trusted.
@@ -55,6 +56,16 @@ class TopicPolicy:
         if self.allow and not any(fnmatch.fnmatchcase(topic, p) for p in self.allow):
             return f"topic {topic!r} matches no --kafka-allow pattern"
         return None
+
+
+def executor(setup: ExecutorSetup) -> KafkaExecutor:
+    """The worker's kafka executor (declared by ``schemas.targets.kafka``): it writes
+    with the worker's producer, a tenant's job with the tenant's, never into
+    cronstream's own topics."""
+    own = frozenset(setup.topics.names())
+    policy = TopicPolicy(own=own, allow=setup.config.kafka_allow,
+                         prefix=setup.settings.topic_prefix)  # fmt: skip
+    return KafkaExecutor(setup.producer, policy, setup.tenant_producers)
 
 
 class KafkaExecutor:

@@ -22,6 +22,7 @@ import sys
 from collections.abc import Iterable
 
 from consumers.executors.base import ExecutionFailed, RunContext, TargetInvalid
+from consumers.executors.setup import ExecutorSetup
 from schemas.events import Target
 
 DEFAULT_ALLOW = ("examples",)
@@ -72,6 +73,11 @@ class PythonPolicy:
             raise TargetInvalid(
                 f"{name!r} is defined in {defined_in!r}, outside the python allowlist"
             )
+
+
+def executor(setup: ExecutorSetup) -> PythonExecutor:
+    """The worker's python executor (declared by ``schemas.targets.python``)."""
+    return PythonExecutor(PythonPolicy(setup.config.python_allow))
 
 
 class PythonExecutor:

@@ -43,8 +43,9 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 
 from consumers.executors.base import Cancelled, ExecutionFailed, RunContext, TargetInvalid, TimedOut
+from consumers.executors.setup import ExecutorSetup
 from schemas.events import Target
-from schemas.policy import DOTDOT, argv_matches, option_glob
+from schemas.targets.shell import DOTDOT, argv_matches, option_glob
 
 KILL_GRACE_S = 2.0
 OUTPUT_CAP = 64 * 1024
@@ -114,6 +115,12 @@ def _word_matches(word: str, arg: str) -> bool:
         pattern = word.split("/")
         return len(real) == len(pattern) and all(map(fnmatchcase, real, pattern))
     return option_glob(word, arg)
+
+
+def executor(setup: ExecutorSetup) -> ShellExecutor:
+    """The worker's shell executor (declared by ``schemas.targets.shell``): off unless
+    the worker has ``--shell-allow`` patterns."""
+    return ShellExecutor(ShellPolicy(setup.config.shell_allow, env=setup.config.shell_env))
 
 
 class ShellExecutor:

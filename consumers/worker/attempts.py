@@ -28,13 +28,8 @@ from consumers.executors.base import (
     TimedOut,
 )
 from consumers.executors.egress import TenantProducers
-from consumers.executors.flow import FlowExecutor
-from consumers.executors.http import HttpExecutor
-from consumers.executors.kafka import KafkaExecutor, TopicPolicy
 from consumers.executors.pool import Done, RunPool
-from consumers.executors.python import PythonExecutor, PythonPolicy
-from consumers.executors.secrets import Secrets
-from consumers.executors.shell import ShellExecutor, ShellPolicy
+from consumers.executors.setup import ExecutorSetup, build_executors
 from consumers.worker.config import WorkerConfig
 from consumers.worker.outbox import Outbox
 from consumers.worker.pending import Pending
@@ -93,32 +88,15 @@ class Attempts:
             None if settings.kafka_security == "plaintext" else TenantProducers(
                 settings, Path(config.tenant_credentials or credentials_dir(settings)))
         )  # fmt: skip
-        topics, codec = Topics(settings), outbox.publisher.codec
         self.policy = PolicyBook(config.grants, Path(config.policy_file) if config.policy_file
                                  else None)  # fmt: skip
-        self.executors: dict[str, Executor] = {
-            "http": HttpExecutor(
-                allow=config.http_allow,
-                secrets=Secrets(config.secrets_dir),
-                policy=self.policy.current,
-            ),
-            "kafka": KafkaExecutor(
-                self._target_producer,
-                TopicPolicy(
-                    own=frozenset(topics.names()),
-                    allow=config.kafka_allow,
-                    prefix=settings.topic_prefix,
-                ),
-                self._tenant_producers,
-            ),
-            "python": PythonExecutor(PythonPolicy(config.python_allow)),
-            "shell": ShellExecutor(ShellPolicy(config.shell_allow, env=config.shell_env)),
-            "flow": FlowExecutor(
-                self._target_producer,
-                topics.flow_events,
-                lambda event: codec.encode(topics.flow_events, event),
-            ),
-        }
+        # One executor per registered target type (schemas.targets), each built by its
+        # own module's factory from what the worker lends it.
+        self.executors: dict[str, Executor] = build_executors(ExecutorSetup(
+            settings=settings, config=config, topics=Topics(settings),
+            producer=self._target_producer, tenant_producers=self._tenant_producers,
+            encode=outbox.publisher.codec.encode, policy=self.policy.current,
+        ))  # fmt: skip
         self._next_deadline_check = 0.0
         self.faults = RecordFaults(STAGE)  # a run that makes starting it raise
 
@@ -364,9 +342,10 @@ class Attempts:
         self._target_producer.flush(10)
         if self._tenant_producers is not None:
             self._tenant_producers.close()
-        http = self.executors["http"]
-        if isinstance(http, HttpExecutor):
-            http.close()
+        for executor in self.executors.values():
+            close = getattr(executor, "close", None)
+            if close is not None:  # an executor holding resources (http's connections)
+                close()
 
 
 def _scrub(pending: Pending, text: str) -> str:

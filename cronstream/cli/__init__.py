@@ -16,6 +16,7 @@ from runtime.kafka.publisher import Publisher, PublishError
 from runtime.kafka.security import KafkaAuthError
 from runtime.settings import Settings, SettingsError
 from schemas.registry import RegistryError, RegistryUnavailable
+from schemas.targets import TargetTypeError, registered
 from streams.core.zones import TZDATA_VERSION
 
 
@@ -74,17 +75,18 @@ def build_parser() -> argparse.ArgumentParser:
 # What each expected failure exits with (README, "Exit codes"), and a hint.
 EXITS: tuple[tuple[type[Exception] | tuple[type[Exception], ...], int, str], ...] = (
     (UnknownJob, EXIT_NOT_FOUND, ""),
-    (SettingsError, EXIT_INVALID, ""),
+    ((SettingsError, TargetTypeError), EXIT_INVALID, ""),
     (KafkaAuthError, EXIT_REFUSED, ""),
     ((RegistryUnavailable, RegistryError, PublishError), EXIT_UNAVAILABLE,
      " (is the stack up? 'cronstream status')"),
 )  # fmt: skip
-FAILURES = (UnknownJob, SettingsError, KafkaAuthError, RegistryUnavailable, RegistryError,
-            PublishError)  # fmt: skip
+FAILURES = (UnknownJob, SettingsError, TargetTypeError, KafkaAuthError, RegistryUnavailable,
+            RegistryError, PublishError)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
+        registered()  # the target types first: a plugin that cannot load stops any command
         args = build_parser().parse_args(argv)
         settings = Settings.from_env()
         if args.needs == "client":

@@ -31,6 +31,7 @@ from schemas.catalog import Topics
 from schemas.events import JobDefinition, from_ms, iso, text_headers, to_jsonable, to_ms, utc_now
 from schemas.redact import escape_controls, redact_jsonable
 from schemas.serde import Codec, DecodeError
+from schemas.targets import names as target_names
 from streams.core.zones import load_zone
 from streams.definitions import preview_slots
 
@@ -283,7 +284,7 @@ def add_schedule_args(parser: argparse.ArgumentParser) -> None:
 
 def add_job_schedule_args(parser: argparse.ArgumentParser) -> None:
     add_schedule_args(parser)
-    parser.add_argument("--target", required=True, help="http | kafka | python | shell")
+    parser.add_argument("--target", required=True, help=" | ".join(target_names()))
     parser.add_argument("--url", help="http: URL to call")
     parser.add_argument("--method", help="http: method (default POST)")
     parser.add_argument("--header", action="append", help="http: NAME:VALUE (repeatable)")

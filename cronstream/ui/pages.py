@@ -40,6 +40,7 @@ from schemas.events import (
     utc_now,
 )
 from schemas.redact import redact_jsonable, redact_text
+from schemas.targets import names as target_names
 from schemas.tenancy import qualify
 from streams.core.zones import load_zone
 from streams.definitions import preview_slots
@@ -212,7 +213,7 @@ def jobs(
         rows.append({"id": own_id(who, job.job_id), "job": job, "next": local_time(n, job.timezone),
                      "schedule": job.describe_schedule()})  # fmt: skip
     return render(request, "jobs.html", who, rows=rows, total=len(found), page=f.page,
-                  pages=max(1, -(-len(found) // PAGE)), f=f,
+                  pages=max(1, -(-len(found) // PAGE)), f=f, targets=target_names(),
                   tenants=sorted(t for t, n in backend.view.counts.items()
                                  if n > 0 and who.tenant in (None, t)))  # fmt: skip
 

@@ -12,7 +12,9 @@ import pytest
 from producers.admission.core import Admission, Quotas
 from runtime.grants import PolicyBook, read_grants
 from schemas.events import IntervalSchedule, JobDefinition, Target
-from schemas.policy import GrantError, TenantPolicy, argv_matches, parse_grant
+from schemas.policy import GrantError, TenantPolicy, parse_grant
+from schemas.targets.http import connect_allowed
+from schemas.targets.shell import argv_matches
 from schemas.tenancy import RefusalCode, TenantAction, TenantCommand
 
 NOW = datetime(2026, 11, 27, tzinfo=UTC)
@@ -82,13 +84,14 @@ def test_network_and_name_grants() -> None:
     assert policy.problems("acme", "acme/j", http("https://billing.internal:8443/")) == []
     assert policy.problems("acme", "acme/j", http("https://billing.internal/"))  # port 443
     assert policy.problems("acme", "acme/j", http("https://[fd00::1]/")) == []
+    acme, beta = policy.of("acme").granted("http"), policy.of("beta").granted("http")
     ip = ipaddress.ip_address("10.1.1.1")
-    assert policy.http_allowed("acme", "anything.example.com", ip, 80)
-    assert not policy.http_allowed("beta", "anything.example.com", ip, 80)
+    assert connect_allowed(acme, "anything.example.com", ip, 80)
+    assert not connect_allowed(beta, "anything.example.com", ip, 80)
     internal = ipaddress.ip_address("192.168.1.5")
-    assert policy.http_allowed("acme", "billing.internal", internal, 8443)
-    assert not policy.http_allowed("acme", "billing.internal", internal, 8444)
-    assert policy.http_allowed("beta", "example.com", ipaddress.ip_address("93.184.216.34"), 80)
+    assert connect_allowed(acme, "billing.internal", internal, 8443)
+    assert not connect_allowed(acme, "billing.internal", internal, 8444)
+    assert connect_allowed(beta, "example.com", ipaddress.ip_address("93.184.216.34"), 80)
 
 
 def test_python_shell_kafka_and_flow_grants() -> None:
