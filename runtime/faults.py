@@ -53,14 +53,14 @@ from runtime import metrics
 from runtime.kafka.publisher import PublishError
 from runtime.kafka.records import ConsumedMessage, dead_letter
 from schemas.events import DeadLetter
-from schemas.redact import escape_controls, redact_text
+from schemas.redact import clip, escape_controls, redact_text
 from schemas.registry import RegistryUnavailable
+from schemas.tenancy import OPERATORS
 
 log = logging.getLogger("cronstream.faults")
 STREAK = 20
 SOURCES = 3
 REASON_CHARS = 1000
-OPERATOR = "default"  # the operators' tenant: trusted, its jobs' ids are its sources
 TRACED_SITES = 256  # code sites whose traceback was logged, per handler (then one line each)
 
 
@@ -111,14 +111,12 @@ def reason_of(exc: BaseException) -> str:
     """The reason a refusal or dead letter gives: the exception's type and message,
     with URLs' credentials redacted and control characters escaped, cut short."""
     text = escape_controls(redact_text(f"{type(exc).__name__}: {exc}"))
-    if len(text) > REASON_CHARS:
-        text = text[: REASON_CHARS - 1] + "…"
-    return f"internal error on this record: {text}"
+    return f"internal error on this record: {clip(text, REASON_CHARS)}"
 
 
 def source_of(tenant: str | None, key: bytes | str | None, topic: str, partition: int) -> str:
     """Who a record comes from, for the crash rule (the module's text)."""
-    if tenant and tenant != OPERATOR:
+    if tenant and tenant != OPERATORS:  # operators are trusted: their job ids count
         source = f"tenant {tenant}"
     elif key:
         source = f"job {key.decode('utf-8', 'replace') if isinstance(key, bytes) else key}"

@@ -26,8 +26,7 @@ from typing import Any
 
 from schemas.events import Target
 from schemas.targets import PolicyRule, names, target_type
-
-OPERATORS = "default"  # the tenant of operators' own jobs: not bounded by grants
+from schemas.tenancy import OPERATORS
 
 
 class GrantError(ValueError):

@@ -111,6 +111,12 @@ def _forms(value: str) -> set[str]:
     return found
 
 
+def clip(text: str, most: int) -> str:
+    """``text`` cut to ``most`` characters, the cut marked "…" (a reason or an id that a
+    record echoes: a 400 KB job id echoed whole made an answer the broker refused)."""
+    return text if len(text) <= most else text[: most - 1] + "…"
+
+
 def escape_controls(text: str) -> str:
     """Control and bidi-format characters shown as escapes, so that a record cannot move
     the cursor, recolour or reorder a terminal."""

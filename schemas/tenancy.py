@@ -27,7 +27,10 @@ from schemas.flows import FlowDefinition, FlowEvent
 # Lower-case letters, digits and '-', no dots: a prefixed ACL on ``<prefix>.t.<tenant>.``
 # then never reaches another tenant whose name merely starts the same.
 TENANT_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,31}\Z")
-RESERVED = frozenset({"admin", "cronstream", "bench", "default", "all"})
+# The tenant of operators' own jobs (every record's default): not bounded by the tenants'
+# target policy, its secrets at the top of a worker's namespace, never rate-limited.
+OPERATORS = "default"
+RESERVED = frozenset({"admin", "cronstream", "bench", OPERATORS, "all"})
 SEPARATOR = "/"
 
 

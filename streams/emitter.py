@@ -35,6 +35,7 @@ from schemas.events import (
 )
 from schemas.headers import run_request_headers
 from schemas.ids import run_id_for, slot_run_id
+from schemas.tenancy import OPERATORS
 from streams.core.ahead import AheadRuns
 from streams.core.misfire import Action, Fire, Record
 from streams.definitions import Definitions, Prepared
@@ -156,7 +157,7 @@ class Emitter:
             scheduled = from_ms(action.slot_ms)
             run_id = run_id_for(action.job_id, scheduled)
             attempt, trigger = 1, Trigger.SCHEDULE
-            tenant = "default" if action.job is None else action.job.tenant
+            tenant = OPERATORS if action.job is None else action.job.tenant
         error, extra = action.reason, []
         if action.slots > 1:
             assert action.last_ms is not None

@@ -24,8 +24,6 @@ from runtime.kafka.clients import kafka_producer
 from runtime.settings import Settings
 from schemas.tenancy import tenant_user
 
-DEFAULT_TENANT = "default"
-
 
 class TenantProducers:
     def __init__(self, settings: Settings, credentials: Path, *, limit: int = 64) -> None:

@@ -48,9 +48,10 @@ from consumers.executors.base import (
 from consumers.executors.secrets import Secrets
 from consumers.executors.setup import ExecutorSetup
 from schemas.events import Target
-from schemas.policy import OPERATORS, TenantPolicy
+from schemas.policy import TenantPolicy
 from schemas.redact import secret_name, sensitive
 from schemas.targets.http import connect_allowed, embedded_ipv4
+from schemas.tenancy import OPERATORS
 
 MAX_REDIRECTS = 5
 RETRIABLE_STATUS = frozenset({408, 425, 429})

@@ -26,9 +26,10 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from consumers.executors.base import ExecutionFailed, RunContext, TargetInvalid, TimedOut
-from consumers.executors.egress import DEFAULT_TENANT, TenantProducers
+from consumers.executors.egress import TenantProducers
 from consumers.executors.setup import ExecutorSetup
 from schemas.events import Target
+from schemas.tenancy import OPERATORS
 
 # How long the broker's answer on a topic's existence is trusted.
 TOPIC_KNOWN_S = 60.0
@@ -87,7 +88,7 @@ class KafkaExecutor:
             raise TargetInvalid(refusal)
         if not self._topic_exists(topic):
             raise TargetInvalid(f"topic {topic!r} does not exist")
-        if self.tenants is None or context.tenant == DEFAULT_TENANT:
+        if self.tenants is None or context.tenant == OPERATORS:
             return self._produce(self.producer, target, context)
         producer = self.tenants.producer(context.tenant)
         try:

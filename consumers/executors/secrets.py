@@ -27,12 +27,11 @@ from pathlib import Path
 
 from consumers.executors.base import RunContext, TargetInvalid
 from schemas.redact import secret_name
-from schemas.tenancy import TENANT_NAME
+from schemas.tenancy import OPERATORS, TENANT_NAME
 
 MAX_SECRET_BYTES = 16 * 1024
 ENV_PREFIX = "CRONSTREAM_SECRET_"
 TENANT_ENV_PREFIX = "CRONSTREAM_TENANT_SECRET_"
-OPERATORS = "default"  # the tenant of the operators' own jobs
 
 
 def _upper(text: str) -> str:

@@ -33,6 +33,7 @@ from schemas.ids import job_id_of, manual_run_id
 from schemas.instants import to_ms
 from schemas.limits import MAX_JOB_ID, idempotency_key_problems, name_problems
 from schemas.policy import TenantPolicy
+from schemas.redact import clip
 from schemas.tenancy import (
     RefusalCode,
     TenantAction,
@@ -114,8 +115,8 @@ class Admission(JobsView):
     def unreadable(self, key: str, offset: int, reason: str, now: datetime) -> Decision:
         """The answer to a record that is not a command this admission can read."""
         return Decision(result=TenantResult(
-            command_id="", action=None, job_id=_clip(key, MAX_JOB_ID), accepted=False,
-            recorded_at=now, source_offset=offset, reason=_clip(reason, MAX_REASON),
+            command_id="", action=None, job_id=clip(key, MAX_JOB_ID), accepted=False,
+            recorded_at=now, source_offset=offset, reason=clip(reason, MAX_REASON),
             code=RefusalCode.UNREADABLE,
         ))  # fmt: skip
 
@@ -228,15 +229,8 @@ class Admission(JobsView):
             # an id too long to echo: answered by its offset, as an unreadable record is
             command_id=command.command_id if len(command.command_id) <= MAX_JOB_ID else "",
             action=command.action,
-            job_id=_clip(command.job_id, MAX_JOB_ID), accepted=refusal is None,
+            job_id=clip(command.job_id, MAX_JOB_ID), accepted=refusal is None,
             recorded_at=now, source_offset=offset, run_id=run_id,
-            reason=None if refusal is None else _clip(refusal.reason, MAX_REASON),
+            reason=None if refusal is None else clip(refusal.reason, MAX_REASON),
             code=None if refusal is None else refusal.code,
         ))  # fmt: skip
-
-
-def _clip(text: str, most: int) -> str:
-    """``text`` cut to ``most`` characters (marked): an answer echoes the command's ids,
-    and a 400 KB job id echoed as key, header and value made a 1.2 MB answer the broker
-    refused (MSG_SIZE_TOO_LARGE), which stopped the admission (chaos tenant-flood)."""
-    return text if len(text) <= most else text[: most - 1] + "…"
