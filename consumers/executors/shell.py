@@ -45,7 +45,7 @@ from pathlib import Path
 from consumers.executors.base import Cancelled, ExecutionFailed, RunContext, TargetInvalid, TimedOut
 from consumers.executors.setup import ExecutorSetup
 from schemas.events import Target
-from schemas.targets.shell import DOTDOT, argv_matches, option_glob
+from schemas.targets.shell import DOTDOT, argv_matches, option_glob, shell_words
 
 KILL_GRACE_S = 2.0
 OUTPUT_CAP = 64 * 1024
@@ -63,12 +63,7 @@ class ShellPolicy:
     def __init__(self, allow: Iterable[str], *, env: Iterable[str] = ()) -> None:
         self.patterns: list[tuple[str, tuple[str, ...]]] = []
         for entry in allow:
-            try:
-                words = tuple(shlex.split(entry))
-            except ValueError as exc:
-                raise ValueError(f"shell allowlist pattern {entry!r}: {exc}") from None
-            if not words or "**" in words[:-1]:
-                raise ValueError(f"shell allowlist pattern {entry!r}: empty, or '**' not last")
+            words = shell_words(entry, "shell allowlist pattern")
             self.patterns.append((entry, tuple(_anchor(w) if _is_path(w) else w for w in words)))
         self.env = tuple(env)
 

@@ -26,14 +26,15 @@ def problems(target: Target) -> list[str]:
     return [] if (target.command or "").strip() else ["target shell needs a command"]
 
 
-def shell_words(pattern: str) -> tuple[str, ...]:
-    """A grant's pattern split into words; ValueError when it cannot be one."""
+def shell_words(pattern: str, what: str = "shell grant") -> tuple[str, ...]:
+    """An argv pattern (a tenant's grant, or ``what`` else: a worker's allowlist entry)
+    split into words; ValueError naming ``what`` when it cannot be one."""
     try:
         words = tuple(shlex.split(pattern))
     except ValueError as exc:
-        raise ValueError(f"shell grant {pattern!r}: {exc}") from None
+        raise ValueError(f"{what} {pattern!r}: {exc}") from None
     if not words or "**" in words[:-1]:
-        raise ValueError(f"shell grant {pattern!r}: empty, or '**' not last")
+        raise ValueError(f"{what} {pattern!r}: empty, or '**' not last")
     return words
 
 

@@ -376,6 +376,16 @@ class _Broken:
         return "ok"
 
 
+def run_taken(attempts: Attempts, parts: Parts, count: int) -> None:
+    """Start the ``count`` runs the intake holds, wait up to 10 s for them to end and
+    settle every outcome."""
+    assert attempts.start_some(count, parts.intake.take) == count
+    deadline = time.monotonic() + 10
+    while attempts.running and time.monotonic() < deadline:
+        attempts.collect(wait=0.1)
+    parts.outbox.settle(wait=True)
+
+
 def test_an_error_escaping_an_executor_fails_that_run_not_the_worker() -> None:
     """Found by review: ``collect`` re-raised anything but ExecutionFailed, so one broken
     run (e.g. a job leaving a trace function on its thread) killed the worker, and every
@@ -391,11 +401,7 @@ def test_an_error_escaping_an_executor_fails_that_run_not_the_worker() -> None:
         parts.intake.accept(parts.record(run("j@bad"), 0))
         parts.intake.accept(parts.record(run("j@next"), 1))
         parts.intake.accept(parts.record(run("j@leaky"), 2))
-        assert attempts.start_some(3, parts.intake.take) == 3
-        deadline = time.monotonic() + 10
-        while attempts.running and time.monotonic() < deadline:
-            attempts.collect(wait=0.1)
-        parts.outbox.settle(wait=True)
+        run_taken(attempts, parts, 3)
     finally:
         attempts.close()
     outcomes = [parts.codec.decode(r.value, RunOutcome) for r in parts.producer.on(TOPICS.history)]

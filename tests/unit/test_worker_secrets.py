@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,7 +21,7 @@ from consumers.worker.config import WorkerConfig
 from runtime import metrics
 from runtime.settings import Settings
 from schemas.events import DeadLetter, RetryPolicy, RunOutcome, RunStatus, Target
-from tests.unit.test_worker_parts import TOPICS, Parts, run
+from tests.unit.test_worker_parts import TOPICS, Parts, run, run_taken
 
 # Plaintext: the worker's target producer needs no password (it never connects here).
 SETTINGS = Settings.from_env(
@@ -87,11 +86,7 @@ def settle_all(parts: Parts, secrets_dir: Path, *runs: tuple[str, str, Target]) 
             request = replace(run(run_id), tenant=tenant, target=target,
                               retry=RetryPolicy(max_attempts=1))  # fmt: skip
             parts.intake.accept(parts.record(request, offset))
-        assert attempts.start_some(len(runs), parts.intake.take) == len(runs)
-        deadline = time.monotonic() + 10
-        while attempts.running and time.monotonic() < deadline:
-            attempts.collect(wait=0.1)
-        parts.outbox.settle(wait=True)
+        run_taken(attempts, parts, len(runs))
     finally:
         attempts.close()
     outcomes = [parts.codec.decode(r.value, RunOutcome) for r in parts.producer.on(TOPICS.history)]
