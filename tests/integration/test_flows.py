@@ -62,8 +62,37 @@ def _flow_end(ns: Settings, flow_run_id: str, timeout: float = 120) -> RunOutcom
                 if o.run_id == flow_run_id and o.worker == "flows-coordinator"]  # fmt: skip
         if ends:
             return ends[-1]
-        assert time.monotonic() < deadline, f"flow run {flow_run_id} never ended"
+        if time.monotonic() > deadline:
+            print(_story(ns, flow_run_id))  # shown with the failure (captured stdout)
+            raise AssertionError(f"flow run {flow_run_id} never ended")
         time.sleep(1)
+
+
+def _story(ns: Settings, flow_run_id: str) -> str:
+    """What a flow run that never ended went through: its events, the coordinator's
+    rows and the group's committed offsets (the message of a failed wait)."""
+    from confluent_kafka import TopicPartition
+
+    from runtime.kafka.clients import kafka_consumer
+
+    topics = Topics(ns)
+    lines = [f"{r.partition}@{r.timestamp_ms}: {r.headers}"
+             for r in read_topic(ns, topics.flow_events)
+             if r.headers.get("flow_run_id") == flow_run_id]  # fmt: skip
+    changelog = f"{ns.topic_prefix}.{FLOWS_APP}-{FLOWS_TABLE}-changelog"
+    lines += [f"row {r.partition}@{r.timestamp_ms}: {(r.value or b'')[:600]!r}"
+              for r in read_topic(ns, changelog) if r.key == flow_run_id.encode()]  # fmt: skip
+    consumer = kafka_consumer(ns, **{"group.id": f"{ns.topic_prefix}.{FLOWS_APP}"})
+    try:
+        tps = [TopicPartition(topics.flow_events, p) for p in range(ns.partitions)]
+        committed = consumer.committed(tps, timeout=10)
+        lines.append("committed: " + ", ".join(
+            f"{tp.partition}:{tp.offset}" for tp in committed if tp.offset >= 0))  # fmt: skip
+    except Exception as exc:  # the story is a diagnosis: tell what it could
+        lines.append(f"committed offsets unreadable: {exc!r}")
+    finally:
+        consumer.close()
+    return "\n".join(lines)
 
 
 @pytest.mark.parametrize("end", ["stop", "kill9"])
