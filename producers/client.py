@@ -25,7 +25,7 @@ from runtime.kafka.publisher import Publisher
 from runtime.settings import Settings
 from schemas.audit import AuditAction, AuditRecord
 from schemas.catalog import Topics
-from schemas.definition import SpecError, problems
+from schemas.definition import SpecError, job_from_spec, problems
 from schemas.events import (
     ControlAction,
     ControlCommand,
@@ -77,10 +77,19 @@ class JobClient:
         """Validate every job, then write them all; nothing is written if any is invalid."""
         return self._write_jobs(list(jobs), AuditAction.PUT)
 
+    def put_spec(self, spec: Mapping[str, Any]) -> JobDefinition:
+        """Write the job ``spec`` describes (``schemas.definition.job_from_spec``: the
+        definition's rules checked once, SpecError listing every problem); the job."""
+        job = job_from_spec(spec, max_payload_bytes=self.settings.max_payload_bytes)
+        self._write_jobs([job], AuditAction.PUT, checked=True)
+        return job
+
     def _write_jobs(self, jobs: list[JobDefinition], action: AuditAction,
-                    before: Mapping[str, JobDefinition] | None = None) -> int:  # fmt: skip
+                    before: Mapping[str, JobDefinition] | None = None, *,
+                    checked: bool = False) -> int:  # fmt: skip
+        """Write ``jobs`` (``checked``: by ``problems`` already) with their trail."""
         errors = []
-        for job in jobs:
+        for job in [] if checked else jobs:
             found = problems(job, max_payload_bytes=self.settings.max_payload_bytes)
             if found:
                 errors.append(f"{job.job_id or '(no id)'}: {'; '.join(found)}")

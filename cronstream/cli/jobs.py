@@ -79,8 +79,7 @@ def _spec_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_jobs_put(client: JobClient, args: argparse.Namespace) -> int:
-    job = job_from_spec(_spec_from_args(args), max_payload_bytes=client.settings.max_payload_bytes)
-    client.put(job)
+    job = client.put_spec(_spec_from_args(args))
     _warn_literal_secrets([job])
     print(f"put {_job_line(job)}")
     return 0

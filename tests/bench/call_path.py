@@ -96,12 +96,19 @@ class PathCounter:
         if self.stack and (not self.stays or self.stays[-1][0] != self.stack[-1]):
             self.stays.append((self.stack[-1], event == "return"))
 
-    def report(self) -> str:
-        visits = Counter(m for m, _ in self.stays)
-        climbs = sum(1 for _, back in self.stays if back)
-        path = " > ".join(m for m, _ in self.stays)
+    def report(self, depth: int | None = None) -> str:
+        """The stays by module, or by module group (the first ``depth`` parts of a
+        module's name: ``schemas.definition``, ``producers.client``)."""
+        stays: list[tuple[str, bool]] = []
+        for module, back in self.stays:
+            name = ".".join(module.split(".")[:depth])
+            if not stays or stays[-1][0] != name:
+                stays.append((name, back))
+        visits = Counter(m for m, _ in stays)
+        climbs = sum(1 for _, back in stays if back)
+        path = " > ".join(m for m, _ in stays)
         top = ", ".join(f"{m} {n}" for m, n in visits.most_common())
-        return (f"{len(self.stays)} stays, {climbs} climbs back up\n"
+        return (f"{len(stays)} stays, {climbs} climbs back up\n"
                 f"  visits: {top}\n  path: {path}")  # fmt: skip
 
 
@@ -129,7 +136,8 @@ def measure() -> str:
                 cmd_jobs_put(client, args)
             finally:
                 sys.setprofile(None)
-            out.append(f"{label}: {counter.report()}")
+            out.append(f"{label}, by module: {counter.report()}")
+            out.append(f"{label}, by module group: {counter.report(depth=2)}")
         out.append(f"records produced: {[topic for topic, _ in publisher.records]}")
     return "\n".join(out)
 
