@@ -28,9 +28,9 @@ from typing import Any
 from confluent_kafka import TopicPartition
 
 from producers.client import JobClient
-from producers.spec import SpecError
 from runtime.kafka.clients import consume_ready, kafka_consumer
 from runtime.kafka.offsets import watermarks
+from schemas.definition import SpecError
 from schemas.events import (
     JobDefinition,
     Priority,

@@ -19,13 +19,13 @@ from typing import Any, TypeVar
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from producers.audit import Auditor
-from producers.spec import SpecError, job_problems
 from runtime.kafka.clients import consume_ready, kafka_consumer
 from runtime.kafka.offsets import watermarks
 from runtime.kafka.publisher import Publisher
 from runtime.settings import Settings
 from schemas.audit import AuditAction, AuditRecord
 from schemas.catalog import Topics
+from schemas.definition import SpecError, job_from_spec, problems
 from schemas.events import (
     ControlAction,
     ControlCommand,
@@ -77,13 +77,22 @@ class JobClient:
         """Validate every job, then write them all; nothing is written if any is invalid."""
         return self._write_jobs(list(jobs), AuditAction.PUT)
 
+    def put_spec(self, spec: Mapping[str, Any]) -> JobDefinition:
+        """Write the job ``spec`` describes (``schemas.definition.job_from_spec``: the
+        definition's rules checked once, SpecError listing every problem); the job."""
+        job = job_from_spec(spec, max_payload_bytes=self.settings.max_payload_bytes)
+        self._write_jobs([job], AuditAction.PUT, checked=True)
+        return job
+
     def _write_jobs(self, jobs: list[JobDefinition], action: AuditAction,
-                    before: Mapping[str, JobDefinition] | None = None) -> int:  # fmt: skip
+                    before: Mapping[str, JobDefinition] | None = None, *,
+                    checked: bool = False) -> int:  # fmt: skip
+        """Write ``jobs`` (``checked``: by ``problems`` already) with their trail."""
         errors = []
-        for job in jobs:
-            problems = job_problems(job, max_payload_bytes=self.settings.max_payload_bytes)
-            if problems:
-                errors.append(f"{job.job_id or '(no id)'}: {'; '.join(problems)}")
+        for job in [] if checked else jobs:
+            found = problems(job, max_payload_bytes=self.settings.max_payload_bytes)
+            if found:
+                errors.append(f"{job.job_id or '(no id)'}: {'; '.join(found)}")
         seen: set[str] = set()
         for job in jobs:
             if job.job_id in seen:
@@ -216,11 +225,11 @@ class JobClient:
     def put_flow(self, flow: FlowDefinition, schedule: JobDefinition) -> None:
         """Write a flow: its definition, then its schedule (a job of the same id whose
         target is ``flow``: each of its runs starts a flow run)."""
-        problems = job_problems(schedule, max_payload_bytes=self.settings.max_payload_bytes)
+        found = problems(schedule, max_payload_bytes=self.settings.max_payload_bytes)
         if schedule.job_id != flow.flow_id or schedule.target.type != "flow":
-            problems.append("the schedule must be a job of the flow's id with target flow")
-        if problems:
-            raise SpecError(f"flow {flow.flow_id}", problems)
+            found.append("the schedule must be a job of the flow's id with target flow")
+        if found:
+            raise SpecError(f"flow {flow.flow_id}", found)
         before = self.get_flow(flow.flow_id)
         self.publisher.publish(self.topics.flows, flow)
         self.publisher.publish(self.topics.jobs, schedule)

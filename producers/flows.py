@@ -19,7 +19,7 @@ priority, run after the nodes it names in ``after``::
         target: http
         url: https://alerts.example.com/hook
 
-A node's target fields are read and checked by the job rules (``producers.spec``), so a
+A node's target fields are read and checked by the job rules (``schemas.definition``), so a
 node refuses what a job would. The graph is refused, with every problem at once and the
 path named, when a node name repeats, an edge names no node of the flow (or the node
 itself), or the edges close a cycle (``cycle: a -> b -> c -> a``).
@@ -33,7 +33,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from producers.spec import SpecError, job_from_spec, yaml_entries
+from producers.spec import yaml_entries
+from schemas.definition import SpecError, job_from_spec
 from schemas.events import Concurrency, JobDefinition, utc_now
 from schemas.flows import FlowDefinition, FlowNode, FlowTriggerRule
 from schemas.limits import MAX_JOB_ID, name_problems

@@ -3,9 +3,11 @@
 Definitions come from any Kafka client, not only ``jobs put``, so every limit is
 checked where a record is used, not only where cronstream writes it:
 
-- ``jobs put`` and ``JobClient`` refuse a definition over a limit (``producers.spec``);
-- the scheduler refuses one when it loads it (``timing_problems`` on its timing fields,
-  and the size of the record): dead-lettered with the reason, the job not loaded;
+- ``jobs put``, ``JobClient``, the API and the admission refuse a definition over a
+  limit (``schemas.definition.problems``);
+- the scheduler refuses one when it loads it (``schemas.definition.loading_problems``:
+  its timing fields and the size of the record): dead-lettered with the reason, the
+  job not loaded;
 - the worker refuses a run request over a limit (``run_problems``): a FAILED outcome
   with the reason, not retried, and a DLQ record.
 

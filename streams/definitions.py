@@ -14,22 +14,16 @@ import time
 from dataclasses import dataclass
 
 from runtime.faults import RecordFaults
+from schemas.definition import loading_problems
+from schemas.definition.cron import CronError
+from schemas.definition.zones import ZoneError, load_zone
 from schemas.events import JobDefinition
-from schemas.limits import (
-    MAX_DEFINITION_BYTES,
-    MAX_JOB_ID,
-    deadline_problems,
-    name_problems,
-    refusal,
-    timing_problems,
-)
+from schemas.limits import deadline_problems, refusal
 from schemas.registry import RegistryUnavailable
 from schemas.serde import Codec, DecodeError
 from schemas.templates import RunTemplate
-from schemas.timing import JobTiming, schedule_args
-from streams.core.cron import CronError
+from schemas.timing import schedule_args
 from streams.core.schedule import JobSchedule, Misfire
-from streams.core.zones import ZoneError, load_zone
 
 log = logging.getLogger("cronstream.scheduler")
 
@@ -59,7 +53,7 @@ class Definitions:
         t = self.codec.decode_timing(raw)
         if t.job_id != key:
             raise DecodeError(f"record key {key!r} differs from job_id {t.job_id!r}")
-        problems = definition_limit_problems(t, len(raw))
+        problems = loading_problems(t, len(raw))
         if problems:
             raise DecodeError(refusal(problems))
         # Checked for every schedule type, not only cron: a definition the client would
@@ -123,22 +117,6 @@ class Definitions:
         prepared = Prepared(raw=body, template=RunTemplate(definition), deadline_ms=deadline)
         job.body = prepared
         return prepared
-
-
-def definition_limit_problems(t: JobTiming, size: int) -> list[str]:
-    """The limits (``schemas.limits``) a definition from any producer must keep to be
-    loaded: its id, its timing fields and its encoded size."""
-    problems = name_problems("job id", t.job_id, MAX_JOB_ID)
-    problems += timing_problems(
-        cron=t.schedule.get("cron"),
-        every_ms=t.schedule.get("every_ms", 0),
-        jitter_ms=t.jitter_ms,
-        max_catchup=t.misfire[1],
-        catchup_window_ms=t.misfire[2],
-    )
-    if size > MAX_DEFINITION_BYTES:
-        problems.append(f"definition of {size} bytes, over {MAX_DEFINITION_BYTES}")
-    return problems
 
 
 def preview_slots(job: JobDefinition, from_ms_: int, count: int) -> list[int]:

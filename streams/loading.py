@@ -6,8 +6,8 @@ from __future__ import annotations
 import gc
 import logging
 
+from schemas.definition.zones import TZDATA_VERSION
 from streams.checkpoint import Checkpoint
-from streams.core.zones import TZDATA_VERSION
 
 log = logging.getLogger("cronstream.scheduler")
 

@@ -36,11 +36,11 @@ from runtime.kafka.publisher import Publisher, PublishError
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import JOBS, Topics
+from schemas.definition.zones import TZDATA_VERSION
 from schemas.serde import Codec
 from streams.checkpoint import Checkpoint
 from streams.core.partition import PartitionScheduler
 from streams.core.rates import TenantRates
-from streams.core.zones import TZDATA_VERSION
 from streams.definitions import Definitions
 from streams.emitter import Emitter
 from streams.loading import Collector, check_zone_database

@@ -1,7 +1,7 @@
 """A slow, obviously-correct reference of cronstream's cron dialect and DST policy.
 
 Written from the spec alone and importing nothing of cronstream's, so that the real parser
-and matcher (``streams.core.cron``) can be checked against it. Clarity over speed: the
+and matcher (``schemas.definition.cron``) can be checked against it. Clarity over speed: the
 calendar is walked one day at a time, the matching times of a day are enumerated in order,
 and each wall time is mapped to its instant from the zone's UTC offsets, sampled hourly and
 bisected to the second (no use of ``fold``).

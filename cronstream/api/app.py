@@ -22,9 +22,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
 from cronstream.api.backend import Backend, NoAnswer
-from producers.spec import SpecError, job_from_spec, parse_duration
 from runtime.metrics import exposition
 from runtime.tokens import ADMIN, TokenBook
+from schemas.definition import SpecError, job_from_spec, parse_duration
 from schemas.events import JobDefinition, RunOutcome, RunStatus, to_jsonable, utc_now
 from schemas.redact import redact_jsonable
 from schemas.tenancy import (

@@ -10,14 +10,14 @@ import sys
 from cronstream.cli import archive, flows, history, jobs, roles, tenants
 from cronstream.cli.common import EXIT_INVALID, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_UNAVAILABLE
 from producers.client import JobClient, UnknownJob
-from producers.spec import SpecError
 from runtime.health import cassandra_health, kafka_health, registry_health
 from runtime.kafka.publisher import Publisher, PublishError
 from runtime.kafka.security import KafkaAuthError
 from runtime.settings import Settings, SettingsError
+from schemas.definition import SpecError
+from schemas.definition.zones import TZDATA_VERSION
 from schemas.registry import RegistryError, RegistryUnavailable
 from schemas.targets import TargetTypeError, registered
-from streams.core.zones import TZDATA_VERSION
 
 
 def cmd_status(settings: Settings, args: argparse.Namespace) -> int:

@@ -16,8 +16,8 @@ from cronstream.backfill import (
 )
 from cronstream.cli.common import EXIT_UNAVAILABLE
 from producers.client import JobClient, UnknownJob
-from producers.spec import SpecError, parse_instant
 from runtime.cassandra import cassandra_session
+from schemas.definition import SpecError, parse_instant
 from schemas.events import Priority, from_ms, iso, to_ms, utc_now
 from schemas.ids import slot_run_id
 

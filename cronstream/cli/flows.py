@@ -14,9 +14,9 @@ from typing import Any
 from cronstream.foreground import setup_logging
 from producers.client import JobClient, UnknownJob
 from producers.flows import load_flows_file
-from producers.spec import SpecError
 from runtime import metrics
 from runtime.settings import Settings, env_int
+from schemas.definition import SpecError
 from schemas.events import to_jsonable
 
 log = logging.getLogger("cronstream.flows")

@@ -17,22 +17,17 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
 from cronstream.cli.backfill import add_backfill
 from cronstream.cli.common import EXIT_INVALID, EXIT_UNAVAILABLE
 from producers.client import JobClient, UnknownJob
-from producers.spec import (
-    SpecError,
-    job_from_spec,
-    literal_secrets,
-    load_jobs_file,
-    parse_instant,
-)
+from producers.spec import load_jobs_file
 from runtime.kafka.clients import kafka_consumer
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import Topics
+from schemas.definition import SpecError, job_from_spec, literal_secrets, parse_instant
+from schemas.definition.zones import load_zone
 from schemas.events import JobDefinition, from_ms, iso, text_headers, to_jsonable, to_ms, utc_now
 from schemas.redact import escape_controls, redact_jsonable
 from schemas.serde import Codec, DecodeError
 from schemas.targets import names as target_names
-from streams.core.zones import load_zone
 from streams.definitions import preview_slots
 
 
@@ -84,8 +79,7 @@ def _spec_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_jobs_put(client: JobClient, args: argparse.Namespace) -> int:
-    job = job_from_spec(_spec_from_args(args), max_payload_bytes=client.settings.max_payload_bytes)
-    client.put(job)
+    job = client.put_spec(_spec_from_args(args))
     _warn_literal_secrets([job])
     print(f"put {_job_line(job)}")
     return 0

@@ -30,6 +30,7 @@ from cronstream.ui.charts import duration_chart
 from cronstream.ui.sessions import Sessions
 from cronstream.ui.sources import replayable
 from runtime.tokens import ADMIN, TokenBook
+from schemas.definition.zones import load_zone
 from schemas.events import (
     DeadLetter,
     JobDefinition,
@@ -42,7 +43,6 @@ from schemas.events import (
 from schemas.redact import redact_jsonable, redact_text
 from schemas.targets import names as target_names
 from schemas.tenancy import qualify
-from streams.core.zones import load_zone
 from streams.definitions import preview_slots
 
 COOKIE = "cronstream_session"

@@ -27,7 +27,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from producers.spec import job_problems
+from schemas.definition import problems as definition_problems
 from schemas.events import ControlAction, ControlCommand, JobDefinition, RunRequest, Trigger
 from schemas.ids import job_id_of, manual_run_id
 from schemas.instants import to_ms
@@ -160,7 +160,7 @@ class Admission(JobsView):
             why = Refusal(RefusalCode.INVALID, "PUT without a job definition")
             return self._answer(command, offset, now, why)
         job = replace(command.job, job_id=stored, tenant=tenant, updated_at=now)
-        problems = job_problems(job, max_payload_bytes=self.max_payload_bytes)
+        problems = definition_problems(job, max_payload_bytes=self.max_payload_bytes)
         if problems:
             return self._answer(command, offset, now, _refusal(RefusalCode.INVALID, problems))
         problems = self.policy.problems(tenant, stored, job.target)

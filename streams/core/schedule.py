@@ -6,7 +6,7 @@ id, so bursts on one boundary spread over ``jitter_ms`` and every scheduler comp
 same due time for the same job.
 
 - cron: the wall-clock fire times of the expression in the job's time zone
-  (``streams.core.cron`` has the DST policy), shared by every job with that expression
+  (``schemas.definition.cron`` has the DST policy), shared by every job with that expression
   and zone;
 - interval: slot k is ``anchor + k * every`` for every integer k, so a slot never
   depends on when a scheduler started;
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from streams.core.cron import CronTimes, cron_times
+from schemas.definition.cron import CronTimes, cron_times
 from streams.core.span import cron_count, cron_latest
 
 

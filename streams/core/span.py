@@ -12,7 +12,7 @@ cost grows with the days of the range, not its slots (about 1 ms for those 30 da
   are its matching wall times, counted per day: whole days as (firing days) x (times in
   a day), a part of a day by rank (matches before a time of day, by bisection of the
   sorted hours, minutes and seconds);
-- at a transition the one wall-time rule of ``streams.core.zones`` applies: wall times
+- at a transition the one wall-time rule of ``schemas.definition.zones`` applies: wall times
   repeated by a fall-back fired at their first occurrence (not counted again), wall
   times skipped by a spring-forward are one slot, the transition instant.
 
@@ -26,7 +26,7 @@ from calendar import monthrange
 from datetime import date, datetime
 from zoneinfo import ZoneInfo
 
-from streams.core.cron import CronExpr, CronTimes
+from schemas.definition.cron import CronExpr, CronTimes
 
 DAY_S = 86_400
 _EPOCH_ORDINAL = date(1970, 1, 1).toordinal()

@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 
 from runtime.settings import Settings
+from schemas.definition.cron import cron_times, parse_cron
 from schemas.events import (
     JobDefinition,
 )
-from streams.core.cron import cron_times, parse_cron
 from tests.bench.common import (
     drive,
     due_ms,

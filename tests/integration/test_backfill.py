@@ -17,9 +17,9 @@ import pytest
 
 from consumers.history import History
 from producers.client import JobClient
-from producers.spec import job_from_spec
 from runtime.cassandra import cassandra_session
 from runtime.settings import Settings
+from schemas.definition import job_from_spec
 from schemas.events import from_ms, iso
 from tests.conftest import cli_env
 from tests.integration.helpers import CronstreamProcess, Target, cronstream

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from producers.client import JobClient
-from producers.spec import job_from_spec
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import Topics
+from schemas.definition import job_from_spec
 from schemas.events import RunOutcome
 from schemas.serde import Codec
 from tests.integration.helpers import CronstreamProcess, read_topic

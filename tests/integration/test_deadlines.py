@@ -12,10 +12,10 @@ import pytest
 
 from producers.client import JobClient
 from producers.flows import flow_from_spec, flow_schedule
-from producers.spec import job_from_spec
 from runtime.settings import Settings
 from schemas.alerts import Alert
 from schemas.catalog import Topics
+from schemas.definition import job_from_spec
 from schemas.events import iso, utc_now
 from tests.integration.helpers import CronstreamProcess, decoded
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from producers.client import JobClient
-from producers.spec import job_from_spec
 from runtime.settings import Settings
 from schemas.catalog import Topics
+from schemas.definition import job_from_spec
 from schemas.events import JOB_PAUSED, Priority, RunOutcome, RunStatus, to_ms
 from tests.integration.helpers import CronstreamProcess, decoded, read_topic
 

@@ -19,12 +19,12 @@ import pytest
 
 from consumers.history import History
 from producers.client import JobClient
-from producers.spec import job_from_spec
 from runtime.cassandra import cassandra_session
 from runtime.kafka.publisher import Publisher
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import Topics
+from schemas.definition import job_from_spec
 from schemas.events import (
     JobDefinition,
     MisfireKind,

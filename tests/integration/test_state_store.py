@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from producers.client import JobClient
-from producers.spec import job_from_spec
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import Topics
+from schemas.definition import job_from_spec
 from schemas.events import Priority
 from schemas.serde import Codec
 from streams.definitions import Definitions

@@ -26,7 +26,6 @@ from selenium.webdriver.support.wait import WebDriverWait
 
 from consumers.history import HistoryTables
 from producers.client import JobClient
-from producers.spec import job_from_spec
 from runtime.cassandra import cassandra_session
 from runtime.kafka.clients import kafka_producer
 from runtime.kafka.publisher import Publisher
@@ -34,6 +33,7 @@ from runtime.scrape import targets_dir, write_targets
 from runtime.settings import REPO_ROOT, Settings
 from runtime.tokens import ADMIN, token_path
 from schemas.catalog import Topics
+from schemas.definition import job_from_spec
 from schemas.events import DeadLetter, Priority, RunOutcome, RunStatus, utc_now
 from tests.integration.helpers import CronstreamProcess, free_port, wait_http_up
 from tests.integration.tenants import AdmissionThread

@@ -20,11 +20,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from producers.client import JobClient
-from producers.spec import job_from_spec
 from runtime.kafka.publisher import Publisher
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import Topics
+from schemas.definition import job_from_spec
 from schemas.events import DeadLetter, Priority, RunOutcome
 from schemas.events import Target as RunTarget
 from schemas.serde import Codec

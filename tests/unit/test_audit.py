@@ -8,10 +8,10 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from producers.audit import Auditor, command_record
-from producers.spec import job_from_spec
 from runtime.settings import Settings
 from schemas.audit import AuditAction, AuditRecord, field_changes
 from schemas.catalog import Topics
+from schemas.definition import job_from_spec
 from schemas.events import JobDefinition
 from schemas.serde import Codec
 from schemas.tenancy import TenantAction, TenantCommand

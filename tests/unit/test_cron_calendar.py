@@ -1,4 +1,4 @@
-"""Calendar walks, not examples: every fire of 2026-2028 from streams.core.cron equals the
+"""Calendar walks, not examples: every fire of 2026-2028 from schemas.definition.cron equals the
 reference's (tests/cron_reference.py), for day-of-month steps and lists that cross short
 months (croniter 5.0.1 lost the March 1 slots of some of them), in four zones."""
 
@@ -9,7 +9,7 @@ from functools import cache
 
 import pytest
 
-from streams.core.cron import cron_times
+from schemas.definition.cron import cron_times
 from tests import cron_reference as ref
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -1,4 +1,4 @@
-"""Property tests: streams.core.cron against the independent reference (tests/cron_reference.py).
+"""Property tests: schemas.definition.cron against the independent reference (tests/cron_reference.py).
 
 Random expressions of every item kind, zones with unusual transitions (30-minute shifts,
 a skipped day, two-hour jumps, Morocco's Ramadan changes) and start instants aimed at the
@@ -16,8 +16,8 @@ import pytest
 from hypothesis import Phase, assume, given, settings
 from hypothesis import strategies as st
 
-from streams.core.cron import CronError, cron_times, parse_cron
-from streams.core.zones import load_zone, wall_instant_ms
+from schemas.definition.cron import CronError, cron_times, parse_cron
+from schemas.definition.zones import load_zone, wall_instant_ms
 from tests import cron_reference as ref
 
 EXAMPLES = int(os.environ.get("CRONSTREAM_HYPOTHESIS_EXAMPLES", "150"))

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from streams.core.cron import CronError, parse_cron
+from schemas.definition.cron import CronError, parse_cron
 
 
 @pytest.mark.parametrize(

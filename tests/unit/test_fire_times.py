@@ -9,8 +9,8 @@ from datetime import datetime
 
 import pytest
 
+from schemas.definition.cron import cron_times
 from schemas.events import from_ms, iso, to_ms
-from streams.core.cron import cron_times
 from streams.core.schedule import JobSchedule, Misfire, jitter_offset
 
 

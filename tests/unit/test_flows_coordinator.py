@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from producers.flows import flow_from_spec
-from producers.spec import SpecError
 from runtime.settings import Settings
 from schemas.alerts import Alert
 from schemas.catalog import Topics
+from schemas.definition import SpecError
 from schemas.events import ControlCommand, DeadLetter, Priority, RunOutcome, RunRequest, Trigger
 from schemas.flows import FlowEvent, FlowEventKind
 from schemas.serde import Codec

@@ -20,7 +20,7 @@ from consumers.core.buckets import (
 )
 from consumers.history import StatementsError, load_statements
 from cronstream.cli.history import _checked, history_statuses, history_window, register
-from producers.spec import SpecError
+from schemas.definition import SpecError
 
 T = datetime(2026, 11, 22, 23, 30, tzinfo=UTC)
 

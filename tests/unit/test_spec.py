@@ -3,10 +3,10 @@ from pathlib import Path
 
 import pytest
 
-from producers.spec import (
+from producers.spec import load_jobs_file
+from schemas.definition import (
     SpecError,
     job_from_spec,
-    load_jobs_file,
     parse_backoff,
     parse_duration,
     parse_instant,

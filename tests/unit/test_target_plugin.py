@@ -25,9 +25,9 @@ from consumers.worker.config import WorkerConfig
 from cronstream.cli import main
 from cronstream.cli.common import EXIT_INVALID
 from producers.admission.core import Admission, Quotas
-from producers.spec import SpecError, job_from_spec
 from runtime import metrics
 from schemas import targets
+from schemas.definition import SpecError, job_from_spec
 from schemas.events import RunRequest, RunStatus, Target
 from schemas.policy import GrantError, TenantPolicy
 from schemas.targets import TargetType, TargetTypeError

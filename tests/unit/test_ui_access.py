@@ -23,8 +23,8 @@ from cronstream.api.guard import AllowedHosts, Guard
 from cronstream.ui.app import build_ui_app
 from cronstream.ui.sources import QUERIES, DeadLetters, Letter, Overview, Prometheus, tenant_queries
 from producers.admission.core import JobsView
-from producers.spec import job_from_spec
 from runtime.tokens import ADMIN, TokenBook, digest
+from schemas.definition import job_from_spec
 from schemas.events import DeadLetter, JobDefinition, RunOutcome, RunStatus, utc_now
 
 TOKENS = {"tok-acme": "acme", "tok-beta": "beta", "tok-admin": ADMIN}

@@ -25,7 +25,7 @@ slots; nothing here uses it).
 
 **Wall time.** An expression is matched against wall-clock time in the job's IANA zone
 (from the pinned zone database), and a matching wall time becomes an instant by the
-one wall-time rule of ``streams.core.zones``: a repeated wall time is its first
+one wall-time rule of ``schemas.definition.zones``: a repeated wall time is its first
 occurrence (the repeat is not a slot), a skipped one the transition instant.
 
 **Cost.** Reading an expression is mostly lookups: each field's text is read once
@@ -46,8 +46,8 @@ from functools import lru_cache
 from typing import TypeVar
 from zoneinfo import ZoneInfo
 
-from streams.core.memo import Memo
-from streams.core.zones import load_zone, plus_second, second_after, wall_instant_ms
+from schemas.definition.memo import Memo
+from schemas.definition.zones import load_zone, plus_second, second_after, wall_instant_ms
 
 T = TypeVar("T")
 ALIASES = {

@@ -20,7 +20,7 @@ from zoneinfo import ZoneInfo
 
 import tzdata
 
-from streams.core.memo import Memo
+from schemas.definition.memo import Memo
 
 TZDATA_VERSION: str = tzdata.IANA_VERSION
 _MISSING = object()
