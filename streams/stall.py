@@ -15,8 +15,7 @@ from __future__ import annotations
 import logging
 import time
 
-from confluent_kafka import Consumer, TopicPartition
-
+from runtime.kafka.clients import Consumer, TopicPartition
 from runtime.kafka.records import ConsumedMessage
 
 log = logging.getLogger("cronstream.scheduler")
