@@ -37,6 +37,7 @@ from runtime.kafka.clients import (
 from runtime.kafka.member import GroupMember
 from runtime.kafka.offsets import committed, watermarks
 from runtime.kafka.publisher import Publisher, PublishError
+from runtime.kafka.stall import Backoff, Held
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import JOBS, Topics
@@ -49,7 +50,6 @@ from streams.definitions import Definitions
 from streams.emitter import Emitter
 from streams.loading import Collector, check_zone_database
 from streams.reading import Owned, Reading
-from streams.stall import Backoff, Held
 from streams.state import PartitionState, open_partition, resume_point
 
 log = logging.getLogger("cronstream.scheduler")
@@ -65,6 +65,8 @@ HANDOVER_ACK_WAIT_S = 10.0
 # The lookahead at most: a run emitted earlier waits in a worker's memory that long, and
 # a pause or delete must cancel it (``streams.core.ahead``).
 MAX_LOOKAHEAD_MS = 60_000
+# While the registry is unavailable (``runtime.kafka.stall``): what waits, what goes on.
+READING_HELD = "reading definitions and timers paused until it answers; loaded jobs keep firing"
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +133,7 @@ class Processor(Reading):
         # Snapshots of partitions lost before their progress was committed: taken back
         # when the same partition comes back with the checkpoint it had (``_take_back``).
         self._retained: dict[int, tuple[Checkpoint | None, Checkpoint]] = {}
-        self._backoff = Backoff()  # reading waits for the registry
+        self._backoff = Backoff(log, READING_HELD)  # reading waits for the registry
         # False once the loop failed (e.g. a delivery error): from then on no checkpoint
         # may claim what was emitted, not even the one a handover would take.
         self._healthy = True
@@ -165,8 +167,8 @@ class Processor(Reading):
         consumer = self.consumer
         starts, timer_starts = [], []
         fresh = {tp.partition for tp in partitions}
-        self._held.drop(fresh)
-        self._held_timers.drop(fresh)
+        self._held.drop_partitions(fresh)
+        self._held_timers.drop_partitions(fresh)
         for tp in committed(consumer, partitions):
             checkpoint = self._take_back(tp, Checkpoint.from_metadata(tp.metadata))
             check_zone_database(tp.partition, checkpoint)
@@ -285,8 +287,8 @@ class Processor(Reading):
             if not owned.loading and self._healthy and snapshot != owned.base:
                 self._retained[owned.partition] = (owned.base, snapshot)
         numbers = {tp.partition for tp in partitions}
-        self._held.drop(numbers)
-        self._held_timers.drop(numbers)
+        self._held.drop_partitions(numbers)
+        self._held_timers.drop_partitions(numbers)
         self._collector.loaded(any(o.loading for o in self.owned.values()))
         if gone:
             self.timers.incremental_unassign(
@@ -437,8 +439,8 @@ class Processor(Reading):
         self._retained.clear()
         self._undelivered = False
         numbers = set(self.owned)
-        self._held.drop(numbers)
-        self._held_timers.drop(numbers)
+        self._held.drop_partitions(numbers)
+        self._held_timers.drop_partitions(numbers)
         for old in list(self.owned.values()):
             base, meta = old.base, old.state.meta() if old.state is not None else None
             start, fallback = resume_point(meta, base, 0)

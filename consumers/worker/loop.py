@@ -26,12 +26,12 @@ from consumers.worker.intake import Intake, Key
 from consumers.worker.lookups import SchemaLookups
 from consumers.worker.outbox import Outbox, outbox_publisher
 from consumers.worker.replay import ControlFeed, HistoryReplay, side_consumer
-from consumers.worker.stall import Stall
 from runtime import metrics
 from runtime.kafka.clients import TopicPartition
 from runtime.kafka.member import GroupMember
 from runtime.kafka.offsets import committed, consumer_lag, watermarks
 from runtime.kafka.records import ConsumedMessage
+from runtime.kafka.stall import Backoff, Held
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.alerts import Alert
@@ -101,7 +101,8 @@ class Worker:
             trackers=self.trackers, history=self.history, outbox=self.outbox,
             lookups=SchemaLookups(codec, registry_client(settings)),
         )  # fmt: skip
-        self.stall = Stall(self.consumer)
+        self.stall = Backoff(log, "run requests held, fetching paused until it answers")
+        self.held = Held(self.consumer)  # what waits for the registry
         self._next_input = 0.0
         self._stop_deadline: float | None = None  # set by ``drain``
         self._maintenance = 0.0
@@ -138,7 +139,7 @@ class Worker:
         gone = {(tp.topic, tp.partition) for tp in partitions}
         self.intake.drop_unstarted(gone)
         self.attempts.drop_unstarted(gone)
-        self.stall.drop(gone)
+        self.held.drop(gone)
         # Stopping (SIGTERM): ``drain`` already gave running attempts the grace period.
         deadline = self._stop_deadline or time.monotonic() + self.config.grace_s
         while any((p.topic, p.partition) in gone for p in self.attempts.running):
@@ -195,27 +196,32 @@ class Worker:
 
     def _input(self, due: bool, capacity: int) -> list[ConsumedMessage]:
         """Fetch and accept run requests; while the registry is unavailable, hold them
-        (``Stall``) and try them again with backoff. Returns the records read."""
-        stall, intake = self.stall, self.intake
+        and every one after them, with every partition paused, and try them again with
+        backoff (``runtime.kafka.stall``). Returns the records read."""
+        stall, held, intake = self.stall, self.held, self.intake
         if not stall.stalled:
             messages = intake.looked_up()
             messages += self._fetch(due, capacity)
-        elif stall.held and stall.due():
-            messages = stall.release() + intake.looked_up()
+        elif held and stall.due():
+            messages = held.take() + intake.looked_up()
         else:
-            stall.poll()
+            held.poll(0.05)
             messages = []
         for i, msg in enumerate(messages):
             try:
                 intake.accept(msg)
             except RegistryUnavailable as exc:
-                stall.hold(messages[i:], exc)
+                if not stall.stalled:
+                    held.pause_all()
+                held.hold(messages[i:])
+                stall.failed(exc)
                 return messages[:i]
-        if stall.stalled and not stall.held:
+        if stall.stalled and not held:
             paused, waiting = intake.paused, intake.waiting
-            stall.recovered([tp for tp in self.consumer.assignment()
-                             if intake.priority_of.get(tp.topic) not in paused
-                             and (tp.topic, tp.partition) not in waiting])  # fmt: skip
+            held.resume([tp for tp in self.consumer.assignment()
+                         if intake.priority_of.get(tp.topic) not in paused
+                         and (tp.topic, tp.partition) not in waiting])  # fmt: skip
+            stall.passed()
         return messages
 
     def _fetch(self, due: bool, capacity: int) -> list[ConsumedMessage]:
