@@ -36,14 +36,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaException, Message, TopicPartition
-
 from consumers import archive
 from consumers.core.buckets import day_of
 from runtime import metrics
 from runtime.faults import RecordFaults
-from runtime.kafka.clients import consume_ready, group_consumer
-from runtime.kafka.offsets import is_transient, partition_names
+from runtime.kafka.clients import TopicPartition
+from runtime.kafka.member import GroupMember
 from runtime.kafka.publisher import Publisher
 from runtime.kafka.records import ConsumedMessage, dead_letter_for, is_record
 from runtime.registry import registry_client
@@ -84,8 +82,11 @@ class Archiver:
         self.root = root or archive.archive_root(settings)
         self.topic = Topics(settings).history
         self.codec = Codec(registry_client(settings))
-        self.consumer = group_consumer(settings, group=config.group, name=config.name,
-                                       session_timeout_ms=config.session_timeout_ms)  # fmt: skip
+        self.member = GroupMember(
+            settings, group=config.group, name=config.name,
+            session_timeout_ms=config.session_timeout_ms, log=log,
+        )  # fmt: skip
+        self.consumer = self.member.consumer
         self.dlq = Topics(settings).dlq
         # A broker outage never fails a dead letter: librdkafka keeps trying (no limit).
         no_limit: dict[str, Any] = {"message.timeout.ms": 0}
@@ -98,32 +99,29 @@ class Archiver:
         self._compacted = 0.0
 
     def run(self, should_stop: Callable[[], bool]) -> None:
-        self.consumer.subscribe([self.topic], on_assign=self._on_assign,
-                                on_revoke=self._on_revoke, on_lost=self._on_lost)  # fmt: skip
+        self.member.subscribe([self.topic], assigned=self._assigned, revoking=self._revoking,
+                              lost=self._lost)  # fmt: skip
         try:
             while not should_stop():
                 self.step()
             for partition in list(self.buffers):
                 self.flush(partition, wait=True)
         finally:
-            self.consumer.close()
+            self.member.close()
             self.publisher.close()
 
     # -- partitions moving ----------------------------------------------------------------
-    def _on_assign(self, consumer: object, partitions: list[TopicPartition]) -> None:
+    def _assigned(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
             self.checkpoints[tp.partition] = archive.checkpoint(self.root, tp.partition)
-        log.info("assigned %s", partition_names(partitions))
 
-    def _on_revoke(self, consumer: object, partitions: list[TopicPartition]) -> None:
+    def _revoking(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:  # what is buffered is written before the partition moves
             if tp.partition in self.buffers:
                 self.flush(tp.partition, wait=True)
             self.checkpoints.pop(tp.partition, None)
-        log.info("revoked %s", partition_names(partitions))
 
-    def _on_lost(self, consumer: object, partitions: list[TopicPartition]) -> None:
-        log.warning("partitions lost: %s", partition_names(partitions))
+    def _lost(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:  # the next owner reads them again from the checkpoint
             self.buffers.pop(tp.partition, None)
             self.checkpoints.pop(tp.partition, None)
@@ -141,15 +139,8 @@ class Archiver:
         if now >= self._compacted + self.config.compact_every_s:
             self._compact()
 
-    def _read(self) -> list[Message]:
-        try:
-            return consume_ready(self.consumer, self.config.read_max, 0.5)
-        except KafkaException as exc:  # a broker restarting, a leader moving
-            if not is_transient(exc):
-                raise
-            log.warning("fetching refused for now (%s); retrying", exc.args[0])
-            time.sleep(0.1)
-            return []
+    def _read(self) -> list[ConsumedMessage]:
+        return self.member.consume(self.config.read_max, 0.5, ready=True)
 
     def accept(self, msg: ConsumedMessage) -> RunOutcome | None:
         """The outcome of one history record to archive, or None: not a RunOutcome
@@ -175,7 +166,7 @@ class Archiver:
         self.letters = True
         return None
 
-    def _buffer(self, messages: list[Message], now: float) -> set[int]:
+    def _buffer(self, messages: list[ConsumedMessage], now: float) -> set[int]:
         """Add the records to their partitions' buffers; returns the partitions whose
         records were archived already (written, then a crash before the commit, which
         is made now)."""
@@ -221,15 +212,8 @@ class Archiver:
 
     def _commit(self, offsets: dict[int, int | None], *, wait: bool) -> None:
         parts = [TopicPartition(self.topic, p, o) for p, o in offsets.items() if o is not None]
-        if not parts:
-            return
-        try:
-            if wait:
-                self.consumer.commit(offsets=parts, asynchronous=False)
-            else:
-                self.consumer.commit(offsets=parts, asynchronous=True)
-        except KafkaException as exc:  # the checkpoint stands: nothing is written twice
-            log.warning("commit refused (%s); the checkpoint holds the position", exc)
+        # Refused: the checkpoint stands, nothing is written twice.
+        self.member.commit(parts, wait=wait, then="the checkpoint holds the position")
 
     def _compact(self) -> None:
         """Daily files of finished days, and days past the retention deleted, by the

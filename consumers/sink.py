@@ -30,14 +30,13 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from confluent_kafka import KafkaException, Message, TopicPartition
-
 from consumers.history import HistoryTables
 from runtime import metrics
 from runtime.cassandra import cassandra_session
 from runtime.faults import RecordFaults
-from runtime.kafka.clients import group_consumer
-from runtime.kafka.offsets import consumer_lag, is_transient, partition_names
+from runtime.kafka.clients import TopicPartition
+from runtime.kafka.member import GroupMember
+from runtime.kafka.offsets import consumer_lag
 from runtime.kafka.publisher import Publisher
 from runtime.kafka.records import ConsumedMessage, dead_letter_for, is_record
 from runtime.registry import registry_client
@@ -195,13 +194,14 @@ class Sink:
         self.cluster: Any = None
         self.tables: HistoryTables | None = None
         self.writer: RowWriter | None = None
-        self.consumer = group_consumer(
+        self.member = GroupMember(
             settings, group=config.group, name=config.name,
-            session_timeout_ms=config.session_timeout_ms,
+            session_timeout_ms=config.session_timeout_ms, log=log,
         )  # fmt: skip
+        self.consumer = self.member.consumer
         self.written: dict[tuple[str, int], int] = {}  # next offset, written, per partition
         self.step_offsets: dict[tuple[str, int], int] = {}  # the step being written
-        self.carry: list[Message] = []  # read while waiting out an outage
+        self.carry: list[ConsumedMessage] = []  # read while waiting out an outage
         self.should_stop: Callable[[], bool] = lambda: False
         self._maintenance = 0.0
 
@@ -210,10 +210,8 @@ class Sink:
         self.should_stop = should_stop
         try:
             self._connect()
-            self.consumer.subscribe(
-                [self.topics.history], on_assign=self._on_assign,
-                on_revoke=self._on_revoke, on_lost=self._on_lost,
-            )  # fmt: skip
+            self.member.subscribe([self.topics.history], revoking=self._revoking,
+                                  lost=self._lost)  # fmt: skip
             while not should_stop():
                 self.step()
         except Stopped:
@@ -246,30 +244,20 @@ class Sink:
     def close(self) -> None:
         try:
             self._commit(self.written, wait=True)
-        except KafkaException as exc:
-            log.warning("final commit refused (%s); the next sink rewrites those outcomes", exc)
         finally:
-            self.consumer.close()
+            self.member.close()
             self.publisher.close()
             if self.cluster is not None:
                 self.cluster.shutdown()
 
-    def _on_assign(self, consumer: object, partitions: list[TopicPartition]) -> None:
-        log.info("assigned %s", partition_names(partitions))
-
-    def _on_revoke(self, consumer: object, partitions: list[TopicPartition]) -> None:
+    def _revoking(self, partitions: list[TopicPartition]) -> None:
         gone = {(tp.topic, tp.partition) for tp in partitions}
         # What is written is committed before the partitions move; what the step being
         # written holds for them is not (the next owner rewrites it).
-        try:
-            self._commit({k: v for k, v in self.written.items() if k in gone}, wait=True)
-        except KafkaException as exc:
-            log.warning("commit at revoke refused (%s); the next owner rewrites", exc)
+        self._commit({k: v for k, v in self.written.items() if k in gone}, wait=True)
         self._forget(gone)
-        log.info("revoked %s", partition_names(partitions))
 
-    def _on_lost(self, consumer: object, partitions: list[TopicPartition]) -> None:
-        log.warning("partitions lost: %s", partition_names(partitions))
+    def _lost(self, partitions: list[TopicPartition]) -> None:
         self._forget({(tp.topic, tp.partition) for tp in partitions})
 
     def _forget(self, gone: set[tuple[str, int]]) -> None:
@@ -283,19 +271,13 @@ class Sink:
         messages, self.carry = self.carry, []
         room = self.config.read_max - len(messages)
         if room > 0:
-            try:
-                messages.extend(self.consumer.consume(num_messages=room, timeout=0.2))
-            except KafkaException as exc:  # a broker restarting, a leader moving
-                if not is_transient(exc):
-                    raise
-                log.warning("fetching refused for now (%s); retrying", exc.args[0])
-                time.sleep(0.1)
+            messages.extend(self.member.consume(room, 0.2))
         if messages:
             self.write_and_commit(messages)
         if time.monotonic() >= self._maintenance:
             self._maintain()
 
-    def write_and_commit(self, messages: list[Message]) -> None:
+    def write_and_commit(self, messages: list[ConsumedMessage]) -> None:
         """Make a step's outcomes durable in Cassandra, then move the offsets. In order:
 
         1. Decode each record into the rows it writes; one that is not a RunOutcome,
@@ -394,13 +376,7 @@ class Sink:
         while time.monotonic() < deadline:
             if self.should_stop():
                 return False
-            try:
-                msg = self.consumer.poll(min(0.2, max(0.0, deadline - time.monotonic())))
-            except KafkaException as exc:
-                if not is_transient(exc):
-                    raise
-                time.sleep(0.1)
-                continue
+            msg = self.member.poll(min(0.2, max(0.0, deadline - time.monotonic())))
             if msg is not None:
                 self.carry.append(msg)
         return True
@@ -409,13 +385,7 @@ class Sink:
         if not offsets:
             return
         parts = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
-        if wait:
-            self.consumer.commit(offsets=parts, asynchronous=False)
-            return
-        try:
-            self.consumer.commit(offsets=parts, asynchronous=True)
-        except KafkaException as exc:
-            log.warning("commit refused (%s); those outcomes will be rewritten", exc)
+        self.member.commit(parts, wait=wait, then="those outcomes will be rewritten")
 
     def _maintain(self) -> None:
         self._maintenance = time.monotonic() + 5

@@ -25,10 +25,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from confluent_kafka import TopicPartition
-
 from producers.client import JobClient
-from runtime.kafka.clients import consume_ready, kafka_consumer
+from runtime.kafka.clients import TopicPartition, consume_ready, kafka_consumer
 from runtime.kafka.offsets import watermarks
 from schemas.definition import SpecError
 from schemas.events import (

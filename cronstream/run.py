@@ -27,8 +27,6 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import IO, Any
 
-from confluent_kafka import OFFSET_END, TopicPartition
-
 from cronstream.monitoring import (
     metrics_ports,
     publish_targets,
@@ -37,7 +35,7 @@ from cronstream.monitoring import (
     withdraw_targets,
 )
 from runtime.health import cassandra_health, kafka_health, registry_health
-from runtime.kafka.clients import kafka_consumer
+from runtime.kafka.clients import OFFSET_END, TopicPartition, kafka_consumer
 from runtime.kafka.offsets import group_lag
 from runtime.settings import REPO_ROOT, Settings, env_int
 from schemas.catalog import Topics

@@ -16,21 +16,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.admin._acl import (
+from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
     AclOperation,
     AclPermissionType,
-)
-from confluent_kafka.admin._config import ConfigResource
-from confluent_kafka.admin._resource import ResourcePatternType, ResourceType
-from confluent_kafka.admin._scram import (
+    AdminClient,
+    ConfigResource,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
     ScramCredentialInfo,
     ScramMechanism,
     UserScramCredentialUpsertion,
 )
-from confluent_kafka.cimpl import NewTopic
 
 from consumers.migrations import migrate
 from infra.cassandra_access import admin_session, ensure_cassandra_access, grant_keyspace

@@ -32,10 +32,14 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import replace
 
-from confluent_kafka.admin._acl import AclBinding, AclOperation
-from confluent_kafka.admin._acl import AclPermissionType as Permission
-from confluent_kafka.admin._resource import ResourcePatternType, ResourceType
-from confluent_kafka.cimpl import NewTopic
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
+from confluent_kafka.admin import AclPermissionType as Permission
 
 from infra.bootstrap import (
     admin_acls,

@@ -16,10 +16,14 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-
 from producers.audit import Auditor
-from runtime.kafka.clients import consume_ready, kafka_consumer
+from runtime.kafka.clients import (
+    OFFSET_BEGINNING,
+    Consumer,
+    TopicPartition,
+    consume_ready,
+    kafka_consumer,
+)
 from runtime.kafka.offsets import watermarks
 from runtime.kafka.publisher import Publisher
 from runtime.settings import Settings

@@ -17,12 +17,11 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from confluent_kafka import Message, TopicPartition
-
 from producers.audit import here
-from runtime.kafka.clients import consume_ready, kafka_consumer
+from runtime.kafka.clients import TopicPartition, consume_ready, kafka_consumer
 from runtime.kafka.offsets import watermarks
 from runtime.kafka.publisher import Publisher, PublishError
+from runtime.kafka.records import ConsumedMessage
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import JobDefinition, utc_now
@@ -109,7 +108,7 @@ class TenantClient:
 
     def _write(self, command: TenantCommand) -> int:
         """Write ``command``; its offset once Kafka acknowledged it."""
-        delivered: list[Message] = []
+        delivered: list[ConsumedMessage] = []
         value = self.publisher.codec.encode(self.commands, command)
         self.publisher.producer.produce(
             self.commands, value=value, key=command.key().encode(),

@@ -47,9 +47,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaException
-
 from runtime import metrics
+from runtime.kafka.clients import KafkaException
 from runtime.kafka.publisher import PublishError
 from runtime.kafka.records import ConsumedMessage, dead_letter
 from schemas.events import DeadLetter

@@ -6,9 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-
-from runtime.kafka.clients import kafka_consumer
+from runtime.kafka.clients import OFFSET_BEGINNING, TopicPartition, kafka_consumer
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.flows import FlowDefinition

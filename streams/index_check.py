@@ -13,9 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from confluent_kafka import TopicPartition
-
-from runtime.kafka.clients import consume_ready, kafka_consumer
+from runtime.kafka.clients import TopicPartition, consume_ready, kafka_consumer
 from runtime.kafka.offsets import watermarks
 from runtime.kafka.records import is_record
 from runtime.settings import Settings

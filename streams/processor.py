@@ -27,12 +27,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
-
 from runtime import metrics
-from runtime.kafka.clients import group_consumer, kafka_consumer
+from runtime.kafka.clients import (
+    OFFSET_BEGINNING,
+    Consumer,
+    TopicPartition,
+    kafka_consumer,
+)
+from runtime.kafka.member import GroupMember
 from runtime.kafka.offsets import committed, watermarks
 from runtime.kafka.publisher import Publisher, PublishError
+from runtime.kafka.stall import Backoff, Held
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import JOBS, Topics
@@ -45,7 +50,6 @@ from streams.definitions import Definitions
 from streams.emitter import Emitter
 from streams.loading import Collector, check_zone_database
 from streams.reading import Owned, Reading
-from streams.stall import Backoff, Held
 from streams.state import PartitionState, open_partition, resume_point
 
 log = logging.getLogger("cronstream.scheduler")
@@ -61,6 +65,8 @@ HANDOVER_ACK_WAIT_S = 10.0
 # The lookahead at most: a run emitted earlier waits in a worker's memory that long, and
 # a pause or delete must cancel it (``streams.core.ahead``).
 MAX_LOOKAHEAD_MS = 60_000
+# While the registry is unavailable (``runtime.kafka.stall``): what waits, what goes on.
+READING_HELD = "reading definitions and timers paused until it answers; loaded jobs keep firing"
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,41 +133,44 @@ class Processor(Reading):
         # Snapshots of partitions lost before their progress was committed: taken back
         # when the same partition comes back with the checkpoint it had (``_take_back``).
         self._retained: dict[int, tuple[Checkpoint | None, Checkpoint]] = {}
-        self._backoff = Backoff()  # reading waits for the registry
+        self._backoff = Backoff(log, READING_HELD)  # reading waits for the registry
         # False once the loop failed (e.g. a delivery error): from then on no checkpoint
         # may claim what was emitted, not even the one a handover would take.
         self._healthy = True
-        self.consumer = group_consumer(
+        eof: dict[str, Any] = {"enable.partition.eof": True}  # it ends a partition's loading
+        self.member = GroupMember(
             settings,
             group=config.group,
             name=config.name,
             session_timeout_ms=config.session_timeout_ms,
-            **{"enable.partition.eof": True},  # the end of a partition ends its loading
-            **({"group.instance.id": config.instance_id} if config.instance_id else {}),
+            log=log,
+            instance_id=config.instance_id,
+            **eof,
         )
+        self.consumer = self.member.consumer
         self.timers: Consumer = kafka_consumer(
             settings, **{"group.id": f"{config.group}.timers", "client.id": config.name}
         )
         self._held = Held(self.consumer)
         self._held_timers = Held(self.timers)
         log.info("zone database: tzdata %s", TZDATA_VERSION)
-        self.consumer.subscribe(
-            [self.topics.jobs],
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_lost,
+        self.member.subscribe(
+            [self.topics.jobs], assigned=self._assigned, revoking=self._revoking, lost=self._drop
         )
 
     # -- ownership ----------------------------------------------------------------------
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _assigned(self, partitions: list[TopicPartition]) -> list[TopicPartition] | None:
+        """Load the partitions; they are read from the returned offsets (the jobs
+        partition from its beginning, or its store's offset)."""
         if not partitions:
-            return
+            return None
+        consumer = self.consumer
         starts, timer_starts = [], []
         fresh = {tp.partition for tp in partitions}
-        self._held.drop(fresh)
-        self._held_timers.drop(fresh)
+        self._held.drop_partitions(fresh)
+        self._held_timers.drop_partitions(fresh)
         for tp in committed(consumer, partitions):
-            checkpoint = self._take_back(consumer, tp, Checkpoint.from_metadata(tp.metadata))
+            checkpoint = self._take_back(tp, Checkpoint.from_metadata(tp.metadata))
             check_zone_database(tp.partition, checkpoint)
             low, high = watermarks(consumer, tp)
             state, start, fallback = self._open_state(tp.partition, checkpoint, low)
@@ -181,26 +190,17 @@ class Processor(Reading):
             )
             if high <= start:
                 self._go_live(owned)
-        consumer.incremental_assign(starts)
         self.timers.incremental_assign(timer_starts)
         self._gauge_partitions()
+        return starts
 
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _revoking(self, partitions: list[TopicPartition]) -> None:
         live = [self.owned[tp.partition] for tp in partitions if tp.partition in self.owned]
         try:
-            self.checkpoint([o for o in live if not o.loading], consumer=consumer,
-                            wait=HANDOVER_ACK_WAIT_S)  # fmt: skip
+            self.checkpoint([o for o in live if not o.loading], wait=HANDOVER_ACK_WAIT_S)
         except PublishError as exc:  # the next owner re-emits from the last checkpoint
             log.warning("no checkpoint at the handover: %s", exc)
         self._drop(partitions)
-        consumer.incremental_unassign(partitions)
-
-    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        log.warning(
-            "partitions %s lost without a clean handover", [p.partition for p in partitions]
-        )
-        self._drop(partitions)
-        consumer.incremental_unassign(partitions)
 
     def _open_state(
         self, partition: int, checkpoint: Checkpoint | None, low: int
@@ -246,9 +246,7 @@ class Processor(Reading):
         self._collector.loading()
         return owned
 
-    def _take_back(
-        self, consumer: Consumer, tp: TopicPartition, committed_: Checkpoint | None
-    ) -> Checkpoint | None:
+    def _take_back(self, tp: TopicPartition, committed_: Checkpoint | None) -> Checkpoint | None:
         """The checkpoint to load an assigned partition from: the committed one, unless
         this processor lost the partition (a broker outage outlasting the session) with
         progress it could not commit, and nobody committed since. Then that progress is
@@ -258,18 +256,19 @@ class Processor(Reading):
         if retained is None or retained[0] != committed_:
             return committed_
         snapshot = retained[1]
+        why = "the progress made before it was lost is not taken back"
         try:
             if not self.publisher.settled(HANDOVER_ACK_WAIT_S):
                 return committed_
-            consumer.commit(offsets=[self._offset(tp.partition, snapshot)], asynchronous=False)
-        except (PublishError, KafkaException) as exc:
-            if isinstance(exc, PublishError):
-                # Some record it emitted failed, and any snapshot may cover it (the error
-                # is raised once): none is taken back, every partition re-emits from
-                # its committed checkpoint (found by the broker restart test).
-                self._retained.clear()
-            log.warning("partition %d: progress made before it was lost not taken back (%s)",
-                        tp.partition, exc)  # fmt: skip
+            if not self.member.commit([self._offset(tp.partition, snapshot)], wait=True,
+                                      then=f"partition {tp.partition}: {why}"):  # fmt: skip
+                return committed_
+        except PublishError as exc:
+            # Some record it emitted failed, and any snapshot may cover it (the error is
+            # raised once): none is taken back, every partition re-emits from its
+            # committed checkpoint (found by the broker restart test).
+            self._retained.clear()
+            log.warning("partition %d: %s (%s)", tp.partition, why, exc)
             return committed_
         log.info("partition %d: took back the progress made before it was lost (%s)",
                  tp.partition, snapshot)  # fmt: skip
@@ -288,8 +287,8 @@ class Processor(Reading):
             if not owned.loading and self._healthy and snapshot != owned.base:
                 self._retained[owned.partition] = (owned.base, snapshot)
         numbers = {tp.partition for tp in partitions}
-        self._held.drop(numbers)
-        self._held_timers.drop(numbers)
+        self._held.drop_partitions(numbers)
+        self._held_timers.drop_partitions(numbers)
         self._collector.loaded(any(o.loading for o in self.owned.values()))
         if gone:
             self.timers.incremental_unassign(
@@ -323,7 +322,7 @@ class Processor(Reading):
         live = any(not o.loading for o in self.owned.values())
         settle = self._backoff.due() and self._read_partition() is not None
         wait = 0 if settle else 0.005 if live else 0.1
-        batch = self.consumer.consume(num_messages=5000, timeout=wait)
+        batch = self.member.consume(5000, wait)
         self._read(batch, self._held, self._on_jobs_record)
         # Read partitions are settled SETTLE_BATCH definitions per iteration, one
         # partition at a time, so the ones already live fire on time in between
@@ -351,13 +350,7 @@ class Processor(Reading):
             self.checkpoint([o for o in self.owned.values() if not o.loading])
             self._gauge_state()
 
-    def checkpoint(
-        self,
-        partitions: list[Owned],
-        *,
-        consumer: Consumer | None = None,
-        wait: float = ACK_WAIT_S,
-    ) -> None:
+    def checkpoint(self, partitions: list[Owned], *, wait: float = ACK_WAIT_S) -> None:
         """Make the partitions' progress durable. The procedure, in order:
 
         1. Snapshot each partition's checkpoint (fired-through, jobs and timers offsets).
@@ -371,7 +364,8 @@ class Processor(Reading):
         3. With ``--state-dir``, each store deletes the entries the snapshot covers (a
            store ahead of the commit lacks only entries of acknowledged slots).
         4. Commit the snapshot as the jobs partitions' offsets with the checkpoint as
-           metadata (synchronously; a fenced commit after losing the group raises).
+           metadata (synchronously; ``GroupMember``'s rule: refused is logged, fatal
+           raises).
 
         A crash before step 4, or a commit the group refuses (rebalance in progress,
         partition already moved), leaves the previous checkpoint: the next owner re-emits
@@ -398,12 +392,9 @@ class Processor(Reading):
                 owned.state.flush(snap.fired_through, snap.jobs_offset)
         # 4. commit
         offsets = [self._offset(owned.partition, snap) for owned, snap in snaps]
-        try:
-            (consumer or self.consumer).commit(offsets=offsets, asynchronous=False)
-        except KafkaException as exc:
-            # Mid-rebalance or fenced: the partitions may already be someone else's. The
-            # previous checkpoint stands; the next owner re-emits from it, flagged.
-            log.warning("checkpoint not committed (%s); the previous one stands", exc)
+        # Refused mid-rebalance: the partitions may already be someone else's. The
+        # previous checkpoint stands; the next owner re-emits from it, flagged.
+        if not self.member.commit(offsets, wait=True, then="the previous checkpoint stands"):
             metrics.checkpoint_failures.inc()
             return
         for owned, snap in snaps:
@@ -417,7 +408,7 @@ class Processor(Reading):
         was frozen: SIGSTOP, a VM pause) may have lost its partitions without hearing
         it yet: firing them now would repeat what their new owner fired, unflagged.
         Firing waits until a checkpoint commit, fenced by the group generation,
-        succeeds (the partitions are still ours) or the loss arrives (``_on_lost``)."""
+        succeeds (the partitions are still ours) or the loss arrives (``_drop``)."""
         now = time.monotonic()
         gap, self._last_step = now - self._last_step, now
         if gap > self.config.session_timeout_ms / 2000 and self.owned:
@@ -448,8 +439,8 @@ class Processor(Reading):
         self._retained.clear()
         self._undelivered = False
         numbers = set(self.owned)
-        self._held.drop(numbers)
-        self._held_timers.drop(numbers)
+        self._held.drop_partitions(numbers)
+        self._held_timers.drop_partitions(numbers)
         for old in list(self.owned.values()):
             base, meta = old.base, old.state.meta() if old.state is not None else None
             start, fallback = resume_point(meta, base, 0)
@@ -470,7 +461,7 @@ class Processor(Reading):
             self.checkpoint([o for o in self.owned.values() if not o.loading],
                             wait=HANDOVER_ACK_WAIT_S)  # fmt: skip
         finally:
-            self.consumer.close()  # runs _on_revoke for what is still owned
+            self.member.close()  # runs _revoking for what is still owned
             self.timers.close()
             self.publisher.close()
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.kafka.records import ConsumedMessage, dead_letter, dead_letter_for, is_record
+from runtime.kafka.stall import Backoff, Held
 from schemas.catalog import Topics
 from schemas.definition.cron import CronError
 from schemas.definition.zones import ZoneError
@@ -36,7 +37,6 @@ from streams.core.schedule import JobSchedule
 from streams.definitions import Definitions
 from streams.emitter import Emitter
 from streams.loading import Collector
-from streams.stall import Backoff, Held
 from streams.state import PartitionState, StoredDefinition
 
 log = logging.getLogger("cronstream.scheduler")

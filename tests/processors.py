@@ -10,6 +10,7 @@ the per-record handling uses, named as the constructor names them.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -32,6 +33,7 @@ from producers.admission.processor import AdmissionConfig, AdmissionProcessor
 from runtime import metrics
 from runtime.faults import RecordFaults
 from runtime.kafka.publisher import Publisher
+from runtime.kafka.stall import Backoff
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import DeadLetter, Priority, RunOutcome, Target
@@ -45,7 +47,6 @@ from streams.flow_rows import JsonRows
 from streams.flows import Coordinator, _Runner
 from streams.loading import Collector
 from streams.reading import Owned, Reading
-from streams.stall import Backoff
 from tests.fakes import FakeConsumer, FakeMessage, FakeProducer, FakeRegistry
 
 SETTINGS = Settings.from_env({"CRONSTREAM_PARTITIONS": "1"})  # every job at home on 0
@@ -104,7 +105,7 @@ class SchedulerHarness(Reading):
         self.owned = {0: Owned(partition=0, core=core, checkpoint=None, load_end=0,
                                loading=False)}  # fmt: skip
         core.wheel.on_near = self._near_hook(self.owned[0])
-        self._collector, self._backoff = Collector(), Backoff()
+        self._collector, self._backoff = Collector(), Backoff(logging.getLogger("test"), "held")
         self.offset = 0
 
     def _now_ms(self) -> int:

@@ -17,10 +17,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
-from confluent_kafka import KafkaError, Producer
-
 from consumers.executors.base import TargetInvalid
-from runtime.kafka.clients import kafka_producer
+from runtime.kafka.clients import KafkaError, Producer, kafka_producer
 from runtime.settings import Settings
 from schemas.tenancy import tenant_user
 

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from confluent_kafka import Producer
-
 from consumers.executors.base import ExecutionFailed, RunContext
 from consumers.executors.kafka import deliver
 from consumers.executors.setup import ExecutorSetup
+from runtime.kafka.clients import Producer
 from schemas.events import Target, utc_now
 from schemas.flows import FlowEvent, FlowEventKind
 

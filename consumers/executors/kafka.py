@@ -23,11 +23,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
-
 from consumers.executors.base import ExecutionFailed, RunContext, TargetInvalid, TimedOut
 from consumers.executors.egress import TenantProducers
 from consumers.executors.setup import ExecutorSetup
+from runtime.kafka.clients import KafkaError, KafkaException, Producer
 from schemas.events import Target
 from schemas.tenancy import OPERATORS
 
@@ -154,7 +153,7 @@ def deliver(
     done = threading.Event()
     outcome: list[KafkaError | None] = []
 
-    def on_delivery(err: KafkaError | None, _msg: Message) -> None:
+    def on_delivery(err: KafkaError | None, _msg: object) -> None:
         outcome.append(err)
         done.set()
 

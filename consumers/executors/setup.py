@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from pkgutil import resolve_name
 from typing import Any, Protocol
 
-from confluent_kafka import Producer
-
 from consumers.executors.base import Executor
 from consumers.executors.egress import TenantProducers
+from runtime.kafka.clients import Producer
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.policy import TenantPolicy

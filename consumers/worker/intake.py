@@ -30,8 +30,6 @@ from __future__ import annotations
 import functools
 import time
 
-from confluent_kafka import Consumer, TopicPartition
-
 from consumers.core.delay import DelayQueue
 from consumers.core.fair import FairQueue
 from consumers.core.offsets import OffsetTracker
@@ -41,6 +39,7 @@ from consumers.worker.outbox import Outbox
 from consumers.worker.pending import Pending
 from consumers.worker.replay import HistoryReplay
 from runtime.faults import RecordFaults
+from runtime.kafka.clients import Consumer, TopicPartition
 from runtime.kafka.records import ConsumedMessage, is_record
 from schemas.catalog import Topics
 from schemas.events import Priority, RunRequest, to_ms

@@ -11,7 +11,7 @@ is in the codec (known, or refused for a while), the kept records are accepted a
 
 When the registry cannot be reached the answer is "unavailable": the records are then
 decoded in the loop once, which raises RegistryUnavailable there, and the loop's
-``Stall`` holds all input with backoff, as for any registry outage.
+``runtime.kafka.stall`` holds all input with backoff, as for any registry outage.
 """
 
 from __future__ import annotations

@@ -16,8 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-
-from confluent_kafka import KafkaException, Message, TopicPartition
+from typing import Any
 
 from consumers.core.dedup import Dedup
 from consumers.core.offsets import OffsetTracker
@@ -27,17 +26,12 @@ from consumers.worker.intake import Intake, Key
 from consumers.worker.lookups import SchemaLookups
 from consumers.worker.outbox import Outbox, outbox_publisher
 from consumers.worker.replay import ControlFeed, HistoryReplay, side_consumer
-from consumers.worker.stall import Stall
 from runtime import metrics
-from runtime.kafka.clients import group_consumer
-from runtime.kafka.offsets import (
-    committed,
-    consumer_lag,
-    is_transient,
-    partition_names,
-    watermarks,
-)
+from runtime.kafka.clients import TopicPartition
+from runtime.kafka.member import GroupMember
+from runtime.kafka.offsets import committed, consumer_lag, watermarks
 from runtime.kafka.records import ConsumedMessage
+from runtime.kafka.stall import Backoff, Held
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.alerts import Alert
@@ -73,19 +67,18 @@ class Worker:
         self.tally = metrics.Tally()
         cancels: dict[str, int] = {}
         cancel_reasons: dict[str, str] = {}
-        self.consumer = group_consumer(
-            settings,
-            group=config.group,
-            name=config.name,
-            session_timeout_ms=config.session_timeout_ms,
-            # Prefetch a few MB at most, and fetch again soon once there is room (the
-            # default backoff is a second; a parked fetch waits for data this long).
-            **{
-                "queued.max.messages.kbytes": 4096,
-                "fetch.queue.backoff.ms": 20,
-                "fetch.wait.max.ms": 50,
-            },
-        )
+        # Prefetch a few MB at most, and fetch again soon once there is room (the
+        # default backoff is a second; a parked fetch waits for data this long).
+        prefetch: dict[str, Any] = {
+            "queued.max.messages.kbytes": 4096,
+            "fetch.queue.backoff.ms": 20,
+            "fetch.wait.max.ms": 50,
+        }
+        self.member = GroupMember(
+            settings, group=config.group, name=config.name,
+            session_timeout_ms=config.session_timeout_ms, log=log, **prefetch,
+        )  # fmt: skip
+        self.consumer = self.member.consumer
         self.outbox = Outbox(
             outbox_publisher(settings, codec), topics=topics, name=config.name,
             consumer=self.consumer, trackers=self.trackers, dedup=self.dedup, tally=self.tally,
@@ -108,20 +101,18 @@ class Worker:
             trackers=self.trackers, history=self.history, outbox=self.outbox,
             lookups=SchemaLookups(codec, registry_client(settings)),
         )  # fmt: skip
-        self.stall = Stall(self.consumer)
+        self.stall = Backoff(log, "run requests held, fetching paused until it answers")
+        self.held = Held(self.consumer)  # what waits for the registry
         self._next_input = 0.0
         self._stop_deadline: float | None = None  # set by ``drain``
         self._maintenance = 0.0
         self.control.catch_up()
-        self.consumer.subscribe(
-            list(self.intake.priority_of),
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_lost,
-        )
+        # Lost: what is settled is committed if the group still lets it.
+        self.member.subscribe(list(self.intake.priority_of), assigned=self._assigned,
+                              revoking=self._revoking, lost=self._revoking)  # fmt: skip
 
     # -- ownership ----------------------------------------------------------------------
-    def _on_assign(self, consumer: object, partitions: list[TopicPartition]) -> None:
+    def _assigned(self, partitions: list[TopicPartition]) -> None:
         now = _now_ms()
         self.intake.resume_gained(partitions)
         history_ends: dict[int, int] = {}
@@ -143,13 +134,12 @@ class Worker:
             floor = now - self.config.lookback_ms
             since = floor if since is None else max(floor, since - DEDUP_MARGIN_MS)
             self.history.need(partition, since, history_ends[partition])
-        log.info("assigned %s", partition_names(partitions))
 
-    def _on_revoke(self, consumer: object, partitions: list[TopicPartition]) -> None:
+    def _revoking(self, partitions: list[TopicPartition]) -> None:
         gone = {(tp.topic, tp.partition) for tp in partitions}
         self.intake.drop_unstarted(gone)
         self.attempts.drop_unstarted(gone)
-        self.stall.drop(gone)
+        self.held.drop(gone)
         # Stopping (SIGTERM): ``drain`` already gave running attempts the grace period.
         deadline = self._stop_deadline or time.monotonic() + self.config.grace_s
         while any((p.topic, p.partition) in gone for p in self.attempts.running):
@@ -160,11 +150,6 @@ class Worker:
         self.outbox.settle(wait=True)
         self.intake.forget(gone)
         self.history.keep_only({p for _, p in self.trackers})
-        log.info("revoked %s", partition_names(partitions))
-
-    def _on_lost(self, consumer: object, partitions: list[TopicPartition]) -> None:
-        log.warning("partitions lost: %s", partition_names(partitions))
-        self._on_revoke(consumer, partitions)
 
     # -- the loop -----------------------------------------------------------------------
     def run(self, should_stop: Callable[[], bool]) -> None:
@@ -211,53 +196,49 @@ class Worker:
 
     def _input(self, due: bool, capacity: int) -> list[ConsumedMessage]:
         """Fetch and accept run requests; while the registry is unavailable, hold them
-        (``Stall``) and try them again with backoff. Returns the records read."""
-        stall, intake = self.stall, self.intake
+        and every one after them, with every partition paused, and try them again with
+        backoff (``runtime.kafka.stall``). Returns the records read."""
+        stall, held, intake = self.stall, self.held, self.intake
         if not stall.stalled:
             messages = intake.looked_up()
             messages += self._fetch(due, capacity)
-        elif stall.held and stall.due():
-            messages = stall.release() + intake.looked_up()
+        elif held and stall.due():
+            messages = held.take() + intake.looked_up()
         else:
-            stall.poll()
+            held.poll(0.05)
             messages = []
         for i, msg in enumerate(messages):
             try:
                 intake.accept(msg)
             except RegistryUnavailable as exc:
-                stall.hold(messages[i:], exc)
+                if not stall.stalled:
+                    held.pause_all()
+                held.hold(messages[i:])
+                stall.failed(exc)
                 return messages[:i]
-        if stall.stalled and not stall.held:
+        if stall.stalled and not held:
             paused, waiting = intake.paused, intake.waiting
-            stall.recovered([tp for tp in self.consumer.assignment()
-                             if intake.priority_of.get(tp.topic) not in paused
-                             and (tp.topic, tp.partition) not in waiting])  # fmt: skip
+            held.resume([tp for tp in self.consumer.assignment()
+                         if intake.priority_of.get(tp.topic) not in paused
+                         and (tp.topic, tp.partition) not in waiting])  # fmt: skip
+            stall.passed()
         return messages
 
-    def _fetch(self, due: bool, capacity: int) -> list[Message]:
+    def _fetch(self, due: bool, capacity: int) -> list[ConsumedMessage]:
         """Read only what the backlog has room for, but poll at least every
         INPUT_EVERY_S (membership, rebalances); a priority whose backlog overflows
         anyway is paused (``Intake.flow_control``). A transient refusal from the broker
-        (restarting, a leader moving) skips this fetch instead of ending the process."""
+        (restarting, a leader moving) skips this fetch (``GroupMember``)."""
         backlog = len(self.intake)
         fetch = max(1, self.intake.limit - backlog)
-        messages: list[Message] = []
-        try:
-            if not self.attempts.running and not backlog:
-                # Idle: wait for the first run (a batch call would wait for a full batch),
-                # or until a held run is due.
-                first = self.consumer.poll(self.intake.wait_s(time.time() * 1000, 0.1))
-                if first is not None:
-                    messages.append(first)
-                    fetch -= 1
-            if fetch > 0 and (due or backlog < capacity):
-                messages.extend(self.consumer.consume(num_messages=fetch, timeout=0))
-        except KafkaException as exc:
-            if not is_transient(exc):
-                raise
-            log.warning("fetching refused for now (%s); retrying", exc.args[0])
-            time.sleep(0.1)
-        return messages
+        if not self.attempts.running and not backlog:
+            # Idle: wait for the first run (a batch call would wait for a full batch),
+            # or until a held run is due.
+            wait = self.intake.wait_s(time.time() * 1000, 0.1)
+            return self.member.consume(fetch, wait, ready=True)
+        if due or backlog < capacity:
+            return self.member.consume(fetch, 0)
+        return []
 
     def drain(self) -> None:
         """SIGTERM: stop fetching, let running attempts finish within the grace period."""
@@ -274,7 +255,7 @@ class Worker:
             self.outbox.settle(wait=True)
         finally:
             self.tally.apply()
-            self.consumer.close()
+            self.member.close()
             self.history.close()
             self.control.close()
             self.attempts.close()

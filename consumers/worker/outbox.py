@@ -8,13 +8,13 @@ import logging
 import time
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
-
 from consumers.core.deadlines import Deadlines
 from consumers.core.dedup import Dedup
 from consumers.core.offsets import OffsetTracker
 from consumers.worker.pending import UNDECODABLE, Pending, outcome_headers
 from runtime import metrics
+from runtime.kafka.clients import Consumer, TopicPartition
+from runtime.kafka.member import commit
 from runtime.kafka.publisher import Publisher
 from runtime.kafka.records import ConsumedMessage, dead_letter
 from runtime.settings import Settings
@@ -317,18 +317,13 @@ class Outbox:
             point = tracker.commit_point()
             if point is not None:
                 # The metadata dates the oldest run left unsettled: a next owner reads
-                # history for dedup from then on (``Worker._on_assign``).
+                # history for dedup from then on (``Worker._assigned``).
                 since = str(tracker.commit_time())
                 offsets.append(TopicPartition(topic, partition, point, metadata=since))
         if not offsets:
             return
-        try:
-            if wait:
-                self.consumer.commit(offsets=offsets, asynchronous=False)
-            else:
-                self.consumer.commit(offsets=offsets, asynchronous=True)
-        except KafkaException as exc:
-            log.warning("commit refused (%s); those runs will be read again and deduped", exc)
+        commit(self.consumer, offsets, wait=wait, log=log,
+               then="those runs will be read again and deduped")  # fmt: skip
 
     def close(self) -> None:
         self.publisher.close()

@@ -17,12 +17,10 @@ import logging
 import time
 from collections.abc import Callable
 
-from confluent_kafka import Consumer, TopicPartition
-
 from consumers.core.dedup import Dedup
 from consumers.worker.config import WorkerConfig
 from consumers.worker.pending import Pending
-from runtime.kafka.clients import kafka_consumer
+from runtime.kafka.clients import Consumer, TopicPartition, kafka_consumer
 from runtime.kafka.offsets import offset_since, watermarks
 from runtime.kafka.records import is_record
 from runtime.settings import Settings

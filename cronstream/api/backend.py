@@ -16,22 +16,18 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 import uuid
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from itertools import islice
 from typing import Any
 
-from confluent_kafka import KafkaException
-
 from consumers.archive import Archive, archive_root, hot_from, tiered_job_runs
 from consumers.history import History
 from producers.admission.core import JobsView
 from producers.admission.processor import JobsFollower
 from runtime.cassandra import cassandra_session
-from runtime.kafka.clients import consume_ready, group_consumer
-from runtime.kafka.offsets import is_transient
+from runtime.kafka.member import GroupMember
 from runtime.kafka.publisher import Publisher
 from runtime.registry import registry_client
 from runtime.settings import Settings
@@ -112,25 +108,19 @@ class Backend:
 
     def _read_answers(self) -> None:
         prefix = self.settings.topic_prefix
-        consumer = group_consumer(
+        refresh: dict[str, Any] = {"topic.metadata.refresh.interval.ms": 2000}
+        member = GroupMember(
             self.settings, group=f"{prefix}.api.{uuid.uuid4().hex[:12]}", name="api-answers",
-            session_timeout_ms=10_000, **{"topic.metadata.refresh.interval.ms": 2000},
+            session_timeout_ms=10_000, log=log, **refresh,
         )  # fmt: skip
-        consumer.subscribe([commands_pattern(prefix, "out")])
+        member.subscribe([commands_pattern(prefix, "out")])
         try:
             while not self._stop.is_set():
-                try:
-                    messages = consume_ready(consumer, 500, 0.5)
-                except KafkaException as exc:
-                    if not is_transient(exc):
-                        raise
-                    time.sleep(0.2)
-                    continue
-                for msg in messages:
+                for msg in member.consume(500, 0.5, ready=True):
                     if not msg.error():
                         self._answered(msg.value())
         finally:
-            consumer.close()
+            member.close()
 
     def _answered(self, value: bytes | None) -> None:
         try:

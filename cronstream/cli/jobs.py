@@ -12,13 +12,11 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
-
 from cronstream.cli.backfill import add_backfill
 from cronstream.cli.common import EXIT_INVALID, EXIT_UNAVAILABLE
 from producers.client import JobClient, UnknownJob
 from producers.spec import load_jobs_file
-from runtime.kafka.clients import kafka_consumer
+from runtime.kafka.clients import OFFSET_BEGINNING, OFFSET_END, TopicPartition, kafka_consumer
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import Topics

@@ -19,7 +19,6 @@ from itertools import islice
 from pathlib import Path
 from typing import Annotated, Any
 
-from confluent_kafka import KafkaException
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.templating import Jinja2Templates
@@ -29,6 +28,7 @@ from cronstream.api.backend import Backend
 from cronstream.ui.charts import duration_chart
 from cronstream.ui.sessions import Sessions
 from cronstream.ui.sources import replayable
+from runtime.kafka.clients import KafkaException
 from runtime.tokens import ADMIN, TokenBook
 from schemas.definition.zones import load_zone
 from schemas.events import (

@@ -11,9 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from confluent_kafka import TopicPartition
 
-from runtime.kafka.clients import consume_ready, kafka_consumer
+from runtime.kafka.clients import TopicPartition, consume_ready, kafka_consumer
 from runtime.kafka.offsets import watermarks
 from runtime.kafka.publisher import Publisher
 from runtime.settings import Settings

@@ -30,22 +30,28 @@ operator's own changes count too.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
+from typing import Any
 
 from producers.admission.core import Admission, Decision, JobsView, Quotas
 from producers.audit import command_record
 from runtime import metrics
 from runtime.faults import RecordFaults
 from runtime.grants import PolicyBook
-from runtime.kafka.clients import consume_ready, group_consumer, kafka_consumer
-from runtime.kafka.offsets import is_transient, watermarks
+from runtime.kafka.clients import (
+    OFFSET_BEGINNING,
+    Consumer,
+    TopicPartition,
+    consume_ready,
+    kafka_consumer,
+)
+from runtime.kafka.member import GroupMember
+from runtime.kafka.offsets import watermarks
 from runtime.kafka.publisher import Publisher
+from runtime.kafka.records import ConsumedMessage
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.audit import AuditRecord
@@ -127,21 +133,22 @@ class AdmissionProcessor:
                                    policy=self.policy.current())  # fmt: skip
         self.jobs = JobsFollower(settings, self.codec, self.admission)
         self.faults = RecordFaults("admission")  # a command that makes ``decide`` raise
-        self.consumer = group_consumer(
+        refresh: dict[str, Any] = {"topic.metadata.refresh.interval.ms": 2000}
+        self.member = GroupMember(
             settings, group=config.group, name=config.name,
-            session_timeout_ms=config.session_timeout_ms,
-            **{"topic.metadata.refresh.interval.ms": 2000},
+            session_timeout_ms=config.session_timeout_ms, log=log, **refresh,
         )  # fmt: skip
+        self.consumer = self.member.consumer
 
     def run(self, should_stop: Callable[[], bool]) -> None:
         try:
             loaded = self.jobs.load()
             log.info("jobs topic read (%d records, %d jobs)", loaded, len(self.admission.jobs))
-            self.consumer.subscribe([commands_pattern(self.settings.topic_prefix)])
+            self.member.subscribe([commands_pattern(self.settings.topic_prefix)])
             while not should_stop():
                 self.step()
         finally:
-            self.consumer.close()
+            self.member.close()
             self.jobs.close()
             self.publisher.close()
 
@@ -149,14 +156,7 @@ class AdmissionProcessor:
         """Follow the jobs topic, then decide one batch of commands; the commands read."""
         self.jobs.follow()
         self.admission.policy = self.policy.current()
-        try:
-            messages = consume_ready(self.consumer, self.config.batch, timeout)
-        except KafkaException as exc:
-            if not is_transient(exc):
-                raise
-            log.warning("fetching refused for now (%s); retrying", exc.args[0])
-            time.sleep(0.1)
-            return 0
+        messages = self.member.consume(self.config.batch, timeout, ready=True)
         offsets: dict[tuple[str, int], int] = {}
         for msg in messages:
             if msg.error():
@@ -166,15 +166,17 @@ class AdmissionProcessor:
         if offsets:
             self.publisher.flush()
             commit = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
-            self.consumer.commit(offsets=commit, asynchronous=False)
+            # Refused: the commands are decided again (the same decisions, answered twice).
+            self.member.commit(commit, wait=True, then="those commands are decided again")
         return len(messages)
 
-    def handle(self, msg: Message) -> None:
+    def handle(self, msg: ConsumedMessage) -> None:
         topic, offset = msg.topic() or "", msg.offset() or 0
         tenant = tenant_of_topic(self.settings.topic_prefix, topic)
         if tenant is None:
             return  # matched the pattern but names no tenant we could have onboarded
-        key = (msg.key() or b"").decode("utf-8", "replace")
+        raw = msg.key() or b""
+        key = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
         now = utc_now()
         try:
             command = self.codec.decode(msg.value(), TenantCommand)

@@ -1,4 +1,6 @@
-"""Kafka client factories, configured one way for every process.
+"""Kafka client factories, configured one way for every process, and the client's
+names the rest of cronstream uses (only ``runtime.kafka`` and ``infra`` import
+``confluent_kafka``: an import-linter contract).
 
 Every confluent-kafka producer is built here so that ``partitioner=murmur2_random`` (the
 Java/aiokafka default) is never forgotten: a key must land on the same partition whoever
@@ -9,11 +11,36 @@ from __future__ import annotations
 
 from typing import Any
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 
 from runtime.kafka.security import admin_security, client_security
 from runtime.settings import Settings
+
+__all__ = [
+    "OFFSET_BEGINNING",
+    "OFFSET_END",
+    "AdminClient",
+    "Consumer",
+    "KafkaError",
+    "KafkaException",
+    "Producer",
+    "TopicPartition",
+    "consume_ready",
+    "group_consumer",
+    "kafka_admin",
+    "kafka_consumer",
+    "kafka_producer",
+    "producer_config",
+]
 
 PRODUCER_DEFAULTS: dict[str, Any] = {
     "partitioner": "murmur2_random",

@@ -7,7 +7,7 @@ label and the KIND of its tenant grants), the rules a ``Target`` of that type mu
 ``schemas.policy.TenantPolicy``, with ``grant`` reading a ``KIND=VALUE`` grant's value),
 and where the worker finds the factory of its executor (``executor``, a
 ``module:function`` reference resolved by the worker only, so that the layers below it
-never import an executor and what it imports: httpx, confluent_kafka).
+never import an executor and what it imports: httpx, the Kafka client).
 
 **Registration.** Every target type comes from an entry point of the group
 ``cronstream.targets`` whose value is its ``TargetType``. A third party declares one in

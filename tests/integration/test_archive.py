@@ -74,7 +74,7 @@ def test_every_outcome_is_archived_once_across_a_crash_before_the_commit(
     # A first archiver writes its parts and checkpoints, then "crashes" before its
     # commits: nothing reaches the group.
     first = Archiver(ns, config, root)
-    first.consumer.subscribe([first.topic], on_assign=first._on_assign)
+    first.member.subscribe([first.topic], assigned=first._assigned)
     deadline = time.monotonic() + 60
     while sum(len(b.outcomes) for b in first.buffers.values()) < len(outcomes):
         assert time.monotonic() < deadline, "the first archiver never read everything"
@@ -82,7 +82,7 @@ def test_every_outcome_is_archived_once_across_a_crash_before_the_commit(
     for partition, buffer in first.buffers.items():
         archive.write_parts(root, partition, buffer.first, buffer.outcomes)
         archive.save_checkpoint(root, partition, buffer.next_offset)
-    first.consumer.close()
+    first.member.close()
     first.codec.registry.close()
     files_before = sorted(p.relative_to(root) for p in root.rglob("*.parquet"))
     assert rows_in(root) == len(outcomes)

@@ -212,11 +212,11 @@ def test_a_lookup_meeting_a_registry_outage_hands_the_record_to_the_loops_stall(
     message = parts.record(run("j@1"), 3)
     parts.intake.accept(message)
     # Accepted again once answered: decoded in line this once, so the loop meets the
-    # outage (and its Stall holds all input with backoff).
+    # outage (and runtime.kafka.stall holds all input with backoff).
     with pytest.raises(RegistryUnavailable):
         _answered(parts)
     registry.down = False
-    parts.intake.accept(message)  # tried again later (Stall): a lookup, then the run
+    parts.intake.accept(message)  # tried again later (the stall): a lookup, then the run
     assert [m.offset() for m in _answered(parts)] == [3]
     assert parts.take_all() == ["j@1"]
 
