@@ -168,7 +168,7 @@ class Attempts:
         except Exception:
             log.exception("run %s: its outcome cannot be written; the dead letter alone",
                           run.run_id)  # fmt: skip
-            self.outbox.checked.append((pending, (self.outbox.topics.dlq, letter)))
+            self.outbox.checked.append((pending, [(self.outbox.topics.dlq, letter)]))
 
     def _admit(self, pending: Pending) -> bool:
         """The job's concurrency policy on a new run: start it (replacing the runs

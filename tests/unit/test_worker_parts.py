@@ -18,6 +18,7 @@ from consumers.worker.attempts import Attempts
 from consumers.worker.config import WorkerConfig
 from consumers.worker.intake import Intake
 from consumers.worker.lookups import SchemaLookups
+from consumers.worker.loop import outcome_observers
 from consumers.worker.outbox import OUTBOX_PRODUCER, Outbox
 from consumers.worker.pending import Pending
 from consumers.worker.replay import HistoryReplay
@@ -64,6 +65,7 @@ class Parts:
         self.outbox = Outbox(
             publisher, topics=topics, name="w1", consumer=self.consumer,  # type: ignore[arg-type]
             trackers=self.trackers, dedup=self.dedup, tally=metrics.Tally(),
+            observers=outcome_observers(topics, self.dedup, name="w1"),
         )  # fmt: skip
         self.history = HistoryReplay(
             None,
