@@ -28,7 +28,7 @@ from typing import Any
 from confluent_kafka import TopicPartition
 
 from producers.client import JobClient
-from producers.spec import SpecError
+from producers.errors import SpecError
 from runtime.kafka.clients import consume_ready, kafka_consumer
 from runtime.kafka.offsets import watermarks
 from schemas.events import (

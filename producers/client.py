@@ -19,13 +19,15 @@ from typing import Any, TypeVar
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from producers.audit import Auditor
-from producers.spec import SpecError, job_problems
+from producers.errors import SpecError, UnknownJob
+from producers.spec import job_problems
 from runtime.kafka.clients import consume_ready, kafka_consumer
 from runtime.kafka.offsets import watermarks
 from runtime.kafka.publisher import Publisher
 from runtime.settings import Settings
 from schemas.audit import AuditAction, AuditRecord
 from schemas.catalog import Topics
+from schemas.errors import DecodeError
 from schemas.events import (
     ControlAction,
     ControlCommand,
@@ -38,18 +40,9 @@ from schemas.events import (
 from schemas.flows import FlowDefinition, FlowEvent, FlowEventKind
 from schemas.ids import job_id_of, manual_run_id, partition_for
 from schemas.limits import idempotency_key_problems
-from schemas.serde import DecodeError
 from schemas.tenancy import AnyEvent
 
 E = TypeVar("E", bound=AnyEvent)
-
-
-class UnknownJob(LookupError):
-    """No job with that id exists (never put, or deleted)."""
-
-    def __init__(self, job_id: str) -> None:
-        super().__init__(f"no job {job_id!r} (see 'cronstream jobs list')")
-        self.job_id = job_id
 
 
 class JobClient:

@@ -33,7 +33,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from producers.spec import SpecError, job_from_spec, yaml_entries
+from producers.errors import SpecError
+from producers.spec import job_from_spec, yaml_entries
 from schemas.events import Concurrency, JobDefinition, utc_now
 from schemas.flows import FlowDefinition, FlowNode, FlowTriggerRule
 from schemas.limits import MAX_JOB_ID, name_problems

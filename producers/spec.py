@@ -40,6 +40,8 @@ from typing import Any, TypeVar
 
 import yaml
 
+from producers.errors import SpecError
+from schemas.errors import CronError, ZoneError
 from schemas.events import (
     EPOCH,
     Concurrency,
@@ -66,8 +68,8 @@ from schemas.limits import (
 )
 from schemas.redact import secret_name, sensitive
 from schemas.targets import target_problems
-from streams.core.cron import CronError, parse_cron
-from streams.core.zones import ZoneError, load_zone, wall_instant_ms
+from streams.core.cron import parse_cron
+from streams.core.zones import load_zone, wall_instant_ms
 
 T = TypeVar("T")
 MIN_INTERVAL_MS = 1000
@@ -82,15 +84,6 @@ KNOWN_KEYS = frozenset(
         "end", "paused", "tenant", "deadline",
     }
 )  # fmt: skip
-
-
-class SpecError(ValueError):
-    """A job spec breaks one or more rules; ``problems`` lists each one."""
-
-    def __init__(self, subject: str, problems: list[str]) -> None:
-        self.subject = subject
-        self.problems = problems
-        super().__init__(f"{subject}: " + "; ".join(problems))
 
 
 def parse_duration(text: str | int | float) -> int:

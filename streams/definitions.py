@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 
 from runtime.faults import RecordFaults
+from schemas.errors import CronError, DecodeError, RegistryUnavailable, ZoneError
 from schemas.events import JobDefinition
 from schemas.limits import (
     MAX_DEFINITION_BYTES,
@@ -23,13 +24,11 @@ from schemas.limits import (
     refusal,
     timing_problems,
 )
-from schemas.registry import RegistryUnavailable
-from schemas.serde import Codec, DecodeError
+from schemas.serde import Codec
 from schemas.templates import RunTemplate
 from schemas.timing import JobTiming, schedule_args
-from streams.core.cron import CronError
 from streams.core.schedule import JobSchedule, Misfire
-from streams.core.zones import ZoneError, load_zone
+from streams.core.zones import load_zone
 
 log = logging.getLogger("cronstream.scheduler")
 

@@ -11,8 +11,9 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from runtime.kafka.clients import kafka_consumer
 from runtime.settings import Settings
 from schemas.catalog import Topics
+from schemas.errors import DecodeError
 from schemas.flows import FlowDefinition
-from schemas.serde import Codec, DecodeError
+from schemas.serde import Codec
 
 log = logging.getLogger("cronstream.flows")
 

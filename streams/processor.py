@@ -30,9 +30,10 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
 from runtime import metrics
+from runtime.errors import PublishError
 from runtime.kafka.clients import group_consumer, kafka_consumer
 from runtime.kafka.offsets import committed, watermarks
-from runtime.kafka.publisher import Publisher, PublishError
+from runtime.kafka.publisher import Publisher
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import JOBS, Topics

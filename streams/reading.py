@@ -17,6 +17,7 @@ from typing import Any
 
 from runtime.kafka.records import ConsumedMessage, dead_letter, dead_letter_for, is_record
 from schemas.catalog import Topics
+from schemas.errors import CronError, DecodeError, RegistryUnavailable, ZoneError
 from schemas.events import (
     JOB_DELETED,
     JOB_PAUSED,
@@ -26,13 +27,10 @@ from schemas.events import (
     iso,
     to_ms,
 )
-from schemas.registry import RegistryUnavailable
-from schemas.serde import Codec, DecodeError
+from schemas.serde import Codec
 from streams.checkpoint import Checkpoint
-from streams.core.cron import CronError
 from streams.core.partition import NEVER, PartitionScheduler, Timer
 from streams.core.schedule import JobSchedule
-from streams.core.zones import ZoneError
 from streams.definitions import Definitions
 from streams.emitter import Emitter
 from streams.loading import Collector

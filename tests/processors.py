@@ -19,7 +19,8 @@ from typing import Any, ClassVar
 from consumers.archiver import Archiver
 from consumers.core.dedup import Dedup
 from consumers.core.offsets import OffsetTracker
-from consumers.executors.base import ExecutionFailed, RunContext
+from consumers.errors import ExecutionFailed
+from consumers.executors.base import RunContext
 from consumers.history import HistoryTables
 from consumers.sink import Sink, transient_errors
 from consumers.worker.attempts import Attempts

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from confluent_kafka import KafkaError, Producer
 
-from consumers.executors.base import TargetInvalid
+from consumers.errors import TargetInvalid
 from runtime.kafka.clients import kafka_producer
 from runtime.settings import Settings
 from schemas.tenancy import tenant_user

@@ -10,7 +10,8 @@ from collections.abc import Callable
 
 from confluent_kafka import Producer
 
-from consumers.executors.base import ExecutionFailed, RunContext
+from consumers.errors import ExecutionFailed
+from consumers.executors.base import RunContext
 from consumers.executors.kafka import deliver
 from consumers.executors.setup import ExecutorSetup
 from schemas.events import Target, utc_now

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from consumers.executors.base import ExecutionFailed, RunContext, TargetInvalid, TimedOut
+from consumers.errors import ExecutionFailed, TargetInvalid, TimedOut
+from consumers.executors.base import RunContext
 from consumers.executors.egress import TenantProducers
 from consumers.executors.setup import ExecutorSetup
 from schemas.events import Target

@@ -46,8 +46,8 @@ from runtime.kafka.records import ConsumedMessage
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import Topics
+from schemas.errors import RegistryUnavailable
 from schemas.events import DeadLetter, RunOutcome, TimerRequest, from_ms
-from schemas.registry import RegistryUnavailable
 from schemas.serde import Codec
 from schemas.tenancy import AnyEvent
 

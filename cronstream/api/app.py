@@ -21,8 +21,9 @@ from fastapi import APIRouter, Body, Depends, FastAPI, Header, HTTPException, Qu
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
-from cronstream.api.backend import Backend, NoAnswer
-from producers.spec import SpecError, job_from_spec, parse_duration
+from cronstream.api.backend import Backend
+from producers.errors import NoAnswer, SpecError
+from producers.spec import job_from_spec, parse_duration
 from runtime.metrics import exposition
 from runtime.tokens import ADMIN, TokenBook
 from schemas.events import JobDefinition, RunOutcome, RunStatus, to_jsonable, utc_now

@@ -15,8 +15,9 @@ from cronstream.backfill import (
     ran_already,
 )
 from cronstream.cli.common import EXIT_UNAVAILABLE
-from producers.client import JobClient, UnknownJob
-from producers.spec import SpecError, parse_instant
+from producers.client import JobClient
+from producers.errors import SpecError, UnknownJob
+from producers.spec import parse_instant
 from runtime.cassandra import cassandra_session
 from schemas.events import Priority, from_ms, iso, to_ms, utc_now
 from schemas.ids import slot_run_id

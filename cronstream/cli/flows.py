@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from cronstream.foreground import setup_logging
-from producers.client import JobClient, UnknownJob
+from producers.client import JobClient
+from producers.errors import SpecError, UnknownJob
 from producers.flows import load_flows_file
-from producers.spec import SpecError
 from runtime import metrics
 from runtime.settings import Settings, env_int
 from schemas.events import to_jsonable

@@ -15,7 +15,8 @@ from typing import Any
 from consumers.archive import Archive, archive_root, hot_from, tiered_job_runs
 from consumers.history import History
 from cronstream.cli.common import EXIT_NOT_FOUND, EXIT_UNAVAILABLE
-from producers.spec import SpecError, parse_duration, parse_instant
+from producers.errors import SpecError
+from producers.spec import parse_duration, parse_instant
 from runtime.cassandra import cassandra_session
 from runtime.settings import Settings
 from schemas.events import RunOutcome, RunStatus, iso, to_jsonable, utc_now

@@ -16,21 +16,17 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
 
 from cronstream.cli.backfill import add_backfill
 from cronstream.cli.common import EXIT_INVALID, EXIT_UNAVAILABLE
-from producers.client import JobClient, UnknownJob
-from producers.spec import (
-    SpecError,
-    job_from_spec,
-    literal_secrets,
-    load_jobs_file,
-    parse_instant,
-)
+from producers.client import JobClient
+from producers.errors import SpecError, UnknownJob
+from producers.spec import job_from_spec, literal_secrets, load_jobs_file, parse_instant
 from runtime.kafka.clients import kafka_consumer
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import Topics
+from schemas.errors import DecodeError
 from schemas.events import JobDefinition, from_ms, iso, text_headers, to_jsonable, to_ms, utc_now
 from schemas.redact import escape_controls, redact_jsonable
-from schemas.serde import Codec, DecodeError
+from schemas.serde import Codec
 from schemas.targets import names as target_names
 from streams.core.zones import load_zone
 from streams.definitions import preview_slots

@@ -46,6 +46,7 @@ from functools import lru_cache
 from typing import TypeVar
 from zoneinfo import ZoneInfo
 
+from schemas.errors import CronError
 from streams.core.memo import Memo
 from streams.core.zones import load_zone, plus_second, second_after, wall_instant_ms
 
@@ -67,10 +68,6 @@ _DIGITS = re.compile(r"[0-9]{1,9}")  # ASCII digits only (str.isdigit takes othe
 # A Gregorian calendar repeats every 400 years: an expression with no day in one cycle
 # never fires.
 _CYCLE_MONTHS = 400 * 12
-
-
-class CronError(ValueError):
-    """An expression that cron cannot read; the message says which part and why."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,8 @@ import pytest
 from hypothesis import Phase, assume, given, settings
 from hypothesis import strategies as st
 
-from streams.core.cron import CronError, cron_times, parse_cron
+from schemas.errors import CronError
+from streams.core.cron import cron_times, parse_cron
 from streams.core.zones import load_zone, wall_instant_ms
 from tests import cron_reference as ref
 

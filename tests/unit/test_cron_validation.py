@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from streams.core.cron import CronError, parse_cron
+from schemas.errors import CronError
+from streams.core.cron import parse_cron
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,8 @@ import pytest
 
 from consumers.core.deadlines import Deadlines
 from consumers.core.dedup import Dedup
-from producers.spec import SpecError, job_from_spec
+from producers.errors import SpecError
+from producers.spec import job_from_spec
 from schemas.alerts import AlertKind
 from schemas.events import RunRequest, Target, Trigger, from_ms
 

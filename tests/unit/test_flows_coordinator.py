@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from producers.errors import SpecError
 from producers.flows import flow_from_spec
-from producers.spec import SpecError
 from runtime.settings import Settings
 from schemas.alerts import Alert
 from schemas.catalog import Topics

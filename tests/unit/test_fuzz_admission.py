@@ -8,7 +8,8 @@ from typing import Any
 
 from hypothesis import example, given
 
-from producers.spec import SpecError, job_from_spec
+from producers.errors import SpecError
+from producers.spec import job_from_spec
 from schemas.events import JobDefinition, Target
 from schemas.tenancy import TenantAction, TenantCommand
 from tests.hostile import COMMANDS, FUZZ, SPECS

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from consumers.executors.base import TargetInvalid
+from consumers.errors import TargetInvalid
 from consumers.executors.secrets import Secrets, env_name, tenant_env_name
 from cronstream.cli.history import _cell
-from producers.spec import SpecError, job_from_spec, literal_secrets
+from producers.errors import SpecError
+from producers.spec import job_from_spec, literal_secrets
 from schemas.events import RunOutcome, RunStatus, utc_now
 from schemas.redact import (
     MASK,

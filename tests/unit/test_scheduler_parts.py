@@ -11,6 +11,7 @@ from runtime import metrics
 from runtime.kafka.publisher import Publisher
 from runtime.settings import Settings
 from schemas.catalog import Topics
+from schemas.errors import DecodeError
 from schemas.events import (
     CronSchedule,
     IntervalSchedule,
@@ -27,7 +28,7 @@ from schemas.events import (
     to_ms,
 )
 from schemas.ids import run_id_for, slot_run_id
-from schemas.serde import Codec, DecodeError
+from schemas.serde import Codec
 from streams.checkpoint import Checkpoint
 from streams.core.cron import cron_times
 from streams.core.misfire import Fire, Record
@@ -184,7 +185,7 @@ def test_the_checkpoint_survives_its_metadata_and_a_bad_one_is_ignored() -> None
 
 def test_a_definition_with_an_unknown_zone_is_refused_whatever_its_schedule(codec: Codec) -> None:
     """Found by make chaos: an interval job took an update naming the zone "America"."""
-    from streams.core.zones import ZoneError
+    from schemas.errors import ZoneError
 
     every = IntervalSchedule(every_ms=60_000, anchor=T0)
     raw = codec.encode(TOPICS.jobs, definition(schedule=every, timezone="America"))

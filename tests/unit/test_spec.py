@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
+from producers.errors import SpecError
 from producers.spec import (
-    SpecError,
     job_from_spec,
     load_jobs_file,
     parse_backoff,

@@ -25,12 +25,14 @@ from consumers.worker.config import WorkerConfig
 from cronstream.cli import main
 from cronstream.cli.common import EXIT_INVALID
 from producers.admission.core import Admission, Quotas
-from producers.spec import SpecError, job_from_spec
+from producers.errors import SpecError
+from producers.spec import job_from_spec
 from runtime import metrics
 from schemas import targets
+from schemas.errors import GrantError, TargetTypeError
 from schemas.events import RunRequest, RunStatus, Target
-from schemas.policy import GrantError, TenantPolicy
-from schemas.targets import TargetType, TargetTypeError
+from schemas.policy import TenantPolicy
+from schemas.targets import TargetType
 from schemas.tenancy import TenantAction, TenantCommand
 from tests.processors import RUNS, WorkerHarness
 

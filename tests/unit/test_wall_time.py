@@ -12,10 +12,11 @@ import pytest
 
 from cronstream.cli import main
 from producers.spec import job_from_spec, parse_instant
+from schemas.errors import ZoneError
 from schemas.events import IntervalSchedule, OnceSchedule, iso
 from streams.checkpoint import Checkpoint
 from streams.core.cron import cron_times
-from streams.core.zones import TZDATA_VERSION, ZoneError, load_zone, wall_instant_ms
+from streams.core.zones import TZDATA_VERSION, load_zone, wall_instant_ms
 
 NY = "America/New_York"  # spring 2026-03-08 07:00Z (02:00 EST -> 03:00 EDT); fall 2026-11-01 06:00Z
 

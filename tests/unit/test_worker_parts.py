@@ -13,7 +13,8 @@ import pytest
 
 from consumers.core.dedup import Dedup
 from consumers.core.offsets import OffsetTracker
-from consumers.executors.base import ExecutionFailed, RunContext
+from consumers.errors import ExecutionFailed
+from consumers.executors.base import RunContext
 from consumers.worker.attempts import Attempts
 from consumers.worker.config import WorkerConfig
 from consumers.worker.intake import Intake
@@ -26,6 +27,7 @@ from runtime import metrics
 from runtime.kafka.publisher import Publisher
 from runtime.settings import Settings
 from schemas.catalog import Topics
+from schemas.errors import RegistryUnavailable
 from schemas.events import (
     DeadLetter,
     Priority,
@@ -37,7 +39,6 @@ from schemas.events import (
     TimerRequest,
 )
 from schemas.ids import partition_for
-from schemas.registry import RegistryUnavailable
 from schemas.serde import Codec
 from tests.fakes import FakeConsumer, FakeMessage, FakeProducer, FakeRegistry
 
