@@ -28,6 +28,7 @@ from typing import Any
 
 from consumers.core.buckets import SHARDS, day_of, days_desc, hour_of, hours_desc, shard_of
 from consumers.core.buckets import write_timestamp as _write_timestamp
+from consumers.errors import StatementsError
 from schemas.catalog import FLOWS_APP
 from schemas.events import RunOutcome, RunStatus, Trigger, to_ms
 
@@ -37,10 +38,6 @@ _NAMED = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.M)
 # run was not executed again; it is in runs_by_id and runs_by_status only.
 NOT_IN_JOB_VIEW = frozenset({RunStatus.DUPLICATE})
 ERROR_MAX_CHARS = 4000  # longer error texts (from other producers) are cut: bounded rows
-
-
-class StatementsError(ValueError):
-    """The named-statements file is malformed."""
 
 
 def load_statements(path: Path = STATEMENTS_FILE) -> dict[str, str]:

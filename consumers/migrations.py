@@ -13,12 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from consumers.errors import MigrationError
+
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "cql" / "migrations"
 _NAME = re.compile(r"^(\d{3})_([a-z0-9_]+)\.cql$")
-
-
-class MigrationError(RuntimeError):
-    """A migration file is malformed or a statement failed."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

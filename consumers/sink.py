@@ -42,9 +42,10 @@ from runtime.kafka.records import ConsumedMessage, dead_letter_for, is_record
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import Topics
+from schemas.errors import DecodeError
 from schemas.events import RunOutcome
 from schemas.limits import outcome_problems, refusal
-from schemas.serde import Codec, DecodeError
+from schemas.serde import Codec
 
 log = logging.getLogger("cronstream.sink")
 STAGE = "sink"

@@ -28,7 +28,7 @@ from typing import Any
 from producers.client import JobClient
 from runtime.kafka.clients import TopicPartition, consume_ready, kafka_consumer
 from runtime.kafka.offsets import watermarks
-from schemas.definition import SpecError
+from schemas.errors import SpecError
 from schemas.events import (
     JobDefinition,
     Priority,

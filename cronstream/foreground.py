@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from runtime import metrics
-from schemas.registry import RegistryUnavailable
+from schemas.errors import RegistryUnavailable
 
 
 def setup_logging() -> None:

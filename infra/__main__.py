@@ -8,12 +8,13 @@ import sys
 from collections.abc import Callable
 
 from infra import stack
-from infra.bootstrap import BootstrapError, bootstrap
+from infra.bootstrap import bootstrap
 from infra.connect import ensure_history_sink, history_table
-from infra.service import StackError
-from infra.tenants import TenantError, tenants_command
-from runtime.settings import Settings, SettingsError
-from schemas.registry import RegistryUnavailable
+from infra.errors import BootstrapError, StackError, TenantError
+from infra.tenants import tenants_command
+from runtime.errors import SettingsError
+from runtime.settings import Settings
+from schemas.errors import RegistryUnavailable
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,16 +33,13 @@ from confluent_kafka.admin import (
 
 from consumers.migrations import migrate
 from infra.cassandra_access import admin_session, ensure_cassandra_access, grant_keyspace
+from infra.errors import BootstrapError
 from infra.security import ensure_client_certificate, ensure_secret, write_private
 from runtime.cassandra import cassandra_session
 from runtime.credentials import security_dir, tls_dir
+from runtime.errors import KafkaAuthError
 from runtime.kafka.clients import kafka_admin, kafka_consumer
-from runtime.kafka.security import (
-    BENCH_PLAIN_PREFIX,
-    KafkaAuthError,
-    client_properties,
-    kafka_secret_path,
-)
+from runtime.kafka.security import BENCH_PLAIN_PREFIX, client_properties, kafka_secret_path
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from runtime.tokens import ADMIN, issue_token
@@ -60,10 +57,6 @@ from schemas.serde import Codec
 from schemas.tenancy import tenant_of_topic
 
 COMPATIBILITY = "BACKWARD"
-
-
-class BootstrapError(RuntimeError):
-    """The cluster disagrees with the catalog, or a service refused a bootstrap step."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

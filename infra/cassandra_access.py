@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from infra.errors import CassandraAccessError
 from infra.security import ensure_secret_file
 from runtime.cassandra import (
     CASSANDRA_ADMIN,
@@ -23,14 +24,11 @@ from runtime.cassandra import (
     cassandra_session,
     login_refused,
 )
-from runtime.settings import Settings, SettingsError
+from runtime.errors import SettingsError
+from runtime.settings import Settings
 from schemas.catalog import ROLES, cassandra_role_user
 
 TAKEOVER_S = 60.0  # how long a fresh node may take to create its default role
-
-
-class CassandraAccessError(RuntimeError):
-    """Cassandra refuses both cronstream_admin and the default role."""
 
 
 def admin_session(settings: Settings) -> tuple[Any, Any]:

@@ -34,8 +34,9 @@ from typing import Any
 import httpx
 import pg8000.native
 
+from infra.errors import StackError
 from infra.security import ensure_secret, ensure_secret_file, write_private
-from infra.service import CONF_DIR, INFRA_DIR, JVM_COMMON, Service, StackError
+from infra.service import CONF_DIR, INFRA_DIR, JVM_COMMON, Service
 from runtime.credentials import credentials_dir
 from runtime.kafka.security import SCRAM, ca_location
 from runtime.settings import Settings, env_int

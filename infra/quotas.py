@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from infra.bootstrap import BootstrapError
+from infra.errors import BootstrapError
 from infra.security import write_private
 from infra.services import Kafka
 from runtime.credentials import security_dir, stack_ca

@@ -18,6 +18,7 @@ import time
 from abc import ABC, abstractmethod
 from pathlib import Path
 
+from infra.errors import StackError
 from runtime.health import port_open
 from runtime.settings import Settings
 
@@ -62,10 +63,6 @@ CASSANDRA_JPMS = [
     "--add-opens", "java.base/java.util=ALL-UNNAMED",
     "-Dio.netty.tryReflectionSetAccessible=true",
 ]  # fmt: skip
-
-
-class StackError(RuntimeError):
-    """A service could not be fetched, started or stopped; the message says what to do."""
 
 
 def log_tail(path: Path, lines: int = 30) -> str:

@@ -23,16 +23,10 @@ import uuid
 from pathlib import Path
 
 from infra.connect import connect_services
+from infra.errors import StackError
 from infra.ops import ops_services
 from infra.security import ensure_secret_file, ensure_tls, write_private
-from infra.service import (
-    CASSANDRA_JPMS,
-    CONF_DIR,
-    INFRA_DIR,
-    JVM_COMMON,
-    Service,
-    StackError,
-)
+from infra.service import CASSANDRA_JPMS, CONF_DIR, INFRA_DIR, JVM_COMMON, Service
 from runtime.cassandra import CASSANDRA_DEFAULT_ROLE
 from runtime.health import cassandra_health, kafka_health, registry_health
 from runtime.kafka.security import ADMIN_PRINCIPAL, BROKER_PRINCIPAL, SCRAM

@@ -13,7 +13,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from infra.service import Service, StackError, log_tail
+from infra.errors import StackError
+from infra.service import Service, log_tail
 from infra.services import all_services
 from runtime.settings import Settings
 
@@ -144,4 +145,4 @@ def clean(settings: Settings, *, keep_lib: bool = True, say: Callable[[str], Non
             shutil.rmtree(target)
 
 
-__all__ = ["ServiceStatus", "StackError", "clean", "down", "fetch", "logs", "status", "up"]
+__all__ = ["ServiceStatus", "clean", "down", "fetch", "logs", "status", "up"]

@@ -50,6 +50,7 @@ from infra.bootstrap import (
     set_scram_password,
     wait_until_usable,
 )
+from infra.errors import TenantError
 from infra.quotas import default_quotas, drop_quotas, set_quotas
 from runtime.kafka.clients import kafka_admin
 from runtime.kafka.security import kafka_secret_path
@@ -59,10 +60,6 @@ from runtime.tokens import issue_token, revoke_tokens, token_path
 from schemas.catalog import TENANT_COMMANDS, TENANT_RESULTS, Topics
 from schemas.serde import Codec
 from schemas.tenancy import tenant_of_topic, tenant_problems, tenant_user
-
-
-class TenantError(ValueError):
-    """A tenant name that cannot be, or a stack without authentication."""
 
 
 def _checked(settings: Settings, tenant: str) -> None:

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from producers.audit import Auditor
+from producers.errors import UnknownJob
 from runtime.kafka.clients import (
     OFFSET_BEGINNING,
     Consumer,
@@ -29,7 +30,8 @@ from runtime.kafka.publisher import Publisher
 from runtime.settings import Settings
 from schemas.audit import AuditAction, AuditRecord
 from schemas.catalog import Topics
-from schemas.definition import SpecError, job_from_spec, problems
+from schemas.definition import job_from_spec, problems
+from schemas.errors import DecodeError, SpecError
 from schemas.events import (
     ControlAction,
     ControlCommand,
@@ -42,18 +44,9 @@ from schemas.events import (
 from schemas.flows import FlowDefinition, FlowEvent, FlowEventKind
 from schemas.ids import job_id_of, manual_run_id, partition_for
 from schemas.limits import idempotency_key_problems
-from schemas.serde import DecodeError
 from schemas.tenancy import AnyEvent
 
 E = TypeVar("E", bound=AnyEvent)
-
-
-class UnknownJob(LookupError):
-    """No job with that id exists (never put, or deleted)."""
-
-    def __init__(self, job_id: str) -> None:
-        super().__init__(f"no job {job_id!r} (see 'cronstream jobs list')")
-        self.job_id = job_id
 
 
 class JobClient:

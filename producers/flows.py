@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from producers.spec import yaml_entries
-from schemas.definition import SpecError, job_from_spec
+from schemas.definition import job_from_spec
+from schemas.errors import SpecError
 from schemas.events import Concurrency, JobDefinition, utc_now
 from schemas.flows import FlowDefinition, FlowNode, FlowTriggerRule
 from schemas.limits import MAX_JOB_ID, name_problems

@@ -8,7 +8,8 @@ from typing import Any
 
 import yaml
 
-from schemas.definition import SpecError, job_from_spec
+from schemas.definition import job_from_spec
+from schemas.errors import SpecError
 from schemas.events import JobDefinition
 
 

@@ -18,19 +18,17 @@ from datetime import datetime
 from typing import Any
 
 from producers.audit import here
+from producers.errors import NoAnswer
+from runtime.errors import PublishError
 from runtime.kafka.clients import TopicPartition, consume_ready, kafka_consumer
 from runtime.kafka.offsets import watermarks
-from runtime.kafka.publisher import Publisher, PublishError
+from runtime.kafka.publisher import Publisher
 from runtime.kafka.records import ConsumedMessage
 from runtime.settings import Settings
 from schemas.catalog import Topics
+from schemas.errors import DecodeError
 from schemas.events import JobDefinition, utc_now
-from schemas.serde import DecodeError
 from schemas.tenancy import TenantAction, TenantCommand, TenantResult, tenant_user
-
-
-class NoAnswer(TimeoutError):
-    """The admission did not answer in time (is `cronstream admission` running?)."""
 
 
 def tenant_settings(settings: Settings, tenant: str) -> Settings:

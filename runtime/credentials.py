@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from runtime.settings import Settings, SettingsError
+from runtime.errors import SettingsError
+from runtime.settings import Settings
 
 
 def security_dir(settings: Settings) -> Path:

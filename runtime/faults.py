@@ -48,12 +48,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from runtime import metrics
+from runtime.errors import PublishError, RepeatedFault
 from runtime.kafka.clients import KafkaException
-from runtime.kafka.publisher import PublishError
 from runtime.kafka.records import ConsumedMessage, dead_letter
+from schemas.errors import RegistryUnavailable
 from schemas.events import DeadLetter
 from schemas.redact import clip, escape_controls, redact_text
-from schemas.registry import RegistryUnavailable
 from schemas.tenancy import OPERATORS
 
 log = logging.getLogger("cronstream.faults")
@@ -61,11 +61,6 @@ STREAK = 20
 SOURCES = 3
 REASON_CHARS = 1000
 TRACED_SITES = 256  # code sites whose traceback was logged, per handler (then one line each)
-
-
-class RepeatedFault(Exception):
-    """STREAK records in a row, from SOURCES sources or more, made one handler raise: a
-    bug of ours that every record reaches, not bad input. The process stops."""
 
 
 # Not a record's fault: the outage handling of the caller deals with these (or the
@@ -205,4 +200,4 @@ def _site(exc: BaseException) -> tuple[str, int]:
     return (tb.tb_frame.f_code.co_filename, tb.tb_lineno)
 
 
-__all__ = ["INFRASTRUCTURE", "Fault", "RecordFaults", "RepeatedFault", "reason_of", "source_of"]
+__all__ = ["INFRASTRUCTURE", "Fault", "RecordFaults", "reason_of", "source_of"]

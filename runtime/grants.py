@@ -18,7 +18,8 @@ from pathlib import Path
 
 from runtime.credentials import security_dir
 from runtime.settings import Settings
-from schemas.policy import GrantError, TenantPolicy
+from schemas.errors import GrantError
+from schemas.policy import TenantPolicy
 
 log = logging.getLogger("cronstream.grants")
 CHECK_EVERY_S = 1.0

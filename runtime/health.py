@@ -9,9 +9,10 @@ from urllib.parse import urlparse
 
 import httpx
 
+from runtime.errors import SettingsError
 from runtime.kafka.clients import kafka_admin
 from runtime.kafka.security import admin_certificate
-from runtime.settings import Settings, SettingsError
+from runtime.settings import Settings
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from runtime.errors import SettingsError
 from schemas.catalog import ROLES, cassandra_role_user, role_user
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -27,10 +28,6 @@ EXPLICIT_CASSANDRA_USER = (
     "CRONSTREAM_CASSANDRA_USER", "CRONSTREAM_CASSANDRA_PASSWORD",
     "CRONSTREAM_CASSANDRA_PASSWORD_FILE",
 )  # fmt: skip
-
-
-class SettingsError(ValueError):
-    """An environment variable holds a value that cannot be used."""
 
 
 def env_int(

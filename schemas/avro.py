@@ -15,13 +15,11 @@ from typing import Any
 
 import fastavro
 
+from schemas.errors import SchemaFileError
+
 AVRO_DIR = Path(__file__).resolve().parent / "avro"
 
 PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
-
-
-class SchemaFileError(RuntimeError):
-    """An .avsc file is missing or broken: a bug in this repository, not bad input."""
 
 
 @cache

@@ -126,10 +126,6 @@ def header_problems(headers: Mapping[str, str]) -> list[str]:
     return []
 
 
-class LimitError(ValueError):
-    """A record over the limits (the message lists each one: ``refusal``)."""
-
-
 def refusal(problems: list[str]) -> str:
     """The one message for a record over the limits, wherever it is refused."""
     return "over the limits: " + "; ".join(problems)

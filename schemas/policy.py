@@ -24,13 +24,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from schemas.errors import GrantError
 from schemas.events import Target
 from schemas.targets import PolicyRule, names, target_type
 from schemas.tenancy import OPERATORS
-
-
-class GrantError(ValueError):
-    """A grant that cannot be read."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,20 +18,9 @@ from urllib.parse import quote
 
 import httpx
 
+from schemas.errors import RegistryError, RegistryUnavailable
+
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
-
-
-class RegistryUnavailable(RuntimeError):
-    """The schema registry could not be reached or answered with a server error."""
-
-
-class RegistryError(RuntimeError):
-    """The registry refused a request (unknown subject or id, incompatible schema...)."""
-
-    def __init__(self, message: str, *, status: int, code: int | None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
 
 
 class RegistryClient:

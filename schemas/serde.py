@@ -25,6 +25,13 @@ import fastavro
 from schemas.alerts import Alert
 from schemas.audit import AuditRecord
 from schemas.avro import parsed_schema, schema_json
+from schemas.errors import (
+    DecodeError,
+    HeadError,
+    InvalidTiming,
+    LimitError,
+    RegistryError,
+)
 from schemas.events import (
     ControlCommand,
     DeadLetter,
@@ -34,12 +41,11 @@ from schemas.events import (
     TimerRequest,
 )
 from schemas.flows import FlowDefinition, FlowEvent
-from schemas.limits import LimitError, refusal, run_problems
-from schemas.registry import RegistryClient, RegistryError, RegistryUnavailable
+from schemas.limits import refusal, run_problems
+from schemas.registry import RegistryClient
 from schemas.templates import RunRequestReader, encode_dead_letter, encode_run_outcome
 from schemas.tenancy import AnyEvent, TenantCommand, TenantResult
-from schemas.timing import InvalidTiming, JobTiming, TimingReader
-from schemas.wire import HeadError
+from schemas.timing import JobTiming, TimingReader
 
 MAGIC = 0
 # A schema id the registry refused is refused again without asking for this long.
@@ -53,10 +59,6 @@ EVENT_TYPES: dict[str, type[AnyEvent]] = {
     )
 }
 E = TypeVar("E", bound=AnyEvent)
-
-
-class DecodeError(ValueError):
-    """A record's bytes are not a value this consumer can read (bad input, not a bug)."""
 
 
 class Codec:
@@ -266,4 +268,4 @@ class Codec:
         return event_type, record
 
 
-__all__ = ["Codec", "DecodeError", "RegistryClient", "RegistryError", "RegistryUnavailable"]
+__all__ = ["Codec", "RegistryClient"]

@@ -30,6 +30,7 @@ from datetime import datetime
 import fastavro
 
 from schemas.avro import parsed_schema
+from schemas.errors import HeadError, LimitError
 from schemas.events import (
     EPOCH,
     DeadLetter,
@@ -41,17 +42,8 @@ from schemas.events import (
     from_ms,
     to_ms,
 )
-from schemas.limits import LimitError, head_problems, refusal, tail_problems
-from schemas.wire import (
-    HeadError,
-    Tails,
-    avro_string,
-    read_instant,
-    read_int,
-    read_long,
-    read_string,
-    zigzag,
-)
+from schemas.limits import head_problems, refusal, tail_problems
+from schemas.wire import Tails, avro_string, read_instant, read_int, read_long, read_string, zigzag
 
 _HEADER = struct.Struct(">bI")
 TRIGGER_INDEX = {trigger: index for index, trigger in enumerate(Trigger)}
@@ -333,7 +325,6 @@ class LetterWriter:
 
 
 __all__ = [
-    "HeadError",
     "LetterWriter",
     "OutcomeTemplate",
     "RunRequestReader",

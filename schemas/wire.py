@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Generic, TypeVar
 
+from schemas.errors import HeadError
+
 V = TypeVar("V")
 
 _ONE_BYTE = [bytes([n]) for n in range(0x80)]
@@ -21,10 +23,6 @@ _MAX_VARINT = 10
 # timestamp-millis values fastavro can read (years 1-9999); it refuses the others.
 FIRST_MS, LAST_MS = -62_135_596_800_000, 253_402_300_799_999
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
-
-
-class HeadError(ValueError):
-    """The bytes are not a record head in our schema's layout."""
 
 
 def zigzag(n: int) -> bytes:

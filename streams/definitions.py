@@ -15,12 +15,11 @@ from dataclasses import dataclass
 
 from runtime.faults import RecordFaults
 from schemas.definition import loading_problems
-from schemas.definition.cron import CronError
-from schemas.definition.zones import ZoneError, load_zone
+from schemas.definition.zones import load_zone
+from schemas.errors import CronError, DecodeError, RegistryUnavailable, ZoneError
 from schemas.events import JobDefinition
 from schemas.limits import deadline_problems, refusal
-from schemas.registry import RegistryUnavailable
-from schemas.serde import Codec, DecodeError
+from schemas.serde import Codec
 from schemas.templates import RunTemplate
 from schemas.timing import schedule_args
 from streams.core.schedule import JobSchedule, Misfire

@@ -9,8 +9,9 @@ import threading
 from runtime.kafka.clients import OFFSET_BEGINNING, TopicPartition, kafka_consumer
 from runtime.settings import Settings
 from schemas.catalog import Topics
+from schemas.errors import DecodeError
 from schemas.flows import FlowDefinition
-from schemas.serde import Codec, DecodeError
+from schemas.serde import Codec
 
 log = logging.getLogger("cronstream.flows")
 

@@ -35,12 +35,14 @@ import faust
 from faust.streams import _current_event
 
 from runtime import metrics
-from runtime.faults import RecordFaults, RepeatedFault
+from runtime.errors import RepeatedFault
+from runtime.faults import RecordFaults
 from runtime.kafka.security import aiokafka_security
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.alerts import Alert, AlertKind, deadline_alert_id
 from schemas.catalog import FLOWS_APP, FLOWS_TABLE, Topics
+from schemas.errors import DecodeError
 from schemas.events import (
     Concurrency,
     ControlAction,
@@ -56,7 +58,7 @@ from schemas.events import (
     utc_now,
 )
 from schemas.flows import FlowDefinition, FlowEvent, FlowEventKind, FlowNode
-from schemas.serde import Codec, DecodeError
+from schemas.serde import Codec
 from streams.core import flow as core
 from streams.faust_seek import SeekingApp
 from streams.flow_definitions import Definitions

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime import metrics
+from runtime.errors import PublishError
 from runtime.kafka.clients import (
     OFFSET_BEGINNING,
     Consumer,
@@ -36,7 +37,7 @@ from runtime.kafka.clients import (
 )
 from runtime.kafka.member import GroupMember
 from runtime.kafka.offsets import committed, watermarks
-from runtime.kafka.publisher import Publisher, PublishError
+from runtime.kafka.publisher import Publisher
 from runtime.kafka.stall import Backoff, Held
 from runtime.registry import registry_client
 from runtime.settings import Settings

@@ -18,8 +18,7 @@ from typing import Any
 from runtime.kafka.records import ConsumedMessage, dead_letter, dead_letter_for, is_record
 from runtime.kafka.stall import Backoff, Held
 from schemas.catalog import Topics
-from schemas.definition.cron import CronError
-from schemas.definition.zones import ZoneError
+from schemas.errors import CronError, DecodeError, RegistryUnavailable, ZoneError
 from schemas.events import (
     JOB_DELETED,
     JOB_PAUSED,
@@ -29,8 +28,7 @@ from schemas.events import (
     iso,
     to_ms,
 )
-from schemas.registry import RegistryUnavailable
-from schemas.serde import Codec, DecodeError
+from schemas.serde import Codec
 from streams.checkpoint import Checkpoint
 from streams.core.partition import NEVER, PartitionScheduler, Timer
 from streams.core.schedule import JobSchedule

@@ -13,7 +13,7 @@ from runtime.settings import Settings
 
 
 def caused_by_kafka_auth(exc: BaseException | None) -> bool:
-    from runtime.kafka.security import KafkaAuthError
+    from runtime.errors import KafkaAuthError
 
     seen = 0
     while exc is not None and seen < 20:

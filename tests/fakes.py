@@ -15,7 +15,7 @@ from typing import Any
 from confluent_kafka import KafkaError, TopicPartition
 
 from runtime.kafka.records import AnyHeaders
-from schemas.registry import RegistryError
+from schemas.errors import RegistryError
 
 
 @dataclass

@@ -20,12 +20,14 @@ from typing import Any, ClassVar
 from consumers.archiver import Archiver
 from consumers.core.dedup import Dedup
 from consumers.core.offsets import OffsetTracker
-from consumers.executors.base import ExecutionFailed, RunContext
+from consumers.errors import ExecutionFailed
+from consumers.executors.base import RunContext
 from consumers.history import HistoryTables
 from consumers.sink import Sink, transient_errors
 from consumers.worker.attempts import Attempts
 from consumers.worker.config import WorkerConfig
 from consumers.worker.intake import Intake
+from consumers.worker.loop import outcome_observers
 from consumers.worker.outbox import Outbox
 from consumers.worker.replay import HistoryReplay
 from producers.admission.core import Admission, Quotas
@@ -157,7 +159,8 @@ class WorkerHarness:
         tally = metrics.Tally()
         publisher = fake_publisher(self.codec, self.producer, serve_each=False)
         self.outbox = Outbox(publisher, topics=TOPICS, name="w1", consumer=self.consumer,  # type: ignore[arg-type]
-                             trackers=self.trackers, dedup=self.dedup, tally=tally)  # fmt: skip
+                             trackers=self.trackers, dedup=self.dedup, tally=tally,
+                             observers=outcome_observers(TOPICS, self.dedup, name="w1"))  # fmt: skip
         history = HistoryReplay(None, topic=TOPICS.history, dedup=self.dedup, lookup=None)  # type: ignore[arg-type]
         config = config or WorkerConfig(group="g", concurrency=4)
         self.intake = Intake(config, topics=TOPICS, consumer=self.consumer, codec=self.codec,  # type: ignore[arg-type]

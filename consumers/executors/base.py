@@ -95,41 +95,6 @@ class RunContext:
         return max(0.0, self.deadline - time.monotonic())
 
 
-class ExecutionFailed(Exception):
-    """An attempt did not succeed. ``retriable``: another attempt might."""
-
-    retriable = True
-    status = "FAILED"
-
-
-class TargetInvalid(ExecutionFailed):
-    """The target cannot be built or is not allowed here: retrying cannot help."""
-
-    retriable = False
-
-
-class PermanentFailure(ExecutionFailed):
-    """The target answered that this request will never succeed (e.g. HTTP 404)."""
-
-    retriable = False
-
-
-class InternalError(ExecutionFailed):
-    """Handling this run failed inside the worker (a bug of ours, or a job that broke
-    its thread): the run's outcome, never the worker's end. Not retried."""
-
-    retriable = False
-
-
-class TimedOut(ExecutionFailed):
-    status = "TIMED_OUT"
-
-
-class Cancelled(ExecutionFailed):
-    retriable = False
-    status = "CANCELED"
-
-
 class Executor(Protocol):
     kind: str
 

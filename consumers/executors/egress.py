@@ -17,7 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
-from consumers.executors.base import TargetInvalid
+from consumers.errors import TargetInvalid
 from runtime.kafka.clients import KafkaError, Producer, kafka_producer
 from runtime.settings import Settings
 from schemas.tenancy import tenant_user

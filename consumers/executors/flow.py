@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from consumers.executors.base import ExecutionFailed, RunContext
+from consumers.errors import ExecutionFailed
+from consumers.executors.base import RunContext
 from consumers.executors.kafka import deliver
 from consumers.executors.setup import ExecutorSetup
 from runtime.kafka.clients import Producer

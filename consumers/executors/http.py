@@ -38,13 +38,8 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 import httpcore
 import httpx
 
-from consumers.executors.base import (
-    ExecutionFailed,
-    PermanentFailure,
-    RunContext,
-    TargetInvalid,
-    TimedOut,
-)
+from consumers.errors import ExecutionFailed, PermanentFailure, TargetInvalid, TimedOut
+from consumers.executors.base import RunContext
 from consumers.executors.secrets import Secrets
 from consumers.executors.setup import ExecutorSetup
 from schemas.events import Target

@@ -23,7 +23,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from consumers.executors.base import ExecutionFailed, RunContext, TargetInvalid, TimedOut
+from consumers.errors import ExecutionFailed, TargetInvalid, TimedOut
+from consumers.executors.base import RunContext
 from consumers.executors.egress import TenantProducers
 from consumers.executors.setup import ExecutorSetup
 from runtime.kafka.clients import KafkaError, KafkaException, Producer

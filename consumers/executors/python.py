@@ -21,7 +21,8 @@ import re
 import sys
 from collections.abc import Iterable
 
-from consumers.executors.base import ExecutionFailed, RunContext, TargetInvalid
+from consumers.errors import ExecutionFailed, TargetInvalid
+from consumers.executors.base import RunContext
 from consumers.executors.setup import ExecutorSetup
 from schemas.events import Target
 

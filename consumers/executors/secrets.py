@@ -25,7 +25,8 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from consumers.executors.base import RunContext, TargetInvalid
+from consumers.errors import TargetInvalid
+from consumers.executors.base import RunContext
 from schemas.redact import secret_name
 from schemas.tenancy import OPERATORS, TENANT_NAME
 

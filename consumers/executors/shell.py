@@ -42,7 +42,8 @@ from collections.abc import Iterable
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-from consumers.executors.base import Cancelled, ExecutionFailed, RunContext, TargetInvalid, TimedOut
+from consumers.errors import Cancelled, ExecutionFailed, TargetInvalid, TimedOut
+from consumers.executors.base import RunContext
 from consumers.executors.setup import ExecutorSetup
 from schemas.events import Target
 from schemas.targets.shell import DOTDOT, argv_matches, option_glob, shell_words

@@ -18,15 +18,8 @@ from queue import Empty, SimpleQueue
 from consumers.core.concurrency import ConcurrencyGate
 from consumers.core.dedup import Dedup
 from consumers.core.verdict import after_failure, before_start, retry_timer
-from consumers.executors.base import (
-    Cancelled,
-    ExecutionFailed,
-    Executor,
-    InternalError,
-    RunContext,
-    TargetInvalid,
-    TimedOut,
-)
+from consumers.errors import Cancelled, ExecutionFailed, InternalError, TargetInvalid, TimedOut
+from consumers.executors.base import Executor, RunContext
 from consumers.executors.egress import TenantProducers
 from consumers.executors.pool import Done, RunPool
 from consumers.executors.setup import ExecutorSetup, build_executors
@@ -168,7 +161,7 @@ class Attempts:
         except Exception:
             log.exception("run %s: its outcome cannot be written; the dead letter alone",
                           run.run_id)  # fmt: skip
-            self.outbox.checked.append((pending, (self.outbox.topics.dlq, letter)))
+            self.outbox.checked.append((pending, [(self.outbox.topics.dlq, letter)]))
 
     def _admit(self, pending: Pending) -> bool:
         """The job's concurrency policy on a new run: start it (replacing the runs

@@ -42,9 +42,10 @@ from runtime.faults import RecordFaults
 from runtime.kafka.clients import Consumer, TopicPartition
 from runtime.kafka.records import ConsumedMessage, is_record
 from schemas.catalog import Topics
+from schemas.errors import DecodeError
 from schemas.events import Priority, RunRequest, to_ms
 from schemas.ids import partition_for
-from schemas.serde import Codec, DecodeError
+from schemas.serde import Codec
 
 Key = tuple[str, int]  # (topic, partition)
 

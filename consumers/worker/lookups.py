@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from schemas.registry import RegistryClient, RegistryUnavailable
+from schemas.errors import RegistryUnavailable
+from schemas.registry import RegistryClient
 from schemas.serde import Codec
 
 

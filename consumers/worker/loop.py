@@ -8,7 +8,9 @@ the consumer group ``<prefix>.workers`` on ``runs.high``, ``runs.normal`` and
 - ``Attempts`` (``attempts.py``): the run threads, and the verdict on each attempt
   (``consumers.core.verdict``);
 - ``Outbox`` (``outbox.py``): outcomes, retry timers and dead letters published, then
-  offsets committed: ``Outbox.settle`` is the commit procedure.
+  offsets committed: ``Outbox.settle`` is the commit procedure;
+- the outcome observers (``observers/``), registered here (``outcome_observers``):
+  what else a settled run tells (flows, deadline alerts).
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ from consumers.worker.attempts import Attempts
 from consumers.worker.config import WorkerConfig
 from consumers.worker.intake import Intake, Key
 from consumers.worker.lookups import SchemaLookups
+from consumers.worker.observers import OutcomeObserver
+from consumers.worker.observers.deadlines import DeadlineAlerts
+from consumers.worker.observers.flows import FlowNodes
 from consumers.worker.outbox import Outbox, outbox_publisher
 from consumers.worker.replay import ControlFeed, HistoryReplay, side_consumer
 from runtime import metrics
@@ -34,11 +39,9 @@ from runtime.kafka.records import ConsumedMessage
 from runtime.kafka.stall import Backoff, Held
 from runtime.registry import registry_client
 from runtime.settings import Settings
-from schemas.alerts import Alert
 from schemas.catalog import Topics
+from schemas.errors import RegistryUnavailable
 from schemas.events import DeadLetter, RunOutcome, TimerRequest, from_ms
-from schemas.flows import FlowEvent
-from schemas.registry import RegistryUnavailable
 from schemas.serde import Codec
 from schemas.tenancy import AnyEvent
 
@@ -57,13 +60,10 @@ class Worker:
         self.config = config
         topics = Topics(settings)
         codec = Codec(registry_client(settings))
-        # Every schema the worker writes with, resolved before anything else: from now
-        # on publishing never needs the registry (RegistryUnavailable here: the caller
-        # waits for it, ``cronstream.foreground.run_member``).
-        for topic, event_type in _written(topics):
-            codec.writer_id(f"{topic}-value", event_type)
-        self.trackers: dict[Key, OffsetTracker] = {}
         self.dedup = Dedup(config.lookback_ms, config.dedup_capacity, now_ms=_now_ms())
+        observers = outcome_observers(topics, self.dedup, name=config.name)
+        _resolve_writers(codec, topics, observers)  # before anything else
+        self.trackers: dict[Key, OffsetTracker] = {}
         self.tally = metrics.Tally()
         cancels: dict[str, int] = {}
         cancel_reasons: dict[str, str] = {}
@@ -82,6 +82,7 @@ class Worker:
         self.outbox = Outbox(
             outbox_publisher(settings, codec), topics=topics, name=config.name,
             consumer=self.consumer, trackers=self.trackers, dedup=self.dedup, tally=self.tally,
+            observers=observers,
         )  # fmt: skip
         self.attempts = Attempts(
             settings, config, outbox=self.outbox, dedup=self.dedup, cancels=cancels,
@@ -282,17 +283,29 @@ class Worker:
         metrics.dedup_run_ids.set(len(self.dedup))
         metrics.runs_held.set(len(self.intake.delayed))
         self.control.forget_before(now_ms - self.config.lookback_ms)
-        self.outbox.deadlines.forget(from_ms(now_ms - self.config.lookback_ms))
+        self.outbox.forget(from_ms(now_ms - self.config.lookback_ms))
         owned = [TopicPartition(t, p) for (t, p) in self.trackers]
         for tp, lag in consumer_lag(self.consumer, owned):
             metrics.consumer_lag.labels(tp.topic, str(tp.partition)).set(lag)
 
 
-def _written(topics: Topics) -> list[tuple[str, type[AnyEvent]]]:
-    """Every topic the worker writes to, with the event it writes there."""
-    return [(topics.history, RunOutcome), (topics.timers, TimerRequest),
-            (topics.dlq, DeadLetter), (topics.flow_events, FlowEvent),
-            (topics.alerts, Alert)]  # fmt: skip
+def outcome_observers(topics: Topics, dedup: Dedup, *, name: str) -> list[OutcomeObserver]:
+    """The outcome observers a worker is built with, in the order their records are
+    published: a late success's cleared deadline alert, then a flow node's outcome."""
+    return [DeadlineAlerts(topics, dedup, name=name), FlowNodes(topics)]
+
+
+def _resolve_writers(codec: Codec, topics: Topics, observers: list[OutcomeObserver]) -> None:
+    """Every schema the worker writes with (its own records', its observers'), resolved
+    before anything else: from then on publishing never needs the registry
+    (RegistryUnavailable here: the caller waits for it, ``cronstream.foreground.run_member``)."""
+    written: list[tuple[str, type[AnyEvent]]] = [
+        (topics.history, RunOutcome), (topics.timers, TimerRequest), (topics.dlq, DeadLetter),
+    ]  # fmt: skip
+    for observer in observers:
+        written.extend(observer.written())
+    for topic, event_type in written:
+        codec.writer_id(f"{topic}-value", event_type)
 
 
 def _metadata_time(metadata: str | None) -> int | None:

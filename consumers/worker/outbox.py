@@ -1,16 +1,19 @@
 """The worker's outbox: what finished runs leave behind (outcomes, retry timers, dead
-letters), made durable before any offset moves past them. ``Outbox.settle`` is the
-worker's one commit procedure."""
+letters, and the records of the outcome observers: ``consumers.worker.observers``), made
+durable before any offset moves past them. ``Outbox.settle`` is the worker's one commit
+procedure."""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
-from consumers.core.deadlines import Deadlines
 from consumers.core.dedup import Dedup
 from consumers.core.offsets import OffsetTracker
+from consumers.worker.observers import OutcomeObserver, Record
 from consumers.worker.pending import UNDECODABLE, Pending, outcome_headers
 from runtime import metrics
 from runtime.kafka.clients import Consumer, TopicPartition
@@ -18,19 +21,8 @@ from runtime.kafka.member import commit
 from runtime.kafka.publisher import Publisher
 from runtime.kafka.records import ConsumedMessage, dead_letter
 from runtime.settings import Settings
-from schemas.alerts import Alert
 from schemas.catalog import Topics
-from schemas.events import (
-    DeadLetter,
-    RunOutcome,
-    RunRequest,
-    RunStatus,
-    TimerRequest,
-    Trigger,
-    to_ms,
-    utc_now,
-)
-from schemas.flows import FlowEvent, FlowEventKind
+from schemas.events import DeadLetter, RunOutcome, RunRequest, RunStatus, to_ms
 from schemas.serde import Codec
 from schemas.templates import LetterWriter, OutcomeTemplate
 
@@ -58,16 +50,6 @@ def outbox_publisher(settings: Settings, codec: Codec) -> Publisher:
     return Publisher(settings, codec=codec, serve_each=False, **OUTBOX_PRODUCER)
 
 
-def flow_outcome(run: RunRequest, status: RunStatus, error: str | None, *, retrying: bool
-                 ) -> FlowEvent:  # fmt: skip
-    """The FlowEvent of a flow node's attempt ending (its run id: FLOW@<slot>/NODE)."""
-    return FlowEvent(
-        flow_id=run.job_id, flow_run_id=run.run_id.rpartition("/")[0], kind=FlowEventKind.OUTCOME,
-        scheduled_at=run.scheduled_at, at=utc_now(), tenant=run.tenant, run_id=run.run_id,
-        status=status.value, retrying=retrying, error=error[:2000] if error else None,
-    )  # fmt: skip
-
-
 class Outbox:
     def __init__(
         self,
@@ -79,6 +61,7 @@ class Outbox:
         trackers: dict[tuple[str, int], OffsetTracker],
         dedup: Dedup,
         tally: metrics.Tally,
+        observers: Sequence[OutcomeObserver],
     ) -> None:
         self.topics = topics
         self.publisher = publisher  # ``outbox_publisher``: flushed by ``settle`` only
@@ -96,17 +79,16 @@ class Outbox:
         self.rejected: list[tuple[ConsumedMessage, int, OffsetTracker, str]] = []
         self.published: list[Pending] = []  # records published, not flushed yet
         self.held: list[Pending] = []  # outcomes waiting for their timer/DLQ record's flush
-        self.deadlines = Deadlines(dedup, name=name)
-        # Deadline checks answered, with the record each left (an alert; a flow's check
-        # for the coordinator; None: the run succeeded); a run settled by its dead letter
-        # alone (``Attempts._unstartable``).
-        self.checked: list[tuple[Pending, tuple[str, Alert | FlowEvent | DeadLetter] | None]] = []
+        self.observers = tuple(observers)  # asked in this order; their records go so
+        # Deadline checks answered, with the records the observers left (none: the run
+        # succeeded); a run settled by its dead letter alone (``Attempts._unstartable``).
+        self.checked: list[tuple[Pending, Sequence[Record]]] = []
         self._next_commit = 0.0
 
     # -- what a run leaves ------------------------------------------------------------
     def started(self, pending: Pending) -> None:
         """Publish the STARTED outcome of ``pending``'s attempt (not a settlement)."""
-        self._outcome(pending, RunStatus.STARTED, None, final=False)
+        self._outcome(pending, RunStatus.STARTED, None, int(time.time() * 1000), final=False)
 
     def finish(
         self,
@@ -115,22 +97,20 @@ class Outbox:
         error: str | None,
         *,
         next_attempt_ms: int | None = None,
-        extra: tuple[str, TimerRequest | DeadLetter | FlowEvent] | None = None,
+        extra: Record | None = None,
     ) -> None:
         """Settle ``pending`` with its final outcome for this attempt (and a retry timer
-        or a DLQ record that must be durable first)."""
-        self._outcome(pending, status, error, next_attempt_ms=next_attempt_ms)
+        or a DLQ record that must be durable first, then the observers' records)."""
+        now_ms = int(time.time() * 1000)
+        self._outcome(pending, status, error, now_ms, next_attempt_ms=next_attempt_ms)
         if extra is not None:
             pending.extra.append(extra)
-        if status is RunStatus.SUCCEEDED and self.deadlines.alerted:
-            cleared = self.deadlines.succeeded(pending.run.run_id, pending.run.attempt,
-                                               int(time.time() * 1000))  # fmt: skip
-            if cleared is not None:  # late: its DEADLINE_MISSED alert is cleared
-                pending.extra.append((self.topics.alerts, cleared))
-                metrics.deadline_alerts.labels(cleared.kind.value).inc()
-        if pending.run.trigger is Trigger.FLOW:  # a flow's node: the coordinator hears too
-            pending.extra.append((self.topics.flow_events, flow_outcome(
-                pending.run, status, error, retrying=next_attempt_ms is not None)))  # fmt: skip
+        retrying = next_attempt_ms is not None
+        for observer in self.observers:
+            records = observer.settled(pending.run, status, error, retrying=retrying,
+                                       now_ms=now_ms)  # fmt: skip
+            if records:
+                pending.extra.extend(records)
         self.done.append(pending)
 
     def reject(
@@ -141,24 +121,19 @@ class Outbox:
         self.rejected.append((msg, offset, tracker, reason))
 
     def check_deadline(self, pending: Pending, *, running: bool) -> None:
-        """Answer a deadline check (``consumers.core.deadlines``): an alert when its run
-        has not succeeded; settled like a run (its offset moves once the alert is
-        flushed). A flow's check goes to the coordinator, which knows how the flow run
-        (not its start, which succeeded at once) is doing."""
-        run = pending.run
-        if run.target.type == "flow":
-            event = FlowEvent(
-                flow_id=run.job_id, flow_run_id=run.run_id, kind=FlowEventKind.DEADLINE,
-                scheduled_at=run.scheduled_at, at=run.fired_at, tenant=run.tenant,
-            )  # fmt: skip
-            self.checked.append((pending, (self.topics.flow_events, event)))
-            return
-        alert = self.deadlines.check(run, int(time.time() * 1000), running=running)
-        if alert is not None:
-            log.warning("run %s missed its deadline by %d ms (%s)", alert.run_id,
-                        alert.late_ms, alert.last_status)  # fmt: skip
-            metrics.deadline_alerts.labels(alert.kind.value).inc()
-        self.checked.append((pending, None if alert is None else (self.topics.alerts, alert)))
+        """Answer a deadline check (``consumers.core.deadlines``) with the observers'
+        records (an alert when its run has not succeeded); settled like a run (its
+        offset moves once they are flushed)."""
+        now_ms = int(time.time() * 1000)
+        records: list[Record] = []
+        for observer in self.observers:
+            records.extend(observer.checked(pending.run, running=running, now_ms=now_ms))
+        self.checked.append((pending, records))
+
+    def forget(self, before: datetime) -> None:
+        """Let the observers drop what they keep about runs before ``before``."""
+        for observer in self.observers:
+            observer.forget(before)
 
     def run_letter(self, run: RunRequest, reason: str) -> DeadLetter:
         """The DLQ record of a run that is given up on."""
@@ -172,12 +147,12 @@ class Outbox:
         pending: Pending,
         status: RunStatus,
         error: str | None,
+        now_ms: int,
         *,
         final: bool = True,
         next_attempt_ms: int | None = None,
     ) -> None:
         run = pending.run
-        now_ms = int(time.time() * 1000)
         started_ms = now_ms - int((time.monotonic() - pending.started) * 1000)
         ran = pending.started > 0 and status is not RunStatus.STARTED
         template = pending.template
@@ -264,9 +239,9 @@ class Outbox:
         if self.rejected:
             self._publish_letters()
         if self.checked:
-            for pending, record in self.checked:
-                if record is not None:
-                    self.publisher.publish(*record)
+            for pending, records in self.checked:
+                for topic, event in records:
+                    self.publisher.publish(topic, event)
                 self.published.append(pending)
             self.checked = []
         for pending in self.done:

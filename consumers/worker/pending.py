@@ -6,17 +6,9 @@ from dataclasses import dataclass, field
 
 from consumers.core.offsets import OffsetTracker
 from consumers.executors.base import RunContext
+from consumers.worker.observers import Record
 from runtime.kafka.records import Headers
-from schemas.alerts import Alert
-from schemas.events import (
-    EPOCH,
-    DeadLetter,
-    RunRequest,
-    RunStatus,
-    Target,
-    TimerRequest,
-)
-from schemas.flows import FlowEvent
+from schemas.events import EPOCH, RunRequest, RunStatus, Target
 from schemas.headers import run_headers
 from schemas.templates import OutcomeTemplate
 
@@ -36,9 +28,7 @@ class Pending:
     outcome: list[tuple[bytes, Headers]] = field(default_factory=list)  # encoded, unpublished
     template: OutcomeTemplate | None = None  # what its outcomes have in common, encoded
     headers: Headers | None = None  # its outcomes' headers but the status (the last one)
-    extra: list[tuple[str, TimerRequest | DeadLetter | FlowEvent | Alert]] = field(
-        default_factory=list
-    )
+    extra: list[Record] = field(default_factory=list)  # to be durable before its outcome
 
 
 def outcome_headers(pending: Pending, status: RunStatus) -> Headers:

@@ -24,8 +24,9 @@ from runtime.kafka.clients import Consumer, TopicPartition, kafka_consumer
 from runtime.kafka.offsets import offset_since, watermarks
 from runtime.kafka.records import is_record
 from runtime.settings import Settings
+from schemas.errors import DecodeError
 from schemas.events import ControlCommand, text_headers, to_ms
-from schemas.serde import Codec, DecodeError
+from schemas.serde import Codec
 
 log = logging.getLogger("cronstream.worker")
 

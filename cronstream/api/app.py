@@ -21,10 +21,12 @@ from fastapi import APIRouter, Body, Depends, FastAPI, Header, HTTPException, Qu
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
-from cronstream.api.backend import Backend, NoAnswer
+from cronstream.api.backend import Backend
+from producers.errors import NoAnswer
 from runtime.metrics import exposition
 from runtime.tokens import ADMIN, TokenBook
-from schemas.definition import SpecError, job_from_spec, parse_duration
+from schemas.definition import job_from_spec, parse_duration
+from schemas.errors import SpecError
 from schemas.events import JobDefinition, RunOutcome, RunStatus, to_jsonable, utc_now
 from schemas.redact import redact_jsonable
 from schemas.tenancy import (

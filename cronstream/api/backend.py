@@ -26,21 +26,19 @@ from consumers.archive import Archive, archive_root, hot_from, tiered_job_runs
 from consumers.history import History
 from producers.admission.core import JobsView
 from producers.admission.processor import JobsFollower
+from producers.errors import NoAnswer
 from runtime.cassandra import cassandra_session
 from runtime.kafka.member import GroupMember
 from runtime.kafka.publisher import Publisher
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import Topics
+from schemas.errors import DecodeError
 from schemas.events import JobDefinition, RunOutcome, utc_now
-from schemas.serde import Codec, DecodeError
+from schemas.serde import Codec
 from schemas.tenancy import TenantAction, TenantCommand, TenantResult, commands_pattern
 
 log = logging.getLogger("cronstream.api")
-
-
-class NoAnswer(TimeoutError):
-    """The admission did not answer in time."""
 
 
 class Backend:

@@ -9,15 +9,15 @@ import sys
 
 from cronstream.cli import archive, flows, history, jobs, roles, tenants
 from cronstream.cli.common import EXIT_INVALID, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_UNAVAILABLE
-from producers.client import JobClient, UnknownJob
+from producers.client import JobClient
+from producers.errors import UnknownJob
+from runtime.errors import KafkaAuthError, PublishError, SettingsError
 from runtime.health import cassandra_health, kafka_health, registry_health
-from runtime.kafka.publisher import Publisher, PublishError
-from runtime.kafka.security import KafkaAuthError
-from runtime.settings import Settings, SettingsError
-from schemas.definition import SpecError
+from runtime.kafka.publisher import Publisher
+from runtime.settings import Settings
 from schemas.definition.zones import TZDATA_VERSION
-from schemas.registry import RegistryError, RegistryUnavailable
-from schemas.targets import TargetTypeError, registered
+from schemas.errors import RegistryError, RegistryUnavailable, SpecError, TargetTypeError
+from schemas.targets import registered
 
 
 def cmd_status(settings: Settings, args: argparse.Namespace) -> int:

@@ -15,9 +15,11 @@ from cronstream.backfill import (
     ran_already,
 )
 from cronstream.cli.common import EXIT_UNAVAILABLE
-from producers.client import JobClient, UnknownJob
+from producers.client import JobClient
+from producers.errors import UnknownJob
 from runtime.cassandra import cassandra_session
-from schemas.definition import SpecError, parse_instant
+from schemas.definition import parse_instant
+from schemas.errors import SpecError
 from schemas.events import Priority, from_ms, iso, to_ms, utc_now
 from schemas.ids import slot_run_id
 

@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from cronstream.foreground import setup_logging
-from producers.client import JobClient, UnknownJob
+from producers.client import JobClient
+from producers.errors import UnknownJob
 from producers.flows import load_flows_file
 from runtime import metrics
 from runtime.settings import Settings, env_int
-from schemas.definition import SpecError
+from schemas.errors import SpecError
 from schemas.events import to_jsonable
 
 log = logging.getLogger("cronstream.flows")

@@ -17,7 +17,8 @@ from consumers.history import History
 from cronstream.cli.common import EXIT_NOT_FOUND, EXIT_UNAVAILABLE
 from runtime.cassandra import cassandra_session
 from runtime.settings import Settings
-from schemas.definition import SpecError, parse_duration, parse_instant
+from schemas.definition import parse_duration, parse_instant
+from schemas.errors import SpecError
 from schemas.events import RunOutcome, RunStatus, iso, to_jsonable, utc_now
 from schemas.redact import escape_controls, redact_jsonable, redact_text
 from schemas.tenancy import qualify, tenant_problems

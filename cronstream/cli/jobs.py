@@ -14,17 +14,19 @@ from zoneinfo import ZoneInfo
 
 from cronstream.cli.backfill import add_backfill
 from cronstream.cli.common import EXIT_INVALID, EXIT_UNAVAILABLE
-from producers.client import JobClient, UnknownJob
+from producers.client import JobClient
+from producers.errors import UnknownJob
 from producers.spec import load_jobs_file
 from runtime.kafka.clients import OFFSET_BEGINNING, OFFSET_END, TopicPartition, kafka_consumer
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import Topics
-from schemas.definition import SpecError, job_from_spec, literal_secrets, parse_instant
+from schemas.definition import job_from_spec, literal_secrets, parse_instant
 from schemas.definition.zones import load_zone
+from schemas.errors import DecodeError, SpecError
 from schemas.events import JobDefinition, from_ms, iso, text_headers, to_jsonable, to_ms, utc_now
 from schemas.redact import escape_controls, redact_jsonable
-from schemas.serde import Codec, DecodeError
+from schemas.serde import Codec
 from schemas.targets import names as target_names
 from streams.definitions import preview_slots
 

@@ -12,8 +12,9 @@ from typing import Any
 
 from cronstream.cli.api import over_http
 from cronstream.cli.common import EXIT_INVALID, EXIT_UNAVAILABLE
+from producers.errors import NoAnswer
 from producers.spec import load_jobs_file
-from producers.tenant import NoAnswer, TenantClient
+from producers.tenant import TenantClient
 from runtime.settings import Settings
 from schemas.events import to_jsonable
 from schemas.redact import redact_jsonable

@@ -24,7 +24,8 @@ from cronstream.api.backend import Backend
 from cronstream.ui.pages import COOKIE, Back, Viewer, Who, render, visible_job
 from cronstream.ui.sessions import Sessions
 from producers.audit import Auditor
-from producers.client import JobClient, UnknownJob
+from producers.client import JobClient
+from producers.errors import UnknownJob
 from runtime.tokens import ADMIN, TokenBook
 from schemas.tenancy import TenantAction, unqualify
 

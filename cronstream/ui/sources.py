@@ -17,8 +17,9 @@ from runtime.kafka.offsets import watermarks
 from runtime.kafka.publisher import Publisher
 from runtime.settings import Settings
 from schemas.catalog import DLQ, Topics
+from schemas.errors import DecodeError
 from schemas.events import DeadLetter
-from schemas.serde import Codec, DecodeError
+from schemas.serde import Codec
 
 log = logging.getLogger("cronstream.ui")
 

@@ -56,8 +56,9 @@ from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.audit import AuditRecord
 from schemas.catalog import Topics
+from schemas.errors import DecodeError
 from schemas.events import JobDefinition, job_headers, utc_now
-from schemas.serde import Codec, DecodeError
+from schemas.serde import Codec
 from schemas.tenancy import TenantCommand, commands_pattern, qualify, tenant_of_topic
 
 log = logging.getLogger("cronstream.admission")

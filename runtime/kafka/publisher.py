@@ -14,15 +14,12 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
+from runtime.errors import PublishError
 from runtime.kafka.clients import kafka_producer
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.serde import Codec
 from schemas.tenancy import AnyEvent
-
-
-class PublishError(RuntimeError):
-    """Kafka did not accept a record (after librdkafka's own retries)."""
 
 
 class Publisher:

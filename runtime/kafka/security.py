@@ -28,17 +28,13 @@ from typing import Any
 from confluent_kafka import KafkaError
 
 from runtime.credentials import credentials_dir, read_password, stack_ca, tls_dir
+from runtime.errors import KafkaAuthError
 from runtime.settings import Settings
 
 BROKER_PRINCIPAL = "cronstream-broker"
 ADMIN_PRINCIPAL = "cronstream-admin"
 BENCH_PLAIN_PREFIX = "bench-plain."  # what anonymous plaintext clients may use
 SCRAM = "SCRAM-SHA-512"
-
-
-class KafkaAuthError(RuntimeError):
-    """Kafka refused this client's credentials or its TLS handshake: retrying will not
-    help."""
 
 
 def ca_location(settings: Settings) -> str:

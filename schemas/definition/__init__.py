@@ -21,8 +21,9 @@ declaration's (``schemas.targets``). Pure: no client, no I/O (import-linter
 from __future__ import annotations
 
 from schemas.definition.rules import literal_secrets, loading_problems, problems
-from schemas.definition.spec import SpecError, job_from_spec
+from schemas.definition.spec import job_from_spec
 from schemas.definition.values import parse_backoff, parse_duration, parse_instant
+from schemas.errors import SpecError
 
 __all__ = [
     "SpecError",

@@ -48,6 +48,7 @@ from zoneinfo import ZoneInfo
 
 from schemas.definition.memo import Memo
 from schemas.definition.zones import load_zone, plus_second, second_after, wall_instant_ms
+from schemas.errors import CronError
 
 T = TypeVar("T")
 ALIASES = {
@@ -67,10 +68,6 @@ _DIGITS = re.compile(r"[0-9]{1,9}")  # ASCII digits only (str.isdigit takes othe
 # A Gregorian calendar repeats every 400 years: an expression with no day in one cycle
 # never fires.
 _CYCLE_MONTHS = 400 * 12
-
-
-class CronError(ValueError):
-    """An expression that cron cannot read; the message says which part and why."""
 
 
 @dataclass(frozen=True, slots=True)

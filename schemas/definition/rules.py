@@ -6,8 +6,9 @@ any producer)."""
 
 from __future__ import annotations
 
-from schemas.definition.cron import CronError, parse_cron
-from schemas.definition.zones import ZoneError, load_zone
+from schemas.definition.cron import parse_cron
+from schemas.definition.zones import load_zone
+from schemas.errors import CronError, ZoneError
 from schemas.events import CronSchedule, IntervalSchedule, JobDefinition, OnceSchedule
 from schemas.limits import (
     MAX_DEFINITION_BYTES,

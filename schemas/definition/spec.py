@@ -37,9 +37,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, TypeVar
 
-from schemas.definition.cron import CronError, parse_cron
+from schemas.definition.cron import parse_cron
 from schemas.definition.rules import problems, zone_problem
 from schemas.definition.values import parse_backoff, parse_duration, parse_instant
+from schemas.errors import CronError, SpecError
 from schemas.events import (
     EPOCH,
     Concurrency,
@@ -65,15 +66,6 @@ KNOWN_KEYS = frozenset(
         "end", "paused", "tenant", "deadline",
     }
 )  # fmt: skip
-
-
-class SpecError(ValueError):
-    """A job spec breaks one or more rules; ``problems`` lists each one."""
-
-    def __init__(self, subject: str, problems: list[str]) -> None:
-        self.subject = subject
-        self.problems = problems
-        super().__init__(f"{subject}: " + "; ".join(problems))
 
 
 def _payload_text(value: Any) -> str | None:

@@ -21,6 +21,7 @@ from zoneinfo import ZoneInfo
 import tzdata
 
 from schemas.definition.memo import Memo
+from schemas.errors import ZoneError
 
 TZDATA_VERSION: str = tzdata.IANA_VERSION
 _MISSING = object()
@@ -90,10 +91,6 @@ def plus_second(wall: datetime) -> datetime | None:
         return wall + _ONE_SECOND
     except OverflowError:
         return None
-
-
-class ZoneError(ValueError):
-    """Not an IANA time zone name (of the pinned tzdata)."""
 
 
 _ZONE_NAME = re.compile(r"[A-Za-z0-9_+-]{1,30}(/[A-Za-z0-9_+-]{1,30}){0,2}")

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
+from schemas.errors import TargetTypeError
 from schemas.events import Target
 from schemas.limits import target_limit_problems
 
@@ -73,10 +74,6 @@ class TargetType:
     # Reads a grant's value (``TENANT:KIND=VALUE``) once, when the grant is read; raises
     # ValueError, naming the grant, when the value cannot be one.
     grant: Callable[[str], Any] = text_grant
-
-
-class TargetTypeError(RuntimeError):
-    """A target type that cannot be registered (the message says which and why)."""
 
 
 _lock = threading.Lock()

@@ -28,8 +28,9 @@ from runtime.kafka.clients import kafka_producer
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import Topics
+from schemas.errors import DecodeError
 from schemas.events import Priority, RunRequest, utc_now
-from schemas.serde import Codec, DecodeError
+from schemas.serde import Codec
 from schemas.wire import zigzag
 from tests.bench.common import NOOP_TARGET, cpu_s, job, namespace, row
 from tests.integration.helpers import CronstreamProcess, free_port, read_topic, record_count

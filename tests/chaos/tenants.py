@@ -35,7 +35,8 @@ from confluent_kafka import KafkaError, KafkaException, Message
 
 from infra.quotas import default_quotas
 from infra.tenants import add_tenant, remove_tenant
-from producers.tenant import NoAnswer, TenantClient, tenant_settings
+from producers.errors import NoAnswer
+from producers.tenant import TenantClient, tenant_settings
 from runtime.kafka.publisher import Publisher
 from runtime.registry import registry_client
 from runtime.settings import Settings

@@ -14,8 +14,9 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import NewTopic
 
 from runtime.credentials import credentials_dir
+from runtime.errors import KafkaAuthError
 from runtime.kafka.clients import kafka_admin, kafka_consumer, kafka_producer
-from runtime.kafka.security import BENCH_PLAIN_PREFIX, KafkaAuthError
+from runtime.kafka.security import BENCH_PLAIN_PREFIX
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from tests.integration.helpers import cronstream, kcat, plaintext_listener, record_count

@@ -17,8 +17,9 @@ from infra.services import Registry
 from runtime.registry import registry_client, registry_secret_path
 from runtime.settings import Settings
 from schemas.catalog import Topics
+from schemas.errors import RegistryError
 from schemas.events import JobDefinition
-from schemas.registry import RegistryClient, RegistryError
+from schemas.registry import RegistryClient
 from schemas.serde import schema_json
 
 pytestmark = pytest.mark.integration

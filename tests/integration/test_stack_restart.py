@@ -18,8 +18,9 @@ from infra import stack as stack_mod
 from infra.tenants import add_tenant, remove_tenant
 from producers.client import JobClient
 from producers.tenant import tenant_settings
+from runtime.errors import KafkaAuthError
 from runtime.kafka.clients import kafka_admin
-from runtime.kafka.security import KafkaAuthError, kafka_password
+from runtime.kafka.security import kafka_password
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.avro import schema_json

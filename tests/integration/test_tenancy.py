@@ -14,8 +14,9 @@ from typing import TypeVar
 import pytest
 from confluent_kafka import KafkaError, Message
 
+from infra.errors import TenantError
 from infra.quotas import quota_record, quotas_of, set_quotas
-from infra.tenants import TenantError, add_tenant, list_tenants, remove_tenant
+from infra.tenants import add_tenant, list_tenants, remove_tenant
 from producers.tenant import TenantClient, tenant_settings
 from runtime.kafka.clients import kafka_consumer, kafka_producer
 from runtime.registry import registry_client

@@ -12,10 +12,12 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
-from consumers.executors.base import RunContext, TargetInvalid
+from consumers.errors import TargetInvalid
+from consumers.executors.base import RunContext
 from consumers.executors.egress import TenantProducers
 from consumers.executors.kafka import KafkaExecutor, TopicPolicy
-from infra.tenants import TenantError, add_tenant
+from infra.errors import TenantError
+from infra.tenants import add_tenant
 from runtime.credentials import credentials_dir
 from runtime.kafka.clients import kafka_admin, kafka_producer
 from runtime.kafka.security import admin_security

@@ -18,10 +18,11 @@ from runtime.kafka.security import aiokafka_security
 from runtime.settings import Settings
 from schemas.avro import schema_json
 from schemas.catalog import Topics
+from schemas.errors import DecodeError
 from schemas.events import JobDefinition, MisfirePolicy, Target, utc_now
 from schemas.ids import partition_for
 from schemas.registry import RegistryClient
-from schemas.serde import Codec, DecodeError
+from schemas.serde import Codec
 from tests.unit.test_avro_contract import EXAMPLES, OLD_JOB_SCHEMA
 
 pytestmark = pytest.mark.integration

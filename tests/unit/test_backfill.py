@@ -9,7 +9,8 @@ from datetime import UTC, datetime
 import pytest
 
 from cronstream.backfill import MAX_SLOTS, Progress, backfill_slots, ran_already
-from schemas.definition import SpecError, job_from_spec
+from schemas.definition import job_from_spec
+from schemas.errors import SpecError
 from schemas.events import JobDefinition, RunOutcome, RunStatus, from_ms, to_ms
 
 T0 = to_ms(datetime(2026, 11, 20, tzinfo=UTC))

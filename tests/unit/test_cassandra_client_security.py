@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from runtime.cassandra import CASSANDRA_ADMIN, cassandra_password
-from runtime.settings import Settings, SettingsError
+from runtime.errors import SettingsError
+from runtime.settings import Settings
 
 
 def test_defaults_and_a_refused_mode(tmp_path: Path) -> None:

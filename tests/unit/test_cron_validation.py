@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from schemas.definition.cron import CronError, parse_cron
+from schemas.definition.cron import parse_cron
+from schemas.errors import CronError
 
 
 @pytest.mark.parametrize(

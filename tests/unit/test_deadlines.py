@@ -9,7 +9,8 @@ import pytest
 from consumers.core.deadlines import Deadlines
 from consumers.core.dedup import Dedup
 from schemas.alerts import AlertKind
-from schemas.definition import SpecError, job_from_spec
+from schemas.definition import job_from_spec
+from schemas.errors import SpecError
 from schemas.events import RunRequest, Target, Trigger, from_ms
 
 SLOT = 1_800_000_000_000

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from consumers.executors.base import TargetInvalid
+from consumers.errors import TargetInvalid
 from consumers.executors.egress import TenantProducers
 from infra.security import ensure_tls
 from runtime.settings import Settings

@@ -15,14 +15,8 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError
 
-from consumers.executors.base import (
-    CancelFlag,
-    ExecutionFailed,
-    PermanentFailure,
-    RunContext,
-    TargetInvalid,
-    TimedOut,
-)
+from consumers.errors import ExecutionFailed, PermanentFailure, TargetInvalid, TimedOut
+from consumers.executors.base import CancelFlag, RunContext
 from consumers.executors.http import BODY_CAP, HttpExecutor
 from consumers.executors.kafka import KafkaExecutor, TopicPolicy
 from consumers.executors.secrets import Secrets

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from producers.flows import MAX_NODES, find_cycle, flow_from_spec, flow_schedule
-from schemas.definition import SpecError
+from schemas.errors import SpecError
 from schemas.events import Priority
 from schemas.flows import FlowDefinition, FlowTriggerRule
 from schemas.serde import Codec

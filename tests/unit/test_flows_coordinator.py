@@ -12,7 +12,7 @@ from producers.flows import flow_from_spec
 from runtime.settings import Settings
 from schemas.alerts import Alert
 from schemas.catalog import Topics
-from schemas.definition import SpecError
+from schemas.errors import SpecError
 from schemas.events import ControlCommand, DeadLetter, Priority, RunOutcome, RunRequest, Trigger
 from schemas.flows import FlowEvent, FlowEventKind
 from schemas.serde import Codec

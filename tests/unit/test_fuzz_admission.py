@@ -8,7 +8,8 @@ from typing import Any
 
 from hypothesis import example, given
 
-from schemas.definition import SpecError, job_from_spec
+from schemas.definition import job_from_spec
+from schemas.errors import SpecError
 from schemas.events import JobDefinition, Target
 from schemas.tenancy import TenantAction, TenantCommand
 from tests.hostile import COMMANDS, FUZZ, SPECS

@@ -18,9 +18,10 @@ from consumers.core.buckets import (
     shard_of,
     write_timestamp,
 )
-from consumers.history import StatementsError, load_statements
+from consumers.errors import StatementsError
+from consumers.history import load_statements
 from cronstream.cli.history import _checked, history_statuses, history_window, register
-from schemas.definition import SpecError
+from schemas.errors import SpecError
 
 T = datetime(2026, 11, 22, 23, 30, tzinfo=UTC)
 

@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaError
 
+from runtime.errors import KafkaAuthError, SettingsError
 from runtime.kafka.security import (
-    KafkaAuthError,
     admin_security,
     client_properties,
     client_security,
     kafka_password,
     refuse_bad_credentials,
 )
-from runtime.settings import Settings, SettingsError
+from runtime.settings import Settings
 
 
 def settings(tmp_path: Path, **env: str) -> Settings:

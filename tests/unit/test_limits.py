@@ -12,6 +12,7 @@ import pytest
 
 from runtime.settings import Settings
 from schemas.catalog import Topics
+from schemas.errors import DecodeError
 from schemas.events import (
     CronSchedule,
     IntervalSchedule,
@@ -22,7 +23,7 @@ from schemas.events import (
     RunRequest,
     Target,
 )
-from schemas.serde import Codec, DecodeError
+from schemas.serde import Codec
 from streams.definitions import Definitions
 from tests.fakes import FakeRegistry
 

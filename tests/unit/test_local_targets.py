@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from consumers.executors.base import Cancelled, ExecutionFailed, RunContext, TargetInvalid, TimedOut
+from consumers.errors import Cancelled, ExecutionFailed, TargetInvalid, TimedOut
+from consumers.executors.base import RunContext
 from consumers.executors.python import PythonExecutor, PythonPolicy
 from consumers.executors.shell import OUTPUT_CAP, ShellExecutor, ShellPolicy
 from cronstream.cli import main

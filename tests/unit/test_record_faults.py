@@ -15,8 +15,9 @@ from consumers.worker.outbox import Outbox
 from producers.admission.core import Admission
 from producers.flows import flow_from_spec
 from runtime import metrics
-from runtime.faults import REASON_CHARS, RecordFaults, RepeatedFault
-from runtime.kafka.publisher import PublishError
+from runtime.errors import PublishError, RepeatedFault
+from runtime.faults import REASON_CHARS, RecordFaults
+from schemas.errors import RegistryUnavailable
 from schemas.events import (
     CronSchedule,
     DeadLetter,
@@ -29,7 +30,6 @@ from schemas.events import (
     Trigger,
 )
 from schemas.flows import FlowEvent, FlowEventKind
-from schemas.registry import RegistryUnavailable
 from schemas.tenancy import RefusalCode, TenantAction, TenantCommand
 from streams.core.partition import PartitionScheduler
 from streams.flows import Coordinator

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from consumers.executors.base import TargetInvalid
+from consumers.errors import TargetInvalid
 from consumers.executors.secrets import Secrets, env_name, tenant_env_name
 from cronstream.cli.history import _cell
-from schemas.definition import SpecError, job_from_spec, literal_secrets
+from schemas.definition import job_from_spec, literal_secrets
+from schemas.errors import SpecError
 from schemas.events import RunOutcome, RunStatus, utc_now
 from schemas.redact import (
     MASK,

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from infra.services import registry_access
+from runtime.errors import SettingsError
 from runtime.registry import registry_client, registry_login
-from runtime.settings import Settings, SettingsError
+from runtime.settings import Settings
 
 
 def test_reading_is_anonymous_unless_a_user_is_set_and_writing_takes_the_writer(

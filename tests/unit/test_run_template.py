@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from schemas.avro import parsed_schema
+from schemas.errors import HeadError
 from schemas.events import (
     Concurrency,
     CronSchedule,
@@ -36,7 +37,7 @@ from schemas.templates import (
     encode_dead_letter,
     encode_run_outcome,
 )
-from schemas.wire import HeadError, avro_string, zigzag
+from schemas.wire import avro_string, zigzag
 
 JOBS = [
     JobDefinition(job_id="a", target=Target(type="http", url="https://x.test/h"),

@@ -12,6 +12,7 @@ from runtime.kafka.publisher import Publisher
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.definition.cron import cron_times
+from schemas.errors import DecodeError
 from schemas.events import (
     CronSchedule,
     IntervalSchedule,
@@ -28,7 +29,7 @@ from schemas.events import (
     to_ms,
 )
 from schemas.ids import run_id_for, slot_run_id
-from schemas.serde import Codec, DecodeError
+from schemas.serde import Codec
 from streams.checkpoint import Checkpoint
 from streams.core.misfire import Fire, Record
 from streams.core.schedule import Kind, jitter_offset

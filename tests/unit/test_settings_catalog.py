@@ -3,8 +3,9 @@ from pathlib import Path
 import pytest
 
 from consumers.migrations import MIGRATIONS_DIR, load_migrations, split_statements
+from runtime.errors import SettingsError
 from runtime.kafka.clients import producer_config
-from runtime.settings import Settings, SettingsError
+from runtime.settings import Settings
 from schemas.catalog import AUDIT, CATALOG, JOBS, Topics
 from schemas.events import Priority
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schemas.definition.cron import CronError
+from schemas.errors import CronError
 from streams.core.schedule import JobSchedule
 from tests.unit.test_cron_properties import (
     SETTINGS,

@@ -4,13 +4,8 @@ from pathlib import Path
 import pytest
 
 from producers.spec import load_jobs_file
-from schemas.definition import (
-    SpecError,
-    job_from_spec,
-    parse_backoff,
-    parse_duration,
-    parse_instant,
-)
+from schemas.definition import job_from_spec, parse_backoff, parse_duration, parse_instant
+from schemas.errors import SpecError
 from schemas.events import (
     CronSchedule,
     IntervalSchedule,

@@ -27,10 +27,11 @@ from cronstream.cli.common import EXIT_INVALID
 from producers.admission.core import Admission, Quotas
 from runtime import metrics
 from schemas import targets
-from schemas.definition import SpecError, job_from_spec
+from schemas.definition import job_from_spec
+from schemas.errors import GrantError, SpecError, TargetTypeError
 from schemas.events import RunRequest, RunStatus, Target
-from schemas.policy import GrantError, TenantPolicy
-from schemas.targets import TargetType, TargetTypeError
+from schemas.policy import TenantPolicy
+from schemas.targets import TargetType
 from schemas.tenancy import TenantAction, TenantCommand
 from tests.processors import RUNS, WorkerHarness
 

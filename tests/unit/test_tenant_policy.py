@@ -11,8 +11,9 @@ import pytest
 
 from producers.admission.core import Admission, Quotas
 from runtime.grants import PolicyBook, read_grants
+from schemas.errors import GrantError
 from schemas.events import IntervalSchedule, JobDefinition, Target
-from schemas.policy import GrantError, TenantPolicy, parse_grant
+from schemas.policy import TenantPolicy, parse_grant
 from schemas.targets.http import connect_allowed
 from schemas.targets.shell import argv_matches
 from schemas.tenancy import RefusalCode, TenantAction, TenantCommand

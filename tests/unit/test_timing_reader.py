@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from runtime.settings import Settings
 from schemas.avro import parsed_schema, schema_json
 from schemas.catalog import Topics
+from schemas.errors import DecodeError
 from schemas.events import (
     CronSchedule,
     IntervalSchedule,
@@ -31,7 +32,7 @@ from schemas.events import (
     from_ms,
     to_ms,
 )
-from schemas.serde import Codec, DecodeError
+from schemas.serde import Codec
 from schemas.timing import JobTiming, TimingReader
 from schemas.wire import zigzag
 from tests.fakes import FakeRegistry

@@ -13,7 +13,8 @@ import pytest
 from cronstream.cli import main
 from schemas.definition import job_from_spec, parse_instant
 from schemas.definition.cron import cron_times
-from schemas.definition.zones import TZDATA_VERSION, ZoneError, load_zone, wall_instant_ms
+from schemas.definition.zones import TZDATA_VERSION, load_zone, wall_instant_ms
+from schemas.errors import ZoneError
 from schemas.events import IntervalSchedule, OnceSchedule, iso
 from streams.checkpoint import Checkpoint
 

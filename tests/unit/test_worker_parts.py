@@ -13,11 +13,13 @@ import pytest
 
 from consumers.core.dedup import Dedup
 from consumers.core.offsets import OffsetTracker
-from consumers.executors.base import ExecutionFailed, RunContext
+from consumers.errors import ExecutionFailed
+from consumers.executors.base import RunContext
 from consumers.worker.attempts import Attempts
 from consumers.worker.config import WorkerConfig
 from consumers.worker.intake import Intake
 from consumers.worker.lookups import SchemaLookups
+from consumers.worker.loop import outcome_observers
 from consumers.worker.outbox import OUTBOX_PRODUCER, Outbox
 from consumers.worker.pending import Pending
 from consumers.worker.replay import HistoryReplay
@@ -25,6 +27,7 @@ from runtime import metrics
 from runtime.kafka.publisher import Publisher
 from runtime.settings import Settings
 from schemas.catalog import Topics
+from schemas.errors import RegistryUnavailable
 from schemas.events import (
     DeadLetter,
     Priority,
@@ -36,7 +39,6 @@ from schemas.events import (
     TimerRequest,
 )
 from schemas.ids import partition_for
-from schemas.registry import RegistryUnavailable
 from schemas.serde import Codec
 from tests.fakes import FakeConsumer, FakeMessage, FakeProducer, FakeRegistry
 
@@ -64,6 +66,7 @@ class Parts:
         self.outbox = Outbox(
             publisher, topics=topics, name="w1", consumer=self.consumer,  # type: ignore[arg-type]
             trackers=self.trackers, dedup=self.dedup, tally=metrics.Tally(),
+            observers=outcome_observers(topics, self.dedup, name="w1"),
         )  # fmt: skip
         self.history = HistoryReplay(
             None,
