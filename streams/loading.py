@@ -1,15 +1,39 @@
-"""Taking partitions over: the garbage collector paused while they load, and the
-zone database of the previous owner checked."""
+"""Taking partitions over (``Loader``): a partition assigned to the processor is
+*loading*: its store opened (``--state-dir``), its jobs partition read to the end offset
+seen at assignment (definitions collected, not applied), then settled against the
+checkpoint SETTLE_BATCH definitions per loop iteration, so that the partitions already
+live keep firing on time; then it is *live*. Also: the garbage collector paused while
+partitions load, and the zone database of the previous owner checked.
+"""
 
 from __future__ import annotations
 
 import gc
+import itertools
 import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
+from runtime.kafka.records import ConsumedMessage
+from runtime.kafka.stall import Backoff
 from schemas.definition.zones import TZDATA_VERSION
+from schemas.errors import RegistryUnavailable
+from schemas.events import from_ms, iso
+from streams.applying import Applier, store
 from streams.checkpoint import Checkpoint
+from streams.config import ProcessorConfig
+from streams.core.partition import PartitionScheduler
+from streams.core.rates import TenantRates
+from streams.definitions import Definitions
+from streams.owned import Owned
+from streams.state import PartitionState, StoredDefinition, open_partition
 
 log = logging.getLogger("cronstream.scheduler")
+# Definitions settled per loop iteration while a partition loads (a few tens of
+# milliseconds): the live partitions fire on time in between.
+SETTLE_BATCH = 500
 
 
 class Collector:
@@ -55,3 +79,196 @@ def check_zone_database(partition: int, checkpoint: Checkpoint | None) -> None:
         "scheduler with the same cronstream release)",
         partition, checkpoint.tzdata, TZDATA_VERSION,
     )  # fmt: skip
+
+
+class Loader:
+    """Loads the partitions of ``owned`` (the processor's, kept by ``Ownership``):
+    opens their stores, collects what is read while they load, settles it, makes them
+    live (then calls ``on_live``)."""
+
+    def __init__(
+        self, config: ProcessorConfig, *, definitions: Definitions, applier: Applier,
+        owned: dict[int, Owned], backoff: Backoff, jobs_topic: str, now_ms: Callable[[], int],
+    ) -> None:  # fmt: skip
+        self.config = config
+        self.definitions = definitions
+        self.applier = applier
+        self.owned = owned
+        self.backoff = backoff  # shared with the intake: settling needs the registry too
+        # Fires per second per tenant, shared by every partition's core (``Ownership``
+        # sets this processor's share).
+        self.rates = (
+            TenantRates(config.tenant_fire_rate, overrides=dict(config.tenant_fire_rates))
+            if config.tenant_fire_rate > 0 or config.tenant_fire_rates
+            else None
+        )
+        self.jobs_topic = jobs_topic
+        self.now_ms = now_ms
+        self.on_live: Callable[[], None] = lambda: None  # a partition went live
+        self.collector = Collector()
+        self._rebuilt: set[int] = set()  # partitions whose store --rebuild-index rebuilt
+
+    def open_state(
+        self, partition: int, checkpoint: Checkpoint | None, low: int
+    ) -> tuple[PartitionState | None, int, int | None]:
+        """With ``--state-dir``: ``streams.state.open_partition``."""
+        if self.config.state_dir is None:
+            return None, low, None
+        rebuild = self.config.rebuild_index and partition not in self._rebuilt
+        self._rebuilt.add(partition)
+        return open_partition(
+            Path(self.config.state_dir) / self.jobs_topic / str(partition),
+            self.definitions.stored_schedule, rebuild=rebuild, now_ms=self.now_ms(),
+            checkpoint=checkpoint, low=low,
+        )  # fmt: skip
+
+    def load(
+        self, partition: int, checkpoint: Checkpoint | None, *, load_end: int, jobs_next: int,
+        state: PartitionState | None = None, fired_through: int | None = None,
+    ) -> Owned:  # fmt: skip
+        """A partition to load from ``checkpoint`` (else the store's point, else now)."""
+        if checkpoint is not None or fired_through is None:
+            fired_through = checkpoint.fired_through if checkpoint else self.now_ms()
+        config = self.config
+        owned = Owned(
+            partition=partition,
+            core=PartitionScheduler(
+                partition,
+                fired_through=fired_through,
+                threshold_ms=config.threshold_ms,
+                tick_ms=config.tick_ms,
+                horizon_ms=config.horizon_ms,
+                rates=self.rates,
+                far=state,
+            ),
+            checkpoint=checkpoint,
+            load_end=load_end,
+            jobs_next=jobs_next,
+            base=checkpoint,
+            state=state,
+            rebuilding=state is not None and state.meta() is None,
+        )
+        owned.core.wheel.on_near = self.near_hook(owned)
+        self.collector.loading()
+        return owned
+
+    def collect(self, owned: Owned, key: str, offset: int, msg: ConsumedMessage) -> None:
+        """A definition read while its partition loads: kept to be settled once the
+        partition is read to its end (into the store, when it is being rebuilt)."""
+        arrived = msg.timestamp()[1]
+        if owned.rebuilding:
+            assert owned.state is not None
+            store(owned.state, key, offset, arrived, msg.value())
+        else:
+            earlier = owned.pending.get(key)
+            # An earlier version read, or already settled (``settle_some``), or stored.
+            replaced = (earlier is not None and earlier[2] is not None) or key in owned.core.jobs
+            if not replaced and owned.state is not None:
+                stored = owned.state.definition(key)
+                replaced = stored is not None and (stored.offset < offset or stored.replaced)
+            owned.pending[key] = (offset, arrived, msg.value(), replaced)
+        if owned.jobs_next >= owned.load_end:
+            owned.read = True
+
+    def read_partition(self) -> Owned | None:
+        """A loading partition read to its end, waiting to be settled."""
+        return next((o for o in self.owned.values() if o.loading and o.read), None)
+
+    def settle_some(self, owned: Owned) -> None:
+        """Settle up to SETTLE_BATCH read definitions of a loading partition against
+        its checkpoint; once none is left, the partition is live.
+
+        Definitions are taken in the order they were first read; each is the latest
+        version read so far. One read again after it was settled (written during the
+        settling) is settled again as a replacement, as it would be once live."""
+        if owned.rebuilding:
+            self._settle_stored(owned)
+            return
+        now = self.now_ms()
+        core = owned.core
+        pending = owned.pending
+        room = SETTLE_BATCH
+        while room > 0:
+            if owned.settled >= len(owned.settling):
+                if not pending:
+                    self.go_live(owned)
+                    return
+                owned.settling, owned.settled = list(pending), 0
+            key = owned.settling[owned.settled]
+            owned.settled += 1
+            room -= 1
+            entry = pending.pop(key)
+            offset, arrived, value, replaced = entry
+            if value is None:
+                core.delete(key)  # deleted, perhaps after it was settled
+                if owned.state is not None:
+                    owned.state.delete_definition(key)
+                continue
+            try:
+                job = self.applier.schedule(key, value, partition=owned.partition, offset=offset)
+            except RegistryUnavailable as exc:  # tried again after the backoff
+                pending.setdefault(key, entry)
+                owned.settled -= 1
+                self.backoff.failed(exc)
+                return
+            if job is None:
+                continue
+            if owned.state is not None:
+                owned.state.put_definition(key, StoredDefinition(offset, arrived, replaced, value))
+            self.applier.recover(owned, job, value, offset, now=now, arrived_ms=arrived,
+                                 replaced=replaced)  # fmt: skip
+
+    def _settle_stored(self, owned: Owned) -> None:
+        """A store rebuilt from the whole jobs topic: settle SETTLE_BATCH of its
+        definitions against the checkpoint, in job id order; then the partition is
+        live. One that cannot be used is dead-lettered and deleted from the store."""
+        assert owned.state is not None
+        now, state = self.now_ms(), owned.state
+        batch = list(itertools.islice(state.definitions(owned.rebuilt_through), SETTLE_BATCH))
+        for key, stored in batch:
+            try:
+                job = self.applier.schedule(key, stored.raw, partition=owned.partition,
+                                            offset=stored.offset)  # fmt: skip
+            except RegistryUnavailable as exc:  # tried again after the backoff
+                self.backoff.failed(exc)
+                return
+            owned.rebuilt_through = key
+            if job is None:
+                state.delete_definition(key)
+                continue
+            self.applier.recover(
+                owned, job, stored.raw, stored.offset, now=now, arrived_ms=stored.arrived_ms,
+                replaced=stored.replaced,
+            )  # fmt: skip
+        if len(batch) < SETTLE_BATCH:
+            owned.rebuilding = False
+            self.go_live(owned)
+
+    def go_live(self, owned: Owned) -> None:
+        owned.loading = False
+        owned.settling = []
+        self.partitions_changed()
+        log.info(
+            "partition %d live: %d jobs in %.1fs, fired through %s",
+            owned.partition,
+            len(owned.core.jobs),
+            time.monotonic() - owned.started,
+            iso(from_ms(owned.core.fired_through)),
+        )
+        self.on_live()
+
+    def partitions_changed(self) -> None:
+        """A partition is live or gone: the collector is back once none loads."""
+        self.collector.loaded(any(o.loading for o in self.owned.values()))
+
+    def near_hook(self, owned: Owned) -> Callable[[Any], None]:
+        """Prepare a job's run template as it comes within the horizon (``Definitions``)."""
+        jobs, prepare = owned.core.jobs, self.definitions.prepare
+
+        def on_near(item: Any) -> None:
+            if type(item) is tuple:
+                job = jobs.get(item[0])
+                if job is not None and job.gen == item[1]:
+                    prepare(job)
+
+        return on_near

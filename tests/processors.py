@@ -42,13 +42,16 @@ from schemas.events import DeadLetter, Priority, RunOutcome, Target
 from schemas.flows import FlowDefinition
 from schemas.serde import Codec
 from schemas.tenancy import TenantCommand, TenantResult, commands_topic
+from streams.applying import Applier
+from streams.config import ProcessorConfig
 from streams.core.partition import PartitionScheduler
 from streams.definitions import Definitions
 from streams.emitter import Emitter
 from streams.flow_rows import JsonRows
 from streams.flows import Coordinator, _Runner
-from streams.loading import Collector
-from streams.reading import Owned, Reading
+from streams.intake import Intake as SchedulerIntake
+from streams.loading import Loader
+from streams.owned import Owned
 from tests.fakes import FakeConsumer, FakeMessage, FakeProducer, FakeRegistry
 
 SETTINGS = Settings.from_env({"CRONSTREAM_PARTITIONS": "1"})  # every job at home on 0
@@ -93,8 +96,9 @@ class AdmissionHarness:
 
 
 # -- scheduler ------------------------------------------------------------------------------
-class SchedulerHarness(Reading):
-    """The scheduler's input half on one live partition (``streams.reading``)."""
+class SchedulerHarness:
+    """The scheduler's intake on one live partition (``streams.intake``), wired as
+    ``streams.processor.Processor`` wires it."""
 
     def __init__(self, now_ms: int = NOW_MS) -> None:
         self.topics, self.codec = TOPICS, new_codec()
@@ -103,23 +107,31 @@ class SchedulerHarness(Reading):
         self.emitter = Emitter(fake_publisher(self.codec, self.producer), topics=TOPICS,
                                definitions=self.definitions, name="s1")  # fmt: skip
         self.now = now_ms
+        self.owned: dict[int, Owned] = {}
+        backoff = Backoff(logging.getLogger("test"), "held")
+        applier = Applier(self.definitions, self.emitter, topics=TOPICS, now_ms=self._now_ms)
+        loader = Loader(ProcessorConfig(group="g"), definitions=self.definitions,
+                        applier=applier, owned=self.owned, backoff=backoff,
+                        jobs_topic=TOPICS.jobs, now_ms=self._now_ms)  # fmt: skip
         core = PartitionScheduler(0, fired_through=now_ms)
-        self.owned = {0: Owned(partition=0, core=core, checkpoint=None, load_end=0,
-                               loading=False)}  # fmt: skip
-        core.wheel.on_near = self._near_hook(self.owned[0])
-        self._collector, self._backoff = Collector(), Backoff(logging.getLogger("test"), "held")
+        self.owned[0] = Owned(partition=0, core=core, checkpoint=None, load_end=0, loading=False)
+        core.wheel.on_near = loader.near_hook(self.owned[0])
+        consumer = FakeConsumer()
+        member = type("Member", (), {"consumer": consumer})()
+        self.intake = SchedulerIntake(member=member, timers=consumer, owned=self.owned,  # type: ignore[arg-type]
+                                      applier=applier, loader=loader, codec=self.codec,
+                                      backoff=backoff, now_ms=self._now_ms)  # fmt: skip
         self.offset = 0
 
     def _now_ms(self) -> int:
         return self.now
 
-    def _gauge_partitions(self) -> None:
-        return None
-
     def put(self, job_id: str, value: bytes) -> None:
         """A definition read live from the jobs topic."""
         self.offset += 1
-        self._on_jobs_record(FakeMessage(TOPICS.jobs, 0, self.offset, value, job_id.encode()))
+        self.intake._on_jobs_record(
+            FakeMessage(TOPICS.jobs, 0, self.offset, value, job_id.encode())
+        )
 
     def fire_until(self, until_ms: int) -> None:
         """What is due up to ``until_ms``, emitted."""
