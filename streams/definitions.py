@@ -17,7 +17,7 @@ from runtime.faults import RecordFaults
 from schemas.definition import loading_problems
 from schemas.definition.zones import load_zone
 from schemas.errors import CronError, DecodeError, RegistryUnavailable, ZoneError
-from schemas.events import JobDefinition
+from schemas.events import JobDefinition, RunRequest, Trigger, from_ms
 from schemas.limits import deadline_problems, refusal
 from schemas.serde import Codec
 from schemas.templates import RunTemplate
@@ -25,15 +25,19 @@ from schemas.timing import schedule_args
 from streams.core.schedule import JobSchedule, Misfire
 
 log = logging.getLogger("cronstream.scheduler")
+EPOCH = from_ms(0)  # a placeholder: each fire fills in its own times
 
 
 @dataclass(slots=True)
 class Prepared:
-    """A job's body once it is within the horizon: raw definition plus its run template."""
+    """A job's body once it is within the horizon: raw definition plus its run template,
+    and for a job with a deadline what each fire's deadline check needs (the deadline,
+    and the check's run request with the slot's fields left to fill in)."""
 
     raw: bytes
     template: RunTemplate
-    deadline_ms: int | None = None  # the job's deadline (its checks decode ``raw`` again)
+    deadline_ms: int | None = None
+    deadline_check: RunRequest | None = None
 
 
 class Definitions:
@@ -113,7 +117,12 @@ class Definitions:
             log.warning("job %r: deadline %s ms is out of range (1 ms to 7 days): ignored",
                         definition.job_id, deadline)  # fmt: skip
             deadline = None
-        prepared = Prepared(raw=body, template=RunTemplate(definition), deadline_ms=deadline)
+        check = None
+        if deadline is not None:
+            check = definition.run_request(run_id="", scheduled_at=EPOCH, fired_at=EPOCH,
+                                           trigger=Trigger.DEADLINE)  # fmt: skip
+        prepared = Prepared(raw=body, template=RunTemplate(definition), deadline_ms=deadline,
+                            deadline_check=check)  # fmt: skip
         job.body = prepared
         return prepared
 
