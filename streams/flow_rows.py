@@ -1,35 +1,10 @@
-"""The flows coordinator's table: rows of JSON whose changelog writes can be waited for."""
+"""The flows coordinator's table as its decisions see it: rows of JSON values, and one
+event's view of them (``EventRows``). The faust table under them is ``streams.flows.Rows``."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
-
-import faust
-
-
-class Rows(faust.Table[str, str]):
-    """The coordinator's table, whose writes can be waited for (``written``: every row
-    set since acknowledged by the broker, before the sends and the events' acks).
-
-    Faust's commit waits for its producer buffer at most 0.1 s: at start, while the
-    producer still fetched the changelog's metadata, an event's offset could be
-    committed before its row was written, and a kill -9 lost the row (found by the
-    kill -9 integration test)."""
-
-    _sent: list[Any] | None = None
-
-    def send_changelog(self, *args: Any, **kwargs: Any) -> Any:
-        future = super().send_changelog(*args, **kwargs)
-        if self._sent is None:
-            self._sent = []
-        self._sent.append(future)
-        return future
-
-    async def written(self) -> None:
-        sent, self._sent = self._sent or [], None
-        for future in sent:
-            await future  # raises the producer's error: nothing is sent, nothing committed
 
 
 class JsonRows:

@@ -47,8 +47,9 @@ from streams.config import ProcessorConfig
 from streams.core.partition import PartitionScheduler
 from streams.definitions import Definitions
 from streams.emitter import Emitter
+from streams.flow_coordinator import Coordinator
 from streams.flow_rows import JsonRows
-from streams.flows import Coordinator, _Runner
+from streams.flows import _Runner
 from streams.intake import Intake as SchedulerIntake
 from streams.loading import Loader
 from streams.owned import Owned

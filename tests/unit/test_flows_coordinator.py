@@ -1,5 +1,5 @@
-"""The flows coordinator's step (streams.flows.Coordinator) on a fake registry: what it
-keeps in its table and what it sends for each event."""
+"""The flows coordinator's step (streams.flow_coordinator.Coordinator) on a fake
+registry: what it keeps in its table and what it sends for each event."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from schemas.errors import SpecError
 from schemas.events import ControlCommand, DeadLetter, Priority, RunOutcome, RunRequest, Trigger
 from schemas.flows import FlowEvent, FlowEventKind
 from schemas.serde import Codec
+from streams.flow_coordinator import Coordinator
 from streams.flow_rows import JsonRows
-from streams.flows import Coordinator
 from tests.fakes import FakeRegistry
 
 SETTINGS = Settings.from_env({"CRONSTREAM_TOPIC_PREFIX": "acme"})
