@@ -4,7 +4,7 @@ for jobs paused or deleted since, and dead letters.
 
 Run requests of scheduled slots are encoded from each job's ``RunTemplate`` (the
 definition is encoded once, the slot's fields per fire) and produced with no delivery
-report wait; ``Processor.checkpoint`` flushes before it commits. Every run request
+report wait; ``Checkpointer.checkpoint`` flushes before it commits. Every run request
 carries its due time (``due_at``); one emitted ahead of it (the lookahead) also has a
 ``due_at`` header and is remembered in ``ahead`` until due.
 """
