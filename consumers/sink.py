@@ -41,6 +41,7 @@ from runtime.kafka.publisher import Publisher
 from runtime.kafka.records import ConsumedMessage, dead_letter_for, is_record
 from runtime.registry import registry_client
 from runtime.settings import Settings
+from runtime.waiting import StopWaiting, wait_for
 from schemas.catalog import Topics
 from schemas.errors import DecodeError
 from schemas.events import RunOutcome
@@ -222,25 +223,30 @@ class Sink:
             self.close()
 
     def _connect(self) -> None:
-        """Connect and prepare the statements; while Cassandra is unreachable, retry."""
-        delay = 0.5
-        while True:
-            try:
-                self.cluster, session = cassandra_session(self.settings)
+        """Connect and prepare the statements; while Cassandra is away, wait for it
+        (``runtime.waiting``: polling the group meanwhile)."""
+
+        def connect() -> None:
+            cluster, session = cassandra_session(self.settings)
+            try:  # preparing the statements
                 ttl_s = self.settings.history_ttl_days * 86400
                 self.tables = HistoryTables(session, self.settings.keyspace, ttl_s=ttl_s)
-                self.writer = RowWriter(
-                    session, batch_rows=self.config.batch_rows,
-                    batch_bytes=self.config.batch_bytes, in_flight=self.config.in_flight,
-                )  # fmt: skip
-                metrics.sink_cassandra_up.set(1)
-                return
-            except self.transient as exc:
-                metrics.sink_cassandra_up.set(0)
-                log.warning("cassandra unreachable (%s); trying again in %.1fs", exc, delay)
-                if not self._wait(delay):
-                    raise Stopped from exc
-                delay = min(delay * 2, self.config.backoff_max_s)
+            except BaseException:
+                cluster.shutdown()
+                raise
+            self.cluster = cluster
+            self.writer = RowWriter(
+                session, batch_rows=self.config.batch_rows,
+                batch_bytes=self.config.batch_bytes, in_flight=self.config.in_flight,
+            )  # fmt: skip
+
+        metrics.sink_cassandra_up.set(0)
+        try:
+            wait_for(f"sink {self.config.name}", connect, log=log, pause=self._wait,
+                     max_delay=self.config.backoff_max_s)  # fmt: skip
+        except StopWaiting as exc:
+            raise Stopped from exc
+        metrics.sink_cassandra_up.set(1)
 
     def close(self) -> None:
         try:
