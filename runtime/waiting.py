@@ -23,7 +23,8 @@ import logging
 import ssl
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from runtime import metrics
@@ -95,6 +96,28 @@ def _tls_refused(reason: object) -> bool:
     )
 
 
+class _ConnectFailures(logging.Filter):
+    """The Cassandra driver logs each failed connection (a warning and an error with a
+    traceback, ~40 lines a try); the wait's own line says it once."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(CASSANDRA_CONNECT_FAILURES)
+
+
+CASSANDRA_CONNECT_FAILURES = ("[control connection] Error connecting to",
+                              "Control connection failed to connect")  # fmt: skip
+
+
+@contextmanager
+def _drivers_quiet() -> Iterator[None]:
+    driver, quiet = logging.getLogger("cassandra.cluster"), _ConnectFailures()
+    driver.addFilter(quiet)
+    try:
+        yield
+    finally:
+        driver.removeFilter(quiet)
+
+
 def _sleeping(stop: Callable[[], bool]) -> Callable[[float], bool]:
     def pause(seconds: float) -> bool:
         deadline = time.monotonic() + seconds
@@ -130,7 +153,8 @@ def wait_for(
     delay, since, waiting = first_delay, clock(), ""
     while True:
         try:
-            value = attempt()
+            with _drivers_quiet():
+                value = attempt()
         except Exception as exc:
             dependency = away(exc)
             if dependency is None:
@@ -163,9 +187,9 @@ def reach(settings: Settings, needs: Iterable[str]) -> None:
 
 def _ask_kafka(settings: Settings) -> None:
     # Quiet: librdkafka logs every refused connection (several a second) on its own.
-    quiet: dict[str, Any] = {"log_level": 0, "socket.timeout.ms": 5000}
+    quiet: dict[str, Any] = {"log_level": 0, "socket.timeout.ms": 4000}
     admin = kafka_admin(settings, **quiet)
-    admin.list_topics(timeout=10)
+    admin.list_topics(timeout=5)  # a broker that does not answer: _TRANSPORT after it
 
 
 def _ask_registry(settings: Settings) -> None:

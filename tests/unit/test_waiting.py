@@ -187,3 +187,21 @@ def test_a_member_is_not_ready_while_it_waits_and_ready_once_started(
                       settings=settings, needs=())  # fmt: skip
     assert code == 0
     assert seen == [False, False, False, True]
+
+
+def test_the_drivers_own_connect_failures_are_not_logged_at_each_try(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    driver = logging.getLogger("cassandra.cluster")
+    reason = ConnectionRefusedError(111, "refused")
+
+    def attempt() -> str:
+        driver.warning("[control connection] Error connecting to 127.0.0.1:9042:")
+        driver.error("Control connection failed to connect, shutting down Cluster:")
+        raise no_host(reason)
+
+    with caplog.at_level(logging.INFO), pytest.raises(StopWaiting):
+        wait_for("sink s1", attempt, log=LOG, pause=lambda _s: False)
+    assert [r.name for r in caplog.records] == [LOG.name]
+    driver.warning("[control connection] Error connecting to 127.0.0.1:9042:")  # after it
+    assert [r.name for r in caplog.records] == [LOG.name, "cassandra.cluster"]
