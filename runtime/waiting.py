@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from runtime import metrics
+from runtime.errors import ServiceRefused
 from runtime.kafka.clients import KafkaError, KafkaException, kafka_admin
 from runtime.registry import registry_client
 from runtime.settings import Settings
@@ -73,27 +74,22 @@ def away(exc: BaseException) -> str | None:
 
 def _cassandra_away(exc: BaseException) -> bool:
     """The driver's errors for a node down, restarting or slow. NoHostAvailable is
-    away unless a node refused the login or the TLS handshake (the reason per host)."""
-    from cassandra import OperationTimedOut, Unavailable
+    away when every host's reason is: not a refused login or TLS handshake, and not
+    the bare host list it gives when no host would open the keyspace (none such)."""
+    from cassandra import AuthenticationFailed, OperationTimedOut, Unavailable
     from cassandra.cluster import NoHostAvailable
     from cassandra.connection import ConnectionException
     from cassandra.protocol import IsBootstrappingErrorMessage, OverloadedErrorMessage
 
-    from runtime.cassandra import login_refused
-
     if isinstance(exc, NoHostAvailable):
-        reasons = (getattr(exc, "errors", None) or {}).values()
-        return not login_refused(exc) and not any(_tls_refused(r) for r in reasons)
+        errors = getattr(exc, "errors", None)
+        if not isinstance(errors, dict):
+            return False
+        refused = (AuthenticationFailed, ssl.SSLError)
+        return not any(isinstance(r, refused) or isinstance(getattr(r, "__cause__", None),
+                       ssl.SSLError) for r in errors.values())  # fmt: skip
     return isinstance(exc, (OperationTimedOut, Unavailable, ConnectionException,
                             IsBootstrappingErrorMessage, OverloadedErrorMessage))  # fmt: skip
-
-
-def _tls_refused(reason: object) -> bool:
-    """A host's reason that is a TLS handshake failing (a certificate not trusted, a
-    name not matching): configuration, not an outage."""
-    return isinstance(reason, ssl.SSLError) or (
-        isinstance(reason, BaseException) and isinstance(reason.__cause__, ssl.SSLError)
-    )
 
 
 class _ConnectFailures(logging.Filter):
@@ -189,7 +185,13 @@ def _ask_kafka(settings: Settings) -> None:
     # Quiet: librdkafka logs every refused connection (several a second) on its own.
     quiet: dict[str, Any] = {"log_level": 0, "socket.timeout.ms": 4000}
     admin = kafka_admin(settings, **quiet)
-    admin.list_topics(timeout=5)  # a broker that does not answer: _TRANSPORT after it
+    try:
+        admin.list_topics(timeout=5)  # a broker that does not answer: _TRANSPORT after it
+    except KafkaException:
+        # A refused login or TLS handshake fails the request as _TRANSPORT too; the
+        # client's error callback tells it apart (KafkaAuthError) once served.
+        admin.poll(0)
+        raise
 
 
 def _ask_registry(settings: Settings) -> None:
@@ -198,9 +200,21 @@ def _ask_registry(settings: Settings) -> None:
 
 
 def _ask_cassandra(settings: Settings) -> None:
-    from runtime.cassandra import cassandra_session  # the driver: ~0.3 s to import
+    from cassandra import InvalidRequest  # the driver: ~0.3 s to import
+    from cassandra.cluster import NoHostAvailable
 
-    cluster, _session = cassandra_session(settings, keyspace=settings.keyspace, timeout=5.0)
+    from runtime.cassandra import cassandra_session
+
+    try:
+        cluster, _session = cassandra_session(settings, keyspace=settings.keyspace, timeout=5.0)
+    except NoHostAvailable as exc:
+        if away(exc):
+            raise
+        raise ServiceRefused(f"Cassandra refused user {settings.cassandra_user!r} "
+                             f"(its login, TLS or keyspace {settings.keyspace!r}): {exc}"
+                             ) from exc  # fmt: skip
+    except InvalidRequest as exc:  # no such keyspace
+        raise ServiceRefused(f"Cassandra: {exc} (has the bootstrap run?)") from exc
     cluster.shutdown()
 
 

@@ -78,6 +78,7 @@ def test_unreachable_or_timing_out_is_away(exc: BaseException, dependency: str) 
     KafkaAuthError("Kafka refused user 'cronstream'"),
     no_host(AuthenticationFailed("Provided username cronstream_app and/or password are incorrect")),
     no_host(ssl.SSLError(1, "CERTIFICATE_VERIFY_FAILED")),
+    NoHostAvailable("Unable to connect to any servers using keyspace 'nosuch'", ["127.0.0.1"]),
     ValueError("a bug"),
 ])  # fmt: skip
 def test_a_refusal_or_a_bug_is_not_away(exc: BaseException) -> None:
