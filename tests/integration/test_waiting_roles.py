@@ -190,3 +190,34 @@ def test_roles_started_while_kafka_is_away_wait_then_start(
         stop_all(started)
     finally:
         outage.down()
+
+
+def test_a_running_sink_waits_for_the_registry_when_a_new_schema_id_arrives(
+    history_ns: Settings, tmp_path: Path, procs: list[CronstreamProcess]
+) -> None:
+    """Started with the registry up, the sink has seen no history record yet: the first
+    ones arrive while the registry is away. Before: RegistryUnavailable escaped its step
+    and the sink exited (``error: schema registry ... unreachable``)."""
+    ns = history_ns
+    url = urllib.parse.urlsplit(ns.registry_url)
+    outage = Outage(url.hostname or "127.0.0.1", url.port or 80)
+    env = {"CRONSTREAM_REGISTRY_URL": ns.registry_url.replace(
+        f"{url.hostname}:{url.port}", f"127.0.0.1:{outage.port}")}  # fmt: skip
+    started = start(ns, tmp_path, procs, env, {"sink": ("sink",)})
+    sink = started["sink"]
+    try:
+        until(lambda: "assigned" in sink.log(), "the sink to join", [sink])
+        outage.down()
+        runs = published(ns)
+        until(lambda: "is waiting for the schema registry" in sink.log(), "the sink to wait",
+              [sink])  # fmt: skip
+        time.sleep(3)
+        assert rows_written(ns) == 0
+        outage.up()
+        until(lambda: sink_done(ns), "the sink to write the history", [sink])
+        assert rows_written(ns) == runs
+        assert sink.log().count(" is waiting for ") == 1, sink.log()[-3000:]
+        assert "the schema registry is back after" in sink.log()
+        sink.stop()
+    finally:
+        outage.down()
