@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import cache, partial
+from functools import cache
 from typing import Any
 
 from consumers.history import HistoryTables
@@ -45,7 +45,7 @@ from runtime.kafka.publisher import Publisher
 from runtime.kafka.records import ConsumedMessage, dead_letter_for, is_record
 from runtime.registry import registry_client
 from runtime.settings import Settings
-from runtime.waiting import StopWaiting, wait_for
+from runtime.waiting import StopWaiting, learn_writers, wait_for
 from schemas.catalog import Topics
 from schemas.errors import DecodeError
 from schemas.events import DeadLetter, RunOutcome
@@ -378,19 +378,15 @@ class Sink:
                 delay = min(delay * 2, self.config.backoff_max_s)
 
     def _learn_writers(self, messages: list[ConsumedMessage]) -> None:
-        """The writer schema of every record of the step, asked of the registry before
-        anything is decoded: while the registry is away the sink waits for it
-        (``runtime.waiting``), its partitions paused and nothing committed, as for
-        Cassandra. A schema id the registry refuses is the record's fault (step 1)."""
-        unknown = sorted({i for m in messages if is_record(m)
-                          and (i := self.codec.unknown_id(m.value())) is not None})  # fmt: skip
+        """The writer schemas of the step's records, asked of the registry before
+        anything is decoded: while it is away the sink waits (``runtime.waiting``), its
+        partitions paused and nothing committed, as for Cassandra."""
         with self._holding() as pause:
-            for schema_id in unknown:
-                ask = partial(self.codec.learn, schema_id, self.codec.registry)
-                try:
-                    wait_for(f"sink {self.config.name}", ask, log=log, pause=pause)
-                except StopWaiting as exc:
-                    raise Stopped from exc
+            try:
+                learn_writers(self.codec, messages, what=f"sink {self.config.name}",
+                              log=log, pause=pause)  # fmt: skip
+            except StopWaiting as exc:
+                raise Stopped from exc
 
     @contextmanager
     def _holding(self) -> Iterator[Callable[[float], bool]]:

@@ -25,14 +25,17 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, TypeVar
 
 from runtime import metrics
 from runtime.errors import ServiceRefused
 from runtime.kafka.clients import KafkaError, KafkaException, kafka_admin
+from runtime.kafka.records import ConsumedMessage, is_record
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.errors import RegistryUnavailable
+from schemas.serde import Codec
 
 T = TypeVar("T")
 FIRST_DELAY_S = 0.5
@@ -170,6 +173,22 @@ def wait_for(
         if waiting:
             log.info("%s: %s is back after %.1f s", what, waiting, clock() - since)
         return value
+
+
+def learn_writers(
+    codec: Codec, messages: Iterable[ConsumedMessage], *, what: str,
+    log: logging.Logger, pause: Callable[[float], bool],
+) -> None:  # fmt: skip
+    """Every writer schema ``messages`` name that ``codec`` has not seen, asked of the
+    registry, waiting for it while it is away (``wait_for``, StopWaiting on a stop):
+    decoding them afterwards needs no registry. A schema id the registry refuses is
+    remembered as refused (the record's fault, found when it is decoded). For a
+    consumer of records written by others (the sink, the archiver)."""
+    unknown = {i for m in messages
+               if is_record(m) and (i := codec.unknown_id(m.value())) is not None}  # fmt: skip
+    for schema_id in sorted(unknown):
+        ask = partial(codec.learn, schema_id, codec.registry)
+        wait_for(what, ask, log=log, pause=pause)
 
 
 def reach(settings: Settings, needs: Iterable[str]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 import urllib.parse
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -20,7 +21,13 @@ from runtime.kafka.publisher import Publisher
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import Priority
-from tests.integration.helpers import CronstreamProcess, Outage, free_port, read_topic
+from tests.integration.helpers import (
+    CronstreamProcess,
+    Outage,
+    free_port,
+    group_caught_up,
+    read_topic,
+)
 from tests.integration.test_connect import outcomes
 from tests.integration.test_history import sink_done
 from tests.integration.test_scheduler_outages import every_second
@@ -192,32 +199,36 @@ def test_roles_started_while_kafka_is_away_wait_then_start(
         outage.down()
 
 
-def test_a_running_sink_waits_for_the_registry_when_a_new_schema_id_arrives(
-    history_ns: Settings, tmp_path: Path, procs: list[CronstreamProcess]
+@pytest.mark.parametrize("role", ["sink", "archiver"])
+def test_a_running_reader_of_history_waits_for_the_registry_when_a_new_schema_id_arrives(
+    history_ns: Settings, tmp_path: Path, procs: list[CronstreamProcess], role: str
 ) -> None:
-    """Started with the registry up, the sink has seen no history record yet: the first
-    ones arrive while the registry is away. Before: RegistryUnavailable escaped its step
-    and the sink exited (``error: schema registry ... unreachable``)."""
+    """Started with the registry up, the sink (the archiver) has seen no history record
+    yet: the first ones arrive while the registry is away. Before: RegistryUnavailable
+    escaped its step and it exited (``error: schema registry ... unreachable``)."""
     ns = history_ns
     url = urllib.parse.urlsplit(ns.registry_url)
     outage = Outage(url.hostname or "127.0.0.1", url.port or 80)
     env = {"CRONSTREAM_REGISTRY_URL": ns.registry_url.replace(
-        f"{url.hostname}:{url.port}", f"127.0.0.1:{outage.port}")}  # fmt: skip
-    started = start(ns, tmp_path, procs, env, {"sink": ("sink",)})
-    sink = started["sink"]
+        f"{url.hostname}:{url.port}", f"127.0.0.1:{outage.port}"),
+        "CRONSTREAM_ARCHIVE_DIR": str(tmp_path / "archive")}  # fmt: skip
+    args = ("--flush-s", "1") if role == "archiver" else ()
+    reader = start(ns, tmp_path, procs, env, {role: (role, *args)})[role]
     try:
-        until(lambda: "assigned" in sink.log(), "the sink to join", [sink])
+        until(lambda: "assigned" in reader.log(), f"the {role} to join", [reader])
         outage.down()
         runs = published(ns)
-        until(lambda: "is waiting for the schema registry" in sink.log(), "the sink to wait",
-              [sink])  # fmt: skip
+        until(lambda: "is waiting for the schema registry" in reader.log(),
+              f"the {role} to wait", [reader])  # fmt: skip
         time.sleep(3)
-        assert rows_written(ns) == 0
+        caught_up = partial(group_caught_up, ns, f"{ns.topic_prefix}.{role}", Topics(ns).history)
+        assert not caught_up()
         outage.up()
-        until(lambda: sink_done(ns), "the sink to write the history", [sink])
-        assert rows_written(ns) == runs
-        assert sink.log().count(" is waiting for ") == 1, sink.log()[-3000:]
-        assert "the schema registry is back after" in sink.log()
-        sink.stop()
+        until(caught_up, f"the {role} to commit the history", [reader])
+        if role == "sink":
+            assert rows_written(ns) == runs
+        assert reader.log().count(" is waiting for ") == 1, reader.log()[-3000:]
+        assert "the schema registry is back after" in reader.log()
+        reader.stop()
     finally:
         outage.down()

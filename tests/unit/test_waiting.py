@@ -18,8 +18,20 @@ from cronstream.foreground import run_member
 from runtime import metrics
 from runtime.errors import KafkaAuthError
 from runtime.settings import Settings
-from runtime.waiting import CASSANDRA, KAFKA, REGISTRY, StopWaiting, away, wait_for
+from runtime.waiting import (
+    CASSANDRA,
+    KAFKA,
+    REGISTRY,
+    StopWaiting,
+    away,
+    learn_writers,
+    wait_for,
+)
+from schemas.avro import schema_json
 from schemas.errors import RegistryError, RegistryUnavailable
+from schemas.events import RunOutcome
+from schemas.serde import Codec
+from tests.fakes import FakeMessage
 
 LOG = logging.getLogger("test.waiting")
 DOWN = RegistryUnavailable("schema registry at http://127.0.0.1:1 unreachable: refused")
@@ -206,3 +218,33 @@ def test_the_drivers_own_connect_failures_are_not_logged_at_each_try(
     assert [r.name for r in caplog.records] == [LOG.name]
     driver.warning("[control connection] Error connecting to 127.0.0.1:9042:")  # after it
     assert [r.name for r in caplog.records] == [LOG.name, "cassandra.cluster"]
+
+
+class _Registry:
+    """Schemas by id, or RegistryUnavailable while ``down`` says so."""
+
+    def __init__(self, down: int) -> None:
+        self.down = down
+        self.asked: list[int] = []
+
+    def schema_by_id(self, schema_id: int) -> tuple[str, str]:
+        self.asked.append(schema_id)
+        if self.down:
+            self.down -= 1
+            raise DOWN
+        return schema_json(RunOutcome.AVRO_NAME), "AVRO"
+
+
+def test_the_writer_schemas_of_a_step_are_learned_waiting_for_the_registry() -> None:
+    registry = _Registry(down=3)
+    codec = Codec(registry)  # type: ignore[arg-type]  # a fake of the two calls used
+    header = b"\x00" + (7).to_bytes(4, "big")
+    messages = [FakeMessage("h", 0, n, header + b"body") for n in range(50)]
+    messages.append(FakeMessage("h", 0, 50, None))  # a tombstone names no schema
+    pause, slept = pauses()
+    learn_writers(codec, messages, what="sink s1", log=LOG, pause=pause)
+    assert registry.asked == [7, 7, 7, 7]  # once per try, not once per record
+    assert len(slept) == 3
+    assert codec.unknown_id(header + b"body") is None  # known: decoding needs no registry
+    learn_writers(codec, messages, what="sink s1", log=LOG, pause=pause)
+    assert registry.asked == [7, 7, 7, 7]
