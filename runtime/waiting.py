@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 from runtime import metrics
 from runtime.errors import ServiceRefused
 from runtime.kafka.clients import KafkaError, KafkaException, kafka_admin
-from runtime.kafka.records import ConsumedMessage, is_record
+from runtime.kafka.records import ConsumedMessage
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.errors import RegistryUnavailable
@@ -117,7 +117,9 @@ def _drivers_quiet() -> Iterator[None]:
         driver.removeFilter(quiet)
 
 
-def _sleeping(stop: Callable[[], bool]) -> Callable[[float], bool]:
+def sleeping(stop: Callable[[], bool]) -> Callable[[float], bool]:
+    """A pause for ``wait_for`` that sleeps, waking at once when ``stop()`` (False then)."""
+
     def pause(seconds: float) -> bool:
         deadline = time.monotonic() + seconds
         while not stop():
@@ -148,7 +150,7 @@ def wait_for(
     sleeps (``pause(seconds)``: the caller's own wait, e.g. one that keeps polling its
     consumer; False when it was asked to stop), the delay doubling from ``first_delay``
     to ``max_delay``. ``stop()`` true ends the wait with StopWaiting."""
-    pause = pause or _sleeping(stop)
+    pause = pause or sleeping(stop)
     delay, since, waiting = first_delay, clock(), ""
     while True:
         try:
@@ -184,8 +186,8 @@ def learn_writers(
     decoding them afterwards needs no registry. A schema id the registry refuses is
     remembered as refused (the record's fault, found when it is decoded). For a
     consumer of records written by others (the sink, the archiver)."""
-    unknown = {i for m in messages
-               if is_record(m) and (i := codec.unknown_id(m.value())) is not None}  # fmt: skip
+    unknown = {i for m in messages  # an error event is the caller's to judge (is_record)
+               if m.error() is None and (i := codec.unknown_id(m.value())) is not None}  # fmt: skip
     for schema_id in sorted(unknown):
         ask = partial(codec.learn, schema_id, codec.registry)
         wait_for(what, ask, log=log, pause=pause)

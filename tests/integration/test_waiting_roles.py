@@ -19,6 +19,7 @@ import pytest
 from runtime.cassandra import cassandra_session
 from runtime.kafka.publisher import Publisher
 from runtime.settings import Settings
+from runtime.tokens import ADMIN, token_path
 from schemas.catalog import Topics
 from schemas.events import Priority
 from tests.integration.helpers import (
@@ -230,5 +231,42 @@ def test_a_running_reader_of_history_waits_for_the_registry_when_a_new_schema_id
         assert reader.log().count(" is waiting for ") == 1, reader.log()[-3000:]
         assert "the schema registry is back after" in reader.log()
         reader.stop()
+    finally:
+        outage.down()
+
+
+def test_a_running_admission_and_api_wait_for_the_registry_for_a_first_definition(
+    history_ns: Settings, tmp_path: Path, procs: list[CronstreamProcess]
+) -> None:
+    """Both follow the jobs topic, empty at their start: the first definition arrives
+    while the registry is away. Before: the admission exited, the API's thread following
+    the jobs died (its /readyz 503 for good)."""
+    ns = history_ns
+    url = urllib.parse.urlsplit(ns.registry_url)
+    outage = Outage(url.hostname or "127.0.0.1", url.port or 80)
+    env = {"CRONSTREAM_REGISTRY_URL": ns.registry_url.replace(
+        f"{url.hostname}:{url.port}", f"127.0.0.1:{outage.port}")}  # fmt: skip
+    api_port = free_port()
+    started = start(ns, tmp_path, procs, env, {
+        "admission": ("admission",), "api": ("api", "--port", str(api_port)),
+    })  # fmt: skip
+    live = list(started.values())
+    try:
+        until(lambda: "jobs topic read" in started["admission"].log(), "the admission", live)
+        until(lambda: ready(api_port) == 200, "the API's /readyz", live)
+        outage.down()
+        published(ns)
+        waiting = "is waiting for the schema registry"
+        until(lambda: all(waiting in p.log() for p in live), "both to wait", live)
+        time.sleep(3)
+        outage.up()
+        back = "the schema registry is back after"
+        until(lambda: all(back in p.log() for p in live), "both to go on", live)
+        token = token_path(ns, ADMIN).read_text().strip()
+        jobs = httpx.get(f"http://127.0.0.1:{api_port}/v1/jobs", timeout=10,
+                         headers={"Authorization": f"Bearer {token}"}).json()  # fmt: skip
+        assert "waits" in str(jobs)
+        assert ready(api_port) == 200
+        stop_all(started)
     finally:
         outage.down()
