@@ -2,8 +2,11 @@
 
 A role started while one of them cannot be reached waits for it instead of exiting, and
 starts when it answers: a restart during an outage must not leave nothing running once
-the outage is over. The one rule, for every role (``cronstream.foreground``, the API,
-the flows coordinator) and for the sink's connection to Cassandra:
+the outage is over (``reach`` then ``wait_for``: ``cronstream.foreground``, the API, the
+flows coordinator). Running, a reader of records written by others waits the same way
+for the registry when a record names a schema id it has not seen (``learn_writers``:
+the sink, the archiver, the admission, the API, the flow definitions), and the sink for
+Cassandra when it connects. The one rule:
 
 - Only *away* waits: nothing listens, the connection is cut or times out, a server
   error (``away``). A dependency that answers "no" (a refused login, a failed TLS
@@ -56,7 +59,7 @@ KAFKA_AWAY = frozenset({
 
 
 class StopWaiting(Exception):
-    """Asked to stop while a dependency was away: nothing was started."""
+    """Asked to stop while a dependency was away: what waited for it was not done."""
 
 
 def away(exc: BaseException) -> str | None:
