@@ -44,8 +44,10 @@ from runtime.kafka.clients import TopicPartition
 from runtime.kafka.member import GroupMember
 from runtime.kafka.publisher import Publisher
 from runtime.kafka.records import ConsumedMessage, dead_letter_for, is_record
+from runtime.kafka.stall import Held
 from runtime.registry import registry_client
 from runtime.settings import Settings
+from runtime.waiting import StopWaiting, learn_writers
 from schemas.catalog import Topics
 from schemas.errors import DecodeError
 from schemas.events import DeadLetter, RunOutcome
@@ -98,13 +100,18 @@ class Archiver:
         self.buffers: dict[int, _Buffer] = {}
         self.checkpoints: dict[int, int | None] = {}
         self._compacted = 0.0
+        self.should_stop: Callable[[], bool] = lambda: False
 
     def run(self, should_stop: Callable[[], bool]) -> None:
         self.member.subscribe([self.topic], assigned=self._assigned, revoking=self._revoking,
                               lost=self._lost)  # fmt: skip
+        self.should_stop = should_stop
         try:
-            while not should_stop():
-                self.step()
+            try:
+                while not should_stop():
+                    self.step()
+            except StopWaiting:  # the step's records were not buffered: read again
+                log.warning("stopped while waiting for the schema registry")
             for partition in list(self.buffers):
                 self.flush(partition, wait=True)
         finally:
@@ -141,7 +148,31 @@ class Archiver:
             self._compact()
 
     def _read(self) -> list[ConsumedMessage]:
-        return self.member.consume(self.config.read_max, 0.5, ready=True)
+        """A step's records, their writer schemas known: while the registry is away the
+        archiver waits for it (``runtime.waiting``), every partition paused, polling
+        on (a record of a partition assigned meanwhile is kept, and waits too)."""
+        messages = self.member.consume(self.config.read_max, 0.5, ready=True)
+        held = Held(self.consumer)
+
+        def pause(seconds: float) -> bool:
+            held.pause_all()
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                if self.should_stop():
+                    return False
+                msg = self.member.poll(0.2)
+                if msg is not None:
+                    held.hold([msg])
+            return True
+
+        batch = messages
+        while batch:
+            learn_writers(self.codec, batch, what=f"archiver {self.config.name}", log=log,
+                          pause=pause)  # fmt: skip
+            batch = held.take()
+            messages += batch
+        held.resume()
+        return messages
 
     def accept(self, msg: ConsumedMessage) -> RunOutcome | None:
         """The outcome of one history record to archive, or None: not a RunOutcome

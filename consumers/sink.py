@@ -15,6 +15,9 @@ outcomes and hands them to ``Sink.write_and_commit``, the one commit procedure.
   and polling goes on (the group keeps the sink), nothing is committed,
   ``cronstream_sink_cassandra_up`` is 0, and a warning is logged at each retry.
   Stopping in that state commits nothing: the next sink reads those outcomes again.
+- **The registry away.** A record written with a schema id the sink has not seen yet
+  waits for the registry the same way (paused, polling, nothing committed), logged once
+  when the wait begins and once when it ends (``runtime.waiting``).
 - **Bad input.** A record that is not a RunOutcome, or one over the limits, goes to
   ``dlq`` with its topic/partition/offset; so does one whose rows cannot be built (a
   bug its values reach, ``runtime.faults``); the partition goes on. Cassandra refusing
@@ -25,7 +28,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -41,9 +45,10 @@ from runtime.kafka.publisher import Publisher
 from runtime.kafka.records import ConsumedMessage, dead_letter_for, is_record
 from runtime.registry import registry_client
 from runtime.settings import Settings
+from runtime.waiting import StopWaiting, learn_writers, wait_for
 from schemas.catalog import Topics
 from schemas.errors import DecodeError
-from schemas.events import RunOutcome
+from schemas.events import DeadLetter, RunOutcome
 from schemas.limits import outcome_problems, refusal
 from schemas.serde import Codec
 
@@ -74,7 +79,8 @@ class _QuietBatchWarnings(logging.Filter):
 
 
 class Stopped(Exception):
-    """Asked to stop while Cassandra was refusing writes: nothing more is committed."""
+    """Asked to stop while waiting for Cassandra or the registry: nothing more is
+    committed."""
 
 
 @dataclass(slots=True)
@@ -184,6 +190,7 @@ class Sink:
         self.config = config
         self.topics = Topics(settings)
         self.codec = Codec(registry_client(settings))
+        self.codec.writer_id(f"{self.topics.dlq}-value", DeadLetter)  # before the outages
         # A broker outage never fails a dead letter: librdkafka keeps trying (no limit).
         no_limit: dict[str, Any] = {"message.timeout.ms": 0}
         self.publisher = Publisher(settings, codec=self.codec, **no_limit)
@@ -216,31 +223,36 @@ class Sink:
             while not should_stop():
                 self.step()
         except Stopped:
-            log.warning("stopped while Cassandra refused writes; the uncommitted outcomes "
-                        "are read again by the next sink")  # fmt: skip
+            log.warning("stopped while waiting for Cassandra or the schema registry; the "
+                        "uncommitted outcomes are read again by the next sink")  # fmt: skip
         finally:
             self.close()
 
     def _connect(self) -> None:
-        """Connect and prepare the statements; while Cassandra is unreachable, retry."""
-        delay = 0.5
-        while True:
-            try:
-                self.cluster, session = cassandra_session(self.settings)
+        """Connect and prepare the statements; while Cassandra is away, wait for it
+        (``runtime.waiting``: polling the group meanwhile)."""
+
+        def connect() -> None:
+            cluster, session = cassandra_session(self.settings)
+            try:  # preparing the statements
                 ttl_s = self.settings.history_ttl_days * 86400
                 self.tables = HistoryTables(session, self.settings.keyspace, ttl_s=ttl_s)
-                self.writer = RowWriter(
-                    session, batch_rows=self.config.batch_rows,
-                    batch_bytes=self.config.batch_bytes, in_flight=self.config.in_flight,
-                )  # fmt: skip
-                metrics.sink_cassandra_up.set(1)
-                return
-            except self.transient as exc:
-                metrics.sink_cassandra_up.set(0)
-                log.warning("cassandra unreachable (%s); trying again in %.1fs", exc, delay)
-                if not self._wait(delay):
-                    raise Stopped from exc
-                delay = min(delay * 2, self.config.backoff_max_s)
+            except BaseException:
+                cluster.shutdown()
+                raise
+            self.cluster = cluster
+            self.writer = RowWriter(
+                session, batch_rows=self.config.batch_rows,
+                batch_bytes=self.config.batch_bytes, in_flight=self.config.in_flight,
+            )  # fmt: skip
+
+        metrics.sink_cassandra_up.set(0)
+        try:
+            wait_for(f"sink {self.config.name}", connect, log=log, pause=self._wait,
+                     max_delay=self.config.backoff_max_s)  # fmt: skip
+        except StopWaiting as exc:
+            raise Stopped from exc
+        metrics.sink_cassandra_up.set(1)
 
     def close(self) -> None:
         try:
@@ -283,6 +295,8 @@ class Sink:
 
         1. Decode each record into the rows it writes; one that is not a RunOutcome,
            is over the limits or whose rows cannot be built becomes a DLQ record.
+           (Writer schemas not seen yet are asked first; while the registry is away
+           the sink waits, as in 2.)
         2. Write every row, in batches, ``in_flight`` at a time; batches Cassandra did
            not acknowledge are sent again after a backoff, until all are (or the
            process is asked to stop: then nothing is committed).
@@ -294,7 +308,8 @@ class Sink:
         reads the same outcomes again and rewrites the same rows.
         """
         assert self.tables is not None
-        # 1. decode
+        # 1. decode (the writer schemas first: waiting for the registry, if away)
+        self._learn_writers(messages)
         self.step_offsets = {}
         rows: list[tuple[str, Any]] = []
         outcomes = 0
@@ -349,22 +364,45 @@ class Sink:
         assert self.writer is not None
         pending = self.writer.batches(rows)
         delay = 0.5
-        paused: list[TopicPartition] = []
-        try:
+        with self._holding() as pause:
             while True:
                 pending = self.writer.send(pending)
                 if not pending:
                     metrics.sink_cassandra_up.set(1)
                     return
                 metrics.sink_cassandra_up.set(0)
-                if not paused:
-                    paused = list(self.consumer.assignment())
-                    self.consumer.pause(paused)
                 log.warning("cassandra did not acknowledge %d batches; retrying in %.1fs "
                             "(offsets are held)", len(pending), delay)  # fmt: skip
-                if not self._wait(delay):
+                if not pause(delay):
                     raise Stopped
                 delay = min(delay * 2, self.config.backoff_max_s)
+
+    def _learn_writers(self, messages: list[ConsumedMessage]) -> None:
+        """The writer schemas of the step's records, asked of the registry before
+        anything is decoded: while it is away the sink waits (``runtime.waiting``), its
+        partitions paused and nothing committed, as for Cassandra."""
+        with self._holding() as pause:
+            try:
+                learn_writers(self.codec, messages, what=f"sink {self.config.name}",
+                              log=log, pause=pause)  # fmt: skip
+            except StopWaiting as exc:
+                raise Stopped from exc
+
+    @contextmanager
+    def _holding(self) -> Iterator[Callable[[float], bool]]:
+        """A pause for waiting out an outage: the first one pauses every assigned
+        partition (polling goes on, the group keeps the sink; ``_wait``), and all those
+        still assigned are resumed at the end."""
+        paused: list[TopicPartition] = []
+
+        def pause(seconds: float) -> bool:
+            if not paused:
+                paused.extend(self.consumer.assignment())
+                self.consumer.pause(paused)
+            return self._wait(seconds)
+
+        try:
+            yield pause
         finally:
             if paused:
                 owned = set(self.consumer.assignment())

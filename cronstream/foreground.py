@@ -1,15 +1,16 @@
-"""Running one long-lived cronstream process (scheduler, worker) in the foreground."""
+"""Running one long-lived cronstream process (scheduler, worker, sink, admission,
+archiver) in the foreground."""
 
 from __future__ import annotations
 
 import logging
 import signal
-import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from runtime import metrics
-from schemas.errors import RegistryUnavailable
+from runtime.settings import Settings
+from runtime.waiting import KAFKA, REGISTRY, StopWaiting, reach, wait_for
 
 
 def setup_logging() -> None:
@@ -26,31 +27,32 @@ class Member(Protocol):
 
 
 def run_member(
-    role: str, *, name: str, group: str, start: Callable[[], Member], metrics_port: int
-) -> int:
-    """Set up logging, build the member, announce it, and run it until signalled.
+    role: str, *, name: str, group: str, start: Callable[[], Member], metrics_port: int,
+    settings: Settings, needs: tuple[str, ...] = (KAFKA, REGISTRY),
+) -> int:  # fmt: skip
+    """Set up logging, wait for the dependencies, build the member, announce it, and run
+    it until signalled.
 
-    A member cannot start without the schema registry (it resolves its writer schemas
-    first). While the registry is unreachable it waits, retrying with a growing delay
-    (``cronstream_member_ready`` is 0 meanwhile) instead of exiting: a restart during a
-    registry outage must not leave nothing running once the registry is back."""
+    A member started while one of ``needs`` is away (Kafka, the schema registry,
+    Cassandra) waits for it, logging once what it waits for and once when it is back
+    (``runtime.waiting``), with ``cronstream_member_ready`` 0 meanwhile, instead of
+    exiting: a restart during an outage must not leave nothing running once it is over.
+    Building the member (it resolves its writer schemas first) is waited for the same
+    way. A stop signal while waiting exits 0."""
     setup_logging()
     log = logging.getLogger(f"cronstream.{role}")
     metrics.zero_counters(role)
     metrics.serve(metrics_port)
-    stopping = _stop_on_signals()
-    delay = 0.5
-    while True:
-        try:
-            member = start()
-            break
-        except RegistryUnavailable as exc:
-            log.warning("%s %s waiting for the schema registry (%s); retrying in %.1f s",
-                        role, name, exc, delay)  # fmt: skip
-            metrics.PROBES.beat()  # waiting is alive, not ready
-            if _sleep_unless(stopping, delay):
-                return 0
-            delay = min(2 * delay, 30.0)
+    stopping = stop_on_signals()
+
+    def started() -> Member:
+        reach(settings, needs)
+        return start()
+
+    try:
+        member = wait_for(f"{role} {name}", started, log=log, stop=lambda: bool(stopping))
+    except StopWaiting:
+        return 0
     metrics.PROBES.set_ready(True)
     log.info("%s %s joining group %s", role, name, group)
     beat = metrics.PROBES.beat
@@ -63,7 +65,7 @@ def run_member(
     return 0
 
 
-def _stop_on_signals() -> list[int]:
+def stop_on_signals() -> list[int]:
     """A list that gets the signal number when SIGTERM or SIGINT arrives."""
     stopping: list[int] = []
 
@@ -73,11 +75,3 @@ def _stop_on_signals() -> list[int]:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     return stopping
-
-
-def _sleep_unless(stopping: list[int], seconds: float) -> bool:
-    """Sleep up to ``seconds``; True (at once) if a stop signal came."""
-    deadline = time.monotonic() + seconds
-    while not stopping and time.monotonic() < deadline:
-        time.sleep(min(0.1, seconds))
-    return bool(stopping)

@@ -21,3 +21,9 @@ class PublishError(RuntimeError):
 class KafkaAuthError(RuntimeError):
     """Kafka refused this client's credentials or its TLS handshake: retrying will not
     help."""
+
+
+class ServiceRefused(RuntimeError):
+    """Cassandra answered and refused this process: its login, its TLS handshake, a
+    keyspace that does not exist. Configuration: waiting will not mend it
+    (``runtime.waiting``)."""

@@ -161,8 +161,9 @@ FAULT_ROLES = ("admission", "scheduler", "worker", "sink", "archiver", "flows")
 
 member_ready = Gauge(
     "cronstream_member_ready",
-    "1 once the process (scheduler, worker, sink) has its dependencies and runs; 0 while "
-    "it waits for them (the schema registry unreachable at start)",
+    "1 once the process (scheduler, worker, sink, archiver, admission, API) has its "
+    "dependencies and runs; 0 while it waits for them (Kafka, the schema registry or "
+    "Cassandra away at start: runtime.waiting)",
     registry=REGISTRY,
 )
 

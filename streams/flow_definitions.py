@@ -8,6 +8,7 @@ import threading
 
 from runtime.kafka.clients import OFFSET_BEGINNING, TopicPartition, kafka_consumer
 from runtime.settings import Settings
+from runtime.waiting import StopWaiting, learn_writers, sleeping
 from schemas.catalog import Topics
 from schemas.errors import DecodeError
 from schemas.flows import FlowDefinition
@@ -41,8 +42,14 @@ class Definitions:
         ends = {p.partition: self._consumer.get_watermark_offsets(p, timeout=30)[1] for p in parts}
         self._consumer.assign(parts)
         seen = {p: 0 for p in ends}
+        pause = sleeping(self._stop.is_set)
         while not self._stop.is_set():
-            for msg in self._consumer.consume(num_messages=500, timeout=0.2):
+            messages = self._consumer.consume(num_messages=500, timeout=0.2)
+            try:  # a schema id not seen yet: the registry is asked, and waited for if away
+                learn_writers(self.codec, messages, what="flow definitions", log=log, pause=pause)
+            except StopWaiting:
+                break
+            for msg in messages:
                 if msg.error():
                     continue
                 seen[msg.partition() or 0] = (msg.offset() or 0) + 1

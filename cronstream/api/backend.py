@@ -18,6 +18,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
+from contextlib import suppress
 from datetime import datetime
 from itertools import islice
 from typing import Any
@@ -32,6 +33,7 @@ from runtime.kafka.member import GroupMember
 from runtime.kafka.publisher import Publisher
 from runtime.registry import registry_client
 from runtime.settings import Settings
+from runtime.waiting import StopWaiting, learn_writers, sleeping
 from schemas.catalog import Topics
 from schemas.errors import DecodeError
 from schemas.events import JobDefinition, RunOutcome, utc_now
@@ -49,11 +51,12 @@ class Backend:
         self.codec = Codec(registry_client(settings))
         self.publisher = Publisher(settings, codec=self.codec)
         self.view = JobsView()
-        self.follower = JobsFollower(settings, self.codec, self.view)
+        self.follower = JobsFollower(settings, self.codec, self.view, who="api")
         self._waiting: dict[str, tuple[threading.Event, list[TenantResult]]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self.follower.pause = sleeping(self._stop.is_set)  # the registry away: wait
         self.cluster: Any = None
         self.history: History | None = None
         self._archive: Archive | None = None  # opened by the first query that needs it
@@ -101,8 +104,9 @@ class Backend:
             self.cluster.shutdown()
 
     def _follow_jobs(self) -> None:
-        while not self._stop.is_set():
-            self.follower.follow(timeout=0.5)
+        with suppress(StopWaiting):  # closing while the registry was away
+            while not self._stop.is_set():
+                self.follower.follow(timeout=0.5)
 
     def _read_answers(self) -> None:
         prefix = self.settings.topic_prefix
@@ -114,9 +118,14 @@ class Backend:
         member.subscribe([commands_pattern(prefix, "out")])
         try:
             while not self._stop.is_set():
-                for msg in member.consume(500, 0.5, ready=True):
+                messages = member.consume(500, 0.5, ready=True)
+                learn_writers(self.codec, messages, what="api", log=log,
+                              pause=self.follower.pause)  # fmt: skip
+                for msg in messages:
                     if not msg.error():
                         self._answered(msg.value())
+        except StopWaiting:  # closing while the registry was away
+            pass
         finally:
             member.close()
 

@@ -16,10 +16,11 @@ from fastapi import FastAPI
 from cronstream.api.app import build_app
 from cronstream.api.backend import Backend
 from cronstream.api.guard import AllowedHosts, Guard
-from cronstream.foreground import setup_logging
+from cronstream.foreground import setup_logging, stop_on_signals
 from runtime import metrics
 from runtime.settings import Settings
 from runtime.tokens import TokenBook, book_path
+from runtime.waiting import CASSANDRA, KAFKA, REGISTRY, StopWaiting, reach, wait_for
 
 log = logging.getLogger("cronstream.api")
 
@@ -37,8 +38,23 @@ def serve(
     ``allowed_hosts``: Host names served besides the loopback ones and ``host``."""
     setup_logging()
     hosts = AllowedHosts.of(host, allowed_hosts)  # ValueError: a name that is none
-    backend = Backend(settings, answer_timeout=answer_timeout)
-    backend.start()
+    stopping = stop_on_signals()  # until uvicorn's: a stop while waiting exits 0
+
+    def started() -> Backend:  # reads the jobs topic (the registry), opens a session
+        reach(settings, (KAFKA, REGISTRY, CASSANDRA))
+        backend = Backend(settings, answer_timeout=answer_timeout)
+        try:
+            backend.start()
+        except BaseException:
+            backend.close()
+            raise
+        return backend
+
+    try:  # not listening meanwhile: not ready for whoever probes /readyz
+        backend = wait_for(f"api on {host}:{port}", started, log=log,
+                           stop=lambda: bool(stopping))  # fmt: skip
+    except StopWaiting:
+        return 0
     # The jobs loaded at start (100,000 jobs: ~550,000 objects) out of the collector's
     # reach: a full collection traversed them all (~170 ms, the dashboard's p99 tail) and
     # so ran seldom, leaving the Cassandra driver's cyclic garbage (each query's

@@ -11,7 +11,7 @@ from cronstream.cli import archive, flows, history, jobs, roles, tenants
 from cronstream.cli.common import EXIT_INVALID, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_UNAVAILABLE
 from producers.client import JobClient
 from producers.errors import UnknownJob
-from runtime.errors import KafkaAuthError, PublishError, SettingsError
+from runtime.errors import KafkaAuthError, PublishError, ServiceRefused, SettingsError
 from runtime.health import cassandra_health, kafka_health, registry_health
 from runtime.kafka.publisher import Publisher
 from runtime.settings import Settings
@@ -76,12 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
 EXITS: tuple[tuple[type[Exception] | tuple[type[Exception], ...], int, str], ...] = (
     (UnknownJob, EXIT_NOT_FOUND, ""),
     ((SettingsError, TargetTypeError), EXIT_INVALID, ""),
-    (KafkaAuthError, EXIT_REFUSED, ""),
+    ((KafkaAuthError, ServiceRefused), EXIT_REFUSED, ""),
     ((RegistryUnavailable, RegistryError, PublishError), EXIT_UNAVAILABLE,
      " (is the stack up? 'cronstream status')"),
 )  # fmt: skip
-FAILURES = (UnknownJob, SettingsError, TargetTypeError, KafkaAuthError, RegistryUnavailable,
-            RegistryError, PublishError)  # fmt: skip
+FAILURES = (UnknownJob, SettingsError, TargetTypeError, KafkaAuthError, ServiceRefused,
+            RegistryUnavailable, RegistryError, PublishError)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -55,7 +55,7 @@ def cmd_archiver(settings: Settings, args: argparse.Namespace) -> int:
                             flush_s=args.flush_s, keep_days=keep)  # fmt: skip
     return run_member("archiver", name=config.name, group=config.group,
                       start=lambda: Archiver(settings, config),
-                      metrics_port=args.metrics_port)  # fmt: skip
+                      metrics_port=args.metrics_port, settings=settings)  # fmt: skip
 
 
 def cmd_compact(settings: Settings, args: argparse.Namespace) -> int:

@@ -11,12 +11,13 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from cronstream.foreground import setup_logging
+from cronstream.foreground import setup_logging, stop_on_signals
 from producers.client import JobClient
 from producers.errors import UnknownJob
 from producers.flows import load_flows_file
 from runtime import metrics
 from runtime.settings import Settings, env_int
+from runtime.waiting import KAFKA, REGISTRY, StopWaiting, reach, wait_for
 from schemas.errors import SpecError
 from schemas.events import to_jsonable
 
@@ -90,7 +91,17 @@ def cmd_flows_coordinator(settings: Settings, args: argparse.Namespace) -> int:
         os.nice(args.nice)
     metrics.serve(args.metrics_port)
     settings = settings.as_role("flows")  # its own Kafka user and ACLs
-    app, definitions = build_app(settings)
+    stopping = stop_on_signals()  # until faust's own handlers: a stop while waiting
+
+    def built() -> tuple[Any, Any]:  # resolves its writer schemas
+        reach(settings, (KAFKA, REGISTRY))
+        return build_app(settings)
+
+    try:
+        app, definitions = wait_for(f"flows coordinator {args.name}", built, log=log,
+                                    stop=lambda: bool(stopping))  # fmt: skip
+    except StopWaiting:
+        return 0
     definitions.start()
     if not definitions.caught_up.wait(CATCH_UP_S):
         log.warning("flow definitions not read to their end within %.0f s; going on", CATCH_UP_S)

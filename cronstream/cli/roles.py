@@ -31,6 +31,7 @@ from producers.admission.core import Quotas
 from producers.admission.processor import AdmissionConfig, AdmissionProcessor
 from runtime.grants import PolicyBook, policy_path
 from runtime.settings import Settings, env_int, env_list
+from runtime.waiting import CASSANDRA, KAFKA, REGISTRY
 from streams.processor import MAX_LOOKAHEAD_MS, Processor, ProcessorConfig
 
 
@@ -294,6 +295,7 @@ def cmd_scheduler(settings: Settings, args: argparse.Namespace) -> int:
     return run_member(
         "scheduler", name=config.name, group=config.group,
         start=lambda: Processor(settings, config), metrics_port=args.metrics_port,
+        settings=settings,
     )  # fmt: skip
 
 
@@ -346,6 +348,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     return run_member(
         "worker", name=config.name, group=config.group,
         start=lambda: Worker(settings, config), metrics_port=args.metrics_port,
+        settings=settings,
     )  # fmt: skip
 
 
@@ -371,6 +374,7 @@ def cmd_sink(settings: Settings, args: argparse.Namespace) -> int:
     return run_member(
         "sink", name=config.name, group=config.group,
         start=lambda: Sink(settings, config), metrics_port=args.metrics_port,
+        settings=settings, needs=(KAFKA, REGISTRY, CASSANDRA),
     )  # fmt: skip
 
 
@@ -391,6 +395,7 @@ def cmd_admission(settings: Settings, args: argparse.Namespace) -> int:
     return run_member(
         "admission", name=config.name, group=config.group,
         start=lambda: AdmissionProcessor(settings, config), metrics_port=args.metrics_port,
+        settings=settings,
     )  # fmt: skip
 
 

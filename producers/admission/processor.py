@@ -54,6 +54,7 @@ from runtime.kafka.publisher import Publisher
 from runtime.kafka.records import ConsumedMessage
 from runtime.registry import registry_client
 from runtime.settings import Settings
+from runtime.waiting import StopWaiting, learn_writers, sleeping
 from schemas.audit import AuditRecord
 from schemas.catalog import Topics
 from schemas.errors import DecodeError
@@ -78,12 +79,16 @@ class AdmissionConfig:
 class JobsFollower:
     """The jobs topic read from its beginning into ``view.observe``, then followed."""
 
-    def __init__(self, settings: Settings, codec: Codec, admission: JobsView) -> None:
+    def __init__(self, settings: Settings, codec: Codec, admission: JobsView, *, who: str
+                 ) -> None:  # fmt: skip
         self.topic = Topics(settings).jobs
         self.codec = codec
         self.admission = admission
         self.consumer: Consumer = kafka_consumer(settings)
         self.next: dict[int, int] = {}  # partition -> the next offset to read
+        self.who = who  # in the log line of a wait for the registry
+        # How a wait for the registry sleeps (the owner's, which a stop wakes: StopWaiting)
+        self.pause: Callable[[float], bool] = sleeping(lambda: False)
 
     def load(self) -> int:
         """Read the topic to the end it has now; the records read."""
@@ -101,7 +106,10 @@ class JobsFollower:
         return read
 
     def follow(self, timeout: float = 0.0) -> int:
+        """Read what is there within ``timeout``; a definition written with a schema id
+        not seen yet waits for the registry while it is away (``runtime.waiting``)."""
         messages = consume_ready(self.consumer, 1000, timeout)
+        learn_writers(self.codec, messages, what=self.who, log=log, pause=self.pause)
         for msg in messages:
             if msg.error():
                 continue
@@ -132,7 +140,8 @@ class AdmissionProcessor:
         self.policy = PolicyBook(config.grants, config.policy_file)
         self.admission = Admission(config.quotas, max_payload_bytes=settings.max_payload_bytes,
                                    policy=self.policy.current())  # fmt: skip
-        self.jobs = JobsFollower(settings, self.codec, self.admission)
+        self.jobs = JobsFollower(settings, self.codec, self.admission,
+                                 who=f"admission {config.name}")  # fmt: skip
         self.faults = RecordFaults("admission")  # a command that makes ``decide`` raise
         refresh: dict[str, Any] = {"topic.metadata.refresh.interval.ms": 2000}
         self.member = GroupMember(
@@ -142,12 +151,15 @@ class AdmissionProcessor:
         self.consumer = self.member.consumer
 
     def run(self, should_stop: Callable[[], bool]) -> None:
+        self.jobs.pause = sleeping(should_stop)
         try:
             loaded = self.jobs.load()
             log.info("jobs topic read (%d records, %d jobs)", loaded, len(self.admission.jobs))
             self.member.subscribe([commands_pattern(self.settings.topic_prefix)])
             while not should_stop():
                 self.step()
+        except StopWaiting:  # the batch was not decided: read again by the next admission
+            log.warning("stopped while waiting for the schema registry")
         finally:
             self.member.close()
             self.jobs.close()
@@ -158,6 +170,7 @@ class AdmissionProcessor:
         self.jobs.follow()
         self.admission.policy = self.policy.current()
         messages = self.member.consume(self.config.batch, timeout, ready=True)
+        learn_writers(self.codec, messages, what=self.jobs.who, log=log, pause=self.jobs.pause)
         offsets: dict[tuple[str, int], int] = {}
         for msg in messages:
             if msg.error():
