@@ -7,6 +7,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
+# `make up NODES=3` (or CRONSTREAM_NODES=3 in the environment): the 3-node local stack
+# (3 Kafka brokers, 3 Cassandra nodes; README, "A cluster"). Every target then uses it.
+ifdef NODES
+export CRONSTREAM_NODES := $(NODES)
+endif
 
 .PHONY: help debs deps up down status logs clean clean-all bootstrap run test test-unit \
         test-integration test-acceptance lint fmt typecheck layers bench chaos

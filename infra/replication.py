@@ -95,8 +95,30 @@ def replicate_system_keyspaces(settings: Settings, session: Any) -> None:
     )
     for keyspace in SYSTEM_KEYSPACES:
         session.execute(f"ALTER KEYSPACE {keyspace} WITH replication = {replication}")
+    _repair_auth(session)
     if settings.cassandra_security != "none":
         # The super user was made while system_auth had one replica: written again, its
         # row reaches every replica (a login reads at quorum).
         password = cassandra_password(settings, CASSANDRA_ADMIN)
         session.execute(f"ALTER ROLE {CASSANDRA_ADMIN} WITH PASSWORD = %s", [password])
+
+
+def _repair_auth(session: Any) -> None:
+    """Every row of ``system_auth`` read at consistency ALL: rows written while it had
+    one replica (the default role, the super user) are copied to the others by the
+    read's blocking repair, where a repair tool would otherwise be needed (without it
+    ``ALTER ROLE cassandra`` answered "Role cassandra doesn't exist")."""
+    from cassandra import ConsistencyLevel
+    from cassandra.query import SimpleStatement
+
+    tables = session.execute(
+        "SELECT table_name FROM system_schema.tables WHERE keyspace_name = 'system_auth'"
+    )
+    for row in list(tables):
+        query = SimpleStatement(
+            f"SELECT * FROM system_auth.{row.table_name}",
+            consistency_level=ConsistencyLevel.ALL,
+            fetch_size=1000,
+        )
+        for _ in session.execute(query, timeout=60):
+            pass

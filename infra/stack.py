@@ -39,6 +39,9 @@ def _start(settings: Settings, say: Callable[[str], None], *, bootstrapped: bool
         fetch(settings, say)
     waiting: list[Service] = []
     for svc in services:
+        if svc.after is not None and not svc.running():
+            waiting.append(svc)  # started by up() once its predecessor answers
+            continue
         if svc.running():
             if svc.ready():
                 say(f"{svc.name} already up at {svc.endpoint}")
@@ -64,8 +67,16 @@ def up(
     waiting = _start(settings, say, bootstrapped=bootstrapped)
     deadlines = {svc.name: time.monotonic() + svc.start_timeout for svc in waiting}
     starts = dict.fromkeys(deadlines, 1)
+    held = {svc.name for svc in waiting if svc.after is not None and not svc.running()}
     while waiting:
         for svc in list(waiting):
+            if svc.name in held:
+                if svc.after not in {w.name for w in waiting}:  # its predecessor answers
+                    say(f"starting {svc.name} (log: {svc.log})")
+                    held.discard(svc.name)
+                    svc.start()
+                    deadlines[svc.name] = time.monotonic() + svc.start_timeout
+                continue
             if not svc.running() and starts[svc.name] < START_ATTEMPTS:
                 # Seen under heavy load: the registry's H2 store took longer to open than
                 # its connection pool waits, and the registry exited. Another start opens
