@@ -20,6 +20,7 @@ would fail while the one node holding it is down.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from confluent_kafka.admin import NewTopic
@@ -31,7 +32,7 @@ from runtime.settings import CLUSTER_NODES, Settings
 
 # Cassandra's own keyspaces that must outlive a node: logins and roles, and the
 # bookkeeping of repairs and views.
-SYSTEM_KEYSPACES = ("system_auth", "system_distributed", "system_traces")
+SYSTEM_KEYSPACES = ("system_distributed", "system_traces", "system_auth")
 
 
 def topic_replication(settings: Settings, brokers: int) -> tuple[int, int]:
@@ -85,9 +86,15 @@ def under_replicated(metadata: Any, names: list[str], factor: int) -> list[str]:
     return short
 
 
-def replicate_system_keyspaces(settings: Settings, session: Any) -> None:
+def replicate_system_keyspaces(settings: Settings, session: Any, timeout: float = 60.0) -> None:
     """As the super user: Cassandra's own keyspaces with the keyspace's replication when
-    it is more than one (a fresh cluster keeps them at one replica)."""
+    it is more than one (a fresh cluster keeps them at one replica).
+
+    ``system_auth`` last: its rows (the default role, the super user) were written on
+    one replica, so right after its replication grows a quorum read may miss them (the
+    super user then lacks its permissions: "no ALTER permission"). They are read at ALL
+    until that works (the read repairs them onto every replica), then the super user's
+    row written again."""
     if settings.cassandra_replication <= 1:
         return
     replication = keyspace_replication(
@@ -95,12 +102,18 @@ def replicate_system_keyspaces(settings: Settings, session: Any) -> None:
     )
     for keyspace in SYSTEM_KEYSPACES:
         session.execute(f"ALTER KEYSPACE {keyspace} WITH replication = {replication}")
-    _repair_auth(session)
-    if settings.cassandra_security != "none":
-        # The super user was made while system_auth had one replica: written again, its
-        # row reaches every replica (a login reads at quorum).
-        password = cassandra_password(settings, CASSANDRA_ADMIN)
-        session.execute(f"ALTER ROLE {CASSANDRA_ADMIN} WITH PASSWORD = %s", [password])
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            _repair_auth(session)
+            if settings.cassandra_security != "none":
+                password = cassandra_password(settings, CASSANDRA_ADMIN)
+                session.execute(f"ALTER ROLE {CASSANDRA_ADMIN} WITH PASSWORD = %s", [password])
+            return
+        except Exception as exc:  # the driver's Unauthorized, InvalidRequest, Unavailable
+            if time.monotonic() > deadline:
+                raise BootstrapError(f"system_auth not readable at ALL: {exc}") from exc
+            time.sleep(1.0)
 
 
 def _repair_auth(session: Any) -> None:

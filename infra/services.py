@@ -430,7 +430,10 @@ unlogged_batch_across_partitions_warn_threshold: 128
             f"-Dlogback.configurationFile={CONF_DIR / 'cassandra-logback.xml'}",
             "-Dcassandra.skip_wait_for_gossip_to_settle=0",
             "-Dcassandra.jmx.local.port=" + str(self.other_ports[1]),
-            "-Dcassandra.ring_delay_ms=1000",
+            # How long a node waits for gossip: 1 s is plenty alone; a node joining a
+            # cluster on a busy machine gave up on its seed within 1 s ("Unable to
+            # contact any seeds").
+            f"-Dcassandra.ring_delay_ms={1000 if self.settings.nodes == 1 else 10000}",
             # The default role at once on a fresh node (10 s otherwise): the bootstrap
             # logs in with it once to make cronstream_admin, then disables it.
             "-Dcassandra.superuser_setup_delay_ms=0",
