@@ -7,10 +7,12 @@ that dies while starting fails the call with the tail of its log.
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from infra.errors import StackError
@@ -103,11 +105,15 @@ def up(
 
 
 def down(settings: Settings, say: Callable[[str], None] = _say) -> None:
-    # Reverse order: the registry and Kafka clients go before Cassandra.
-    for svc in reversed(all_services(settings)):
-        if svc.running():
+    # Reverse order: the registry and Kafka clients go before Cassandra. The nodes of
+    # one service stop together: the last of three brokers stopped alone waited for a
+    # controller quorum that was gone, until it was killed 45 s later.
+    for _, group in itertools.groupby(reversed(all_services(settings)), key=type):
+        running = [svc for svc in group if svc.running()]
+        for svc in running:
             say(f"stopping {svc.name}")
-            svc.stop()
+        with ThreadPoolExecutor(max(1, len(running))) as pool:
+            list(pool.map(lambda svc: svc.stop(), running))
     say("stack stopped")
 
 
