@@ -7,9 +7,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
+# `make up NODES=3` (or CRONSTREAM_NODES=3 in the environment): the 3-node local stack
+# (3 Kafka brokers, 3 Cassandra nodes; README, "A cluster"). Every target then uses it.
+ifdef NODES
+export CRONSTREAM_NODES := $(NODES)
+endif
 
 .PHONY: help debs deps up down status logs clean clean-all bootstrap run test test-unit \
-        test-integration test-acceptance lint fmt typecheck layers bench chaos
+        test-integration test-acceptance lint fmt typecheck layers bench chaos chaos-cluster
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -99,3 +104,6 @@ bench: up ## benchmarks, printed as a table
 
 chaos: deps ## faults under load on a stack of its own (ports +100, .stack/chaos), as a table
 	@$(PY) -m tests.chaos
+
+chaos-cluster: deps ## node loss under load on a 3-node stack of its own (ports +10000, .stack/cluster), as a table
+	@$(PY) -m tests.chaos --cluster

@@ -50,10 +50,19 @@ def load_migrations(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
     return found
 
 
-def ensure_keyspace(session: Any, keyspace: str, replication_factor: int = 1) -> None:
+def keyspace_replication(replication_factor: int, datacenter: str) -> str:
+    """The replication map of cronstream's keyspaces: NetworkTopologyStrategy on one node
+    as on a cluster (production's strategy; growing is an ALTER of the number)."""
+    return f"{{'class': 'NetworkTopologyStrategy', '{datacenter}': {replication_factor}}}"
+
+
+def ensure_keyspace(
+    session: Any, keyspace: str, replication_factor: int = 1, datacenter: str = "datacenter1"
+) -> None:
+    """The keyspace (an existing one keeps its replication: ``replication_of`` tells)."""
     session.execute(
         f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = "
-        f"{{'class': 'SimpleStrategy', 'replication_factor': {replication_factor}}}"
+        + keyspace_replication(replication_factor, datacenter)
     )
     session.execute(
         f"CREATE TABLE IF NOT EXISTS {keyspace}.schema_migrations "
@@ -66,9 +75,22 @@ def applied_versions(session: Any, keyspace: str) -> set[int]:
     return {row.version for row in rows}
 
 
-def migrate(session: Any, keyspace: str, replication_factor: int = 1) -> list[Migration]:
+def replication_of(session: Any, keyspace: str, datacenter: str) -> int:
+    """How many replicas ``keyspace`` keeps in ``datacenter`` (either strategy)."""
+    row = session.execute(
+        "SELECT replication FROM system_schema.keyspaces WHERE keyspace_name = %s", [keyspace]
+    ).one()
+    if row is None:
+        return 0
+    replication = dict(row.replication)
+    return int(replication.get(datacenter) or replication.get("replication_factor") or 0)
+
+
+def migrate(
+    session: Any, keyspace: str, replication_factor: int = 1, datacenter: str = "datacenter1"
+) -> list[Migration]:
     """Create the keyspace if needed and apply every pending migration; returns those."""
-    ensure_keyspace(session, keyspace, replication_factor)
+    ensure_keyspace(session, keyspace, replication_factor, datacenter)
     done = applied_versions(session, keyspace)
     applied = []
     for migration in load_migrations():

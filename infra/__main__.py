@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 
 from infra import stack
 from infra.bootstrap import bootstrap
@@ -16,12 +17,15 @@ from runtime.errors import SettingsError
 from runtime.settings import Settings
 from schemas.errors import RegistryUnavailable
 
+ALLOW_RF1 = "keep replication factor 1 on a cluster of 3+ brokers (CRONSTREAM_ALLOW_RF1=1)"
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m infra", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
     up = sub.add_parser("up", help="fetch, start and bootstrap the local stack")
     up.add_argument("--no-bootstrap", action="store_true")
+    up.add_argument("--allow-rf1", action="store_true", help=ALLOW_RF1)
     sub.add_parser("down", help="stop every service (data is kept)")
     sub.add_parser("status", help="one line per service")
     lg = sub.add_parser("logs", help="the tail of every service log")
@@ -29,7 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     cl = sub.add_parser("clean", help="stop and delete data, logs and generated config")
     cl.add_argument("--all", action="store_true", help="also delete the downloaded jars")
     sub.add_parser("fetch", help="download the services' jars only")
-    sub.add_parser("bootstrap", help="create topics, subjects, keyspace (idempotent)")
+    boot = sub.add_parser("bootstrap", help="create topics, subjects, keyspace (idempotent)")
+    boot.add_argument("--allow-rf1", action="store_true", help=ALLOW_RF1)
     tn = sub.add_parser("tenants", help="add, list or remove tenants (as the super user)")
     tn.add_argument("action", choices=("add", "list", "remove"))
     tn.add_argument("names", nargs="*", metavar="NAME")
@@ -51,7 +56,10 @@ def main(argv: list[str] | None = None) -> int:
         ),
     }
     try:
-        return commands[args.cmd](Settings.from_env()) or 0
+        settings = Settings.from_env()
+        if getattr(args, "allow_rf1", False):
+            settings = replace(settings, allow_rf1=True)
+        return commands[args.cmd](settings) or 0
     except (StackError, SettingsError, BootstrapError, RegistryUnavailable, TenantError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

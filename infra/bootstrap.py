@@ -34,6 +34,12 @@ from confluent_kafka.admin import (
 from consumers.migrations import migrate
 from infra.cassandra_access import admin_session, ensure_cassandra_access, grant_keyspace
 from infra.errors import BootstrapError
+from infra.replication import (
+    new_topic,
+    replicate_system_keyspaces,
+    topic_replication,
+    under_replicated,
+)
 from infra.security import ensure_client_certificate, ensure_secret, write_private
 from runtime.cassandra import cassandra_session
 from runtime.credentials import security_dir, tls_dir
@@ -77,16 +83,17 @@ def ensure_topics(settings: Settings, *, timeout: float = 30.0) -> TopicReport:
     admin = kafka_admin(settings, superuser=True)
     ensure_access(settings, admin, timeout=timeout)
     metadata = admin.list_topics(timeout=timeout)
+    replication = topic_replication(settings, len(metadata.brokers))
     existing, to_create = [], []
     for name, (partitions, config) in topics.layout().items():
         current = metadata.topics.get(name)
         if current is None or current.error is not None:
-            to_create.append(NewTopic(name, num_partitions=partitions, replication_factor=1,
-                                      config=dict(config)))  # fmt: skip
+            to_create.append(new_topic(name, partitions, dict(config), replication))
             continue
         existing.append(name)
     created = create_topics(admin, to_create, existing, timeout)
     mismatches = _mismatches(settings, admin, existing, timeout)
+    mismatches += under_replicated(metadata, existing, replication[0])
     wait_until_usable(settings, topics.jobs)
     return TopicReport(created=created, existing=existing, mismatches=mismatches)
 
@@ -415,7 +422,9 @@ def ensure_keyspace(settings: Settings) -> list[str]:
     else:
         cluster, session = admin_session(settings)
     try:
-        applied = migrate(session, settings.keyspace, settings.cassandra_replication)
+        replicate_system_keyspaces(settings, session)
+        applied = migrate(session, settings.keyspace, settings.cassandra_replication,
+                          settings.cassandra_datacenter)  # fmt: skip
         if settings.cassandra_security != "none":
             ensure_cassandra_access(settings, session)
             grant_keyspace(settings, session, settings.keyspace)

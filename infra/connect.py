@@ -194,7 +194,11 @@ class Connect(Service):
             f"config.storage.topic={prefix}.{CONNECT}-configs",
             f"offset.storage.topic={prefix}.{CONNECT}-offsets",
             f"status.storage.topic={prefix}.{CONNECT}-status",
-            *(f"{kind}.storage.replication.factor=1" for kind in ("config", "offset", "status")),
+            # the bootstrap makes these topics; were they missing, as it would
+            *(
+                f"{kind}.storage.replication.factor={s.replication(s.nodes)[0]}"
+                for kind in ("config", "offset", "status")
+            ),
             "key.converter=org.apache.kafka.connect.storage.StringConverter",
             "value.converter=org.apache.kafka.connect.json.JsonConverter",
             f"listeners=http://127.0.0.1:{self.port}",

@@ -7,7 +7,8 @@ ever printed::
     tls/ca.pem              the local CA (clients trust it)
     tls/ca-key.pem          its key: kept to re-issue the certificates below
     tls/server.pem          the broker's key + certificate + CA (a PEM keystore);
-                            CN=cronstream-broker, for 127.0.0.1, ::1 and localhost
+                            CN=cronstream-broker, for 127.0.0.1-3, ::1 and localhost
+                            (127.0.0.2 and .3: the 3-node stack's Cassandra nodes)
     tls/server-key.pem      the same key and certificate apart (Cassandra, the registry)
     tls/server-cert.pem
     tls/admin.pem           key + certificate of CN=cronstream-admin: the super user the
@@ -120,7 +121,7 @@ def _issue(
         uses.insert(0, ExtendedKeyUsageOID.SERVER_AUTH)
         sans: list[x509.GeneralName] = [
             x509.DNSName("localhost"),
-            x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+            *(x509.IPAddress(ipaddress.ip_address(f"127.0.0.{n}")) for n in (1, 2, 3)),
             x509.IPAddress(ipaddress.ip_address("::1")),
         ]
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)

@@ -133,6 +133,8 @@ class Service(ABC):
     stop_signal: int = signal.SIGTERM  # what asks the process to stop
     # started after the bootstrap (its Kafka login, ACLs and topics): Kafka Connect
     after_bootstrap: bool = False
+    host: str = "127.0.0.1"  # the address it listens on
+    after: str | None = None  # the service that must answer before this one starts
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -226,7 +228,7 @@ class Service(ABC):
         if self.running():
             return
         for port in [self.port, *self.other_ports]:
-            if port_open(port):
+            if port_open(port, self.host):
                 raise StackError(
                     f"{self.name}: port {port} is already in use by another process. "
                     f"Stop it, or choose other ports (see 'Configuration' in README.md)."

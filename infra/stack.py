@@ -7,10 +7,12 @@ that dies while starting fails the call with the tail of its log.
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from infra.errors import StackError
@@ -39,6 +41,9 @@ def _start(settings: Settings, say: Callable[[str], None], *, bootstrapped: bool
         fetch(settings, say)
     waiting: list[Service] = []
     for svc in services:
+        if svc.after is not None and not svc.running():
+            waiting.append(svc)  # started by up() once its predecessor answers
+            continue
         if svc.running():
             if svc.ready():
                 say(f"{svc.name} already up at {svc.endpoint}")
@@ -64,8 +69,16 @@ def up(
     waiting = _start(settings, say, bootstrapped=bootstrapped)
     deadlines = {svc.name: time.monotonic() + svc.start_timeout for svc in waiting}
     starts = dict.fromkeys(deadlines, 1)
+    held = {svc.name for svc in waiting if svc.after is not None and not svc.running()}
     while waiting:
         for svc in list(waiting):
+            if svc.name in held:
+                if svc.after not in {w.name for w in waiting}:  # its predecessor answers
+                    say(f"starting {svc.name} (log: {svc.log})")
+                    held.discard(svc.name)
+                    svc.start()
+                    deadlines[svc.name] = time.monotonic() + svc.start_timeout
+                continue
             if not svc.running() and starts[svc.name] < START_ATTEMPTS:
                 # Seen under heavy load: the registry's H2 store took longer to open than
                 # its connection pool waits, and the registry exited. Another start opens
@@ -92,11 +105,15 @@ def up(
 
 
 def down(settings: Settings, say: Callable[[str], None] = _say) -> None:
-    # Reverse order: the registry and Kafka clients go before Cassandra.
-    for svc in reversed(all_services(settings)):
-        if svc.running():
+    # Reverse order: the registry and Kafka clients go before Cassandra. The nodes of
+    # one service stop together: the last of three brokers stopped alone waited for a
+    # controller quorum that was gone, until it was killed 45 s later.
+    for _, group in itertools.groupby(reversed(all_services(settings)), key=type):
+        running = [svc for svc in group if svc.running()]
+        for svc in running:
             say(f"stopping {svc.name}")
-            svc.stop()
+        with ThreadPoolExecutor(max(1, len(running))) as pool:
+            list(pool.map(lambda svc: svc.stop(), running))
     say("stack stopped")
 
 

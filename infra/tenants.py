@@ -35,7 +35,6 @@ from dataclasses import replace
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
-    NewTopic,
     ResourcePatternType,
     ResourceType,
 )
@@ -52,6 +51,7 @@ from infra.bootstrap import (
 )
 from infra.errors import TenantError
 from infra.quotas import default_quotas, drop_quotas, set_quotas
+from infra.replication import new_topic, topic_replication
 from runtime.kafka.clients import kafka_admin
 from runtime.kafka.security import kafka_secret_path
 from runtime.registry import registry_client
@@ -115,9 +115,10 @@ def add_tenant(
     ensure_scram_user(settings, admin, tenant_user(tenant), timeout)
     names = {topics.tenant_commands(tenant): TENANT_COMMANDS,
              topics.tenant_results(tenant): TENANT_RESULTS}  # fmt: skip
-    listed = admin.list_topics(timeout=timeout).topics
-    new = [NewTopic(name, num_partitions=1, replication_factor=1, config=dict(spec.config))
-           for name, spec in names.items() if name not in listed]  # fmt: skip
+    metadata = admin.list_topics(timeout=timeout)
+    replication = topic_replication(settings, len(metadata.brokers))
+    new = [new_topic(name, 1, dict(spec.config), replication)
+           for name, spec in names.items() if name not in metadata.topics]  # fmt: skip
     created = create_topics(admin, new, [], timeout)
     admin_acls(admin, tenant_acls(settings, tenant), timeout)
     with registry_client(settings, writer=True) as registry:

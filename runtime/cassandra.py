@@ -10,6 +10,11 @@ the file named by ``CRONSTREAM_CASSANDRA_PASSWORD_FILE`` (the configured user on
 the stack's ``credentials/cassandra-<user>.secret``; it is never logged.
 ``CRONSTREAM_CASSANDRA_SECURITY=none`` connects without TLS or a login (a cluster that
 asks for neither).
+
+Every read and write is at LOCAL_QUORUM (``CONSISTENCY``): on the keyspace's replication
+factor 3 a write is acknowledged by two replicas of the local data centre and a read asks
+two, so a read sees every acknowledged write and either survives one node down. At factor
+1 it is the one replica, as LOCAL_ONE (the driver's default) was.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from runtime.settings import Settings
 
 CASSANDRA_ADMIN = "cronstream_admin"
 CASSANDRA_DEFAULT_ROLE = ("cassandra", "cassandra")  # a fresh node's, disabled by bootstrap
+CONSISTENCY = "LOCAL_QUORUM"  # of every statement (a ConsistencyLevel name)
 
 
 def cassandra_secret_path(settings: Settings, user: str) -> Path:
@@ -65,12 +71,15 @@ def cassandra_cluster(
     A host that went down is tried again every 0.5 s doubling to 5 s (the driver's
     default climbs to 10 minutes, which would keep the sink waiting long after a
     restarted Cassandra is back)."""
+    from cassandra import ConsistencyLevel
     from cassandra.auth import PlainTextAuthProvider
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
     from cassandra.policies import DCAwareRoundRobinPolicy, ExponentialReconnectionPolicy
 
     profile = ExecutionProfile(
-        load_balancing_policy=DCAwareRoundRobinPolicy(), request_timeout=max(timeout, 10.0)
+        load_balancing_policy=DCAwareRoundRobinPolicy(),
+        request_timeout=max(timeout, 10.0),
+        consistency_level=getattr(ConsistencyLevel, CONSISTENCY),
     )
     secured: dict[str, Any] = {}
     if settings.cassandra_security != "none":

@@ -42,10 +42,9 @@ def kafka_health(settings: Settings, timeout: float = 3.0) -> Health:
     began = time.perf_counter()
     superuser = settings.kafka_security != "plaintext" and admin_certificate(settings).exists()
     servers = settings.admin_servers if superuser else settings.bootstrap_servers
-    first = servers.split(",", maxsplit=1)[0].strip()
-    host, port = _host_port(first, 9092)
-    if not port_open(port, host):
-        return Health(ok=False, detail=f"nothing listens on {first}", latency_ms=0.0)
+    listed = [server.strip() for server in servers.split(",") if server.strip()]
+    if not any(port_open(port, host) for host, port in (_host_port(s, 9092) for s in listed)):
+        return Health(ok=False, detail=f"nothing listens on {servers}", latency_ms=0.0)
     try:
         admin = kafka_admin(settings, superuser=superuser, log_level=0,
                             **{"socket.timeout.ms": 2000})  # fmt: skip
@@ -58,17 +57,20 @@ def kafka_health(settings: Settings, timeout: float = 3.0) -> Health:
     ms = (time.perf_counter() - began) * 1000
     # Right after a restart the broker answers metadata before partition leaders are
     # elected; clients then fail with NOT_LEADER. Ready means every partition has a leader.
-    leaderless = sum(
-        1
-        for topic in md.topics.values()
-        for part in topic.partitions.values()
-        if part.leader < 0 or part.error is not None
-    )
+    # On a cluster a partition whose in-sync replicas are fewer than its replicas is
+    # under-replicated (a broker is away or behind): still served, one loss from
+    # refusing writes at min.insync.replicas 2. Reported, not a failure.
+    parts = [part for topic in md.topics.values() for part in topic.partitions.values()]
+    leaderless = sum(1 for part in parts if part.leader < 0 or part.error is not None)
+    short = sum(1 for part in parts if len(part.isrs) < len(part.replicas))
     if leaderless:
-        return Health(ok=False, detail=f"{leaderless} partitions without a leader", latency_ms=ms)
+        also = f", {short} under-replicated" if short else ""
+        return Health(ok=False, detail=f"{leaderless} partitions offline (no leader){also}",
+                      latency_ms=ms)  # fmt: skip
     return Health(
         ok=bool(md.brokers),
-        detail=f"{len(md.brokers)} broker(s), {len(md.topics)} topics",
+        detail=f"{len(md.brokers)} broker(s), {len(md.topics)} topics"
+        + (f", {short} partitions under-replicated" if short else ""),
         latency_ms=ms,
     )
 
@@ -113,6 +115,7 @@ def cassandra_health(
     try:
         session = cluster.connect()
         row = session.execute("SELECT release_version FROM system.local", timeout=timeout).one()
+        down = sorted(str(h.endpoint) for h in cluster.metadata.all_hosts() if not h.is_up)
     except NoHostAvailable as exc:
         if refused_is_up and login_refused(exc):
             return Health(ok=True, detail="answers (login refused)", latency_ms=0.0)
@@ -122,4 +125,12 @@ def cassandra_health(
     finally:
         cluster.shutdown()
     ms = (time.perf_counter() - began) * 1000
-    return Health(ok=row is not None, detail=f"Cassandra {row.release_version}", latency_ms=ms)
+    # A node down is reported, not a failure: at LOCAL_QUORUM on 3 replicas the others
+    # answer.
+    nodes = len(cluster.metadata.all_hosts())
+    detail = f"Cassandra {row.release_version}"
+    if down:
+        detail += f", {nodes} nodes, down: {', '.join(down)}"
+    elif nodes > 1:
+        detail += f", {nodes} nodes up"
+    return Health(ok=row is not None, detail=detail, latency_ms=ms)

@@ -11,6 +11,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from runtime.errors import SettingsError
 from schemas.catalog import ROLES, cassandra_role_user, role_user
@@ -28,6 +29,21 @@ EXPLICIT_CASSANDRA_USER = (
     "CRONSTREAM_CASSANDRA_USER", "CRONSTREAM_CASSANDRA_PASSWORD",
     "CRONSTREAM_CASSANDRA_PASSWORD_FILE",
 )  # fmt: skip
+
+
+CLUSTER_NODES = 3  # from this many brokers on, replication defaults to 3 / min ISR 2
+NODE_PORT_STEP = 10  # node n of the local stack listens on each base port + (n-1)*10
+
+
+def node_port(base: int, node: int) -> int:
+    """The port of the local stack's node ``node`` (1-based) whose node 1 uses ``base``."""
+    return base + (node - 1) * NODE_PORT_STEP
+
+
+def cassandra_node_host(node: int) -> str:
+    """The loopback address of the local stack's Cassandra node ``node`` (1-based): all
+    of 127.0.0.0/8 is local on Linux, so each node keeps the same ports."""
+    return f"127.0.0.{node}"
 
 
 def env_int(
@@ -61,6 +77,38 @@ def env_choice(name: str, choices: tuple[str, ...], env: Mapping[str, str]) -> s
     return value
 
 
+def _shape(env: Mapping[str, str], *, kafka_port: int, admin_port: int) -> dict[str, Any]:
+    """The settings that follow the local stack's size (``CRONSTREAM_NODES``): where its
+    nodes are, their heaps (smaller on a cluster: six JVMs share the machine), and how
+    many copies of everything the bootstrap makes."""
+    nodes = env_int("CRONSTREAM_NODES", 1, env=env)
+    cluster, numbers = nodes >= CLUSTER_NODES, range(1, nodes + 1)
+    hosts = env.get("CRONSTREAM_CASSANDRA_HOSTS") or ",".join(map(cassandra_node_host, numbers))
+    servers = env.get("CRONSTREAM_BOOTSTRAP_SERVERS") or ",".join(
+        f"127.0.0.1:{node_port(kafka_port, n)}" for n in numbers
+    )
+    admins = env.get("CRONSTREAM_KAFKA_ADMIN_SERVERS") or ",".join(
+        f"127.0.0.1:{node_port(admin_port, n)}" for n in numbers
+    )
+    return {
+        "nodes": nodes,
+        "bootstrap_servers": servers,
+        "admin_servers": admins,
+        "cassandra_hosts": tuple(h.strip() for h in hosts.split(",") if h.strip()),
+        "kafka_heap_mb": env_int("CRONSTREAM_KAFKA_HEAP_MB", 512 if cluster else 768, env=env),
+        "cassandra_heap_mb": env_int(
+            "CRONSTREAM_CASSANDRA_HEAP_MB", 768 if cluster else 1024, env=env
+        ),
+        "cassandra_replication": env_int(
+            "CRONSTREAM_CASSANDRA_REPLICATION", min(nodes, CLUSTER_NODES), env=env
+        ),
+        "cassandra_datacenter": env.get("CRONSTREAM_CASSANDRA_DC") or "datacenter1",
+        "topic_replication": env_int("CRONSTREAM_REPLICATION", 0, env=env) or None,
+        "min_insync": env_int("CRONSTREAM_MIN_INSYNC", 0, env=env) or None,
+        "allow_rf1": (env.get("CRONSTREAM_ALLOW_RF1") or "").lower() in ("1", "true", "yes"),
+    }
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
     """Where the services are and how cronstream names and sizes its things."""
@@ -81,6 +129,14 @@ class Settings:
     max_payload_bytes: int
     history_ttl_days: int
     cassandra_replication: int
+    cassandra_datacenter: str
+    # The local stack's shape (CRONSTREAM_NODES: brokers and Cassandra nodes), and the
+    # replication of every topic the bootstrap makes: None picks by the brokers found
+    # (``replication``); allow_rf1 lets a cluster of 3+ brokers keep factor 1.
+    nodes: int
+    topic_replication: int | None
+    min_insync: int | None
+    allow_rf1: bool
     bootstrap_servers: str
     # Kafka security (runtime.kafka.security): "sasl_ssl" (SCRAM over TLS) or "plaintext";
     # the user cronstream's processes connect as; the CA to trust (None: the stack's);
@@ -129,8 +185,8 @@ class Settings:
         cassandra_ca = env.get("CRONSTREAM_CASSANDRA_CA")
         registry_port = env_int("CRONSTREAM_REGISTRY_PORT", 8081, env=env)
         registry_ca = env.get("CRONSTREAM_REGISTRY_CA")
-        hosts = env.get("CRONSTREAM_CASSANDRA_HOSTS") or "127.0.0.1"
         return cls(
+            **_shape(env, kafka_port=kafka_port, admin_port=admin_port),
             home=Path(env.get("CRONSTREAM_HOME") or REPO_ROOT / ".stack").resolve(),
             kafka_port=kafka_port,
             kafka_controller_port=env_int("CRONSTREAM_KAFKA_CONTROLLER_PORT", 9093, env=env),
@@ -138,23 +194,18 @@ class Settings:
             cassandra_port=env_int("CRONSTREAM_CASSANDRA_PORT", 9042, env=env),
             cassandra_storage_port=env_int("CRONSTREAM_CASSANDRA_STORAGE_PORT", 7000, env=env),
             cassandra_jmx_port=env_int("CRONSTREAM_CASSANDRA_JMX_PORT", 7199, env=env),
-            kafka_heap_mb=env_int("CRONSTREAM_KAFKA_HEAP_MB", 768, env=env),
             registry_heap_mb=env_int("CRONSTREAM_REGISTRY_HEAP_MB", 384, env=env),
-            cassandra_heap_mb=env_int("CRONSTREAM_CASSANDRA_HEAP_MB", 1024, env=env),
             topic_prefix=prefix,
             partitions=env_int("CRONSTREAM_PARTITIONS", 12, env=env),
             keyspace=keyspace,
             max_payload_bytes=env_int("CRONSTREAM_MAX_PAYLOAD_BYTES", 65536, env=env),
             history_ttl_days=env_int("CRONSTREAM_HISTORY_TTL_DAYS", 365, env=env),
-            cassandra_replication=env_int("CRONSTREAM_CASSANDRA_REPLICATION", 1, env=env),
-            bootstrap_servers=env.get("CRONSTREAM_BOOTSTRAP_SERVERS") or f"127.0.0.1:{kafka_port}",
             kafka_security=env_choice("CRONSTREAM_KAFKA_SECURITY", ("sasl_ssl", "plaintext"), env),
             kafka_user=env.get("CRONSTREAM_KAFKA_USER") or DEFAULT_KAFKA_USER,
             kafka_user_explicit=any(env.get(k) for k in EXPLICIT_KAFKA_USER),
             kafka_ca=Path(ca).resolve() if ca else None,
             kafka_admin_port=admin_port,
             kafka_plaintext_port=env_int("CRONSTREAM_KAFKA_PLAINTEXT_PORT", 9094, env=env),
-            admin_servers=env.get("CRONSTREAM_KAFKA_ADMIN_SERVERS") or f"127.0.0.1:{admin_port}",
             registry_url=(
                 env.get("CRONSTREAM_REGISTRY_URL")
                 or f"http://127.0.0.1:{registry_port}/apis/ccompat/v7"
@@ -162,7 +213,6 @@ class Settings:
             registry_user=env.get("CRONSTREAM_REGISTRY_USER") or None,
             registry_writer=env.get("CRONSTREAM_REGISTRY_WRITER") or "cronstream-bootstrap",
             registry_ca=Path(registry_ca).resolve() if registry_ca else None,
-            cassandra_hosts=tuple(h.strip() for h in hosts.split(",") if h.strip()),
             cassandra_security=env_choice(
                 "CRONSTREAM_CASSANDRA_SECURITY", ("password_tls", "none"), env
             ),
@@ -170,6 +220,15 @@ class Settings:
             cassandra_user_explicit=any(env.get(k) for k in EXPLICIT_CASSANDRA_USER),
             cassandra_ca=Path(cassandra_ca).resolve() if cassandra_ca else None,
         )
+
+    def replication(self, brokers: int) -> tuple[int, int]:
+        """(replication factor, ``min.insync.replicas``) of the topics made on a cluster
+        of ``brokers``: CRONSTREAM_REPLICATION / CRONSTREAM_MIN_INSYNC when set, else 3
+        and 2 from three brokers up (a write survives one broker lost, and acks=all
+        waits for two copies), 1 and 1 on a single broker."""
+        factor = self.topic_replication or min(max(brokers, 1), CLUSTER_NODES)
+        insync = self.min_insync or (2 if factor >= CLUSTER_NODES else 1)
+        return factor, insync
 
     def as_role(self, role: str) -> Settings:
         """These settings for cronstream's process ``role`` (a key of

@@ -29,6 +29,9 @@ _TRANSIENT = frozenset(
         KafkaError._TIMED_OUT,
         KafkaError._ALL_BROKERS_DOWN,
         KafkaError._WAIT_COORD,
+        # The client's metadata lacks the partition for a moment (seen on the 3-node
+        # cluster with a broker killed: a worker's watermarks call, then it exited).
+        KafkaError._UNKNOWN_PARTITION,
     }
 )
 T = TypeVar("T")

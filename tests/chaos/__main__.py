@@ -1,7 +1,11 @@
 """`make chaos`: faults injected into the real pipeline under load, on a stack of its
 own, printed as a table (``docs/chaos.md`` explains every column and figure).
 
-    python -m tests.chaos [--only NAME ...] [--jobs N] [--every-ms MS] [--triggers N] [--keep-stack]
+    python -m tests.chaos [--cluster] [--only NAME ...] [--jobs N] [--every-ms MS] [--triggers N]
+                          [--keep-stack]
+
+``--cluster``: the node-loss scenarios (``tests.chaos.cluster``) on a 3-node stack of
+its own (``stack.cluster_environment``: ports +10000, ``.stack/cluster``).
 
 The chaos stack (``tests.chaos.stack``) is started first and stopped at the end (unless
 ``--keep-stack``). SIGTERM or Ctrl-C kills every process the suite started (the
@@ -22,6 +26,7 @@ from pathlib import Path
 
 from runtime.settings import Settings
 from tests.chaos import stack
+from tests.chaos.cluster import CLUSTER_SCENARIOS
 from tests.chaos.load import Pipeline, say
 from tests.chaos.measure import Result, Window, measure
 from tests.chaos.scenarios import SCENARIOS, Scenario
@@ -35,19 +40,21 @@ AFTER_MAX_S = 150
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.chaos")
-    parser.add_argument("--only", nargs="*", default=None, choices=[s.name for s in SCENARIOS])
+    parser.add_argument("--cluster", action="store_true", help="3 nodes: node-loss scenarios")
+    every = [s.name for s in (*SCENARIOS, *CLUSTER_SCENARIOS)]
+    parser.add_argument("--only", nargs="*", default=None, choices=every)
     parser.add_argument("--jobs", type=int, default=2000, help="http jobs firing")
     parser.add_argument("--every-ms", type=int, default=10000, help="each job's interval")
     parser.add_argument("--triggers", type=int, default=10, help="manual runs a second")
     parser.add_argument("--keep-stack", action="store_true", help="leave the chaos stack up")
     args = parser.parse_args()
-    settings = stack.enter_chaos_environment()
+    settings = stack.enter_chaos_environment(cluster=args.cluster)
     signal.signal(signal.SIGTERM, _interrupted)
     signal.signal(signal.SIGINT, _interrupted)
     results: list[Result] = []
     try:
         stack.up(settings)
-        for scenario in SCENARIOS:
+        for scenario in CLUSTER_SCENARIOS if args.cluster else SCENARIOS:
             if args.only is None or scenario.name in args.only:
                 print(f"[chaos] {scenario.name}: {scenario.title}", flush=True)
                 results.append(run(scenario, settings, args))
@@ -114,6 +121,8 @@ def run(scenario: Scenario, settings: Settings, args: argparse.Namespace) -> Res
         pipeline.kill_all()
         with suppress(Exception):
             pipeline.drop()
+        if scenario.restore is not None:
+            scenario.restore(settings)
 
 
 def _rate(pipeline: Pipeline) -> float:
@@ -144,10 +153,11 @@ def _sink_recovery(pipeline: Pipeline, since: float) -> float:
 
 def print_table(results: list[Result], args: argparse.Namespace) -> None:
     head = ("scenario", "expected", "lost", "silently missed", "unflagged repeats",
-            "flagged repeats", "repeat deliveries", "deduplicated", "recover s")  # fmt: skip
+            "flagged repeats", "repeat deliveries", "deduplicated", "stall s", "gap s", "recover s")  # fmt: skip
     rows = [(r.name, f"{r.expected:,}", str(r.lost), str(r.silently_missed),
              str(r.unflagged_repeats), f"{r.flagged_repeats:,}", f"{r.repeat_deliveries:,}",
-             f"{r.deduplicated:,}", f"{r.recovery_s:.1f}") for r in results]  # fmt: skip
+             f"{r.deduplicated:,}", f"{r.stall_s:.1f}", f"{r.gap_s:.1f}", f"{r.recovery_s:.1f}")
+            for r in results]  # fmt: skip
     widths = [max(len(x) for x in col) for col in zip(head, *rows, strict=True)]
     print()
     for line in (head, *rows):

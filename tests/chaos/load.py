@@ -235,10 +235,15 @@ class Pipeline:
 
     def _lag_loop(self) -> None:
         runs = [self.topics.runs(p) for p in Priority]
+        # Leaders looked up again every 5 s: with a broker of the cluster killed, a
+        # consumer that only asks watermarks kept asking the dead one (no samples).
+        fresh = {"topic.metadata.refresh.interval.ms": 5000}
         workers = kafka_consumer(
-            self.settings, **{"group.id": f"{self.settings.topic_prefix}.workers"}
+            self.settings, **{"group.id": f"{self.settings.topic_prefix}.workers", **fresh}
         )
-        sink = kafka_consumer(self.settings, **{"group.id": f"{self.settings.topic_prefix}.sink"})
+        sink = kafka_consumer(
+            self.settings, **{"group.id": f"{self.settings.topic_prefix}.sink", **fresh}
+        )
         while not self._stop.wait(1.0):
             try:
                 w = group_lag(workers, _ends(workers, runs, self.settings.partitions))

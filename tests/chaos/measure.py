@@ -17,6 +17,7 @@ every manual run whose trigger Kafka acknowledged. For each:
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import date
@@ -54,6 +55,8 @@ class Result:
     stale: int = 0  # run ids whose records reached the topic out of emission order
     failures: Counter[str] = field(default_factory=Counter)  # FAILED... outcomes by error
     recovery_s: float = 0.0
+    stall_s: float = 0.0  # the longest a slot waited past its due time for its effect
+    gap_s: float = 0.0  # the longest time without any effect (a stall of starts)
     crashes: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     examples: dict[str, list[str]] = field(default_factory=dict)
@@ -207,6 +210,10 @@ def measure(name: str, settings: Settings, *, jobs: list[str], every_ms: int,
             result.silently_missed += 1
             result.examples.setdefault("missed", []).append(run_id)
     result.recovery_s = recovery(slots, effects, window.fault_end)
+    late = [effects[r] - due for r, (_, due) in slots.items() if r in effects]
+    result.stall_s = max(late, default=0) / 1000
+    times = sorted(ms for ms in effects.values() if window.start_ms <= ms <= window.end_ms)
+    result.gap_s = max((b - a for a, b in itertools.pairwise(times)), default=0) / 1000
     return result
 
 

@@ -38,6 +38,8 @@ class Scenario:
     extra_jobs: int = 0  # daily jobs loaded besides the firing ones
     # Before the members start (the target is up): flags, members, tenants of its own.
     prepare: Callable[[Pipeline, Settings], None] | None = None
+    # After the measurement: what the fault left broken put back (a node left down).
+    restore: Callable[[Settings], None] | None = None
 
 
 def kill_and_restart(member: str, role: str) -> Callable[[Pipeline, Settings], tuple[float, float]]:

@@ -44,12 +44,29 @@ HEAPS = {
 }
 
 
-def chaos_environment() -> dict[str, str]:
+# The 3-node cluster's (CRONSTREAM_NODES=3, tests/integration/test_cluster.py and
+# `python -m tests.chaos --cluster`): its own home and ports (+10000: Kafka 19092, 19102,
+# 19112; Cassandra 19042 on 127.0.0.1-3), the cluster's own heaps (512 MB a broker,
+# 768 MB a Cassandra node).
+CLUSTER_PORT_OFFSET = 10000
+
+
+def cluster_environment() -> dict[str, str]:
+    """The variables that point every cronstream process at the 3-node cluster stack."""
+    home = os.environ.get("CRONSTREAM_CLUSTER_HOME") or str(REPO_ROOT / ".stack" / "cluster")
+    env = chaos_environment(offset=CLUSTER_PORT_OFFSET, home=home, heaps={})
+    env.update(CRONSTREAM_NODES="3", CRONSTREAM_KAFKA_HEAP_MB="", CRONSTREAM_CASSANDRA_HEAP_MB="")
+    return env
+
+
+def chaos_environment(
+    offset: int = PORT_OFFSET, home: str | None = None, heaps: dict[str, str] | None = None
+) -> dict[str, str]:
     """The variables that point every cronstream process at the chaos stack."""
     main_home = Settings.from_env().home
-    home = os.environ.get("CRONSTREAM_CHAOS_HOME") or str(REPO_ROOT / ".stack" / "chaos")
-    env = {name: str(port + PORT_OFFSET) for name, port in PORTS.items()}
-    env.update(HEAPS)
+    home = home or os.environ.get("CRONSTREAM_CHAOS_HOME") or str(REPO_ROOT / ".stack" / "chaos")
+    env = {name: str(port + offset) for name, port in PORTS.items()}
+    env.update(HEAPS if heaps is None else heaps)
     env["CRONSTREAM_HOME"] = str(Path(home).resolve())
     env["CRONSTREAM_CHAOS_JARS"] = str(main_home / "lib")
     for inherited in ("CRONSTREAM_BOOTSTRAP_SERVERS", "CRONSTREAM_REGISTRY_URL",
@@ -60,9 +77,10 @@ def chaos_environment() -> dict[str, str]:
     return env
 
 
-def enter_chaos_environment() -> Settings:
-    """Point this process (and every process it starts) at the chaos stack."""
-    os.environ.update(chaos_environment())
+def enter_chaos_environment(*, cluster: bool = False) -> Settings:
+    """Point this process (and every process it starts) at the chaos stack (the 3-node
+    one with ``cluster``)."""
+    os.environ.update(cluster_environment() if cluster else chaos_environment())
     return Settings.from_env()
 
 
