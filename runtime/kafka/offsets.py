@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -32,6 +33,9 @@ _TRANSIENT = frozenset(
         # The client's metadata lacks the partition for a moment (seen on the 3-node
         # cluster with a broker killed: a worker's watermarks call, then it exited).
         KafkaError._UNKNOWN_PARTITION,
+        # A request to a broker that left the cluster's metadata (killed, fenced): the
+        # client drops its handle and the request with it (a scheduler exited on it).
+        KafkaError._DESTROY_BROKER,
     }
 )
 T = TypeVar("T")
@@ -63,11 +67,25 @@ def watermarks(
     """(low, high) offsets of a partition, retrying the broker's transient refusals
     (just after a broker restart a partition's leader can answer NOT_LEADER or a fenced
     epoch while it loads its log)."""
-    marks = retrying(lambda: consumer.get_watermark_offsets(tp, timeout=10), timeout=timeout)
+    marks = retrying(lambda: _watermarks(consumer, tp), timeout=timeout)
     if marks is None:
         raise RuntimeError(f"no watermarks for {tp.topic}/{tp.partition}: is Kafka up?")
     low, high = marks
     return int(low), int(high)
+
+
+def _watermarks(consumer: Consumer, tp: TopicPartition) -> Any:
+    """One try. A partition the client's metadata does not know (a topic the consumer
+    does not subscribe to, as a worker's history, whose leader was on a broker that was
+    killed) has its topic's metadata asked again: the client refreshes only the topics
+    it consumes, and the worker waited two minutes for that one."""
+    try:
+        return consumer.get_watermark_offsets(tp, timeout=10)
+    except KafkaException as exc:
+        if exc.args and exc.args[0].code() == KafkaError._UNKNOWN_PARTITION:
+            with contextlib.suppress(KafkaException):
+                consumer.list_topics(tp.topic, timeout=5)
+        raise
 
 
 def committed(consumer: Consumer, partitions: list[TopicPartition]) -> list[TopicPartition]:

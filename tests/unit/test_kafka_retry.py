@@ -107,3 +107,23 @@ def test_a_transient_fetch_error_event_is_skipped_not_raised(code: int) -> None:
 def test_a_lasting_fetch_error_event_raises() -> None:
     with pytest.raises(KafkaException):
         is_record(ErrorEvent(KafkaError.TOPIC_AUTHORIZATION_FAILED))  # type: ignore[arg-type]
+
+
+class StaleMetadataConsumer(FlakyConsumer):
+    """Knows the partition again only once its topic's metadata is asked for."""
+
+    def __init__(self) -> None:
+        super().__init__(KafkaError._UNKNOWN_PARTITION, failures=10**6)
+        self.asked: list[str] = []
+
+    def list_topics(self, topic: str, timeout: float = 0) -> None:
+        self.asked.append(topic)
+        self.failures = 0
+
+
+def test_an_unknown_partition_refreshes_its_topic_and_is_retried() -> None:
+    """Found on the 3-node cluster: a broker killed, a worker's watermarks of history
+    (a topic it does not subscribe to) answered "Unknown partition" for two minutes."""
+    consumer = StaleMetadataConsumer()
+    assert watermarks(consumer, TopicPartition("cs.history", 3), timeout=5) == (3, 42)  # type: ignore[arg-type]
+    assert consumer.asked == ["cs.history"]
