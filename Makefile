@@ -14,7 +14,7 @@ export CRONSTREAM_NODES := $(NODES)
 endif
 
 .PHONY: help debs deps up down status logs clean clean-all bootstrap run test test-unit \
-        test-integration test-acceptance lint fmt typecheck layers bench chaos chaos-cluster
+        test-integration test-cluster test-acceptance lint fmt typecheck layers bench chaos chaos-cluster
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -70,8 +70,11 @@ run: up ## the whole local stack, then cronstream's own processes in the foregro
 	@$(PY) -m infra tenants add demo --if-secured
 	@$(PY) -m cronstream.run
 
-test: up ## the whole suite (unit + integration + acceptance) against the real services
-	@$(PY) -m pytest $(PYTEST_ARGS)
+test: up ## the whole suite (unit + integration + acceptance) against the real services (not the 3-node cluster test yet)
+	@$(PY) -m pytest -m "not cluster" $(PYTEST_ARGS)
+
+test-cluster: up ## the 3-node cluster test: a broker lost under load (its own stack, ports +10000; ~10 min)
+	@$(PY) -m pytest -m cluster tests/integration/test_cluster.py $(PYTEST_ARGS)
 
 test-unit: deps ## unit tests only (no services)
 	@$(PY) -m pytest tests/unit $(PYTEST_ARGS)
