@@ -156,14 +156,7 @@ class Archiver:
 
         def pause(seconds: float) -> bool:
             held.pause_all()
-            deadline = time.monotonic() + seconds
-            while time.monotonic() < deadline:
-                if self.should_stop():
-                    return False
-                msg = self.member.poll(0.2)
-                if msg is not None:
-                    held.hold([msg])
-            return True
+            return self.member.wait(seconds, self.should_stop, lambda msg: held.hold([msg]))
 
         batch = messages
         while batch:

@@ -43,6 +43,7 @@ from runtime.kafka.member import GroupMember
 from runtime.kafka.offsets import consumer_lag
 from runtime.kafka.publisher import Publisher
 from runtime.kafka.records import ConsumedMessage, dead_letter_for, is_record
+from runtime.kafka.stall import Held
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from runtime.waiting import StopWaiting, learn_writers, wait_for
@@ -393,32 +394,22 @@ class Sink:
         """A pause for waiting out an outage: the first one pauses every assigned
         partition (polling goes on, the group keeps the sink; ``_wait``), and all those
         still assigned are resumed at the end."""
-        paused: list[TopicPartition] = []
+        held = Held(self.consumer)  # holds no records: those arriving go to ``carry``
 
         def pause(seconds: float) -> bool:
-            if not paused:
-                paused.extend(self.consumer.assignment())
-                self.consumer.pause(paused)
+            if not held.paused:
+                held.pause_all()
             return self._wait(seconds)
 
         try:
             yield pause
         finally:
-            if paused:
-                owned = set(self.consumer.assignment())
-                self.consumer.resume([tp for tp in paused if tp in owned])
+            held.resume()
 
     def _wait(self, seconds: float) -> bool:
         """Wait ``seconds`` while polling (group membership, rebalances); False when the
         process is asked to stop. A record that arrives anyway is kept for the next step."""
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            if self.should_stop():
-                return False
-            msg = self.member.poll(min(0.2, max(0.0, deadline - time.monotonic())))
-            if msg is not None:
-                self.carry.append(msg)
-        return True
+        return self.member.wait(seconds, self.should_stop, self.carry.append)
 
     def _commit(self, offsets: dict[tuple[str, int], int], *, wait: bool) -> None:
         if not offsets:

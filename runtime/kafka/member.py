@@ -169,6 +169,21 @@ class GroupMember:
             return None
         return msg
 
+    def wait(self, seconds: float, stop: Callable[[], bool],
+             keep: Callable[[ConsumedMessage], object]) -> bool:  # fmt: skip
+        """Wait ``seconds`` polling, so that the group keeps this member (a rebalance
+        runs the role's hooks); a record that arrives anyway goes to ``keep``. False
+        as soon as ``stop()`` (the role is asked to stop). What a role waiting out an
+        outage (the registry, Cassandra, the broker) polls with."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            if stop():
+                return False
+            msg = self.poll(min(0.2, left))
+            if msg is not None:
+                keep(msg)
+        return True
+
     def _refused(self, exc: KafkaException) -> None:
         if not is_transient(exc):
             raise exc
