@@ -59,8 +59,6 @@ from streams.loading import Loader
 from streams.owned import Owned
 from streams.ownership import Ownership
 
-__all__ = ["MAX_LOOKAHEAD_MS", "Processor", "ProcessorConfig"]
-
 log = logging.getLogger("cronstream.scheduler")
 # Wheel entries fired per partition per loop iteration at most: under overload the loop
 # still reads definitions and checkpoints (every few hundred milliseconds at worst).

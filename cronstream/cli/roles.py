@@ -32,7 +32,8 @@ from producers.admission.processor import AdmissionConfig, AdmissionProcessor
 from runtime.grants import PolicyBook, policy_path
 from runtime.settings import Settings, env_int, env_list
 from runtime.waiting import CASSANDRA, KAFKA, REGISTRY
-from streams.processor import MAX_LOOKAHEAD_MS, Processor, ProcessorConfig
+from streams.config import ProcessorConfig
+from streams.processor import MAX_LOOKAHEAD_MS, Processor
 
 
 def register(sub: Any) -> None:

@@ -26,8 +26,9 @@ from schemas.events import (
     utc_now,
 )
 from schemas.wire import avro_string
+from streams.config import ProcessorConfig
 from streams.core.schedule import jitter_offset
-from streams.processor import Processor, ProcessorConfig
+from streams.processor import Processor
 from tests.conftest import cli_env
 from tests.integration.helpers import (
     read_topic,
