@@ -137,6 +137,9 @@ class Kafka(Service):
               ("offsets.topic", "transaction.state.log", "share.coordinator.state.topic")),
             f"transaction.state.log.min.isr={insync}",
             f"share.coordinator.state.topic.min.isr={insync}",
+            # a broker lost: fenced (its leaderships and ISR places given up) this soon
+            f"broker.session.timeout.ms={self.settings.broker_session_ms}",
+            f"broker.heartbeat.interval.ms={max(250, self.settings.broker_session_ms // 4)}",
         ]  # fmt: skip
 
     def _security_lines(self) -> list[str]:

@@ -16,7 +16,10 @@ and to ``history`` the nodes decided without running (UPSTREAM_FAILED, SKIPPED) 
 the flow run's end (SUCCEEDED or FAILED). An event processed again after a crash
 changes nothing in the table and sends its starts again, flagged (the workers run
 each node run once). An event the step raises on (a bug it reaches) changes no row and
-goes to the DLQ with the error; the others go on (``runtime.faults``).
+goes to the DLQ with the error; the others go on (``runtime.faults``). An event that is
+no FlowEvent goes to the DLQ as undecodable. While the schema registry is unreachable,
+an event written with a schema this process has not seen yet waits for it (the batch is
+held, nothing after it is acked): a registry outage delays flows, it loses no event.
 
 Flow definitions come from the compacted ``flows`` topic, read by a thread
 (``streams.flow_definitions``); a run keeps the nodes it started with. Faust's traps
@@ -39,12 +42,13 @@ from faust.streams import _current_event
 from runtime import metrics
 from runtime.errors import RepeatedFault
 from runtime.faults import RecordFaults
+from runtime.kafka.records import dead_letter
 from runtime.kafka.security import aiokafka_security
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.alerts import Alert
 from schemas.catalog import FLOWS_APP, FLOWS_TABLE, Topics
-from schemas.errors import DecodeError
+from schemas.errors import DecodeError, RegistryUnavailable
 from schemas.events import (
     ControlCommand,
     DeadLetter,
@@ -64,6 +68,7 @@ STAGE = "flows"
 SESSION_TIMEOUT_S = 10.0  # as the other roles' consumer groups
 PROBE_EVERY_S = 2.0  # liveness and readiness of the coordinator (nothing else is timed)
 DEFINITION_WAIT_S = 5.0  # a start whose flow is not known yet waits this long for it
+REGISTRY_WAIT_S = (0.5, 10.0)  # asking an unreachable registry again: first, longest wait
 # Flow events handled together (one wait for their rows): at most BATCH, gathered for at
 BATCH, BATCH_WAIT_S = 256, 0.005  # most BATCH_WAIT_S (added to a hop when events are few)
 
@@ -142,14 +147,34 @@ class _Runner:
             await self.crash(exc)
         raise exc
 
+    async def _decode(self, faust_event: Any) -> FlowEvent:
+        """The event; while the registry does not answer for its writer schema, asked
+        again (0.5 s, doubling to 10 s): the agent waits, nothing is skipped."""
+        wait, longest = REGISTRY_WAIT_S
+        while True:
+            try:
+                return self.codec.decode(faust_event.value, FlowEvent)
+            except RegistryUnavailable as exc:
+                log.warning("flow event at %s waits for the schema registry (again in "
+                            "%.1f s): %s", faust_event.message.tp, wait, exc)  # fmt: skip
+                await asyncio.sleep(wait)
+                wait = min(2 * wait, longest)
+
     async def _step(self, rows: JsonRows, faust_event: Any) -> list[Send]:
-        """Decode, wait a moment for an unknown flow, step. An event the step raises on
-        changes no row and is dead-lettered with the error (``runtime.faults``)."""
+        """Decode (an undecodable event is dead-lettered), wait a moment for an unknown
+        flow, step. An event the step raises on changes no row and is dead-lettered with
+        the error (``runtime.faults``)."""
+        message = faust_event.message
         try:
-            event = self.codec.decode(faust_event.value, FlowEvent)
+            event = await self._decode(faust_event)
         except DecodeError as exc:
-            log.warning("flow event unreadable, skipped: %s", exc)
-            return []
+            log.warning("flow event at %s undecodable, dead-lettered: %s", message.tp, exc)
+            letter = dead_letter(stage=STAGE, reason=f"undecodable flow event: {exc}",
+                                 topic=message.tp[0], partition=message.tp[1],
+                                 offset=message.offset, key=message.key,
+                                 value=faust_event.value)  # fmt: skip
+            dlq = self.coordinator.topics.dlq
+            return [(dlq, letter.key(), self.codec.encode(dlq, letter), letter.headers())]
         known = self.coordinator.definitions.flows
         if event.kind is FlowEventKind.START and rows.get(event.flow_run_id) is None:
             # ``flows put`` then at once ``flows trigger``: give the thread a moment.
@@ -160,7 +185,6 @@ class _Runner:
         try:
             sends = self.coordinator.handle(own, event)
         except Exception as exc:
-            message = faust_event.message
             fault = self.faults.fault(exc, topic=message.tp[0], partition=message.tp[1],
                                       offset=message.offset, key=message.key,
                                       tenant=event.tenant)  # fmt: skip

@@ -38,6 +38,16 @@ _TRANSIENT = frozenset(
         KafkaError._DESTROY_BROKER,
     }
 )
+# Refusals that mean the client's idea of the partition's leader is stale.
+_STALE_LEADER = frozenset(
+    {
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError._DESTROY_BROKER,
+    }
+)
 T = TypeVar("T")
 
 
@@ -75,14 +85,16 @@ def watermarks(
 
 
 def _watermarks(consumer: Consumer, tp: TopicPartition) -> Any:
-    """One try. A partition the client's metadata does not know (a topic the consumer
-    does not subscribe to, as a worker's history, whose leader was on a broker that was
-    killed) has its topic's metadata asked again: the client refreshes only the topics
-    it consumes, and the worker waited two minutes for that one."""
+    """One try. A partition whose leader the client's metadata does not know, or knows
+    wrong (a topic the consumer does not subscribe to, as a worker's history, whose
+    leader was on a broker that was killed), has its topic's metadata asked again: the
+    client refreshes only the topics it consumes, and the worker waited two minutes for
+    that one (unknown partition), or retried 'Not leader' until the next periodic
+    refresh."""
     try:
         return consumer.get_watermark_offsets(tp, timeout=10)
     except KafkaException as exc:
-        if exc.args and exc.args[0].code() == KafkaError._UNKNOWN_PARTITION:
+        if exc.args and exc.args[0].code() in _STALE_LEADER:
             with contextlib.suppress(KafkaException):
                 consumer.list_topics(tp.topic, timeout=5)
         raise

@@ -21,6 +21,7 @@ from runtime.settings import Settings
 from tests.bench.api import bench_api
 from tests.bench.archive import bench_archive
 from tests.bench.boundary import bench_boundary
+from tests.bench.cluster import bench_cluster
 from tests.bench.common import ROWS
 from tests.bench.fairness import bench_fairness
 from tests.bench.flows import bench_flows
@@ -44,11 +45,9 @@ from tests.integration.helpers import kill_children
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench")
     parser.add_argument("--quick", action="store_true", help="fewer runs, smaller loads")
-    parser.add_argument("--only", nargs="*", default=None,
-                        choices=["throughput", "skew", "burst", "million", "distinct", "slots",
-                                 "workers", "drain", "malformed", "security", "latency", "sink",
-                                 "scrape", "queries", "fairness", "api", "flows", "ui",
-                                 "archive", "boundary", "tiers", "scale"])  # fmt: skip
+    parser.add_argument(
+        "--only", nargs="*", default=None, metavar="NAME", help="benchmarks to run (all by default)"
+    )
     args = parser.parse_args()
     base = Settings.from_env()
     runs = 1 if args.quick else 3
@@ -84,7 +83,10 @@ def main() -> int:
         "tiers": lambda: bench_tiers(base, 1 if args.quick else 3,
                                      200_000 if args.quick else 10_000_000),
         "scale": lambda: bench_scale(base, 1 if args.quick else 2, 3000, 3),
+        "cluster": lambda: bench_cluster(base, runs, 12_000),
     }  # fmt: skip
+    if unknown := set(args.only or ()) - plan.keys():
+        parser.error(f"--only: no benchmark {sorted(unknown)}; one of {sorted(plan)}")
     signal.signal(signal.SIGTERM, _interrupted)
     signal.signal(signal.SIGINT, _interrupted)
     try:
@@ -94,13 +96,17 @@ def main() -> int:
                 fn()
     finally:
         kill_children()  # none on the normal path: each benchmark stops its own
+    _print_table()
+    return 0
+
+
+def _print_table() -> None:
     width = max(len(r[0]) for r in ROWS)
     print()
     print(f"{'benchmark':<{width}}  {'median':>12}  {'target':>10}  notes")
     for name, value, target, note in ROWS:
         print(f"{name:<{width}}  {value:>12}  {target:>10}  {note}")
     print(f"\n{os.cpu_count()} cores; medians of the runs listed")
-    return 0
 
 
 def _interrupted(signum: int, _frame: object) -> None:

@@ -58,9 +58,12 @@ class Pipeline:
             worker.wait_live(1, timeout=120, text="assigned")
 
     def cpu_seconds(self) -> dict[str, float]:
-        """CPU seconds used so far, per role (the broker's JVM included)."""
-        kafka = next(s for s in all_services(Settings.from_env()) if s.name == "kafka").pid()
-        out = {"scheduler": cpu_s(self.scheduler.proc.pid), "broker": cpu_s(kafka or 0)}
+        """CPU seconds used so far, per role (the brokers' JVMs included, all of them on a
+        cluster)."""
+        brokers = [s.pid() for s in all_services(Settings.from_env())
+                   if s.name == "kafka" or s.name.startswith("kafka-")]  # fmt: skip
+        out = {"scheduler": cpu_s(self.scheduler.proc.pid),
+               "broker": sum(cpu_s(pid or 0) for pid in brokers)}  # fmt: skip
         out["workers"] = sum(cpu_s(w.proc.pid) for w in self.workers)
         return out
 

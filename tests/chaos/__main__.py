@@ -177,6 +177,11 @@ def print_table(results: list[Result], args: argparse.Namespace) -> None:
             extra.append(
                 f"lost: {r.lost_no_effect} without effect, {r.lost_no_history} not in history"
             )
+        if r.retry_pending:
+            extra.append(
+                f"{r.retry_pending} runs had their effect and a failed attempt whose "
+                "retry was pending when the drain stopped the schedulers (not lost)"
+            )
         if r.crashes:
             extra.append(f"PROCESSES THAT DIED: {r.crashes}")
         for kind, examples in r.examples.items():

@@ -53,6 +53,9 @@ class Result:
     worker_duplicates: int = 0
     dead_letters: int = 0
     stale: int = 0  # run ids whose records reached the topic out of emission order
+    # Runs with their effect whose last outcome was a failed attempt: its retry (a
+    # timer the schedulers hold) was pending when the drain stopped them. Not lost.
+    retry_pending: int = 0
     failures: Counter[str] = field(default_factory=Counter)  # FAILED... outcomes by error
     recovery_s: float = 0.0
     stall_s: float = 0.0  # the longest a slot waited past its due time for its effect
@@ -118,8 +121,11 @@ def _runs(settings: Settings, ours: set[str], result: Result) -> set[str]:
     return {run_id for run_id, _ in emitted}
 
 
-def _history(settings: Settings, result: Result, slots: dict[str, tuple[str, int]]) -> set[str]:
-    """Run ids recorded MISSED/SKIPPED; counts DUPLICATE records. A summary record
+def _history(
+    settings: Settings, result: Result, slots: dict[str, tuple[str, int]], retrying: set[str]
+) -> set[str]:
+    """Run ids recorded MISSED/SKIPPED; counts DUPLICATE records; adds to ``retrying``
+    the run ids whose last outcome is a failed attempt to be retried. A summary record
     (headers ``slots`` and ``last_slot``: the scheduler's one record for many slots of
     one outage) stands for every expected slot of its job from its ``scheduled_at`` to
     its ``last_slot``."""
@@ -140,6 +146,10 @@ def _history(settings: Settings, result: Result, slots: dict[str, tuple[str, int
         elif status in ("FAILED", "TIMED_OUT", "DEAD_LETTERED") and record.value:
             outcome = codec.decode(record.value, RunOutcome)
             result.failures[f"{status}: {(outcome.error or '')[:80]}"] += 1
+            if outcome.next_attempt_at is not None:  # a retry is due then
+                retrying.add(outcome.run_id)
+        if status == "SUCCEEDED":
+            retrying.discard(headers.get("run_id", ""))
     for run_id, (job_id, _) in slots.items():
         slot = run_id.rpartition("@")[2]  # the wire form of an instant sorts as it
         if any(first <= slot <= last for first, last in summaries.get(job_id, ())):
@@ -193,7 +203,8 @@ def measure(name: str, settings: Settings, *, jobs: list[str], every_ms: int,
     from tests.chaos.load import MANUAL_JOB
 
     requested = _runs(settings, {*jobs, MANUAL_JOB}, result)
-    recorded = _history(settings, result, slots)
+    retrying: set[str] = set()
+    recorded = _history(settings, result, slots, retrying)
     effects = _target(target_log, result)
     days = {from_ms(window.start_ms).date(), from_ms(window.end_ms).date()}
     stored = _cassandra(settings, [*jobs, MANUAL_JOB], days)
@@ -201,7 +212,10 @@ def measure(name: str, settings: Settings, *, jobs: list[str], every_ms: int,
     for run_id in [*slots, *manual]:
         if run_id in recorded:
             continue
-        if run_id not in effects or run_id not in stored:
+        if run_id in effects and run_id not in stored and run_id in retrying:
+            result.retry_pending += 1
+            result.examples.setdefault("retry pending", []).append(run_id)
+        elif run_id not in effects or run_id not in stored:
             result.lost += 1
             result.lost_no_effect += run_id not in effects
             result.lost_no_history += run_id not in stored

@@ -12,7 +12,7 @@ from producers.flows import flow_from_spec
 from runtime.settings import Settings
 from schemas.alerts import Alert
 from schemas.catalog import Topics
-from schemas.errors import SpecError
+from schemas.errors import RegistryUnavailable, SpecError
 from schemas.events import ControlCommand, DeadLetter, Priority, RunOutcome, RunRequest, Trigger
 from schemas.flows import FlowEvent, FlowEventKind
 from schemas.serde import Codec
@@ -31,13 +31,13 @@ class Known:
         self.flows = flows
 
 
-def _coordinator() -> tuple[Coordinator, Codec]:
+def _coordinator(registry: FakeRegistry | None = None) -> tuple[Coordinator, Codec]:
     flow = flow_from_spec({"id": "etl", "nodes": [
         {"name": "a", "target": "python", "callable": "m:f", "priority": "high"},
         {"name": "b", "after": ["a"], "target": "python", "callable": "m:g"},
         {"name": "c", "after": ["b"], "target": "python", "callable": "m:h"},
     ]}, max_payload_bytes=65536)  # fmt: skip
-    codec = Codec(FakeRegistry())  # type: ignore[arg-type]
+    codec = Codec(registry or FakeRegistry())  # type: ignore[arg-type]
     return Coordinator(SETTINGS, codec, Known(etl=flow)), codec  # type: ignore[arg-type]
 
 
@@ -281,3 +281,60 @@ def test_a_failed_batch_is_handled_again_event_by_event(failure: str) -> None:
     else:  # the bug on one event is that event's dead letter: the batch did not fail
         assert [(r.run_id, r.possible_duplicate) for r in requests] == [(f"{first}/a", False)]
         assert [codec.decode(v, DeadLetter).run_id for t, v in sent if t == TOPICS.dlq] == [other]
+
+
+class _Outage(FakeRegistry):
+    """A registry that does not answer its first ``down`` questions."""
+
+    def __init__(self, down: int) -> None:
+        super().__init__()
+        self.down = down
+
+    def schema_by_id(self, schema_id: int) -> tuple[str, str]:
+        if self.down > 0:
+            self.down -= 1
+            raise RegistryUnavailable("schema registry at http://registry unreachable")
+        return super().schema_by_id(schema_id)
+
+
+def test_an_event_waits_out_a_registry_outage_and_is_stepped_after_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A flow event whose writer schema the coordinator has not seen, read while the
+    registry does not answer: it waits and is stepped once the registry is back (it
+    was skipped, and its flow run never went on)."""
+    import asyncio
+
+    import streams.flows
+    from streams.flows import _Runner
+
+    monkeypatch.setattr(streams.flows, "REGISTRY_WAIT_S", (0.01, 0.02))
+    registry = _Outage(down=0)
+    coordinator, writer = _coordinator(registry)
+    value = writer.encode(TOPICS.flow_events, _event(FlowEventKind.START))
+    registry.down = 3
+    reader = Codec(registry)  # type: ignore[arg-type]
+    sent: list[tuple[str, bytes]] = []
+    runner = _Runner(coordinator, reader, _Table(""), {t: _Out(sent, t) for t in TOPICS.names()})
+    asyncio.run(runner.handle_batch([_FaustEvent(value)]))
+    assert registry.down == 0
+    assert [reader.decode(v, RunRequest).run_id for t, v in sent
+            if t == TOPICS.runs(Priority.HIGH)] == [f"{RUN}/a"]  # fmt: skip
+    assert [t for t, _ in sent if t == TOPICS.dlq] == []
+
+
+def test_an_undecodable_flow_event_is_dead_lettered_and_the_batch_goes_on() -> None:
+    import asyncio
+
+    from streams.flows import _Runner
+
+    coordinator, codec = _coordinator()
+    sent: list[tuple[str, bytes]] = []
+    runner = _Runner(coordinator, codec, _Table(""), {t: _Out(sent, t) for t in TOPICS.names()})
+    good = codec.encode(TOPICS.flow_events, _event(FlowEventKind.START))
+    asyncio.run(runner.handle_batch([_FaustEvent(b"not avro at all"), _FaustEvent(good)]))
+    (letter,) = [codec.decode(v, DeadLetter) for t, v in sent if t == TOPICS.dlq]
+    assert letter.reason.startswith("undecodable flow event: ")
+    assert (letter.stage, letter.source_value) == ("flows", b"not avro at all")
+    assert [codec.decode(v, RunRequest).run_id for t, v in sent
+            if t == TOPICS.runs(Priority.HIGH)] == [f"{RUN}/a"]  # fmt: skip

@@ -29,6 +29,9 @@ class FlakyConsumer:
         self._maybe_refuse()
         return (3, 42)
 
+    def list_topics(self, topic: str, timeout: float = 0) -> None:
+        """A metadata refresh: the refusals go on as they would."""
+
     def committed(
         self, partitions: list[TopicPartition], timeout: float = 0
     ) -> list[TopicPartition]:
@@ -112,8 +115,8 @@ def test_a_lasting_fetch_error_event_raises() -> None:
 class StaleMetadataConsumer(FlakyConsumer):
     """Knows the partition again only once its topic's metadata is asked for."""
 
-    def __init__(self) -> None:
-        super().__init__(KafkaError._UNKNOWN_PARTITION, failures=10**6)
+    def __init__(self, code: int = KafkaError._UNKNOWN_PARTITION) -> None:
+        super().__init__(code, failures=10**6)
         self.asked: list[str] = []
 
     def list_topics(self, topic: str, timeout: float = 0) -> None:
@@ -121,9 +124,14 @@ class StaleMetadataConsumer(FlakyConsumer):
         self.failures = 0
 
 
-def test_an_unknown_partition_refreshes_its_topic_and_is_retried() -> None:
+@pytest.mark.parametrize(
+    "code", [KafkaError._UNKNOWN_PARTITION, KafkaError.NOT_LEADER_FOR_PARTITION,
+             KafkaError.LEADER_NOT_AVAILABLE, KafkaError._DESTROY_BROKER],
+)  # fmt: skip
+def test_a_stale_leader_refreshes_its_topic_and_is_retried(code: int) -> None:
     """Found on the 3-node cluster: a broker killed, a worker's watermarks of history
-    (a topic it does not subscribe to) answered "Unknown partition" for two minutes."""
-    consumer = StaleMetadataConsumer()
+    (a topic it does not subscribe to) answered "Unknown partition" for two minutes, a
+    scheduler's "Not leader for partition" again and again."""
+    consumer = StaleMetadataConsumer(code)
     assert watermarks(consumer, TopicPartition("cs.history", 3), timeout=5) == (3, 42)  # type: ignore[arg-type]
     assert consumer.asked == ["cs.history"]

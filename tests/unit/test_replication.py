@@ -96,3 +96,20 @@ def test_keyspaces_use_network_topology_at_local_quorum() -> None:
         "{'class': 'NetworkTopologyStrategy', 'datacenter1': 3}"
     )
     assert CONSISTENCY == "LOCAL_QUORUM"
+
+
+@pytest.mark.parametrize(
+    ("env", "session", "heartbeat"),
+    [({}, 9000, 2250), ({"CRONSTREAM_NODES": "3"}, 4000, 1000),
+     ({"CRONSTREAM_NODES": "3", "CRONSTREAM_BROKER_SESSION_MS": "6000"}, 6000, 1500)],
+)  # fmt: skip
+def test_a_lost_broker_is_fenced_after_the_broker_session(
+    env: dict[str, str], session: int, heartbeat: int
+) -> None:
+    """Every write waits for a broker killed -9 until the controller fences it (its
+    leaderships and ISR places given up): 4 s on a cluster, Kafka's 9 s on one node."""
+    from infra.services import Kafka
+
+    lines = Kafka(settings(**env), 1)._replication_lines()
+    assert f"broker.session.timeout.ms={session}" in lines
+    assert f"broker.heartbeat.interval.ms={heartbeat}" in lines
