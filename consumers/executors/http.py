@@ -109,16 +109,28 @@ class DeadlineBackend(httpcore.SyncBackend):
         return DeadlineStream(stream)
 
 
-class _Transport(httpx.HTTPTransport):
-    """httpx's transport on a connection pool whose connections keep to the deadline."""
+MIN_CONNECTIONS = 100  # httpx's default pool size; more when the worker runs more threads
 
-    def __init__(self) -> None:
+
+class _Transport(httpx.HTTPTransport):
+    """httpx's transport on a connection pool whose connections keep to the deadline.
+
+    The pool never closes an idle connection to make room or to trim its keep-alive set:
+    every connection may be kept alive and there is one for each run thread. httpcore
+    1.0.9 assigns an idle connection to a waiting request under its lock, but the
+    connection stays IDLE until that thread sends; meanwhile another thread's pass may
+    close it as surplus keep-alive (counted against all connections, not the idle ones,
+    so with 20 kept alive that happened whenever more than 20 were open) or to make
+    room (encode/httpcore#1110, #1000). A request already started on it then failed with
+    ``ReadError('[Errno 9] Bad file descriptor')``: 2-3 in 50,000 runs of the chaos
+    suite, calls the target had applied reported as failed (``make chaos``)."""
+
+    def __init__(self, connections: int) -> None:
         super().__init__(trust_env=False)
-        limits = httpx.Limits(max_connections=100, max_keepalive_connections=20)  # httpx's
         self._pool = httpcore.ConnectionPool(
             ssl_context=httpx.create_ssl_context(trust_env=False),
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
+            max_connections=connections,
+            max_keepalive_connections=connections,
             keepalive_expiry=5.0,
             network_backend=DeadlineBackend(),
         )
@@ -128,7 +140,7 @@ def executor(setup: ExecutorSetup) -> HttpExecutor:
     """The worker's http executor (declared by ``schemas.targets.http``)."""
     config = setup.config
     return HttpExecutor(allow=config.http_allow, secrets=Secrets(config.secrets_dir),
-                        policy=setup.policy)  # fmt: skip
+                        policy=setup.policy, threads=config.concurrency)  # fmt: skip
 
 
 class HttpExecutor:
@@ -136,18 +148,20 @@ class HttpExecutor:
 
     def __init__(
         self, *, allow: Iterable[str] = (), secrets: Secrets | None = None,
-        policy: Callable[[], TenantPolicy] = TenantPolicy,
+        policy: Callable[[], TenantPolicy] = TenantPolicy, threads: int = 0,
     ) -> None:  # fmt: skip
         """``allow``: networks (CIDR) operators' jobs may call although not public;
         ``secrets``: where ``secret:NAME`` header values are resolved; ``policy``: the
         tenants' grants now (a tenant's job may call a private address only by its own
-        grant, never by ``allow``)."""
+        grant, never by ``allow``); ``threads``: the run threads that may call at once
+        (the pool keeps a connection for each, at least ``MIN_CONNECTIONS``)."""
         self.secrets = secrets or Secrets()
         self.policy = policy
         self.allow: tuple[Network, ...] = tuple(
             ipaddress.ip_network(n, strict=False) for n in allow
         )
-        self._client = httpx.Client(follow_redirects=False, trust_env=False, transport=_Transport())
+        transport = _Transport(max(MIN_CONNECTIONS, threads))
+        self._client = httpx.Client(follow_redirects=False, trust_env=False, transport=transport)
 
     def close(self) -> None:
         self._client.close()
