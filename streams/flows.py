@@ -44,6 +44,7 @@ from runtime.errors import RepeatedFault
 from runtime.faults import RecordFaults
 from runtime.kafka.records import dead_letter
 from runtime.kafka.security import aiokafka_security
+from runtime.kafka.stall import Backoff
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.alerts import Alert
@@ -68,7 +69,6 @@ STAGE = "flows"
 SESSION_TIMEOUT_S = 10.0  # as the other roles' consumer groups
 PROBE_EVERY_S = 2.0  # liveness and readiness of the coordinator (nothing else is timed)
 DEFINITION_WAIT_S = 5.0  # a start whose flow is not known yet waits this long for it
-REGISTRY_WAIT_S = (0.5, 10.0)  # asking an unreachable registry again: first, longest wait
 # Flow events handled together (one wait for their rows): at most BATCH, gathered for at
 BATCH, BATCH_WAIT_S = 256, 0.005  # most BATCH_WAIT_S (added to a hop when events are few)
 
@@ -149,16 +149,18 @@ class _Runner:
 
     async def _decode(self, faust_event: Any) -> FlowEvent:
         """The event; while the registry does not answer for its writer schema, asked
-        again (0.5 s, doubling to 10 s): the agent waits, nothing is skipped."""
-        wait, longest = REGISTRY_WAIT_S
+        again as the scheduler and the workers do (``stall.Backoff``: 0.5 s doubling to
+        30 s): the agent waits, nothing is skipped."""
+        backoff = Backoff(log, "this flow event and the ones after it wait (nothing acked)")
         while True:
             try:
-                return self.codec.decode(faust_event.value, FlowEvent)
+                event = self.codec.decode(faust_event.value, FlowEvent)
             except RegistryUnavailable as exc:
-                log.warning("flow event at %s waits for the schema registry (again in "
-                            "%.1f s): %s", faust_event.message.tp, wait, exc)  # fmt: skip
-                await asyncio.sleep(wait)
-                wait = min(2 * wait, longest)
+                backoff.failed(exc)
+                await asyncio.sleep(backoff.delay)
+                continue
+            backoff.passed()
+            return event
 
     async def _step(self, rows: JsonRows, faust_event: Any) -> list[Send]:
         """Decode (an undecodable event is dead-lettered), wait a moment for an unknown

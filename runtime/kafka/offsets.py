@@ -12,24 +12,13 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 log = logging.getLogger("cronstream.kafka")
 
-# Refusals a broker gives while it (re)starts, loads a log or moves a leader: retried.
-# librdkafka does not flag every one of them retriable (found: FENCED_LEADER_EPOCH,
-# "Leader epoch is older than broker epoch", after a broker restart).
-_TRANSIENT = frozenset(
+# Refusals that mean the client's idea of a partition's leader is stale: retried, and
+# a watermarks call asks its topic's metadata again first (``_watermarks``).
+_STALE_LEADER = frozenset(
     {
         KafkaError.NOT_LEADER_FOR_PARTITION,
         KafkaError.LEADER_NOT_AVAILABLE,
         KafkaError.FENCED_LEADER_EPOCH,
-        KafkaError.UNKNOWN_LEADER_EPOCH,
-        KafkaError.OFFSET_NOT_AVAILABLE,
-        KafkaError.REQUEST_TIMED_OUT,
-        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-        KafkaError.COORDINATOR_NOT_AVAILABLE,
-        KafkaError.NOT_COORDINATOR,
-        KafkaError._TRANSPORT,
-        KafkaError._TIMED_OUT,
-        KafkaError._ALL_BROKERS_DOWN,
-        KafkaError._WAIT_COORD,
         # The client's metadata lacks the partition for a moment (seen on the 3-node
         # cluster with a broker killed: a worker's watermarks call, then it exited).
         KafkaError._UNKNOWN_PARTITION,
@@ -38,16 +27,21 @@ _TRANSIENT = frozenset(
         KafkaError._DESTROY_BROKER,
     }
 )
-# Refusals that mean the client's idea of the partition's leader is stale.
-_STALE_LEADER = frozenset(
-    {
-        KafkaError._UNKNOWN_PARTITION,
-        KafkaError.NOT_LEADER_FOR_PARTITION,
-        KafkaError.LEADER_NOT_AVAILABLE,
-        KafkaError.FENCED_LEADER_EPOCH,
-        KafkaError._DESTROY_BROKER,
-    }
-)
+# Refusals a broker gives while it (re)starts, loads a log or moves a leader: retried.
+# librdkafka does not flag every one of them retriable (found: FENCED_LEADER_EPOCH,
+# "Leader epoch is older than broker epoch", after a broker restart).
+_TRANSIENT = _STALE_LEADER | {
+    KafkaError.UNKNOWN_LEADER_EPOCH,
+    KafkaError.OFFSET_NOT_AVAILABLE,
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.NOT_COORDINATOR,
+    KafkaError._TRANSPORT,
+    KafkaError._TIMED_OUT,
+    KafkaError._ALL_BROKERS_DOWN,
+    KafkaError._WAIT_COORD,
+}
 T = TypeVar("T")
 
 

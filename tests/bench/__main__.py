@@ -83,7 +83,7 @@ def main() -> int:
         "tiers": lambda: bench_tiers(base, 1 if args.quick else 3,
                                      200_000 if args.quick else 10_000_000),
         "scale": lambda: bench_scale(base, 1 if args.quick else 2, 3000, 3),
-        "cluster": lambda: bench_cluster(base, runs, 12_000),
+        "cluster": lambda: bench_cluster(runs, 12_000),
     }  # fmt: skip
     if unknown := set(args.only or ()) - plan.keys():
         parser.error(f"--only: no benchmark {sorted(unknown)}; one of {sorted(plan)}")

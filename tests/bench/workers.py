@@ -7,7 +7,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from infra.services import all_services
+from infra.services import Kafka, all_services
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import (
@@ -60,8 +60,7 @@ class Pipeline:
     def cpu_seconds(self) -> dict[str, float]:
         """CPU seconds used so far, per role (the brokers' JVMs included, all of them on a
         cluster)."""
-        brokers = [s.pid() for s in all_services(Settings.from_env())
-                   if s.name == "kafka" or s.name.startswith("kafka-")]  # fmt: skip
+        brokers = [s.pid() for s in all_services(Settings.from_env()) if isinstance(s, Kafka)]
         out = {"scheduler": cpu_s(self.scheduler.proc.pid),
                "broker": sum(cpu_s(pid or 0) for pid in brokers)}  # fmt: skip
         out["workers"] = sum(cpu_s(w.proc.pid) for w in self.workers)

@@ -122,14 +122,15 @@ def _runs(settings: Settings, ours: set[str], result: Result) -> set[str]:
 
 
 def _history(
-    settings: Settings, result: Result, slots: dict[str, tuple[str, int]], retrying: set[str]
-) -> set[str]:
-    """Run ids recorded MISSED/SKIPPED; counts DUPLICATE records; adds to ``retrying``
-    the run ids whose last outcome is a failed attempt to be retried. A summary record
+    settings: Settings, result: Result, slots: dict[str, tuple[str, int]]
+) -> tuple[set[str], set[str]]:
+    """(run ids recorded MISSED/SKIPPED, run ids whose last outcome is a failed attempt
+    to be retried); counts DUPLICATE records. A summary record
     (headers ``slots`` and ``last_slot``: the scheduler's one record for many slots of
     one outage) stands for every expected slot of its job from its ``scheduled_at`` to
     its ``last_slot``."""
-    recorded = set()
+    recorded: set[str] = set()
+    retrying: set[str] = set()
     summaries: dict[str, list[tuple[str, str]]] = {}
     codec = Codec(registry_client(settings, writer=True))
     for record in read_topic(settings, Topics(settings).history):
@@ -155,7 +156,7 @@ def _history(
         if any(first <= slot <= last for first, last in summaries.get(job_id, ())):
             recorded.add(run_id)
     result.dead_letters = sum(1 for _ in read_topic(settings, Topics(settings).dlq))
-    return recorded
+    return recorded, retrying
 
 
 def _target(log: Path, result: Result) -> dict[str, int]:
@@ -203,8 +204,7 @@ def measure(name: str, settings: Settings, *, jobs: list[str], every_ms: int,
     from tests.chaos.load import MANUAL_JOB
 
     requested = _runs(settings, {*jobs, MANUAL_JOB}, result)
-    retrying: set[str] = set()
-    recorded = _history(settings, result, slots, retrying)
+    recorded, retrying = _history(settings, result, slots)
     effects = _target(target_log, result)
     days = {from_ms(window.start_ms).date(), from_ms(window.end_ms).date()}
     stored = _cassandra(settings, [*jobs, MANUAL_JOB], days)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 from infra import stack as stack_mod
@@ -82,6 +84,20 @@ def enter_chaos_environment(*, cluster: bool = False) -> Settings:
     one with ``cluster``)."""
     os.environ.update(cluster_environment() if cluster else chaos_environment())
     return Settings.from_env()
+
+
+@contextmanager
+def environment(variables: Mapping[str, str]) -> Iterator[Settings]:
+    """This process (and the processes it starts: ``cli_env`` copies ``os.environ``)
+    pointed at another stack for the block, e.g. ``environment(cluster_environment())``;
+    the environment as it was afterwards."""
+    saved = dict(os.environ)
+    os.environ.update(variables)
+    try:
+        yield Settings.from_env()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def link_jars(settings: Settings) -> None:

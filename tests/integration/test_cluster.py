@@ -13,7 +13,6 @@ schedulers, two workers and a sink as processes. ``-m "not cluster"`` leaves it 
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Iterator
 from dataclasses import replace
 
@@ -35,15 +34,12 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Settings]:
-    saved = dict(os.environ)
-    settings = stack.enter_chaos_environment(cluster=True)
-    try:
-        stack.up(settings)
-        yield settings
-    finally:
-        stack.down(settings)
-        os.environ.clear()
-        os.environ.update(saved)
+    with stack.environment(stack.cluster_environment()) as settings:
+        try:
+            stack.up(settings)
+            yield settings
+        finally:
+            stack.down(settings)
 
 
 @pytest.mark.timeout(1200)

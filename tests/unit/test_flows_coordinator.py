@@ -305,10 +305,10 @@ def test_an_event_waits_out_a_registry_outage_and_is_stepped_after_it(
     was skipped, and its flow run never went on)."""
     import asyncio
 
-    import streams.flows
+    from runtime.kafka import stall
     from streams.flows import _Runner
 
-    monkeypatch.setattr(streams.flows, "REGISTRY_WAIT_S", (0.01, 0.02))
+    monkeypatch.setattr(stall, "FIRST_DELAY_S", 0.01)
     registry = _Outage(down=0)
     coordinator, writer = _coordinator(registry)
     value = writer.encode(TOPICS.flow_events, _event(FlowEventKind.START))
