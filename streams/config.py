@@ -29,6 +29,9 @@ class ProcessorConfig:
     # memory only what is due within the horizon (``streams.state``). None: all in memory.
     state_dir: str | None = None
     rebuild_index: bool = False  # rebuild each store from the jobs topic (once per partition)
+    # With a state directory: keep standby stores of the partitions owned elsewhere warm,
+    # and join the group once they are (``streams.standby``).
+    standby: bool = True
     # Static group membership: a process started again under the same id gets its
     # partitions back at once, not after the session timeout (see the README).
     instance_id: str | None = None

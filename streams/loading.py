@@ -106,7 +106,7 @@ class Loader:
         self.now_ms = now_ms
         self.on_live: Callable[[], None] = lambda: None  # a partition went live
         self.collector = Collector()
-        self._rebuilt: set[int] = set()  # partitions whose store --rebuild-index rebuilt
+        self.rebuilt: set[int] = set()  # partitions whose store --rebuild-index rebuilt
 
     def open_state(
         self, partition: int, checkpoint: Checkpoint | None, low: int
@@ -114,8 +114,8 @@ class Loader:
         """With ``--state-dir``: ``streams.state.open_partition``."""
         if self.config.state_dir is None:
             return None, low, None
-        rebuild = self.config.rebuild_index and partition not in self._rebuilt
-        self._rebuilt.add(partition)
+        rebuild = self.config.rebuild_index and partition not in self.rebuilt
+        self.rebuilt.add(partition)
         return open_partition(
             Path(self.config.state_dir) / self.jobs_topic / str(partition),
             self.definitions.stored_schedule, rebuild=rebuild, now_ms=self.now_ms(),

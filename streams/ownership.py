@@ -21,6 +21,7 @@ from streams.checkpointer import HANDOVER_ACK_WAIT_S, Checkpointer
 from streams.intake import Intake
 from streams.loading import Loader, check_zone_database
 from streams.owned import Owned
+from streams.standby import Standby
 from streams.state import resume_point
 
 log = logging.getLogger("cronstream.scheduler")
@@ -44,6 +45,10 @@ class Ownership:
         # Snapshots of partitions lost before their progress was committed: taken back
         # when the same partition comes back with the checkpoint it had (``_take_back``).
         self._retained: dict[int, tuple[Checkpoint | None, Checkpoint]] = {}
+        # Standby stores (``streams.standby``): a partition assigned is taken from its
+        # standby store; one handed over gets one again (unless the process stops).
+        self.standby: Standby | None = None
+        self.closing = False
 
     def live(self) -> list[Owned]:
         return [o for o in self.owned.values() if not o.loading]
@@ -60,6 +65,8 @@ class Ownership:
             checkpoint = self._take_back(tp, Checkpoint.from_metadata(tp.metadata))
             check_zone_database(tp.partition, checkpoint)
             low, high = watermarks(consumer, tp)
+            if self.standby is not None:
+                self.standby.release(tp.partition)
             state, start, fallback = loader.open_state(tp.partition, checkpoint, low)
             owned = self.owned[tp.partition] = loader.load(
                 tp.partition, checkpoint, load_end=high, jobs_next=start, state=state,
@@ -100,6 +107,8 @@ class Ownership:
         for owned in gone:
             if owned.state is not None:
                 owned.state.close()
+                if self.standby is not None and not self.closing:
+                    self.standby.adopt(owned.partition)
             snapshot = owned.snapshot()
             if not owned.loading and healthy and snapshot != owned.base:
                 self._retained[owned.partition] = (owned.base, snapshot)

@@ -46,7 +46,7 @@ from runtime.kafka.publisher import Publisher
 from runtime.kafka.stall import Backoff
 from runtime.registry import registry_client
 from runtime.settings import Settings
-from schemas.catalog import Topics
+from schemas.catalog import JOBS, Topics
 from schemas.definition.zones import TZDATA_VERSION
 from schemas.serde import Codec
 from streams.applying import Applier
@@ -58,6 +58,7 @@ from streams.intake import READING_HELD, Intake
 from streams.loading import Loader
 from streams.owned import Owned
 from streams.ownership import Ownership
+from streams.standby import Standby
 
 log = logging.getLogger("cronstream.scheduler")
 # Wheel entries fired per partition per loop iteration at most: under overload the loop
@@ -118,9 +119,26 @@ class Processor:
             loader=self.loader, intake=self.intake, checkpointer=self.checkpointer,
         )  # fmt: skip
         log.info("zone database: tzdata %s", TZDATA_VERSION)
+        self.joined = False
+        self.standby: Standby | None = None
+        if config.state_dir is not None and config.standby:
+            self.standby = self.ownership.standby = Standby(
+                settings, config, definitions=definitions, jobs_topic=topics.jobs,
+                partitions=topics.partitions(JOBS), rebuilt=self.loader.rebuilt,
+                now_ms=self._now_ms,
+            )  # fmt: skip
+            self.standby.start(owned=set())
+        self._join()
+
+    def _join(self) -> None:
+        """Join the scheduler group: at once, or with standby stores once they are warm
+        (``streams.standby``)."""
+        if self.joined or (self.standby is not None and not self.standby.warm):
+            return
         ownership = self.ownership
-        self.member.subscribe([topics.jobs], assigned=ownership.assigned,
+        self.member.subscribe([self.topics.jobs], assigned=ownership.assigned,
                               revoking=ownership.revoking, lost=ownership.drop)  # fmt: skip
+        self.joined = True
 
     # -- the loop -----------------------------------------------------------------------
     def run(self, should_stop: Callable[[], bool]) -> None:
@@ -142,6 +160,12 @@ class Processor:
             self._rewind(exc)
 
     def _step(self) -> None:
+        standby = self.standby
+        if standby is not None:
+            standby.step(live=bool(self.owned))
+            if not self.joined:
+                self._join()
+                return
         self.intake.read()
         checkpointer = self.checkpointer
         checkpointer.check_stall(owning=bool(self.owned))
@@ -175,9 +199,12 @@ class Processor:
         try:
             self.checkpointer.checkpoint(self.ownership.live(), wait=HANDOVER_ACK_WAIT_S)
         finally:
+            self.ownership.closing = True  # what is handed over gets no standby store
             self.member.close()  # runs Ownership.revoking for what is still owned
             self.timers.close()
             self.publisher.close()
+            if self.standby is not None:
+                self.standby.close()
 
     def _now_ms(self) -> int:
         return int(self.clock() * 1000)

@@ -145,6 +145,14 @@ def _register_store(p: Any) -> None:
         "it is first assigned",
     )  # fmt: skip
     p.add_argument(
+        "--no-standby", dest="standby", action="store_false",
+        default=os.environ.get("CRONSTREAM_SCHEDULER_STANDBY", "1") != "0",
+        help="with --state-dir: keep no standby stores of the partitions other schedulers "
+        "own (by default every scheduler keeps all of them warm on its disk, joins the "
+        "group once they are, and takes a partition over from its standby store in "
+        "seconds when the owner's host is lost)",
+    )  # fmt: skip
+    p.add_argument(
         "--check-index", action="store_true",
         help="with --state-dir: check every partition store against the jobs topic, print "
         "what differs and exit (1 if anything does); run it with no scheduler on DIR",
@@ -290,6 +298,7 @@ def cmd_scheduler(settings: Settings, args: argparse.Namespace) -> int:
         lookahead_ms=args.lookahead_ms,
         state_dir=args.state_dir,
         rebuild_index=args.rebuild_index,
+        standby=args.standby,
         instance_id=args.instance_id,
         name=args.name,
     )

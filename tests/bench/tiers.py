@@ -5,16 +5,24 @@ one started on the same stores, ``restarts`` times: its RSS, the time from its s
 the first on-time probe fire (within 50 ms of its slot), and whether any slot due from
 the kill on was missed. Every process runs as the same static group member
 (``--instance-id``): the fresh one takes the partitions at once, without waiting for the
-killed one's session to time out (10 s)."""
+killed one's session to time out.
+
+Then a host is lost (issue 34): a second scheduler on its own state directory warms
+standby stores of every partition (``streams.standby``) and joins (taking its share from
+them); the first is killed with -9 and its state directory deleted; the second takes the
+rest over from its standby stores once the first's session (SESSION_MS) times out: the
+time from the kill to its first on-time probe fire, its RSS, and the slots missed."""
 
 from __future__ import annotations
 
+import shutil
 import signal
 import statistics
 import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from runtime.settings import Settings
 from schemas.events import JobDefinition
@@ -39,7 +47,8 @@ def daily(i: int) -> str:
 
 def _start(settings: Settings, state: Path, log: Path, name: str) -> subprocess.Popen[bytes]:
     return scheduler_process(settings, log, name, "--state-dir", str(state),
-                             "--instance-id", "tiers-bench")  # fmt: skip
+                             "--instance-id", "tiers-bench",
+                             "--session-timeout-ms", str(SESSION_MS))  # fmt: skip
 
 
 def bench_tiers(base: Settings, restarts: int, jobs: int) -> None:
@@ -76,10 +85,10 @@ def bench_tiers(base: Settings, restarts: int, jobs: int) -> None:
             first.append(min(on_time) / 1000 - killed if on_time else float("inf"))
             print(f"  restart {k}: live {live[-1]:.1f}s, first on-time fire {first[-1]:.1f}s, "
                   f"RSS {rss[-1]:.0f} MiB", flush=True)  # fmt: skip
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=120)
-        missed = _missed(settings, jobs, windows)
         store_mib = sum(f.stat().st_size for f in state.rglob("*") if f.is_file()) / 2**20
+        host = _host_lost(settings, proc, state, logdir)
+        missed = _missed(settings, jobs, windows)
+        host_missed = _missed(settings, jobs, [host["window"]])
     row(f"{jobs:,} schedules, --state-dir: RSS after a kill -9 takeover (MiB)",
         f"{statistics.median(rss):.0f}", "<= 1,024",
         f"runs {[round(r) for r in rss]}; building the stores: {built:.0f} s, "
@@ -90,6 +99,60 @@ def bench_tiers(base: Settings, restarts: int, jobs: int) -> None:
         f"{[round(x, 1) for x in live]} s")  # fmt: skip
     row(f"{jobs:,} schedules: slots due from the kill on with no run request", str(missed),
         "0", f"{restarts} kill -9 takeovers")  # fmt: skip
+    row(f"{jobs:,} schedules, host lost: kill -9 + state deleted -> every probe on time (s)",
+        f"{host['first']:.1f}", "<= 10",
+        f"taken over by a scheduler with standby stores (warmed in {host['warm']:.0f} s, "
+        f"session timeout {SESSION_MS // 1000} s): its 6 partitions live "
+        f"{host['live']:.1f} s after the kill; RSS {host['rss']:.0f} MiB; "
+        f"{host_missed} slots missed")  # fmt: skip
+
+
+SESSION_MS = 6000
+
+
+def _host_lost(
+    settings: Settings, proc: subprocess.Popen[bytes], state: Path, logdir: Path
+) -> dict[str, Any]:
+    """A second scheduler on its own disk warms standby stores and joins; the first is
+    killed with -9 and its state directory deleted (its host is gone): the time from the
+    kill to the second's first on-time probe fire, and to all its partitions live."""
+    log = logdir / "standby.log"
+    standby = scheduler_process(settings, log, "standby", "--state-dir", str(logdir / "standby"),
+                                "--instance-id", "tiers-standby",
+                                "--session-timeout-ms", str(SESSION_MS))  # fmt: skip
+    started = time.time()
+    while "standby stores warm" not in log.read_text():
+        if standby.poll() is not None or time.time() - started > 3600:
+            raise RuntimeError(log.read_text()[-3000:])
+        time.sleep(0.5)
+    warm = time.time() - started
+    while log.read_text().count(" live: ") < 6:  # its share, from its standby stores
+        if standby.poll() is not None or time.time() - started > 3600:
+            raise RuntimeError(log.read_text()[-3000:])
+        time.sleep(0.2)
+    time.sleep(20)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    shutil.rmtree(state)
+    killed = time.time()
+    wait_all_live(standby, log, 600)  # 12 " live: ": its 6, then the 6 taken over
+    live = time.time() - killed
+    time.sleep(20)
+    rss = rss_mib(standby.pid)
+    # Each probe's first on-time fire after the kill; the last of them: every partition
+    # (the standby's own and the ones it took over) fires on time again.
+    firsts: dict[str, int] = {}
+    for job_id, ts, slot in run_records(settings):
+        if job_id.startswith("probe-") and ts >= killed * 1000 and ts - slot <= 50:
+            firsts[job_id] = min(ts, firsts.get(job_id, ts))
+    standby.send_signal(signal.SIGTERM)
+    standby.wait(timeout=120)
+    first = (max(firsts.values()) / 1000 - killed if len(firsts) == PROBES
+             else float("inf"))  # fmt: skip
+    print(f"  host lost: standby warm in {warm:.0f}s, all live {live:.1f}s after the kill, "
+          f"every probe on time {first:.1f}s after it, RSS {rss:.0f} MiB", flush=True)  # fmt: skip
+    return {"warm": warm, "live": live, "first": first, "rss": rss,
+            "window": (killed, time.time() - 25)}  # fmt: skip
 
 
 def _missed(settings: Settings, jobs: int, windows: list[tuple[float, float]]) -> int:

@@ -88,6 +88,65 @@ def test_a_kill9_takeover_on_the_same_store_reads_no_definition_and_misses_no_sl
     assert not missing, f"{len(missing)} slots missed (ms after the kill): {missing[:10]}"
 
 
+def test_a_host_lost_with_its_disk_is_taken_over_from_a_standby_store(
+    ns: Settings, tmp_path: Path, procs: list[CronstreamProcess]
+) -> None:
+    """Issue 34: the owner is killed with -9 and its state directory deleted (its host
+    and disk are gone); a second scheduler that kept standby stores takes every
+    partition over from them: no definition read again, no slot missed."""
+    near = [{"id": f"near-{i}", "every": "2s"} for i in range(150)]
+    far = [{"id": f"far-{i}", "every": "90s", "anchor": f"1970-01-01T00:00:{i % 60:02d}Z"}
+           for i in range(150)]  # fmt: skip
+    _put(ns, near + far)
+    session = ("--session-timeout-ms", "6000", "--checkpoint-ms", "500")
+    lost_disk = tmp_path / "lost"
+    first = CronstreamProcess(ns, tmp_path, "first", "--state-dir", str(lost_disk),
+                              "--instance-id", "first", *session)  # fmt: skip
+    procs.append(first)
+    first.wait_live(ns.partitions, timeout=120)
+    started_ms = int(time.time() * 1000)
+    second = CronstreamProcess(ns, tmp_path, "second", "--state-dir",
+                               str(tmp_path / "standby"), "--instance-id", "second", *session)  # fmt: skip
+    procs.append(second)
+    _wait_log(second, r"standby stores warm", 120)
+    time.sleep(20)  # it joined, and took its share from its standby stores
+    first.kill9()
+    shutil.rmtree(lost_disk)
+    killed_ms = int(time.time() * 1000)
+    second.wait_live(ns.partitions, timeout=120)  # its share, then the rest
+    time.sleep(max(0.0, started_ms / 1000 + 120 - time.time()))
+    second.stop()
+    ended_ms = int(time.time() * 1000) - 3000
+
+    log = second.log()
+    taken = set(re.findall(r"partition (\d+) taken over from its standby store", log))
+    assert taken == {str(p) for p in range(ns.partitions)}, log[-3000:]
+    assert "not warm yet" not in log
+    assert "rebuilt from the jobs topic" not in log
+    read = [int(n) for n in re.findall(r"reading (\d+) definitions, checkpoint", log)]
+    assert read, "no assignment logged"
+    assert sum(read) == 0, read
+    fired: dict[str, set[int]] = defaultdict(set)
+    for record in read_topic(ns, Topics(ns).runs(Priority.NORMAL)):
+        fired[record.headers["job_id"]].add(_slot_ms(record.headers["run_id"]))
+    missing = []
+    for spec in near + far:
+        every = 2000 if spec["id"].startswith("near") else 90_000
+        anchor = int(spec.get("anchor", "1970-01-01T00:00:00Z")[-3:-1]) * 1000
+        first_slot = anchor + ((started_ms - anchor) // every + 1) * every
+        for slot in range(first_slot, ended_ms, every):
+            if slot not in fired[spec["id"]]:
+                missing.append((spec["id"], slot - killed_ms))
+    assert not missing, f"{len(missing)} slots missed (ms after the kill): {missing[:10]}"
+
+
+def _wait_log(proc: CronstreamProcess, pattern: str, timeout: float) -> None:
+    deadline = time.time() + timeout
+    while not re.search(pattern, proc.log()):
+        assert time.time() < deadline, f"{pattern!r} not logged: {proc.log()[-2000:]}"
+        time.sleep(0.5)
+
+
 def _view(store: Path, ns: Settings, after_ms: int) -> dict[str, dict[str, Any]]:
     with registry_client(ns, writer=True) as registry:
         definitions = Definitions(Codec(registry))

@@ -44,6 +44,26 @@ def test_every_manifest_validates_against_the_kubernetes_schemas() -> None:
         kubernetes_validate.validate(doc, KUBERNETES, strict=True)  # raises on a bad one
 
 
+def _workloads() -> dict[str, dict[str, Any]]:
+    """Each role's Deployment (the scheduler's StatefulSet), by role."""
+    return {d["metadata"]["labels"]["app.kubernetes.io/component"]: d
+            for d in _kind("Deployment") + _kind("StatefulSet")}  # fmt: skip
+
+
+def test_the_scheduler_keeps_two_tiers_on_a_volume_of_its_own_with_a_stable_identity() -> None:
+    """Issue 34: two tiers by default wherever cronstream is deployed."""
+    (scheduler,) = _kind("StatefulSet")
+    args = _container(scheduler)["args"]
+    state = args[args.index("--state-dir") + 1]
+    assert args[args.index("--instance-id") + 1] == "$(POD_NAME)"
+    (claim,) = scheduler["spec"]["volumeClaimTemplates"]
+    mounts = {m["name"]: m["mountPath"] for m in _container(scheduler)["volumeMounts"]}
+    assert mounts[claim["metadata"]["name"]] == state
+    unit = (DEPLOY / "systemd" / "cronstream-scheduler.service").read_text()
+    assert "--state-dir /var/lib/cronstream/" in unit
+    assert "--instance-id %H" in unit
+
+
 def test_a_broken_manifest_is_refused() -> None:
     deployment = _kind("Deployment")[0]
     broken = {**deployment, "spec": {**deployment["spec"], "replicas": "two"}}
@@ -57,8 +77,7 @@ def _container(deployment: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_every_role_is_deployed_with_probes_resources_and_a_disruption_budget() -> None:
-    deployments = {d["metadata"]["labels"]["app.kubernetes.io/component"]: d
-                   for d in _kind("Deployment")}  # fmt: skip
+    deployments = _workloads()
     assert set(deployments) == ROLES
     budgets = {d["metadata"]["name"]: d for d in _kind("PodDisruptionBudget")}
     parser = build_parser()
@@ -110,8 +129,7 @@ def test_every_systemd_unit_verifies_and_runs_a_command_the_cli_accepts(tmp_path
 def test_a_role_with_history_logs_in_to_cassandra_as_its_own_user() -> None:
     """Found by review: a unit set the password file without the user, and an explicit
     password keeps the shared user (``Settings.as_role``)."""
-    deployments = {d["metadata"]["labels"]["app.kubernetes.io/component"]: d
-                   for d in _kind("Deployment")}  # fmt: skip
+    deployments = _workloads()
     for role in ROLES:
         unit = (DEPLOY / "systemd" / f"cronstream-{role}.service").read_text()
         env = {e["name"]: e.get("value") for e in _container(deployments[role])["env"]}

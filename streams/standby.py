@@ -1,0 +1,302 @@
+"""Standby stores: warm copies of the far tier of the jobs partitions this process does
+not own (``cronstream scheduler --state-dir``; on by default there, ``--no-standby``), so
+that when a partition's owner is lost with its disk, a process that already has the
+partition's store on its own disk takes it over as fast as a restart on the owner's disk
+(the standby replicas of Kafka Streams' state stores).
+
+A standby store has an owner's format (``streams.state``), so the owner's path for a
+store found on its disk applies unchanged when the partition is assigned here:
+
+- **definitions**, read from the jobs topic as the owner reads them (``applying.store``);
+- **entries**: each job's first slot due after the owner's last committed checkpoint
+  (its ``fired_through``, read from the group's committed offsets every REFRESH_S by a
+  thread). Every due time up to the checkpoint was emitted, so that slot is a lower bound
+  of the job's next slot not emitted (``streams.core.far``). When a newer checkpoint
+  passes an entry, the entry moves to the job's next slot after it (about one entry per
+  fire of the owner), and the old one is deleted once the new one is written;
+- **meta**: the jobs offset read to, and the checkpoint the entries are computed from.
+
+When the group assigns the partition here, the standby store is closed and the
+``Loader`` opens it as its own: the jobs partition is read from the lower of the store's
+and the checkpoint's offsets, and each job is loaded when its entry comes near. When the
+partition goes to another process, the store becomes a standby store again.
+
+**Joining when warm.** A process with standby stores joins the scheduler group only once
+they are warm (read to the end the jobs topic had when they were opened): a process on a
+new host (an empty disk) copies the stores first, then takes partitions over from them,
+instead of rebuilding partitions it owns already (the cooperative-sticky assignor gives
+a joining member its share at once). A restart on the same disk is warm after reading
+what was written while it was down.
+
+What it costs: every scheduler process reads the whole jobs topic, and keeps a store of
+every partition on its disk (44 bytes per job here, docs/scaling.md); the entries of the
+partitions it does not own move once per fire of their owner, in the loop, a batch per
+iteration (about what the owner spends keeping its own far tier).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runtime.kafka.clients import (
+    OFFSET_BEGINNING,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+    kafka_consumer,
+)
+from runtime.kafka.offsets import watermarks
+from runtime.kafka.records import ConsumedMessage, is_record
+from runtime.settings import Settings
+from schemas.errors import CronError, DecodeError, RegistryUnavailable, ZoneError
+from streams.applying import store
+from streams.checkpoint import Checkpoint
+from streams.config import ProcessorConfig
+from streams.definitions import Definitions
+from streams.state import PartitionState
+
+log = logging.getLogger("cronstream.scheduler")
+REFRESH_S = 5.0  # how often the owners' checkpoints are read
+READ_BATCH = 2_000  # records read per step at most (while it warms: WARM_BATCH)
+WARM_BATCH = 20_000
+MOVE_BATCH = 1_000  # entries moved per step at most
+STEP_S = 0.005  # a step stops reading after this long while partitions are live
+RETRY_S = 2.0  # after the registry refused a decode
+
+
+@dataclass(slots=True)
+class StandbyCopy:
+    """The standby store of one jobs partition."""
+
+    state: PartitionState
+    next: int  # the next jobs offset to read
+    end: int  # warm once read to here (the end offset when opened)
+    fired: int  # every entry is a slot due after this checkpoint's fired_through
+    warm: bool = False
+    # Moving the entries a newer checkpoint passed: (its fired_through, the last entry
+    # moved), across steps.
+    moving: tuple[int, tuple[int, str] | None] | None = None
+    opened: float = field(default_factory=time.monotonic)
+
+
+class Standby:
+    def __init__(
+        self, settings: Settings, config: ProcessorConfig, *, definitions: Definitions,
+        jobs_topic: str, partitions: int, rebuilt: set[int], now_ms: Callable[[], int],
+    ) -> None:  # fmt: skip
+        assert config.state_dir is not None
+        self.consumer = kafka_consumer(settings, **{
+            "group.id": config.group,  # only to read the owners' checkpoints: never joins
+            "client.id": f"{config.name}.standby", "enable.partition.eof": True,
+        })  # fmt: skip
+        self.root = Path(config.state_dir) / jobs_topic
+        self.topic = jobs_topic
+        self.partitions = partitions
+        self.definitions = definitions
+        self.rebuild = config.rebuild_index
+        self.rebuilt = rebuilt  # the loader's: a store is rebuilt once per process
+        self.now_ms = now_ms
+        self.copies: dict[int, StandbyCopy] = {}
+        self.warm = False
+        self.started = time.monotonic()
+        self._retry_at = 0.0
+        # The owners' committed checkpoints, read by a thread (a call to the group
+        # coordinator may wait seconds when a broker is away: never in the loop).
+        self._checkpoints: dict[int, Checkpoint] = {}
+        self._stop = threading.Event()
+        self._reader = threading.Thread(target=self._read_checkpoints, daemon=True,
+                                        name="standby-checkpoints")  # fmt: skip
+
+    def start(self, owned: set[int]) -> None:
+        """Open a standby store for every jobs partition not in ``owned`` (its entries
+        computed from the owners' checkpoints as they are now)."""
+        self._fetch_checkpoints()
+        starts = [self._open(p) for p in range(self.partitions) if p not in owned]
+        # Assigned together: a partition fetching holds the broker connection for up to
+        # fetch.wait.max.ms, and the next one's end offset waited behind it (0.5 s each).
+        self.consumer.incremental_assign(starts)
+        self._reader.start()
+        self._check_warm()
+
+    # -- partitions moving --------------------------------------------------------------
+    def adopt(self, partition: int) -> None:
+        """Keep ``partition``'s store warm (not owned here, or no longer)."""
+        if partition in self.copies or self._stop.is_set():
+            return
+        self.consumer.incremental_assign([self._open(partition)])
+
+    def _open(self, partition: int) -> TopicPartition:
+        """Open ``partition``'s standby store; where to read the jobs partition from."""
+        rebuild = self.rebuild and partition not in self.rebuilt
+        self.rebuilt.add(partition)
+        now = self.now_ms()
+        state = PartitionState.open(self.root / str(partition), self.definitions.stored_schedule,
+                                    rebuild=rebuild, now_ms=now)  # fmt: skip
+        meta = state.meta()
+        low, high = watermarks(self.consumer, TopicPartition(self.topic, partition))
+        start = max(low, meta.jobs_offset) if meta is not None else low
+        checkpoint = self._checkpoints.get(partition)
+        fired = (meta.fired_through if meta is not None else now) if checkpoint is None else (
+            checkpoint.fired_through)  # fmt: skip
+        if meta is not None and checkpoint is not None:
+            fired = min(fired, meta.fired_through)  # its entries are computed from that
+        self.copies[partition] = StandbyCopy(state, start, high, fired, warm=start >= high)
+        log.info("standby store of partition %d: reading %d definitions", partition,
+                 max(0, high - start))  # fmt: skip
+        return TopicPartition(self.topic, partition, start if start > low else OFFSET_BEGINNING)
+
+    def release(self, partition: int) -> None:
+        """``partition`` is assigned here: its store is closed (the loader opens it)."""
+        copy = self.copies.pop(partition, None)
+        if copy is None:
+            return
+        self.consumer.incremental_unassign([TopicPartition(self.topic, partition)])
+        copy.state.flush(copy.fired, copy.next)
+        copy.state.close()
+        log.info("partition %d taken over from its standby store (read to offset %d%s)",
+                 partition, copy.next, "" if copy.warm else ", not warm yet")  # fmt: skip
+
+    # -- the loop ------------------------------------------------------------------------
+    def step(self, *, live: bool) -> None:
+        """Read what the jobs topic has for the standby stores, and move the entries a
+        newer checkpoint passed; ``live``: partitions are live here, so a step is short."""
+        if not self.copies or time.monotonic() < self._retry_at:
+            return
+        began = time.monotonic()
+        batch = READ_BATCH if live or self.warm else WARM_BATCH
+        try:
+            msgs = self.consumer.consume(num_messages=batch, timeout=0 if live else 0.05)
+        except KafkaException as exc:
+            log.warning("standby reading refused for now (%s)", exc)
+            msgs = []
+        for i, msg in enumerate(msgs):
+            try:
+                self._read(msg)
+            except RegistryUnavailable as exc:
+                self._again(msgs[i:], exc)
+                return
+        self._check_warm()
+        for partition, copy in list(self.copies.items()):
+            if live and time.monotonic() - began > STEP_S:
+                return
+            checkpoint = self._checkpoints.get(partition)
+            if copy.moving is None and checkpoint is not None and (
+                    checkpoint.fired_through > copy.fired):  # fmt: skip
+                copy.moving = (checkpoint.fired_through, None)
+            if copy.moving is not None:
+                self._move(copy)
+
+    def _read(self, msg: ConsumedMessage) -> None:
+        partition, offset = msg.partition(), msg.offset()
+        copy = self.copies.get(partition) if partition is not None else None
+        if copy is None:
+            return
+        if not is_record(msg):  # the end of the partition, or a transient fetch error
+            error = msg.error()
+            if error is not None and error.code() == KafkaError._PARTITION_EOF:
+                copy.warm = True
+            return
+        if offset is None:
+            return
+        key = _job_id(msg.key())
+        value = msg.value()
+        if key:  # a record the owner refuses (no key) changes nothing
+            self._hold(copy, key, value)  # RegistryUnavailable: read again later
+            store(copy.state, key, offset, msg.timestamp()[1], value)
+        copy.next = offset + 1
+        if copy.next >= copy.end:
+            copy.warm = True
+
+    def _hold(self, copy: StandbyCopy, key: str, value: bytes | None) -> None:
+        """An entry for the job at its first slot after the checkpoint; none for a
+        delete, or a definition the owner dead-letters (the store keeps it as read)."""
+        if value is None:
+            return
+        try:
+            job = self.definitions.schedule(key, value)
+        except (DecodeError, CronError, ZoneError):
+            return
+        slot = job.slot_due_after(copy.fired)
+        if slot is not None:
+            copy.state.hold(key, slot + job.jitter, None)
+
+    def _again(self, rest: Sequence[ConsumedMessage], exc: RegistryUnavailable) -> None:
+        """The registry is away: the partitions are read again from the first record
+        not stored, after RETRY_S."""
+        firsts: dict[int, int] = {}
+        for msg in rest:
+            partition, offset = msg.partition(), msg.offset()
+            if partition is not None and offset is not None and is_record(msg):
+                firsts.setdefault(partition, offset)
+        for partition, offset in firsts.items():
+            if partition in self.copies:
+                self.consumer.seek(TopicPartition(self.topic, partition, offset))
+        self._retry_at = time.monotonic() + RETRY_S
+        log.warning("standby stores wait for the registry: %s", exc)
+
+    def _move(self, copy: StandbyCopy) -> None:
+        """Move up to MOVE_BATCH entries due by the newer checkpoint to each job's first
+        slot after it; once none is left, the store says it is computed from it."""
+        assert copy.moving is not None
+        through, after = copy.moving
+        state = copy.state
+        entries = state.entries(after, through + 1, -(1 << 62), MOVE_BATCH)
+        for due, job_id in entries:
+            job = state.load(job_id)
+            slot = None if job is None else job.slot_due_after(through)
+            if job is None or slot is None:
+                state.forget(job_id, due)
+            else:
+                state.hold(job_id, slot + job.jitter, due)
+        if len(entries) >= MOVE_BATCH:
+            copy.moving = (through, entries[-1])
+            return
+        copy.moving = None
+        copy.fired = through
+        state.flush(through, copy.next)  # the moved entries go, the meta says so
+
+    def _check_warm(self) -> None:
+        if not self.warm and all(c.warm for c in self.copies.values()):
+            self.warm = True
+            log.info("standby stores warm: %d partitions in %.1fs", len(self.copies),
+                     time.monotonic() - self.started)  # fmt: skip
+
+    def _read_checkpoints(self) -> None:
+        while not self._stop.wait(REFRESH_S):
+            self._fetch_checkpoints()
+
+    def _fetch_checkpoints(self) -> None:
+        partitions = [TopicPartition(self.topic, p) for p in range(self.partitions)]
+        try:
+            found = self.consumer.committed(partitions, timeout=10)
+        except KafkaException as exc:
+            log.warning("standby: the owners' checkpoints not read (%s)", exc)
+            return
+        checkpoints = {}
+        for tp in found:
+            checkpoint = Checkpoint.from_metadata(tp.metadata)
+            if checkpoint is not None:
+                checkpoints[tp.partition] = checkpoint
+        self._checkpoints = checkpoints
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._reader.is_alive():
+            self._reader.join(timeout=15)
+        for copy in self.copies.values():
+            copy.state.flush(copy.fired, copy.next)
+            copy.state.close()
+        self.copies.clear()
+        self.consumer.close()
+
+
+def _job_id(raw: str | bytes | None) -> str | None:
+    try:
+        return raw.decode() if isinstance(raw, bytes) else raw
+    except UnicodeDecodeError:
+        return None
