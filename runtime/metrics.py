@@ -133,6 +133,19 @@ partitions_total = Gauge(
     "cronstream_scheduler_partitions_owned stays below it)",
     registry=REGISTRY,
 )
+standby_partitions = Gauge(
+    "cronstream_scheduler_standby_partitions",
+    "Jobs partitions this scheduler keeps a standby store of, by state (warm: read to the "
+    "end the jobs topic had when it was opened; warming)",
+    ["state"],
+    registry=REGISTRY,
+)
+standby_behind = Gauge(
+    "cronstream_scheduler_standby_behind_ms",
+    "How far the oldest standby store's entries are behind its owner's last checkpoint "
+    "(ms; a takeover from it loads what came due in between at once)",
+    registry=REGISTRY,
+)
 timers_pending = Gauge(
     "cronstream_scheduler_timers_pending",
     "Retry/delay timers held until due",

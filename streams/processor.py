@@ -180,6 +180,8 @@ class Processor:
         if checkpointer.due():
             checkpointer.checkpoint(self.ownership.live())
             self._gauge_state()
+            if standby is not None:
+                standby.gauge()
 
     def _rewind(self, error: PublishError) -> None:
         """Kafka refused some emitted record for good (a broker outage longer than the

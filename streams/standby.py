@@ -43,6 +43,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runtime import metrics
 from runtime.kafka.clients import (
     OFFSET_BEGINNING,
     KafkaError,
@@ -189,7 +190,7 @@ class Standby:
                     checkpoint.fired_through > copy.fired):  # fmt: skip
                 copy.moving = (checkpoint.fired_through, None)
             if copy.moving is not None:
-                self._move(copy)
+                move_entries(copy, MOVE_BATCH)
 
     def _read(self, msg: ConsumedMessage) -> None:
         partition, offset = msg.partition(), msg.offset()
@@ -239,26 +240,15 @@ class Standby:
         self._retry_at = time.monotonic() + RETRY_S
         log.warning("standby stores wait for the registry: %s", exc)
 
-    def _move(self, copy: StandbyCopy) -> None:
-        """Move up to MOVE_BATCH entries due by the newer checkpoint to each job's first
-        slot after it; once none is left, the store says it is computed from it."""
-        assert copy.moving is not None
-        through, after = copy.moving
-        state = copy.state
-        entries = state.entries(after, through + 1, -(1 << 62), MOVE_BATCH)
-        for due, job_id in entries:
-            job = state.load(job_id)
-            slot = None if job is None else job.slot_due_after(through)
-            if job is None or slot is None:
-                state.forget(job_id, due)
-            else:
-                state.hold(job_id, slot + job.jitter, due)
-        if len(entries) >= MOVE_BATCH:
-            copy.moving = (through, entries[-1])
-            return
-        copy.moving = None
-        copy.fired = through
-        state.flush(through, copy.next)  # the moved entries go, the meta says so
+    def gauge(self) -> None:
+        """The standby partitions, warm and warming; how far behind the owners' last
+        checkpoints their entries are."""
+        warm = sum(1 for c in self.copies.values() if c.warm)
+        metrics.standby_partitions.labels("warm").set(warm)
+        metrics.standby_partitions.labels("warming").set(len(self.copies) - warm)
+        behind = [cp.fired_through - c.fired for p, c in self.copies.items()
+                  if (cp := self._checkpoints.get(p)) is not None]  # fmt: skip
+        metrics.standby_behind.set(max(0, max(behind, default=0)))
 
     def _check_warm(self) -> None:
         if not self.warm and all(c.warm for c in self.copies.values()):
@@ -300,3 +290,26 @@ def _job_id(raw: str | bytes | None) -> str | None:
         return raw.decode() if isinstance(raw, bytes) else raw
     except UnicodeDecodeError:
         return None
+
+
+def move_entries(copy: StandbyCopy, limit: int) -> None:
+    """Move up to ``limit`` entries due by the newer checkpoint (``copy.moving``) to each
+    job's first slot after it, from where the last call stopped; once none is left, the
+    moved entries are deleted and the store says it is computed from that checkpoint."""
+    assert copy.moving is not None
+    through, after = copy.moving
+    state = copy.state
+    entries = state.entries(after, through + 1, -(1 << 62), limit)
+    for due, job_id in entries:
+        job = state.load(job_id)
+        slot = None if job is None else job.slot_due_after(through)
+        if job is None or slot is None:
+            state.forget(job_id, due)
+        else:
+            state.hold(job_id, slot + job.jitter, due)
+    if len(entries) >= limit:
+        copy.moving = (through, entries[-1])
+        return
+    copy.moving = None
+    copy.fired = through
+    state.flush(through, copy.next)  # the moved entries go, the meta says so

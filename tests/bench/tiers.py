@@ -102,7 +102,7 @@ def bench_tiers(base: Settings, restarts: int, jobs: int) -> None:
     row(f"{jobs:,} schedules, host lost: kill -9 + state deleted -> every probe on time (s)",
         f"{host['first']:.1f}", "<= 10",
         f"taken over by a scheduler with standby stores (warmed in {host['warm']:.0f} s, "
-        f"session timeout {SESSION_MS // 1000} s): its 6 partitions live "
+        f"session timeout {SESSION_MS // 1000} s): the 6 partitions it took over live "
         f"{host['live']:.1f} s after the kill; RSS {host['rss']:.0f} MiB; "
         f"{host_missed} slots missed")  # fmt: skip
 
