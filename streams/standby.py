@@ -67,7 +67,8 @@ READ_BATCH = 2_000  # records read per step at most (while it warms: WARM_BATCH)
 WARM_BATCH = 20_000
 MOVE_BATCH = 1_000  # entries moved per step at most
 STEP_S = 0.005  # a step stops reading after this long while partitions are live
-RETRY_S = 2.0  # after the registry refused a decode
+RETRY_S = 2.0  # after the registry refused a decode, or a broker an end offset
+ADOPT_TIMEOUT_S = 2.0  # an end offset asked for in the loop waits this long at most
 
 
 @dataclass(slots=True)
@@ -106,6 +107,7 @@ class Standby:
         self.warm = False
         self.started = time.monotonic()
         self._retry_at = 0.0
+        self._adopting: set[int] = set()  # handed over, opened by the next step
         # The owners' committed checkpoints, read by a thread (a call to the group
         # coordinator may wait seconds when a broker is away: never in the loop).
         self._checkpoints: dict[int, Checkpoint] = {}
@@ -126,12 +128,23 @@ class Standby:
 
     # -- partitions moving --------------------------------------------------------------
     def adopt(self, partition: int) -> None:
-        """Keep ``partition``'s store warm (not owned here, or no longer)."""
-        if partition in self.copies or self._stop.is_set():
-            return
-        self.consumer.incremental_assign([self._open(partition)])
+        """Keep ``partition``'s store warm (no longer owned here): opened by the next
+        ``step``, not in the group's callback (its end offset may wait for a broker)."""
+        if partition not in self.copies and not self._stop.is_set():
+            self._adopting.add(partition)
 
-    def _open(self, partition: int) -> TopicPartition:
+    def _adopt_waiting(self) -> None:
+        for partition in sorted(self._adopting):
+            try:
+                start = self._open(partition, timeout=ADOPT_TIMEOUT_S)
+            except (RuntimeError, KafkaException) as exc:  # no end offset: tried again later
+                log.warning("standby store of partition %d not opened yet: %s", partition, exc)
+                self._retry_at = time.monotonic() + RETRY_S
+                return
+            self._adopting.discard(partition)
+            self.consumer.incremental_assign([start])
+
+    def _open(self, partition: int, *, timeout: float = 120.0) -> TopicPartition:
         """Open ``partition``'s standby store; where to read the jobs partition from."""
         rebuild = self.rebuild and partition not in self.rebuilt
         self.rebuilt.add(partition)
@@ -139,7 +152,12 @@ class Standby:
         state = PartitionState.open(self.root / str(partition), self.definitions.stored_schedule,
                                     rebuild=rebuild, now_ms=now)  # fmt: skip
         meta = state.meta()
-        low, high = watermarks(self.consumer, TopicPartition(self.topic, partition))
+        try:
+            low, high = watermarks(self.consumer, TopicPartition(self.topic, partition),
+                                   timeout=timeout)  # fmt: skip
+        except (RuntimeError, KafkaException):
+            state.close()
+            raise
         start = max(low, meta.jobs_offset) if meta is not None else low
         checkpoint = self._checkpoints.get(partition)
         fired = (meta.fired_through if meta is not None else now) if checkpoint is None else (
@@ -153,6 +171,7 @@ class Standby:
 
     def release(self, partition: int) -> None:
         """``partition`` is assigned here: its store is closed (the loader opens it)."""
+        self._adopting.discard(partition)
         copy = self.copies.pop(partition, None)
         if copy is None:
             return
@@ -166,7 +185,11 @@ class Standby:
     def step(self, *, live: bool) -> None:
         """Read what the jobs topic has for the standby stores, and move the entries a
         newer checkpoint passed; ``live``: partitions are live here, so a step is short."""
-        if not self.copies or time.monotonic() < self._retry_at:
+        if time.monotonic() < self._retry_at:
+            return
+        if self._adopting:
+            self._adopt_waiting()
+        if not self.copies:
             return
         began = time.monotonic()
         batch = READ_BATCH if live or self.warm else WARM_BATCH
@@ -182,6 +205,11 @@ class Standby:
                 self._again(msgs[i:], exc)
                 return
         self._check_warm()
+        self._move_some(live, began)
+
+    def _move_some(self, live: bool, began: float) -> None:
+        """Move the entries newer checkpoints passed, a batch per partition; while
+        partitions are live here, only until the step has taken STEP_S."""
         for partition, copy in list(self.copies.items()):
             if live and time.monotonic() - began > STEP_S:
                 return
@@ -309,6 +337,9 @@ def move_entries(copy: StandbyCopy, limit: int) -> None:
             state.hold(job_id, slot + job.jitter, due)
     if len(entries) >= limit:
         copy.moving = (through, entries[-1])
+        # The owner's checkpoint covers the moved ones: they go now (a boundary shared by
+        # millions of jobs would otherwise keep them all in memory until the last batch).
+        state.drop_superseded(through)
         return
     copy.moving = None
     copy.fired = through

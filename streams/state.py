@@ -123,6 +123,17 @@ class PartitionState:
     def flush(self, fired_through: int, jobs_offset: int) -> None:
         """At a checkpoint, once the broker acknowledged everything emitted through
         ``fired_through``: delete the entries it covers, record what the store covers."""
+        batch = self._drop_superseded(fired_through)
+        meta = StateMeta(jobs_offset, fired_through, int(time.time() * 1000))
+        batch.put(META, meta.encode())
+        self.db.write(batch)  # one write: the deletes and what they are covered by
+
+    def drop_superseded(self, fired_through: int) -> None:
+        """Delete the replaced entries a checkpoint through ``fired_through`` covers,
+        without saying what the store covers (a standby store moving its entries)."""
+        self.db.write(self._drop_superseded(fired_through))
+
+    def _drop_superseded(self, fired_through: int) -> WriteBatch:
         batch, keep = WriteBatch(raw_mode=True), []
         for due, job_id in self._superseded:
             if due <= fired_through:
@@ -130,9 +141,7 @@ class PartitionState:
             else:
                 keep.append((due, job_id))
         self._superseded = keep
-        meta = StateMeta(jobs_offset, fired_through, int(time.time() * 1000))
-        batch.put(META, meta.encode())
-        self.db.write(batch)  # one write: the deletes and what they are covered by
+        return batch
 
     # -- definitions --------------------------------------------------------------------
     def put_definition(self, job_id: str, stored: StoredDefinition) -> None:

@@ -1,6 +1,6 @@
 """A standby store's entries (``streams.standby``) on a temporary RocksDB store: moved
 past a newer checkpoint of the owner to each job's first slot after it, a batch at a
-time, the moved ones deleted only once all are, and what a deleted job leaves dropped."""
+time, and what a deleted job leaves dropped."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def test_entries_passed_by_a_newer_checkpoint_move_to_the_first_slot_after_it(
     copy.state.close()
 
 
-def test_a_long_move_goes_in_batches_and_deletes_nothing_before_the_last(tmp_path: Path) -> None:
+def test_a_long_move_goes_in_batches_each_replacing_what_it_moved(tmp_path: Path) -> None:
     jobs = {f"j{i:02d}": 1_000 * (i + 1) for i in range(25)}
     copy = _copy(tmp_path, jobs, NOW)
     copy.moving = (NOW + 30_000, None)
@@ -59,13 +59,15 @@ def test_a_long_move_goes_in_batches_and_deletes_nothing_before_the_last(tmp_pat
     while copy.moving is not None:
         move_entries(copy, 10)
         calls += 1
-        if copy.moving is not None:  # not done: the old entries are all still there
-            assert min(due for due, _ in copy.state.all_entries()) <= NOW + 30_000
+        entries = copy.state.all_entries()
+        assert len(entries) == 25  # each moved entry replaced at once, none lost
+        behind = sum(due <= NOW + 30_000 for due, _ in entries)
+        assert behind == max(0, 25 - 10 * calls)
+        if copy.moving is not None:
+            meta = copy.state.meta()
+            assert meta is None  # the store says it is computed from it only at the end
     assert calls == 3
-    entries = copy.state.all_entries()
-    assert len(entries) == 25
-    assert all(due > NOW + 30_000 for due, _ in entries)
-    for due, job_id in entries:
+    for due, job_id in copy.state.all_entries():
         assert due == ((NOW + 30_000) // jobs[job_id] + 1) * jobs[job_id]
     copy.state.close()
 
