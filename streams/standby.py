@@ -40,7 +40,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from runtime import metrics
@@ -63,10 +63,11 @@ from streams.state import PartitionState
 
 log = logging.getLogger("cronstream.scheduler")
 REFRESH_S = 5.0  # how often the owners' checkpoints are read
-READ_BATCH = 2_000  # records read per step at most (while it warms: WARM_BATCH)
-WARM_BATCH = 20_000
-MOVE_BATCH = 1_000  # entries moved per step at most
-STEP_S = 0.005  # a step stops reading after this long while partitions are live
+# Per step at most, while partitions are live here (a few milliseconds: the owned
+# partitions' fires wait for the step), and while none is (warming, or owning nothing):
+READ_BATCH, WARM_BATCH = 200, 20_000  # records read
+MOVE_BATCH, WARM_MOVE_BATCH = 200, 5_000  # entries moved, per partition
+STEP_S = 0.005  # moving stops after this long while partitions are live
 RETRY_S = 2.0  # after the registry refused a decode, or a broker an end offset
 ADOPT_TIMEOUT_S = 2.0  # an end offset asked for in the loop waits this long at most
 
@@ -83,7 +84,6 @@ class StandbyCopy:
     # Moving the entries a newer checkpoint passed: (its fired_through, the last entry
     # moved), across steps.
     moving: tuple[int, tuple[int, str] | None] | None = None
-    opened: float = field(default_factory=time.monotonic)
 
 
 class Standby:
@@ -218,7 +218,7 @@ class Standby:
                     checkpoint.fired_through > copy.fired):  # fmt: skip
                 copy.moving = (checkpoint.fired_through, None)
             if copy.moving is not None:
-                move_entries(copy, MOVE_BATCH)
+                move_entries(copy, MOVE_BATCH if live else WARM_MOVE_BATCH)
 
     def _read(self, msg: ConsumedMessage) -> None:
         partition, offset = msg.partition(), msg.offset()
