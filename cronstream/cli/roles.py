@@ -159,6 +159,12 @@ def _register_worker(sub: Any) -> None:
                    default=env_int("CRONSTREAM_WORKER_CONCURRENCY", 32))  # fmt: skip
     p.add_argument("--grace", type=float, default=30.0, help="seconds to drain on SIGTERM")
     p.add_argument(
+        "--session-timeout-ms", type=int,
+        default=env_int("CRONSTREAM_WORKER_SESSION_TIMEOUT_MS", 10_000),
+        help="how long a silent worker keeps its partitions: its group's, set on the "
+        "broker at start (one value per group; the broker's bounds apply)",
+    )  # fmt: skip
+    p.add_argument(
         "--dedup-capacity", type=at_least(1000),
         default=env_int("CRONSTREAM_WORKER_DEDUP_CAPACITY", 2_000_000, minimum=1000),
         help="run ids remembered for dedup at most (~130 bytes each; the oldest go first)",
@@ -334,6 +340,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
         name=args.name,
         concurrency=args.concurrency,
         grace_s=args.grace,
+        session_timeout_ms=args.session_timeout_ms,
         dedup_capacity=args.dedup_capacity,
         http_allow=tuple(args.http_allow),
         shell_allow=tuple(args.shell_allow),
