@@ -214,8 +214,8 @@ def set_scram_password(admin: AdminClient, user: str, password: bytes, timeout: 
 def namespace_acls(settings: Settings) -> list[AclBinding]:
     """Every ACL of ``settings``' topic prefix: each role's (``_role_access``), then the
     operators' user's, which may read, write and describe every topic and group under
-    the prefix (``<prefix>.``: a prefix never reaches another that merely starts the
-    same)."""
+    the prefix, and the groups' configs (``<prefix>.``: a prefix never reaches another
+    that merely starts the same)."""
     topics = Topics(settings)
     bindings = [
         binding
@@ -223,9 +223,12 @@ def namespace_acls(settings: Settings) -> list[AclBinding]:
         for binding in _role_access(topics, access, f"User:{role_user(role)}")
     ]
     allow, prefixed = AclPermissionType.ALLOW, ResourcePatternType.PREFIXED
+    # Groups' configs too: a worker run as this user sets its group's session timeout.
     ops = {ResourceType.TOPIC: (AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE,
                                 AclOperation.DESCRIBE_CONFIGS),
-           ResourceType.GROUP: (AclOperation.READ, AclOperation.DESCRIBE)}  # fmt: skip
+           ResourceType.GROUP: (AclOperation.READ, AclOperation.DESCRIBE,
+                                AclOperation.DESCRIBE_CONFIGS,
+                                AclOperation.ALTER_CONFIGS)}  # fmt: skip
     principal = f"User:{settings.kafka_user}"
     bindings += [
         AclBinding(kind, f"{settings.topic_prefix}.", prefixed, principal, "*", op, allow)
@@ -280,9 +283,12 @@ def _role_access(topics: Topics, access: RoleAccess, principal: str) -> list[Acl
         AclBinding(ResourceType.TOPIC, name, pattern, principal, "*", op, allow)
         for name, pattern, op in sorted(wanted, key=str)
     ]
+    group_ops = [AclOperation.READ, AclOperation.DESCRIBE]
+    if access.group_configs:
+        group_ops += [AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS]
     bindings += [
         AclBinding(ResourceType.GROUP, f"{topics.prefix}.", prefixed, principal, "*", op, allow)
-        for op in (AclOperation.READ, AclOperation.DESCRIBE)
+        for op in group_ops
     ]
     return bindings
 

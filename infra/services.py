@@ -103,6 +103,7 @@ class Kafka(Service):
                     *self._replication_lines(),
                     "offsets.topic.num.partitions=12",
                     "group.initial.rebalance.delay.ms=0",
+                    *self._group_lines(),
                     "log.retention.hours=168",
                     "log.segment.bytes=268435456",
                     "message.max.bytes=4194304",
@@ -141,6 +142,23 @@ class Kafka(Service):
             f"broker.session.timeout.ms={self.settings.broker_session_ms}",
             f"broker.heartbeat.interval.ms={max(250, self.settings.broker_session_ms // 4)}",
         ]  # fmt: skip
+
+    @staticmethod
+    def _group_lines() -> list[str]:
+        """KIP-848 consumer groups (the workers', ``balance="per-topic"`` in
+        ``runtime.kafka.clients``): the broker keeps their session timeout and heartbeat
+        interval, each group's own config within these bounds (``runtime.kafka.groups``).
+        Kafka's bounds start at 45 s and 5 s: a killed worker's partitions would wait
+        45 s, whatever its ``--session-timeout-ms``, and a joining worker gets its
+        partitions a few heartbeats late. These allow what the classic protocol allows
+        (6 s, as ``group.min.session.timeout.ms``) and default to the roles' 10 s, with
+        a 1 s heartbeat."""
+        return [
+            "group.consumer.min.session.timeout.ms=6000",
+            "group.consumer.session.timeout.ms=10000",
+            "group.consumer.min.heartbeat.interval.ms=500",
+            "group.consumer.heartbeat.interval.ms=1000",
+        ]
 
     def _security_lines(self) -> list[str]:
         """Listeners (``runtime.kafka.security``): SASL_SSL/SCRAM for clients, mTLS for

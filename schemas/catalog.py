@@ -164,7 +164,9 @@ class RoleAccess:
     """What one of cronstream's processes does on Kafka, and so all the bootstrap lets
     its user (``cronstream-<role>``) do: read (and describe) ``reads``, write
     ``writes``; ``tenant_topics``: read and write every tenant's command and result
-    topics (``<prefix>.t.``). Every role may use consumer groups under the prefix."""
+    topics (``<prefix>.t.``); ``group_configs``: describe and alter the configs of the
+    groups under the prefix (a KIP-848 group's session timeout is one,
+    ``runtime.kafka.groups``). Every role may use consumer groups under the prefix."""
 
     reads: tuple[TopicSpec, ...] = ()
     writes: tuple[TopicSpec, ...] = ()
@@ -174,6 +176,7 @@ class RoleAccess:
     # The history tables in Cassandra, as its own login (cassandra_role_user):
     # "write" (SELECT and MODIFY), "read" (SELECT), "" (no login of its own).
     history: str = ""
+    group_configs: bool = False
 
 
 _RUNS = tuple(RUNS.values())
@@ -184,9 +187,11 @@ ROLES: Mapping[str, RoleAccess] = MappingProxyType({
     # it emitted ahead (--lookahead-ms) of a job paused or deleted before they were due
     "scheduler": RoleAccess(reads=(JOBS, TIMERS),
                             writes=(*_RUNS, HISTORY, DLQ, TIMERS, CONTROL)),
-    # executes runs; replays history for dedup; retries go to timers; deadline alerts
+    # executes runs; replays history for dedup; retries go to timers; deadline alerts;
+    # sets its group's session timeout (a KIP-848 group keeps it on the broker)
     "worker": RoleAccess(reads=(*_RUNS, CONTROL, HISTORY),
-                         writes=(HISTORY, TIMERS, DLQ, FLOW_EVENTS, ALERTS)),
+                         writes=(HISTORY, TIMERS, DLQ, FLOW_EVENTS, ALERTS),
+                         group_configs=True),
     # history topic -> Cassandra; undecodable records to the dead letters
     "sink": RoleAccess(reads=(HISTORY,), writes=(DLQ,), history="write"),
     # history topic -> the Parquet archive (files; undecodable records skipped, records

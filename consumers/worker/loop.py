@@ -1,6 +1,7 @@
 """The worker's loop and partition ownership: one ``Worker`` per process, a member of
 the consumer group ``<prefix>.workers`` on ``runs.high``, ``runs.normal`` and
-``runs.low`` (cooperative-sticky, manual commits). Its parts:
+``runs.low`` (KIP-848's protocol with the broker's range assignor: every worker gets its
+share of each priority's partitions, moved incrementally; manual commits). Its parts:
 
 - ``Intake`` (``intake.py``): run requests in, priority backlogs, flow control;
 - ``HistoryReplay`` and ``ControlFeed`` (``replay.py``): dedup after an assignment,
@@ -74,8 +75,10 @@ class Worker:
             "fetch.queue.backoff.ms": 20,
             "fetch.wait.max.ms": 50,
         }
+        # Per topic: each worker gets its share of every priority's partitions (with
+        # count balance one of three workers kept all of runs.normal, issue 34).
         self.member = GroupMember(
-            settings, group=config.group, name=config.name,
+            settings, group=config.group, name=config.name, balance="per-topic",
             session_timeout_ms=config.session_timeout_ms, log=log, **prefetch,
         )  # fmt: skip
         self.consumer = self.member.consumer

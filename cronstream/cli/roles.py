@@ -165,12 +165,7 @@ def _register_worker(sub: Any) -> None:
     p.add_argument("--name", default=f"worker-{socket.gethostname()}-{os.getpid()}")
     p.add_argument("--concurrency", type=at_least(1),
                    default=env_int("CRONSTREAM_WORKER_CONCURRENCY", 32))  # fmt: skip
-    p.add_argument("--grace", type=float, default=30.0, help="seconds to drain on SIGTERM")
-    p.add_argument(
-        "--dedup-capacity", type=at_least(1000),
-        default=env_int("CRONSTREAM_WORKER_DEDUP_CAPACITY", 2_000_000, minimum=1000),
-        help="run ids remembered for dedup at most (~130 bytes each; the oldest go first)",
-    )  # fmt: skip
+    _add_worker_membership(p)
     p.add_argument("--metrics-port", type=int,
                    default=env_int("CRONSTREAM_WORKER_METRICS_PORT", 0, minimum=0))  # fmt: skip
     p.add_argument(
@@ -219,6 +214,23 @@ def _register_worker(sub: Any) -> None:
     )  # fmt: skip
     _add_grant_flags(p)
     p.set_defaults(handler=cmd_worker, needs="settings")
+
+
+def _add_worker_membership(p: Any) -> None:
+    """How a worker leaves (``--grace``), how long its group waits for a silent one, and
+    what it remembers of runs its partitions' earlier owners executed."""
+    p.add_argument("--grace", type=float, default=30.0, help="seconds to drain on SIGTERM")
+    p.add_argument(
+        "--session-timeout-ms", type=int,
+        default=env_int("CRONSTREAM_WORKER_SESSION_TIMEOUT_MS", 10_000),
+        help="how long a silent worker keeps its partitions: its group's, set on the "
+        "broker at start (one value per group; the broker's bounds apply)",
+    )  # fmt: skip
+    p.add_argument(
+        "--dedup-capacity", type=at_least(1000),
+        default=env_int("CRONSTREAM_WORKER_DEDUP_CAPACITY", 2_000_000, minimum=1000),
+        help="run ids remembered for dedup at most (~130 bytes each; the oldest go first)",
+    )  # fmt: skip
 
 
 def _add_grant_flags(p: Any) -> None:
@@ -343,6 +355,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
         name=args.name,
         concurrency=args.concurrency,
         grace_s=args.grace,
+        session_timeout_ms=args.session_timeout_ms,
         dedup_capacity=args.dedup_capacity,
         http_allow=tuple(args.http_allow),
         shell_allow=tuple(args.shell_allow),

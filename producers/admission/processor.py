@@ -144,6 +144,8 @@ class AdmissionProcessor:
                                  who=f"admission {config.name}")  # fmt: skip
         self.faults = RecordFaults("admission")  # a command that makes ``decide`` raise
         refresh: dict[str, Any] = {"topic.metadata.refresh.interval.ms": 2000}
+        # Count balance (not per topic, unlike the workers): every tenant's commands topic
+        # has one partition, and range would give each one's partition 0 to one member.
         self.member = GroupMember(
             settings, group=config.group, name=config.name,
             session_timeout_ms=config.session_timeout_ms, log=log, **refresh,

@@ -9,7 +9,7 @@ produced it, or the scheduler's co-partitioning of jobs and timers breaks.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -29,6 +29,7 @@ __all__ = [
     "OFFSET_BEGINNING",
     "OFFSET_END",
     "AdminClient",
+    "Balance",
     "Consumer",
     "KafkaError",
     "KafkaException",
@@ -80,22 +81,47 @@ def kafka_consumer(settings: Settings, **overrides: Any) -> Consumer:
     return Consumer(config)
 
 
+Balance = Literal["count", "per-topic"]
+
+
 def group_consumer(
-    settings: Settings, *, group: str, name: str, session_timeout_ms: int, **overrides: Any
+    settings: Settings,
+    *,
+    group: str,
+    name: str,
+    session_timeout_ms: int,
+    balance: Balance = "count",
+    **overrides: Any,
 ) -> Consumer:
-    """A member of a cronstream processing group (scheduler, workers): cooperative-sticky
-    assignment (a membership change moves only what it must), manual commits, and a
-    session timeout that decides how fast a killed member's partitions move."""
-    return kafka_consumer(
-        settings,
-        **{
-            "group.id": group,
+    """A member of a cronstream processing group (scheduler, workers): manual commits,
+    partitions that move incrementally (a membership change moves only what it must),
+    and one of two ways to divide them.
+
+    - ``count`` (the classic protocol, cooperative-sticky): every member gets about as
+      many partitions as the others, whatever their topics; the session timeout is the
+      member's own (``session_timeout_ms``: how fast a killed member's partitions move).
+      Right for one topic, or many topics of one partition each (the admission's
+      tenants: range would give every partition 0 to one member).
+    - ``per-topic`` (KIP-848's consumer protocol, the broker's ``range`` assignor):
+      every member gets its share of each topic. Several topics of many partitions that
+      are not equally busy need it: the workers' three runs topics, where count
+      balance once gave one of three workers all 12 partitions of ``runs.normal``
+      (issue 34). The broker keeps the session timeout and heartbeat interval as the
+      group's configs (librdkafka refuses them here): ``set_group_timeouts`` sets them.
+    """
+    if balance == "per-topic":
+        membership: dict[str, Any] = {
+            "group.protocol": "consumer",
+            "group.remote.assignor": "range",
+        }
+    else:
+        membership = {
             "partition.assignment.strategy": "cooperative-sticky",
             "session.timeout.ms": session_timeout_ms,
             "heartbeat.interval.ms": max(500, session_timeout_ms // 5),
-            "client.id": name,
-            **overrides,
-        },
+        }
+    return kafka_consumer(
+        settings, **{"group.id": group, **membership, "client.id": name, **overrides}
     )
 
 

@@ -15,7 +15,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from runtime.kafka.clients import consume_ready, group_consumer
+from runtime.kafka.clients import Balance, consume_ready, group_consumer
+from runtime.kafka.groups import set_group_timeouts
 from runtime.kafka.offsets import is_transient, partition_names
 from runtime.kafka.records import ConsumedMessage
 from runtime.settings import Settings
@@ -58,8 +59,11 @@ def commit(
 class GroupMember:
     """One process's membership of a consumer group.
 
-    **Joining.** ``group_consumer`` settings (cooperative-sticky assignment, manual
-    commits, the role's session timeout); ``instance_id`` makes the membership static
+    **Joining.** ``group_consumer`` settings (manual commits, the role's session
+    timeout, partitions divided by ``balance``: ``count``, cooperative-sticky on the
+    classic protocol, or ``per-topic``, the broker's range assignor on KIP-848's: then
+    the member first sets its group's session timeout on the broker,
+    ``runtime.kafka.groups``); ``instance_id`` makes the membership static
     (``group.instance.id``: a process started again under the same id gets its
     partitions back at once, not after the session timeout).
 
@@ -105,12 +109,15 @@ class GroupMember:
         session_timeout_ms: int,
         log: logging.Logger,
         instance_id: str | None = None,
+        balance: Balance = "count",
         **overrides: Any,
     ) -> None:
         static = {"group.instance.id": instance_id} if instance_id else {}
+        if balance == "per-topic":
+            set_group_timeouts(settings, group, session_timeout_ms, log=log)
         self.consumer: Consumer = group_consumer(
             settings, group=group, name=name, session_timeout_ms=session_timeout_ms,
-            **static, **overrides,
+            balance=balance, **static, **overrides,
         )  # fmt: skip
         self.log = log
         self.assigned: AssignHook = _nothing

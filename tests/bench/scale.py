@@ -1,15 +1,17 @@
 """Horizontal scale, simulated on one box: the same demand (``demand`` no-op runs per
 second: every-second jobs spread by jitter) through 1 scheduler + 1 worker, then through
 ``wide`` schedulers + ``wide`` workers on the same 12 partitions. Per process: CPU
-seconds per second over a 15 s window and the partitions it owns; in all: runs
-requested and SUCCEEDED per second. The prediction: each role's CPU divides among its
-processes (each about 1/``wide`` of the single one's) while the total stays the demand.
+seconds per second over a 15 s window and the partitions it owns (a worker's: of each
+runs topic); in all: runs requested and SUCCEEDED per second. The prediction: each
+role's CPU divides among its processes (each about 1/``wide`` of the single one's) while
+the total stays the demand.
 
 Run twice: every job at normal priority, then a third at each priority. The workers
-share ``runs.high``, ``runs.normal`` and ``runs.low`` in one consumer group, and the
-cooperative-sticky assignor balances the count of partitions per member, not per topic:
-members that join one after the other can end with one holding all of ``runs.normal``
-(found by this simulation)."""
+share ``runs.high``, ``runs.normal`` and ``runs.low`` in one consumer group with the
+broker's range assignor (KIP-848), so each gets 12/``wide`` partitions of every topic
+and one priority alone divides too. With the cooperative-sticky assignor they had
+before (count balance, not per topic) one worker kept all of ``runs.normal`` and the
+others idled with every job at normal priority (found by this simulation, issue 34)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import re
 import statistics
 import time
 from dataclasses import replace
+from typing import Any
 
 from runtime.settings import Settings
 from schemas.catalog import Topics
@@ -30,7 +33,7 @@ PRIORITIES = tuple(Priority)
 WINDOW_S = 15.0
 
 
-def _measure(settings: Settings, count: int) -> dict[str, list[float]]:
+def _measure(settings: Settings, count: int) -> dict[str, list[Any]]:
     """``count`` schedulers and ``count`` workers: CPU s/s of each, runs/s in all."""
     pipeline = Pipeline(settings, count, 64, schedulers=count)
     schedulers, workers = pipeline.schedulers, pipeline.workers
@@ -42,6 +45,8 @@ def _measure(settings: Settings, count: int) -> dict[str, list[float]]:
         time.sleep(WINDOW_S)
         cpu1, t1 = [cpu_s(p.proc.pid) for p in procs], time.time()
         owned = [_owned(s.log()) for s in schedulers]
+        runs = [Topics(settings).runs(p) for p in PRIORITIES]
+        shares = [_shares(w.log(), runs) for w in workers]
     finally:
         pipeline.stop()
     used = [(b - a) / (t1 - t0) for a, b in zip(cpu0, cpu1, strict=True)]
@@ -51,7 +56,8 @@ def _measure(settings: Settings, count: int) -> dict[str, list[float]]:
                if r.headers.get("status") == "SUCCEEDED"
                and t0 * 1000 <= r.timestamp_ms < t1 * 1000)  # fmt: skip
     return {"scheduler": used[:count], "worker": used[count:], "owned": owned,
-            "requested": [requested / (t1 - t0)], "done": [done / (t1 - t0)]}  # fmt: skip
+            "shares": shares, "requested": [requested / (t1 - t0)],
+            "done": [done / (t1 - t0)]}  # fmt: skip
 
 
 def _owned(log: str) -> float:
@@ -59,6 +65,19 @@ def _owned(log: str) -> float:
     assigned = len(re.findall(r"partition \d+ assigned", log))
     handed = sum(len(m.split(",")) for m in re.findall(r"partitions \[([\d, ]+)\] handed", log))
     return float(assigned - handed)
+
+
+OWNED = re.compile(r"\b(assigned|revoked|partitions lost:) (.*)$", re.MULTILINE)
+
+
+def _shares(log: str, topics: list[str]) -> str:
+    """A worker's partitions of each of ``topics`` at the end of its log (assigned minus
+    revoked), as ``high/normal/low`` counts."""
+    have: set[str] = set()
+    for verb, names in OWNED.findall(log):
+        parts = set(names.split(", "))
+        have = have | parts if verb == "assigned" else have - parts
+    return "/".join(str(sum(1 for n in have if n.rsplit("/", 1)[0] == t)) for t in topics)
 
 
 def bench_scale(
@@ -69,7 +88,7 @@ def bench_scale(
 
 
 def _bench_scale(base: Settings, runs: int, demand: int, wide: int, *, spread: bool) -> None:
-    results: dict[int, list[dict[str, list[float]]]] = {1: [], wide: []}
+    results: dict[int, list[dict[str, list[Any]]]] = {1: [], wide: []}
     label = "3 priorities" if spread else "normal priority"
     print(f"  {label}", flush=True)
 
@@ -85,21 +104,25 @@ def _bench_scale(base: Settings, runs: int, demand: int, wide: int, *, spread: b
             last = results[count][-1]
             print(f"    {count} + {count}: scheduler CPU {[round(c, 2) for c in last['scheduler']]}"
                   f", worker CPU {[round(c, 2) for c in last['worker']]}, owned "
-                  f"{last['owned']}, requested {last['requested'][0]:.0f}/s, succeeded "
+                  f"{last['owned']}, runs partitions per worker (high/normal/low) "
+                  f"{last['shares']}, requested {last['requested'][0]:.0f}/s, succeeded "
                   f"{last['done'][0]:.0f}/s", flush=True)  # fmt: skip
-    single, spread = results[1], results[wide]
+    single, several = results[1], results[wide]
     for role in ("scheduler", "worker"):
         one = statistics.median(r[role][0] for r in single)
-        each = statistics.median(c for r in spread for c in r[role])
-        total = statistics.median(sum(r[role]) for r in spread)
-        spread_of = [[round(c, 2) for c in r[role]] for r in spread]
+        each = statistics.median(c for r in several for c in r[role])
+        total = statistics.median(sum(r[role]) for r in several)
+        spread_of = [[round(c, 2) for c in r[role]] for r in several]
         row(f"scale ({label}): {role} CPU s/s, 1 process / each of {wide} (sum)",
             f"{one:.2f} / {each:.2f} ({total:.2f})", f"each ~{one / wide:.2f}",
             f"demand {demand:,} runs/s; 12 partitions; per process {spread_of}")  # fmt: skip
     for key, what in (("requested", "run requests/s"), ("done", "SUCCEEDED/s")):
         row(f"scale ({label}): {what}, 1+1 / {wide}+{wide}",
             f"{statistics.median(r[key][0] for r in single):,.0f} / "
-            f"{statistics.median(r[key][0] for r in spread):,.0f}", f"{demand:,}")  # fmt: skip
-    owned = [o for r in spread for o in r["owned"]]
+            f"{statistics.median(r[key][0] for r in several):,.0f}", f"{demand:,}")  # fmt: skip
+    shares = [r["shares"] for r in several]
+    row(f"scale ({label}): runs partitions per worker (high/normal/low), {wide} processes",
+        str(shares), f"{12 // wide} of each")  # fmt: skip
+    owned = [o for r in several for o in r["owned"]]
     row(f"scale ({label}): jobs partitions per scheduler, {wide} processes", str(sorted(owned)),
         f"12 / {wide}")  # fmt: skip

@@ -60,3 +60,10 @@ def test_the_flows_coordinator_reaches_its_own_topics_and_writes_no_definition()
     # the worker starts flow runs and reports node outcomes; it reads no flow event
     assert ("TOPIC", "acme.flows.events", "LITERAL", "WRITE") in _grants("worker")
     assert ("TOPIC", "acme.flows.events", "LITERAL", "READ") not in _grants("worker")
+
+
+def test_only_the_worker_alters_its_groups_configs() -> None:
+    """A KIP-848 group keeps its session timeout on the broker (runtime.kafka.groups):
+    the worker sets its group's at start."""
+    alters = {r for r in ROLES if ("GROUP", "acme.", "PREFIXED", "ALTER_CONFIGS") in _grants(r)}
+    assert alters == {"worker"}

@@ -1,0 +1,106 @@
+"""Workers dividing the runs topics (issue 34): each worker of a group gets its share of
+every priority's partitions, so that with every job at one priority a second and a
+third worker take work; and no run is lost or executed twice while they join."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from producers.client import JobClient
+from runtime.settings import Settings
+from schemas.catalog import Topics
+from schemas.definition import job_from_spec
+from schemas.events import Priority, RunOutcome
+from schemas.ids import partition_for
+from tests.integration.helpers import CronstreamProcess, Target, decoded
+
+pytestmark = pytest.mark.integration
+
+OWNED = re.compile(r"\b(assigned|revoked|partitions lost:) (.*)$", re.MULTILINE)
+
+
+def owned(proc: CronstreamProcess) -> set[tuple[str, int]]:
+    """The partitions a worker owns now, as its log tells (assigned minus revoked)."""
+    have: set[tuple[str, int]] = set()
+    for verb, names in OWNED.findall(proc.log()):
+        parts = {(t, int(p)) for t, p in (n.rsplit("/", 1) for n in names.split(", "))}
+        have = have | parts if verb == "assigned" else have - parts
+    return have
+
+
+def spread_jobs(partitions: int, per_partition: int) -> list[str]:
+    """Job ids whose runs land ``per_partition`` on each partition (a job's runs go to
+    the partition of its id)."""
+    jobs: dict[int, list[str]] = {p: [] for p in range(partitions)}
+    i = 0
+    while any(len(ids) < per_partition for ids in jobs.values()):
+        job_id = f"j{i}"
+        home = jobs[partition_for(job_id, partitions)]
+        if len(home) < per_partition:
+            home.append(job_id)
+        i += 1
+    return [job_id for ids in jobs.values() for job_id in ids]
+
+
+def trigger_all(client: JobClient, jobs: list[str], keys: list[str]) -> list[str]:
+    return [run.run_id for job in jobs for run in client.trigger_many(job, keys)]
+
+
+def wait_shares(workers: list[CronstreamProcess], topic: str, each: int, timeout: float) -> float:
+    """Seconds until every worker owns ``each`` partitions of ``topic``."""
+    began = time.monotonic()
+    while True:
+        shares = [len({tp for tp in owned(w) if tp[0] == topic}) for w in workers]
+        if shares == [each] * len(workers):
+            return time.monotonic() - began
+        if time.monotonic() - began > timeout:
+            raise AssertionError(f"{topic} shares never became {each} each: {shares}")
+        time.sleep(0.2)
+
+
+def test_three_workers_share_one_priority_and_run_everything_once(
+    ns: Settings, tmp_path: Path, target: Target, procs: list[CronstreamProcess]
+) -> None:
+    topics = Topics(ns)
+    normal = topics.runs(Priority.NORMAL)
+    partitions = topics.partitions(topics.spec(normal))  # type: ignore[arg-type]
+    jobs = spread_jobs(partitions, 2)
+    target.slow_s = 0.1
+    with JobClient(ns) as client:
+        for job in jobs:
+            client.put(job_from_spec({"id": job, "target": "http", "url": f"{target.url}/slow"},
+                                     max_payload_bytes=65536))  # fmt: skip
+
+        def worker(name: str) -> CronstreamProcess:
+            proc = CronstreamProcess(ns, tmp_path, name, "--http-allow", "127.0.0.0/8",
+                                     "--concurrency", "4", command="worker")  # fmt: skip
+            procs.append(proc)
+            return proc
+
+        a = worker("a")
+        a.wait_live(1, text="assigned")
+        # Runs a alone cannot finish before the others join: partitions move with runs
+        # executing, held in the backlog and not yet fetched.
+        first = trigger_all(client, jobs, [f"x{i}" for i in range(20)])
+        b, c = worker("b"), worker("c")
+        took = wait_shares([a, b, c], normal, partitions // 3, timeout=90)
+        second = trigger_all(client, jobs, [f"y{i}" for i in range(12)])
+    runs = first + second
+    deadline = time.monotonic() + 120
+    while not set(runs) <= set(target.keys("/slow")):
+        assert time.monotonic() < deadline, f"{len(set(target.keys('/slow')))} of {len(runs)} ran"
+        time.sleep(0.5)
+    for proc in (a, b, c):
+        proc.stop()
+    executed = target.keys("/slow")
+    assert max(executed.values()) == 1, [k for k, n in executed.items() if n > 1]
+    by = Counter(o.worker for o in decoded(ns, topics.history, RunOutcome)
+                 if o.run_id in set(second) and o.status.value == "SUCCEEDED")  # fmt: skip
+    print(f"\n{normal} shared 4/4/4 {took:.1f} s after two workers joined; the second "
+          f"{len(second)} runs executed by {dict(by)}; {len(runs)} runs, each once")  # fmt: skip
+    assert set(by) == {"a", "b", "c"}, by
