@@ -134,17 +134,10 @@ partitions_total = Gauge(
     registry=REGISTRY,
 )
 standby_partitions = Gauge(
-    "cronstream_scheduler_standby_partitions",
-    "Jobs partitions this scheduler keeps a standby store of, by state (warm: read to the "
-    "end the jobs topic had when it was opened; warming)",
-    ["state"],
-    registry=REGISTRY,
+    "cronstream_scheduler_standby_partitions", "Standby stores", ["state"], registry=REGISTRY
 )
 standby_behind = Gauge(
-    "cronstream_scheduler_standby_behind_ms",
-    "How far the oldest standby store's entries are behind its owner's last checkpoint "
-    "(ms; a takeover from it loads what came due in between at once)",
-    registry=REGISTRY,
+    "cronstream_scheduler_standby_behind_ms", "Standby entries behind (ms)", registry=REGISTRY
 )
 timers_pending = Gauge(
     "cronstream_scheduler_timers_pending",
