@@ -28,7 +28,7 @@ from streams.core.partition import PartitionScheduler
 from streams.core.rates import TenantRates
 from streams.definitions import Definitions
 from streams.owned import Owned
-from streams.state import PartitionState, StoredDefinition, open_partition
+from streams.state import PartitionState, StoredDefinition, open_partition, resume_point
 
 log = logging.getLogger("cronstream.scheduler")
 # Definitions settled per loop iteration while a partition loads (a few tens of
@@ -109,11 +109,15 @@ class Loader:
         self.rebuilt: set[int] = set()  # partitions whose store --rebuild-index rebuilt
 
     def open_state(
-        self, partition: int, checkpoint: Checkpoint | None, low: int
-    ) -> tuple[PartitionState | None, int, int | None]:
-        """With ``--state-dir``: ``streams.state.open_partition``."""
+        self, partition: int, checkpoint: Checkpoint | None, low: int,
+        standby: PartitionState | None = None,
+    ) -> tuple[PartitionState | None, int, int | None]:  # fmt: skip
+        """With ``--state-dir``: ``streams.state.open_partition``; or the partition's
+        standby store, already open (``streams.standby``)."""
         if self.config.state_dir is None:
             return None, low, None
+        if standby is not None:
+            return standby, *resume_point(standby.meta(), checkpoint, low)
         rebuild = self.config.rebuild_index and partition not in self.rebuilt
         self.rebuilt.add(partition)
         return open_partition(

@@ -65,9 +65,8 @@ class Ownership:
             checkpoint = self._take_back(tp, Checkpoint.from_metadata(tp.metadata))
             check_zone_database(tp.partition, checkpoint)
             low, high = watermarks(consumer, tp)
-            if self.standby is not None:
-                self.standby.release(tp.partition)
-            state, start, fallback = loader.open_state(tp.partition, checkpoint, low)
+            standby = self.standby.release(tp.partition) if self.standby is not None else None
+            state, start, fallback = loader.open_state(tp.partition, checkpoint, low, standby)
             owned = self.owned[tp.partition] = loader.load(
                 tp.partition, checkpoint, load_end=high, jobs_next=start, state=state,
                 fired_through=fallback,
@@ -106,9 +105,10 @@ class Ownership:
         healthy = self.checkpointer.healthy
         for owned in gone:
             if owned.state is not None:
-                owned.state.close()
                 if self.standby is not None and not self.closing:
-                    self.standby.adopt(owned.partition)
+                    self.standby.adopt(owned.partition, owned.state)  # kept open
+                else:
+                    owned.state.close()
             snapshot = owned.snapshot()
             if not owned.loading and healthy and snapshot != owned.base:
                 self._retained[owned.partition] = (owned.base, snapshot)

@@ -107,7 +107,7 @@ class Standby:
         self.warm = False
         self.started = time.monotonic()
         self._retry_at = 0.0
-        self._adopting: set[int] = set()  # handed over, opened by the next step
+        self._adopting: dict[int, PartitionState] = {}  # handed over, read from next step
         # The owners' committed checkpoints, read by a thread (a call to the group
         # coordinator may wait seconds when a broker is away: never in the loop).
         self._checkpoints: dict[int, Checkpoint] = {}
@@ -119,7 +119,7 @@ class Standby:
         """Open a standby store for every jobs partition not in ``owned`` (its entries
         computed from the owners' checkpoints as they are now)."""
         self._fetch_checkpoints()
-        starts = [self._open(p) for p in range(self.partitions) if p not in owned]
+        starts = [self._open(p, None) for p in range(self.partitions) if p not in owned]
         # Assigned together: a partition fetching holds the broker connection for up to
         # fetch.wait.max.ms, and the next one's end offset waited behind it (0.5 s each).
         self.consumer.incremental_assign(starts)
@@ -127,36 +127,43 @@ class Standby:
         self._check_warm()
 
     # -- partitions moving --------------------------------------------------------------
-    def adopt(self, partition: int) -> None:
-        """Keep ``partition``'s store warm (no longer owned here): opened by the next
-        ``step``, not in the group's callback (its end offset may wait for a broker)."""
-        if partition not in self.copies and not self._stop.is_set():
-            self._adopting.add(partition)
+    def adopt(self, partition: int, state: PartitionState) -> None:
+        """Keep ``partition``'s store warm (handed over by this process: ``state``, its
+        store as the owner left it, still open): read from the next ``step``, not in the
+        group's callback (its end offset may wait for a broker)."""
+        if partition not in self.copies:
+            self._adopting[partition] = state
 
     def _adopt_waiting(self) -> None:
-        for partition in sorted(self._adopting):
+        for partition, state in sorted(self._adopting.items()):
             try:
-                start = self._open(partition, timeout=ADOPT_TIMEOUT_S)
+                start = self._open(partition, state, timeout=ADOPT_TIMEOUT_S)
             except (RuntimeError, KafkaException) as exc:  # no end offset: tried again later
                 log.warning("standby store of partition %d not opened yet: %s", partition, exc)
                 self._retry_at = time.monotonic() + RETRY_S
                 return
-            self._adopting.discard(partition)
+            del self._adopting[partition]
             self.consumer.incremental_assign([start])
 
-    def _open(self, partition: int, *, timeout: float = 120.0) -> TopicPartition:
-        """Open ``partition``'s standby store; where to read the jobs partition from."""
-        rebuild = self.rebuild and partition not in self.rebuilt
-        self.rebuilt.add(partition)
+    def _open(
+        self, partition: int, state: PartitionState | None, *, timeout: float = 120.0
+    ) -> TopicPartition:
+        """Open ``partition``'s standby store (or take ``state``, open already); where to
+        read the jobs partition from."""
         now = self.now_ms()
-        state = PartitionState.open(self.root / str(partition), self.definitions.stored_schedule,
-                                    rebuild=rebuild, now_ms=now)  # fmt: skip
+        if state is None:
+            rebuild = self.rebuild and partition not in self.rebuilt
+            self.rebuilt.add(partition)
+            state = PartitionState.open(self.root / str(partition),
+                                        self.definitions.stored_schedule, rebuild=rebuild,
+                                        now_ms=now)  # fmt: skip
         meta = state.meta()
         try:
             low, high = watermarks(self.consumer, TopicPartition(self.topic, partition),
                                    timeout=timeout)  # fmt: skip
         except (RuntimeError, KafkaException):
-            state.close()
+            if partition not in self._adopting:
+                state.close()
             raise
         start = max(low, meta.jobs_offset) if meta is not None else low
         checkpoint = self._checkpoints.get(partition)
@@ -169,17 +176,20 @@ class Standby:
                  max(0, high - start))  # fmt: skip
         return TopicPartition(self.topic, partition, start if start > low else OFFSET_BEGINNING)
 
-    def release(self, partition: int) -> None:
-        """``partition`` is assigned here: its store is closed (the loader opens it)."""
-        self._adopting.discard(partition)
+    def release(self, partition: int) -> PartitionState | None:
+        """``partition`` is assigned here: its standby store, still open, for the loader
+        (None: it has none)."""
+        adopting = self._adopting.pop(partition, None)
+        if adopting is not None:  # handed over and back before the standby read it
+            return adopting
         copy = self.copies.pop(partition, None)
         if copy is None:
-            return
+            return None
         self.consumer.incremental_unassign([TopicPartition(self.topic, partition)])
         copy.state.flush(copy.fired, copy.next)
-        copy.state.close()
         log.info("partition %d taken over from its standby store (read to offset %d%s)",
                  partition, copy.next, "" if copy.warm else ", not warm yet")  # fmt: skip
+        return copy.state
 
     # -- the loop ------------------------------------------------------------------------
     def step(self, *, live: bool) -> None:
@@ -309,7 +319,10 @@ class Standby:
         for copy in self.copies.values():
             copy.state.flush(copy.fired, copy.next)
             copy.state.close()
+        for state in self._adopting.values():
+            state.close()
         self.copies.clear()
+        self._adopting.clear()
         self.consumer.close()
 
 
