@@ -14,7 +14,7 @@ from typing import Any
 
 from runtime.kafka.clients import Consumer
 from runtime.kafka.member import GroupMember
-from runtime.kafka.records import ConsumedMessage, is_record
+from runtime.kafka.records import ConsumedMessage, is_record, text_key
 from runtime.kafka.stall import Backoff, Held
 from schemas.errors import DecodeError, RegistryUnavailable
 from schemas.events import TimerReason, TimerRequest, to_ms
@@ -147,11 +147,7 @@ class Intake:
         )
 
     def _key(self, msg: ConsumedMessage) -> str | None:
-        raw = msg.key()
-        try:
-            if raw:
-                return raw.decode() if isinstance(raw, bytes) else str(raw)
-        except UnicodeDecodeError:
-            pass
-        self.applier.refuse(msg, "record key is not a UTF-8 job id")
-        return None
+        key = text_key(msg.key())
+        if key is None:
+            self.applier.refuse(msg, "record key is not a UTF-8 job id")
+        return key

@@ -28,7 +28,7 @@ from streams.core.partition import PartitionScheduler
 from streams.core.rates import TenantRates
 from streams.definitions import Definitions
 from streams.owned import Owned
-from streams.state import PartitionState, StoredDefinition, open_partition, resume_point
+from streams.state import PartitionState, StoredDefinition, Stores, resume_point
 
 log = logging.getLogger("cronstream.scheduler")
 # Definitions settled per loop iteration while a partition loads (a few tens of
@@ -106,25 +106,23 @@ class Loader:
         self.now_ms = now_ms
         self.on_live: Callable[[], None] = lambda: None  # a partition went live
         self.collector = Collector()
-        self.rebuilt: set[int] = set()  # partitions whose store --rebuild-index rebuilt
+        self.stores = (
+            Stores(Path(config.state_dir) / jobs_topic, definitions.stored_schedule,
+                   rebuild=config.rebuild_index)
+            if config.state_dir is not None else None
+        )  # fmt: skip
 
     def open_state(
         self, partition: int, checkpoint: Checkpoint | None, low: int,
         standby: PartitionState | None = None,
     ) -> tuple[PartitionState | None, int, int | None]:  # fmt: skip
-        """With ``--state-dir``: ``streams.state.open_partition``; or the partition's
-        standby store, already open (``streams.standby``)."""
-        if self.config.state_dir is None:
+        """With ``--state-dir``: the partition's store (its standby store, already open,
+        ``streams.standby``, or opened now), the jobs offset to read definitions from and
+        the store's fired-through point (``streams.state.resume_point``)."""
+        if self.stores is None:
             return None, low, None
-        if standby is not None:
-            return standby, *resume_point(standby.meta(), checkpoint, low)
-        rebuild = self.config.rebuild_index and partition not in self.rebuilt
-        self.rebuilt.add(partition)
-        return open_partition(
-            Path(self.config.state_dir) / self.jobs_topic / str(partition),
-            self.definitions.stored_schedule, rebuild=rebuild, now_ms=self.now_ms(),
-            checkpoint=checkpoint, low=low,
-        )  # fmt: skip
+        state = standby or self.stores.open(partition, self.now_ms())
+        return state, *resume_point(state.meta(), checkpoint, low)
 
     def load(
         self, partition: int, checkpoint: Checkpoint | None, *, load_end: int, jobs_next: int,

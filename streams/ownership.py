@@ -46,9 +46,8 @@ class Ownership:
         # when the same partition comes back with the checkpoint it had (``_take_back``).
         self._retained: dict[int, tuple[Checkpoint | None, Checkpoint]] = {}
         # Standby stores (``streams.standby``): a partition assigned is taken from its
-        # standby store; one handed over gets one again (unless the process stops).
+        # standby store; one handed over becomes one again.
         self.standby: Standby | None = None
-        self.closing = False
 
     def live(self) -> list[Owned]:
         return [o for o in self.owned.values() if not o.loading]
@@ -104,11 +103,10 @@ class Ownership:
         gone = [self.owned.pop(tp.partition) for tp in partitions if tp.partition in self.owned]
         healthy = self.checkpointer.healthy
         for owned in gone:
-            if owned.state is not None:
-                if self.standby is not None and not self.closing:
-                    self.standby.adopt(owned.partition, owned.state)  # kept open
-                else:
-                    owned.state.close()
+            if owned.state is not None and self.standby is not None:
+                self.standby.adopt(owned.partition, owned.state)  # kept open
+            elif owned.state is not None:
+                owned.state.close()
             snapshot = owned.snapshot()
             if not owned.loading and healthy and snapshot != owned.base:
                 self._retained[owned.partition] = (owned.base, snapshot)

@@ -121,11 +121,10 @@ class Processor:
         log.info("zone database: tzdata %s", TZDATA_VERSION)
         self.joined = False
         self.standby: Standby | None = None
-        if config.state_dir is not None and config.standby:
+        if self.loader.stores is not None and config.standby:
             self.standby = self.ownership.standby = Standby(
-                settings, config, definitions=definitions, jobs_topic=topics.jobs,
-                partitions=topics.partitions(JOBS), rebuilt=self.loader.rebuilt,
-                now_ms=self._now_ms,
+                settings, config, definitions=definitions, stores=self.loader.stores,
+                partitions=topics.partitions(JOBS), now_ms=self._now_ms,
             )  # fmt: skip
             self.standby.start(owned=set())
         self._join()
@@ -201,12 +200,11 @@ class Processor:
         try:
             self.checkpointer.checkpoint(self.ownership.live(), wait=HANDOVER_ACK_WAIT_S)
         finally:
-            self.ownership.closing = True  # what is handed over gets no standby store
+            if self.standby is not None:
+                self.standby.close()  # first: what is handed over next is just closed
             self.member.close()  # runs Ownership.revoking for what is still owned
             self.timers.close()
             self.publisher.close()
-            if self.standby is not None:
-                self.standby.close()
 
     def _now_ms(self) -> int:
         return int(self.clock() * 1000)

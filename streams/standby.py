@@ -16,10 +16,10 @@ store found on its disk applies unchanged when the partition is assigned here:
   fire of the owner), and the old one is deleted once the new one is written;
 - **meta**: the jobs offset read to, and the checkpoint the entries are computed from.
 
-When the group assigns the partition here, the standby store is closed and the
-``Loader`` opens it as its own: the jobs partition is read from the lower of the store's
-and the checkpoint's offsets, and each job is loaded when its entry comes near. When the
-partition goes to another process, the store becomes a standby store again.
+When the group assigns the partition here, the standby store passes, open, to the
+``Loader`` as its own: the jobs partition is read from the lower of the store's and the
+checkpoint's offsets, and each job is loaded when its entry comes near. When the
+partition goes to another process, the store (still open) becomes a standby store again.
 
 **Joining when warm.** A process with standby stores joins the scheduler group only once
 they are warm (read to the end the jobs topic had when they were opened): a process on a
@@ -41,7 +41,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from runtime import metrics
 from runtime.kafka.clients import (
@@ -52,14 +51,14 @@ from runtime.kafka.clients import (
     kafka_consumer,
 )
 from runtime.kafka.offsets import watermarks
-from runtime.kafka.records import ConsumedMessage, is_record
+from runtime.kafka.records import ConsumedMessage, is_record, text_key
 from runtime.settings import Settings
 from schemas.errors import CronError, DecodeError, RegistryUnavailable, ZoneError
 from streams.applying import store
 from streams.checkpoint import Checkpoint
 from streams.config import ProcessorConfig
 from streams.definitions import Definitions
-from streams.state import PartitionState
+from streams.state import PartitionState, Stores
 
 log = logging.getLogger("cronstream.scheduler")
 REFRESH_S = 5.0  # how often the owners' checkpoints are read
@@ -68,6 +67,7 @@ REFRESH_S = 5.0  # how often the owners' checkpoints are read
 READ_BATCH, WARM_BATCH = 200, 20_000  # records read
 MOVE_BATCH, WARM_MOVE_BATCH = 200, 5_000  # entries moved, per partition
 STEP_S = 0.005  # moving stops after this long while partitions are live
+STEP_EVERY_S = 0.01  # and steps come at most this often (not every turn of a busy loop)
 RETRY_S = 2.0  # after the registry refused a decode, or a broker an end offset
 ADOPT_TIMEOUT_S = 2.0  # an end offset asked for in the loop waits this long at most
 
@@ -89,24 +89,21 @@ class StandbyCopy:
 class Standby:
     def __init__(
         self, settings: Settings, config: ProcessorConfig, *, definitions: Definitions,
-        jobs_topic: str, partitions: int, rebuilt: set[int], now_ms: Callable[[], int],
+        stores: Stores, partitions: int, now_ms: Callable[[], int],
     ) -> None:  # fmt: skip
-        assert config.state_dir is not None
         self.consumer = kafka_consumer(settings, **{
             "group.id": config.group,  # only to read the owners' checkpoints: never joins
             "client.id": f"{config.name}.standby", "enable.partition.eof": True,
         })  # fmt: skip
-        self.root = Path(config.state_dir) / jobs_topic
-        self.topic = jobs_topic
+        self.stores = stores  # the loader's
+        self.topic = stores.root.name  # the jobs topic (DIR/<jobs topic>)
         self.partitions = partitions
         self.definitions = definitions
-        self.rebuild = config.rebuild_index
-        self.rebuilt = rebuilt  # the loader's: a store is rebuilt once per process
         self.now_ms = now_ms
         self.copies: dict[int, StandbyCopy] = {}
         self.warm = False
         self.started = time.monotonic()
-        self._retry_at = 0.0
+        self._next_step = 0.0  # live: a step at most every STEP_EVERY_S; or a retry
         self._adopting: dict[int, PartitionState] = {}  # handed over, read from next step
         # The owners' committed checkpoints, read by a thread (a call to the group
         # coordinator may wait seconds when a broker is away: never in the loop).
@@ -131,7 +128,9 @@ class Standby:
         """Keep ``partition``'s store warm (handed over by this process: ``state``, its
         store as the owner left it, still open): read from the next ``step``, not in the
         group's callback (its end offset may wait for a broker)."""
-        if partition not in self.copies:
+        if self._stop.is_set():  # the process stops: nothing to keep warm
+            state.close()
+        elif partition not in self.copies:
             self._adopting[partition] = state
 
     def _adopt_waiting(self) -> None:
@@ -140,7 +139,7 @@ class Standby:
                 start = self._open(partition, state, timeout=ADOPT_TIMEOUT_S)
             except (RuntimeError, KafkaException) as exc:  # no end offset: tried again later
                 log.warning("standby store of partition %d not opened yet: %s", partition, exc)
-                self._retry_at = time.monotonic() + RETRY_S
+                self._next_step = time.monotonic() + RETRY_S
                 return
             del self._adopting[partition]
             self.consumer.incremental_assign([start])
@@ -150,13 +149,8 @@ class Standby:
     ) -> TopicPartition:
         """Open ``partition``'s standby store (or take ``state``, open already); where to
         read the jobs partition from."""
-        now = self.now_ms()
         if state is None:
-            rebuild = self.rebuild and partition not in self.rebuilt
-            self.rebuilt.add(partition)
-            state = PartitionState.open(self.root / str(partition),
-                                        self.definitions.stored_schedule, rebuild=rebuild,
-                                        now_ms=now)  # fmt: skip
+            state = self.stores.open(partition, self.now_ms())
         meta = state.meta()
         try:
             low, high = watermarks(self.consumer, TopicPartition(self.topic, partition),
@@ -166,11 +160,11 @@ class Standby:
                 state.close()
             raise
         start = max(low, meta.jobs_offset) if meta is not None else low
+        # Entries are slots after the lower of the store's point and the owner's last
+        # checkpoint (now, for a partition with neither).
         checkpoint = self._checkpoints.get(partition)
-        fired = (meta.fired_through if meta is not None else now) if checkpoint is None else (
-            checkpoint.fired_through)  # fmt: skip
-        if meta is not None and checkpoint is not None:
-            fired = min(fired, meta.fired_through)  # its entries are computed from that
+        points = [p.fired_through for p in (meta, checkpoint) if p is not None]
+        fired = min(points, default=self.now_ms())
         self.copies[partition] = StandbyCopy(state, start, high, fired, warm=start >= high)
         log.info("standby store of partition %d: reading %d definitions", partition,
                  max(0, high - start))  # fmt: skip
@@ -195,13 +189,15 @@ class Standby:
     def step(self, *, live: bool) -> None:
         """Read what the jobs topic has for the standby stores, and move the entries a
         newer checkpoint passed; ``live``: partitions are live here, so a step is short."""
-        if time.monotonic() < self._retry_at:
+        began = time.monotonic()
+        if began < self._next_step:
             return
+        if live:
+            self._next_step = began + STEP_EVERY_S
         if self._adopting:
             self._adopt_waiting()
         if not self.copies:
             return
-        began = time.monotonic()
         batch = READ_BATCH if live or self.warm else WARM_BATCH
         try:
             msgs = self.consumer.consume(num_messages=batch, timeout=0 if live else 0.05)
@@ -242,7 +238,7 @@ class Standby:
             return
         if offset is None:
             return
-        key = _job_id(msg.key())
+        key = text_key(msg.key())
         value = msg.value()
         if key:  # a record the owner refuses (no key) changes nothing
             self._hold(copy, key, value)  # RegistryUnavailable: read again later
@@ -275,7 +271,7 @@ class Standby:
         for partition, offset in firsts.items():
             if partition in self.copies:
                 self.consumer.seek(TopicPartition(self.topic, partition, offset))
-        self._retry_at = time.monotonic() + RETRY_S
+        self._next_step = time.monotonic() + RETRY_S
         log.warning("standby stores wait for the registry: %s", exc)
 
     def gauge(self) -> None:
@@ -324,13 +320,6 @@ class Standby:
         self.copies.clear()
         self._adopting.clear()
         self.consumer.close()
-
-
-def _job_id(raw: str | bytes | None) -> str | None:
-    try:
-        return raw.decode() if isinstance(raw, bytes) else raw
-    except UnicodeDecodeError:
-        return None
 
 
 def move_entries(copy: StandbyCopy, limit: int) -> None:

@@ -213,16 +213,25 @@ class PartitionState:
         return self.entries(None, _SHIFT - 1, _SHIFT - 1, 0)
 
 
-def open_partition(
-    path: Path, schedule: Callable[[str, bytes], JobSchedule | None], *, rebuild: bool,
-    now_ms: int, checkpoint: Checkpoint | None, low: int,
-) -> tuple[PartitionState, int, int | None]:  # fmt: skip
-    """A partition's store, the jobs offset to read definitions from (the lower of the
-    store's and the checkpoint's; ``low``, the beginning, for a new store) and, for a
-    partition with no checkpoint, the store's fired-through point."""
-    state = PartitionState.open(path, schedule, rebuild=rebuild, now_ms=now_ms)
-    start, fired_through = resume_point(state.meta(), checkpoint, low)
-    return state, start, fired_through
+class Stores:
+    """The partitions' stores under ``--state-dir`` (``root`` = DIR/<jobs topic>), opened
+    by the loader (partitions owned) and the standby (the others) alike; with
+    ``--rebuild-index`` each is rebuilt the first time this process opens it, whichever
+    of the two that is."""
+
+    def __init__(
+        self, root: Path, schedule: Callable[[str, bytes], JobSchedule | None], *, rebuild: bool
+    ) -> None:
+        self.root = root
+        self.schedule = schedule
+        self._rebuild = rebuild
+        self._rebuilt: set[int] = set()
+
+    def open(self, partition: int, now_ms: int) -> PartitionState:
+        rebuild = self._rebuild and partition not in self._rebuilt
+        self._rebuilt.add(partition)
+        return PartitionState.open(self.root / str(partition), self.schedule,
+                                   rebuild=rebuild, now_ms=now_ms)  # fmt: skip
 
 
 def resume_point(

@@ -57,6 +57,14 @@ def is_record(msg: ConsumedMessage) -> bool:
 
 
 @functools.cache
+def text_key(raw: str | bytes | None) -> str | None:
+    """A record's key as text (a job id); None when it has none or it is not UTF-8."""
+    try:
+        return (raw.decode() if isinstance(raw, bytes) else raw) or None
+    except UnicodeDecodeError:
+        return None
+
+
 def _dead_letters(stage: str) -> Any:
     """The counter child of a stage (``labels`` costs more than the rest of a letter)."""
     return metrics.dead_letters.labels(stage)

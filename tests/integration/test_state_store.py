@@ -43,15 +43,34 @@ def _slot_ms(run_id: str) -> int:
     return int(datetime.fromisoformat(text).timestamp() * 1000)
 
 
+NEAR = [{"id": f"near-{i}", "every": "2s"} for i in range(150)]
+# Due every 90 s, spread over it: most are beyond the 60 s horizon (in the store only).
+FAR = [{"id": f"far-{i}", "every": "90s", "anchor": f"1970-01-01T00:00:{i % 60:02d}Z"}
+       for i in range(150)]  # fmt: skip
+
+
+def _missed(ns: Settings, started_ms: int, ended_ms: int, killed_ms: int) -> list[tuple[str, int]]:
+    """Slots of NEAR and FAR due from ``started_ms`` to ``ended_ms`` with no run request:
+    (job id, ms after the kill)."""
+    fired: dict[str, set[int]] = defaultdict(set)
+    for record in read_topic(ns, Topics(ns).runs(Priority.NORMAL)):
+        fired[record.headers["job_id"]].add(_slot_ms(record.headers["run_id"]))
+    missing = []
+    for spec in NEAR + FAR:
+        every = 2000 if spec["id"].startswith("near") else 90_000
+        anchor = int(spec.get("anchor", "1970-01-01T00:00:00Z")[-3:-1]) * 1000
+        first_slot = anchor + ((started_ms - anchor) // every + 1) * every
+        for slot in range(first_slot, ended_ms, every):
+            if slot not in fired[spec["id"]]:
+                missing.append((spec["id"], slot - killed_ms))
+    return missing
+
+
 def test_a_kill9_takeover_on_the_same_store_reads_no_definition_and_misses_no_slot(
     ns: Settings, tmp_path: Path, procs: list[CronstreamProcess]
 ) -> None:
     state = tmp_path / "state"
-    near = [{"id": f"near-{i}", "every": "2s"} for i in range(150)]
-    # Due every 90 s, spread over it: most are beyond the 60 s horizon (in the store only).
-    far = [{"id": f"far-{i}", "every": "90s", "anchor": f"1970-01-01T00:00:{i % 60:02d}Z"}
-           for i in range(150)]  # fmt: skip
-    _put(ns, near + far)
+    _put(ns, NEAR + FAR)
     first = CronstreamProcess(ns, tmp_path, "first", "--state-dir", str(state),
                               "--checkpoint-ms", "500")  # fmt: skip
     procs.append(first)
@@ -74,17 +93,7 @@ def test_a_kill9_takeover_on_the_same_store_reads_no_definition_and_misses_no_sl
     held = [int(n) for n in re.findall(r"live: (\d+) jobs", second.log())]
     assert sum(held) < 300, f"{sum(held)} of 300 jobs held in memory right after the takeover"
 
-    fired: dict[str, set[int]] = defaultdict(set)
-    for record in read_topic(ns, Topics(ns).runs(Priority.NORMAL)):
-        fired[record.headers["job_id"]].add(_slot_ms(record.headers["run_id"]))
-    missing = []
-    for spec in near + far:
-        every = 2000 if spec["id"].startswith("near") else 90_000
-        anchor = int(spec.get("anchor", "1970-01-01T00:00:00Z")[-3:-1]) * 1000
-        first_slot = anchor + ((started_ms - anchor) // every + 1) * every
-        for slot in range(first_slot, ended_ms, every):
-            if slot not in fired[spec["id"]]:
-                missing.append((spec["id"], slot - killed_ms))
+    missing = _missed(ns, started_ms, ended_ms, killed_ms)
     assert not missing, f"{len(missing)} slots missed (ms after the kill): {missing[:10]}"
 
 
@@ -94,10 +103,7 @@ def test_a_host_lost_with_its_disk_is_taken_over_from_a_standby_store(
     """Issue 34: the owner is killed with -9 and its state directory deleted (its host
     and disk are gone); a second scheduler that kept standby stores takes every
     partition over from them: no definition read again, no slot missed."""
-    near = [{"id": f"near-{i}", "every": "2s"} for i in range(150)]
-    far = [{"id": f"far-{i}", "every": "90s", "anchor": f"1970-01-01T00:00:{i % 60:02d}Z"}
-           for i in range(150)]  # fmt: skip
-    _put(ns, near + far)
+    _put(ns, NEAR + FAR)
     session = ("--session-timeout-ms", "6000", "--checkpoint-ms", "500")
     lost_disk = tmp_path / "lost"
     first = CronstreamProcess(ns, tmp_path, "first", "--state-dir", str(lost_disk),
@@ -126,17 +132,7 @@ def test_a_host_lost_with_its_disk_is_taken_over_from_a_standby_store(
     read = [int(n) for n in re.findall(r"reading (\d+) definitions, checkpoint", log)]
     assert read, "no assignment logged"
     assert sum(read) == 0, read
-    fired: dict[str, set[int]] = defaultdict(set)
-    for record in read_topic(ns, Topics(ns).runs(Priority.NORMAL)):
-        fired[record.headers["job_id"]].add(_slot_ms(record.headers["run_id"]))
-    missing = []
-    for spec in near + far:
-        every = 2000 if spec["id"].startswith("near") else 90_000
-        anchor = int(spec.get("anchor", "1970-01-01T00:00:00Z")[-3:-1]) * 1000
-        first_slot = anchor + ((started_ms - anchor) // every + 1) * every
-        for slot in range(first_slot, ended_ms, every):
-            if slot not in fired[spec["id"]]:
-                missing.append((spec["id"], slot - killed_ms))
+    missing = _missed(ns, started_ms, ended_ms, killed_ms)
     assert not missing, f"{len(missing)} slots missed (ms after the kill): {missing[:10]}"
 
 
