@@ -63,6 +63,10 @@ class Attempts:
         cancel_reasons: dict[str, str] | None = None,
     ) -> None:
         self.concurrency = config.concurrency
+        # A run's STARTED outcome is published once it has executed this long
+        # (``_announce``); a run that ends sooner leaves its final outcome alone, which
+        # carries its start (0: at its start).
+        self.started_after_s = config.started_after_ms / 1000
         self.outbox = outbox
         self.dedup = dedup
         self.cancels = cancels  # run id -> when the cancel was issued (``ControlFeed``)
@@ -204,19 +208,21 @@ class Attempts:
         self.released = deque(p for p in self.released if not revoked(p))
 
     def _start(self, pending: Pending) -> bool:
-        """Publish STARTED and hand the attempt to a run thread; False when there is no
-        executor for its target (the attempt failed at once, no thread taken)."""
+        """Start the attempt (its STARTED outcome now, or later: ``_announce``) and hand
+        it to a run thread; False when there is no executor for its target (the attempt
+        failed at once, no thread taken)."""
         run = pending.run
-        now_ms = int(time.time() * 1000)
+        now_ms, now = int(time.time() * 1000), time.monotonic()
         executor = self.executors.get(run.target.type)
         context = RunContext(
             run_id=run.run_id, job_id=run.job_id, attempt=run.attempt,
             scheduled_at=run.scheduled_at, payload=run.payload, tenant=run.tenant,
-            deadline=time.monotonic() + run.timeout_ms / 1000,
+            deadline=now + run.timeout_ms / 1000,
         )  # fmt: skip
         pending.context = context
-        pending.started = time.monotonic()
-        self.outbox.started(pending)
+        pending.started, pending.started_ms = now, now_ms
+        if not self.started_after_s:
+            self.outbox.announce(pending, now_ms)
         self.tally.add(metrics.runs_started, run.target.type)
         metrics.fire_to_start.observe(max(0, now_ms - to_ms(run.fired_at)) / 1000)
         if run.due_at is not None:
@@ -279,8 +285,20 @@ class Attempts:
         if now >= self._next_deadline_check:
             self._next_deadline_check = now + 0.1
             count += self._abandon_overdue(now)
+            self._announce(now)
             metrics.in_flight.set(len(self.running))
         return count
+
+    def _announce(self, now: float) -> None:
+        """The STARTED outcome of each attempt executing for ``--started-after-ms``:
+        what runs longer is seen running within 100 ms of that."""
+        after = self.started_after_s
+        if not after:
+            return
+        since, now_ms = now - after, int(time.time() * 1000)
+        for pending in self.running:
+            if not pending.announced and pending.started <= since:
+                self.outbox.announce(pending, now_ms)
 
     def _abandon_overdue(self, now: float) -> int:
         """Give up on attempts past their deadline whose executor ignores it (a python

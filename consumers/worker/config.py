@@ -27,6 +27,9 @@ class WorkerConfig:
     # (consumers.executors.egress). None: the local stack's credentials.
     tenant_credentials: str | None = None
     session_timeout_ms: int = 10_000
+    # A run's STARTED record is published once it has executed this long; a run that
+    # ends sooner leaves its final outcome alone, which carries its start (0: always).
+    started_after_ms: int = 1000
     dedup_capacity: int = 2_000_000
     # Runs read before their due time (the scheduler's lookahead) held at most; past
     # it, fetching pauses (``Intake``). About 1 KB each.

@@ -86,9 +86,11 @@ class Outbox:
         self._next_commit = 0.0
 
     # -- what a run leaves ------------------------------------------------------------
-    def started(self, pending: Pending) -> None:
-        """Publish the STARTED outcome of ``pending``'s attempt (not a settlement)."""
-        self._outcome(pending, RunStatus.STARTED, None, int(time.time() * 1000), final=False)
+    def announce(self, pending: Pending, now_ms: int) -> None:
+        """Publish the STARTED outcome of ``pending``'s attempt (not a settlement): at
+        its start, or once it has run ``--started-after-ms`` (``Attempts``)."""
+        pending.announced = True
+        self._outcome(pending, RunStatus.STARTED, None, now_ms, final=False)
 
     def finish(
         self,
@@ -153,7 +155,7 @@ class Outbox:
         next_attempt_ms: int | None = None,
     ) -> None:
         run = pending.run
-        started_ms = now_ms - int((time.monotonic() - pending.started) * 1000)
+        started_ms = pending.started_ms
         ran = pending.started > 0 and status is not RunStatus.STARTED
         template = pending.template
         if template is None:
@@ -166,7 +168,7 @@ class Outbox:
             status, now_ms,
             started_ms=started_ms if pending.started else None,
             finished_ms=now_ms if ran else None,
-            duration_ms=now_ms - started_ms if ran else None,
+            duration_ms=max(0, now_ms - started_ms) if ran else None,
             error=error[:2000] if error else None,
             next_attempt_ms=next_attempt_ms,
         )  # fmt: skip

@@ -217,8 +217,9 @@ def _register_worker(sub: Any) -> None:
 
 
 def _add_worker_membership(p: Any) -> None:
-    """How a worker leaves (``--grace``), how long its group waits for a silent one, and
-    what it remembers of runs its partitions' earlier owners executed."""
+    """How a worker leaves (``--grace``), how long its group waits for a silent one,
+    what it remembers of runs its partitions' earlier owners executed, and when a run
+    is recorded STARTED."""
     p.add_argument("--grace", type=float, default=30.0, help="seconds to drain on SIGTERM")
     p.add_argument(
         "--session-timeout-ms", type=int,
@@ -230,6 +231,12 @@ def _add_worker_membership(p: Any) -> None:
         "--dedup-capacity", type=at_least(1000),
         default=env_int("CRONSTREAM_WORKER_DEDUP_CAPACITY", 2_000_000, minimum=1000),
         help="run ids remembered for dedup at most (~130 bytes each; the oldest go first)",
+    )  # fmt: skip
+    p.add_argument(
+        "--started-after-ms", type=at_least(0), metavar="MS",
+        default=env_int("CRONSTREAM_WORKER_STARTED_AFTER_MS", 1000, minimum=0),
+        help="publish a run's STARTED record once it has executed this long; a run that ends "
+        "sooner records its final outcome alone, with its start (0: every run; default 1000)",
     )  # fmt: skip
 
 
@@ -356,6 +363,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
         concurrency=args.concurrency,
         grace_s=args.grace,
         session_timeout_ms=args.session_timeout_ms,
+        started_after_ms=args.started_after_ms,
         dedup_capacity=args.dedup_capacity,
         http_allow=tuple(args.http_allow),
         shell_allow=tuple(args.shell_allow),

@@ -26,6 +26,7 @@ from tests.bench.common import ROWS
 from tests.bench.fairness import bench_fairness
 from tests.bench.flows import bench_flows
 from tests.bench.history import bench_queries, bench_sink
+from tests.bench.hops import bench_hops
 from tests.bench.malformed import bench_malformed, bench_scrape
 from tests.bench.scale import bench_scale
 from tests.bench.scheduler import (
@@ -61,6 +62,7 @@ def main() -> int:
                                           50_000 if args.quick else 1_000_000, distinct=True),
         "slots": lambda: bench_slots(runs, 100_000),
         "workers": lambda: bench_workers(base, runs, 12_000, (1, 2, 4)),
+        "hops": lambda: bench_hops(base, runs, 24_000),
         "drain": lambda: bench_drain(base, runs, 10.0, (1, 2, 4)),
         "security": lambda: bench_security(base, 2 * runs - 1, 3_000 if args.quick else 12_000),
         "malformed": lambda: bench_malformed(base, 2 * runs - 1, (30_000, 9_000) if args.quick

@@ -14,6 +14,7 @@ from pathlib import Path
 from infra.bootstrap import ensure_subjects, ensure_topics
 from runtime.kafka.clients import kafka_admin
 from runtime.kafka.publisher import Publisher
+from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import (
@@ -22,15 +23,19 @@ from schemas.events import (
     IntervalSchedule,
     JobDefinition,
     Priority,
+    RunOutcome,
     Target,
+    to_ms,
     utc_now,
 )
+from schemas.serde import Codec
 from schemas.wire import avro_string
 from streams.config import ProcessorConfig
 from streams.core.schedule import jitter_offset
 from streams.processor import Processor
 from tests.conftest import cli_env
 from tests.integration.helpers import (
+    Record,
     read_topic,
 )
 
@@ -123,6 +128,24 @@ def iso_ms(text: str) -> int:
             datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000
         )
     return cached
+
+
+def started_ms(settings: Settings, records: Sequence[Record] | None = None) -> dict[str, int]:
+    """Run id -> when its attempt started (wall clock ms, its latest attempt's), read
+    from the ``started_at`` of its outcomes on history (``records``, else all of them):
+    a short run has no STARTED record of its own (the worker's ``--started-after-ms``)."""
+    if records is None:
+        records = read_topic(settings, Topics(settings).history)
+    out: dict[str, int] = {}
+    with registry_client(settings) as registry:
+        codec = Codec(registry)
+        for record in records:
+            if record.headers.get("status") in (None, "STARTED") or record.value is None:
+                continue
+            outcome = codec.decode(record.value, RunOutcome)
+            if outcome.started_at is not None:
+                out[outcome.run_id] = to_ms(outcome.started_at)
+    return out
 
 
 def pct(values: Sequence[float], q: float) -> float:

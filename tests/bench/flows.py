@@ -2,8 +2,8 @@
 the last row, a scheduler firing 5,000 no-op jobs per second, in a fresh namespace.
 
 - **Node to node**: a 10-node chain triggered one run at a time; for each edge, the
-  downstream node's STARTED record timestamp minus its upstream's SUCCEEDED record
-  timestamp (both stamped by librdkafka at produce, read back from history): the
+  downstream node's start (its outcome's ``started_at``) minus its upstream's success
+  (read back from history and ``flows.events``): the
   coordinator's hop (outcome event in, row acknowledged, run request out) plus the
   worker's pick-up.
 - **1,000 nodes**: wide (one root, 998 nodes after it, one node after all of them) and
@@ -12,7 +12,7 @@ the last row, a scheduler firing 5,000 no-op jobs per second, in a fresh namespa
   default lookahead of 1 s) and 0, 5, 10 or 20 chains of 10 nodes every second, each
   demand once per round: flow runs ended per second over a 20 s window, the jobs' fire
   skew (emission minus due time, 0 when emitted ahead: the scheduler's metric), their
-  due-to-STARTED lateness, and the CPU of each process (the box's 2 cores are shared).
+  due-to-start lateness, and the CPU of each process (the box's 2 cores are shared).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from tests.bench.common import (
     put_jobs,
     row,
     run_records,
+    started_ms,
 )
 from tests.integration.helpers import CronstreamProcess, read_topic
 
@@ -121,7 +122,7 @@ def _wait_ended(settings: Settings, flow_runs: set[str], timeout: float) -> dict
 
 def hops(settings: Settings, runs: int, nodes: int = 10) -> list[tuple[int, int]]:
     """Per edge of ``runs`` runs of a chain: (upstream's success published -> downstream
-    run request published, -> downstream STARTED), ms. The upstream's success is its
+    run request published, -> downstream started), ms. The upstream's success is its
     OUTCOME event on ``flows.events``: the worker publishes it with the attempt's other
     records, and the SUCCEEDED history record itself only at its next flush (it waits
     for the event to be acknowledged), so that record comes later than the next start."""
@@ -142,7 +143,7 @@ def hops(settings: Settings, runs: int, nodes: int = 10) -> list[tuple[int, int]
             if r.headers.get("kind") == "OUTCOME"}  # fmt: skip
     asked = {r.headers.get("run_id"): r.timestamp_ms
              for r in read_topic(settings, topics.runs(Priority.NORMAL))}  # fmt: skip
-    started = {run_id: ts for run_id, status, ts in _outcomes(settings) if status == "STARTED"}
+    started = started_ms(settings)
     out = []
     for run in flow_runs:
         for i in range(nodes - 1):
@@ -168,7 +169,7 @@ def big(settings: Settings, shape: str, n: int = 1000) -> float:
 
 class Beside(NamedTuple):
     """One run of ``beside_scheduler``: flow runs ended per second; for each job run (ms)
-    its emission minus its due time and its STARTED record minus its due time; CPU
+    its emission minus its due time and its start minus its due time; CPU
     seconds per second of each process (worker, coordinator, scheduler, broker)."""
 
     flow_runs: float
@@ -197,15 +198,16 @@ def beside_scheduler(settings: Settings, flows: int) -> Beside:
         used = {role: (cpu_s(pid) - used[role]) / ((t1 - t0) / 1000) for role, pid in pids.items()}
     finally:
         stack.stop()
-    ended, starts = 0, []
-    for r in read_topic(settings, Topics(settings).history):
+    ended, starts, history = 0, [], read_topic(settings, Topics(settings).history)
+    started = started_ms(settings, history)
+    for r in history:
         run_id, status = r.headers.get("run_id", ""), r.headers.get("status")
         if run_id.endswith("/n9") and status == "SUCCEEDED" and t0 <= r.timestamp_ms < t1:
             ended += 1
-        elif run_id.startswith("j-") and status == "STARTED":
+        elif run_id.startswith("j-") and status == "SUCCEEDED" and run_id in started:
             due = header_due_ms(r.headers)
             if t0 <= due < t1:
-                starts.append(r.timestamp_ms - due)
+                starts.append(started[run_id] - due)
     emits = [ts - due_ms(job_id, slot) for job_id, ts, slot in run_records(settings)
              if job_id.startswith("j-") and t0 <= slot < t1]  # fmt: skip
     return Beside(ended / ((t1 - t0) / 1000), emits, starts, used)

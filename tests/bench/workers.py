@@ -13,7 +13,17 @@ from schemas.catalog import Topics
 from schemas.events import (
     Priority,
 )
-from tests.bench.common import NOOP_TARGET, cpu_s, header_due_ms, job, namespace, pct, put_jobs, row
+from tests.bench.common import (
+    NOOP_TARGET,
+    cpu_s,
+    header_due_ms,
+    job,
+    namespace,
+    pct,
+    put_jobs,
+    row,
+    started_ms,
+)
 from tests.integration.helpers import (
     CronstreamProcess,
     read_topic,
@@ -33,17 +43,21 @@ class Pipeline:
 
     def __init__(
         self, settings: Settings, workers: int, concurrency: int, *scheduler_args: str,
-        schedulers: int = 1,
+        schedulers: int = 1, code: Path | None = None,
     ) -> None:  # fmt: skip
+        """``code``: a checkout of another version to run (``tests.bench.hops``)."""
         self.logdir = Path(tempfile.mkdtemp(prefix="csbench-"))
+        names = [f"s{k}" if k else "scheduler" for k in range(schedulers)]
         self.schedulers = [
-            CronstreamProcess(settings, self.logdir, f"s{k}" if k else "scheduler", *scheduler_args)
-            for k in range(schedulers)
+            CronstreamProcess(settings, self.logdir, name, *scheduler_args, code=code)
+            for name in names
         ]
         self.scheduler = self.schedulers[0]
         options = ("--concurrency", str(concurrency), "--python-allow", "tests.bench")
         self.workers = [
-            CronstreamProcess(settings, self.logdir, f"worker{k}", *options, command="worker")
+            CronstreamProcess(
+                settings, self.logdir, f"worker{k}", *options, command="worker", code=code
+            )
             for k in range(workers)
         ]
 
@@ -158,8 +172,9 @@ def bench_drain(base: Settings, runs: int, backlog_s: float, counts: tuple[int, 
 
 def _starts(settings: Settings, lookahead_ms: int) -> tuple[list[int], list[int]]:
     """1,000 no-op runs per second through one scheduler (``--lookahead-ms``) and one
-    worker for 15 s: each run's STARTED record timestamp minus its run request's
-    (fire-to-start), and minus its due time (slot + jitter: due-to-start), ms."""
+    worker for 15 s: each run's start (its outcome's ``started_at``) minus its run
+    request's record timestamp (fire-to-start), and minus its due time (slot + jitter:
+    due-to-start), ms."""
     put_noop_jobs(settings, 1000, "l")
     pipeline = Pipeline(settings, 1, 32, "--lookahead-ms", str(lookahead_ms))
     try:
@@ -178,9 +193,8 @@ def _starts(settings: Settings, lookahead_ms: int) -> tuple[list[int], list[int]
         for r in read_topic(settings, Topics(settings).runs(Priority.NORMAL))
         if t0 <= r.timestamp_ms < t1
     }
-    started = [(r.timestamp_ms, fired[r.headers["run_id"]])
-               for r in read_topic(settings, Topics(settings).history)
-               if r.headers.get("status") == "STARTED" and r.headers.get("run_id") in fired]  # fmt: skip
+    started = [(ts, fired[run_id]) for run_id, ts in started_ms(settings).items()
+               if run_id in fired]  # fmt: skip
     return [ts - emit for ts, (emit, _) in started], [ts - due for ts, (_, due) in started]
 
 

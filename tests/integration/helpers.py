@@ -180,7 +180,10 @@ class CronstreamProcess:
     def __init__(
         self, settings: Settings, log_dir: Path, name: str, *args: str,
         command: str = "scheduler", env: dict[str, str] | None = None,
+        code: Path | None = None,
     ) -> None:  # fmt: skip
+        """``code``: a checkout of another version to run (the benchmarks' baseline),
+        else this one."""
         self.name = name
         self.log_path = log_dir / f"{name}.log"
         self._log = self.log_path.open("w")
@@ -188,6 +191,7 @@ class CronstreamProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cronstream.cli", command, "--name", name, *extra, *args],
             env={**cli_env(settings), **(env or {})}, stdout=self._log, stderr=subprocess.STDOUT,
+            cwd=code,
         )  # fmt: skip
 
     def log(self) -> str:

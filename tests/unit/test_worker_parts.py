@@ -379,6 +379,52 @@ class _Broken:
         return "ok"
 
 
+class _Sleepy:
+    """A python executor whose ``j@slow`` run takes 400 ms; every other returns at once."""
+
+    kind = "python"
+
+    def execute(self, _target: Target, context: RunContext) -> str:
+        if context.run_id == "j@slow":
+            time.sleep(0.4)
+        return "ok"
+
+
+@pytest.mark.parametrize("after_ms", [0, 200])
+def test_a_started_record_only_for_runs_that_outlast_started_after(after_ms: int) -> None:
+    """``--started-after-ms``: a run that ends sooner leaves its final outcome alone (with
+    its start); one that runs longer is seen STARTED once it has run that long. 0: every
+    run's STARTED at its start (issue 35: a third of the records of a short run)."""
+    parts = Parts()
+    parts.own()
+    config = WorkerConfig(group="g", concurrency=2, started_after_ms=after_ms)
+    attempts = Attempts(SETTINGS, config, outbox=parts.outbox,
+                        dedup=parts.dedup, cancels={}, tally=metrics.Tally())  # fmt: skip
+    attempts.executors["python"] = _Sleepy()  # type: ignore[assignment]
+    try:
+        parts.intake.accept(parts.record(run("j@quick"), 0))
+        parts.intake.accept(parts.record(run("j@slow"), 1))
+        run_taken(attempts, parts, 2)
+    finally:
+        attempts.close()
+    outcomes = [parts.codec.decode(r.value, RunOutcome) for r in parts.producer.on(TOPICS.history)]
+    statuses = {run_id: [o.status for o in outcomes if o.run_id == run_id]
+                for run_id in ("j@quick", "j@slow")}  # fmt: skip
+    ok, started = RunStatus.SUCCEEDED, RunStatus.STARTED
+    assert statuses == {"j@quick": [started, ok] if after_ms == 0 else [ok],
+                        "j@slow": [started, ok]}  # fmt: skip
+    for outcome in outcomes:
+        assert outcome.started_at is not None
+    final = {o.run_id: o for o in outcomes if o.status is ok}
+    assert final["j@quick"].finished_at is not None
+    assert final["j@quick"].started_at <= final["j@quick"].finished_at
+    (slow_started,) = [o for o in outcomes if o.run_id == "j@slow" and o.status is started]
+    assert slow_started.started_at == final["j@slow"].started_at  # the same start, to the ms
+    # Published once it had run ``after_ms`` (the check runs every 100 ms).
+    seen_after = (slow_started.recorded_at - slow_started.started_at).total_seconds()
+    assert after_ms / 1000 <= seen_after < after_ms / 1000 + 0.15 + 0.1
+
+
 def run_taken(attempts: Attempts, parts: Parts, count: int) -> None:
     """Start the ``count`` runs the intake holds, wait up to 10 s for them to end and
     settle every outcome."""

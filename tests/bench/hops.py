@@ -1,0 +1,175 @@
+"""Every hop's cost (issue 35): one worker behind a scheduler firing more no-op runs than
+the box can carry, this code side by side with a baseline version.
+
+Per round, this code and then the baseline (``CRONSTREAM_BENCH_BASELINE``, a git revision,
+checked out in a temporary worktree), each in a fresh namespace: SUCCEEDED outcomes per
+second over a 15 s window after 10 s of warm-up, the CPU of each process per completed
+run, and the records each hop wrote per run (run requests, STARTED, final outcomes, flow
+events; commits are one request per COMMIT_EVERY_S per worker, whatever the rate). With
+``py-spy`` installed, the first round of this code also samples the worker and the
+scheduler for the window and prints each one's functions by own time (where a run's CPU
+goes: ``docs/benchmarks.md`` keeps the one behind the figures there).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import NamedTuple
+
+from runtime.settings import REPO_ROOT, Settings
+from schemas.catalog import Topics
+from schemas.events import Priority
+from tests.bench.common import namespace, row
+from tests.bench.workers import Pipeline, put_noop_jobs
+from tests.integration.helpers import read_topic
+
+BASELINE = os.environ.get("CRONSTREAM_BENCH_BASELINE", "813f47f")
+WARMUP_S, WINDOW_S = 10.0, 15.0
+SAMPLES_PER_S = 200
+
+
+class Measure(NamedTuple):
+    rate: float  # SUCCEEDED per second
+    cpu_us: dict[str, float]  # per completed run, by process
+    records: dict[str, float]  # written per completed run, by kind
+
+
+def end_to_end(
+    settings: Settings, demand: int, *, code: Path | None = None, profile: Path | None = None
+) -> Measure:
+    """A scheduler firing ``demand`` no-op runs a second and one worker (from ``code``, else
+    this checkout); with ``profile``, py-spy samples both into ``profile``-{role}.txt."""
+    put_noop_jobs(settings, demand, "h")
+    pipeline = Pipeline(settings, 1, 64, code=code)
+    spies: list[subprocess.Popen[bytes]] = []
+    try:
+        pipeline.wait_live()
+        time.sleep(WARMUP_S)
+        cpu0, t0 = pipeline.cpu_seconds(), time.time()
+        if profile is not None:
+            for role, proc in (("worker", pipeline.workers[0].proc),
+                               ("scheduler", pipeline.scheduler.proc)):  # fmt: skip
+                spies.append(_spy(proc.pid, WINDOW_S, Path(f"{profile}-{role}.txt")))
+        time.sleep(WINDOW_S)
+        cpu1, t1 = pipeline.cpu_seconds(), time.time()
+        for spy in spies:
+            spy.wait(timeout=60)
+    finally:
+        pipeline.stop()
+    lo, hi = t0 * 1000, t1 * 1000
+    statuses: collections.Counter[str] = collections.Counter(
+        r.headers.get("status", "?") for r in read_topic(settings, Topics(settings).history)
+        if lo <= r.timestamp_ms < hi
+    )  # fmt: skip
+    requests = sum(1 for r in read_topic(settings, Topics(settings).runs(Priority.NORMAL))
+                   if lo <= r.timestamp_ms < hi)  # fmt: skip
+    flow_events = sum(1 for r in read_topic(settings, Topics(settings).flow_events)
+                      if lo <= r.timestamp_ms < hi)  # fmt: skip
+    done = max(1, statuses["SUCCEEDED"])
+    records = {
+        "run requests": requests / done, "STARTED": statuses["STARTED"] / done,
+        "final outcomes": sum(n for s, n in statuses.items() if s != "STARTED") / done,
+        "flow events": flow_events / done,
+        "commits": (WINDOW_S / 0.2) / done,  # Outbox.COMMIT_EVERY_S, one request each
+    }  # fmt: skip
+    cpu = {role: (cpu1[role] - cpu0[role]) / done * 1e6 for role in cpu0}
+    return Measure(statuses["SUCCEEDED"] / (t1 - t0), cpu, records)
+
+
+def bench_hops(base: Settings, runs: int, demand: int) -> None:
+    """``end_to_end`` with this code and with BASELINE, alternating, ``runs`` rounds."""
+    mine: list[Measure] = []
+    theirs: list[Measure] = []
+    profile = Path(tempfile.mkdtemp(prefix="csbench-profile-")) / "hops"
+    with _checkout(BASELINE) as baseline:
+        for k in range(runs):
+            with namespace(base) as settings:
+                spy = profile if k == 0 and shutil.which(_PY_SPY) else None
+                mine.append(end_to_end(settings, demand, profile=spy))
+            if baseline is not None:
+                with namespace(base) as settings:
+                    theirs.append(end_to_end(settings, demand, code=baseline))
+    _rows("this code", demand, mine)
+    if theirs:
+        _rows(BASELINE, demand, theirs)
+        ratios = [m.rate / t.rate for m, t in zip(mine, theirs, strict=True)]
+        row(f"ratio this code / {BASELINE}, side by side", f"{statistics.median(ratios):.2f}",
+            "-", f"rounds {[round(r, 2) for r in ratios]}")  # fmt: skip
+    else:
+        row(f"baseline {BASELINE}", "-", "-", "not in this clone's history: not measured")
+    for role in ("worker", "scheduler"):
+        path = Path(f"{profile}-{role}.txt")
+        if path.exists():
+            print(f"\n{role}: own time by function (py-spy, {SAMPLES_PER_S}/s, 1st round)")
+            for share, name in top_functions(path, 15):
+                print(f"  {share:5.1f} %  {name}")
+
+
+def _rows(label: str, demand: int, measures: list[Measure]) -> None:
+    rates = [m.rate for m in measures]
+    cpu = {role: statistics.median(m.cpu_us[role] for m in measures) for role in measures[0].cpu_us}
+    records = {kind: statistics.median(m.records[kind] for m in measures)
+               for kind in measures[0].records}  # fmt: skip
+    row(f"no-op runs/s end to end, 1 worker ({label})", f"{statistics.median(rates):,.0f}",
+        ">= 20,000", f"demand {demand:,}/s; runs {[round(r) for r in rates]}; CPU us/run: "
+        + ", ".join(f"{r} {v:.0f}" for r, v in cpu.items()))  # fmt: skip
+    row(f"records written per run ({label})", f"{sum(records.values()):.2f}", "-",
+        ", ".join(f"{k} {v:.2f}" for k, v in records.items()))  # fmt: skip
+
+
+_PY_SPY = "py-spy"
+
+
+def _spy(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes]:
+    """py-spy sampling ``pid`` without stopping it, collapsed stacks into ``out``."""
+    command = [shutil.which(_PY_SPY) or _PY_SPY, "record", "--nonblocking", "-r",
+               str(SAMPLES_PER_S), "-d", str(int(seconds)), "-f", "raw", "-o", str(out),
+               "-p", str(pid)]  # fmt: skip
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def top_functions(path: Path, count: int) -> list[tuple[float, str]]:
+    """The ``count`` functions with the most samples at the top of the stack (own time),
+    as a share of every sample, from py-spy's collapsed stacks (one ``a;b;c N`` a line;
+    a function's lines summed)."""
+    own: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, samples = line.rpartition(" ")
+        if not stack or not samples.isdigit():
+            continue
+        top = stack.rsplit(";", 1)[-1]
+        name = top.split(" (", 1)[0]
+        where = top.split(" (", 1)[1].split(":", 1)[0] if " (" in top else ""
+        own[f"{name} ({where})"] += int(samples)
+        total += int(samples)
+    return [(100 * n / max(1, total), name) for name, n in own.most_common(count)]
+
+
+@contextmanager
+def _checkout(revision: str) -> Iterator[Path | None]:
+    """A worktree of ``revision`` sharing this checkout's stack (``.stack``), removed
+    after; None when the revision is not in this clone."""
+    known = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--verify", "--quiet",
+                            f"{revision}^{{commit}}"], capture_output=True, check=False)  # fmt: skip
+    if known.returncode != 0:
+        yield None
+        return
+    where = Path(tempfile.mkdtemp(prefix="cronstream-baseline-")) / "tree"
+    subprocess.run(["git", "-C", str(REPO_ROOT), "worktree", "add", "--detach", str(where),
+                    revision], check=True, capture_output=True)  # fmt: skip
+    try:
+        (where / ".stack").symlink_to(REPO_ROOT / ".stack")
+        yield where
+    finally:
+        subprocess.run(["git", "-C", str(REPO_ROOT), "worktree", "remove", "--force",
+                        str(where)], check=False, capture_output=True)  # fmt: skip
