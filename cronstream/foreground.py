@@ -3,14 +3,23 @@ archiver) in the foreground."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from runtime import metrics
-from runtime.settings import Settings
+from runtime.settings import Settings, env_int
 from runtime.waiting import KAFKA, REGISTRY, StopWaiting, reach, wait_for
+
+# Python's cyclic garbage collector in a member's loop: what startup built is frozen (never
+# scanned again) and the youngest generation is collected every this many allocations of
+# container objects, not every 700 (Python's default). A loop allocates a few objects per
+# record, nearly all freed by reference counting as soon as the record is done; each
+# collection walked whatever was alive. Measured on one worker draining no-op runs, side by
+# side: 16,795 runs/s with the default, 20,132 with 50,000, 19,308 with 10,000 (issue 35).
+GC_YOUNG = env_int("CRONSTREAM_GC_YOUNG", 50_000, minimum=1)
 
 
 def setup_logging() -> None:
@@ -54,6 +63,8 @@ def run_member(
     except StopWaiting:
         return 0
     metrics.PROBES.set_ready(True)
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG, 20, 100)
     log.info("%s %s joining group %s", role, name, group)
     beat = metrics.PROBES.beat
 

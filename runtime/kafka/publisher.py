@@ -33,17 +33,18 @@ class Publisher:
         **producer_overrides: Any,
     ) -> None:
         self.codec = codec or Codec(registry_client(settings))
+        # Delivery reports for failures only: a report is a Python call and a Message
+        # built per record, and a success has nothing to tell (``flush``/``settled`` say
+        # when all are acknowledged). (Issue 35: one per fired run in the scheduler.)
+        producer_overrides.setdefault("delivery.report.only.error", True)
         self.producer = producer or kafka_producer(settings, **producer_overrides)
         self._settings, self._overrides = settings, producer_overrides
         self.fatal = False  # librdkafka said the producer cannot go on (``renew``)
         self.serve_each = serve_each  # poll(0) after each produce; False: the owner flushes
         self._error: PublishError | None = None
-        self.delivered = 0
 
     def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
-        if err is None:
-            self.delivered += 1
-        elif self._error is None:
+        if err is not None and self._error is None:
             self.fatal = self.fatal or err.fatal()
             self._error = PublishError(
                 f"delivery to {msg.topic()} failed for key {msg.key()!r}: {err.str()}"

@@ -37,6 +37,7 @@ from tests.bench.scheduler import (
     bench_throughput,
 )
 from tests.bench.security import bench_security
+from tests.bench.target_rows import bench_target_rows
 from tests.bench.tiers import bench_tiers
 from tests.bench.ui import bench_ui
 from tests.bench.workers import bench_drain, bench_fire_to_start, bench_workers
@@ -63,6 +64,7 @@ def main() -> int:
         "slots": lambda: bench_slots(runs, 100_000),
         "workers": lambda: bench_workers(base, runs, 12_000, (1, 2, 4)),
         "hops": lambda: bench_hops(base, runs, 24_000),
+        "targets": lambda: bench_target_rows(base, runs, 2_000),
         "drain": lambda: bench_drain(base, runs, 10.0, (1, 2, 4)),
         "security": lambda: bench_security(base, 2 * runs - 1, 3_000 if args.quick else 12_000),
         "malformed": lambda: bench_malformed(base, 2 * runs - 1, (30_000, 9_000) if args.quick

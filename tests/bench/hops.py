@@ -6,8 +6,8 @@ checked out in a temporary worktree), each in a fresh namespace: SUCCEEDED outco
 second over a 15 s window after 10 s of warm-up, the CPU of each process per completed
 run, and the records each hop wrote per run (run requests, STARTED, final outcomes, flow
 events; commits are one request per COMMIT_EVERY_S per worker, whatever the rate). With
-``py-spy`` installed, the first round of this code also samples the worker and the
-scheduler for the window and prints each one's functions by own time (where a run's CPU
+``py-spy`` installed, a further round of this code (not counted) samples the worker and
+the scheduler for the window and prints each one's functions by own time (where a run's CPU
 goes: ``docs/benchmarks.md`` keeps the one behind the figures there).
 """
 
@@ -18,6 +18,7 @@ import os
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -91,13 +92,15 @@ def bench_hops(base: Settings, runs: int, demand: int) -> None:
     theirs: list[Measure] = []
     profile = Path(tempfile.mkdtemp(prefix="csbench-profile-")) / "hops"
     with _checkout(BASELINE) as baseline:
-        for k in range(runs):
+        for _ in range(runs):
             with namespace(base) as settings:
-                spy = profile if k == 0 and shutil.which(_PY_SPY) else None
-                mine.append(end_to_end(settings, demand, profile=spy))
+                mine.append(end_to_end(settings, demand))
             if baseline is not None:
                 with namespace(base) as settings:
                     theirs.append(end_to_end(settings, demand, code=baseline))
+    if shutil.which(_PY_SPY):  # a round of its own: sampling takes CPU from the others
+        with namespace(base) as settings:
+            end_to_end(settings, demand, profile=profile)
     _rows("this code", demand, mine)
     if theirs:
         _rows(BASELINE, demand, theirs)
@@ -109,7 +112,7 @@ def bench_hops(base: Settings, runs: int, demand: int) -> None:
     for role in ("worker", "scheduler"):
         path = Path(f"{profile}-{role}.txt")
         if path.exists():
-            print(f"\n{role}: own time by function (py-spy, {SAMPLES_PER_S}/s, 1st round)")
+            print(f"\n{role}: own time by function (py-spy, {SAMPLES_PER_S}/s, a round of its own)")
             for share, name in top_functions(path, 15):
                 print(f"  {share:5.1f} %  {name}")
 
@@ -126,7 +129,8 @@ def _rows(label: str, demand: int, measures: list[Measure]) -> None:
         ", ".join(f"{k} {v:.2f}" for k, v in records.items()))  # fmt: skip
 
 
-_PY_SPY = "py-spy"
+# Installed with the dev dependencies, next to the interpreter (a venv's bin), or on PATH.
+_PY_SPY = str(Path(sys.executable).with_name("py-spy"))
 
 
 def _spy(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes]:

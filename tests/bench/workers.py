@@ -43,9 +43,10 @@ class Pipeline:
 
     def __init__(
         self, settings: Settings, workers: int, concurrency: int, *scheduler_args: str,
-        schedulers: int = 1, code: Path | None = None,
+        schedulers: int = 1, code: Path | None = None, worker_args: tuple[str, ...] = (),
     ) -> None:  # fmt: skip
-        """``code``: a checkout of another version to run (``tests.bench.hops``)."""
+        """``code``: a checkout of another version to run (``tests.bench.hops``);
+        ``worker_args``: the workers' further flags."""
         self.logdir = Path(tempfile.mkdtemp(prefix="csbench-"))
         names = [f"s{k}" if k else "scheduler" for k in range(schedulers)]
         self.schedulers = [
@@ -53,7 +54,7 @@ class Pipeline:
             for name in names
         ]
         self.scheduler = self.schedulers[0]
-        options = ("--concurrency", str(concurrency), "--python-allow", "tests.bench")
+        options = ("--concurrency", str(concurrency), "--python-allow", "tests.bench", *worker_args)
         self.workers = [
             CronstreamProcess(
                 settings, self.logdir, f"worker{k}", *options, command="worker", code=code
