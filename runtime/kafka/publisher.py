@@ -33,10 +33,6 @@ class Publisher:
         **producer_overrides: Any,
     ) -> None:
         self.codec = codec or Codec(registry_client(settings))
-        # Delivery reports for failures only: a report is a Python call and a Message
-        # built per record, and a success has nothing to tell (``flush``/``settled`` say
-        # when all are acknowledged). (Issue 35: one per fired run in the scheduler.)
-        producer_overrides.setdefault("delivery.report.only.error", True)
         self.producer = producer or kafka_producer(settings, **producer_overrides)
         self._settings, self._overrides = settings, producer_overrides
         self.fatal = False  # librdkafka said the producer cannot go on (``renew``)

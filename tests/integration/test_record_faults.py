@@ -1,8 +1,8 @@
 """One record cannot stop a processor, on the real stack (issue 31): a record that makes
 the admission or the worker raise is refused or dead-lettered with the error, its offset
 committed, and the next record is handled within seconds. The faults are injected into
-a processor running on a thread of the test (``Admission.decide``, ``Outbox.started``
-patched to raise for one record); ``http://[zz]/`` is also put as a tenant would."""
+a processor running on a thread of the test (``Admission.decide``, the worker's
+``RunContext`` patched to raise for one record); ``http://[zz]/`` is also put as a tenant would."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from consumers.worker import Worker, WorkerConfig
-from consumers.worker.outbox import Outbox
+from consumers.worker import attempts as attempts_module
 from producers.admission.core import Admission, Quotas
 from producers.tenant import TenantClient
 from runtime.settings import Settings
@@ -82,14 +82,14 @@ def test_a_command_the_admission_raises_on_is_refused_and_the_next_is_accepted(
 def test_a_run_the_worker_raises_on_is_dead_lettered_and_the_others_run(
     ns: Settings, target: Target, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    started = Outbox.started
+    context = attempts_module.RunContext
 
-    def poisoned(self: Outbox, pending: Any) -> None:
-        if pending.run.run_id.endswith("poison"):
+    def poisoned(**fields: Any) -> Any:
+        if fields["run_id"].endswith("poison"):
             raise RuntimeError("a bug this run reaches")
-        started(self, pending)
+        return context(**fields)
 
-    monkeypatch.setattr(Outbox, "started", poisoned)
+    monkeypatch.setattr(attempts_module, "RunContext", poisoned)
     put(ns, id="hook", target="http", url=f"{target.url}/hook")
     config = WorkerConfig(group=f"{ns.topic_prefix}.workers", name="w-faults",
                           http_allow=("127.0.0.0/8",), concurrency=4)  # fmt: skip
