@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from functools import lru_cache
 
 from schemas.events import RetryPolicy, RunOutcome, RunRequest, Target
 
@@ -147,7 +148,7 @@ def head_problems(run_id: str, job_id: str, tenant: str, attempt: int) -> list[s
         and run_id.startswith(job_id)
         and run_id[len(job_id) : len(job_id) + 1] == "@"
         and run_id.isprintable()
-        and ((job_id, tenant) in _GOOD_NAMES or _good_names(job_id, tenant))
+        and _good_names(job_id, tenant)
     ):
         return []  # the common case, cheaply
     return [
@@ -158,21 +159,14 @@ def head_problems(run_id: str, job_id: str, tenant: str, attempt: int) -> list[s
     ]
 
 
-# (job id, tenant) pairs that passed the name checks: a worker sees the same jobs again
-# and again, and two regular expressions per run cost more than the rest of the check.
-_GOOD_NAMES: set[tuple[str, str]] = set()
-
-
+# A worker sees the same jobs again and again, and two regular expressions per run cost
+# more than the rest of the check: remembered per (job id, tenant).
+@lru_cache(maxsize=100_000)
 def _good_names(job_id: str, tenant: str) -> bool:
-    good = bool(
+    return bool(
         len(job_id) <= MAX_JOB_ID and len(tenant) <= MAX_TENANT
         and NAME.match(job_id) and NAME.match(tenant)
     )  # fmt: skip
-    if good:
-        if len(_GOOD_NAMES) >= 100_000:
-            _GOOD_NAMES.clear()
-        _GOOD_NAMES.add((job_id, tenant))
-    return good
 
 
 def run_id_problems(run_id: str, job_id: str) -> list[str]:

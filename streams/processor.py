@@ -42,7 +42,7 @@ from runtime import metrics
 from runtime.errors import PublishError
 from runtime.kafka.clients import Consumer, kafka_consumer
 from runtime.kafka.member import GroupMember
-from runtime.kafka.publisher import Publisher
+from runtime.kafka.publisher import FAILURES_ONLY, Publisher
 from runtime.kafka.stall import Backoff
 from runtime.registry import registry_client
 from runtime.settings import Settings
@@ -68,11 +68,6 @@ FIRE_BATCH = 1000
 # a pause or delete must cancel it (``streams.core.ahead``).
 MAX_LOOKAHEAD_MS = 60_000
 
-# Delivery reports for failures only: a report is a Python call and a Message per fired
-# run, and a success has nothing to tell (the checkpointer's flush says when all are
-# acknowledged). Issue 35.
-ONLY_ERRORS: dict[str, Any] = {"delivery.report.only.error": True}
-
 
 class Processor:
     def __init__(
@@ -84,7 +79,7 @@ class Processor:
         self.clock = clock
         codec = Codec(registry_client(settings))
         definitions = Definitions(codec)
-        delivery: dict[str, Any] = {"message.timeout.ms": config.delivery_timeout_ms, **ONLY_ERRORS}
+        delivery = {"message.timeout.ms": config.delivery_timeout_ms, **FAILURES_ONLY}
         self.emitter = Emitter(
             Publisher(settings, codec=codec, **delivery),
             topics=topics, definitions=definitions, name=config.name,

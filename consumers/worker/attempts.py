@@ -66,7 +66,7 @@ class Attempts:
         # A run's STARTED outcome is published once it has executed this long
         # (``_announce``); a run that ends sooner leaves its final outcome alone, which
         # carries its start (0: at its start).
-        self.started_after_s = config.started_after_ms / 1000
+        self.started_after_ms = config.started_after_ms
         self.outbox = outbox
         self.dedup = dedup
         self.cancels = cancels  # run id -> when the cancel was issued (``ControlFeed``)
@@ -220,8 +220,8 @@ class Attempts:
             deadline=now + run.timeout_ms / 1000,
         )  # fmt: skip
         pending.context = context
-        pending.started, pending.started_ms = now, now_ms
-        if not self.started_after_s:
+        pending.started_ms = now_ms
+        if not self.started_after_ms:
             self.outbox.announce(pending, now_ms)
         self.tally.add(metrics.runs_started, run.target.type)
         metrics.fire_to_start.observe(max(0, now_ms - to_ms(run.fired_at)) / 1000)
@@ -285,19 +285,19 @@ class Attempts:
         if now >= self._next_deadline_check:
             self._next_deadline_check = now + 0.1
             count += self._abandon_overdue(now)
-            self._announce(now)
+            self._announce()
             metrics.in_flight.set(len(self.running))
         return count
 
-    def _announce(self, now: float) -> None:
+    def _announce(self) -> None:
         """The STARTED outcome of each attempt executing for ``--started-after-ms``:
         what runs longer is seen running within 100 ms of that."""
-        after = self.started_after_s
-        if not after:
+        if not self.started_after_ms:
             return
-        since, now_ms = now - after, int(time.time() * 1000)
+        now_ms = int(time.time() * 1000)
+        since = now_ms - self.started_after_ms
         for pending in self.running:
-            if not pending.announced and pending.started <= since:
+            if not pending.announced and pending.started_ms <= since:
                 self.outbox.announce(pending, now_ms)
 
     def _abandon_overdue(self, now: float) -> int:

@@ -18,7 +18,7 @@ from consumers.worker.pending import UNDECODABLE, Pending, outcome_headers
 from runtime import metrics
 from runtime.kafka.clients import Consumer, TopicPartition
 from runtime.kafka.member import commit
-from runtime.kafka.publisher import Publisher
+from runtime.kafka.publisher import FAILURES_ONLY, Publisher
 from runtime.kafka.records import ConsumedMessage, dead_letter
 from runtime.settings import Settings
 from schemas.catalog import Topics
@@ -39,7 +39,7 @@ COMMIT_EVERY_S = 0.2  # flush + asynchronous commit this often (synchronous at h
 # worker fetches nothing while the broker is away, so what waits is bounded by what was
 # executing.
 OUTBOX_PRODUCER: dict[str, Any] = {
-    "delivery.report.only.error": True, "linger.ms": 25, "message.timeout.ms": 0,
+    **FAILURES_ONLY, "linger.ms": 25, "message.timeout.ms": 0,
 }  # fmt: skip
 SETTLE_WAIT_S = 1.0  # how long one settle waits for acknowledgements before going on
 
@@ -156,7 +156,7 @@ class Outbox:
     ) -> None:
         run = pending.run
         started_ms = pending.started_ms
-        ran = pending.started > 0 and status is not RunStatus.STARTED
+        ran = started_ms > 0 and status is not RunStatus.STARTED
         template = pending.template
         if template is None:
             template = pending.template = OutcomeTemplate(
@@ -166,7 +166,7 @@ class Outbox:
             )  # fmt: skip
         value = self._prefix + template.encode(
             status, now_ms,
-            started_ms=started_ms if pending.started else None,
+            started_ms=started_ms or None,
             finished_ms=now_ms if ran else None,
             duration_ms=max(0, now_ms - started_ms) if ran else None,
             error=error[:2000] if error else None,

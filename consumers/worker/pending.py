@@ -24,8 +24,7 @@ class Pending:
     tracker: OffsetTracker  # its partition's, as of when it was read
     history_needed: int | None = None  # history offset to have read before deciding
     context: RunContext | None = None
-    started: float = 0.0  # monotonic, when its attempt started (0: not started)
-    started_ms: int = 0  # the same instant, wall clock
+    started_ms: int = 0  # when its attempt started, wall clock (0: not started)
     announced: bool = False  # its attempt's STARTED outcome published
     outcome: list[tuple[bytes, Headers]] = field(default_factory=list)  # encoded, unpublished
     template: OutcomeTemplate | None = None  # what its outcomes have in common, encoded

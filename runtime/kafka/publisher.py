@@ -21,6 +21,11 @@ from runtime.settings import Settings
 from schemas.serde import Codec
 from schemas.tenancy import AnyEvent
 
+# Delivery reports for failures only: a report is a Python call and a Message built per
+# record; for a producer whose owner learns success from a flush (``settled``), a success
+# has nothing to tell. Not for one that reads an offset from its report (TenantClient).
+FAILURES_ONLY: dict[str, Any] = {"delivery.report.only.error": True}
+
 
 class Publisher:
     def __init__(

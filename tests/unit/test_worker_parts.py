@@ -397,10 +397,7 @@ def test_a_started_record_only_for_runs_that_outlast_started_after(after_ms: int
     run's STARTED at its start (issue 35: a third of the records of a short run)."""
     parts = Parts()
     parts.own()
-    config = WorkerConfig(group="g", concurrency=2, started_after_ms=after_ms)
-    attempts = Attempts(SETTINGS, config, outbox=parts.outbox,
-                        dedup=parts.dedup, cancels={}, tally=metrics.Tally())  # fmt: skip
-    attempts.executors["python"] = _Sleepy()  # type: ignore[assignment]
+    attempts = _attempts(parts, _Sleepy(), metrics.Tally(), started_after_ms=after_ms)
     try:
         parts.intake.accept(parts.record(run("j@quick"), 0))
         parts.intake.accept(parts.record(run("j@slow"), 1))
@@ -425,6 +422,15 @@ def test_a_started_record_only_for_runs_that_outlast_started_after(after_ms: int
     assert after_ms / 1000 <= seen_after < after_ms / 1000 + 0.15 + 0.1
 
 
+def _attempts(parts: Parts, python: Any, tally: metrics.Tally, **config: Any) -> Attempts:
+    """The attempts of a worker of concurrency 2 on ``parts``, python targets run by
+    ``python``."""
+    attempts = Attempts(SETTINGS, WorkerConfig(group="g", concurrency=2, **config),
+                        outbox=parts.outbox, dedup=parts.dedup, cancels={}, tally=tally)  # fmt: skip
+    attempts.executors["python"] = python
+    return attempts
+
+
 def run_taken(attempts: Attempts, parts: Parts, count: int) -> None:
     """Start the ``count`` runs the intake holds, wait up to 10 s for them to end and
     settle every outcome."""
@@ -442,9 +448,7 @@ def test_an_error_escaping_an_executor_fails_that_run_not_the_worker() -> None:
     parts = Parts()
     parts.own()
     tally = metrics.Tally()
-    attempts = Attempts(SETTINGS, WorkerConfig(group="g", concurrency=2), outbox=parts.outbox,
-                        dedup=parts.dedup, cancels={}, tally=tally)  # fmt: skip
-    attempts.executors["python"] = _Broken()  # type: ignore[assignment]
+    attempts = _attempts(parts, _Broken(), tally)
     letters_before = _worker_letters()
     try:
         parts.intake.accept(parts.record(run("j@bad"), 0))
