@@ -20,8 +20,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
@@ -51,22 +50,20 @@ def end_to_end(
     this checkout); with ``profile``, py-spy samples both into ``profile``-{role}.txt."""
     put_noop_jobs(settings, demand, "h")
     pipeline = Pipeline(settings, 1, 64, code=code)
-    spies: list[subprocess.Popen[bytes]] = []
-    try:
-        pipeline.wait_live()
-        time.sleep(WARMUP_S)
-        cpu0, t0 = pipeline.cpu_seconds(), time.time()
-        if profile is not None:
-            for role, proc in (("worker", pipeline.workers[0].proc),
-                               ("scheduler", pipeline.scheduler.proc)):  # fmt: skip
-                spies.append(_spy(proc.pid, WINDOW_S, Path(f"{profile}-{role}.txt")))
-        time.sleep(WINDOW_S)
-        cpu1, t1 = pipeline.cpu_seconds(), time.time()
-        for spy in spies:
-            spy.wait(timeout=60)
-    finally:
-        pipeline.stop()
-    lo, hi = t0 * 1000, t1 * 1000
+
+    def spying() -> Callable[[], None]:
+        """py-spy on the worker and the scheduler for the window; what waits for it."""
+        spies = [_spy(proc.pid, WINDOW_S, Path(f"{profile}-{role}.txt"))
+                 for role, proc in (("worker", pipeline.workers[0].proc),
+                                    ("scheduler", pipeline.scheduler.proc))]  # fmt: skip
+
+        def wait() -> None:
+            for spy in spies:
+                spy.wait(timeout=60)
+
+        return wait
+
+    lo, hi, used = pipeline.measure(WARMUP_S, WINDOW_S, spying if profile is not None else None)
     statuses: collections.Counter[str] = collections.Counter(
         r.headers.get("status", "?") for r in read_topic(settings, Topics(settings).history)
         if lo <= r.timestamp_ms < hi
@@ -82,8 +79,8 @@ def end_to_end(
         "flow events": flow_events / done,
         "commits": (WINDOW_S / 0.2) / done,  # Outbox.COMMIT_EVERY_S, one request each
     }  # fmt: skip
-    cpu = {role: (cpu1[role] - cpu0[role]) / done * 1e6 for role in cpu0}
-    return Measure(statuses["SUCCEEDED"] / (t1 - t0), cpu, records)
+    cpu = {role: seconds / done * 1e6 for role, seconds in used.items()}
+    return Measure(statuses["SUCCEEDED"] / ((hi - lo) / 1000), cpu, records)
 
 
 def bench_hops(base: Settings, runs: int, demand: int) -> None:

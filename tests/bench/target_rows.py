@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -31,7 +30,7 @@ from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import JobDefinition, Target
 from schemas.tenancy import qualify
-from tests.bench.common import cpu_s, header_due_ms, job, namespace, pct, put_jobs, row, started_ms
+from tests.bench.common import header_due_ms, job, namespace, pct, put_jobs, row, started_ms
 from tests.bench.workers import Pipeline
 from tests.integration.helpers import read_topic
 
@@ -71,16 +70,8 @@ def _measure(
     """(SUCCEEDED per second, due-to-start ms of each run started in the window, the
     worker's CPU us per run) with ``demand`` jobs a second made by ``make``."""
     put_jobs(settings, demand, make)
-    pipeline = Pipeline(settings, 1, 64, worker_args=worker_args)
-    try:
-        pipeline.wait_live()
-        time.sleep(WARMUP_S)
-        worker = pipeline.workers[0].proc.pid
-        used, t0 = cpu_s(worker), time.time() * 1000
-        time.sleep(WINDOW_S)
-        used, t1 = cpu_s(worker) - used, time.time() * 1000
-    finally:
-        pipeline.stop()
+    t0, t1, cpu = Pipeline(settings, 1, 64, worker_args=worker_args).measure(WARMUP_S, WINDOW_S)
+    used = cpu["workers"]
     history = read_topic(settings, Topics(settings).history)
     started = started_ms(settings, history)
     done, late = 0, []

@@ -5,7 +5,9 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from infra.services import Kafka, all_services
 from runtime.settings import Settings
@@ -85,28 +87,45 @@ class Pipeline:
         for process in [*self.workers, *self.schedulers]:
             process.stop()
 
+    def measure(
+        self, warmup: float = 10.0, window: float = 15.0, during: Callable[[], Any] | None = None
+    ) -> Window:
+        """Live, ``warmup`` s, then ``window`` s measured (``during``, called at its
+        start, may return a callable to call at its end); the pipeline stopped after."""
+        try:
+            self.wait_live()
+            time.sleep(warmup)
+            cpu0, t0 = self.cpu_seconds(), time.time()
+            end = during() if during is not None else None
+            time.sleep(window)
+            cpu1, t1 = self.cpu_seconds(), time.time()
+            if end is not None:
+                end()
+        finally:
+            self.stop()
+        return Window(t0 * 1000, t1 * 1000, {role: cpu1[role] - cpu0[role] for role in cpu0})
+
+
+class Window(NamedTuple):
+    """A measured window: its bounds (wall clock ms) and the CPU seconds each role used."""
+
+    t0: float
+    t1: float
+    cpu: dict[str, float]
+
 
 def end_to_end(settings: Settings, workers: int, demand: int) -> tuple[float, dict[str, float]]:
     """A scheduler firing ``demand`` no-op python runs per second and ``workers`` worker
     processes in ``settings``' namespace: (SUCCEEDED outcomes per second published to
     history over a 15 s window after 10 s of warm-up, CPU us per run by role)."""
-    warmup, window = 10.0, 15.0
     put_noop_jobs(settings, demand, "w")
-    pipeline = Pipeline(settings, workers, concurrency=64)
-    try:
-        pipeline.wait_live()
-        time.sleep(warmup)
-        cpu0, t0 = pipeline.cpu_seconds(), time.time()
-        time.sleep(window)
-        cpu1, t1 = pipeline.cpu_seconds(), time.time()
-    finally:
-        pipeline.stop()
+    t0, t1, used = Pipeline(settings, workers, concurrency=64).measure()
     done = [
         r for r in read_topic(settings, Topics(settings).history)
-        if r.headers.get("status") == "SUCCEEDED" and t0 * 1000 <= r.timestamp_ms < t1 * 1000
+        if r.headers.get("status") == "SUCCEEDED" and t0 <= r.timestamp_ms < t1
     ]  # fmt: skip
-    cpu = {role: (cpu1[role] - cpu0[role]) / max(1, len(done)) * 1e6 for role in cpu0}
-    return len(done) / (t1 - t0), cpu
+    cpu = {role: seconds / max(1, len(done)) * 1e6 for role, seconds in used.items()}
+    return len(done) / ((t1 - t0) / 1000), cpu
 
 
 def bench_workers(base: Settings, runs: int, demand: int, counts: tuple[int, ...]) -> None:
