@@ -57,6 +57,12 @@ from tests.fakes import FakeConsumer, FakeMessage, FakeProducer, FakeRegistry
 
 SETTINGS = Settings.from_env({"CRONSTREAM_PARTITIONS": "1"})  # every job at home on 0
 TOPICS = Topics(SETTINGS)
+# A worker's attempts build the kafka targets' producer: plaintext needs no password or
+# CA from a bootstrapped stack (.stack), so unit tests run on a fresh clone; it never
+# connects here (no kafka target runs through it).
+WORKER_SETTINGS = Settings.from_env(
+    {"CRONSTREAM_PARTITIONS": "1", "CRONSTREAM_KAFKA_SECURITY": "plaintext"}
+)
 NOW = datetime(2026, 11, 26, 10, tzinfo=UTC)
 NOW_MS = int(NOW.timestamp() * 1000)
 
@@ -178,7 +184,7 @@ class WorkerHarness:
         config = config or WorkerConfig(group="g", concurrency=4)
         self.intake = Intake(config, topics=TOPICS, consumer=self.consumer, codec=self.codec,  # type: ignore[arg-type]
                              trackers=self.trackers, history=history, outbox=self.outbox)  # fmt: skip
-        self.attempts = Attempts(SETTINGS, config, outbox=self.outbox, dedup=self.dedup,
+        self.attempts = Attempts(WORKER_SETTINGS, config, outbox=self.outbox, dedup=self.dedup,
                                  cancels={}, tally=tally)  # fmt: skip
         self.fake_executors = fake_executors
         if fake_executors:

@@ -42,8 +42,24 @@ def test_bad_settings_are_refused(env: dict[str, str], message: str) -> None:
         Settings.from_env(env)
 
 
-def test_every_producer_uses_the_java_compatible_partitioner() -> None:
-    assert producer_config(Settings.from_env({}))["partitioner"] == "murmur2_random"
+@pytest.mark.parametrize("security", ["sasl_ssl", "plaintext"])
+def test_every_producer_uses_the_java_compatible_partitioner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, security: str
+) -> None:
+    # A stack home of its own holding the secured client's password, so a fresh clone
+    # without a bootstrapped .stack builds the same configuration.
+    for name in ("CRONSTREAM_KAFKA_PASSWORD", "CRONSTREAM_KAFKA_PASSWORD_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    secret = tmp_path / "data" / "security" / "credentials" / "cronstream-app.secret"
+    secret.parent.mkdir(parents=True)
+    secret.write_text("from-the-stack\n")
+    settings = Settings.from_env(
+        {"CRONSTREAM_HOME": str(tmp_path), "CRONSTREAM_KAFKA_SECURITY": security}
+    )
+    config = producer_config(settings)
+    assert config["partitioner"] == "murmur2_random"
+    if security == "sasl_ssl":
+        assert config["sasl.password"] == "from-the-stack"
 
 
 def test_catalog_names_partitions_and_configs() -> None:

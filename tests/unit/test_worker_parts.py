@@ -41,6 +41,7 @@ from schemas.events import (
 from schemas.ids import partition_for
 from schemas.serde import Codec
 from tests.fakes import FakeConsumer, FakeMessage, FakeProducer, FakeRegistry
+from tests.processors import WORKER_SETTINGS
 
 SETTINGS = Settings.from_env({"CRONSTREAM_PARTITIONS": "1"})  # every job at home on 0
 TOPICS = Topics(SETTINGS)
@@ -425,7 +426,7 @@ def test_a_started_record_only_for_runs_that_outlast_started_after(after_ms: int
 def _attempts(parts: Parts, python: Any, tally: metrics.Tally, **config: Any) -> Attempts:
     """The attempts of a worker of concurrency 2 on ``parts``, python targets run by
     ``python``."""
-    attempts = Attempts(SETTINGS, WorkerConfig(group="g", concurrency=2, **config),
+    attempts = Attempts(WORKER_SETTINGS, WorkerConfig(group="g", concurrency=2, **config),
                         outbox=parts.outbox, dedup=parts.dedup, cancels={}, tally=tally)  # fmt: skip
     attempts.executors["python"] = python
     return attempts
