@@ -103,8 +103,8 @@ def bench_archive(base: Settings, runs: int, total: int, samples: int) -> None:
                 t0 = time.perf_counter()
                 found = cold.job_runs_table(PROBE, *year).num_rows
                 times.append(time.perf_counter() - t0)
-            p50s.append(pct(times, 50) * 1000)
-            p99s.append(pct(times, 99) * 1000)
+            p50s.append(pct(times, 0.50) * 1000)
+            p99s.append(pct(times, 0.99) * 1000)
             t0 = time.perf_counter()
             assert len(list(islice(cold.job_runs(PROBE, *year), 100))) == 100
             first.append((time.perf_counter() - t0) * 1000)

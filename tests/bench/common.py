@@ -149,6 +149,11 @@ def started_ms(settings: Settings, records: Sequence[Record] | None = None) -> d
 
 
 def pct(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` (``q`` a fraction: 0.99 for p99), the value at
+    rank ``int(q * n)`` of the sorted ones; a percent (99) is refused: it read as the
+    maximum."""
+    if not 0 <= q <= 1:
+        raise ValueError(f"pct takes a fraction in [0, 1], not {q!r} (p99 is 0.99)")
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
