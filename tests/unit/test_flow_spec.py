@@ -92,7 +92,8 @@ def test_the_example_flows_file_is_valid_and_each_flow_has_its_schedule_job() ->
     )
     assert flow.flow_id == schedule.job_id == "example-etl"
     assert schedule.target.type == "flow"
-    assert schedule.concurrency is Concurrency.ALLOW  # see README, Flows: not per flow run yet
+    # A flow's concurrency is its runs', kept by the coordinator (docs/concepts.md, Flows).
+    assert schedule.concurrency is Concurrency.ALLOW
     assert [n.name for n in flow.nodes] == ["extract", "transform", "validate", "load",
                                             "page-oncall"]  # fmt: skip
 
