@@ -303,3 +303,18 @@ class FlowBook:
 
     def close(self) -> None:
         self.definitions.stop()
+
+
+@dataclass(frozen=True)
+class Reads:
+    """What the pages read besides the API's backend (without ``flows`` or ``audit``,
+    the flow pages and the audit feed show none)."""
+
+    prometheus: Prometheus
+    letters: DeadLetters
+    flows: FlowBook | None = None
+    audit: AuditTrail | None = None
+
+    def parts(self) -> list[Any]:
+        """What to close at the end."""
+        return [p for p in (self.prometheus, self.letters, self.flows, self.audit) if p]
