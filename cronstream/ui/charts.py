@@ -69,6 +69,7 @@ def line_chart(series: Mapping[str, Series], *, title: str, unit: str, start: fl
         f'<text x="{PAD}" y="{LINE_H - 8}" font-size="11">-{(end - start) / 60:.0f} min</text>',
         f'<text x="{LINE_W - PAD - 22}" y="{LINE_H - 8}" font-size="11">now</text>',
     ]
+    keys = []
     for i, (name, points) in enumerate(sorted(drawn.items())):
         colour = COLOURS.get(name, PALETTE[i % len(PALETTE)])
         xy = " ".join(f"{PAD + inner_w * (t - start) / (end - start):.1f},"
@@ -79,10 +80,20 @@ def line_chart(series: Mapping[str, Series], *, title: str, unit: str, start: fl
             f'stroke="{colour}" stroke-width="1.5"><title>{escape(name)}: '
             f"{escape(_amount(last, unit))} now</title></polyline>"
         )
-        parts.append(f'<text x="{PAD + 40 + 90 * i}" y="{PAD - 8}" font-size="11" '
-                     f'fill="{colour}">{escape(name[:14])}</text>')  # fmt: skip
+        keys.append((name, colour))
     parts.append("</svg>")
+    if len(keys) > 1:
+        parts.append(legend(keys))
     return "".join(parts)
+
+
+def legend(keys: Sequence[tuple[str, str]]) -> str:
+    """A line of colour swatches (small SVG squares: the pages' CSP allows no inline
+    style) each followed by its name."""
+    return '<p class="legend">' + " ".join(
+        f'<svg class="swatch" width="10" height="10" aria-hidden="true"><rect width="10" '
+        f'height="10" fill="{colour}"/></svg> {escape(name.lower())}' for name, colour in keys
+    ) + "</p>"  # fmt: skip
 
 
 def _amount(value: float, unit: str) -> str:

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
 
-from cronstream.ui.charts import COLOURS
+from cronstream.ui.charts import COLOURS, legend
 
 # The chart colours of final statuses, and those a node has before or without one.
 NODE_COLOURS = {
@@ -140,3 +140,8 @@ def _node(node: DagNode, x: int, y: int) -> str:
     if node.href is None:
         return box
     return f'<a href="{escape(node.href)}">{box}</a>'
+
+
+def dag_legend() -> str:
+    """The node colours, named."""
+    return legend(list(NODE_COLOURS.items()))

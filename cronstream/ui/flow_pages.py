@@ -23,7 +23,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 
 from cronstream.api.backend import Backend
 from cronstream.ui import actions
-from cronstream.ui.dag import DagNode, dag_svg
+from cronstream.ui.dag import DagNode, dag_legend, dag_svg
 from cronstream.ui.flow_view import dag_nodes, flow_run_rows, flow_status, latest_runs
 from cronstream.ui.pages import Back, Viewer, Who, mine, own_id, render, shows
 from cronstream.ui.sources import FlowBook
@@ -122,14 +122,13 @@ def flow_run_page(request: Request, who: Who, backend: Back, flow_run_id: str) -
 
     nodes = dag_nodes(run_id, rows, flow, link)
     status = flow_status(run_id, rows)
-    failed = any(n.status in ("FAILED", "UPSTREAM_FAILED") for n in nodes)
     reruns = max((r.rerun for r in latest_runs(run_id, rows).values()), default=0)
     return render(request, "flow_run.html", who, id=own_id(who, run_id),
                   flow_id=own_id(who, flow_id), status=status, graph=dag_svg(nodes),
                   rows=[_row(who, r, run_id) for r in rows if r.run_id != run_id],
                   own=[_row(who, r) for r in rows if r.run_id == run_id], defined=flow is not None,
-                  can_rerun=who.holder == ADMIN and failed and status != "RUNNING",
-                  reruns=reruns)  # fmt: skip
+                  can_rerun=who.holder == ADMIN and status == "FAILED",
+                  reruns=reruns, legend=dag_legend())  # fmt: skip
 
 
 # -- actions ----------------------------------------------------------------------------

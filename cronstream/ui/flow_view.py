@@ -69,6 +69,8 @@ def flow_status(flow_run_id: str, rows: Sequence[RunOutcome]) -> str:
 def _detail(run: NodeRun | None) -> str:
     if run is None:
         return ""
+    if run.row.worker == FLOWS_APP:  # decided without running (upstream failed, skipped)
+        return "not run" + (f" · rerun {run.rerun}" if run.rerun else "")
     ms = run.row.duration_ms
     took = "" if ms is None else (f"{ms} ms · " if ms < 1000 else f"{ms / 1000:.1f} s · ")
     attempts = f"{run.row.attempt} attempt" + ("s" if run.row.attempt != 1 else "")
