@@ -55,6 +55,6 @@ def audit(
         for r in records
         if shows(who, r.tenant, r.job_id) and (not wanted or r.action.value == wanted)
     ]
-    return render(request, "audit.html", who, entries=shown[: max(limit, 1)] if not job else shown,
+    return render(request, "audit.html", who, entries=shown,
                   f={"job": job, "action": action, "limit": limit}, error=error,
                   actions=[a.value for a in AuditAction])  # fmt: skip

@@ -128,7 +128,8 @@ def _diamond_drawn(page: Page, browser: webdriver.Chrome, flow_run: str) -> None
     failed: dead-lettered, purple), d was not run (its upstream failed); the nodes'
     boxes in those colours; b clicked through to its run."""
     path = f"/ui/flow-runs/{quote(flow_run)}"
-    page.until(path, lambda: page.text("#flow-status") == "FAILED", timeout=120)
+    # "no flow run" (404, no #flow-status) until history has the run's first record
+    page.until(path, lambda: page.text("h1").endswith(" FAILED"), timeout=120)
     expected = {"a": "SUCCEEDED", "b": "DEAD_LETTERED", "c": "SUCCEEDED", "d": "UPSTREAM_FAILED"}
     assert _fills(browser) == {n: NODE_COLOURS[s] for n, s in expected.items()}
     assert len(set(_fills(browser).values())) == 3  # green, red, and d's own
