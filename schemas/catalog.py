@@ -202,10 +202,12 @@ ROLES: Mapping[str, RoleAccess] = MappingProxyType({
                             tenant_topics=True),
     # the HTTP API: a tenant's commands go through the admission like the tenant's own
     "api": RoleAccess(reads=(JOBS,), tenant_topics=True, history="read"),
-    # the dashboard (cronstream ui): the API's access, the dead letters it shows, and the
-    # admin's acts: operators' jobs changed (audited), manual runs and cancels, and a
-    # dead letter's source record replayed to where it came from
-    "ui": RoleAccess(reads=(JOBS, DLQ), writes=(JOBS, *_RUNS, CONTROL, AUDIT, HISTORY, TIMERS),
+    # the dashboard (cronstream ui): the API's access, the dead letters, flows and audit
+    # trail it shows, and the admin's acts: operators' jobs changed (audited), manual
+    # runs and cancels, a flow run's failed part rerun (a flow event), and a dead
+    # letter's source record replayed to where it came from
+    "ui": RoleAccess(reads=(JOBS, DLQ, FLOWS, AUDIT),
+                     writes=(JOBS, *_RUNS, CONTROL, AUDIT, HISTORY, TIMERS, FLOW_EVENTS),
                      tenant_topics=True, history="read"),
     # flow runs: starts and node outcomes -> node run requests; flows' outcomes recorded;
     # a flow run replaced (concurrency replace) cancels its node runs; flow deadlines

@@ -35,7 +35,7 @@ ACTIONS = {"trigger": TenantAction.TRIGGER, "pause": TenantAction.PAUSE,
 Field = Annotated[str, Form()]
 
 
-def _same_origin(request: Request) -> None:
+def same_origin(request: Request) -> None:
     """403 for a form sent from another site. Browsers say where a request comes from in
     ``Sec-Fetch-Site`` (no page can set it); under our ``Referrer-Policy: no-referrer``
     they send ``Origin: null`` with our own forms, so ``Origin`` is only the fallback of
@@ -49,7 +49,7 @@ def _same_origin(request: Request) -> None:
         raise HTTPException(403, "a form of another site")
 
 
-def _back(path: str, **query: str) -> RedirectResponse:
+def back_to(path: str, **query: str) -> RedirectResponse:
     return RedirectResponse(f"{path}?{urlencode(query)}" if query else path, status_code=303)
 
 
@@ -60,14 +60,14 @@ def login_page(request: Request) -> HTMLResponse:
 
 @router.post("/login")
 def login(request: Request, token: Field) -> RedirectResponse:
-    _same_origin(request)
+    same_origin(request)
     book: TokenBook = request.app.state.book
     sessions: Sessions = request.app.state.sessions
     holder = book.holder(token.strip())
     if holder is None:
-        return _back("/ui/login", error="that token is not valid")
+        return back_to("/ui/login", error="that token is not valid")
     session_id = sessions.open(holder, token.strip(), time.time())
-    response = _back("/ui", done="signed in")
+    response = back_to("/ui", done="signed in")
     secure = request.app.state.secure_cookies or request.url.scheme == "https"
     response.set_cookie(COOKIE, session_id, httponly=True, samesite="strict", path="/ui",
                         secure=secure)  # fmt: skip
@@ -76,10 +76,10 @@ def login(request: Request, token: Field) -> RedirectResponse:
 
 @router.post("/logout")
 def logout(request: Request) -> RedirectResponse:
-    _same_origin(request)
+    same_origin(request)
     sessions: Sessions = request.app.state.sessions
     sessions.close(request.cookies.get(COOKIE) or "")
-    response = _back("/ui/login", done="signed out")
+    response = back_to("/ui/login", done="signed out")
     response.delete_cookie(COOKIE, path="/ui")
     return response
 
@@ -97,21 +97,21 @@ def act(
     request: Request, who: Who, backend: Back, action: Field, job: Field,
     run: Annotated[str, Form()] = "", reason: Annotated[str, Form()] = "",
 ) -> RedirectResponse:  # fmt: skip
-    _same_origin(request)
+    same_origin(request)
     page = f"/ui/jobs/{quote(job)}"
     if not who.can_act:
-        return _back(page, error="sign in with a token to act")
+        return back_to(page, error="sign in with a token to act")
     if action not in ACTIONS:
-        return _back(page, error=f"no action {action!r}")
+        return back_to(page, error=f"no action {action!r}")
     try:
-        done = _perform(backend, who, action, job, run, reason)
+        done = perform(backend, who, action, job, run, reason)
     except (HTTPException, UnknownJob, LookupError, ValueError) as exc:
         detail = exc.detail if isinstance(exc, HTTPException) else str(exc)
-        return _back(page, error=f"{action} refused: {detail}")
-    return _back(page, done=done)
+        return back_to(page, error=f"{action} refused: {detail}")
+    return back_to(page, done=done)
 
 
-def _perform(backend: Backend, viewer: Viewer, action: str, job: str, run: str, reason: str
+def perform(backend: Backend, viewer: Viewer, action: str, job: str, run: str, reason: str
              ) -> str:  # fmt: skip
     """Carry ``action`` out as ``viewer`` (signed in); what was done, in words."""
     definition = visible_job(backend, viewer, job)  # HTTPException 404: no such job
@@ -147,13 +147,13 @@ def replay(
     request: Request, who: Who, partition: Annotated[int, Form()], offset: Annotated[int, Form()]
 ) -> RedirectResponse:
     """Write a dead letter's source record back to its topic (admin token only)."""
-    _same_origin(request)
+    same_origin(request)
     if who.holder != ADMIN:
-        return _back("/ui/dlq", error="replay needs the admin token")
+        return back_to("/ui/dlq", error="replay needs the admin token")
     letters = request.app.state.letters
     try:
         letter = letters.find(partition, offset)
         letters.replay(letter)
     except LookupError as exc:
-        return _back("/ui/dlq", error=str(exc))
-    return _back("/ui/dlq", done=f"replayed {partition}@{offset} to {letter.source_topic}")
+        return back_to("/ui/dlq", error=str(exc))
+    return back_to("/ui/dlq", done=f"replayed {partition}@{offset} to {letter.source_topic}")

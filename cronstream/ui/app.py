@@ -15,9 +15,9 @@ from fastapi.staticfiles import StaticFiles
 from cronstream.api.app import build_app, error_response
 from cronstream.api.backend import Backend
 from cronstream.api.serve import AppFactory
-from cronstream.ui import actions, pages
+from cronstream.ui import actions, audit_pages, flow_pages, pages, stuck_pages, tenant_pages
 from cronstream.ui.sessions import Sessions
-from cronstream.ui.sources import DeadLetters, Prometheus
+from cronstream.ui.sources import AuditTrail, DeadLetters, FlowBook, Prometheus, Reads
 from runtime.tokens import TokenBook
 
 STATIC = Path(__file__).parent / "static"
@@ -25,15 +25,16 @@ log = logging.getLogger("cronstream.ui")
 
 
 def build_ui_app(
-    backend: Backend, book: TokenBook, *, prometheus: Prometheus, letters: DeadLetters,
-    anonymous: bool = False, secure_cookies: bool = False, sessions: Sessions | None = None,
+    backend: Backend, book: TokenBook, reads: Reads, *, anonymous: bool = False,
+    secure_cookies: bool = False, sessions: Sessions | None = None,
 ) -> FastAPI:  # fmt: skip
     app = build_app(backend, book)
-    app.state.prometheus, app.state.letters, app.state.anonymous = prometheus, letters, anonymous
+    app.state.prometheus, app.state.letters = reads.prometheus, reads.letters
+    app.state.flows, app.state.audit, app.state.anonymous = reads.flows, reads.audit, anonymous
     app.state.secure_cookies = secure_cookies  # Secure even on plain http (a TLS proxy)
     app.state.sessions = sessions or Sessions()
-    app.include_router(pages.router)
-    app.include_router(actions.router)
+    for module in (pages, actions, flow_pages, audit_pages, tenant_pages, stuck_pages):
+        app.include_router(module.router)
     app.mount("/ui/static", StaticFiles(directory=STATIC), name="static")
 
     async def html_error(request: Request, exc: Exception) -> Response:
@@ -70,14 +71,17 @@ def ui_factory(options: UiOptions) -> AppFactory:
     """``cronstream.api.serve.serve``'s factory for the dashboard."""
 
     def build(backend: Backend, book: TokenBook) -> tuple[FastAPI, list[Any]]:
-        prometheus = Prometheus(options.prometheus_url)
-        letters = DeadLetters(backend.settings, backend.codec, backend.publisher)
-        app = build_ui_app(backend, book, prometheus=prometheus, letters=letters,
-                           anonymous=options.anonymous,
+        reads = Reads(
+            Prometheus(options.prometheus_url),
+            DeadLetters(backend.settings, backend.codec, backend.publisher),
+            FlowBook(backend.settings, backend.codec),
+            AuditTrail(backend.settings, backend.codec),
+        )
+        app = build_ui_app(backend, book, reads, anonymous=options.anonymous,
                            secure_cookies=options.secure_cookies)  # fmt: skip
         log.info("dashboard at /ui (%s without signing in; live figures from %s)",
                  "every page read-only" if options.anonymous else "nothing",
                  options.prometheus_url)  # fmt: skip
-        return app, [prometheus, letters]
+        return app, reads.parts()
 
     return build

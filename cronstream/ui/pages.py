@@ -25,6 +25,7 @@ from fastapi.templating import Jinja2Templates
 
 from cronstream.api.app import Caller, job_of, statuses_of, window_of
 from cronstream.api.backend import Backend
+from cronstream.ui import prom
 from cronstream.ui.charts import duration_chart
 from cronstream.ui.sessions import Sessions
 from cronstream.ui.sources import replayable
@@ -166,7 +167,11 @@ def overview_data(request: Request, backend: Backend, who: Viewer) -> dict[str, 
 
 @router.get("", response_class=HTMLResponse)
 def overview(request: Request, who: Who, backend: Back) -> HTMLResponse:
-    return render(request, "overview.html", who, o=overview_data(request, backend, who))
+    """The live figures (refreshed by the page's script) and the last hour's charts
+    (drawn once, with the page)."""
+    charts, chart_error = prom.charts(request.app.state.prometheus, who.tenant, time.time())
+    return render(request, "overview.html", who, o=overview_data(request, backend, who),
+                  charts=charts, chart_error=chart_error)  # fmt: skip
 
 
 @router.get("/overview.json")

@@ -1,5 +1,7 @@
 """What the dashboard reads besides the API's backend: the stack's Prometheus (the
-overview's live figures) and the dead-letter topic (the DLQ browser, its replay)."""
+overview's live figures and charts), the dead-letter topic (the DLQ browser, its
+replay), the audit trail (its newest entries) and the flows topic (the flows'
+definitions, followed)."""
 
 from __future__ import annotations
 
@@ -16,10 +18,13 @@ from runtime.kafka.clients import TopicPartition, consume_ready, kafka_consumer
 from runtime.kafka.offsets import watermarks
 from runtime.kafka.publisher import Publisher
 from runtime.settings import Settings
-from schemas.catalog import DLQ, Topics
+from schemas.audit import AuditRecord
+from schemas.catalog import AUDIT, DLQ, Topics
 from schemas.errors import DecodeError
 from schemas.events import DeadLetter
+from schemas.flows import FlowDefinition
 from schemas.serde import Codec
+from streams.flow_definitions import Definitions
 
 log = logging.getLogger("cronstream.ui")
 
@@ -73,6 +78,20 @@ class Prometheus:
         self.url = url.rstrip("/")
         self.client = httpx.Client(timeout=timeout)
 
+    def query_range(self, expr: str, start: float, end: float, step: float
+                    ) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:  # fmt: skip
+        """``expr``'s series over [start, end] (unix seconds), a point every ``step``
+        seconds: (labels, [(time, value)]) each, NaN points left out. Raises httpx's
+        errors, KeyError or ValueError on an answer that is not Prometheus's."""
+        params = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
+        reply = self.client.get(f"{self.url}/api/v1/query_range", params=params)
+        reply.raise_for_status()
+        out = []
+        for item in reply.json()["data"]["result"]:
+            points = [(float(t), float(v)) for t, v in item["values"]]
+            out.append((item["metric"], [(t, v) for t, v in points if not math.isnan(v)]))
+        return out
+
     def query(self, expr: str) -> list[tuple[dict[str, str], float]]:
         reply = self.client.get(f"{self.url}/api/v1/query", params={"query": expr})
         reply.raise_for_status()
@@ -114,6 +133,42 @@ class Prometheus:
 
     def close(self) -> None:
         self.client.close()
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    partition: int
+    offset: int
+    timestamp_ms: int
+    value: bytes | None
+
+
+def tail(consumer: Any, topic: str, ends: dict[int, tuple[int, int]], limit: int,
+         wait_s: float = 10.0) -> list[Record]:  # fmt: skip
+    """The newest ``limit`` records of ``topic`` (``ends``: partition -> (low, high)
+    offsets), newest first: the last ``limit`` of each partition read (for at most
+    ``wait_s``), then merged by timestamp. The caller holds ``consumer`` alone."""
+    # partition -> (first offset read, end)
+    ranges = {p: (max(low, high - limit), high) for p, (low, high) in ends.items()
+              if low < high}  # fmt: skip
+    if not ranges:
+        return []
+    consumer.assign([TopicPartition(topic, p, start) for p, (start, _) in ranges.items()])
+    got: list[Record] = []
+    deadline = time.monotonic() + wait_s
+    try:
+        while ranges and (left := deadline - time.monotonic()) > 0:
+            for msg in consume_ready(consumer, 500, left):
+                if msg.error() is not None:
+                    continue
+                p, offset = msg.partition() or 0, msg.offset() or 0
+                got.append(Record(p, offset, msg.timestamp()[1], msg.value()))
+                if p in ranges and offset + 1 >= ranges[p][1]:
+                    del ranges[p]
+    finally:
+        consumer.unassign()
+    got.sort(key=lambda r: (r.timestamp_ms, r.offset), reverse=True)
+    return got[:limit]
 
 
 @dataclass(frozen=True)
@@ -158,28 +213,8 @@ class DeadLetters:
             return self._last(limit)
 
     def _last(self, limit: int) -> list[Letter]:
-        # partition -> (first offset read, end)
-        ranges = {p: (max(low, high - limit), high) for p, (low, high) in self._ends().items()
-                  if low < high}  # fmt: skip
-        if not ranges:
-            return []
-        self.consumer.assign([TopicPartition(self.topic, p, start)
-                              for p, (start, _) in ranges.items()])  # fmt: skip
-        got: list[tuple[int, Letter]] = []
-        deadline = time.monotonic() + 10
-        try:
-            while ranges and (left := deadline - time.monotonic()) > 0:
-                for msg in consume_ready(self.consumer, 500, left):
-                    if msg.error() is not None:
-                        continue
-                    p, offset = msg.partition() or 0, msg.offset() or 0
-                    got.append((msg.timestamp()[1], self._letter(p, offset, msg.value())))
-                    if p in ranges and offset + 1 >= ranges[p][1]:
-                        del ranges[p]
-        finally:
-            self.consumer.unassign()
-        got.sort(key=lambda t: (t[0], t[1].offset), reverse=True)
-        return [letter for _, letter in got[:limit]]
+        found = tail(self.consumer, self.topic, self._ends(), limit)
+        return [self._letter(r.partition, r.offset, r.value) for r in found]
 
     def _letter(self, partition: int, offset: int, value: bytes | None) -> Letter:
         try:
@@ -216,3 +251,70 @@ class DeadLetters:
 
     def close(self) -> None:
         self.consumer.close()
+
+
+class AuditTrail:
+    """The newest entries of the audit trail (``schemas.audit``), every job's: the
+    dashboard's global feed. One job's whole trail is ``JobClient.audit_log``'s."""
+
+    def __init__(self, settings: Settings, codec: Codec) -> None:
+        topics = Topics(settings)
+        self.topic = topics.audit
+        self.partitions = topics.partitions(AUDIT)
+        self.codec = codec
+        self.consumer = kafka_consumer(settings)
+        self.lock = threading.Lock()  # one consumer, requests on several threads
+        self.unreadable = 0  # entries met that are no AuditRecord (skipped)
+
+    def last(self, limit: int) -> list[AuditRecord]:
+        """Up to ``limit`` entries, newest first (an unreadable one skipped)."""
+        with self.lock:
+            ends = {p: watermarks(self.consumer, TopicPartition(self.topic, p), timeout=10)
+                    for p in range(self.partitions)}  # fmt: skip
+            found = tail(self.consumer, self.topic, ends, limit)
+        out = []
+        for record in found:
+            try:
+                out.append(self.codec.decode(record.value, AuditRecord))
+            except DecodeError:
+                self.unreadable += 1
+        return out
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+class FlowBook:
+    """The flows' definitions, the flows topic followed by a thread (the flows
+    coordinator's ``Definitions``): flow id -> FlowDefinition; ``ready`` once read to
+    the end it had at start."""
+
+    def __init__(self, settings: Settings, codec: Codec) -> None:
+        self.definitions = Definitions(settings, codec)
+        self.definitions.start()
+
+    @property
+    def flows(self) -> dict[str, FlowDefinition]:
+        return self.definitions.flows
+
+    @property
+    def ready(self) -> bool:
+        return self.definitions.caught_up.is_set()
+
+    def close(self) -> None:
+        self.definitions.stop()
+
+
+@dataclass(frozen=True)
+class Reads:
+    """What the pages read besides the API's backend (without ``flows`` or ``audit``,
+    the flow pages and the audit feed show none)."""
+
+    prometheus: Prometheus
+    letters: DeadLetters
+    flows: FlowBook | None = None
+    audit: AuditTrail | None = None
+
+    def parts(self) -> list[Any]:
+        """What to close at the end."""
+        return [p for p in (self.prometheus, self.letters, self.flows, self.audit) if p]

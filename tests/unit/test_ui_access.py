@@ -21,7 +21,15 @@ import pytest
 from cronstream.api.backend import Backend
 from cronstream.api.guard import AllowedHosts, Guard
 from cronstream.ui.app import build_ui_app
-from cronstream.ui.sources import QUERIES, DeadLetters, Letter, Overview, Prometheus, tenant_queries
+from cronstream.ui.sources import (
+    QUERIES,
+    DeadLetters,
+    Letter,
+    Overview,
+    Prometheus,
+    Reads,
+    tenant_queries,
+)
 from producers.admission.core import JobsView
 from runtime.tokens import ADMIN, TokenBook, digest
 from schemas.definition import job_from_spec
@@ -80,8 +88,16 @@ class FakeBackend:
 
 
 class FakePrometheus:
+    url = "http://prometheus.invalid"
+
     def __init__(self) -> None:
         self.asked: list[str | None] = []
+
+    def query(self, expr: str) -> list[tuple[dict[str, str], float]]:
+        return []
+
+    def query_range(self, expr: str, start: float, end: float, step: float) -> list[Any]:
+        return []
 
     def overview(self, tenant: str | None = None) -> Overview:
         self.asked.append(tenant)
@@ -134,8 +150,8 @@ def dashboard(book: TokenBook, **options: Any) -> tuple[Any, FakePrometheus]:
         view.observe(job.job_id, job)
     backend = cast(Backend, FakeBackend(view, FakeHistory()))
     prometheus = FakePrometheus()
-    app = build_ui_app(backend, book, prometheus=cast(Prometheus, prometheus),
-                       letters=cast(DeadLetters, FakeLetters()), **options)  # fmt: skip
+    reads = Reads(cast(Prometheus, prometheus), cast(DeadLetters, FakeLetters()))
+    app = build_ui_app(backend, book, reads, **options)
     return app, prometheus
 
 
