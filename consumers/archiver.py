@@ -1,29 +1,33 @@
-"""The archiver: ``cronstream.history`` into the Parquet archive (``consumers.archive``).
+"""The archiver: ``cronstream.history`` into the archive table (``consumers.lakehouse``).
 
 One process runs one ``Archiver``: a member of the group ``<prefix>.archiver`` on the
 history topic, beside the Cassandra sink (its own group: each reads every outcome). It
 buffers each partition's outcomes and flushes a partition when it holds ``flush_rows``
 of them or its oldest waited ``flush_s``. The one commit procedure (``flush``):
 
-1. Write the partition's buffer as parts, one per (day, tenant), each named after the
-   buffer's first offset (atomically: a temporary file renamed).
-2. Save the partition's checkpoint: the offset after the buffer's last record.
-3. Commit that offset to the group.
+1. Append the partition's buffer to the Iceberg table and move the table's property
+   ``cronstream.offset.<partition>`` to the offset after the buffer's last record, in
+   one snapshot (``ArchiveTable.write``: data files first, then one compare-and-swap of
+   the table's metadata in the catalog).
+2. Commit that offset to the group.
 
-Files are the truth: on assignment reading starts at the committed offset, and records
-below the checkpoint (written, then a crash before 3) are skipped, so the next buffer
-starts at the same offset as before the crash and rewrites the same part names. A
-record that is not a RunOutcome is skipped (the sink dead-letters it) and counted. One
-the archive cannot hold (a tenant that is no folder name: ``a/../..`` would write
-outside the archive) or that makes the archiver raise (a bug its values reach,
-``runtime.faults``) goes to the DLQ, acknowledged before its offset is committed.
+The table is the truth: on assignment reading starts at the committed offset, and records
+below the table's offset (written, then a crash before 2) are skipped; a crash before the
+snapshot leaves data files no snapshot references (deleted later by
+``ArchiveTable.remove_orphans``) and the property where it was, so the same records are
+written again, once. A writer whose partition moved to another archiver without it
+noticing finds the property moved and writes nothing (``Fenced``). A record that is not
+a RunOutcome is skipped (the sink dead-letters it) and counted. One that makes the
+archiver raise (a bug its values reach, ``runtime.faults``) goes to the DLQ, acknowledged
+before its offset is committed.
 
 Why stream the topic rather than export days from Cassandra: reading a day back out of
 Cassandra costs as much as writing it (every outcome of every table, at 10,000 runs/s
 864 million rows a day) and competes with the hot tier; the topic has every outcome
-once, in order, with offsets that make the export resumable and idempotent for free.
-The daily step is compaction: the owner of partition 0 merges each finished day's
-parts into one sorted file per tenant (``archive.compact_finished``), hourly.
+once, in order, with offsets that make the export resumable and exactly-once. The daily
+steps are maintenance, by the owner of partition 0: each finished day's files merged into
+one sorted file per tenant (``compact_finished``), the days past the retention deleted,
+old snapshots forgotten and unreferenced files removed (``expire``, ``remove_orphans``).
 """
 
 from __future__ import annotations
@@ -33,11 +37,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
+from urllib.parse import quote_plus
 
-from consumers import archive
 from consumers.core.buckets import day_of
+from consumers.lakehouse import ArchiveTable, Fenced, to_arrow
 from runtime import metrics
 from runtime.faults import RecordFaults
 from runtime.kafka.clients import TopicPartition
@@ -45,6 +49,7 @@ from runtime.kafka.member import GroupMember
 from runtime.kafka.publisher import Publisher
 from runtime.kafka.records import ConsumedMessage, dead_letter_for, is_record
 from runtime.kafka.stall import Held
+from runtime.lakehouse import Lakehouse, lakehouse
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from runtime.waiting import StopWaiting, learn_writers
@@ -55,7 +60,10 @@ from schemas.serde import Codec
 
 log = logging.getLogger("cronstream.archiver")
 STAGE = "archiver"
-FOLDER_NAME_MAX = 200  # UTF-8 bytes of a tenant: "tenant=<it>" stays one file name (255 bytes)
+# The longest partition folder name: ``tenant=<it, URL-encoded>`` is one path segment of
+# the table's files (object stores on filesystems, and local warehouses, cap a name at
+# 255 bytes).
+FOLDER_NAME_MAX = 255
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +87,10 @@ class _Buffer:
 
 
 class Archiver:
-    def __init__(self, settings: Settings, config: ArchiverConfig, root: Path | None = None
-                 ) -> None:  # fmt: skip
+    def __init__(self, settings: Settings, config: ArchiverConfig,
+                 where: Lakehouse | None = None) -> None:  # fmt: skip
         self.config = config
-        self.root = root or archive.archive_root(settings)
+        self.table = ArchiveTable(where or lakehouse(settings))
         self.topic = Topics(settings).history
         self.codec = Codec(registry_client(settings))
         self.member = GroupMember(
@@ -117,11 +125,12 @@ class Archiver:
         finally:
             self.member.close()
             self.publisher.close()
+            self.table.close()
 
     # -- partitions moving ----------------------------------------------------------------
     def _assigned(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
-            self.checkpoints[tp.partition] = archive.checkpoint(self.root, tp.partition)
+            self.checkpoints[tp.partition] = self.table.checkpoint(tp.partition)
 
     def _revoking(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:  # what is buffered is written before the partition moves
@@ -214,7 +223,7 @@ class Archiver:
         return skipped
 
     def flush(self, partition: int, *, wait: bool = False) -> None:
-        """The commit procedure (the module's text): parts, checkpoint, offset. Dead
+        """The commit procedure (the module's text): the table's snapshot, then the offset. Dead
         letters of the buffer's records are acknowledged first (the broker away: the
         flush waits for a later step; at a handover, up to 30 s)."""
         if self.letters:
@@ -227,11 +236,18 @@ class Archiver:
             self.letters = False
         buffer = self.buffers.pop(partition)
         began = time.monotonic()
-        files = archive.write_parts(self.root, partition, buffer.first, buffer.outcomes)
-        archive.save_checkpoint(self.root, partition, buffer.next_offset)
+        try:
+            self.table.write(partition, self.checkpoints.get(partition), buffer.next_offset,
+                             to_arrow(buffer.outcomes))  # fmt: skip
+        except Fenced as exc:  # another archiver wrote this partition: its offset stands
+            log.warning("%s; this archiver's %d buffered outcomes are dropped",
+                        exc, len(buffer.outcomes))  # fmt: skip
+            self.checkpoints[partition] = self.table.checkpoint(partition)
+            return
         self.checkpoints[partition] = buffer.next_offset
         metrics.archiver_outcomes.inc(len(buffer.outcomes))
-        metrics.archiver_files.inc(len(files))
+        metrics.archiver_files.inc(len({(day_of(o.scheduled_at), o.tenant)
+                                        for o in buffer.outcomes}))  # fmt: skip
         metrics.archiver_flush_seconds.set(time.monotonic() - began)
         self._commit({partition: buffer.next_offset}, wait=wait)
 
@@ -248,21 +264,24 @@ class Archiver:
         if 0 not in self.checkpoints:
             return
         today = datetime.now(UTC).date()
-        done = archive.compact_finished(self.root, today)
+        done = self.table.compact_finished(today)
         for day, merged in done.items():
-            log.info("compacted %s: %d parts into day files", day.isoformat(), merged)
+            log.info("compacted %s: %d files into one per tenant", day.isoformat(), merged)
         keep = self.config.keep_days
-        for day in archive.expire(self.root, today, keep):
+        for day in self.table.expire(today, keep):
             log.info("expired %s: older than %d days", day.isoformat(), keep)
+        removed = self.table.remove_orphans()
+        if removed:
+            log.info("removed %d files no snapshot references", removed)
 
 
 def folder_problem(tenant: str) -> str | None:
-    """Why ``tenant`` cannot name an archive folder (``tenant=<it>``), or None: it must be
-    one plain path name, so that no outcome is written outside the archive."""
-    if (not tenant or tenant in (".", "..") or len(tenant.encode()) > FOLDER_NAME_MAX
-            or any(c in tenant for c in "/\\\0")):  # fmt: skip
+    """Why ``tenant`` cannot name an archive partition (``tenant=<it, URL-encoded as
+    pyiceberg names the folder>``), or None."""
+    if not tenant or len(f"tenant={quote_plus(tenant)}".encode()) > FOLDER_NAME_MAX:
         return (
-            f"tenant {tenant[:80]!r} cannot name an archive folder: it must be 1-"
-            f"{FOLDER_NAME_MAX} bytes of UTF-8, without '/', '\\' or NUL, not '.' or '..'"
+            f"tenant {tenant[:80]!r} cannot name an archive partition: it must be one "
+            f"character or more, and 'tenant=' with it URL-encoded at most "
+            f"{FOLDER_NAME_MAX} bytes"
         )
     return None

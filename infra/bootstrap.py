@@ -34,6 +34,7 @@ from confluent_kafka.admin import (
 from consumers.migrations import migrate
 from infra.cassandra_access import admin_session, ensure_cassandra_access, grant_keyspace
 from infra.errors import BootstrapError
+from infra.objects import ensure_lakehouse
 from infra.replication import (
     new_topic,
     replicate_system_keyspaces,
@@ -46,6 +47,7 @@ from runtime.credentials import security_dir, tls_dir
 from runtime.errors import KafkaAuthError
 from runtime.kafka.clients import kafka_admin, kafka_consumer
 from runtime.kafka.security import BENCH_PLAIN_PREFIX, client_properties, kafka_secret_path
+from runtime.lakehouse import lakehouse
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from runtime.tokens import ADMIN, issue_token
@@ -460,3 +462,5 @@ def bootstrap(settings: Settings, say: Callable[[str], None] = _say) -> None:
         f"cassandra: keyspace {settings.keyspace!r}, "
         + (f"applied {', '.join(applied)}" if applied else "migrations up to date")
     )
+    ensure_lakehouse(settings)
+    say(f"archive: Iceberg table {lakehouse(settings).table!r} (bucket and catalog ready)")

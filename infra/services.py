@@ -25,6 +25,7 @@ from pathlib import Path
 
 from infra.connect import connect_services
 from infra.errors import StackError
+from infra.objects import object_services
 from infra.ops import ops_services
 from infra.security import ensure_secret_file, ensure_tls, write_private
 from infra.service import CASSANDRA_JPMS, CONF_DIR, INFRA_DIR, JVM_COMMON, Service
@@ -473,4 +474,5 @@ def all_services(settings: Settings) -> list[Service]:
     Kafka and Cassandra nodes (``kafka``, ``kafka-2``, ...)."""
     nodes = range(1, settings.nodes + 1)
     return [*(Cassandra(settings, n) for n in nodes), *(Kafka(settings, n) for n in nodes),
-            Registry(settings), *connect_services(settings), *ops_services(settings)]  # fmt: skip
+            Registry(settings), *object_services(settings), *connect_services(settings),
+            *ops_services(settings)]  # fmt: skip

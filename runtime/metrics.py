@@ -457,12 +457,12 @@ worker_failure_streaks = FailureStreaks(job_failure_streak)
 # -- archiver -------------------------------------------------------------------------------
 archiver_outcomes = Counter(
     "cronstream_archiver_outcomes",
-    "Outcomes written to the Parquet archive",
+    "Outcomes written to the archive table",
     registry=REGISTRY,
 )
 archiver_files = Counter(
     "cronstream_archiver_files",
-    "Parquet parts written (one per day and tenant of a flush)",
+    "Data files written to the archive table (one per day and tenant of a flush)",
     registry=REGISTRY,
 )
 archiver_skipped = Counter(
@@ -472,7 +472,7 @@ archiver_skipped = Counter(
 )
 archiver_flush_seconds = Gauge(
     "cronstream_archiver_flush_seconds",
-    "How long the last flush took (parts written, checkpoint saved)",
+    "How long the last flush took (data files written, snapshot committed)",
     registry=REGISTRY,
 )
 

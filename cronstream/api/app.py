@@ -210,7 +210,8 @@ def job_history(
 ) -> list[dict[str, Any]]:  # fmt: skip
     job = job_of(backend, who, job_id)
     start, end = window_of(since)
-    rows = backend.job_runs(job.job_id, start, end, statuses_of(status), limit=limit)
+    rows = backend.job_runs(job.job_id, start, end, statuses_of(status), limit=limit,
+                            tenant=job.tenant)  # fmt: skip
     return _outcomes_json(who, rows, limit)
 
 

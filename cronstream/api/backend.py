@@ -23,7 +23,7 @@ from datetime import datetime
 from itertools import islice
 from typing import Any
 
-from consumers.archive import Archive, archive_root, hot_from, tiered_job_runs
+from consumers.archive import Archive, hot_from, tiered_job_runs
 from consumers.history import History
 from producers.admission.core import JobsView
 from producers.admission.processor import JobsFollower
@@ -31,6 +31,7 @@ from producers.errors import NoAnswer
 from runtime.cassandra import cassandra_session
 from runtime.kafka.member import GroupMember
 from runtime.kafka.publisher import Publisher
+from runtime.lakehouse import lakehouse
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from runtime.waiting import StopWaiting, learn_writers, sleeping
@@ -73,19 +74,19 @@ class Backend:
 
     def job_runs(
         self, job_id: str, start: datetime, end: datetime, statuses: Sequence[str] = (),
-        *, limit: int | None = None,
+        *, limit: int | None = None, tenant: str | None = None,
     ) -> Iterator[RunOutcome]:  # fmt: skip
         """A job's runs over [start, end), latest first: from Cassandra alone while the
         window is inside its hot window, else across the hot and cold tiers (the slots
-        before the first day Cassandra holds in full from the Parquet archive)."""
+        before the first day Cassandra holds in full from the archive table)."""
         assert self.history is not None
         boundary = hot_from(self.settings, utc_now())
         if start >= boundary:
             return self.history.job_runs(job_id, start, end, statuses, limit=limit)
         if self._archive is None:
-            self._archive = Archive(archive_root(self.settings))
+            self._archive = Archive(lakehouse(self.settings))
         rows = tiered_job_runs(self.history, self._archive, boundary, job_id, start, end,
-                               statuses)  # fmt: skip
+                               statuses, tenant)  # fmt: skip
         return islice(rows, limit)
 
     def stopped_threads(self) -> list[str]:

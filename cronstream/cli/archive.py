@@ -1,5 +1,5 @@
-"""`cronstream archiver` (history topic -> the Parquet archive) and `cronstream archive
-compact` (a finished day's parts into one file per tenant)."""
+"""`cronstream archiver` (history topic -> the archive's Iceberg table) and `cronstream
+archive compact|expire|info` (its maintenance: the archiver does it hourly too)."""
 
 from __future__ import annotations
 
@@ -10,27 +10,30 @@ import sys
 from datetime import UTC, date, datetime
 from typing import Any
 
-from consumers import archive
 from consumers.archiver import Archiver, ArchiverConfig
+from consumers.lakehouse import ArchiveTable, keep_days
 from cronstream.cli.common import EXIT_INVALID, at_least
 from cronstream.foreground import run_member
+from runtime.lakehouse import lakehouse
 from runtime.settings import Settings, env_int
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("archiver", help="run an archiver (history topic -> Parquet archive)")
+    p = sub.add_parser(
+        "archiver", help="run an archiver (history topic -> the archive's Iceberg table)"
+    )
     p.add_argument("--group", help="consumer group (default <topic prefix>.archiver)")
     p.add_argument("--name", default=f"archiver-{socket.gethostname()}-{os.getpid()}")
     p.add_argument("--flush-rows", type=at_least(1), default=200_000,
-                   help="write a partition's parts once it buffers this many outcomes")  # fmt: skip
+                   help="commit a partition's outcomes once it buffers this many")  # fmt: skip
     p.add_argument("--flush-s", type=float, default=60.0,
                    help="... or once its oldest buffered outcome waited this long")  # fmt: skip
     p.add_argument("--metrics-port", type=int,
                    default=env_int("CRONSTREAM_ARCHIVER_METRICS_PORT", 0, minimum=0))  # fmt: skip
     p.set_defaults(handler=cmd_archiver, needs="settings")
-    a = sub.add_parser("archive", help="the Parquet archive of history: compact days")
+    a = sub.add_parser("archive", help="the archive table of history: compact, expire, info")
     verbs = a.add_subparsers(dest="verb", required=True)
-    c = verbs.add_parser("compact", help="merge finished days' parts into one file per tenant")
+    c = verbs.add_parser("compact", help="merge finished days' files into one per tenant")
     c.add_argument("--day", help="only this UTC day (YYYY-MM-DD; default: every day "
                    "before yesterday)")  # fmt: skip
     c.set_defaults(handler=cmd_compact, needs="settings")
@@ -38,6 +41,9 @@ def register(sub: Any) -> None:
                          "($CRONSTREAM_ARCHIVE_KEEP_DAYS, default 366; the archiver does "
                          "it hourly)")  # fmt: skip
     e.set_defaults(handler=cmd_expire, needs="settings")
+    i = verbs.add_parser("info", help="where the table is (catalog, warehouse) and its "
+                         "days, files and rows")  # fmt: skip
+    i.set_defaults(handler=cmd_info, needs="settings")
 
 
 def cmd_archiver(settings: Settings, args: argparse.Namespace) -> int:
@@ -46,7 +52,7 @@ def cmd_archiver(settings: Settings, args: argparse.Namespace) -> int:
         print("error: --flush-s must be above 0", file=sys.stderr)
         return EXIT_INVALID
     try:
-        keep = archive.keep_days()
+        keep = keep_days()
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
@@ -59,33 +65,63 @@ def cmd_archiver(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_compact(settings: Settings, args: argparse.Namespace) -> int:
-    root = archive.archive_root(settings)
-    if args.day:
-        try:
-            day = date.fromisoformat(args.day)
-        except ValueError:
-            print(f"error: --day {args.day!r} is not YYYY-MM-DD", file=sys.stderr)
-            return EXIT_INVALID
-        done = {day: archive.compact(root, day)}
-    else:
-        done = archive.compact_finished(root, datetime.now(UTC).date())
+    table = ArchiveTable(lakehouse(settings))
+    try:
+        if args.day:
+            try:
+                day = date.fromisoformat(args.day)
+            except ValueError:
+                print(f"error: --day {args.day!r} is not YYYY-MM-DD", file=sys.stderr)
+                return EXIT_INVALID
+            done = {day: table.compact(day)}
+        else:
+            done = table.compact_finished(datetime.now(UTC).date())
+    finally:
+        table.close()
     for day, merged in sorted(done.items()):
-        print(f"{day.isoformat()}: {merged} parts merged")
+        print(f"{day.isoformat()}: {merged} files merged")
     if not any(done.values()):
-        print(f"nothing to compact in {root}")
+        print(f"nothing to compact in {table.where.table}")
     return 0
 
 
 def cmd_expire(settings: Settings, args: argparse.Namespace) -> int:
     try:
-        keep = archive.keep_days()
+        keep = keep_days()
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
-    root = archive.archive_root(settings)
-    gone = archive.expire(root, datetime.now(UTC).date(), keep)
+    table = ArchiveTable(lakehouse(settings))
+    try:
+        gone = table.expire(datetime.now(UTC).date(), keep)
+        removed = table.remove_orphans()
+    finally:
+        table.close()
     for day in gone:
         print(f"{day.isoformat()}: deleted (older than {keep} days)")
     if not gone:
-        print(f"nothing older than {keep} days in {root}" if keep else "retention is off (0)")
+        print(f"nothing older than {keep} days in {table.where.table}" if keep
+              else "retention is off (0)")  # fmt: skip
+    print(f"{removed} files no snapshot references removed")
+    return 0
+
+
+def cmd_info(settings: Settings, args: argparse.Namespace) -> int:
+    where = lakehouse(settings)
+    table = ArchiveTable(where)
+    try:
+        partitions = table.partitions()
+        snapshot = table.table.current_snapshot()
+        rows = table.table.inspect.partitions().column("record_count").to_pylist() if (
+            snapshot is not None) else []  # fmt: skip
+    finally:
+        table.close()
+    uri = where.catalog_uri.split("@", 1)[-1]  # never the password
+    print(f"table {where.table} (catalog {uri}, warehouse {where.warehouse})")
+    days = sorted({day for day, _ in partitions})
+    if days:
+        print(f"{len(days)} days {days[0]} .. {days[-1]}, {len(partitions)} partitions, "
+              f"{sum(partitions.values())} files, {sum(rows)} outcomes")  # fmt: skip
+    else:
+        print("empty")
     return 0

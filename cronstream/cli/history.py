@@ -12,10 +12,11 @@ from datetime import datetime, timedelta
 from itertools import islice
 from typing import Any
 
-from consumers.archive import Archive, archive_root, hot_from, tiered_job_runs
+from consumers.archive import Archive, hot_from, tiered_job_runs
 from consumers.history import History
 from cronstream.cli.common import EXIT_NOT_FOUND, EXIT_UNAVAILABLE
 from runtime.cassandra import cassandra_session
+from runtime.lakehouse import lakehouse
 from runtime.settings import Settings
 from schemas.definition import parse_duration, parse_instant
 from schemas.errors import SpecError
@@ -49,7 +50,7 @@ def register(sub: Any) -> None:
     h.add_argument("--json", action="store_true", help="one JSON object per line")
     h.add_argument("--archive", action="store_true",
                    help="JOB_ID's runs older than Cassandra keeps (CRONSTREAM_HISTORY_TTL_DAYS) "
-                   "from the Parquet archive too, in one answer")  # fmt: skip
+                   "from the archive table too, in one answer")  # fmt: skip
     who = h.add_mutually_exclusive_group()
     who.add_argument("--tenant", help="a tenant's: JOB_ID and RUN_ID are its own ids, "
                      "--status rows only its jobs'")  # fmt: skip
@@ -143,9 +144,9 @@ def cmd_history(settings: Settings, args: argparse.Namespace) -> int:
         start, end = history_window(args.since, args.start, args.end, now)
         found: Iterator[RunOutcome]
         if args.job_id and args.archive:
-            cold = stack.enter_context(closing(Archive(archive_root(settings))))
+            cold = stack.enter_context(closing(Archive(lakehouse(settings))))
             found = tiered_job_runs(history, cold, hot_from(settings, now), args.job_id,
-                                    start, end, statuses)  # fmt: skip
+                                    start, end, statuses, args.tenant)  # fmt: skip
             columns = JOB_COLUMNS
         elif args.job_id:
             found = history.job_runs(args.job_id, start, end, statuses)

@@ -1,36 +1,50 @@
-"""The cold tier (issue 19): one job's runs over a year from an archive of at least
-100,000,000 outcomes, and the archiver's export throughput.
+"""The cold tier (issues 19, 37): one job's runs over a year from an archive table of at
+least 100,000,000 outcomes, side by side with the local Parquet day files of the
+baseline revision, and the archiver's rate into the table.
 
-The year is written as compacted day files (``archive.write_table``, the compaction's
-own writer: sorted, 64,000-row groups, zstd) from columns built in Arrow, not through
-Kafka (100 million records would take the topic hours here); the export row measures
-the archiver itself: outcomes on the history topic -> parts, checkpoint, commit."""
+The year is appended day by day to the Iceberg table in the stack's S3Proxy bucket (its
+catalog in the stack's PostgreSQL), one sorted file per day, from columns built in Arrow,
+not through Kafka (100 million records would take the topic hours here); the baseline's
+year is the same columns (same generator, same seed) written by its own code in a
+worktree of ``CRONSTREAM_BENCH_ARCHIVE_BASELINE`` (default 9ba235a: the local-file archive
+before issue 37), queried there by its own ``Archive``. The export row measures the
+archiver itself: outcomes on the history topic -> snapshots, commit."""
 
 from __future__ import annotations
 
-import shutil
+import json
+import os
 import statistics
-import tempfile
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime, timedelta
 from itertools import islice
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyarrow.fs import FileSelector
 
 from consumers import archive
 from consumers.archiver import Archiver, ArchiverConfig
+from consumers.lakehouse import ARROW, ArchiveTable, filesystem, sort
+from infra.objects import ensure_lakehouse
+from runtime.lakehouse import lakehouse
 from runtime.settings import Settings
 from schemas.catalog import Topics
-from tests.bench.common import namespace, pct, row
+from tests.bench.common import checkout, namespace, pct, row
 from tests.bench.history import _noop_outcomes
 from tests.integration.helpers import group_caught_up
 from tests.integration.test_history import publish
 
 DAY_MS = 86_400_000
+_MS = pa.timestamp("ms", tz="UTC")
+SCHEMA = pa.schema(
+    [f.with_type(_MS) if pa.types.is_timestamp(f.type) else f for f in ARROW if f.name != "tenant"]
+)  # the baseline's columns
 PROBE = "probe-00042"  # every 5 minutes all year: 105,120 runs, two outcomes each
+BASELINE = os.environ.get("CRONSTREAM_BENCH_ARCHIVE_BASELINE", "9ba235a")
 
 
 def _day(day: datetime, rows: int, jobs: int, rng: np.random.Generator) -> pa.Table:
@@ -65,67 +79,129 @@ def _day(day: datetime, rows: int, jobs: int, rng: np.random.Generator) -> pa.Ta
                                          pa.array(duration, pa.int64())]),
         "error": pa.nulls(2 * n, pa.string()), "next_attempt_at": nulls_ts,
         "target_type": pa.array(["http"] * (2 * n)), "worker": pa.array(["w1"] * (2 * n)),
-    }, schema=archive.SCHEMA)  # fmt: skip
+    }, schema=SCHEMA)  # fmt: skip
 
 
-def build_year(root: Path, total: int, jobs: int = 100_000) -> float:
-    """``total`` outcomes over the 365 days before today, one compacted file a day."""
+def build_year(table: ArchiveTable, total: int, jobs: int = 100_000) -> float:
+    """``total`` outcomes over the 365 days before today, one snapshot (one sorted file)
+    a day."""
     rng = np.random.default_rng(19)
     today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     began = time.monotonic()
     per_day = total // 365
     for i in range(365, 0, -1):
-        day = today - timedelta(days=i)
-        path = archive.folder(root, day.date(), "default") / archive.COMPACTED
-        archive.write_table(_day(day, per_day, jobs, rng), path)
+        day = _day(today - timedelta(days=i), per_day, jobs, rng)
+        rows = day.append_column("tenant", pa.array(["default"] * day.num_rows))
+        table.table.append(sort(rows.cast(ARROW)))
     return time.monotonic() - began
 
 
+def _queries(cold: archive.Archive, samples: int) -> tuple[float, list[float], int]:
+    """A new reader's first query (ms), then ``samples`` more (s), and the runs found."""
+    now = datetime.now(UTC)
+    year = (now - timedelta(days=366), now)
+    t0 = time.perf_counter()
+    found = cold.job_runs_table(PROBE, *year).num_rows
+    first = (time.perf_counter() - t0) * 1000
+    times = []
+    for _ in range(samples):
+        t0 = time.perf_counter()
+        assert cold.job_runs_table(PROBE, *year).num_rows == found
+        times.append(time.perf_counter() - t0)
+    return first, times, found
+
+
 def bench_archive(base: Settings, runs: int, total: int, samples: int) -> None:
-    """One job's year from ``total`` archived outcomes (p50/p99 of ``samples`` queries,
-    median of ``runs``), then the archiver's export rate."""
-    root = Path(tempfile.mkdtemp(prefix="cs-archive-bench-"))
-    try:
-        took = build_year(root, total)
-        size = sum(p.stat().st_size for p in root.rglob("*.parquet")) / 2**30
-        print(f"  archive: {total:,} outcomes over 365 days written in {took:.0f}s "
-              f"({total / took:,.0f} rows/s, {size:.1f} GiB)", flush=True)  # fmt: skip
-        now = datetime.now(UTC)
-        year = (now - timedelta(days=366), now)
-        p50s, p99s, whole, first, fresh, found = [], [], [], [], [], 0
-        for _ in range(runs):
-            cold = archive.Archive(root)
-            t0 = time.perf_counter()
-            cold.job_runs_table(PROBE, *year)  # the first reads the files' footers
-            fresh.append((time.perf_counter() - t0) * 1000)
-            times = []
-            for _ in range(samples):
+    """One job's year from ``total`` archived outcomes (p50/p99 of ``samples`` queries
+    per run, ``runs`` readers), the same on the baseline's local files, then the
+    archiver's export rate."""
+    with namespace(base, "csbench-archive") as ns:
+        ensure_lakehouse(ns)
+        where = lakehouse(ns)
+        table = ArchiveTable(where)
+        try:
+            took = build_year(table, total)
+            fs, root = filesystem(where, table.table.location())
+            size = sum(f.size or 0 for f in fs.get_file_info(FileSelector(root, recursive=True)))
+            print(f"  archive table: {total:,} outcomes over 365 days appended in {took:.0f}s "
+                  f"({total / took:,.0f} rows/s, {size / 2**30:.1f} GiB in the bucket)",
+                  flush=True)  # fmt: skip
+            firsts, times, found = [], [], 0
+            for _ in range(runs):
+                cold = archive.Archive(where)
+                first, more, found = _queries(cold, samples)
+                firsts.append(first)
+                times += more
                 t0 = time.perf_counter()
-                found = cold.job_runs_table(PROBE, *year).num_rows
-                times.append(time.perf_counter() - t0)
-            p50s.append(pct(times, 0.50) * 1000)
-            p99s.append(pct(times, 0.99) * 1000)
-            t0 = time.perf_counter()
-            assert len(list(islice(cold.job_runs(PROBE, *year), 100))) == 100
-            first.append((time.perf_counter() - t0) * 1000)
-            t0 = time.perf_counter()
-            assert len(list(cold.job_runs(PROBE, *year))) == found
-            whole.append((time.perf_counter() - t0) * 1000)
-            cold.close()
-        note = f"{found:,} runs of one job over 365 days; median of {runs} x {samples} queries"
-        name = f"archive: one job's year of {total / 1e6:,.0f}M outcomes"
-        row(f"{name}, query p50", f"{statistics.median(p50s):,.0f} ms", "-", note)
-        row(f"{name}, query p99", f"{statistics.median(p99s):,.0f} ms", "<= 1,000 ms",
-            note + " (DuckDB to an Arrow table)")  # fmt: skip
-        row(f"{name}, a connection's first query", f"{statistics.median(fresh):,.0f} ms", "-",
-            "footers not cached yet (each `cronstream history --archive` command)")  # fmt: skip
-        row(f"{name}, first 100 as RunOutcomes", f"{statistics.median(first):,.0f} ms", "-",
-            "what `history JOB --archive` (--limit 100) waits for")  # fmt: skip
-        row(f"{name}, all {found:,} as RunOutcomes", f"{statistics.median(whole):,.0f} ms",
-            "-", "one Python object per run")  # fmt: skip
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+                assert len(list(islice(cold.job_runs(PROBE, *_year()), 100))) == 100
+                hundred = (time.perf_counter() - t0) * 1000
+                cold.close()
+        finally:
+            table.catalog.drop_table(where.table)
+            fs.delete_dir_contents(root, missing_dir_ok=True)
+            table.close()
+    theirs = _baseline(total, samples * runs)
+    name = f"archive: one job's year of {total / 1e6:,.0f}M outcomes"
+    note = f"{found:,} runs of one job over 365 days; {runs} readers x {samples} queries"
+    ours_50, ours_99 = pct(times, 0.5) * 1000, pct(times, 0.99) * 1000
+    row(f"{name}, Iceberg on S3, query p50", f"{ours_50:,.0f} ms", "-", note)
+    row(f"{name}, Iceberg on S3, query p99", f"{ours_99:,.0f} ms", "<= 1,000 ms",
+        note + " (scan planned through the catalog, then DuckDB over the rows)")  # fmt: skip
+    row(f"{name}, Iceberg on S3, a reader's first query", f"{statistics.median(firsts):,.0f} ms",
+        "-", "the table's metadata loaded: each `cronstream history --archive` command")  # fmt: skip
+    row(f"{name}, Iceberg on S3, first 100 as RunOutcomes", f"{hundred:,.0f} ms", "-",
+        "what `history JOB --archive` (--limit 100) waits for (one reader, warm)")  # fmt: skip
+    if theirs is None:
+        row(f"{name}, local files ({BASELINE})", "not run", "-", "revision not in this clone")
+        return
+    theirs_50, theirs_99 = pct(theirs["times"], 0.5) * 1000, pct(theirs["times"], 0.99) * 1000
+    row(f"{name}, local files ({BASELINE}), query p50 / p99",
+        f"{theirs_50:,.0f} / {theirs_99:,.0f} ms", "-",
+        f"the same year as Parquet day files read by DuckDB; ratio p99 table/files "
+        f"{ours_99 / theirs_99:.2f}")  # fmt: skip
     bench_export(base, runs)
+
+
+def _year() -> tuple[datetime, datetime]:
+    now = datetime.now(UTC)
+    return now - timedelta(days=366), now
+
+
+_BASELINE_PROBE = """
+import json, shutil, sys, tempfile, time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from consumers import archive
+from tests.bench.archive import PROBE, build_year
+total, samples = int(sys.argv[1]), int(sys.argv[2])
+root = Path(tempfile.mkdtemp(prefix="cs-archive-baseline-"))
+try:
+    took = build_year(root, total)
+    now = datetime.now(UTC)
+    year = (now - timedelta(days=366), now)
+    cold = archive.Archive(root)
+    cold.job_runs_table(PROBE, *year)
+    times = []
+    for _ in range(samples):
+        t0 = time.perf_counter()
+        cold.job_runs_table(PROBE, *year)
+        times.append(time.perf_counter() - t0)
+    print(json.dumps({"took": took, "times": times}))
+finally:
+    shutil.rmtree(root, ignore_errors=True)
+"""
+
+
+def _baseline(total: int, samples: int) -> dict[str, list[float]] | None:
+    """The baseline revision's local-file archive of the same year, queried by its own
+    code in a worktree (its own process)."""
+    with checkout(BASELINE) as where:
+        if where is None:
+            return None
+        done = subprocess.run([sys.executable, "-c", _BASELINE_PROBE, str(total), str(samples)],
+                              cwd=where, capture_output=True, text=True, check=True)  # fmt: skip
+    result: dict[str, list[float]] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
 
 
 def bench_export(base: Settings, runs: int, outcomes: int = 200_000) -> None:
@@ -136,17 +212,18 @@ def bench_export(base: Settings, runs: int, outcomes: int = 200_000) -> None:
         "archive: export (archiver) rate",
         f"{statistics.median(rates):,.0f} outcomes/s",
         "-",
-        f"{outcomes:,} outcomes from the history topic to Parquet, committed; median of {runs}",
+        f"{outcomes:,} outcomes from the history topic into the table, committed; median of {runs}",
     )
 
 
 def _export_once(base: Settings, outcomes: int) -> float:
     with namespace(base, "csbench-archive") as ns:
         publish(ns, list(_noop_outcomes(outcomes, int(time.time() * 1000))))
-        root = archive.archive_root(ns)
-        config = ArchiverConfig(group=f"{ns.topic_prefix}.archiver", flush_rows=5_000,
-                                flush_s=0.5, compact_every_s=1e12)  # fmt: skip
-        archiver = Archiver(ns, config, root)
+        ensure_lakehouse(ns)
+        where = lakehouse(ns)
+        config = ArchiverConfig(group=f"{ns.topic_prefix}.archiver", flush_rows=50_000,
+                                flush_s=2.0, compact_every_s=1e12)  # fmt: skip
+        archiver = Archiver(ns, config, where)
         t0, checked = time.monotonic(), [0.0]
 
         def done() -> bool:  # the group's offsets at the end (asked once a second)
@@ -157,5 +234,9 @@ def _export_once(base: Settings, outcomes: int) -> float:
 
         archiver.run(done)
         took = time.monotonic() - t0
-        shutil.rmtree(root, ignore_errors=True)
+        table = ArchiveTable(where)
+        fs, root = filesystem(where, table.table.location())
+        table.catalog.drop_table(where.table)
+        fs.delete_dir_contents(root, missing_dir_ok=True)
+        table.close()
         return took

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -15,7 +16,7 @@ from infra.bootstrap import ensure_subjects, ensure_topics
 from runtime.kafka.clients import kafka_admin
 from runtime.kafka.publisher import Publisher
 from runtime.registry import registry_client
-from runtime.settings import Settings
+from runtime.settings import REPO_ROOT, Settings
 from schemas.catalog import Topics
 from schemas.events import (
     EPOCH,
@@ -220,3 +221,23 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+@contextmanager
+def checkout(revision: str) -> Iterator[Path | None]:
+    """A worktree of ``revision`` sharing this checkout's stack (``.stack``), removed
+    after; None when the revision is not in this clone."""
+    known = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--verify", "--quiet",
+                            f"{revision}^{{commit}}"], capture_output=True, check=False)  # fmt: skip
+    if known.returncode != 0:
+        yield None
+        return
+    where = Path(tempfile.mkdtemp(prefix="cronstream-baseline-")) / "tree"
+    subprocess.run(["git", "-C", str(REPO_ROOT), "worktree", "add", "--detach", str(where),
+                    revision], check=True, capture_output=True)  # fmt: skip
+    try:
+        (where / ".stack").symlink_to(REPO_ROOT / ".stack")
+        yield where
+    finally:
+        subprocess.run(["git", "-C", str(REPO_ROOT), "worktree", "remove", "--force",
+                        str(where)], check=False, capture_output=True)  # fmt: skip

@@ -20,15 +20,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from runtime.settings import REPO_ROOT, Settings
+from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import Priority
-from tests.bench.common import namespace, row
+from tests.bench.common import checkout, namespace, row
 from tests.bench.workers import Pipeline, put_noop_jobs
 from tests.integration.helpers import read_topic
 
@@ -88,7 +87,7 @@ def bench_hops(base: Settings, runs: int, demand: int) -> None:
     mine: list[Measure] = []
     theirs: list[Measure] = []
     profile = Path(tempfile.mkdtemp(prefix="csbench-profile-")) / "hops"
-    with _checkout(BASELINE) as baseline:
+    with checkout(BASELINE) as baseline:
         for _ in range(runs):
             with namespace(base) as settings:
                 mine.append(end_to_end(settings, demand))
@@ -154,23 +153,3 @@ def top_functions(path: Path, count: int) -> list[tuple[float, str]]:
         own[f"{name} ({where})"] += int(samples)
         total += int(samples)
     return [(100 * n / max(1, total), name) for name, n in own.most_common(count)]
-
-
-@contextmanager
-def _checkout(revision: str) -> Iterator[Path | None]:
-    """A worktree of ``revision`` sharing this checkout's stack (``.stack``), removed
-    after; None when the revision is not in this clone."""
-    known = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--verify", "--quiet",
-                            f"{revision}^{{commit}}"], capture_output=True, check=False)  # fmt: skip
-    if known.returncode != 0:
-        yield None
-        return
-    where = Path(tempfile.mkdtemp(prefix="cronstream-baseline-")) / "tree"
-    subprocess.run(["git", "-C", str(REPO_ROOT), "worktree", "add", "--detach", str(where),
-                    revision], check=True, capture_output=True)  # fmt: skip
-    try:
-        (where / ".stack").symlink_to(REPO_ROOT / ".stack")
-        yield where
-    finally:
-        subprocess.run(["git", "-C", str(REPO_ROOT), "worktree", "remove", "--force",
-                        str(where)], check=False, capture_output=True)  # fmt: skip

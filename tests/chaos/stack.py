@@ -37,6 +37,7 @@ PORTS = {
     "CRONSTREAM_ALERTMANAGER_PORT": 9193,
     "CRONSTREAM_POSTGRES_PORT": 5442,
     "CRONSTREAM_CONNECT_PORT": 8083,
+    "CRONSTREAM_S3_PORT": 9311,
 }
 # Smaller heaps than the main stack: both may run at once on a small machine.
 HEAPS = {

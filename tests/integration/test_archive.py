@@ -1,28 +1,39 @@
-"""The cold tier on the real stack (issue 19): the archiver writes every outcome of the
-history topic to Parquet once, across a crash between its files and its commit; a
-job's history that spans the hot (Cassandra) and cold (archive) tiers comes back with
-every run once; compaction changes no answer."""
+"""The cold tier on the real stack (issues 19, 37): the archiver writes every outcome of
+the history topic once into the Iceberg table (S3Proxy's bucket, the catalog in the stack's
+PostgreSQL), across a kill -9 between its data files and its snapshot, and across a crash
+between its snapshot and its Kafka commit; a job's history that spans the hot
+(Cassandra) and cold (archive) tiers comes back with every run once; compaction changes
+no answer; a tenant's query reads its own rows; expiry removes the old partitions and,
+once their snapshots are forgotten, their files; a column the Avro contract adds joins
+the table."""
 
 from __future__ import annotations
 
-import shutil
+import subprocess
+import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import duckdb
+import pyarrow as pa
 import pytest
+from pyarrow.fs import FileSelector, FileType
 
 from consumers import archive
 from consumers.archiver import Archiver, ArchiverConfig
 from consumers.history import History
+from consumers.lakehouse import ArchiveTable, filesystem, iceberg_schema, to_arrow
 from cronstream.api.backend import Backend
+from infra.objects import ensure_lakehouse
 from runtime.cassandra import cassandra_session
+from runtime.lakehouse import Lakehouse, lakehouse
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import RunOutcome, RunStatus, iso, to_ms
+from tests.conftest import cli_env
 from tests.integration.helpers import CronstreamProcess, cronstream, group_caught_up
 from tests.integration.test_history import publish, start_sink, wait_until
 
@@ -31,17 +42,27 @@ DAY = timedelta(days=1)
 
 
 @pytest.fixture
-def root(ns: Settings) -> Iterator[Path]:
-    path = archive.archive_root(ns)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+def lake(ns: Settings) -> Iterator[Lakehouse]:
+    """The namespace's archive table (bucket and catalog ready), dropped with its files
+    afterwards."""
+    ensure_lakehouse(ns)
+    where = lakehouse(ns)
+    yield where
+    table = ArchiveTable(where)
+    try:
+        fs, root = filesystem(where, table.table.location())
+        table.catalog.drop_table(where.table)
+        fs.delete_dir_contents(root, missing_dir_ok=True)
+    finally:
+        table.close()
 
 
-def daily_runs(job: str, days: int, tenant: str = "default") -> list[RunOutcome]:
-    """One run a day for ``days`` days up to yesterday, STARTED then SUCCEEDED."""
+def daily_runs(job: str, days: int, tenant: str = "default", *, first: int = 1
+               ) -> list[RunOutcome]:  # fmt: skip
+    """One run a day for ``days`` days up to ``first`` days ago, STARTED then SUCCEEDED."""
     today = datetime.now(UTC).replace(hour=3, minute=0, second=0, microsecond=0)
     out = []
-    for i in range(1, days + 1):
+    for i in range(first, first + days):
         at = today - i * DAY
         base = dict(run_id=f"{job}@{iso(at)}", job_id=job, tenant=tenant, scheduled_at=at,
                     target_type="http", worker="w1")  # fmt: skip
@@ -52,66 +73,185 @@ def daily_runs(job: str, days: int, tenant: str = "default") -> list[RunOutcome]
     return out
 
 
-def rows_in(root: Path) -> int:
-    files = [str(p) for p in root.rglob("*.parquet")]
-    if not files:
-        return 0
-    (count,) = duckdb.sql("SELECT count(*) FROM read_parquet($f)", params={"f": files}).fetchall()
-    return int(count[0])
+def stored(where: Lakehouse) -> Counter[tuple[str, str]]:
+    """(run id, status) -> how many rows of it the table holds."""
+    table = ArchiveTable(where)
+    try:
+        rows = table.scan(columns=("run_id", "status"))
+    finally:
+        table.close()
+    return Counter(zip(rows.column("run_id").to_pylist(), rows.column("status").to_pylist(),
+                       strict=True))  # fmt: skip
+
+
+def files_under(where: Lakehouse, suffix: str) -> set[str]:
+    table = ArchiveTable(where)
+    try:
+        fs, root = filesystem(where, table.table.location())
+    finally:
+        table.close()
+    found = fs.get_file_info(FileSelector(root, recursive=True, allow_not_found=True))
+    return {f.path for f in found if f.type == FileType.File and f.path.endswith(suffix)}
+
+
+def one_file_per_finished_day(where: Lakehouse) -> bool:
+    table = ArchiveTable(where)
+    try:
+        yesterday = (datetime.now(UTC) - DAY).date()
+        return all(files == 1 for (day, _), files in table.partitions().items()
+                   if day < yesterday)  # fmt: skip
+    finally:
+        table.close()
 
 
 def archived(ns: Settings, group: str) -> bool:
     return group_caught_up(ns, group, Topics(ns).history)
 
 
-def test_every_outcome_is_archived_once_across_a_crash_before_the_commit(
-    ns: Settings, root: Path
-) -> None:
-    outcomes = [*daily_runs("nightly", 200), *daily_runs("acme/etl", 50, tenant="acme")]
-    publish(ns, outcomes)
-    config = ArchiverConfig(group=f"{ns.topic_prefix}.archiver", flush_rows=10**6, flush_s=3600)
+def catch_up(ns: Settings, where: Lakehouse, config: ArchiverConfig) -> Archiver:
+    """An archiver run until its group has committed the whole history topic."""
+    archiver = Archiver(ns, config, where)
+    stop_at = time.monotonic() + 90
 
-    # A first archiver writes its parts and checkpoints, then "crashes" before its
-    # commits: nothing reaches the group.
-    first = Archiver(ns, config, root)
+    def stop() -> bool:
+        assert time.monotonic() < stop_at, "the archiver never caught up"
+        return archived(ns, config.group) if archiver.checkpoints else False
+
+    archiver.run(stop)
+    return archiver
+
+
+def test_a_kill_9_between_the_data_files_and_the_snapshot_archives_each_outcome_once(
+    ns: Settings, lake: Lakehouse, tmp_path: Path
+) -> None:
+    outcomes = [*daily_runs("nightly", 40), *daily_runs("acme/etl", 20, tenant="acme")]
+    publish(ns, outcomes)
+    crash = subprocess.run(
+        [sys.executable, "-m", "tests.integration.archiver_crash"], env=cli_env(ns),
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert crash.returncode == -9, crash.stdout + crash.stderr
+    assert "killed before the commit" in crash.stdout
+    orphans = files_under(lake, ".parquet")
+    assert orphans  # its data files reached the bucket ...
+    assert stored(lake) == Counter()  # ... and no snapshot holds them
+
+    config = ArchiverConfig(group=f"{ns.topic_prefix}.archiver", flush_rows=50, flush_s=0.5,
+                            compact_every_s=1e12)  # fmt: skip
+    catch_up(ns, lake, config)
+    held = stored(lake)
+    assert set(held.values()) == {1}  # each outcome once
+    assert sum(held.values()) == len(outcomes)
+
+    # The crashed writer's files: referenced by nothing, removed once old enough.
+    table = ArchiveTable(lake)
+    try:
+        assert not orphans & {f.split("://", 1)[1] for f in table.referenced()}
+        assert table.remove_orphans() == 0  # too young: may be a commit in progress
+        removed = table.remove_orphans(now=datetime.now(UTC) + 2 * DAY)
+    finally:
+        table.close()
+    assert removed >= len(orphans)
+    assert not orphans & files_under(lake, ".parquet")
+    assert sum(stored(lake).values()) == len(outcomes)
+
+
+def test_a_crash_between_the_snapshot_and_the_kafka_commit_writes_nothing_twice(
+    ns: Settings, lake: Lakehouse
+) -> None:
+    outcomes = [*daily_runs("nightly", 30), *daily_runs("acme/etl", 10, tenant="acme")]
+    publish(ns, outcomes)
+    config = ArchiverConfig(group=f"{ns.topic_prefix}.archiver", flush_rows=10**6, flush_s=3600,
+                            compact_every_s=1e12)  # fmt: skip
+    # A first archiver commits its snapshots, then "crashes" before its Kafka commits.
+    first = Archiver(ns, config, lake)
     first.member.subscribe([first.topic], assigned=first._assigned)
     deadline = time.monotonic() + 60
     while sum(len(b.outcomes) for b in first.buffers.values()) < len(outcomes):
         assert time.monotonic() < deadline, "the first archiver never read everything"
         first.step()
     for partition, buffer in first.buffers.items():
-        archive.write_parts(root, partition, buffer.first, buffer.outcomes)
-        archive.save_checkpoint(root, partition, buffer.next_offset)
+        first.table.write(partition, first.checkpoints.get(partition), buffer.next_offset,
+                          to_arrow(buffer.outcomes))  # fmt: skip
     first.member.close()
+    first.table.close()
     first.codec.registry.close()
-    files_before = sorted(p.relative_to(root) for p in root.rglob("*.parquet"))
-    assert rows_in(root) == len(outcomes)
+    assert sum(stored(lake).values()) == len(outcomes)
 
     # The next one reads the same records again (nothing committed), skips what the
-    # checkpoints hold, and stops with everything committed and nothing written twice.
-    # (no compaction here: its DISTINCT would hide a part written twice)
-    second = Archiver(ns, ArchiverConfig(group=config.group, flush_rows=10, flush_s=0.5,
-                                         compact_every_s=1e12), root)  # fmt: skip
-    stop_at = time.monotonic() + 60
+    # table holds, and stops with everything committed and nothing written twice.
+    catch_up(ns, lake, replace(config, flush_rows=10, flush_s=0.5))
+    held = stored(lake)
+    assert set(held.values()) == {1}
+    assert sum(held.values()) == len(outcomes)
+    table = ArchiveTable(lake)
+    try:
+        days = {day for day, _ in table.partitions()}
+        assert {tenant for _, tenant in table.partitions()} == {"default", "acme"}
+    finally:
+        table.close()
+    assert len(days) == 30
 
-    def stop() -> bool:
-        assert time.monotonic() < stop_at, "the second archiver never caught up"
-        return archived(ns, config.group) if second.checkpoints else False
 
-    second.run(stop)
-    assert rows_in(root) == len(outcomes)
-    assert sorted(p.relative_to(root) for p in root.rglob("*.parquet")) == files_before
+def test_expiry_removes_the_old_partitions_and_then_their_files(
+    ns: Settings, lake: Lakehouse
+) -> None:
+    old = daily_runs("nightly", 5, first=400)
+    recent = daily_runs("nightly", 5)
+    table = ArchiveTable(lake)
+    try:
+        table.write(0, None, 1, to_arrow(old))
+        table.write(0, 1, 2, to_arrow(recent))
+        old_files = files_under(lake, ".parquet")
+        today = datetime.now(UTC).date()
+        gone = table.expire(today, 366, now=datetime.now(UTC) + 2 * DAY)
+        assert len(gone) == 5
+        assert all(day < today - 366 * DAY for day in gone)
+        assert {run for run, _ in stored(lake)} == {o.run_id for o in recent}
+        removed = table.remove_orphans(now=datetime.now(UTC) + 2 * DAY)
+        left = files_under(lake, ".parquet")
+        assert removed >= 5
+        assert len(left) < len(old_files)
+        assert {f.split("://", 1)[1] for f in table.referenced()} >= left
+        assert table.checkpoint(0) == 2  # the offsets stay with the table
+    finally:
+        table.close()
+    assert sum(stored(lake).values()) == len(recent)
 
-    # The layout: a folder per slot day and tenant.
-    days = {p.parent.parent.name for p in root.rglob("*.parquet")}
-    assert len(days) == 200
-    assert {p.parent.name for p in root.rglob("*.parquet")} == {"tenant=default", "tenant=acme"}
+
+def test_a_column_the_avro_contract_adds_joins_the_table_and_old_rows_read_null(
+    ns: Settings, lake: Lakehouse
+) -> None:
+    # A table made before ``worker`` existed, holding a row.
+    table = ArchiveTable.__new__(ArchiveTable)
+    table.where = lake
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    table.catalog = SqlCatalog("cronstream", **lake.catalog_properties())
+    table.catalog.create_namespace_if_not_exists(lake.namespace)
+    older = iceberg_schema().select(*(n for n in archive.COLUMNS if n != "worker"))
+    made = table.catalog.create_table(lake.table, schema=older)
+    row = to_arrow(daily_runs("nightly", 1)[:1]).drop_columns(["worker"])
+    made.append(row.cast(pa.schema([f for f in row.schema])))
+    table.catalog.engine.dispose()
+
+    reopened = ArchiveTable(lake)  # adds the column
+    try:
+        assert "worker" in reopened.table.schema().column_names
+        rows = reopened.scan()
+        assert rows.column("worker").to_pylist() == [None]
+        reopened.write(0, None, 1, to_arrow(daily_runs("nightly", 1, first=2)))
+        assert sorted(reopened.scan().column("worker").to_pylist(), key=str) == [None, "w1", "w1"]
+    finally:
+        reopened.close()
 
 
 def test_a_job_history_spanning_the_hot_and_cold_tiers_has_every_run_once(  # long: one story
-    history_ns: Settings, root: Path, tmp_path: Path, procs: list[CronstreamProcess]
+    history_ns: Settings, tmp_path: Path, procs: list[CronstreamProcess]
 ) -> None:
     ns = history_ns
+    ensure_lakehouse(ns)
+    lake = lakehouse(ns)
     outcomes = daily_runs("spans", 60)
     publish(ns, outcomes)
     start_sink(ns, tmp_path, procs)
@@ -134,9 +274,10 @@ def test_a_job_history_spanning_the_hot_and_cold_tiers_has_every_run_once(  # lo
     hot_only = cronstream(ns, "history", "spans", "--since", "70d", "--json", "--limit", "0",
                           env=hot)  # fmt: skip
     assert len(hot_only.stdout.splitlines()) == 60  # Cassandra still holds them all here
-    cold = archive.Archive(root)
+    cold = archive.Archive(lake)
     boundary = archive.hot_from(replace(ns, history_ttl_days=30), datetime.now(UTC))
     from_archive = list(cold.job_runs("spans", boundary - 70 * DAY, boundary))
+    assert not list(cold.job_runs("spans", boundary - 70 * DAY, boundary, tenant="acme"))
     older = {o.run_id for o in outcomes if o.scheduled_at < boundary}
     assert {r.run_id for r in from_archive} == older  # the days before the first hot day
     assert 0 < len(older) < 60
@@ -163,9 +304,7 @@ def test_a_job_history_spanning_the_hot_and_cold_tiers_has_every_run_once(  # lo
     archiver.cleanup()
     compacted = cronstream(ns, "archive", "compact")
     assert compacted.returncode == 0, compacted.stderr
-    days = list(root.glob("day=*"))
-    assert all([p.name for p in d.glob("*/*.parquet")] == [archive.COMPACTED] for d in days
-               if d.name < f"day={(datetime.now(UTC) - DAY).date().isoformat()}")  # fmt: skip
+    assert one_file_per_finished_day(lake)
     again = cronstream(ns, "history", "spans", "--since", "70d", "--archive", "--json",
                        "--limit", "0", env=hot)  # fmt: skip
     assert again.stdout == every.stdout

@@ -18,6 +18,7 @@ import pytest
 
 from runtime.cassandra import cassandra_session
 from runtime.kafka.publisher import Publisher
+from runtime.lakehouse import local_environment
 from runtime.settings import Settings
 from runtime.tokens import ADMIN, token_path
 from schemas.catalog import Topics
@@ -121,7 +122,7 @@ def test_roles_started_while_the_registry_is_away_wait_then_start(
     outage.down()
     env = {"CRONSTREAM_REGISTRY_URL": ns.registry_url.replace(
         f"{url.hostname}:{url.port}", f"127.0.0.1:{outage.port}"),
-        "CRONSTREAM_ARCHIVE_DIR": str(tmp_path / "archive")}  # fmt: skip
+        **local_environment(tmp_path / "archive")}  # fmt: skip
     sink_port, api_port = free_port(), free_port()
     started = start(ns, tmp_path, procs, env, {
         "sink": ("sink", "--metrics-port", str(sink_port)),
@@ -212,7 +213,7 @@ def test_a_running_reader_of_history_waits_for_the_registry_when_a_new_schema_id
     outage = Outage(url.hostname or "127.0.0.1", url.port or 80)
     env = {"CRONSTREAM_REGISTRY_URL": ns.registry_url.replace(
         f"{url.hostname}:{url.port}", f"127.0.0.1:{outage.port}"),
-        "CRONSTREAM_ARCHIVE_DIR": str(tmp_path / "archive")}  # fmt: skip
+        **local_environment(tmp_path / "archive")}  # fmt: skip
     args = ("--flush-s", "1") if role == "archiver" else ()
     reader = start(ns, tmp_path, procs, env, {role: (role, *args)})[role]
     try:

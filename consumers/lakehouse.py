@@ -1,0 +1,377 @@
+"""History's cold tier as an Apache Iceberg table (``<namespace>.history``).
+
+Where it lives (catalog, warehouse, credentials) is ``runtime.lakehouse``. The table holds
+one row per outcome (``ARROW``: RunOutcome's fields), partitioned by the UTC day of the
+run's slot and by tenant, each data file sorted by job and slot in row groups of
+``ROW_GROUP`` rows: a job's runs over a range are planned from the day and tenant
+partitions (Iceberg's manifests), then read from the row groups whose job range holds it
+(Parquet statistics). Any engine that reads Iceberg through a SQL/JDBC catalog (Trino,
+Spark, Flink, DuckDB with pyiceberg) finds it without cronstream.
+
+**Exactly once per outcome.** The archiver (``consumers.archiver``) writes a history
+partition's buffer with ``ArchiveTable.write``: one Iceberg transaction that appends the
+buffer's data files and sets the table property ``cronstream.offset.<partition>`` to the
+offset after its last record. The table is the truth: on assignment the archiver reads
+from that property, not from the group's committed offset. A crash before the commit
+leaves data files that no snapshot references (removed by ``remove_orphans``) and the
+property where it was, so the same records are written again, once; a crash after it
+leaves the property past them, so they are not read again. The commit is a
+compare-and-swap of the table's metadata (the catalog's row): a writer that lost its
+partition to another (a rebalance it has not seen yet) finds the property moved and writes
+nothing (``Fenced``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Sequence
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+from pyarrow.fs import FileSelector, FileSystem, FileType, LocalFileSystem, S3FileSystem
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
+from pyiceberg.expressions import (
+    AlwaysTrue,
+    And,
+    BooleanExpression,
+    EqualTo,
+    GreaterThanOrEqual,
+    LessThan,
+)
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.table.sorting import SortField, SortOrder
+from pyiceberg.transforms import DayTransform, IdentityTransform
+from pyiceberg.types import IntegerType, LongType, NestedField, StringType, TimestamptzType
+
+from runtime.lakehouse import Lakehouse
+from schemas.events import RunOutcome
+
+log = logging.getLogger("cronstream.lakehouse")
+# pyiceberg's predicates are pydantic models taking (term, literal) positionally, which
+# mypy does not see through their generated signatures.
+eq: Any = EqualTo
+ge: Any = GreaterThanOrEqual
+lt: Any = LessThan
+OFFSET = "cronstream.offset."  # + history partition: the offset after what the table holds
+COMMIT_TRIES = 20  # writers of other partitions commit meanwhile: reload and try again
+
+ROW_GROUP = 16_384  # rows: one job's rows of a day read in one or two groups
+_US = pa.timestamp("us", tz="UTC")
+# One row per outcome: RunOutcome's fields (schemas/avro), in the order of their columns;
+# a field the Avro contract adds comes last (``ArchiveTable.open`` adds it to the table).
+ARROW = pa.schema([
+    ("job_id", pa.string()), ("scheduled_at", _US), ("run_id", pa.string()),
+    ("attempt", pa.int32()), ("status", pa.string()), ("trigger", pa.string()),
+    ("recorded_at", _US), ("started_at", _US), ("finished_at", _US),
+    ("duration_ms", pa.int64()), ("error", pa.string()), ("next_attempt_at", _US),
+    ("target_type", pa.string()), ("worker", pa.string()), ("tenant", pa.string()),
+])  # fmt: skip
+COLUMNS = tuple(ARROW.names)
+_ICEBERG_TYPES = {pa.string(): StringType(), pa.int32(): IntegerType(), pa.int64(): LongType(),
+                  _US: TimestamptzType()}  # fmt: skip
+PROPERTIES = {
+    "write.parquet.row-group-limit": str(ROW_GROUP),
+    "write.parquet.compression-codec": "zstd",
+    "format-version": "2",
+    # Appends merge the manifests (a year of daily appends: one manifest to plan from, not
+    # 365 read one by one: 2 s of a query's planning, measured).
+    "commit.manifest-merge.enabled": "true",
+    "commit.manifest.min-count-to-merge": "8",
+    # Each commit writes a metadata file; older ones go beyond these (the catalog points
+    # at the newest).
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "20",
+}
+_PARQUET = ds.ParquetFileFormat()
+ORPHAN_AGE = timedelta(days=1)  # younger unreferenced files may be a commit in progress
+
+
+class Fenced(Exception):
+    """Another writer holds the history partition: its property is not where this
+    writer's buffer starts."""
+
+
+def keep_days() -> int:
+    """How many days the archive keeps (``$CRONSTREAM_ARCHIVE_KEEP_DAYS``, default 366:
+    a year, whatever the day of the year); 0 keeps everything."""
+    raw = os.environ.get("CRONSTREAM_ARCHIVE_KEEP_DAYS") or "366"
+    if not raw.isdigit():
+        raise ValueError(f"CRONSTREAM_ARCHIVE_KEEP_DAYS={raw!r} is not a whole number of days")
+    return int(raw)
+
+
+def iceberg_schema() -> Schema:
+    """The table's columns, with field ids 1..n in ``ARROW``'s order (new columns of
+    the Avro contract come last: ``ArchiveTable.open`` adds them)."""
+    return Schema(*(
+        NestedField(i, f.name, _ICEBERG_TYPES[f.type], required=False)
+        for i, f in enumerate(ARROW, start=1)
+    ))  # fmt: skip
+
+
+def _spec(schema: Schema) -> PartitionSpec:
+    slot, tenant = schema.find_field("scheduled_at"), schema.find_field("tenant")
+    return PartitionSpec(
+        PartitionField(source_id=slot.field_id, field_id=1000, transform=DayTransform(),
+                       name="day"),
+        PartitionField(source_id=tenant.field_id, field_id=1001,
+                       transform=IdentityTransform(), name="tenant"),
+    )  # fmt: skip
+
+
+def _sort(schema: Schema) -> SortOrder:
+    return SortOrder(
+        SortField(source_id=schema.find_field("job_id").field_id, transform=IdentityTransform()),
+        SortField(source_id=schema.find_field("scheduled_at").field_id,
+                  transform=IdentityTransform()),
+    )  # fmt: skip
+
+
+def to_arrow(outcomes: Sequence[RunOutcome]) -> pa.Table:
+    """``outcomes`` as the table's columns, sorted as its files are."""
+    columns: dict[str, list[Any]] = {name: [getattr(o, name) for o in outcomes]
+                                     for name in COLUMNS}  # fmt: skip
+    for name in ("status", "trigger"):
+        columns[name] = [value.value for value in columns[name]]
+    return sort(pa.table(columns, schema=ARROW))
+
+
+def sort(table: pa.Table) -> pa.Table:
+    return table.sort_by([("job_id", "ascending"), ("scheduled_at", "ascending"),
+                          ("run_id", "ascending"), ("attempt", "ascending"),
+                          ("recorded_at", "ascending")])  # fmt: skip
+
+
+def day_filter(first: date, last: date) -> BooleanExpression:
+    """The rows whose slot is on ``first``..``last`` (UTC days)."""
+    start = datetime(first.year, first.month, first.day, tzinfo=UTC)
+    end = datetime(last.year, last.month, last.day, tzinfo=UTC) + timedelta(days=1)
+    return And(ge("scheduled_at", start.isoformat()),
+               lt("scheduled_at", end.isoformat()))  # fmt: skip
+
+
+class ArchiveTable:
+    """The namespace's Iceberg history table: written by the archiver, maintained by
+    ``compact``/``expire``, read by ``consumers.lakehouse_queries``."""
+
+    def __init__(self, where: Lakehouse) -> None:
+        self.where = where
+        if where.catalog_uri.startswith("sqlite:///"):  # a single machine's: its folder
+            Path(where.catalog_uri.removeprefix("sqlite:///")).parent.mkdir(
+                parents=True, exist_ok=True
+            )
+        self.catalog = SqlCatalog("cronstream", **where.catalog_properties())
+        self.table = self.open()
+
+    def open(self) -> Table:
+        """The table, made on first use; columns the Avro contract added since it was
+        made are added to it (new columns are optional: old files read them as null)."""
+        self.catalog.create_namespace_if_not_exists(self.where.namespace)
+        try:
+            table = self.catalog.load_table(self.where.table)
+        except NoSuchTableError:
+            schema = iceberg_schema()
+            table = self.catalog.create_table_if_not_exists(
+                self.where.table, schema=schema, partition_spec=_spec(schema),
+                sort_order=_sort(schema), properties=PROPERTIES,
+            )  # fmt: skip
+        missing = [f.name for f in ARROW if f.name not in table.schema().column_names]
+        if missing:
+            with table.update_schema() as update:
+                update.union_by_name(ARROW)
+            log.info("archive table %s: columns added %s", self.where.table, missing)
+            table = self.catalog.load_table(self.where.table)
+        return table
+
+    # -- the archiver's -------------------------------------------------------------------
+    def checkpoint(self, partition: int) -> int | None:
+        """The offset after the last record of history partition ``partition`` the
+        table holds (None: none yet)."""
+        self.table.refresh()
+        raw = self.table.properties.get(f"{OFFSET}{partition}")
+        return None if raw is None else int(raw)
+
+    def write(self, partition: int, first: int | None, next_offset: int,
+              rows: pa.Table) -> None:  # fmt: skip
+        """Append ``rows`` (the records of ``partition`` from ``first`` up to
+        ``next_offset``) and move the partition's property to ``next_offset``, in one
+        snapshot. Raises ``Fenced`` when the property is not ``first`` (None: not set)
+        any more: another writer moved it."""
+        key = f"{OFFSET}{partition}"
+        for _ in range(COMMIT_TRIES):
+            self.table.refresh()
+            held = self.table.properties.get(key)
+            if (None if held is None else int(held)) != first:
+                raise Fenced(f"history partition {partition} is at {held} in the archive "
+                             f"table, not {first}: another archiver wrote it")  # fmt: skip
+            tx = self.table.transaction()
+            if rows.num_rows:
+                tx.append(rows, snapshot_properties={key: str(next_offset)})
+            tx.set_properties({key: str(next_offset)})
+            try:
+                tx.commit_transaction()
+                return
+            except CommitFailedException:  # another partition's writer committed first
+                continue
+        raise CommitFailedException(f"the archive table moved {COMMIT_TRIES} times "
+                                    f"while partition {partition} was committed")  # fmt: skip
+
+    # -- maintenance ----------------------------------------------------------------------
+    def partitions(self) -> dict[tuple[date, str], int]:
+        """(day, tenant) -> its data files, from the table's partitions metadata."""
+        found: dict[tuple[date, str], int] = {}
+        self.table.refresh()
+        if self.table.current_snapshot() is None:
+            return found
+        for row in self.table.inspect.partitions().to_pylist():
+            part = row["partition"]
+            day = part["day"]  # a date (pyarrow reads Iceberg's day transform so)
+            if not isinstance(day, date):
+                day = date(1970, 1, 1) + timedelta(days=int(day))
+            found[(day, part["tenant"])] = row["file_count"]
+        return found
+
+    def compact(self, day: date) -> int:
+        """Rewrite each tenant's files of ``day`` as one sorted file (one snapshot per
+        tenant: the old files go as the new one comes); returns the files merged."""
+        merged = 0
+        for (when, tenant), files in sorted(self.partitions().items()):
+            if when != day or files < 2:
+                continue
+            where = And(day_filter(day, day), eq("tenant", tenant))
+            for _ in range(COMMIT_TRIES):
+                self.table.refresh()
+                rows = self.table.scan(row_filter=where).to_arrow()
+                try:
+                    self.table.overwrite(sort(rows.cast(ARROW)), overwrite_filter=where)
+                except CommitFailedException:  # the archiver appended meanwhile
+                    continue
+                merged += files
+                break
+        return merged
+
+    def compact_finished(self, today: date) -> dict[date, int]:
+        """Compact every day before yesterday with several files in a partition
+        (yesterday's late outcomes, retries and slow runs still arrive)."""
+        done = {}
+        for day in sorted({day for (day, _), n in self.partitions().items() if n > 1}):
+            if day < today - timedelta(days=1):
+                merged = self.compact(day)
+                if merged:
+                    done[day] = merged
+        return done
+
+    def expire(self, today: date, keep: int, *, now: datetime | None = None) -> list[date]:
+        """Delete the days more than ``keep`` days before ``today`` (0: none; whole
+        partitions: a metadata-only delete), then forget the snapshots older than a day
+        and delete the files no snapshot references any more; returns the days."""
+        if not keep:
+            return []
+        cutoff = today - timedelta(days=keep)
+        gone = sorted({day for day, _ in self.partitions() if day < cutoff})
+        if gone:
+            start = datetime(cutoff.year, cutoff.month, cutoff.day, tzinfo=UTC)
+            self.table.delete(delete_filter=lt("scheduled_at", start.isoformat()))
+        self.forget_snapshots(older_than=(now or datetime.now(UTC)) - timedelta(days=1))
+        return gone
+
+    def forget_snapshots(self, *, older_than: datetime) -> int:
+        """Expire the snapshots before ``older_than`` but the current one; returns how
+        many. Their files are deleted by ``remove_orphans``."""
+        self.table.refresh()
+        current = self.table.current_snapshot()
+        old = [s.snapshot_id for s in self.table.snapshots()
+               if s.timestamp_ms < older_than.timestamp() * 1000
+               and (current is None or s.snapshot_id != current.snapshot_id)]  # fmt: skip
+        if old:
+            self.table.maintenance.expire_snapshots().by_ids(old).commit()
+        return len(old)
+
+    def referenced(self) -> set[str]:
+        """Every file a snapshot of the table still needs (data, manifests, lists)."""
+        self.table.refresh()
+        files: set[str] = set()
+        io = self.table.io
+        for snapshot in self.table.snapshots():
+            files.add(snapshot.manifest_list)
+            for manifest in snapshot.manifests(io):
+                files.add(manifest.manifest_path)
+                files.update(e.data_file.file_path for e in manifest.fetch_manifest_entry(io))
+        return files
+
+    def remove_orphans(self, *, now: datetime | None = None) -> int:
+        """Delete the data files and manifests under the table's location that no
+        snapshot references and that are older than ``ORPHAN_AGE`` (written by a commit
+        that failed or a crash before it; or left by expired snapshots); returns how
+        many."""
+        keep = {_path(f) for f in self.referenced()}
+        fs, root = filesystem(self.where, self.table.location())
+        before = (now or datetime.now(UTC)) - ORPHAN_AGE
+        doomed = [
+            info.path for info in fs.get_file_info(FileSelector(root, recursive=True))
+            if info.type == FileType.File and info.path not in keep
+            and (info.path.endswith(".parquet") or info.path.endswith(".avro"))
+            and info.mtime is not None and info.mtime < before
+        ]  # fmt: skip
+        for path in doomed:
+            fs.delete_file(path)
+        return len(doomed)
+
+    def read(self, where: BooleanExpression, dataset_filter: pc.Expression) -> pa.Table:
+        """The rows ``where`` selects (``dataset_filter``: the same condition for pyarrow).
+
+        pyiceberg plans the files (partitions, then the files' column bounds, from the
+        manifests); pyarrow's dataset reader reads them, in parallel, each file's row
+        groups pruned by their statistics: 4-9 times faster than pyiceberg's own reader
+        on a year of daily files (measured: 365 files, 0.7-1.0 s against 5-11 s). That
+        holds while no delete file applies (this table is written copy-on-write, and a
+        file without a column the table gained reads it as null, by name: columns are
+        only ever added); otherwise pyiceberg reads."""
+        scan = self.table.scan(row_filter=where)
+        tasks = list(scan.plan_files())
+        if not tasks:
+            return ARROW.empty_table()
+        if any(task.delete_files for task in tasks):
+            return scan.to_arrow().cast(ARROW)
+        fs, _ = filesystem(self.where, tasks[0].file.file_path)
+        # Each file's size is in the manifest: no request asks the store for it.
+        fragments = [_PARQUET.make_fragment(_path(task.file.file_path), filesystem=fs,
+                                            file_size=task.file.file_size_in_bytes)
+                     for task in tasks]  # fmt: skip
+        found = ds.FileSystemDataset(fragments, ARROW, _PARQUET, fs)
+        return found.to_table(filter=dataset_filter)
+
+    def scan(self, where: BooleanExpression | None = None,
+             columns: Iterable[str] = ("*",)) -> pa.Table:  # fmt: skip
+        return self.table.scan(row_filter=AlwaysTrue() if where is None else where,
+                               selected_fields=tuple(columns)).to_arrow()  # fmt: skip
+
+    def close(self) -> None:
+        self.catalog.engine.dispose()
+
+
+def _path(uri: str) -> str:
+    """A file URI as pyarrow's filesystems name it (no scheme)."""
+    return uri.split("://", 1)[1] if "://" in uri else uri
+
+
+def filesystem(where: Lakehouse, uri: str) -> tuple[FileSystem, str]:
+    """The pyarrow filesystem of ``where``'s warehouse, and ``uri``'s path in it."""
+    if where.s3 is None:
+        return LocalFileSystem(), _path(uri)
+    s3 = where.s3
+    endpoint = s3.endpoint or None
+    fs = S3FileSystem(
+        access_key=s3.access_key, secret_key=s3.secret_key, region=s3.region,
+        endpoint_override=endpoint,
+        scheme="http" if endpoint and endpoint.startswith("http://") else "https",
+    )  # fmt: skip
+    return fs, _path(uri)
