@@ -13,19 +13,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 from operator import attrgetter, methodcaller
 from typing import Any, ClassVar, Self, get_args, get_origin, get_type_hints
 
 from schemas.headers import job_headers, run_headers, run_request_headers, text_headers
-from schemas.instants import EPOCH, from_ms, iso, to_ms, utc_now
-
-
-def _aware(value: Any) -> datetime:
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    return from_ms(int(value))
+from schemas.instants import EPOCH, aware, from_ms, iso, to_ms, utc_now
+from schemas.schedules import (
+    CronSchedule,
+    IntervalSchedule,
+    OnceSchedule,
+    Schedule,
+    schedule_from_avro,
+    schedule_to_avro,
+)
 
 
 class Priority(StrEnum):
@@ -106,13 +108,13 @@ def _converters(hint: Any) -> tuple[Convert, Convert]:
     """(to_avro, from_avro) for a value of type ``hint``."""
     args = get_args(hint)
     if CronSchedule in args:
-        return _schedule_to_avro, schedule_from_avro
+        return schedule_to_avro, schedule_from_avro
     if type(None) in args:
         (inner,) = [a for a in args if a is not type(None)]
         to_inner, from_inner = _converters(inner)
         return _optional(to_inner), _optional(from_inner)
     if hint is datetime:
-        return _same, _aware
+        return _same, aware
     if isinstance(hint, type) and issubclass(hint, StrEnum):
         return attrgetter("value"), hint
     if isinstance(hint, type) and issubclass(hint, AvroRecord):
@@ -152,63 +154,6 @@ class AvroRecord:
 
 
 # -- nested values ----------------------------------------------------------------------
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CronSchedule:
-    expression: str
-
-    def describe(self) -> str:
-        return f"cron {self.expression}"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class IntervalSchedule:
-    every_ms: int
-    anchor: datetime
-
-    def describe(self) -> str:
-        return f"every {self.every_ms}ms from {iso(self.anchor)}"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class OnceSchedule:
-    at: datetime
-
-    def describe(self) -> str:
-        return f"once at {iso(self.at)}"
-
-
-Schedule = CronSchedule | IntervalSchedule | OnceSchedule
-
-
-def _schedule_to_avro(schedule: Schedule | None) -> Any:
-    match schedule:
-        case None:
-            return None
-        case CronSchedule(expression=expr):
-            return ("cronstream.CronSchedule", {"expression": expr})
-        case IntervalSchedule(every_ms=every, anchor=anchor):
-            return ("cronstream.IntervalSchedule", {"every_ms": every, "anchor": anchor})
-        case OnceSchedule(at=at):
-            return ("cronstream.OnceSchedule", {"at": at})
-    raise TypeError(f"not a schedule: {schedule!r}")
-
-
-def schedule_from_avro(value: Any) -> Schedule | None:
-    """The schedule union as fastavro reads it ((record name, fields), or None) as a
-    typed value; the scheduler reads definitions' schedules through this too."""
-    if value is None:
-        return None
-    name, rec = value
-    short = name.rsplit(".", 1)[-1]
-    if short == "CronSchedule":
-        return CronSchedule(expression=rec["expression"])
-    if short == "IntervalSchedule":
-        return IntervalSchedule(every_ms=rec["every_ms"], anchor=_aware(rec["anchor"]))
-    if short == "OnceSchedule":
-        return OnceSchedule(at=_aware(rec["at"]))
-    raise ValueError(f"unknown schedule type {name!r}")
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Target(AvroRecord):
     type: str

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from functools import lru_cache
+from typing import Any
 
 
 def utc_now() -> datetime:
@@ -33,3 +34,11 @@ def iso(instant: datetime) -> str:
         f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:"
         f"{t.second:02d}.{t.microsecond // 1000:03d}Z"
     )
+
+
+def aware(value: Any) -> datetime:
+    """An instant as fastavro hands it out (an aware or naive UTC datetime, or epoch
+    milliseconds) as an aware UTC datetime."""
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    return from_ms(int(value))

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from schemas.errors import HeadError, InvalidTiming
-from schemas.events import CronSchedule, IntervalSchedule, OnceSchedule, Schedule
-from schemas.events import schedule_from_avro as _schedule_from_avro
 from schemas.instants import to_ms
+from schemas.schedules import CronSchedule, IntervalSchedule, OnceSchedule, Schedule
+from schemas.schedules import schedule_from_avro as _schedule_from_avro
 from schemas.wire import Tails, last_varint_start, read_instant, read_long, read_string
 
 _CRON, _INTERVAL, _ONCE = 1, 2, 3  # the schedule union's branches (0: null, manual)
