@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from datetime import datetime
 from enum import StrEnum
+from functools import partial
 from operator import attrgetter, methodcaller
 from typing import Any, ClassVar, Self, get_args, get_origin, get_type_hints
 
@@ -53,6 +54,8 @@ class Trigger(StrEnum):
     MANUAL = "MANUAL"
     FLOW = "FLOW"  # a node of a flow run
     DEADLINE = "DEADLINE"  # not a run: the check that the run succeeded by its deadline
+    EVENT = "EVENT"  # a record of the job's source topic (``JobDefinition.on``)
+    DEPENDENCY = "DEPENDENCY"  # the jobs it comes after succeeded for a date (``after``)
 
 
 class MisfireKind(StrEnum):
@@ -104,6 +107,12 @@ def _optional(convert: Convert) -> Convert:
     return lambda value: None if value is None else convert(value)
 
 
+def _record_from_avro(from_avro: Convert, value: Any) -> Any:
+    # A record in a union (["null", Record]) comes as (name, fields) from codecs, which
+    # read with return_record_name (for the schedule union).
+    return from_avro(value[1] if isinstance(value, tuple) else value)
+
+
 def _converters(hint: Any) -> tuple[Convert, Convert]:
     """(to_avro, from_avro) for a value of type ``hint``."""
     args = get_args(hint)
@@ -118,7 +127,7 @@ def _converters(hint: Any) -> tuple[Convert, Convert]:
     if isinstance(hint, type) and issubclass(hint, StrEnum):
         return attrgetter("value"), hint
     if isinstance(hint, type) and issubclass(hint, AvroRecord):
-        return methodcaller("to_avro"), hint.from_avro
+        return methodcaller("to_avro"), partial(_record_from_avro, hint.from_avro)
     if get_origin(hint) is dict:
         return dict, dict
     if get_origin(hint) is tuple:  # tuple[X, ...]: an Avro array
@@ -179,6 +188,31 @@ class MisfirePolicy(AvroRecord):
     catchup_window_ms: int = 3_600_000
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EventTrigger(AvroRecord):
+    """Runs caused by the records of a topic (a job's ``on:``; docs/event-triggers.md).
+    ``filter`` and ``key`` are texts of ``schemas.definition.filters``."""
+
+    topic: str
+    filter: str | None = None  # None: every record
+    debounce_ms: int | None = None  # at most one run per window (per key)
+    batch: int | None = None  # one run per this many records (per key)
+    key: str | None = None  # the path that groups records for debounce and batch
+    payload_fields: dict[str, str] = field(default_factory=dict)  # {}: the whole record
+
+    def describe(self) -> str:
+        parts = [f"on {self.topic}"]
+        if self.filter is not None:
+            parts.append(f"if {self.filter}")
+        if self.debounce_ms is not None:
+            parts.append(f"debounce {self.debounce_ms}ms")
+        if self.batch is not None:
+            parts.append(f"batch {self.batch}")
+        if self.key is not None:
+            parts.append(f"per {self.key}")
+        return " ".join(parts)
+
+
 # -- top-level events -------------------------------------------------------------------
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobDefinition(AvroRecord):
@@ -201,6 +235,8 @@ class JobDefinition(AvroRecord):
     misfire: MisfirePolicy = field(default_factory=MisfirePolicy)
     concurrency: Concurrency = Concurrency.ALLOW
     deadline_ms: int | None = None  # slot -> success, else an alert
+    on: EventTrigger | None = None  # runs caused by a topic's records, beside the schedule
+    after: tuple[str, ...] = ()  # runs once these jobs succeeded for a date (no schedule)
 
     def key(self) -> str:
         return self.job_id
@@ -209,7 +245,14 @@ class JobDefinition(AvroRecord):
         return job_headers(self.job_id, op="put", detail=self.describe_schedule())
 
     def describe_schedule(self) -> str:
-        return self.schedule.describe() if self.schedule else "manual"
+        """What makes the job run: its schedule, its source topic, the jobs it comes
+        after ("manual": only a trigger by hand)."""
+        parts = [self.schedule.describe()] if self.schedule else []
+        if self.on is not None:
+            parts.append(self.on.describe())
+        if self.after:
+            parts.append("after " + ", ".join(self.after))
+        return " + ".join(parts) or "manual"
 
     def run_request(
         self, *, run_id: str, scheduled_at: datetime, fired_at: datetime, trigger: Trigger
@@ -390,6 +433,7 @@ __all__ = [
     "CronSchedule",
     "DeadLetter",
     "Event",
+    "EventTrigger",
     "IntervalSchedule",
     "JobDefinition",
     "MisfireKind",

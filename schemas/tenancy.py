@@ -13,11 +13,10 @@ carries that id. A tenant's own view drops the prefix again (``unqualify``).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, ClassVar, Self
+from typing import ClassVar
 
 from schemas.alerts import Alert
 from schemas.audit import AuditRecord
@@ -118,14 +117,6 @@ class TenantCommand(AvroRecord):
     run_id: str | None = None
     reason: str | None = None
     issued_by: str | None = None  # who and from where, for the audit trail
-
-    @classmethod
-    def from_avro(cls, d: Mapping[str, Any]) -> Self:
-        # Codecs read with return_record_name: the job union's branch comes as (name, job).
-        job = d["job"]
-        if isinstance(job, tuple):
-            d = {**d, "job": job[1]}
-        return super(TenantCommand, cls).from_avro(d)
 
     def key(self) -> str:
         return self.job_id

@@ -7,6 +7,7 @@ import io
 import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 import fastavro
@@ -19,6 +20,7 @@ from schemas.events import (
     CronSchedule,
     DeadLetter,
     Event,
+    EventTrigger,
     IntervalSchedule,
     JobDefinition,
     MisfireKind,
@@ -56,6 +58,16 @@ EXAMPLES: list[Event] = [
     JobDefinition(job_id="once", target=Target(type="python", callable="m:f"), updated_at=T0,
                   schedule=OnceSchedule(at=T0)),
     JobDefinition(job_id="manual", target=Target(type="shell", command="true"), updated_at=T0),
+    JobDefinition(job_id="on-orders", target=HTTP, updated_at=T0, schedule=CronSchedule(expression="0 3 * * *"),
+                  on=EventTrigger(topic="acme.orders", filter='value.amount > 100 and headers["src"] == "web"',
+                                  debounce_ms=60_000, key="value.customer.id",
+                                  payload_fields={"order": "value.id", "who": "key"})),
+    JobDefinition(job_id="batched", target=HTTP, updated_at=T0, on=EventTrigger(topic="clicks", batch=500)),
+    JobDefinition(job_id="report", target=HTTP, updated_at=T0, after=("extract", "load")),
+    RunRequest(run_id="on-orders@evt:acme.orders:3:1042", job_id="on-orders", scheduled_at=T0,
+               fired_at=T0, target=HTTP, trigger=Trigger.EVENT, payload='{"order":7}'),
+    RunOutcome(run_id="report@dep:2026-11-22", job_id="report", status=RunStatus.SUCCEEDED,
+               scheduled_at=T0, recorded_at=T0, trigger=Trigger.DEPENDENCY),
     RUN,
     RunOutcome(run_id=RUN.run_id, job_id="j", status=RunStatus.FAILED, scheduled_at=T0,
                recorded_at=T0, attempt=2, started_at=T0, finished_at=T0, duration_ms=12,
@@ -79,7 +91,7 @@ def read(data: bytes, writer: Any, reader: Any) -> Any:
     return fastavro.schemaless_reader(io.BytesIO(data), writer, reader, return_record_name=True)
 
 
-@pytest.mark.parametrize("event", EXAMPLES, ids=lambda e: f"{type(e).__name__}")
+@pytest.mark.parametrize("event", EXAMPLES, ids=lambda e: f"{type(e).__name__}-{e.key()}")
 def test_every_event_round_trips_through_its_schema(event: Event) -> None:
     schema = parsed_schema(event.AVRO_NAME)
     decoded = type(event).from_avro(read(write(schema, event.to_avro()), schema, schema))
@@ -199,3 +211,95 @@ def test_events_render_as_json() -> None:
     assert rendered["schedule"] == {"kind": "interval", "every_ms": 60_000, "anchor": iso(T0)}
     assert "AVRO_NAME" not in rendered
     json.dumps([to_jsonable(e) for e in EXAMPLES])
+
+
+# -- issue 38: a job's triggers (``on``, ``after``) and two Trigger symbols -------------
+TRIGGERED = EXAMPLES[4]
+assert isinstance(TRIGGERED, JobDefinition)
+assert TRIGGERED.on is not None
+
+
+def _without_triggers() -> dict[str, Any]:
+    """JobDefinition as it was before issue 38: no ``on``, no ``after``."""
+    current = json.loads(schema_json(JobDefinition.AVRO_NAME))
+    return {**current, "fields": [f for f in current["fields"] if f["name"] not in ("on", "after")]}
+
+
+def _before_event_triggers(fullname: str) -> dict[str, Any]:
+    """A schema whose Trigger enum is the one before issue 38 (no EVENT, DEPENDENCY)."""
+    schema = json.loads(schema_json(fullname))
+    (trigger,) = [f for f in schema["fields"] if f["name"] == "trigger"]
+    trigger["type"]["symbols"] = ["SCHEDULE", "CATCHUP", "RETRY", "MANUAL", "FLOW", "DEADLINE"]
+    return schema
+
+
+def test_the_triggers_are_new_fields_with_defaults_before_updated_at() -> None:
+    fields = json.loads(schema_json(JobDefinition.AVRO_NAME))["fields"]
+    names = [f["name"] for f in fields]
+    # schemas.timing cuts updated_at off the end of a stored definition: it stays last
+    assert names[-3:] == ["on", "after", "updated_at"]
+    assert [f["default"] for f in fields[-3:-1]] == [None, []]
+
+
+def test_a_definition_written_before_triggers_reads_without_any() -> None:
+    old = fastavro.parse_schema(_without_triggers())
+    record = {k: v for k, v in TRIGGERED.to_avro().items() if k not in ("on", "after")}
+    current = parsed_schema(JobDefinition.AVRO_NAME)
+    job = JobDefinition.from_avro(read(write(old, record), old, current))
+    assert job == replace(TRIGGERED, on=None)
+    assert job.after == ()
+
+
+def test_a_triggered_definition_reads_with_the_schema_before_triggers() -> None:
+    """A scheduler older than issue 38 loads the job by its schedule and ignores
+    ``on``/``after`` (BACKWARD on the registry; this direction is what the enum's and
+    the fields' defaults give older readers)."""
+    old = fastavro.parse_schema(_without_triggers())
+    current = parsed_schema(JobDefinition.AVRO_NAME)
+    back = read(write(current, TRIGGERED.to_avro()), current, old)
+    assert (back["job_id"], "on" in back, "after" in back) == ("on-orders", False, False)
+
+
+@pytest.mark.parametrize("name", [RunRequest.AVRO_NAME, RunOutcome.AVRO_NAME])
+def test_an_event_run_read_by_a_reader_before_the_new_symbols_is_a_scheduled_one(
+    name: str,
+) -> None:
+    old = fastavro.parse_schema(_before_event_triggers(name))
+    current = parsed_schema(name)
+    event = next(e for e in EXAMPLES if name == e.AVRO_NAME and e.trigger in (
+        Trigger.EVENT, Trigger.DEPENDENCY))  # type: ignore[union-attr]  # fmt: skip
+    back = read(write(current, event.to_avro()), current, old)
+    assert back["trigger"] == "SCHEDULE"  # the enum's default
+    assert back["run_id"] == event.run_id  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("name", [RunRequest.AVRO_NAME, RunOutcome.AVRO_NAME])
+def test_runs_written_before_the_new_symbols_read_unchanged(name: str) -> None:
+    old = fastavro.parse_schema(_before_event_triggers(name))
+    current = parsed_schema(name)
+    record = next(e for e in EXAMPLES if name == e.AVRO_NAME and e.trigger in (
+        Trigger.RETRY, Trigger.SCHEDULE)).to_avro()  # type: ignore[union-attr]  # fmt: skip
+    assert read(write(old, record), old, current)["trigger"] == record["trigger"]
+
+
+def _enums() -> list[type[StrEnum]]:
+    """Every StrEnum of the wire contract that has an .avsc file of its own."""
+    import schemas.events
+    import schemas.flows
+    import schemas.tenancy
+
+    found = []
+    for module in (schemas.events, schemas.flows, schemas.tenancy):
+        for value in vars(module).values():
+            enum = isinstance(value, type) and issubclass(value, StrEnum) and value is not StrEnum
+            if enum and (AVRO_DIR / f"cronstream.{value.__name__}.avsc").exists():
+                found.append(value)
+    return found
+
+
+@pytest.mark.parametrize("enum", _enums(), ids=lambda e: e.__name__)
+def test_python_enums_list_their_avro_symbols_in_order(enum: type[StrEnum]) -> None:
+    """schemas.templates writes a trigger by its index in the Python enum: a symbol
+    added to one side only, or in another place, would write another trigger."""
+    symbols = json.loads(schema_json(f"cronstream.{enum.__name__}"))["symbols"]
+    assert [m.value for m in enum] == symbols

@@ -20,6 +20,7 @@ from schemas.catalog import Topics
 from schemas.errors import DecodeError
 from schemas.events import (
     CronSchedule,
+    EventTrigger,
     IntervalSchedule,
     JobDefinition,
     MisfireKind,
@@ -83,7 +84,9 @@ def test_the_fast_read_equals_fastavro(schedule: Schedule | None, target: Target
     tail = {"target": target, "payload": "p" * 300, "priority": Priority.HIGH,
             "retry": RetryPolicy(max_attempts=9), "timeout_ms": 2**35,
             "misfire": MisfirePolicy(policy=MisfireKind.ALL, max_catchup=3,
-                                     catchup_window_ms=123)}  # fmt: skip
+                                     catchup_window_ms=123),
+            "on": EventTrigger(topic="t", filter="value.a == 1", payload_fields={"a": "value.a"}),
+            "after": ("x", "y")}  # fmt: skip
     reader = TimingReader()
     primer = body(definition("primer", **tail))
     assert reader.read(primer, lambda: fastavro_timing(primer)) == fastavro_timing(primer)
