@@ -64,3 +64,12 @@ class SpecError(ValueError):
         self.subject = subject
         self.problems = problems
         super().__init__(f"{subject}: " + "; ".join(problems))
+
+
+class FilterError(ValueError):
+    """A trigger's filter (or path) that does not parse: the message names the column
+    (1-based) where reading stopped, and ``column`` holds it."""
+
+    def __init__(self, message: str, column: int) -> None:
+        self.column = column
+        super().__init__(f"{message} at column {column}")

@@ -49,6 +49,15 @@ MAX_JITTER_MS = DAY_MS
 MAX_CATCHUP = 1000
 MAX_CATCHUP_WINDOW_MS = 30 * DAY_MS
 MAX_INTERVAL_MS = 100 * 366 * DAY_MS
+# An event trigger (issue 38): its filter's text and nesting (the parser recurses per
+# level: 32 keeps it far from Python's recursion limit), a path's steps, the jobs a
+# dependent job comes after, its payload fields, a batch's records.
+MAX_FILTER = 2000
+MAX_FILTER_DEPTH = 32
+MAX_PATH_STEPS = 32
+MAX_AFTER = 32
+MAX_PAYLOAD_FIELDS = 64
+MAX_BATCH = 10_000
 
 # Letters, digits and . _ : / -, starting with a letter or digit; \Z, not $: "$" would
 # let a trailing newline through.
