@@ -49,10 +49,12 @@ NODE_JOB_KEYS = frozenset({
     "priority", "max_attempts", "backoff", "timeout",
 })  # fmt: skip
 NODE_KEYS = NODE_JOB_KEYS | {"name", "after", "trigger"}
-# A flow's schedule: what a job says about when it runs (the flow's job, target flow).
+# A flow's schedule: what a job says about when it runs (the flow's job, target flow),
+# its triggers too: a record of its source topic or its upstream jobs' day starts a flow
+# run as it would start a job's run (the flow run is named by that run's id).
 SCHEDULE_KEYS = frozenset({
     "cron", "every", "anchor", "at", "tz", "start", "end", "jitter", "misfire", "catchup",
-    "catchup_window", "paused", "priority", "deadline",
+    "catchup_window", "paused", "priority", "deadline", "on", "after",
 })  # fmt: skip
 # ``concurrency`` is the flow run's (the coordinator's), not its schedule job's: that
 # job's run only publishes the start, in milliseconds.

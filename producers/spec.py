@@ -13,11 +13,22 @@ from schemas.errors import SpecError
 from schemas.events import JobDefinition
 
 
+class _SpecLoader(yaml.SafeLoader):
+    """YAML 1.1, PyYAML's, reads a bare ``on`` as true; as a mapping's key it is a
+    job's ``on:`` (schemas.definition.triggers), as everywhere else it is written."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        for key, _ in node.value:
+            if key.tag == "tag:yaml.org,2002:bool" and key.value in ("on", "On", "ON"):
+                key.tag = "tag:yaml.org,2002:str"
+        return super().construct_mapping(node, deep)
+
+
 def yaml_entries(path: Path, kind: str) -> list[dict[str, Any]]:
     """The entries of a YAML file of ``kind`` ("jobs", "flows"): a list, or a mapping
     with a ``kind`` list; SpecError when it cannot be read or is neither."""
     try:
-        doc = yaml.safe_load(path.read_text())
+        doc = yaml.load(path.read_text(), Loader=_SpecLoader)  # a SafeLoader
     except (OSError, yaml.YAMLError) as exc:
         raise SpecError(str(path), [f"cannot read: {exc}"]) from None
     entries = doc.get(kind) if isinstance(doc, dict) else doc

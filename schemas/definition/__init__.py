@@ -9,8 +9,10 @@ scheduler):
 - ``rules``: ``problems(definition)``, the one check, however the definition was built;
   ``loading_problems``, its part the scheduler checks on a stored record;
 - ``values``: durations, instants and backoff ranges from their text;
-- ``filters``: the event triggers' filter language, read and printed; ``matching``:
-  what an expression says of one record (total: never raises);
+- ``triggers``: what makes a job run besides its schedule (``on:`` a topic's records,
+  ``after:`` other jobs), read from a spec and checked, and the tenants' rule on them;
+  ``filters``: their filter language, read and printed; ``matching``: what an
+  expression says of one record (total: never raises);
 - ``cron``: the cron dialect and its fire instants; ``zones``: the pinned zone database
   and the one wall-time rule (the scheduling core, ``streams.core``, computes slots
   with them); ``memo``: their bounded caches.

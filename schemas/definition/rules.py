@@ -7,6 +7,7 @@ any producer)."""
 from __future__ import annotations
 
 from schemas.definition.cron import parse_cron
+from schemas.definition.triggers import trigger_problems
 from schemas.definition.zones import load_zone
 from schemas.errors import CronError, ZoneError
 from schemas.events import CronSchedule, IntervalSchedule, JobDefinition, OnceSchedule
@@ -33,6 +34,7 @@ def problems(job: JobDefinition, *, max_payload_bytes: int) -> list[str]:
         *_schedule_problems(job),
         *target_problems(job.target),
         *_policy_problems(job, max_payload_bytes),
+        *trigger_problems(job),
     ]
 
 

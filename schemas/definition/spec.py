@@ -23,6 +23,9 @@ A spec is a plain mapping with the same names as the CLI flags::
     catchup_window: 1h
     jitter: 0s
     start: ISO8601, end: ISO8601, paused: false, tenant: default
+    on: {topic: acme.orders, filter: 'value.amount > 100'}  # runs on a topic's records
+    after: [extract, load]        # or: runs once these jobs succeeded for a day
+                                  # (schemas.definition.triggers)
 
 ``problems`` (``schemas.definition.rules``) checks a JobDefinition built any other way
 (the Python client, a tenant's command) by the same rules. Every problem found is
@@ -39,6 +42,7 @@ from typing import Any, TypeVar
 
 from schemas.definition.cron import parse_cron
 from schemas.definition.rules import problems, zone_problem
+from schemas.definition.triggers import read_after, read_on
 from schemas.definition.values import parse_backoff, parse_duration, parse_instant
 from schemas.errors import CronError, SpecError
 from schemas.events import (
@@ -63,7 +67,7 @@ KNOWN_KEYS = frozenset(
         "id", "cron", "every", "anchor", "at", "tz", "target", "url", "method", "headers",
         "topic", "callable", "command", "payload", "priority", "max_attempts", "backoff",
         "timeout", "misfire", "concurrency", "catchup", "catchup_window", "jitter", "start",
-        "end", "paused", "tenant", "deadline",
+        "end", "paused", "tenant", "deadline", "on", "after",
     }
 )  # fmt: skip
 
@@ -80,7 +84,7 @@ def job_from_spec(
     """Build and validate a JobDefinition from a spec; raises SpecError listing every problem."""
     read = _SpecReader(spec)
     job_id = str(spec.get("id") or "")
-    unknown = sorted(set(spec) - KNOWN_KEYS)
+    unknown = sorted(str(k) for k in spec if k not in KNOWN_KEYS)  # YAML: keys of any type
     if unknown:
         read.problems.append(f"unknown keys {unknown}")
     zone = read.zone()
@@ -123,6 +127,8 @@ def job_from_spec(
         ),
         concurrency=concurrency,
         deadline_ms=deadline,
+        on=read_on(spec.get("on"), read.problems),
+        after=read_after(spec.get("after"), read.problems),
         updated_at=now or utc_now(),
     )
     found = [*read.problems, *problems(job, max_payload_bytes=max_payload_bytes)]
