@@ -6,18 +6,27 @@ target's idempotency key all agree on it::
 
     nightly-report@2026-11-22T02:00:00.000Z        a scheduled (or catch-up) slot
     nightly-report@manual:deploy-4711               a manual run with an idempotency key
+    on-orders@evt:acme.orders:3:1042                a record of a source topic (issue 38):
+                                                    topic, partition, offset
+    daily-report@dep:2026-11-22                     the day its upstream jobs succeeded
+
+An event run's id names its source record with ':' (never in a topic name, as '@' is
+not), not '/': a flow's node runs are ``FLOW@<run part>/NODE``, and the flows' readers
+find a node after the first '/' of the run part.
 
 Retries keep the run id and increment ``attempt``.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 from functools import lru_cache
 
 from schemas.events import from_ms, iso
 
 MANUAL = "manual:"
+EVENT = "evt:"
+DEPENDENCY = "dep:"
 
 
 def run_id_for(job_id: str, scheduled_at: datetime) -> str:
@@ -40,6 +49,17 @@ def slot_run_id(job_id: str, slot_ms: int) -> tuple[str, bytes]:
 
 def manual_run_id(job_id: str, idempotency_key: str) -> str:
     return f"{job_id}@{MANUAL}{idempotency_key}"
+
+
+def event_run_id(job_id: str, topic: str, partition: int, offset: int) -> str:
+    """The run a source record causes (the first record of a debounce window or a
+    batch): the same whoever reads the record, however often."""
+    return f"{job_id}@{EVENT}{topic}:{partition}:{offset}"
+
+
+def dependency_run_id(job_id: str, day: date) -> str:
+    """The run of a dependent job for the day its upstream jobs succeeded."""
+    return f"{job_id}@{DEPENDENCY}{day.isoformat()}"
 
 
 def job_id_of(run_id: str) -> str:

@@ -1,8 +1,17 @@
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 
 import pytest
 
-from schemas.ids import job_id_of, manual_run_id, murmur2, partition_for, run_id_for
+from schemas.ids import (
+    dependency_run_id,
+    event_run_id,
+    job_id_of,
+    manual_run_id,
+    murmur2,
+    partition_for,
+    run_id_for,
+)
+from schemas.limits import MAX_JOB_ID, MAX_TOPIC, run_id_problems
 
 # Vectors from Apache Kafka's UtilsTest.testMurmur2 (Java ints, i.e. signed 32-bit).
 KAFKA_MURMUR2 = {
@@ -37,3 +46,21 @@ def test_job_id_of_takes_the_part_before_the_last_at_sign() -> None:
     assert job_id_of("a@manual:k") == "a"
     with pytest.raises(ValueError, match="not a cronstream run id"):
         job_id_of("no-at-sign")
+
+
+def test_event_and_dependency_run_ids_name_their_cause() -> None:
+    assert event_run_id("on-orders", "acme.orders", 3, 1042) == "on-orders@evt:acme.orders:3:1042"
+    assert dependency_run_id("report", date(2026, 11, 22)) == "report@dep:2026-11-22"
+    assert job_id_of(event_run_id("acme/j", "acme.orders", 0, 7)) == "acme/j"
+
+
+def test_the_longest_event_run_id_is_within_the_run_id_limit() -> None:
+    job, topic = "j" * MAX_JOB_ID, "t" * MAX_TOPIC
+    run_id = event_run_id(job, topic, 2**31 - 1, 2**63 - 1)
+    assert run_id_problems(run_id, job) == []
+
+
+def test_an_event_run_id_has_no_slash_so_a_flow_node_is_found_after_the_first() -> None:
+    flow_run = event_run_id("etl", "files.in", 0, 5)
+    node_run = f"{flow_run}/extract"  # streams.core.flow.node_run_id
+    assert node_run.partition("@")[2].partition("/") == ("evt:files.in:0:5", "/", "extract")
