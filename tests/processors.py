@@ -40,6 +40,7 @@ from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import DeadLetter, Priority, RunOutcome, Target
 from schemas.flows import FlowDefinition
+from schemas.output import RunOutput
 from schemas.serde import Codec
 from schemas.tenancy import TenantCommand, TenantResult, commands_topic
 from streams.applying import Applier
@@ -149,12 +150,15 @@ RUNS = TOPICS.runs(Priority.NORMAL)
 
 
 class Recording:
-    """An executor that runs nothing: succeeds, or fails as told by the payload."""
+    """An executor that runs nothing: succeeds, or fails as told by the payload; prints
+    what follows ``print:`` in it (its output), nothing otherwise."""
 
-    def execute(self, target: Target, context: RunContext) -> str:
-        if context.payload and "fail" in context.payload:
-            raise ExecutionFailed("told to fail")
-        return "ok"
+    def execute(self, target: Target, context: RunContext) -> str | None:
+        payload = context.payload or ""
+        printed = payload.partition("print:")[2] or None
+        if "fail" in payload:
+            raise ExecutionFailed("told to fail", output=printed)
+        return printed
 
 
 class WorkerHarness:
@@ -211,6 +215,9 @@ class WorkerHarness:
 
     def letters(self) -> list[DeadLetter]:
         return decoded(self.codec, self.producer, TOPICS.dlq, DeadLetter)
+
+    def outputs(self) -> list[RunOutput]:
+        return decoded(self.codec, self.producer, TOPICS.run_output, RunOutput)
 
     def close(self) -> None:
         if self.fake_executors:
