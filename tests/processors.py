@@ -23,6 +23,7 @@ from consumers.core.offsets import OffsetTracker
 from consumers.errors import ExecutionFailed
 from consumers.executors.base import RunContext
 from consumers.history import HistoryTables
+from consumers.output import OutputTable
 from consumers.sink import Sink, transient_errors
 from consumers.worker.attempts import Attempts
 from consumers.worker.config import WorkerConfig
@@ -283,12 +284,14 @@ class SinkHarness:
         s.codec, s.topics = self.codec, TOPICS
         s.publisher = fake_publisher(self.codec, self.producer)
         s.tables = HistoryTables(SchemaSession(), "ks", ttl_s=86_400 * 30)
+        s.outputs = OutputTable(SchemaSession(), "ks", ttl_s=86_400 * 14)
+        s._output_topic = TOPICS.run_output
         s.faults = RecordFaults("sink", infrastructure=transient_errors())
         self.offset = 0
 
-    def rows_of(self, value: bytes) -> tuple[list[Any], str | None]:
+    def rows_of(self, value: bytes, topic: str = TOPICS.history) -> tuple[list[Any], str | None]:
         self.offset += 1
-        return self.sink.rows_of(FakeMessage(TOPICS.history, 0, self.offset, value, b"j"))
+        return self.sink.rows_of(FakeMessage(topic, 0, self.offset, value, b"j"))
 
 
 class ArchiverHarness:

@@ -79,6 +79,14 @@ def test_migrations_apply_once_and_create_the_history_tables(
     ).one()
     assert options.default_time_to_live == 365 * 86400
     assert options.compaction["class"].endswith("TimeWindowCompactionStrategy")
+    # What runs printed (docs/run-output.md): two weeks, not history's year.
+    output = session.execute(  # type: ignore[attr-defined]
+        "SELECT default_time_to_live, compaction FROM system_schema.tables "
+        "WHERE keyspace_name = %s AND table_name = 'run_output'",
+        (settings.keyspace,),
+    ).one()
+    assert output.default_time_to_live == 14 * 86400
+    assert output.compaction["class"].endswith("TimeWindowCompactionStrategy")
 
 
 def test_status_json_reports_every_service(stack: Settings) -> None:
