@@ -32,6 +32,7 @@ from producers.admission.processor import AdmissionConfig, AdmissionProcessor
 from runtime.grants import PolicyBook, policy_path
 from runtime.settings import Settings, env_int, env_list
 from runtime.waiting import CASSANDRA, KAFKA, REGISTRY
+from schemas.limits import MAX_OUTPUT_BYTES
 from streams.config import ProcessorConfig
 from streams.processor import MAX_LOOKAHEAD_MS, Processor
 
@@ -218,8 +219,8 @@ def _register_worker(sub: Any) -> None:
 
 def _add_worker_membership(p: Any) -> None:
     """How a worker leaves (``--grace``), how long its group waits for a silent one,
-    what it remembers of runs its partitions' earlier owners executed, and when a run
-    is recorded STARTED."""
+    what it remembers of runs its partitions' earlier owners executed, when a run is
+    recorded STARTED, and how much of what it printed is kept."""
     p.add_argument("--grace", type=float, default=30.0, help="seconds to drain on SIGTERM")
     p.add_argument(
         "--session-timeout-ms", type=int,
@@ -237,6 +238,12 @@ def _add_worker_membership(p: Any) -> None:
         default=env_int("CRONSTREAM_WORKER_STARTED_AFTER_MS", 1000, minimum=0),
         help="publish a run's STARTED record once it has executed this long; a run that ends "
         "sooner records its final outcome alone, with its start (0: every run; default 1000)",
+    )  # fmt: skip
+    p.add_argument(
+        "--output-limit", type=at_least(0), metavar="BYTES",
+        default=env_int("CRONSTREAM_WORKER_OUTPUT_LIMIT", 64 * 1024, minimum=0),
+        help="bytes kept of what each attempt printed or returned, its last (docs/run-output.md; "
+        f"default 65536, at most {MAX_OUTPUT_BYTES}; 0: keep none)",
     )  # fmt: skip
 
 
@@ -353,6 +360,8 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
         if args.secrets_dir and not os.path.isdir(args.secrets_dir):
             raise ValueError(f"--secrets-dir {args.secrets_dir!r} is not a directory")
         weights = tenant_values(args.tenant_weight, "--tenant-weight", 1000)
+        if args.output_limit > MAX_OUTPUT_BYTES:
+            raise ValueError(f"--output-limit {args.output_limit} is over {MAX_OUTPUT_BYTES}")
         PolicyBook(args.grant, policy_path(settings, args.policy))
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -365,6 +374,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
         session_timeout_ms=args.session_timeout_ms,
         started_after_ms=args.started_after_ms,
         dedup_capacity=args.dedup_capacity,
+        output_limit=args.output_limit,
         http_allow=tuple(args.http_allow),
         shell_allow=tuple(args.shell_allow),
         shell_env=tuple(args.shell_env),

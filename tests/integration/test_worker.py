@@ -27,6 +27,7 @@ from schemas.catalog import Topics
 from schemas.definition import job_from_spec
 from schemas.events import DeadLetter, Priority, RunOutcome
 from schemas.events import Target as RunTarget
+from schemas.output import RunOutput
 from schemas.serde import Codec
 from tests.bench.malformed import hostile_values, malformed
 from tests.integration.helpers import (
@@ -352,7 +353,11 @@ def test_secrets_stay_in_their_tenant_and_out_of_history_the_dlq_and_the_log(
     with registry_client(ns, writer=True) as registry:
         letters = [Codec(registry).decode(r.value, DeadLetter)
                    for r in read_topic(ns, Topics(ns).dlq)]  # fmt: skip
+        # what the target answered is the attempt's output (docs/run-output.md)
+        outputs = {o.run_id: o.output for o in (Codec(registry).decode(r.value, RunOutput)
+                   for r in read_topic(ns, Topics(ns).run_output))}  # fmt: skip
     reasons = [letter.reason for letter in letters if letter.run_id in (ours, theirs)]
     assert len(reasons) == 2
-    for text in [*errors.values(), *reasons, w.log()]:
+    assert outputs == {ours: "bad credentials: ***"}  # the tenant's run sent nothing
+    for text in [*errors.values(), *reasons, *outputs.values(), w.log()]:
         assert "op-s3cret" not in text
