@@ -27,7 +27,7 @@ def register(sub: Any) -> None:
                    help="... or once its oldest buffered outcome waited this long")  # fmt: skip
     p.add_argument("--metrics-port", type=int,
                    default=env_int("CRONSTREAM_ARCHIVER_METRICS_PORT", 0, minimum=0))  # fmt: skip
-    p.set_defaults(handler=cmd_archiver, needs="settings")
+    p.set_defaults(handler=cmd_archiver, needs="role")
     a = sub.add_parser("archive", help="the Parquet archive of history: compact days")
     verbs = a.add_subparsers(dest="verb", required=True)
     c = verbs.add_parser("compact", help="merge finished days' parts into one file per tenant")

@@ -153,4 +153,4 @@ def register(sub: Any) -> None:
     coord.add_argument("--metrics-port", type=int,
                        default=env_int("CRONSTREAM_FLOWS_METRICS_PORT", 0, minimum=0),
                        help="serve /metrics, /healthz, /readyz on this port (0: off)")  # fmt: skip
-    coord.set_defaults(handler=cmd_flows_coordinator, needs="settings")
+    coord.set_defaults(handler=cmd_flows_coordinator, needs="role")

@@ -46,7 +46,7 @@ def register(sub: Any) -> None:
     p.add_argument("--port", type=int, default=env_int("CRONSTREAM_API_PORT", 8780, minimum=1))
     p.add_argument("--name", default=f"api-{socket.gethostname()}-{os.getpid()}")
     _register_hosts(p)
-    p.set_defaults(handler=cmd_api, needs="settings")
+    p.set_defaults(handler=cmd_api, needs="role")
     p = sub.add_parser(
         "ui", help="serve the web dashboard at /ui, with the HTTP API beside it",
         description="The operator's dashboard: live overview (from Prometheus), jobs, a "
@@ -67,7 +67,7 @@ def register(sub: Any) -> None:
                    help="mark the session cookie Secure even on plain http (behind a TLS "
                    "proxy that does not say so with X-Forwarded-Proto)")  # fmt: skip
     _register_hosts(p)
-    p.set_defaults(handler=cmd_ui, needs="settings")
+    p.set_defaults(handler=cmd_ui, needs="role")
 
 
 def _register_hosts(p: Any) -> None:
@@ -122,7 +122,7 @@ def _register_scheduler(sub: Any) -> None:
         default=env_list("CRONSTREAM_TENANT_FIRE_RATES"),
         help="a tenant's own fires per second; repeatable",
     )  # fmt: skip
-    p.set_defaults(handler=cmd_scheduler, needs="settings")
+    p.set_defaults(handler=cmd_scheduler, needs="role")
 
 
 def _register_store(p: Any) -> None:
@@ -213,7 +213,7 @@ def _register_worker(sub: Any) -> None:
         "repeatable",
     )  # fmt: skip
     _add_grant_flags(p)
-    p.set_defaults(handler=cmd_worker, needs="settings")
+    p.set_defaults(handler=cmd_worker, needs="role")
 
 
 def _add_worker_membership(p: Any) -> None:
@@ -266,7 +266,7 @@ def _register_sink(sub: Any) -> None:
     p.add_argument("--in-flight", type=int, default=16, help="batches written at once")
     p.add_argument("--metrics-port", type=int,
                    default=env_int("CRONSTREAM_SINK_METRICS_PORT", 0, minimum=0))  # fmt: skip
-    p.set_defaults(handler=cmd_sink, needs="settings")
+    p.set_defaults(handler=cmd_sink, needs="role")
 
 
 def _register_admission(sub: Any) -> None:
@@ -286,7 +286,7 @@ def _register_admission(sub: Any) -> None:
     p.add_argument("--metrics-port", type=int,
                    default=env_int("CRONSTREAM_ADMISSION_METRICS_PORT", 0, minimum=0))  # fmt: skip
     _add_grant_flags(p)
-    p.set_defaults(handler=cmd_admission, needs="settings")
+    p.set_defaults(handler=cmd_admission, needs="role")
 
 
 def cmd_scheduler(settings: Settings, args: argparse.Namespace) -> int:
