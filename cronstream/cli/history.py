@@ -12,10 +12,7 @@ from datetime import datetime, timedelta
 from itertools import islice
 from typing import Any
 
-from consumers.archive import Archive, archive_root, hot_from, tiered_job_runs
-from consumers.history import History
 from cronstream.cli.common import EXIT_NOT_FOUND, EXIT_UNAVAILABLE
-from runtime.cassandra import cassandra_session
 from runtime.settings import Settings
 from schemas.definition import parse_duration, parse_instant
 from schemas.errors import SpecError
@@ -115,6 +112,12 @@ def _checked(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_history(settings: Settings, args: argparse.Namespace) -> int:
+    # Imported here: the Cassandra driver, pyarrow and duckdb cost every other command
+    # about half a second of its start.
+    from consumers.archive import Archive, archive_root, hot_from, tiered_job_runs
+    from consumers.history import History
+    from runtime.cassandra import cassandra_session
+
     statuses = _checked(args)
     try:
         cluster, session = cassandra_session(settings)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from producers.client import JobClient
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import Priority
@@ -207,6 +208,21 @@ def test_trigger_refuses_an_idempotency_key_over_the_limit(ns: Settings) -> None
     result = cronstream(ns, "runs", "trigger", "t", "--idempotency-key", "k" * 201)
     assert result.returncode == 2, result.stderr
     assert "idempotency key" in result.stderr
+
+
+def test_one_client_reads_again_and_again_each_time_to_the_end(ns: Settings) -> None:
+    """A JobClient keeps one reader for all its reads (issue 36): a partition read before
+    is read again from its beginning to its new end, on either topic."""
+    with JobClient(ns) as client:
+        for hours in range(1, 5):
+            client.put_spec({"id": "again", "every": f"{hours}h", "target": "http",
+                             "url": "https://example.com/h"})  # fmt: skip
+            job = client.get("again")  # put_spec read its partition just before
+            assert job is not None
+            assert job.describe_schedule().startswith(f"every {hours * 3_600_000}ms")
+            assert [j.job_id for j in client.list_jobs()] == ["again"]
+            assert len(client.audit_log("again")) == hours
+            assert client.get("never") is None
 
 
 LIBRDKAFKA_LINE = re.compile(r"%\d\||rdkafka#")  # %3|1795814637.239|FAIL|rdkafka#consumer-3|
