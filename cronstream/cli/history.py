@@ -10,14 +10,9 @@ from collections.abc import Iterator
 from contextlib import ExitStack, closing
 from datetime import datetime, timedelta
 from itertools import islice
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from consumers.archive import Archive, hot_from, tiered_job_runs
-from consumers.history import History
-from consumers.output import OutputTable
 from cronstream.cli.common import EXIT_NOT_FOUND, EXIT_UNAVAILABLE
-from runtime.cassandra import cassandra_session
-from runtime.lakehouse import lakehouse
 from runtime.settings import Settings
 from schemas.definition import parse_duration, parse_instant
 from schemas.errors import SpecError
@@ -25,6 +20,10 @@ from schemas.events import RunOutcome, RunStatus, iso, to_jsonable, utc_now
 from schemas.output import RunOutput
 from schemas.redact import escape_controls, redact_jsonable, redact_text
 from schemas.tenancy import qualify, tenant_problems
+
+if TYPE_CHECKING:  # the command imports them itself (the Cassandra driver, the archive's)
+    from consumers.history import History
+    from consumers.output import OutputTable
 
 
 def register(sub: Any) -> None:
@@ -124,6 +123,11 @@ def _checked(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_history(settings: Settings, args: argparse.Namespace) -> int:
+    from consumers.archive import Archive, hot_from, tiered_job_runs
+    from consumers.history import History
+    from runtime.cassandra import cassandra_session
+    from runtime.lakehouse import lakehouse
+
     statuses = _checked(args)
     try:
         cluster, session = cassandra_session(settings)
@@ -212,6 +216,8 @@ def _print_rows(
 def _show_run(history: History, keyspace: str, args: argparse.Namespace) -> int:
     """``--run ID``: every record of the run, or with ``--output`` what it printed."""
     if args.output:
+        from consumers.output import OutputTable
+
         return _show_output(OutputTable(history.session, keyspace), args)
     rows = history.run(args.run)
     if not rows:

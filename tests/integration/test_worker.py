@@ -130,8 +130,9 @@ def test_retries_stay_within_backoff_bounds_then_dead_letter(
         'cronstream_worker_tenant_runs_total{status="DEAD_LETTERED",tenant="default"}': 1.0,
         "cronstream_worker_fire_to_start_seconds_count": 3.0,
         "cronstream_worker_run_duration_seconds_count": 3.0,
-        # the first attempt was written here without a due time; each retry has its own
-        "cronstream_worker_start_skew_seconds_count": 2.0,
+        # the first attempt was written here without a due time; each retry has its own,
+        # counted under the job's priority
+        'cronstream_worker_start_skew_seconds_count{priority="NORMAL"}': 2.0,
     }
     mine = sorted((o for o in seen if o.run_id == run_id), key=lambda o: o.recorded_at)
     # Each attempt's end carries its start (a STARTED record only for one that ran
