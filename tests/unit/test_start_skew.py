@@ -13,7 +13,8 @@ from consumers.worker.attempts import Attempts
 from consumers.worker.config import WorkerConfig
 from runtime import metrics
 from schemas.events import Priority, Target
-from tests.unit.test_worker_parts import SETTINGS, TOPICS, Parts, run, run_taken
+from tests.processors import WORKER_SETTINGS
+from tests.unit.test_worker_parts import TOPICS, Parts, run, run_taken
 
 NAME = "cronstream_worker_start_skew_seconds"
 
@@ -41,7 +42,8 @@ def _late_by_1_to_2_5_s() -> dict[str, float]:
 def test_a_run_started_2_s_after_its_due_time_counts_in_its_priority_series_alone() -> None:
     parts = Parts()
     parts.own(TOPICS.runs(Priority.HIGH))
-    attempts = Attempts(SETTINGS, WorkerConfig(group="g", concurrency=2), outbox=parts.outbox,
+    # Plaintext settings: the attempts' producer needs no stack's password (a fresh clone).
+    attempts = Attempts(WORKER_SETTINGS, WorkerConfig(group="g", concurrency=2), outbox=parts.outbox,
                         dedup=parts.dedup, cancels={}, tally=metrics.Tally())  # fmt: skip
     attempts.executors["python"] = _Done()
     before = _late_by_1_to_2_5_s()
