@@ -26,12 +26,11 @@ from pyiceberg.expressions import And
 
 from consumers.core.buckets import STATUS_RANK, day_of
 from consumers.history import History
-from consumers.lakehouse import ARROW, ArchiveTable, eq, filesystem, ge, lt, path_of
+from consumers.lakehouse import ARROW, COLUMNS, ArchiveTable, eq, filesystem, ge, lt, path_of
 from runtime.lakehouse import Lakehouse
 from runtime.settings import Settings
 from schemas.events import RunOutcome, RunStatus, Trigger, from_ms
 
-COLUMNS = tuple(ARROW.names)  # RunOutcome's fields, the tenant last
 REFRESH_S = 5.0  # how stale the table's snapshot a query plans from may be
 # A year is 365 files read at once: pyarrow's own I/O threads (8 by default) wait on the
 # store for each one's column chunks.
@@ -123,14 +122,18 @@ class Archive:
                 self._footers.pop(next(iter(self._footers)))
         return footer
 
+    def _latest(self, found: pa.Table) -> duckdb.DuckDBPyConnection:
+        """A cursor over each attempt's latest row of ``found`` (``_JOB_RUNS``); a cursor
+        per query: one Archive serves many threads."""
+        cursor = self.db.cursor()
+        cursor.register("found", found)
+        return cursor.execute(_JOB_RUNS)
+
     def job_runs_table(self, job_id: str, start: datetime, end: datetime,
                        tenant: str | None = None) -> pa.Table:  # fmt: skip
         """``job_runs`` as one Arrow table (instants as epoch milliseconds), for callers
         that take columns (charts, exports): no Python object per run."""
-        found = self._rows(job_id, start, end, tenant)
-        cursor = self.db.cursor()
-        cursor.register("found", found)
-        return cursor.sql(_JOB_RUNS).to_arrow_table()
+        return self._latest(self._rows(job_id, start, end, tenant)).to_arrow_table()
 
     def job_runs(
         self, job_id: str, start: datetime, end: datetime, statuses: Sequence[str] = (),
@@ -142,9 +145,7 @@ class Archive:
         if not found.num_rows:
             return
         wanted = {s.upper() for s in statuses}
-        cursor = self.db.cursor()  # a cursor per query: one Archive serves many threads
-        cursor.register("found", found)
-        cursor.execute(_JOB_RUNS)
+        cursor = self._latest(found)
         while batch := cursor.fetchmany(BATCH):
             for row in batch:
                 if not wanted or row[_STATUS_AT] in wanted:

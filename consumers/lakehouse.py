@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from pyarrow.fs import FileSelector, FileSystem, FileType, LocalFileSystem, S3FileSystem
+from pyarrow.fs import FileSelector, FileSystem, FileType, LocalFileSystem
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.expressions import (
@@ -157,7 +157,7 @@ def day_filter(first: date, last: date) -> BooleanExpression:
 
 class ArchiveTable:
     """The namespace's Iceberg history table: written by the archiver, maintained by
-    ``compact``/``expire``, read by ``consumers.lakehouse_queries``."""
+    ``compact``/``expire``, read by ``consumers.archive``."""
 
     def __init__(self, where: Lakehouse) -> None:
         self.where = where
@@ -211,7 +211,7 @@ class ArchiveTable:
                              f"table, not {first}: another archiver wrote it")  # fmt: skip
             tx = self.table.transaction()
             if rows.num_rows:
-                tx.append(rows, snapshot_properties={key: str(next_offset)})
+                tx.append(rows)
             tx.set_properties({key: str(next_offset)})
             try:
                 tx.commit_transaction()
@@ -239,9 +239,19 @@ class ArchiveTable:
     def compact(self, day: date) -> int:
         """Rewrite each tenant's files of ``day`` as one sorted file (one snapshot per
         tenant: the old files go as the new one comes); returns the files merged."""
-        merged = 0
-        for (when, tenant), files in sorted(self.partitions().items()):
-            if when != day or files < 2:
+        return self._compact(lambda when: when == day).get(day, 0)
+
+    def compact_finished(self, today: date) -> dict[date, int]:
+        """Compact every day before yesterday with several files in a partition
+        (yesterday's late outcomes, retries and slow runs still arrive)."""
+        return self._compact(lambda when: when < today - timedelta(days=1))
+
+    def _compact(self, chosen: Callable[[date], bool]) -> dict[date, int]:
+        """Compact the partitions of the ``chosen`` days that have several files (the
+        partitions read once); returns the files merged per day."""
+        done: dict[date, int] = {}
+        for (day, tenant), files in sorted(self.partitions().items()):
+            if files < 2 or not chosen(day):
                 continue
             where = And(day_filter(day, day), eq("tenant", tenant))
             for _ in range(COMMIT_TRIES):
@@ -251,19 +261,8 @@ class ArchiveTable:
                     self.table.overwrite(sort(rows.cast(ARROW)), overwrite_filter=where)
                 except CommitFailedException:  # the archiver appended meanwhile
                     continue
-                merged += files
+                done[day] = done.get(day, 0) + files
                 break
-        return merged
-
-    def compact_finished(self, today: date) -> dict[date, int]:
-        """Compact every day before yesterday with several files in a partition
-        (yesterday's late outcomes, retries and slow runs still arrive)."""
-        done = {}
-        for day in sorted({day for (day, _), n in self.partitions().items() if n > 1}):
-            if day < today - timedelta(days=1):
-                merged = self.compact(day)
-                if merged:
-                    done[day] = merged
         return done
 
     def expire(self, today: date, keep: int, *, now: datetime | None = None) -> list[date]:
@@ -338,13 +337,5 @@ def path_of(uri: str) -> str:
 
 def filesystem(where: Lakehouse, uri: str) -> tuple[FileSystem, str]:
     """The pyarrow filesystem of ``where``'s warehouse, and ``uri``'s path in it."""
-    if where.s3 is None:
-        return LocalFileSystem(), path_of(uri)
-    s3 = where.s3
-    endpoint = s3.endpoint or None
-    fs = S3FileSystem(
-        access_key=s3.access_key, secret_key=s3.secret_key, region=s3.region,
-        endpoint_override=endpoint,
-        scheme="http" if endpoint and endpoint.startswith("http://") else "https",
-    )  # fmt: skip
+    fs = LocalFileSystem() if where.s3 is None else where.s3.filesystem()
     return fs, path_of(uri)

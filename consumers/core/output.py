@@ -45,11 +45,7 @@ def kept(result: Output | str | bytes, limit: int) -> tuple[str, Dropped | None]
         return None
     if isinstance(result, str):  # a lone surrogate (from a callable) becomes U+FFFD too
         result = result.encode("utf-8", "surrogatepass")
-    if len(result) <= limit:
-        return result.decode("utf-8", "replace"), dropped
-    if dropped == "end":
-        return head(result, limit).decode("utf-8", "replace"), "end"
-    return tail(result, limit).decode("utf-8", "replace"), "start"
+    return _cut(result, limit, dropped)
 
 
 def fit(text: str, limit: int, dropped: Dropped | None) -> tuple[str, Dropped | None]:
@@ -60,6 +56,14 @@ def fit(text: str, limit: int, dropped: Dropped | None) -> tuple[str, Dropped | 
     data = text.encode("utf-8", "surrogatepass")
     if len(data) <= limit:
         return text, dropped
+    return _cut(data, limit, dropped)
+
+
+def _cut(data: bytes, limit: int, dropped: Dropped | None) -> tuple[str, Dropped | None]:
+    """``data`` in at most ``limit`` bytes, decoded: its first bytes when the executor
+    kept a start (``dropped`` "end"), else its last."""
+    if len(data) <= limit:
+        return data.decode("utf-8", "replace"), dropped
     if dropped == "end":
         return head(data, limit).decode("utf-8", "replace"), "end"
     return tail(data, limit).decode("utf-8", "replace"), "start"
