@@ -13,26 +13,31 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from pyiceberg.expressions import And
 
 from consumers.core.buckets import STATUS_RANK, day_of
 from consumers.history import History
-from consumers.lakehouse import ARROW, ArchiveTable, eq, ge, lt
+from consumers.lakehouse import ARROW, COLUMNS, ArchiveTable, eq, filesystem, ge, lt, path_of
 from runtime.lakehouse import Lakehouse
 from runtime.settings import Settings
 from schemas.events import RunOutcome, RunStatus, Trigger, from_ms
 
-COLUMNS = tuple(ARROW.names)  # RunOutcome's fields, the tenant last
 REFRESH_S = 5.0  # how stale the table's snapshot a query plans from may be
-# A year is 365 files read at once: the reads wait on the store, not on the CPU (pyarrow's
-# default, 8 threads: 0.9-1.0 s for a year; 32: 0.7-0.9 s, measured on a busy machine).
+# A year is 365 files read at once: pyarrow's own I/O threads (8 by default) wait on the
+# store for each one's column chunks.
 IO_THREADS = 32
+FOOTERS = 4096  # files whose footers a reader keeps (a year's day files: 365 a tenant)
+READERS = 8  # files read at once by one query (each read waits on the store, then decodes)
+_JOB_AT = ARROW.names.index("job_id")
 BATCH = 10_000
 _STATUS = {s.value: s for s in RunStatus}
 _TRIGGER = {t.value: t for t in Trigger}
@@ -48,36 +53,87 @@ class Archive:
         if pa.io_thread_count() < IO_THREADS:
             pa.set_io_thread_count(IO_THREADS)
         self.db = duckdb.connect()
+        self._fs, _ = filesystem(where, where.warehouse)
+        self._footers: dict[str, pq.FileMetaData] = {}  # path -> its footer, oldest first
+        self._pool = ThreadPoolExecutor(READERS, thread_name_prefix="archive")
         self._lock = threading.Lock()
         self._refreshed = time.monotonic()
 
     def close(self) -> None:
+        self._pool.shutdown()
         self.db.close()
         self.table.close()
 
     def _rows(self, job_id: str, start: datetime, end: datetime,
               tenant: str | None) -> pa.Table:  # fmt: skip
+        """The rows of ``job_id``'s runs scheduled in [start, end) (of ``tenant``'s).
+
+        pyiceberg plans the files (day and tenant partitions, then the files' job
+        bounds, from the manifests); each file's row groups whose job range holds the
+        job (Parquet statistics) are read in parallel, directly (a footer read once per
+        reader: ``_footer``; Iceberg never rewrites a file under its name), and their
+        rows filtered. Measured on a year of 100,000,000 outcomes (365 files): 0.65 s
+        against 1.1 s through pyarrow's dataset scanner and 5-11 s through pyiceberg's
+        own reader. That holds while no delete file applies (the table is written
+        copy-on-write); otherwise pyiceberg reads."""
         with self._lock:  # the archiver's new snapshots, every REFRESH_S at most
             if time.monotonic() - self._refreshed > REFRESH_S:
                 self.table.table.refresh()
                 self._refreshed = time.monotonic()
         where = And(eq("job_id", job_id), And(ge("scheduled_at", start.isoformat()),
                                               lt("scheduled_at", end.isoformat())))  # fmt: skip
-        rows = ((pc.field("job_id") == job_id) & (pc.field("scheduled_at") >= start)
-                & (pc.field("scheduled_at") < end))  # fmt: skip
         if tenant is not None:
             where = And(eq("tenant", tenant), where)
-            rows = rows & (pc.field("tenant") == tenant)
-        return self.table.read(where, rows)
+        scan = self.table.table.scan(row_filter=where)
+        tasks = list(scan.plan_files())
+        wanted = _Wanted(job_id, start, end, tenant)
+        if any(task.delete_files for task in tasks):
+            return wanted.of(scan.to_arrow())
+        files = [path_of(task.file.file_path) for task in tasks]
+        parts = list(self._pool.map(lambda path: self._part(path, wanted), files))
+        found = [part for part in parts if part is not None]
+        return pa.concat_tables(found) if found else ARROW.empty_table()
+
+    def _part(self, path: str, wanted: _Wanted) -> pa.Table | None:
+        """The rows ``wanted`` of one file, from its row groups that may hold them."""
+        footer = self._footer(path)
+        groups = [
+            i
+            for i in range(footer.num_row_groups)
+            if _may_hold(footer.row_group(i).column(_JOB_AT).statistics, wanted.job)
+        ]
+        if not groups:
+            return None
+        source = self._fs.open_input_file(path)
+        rows = pq.ParquetFile(source, metadata=footer, pre_buffer=True).read_row_groups(groups)
+        return wanted.of(rows)
+
+    def _footer(self, path: str) -> pq.FileMetaData:
+        """A file's footer, read from the store once per reader."""
+        with self._lock:
+            found = self._footers.pop(path, None)
+            if found is not None:
+                self._footers[path] = found  # the most recent last
+                return found
+        footer = pq.read_metadata(self._fs.open_input_file(path))
+        with self._lock:
+            self._footers[path] = footer
+            while len(self._footers) > FOOTERS:
+                self._footers.pop(next(iter(self._footers)))
+        return footer
+
+    def _latest(self, found: pa.Table) -> duckdb.DuckDBPyConnection:
+        """A cursor over each attempt's latest row of ``found`` (``_JOB_RUNS``); a cursor
+        per query: one Archive serves many threads."""
+        cursor = self.db.cursor()
+        cursor.register("found", found)
+        return cursor.execute(_JOB_RUNS)
 
     def job_runs_table(self, job_id: str, start: datetime, end: datetime,
                        tenant: str | None = None) -> pa.Table:  # fmt: skip
         """``job_runs`` as one Arrow table (instants as epoch milliseconds), for callers
         that take columns (charts, exports): no Python object per run."""
-        found = self._rows(job_id, start, end, tenant)
-        cursor = self.db.cursor()
-        cursor.register("found", found)
-        return cursor.sql(_JOB_RUNS).to_arrow_table()
+        return self._latest(self._rows(job_id, start, end, tenant)).to_arrow_table()
 
     def job_runs(
         self, job_id: str, start: datetime, end: datetime, statuses: Sequence[str] = (),
@@ -89,13 +145,43 @@ class Archive:
         if not found.num_rows:
             return
         wanted = {s.upper() for s in statuses}
-        cursor = self.db.cursor()  # a cursor per query: one Archive serves many threads
-        cursor.register("found", found)
-        cursor.execute(_JOB_RUNS)
+        cursor = self._latest(found)
         while batch := cursor.fetchmany(BATCH):
             for row in batch:
                 if not wanted or row[_STATUS_AT] in wanted:
                     yield _outcome(row)
+
+
+@dataclass(frozen=True, slots=True)
+class _Wanted:
+    """What a job query keeps of the rows it reads."""
+
+    job: str
+    start: datetime
+    end: datetime
+    tenant: str | None
+
+    def of(self, rows: pa.Table) -> pa.Table:
+        """The wanted rows of ``rows``, in the table's columns (a column a file was
+        written without, added to the table since, is null)."""
+        slot = rows["scheduled_at"]
+        mask = pc.and_(pc.equal(rows["job_id"], self.job), pc.and_(
+            pc.greater_equal(slot, pa.scalar(self.start, slot.type)),
+            pc.less(slot, pa.scalar(self.end, slot.type))))  # fmt: skip
+        if self.tenant is not None:
+            mask = pc.and_(mask, pc.equal(rows["tenant"], self.tenant))
+        rows = rows.filter(mask)
+        for name in ARROW.names:
+            if name not in rows.column_names:
+                rows = rows.append_column(name, pa.nulls(rows.num_rows, ARROW.field(name).type))
+        return rows.select(ARROW.names).cast(ARROW)
+
+
+def _may_hold(stats: pq.Statistics | None, job: str) -> bool:
+    """Whether a row group whose job column has ``stats`` may hold ``job``'s rows."""
+    if stats is None or not stats.has_min_max:
+        return True
+    return bool(stats.min <= job <= stats.max)
 
 
 # Instants come out as epoch milliseconds: DuckDB's own datetimes carry pytz zones, whose

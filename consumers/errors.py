@@ -4,13 +4,22 @@ plugin raises these), and the history store's files (statements, migrations)."""
 
 from __future__ import annotations
 
+from consumers.core.output import Result
+
 
 # -- the executors' contract (``consumers.executors.base``) -------------------------
 class ExecutionFailed(Exception):
-    """An attempt did not succeed. ``retriable``: another attempt might."""
+    """An attempt did not succeed. ``retriable``: another attempt might. ``output``: what
+    it printed or returned before it failed (a failing script's stderr, an error page's
+    body), kept as a successful attempt's is (``consumers.core.output``)."""
 
     retriable = True
     status = "FAILED"
+    output: Result = None  # also for a subclass whose __init__ does not pass it on
+
+    def __init__(self, *args: object, output: Result = None) -> None:
+        super().__init__(*args)
+        self.output = output
 
 
 class TargetInvalid(ExecutionFailed):

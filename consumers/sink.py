@@ -1,8 +1,11 @@
-"""The history sink: ``cronstream.history`` into Cassandra, at least once, idempotently.
+"""The history sink: ``cronstream.history`` into Cassandra, at least once, idempotently;
+and the runs' output (``cronstream.run-output``, docs/run-output.md) the same way, into
+its own table with its own, shorter TTL (``consumers.output``).
 
 One process runs one ``Sink``: a member of the consumer group ``<prefix>.sink`` on the
-history topic (cooperative-sticky, manual commits). Each step reads up to ``read_max``
-outcomes and hands them to ``Sink.write_and_commit``, the one commit procedure.
+history and run-output topics (cooperative-sticky, manual commits). Each step reads up
+to ``read_max`` records and hands them to ``Sink.write_and_commit``, the one commit
+procedure.
 
 - **Idempotent.** Every outcome becomes the same rows however often it is written: the
   primary keys come from the outcome, and the write timestamp is its ``recorded_at``
@@ -18,7 +21,8 @@ outcomes and hands them to ``Sink.write_and_commit``, the one commit procedure.
 - **The registry away.** A record written with a schema id the sink has not seen yet
   waits for the registry the same way (paused, polling, nothing committed), logged once
   when the wait begins and once when it ends (``runtime.waiting``).
-- **Bad input.** A record that is not a RunOutcome, or one over the limits, goes to
+- **Bad input.** A record that is not a RunOutcome (a RunOutput on the run-output
+  topic), or one over the limits, goes to
   ``dlq`` with its topic/partition/offset; so does one whose rows cannot be built (a
   bug its values reach, ``runtime.faults``); the partition goes on. Cassandra refusing
   or timing out is an outage, never a record's fault: it is waited out (above).
@@ -32,9 +36,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
 from consumers.history import HistoryTables
+from consumers.output import OutputTable
 from runtime import metrics
 from runtime.cassandra import cassandra_session
 from runtime.faults import RecordFaults
@@ -50,12 +55,16 @@ from runtime.waiting import StopWaiting, learn_writers, wait_for
 from schemas.catalog import Topics
 from schemas.errors import DecodeError
 from schemas.events import DeadLetter, RunOutcome
-from schemas.limits import outcome_problems, refusal
+from schemas.limits import outcome_problems, output_problems, refusal
+from schemas.output import RunOutput
 from schemas.serde import Codec
+from schemas.tenancy import AnyEvent
 
 log = logging.getLogger("cronstream.sink")
 STAGE = "sink"
 ROW_OVERHEAD_BYTES = 200  # per row in a batch: columns, timestamps, framing (measured ~170)
+E = TypeVar("E", RunOutcome, RunOutput)
+Rows = list[tuple[str, Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +199,7 @@ class Sink:
         self.settings = settings
         self.config = config
         self.topics = Topics(settings)
+        self._output_topic = self.topics.run_output
         self.codec = Codec(registry_client(settings))
         self.codec.writer_id(f"{self.topics.dlq}-value", DeadLetter)  # before the outages
         # A broker outage never fails a dead letter: librdkafka keeps trying (no limit).
@@ -202,6 +212,7 @@ class Sink:
         logging.getLogger("cassandra.protocol").addFilter(_QuietBatchWarnings())
         self.cluster: Any = None
         self.tables: HistoryTables | None = None
+        self.outputs: OutputTable | None = None
         self.writer: RowWriter | None = None
         self.member = GroupMember(
             settings, group=config.group, name=config.name,
@@ -219,8 +230,8 @@ class Sink:
         self.should_stop = should_stop
         try:
             self._connect()
-            self.member.subscribe([self.topics.history], revoking=self._revoking,
-                                  lost=self._lost)  # fmt: skip
+            self.member.subscribe([self.topics.history, self._output_topic],
+                                  revoking=self._revoking, lost=self._lost)  # fmt: skip
             while not should_stop():
                 self.step()
         except Stopped:
@@ -238,6 +249,8 @@ class Sink:
             try:  # preparing the statements
                 ttl_s = self.settings.history_ttl_days * 86400
                 self.tables = HistoryTables(session, self.settings.keyspace, ttl_s=ttl_s)
+                output_ttl_s = self.settings.output_ttl_days * 86400
+                self.outputs = OutputTable(session, self.settings.keyspace, ttl_s=output_ttl_s)
             except BaseException:
                 cluster.shutdown()
                 raise
@@ -294,8 +307,9 @@ class Sink:
     def write_and_commit(self, messages: list[ConsumedMessage]) -> None:
         """Make a step's outcomes durable in Cassandra, then move the offsets. In order:
 
-        1. Decode each record into the rows it writes; one that is not a RunOutcome,
-           is over the limits or whose rows cannot be built becomes a DLQ record.
+        1. Decode each record into the rows it writes; one that is not a RunOutcome
+           (a RunOutput on the run-output topic), is over the limits or whose rows
+           cannot be built becomes a DLQ record.
            (Writer schemas not seen yet are asked first; while the registry is away
            the sink waits, as in 2.)
         2. Write every row, in batches, ``in_flight`` at a time; batches Cassandra did
@@ -325,7 +339,8 @@ class Sink:
                 self.publisher.publish(self.topics.dlq, letter)
                 continue
             rows.extend(built)
-            outcomes += 1
+            if key[0] != self._output_topic:
+                outcomes += 1
         # 2. write
         self._write(rows)
         # 3. flush (a broker away: wait for it, polling, as for Cassandra)
@@ -338,24 +353,35 @@ class Sink:
         self._commit(self.step_offsets, wait=False)
         metrics.sink_outcomes.inc(outcomes)
 
-    def rows_of(self, msg: ConsumedMessage) -> tuple[list[tuple[str, Any]], str | None]:
-        """One record's rows, or why it goes to the DLQ instead: not a RunOutcome, over
-        the limits (Cassandra would refuse its row, and the sink stop on it), or a bug
-        its values reach (``runtime.faults``). Nothing here talks to Cassandra."""
+    def rows_of(self, msg: ConsumedMessage) -> tuple[Rows, str | None]:
+        """One record's rows, or why it goes to the DLQ instead: not a RunOutcome (a
+        RunOutput on the run-output topic), over the limits (Cassandra would refuse its
+        row, and the sink stop on it), or a bug its values reach (``runtime.faults``).
+        Nothing here talks to Cassandra."""
+        if msg.topic() == self._output_topic:
+            outputs = self.outputs
+            assert outputs is not None
+            return self._rows(msg, RunOutput, output_problems, lambda o: [outputs.row(o)])
         assert self.tables is not None
-        outcome = None
+        return self._rows(msg, RunOutcome, outcome_problems, self.tables.rows)
+
+    def _rows(
+        self, msg: ConsumedMessage, kind: type[E], problems_of: Callable[[E], list[str]],
+        rows_of: Callable[[E], Rows],
+    ) -> tuple[Rows, str | None]:  # fmt: skip
+        record: AnyEvent | None = None
         try:
-            outcome = self.codec.decode(msg.value(), RunOutcome)
-            problems = outcome_problems(outcome)
+            record = self.codec.decode(msg.value(), kind)
+            problems = problems_of(record)
             if problems:
                 self.faults.ok()
                 return [], refusal(problems)
-            rows = self.tables.rows(outcome)
+            rows = rows_of(record)
         except DecodeError as exc:
             self.faults.ok()
-            return [], f"not a RunOutcome: {exc}"
+            return [], f"not a {kind.__name__}: {exc}"
         except Exception as exc:
-            tenant = outcome.tenant if outcome is not None else None
+            tenant = record.tenant if isinstance(record, RunOutcome | RunOutput) else None
             return [], self.faults.fault_at(exc, msg, tenant=tenant).reason
         self.faults.ok()
         return rows, None

@@ -1,6 +1,7 @@
 """`make run`'s side of monitoring: each process's metrics port, the targets file the
 stack's Prometheus discovers them by (``runtime.scrape``), and the webhook Alertmanager
-delivers alerts to, printed on the console.
+delivers alerts to, printed on the console; and the PromQL of figures a dashboard shares
+with the alert rules.
 
 Ports (environment): ``CRONSTREAM_METRICS_BASE_PORT`` (9301: scheduler, then worker,
 sink, admission and the flows coordinator; the API serves /metrics on its own port) and
@@ -20,6 +21,16 @@ from runtime.settings import Settings, env_int
 
 ROLES = ("scheduler", "worker", "sink", "admission", "flows", "archiver")
 API_PORT = 8780
+
+# Due-to-start p99 per priority over 5 minutes, in seconds, one series per `priority` label
+# (HIGH, NORMAL, LOW): how late runs start, what the precision alert reads. The recording
+# rule cronstream:start_skew_seconds:p99_5m (infra/prometheus/rules.yml) is this very text
+# (tests/unit/test_prometheus_rules.py); a dashboard queries it raw, to have figures
+# before the rules' first evaluation.
+DUE_TO_START_P99_BY_PRIORITY = (
+    "histogram_quantile(0.99, sum by (le, priority) "
+    "(rate(cronstream_worker_start_skew_seconds_bucket[5m])))"
+)
 
 
 def metrics_ports() -> dict[str, int]:

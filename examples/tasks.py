@@ -3,7 +3,8 @@
 A callable gets the run context: ``run_id`` (the idempotency key), ``job_id``,
 ``attempt``, ``scheduled_at``, ``payload``, and ``cancelled``/``remaining()`` for
 cooperative cancellation and timeouts. Raising fails the attempt (it is retried with
-backoff until ``max_attempts``); the return value's text is logged.
+backoff until ``max_attempts``); the return value is the attempt's output, kept two weeks
+(``cronstream history --run ID --output``, docs/run-output.md).
 """
 
 from __future__ import annotations

@@ -37,20 +37,20 @@ import pg8000.native
 from infra.errors import StackError
 from infra.security import ensure_secret, ensure_secret_file, write_private
 from infra.service import CONF_DIR, INFRA_DIR, JVM_COMMON, Service
-from runtime.credentials import credentials_dir
 from runtime.kafka.security import SCRAM, ca_location
+from runtime.lakehouse import CATALOG_USER, postgres_port, postgres_secret_path
 from runtime.settings import Settings, env_int
 from schemas.catalog import CONNECT, Topics, role_user
 
 PLUGINS = INFRA_DIR / "kafka-connect"
-WAREHOUSE_USER = "cronstream"
+WAREHOUSE_USER = CATALOG_USER  # the stack's one PostgreSQL login (runtime.lakehouse)
 WAREHOUSE_DB = "warehouse"
 JDBC_SINK = "io.debezium.connector.jdbc.JdbcSinkConnector"
 AVRO_CONVERTER = "io.apicurio.registry.utils.converter.AvroConverter"
 
 
 def warehouse_secret(settings: Settings) -> Path:
-    return credentials_dir(settings) / f"postgres-{WAREHOUSE_USER}.secret"
+    return postgres_secret_path(settings)
 
 
 def _secret_properties(settings: Settings) -> Path:
@@ -97,7 +97,7 @@ class Postgres(Service):
 
     @property
     def port(self) -> int:
-        return env_int("CRONSTREAM_POSTGRES_PORT", 5442, minimum=1)
+        return postgres_port()
 
     @property
     def endpoint(self) -> str:
@@ -314,10 +314,15 @@ def ensure_warehouse(settings: Settings) -> None:
     password = warehouse_secret(settings).read_text().strip()
     write_private(_secret_properties(settings),
                   f"password={password}\n".encode())  # fmt: skip
+    ensure_database(settings, WAREHOUSE_DB)
+
+
+def ensure_database(settings: Settings, name: str) -> None:
+    """The database ``name`` in the stack's PostgreSQL, made when missing."""
     conn = warehouse(settings, database="postgres")
     try:
-        if not conn.run("SELECT 1 FROM pg_database WHERE datname = :d", d=WAREHOUSE_DB):
-            conn.run(f"CREATE DATABASE {WAREHOUSE_DB}")
+        if not conn.run("SELECT 1 FROM pg_database WHERE datname = :d", d=name):
+            conn.run(f"CREATE DATABASE {name}")
     finally:
         conn.close()
 

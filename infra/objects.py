@@ -20,9 +20,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
-from pyarrow.fs import FileType, S3FileSystem
+from pyarrow.fs import FileType
 
-from infra.connect import warehouse
+from infra.connect import ensure_database
 from infra.security import ensure_secret_file, write_private
 from infra.service import INFRA_DIR, JVM_COMMON, Service
 from runtime.lakehouse import CATALOG_DB, S3_IDENTITY, lakehouse, s3_secret_path
@@ -91,20 +91,10 @@ def ensure_lakehouse(settings: Settings) -> None:
     stack's PostgreSQL (``runtime.lakehouse``): what the archive table needs."""
     where = lakehouse(settings)
     if where.bucket is not None and where.s3 is not None:
-        s3 = where.s3
-        fs = S3FileSystem(
-            access_key=s3.access_key, secret_key=s3.secret_key, region=s3.region,
-            endpoint_override=s3.endpoint, allow_bucket_creation=True,
-            scheme="http" if (s3.endpoint or "").startswith("http://") else "https",
-        )  # fmt: skip
+        fs = where.s3.filesystem(create_buckets=True)
         if fs.get_file_info(where.bucket).type == FileType.NotFound:
             fs.create_dir(where.bucket)
     if where.catalog_uri.startswith("postgresql+pg8000://") and where.catalog_uri.endswith(
         f"/{CATALOG_DB}"
     ):  # the stack's own PostgreSQL
-        conn = warehouse(settings, database="postgres")
-        try:
-            if not conn.run("SELECT 1 FROM pg_database WHERE datname = :d", d=CATALOG_DB):
-                conn.run(f"CREATE DATABASE {CATALOG_DB}")
-        finally:
-            conn.close()
+        ensure_database(settings, CATALOG_DB)

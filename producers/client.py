@@ -5,7 +5,9 @@ flushed before a method returns, so a call that returned has been acknowledged b
 (acks=all, idempotent producer).
 
 Reading the current definitions means reading the compacted jobs topic: ``get`` reads
-only the one partition the job id hashes to; ``list`` reads them all.
+only the one partition the job id hashes to; ``list`` reads them all. A client reads with
+one consumer, made at its first read and closed with it: a command that reads twice
+(``flows trigger``: the flow, then its schedule) connects and logs in its reader once.
 """
 
 from __future__ import annotations
@@ -21,11 +23,11 @@ from producers.errors import UnknownJob
 from runtime.kafka.clients import (
     OFFSET_BEGINNING,
     Consumer,
+    KafkaError,
     TopicPartition,
     consume_ready,
     kafka_consumer,
 )
-from runtime.kafka.offsets import watermarks
 from runtime.kafka.publisher import Publisher
 from runtime.settings import Settings
 from schemas.audit import AuditAction, AuditRecord
@@ -53,12 +55,23 @@ class JobClient:
     def __init__(self, settings: Settings, *, publisher: Publisher | None = None) -> None:
         self.settings = settings
         self.topics = Topics(settings)
+        # Made now even for a command that only reads: a producer made at the first write
+        # had its idempotent producer id to get when flushing, and librdkafka retries
+        # that every 500 ms until the broker connection is up (measured: flows trigger's
+        # flush 0.5-1.0 s, 40-60 ms when the id was got while the client read).
         self.publisher = publisher or Publisher(settings)
+        self._reader: Consumer | None = None
         self.skipped: list[str] = []  # undecodable records met while reading the jobs topic
         self.auditor = Auditor(settings.kafka_user)  # every change also goes to the trail
 
     def close(self) -> None:
-        self.publisher.close()
+        """Flush what was written, release the registry connection, close the reader."""
+        try:
+            self.publisher.close()
+        finally:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
 
     def __enter__(self) -> JobClient:
         return self
@@ -181,42 +194,52 @@ class JobClient:
         kind: type[E] = JobDefinition,  # type: ignore[assignment]
     ) -> Iterator[tuple[str, E | None]]:
         """(key, definition or None for a tombstone) of a compacted topic (the jobs
-        topic unless told), in log order, up to the end. With ``only``, just the
-        partitions those keys hash to are read."""
+        topic unless told), in log order, up to the end each partition had when the
+        reader got there (librdkafka's end-of-partition event: no watermark round trip
+        per partition first). With ``only``, just the partitions those keys hash to
+        are read."""
         topic = topic or self.topics.jobs
-        consumer = kafka_consumer(self.settings)
+        consumer = self._reader_consumer()
         try:
             count = self._partition_count(consumer, topic)
             partitions = (sorted({partition_for(key, count) for key in only})
                           if only is not None else list(range(count)))  # fmt: skip
-            ends: dict[int, int] = {}
-            for p in partitions:
-                low, high = watermarks(consumer, TopicPartition(topic, p))
-                if high > low:
-                    ends[p] = high
-            if not ends:
-                return
-            consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
-            while ends:
+            consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+            left = set(partitions)
+            while left:
                 for msg in consume_ready(consumer, 1000, 1.0):
-                    if msg.error():
+                    error = msg.error()
+                    if msg.topic() != topic:
                         continue
-                    part, offset = msg.partition(), msg.offset()
-                    assert part is not None  # set on every consumed message
-                    assert offset is not None
-                    key = (msg.key() or b"").decode("utf-8", "replace")
-                    value = msg.value()
-                    if value is None:
-                        yield key, None
-                    else:
-                        try:
-                            yield key, self.publisher.codec.decode(value, kind)
-                        except DecodeError as exc:
-                            self.skipped.append(f"{topic}/{part}@{offset}: {exc}")
-                    if part in ends and offset + 1 >= ends[part]:
-                        del ends[part]
+                    if error is None:
+                        yield from self._decoded(msg, kind)
+                    elif error.code() == KafkaError._PARTITION_EOF:
+                        left.discard(msg.partition())
         finally:
-            consumer.close()
+            consumer.unassign()  # the next read assigns its own partitions
+
+    def _reader_consumer(self) -> Consumer:
+        """The client's reader, made at its first read. Reading to each partition's end
+        is told by an end-of-partition event, and an empty partition's fetch is
+        answered after 10 ms, not the broker's 500 ms wait for data."""
+        if self._reader is None:
+            self._reader = kafka_consumer(self.settings, **{
+                "enable.partition.eof": True, "fetch.wait.max.ms": 10,
+            })  # fmt: skip
+        return self._reader
+
+    def _decoded(self, msg: Any, kind: type[E]) -> Iterator[tuple[str, E | None]]:
+        """(key, value decoded as ``kind``, None for a tombstone) of a record; nothing
+        for an undecodable one, which is noted in ``skipped``."""
+        key = (msg.key() or b"").decode("utf-8", "replace")
+        value = msg.value()
+        if value is None:
+            yield key, None
+            return
+        try:
+            yield key, self.publisher.codec.decode(value, kind)
+        except DecodeError as exc:
+            self.skipped.append(f"{msg.topic()}/{msg.partition()}@{msg.offset()}: {exc}")
 
     # -- flows --------------------------------------------------------------------------
     def put_flow(self, flow: FlowDefinition, schedule: JobDefinition) -> None:

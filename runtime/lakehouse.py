@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
 
+from pyarrow.fs import S3FileSystem
+
 from runtime.credentials import credentials_dir
 from runtime.errors import SettingsError
 from runtime.settings import Settings, env_int
@@ -45,7 +47,13 @@ def s3_secret_path(settings: Settings) -> Path:
 
 
 def postgres_secret_path(settings: Settings) -> Path:
+    """The password of the local stack's PostgreSQL login (made by ``infra.connect``)."""
     return credentials_dir(settings) / f"postgres-{CATALOG_USER}.secret"
+
+
+def postgres_port(env: Mapping[str, str] | None = None) -> int:
+    """The local stack's PostgreSQL port (``CRONSTREAM_POSTGRES_PORT``, 5442)."""
+    return env_int("CRONSTREAM_POSTGRES_PORT", 5442, env=env, minimum=1)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,6 +70,15 @@ class S3:
         if self.endpoint:
             props |= {"s3.endpoint": self.endpoint, "s3.force-virtual-addressing": "false"}
         return props
+
+    def filesystem(self, *, create_buckets: bool = False) -> S3FileSystem:
+        """pyarrow's filesystem of this store (``create_buckets``: the bootstrap's, which
+        makes the bucket)."""
+        return S3FileSystem(
+            access_key=self.access_key, secret_key=self.secret_key, region=self.region,
+            endpoint_override=self.endpoint, allow_bucket_creation=create_buckets,
+            scheme="http" if (self.endpoint or "").startswith("http://") else "https",
+        )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,7 +134,7 @@ def with_password(uri: str, password: str) -> str:
 
 
 def _stack_catalog(settings: Settings, env: Mapping[str, str]) -> str:
-    port = env_int("CRONSTREAM_POSTGRES_PORT", 5442, env=env, minimum=1)
+    port = postgres_port(env)
     password = quote(postgres_secret_path(settings).read_text().strip(), safe="")
     return f"postgresql+pg8000://{CATALOG_USER}:{password}@127.0.0.1:{port}/{CATALOG_DB}"
 

@@ -26,6 +26,7 @@ from prometheus_client import (
 )
 from prometheus_client.metrics_core import HistogramMetricFamily, Metric
 
+from runtime.cardinality import FailureStreaks, TenantLabels
 from schemas.targets import names as target_types
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -43,34 +44,52 @@ class LoopHistogram:
     once per run: ``observe`` is a bisect and two additions, without the lock and the
     bucket loop of prometheus_client's Histogram (about a tenth of a worker's loop).
     Scrapes, from the HTTP server's thread, read a copy of the counts; the exposition
-    is a Histogram's (``_bucket{le}``, ``_count``, ``_sum``)."""
+    is a Histogram's (``_bucket{le}``, ``_count``, ``_sum``).
+
+    With ``labelnames`` it is a family: ``labels(*values)`` makes the series of those
+    values (or finds it), a LoopHistogram of its own that the hot path keeps and
+    observes, never looking it up per run; the family itself is not observed."""
 
     def __init__(
-        self, name: str, documentation: str, buckets: Sequence[float], registry: CollectorRegistry
-    ) -> None:
+        self, name: str, documentation: str, buckets: Sequence[float],
+        registry: CollectorRegistry | None, labelnames: Sequence[str] = (),
+    ) -> None:  # fmt: skip
         self.name = name
         self.documentation = documentation
+        self.labelnames = tuple(labelnames)
         self.bounds = sorted(float(b) for b in buckets)
         self.counts = [0] * (len(self.bounds) + 1)  # the last: above every bound (+Inf)
         self.sum = 0.0
-        registry.register(self)
+        self.series: dict[tuple[str, ...], LoopHistogram] = {} if labelnames else {(): self}
+        if registry is not None:
+            registry.register(self)
+
+    def labels(self, *values: str) -> LoopHistogram:
+        if not self.labelnames or len(values) != len(self.labelnames):
+            raise ValueError(f"{self.name} has labels {self.labelnames}, not {values}")
+        found = self.series.get(values)
+        if found is None:
+            found = LoopHistogram(self.name, self.documentation, self.bounds, None)
+            self.series[values] = found
+        return found
 
     def observe(self, value: float) -> None:
         self.counts[bisect_left(self.bounds, value)] += 1  # le: value <= bound
         self.sum += value
 
     def collect(self) -> Iterator[Metric]:
-        counts, total = self.counts.copy(), self.sum
-        family = HistogramMetricFamily(self.name, self.documentation)
-        cumulative, buckets = 0, []
-        for bound, count in zip([*self.bounds, inf], counts, strict=True):
-            cumulative += count
-            buckets.append(("+Inf" if bound == inf else repr(bound), float(cumulative)))
-        family.add_metric([], buckets, total)
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for values, series in list(self.series.items()):
+            counts, total = series.counts.copy(), series.sum
+            cumulative, buckets = 0, []
+            for bound, count in zip([*self.bounds, inf], counts, strict=True):
+                cumulative += count
+                buckets.append(("+Inf" if bound == inf else repr(bound), float(cumulative)))
+            family.add_metric(list(values), buckets, total)
         yield family
 
     def describe(self) -> Iterator[Metric]:
-        yield HistogramMetricFamily(self.name, self.documentation)
+        yield HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
 
 
 class Tally:
@@ -305,9 +324,11 @@ fire_to_start = LoopHistogram(
 start_skew = LoopHistogram(
     "cronstream_worker_start_skew_seconds",
     "Start of an attempt minus the time it was due (its slot plus jitter, or its retry "
-    "time): what a user sees as lateness, lookahead or not",
+    "time), by the run's priority (HIGH, NORMAL, LOW): what a user sees as lateness, "
+    "lookahead or not; the precision SLA alerts on it (infra/prometheus/rules.yml)",
     SKEW_BUCKETS,
     REGISTRY,
+    ["priority"],
 )
 runs_held = Gauge(
     "cronstream_worker_runs_held",
@@ -374,28 +395,6 @@ sink_consumer_lag = Gauge(
     ["partition"],
     registry=REGISTRY,
 )
-
-
-class TenantLabels:
-    """A ``tenant`` label with bounded cardinality: the first ``limit`` tenants seen keep
-    their name, any later one is counted as ``_other`` (a run request's tenant comes
-    from a record, and a label per distinct string would grow without end)."""
-
-    OTHER = "_other"
-
-    def __init__(self, limit: int = 100) -> None:
-        self.limit = limit
-        self._known: set[str] = set()
-
-    def __call__(self, tenant: str) -> str:
-        if tenant in self._known:
-            return tenant
-        if len(self._known) < self.limit:
-            self._known.add(tenant)
-            return tenant
-        return self.OTHER
-
-
 worker_tenant_runs = Counter(
     "cronstream_worker_tenant_runs",
     "Attempts finished by tenant and status (SUCCEEDED, FAILED, RETRIED, TIMED_OUT, "
@@ -413,43 +412,6 @@ job_failure_streak = Gauge(
     ["job_id"],
     registry=REGISTRY,
 )
-
-
-class FailureStreaks:
-    """``job_failure_streak``'s bookkeeping: a series per failing job only, so a
-    scheduler of 100,000 healthy jobs exports none, and at most ``limit`` named (the
-    job id comes from a record); a streak restarts on another worker after failover.
-    The label is ``job_id``: Prometheus's own ``job`` label names the scrape job."""
-
-    FAILURES = frozenset({"FAILED", "TIMED_OUT", "DEAD_LETTERED"})
-    OTHER = "_other"
-
-    def __init__(self, gauge: Gauge, limit: int = 100, track: int = 100_000) -> None:
-        self.gauge, self.limit, self.track = gauge, limit, track
-        self._streaks: dict[str, int] = {}
-        self._named: set[str] = set()
-        self._overflowed = False
-
-    def note(self, job: str, status: str) -> None:
-        if status == "SUCCEEDED":
-            if self._streaks.pop(job, None) is None:
-                return
-            if job in self._named:
-                self._named.discard(job)
-                self.gauge.remove(job)
-        elif status in self.FAILURES:
-            if job not in self._streaks and len(self._streaks) >= self.track:
-                return
-            streak = self._streaks[job] = self._streaks.get(job, 0) + 1
-            if job in self._named or len(self._named) < self.limit:
-                self._named.add(job)
-                self.gauge.labels(job).set(streak)
-        else:
-            return
-        unnamed = len(self._streaks) - len(self._named)
-        if unnamed or self._overflowed:
-            self._overflowed = True
-            self.gauge.labels(self.OTHER).set(unnamed)
 
 
 worker_failure_streaks = FailureStreaks(job_failure_streak)

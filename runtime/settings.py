@@ -134,6 +134,9 @@ class Settings:
     keyspace: str
     max_payload_bytes: int
     history_ttl_days: int
+    # What runs printed or returned (docs/run-output.md) is kept this long: a shorter
+    # TTL than history's, it is bulkier and read soon after the run or never.
+    output_ttl_days: int
     cassandra_replication: int
     cassandra_datacenter: str
     # The local stack's shape (CRONSTREAM_NODES: brokers and Cassandra nodes), and the
@@ -207,6 +210,7 @@ class Settings:
             keyspace=keyspace,
             max_payload_bytes=env_int("CRONSTREAM_MAX_PAYLOAD_BYTES", 65536, env=env),
             history_ttl_days=env_int("CRONSTREAM_HISTORY_TTL_DAYS", 365, env=env),
+            output_ttl_days=env_int("CRONSTREAM_OUTPUT_TTL_DAYS", 14, env=env),
             kafka_security=env_choice("CRONSTREAM_KAFKA_SECURITY", ("sasl_ssl", "plaintext"), env),
             kafka_user=env.get("CRONSTREAM_KAFKA_USER") or DEFAULT_KAFKA_USER,
             kafka_user_explicit=any(env.get(k) for k in EXPLICIT_KAFKA_USER),

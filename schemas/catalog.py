@@ -25,6 +25,7 @@ from schemas.events import (
     TimerRequest,
 )
 from schemas.flows import FlowDefinition, FlowEvent
+from schemas.output import RunOutput
 from schemas.tenancy import AnyEvent, TenantCommand, TenantResult, commands_topic, results_topic
 
 DAY_MS = 86_400_000
@@ -70,6 +71,13 @@ HISTORY = TopicSpec(
     doc="every outcome of every attempt, key=job_id; the sink writes it to Cassandra",
     config=_cfg(retention_ms=str(7 * DAY_MS)),
 )
+RUN_OUTPUT = TopicSpec(
+    suffix="run-output",
+    value_type=RunOutput,
+    doc="what attempts printed or returned (docs/run-output.md), key=job_id; the sink "
+    "writes it to Cassandra with a shorter TTL than history",
+    config=_cfg(retention_ms=str(7 * DAY_MS)),
+)
 DLQ = TopicSpec(
     suffix="dlq",
     value_type=DeadLetter,
@@ -113,6 +121,7 @@ AUDIT = TopicSpec(
 
 CATALOG: tuple[TopicSpec, ...] = (
     JOBS, *RUNS.values(), TIMERS, HISTORY, DLQ, CONTROL, FLOWS, FLOW_EVENTS, ALERTS, AUDIT,
+    RUN_OUTPUT,
 )  # fmt: skip
 
 
@@ -188,12 +197,13 @@ ROLES: Mapping[str, RoleAccess] = MappingProxyType({
     "scheduler": RoleAccess(reads=(JOBS, TIMERS),
                             writes=(*_RUNS, HISTORY, DLQ, TIMERS, CONTROL)),
     # executes runs; replays history for dedup; retries go to timers; deadline alerts;
-    # sets its group's session timeout (a KIP-848 group keeps it on the broker)
+    # what runs printed; sets its group's session timeout (a KIP-848 group keeps it on
+    # the broker)
     "worker": RoleAccess(reads=(*_RUNS, CONTROL, HISTORY),
-                         writes=(HISTORY, TIMERS, DLQ, FLOW_EVENTS, ALERTS),
+                         writes=(HISTORY, TIMERS, DLQ, FLOW_EVENTS, ALERTS, RUN_OUTPUT),
                          group_configs=True),
-    # history topic -> Cassandra; undecodable records to the dead letters
-    "sink": RoleAccess(reads=(HISTORY,), writes=(DLQ,), history="write"),
+    # history and run-output topics -> Cassandra; undecodable records to the dead letters
+    "sink": RoleAccess(reads=(HISTORY, RUN_OUTPUT), writes=(DLQ,), history="write"),
     # history topic -> the Parquet archive (files; undecodable records skipped, records
     # it cannot archive to the dead letters)
     "archiver": RoleAccess(reads=(HISTORY,), writes=(DLQ,)),
@@ -278,6 +288,10 @@ class Topics:
     @property
     def dlq(self) -> str:
         return self.name(DLQ)
+
+    @property
+    def run_output(self) -> str:
+        return self.name(RUN_OUTPUT)
 
     @property
     def control(self) -> str:

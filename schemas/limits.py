@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 
 from schemas.events import RetryPolicy, RunOutcome, RunRequest, Target
+from schemas.output import RunOutput
 
 DAY_MS = 86_400_000
 MAX_JOB_ID = 200
@@ -30,6 +31,9 @@ MAX_IDEMPOTENCY_KEY = 200  # of a manual run (its run id is JOB@manual:KEY)
 MAX_RUN_ID = 512
 MAX_ERROR = 16 * 1024  # characters of an outcome's error text
 MAX_WORKER = 256  # characters of an outcome's worker name
+# The ceiling of a worker's --output-limit (bytes of an attempt's output kept): a record
+# well under Kafka's default 1 MB message size and a Cassandra cell that stays cheap.
+MAX_OUTPUT_BYTES = 512 * 1024
 MAX_TENANT = 64
 MAX_CRON = 256  # characters of a cron expression
 MAX_DEFINITION_BYTES = 256 * 1024  # a whole encoded definition
@@ -193,6 +197,18 @@ def outcome_problems(outcome: RunOutcome) -> list[str]:
     if outcome.error is not None and len(outcome.error) > MAX_ERROR:
         problems.append(f"error text of {len(outcome.error)} characters, over {MAX_ERROR}")
     for what, value in (("worker", outcome.worker), ("target type", outcome.target_type)):
+        if value is not None and len(value) > MAX_WORKER:
+            problems.append(f"{what} of {len(value)} characters, over {MAX_WORKER}")
+    return problems
+
+
+def output_problems(output: RunOutput) -> list[str]:
+    """The limits on a run's output record (the sink's check, as ``outcome_problems``)."""
+    problems = head_problems(output.run_id, output.job_id, output.tenant, output.attempt)
+    if len(output.output) > MAX_OUTPUT_BYTES:
+        problems.append(f"output of {len(output.output)} characters, over {MAX_OUTPUT_BYTES}")
+    for what, value in (("worker", output.worker), ("target type", output.target_type),
+                        ("status", output.status)):  # fmt: skip
         if value is not None and len(value) > MAX_WORKER:
             problems.append(f"{what} of {len(value)} characters, over {MAX_WORKER}")
     return problems

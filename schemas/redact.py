@@ -87,7 +87,9 @@ def redact_text(text: str) -> str:
 def scrub(text: str, values: Iterable[str]) -> str:
     """``text`` with each of ``values`` replaced by ``***`` wherever it occurs: as is,
     percent-encoded, JSON-escaped, the credential after an auth scheme (``Bearer X``: X
-    too), and at the very end of the text the start of one (a body cut at a length cap)."""
+    too), at the very end of the text the start of one (a body cut at a length cap), and
+    at the very start the end of one (an output whose start was dropped: its last bytes
+    are kept). A part shorter than ``MIN_PART`` characters is left."""
     forms = sorted({form for value in values for form in _forms(value)}, key=len, reverse=True)
     for form in forms:
         text = text.replace(form, MASK)
@@ -95,6 +97,11 @@ def scrub(text: str, values: Iterable[str]) -> str:
         for start in range(max(0, len(text) - len(form) + 1), len(text) - MIN_PART + 1):
             if form.startswith(text[start:]):
                 text = text[:start] + MASK
+                break
+    for form in forms:
+        for end in range(min(len(text), len(form) - 1), MIN_PART - 1, -1):
+            if form.endswith(text[:end]):
+                text = MASK + text[end:]
                 break
     return text
 

@@ -42,6 +42,7 @@ from schemas.events import (
 )
 from schemas.flows import FlowDefinition, FlowEvent
 from schemas.limits import refusal, run_problems
+from schemas.output import RunOutput
 from schemas.registry import RegistryClient
 from schemas.templates import RunRequestReader, encode_dead_letter, encode_run_outcome
 from schemas.tenancy import AnyEvent, TenantCommand, TenantResult
@@ -55,7 +56,7 @@ EVENT_TYPES: dict[str, type[AnyEvent]] = {
     t.AVRO_NAME: t
     for t in (
         *(JobDefinition, RunRequest, RunOutcome, TimerRequest, ControlCommand, DeadLetter, Alert),
-        *(TenantCommand, TenantResult, FlowDefinition, FlowEvent, AuditRecord),
+        *(TenantCommand, TenantResult, FlowDefinition, FlowEvent, AuditRecord, RunOutput),
     )
 }
 E = TypeVar("E", bound=AnyEvent)

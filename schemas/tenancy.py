@@ -22,6 +22,7 @@ from schemas.alerts import Alert
 from schemas.audit import AuditRecord
 from schemas.events import AvroRecord, Event, JobDefinition
 from schemas.flows import FlowDefinition, FlowEvent
+from schemas.output import RunOutput
 
 # Lower-case letters, digits and '-', no dots: a prefixed ACL on ``<prefix>.t.<tenant>.``
 # then never reaches another tenant whose name merely starts the same.
@@ -155,4 +156,7 @@ class TenantResult(AvroRecord):
         return headers
 
 
-AnyEvent = Event | TenantCommand | TenantResult | FlowDefinition | FlowEvent | Alert | AuditRecord
+AnyEvent = (
+    Event | TenantCommand | TenantResult | FlowDefinition | FlowEvent | Alert | AuditRecord
+    | RunOutput
+)  # fmt: skip

@@ -23,6 +23,7 @@ from consumers.core.offsets import OffsetTracker
 from consumers.errors import ExecutionFailed
 from consumers.executors.base import RunContext
 from consumers.history import HistoryTables
+from consumers.output import OutputTable
 from consumers.sink import Sink, transient_errors
 from consumers.worker.attempts import Attempts
 from consumers.worker.config import WorkerConfig
@@ -40,6 +41,7 @@ from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import DeadLetter, Priority, RunOutcome, Target
 from schemas.flows import FlowDefinition
+from schemas.output import RunOutput
 from schemas.serde import Codec
 from schemas.tenancy import TenantCommand, TenantResult, commands_topic
 from streams.applying import Applier
@@ -155,12 +157,15 @@ RUNS = TOPICS.runs(Priority.NORMAL)
 
 
 class Recording:
-    """An executor that runs nothing: succeeds, or fails as told by the payload."""
+    """An executor that runs nothing: succeeds, or fails as told by the payload; prints
+    what follows ``print:`` in it (its output), nothing otherwise."""
 
-    def execute(self, target: Target, context: RunContext) -> str:
-        if context.payload and "fail" in context.payload:
-            raise ExecutionFailed("told to fail")
-        return "ok"
+    def execute(self, target: Target, context: RunContext) -> str | None:
+        payload = context.payload or ""
+        printed = payload.partition("print:")[2] or None
+        if "fail" in payload:
+            raise ExecutionFailed("told to fail", output=printed)
+        return printed
 
 
 class WorkerHarness:
@@ -217,6 +222,9 @@ class WorkerHarness:
 
     def letters(self) -> list[DeadLetter]:
         return decoded(self.codec, self.producer, TOPICS.dlq, DeadLetter)
+
+    def outputs(self) -> list[RunOutput]:
+        return decoded(self.codec, self.producer, TOPICS.run_output, RunOutput)
 
     def close(self) -> None:
         if self.fake_executors:
@@ -282,12 +290,14 @@ class SinkHarness:
         s.codec, s.topics = self.codec, TOPICS
         s.publisher = fake_publisher(self.codec, self.producer)
         s.tables = HistoryTables(SchemaSession(), "ks", ttl_s=86_400 * 30)
+        s.outputs = OutputTable(SchemaSession(), "ks", ttl_s=86_400 * 14)
+        s._output_topic = TOPICS.run_output
         s.faults = RecordFaults("sink", infrastructure=transient_errors())
         self.offset = 0
 
-    def rows_of(self, value: bytes) -> tuple[list[Any], str | None]:
+    def rows_of(self, value: bytes, topic: str = TOPICS.history) -> tuple[list[Any], str | None]:
         self.offset += 1
-        return self.sink.rows_of(FakeMessage(TOPICS.history, 0, self.offset, value, b"j"))
+        return self.sink.rows_of(FakeMessage(topic, 0, self.offset, value, b"j"))
 
 
 class ArchiverHarness:

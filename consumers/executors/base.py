@@ -1,9 +1,10 @@
 """The executor contract: how a worker runs one attempt of one run against its target.
 
 An executor gets the job's ``Target`` and a ``RunContext`` (run id, attempt, payload,
-deadline, cancel flag) and either returns a short description of what it did, or raises
-an ``ExecutionFailed`` saying whether another attempt could help. Every executor hands
-the run id to the target as its idempotency key.
+deadline, cancel flag) and either returns what the attempt printed or returned (its
+output, kept by the worker: docs/run-output.md; None for none), or raises an
+``ExecutionFailed`` saying whether another attempt could help (and carrying the output
+so far, if any). Every executor hands the run id to the target as its idempotency key.
 """
 
 from __future__ import annotations
@@ -14,8 +15,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
+from consumers.core.output import Output, Result
 from schemas.events import Target
 from schemas.redact import scrub
+
+__all__ = ["CancelFlag", "Executor", "Output", "Result", "Revealed", "RunContext"]
 
 
 class CancelFlag:
@@ -98,8 +102,11 @@ class RunContext:
 class Executor(Protocol):
     kind: str
 
-    def execute(self, target: Target, context: RunContext) -> str:
-        """Run one attempt. Returns what happened (a line for the history); raises
-        ExecutionFailed (or a subclass) when the attempt failed, timed out or was
-        cancelled. Any other exception is a bug in the executor."""
+    def execute(self, target: Target, context: RunContext) -> Result:
+        """Run one attempt. Returns its output: text or bytes (the worker keeps the last
+        ``--output-limit`` bytes), an ``Output`` when the executor dropped part of it
+        itself, or None when there is none (no record is written: the cheap path).
+        Raises ExecutionFailed (or a subclass) when the attempt failed, timed out or was
+        cancelled, with ``output=`` what it printed before. Any other exception is a bug
+        in the executor."""
         ...

@@ -2,7 +2,8 @@
 a flow run: a FlowEvent START on ``flows.events`` (key: the flow id, the job's id) for
 the flows coordinator, which starts the flow's root nodes. The run succeeds once the
 broker acknowledged the event; a repeat of it (a redelivery, a retry) names the same
-flow run, which the coordinator starts once."""
+flow run, which the coordinator starts once. It leaves no output (docs/run-output.md):
+what a flow run did is its node runs' (``cronstream history --flow-run``)."""
 
 from __future__ import annotations
 
@@ -31,13 +32,12 @@ class FlowExecutor:
         self.topic = topic
         self.encode = encode
 
-    def execute(self, target: Target, context: RunContext) -> str:
+    def execute(self, target: Target, context: RunContext) -> None:
         event = FlowEvent(
             flow_id=context.job_id, flow_run_id=context.run_id, kind=FlowEventKind.START,
             scheduled_at=context.scheduled_at, at=utc_now(), tenant=context.tenant,
         )  # fmt: skip
-        err = deliver(self.producer, self.topic, context, key=event.flow_id.encode(),
-                      value=self.encode(event), headers=event.headers())  # fmt: skip
+        err, _ = deliver(self.producer, self.topic, context, key=event.flow_id.encode(),
+                         value=self.encode(event), headers=event.headers())  # fmt: skip
         if err is not None:
             raise ExecutionFailed(f"the flow run's start was not delivered: {err.str()}")
-        return f"flow run {context.run_id} started"

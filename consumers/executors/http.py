@@ -18,7 +18,8 @@ Time and size: one deadline bounds the whole call, redirects included. Every con
 TLS handshake, write and read is given only the time left (``DeadlineBackend``), so a
 server that answers one byte at a time cannot hold a run past its timeout. Of a
 response body at most ``BODY_CAP`` bytes are read (the error text keeps the start);
-the connection is then closed.
+the connection is then closed. The body read is the attempt's output
+(docs/run-output.md), a failed attempt's too (an error page).
 
 Outcome: 2xx is success; 408, 425, 429 and 5xx, and network errors, are retriable
 failures; any other status is a permanent failure (retrying a 404 cannot help).
@@ -39,7 +40,7 @@ import httpcore
 import httpx
 
 from consumers.errors import ExecutionFailed, PermanentFailure, TargetInvalid, TimedOut
-from consumers.executors.base import RunContext
+from consumers.executors.base import Output, RunContext
 from consumers.executors.secrets import Secrets
 from consumers.executors.setup import ExecutorSetup
 from schemas.events import Target
@@ -209,14 +210,14 @@ class HttpExecutor:
             self.check_address(address, host=parts.hostname, port=port, tenant=tenant)
         return parts.scheme, addresses[0], port
 
-    def execute(self, target: Target, context: RunContext) -> str:
+    def execute(self, target: Target, context: RunContext) -> Output | None:
         DEADLINE.at = context.deadline
         try:
             return self._call(target, context)
         finally:
             DEADLINE.at = None
 
-    def _call(self, target: Target, context: RunContext) -> str:
+    def _call(self, target: Target, context: RunContext) -> Output | None:
         url = target.url or ""
         if "@" in urlsplit(url).netloc:
             raise TargetInvalid(
@@ -263,7 +264,7 @@ class HttpExecutor:
         headers: dict[str, str],
         body: bytes | None,
         context: RunContext,
-    ) -> tuple[httpx.Response, bytes]:
+    ) -> tuple[httpx.Response, Output]:
         """The response and at most BODY_CAP bytes of its body (the connection closed)."""
         scheme, address, port = self.resolve(url, context.tenant)
         parts = urlsplit(url)
@@ -289,24 +290,28 @@ class HttpExecutor:
             raise ExecutionFailed(f"{method} {url} failed: {exc!r}") from exc
 
 
-def _read_capped(response: httpx.Response) -> bytes:
-    """The start of the body, at most BODY_CAP bytes (decoded); the rest is not read."""
+def _read_capped(response: httpx.Response) -> Output:
+    """The start of the body, at most BODY_CAP bytes (decoded); the rest is not read
+    (``dropped``: there was more)."""
     kept = bytearray()
     for chunk in response.iter_bytes():
         kept += chunk
-        if len(kept) >= BODY_CAP:
+        if len(kept) > BODY_CAP:
             del kept[BODY_CAP:]
-            break
-    return bytes(kept)
+            return Output(bytes(kept), dropped="end")
+    return Output(bytes(kept))
 
 
-def _judge(status: int, body: bytes, url: str) -> str:
+def _judge(status: int, body: Output, url: str) -> Output | None:
+    """The attempt's output (its body; None when empty) for a 2xx; raises otherwise."""
     if 200 <= status < 300:
-        return f"HTTP {status} from {url}"
-    text = body[:300].decode("utf-8", "replace")
+        return body if body.data else None
+    text = body.data[:300]
+    text = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+    output = body if body.data else None
     if status >= 500 or status in RETRIABLE_STATUS:
-        raise ExecutionFailed(f"HTTP {status} from {url}: {text}")
-    raise PermanentFailure(f"HTTP {status} from {url}: {text}")
+        raise ExecutionFailed(f"HTTP {status} from {url}: {text}", output=output)
+    raise PermanentFailure(f"HTTP {status} from {url}: {text}", output=output)
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:

@@ -2,7 +2,8 @@
 
 The record's key is the run id (the idempotency key: a consumer can drop a repeat by
 key, and compaction keeps one per run) and its headers carry run_id, job_id and attempt.
-An attempt succeeds when the broker acknowledged the record (acks=all, idempotent).
+An attempt succeeds when the broker acknowledged the record (acks=all, idempotent); its
+output (docs/run-output.md) is where the record landed: topic, partition and offset.
 
 **Policy** (``TopicPolicy``, per worker): a job never writes into cronstream's own
 topics (a crafted payload on ``runs.*`` would decode as a run that no validation saw)
@@ -22,6 +23,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from consumers.errors import ExecutionFailed, TargetInvalid, TimedOut
 from consumers.executors.base import RunContext
@@ -82,6 +84,7 @@ class KafkaExecutor:
         self._lock = threading.Lock()
 
     def execute(self, target: Target, context: RunContext) -> str:
+        """Produce the payload; returns where it landed (the attempt's output)."""
         topic = target.topic or ""
         refusal = self.policy.refusal(topic)
         if refusal is not None:
@@ -123,14 +126,14 @@ class KafkaExecutor:
         return exists
 
     def _produce(self, producer: Producer, target: Target, context: RunContext) -> str:
-        err = deliver(
+        err, place = deliver(
             producer, target.topic or "", context, key=context.run_id.encode(),
             value=(context.payload or "").encode(),
             headers=[("run_id", context.run_id.encode()), ("job_id", context.job_id.encode()),
                      ("attempt", str(context.attempt).encode())],
         )  # fmt: skip
         if err is None:
-            return f"produced to {target.topic}"
+            return f"produced to {target.topic} {place}"
         if err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
             raise TargetInvalid(f"topic {target.topic!r} does not exist: {err.str()}")
         if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
@@ -147,15 +150,16 @@ def deliver(
     key: bytes,
     value: bytes,
     headers: Sequence[tuple[str, bytes]],
-) -> KafkaError | None:
-    """Produce one record and wait for the broker's answer within the run's time (None:
-    acknowledged). A full local queue fails the attempt (retried); the run's deadline
-    passing raises TimedOut."""
+) -> tuple[KafkaError | None, str]:
+    """Produce one record and wait for the broker's answer within the run's time: (None,
+    "partition P offset O") when acknowledged, else (the error, ""). A full local queue
+    fails the attempt (retried); the run's deadline passing raises TimedOut."""
     done = threading.Event()
-    outcome: list[KafkaError | None] = []
+    outcome: list[tuple[KafkaError | None, str]] = []
 
-    def on_delivery(err: KafkaError | None, _msg: object) -> None:
-        outcome.append(err)
+    def on_delivery(err: KafkaError | None, msg: Any) -> None:
+        place = "" if err is not None else f"partition {msg.partition()} offset {msg.offset()}"
+        outcome.append((err, place))
         done.set()
 
     try:

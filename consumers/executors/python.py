@@ -12,6 +12,11 @@ The callable runs in the worker's thread pool. Python cannot stop a thread, so a
 timeout or a cancel is cooperative: the callable should watch ``context.cancelled`` and
 ``context.remaining()``; when it ignores them the worker records TIMED_OUT/CANCELED at
 the deadline and the thread finishes in the background (its result is discarded).
+
+Output (docs/run-output.md): what the callable returns; a ``str`` as it is, ``bytes``
+decoded as UTF-8, None nothing (no output record), anything else its ``repr()``. A
+callable that raises leaves its traceback as the failed attempt's output. What it
+prints is not captured (``sys.stdout`` is the worker's, shared by every run thread).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import importlib
 import re
 import sys
+import traceback
 from collections.abc import Iterable
 
 from consumers.errors import ExecutionFailed, TargetInvalid
@@ -87,7 +93,7 @@ class PythonExecutor:
     def __init__(self, policy: PythonPolicy | None = None) -> None:
         self.policy = policy or PythonPolicy()
 
-    def execute(self, target: Target, context: RunContext) -> str:
+    def execute(self, target: Target, context: RunContext) -> str | bytes | None:
         name = target.callable or ""
         module_name, func_name = self.policy.check_name(name)
         try:
@@ -101,10 +107,16 @@ class PythonExecutor:
         except ExecutionFailed:
             raise
         except BaseException as exc:  # sys.exit() or KeyboardInterrupt ends the job, not us
-            raise ExecutionFailed(f"{name} raised {exc!r}") from exc
+            trace = "".join(traceback.format_exception(exc))
+            raise ExecutionFailed(f"{name} raised {exc!r}", output=trace) from exc
         finally:
             # The thread runs the next attempt too: a trace or profile function the job
             # installed (sys.settrace) must not follow it there.
             sys.settrace(None)
             sys.setprofile(None)
-        return f"returned {str(result)[:200]!r}" if result is not None else "returned"
+        if result is None or isinstance(result, str | bytes):
+            return result
+        try:
+            return repr(result)
+        except Exception as exc:  # the job's __repr__: its output says so, it succeeded
+            return f"<{type(result).__name__} whose repr() raised {exc!r}>"

@@ -24,8 +24,10 @@ has them, the variables named by ``--shell-env``, and ``CRONSTREAM_RUN_ID`` (the
 idempotency key), ``CRONSTREAM_JOB_ID``, ``CRONSTREAM_ATTEMPT``. Its payload is on
 stdin. When the command exits, or at a timeout or a cancel, every process it started
 (also one that called ``setsid``) gets SIGTERM, then SIGKILL after a grace period.
-Exit status 0 is success. Of its output (stdout and stderr together) the last
-``OUTPUT_CAP`` bytes are kept; the rest is read and dropped.
+Exit status 0 is success. Of its output (stdout and stderr together, in the order the
+command wrote them) the last ``--output-limit`` bytes are kept (at least ``OUTPUT_CAP``,
+for the error text's tail); the rest is read and dropped. What is kept is the attempt's
+output (docs/run-output.md), a failed, timed-out or cancelled attempt's too.
 """
 
 from __future__ import annotations
@@ -42,8 +44,9 @@ from collections.abc import Iterable
 from fnmatch import fnmatchcase
 from pathlib import Path
 
+from consumers.core.output import Dropped
 from consumers.errors import Cancelled, ExecutionFailed, TargetInvalid, TimedOut
-from consumers.executors.base import RunContext
+from consumers.executors.base import Output, RunContext
 from consumers.executors.setup import ExecutorSetup
 from schemas.events import Target
 from schemas.targets.shell import DOTDOT, argv_matches, option_glob, shell_words
@@ -116,14 +119,18 @@ def _word_matches(word: str, arg: str) -> bool:
 def executor(setup: ExecutorSetup) -> ShellExecutor:
     """The worker's shell executor (declared by ``schemas.targets.shell``): off unless
     the worker has ``--shell-allow`` patterns."""
-    return ShellExecutor(ShellPolicy(setup.config.shell_allow, env=setup.config.shell_env))
+    config = setup.config
+    return ShellExecutor(ShellPolicy(config.shell_allow, env=config.shell_env),
+                         keep=config.output_limit)  # fmt: skip
 
 
 class ShellExecutor:
     kind = "shell"
 
-    def __init__(self, policy: ShellPolicy) -> None:
+    def __init__(self, policy: ShellPolicy, *, keep: int = OUTPUT_CAP) -> None:
+        """``keep``: bytes of a command's output kept (its last; at least OUTPUT_CAP)."""
         self.policy = policy
+        self.keep = max(OUTPUT_CAP, keep)
 
     def _hint(self, argv: list[str]) -> str:
         if any(arg.startswith("-") for arg in argv[1:]):
@@ -134,7 +141,7 @@ class ShellExecutor:
                     "any arguments")  # fmt: skip
         return ""
 
-    def execute(self, target: Target, context: RunContext) -> str:
+    def execute(self, target: Target, context: RunContext) -> Output | None:
         if not self.policy.enabled:
             raise TargetInvalid("shell targets are disabled on this worker (--shell-allow)")
         try:
@@ -155,27 +162,33 @@ class ShellExecutor:
             env=self.policy.environment(context), start_new_session=True,
         )  # fmt: skip
         try:
-            output = _communicate(proc, (context.payload or "").encode(), context)
+            output = _communicate(proc, (context.payload or "").encode(), context, self.keep)
         finally:
             if proc.poll() is None:
                 _stop(proc)
             for pipe in (proc.stdin, proc.stdout):
                 if pipe is not None:
                     pipe.close()
-        tail = output.decode("utf-8", "replace").strip()[-500:]
+        data = output.data
+        assert isinstance(data, bytes)
+        tail = data[-2000:].decode("utf-8", "replace").strip()[-500:]
         if proc.returncode == NOT_STARTED and tail.startswith("cronstream: cannot start"):
             raise TargetInvalid(tail)
         if proc.returncode != 0:
-            raise ExecutionFailed(f"exit status {proc.returncode}: {tail}")
-        return f"exit 0: {tail[-200:]}"
+            raise ExecutionFailed(f"exit status {proc.returncode}: {tail}", output=output)
+        return output if data else None
 
 
-def _communicate(proc: subprocess.Popen[bytes], payload: bytes, context: RunContext) -> bytes:
-    """Write the payload, read the output (keeping the last OUTPUT_CAP bytes) until the
-    process ends; stop it on a cancel or at the deadline."""
+def _communicate(
+    proc: subprocess.Popen[bytes], payload: bytes, context: RunContext, keep: int
+) -> Output:
+    """Write the payload, read the output (keeping the last ``keep`` bytes) until the
+    process ends; stop it on a cancel or at the deadline (the exception carries the
+    output read so far)."""
     assert proc.stdin is not None
     assert proc.stdout is not None
     kept = bytearray()
+    dropped: Dropped | None = None
     with selectors.DefaultSelector() as selector:
         selector.register(proc.stdout, selectors.EVENT_READ)
         if payload:
@@ -193,16 +206,19 @@ def _communicate(proc: subprocess.Popen[bytes], payload: bytes, context: RunCont
                     selector.unregister(proc.stdout)
                     continue
                 kept += chunk
-                if len(kept) > OUTPUT_CAP:
-                    del kept[: len(kept) - OUTPUT_CAP]
+                if len(kept) > keep:
+                    del kept[: len(kept) - keep]
+                    dropped = "start"
             if context.cancelled.is_set():
                 _stop(proc)
-                raise Cancelled("cancelled while running; its processes were terminated")
+                raise Cancelled("cancelled while running; its processes were terminated",
+                                output=Output(bytes(kept), dropped))  # fmt: skip
             if context.remaining() <= 0:
                 _stop(proc)
-                raise TimedOut("timed out; its processes were terminated")
+                raise TimedOut("timed out; its processes were terminated",
+                               output=Output(bytes(kept), dropped))  # fmt: skip
     proc.wait()
-    return bytes(kept)
+    return Output(bytes(kept), dropped)
 
 
 def _write_some(

@@ -2,7 +2,8 @@
 
 Up to ``concurrency`` attempts run at once on a ``RunPool`` and finish in any order. What
 becomes of each (start or not, retry, cancel, dead letter, time-out) is decided by
-``consumers.core.verdict``; the ``Outbox`` publishes it.
+``consumers.core.verdict``; the ``Outbox`` publishes it, with what the attempt printed or
+returned when there is any (``kept_output``: docs/run-output.md).
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from queue import Empty, SimpleQueue
 
 from consumers.core.concurrency import ConcurrencyGate
 from consumers.core.dedup import Dedup
+from consumers.core.output import Dropped, Output, fit, kept
 from consumers.core.verdict import after_failure, before_start, retry_timer
 from consumers.errors import Cancelled, ExecutionFailed, InternalError, TargetInvalid, TimedOut
-from consumers.executors.base import Executor, RunContext
+from consumers.executors.base import Executor, Result, RunContext
 from consumers.executors.egress import TenantProducers
 from consumers.executors.pool import Done, RunPool
 from consumers.executors.setup import ExecutorSetup, build_executors
@@ -36,6 +38,7 @@ from schemas.catalog import Topics
 from schemas.events import (
     Concurrency,
     DeadLetter,
+    Priority,
     RunStatus,
     Target,
     TimerRequest,
@@ -67,6 +70,7 @@ class Attempts:
         # (``_announce``); a run that ends sooner leaves its final outcome alone, which
         # carries its start (0: at its start).
         self.started_after_ms = config.started_after_ms
+        self.output_limit = config.output_limit  # bytes of an attempt's output kept
         self.outbox = outbox
         self.dedup = dedup
         self.cancels = cancels  # run id -> when the cancel was issued (``ControlFeed``)
@@ -97,6 +101,9 @@ class Attempts:
         ))  # fmt: skip
         self._next_deadline_check = 0.0
         self.faults = RecordFaults(STAGE)  # a run that makes starting it raise
+        # Due-to-start skew per priority: each series found once here (all three exist
+        # from the start, at 0), so a start costs a dict lookup, not a labels() call.
+        self.start_skew = {p: metrics.start_skew.labels(p.value) for p in Priority}
 
     def __len__(self) -> int:
         return len(self.running)
@@ -226,7 +233,7 @@ class Attempts:
         self.tally.add(metrics.runs_started, run.target.type)
         metrics.fire_to_start.observe(max(0, now_ms - to_ms(run.fired_at)) / 1000)
         if run.due_at is not None:
-            metrics.start_skew.observe(max(0, now_ms - to_ms(run.due_at)) / 1000)
+            self.start_skew[run.priority].observe(max(0, now_ms - to_ms(run.due_at)) / 1000)
         if executor is None:
             refusal = f"unknown target type {run.target.type!r}"
         elif run.tenant == OPERATORS:  # not bounded by the tenants' policy: not asked
@@ -260,7 +267,7 @@ class Attempts:
         count = 0
         while True:
             try:
-                pending, _detail, error = (
+                pending, output, error = (
                     finished.get(timeout=wait) if block else finished.get_nowait()
                 )
             except Empty:
@@ -279,7 +286,8 @@ class Attempts:
                           pending.run.run_id, _scrub(pending, trace))  # fmt: skip
                 self.fail(pending, InternalError(f"the worker failed running it: {error!r}"))
             else:  # a cancel that came while it ran could not stop it: it succeeded
-                self.outbox.finish(pending, RunStatus.SUCCEEDED, None)
+                kept_text = None if output is None else self.kept_output(pending, output)
+                self.outbox.finish(pending, RunStatus.SUCCEEDED, None, output=kept_text)
             self._ended(pending)
         now = time.monotonic()
         if now >= self._next_deadline_check:
@@ -348,8 +356,27 @@ class Attempts:
         elif verdict.dead_letter:
             assert verdict.error is not None
             extra = (self.outbox.topics.dlq, self.outbox.run_letter(run, verdict.error))
+        output = None if exc.output is None else self.kept_output(pending, exc.output)
         self.outbox.finish(pending, verdict.status, verdict.error,
-                           next_attempt_ms=verdict.retry_at_ms, extra=extra)  # fmt: skip
+                           next_attempt_ms=verdict.retry_at_ms, extra=extra,
+                           output=output)  # fmt: skip
+
+    def kept_output(
+        self, pending: Pending, output: Output | str | bytes
+    ) -> tuple[str, Dropped | None] | None:
+        """(text, what was dropped) of what an attempt printed or returned, as it is
+        published: at most ``--output-limit`` bytes (``consumers.core.output.kept``)
+        with the secret values resolved for the attempt scrubbed and URLs redacted, as
+        its error text is (a secret cut at either edge too: ``schemas.redact.scrub``);
+        None when there is nothing to keep."""
+        found = kept(output, self.output_limit)
+        if found is None:
+            return None
+        text, dropped = found
+        clean = redact_text(_scrub(pending, text))
+        if clean is text:
+            return found
+        return fit(clean, self.output_limit, dropped)  # a mask may outgrow what it hides
 
     def close(self) -> None:
         self.pool.shutdown()
@@ -368,7 +395,7 @@ def _scrub(pending: Pending, text: str) -> str:
     return text if pending.context is None else pending.context.revealed.scrub(text)
 
 
-def _execute(executor: Executor, target: Target, context: RunContext) -> str:
+def _execute(executor: Executor, target: Target, context: RunContext) -> Result:
     """What a run thread calls: the attempt, unless it was cancelled or ran out of time
     while it waited for a thread (then it never reaches the target)."""
     if context.cancelled.is_set():

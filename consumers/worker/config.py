@@ -31,6 +31,8 @@ class WorkerConfig:
     # ends sooner leaves its final outcome alone, which carries its start (0: always).
     started_after_ms: int = 1000
     dedup_capacity: int = 2_000_000
+    # Bytes of an attempt's output kept, its last (docs/run-output.md); 0: none kept.
+    output_limit: int = 64 * 1024
     # Runs read before their due time (the scheduler's lookahead) held at most; past
     # it, fetching pauses (``Intake``). About 1 KB each.
     delay_limit: int = 200_000

@@ -43,6 +43,7 @@ from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.errors import RegistryUnavailable
 from schemas.events import DeadLetter, RunOutcome, TimerRequest, from_ms
+from schemas.output import RunOutput
 from schemas.serde import Codec
 from schemas.tenancy import AnyEvent
 
@@ -304,6 +305,7 @@ def _resolve_writers(codec: Codec, topics: Topics, observers: list[OutcomeObserv
     (RegistryUnavailable here: the caller waits for it, ``cronstream.foreground.run_member``)."""
     written: list[tuple[str, type[AnyEvent]]] = [
         (topics.history, RunOutcome), (topics.timers, TimerRequest), (topics.dlq, DeadLetter),
+        (topics.run_output, RunOutput),
     ]  # fmt: skip
     for observer in observers:
         written.extend(observer.written())

@@ -1,7 +1,7 @@
-"""The worker's outbox: what finished runs leave behind (outcomes, retry timers, dead
-letters, and the records of the outcome observers: ``consumers.worker.observers``), made
-durable before any offset moves past them. ``Outbox.settle`` is the worker's one commit
-procedure."""
+"""The worker's outbox: what finished runs leave behind (outcomes, what an attempt printed
+or returned, retry timers, dead letters, and the records of the outcome observers:
+``consumers.worker.observers``), made durable before any offset moves past them.
+``Outbox.settle`` is the worker's one commit procedure."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import Any
 
 from consumers.core.dedup import Dedup
 from consumers.core.offsets import OffsetTracker
+from consumers.core.output import Dropped
 from consumers.worker.observers import OutcomeObserver, Record
 from consumers.worker.pending import UNDECODABLE, Pending, outcome_headers
 from runtime import metrics
@@ -22,7 +23,8 @@ from runtime.kafka.publisher import FAILURES_ONLY, Publisher
 from runtime.kafka.records import ConsumedMessage, dead_letter
 from runtime.settings import Settings
 from schemas.catalog import Topics
-from schemas.events import DeadLetter, RunOutcome, RunRequest, RunStatus, to_ms
+from schemas.events import DeadLetter, RunOutcome, RunRequest, RunStatus, from_ms, to_ms
+from schemas.output import RunOutput
 from schemas.serde import Codec
 from schemas.templates import LetterWriter, OutcomeTemplate
 
@@ -68,6 +70,7 @@ class Outbox:
         self._prefix = publisher.codec.wire_prefix(topics.history, RunOutcome)
         self._dlq = topics.dlq
         self._dlq_prefix = publisher.codec.wire_prefix(self._dlq, DeadLetter)
+        self._run_output = topics.run_output
         self._letters = LetterWriter(STAGE)
         self.name = name
         self.consumer = consumer
@@ -100,11 +103,16 @@ class Outbox:
         *,
         next_attempt_ms: int | None = None,
         extra: Record | None = None,
+        output: tuple[str, Dropped | None] | None = None,
     ) -> None:
         """Settle ``pending`` with its final outcome for this attempt (and a retry timer
-        or a DLQ record that must be durable first, then the observers' records)."""
+        or a DLQ record that must be durable first, then the observers' records).
+        ``output``: (text, what was dropped) the attempt printed or returned, redacted
+        (``Attempts.kept_output``): a RunOutput published with the outcome."""
         now_ms = int(time.time() * 1000)
         self._outcome(pending, status, error, now_ms, next_attempt_ms=next_attempt_ms)
+        if output is not None:
+            pending.output = self._output(pending, status, output, now_ms)
         if extra is not None:
             pending.extra.append(extra)
         retrying = next_attempt_ms is not None
@@ -185,13 +193,28 @@ class Outbox:
         else:
             self.publisher.produce_raw(self.topics.history, run.job_id, value, headers)
 
+    def _output(
+        self, pending: Pending, status: RunStatus, output: tuple[str, Dropped | None],
+        now_ms: int,
+    ) -> tuple[bytes, list[tuple[str, bytes]]]:  # fmt: skip
+        """The encoded RunOutput of ``pending``'s attempt (its value and headers)."""
+        run = pending.run
+        record = RunOutput(
+            run_id=run.run_id, job_id=run.job_id, tenant=run.tenant, attempt=run.attempt,
+            status=status.value, scheduled_at=run.scheduled_at, recorded_at=from_ms(now_ms),
+            output=output[0], dropped=output[1], target_type=run.target.type,
+            worker=self.name,
+        )  # fmt: skip
+        return self.publisher.codec.encode(self._run_output, record), record.headers()
+
     # -- the commit procedure -----------------------------------------------------------
     def settle(self, *, wait: bool = False) -> None:
         """Make finished runs durable and move the committed offsets. In order:
 
-        1. Publish each finished run's records: its outcome; or, for a run that leaves a
-           retry timer or a DLQ record, that record, its outcome waiting for step 2.
-           A record that is no usable run leaves its DLQ record alone.
+        1. Publish each finished run's records: its outcome (and its output, when it
+           has one); or, for a run that leaves a retry timer or a DLQ record, that
+           record, its outcome (and output) waiting for step 2. A record that is no
+           usable run leaves its DLQ record alone.
         2. Flush: every record published so far is acknowledged by Kafka. A failed
            delivery raises here, before anything is committed. Then publish the
            outcomes that waited, and flush again: an outcome is what dedup trusts, so
@@ -273,9 +296,14 @@ class Outbox:
         self.rejected = []
 
     def _produce_outcomes(self, pending: Pending) -> None:
+        """The attempt's outcomes, then its output: in one flush, before the commit. (A
+        crash between their acknowledgements loses the output, never the outcome: the
+        run, read again, is a DUPLICATE and not executed again.)"""
         history, key = self.topics.history, pending.run.job_id
         for value, headers in pending.outcome:
             self.publisher.produce_raw(history, key, value, headers)
+        if pending.output is not None:
+            self.publisher.produce_raw(self._run_output, key, *pending.output)
 
     def _commit(self, *, wait: bool) -> None:
         """Step 3 of ``settle``: commit past the runs whose records were flushed."""

@@ -30,6 +30,7 @@ class Pending:
     template: OutcomeTemplate | None = None  # what its outcomes have in common, encoded
     headers: Headers | None = None  # its outcomes' headers but the status (the last one)
     extra: list[Record] = field(default_factory=list)  # to be durable before its outcome
+    output: tuple[bytes, Headers] | None = None  # its RunOutput, encoded, published with it
 
 
 def outcome_headers(pending: Pending, status: RunStatus) -> Headers:

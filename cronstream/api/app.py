@@ -262,6 +262,23 @@ def cancel(who: Who, backend: Back, run_id: str, body: Payload = None) -> dict[s
     return result
 
 
+@router.get("/v1/runs/{run_id:path}/output")
+def run_output(who: Who, backend: Back, run_id: str) -> list[dict[str, Any]]:
+    """What each attempt of the run printed or returned (docs/run-output.md), oldest
+    first; 404 when none is kept (nothing printed, past CRONSTREAM_OUTPUT_TTL_DAYS, or
+    another tenant's run: indistinguishable, as for its records)."""
+    stored = run_id if who.tenant is None else qualify(who.tenant, run_id)
+    found = []
+    for output in backend.run_output(stored):
+        if who.sees(output.tenant, output.job_id):
+            item: dict[str, Any] = redact_jsonable(to_jsonable(output))
+            item["job_id"], item["run_id"] = who.own(output.job_id), who.own(output.run_id)
+            found.append(item)
+    if not found:
+        raise HTTPException(404, f"no output kept of run {run_id!r}")
+    return found
+
+
 @router.get("/v1/runs/{run_id:path}")
 def run(who: Who, backend: Back, run_id: str) -> list[dict[str, Any]]:
     stored = run_id if who.tenant is None else qualify(who.tenant, run_id)

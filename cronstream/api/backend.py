@@ -1,5 +1,5 @@
 """What `cronstream api` stands on: the jobs as the jobs topic has them, the admission's
-answers, and history.
+answers, history and the runs' output.
 
 - Commands go to the caller's commands topic (``<prefix>.t.<tenant>.in``), as
   cronstream's own Kafka user, so the API's writes pass the same admission (validation,
@@ -25,6 +25,7 @@ from typing import Any
 
 from consumers.archive import Archive, hot_from, tiered_job_runs
 from consumers.history import History
+from consumers.output import OutputTable
 from producers.admission.core import JobsView
 from producers.admission.processor import JobsFollower
 from producers.errors import NoAnswer
@@ -38,6 +39,7 @@ from runtime.waiting import StopWaiting, learn_writers, sleeping
 from schemas.catalog import Topics
 from schemas.errors import DecodeError
 from schemas.events import JobDefinition, RunOutcome, utc_now
+from schemas.output import RunOutput
 from schemas.serde import Codec
 from schemas.tenancy import TenantAction, TenantCommand, TenantResult, commands_pattern
 
@@ -60,13 +62,15 @@ class Backend:
         self.follower.pause = sleeping(self._stop.is_set)  # the registry away: wait
         self.cluster: Any = None
         self.history: History | None = None
+        self._session: Any = None
+        self._outputs: OutputTable | None = None  # prepared by the first query of one
         self._archive: Archive | None = None  # opened by the first query that needs it
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
         self.follower.load()
-        self.cluster, session = cassandra_session(self.settings)
-        self.history = History(session, self.settings.keyspace)
+        self.cluster, self._session = cassandra_session(self.settings)
+        self.history = History(self._session, self.settings.keyspace)
         for target in (self._follow_jobs, self._read_answers):
             thread = threading.Thread(target=target, daemon=True, name=target.__name__)
             thread.start()
@@ -88,6 +92,14 @@ class Backend:
         rows = tiered_job_runs(self.history, self._archive, boundary, job_id, start, end,
                                statuses, tenant)  # fmt: skip
         return islice(rows, limit)
+
+    def run_output(self, run_id: str) -> list[RunOutput]:
+        """What each attempt of ``run_id`` printed or returned (docs/run-output.md), by
+        attempt. The statements are prepared at the first call, not at the start: an
+        API of this version serves before the bootstrap added the table."""
+        if self._outputs is None:
+            self._outputs = OutputTable(self._session, self.settings.keyspace)
+        return self._outputs.of(run_id)
 
     def stopped_threads(self) -> list[str]:
         """The names of the backend's threads that ended (none while it serves)."""

@@ -8,12 +8,18 @@ import os
 import sys
 
 from cronstream.cli import archive, flows, history, jobs, roles, tenants
-from cronstream.cli.common import EXIT_INVALID, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_UNAVAILABLE
+from cronstream.cli.common import (
+    EXIT_INVALID,
+    EXIT_NOT_FOUND,
+    EXIT_REFUSED,
+    EXIT_UNAVAILABLE,
+    add_verbosity,
+    command_logging,
+)
 from producers.client import JobClient
 from producers.errors import UnknownJob
 from runtime.errors import KafkaAuthError, PublishError, ServiceRefused, SettingsError
 from runtime.health import cassandra_health, kafka_health, registry_health
-from runtime.kafka.publisher import Publisher
 from runtime.settings import Settings
 from schemas.definition.zones import TZDATA_VERSION
 from schemas.errors import RegistryError, RegistryUnavailable, SpecError, TargetTypeError
@@ -69,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="health and endpoints of every service")
     status.add_argument("--json", action="store_true")
     status.set_defaults(handler=cmd_status, needs="settings")
+    add_verbosity(parser)
     return parser
 
 
@@ -89,9 +96,10 @@ def main(argv: list[str] | None = None) -> int:
         registered()  # the target types first: a plugin that cannot load stops any command
         args = build_parser().parse_args(argv)
         settings = Settings.from_env()
+        if args.needs != "role":  # a role logs as a service (cronstream.foreground)
+            command_logging(args.verbose)
         if args.needs == "client":
-            # librdkafka's transient warnings (coordinator loading...) are noise in a CLI.
-            with JobClient(settings, publisher=Publisher(settings, log_level=3)) as client:
+            with JobClient(settings) as client:
                 return int(args.handler(client, args))
         return int(args.handler(settings, args))
     except SpecError as exc:

@@ -1,4 +1,4 @@
-"""What every command shares: exit codes and argument types.
+"""What every command shares: exit codes, argument types, and how much it logs.
 
 Exit codes: 0 done; 2 invalid input (nothing was written); 3 a service is unreachable;
 4 no such job (or run).
@@ -7,7 +7,10 @@ Exit codes: 0 done; 2 invalid input (nothing was written); 3 a service is unreac
 from __future__ import annotations
 
 import argparse
+import logging
 from collections.abc import Callable
+
+from runtime.kafka import logs
 
 EXIT_INVALID = 2
 EXIT_UNAVAILABLE = 3
@@ -28,3 +31,43 @@ def at_least(minimum: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+# librdkafka's debug contexts at -vv: connections and logins, and the group coordinator.
+KAFKA_DEBUG = "broker,cgrp,security"
+
+
+def command_logging(verbose: int) -> None:
+    """The logging of a one-shot command (a role logs as a service does:
+    ``cronstream.foreground``), on stderr. By default its own warnings, and librdkafka's
+    errors but a handshake cut short (connection churn: ``runtime.kafka.logs``); -v
+    adds INFO lines, every librdkafka line (its warnings, the churn) and timestamps;
+    -vv adds DEBUG lines, with librdkafka's debug contexts (``KAFKA_DEBUG``)."""
+    level = (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)]
+    shape = "%(asctime)s %(levelname)s %(name)s: %(message)s" if verbose else "%(message)s"
+    logging.basicConfig(level=level, format=shape)
+    logging.getLogger(logs.LOG.name).setLevel(logging.ERROR if not verbose else level)
+    logging.getLogger("httpx").setLevel(logging.DEBUG if verbose > 1 else logging.WARNING)
+    logs.route(debug=KAFKA_DEBUG if verbose > 1 else None)
+
+
+def add_verbosity(parser: argparse.ArgumentParser) -> None:
+    """-v/--verbose on the top-level parser and on every command but the roles, so that
+    it may come before or after the command's name (``cronstream -v jobs list``,
+    ``cronstream jobs list -vv``)."""
+    _verbose_flag(parser, 0)
+    _on_commands(parser)
+
+
+def _on_commands(parser: argparse.ArgumentParser) -> None:
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    for command in (c for sub in subs for c in sub.choices.values()):
+        if command.get_default("needs") != "role":
+            _verbose_flag(command, argparse.SUPPRESS)  # unless given: the top level's
+            _on_commands(command)
+
+
+def _verbose_flag(parser: argparse.ArgumentParser, default: object) -> None:
+    parser.add_argument("-v", "--verbose", action="count", default=default,
+                        help="say more on stderr: -v librdkafka's lines and INFO, -vv "
+                        "DEBUG and librdkafka's debug contexts")  # fmt: skip

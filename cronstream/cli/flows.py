@@ -11,13 +11,10 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from cronstream.foreground import setup_logging, stop_on_signals
 from producers.client import JobClient
 from producers.errors import UnknownJob
 from producers.flows import load_flows_file
-from runtime import metrics
 from runtime.settings import Settings, env_int
-from runtime.waiting import KAFKA, REGISTRY, StopWaiting, reach, wait_for
 from schemas.errors import SpecError
 from schemas.events import to_jsonable
 
@@ -81,6 +78,9 @@ def cmd_flows_rerun(client: JobClient, args: argparse.Namespace) -> int:
 def cmd_flows_coordinator(settings: Settings, args: argparse.Namespace) -> int:
     import faust
 
+    from cronstream.foreground import setup_logging, stop_on_signals
+    from runtime import metrics
+    from runtime.waiting import KAFKA, REGISTRY, StopWaiting, reach, wait_for
     from streams.flows import build_app
 
     setup_logging()
@@ -153,4 +153,4 @@ def register(sub: Any) -> None:
     coord.add_argument("--metrics-port", type=int,
                        default=env_int("CRONSTREAM_FLOWS_METRICS_PORT", 0, minimum=0),
                        help="serve /metrics, /healthz, /readyz on this port (0: off)")  # fmt: skip
-    coord.set_defaults(handler=cmd_flows_coordinator, needs="settings")
+    coord.set_defaults(handler=cmd_flows_coordinator, needs="role")

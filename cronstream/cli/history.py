@@ -1,5 +1,5 @@
 """`cronstream history`: runs recorded in Cassandra, by job, by status, or one run's
-attempts."""
+attempts (and with ``--output``, what each printed or returned: docs/run-output.md)."""
 
 from __future__ import annotations
 
@@ -10,19 +10,20 @@ from collections.abc import Iterator
 from contextlib import ExitStack, closing
 from datetime import datetime, timedelta
 from itertools import islice
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from consumers.archive import Archive, hot_from, tiered_job_runs
-from consumers.history import History
 from cronstream.cli.common import EXIT_NOT_FOUND, EXIT_UNAVAILABLE
-from runtime.cassandra import cassandra_session
-from runtime.lakehouse import lakehouse
 from runtime.settings import Settings
 from schemas.definition import parse_duration, parse_instant
 from schemas.errors import SpecError
 from schemas.events import RunOutcome, RunStatus, iso, to_jsonable, utc_now
+from schemas.output import RunOutput
 from schemas.redact import escape_controls, redact_jsonable, redact_text
 from schemas.tenancy import qualify, tenant_problems
+
+if TYPE_CHECKING:  # the command imports them itself (the Cassandra driver, the archive's)
+    from consumers.history import History
+    from consumers.output import OutputTable
 
 
 def register(sub: Any) -> None:
@@ -31,13 +32,17 @@ def register(sub: Any) -> None:
         help="runs recorded in Cassandra: a job's, by status, or one run's attempts",
         description="JOB_ID: the job's attempts (latest status each) in the window. "
         "--status without JOB_ID: outcomes with that status recorded in the window. "
-        "--run: every record of one run, attempt by attempt. --flow-run: a flow run's "
+        "--run: every record of one run, attempt by attempt (with --output: what each "
+        "attempt printed or returned, kept CRONSTREAM_OUTPUT_TTL_DAYS). --flow-run: a flow run's "
         "status and each node run's attempts and timings. With --tenant T, ids are "
         "T's own (T/JOB_ID is stored); --status across jobs needs --tenant or "
         "--all-tenants.",
     )
     h.add_argument("job_id", nargs="?", metavar="JOB_ID")
     h.add_argument("--run", metavar="RUN_ID", help="every attempt of one run")
+    h.add_argument("--output", action="store_true",
+                   help="with --run: what each attempt printed or returned (its last "
+                   "bytes; an http body's first), not its records")  # fmt: skip
     h.add_argument("--flow-run", metavar="FLOW_RUN_ID",
                    help="a flow run (FLOW@slot) and each node run: attempts, timings")  # fmt: skip
     h.add_argument("--status", action="append", default=[],
@@ -100,6 +105,8 @@ def _checked(args: argparse.Namespace) -> list[str]:
         if value and any(others):
             raise SpecError("history", [f"{name} takes no JOB_ID, --status, window "
                                         "or other run"])  # fmt: skip
+    if args.output and not args.run:
+        raise SpecError("history", ["--output shows one run's output: give --run RUN_ID"])
     if args.archive and not args.job_id:
         raise SpecError("history", ["--archive reads a JOB_ID's runs only"])
     if args.limit < 0 or args.page_size < 1:
@@ -116,6 +123,11 @@ def _checked(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_history(settings: Settings, args: argparse.Namespace) -> int:
+    from consumers.archive import Archive, hot_from, tiered_job_runs
+    from consumers.history import History
+    from runtime.cassandra import cassandra_session
+    from runtime.lakehouse import lakehouse
+
     statuses = _checked(args)
     try:
         cluster, session = cassandra_session(settings)
@@ -127,12 +139,7 @@ def cmd_history(settings: Settings, args: argparse.Namespace) -> int:
     try:
         history = History(session, settings.keyspace, page_size=args.page_size)
         if args.run:
-            rows = history.run(args.run)
-            if not rows:
-                print(f"no records for run {args.run}", file=sys.stderr)
-                return EXIT_NOT_FOUND
-            _print_rows(iter(rows), args.json, RUN_COLUMNS)
-            return 0
+            return _show_run(history, settings.keyspace, args)
         if args.flow_run:
             rows = history.flow_run(args.flow_run)
             if not rows:
@@ -204,3 +211,45 @@ def _print_rows(
         count += 1
     sys.stdout.flush()
     return count
+
+
+def _show_run(history: History, keyspace: str, args: argparse.Namespace) -> int:
+    """``--run ID``: every record of the run, or with ``--output`` what it printed."""
+    if args.output:
+        from consumers.output import OutputTable
+
+        return _show_output(OutputTable(history.session, keyspace), args)
+    rows = history.run(args.run)
+    if not rows:
+        print(f"no records for run {args.run}", file=sys.stderr)
+        return EXIT_NOT_FOUND
+    _print_rows(iter(rows), args.json, RUN_COLUMNS)
+    return 0
+
+
+def _show_output(table: OutputTable, args: argparse.Namespace) -> int:
+    """``--run ID --output``: each attempt's output, oldest first (as text: a header line
+    per attempt, then the output with its control characters escaped, newlines kept;
+    with --json one object per attempt). With --tenant, only that tenant's."""
+    found = [o for o in table.of(args.run) if args.tenant in (None, o.tenant)]
+    if not found:
+        print(f"no output kept for run {args.run} (it printed nothing, or it is older than "
+              "CRONSTREAM_OUTPUT_TTL_DAYS)", file=sys.stderr)  # fmt: skip
+        return EXIT_NOT_FOUND
+    for output in found:
+        if args.json:
+            print(json.dumps(redact_jsonable(to_jsonable(output))))
+            continue
+        note = output.cut_note()
+        print(f"--- attempt {output.attempt} {output.status} {iso(output.recorded_at)}"
+              + (f" ({note})" if note else "") + " ---")  # fmt: skip
+        print(_shown(output))
+    sys.stdout.flush()
+    return 0
+
+
+def _shown(output: RunOutput) -> str:
+    """An output for a terminal: redacted, every control character escaped but the line
+    breaks (a recorded escape sequence must not drive the terminal)."""
+    text = redact_text(output.output)
+    return "\n".join(escape_controls(line) for line in text.removesuffix("\n").split("\n"))

@@ -28,7 +28,6 @@ from schemas.events import JobDefinition, from_ms, iso, text_headers, to_jsonabl
 from schemas.redact import escape_controls, redact_jsonable
 from schemas.serde import Codec
 from schemas.targets import names as target_names
-from streams.definitions import preview_slots
 
 
 def _print_json(value: Any) -> None:
@@ -162,6 +161,8 @@ def cmd_jobs_resume(client: JobClient, args: argparse.Namespace) -> int:
 def cmd_jobs_preview(settings: Settings, args: argparse.Namespace) -> int:
     """The next fire instants of a schedule, computed by the scheduler's own core
     (``JobSchedule.slot_after``): check an expression before putting it."""
+    from streams.definitions import preview_slots  # the scheduler's: only this command's
+
     spec = {"id": "preview", "target": "python", "callable": "preview:preview"}
     for name in ("cron", "every", "at", "anchor", "tz"):
         if getattr(args, name) is not None:

@@ -7,6 +7,10 @@ finish (``--grace``), commits and leaves; a sink commits what it has written and
 kill -9 makes the group move a member's partitions after its session timeout: a new
 scheduler owner re-emits from the last checkpoint (flagged), a new worker owner dedups
 against history.
+
+Each command imports its role's modules itself: parsing them is all the other commands
+need, and a one-shot command (``jobs list``) has no use for the worker, the scheduler or
+FastAPI, which were about half a second of its start.
 """
 
 from __future__ import annotations
@@ -17,23 +21,9 @@ import socket
 import sys
 from typing import Any
 
-from consumers.executors.http import HttpExecutor
-from consumers.executors.python import DEFAULT_ALLOW as PYTHON_DEFAULT_ALLOW
-from consumers.executors.python import PythonPolicy
-from consumers.executors.shell import ShellPolicy
-from consumers.sink import Sink, SinkConfig
-from consumers.worker import Worker, WorkerConfig
-from cronstream.api.guard import AllowedHosts
-from cronstream.api.serve import serve
 from cronstream.cli.common import EXIT_INVALID, at_least
-from cronstream.foreground import run_member
-from producers.admission.core import Quotas
-from producers.admission.processor import AdmissionConfig, AdmissionProcessor
-from runtime.grants import PolicyBook, policy_path
 from runtime.settings import Settings, env_int, env_list
-from runtime.waiting import CASSANDRA, KAFKA, REGISTRY
-from streams.config import ProcessorConfig
-from streams.processor import MAX_LOOKAHEAD_MS, Processor
+from schemas.limits import MAX_OUTPUT_BYTES
 
 
 def register(sub: Any) -> None:
@@ -46,7 +36,7 @@ def register(sub: Any) -> None:
     p.add_argument("--port", type=int, default=env_int("CRONSTREAM_API_PORT", 8780, minimum=1))
     p.add_argument("--name", default=f"api-{socket.gethostname()}-{os.getpid()}")
     _register_hosts(p)
-    p.set_defaults(handler=cmd_api, needs="settings")
+    p.set_defaults(handler=cmd_api, needs="role")
     p = sub.add_parser(
         "ui", help="serve the web dashboard at /ui, with the HTTP API beside it",
         description="The operator's dashboard: live overview (from Prometheus), jobs, a "
@@ -67,7 +57,7 @@ def register(sub: Any) -> None:
                    help="mark the session cookie Secure even on plain http (behind a TLS "
                    "proxy that does not say so with X-Forwarded-Proto)")  # fmt: skip
     _register_hosts(p)
-    p.set_defaults(handler=cmd_ui, needs="settings")
+    p.set_defaults(handler=cmd_ui, needs="role")
 
 
 def _register_hosts(p: Any) -> None:
@@ -122,7 +112,7 @@ def _register_scheduler(sub: Any) -> None:
         default=env_list("CRONSTREAM_TENANT_FIRE_RATES"),
         help="a tenant's own fires per second; repeatable",
     )  # fmt: skip
-    p.set_defaults(handler=cmd_scheduler, needs="settings")
+    p.set_defaults(handler=cmd_scheduler, needs="role")
 
 
 def _register_store(p: Any) -> None:
@@ -213,13 +203,13 @@ def _register_worker(sub: Any) -> None:
         "repeatable",
     )  # fmt: skip
     _add_grant_flags(p)
-    p.set_defaults(handler=cmd_worker, needs="settings")
+    p.set_defaults(handler=cmd_worker, needs="role")
 
 
 def _add_worker_membership(p: Any) -> None:
     """How a worker leaves (``--grace``), how long its group waits for a silent one,
-    what it remembers of runs its partitions' earlier owners executed, and when a run
-    is recorded STARTED."""
+    what it remembers of runs its partitions' earlier owners executed, when a run is
+    recorded STARTED, and how much of what it printed is kept."""
     p.add_argument("--grace", type=float, default=30.0, help="seconds to drain on SIGTERM")
     p.add_argument(
         "--session-timeout-ms", type=int,
@@ -237,6 +227,12 @@ def _add_worker_membership(p: Any) -> None:
         default=env_int("CRONSTREAM_WORKER_STARTED_AFTER_MS", 1000, minimum=0),
         help="publish a run's STARTED record once it has executed this long; a run that ends "
         "sooner records its final outcome alone, with its start (0: every run; default 1000)",
+    )  # fmt: skip
+    p.add_argument(
+        "--output-limit", type=at_least(0), metavar="BYTES",
+        default=env_int("CRONSTREAM_WORKER_OUTPUT_LIMIT", 64 * 1024, minimum=0),
+        help="bytes kept of what each attempt printed or returned, its last (docs/run-output.md; "
+        f"default 65536, at most {MAX_OUTPUT_BYTES}; 0: keep none)",
     )  # fmt: skip
 
 
@@ -266,7 +262,7 @@ def _register_sink(sub: Any) -> None:
     p.add_argument("--in-flight", type=int, default=16, help="batches written at once")
     p.add_argument("--metrics-port", type=int,
                    default=env_int("CRONSTREAM_SINK_METRICS_PORT", 0, minimum=0))  # fmt: skip
-    p.set_defaults(handler=cmd_sink, needs="settings")
+    p.set_defaults(handler=cmd_sink, needs="role")
 
 
 def _register_admission(sub: Any) -> None:
@@ -286,10 +282,14 @@ def _register_admission(sub: Any) -> None:
     p.add_argument("--metrics-port", type=int,
                    default=env_int("CRONSTREAM_ADMISSION_METRICS_PORT", 0, minimum=0))  # fmt: skip
     _add_grant_flags(p)
-    p.set_defaults(handler=cmd_admission, needs="settings")
+    p.set_defaults(handler=cmd_admission, needs="role")
 
 
 def cmd_scheduler(settings: Settings, args: argparse.Namespace) -> int:
+    from cronstream.foreground import run_member
+    from streams.config import ProcessorConfig
+    from streams.processor import MAX_LOOKAHEAD_MS, Processor
+
     settings = settings.as_role("scheduler")  # its own Kafka user and ACLs
     try:
         rates = tenant_values(args.tenant_fire_rate, "--tenant-fire-rate", 1_000_000)
@@ -344,6 +344,14 @@ def check_index(settings: Settings, state_dir: str) -> int:
 
 
 def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
+    from consumers.executors.http import HttpExecutor
+    from consumers.executors.python import DEFAULT_ALLOW as PYTHON_DEFAULT_ALLOW
+    from consumers.executors.python import PythonPolicy
+    from consumers.executors.shell import ShellPolicy
+    from consumers.worker import Worker, WorkerConfig
+    from cronstream.foreground import run_member
+    from runtime.grants import PolicyBook, policy_path
+
     settings = settings.as_role("worker")  # its own Kafka user and ACLs
     python_allow = tuple(env_list("CRONSTREAM_PYTHON_ALLOW") + (args.python_allow or []))
     try:  # the policies refuse what they cannot use before anything starts
@@ -353,6 +361,8 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
         if args.secrets_dir and not os.path.isdir(args.secrets_dir):
             raise ValueError(f"--secrets-dir {args.secrets_dir!r} is not a directory")
         weights = tenant_values(args.tenant_weight, "--tenant-weight", 1000)
+        if args.output_limit > MAX_OUTPUT_BYTES:
+            raise ValueError(f"--output-limit {args.output_limit} is over {MAX_OUTPUT_BYTES}")
         PolicyBook(args.grant, policy_path(settings, args.policy))
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -365,6 +375,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
         session_timeout_ms=args.session_timeout_ms,
         started_after_ms=args.started_after_ms,
         dedup_capacity=args.dedup_capacity,
+        output_limit=args.output_limit,
         http_allow=tuple(args.http_allow),
         shell_allow=tuple(args.shell_allow),
         shell_env=tuple(args.shell_env),
@@ -395,6 +406,10 @@ def tenant_values(items: list[str], flag: str, most: int) -> tuple[tuple[str, in
 
 
 def cmd_sink(settings: Settings, args: argparse.Namespace) -> int:
+    from consumers.sink import Sink, SinkConfig
+    from cronstream.foreground import run_member
+    from runtime.waiting import CASSANDRA, KAFKA, REGISTRY
+
     settings = settings.as_role("sink")  # its own Kafka user and ACLs
     config = SinkConfig(
         group=args.group or f"{settings.topic_prefix}.sink",
@@ -410,6 +425,11 @@ def cmd_sink(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_admission(settings: Settings, args: argparse.Namespace) -> int:
+    from cronstream.foreground import run_member
+    from producers.admission.core import Quotas
+    from producers.admission.processor import AdmissionConfig, AdmissionProcessor
+    from runtime.grants import PolicyBook, policy_path
+
     settings = settings.as_role("admission")  # its own Kafka user and ACLs
     config = AdmissionConfig(
         group=args.group or f"{settings.topic_prefix}.admission",
@@ -431,6 +451,8 @@ def cmd_admission(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_api(settings: Settings, args: argparse.Namespace) -> int:
+    from cronstream.api.serve import serve
+
     settings = settings.as_role("api")  # its own Kafka user and ACLs
     if not hosts_valid(args):
         return EXIT_INVALID
@@ -438,6 +460,8 @@ def cmd_api(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def hosts_valid(args: argparse.Namespace) -> bool:
+    from cronstream.api.guard import AllowedHosts
+
     try:
         AllowedHosts.of(args.host, args.allowed_host)
     except ValueError as exc:
@@ -448,7 +472,7 @@ def hosts_valid(args: argparse.Namespace) -> bool:
 
 def cmd_ui(settings: Settings, args: argparse.Namespace) -> int:
     settings = settings.as_role("ui")  # its own Kafka user and ACLs
-    # Imported here: Jinja2 and the pages cost every other command ~55 ms of startup.
+    from cronstream.api.serve import serve
     from cronstream.ui.app import UiOptions, ui_factory
 
     if not hosts_valid(args):

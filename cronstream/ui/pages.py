@@ -41,6 +41,7 @@ from schemas.events import (
     to_ms,
     utc_now,
 )
+from schemas.output import RunOutput
 from schemas.redact import redact_jsonable, redact_text
 from schemas.targets import names as target_names
 from schemas.tenancy import qualify
@@ -48,7 +49,7 @@ from streams.definitions import preview_slots
 
 COOKIE = "cronstream_session"
 PAGE = 50  # jobs per page
-FINAL = {"SUCCEEDED", "FAILED", "TIMED_OUT", "DEAD_LETTERED", "CANCELLED", "DUPLICATE"}
+FINAL = {"SUCCEEDED", "FAILED", "TIMED_OUT", "DEAD_LETTERED", "CANCELED", "DUPLICATE"}
 templates = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
 router = APIRouter(prefix="/ui")
 
@@ -261,9 +262,11 @@ def runs(
     request: Request, who: Who, backend: Back, run_id: str = "", job: str = "",
     status: str = "", since: str = "1h",
 ) -> HTMLResponse:  # fmt: skip
-    """One run's records by id, a job's runs, or runs by status in a window."""
+    """One run's records by id (and what its attempts printed: ``outputs``), a job's
+    runs, or runs by status in a window."""
     assert backend.history is not None
     rows: list[RunOutcome] = []
+    outputs: list[dict[str, Any]] = []
     error = None
     try:
         start, end = window_of(since)
@@ -271,6 +274,8 @@ def runs(
         if run_id:
             stored = run_id if who.tenant is None else qualify(who.tenant, run_id)
             rows = list(mine(who, backend.history.run(stored)))
+            outputs = [_output_view(o) for o in backend.run_output(stored)
+                       if shows(who, o.tenant, o.job_id)]  # fmt: skip
         elif job:
             found = visible_job(backend, who, job)
             found_rows = backend.job_runs(found.job_id, start, end, statuses, limit=200)
@@ -281,7 +286,14 @@ def runs(
     except HTTPException as exc:
         error = str(exc.detail)
     return render(request, "runs.html", who, rows=[_run_row(who, r) for r in rows], error=error,
+                  outputs=outputs,
                   f={"run_id": run_id, "job": job, "status": status, "since": since})  # fmt: skip
+
+
+def _output_view(o: RunOutput) -> dict[str, Any]:
+    """An attempt's output on the run page (the template escapes it)."""
+    return {"attempt": o.attempt, "status": o.status, "text": redact_text(o.output),
+            "at": o.recorded_at.strftime("%Y-%m-%d %H:%M:%S"), "note": o.cut_note()}  # fmt: skip
 
 
 # -- dead letters -----------------------------------------------------------------------

@@ -40,7 +40,8 @@ CHARTS = (
     ChartQuery("failures", "failures/s", "/s",
                f'sum(rate({RUNS}{{status=~"{FAILED}"{{tenant}}}}[1m]))'),
     ChartQuery("start-skew", "due-to-start p99", "s",
-               f"histogram_quantile(0.99, sum by (le) (rate({SKEW}[1m])))"),
+               f"histogram_quantile(0.99, sum by (le, priority) (rate({SKEW}[1m])))",
+               "priority"),
     ChartQuery("lag", "consumer lag", "records", QUERIES["lag"], "role"),
 )  # fmt: skip
 

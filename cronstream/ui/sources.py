@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from cronstream.monitoring import DUE_TO_START_P99_BY_PRIORITY
 from runtime.kafka.clients import TopicPartition, consume_ready, kafka_consumer
 from runtime.kafka.offsets import watermarks
 from runtime.kafka.publisher import Publisher
@@ -34,8 +35,9 @@ QUERIES = {
     "fires": "sum(rate(cronstream_scheduler_fires_total[1m]))",
     "runs": "sum by (status) (rate(cronstream_worker_runs_finished_total[1m]))",
     "hour": "sum by (status) (increase(cronstream_worker_runs_finished_total[1h]))",
-    "skew": "histogram_quantile(0.99, sum by (le) "
-    "(rate(cronstream_scheduler_fire_skew_seconds_bucket[5m])))",
+    # Lateness where users feel it: an attempt's start minus its due time, per priority
+    # (the scheduler's emit skew is held at 0 by the lookahead).
+    "skew": DUE_TO_START_P99_BY_PRIORITY,
     "lag": 'sum by (role) (cronstream_worker_consumer_lag{role="worker"}) or '
     'sum by (role) (cronstream_sink_consumer_lag{role="sink"})',
     "owned": 'sum by (process) (cronstream_scheduler_partitions_owned{role="scheduler"})',
@@ -61,7 +63,8 @@ class Overview:
     fires_per_s: float = 0.0
     runs_per_s: dict[str, float] = field(default_factory=dict)  # status -> runs/s
     last_hour: dict[str, float] = field(default_factory=dict)  # status -> runs
-    skew_p99_ms: float | None = None
+    skew_p99_ms: float | None = None  # due-to-start p99, the latest priority's
+    skew_by_priority: dict[str, float] = field(default_factory=dict)  # priority -> ms
     lag: dict[str, float] = field(default_factory=dict)  # workers / sink -> records
     owned: dict[str, float] = field(default_factory=dict)  # scheduler -> partitions
     partitions: float | None = None
@@ -116,8 +119,8 @@ class Prometheus:
         got.fires_per_s = sum(v for _, v in answers["fires"])
         got.runs_per_s = {m.get("status", "?"): v for m, v in answers["runs"]}
         got.last_hour = {m.get("status", "?"): round(v) for m, v in answers["hour"]}
-        skew = [v for _, v in answers["skew"]]
-        got.skew_p99_ms = skew[0] * 1000 if skew else None
+        got.skew_by_priority = {m.get("priority", "?"): v * 1000 for m, v in answers["skew"]}
+        got.skew_p99_ms = max(got.skew_by_priority.values(), default=None)
         names = {"worker": "workers", "sink": "history sink"}
         got.lag = {names.get(m.get("role", ""), m.get("role", "?")): v for m, v in answers["lag"]}
         got.owned = {m.get("process", "?"): v for m, v in answers["owned"]}

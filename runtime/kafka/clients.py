@@ -22,6 +22,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
+from runtime.kafka.logs import routed
 from runtime.kafka.security import admin_security, client_security
 from runtime.settings import Settings
 
@@ -57,6 +58,7 @@ def producer_config(settings: Settings, **overrides: Any) -> dict[str, Any]:
         "bootstrap.servers": settings.bootstrap_servers,
         **PRODUCER_DEFAULTS,
         **client_security(settings),
+        **routed(),  # librdkafka's lines through logging, where asked (runtime.kafka.logs)
         **overrides,
     }
 
@@ -71,12 +73,14 @@ def kafka_consumer(settings: Settings, **overrides: Any) -> Consumer:
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
         **client_security(settings),
+        **routed(),
         **overrides,
     }
     if "group.id" not in config:
-        # Read-only consumers (tail, jobs list) assign partitions themselves; librdkafka
-        # still wants a group id, which they never commit to (under the topic prefix,
-        # where the ACLs of cronstream's user reach).
+        # Read-only consumers (tail, jobs list) assign partitions themselves; Python's
+        # Consumer still wants a group id, which they never commit to (under the topic
+        # prefix, where the ACLs of cronstream's user reach). librdkafka connects to its
+        # coordinator all the same: one more handshake per reader (runtime.kafka.logs).
         config["group.id"] = f"{settings.topic_prefix}.reader"
     return Consumer(config)
 
@@ -129,9 +133,9 @@ def kafka_admin(settings: Settings, *, superuser: bool = False, **overrides: Any
     """An admin client as cronstream's user, or (``superuser``) as the stack's super user
     on the admin listener: creating topics, users and ACLs."""
     if superuser:
-        return AdminClient({**admin_security(settings), **overrides})
+        return AdminClient({**admin_security(settings), **routed(), **overrides})
     config = {"bootstrap.servers": settings.bootstrap_servers, **client_security(settings)}
-    return AdminClient({**config, **overrides})
+    return AdminClient({**config, **routed(), **overrides})
 
 
 def consume_ready(consumer: Any, most: int, timeout: float) -> list[Any]:

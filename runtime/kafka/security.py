@@ -54,8 +54,17 @@ def kafka_password(settings: Settings, env: Mapping[str, str] | None = None) -> 
 
 # librdkafka reports a connection lost during the SASL handshake as an authentication
 # error too ("SaslAuthenticateRequest failed: Local: Broker transport failure"; seen when
-# a group coordinator connection is torn down at close, and under load): transient.
-TRANSPORT_FAILURE = "Local: Broker transport failure"
+# a group coordinator connection is torn down at close, and under load; "... Local:
+# Broker handle destroyed" when the client is destroyed meanwhile): transient.
+HANDSHAKE_CUT = ("Local: Broker transport failure", "Local: Broker handle destroyed")
+
+
+def handshake_cut(text: str) -> bool:
+    """Whether an authentication failure's text says the connection went away during the
+    handshake (its client closed it, or lost it: librdkafka connects again if it goes
+    on), not that Kafka refused the login. The error callback and the CLI's log
+    (``runtime.kafka.logs``) both ask this."""
+    return any(cut in text for cut in HANDSHAKE_CUT)
 
 
 def refuse_bad_credentials(user: str) -> Any:
@@ -64,8 +73,8 @@ def refuse_bad_credentials(user: str) -> Any:
     lost during the handshake is left to librdkafka, which connects again."""
 
     def on_error(err: KafkaError) -> None:
-        if err.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL) and (
-            TRANSPORT_FAILURE not in err.str()
+        if err.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL) and not handshake_cut(
+            err.str()
         ):
             raise KafkaAuthError(f"Kafka refused user {user!r}: {err.str()}")
 

@@ -1,10 +1,11 @@
 """`cronstream api` on the real stack (issue 16): tokens, tenant scoping, errors as JSON,
-writes through the real admission, history from Cassandra."""
+writes through the real admission, history from Cassandra, what a run printed."""
 
 from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -13,10 +14,14 @@ import httpx
 import pytest
 
 from consumers.history import HistoryTables
+from consumers.output import OutputTable
+from producers.client import JobClient
 from runtime.cassandra import cassandra_session
 from runtime.settings import Settings
 from runtime.tokens import ADMIN, token_path
+from schemas.definition import job_from_spec
 from schemas.events import RunOutcome, RunStatus, utc_now
+from schemas.output import RunOutput
 from tests.integration.helpers import CronstreamProcess, cronstream, free_port, wait_http_up
 from tests.integration.tenants import Api
 
@@ -156,6 +161,59 @@ def test_history_through_the_api_is_the_tenants_own(
         assert {r["tenant"] for r in cb.get("/v1/history", params={"status": "failed"}).json()} == {
             b
         }
+
+
+def test_a_runs_output_through_the_api_is_the_tenants_own(
+    history_ns: Settings, two: tuple[str, str], api: Api, tmp_path: Path,
+    procs: list[CronstreamProcess],
+) -> None:  # fmt: skip
+    """docs/run-output.md: a's python run executed by a worker, its return value through
+    the sink to Cassandra, read by a with its own run id; b, asking the same id, gets its
+    own run's output or a 404, never a's; an operator's job named under a is not a's."""
+    a, b = two
+    ns = history_ns
+    for role, args in (("sink", ()), ("worker", ("--grant", f"{a}:python=examples"))):
+        proc = CronstreamProcess(ns, tmp_path, role, *args, command=role)
+        procs.append(proc)
+        proc.wait_live(1, text="assigned")
+    spec = {"id": "digest", "target": "python", "callable": "examples.tasks:send_digest"}
+    with JobClient(ns) as client:  # as the admission stores a's job
+        job = job_from_spec(spec, max_payload_bytes=65536)
+        client.put(replace(job, job_id=f"{a}/digest", tenant=a))
+        (ran,) = client.trigger_many(f"{a}/digest", ["k"])
+    now = utc_now()
+    cluster, session = cassandra_session(history_ns, keyspace=history_ns.keyspace)
+    try:
+        table = OutputTable(session, history_ns.keyspace, ttl_s=3600)
+        for run_id, tenant, text in ((f"{b}/digest@manual:k", b, f"{b}'s own output"),
+                                     (f"{a}/op@1", "default", "operator's output")):  # fmt: skip
+            session.execute(table.row(RunOutput(
+                run_id=run_id, job_id=run_id.partition("@")[0], tenant=tenant, status="SUCCEEDED",
+                scheduled_at=now, recorded_at=now, output=text))[1])  # fmt: skip
+        deadline = time.monotonic() + 90
+        while not table.of(ran.run_id):
+            assert time.monotonic() < deadline, "a's output never reached Cassandra"
+            time.sleep(0.5)
+    finally:
+        cluster.shutdown()
+    with api.client(history_ns, a) as ca:
+        mine = ca.get("/v1/runs/digest@manual:k/output")
+        assert mine.status_code == 200, mine.text
+        (item,) = mine.json()
+        assert (item["run_id"], item["job_id"], item["status"]) == ("digest@manual:k", "digest",
+                                                                    "SUCCEEDED")  # fmt: skip
+        assert item["output"] == f"digest for run {a}/digest@manual:k"
+        assert ca.get("/v1/runs/op@1/output").status_code == 404
+    with api.client(history_ns, b) as cb:
+        (theirs,) = cb.get("/v1/runs/digest@manual:k/output").json()  # b's own run
+        assert theirs["output"] == f"{b}'s own output"
+        for path in (f"/v1/runs/{a}/digest@manual:k/output", "/v1/runs/nothing@1/output"):
+            refused = cb.get(path)
+            assert refused.status_code == 404, path
+            assert "digest for run" not in refused.text
+    with api.client(history_ns, ADMIN) as admin:  # the stored id, any tenant's
+        (seen,) = admin.get(f"/v1/runs/{a}/digest@manual:k/output").json()
+        assert seen["output"] == item["output"]
 
 
 def test_the_cli_talks_to_the_api_with_a_token(

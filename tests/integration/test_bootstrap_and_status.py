@@ -24,9 +24,9 @@ pytestmark = pytest.mark.integration
 def test_bootstrap_twice_creates_nothing_new(ns: Settings) -> None:
     report = ensure_topics(ns)
     assert report.created == []
-    # the catalog's 12 topics, the flows coordinator's 2 (found by make test: the
+    # the catalog's 13 topics, the flows coordinator's 2 (found by make test: the
     # config check of an existing internal topic raised KeyError) and Kafka Connect's 3
-    assert len(report.existing) == 17
+    assert len(report.existing) == 18
     assert report.mismatches == []
 
 
@@ -79,6 +79,14 @@ def test_migrations_apply_once_and_create_the_history_tables(
     ).one()
     assert options.default_time_to_live == 365 * 86400
     assert options.compaction["class"].endswith("TimeWindowCompactionStrategy")
+    # What runs printed (docs/run-output.md): two weeks, not history's year.
+    output = session.execute(  # type: ignore[attr-defined]
+        "SELECT default_time_to_live, compaction FROM system_schema.tables "
+        "WHERE keyspace_name = %s AND table_name = 'run_output'",
+        (settings.keyspace,),
+    ).one()
+    assert output.default_time_to_live == 14 * 86400
+    assert output.compaction["class"].endswith("TimeWindowCompactionStrategy")
 
 
 def test_status_json_reports_every_service(stack: Settings) -> None:

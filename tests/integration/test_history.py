@@ -1,6 +1,7 @@
 """The history sink and queries against the real Kafka and Cassandra: every outcome
 lands once per primary key, redelivery rewrites, a 60 s Cassandra outage loses nothing,
-rows carry the configured TTL, and queries cross day/hour buckets and page."""
+rows carry the configured TTL, and queries cross day/hour buckets and page; what a run
+printed is kept with its own TTL and read with `history --run ID --output`."""
 
 from __future__ import annotations
 
@@ -20,14 +21,17 @@ from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
 from consumers.core.buckets import write_timestamp
 from consumers.history import History, HistoryTables
+from consumers.output import OutputTable
 from infra import stack as stack_mod
 from infra.services import Cassandra
+from producers.client import JobClient
 from runtime.cassandra import cassandra_session
 from runtime.kafka.clients import kafka_admin, kafka_producer
 from runtime.kafka.publisher import Publisher
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import Topics
+from schemas.definition import job_from_spec
 from schemas.events import DeadLetter, RunOutcome, RunStatus, Trigger, from_ms, to_ms
 from schemas.serde import Codec
 from tests.integration.helpers import CronstreamProcess, cronstream, group_caught_up, read_topic
@@ -369,3 +373,45 @@ def test_a_tenants_history_is_its_own_and_status_queries_need_a_tenant(
     unscoped = cronstream(ns, "history", "--status", "failed", "--since", "1h")
     assert unscoped.returncode == 2
     assert "--status across jobs needs --tenant T or --all-tenants" in unscoped.stderr
+
+
+def test_what_a_run_printed_is_kept_two_weeks_and_read_with_history_run_output(
+    history_ns: Settings, session: Any, tmp_path: Path, procs: list[CronstreamProcess]
+) -> None:
+    """docs/run-output.md: a failing shell command's output (stdout and stderr) and a
+    python callable's return value go from the worker through the sink into run_output,
+    with CRONSTREAM_OUTPUT_TTL_DAYS (14) as their TTL, not history's year."""
+    ns = history_ns
+    start_sink(ns, tmp_path, procs)
+    worker = CronstreamProcess(ns, tmp_path, "w", "--shell-allow", "sh -c *", command="worker")
+    procs.append(worker)
+    worker.wait_live(1, text="assigned")
+    script = "echo hello from $CRONSTREAM_RUN_ID; echo oops >&2; exit 3"
+    specs = [{"id": "noisy", "target": "shell", "command": f"sh -c '{script}'", "max_attempts": 1},
+             {"id": "digest", "target": "python", "callable": "examples.tasks:send_digest"}]  # fmt: skip
+    with JobClient(ns) as client:
+        client.put_many([job_from_spec(spec, max_payload_bytes=65536) for spec in specs])
+        noisy, digest = (client.trigger_many(job, ["k"])[0].run_id for job in ("noisy", "digest"))
+    table = OutputTable(session, ns.keyspace)
+    wait_until(lambda: table.of(noisy) and table.of(digest), 90, "both outputs in Cassandra")
+    shown = cronstream(ns, "history", "--run", noisy, "--output")
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0].startswith("--- attempt 1 DEAD_LETTERED ")  # its only attempt failed
+    assert lines[1:] == ["hello from noisy@manual:k", "oops"]
+    (as_json,) = map(json.loads, cronstream(ns, "history", "--run", digest, "--output",
+                                           "--json").stdout.splitlines())  # fmt: skip
+    assert as_json["output"] == "digest for run digest@manual:k"
+    assert (as_json["status"], as_json["target_type"], as_json["dropped"]) == ("SUCCEEDED",
+                                                                               "python", None)  # fmt: skip
+    ttl = session.execute("SELECT TTL(output) FROM run_output WHERE run_id = %s",
+                          (noisy,)).one()[0]  # fmt: skip
+    assert 13 * 86400 < ttl <= 14 * 86400
+    # the outcome holds no output: history's record of the run is as before
+    (failed,) = [r for r in History(session, ns.keyspace).run(noisy)
+                 if r.status.value == "DEAD_LETTERED"]  # fmt: skip
+    assert failed.error is not None
+    assert "exit status 3" in failed.error
+    missing = cronstream(ns, "history", "--run", "noisy@manual:none", "--output")
+    assert missing.returncode == 4
+    assert "no output kept for run noisy@manual:none" in missing.stderr

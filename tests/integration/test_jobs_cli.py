@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
+import yaml
 
+from producers.client import JobClient
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import Priority
@@ -205,3 +208,52 @@ def test_trigger_refuses_an_idempotency_key_over_the_limit(ns: Settings) -> None
     result = cronstream(ns, "runs", "trigger", "t", "--idempotency-key", "k" * 201)
     assert result.returncode == 2, result.stderr
     assert "idempotency key" in result.stderr
+
+
+def test_one_client_reads_again_and_again_each_time_to_the_end(ns: Settings) -> None:
+    """A JobClient keeps one reader for all its reads (issue 36): a partition read before
+    is read again from its beginning to its new end, on either topic."""
+    with JobClient(ns) as client:
+        for hours in range(1, 5):
+            client.put_spec({"id": "again", "every": f"{hours}h", "target": "http",
+                             "url": "https://example.com/h"})  # fmt: skip
+            job = client.get("again")  # put_spec read its partition just before
+            assert job is not None
+            assert job.describe_schedule().startswith(f"every {hours * 3_600_000}ms")
+            assert [j.job_id for j in client.list_jobs()] == ["again"]
+            assert len(client.audit_log("again")) == hours
+            assert client.get("never") is None
+
+
+LIBRDKAFKA_LINE = re.compile(r"%\d\||rdkafka#")  # %3|1795814637.239|FAIL|rdkafka#consumer-3|
+
+
+def test_successful_commands_print_no_librdkafka_line(ns: Settings, tmp_path: Path) -> None:
+    """librdkafka's lines go through logging, shown by default only for errors that are
+    not connection churn (runtime.kafka.logs). A correct `flows trigger` printed
+    "%3|...|FAIL|rdkafka#consumer-3| ... SASL authentication error: ... Broker transport
+    failure": its reader closed while logging in to the group coordinator (issue 36).
+    Each command three times: that close is a race."""
+    put(ns, "quiet", "--every", "1h", *HTTP)
+    path = tmp_path / "flows.yaml"
+    node = {"name": "a", "target": "http", "url": "https://example.com/a"}
+    path.write_text(yaml.safe_dump({"flows": [{"id": "hushed", "every": "1h", "nodes": [node]}]}))
+    assert cronstream(ns, "flows", "put", "-f", str(path)).returncode == 0
+    commands = [("jobs", "list"), ("flows", "trigger", "hushed"),
+                ("tail", "jobs", "--from-beginning", "-n", "2", "--timeout", "20")]  # fmt: skip
+    for command in commands * 3:
+        done = cronstream(ns, *command)
+        assert done.returncode == 0, done.stderr
+        lines = 1 if command[0] == "flows" else 2  # jobs: quiet and the flow's schedule
+        assert len(done.stdout.splitlines()) == lines, done.stdout
+        assert not LIBRDKAFKA_LINE.search(done.stdout + done.stderr), (command, done.stderr)
+
+
+def test_vv_shows_librdkafkas_own_lines_through_logging(ns: Settings) -> None:
+    put(ns, "loud", "--every", "1h", *HTTP)
+    done = cronstream(ns, "jobs", "list", "-vv")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("loud ")
+    routed = [line for line in done.stderr.splitlines() if " DEBUG librdkafka: " in line]
+    assert any("SASL" in line for line in routed), done.stderr[-3000:]  # -vv: security
+    assert not re.search(r"^%\d\|", done.stderr, re.MULTILINE)  # none printed by itself

@@ -128,6 +128,11 @@ def test_a_dead_lettered_job_reaches_the_webhook_through_prometheus_and_alertman
     assert alert["labels"]["severity"] == "ticket"
     assert alert["annotations"]["summary"].endswith("dead-lettered by the worker in 5 minutes")
     assert target.keys("/fail/doomed")  # the run really ran, and failed
+    # The precision alert's input reaches Prometheus per priority: the worker serves the
+    # due-to-start histogram of each priority from its start, which the rule records
+    # (NaN while no scheduled run started; rules_test.yml has the alert's own cases).
+    recorded = _query(prom_port, "cronstream:start_skew_seconds:p99_5m")
+    assert {r["metric"]["priority"] for r in recorded} == {"HIGH", "NORMAL", "LOW"}
 
     # Two more runs of it fail: three in a row, an alert naming the job.
     for _ in range(2):

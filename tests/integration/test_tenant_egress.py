@@ -70,7 +70,7 @@ def test_each_tenant_writes_its_own_topics_only(
     executor = KafkaExecutor(worker_producer, TopicPolicy(own=frozenset()), tenants)
     try:
         assert executor.execute(Target(type="kafka", topic=mine), _context(a)) == (
-            f"produced to {mine}")  # fmt: skip
+            f"produced to {mine} partition 0 offset 0")  # fmt: skip
         with pytest.raises(TargetInvalid) as refused:
             executor.execute(Target(type="kafka", topic=theirs), _context(a))
         assert f"tenant {a!r} may not write to {theirs!r}" in str(refused.value)

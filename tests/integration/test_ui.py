@@ -25,6 +25,7 @@ from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.wait import WebDriverWait
 
 from consumers.history import HistoryTables
+from consumers.output import OutputTable
 from producers.client import JobClient
 from runtime.cassandra import cassandra_session
 from runtime.kafka.clients import kafka_producer
@@ -35,6 +36,7 @@ from runtime.tokens import ADMIN, token_path
 from schemas.catalog import Topics
 from schemas.definition import job_from_spec
 from schemas.events import DeadLetter, Priority, RunOutcome, RunStatus, utc_now
+from schemas.output import RunOutput
 from tests.integration.helpers import CronstreamProcess, free_port, wait_http_up
 from tests.integration.tenants import AdmissionThread
 
@@ -363,6 +365,48 @@ def test_a_tenant_signed_in_sees_only_its_own_jobs_runs_and_dead_letters(
         cb.cookies.clear()
         again = cb.get("/ui/jobs", headers={"cookie": f"cronstream_session={old}"})
         assert (again.status_code, again.headers["location"]) == (303, "/ui/login")
+
+
+def test_a_runs_page_shows_what_each_attempt_printed(
+    history_ns: Settings, procs: list[CronstreamProcess], browser: webdriver.Chrome,
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """docs/run-output.md: the run page (/ui/runs?run_id=) has a section per attempt with
+    its output, as text (markup in it is shown, never run), and a note when its start
+    was not kept."""
+    now = utc_now()
+    run_id = "backup@2026-11-27T02:00:00.000Z"
+    printed = ["dumping 3 databases\n<script>alert(1)</script>\nerror: disk full\n",
+               "dumping 3 databases\ndone: 3 dumps, 1.2 GB\n"]  # fmt: skip
+    cluster, session = cassandra_session(history_ns, keyspace=history_ns.keyspace)
+    try:
+        tables = HistoryTables(session, history_ns.keyspace, ttl_s=3600)
+        outputs = OutputTable(session, history_ns.keyspace, ttl_s=3600)
+        for attempt, status in ((1, RunStatus.FAILED), (2, RunStatus.SUCCEEDED)):
+            outcome = RunOutcome(run_id=run_id, job_id="backup", status=status, attempt=attempt,
+                                 scheduled_at=now - timedelta(minutes=5), recorded_at=now,
+                                 target_type="shell", duration_ms=1200)  # fmt: skip
+            for _table, statement in tables.rows(outcome):
+                session.execute(statement)
+            session.execute(outputs.row(RunOutput(
+                run_id=run_id, job_id="backup", attempt=attempt, status=status.value,
+                scheduled_at=outcome.scheduled_at, recorded_at=now, output=printed[attempt - 1],
+                dropped="start" if attempt == 1 else None, target_type="shell"))[1])  # fmt: skip
+    finally:
+        cluster.shutdown()
+    page = Page(browser, _ui(history_ns, procs, tmp_path))
+    page.sign_in(token_path(history_ns, ADMIN).read_text().strip())
+    page.open(f"/ui/runs?run_id={run_id}")
+    shown = page.text("#output")
+    assert "attempt 1 · FAILED" in shown
+    assert "its start was not kept" in shown
+    assert "<script>alert(1)</script>\nerror: disk full" in shown  # shown as text, not run
+    assert "attempt 2 · SUCCEEDED" in shown
+    assert "done: 3 dumps, 1.2 GB" in shown
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#output pre.output")) == 2
+    page.shot("run-output")
+    with capsys.disabled():
+        print("\nscreenshot:", page.shots[0])
 
 
 def test_strangers_get_the_sign_in_page_a_foreign_host_400_and_a_big_body_413(

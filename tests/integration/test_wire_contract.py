@@ -21,6 +21,7 @@ from schemas.catalog import Topics
 from schemas.errors import DecodeError
 from schemas.events import JobDefinition, MisfirePolicy, Target, utc_now
 from schemas.ids import partition_for
+from schemas.output import RunOutput
 from schemas.registry import RegistryClient
 from schemas.serde import Codec
 from tests.unit.test_avro_contract import EXAMPLES, OLD_JOB_SCHEMA
@@ -72,11 +73,15 @@ def test_every_event_round_trips_through_the_registry(
         assert codec.decode(data, type(event)) == event
 
 
+@pytest.mark.parametrize("kind", [JobDefinition, RunOutput])
 def test_subjects_are_backward_compatible_and_refuse_breaking_changes(
-    ns: Settings, registry: RegistryClient
+    ns: Settings, registry: RegistryClient, kind: type[JobDefinition | RunOutput]
 ) -> None:
-    subject = f"{Topics(ns).jobs}-value"  # registered by the ns fixture's bootstrap
-    current = json.loads(schema_json(JobDefinition.AVRO_NAME))
+    topics = Topics(ns)
+    topic = topics.jobs if kind is JobDefinition else topics.run_output
+    subject = f"{topic}-value"  # registered by the ns fixture's bootstrap
+    assert registry.lookup(subject, schema_json(kind.AVRO_NAME)) is not None
+    current = json.loads(schema_json(kind.AVRO_NAME))
     breaking = dict(current, fields=[*current["fields"], {"name": "owner", "type": "string"}])
     assert registry.compatible(subject, json.dumps(breaking)) is False
     additive = dict(

@@ -27,6 +27,7 @@ from schemas.catalog import Topics
 from schemas.definition import job_from_spec
 from schemas.events import DeadLetter, Priority, RunOutcome
 from schemas.events import Target as RunTarget
+from schemas.output import RunOutput
 from schemas.serde import Codec
 from tests.bench.malformed import hostile_values, malformed
 from tests.integration.helpers import (
@@ -129,8 +130,9 @@ def test_retries_stay_within_backoff_bounds_then_dead_letter(
         'cronstream_worker_tenant_runs_total{status="DEAD_LETTERED",tenant="default"}': 1.0,
         "cronstream_worker_fire_to_start_seconds_count": 3.0,
         "cronstream_worker_run_duration_seconds_count": 3.0,
-        # the first attempt was written here without a due time; each retry has its own
-        "cronstream_worker_start_skew_seconds_count": 2.0,
+        # the first attempt was written here without a due time; each retry has its own,
+        # counted under the job's priority
+        'cronstream_worker_start_skew_seconds_count{priority="NORMAL"}': 2.0,
     }
     mine = sorted((o for o in seen if o.run_id == run_id), key=lambda o: o.recorded_at)
     # Each attempt's end carries its start (a STARTED record only for one that ran
@@ -352,7 +354,11 @@ def test_secrets_stay_in_their_tenant_and_out_of_history_the_dlq_and_the_log(
     with registry_client(ns, writer=True) as registry:
         letters = [Codec(registry).decode(r.value, DeadLetter)
                    for r in read_topic(ns, Topics(ns).dlq)]  # fmt: skip
+        # what the target answered is the attempt's output (docs/run-output.md)
+        outputs = {o.run_id: o.output for o in (Codec(registry).decode(r.value, RunOutput)
+                   for r in read_topic(ns, Topics(ns).run_output))}  # fmt: skip
     reasons = [letter.reason for letter in letters if letter.run_id in (ours, theirs)]
     assert len(reasons) == 2
-    for text in [*errors.values(), *reasons, w.log()]:
+    assert outputs == {ours: "bad credentials: ***"}  # the tenant's run sent nothing
+    for text in [*errors.values(), *reasons, *outputs.values(), w.log()]:
         assert "op-s3cret" not in text

@@ -1,5 +1,6 @@
 """Every event round-trips through its .avsc schema, and the schemas evolve compatibly
-(a job definition, and the admission's answer before and after refusal codes)."""
+(a job definition, the admission's answer before and after refusal codes, a run's
+output)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ from schemas.events import (
     iso,
     to_jsonable,
 )
+from schemas.output import RunOutput
 from schemas.tenancy import RefusalCode, TenantAction, TenantResult
 
 T0 = datetime(2026, 11, 22, 10, 0, 0, 123000, tzinfo=UTC)
@@ -48,7 +50,7 @@ RUN = RunRequest(
     priority=Priority.HIGH, timeout_ms=5000, retry=RetryPolicy(max_attempts=4),
 )  # fmt: skip
 
-EXAMPLES: list[Event] = [
+EXAMPLES: list[Event | RunOutput] = [
     JobDefinition(job_id="cron", target=HTTP, updated_at=T0, schedule=CronSchedule(expression="0 2 * * *"),
                   timezone="Europe/Paris", start_at=T0, end_at=T0 + timedelta(days=1), jitter_ms=5,
                   paused=True, payload='{"a":1}', priority=Priority.LOW,
@@ -78,6 +80,9 @@ EXAMPLES: list[Event] = [
                    issued_at=T0, reason="operator"),
     DeadLetter(reason="bad bytes", stage="scheduler", source_topic="t", source_partition=3,
                source_offset=42, dead_at=T0, source_key=b"k", source_value=b"\x00\x01"),
+    RunOutput(run_id=RUN.run_id, job_id="j", tenant="acme", attempt=2, status="FAILED",
+              scheduled_at=T0, recorded_at=T0, output="line 1\nexit 3 ✗\n", dropped="start",
+              target_type="shell", worker="w1"),
 ]  # fmt: skip
 
 
@@ -91,8 +96,10 @@ def read(data: bytes, writer: Any, reader: Any) -> Any:
     return fastavro.schemaless_reader(io.BytesIO(data), writer, reader, return_record_name=True)
 
 
-@pytest.mark.parametrize("event", EXAMPLES, ids=lambda e: f"{type(e).__name__}-{e.key()}")
-def test_every_event_round_trips_through_its_schema(event: Event) -> None:
+@pytest.mark.parametrize(
+    "event", EXAMPLES, ids=lambda e: f"{type(e).__name__}-{getattr(e, 'key', lambda: '')()}"
+)
+def test_every_event_round_trips_through_its_schema(event: Event | RunOutput) -> None:
     schema = parsed_schema(event.AVRO_NAME)
     decoded = type(event).from_avro(read(write(schema, event.to_avro()), schema, schema))
     assert decoded == event
@@ -303,3 +310,24 @@ def test_python_enums_list_their_avro_symbols_in_order(enum: type[StrEnum]) -> N
     added to one side only, or in another place, would write another trigger."""
     symbols = json.loads(schema_json(f"cronstream.{enum.__name__}"))["symbols"]
     assert [m.value for m in enum] == symbols
+
+
+def test_a_run_output_is_its_own_record_and_its_optional_fields_have_defaults() -> None:
+    """docs/run-output.md: the output is a record of its own, not a field of the outcome
+    that every reader of history decodes; what a later writer may leave out reads back
+    with its default."""
+    assert "output" not in {
+        f["name"] for f in json.loads(schema_json(RunOutcome.AVRO_NAME))["fields"]
+    }
+    current = json.loads(schema_json(RunOutput.AVRO_NAME))
+    required = [f for f in current["fields"] if "default" not in f]
+    assert [f["name"] for f in required] == ["run_id", "job_id", "status", "scheduled_at",
+                                             "recorded_at", "output"]  # fmt: skip
+    oldest = fastavro.parse_schema({**current, "fields": required})
+    record = {"run_id": "j@1", "job_id": "j", "status": "SUCCEEDED", "scheduled_at": T0,
+              "recorded_at": T0, "output": "ok"}  # fmt: skip
+    back = RunOutput.from_avro(read(write(oldest, record), oldest,
+                                    parsed_schema(RunOutput.AVRO_NAME)))  # fmt: skip
+    assert back == RunOutput(run_id="j@1", job_id="j", status="SUCCEEDED", scheduled_at=T0,
+                             recorded_at=T0, output="ok")  # fmt: skip
+    assert (back.tenant, back.attempt, back.dropped, back.worker) == ("default", 1, None, None)

@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import KafkaError
 
 from consumers.errors import ExecutionFailed, PermanentFailure, TargetInvalid, TimedOut
-from consumers.executors.base import CancelFlag, RunContext
+from consumers.executors.base import CancelFlag, Output, RunContext
 from consumers.executors.http import BODY_CAP, HttpExecutor
 from consumers.executors.kafka import KafkaExecutor, TopicPolicy
 from consumers.executors.secrets import Secrets
@@ -61,6 +61,13 @@ class Recorder(BaseHTTPRequestHandler):
         elif self.path == "/slow":
             time.sleep(2)
             self.send_response(200)
+        elif self.path in ("/answer", "/down-page"):
+            page = b'{"done": true}' if self.path == "/answer" else b"<h1>down for maintenance</h1>"
+            self.send_response(200 if self.path == "/answer" else 503)
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+            return
         else:
             self.send_response(200)
         self.send_header("Content-Length", "0")
@@ -115,7 +122,7 @@ def http() -> Iterator[HttpExecutor]:
 
 def test_http_sends_the_run_id_as_idempotency_key(server: str, http: HttpExecutor) -> None:
     result = http.execute(Target(type="http", url=f"{server}/hook?a=1"), context())
-    assert result.startswith("HTTP 200")
+    assert result is None  # an empty body: no output
     method, path, headers, body = SEEN[0]
     assert (method, path, body) == ("POST", "/hook?a=1", b'{"x": 1}')
     assert headers["Idempotency-Key"] == "job@2026-11-22T10:00:00.000Z"
@@ -225,7 +232,7 @@ def test_http_drops_credentials_on_a_redirect_to_another_origin(server: str) -> 
         secret = {name: f"s3cret-{i}" for i, name in enumerate(CREDENTIALS)}
         secret |= {"X-Team": "a", "X-Plain-Name": "secret:hook"}  # a secret is a credential
         get = Target(type="http", method="GET", url=f"{server}/redirect-cross", headers=secret)
-        assert http.execute(get, context()).startswith("HTTP 200")
+        assert http.execute(get, context()) is None  # 200, an empty body
         (_, first, sent, _), (_, landing, followed, _) = SEEN
         assert (first, landing) == ("/redirect-cross", "/landing")
         assert [sent[name] for name in CREDENTIALS] == [secret[name] for name in CREDENTIALS]
@@ -238,6 +245,17 @@ def test_http_drops_credentials_on_a_redirect_to_another_origin(server: str) -> 
         assert [path for _, path, _, _ in SEEN][2:] == ["/redirect-cross-post"]
     finally:
         http.close()
+
+
+def test_an_http_body_is_the_attempts_output_an_error_pages_too(
+    server: str, http: HttpExecutor
+) -> None:
+    assert http.execute(Target(type="http", url=f"{server}/answer"), context()) == Output(
+        b'{"done": true}'
+    )
+    with pytest.raises(ExecutionFailed, match="HTTP 503") as caught:
+        http.execute(Target(type="http", url=f"{server}/down-page"), context())
+    assert caught.value.output == Output(b"<h1>down for maintenance</h1>")
 
 
 def test_http_checks_every_redirect(server: str, http: HttpExecutor) -> None:
@@ -286,7 +304,7 @@ def test_http_deadline_bounds_the_whole_call(server: str, http: HttpExecutor, pa
     with pytest.raises(TimedOut):
         http.execute(Target(type="http", url=f"{server}{path}"), context(timeout=1.0))
     assert time.monotonic() - started < 1.5
-    assert http.execute(Target(type="http", url=f"{server}/ok"), context()).startswith("HTTP 200")
+    assert http.execute(Target(type="http", url=f"{server}/ok"), context()) is None  # 200
 
 
 def test_http_reads_a_capped_start_of_a_huge_body(server: str, http: HttpExecutor) -> None:
@@ -295,6 +313,9 @@ def test_http_reads_a_capped_start_of_a_huge_body(server: str, http: HttpExecuto
     with pytest.raises(ExecutionFailed, match="HTTP 500") as caught:
         http.execute(Target(type="http", url=f"{server}/huge"), context(timeout=20))
     assert str(caught.value).endswith("e" * 300)
+    output = caught.value.output  # the body's start, the attempt's output: the rest unread
+    assert isinstance(output, Output)
+    assert (output.data, output.dropped) == (b"e" * BODY_CAP, "end")
     grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
     assert grown_mib < 20
     assert BODY_CAP == 64 * 1024
@@ -322,6 +343,17 @@ class _Metadata:
         self.topics = {topic: type("T", (), {"error": error})()}
 
 
+class _Delivered:
+    def __init__(self, offset: int) -> None:
+        self._offset = offset
+
+    def partition(self) -> int:
+        return 0
+
+    def offset(self) -> int:
+        return self._offset
+
+
 class _Producer:
     """What KafkaExecutor asks of its producer: topic metadata, and produce/poll."""
 
@@ -334,7 +366,7 @@ class _Producer:
 
     def produce(self, topic: str, *, on_delivery: Any, **_kw: Any) -> None:
         self.produced.append(topic)
-        on_delivery(None, None)
+        on_delivery(None, _Delivered(len(self.produced) + 6))
 
     def poll(self, _timeout: float) -> int:
         return 0
@@ -379,7 +411,7 @@ def test_a_kafka_target_topic_that_does_not_exist_fails_at_once_and_is_remembere
     assert time.monotonic() - started < 1
     assert producer.lookups == 1  # the broker's answer is remembered
     assert executor.execute(Target(type="kafka", topic="orders.created"), context()) == (
-        "produced to orders.created"
+        "produced to orders.created partition 0 offset 7"  # the attempt's output
     )
 
 

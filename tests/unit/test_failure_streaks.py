@@ -1,11 +1,11 @@
-"""The per-job failure streak gauge (``runtime.metrics.FailureStreaks``): a series per
+"""The per-job failure streak gauge (``runtime.cardinality.FailureStreaks``): a series per
 failing job only, ended by a success, bounded in names."""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from runtime.metrics import FailureStreaks
+from runtime.cardinality import FailureStreaks
 
 
 def _series(registry: CollectorRegistry) -> dict[str, float]:

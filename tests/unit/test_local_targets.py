@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from consumers.errors import Cancelled, ExecutionFailed, TargetInvalid, TimedOut
-from consumers.executors.base import RunContext
+from consumers.executors.base import Output, RunContext
 from consumers.executors.python import PythonExecutor, PythonPolicy
 from consumers.executors.shell import OUTPUT_CAP, ShellExecutor, ShellPolicy
 from cronstream.cli import main
@@ -23,15 +23,28 @@ HERE = "tests.unit.test_local_targets"
 TESTS = PythonExecutor(PythonPolicy(["examples", "tests.unit"]))
 
 
-def python(name: str, executor: PythonExecutor = TESTS, ctx: RunContext | None = None) -> str:
+def python(
+    name: str, executor: PythonExecutor = TESTS, ctx: RunContext | None = None
+) -> str | bytes | None:
     return executor.execute(Target(type="python", callable=name), ctx or context())
+
+
+def shell_output(
+    command: str, *allow: str, ctx: RunContext | None = None, env: tuple[str, ...] = ()
+) -> Output | None:
+    executor = ShellExecutor(ShellPolicy(allow, env=env))
+    return executor.execute(Target(type="shell", command=command), ctx or context())
 
 
 def shell(
     command: str, *allow: str, ctx: RunContext | None = None, env: tuple[str, ...] = ()
 ) -> str:
-    executor = ShellExecutor(ShellPolicy(allow, env=env))
-    return executor.execute(Target(type="shell", command=command), ctx or context())
+    """What the command printed (its output: "" for none)."""
+    output = shell_output(command, *allow, ctx=ctx, env=env)
+    if output is None:
+        return ""
+    assert isinstance(output.data, bytes)
+    return output.data.decode()
 
 
 # -- python ---------------------------------------------------------------------------
@@ -158,7 +171,7 @@ def test_a_trace_function_a_job_installs_does_not_follow_it_to_the_next_run() ->
     worker = threading.Thread(target=thread)
     worker.start()
     worker.join(10)
-    assert results[:2] == ["returned 'done'", (None, None)]
+    assert results[:2] == ["done", (None, None)]
     assert "job@2026-11-22T10:00:00.000Z" in str(results[2])
 
 
@@ -185,7 +198,7 @@ def test_shell_allowlist_matches_the_whole_argv() -> None:
         shell("echo a; rm x", "echo a")  # one argument 'a;' : no shell, no match
     assert "hello" in shell("echo hello", "echo *")
     assert "a b c" in shell("echo a b c", "echo **")
-    assert shell("echo", "echo **") == "exit 0: "
+    assert shell("echo", "echo **") == "\n"
     assert '{"x": 1}' in shell("cat", "cat")
     with pytest.raises(ExecutionFailed, match="exit status 3"):
         shell("sh -c 'exit 3'", "sh -c 'exit [0-9]'")
@@ -232,9 +245,9 @@ def test_shell_options_must_be_spelled_out_by_the_pattern() -> None:
                            ("echo -n x", "echo * *"), ("echo -", "echo *")]:  # fmt: skip
         with pytest.raises(TargetInvalid, match="an option matches only a pattern word"):
             shell(command, allow)
-    assert shell("echo -n hi", "echo -n *") == "exit 0: hi"
-    assert shell("echo -n hi", "echo -* *") == "exit 0: hi"
-    assert shell("echo hi there", "echo **") == "exit 0: hi there"
+    assert shell("echo -n hi", "echo -n *") == "hi"
+    assert shell("echo -n hi", "echo -* *") == "hi"
+    assert shell("echo hi there", "echo **") == "hi there\n"
     with pytest.raises(TargetInvalid, match="matches no"):
         shell("echo -e hi", "echo -n *")
 
@@ -263,9 +276,11 @@ def test_shell_unknown_command_is_an_invalid_target() -> None:
 
 def test_shell_keeps_only_the_tail_of_a_huge_output() -> None:
     """Found by review: 300 MB of stdout cost +859 MB of worker memory."""
-    out = shell("sh -c 'head -c 50000000 /dev/zero | tr \"\\\\0\" x; echo END'", "sh -c *")
-    assert out.endswith("END")
-    assert len(out) < 300
+    out = shell_output("sh -c 'head -c 50000000 /dev/zero | tr \"\\\\0\" x; echo END'",
+                       "sh -c *")  # fmt: skip
+    assert out is not None
+    assert out.dropped == "start"
+    assert out.data == b"x" * (OUTPUT_CAP - 4) + b"END\n"  # its last bytes: the output kept
     assert OUTPUT_CAP == 64 * 1024
 
 
@@ -309,7 +324,7 @@ def test_shell_cancel_stops_a_running_command() -> None:
 
 def test_shell_command_that_ignores_its_stdin_still_succeeds() -> None:
     big = "x" * 1_000_000
-    assert shell("true", "true", ctx=context(payload=big)) == "exit 0: "
+    assert shell_output("true", "true", ctx=context(payload=big)) is None  # printed nothing
 
 
 @pytest.mark.parametrize(

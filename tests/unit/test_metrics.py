@@ -48,6 +48,25 @@ def test_loop_histogram_buckets_hold_their_upper_bound() -> None:
     ]  # fmt: skip
 
 
+def test_a_labelled_loop_histogram_exposes_what_a_labelled_histogram_would() -> None:
+    ours, theirs = CollectorRegistry(), CollectorRegistry()
+    fast = LoopHistogram("z_seconds", "doc", BUCKETS, ours, ["priority"])
+    slow = Histogram("z_seconds", "doc", ["priority"], buckets=BUCKETS, registry=theirs)
+    series = {p: fast.labels(p) for p in ("HIGH", "NORMAL", "LOW")}
+    for p in series:  # created at 0, as the worker creates its three
+        slow.labels(p)
+    assert fast.labels("HIGH") is series["HIGH"]  # found, not made again
+    rng = random.Random(5)
+    for i in range(300):
+        value, priority = rng.expovariate(10), ("HIGH", "LOW")[i % 2]
+        series[priority].observe(value)
+        slow.labels(priority).observe(value)
+    assert _samples(ours) == _samples(theirs)
+    assert 'z_seconds_count{priority="NORMAL"} 0.0' in _samples(ours)
+    with pytest.raises(ValueError, match="has labels"):
+        fast.labels("HIGH", "extra")
+
+
 def test_tally_applies_counts_in_bulk() -> None:
     registry = CollectorRegistry()
     runs = Counter("runs", "doc", ["status", "target"], registry=registry)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cronstream.monitoring import DUE_TO_START_P99_BY_PRIORITY
 from infra.ops import RULES, alertmanager_config, prometheus_config
 from runtime import metrics
 
@@ -69,6 +70,12 @@ def test_every_metric_named_is_one_cronstream_exports(source: str) -> None:
     named = set().union(*(_named(e) for e in exprs))
     assert named, "no cronstream metric named at all"
     assert named <= _exported(), f"not exported: {sorted(named - _exported())}"
+
+
+def test_the_dashboards_due_to_start_query_is_the_one_the_precision_alert_reads() -> None:
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    recorded = {r["record"]: r["expr"] for g in groups for r in g["rules"] if "record" in r}
+    assert recorded["cronstream:start_skew_seconds:p99_5m"] == DUE_TO_START_P99_BY_PRIORITY
 
 
 def test_every_dashboard_query_is_valid_promql(tmp_path: Path) -> None:

@@ -18,10 +18,12 @@ def _grants(role: str) -> set[tuple[str, str, str, str]]:
             for b in bindings}  # fmt: skip
 
 
-def test_the_sink_reads_history_and_writes_dead_letters_only() -> None:
+def test_the_sink_reads_history_and_run_output_and_writes_dead_letters_only() -> None:
     assert _grants("sink") == {
         ("TOPIC", "acme.history", "LITERAL", "READ"),
         ("TOPIC", "acme.history", "LITERAL", "DESCRIBE"),
+        ("TOPIC", "acme.run-output", "LITERAL", "READ"),
+        ("TOPIC", "acme.run-output", "LITERAL", "DESCRIBE"),
         ("TOPIC", "acme.dlq", "LITERAL", "WRITE"),
         ("TOPIC", "acme.dlq", "LITERAL", "DESCRIBE"),
         ("GROUP", "acme.", "PREFIXED", "READ"),
@@ -67,3 +69,12 @@ def test_only_the_worker_alters_its_groups_configs() -> None:
     the worker sets its group's at start."""
     alters = {r for r in ROLES if ("GROUP", "acme.", "PREFIXED", "ALTER_CONFIGS") in _grants(r)}
     assert alters == {"worker"}
+
+
+def test_only_the_worker_writes_run_output_and_only_the_sink_reads_it() -> None:
+    """What runs printed is read back through Cassandra (docs/run-output.md): no role but
+    the sink reads the topic, and no tenant has an ACL on it (``infra.tenants``)."""
+    topic = "acme.run-output"
+    writers = {r for r in ROLES if ("TOPIC", topic, "LITERAL", "WRITE") in _grants(r)}
+    readers = {r for r in ROLES if ("TOPIC", topic, "LITERAL", "READ") in _grants(r)}
+    assert (writers, readers) == ({"worker"}, {"sink"})

@@ -69,9 +69,10 @@ def test_catalog_names_partitions_and_configs() -> None:
     assert [name for name, _ in topics.all()] == [
         "acme.jobs", "acme.runs.high", "acme.runs.normal", "acme.runs.low", "acme.timers",
         "acme.history", "acme.dlq", "acme.control", "acme.flows", "acme.flows.events",
-        "acme.alerts", "acme.audit",
+        "acme.alerts", "acme.audit", "acme.run-output",
     ]  # fmt: skip
     assert topics.audit == "acme.audit"
+    assert topics.run_output == "acme.run-output"
     assert AUDIT.config["retention.ms"] == str(365 * 86_400_000)  # kept as long as history
     assert [name for name, _ in topics.internal()] == [
         "acme.flows-coordinator-__assignor-__leader", "acme.flows-coordinator-runs-changelog",

@@ -1,8 +1,8 @@
-"""The tenant label's cardinality bound (runtime.metrics.TenantLabels)."""
+"""The tenant label's cardinality bound (runtime.cardinality.TenantLabels)."""
 
 from __future__ import annotations
 
-from runtime.metrics import TenantLabels
+from runtime.cardinality import TenantLabels
 
 
 def test_the_first_tenants_keep_their_names_and_later_ones_are_other() -> None:

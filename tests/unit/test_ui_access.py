@@ -34,6 +34,7 @@ from producers.admission.core import JobsView
 from runtime.tokens import ADMIN, TokenBook, digest
 from schemas.definition import job_from_spec
 from schemas.events import DeadLetter, JobDefinition, RunOutcome, RunStatus, utc_now
+from schemas.output import RunOutput
 
 TOKENS = {"tok-acme": "acme", "tok-beta": "beta", "tok-admin": ADMIN}
 NOW = utc_now()
@@ -60,6 +61,10 @@ def _letter(offset: int, job_id: str | None, reason: str) -> Letter:
 JOBS = [_job("acme/report", "acme"), _job("beta/own", "beta"), _job("acme/ops", "default")]
 RUNS = [_run("acme/report", "acme", "acme-secret-error"), _run("beta/own", "beta", "beta-error"),
         _run("acme/ops", "default", "operator-error")]  # fmt: skip
+# What each run printed (docs/run-output.md): "<its error>-printed".
+OUTPUTS = [RunOutput(run_id=r.run_id, job_id=r.job_id, tenant=r.tenant, status="FAILED",
+                     scheduled_at=NOW, recorded_at=NOW, output=f"{r.error}-printed")
+           for r in RUNS]  # fmt: skip
 LETTERS = [_letter(1, "acme/report", "acme-letter"), _letter(2, "beta/own", "beta-letter"),
            _letter(3, "acme/ops", "operator-letter"), _letter(4, "acme/gone", "deleted-job-letter"),
            Letter(0, 5, None, "unreadable-letter")]  # fmt: skip
@@ -85,6 +90,9 @@ class FakeBackend:
                  statuses: Sequence[str] = (), *, limit: int | None = None,
                  ) -> Iterator[RunOutcome]:  # fmt: skip
         return iter(RUNS)  # ignoring the job, too
+
+    def run_output(self, run_id: str) -> list[RunOutput]:
+        return [o for o in OUTPUTS if o.run_id == run_id]
 
 
 class FakePrometheus:
@@ -270,7 +278,9 @@ def test_an_operators_job_named_under_a_tenant_is_not_that_tenants(browser: Brow
     browser.sign_in("tok-acme")
     assert browser.get("/ui/jobs/ops").status_code == 404
     run = browser.get("/ui/runs?run_id=ops@2026-11-26T10:00:00.000Z").text
-    assert "operator-error" not in run
+    assert "operator-error" not in run  # its record, and what it printed
+    own = browser.get("/ui/runs?run_id=report@2026-11-26T10:00:00.000Z").text
+    assert "acme-secret-error-printed" in own  # acme's own run: its output shown
     mine = browser.get("/ui/runs?status=failed").text
     assert "acme-secret-error" in mine
     assert "operator-error" not in mine
