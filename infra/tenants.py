@@ -57,7 +57,7 @@ from runtime.kafka.security import kafka_secret_path
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from runtime.tokens import issue_token, revoke_tokens, token_path
-from schemas.catalog import TENANT_COMMANDS, TENANT_RESULTS, Topics
+from schemas.catalog import TENANT_COMMANDS, TENANT_RESULTS, Topics, role_user
 from schemas.serde import Codec
 from schemas.tenancy import tenant_of_topic, tenant_problems, tenant_user
 
@@ -96,8 +96,13 @@ def tenant_acls(settings: Settings, tenant: str) -> list[AclBinding]:
         (ResourceType.TOPIC, egress_prefix(tenant), prefixed, AclOperation.WRITE),
         (ResourceType.TOPIC, egress_prefix(tenant), prefixed, AclOperation.DESCRIBE),
     ]
+    # The API and the dashboard show the lag of a trigger on the tenant's topics
+    # (cronstream.api.triggers): their watermarks and the trigger group's offsets there.
+    watchers = [f"User:{role_user(role)}" for role in ("api", "ui")]
     return [AclBinding(kind, name, pattern, principal, "*", op, allow)
-            for kind, name, pattern, op in grants]  # fmt: skip
+            for kind, name, pattern, op in grants] + [
+        AclBinding(ResourceType.TOPIC, egress_prefix(tenant), prefixed, watcher, "*",
+                   AclOperation.DESCRIBE, allow) for watcher in watchers]  # fmt: skip
 
 
 def add_tenant(

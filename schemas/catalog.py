@@ -234,6 +234,13 @@ def role_user(role: str) -> str:
     return f"cronstream-{role}"
 
 
+def triggers_group(prefix: str) -> str:
+    """The trigger processor's consumer group (docs/event-triggers.md): the offsets of
+    the source topics it has read are committed there, and a trigger's lag is read from
+    them (the API, the dashboard)."""
+    return f"{prefix}.triggers"
+
+
 def cassandra_role_user(role: str) -> str:
     """The Cassandra login of ``role`` (one whose RoleAccess.history is set)."""
     return f"cronstream_{role}"

@@ -57,6 +57,17 @@ def event_run_id(job_id: str, topic: str, partition: int, offset: int) -> str:
     return f"{job_id}@{EVENT}{topic}:{partition}:{offset}"
 
 
+def event_source(run_id: str) -> tuple[str, int, int] | None:
+    """The source record (topic, partition, offset) an event run id names (a flow's node
+    run ``FLOW@evt:t:0:5/NODE`` its flow run's), or None for another kind of run id."""
+    _, sep, part = run_id.rpartition(f"@{EVENT}")
+    topic, _, coordinates = part.partition("/")[0].partition(":")
+    partition, _, offset = coordinates.partition(":")
+    if not (sep and topic and partition.isdigit() and offset.isdigit()):
+        return None
+    return topic, int(partition), int(offset)
+
+
 def dependency_run_id(job_id: str, day: date) -> str:
     """The run of a dependent job for the day its upstream jobs succeeded."""
     return f"{job_id}@{DEPENDENCY}{day.isoformat()}"

@@ -98,6 +98,7 @@ def _error(status: int, reason: str, problems: list[str] | None = None) -> JSONR
 def _job_json(caller: Caller, job: JobDefinition) -> dict[str, Any]:
     out: dict[str, Any] = redact_jsonable(to_jsonable(job))
     out["job_id"] = caller.own(job.job_id)
+    out["after"] = [caller.own(upstream) for upstream in job.after]
     return out
 
 
@@ -213,6 +214,15 @@ def job_history(
     rows = backend.job_runs(job.job_id, start, end, statuses_of(status), limit=limit,
                             tenant=job.tenant)  # fmt: skip
     return _outcomes_json(who, rows, limit)
+
+
+@router.get("/v1/jobs/{job_id:path}/triggers")
+def job_triggers(who: Who, backend: Back, job_id: str) -> dict[str, Any]:
+    """What the job's triggers are doing (docs/event-triggers.md, "Watching a trigger"):
+    for ``on:`` the last record matched and the lag per source partition, for ``after:``
+    the upstream jobs and which succeeded today (UTC)."""
+    job = job_of(backend, who, job_id)
+    return backend.triggers(job, utc_now()).as_json(who.own)
 
 
 @router.post("/v1/jobs/{job_id:path}/{action}")

@@ -19,13 +19,24 @@ import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import suppress
-from datetime import datetime
+from dataclasses import replace
+from datetime import datetime, timedelta
 from itertools import islice
 from typing import Any
 
 from consumers.archive import Archive, hot_from, tiered_job_runs
 from consumers.history import History
 from consumers.output import OutputTable
+from cronstream.api.triggers import (
+    SCAN_DAYS,
+    SCAN_ROWS,
+    UPSTREAM_ROWS,
+    TriggerOffsets,
+    TriggerStatus,
+    day_bounds,
+    last_matched,
+    upstream_today,
+)
 from producers.admission.core import JobsView
 from producers.admission.processor import JobsFollower
 from producers.errors import NoAnswer
@@ -39,6 +50,7 @@ from runtime.waiting import StopWaiting, learn_writers, sleeping
 from schemas.catalog import Topics
 from schemas.errors import DecodeError
 from schemas.events import JobDefinition, RunOutcome, utc_now
+from schemas.ids import dependency_run_id
 from schemas.output import RunOutput
 from schemas.serde import Codec
 from schemas.tenancy import TenantAction, TenantCommand, TenantResult, commands_pattern
@@ -65,6 +77,7 @@ class Backend:
         self._session: Any = None
         self._outputs: OutputTable | None = None  # prepared by the first query of one
         self._archive: Archive | None = None  # opened by the first query that needs it
+        self._offsets: TriggerOffsets | None = None  # made by the first trigger asked of
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
@@ -101,6 +114,34 @@ class Backend:
             self._outputs = OutputTable(self._session, self.settings.keyspace)
         return self._outputs.of(run_id)
 
+    def triggers(self, job: JobDefinition, now: datetime) -> TriggerStatus:
+        """What ``job``'s triggers are doing (``cronstream.api.triggers``): the lag and
+        last record matched of its ``on:``, its upstream jobs' day. History that cannot
+        be read is the answer's ``history_error``, the lag's Kafka refusal its own."""
+        assert self.history is not None
+        status = TriggerStatus(job=job)
+        if job.on is not None:
+            if self._offsets is None:
+                self._offsets = TriggerOffsets(self.settings)
+            status = replace(status, lag=self._offsets.lag(job.on.topic))
+        try:
+            if job.on is not None:
+                rows = self.history.job_runs(job.job_id, now - timedelta(days=SCAN_DAYS),
+                                             now + timedelta(days=1), limit=SCAN_ROWS)  # fmt: skip
+                status = replace(status, matched=last_matched(rows))
+            if job.after:
+                day, start, end = day_bounds(now)
+                upstream = tuple(upstream_today(
+                    u, u in self.view.jobs, self.history.job_runs(
+                        u, start, end, ["SUCCEEDED"], limit=UPSTREAM_ROWS), day)
+                    for u in job.after)  # fmt: skip
+                own = self.history.run(dependency_run_id(job.job_id, day))
+                status = replace(status, day=day, upstream=upstream,
+                                 today=own[-1] if own else None)  # fmt: skip
+        except Exception as exc:  # the driver's NoHostAvailable, OperationTimedOut: shown
+            return replace(status, history_error=f"history unavailable ({exc})")
+        return status
+
     def stopped_threads(self) -> list[str]:
         """The names of the backend's threads that ended (none while it serves)."""
         return [t.name for t in self._threads if not t.is_alive()]
@@ -113,6 +154,8 @@ class Backend:
         self.publisher.close()
         if self._archive is not None:
             self._archive.close()
+        if self._offsets is not None:
+            self._offsets.close()
         if self.cluster is not None:
             self.cluster.shutdown()
 

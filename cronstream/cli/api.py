@@ -11,10 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
 
 from cronstream.cli.common import EXIT_INVALID, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_UNAVAILABLE
-from producers.spec import load_jobs_file
+from producers.spec import load_jobs_file, yaml_entries
 from runtime.settings import Settings
 
 # HTTP status -> exit code (README, "Exit codes").
@@ -38,8 +37,8 @@ def _requests(settings: Settings, args: argparse.Namespace) -> list[tuple[str, s
     if command == "put":
         # Validated here first, so an invalid file sends nothing; the API validates again.
         load_jobs_file(Path(args.file), max_payload_bytes=settings.max_payload_bytes)
-        doc: Any = yaml.safe_load(Path(args.file).read_text())
-        entries: list[dict[str, Any]] = doc["jobs"] if isinstance(doc, dict) else doc
+        # Read as the jobs file was (a bare ``on:`` key is the trigger, not YAML's true).
+        entries = yaml_entries(Path(args.file), "jobs")
         return [("PUT", f"/v1/jobs/{e['id']}", {k: v for k, v in e.items() if k != "id"})
                 for e in entries]  # fmt: skip
     if command == "delete":

@@ -74,7 +74,28 @@ def _spec_from_args(args: argparse.Namespace) -> dict[str, Any]:
         spec["headers"] = headers
     if args.paused:
         spec["paused"] = True
-    return spec
+    return {**spec, **_triggers_from_args(args)}
+
+
+def _triggers_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The spec's ``on:`` mapping from --on-topic and its companions, and its ``after:``
+    (what is missing or wrong in them, a filter without a topic included,
+    ``job_from_spec`` names)."""
+    after = {"after": args.after} if args.after else {}
+    on: dict[str, Any] = {}
+    for flag, key in (("on_topic", "topic"), ("filter", "filter"), ("debounce", "debounce"),
+                      ("batch", "batch"), ("on_key", "key")):  # fmt: skip
+        if getattr(args, flag) is not None:
+            on[key] = getattr(args, flag)
+    if args.on_field:
+        fields = {}
+        for item in args.on_field:
+            name, sep, path = item.partition("=")
+            if not sep:
+                raise SpecError(f"job {args.job_id}", [f"--on-field {item!r} is not NAME=PATH"])
+            fields[name.strip()] = path.strip()
+        on["fields"] = fields
+    return {"on": on, **after} if on else after
 
 
 def cmd_jobs_put(client: JobClient, args: argparse.Namespace) -> int:
@@ -303,6 +324,32 @@ def add_job_schedule_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--end", help="no fire after this instant")
     parser.add_argument("--tenant", help="owner of the job (default 'default')")
     parser.add_argument("--paused", action="store_true", help="create it paused")
+    add_trigger_args(parser)
+
+
+def add_trigger_args(parser: argparse.ArgumentParser) -> None:
+    """A job's ``on:`` and ``after:`` (docs/event-triggers.md)."""
+    on = parser.add_argument_group("event trigger (on:) and dependent job (after:)")
+    on.add_argument("--on-topic", metavar="T", help="run on the records of topic T (beside "
+                    "or instead of a schedule)")  # fmt: skip
+    on.add_argument("--filter", metavar="EXPR", help="only the records it holds for, e.g. "
+                    "'value.amount > 100 and headers[\"source\"] == \"web\"'")  # fmt: skip
+    window = on.add_mutually_exclusive_group()
+    window.add_argument("--debounce", metavar="D", help="at most one run per D, e.g. 5m")
+    window.add_argument("--batch", metavar="N", type=int, help="one run per N records")
+    on.add_argument("--on-key", metavar="PATH", help="debounce or batch per value at PATH")
+    on.add_argument(
+        "--on-field",
+        metavar="NAME=PATH",
+        action="append",
+        help="the run's payload: these fields (repeatable; default the record)",
+    )
+    on.add_argument(
+        "--after",
+        metavar="JOB",
+        action="append",
+        help="run once JOB succeeded for a day (repeatable: once all did)",
+    )
 
 
 def _add_log(jobs: Any) -> None:

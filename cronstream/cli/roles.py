@@ -275,6 +275,11 @@ def _register_admission(sub: Any) -> None:
         help="jobs one tenant may have (a put of a new one over it is refused)",
     )  # fmt: skip
     p.add_argument(
+        "--max-event-jobs", type=at_least(0),
+        default=env_int("CRONSTREAM_TENANT_MAX_EVENT_JOBS", 100, minimum=0),
+        help="of those, jobs with an event trigger (on:) one tenant may have",
+    )  # fmt: skip
+    p.add_argument(
         "--triggers-per-minute", type=at_least(0),
         default=env_int("CRONSTREAM_TENANT_TRIGGERS_PER_MINUTE", 600, minimum=0),
         help="manual runs one tenant may start in any 60 s (more are refused)",
@@ -434,7 +439,11 @@ def cmd_admission(settings: Settings, args: argparse.Namespace) -> int:
     config = AdmissionConfig(
         group=args.group or f"{settings.topic_prefix}.admission",
         name=args.name,
-        quotas=Quotas(max_jobs=args.max_jobs, triggers_per_minute=args.triggers_per_minute),
+        quotas=Quotas(
+            max_jobs=args.max_jobs,
+            max_event_jobs=args.max_event_jobs,
+            triggers_per_minute=args.triggers_per_minute,
+        ),
         grants=tuple(args.grant),
         policy_file=policy_path(settings, args.policy),
     )

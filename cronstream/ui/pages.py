@@ -241,8 +241,12 @@ def job_page(
         (r.run_id, (r.duration_ms or 0) / 1000, r.status.value) for r in reversed(finals[:60])
     ])  # fmt: skip
     definition = json.dumps(redact_jsonable(to_jsonable(job)), indent=2, sort_keys=True)
+    triggers = None  # cronstream.api.triggers: the lag and last match, the upstream's day
+    if job.on is not None or job.after:
+        triggers = backend.triggers(job, utc_now()).as_json(lambda s: own_id(who, s))
     return render(request, "job.html", who, job=job, id=own_id(who, job.job_id),
                   definition=definition, fires=fires, chart=chart, since=since,
+                  triggers=triggers,
                   runs=[_run_row(who, r) for r in runs[:50]],
                   failures=[_run_row(who, r) for r in failures])  # fmt: skip
 

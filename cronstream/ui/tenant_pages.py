@@ -46,6 +46,7 @@ def limits(tenant: str) -> dict[str, float]:
         if name.strip() == tenant:
             rate = float(value)
     return {"max_jobs": env_int("CRONSTREAM_TENANT_MAX_JOBS", 1000, minimum=0),
+            "max_event_jobs": env_int("CRONSTREAM_TENANT_MAX_EVENT_JOBS", 100, minimum=0),
             "triggers_per_minute": env_int("CRONSTREAM_TENANT_TRIGGERS_PER_MINUTE", 600,
                                            minimum=0),
             "fires_per_second": 0.0 if tenant == "default" else rate}  # fmt: skip
@@ -82,6 +83,7 @@ def tenant_page(request: Request, who: Who, backend: Back, name: str) -> HTMLRes
     failing, failures_error = _failing(backend, who, name, streaks)
     return render(request, "tenant.html", who, tenant=name, limits=limits(name),
                   jobs=[{"id": own_id(who, j.job_id), "job": j} for j in jobs], flows=flows,
+                  event_jobs=sum(j.on is not None for j in jobs),
                   figures=figures, refused=refused, failing=failing, error=error,
                   failures_error=failures_error, updated=time.strftime("%H:%M:%S"))  # fmt: skip
 

@@ -7,8 +7,13 @@
   tenant can name, change, delete, trigger and cancel only its own jobs: another
   tenant's job is simply not in its namespace ("no job").
 - Quotas: at most ``max_jobs`` jobs per tenant (a put of a new job over it is refused);
-  at most ``triggers_per_minute`` accepted manual runs per tenant in any 60 s (a trigger
-  over it is refused, saying when the next one fits). Every refusal is a result with its
+  at most ``max_event_jobs`` of them with an event trigger (``on:``: each one is a
+  trigger the trigger processor keeps per source partition, with its open windows and
+  batches; a put that would make one more is refused); at most ``triggers_per_minute``
+  accepted manual runs per tenant in any 60 s (a trigger over it is refused, saying when
+  the next one fits). The event runs themselves are emitted by the trigger processor,
+  which the admission never sees: that processor counts them against the tenant's rate
+  (docs/event-triggers.md, "Tenants"). Every refusal is a result with its
   reason and its code (``schemas.tenancy.RefusalCode``: not_found, quota, invalid,
   policy; unreadable and internal for a record that is no command or that made the
   processor raise) on the tenant's results topic; nothing is dropped silently. Each
@@ -16,6 +21,10 @@
 - Target policy (``schemas.policy``): a put whose target the tenant is not granted (a
   private address, another tenant's or cronstream's topic, python, shell) is refused
   naming the rule; ``policy`` is the current one (the processor keeps it fresh).
+- Triggers: the jobs a tenant's job comes ``after`` are its own, qualified as its id is
+  (``after: [extract]`` is stored ``acme/extract``); a source topic (``on:``) that is
+  not one of the tenant's own (``source_problems``) is refused as the target policy
+  refuses, code ``policy``, every rule broken named at once.
 - A trigger without an idempotency key uses the command's id as the key, so a command
   read twice (after a crash of the admission) names the same run, which workers
   execute once.
@@ -28,6 +37,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from schemas.definition import problems as definition_problems
+from schemas.definition.triggers import source_problems
 from schemas.events import ControlAction, ControlCommand, JobDefinition, RunRequest, Trigger
 from schemas.ids import job_id_of, manual_run_id
 from schemas.instants import to_ms
@@ -50,6 +60,7 @@ MAX_REASON = 2000  # characters of a refusal's reason kept in the answer
 @dataclass(frozen=True, slots=True)
 class Quotas:
     max_jobs: int = 1000
+    max_event_jobs: int = 100  # jobs with on: (of max_jobs)
     triggers_per_minute: int = 600
 
 
@@ -82,6 +93,7 @@ class JobsView:
     def __init__(self) -> None:
         self.jobs: dict[str, JobDefinition] = {}
         self.counts: Counter[str] = Counter()  # tenant -> jobs
+        self.event_counts: Counter[str] = Counter()  # tenant -> jobs with on:
 
     def observe(self, job_id: str, job: JobDefinition | None) -> None:
         """A definition (None: a tombstone) as written to the jobs topic, by the
@@ -89,9 +101,11 @@ class JobsView:
         old = self.jobs.pop(job_id, None)
         if old is not None:
             self.counts[old.tenant] -= 1
+            self.event_counts[old.tenant] -= int(old.on is not None)
         if job is not None:
             self.jobs[job_id] = job
             self.counts[job.tenant] += 1
+            self.event_counts[job.tenant] += int(job.on is not None)
 
     def of_tenant(self, tenant: str, job_id: str) -> JobDefinition | None:
         """``tenant``'s job ``job_id`` (its own id), or None."""
@@ -159,20 +173,32 @@ class Admission(JobsView):
         if command.job is None:
             why = Refusal(RefusalCode.INVALID, "PUT without a job definition")
             return self._answer(command, offset, now, why)
-        job = replace(command.job, job_id=stored, tenant=tenant, updated_at=now)
+        after = tuple(qualify(tenant, upstream) for upstream in command.job.after)
+        job = replace(command.job, job_id=stored, tenant=tenant, after=after, updated_at=now)
         problems = definition_problems(job, max_payload_bytes=self.max_payload_bytes)
         if problems:
             return self._answer(command, offset, now, _refusal(RefusalCode.INVALID, problems))
-        problems = self.policy.problems(tenant, stored, job.target)
+        problems = [*self.policy.problems(tenant, stored, job.target),
+                    *source_problems(tenant, job)]  # fmt: skip
         if problems:
             return self._answer(command, offset, now, _refusal(RefusalCode.POLICY, problems))
-        have = self.counts[tenant]
-        if stored not in self.jobs and have >= self.quotas.max_jobs:
-            why = Refusal(RefusalCode.QUOTA, f"job quota: tenant {tenant!r} has "
-                          f"{have} of its {self.quotas.max_jobs} jobs")  # fmt: skip
-            return self._answer(command, offset, now, why)
+        over = self._over_quota(tenant, stored, job)
+        if over is not None:
+            return self._answer(command, offset, now, Refusal(RefusalCode.QUOTA, over))
         self.observe(stored, job)
         return replace(self._answer(command, offset, now), job=(stored, job))
+
+    def _over_quota(self, tenant: str, stored: str, job: JobDefinition) -> str | None:
+        """Why putting ``job`` as ``stored`` would take ``tenant`` over a job quota."""
+        old = self.jobs.get(stored)
+        have, limit = self.counts[tenant], self.quotas.max_jobs
+        if old is None and have >= limit:
+            return f"job quota: tenant {tenant!r} has {have} of its {limit} jobs"
+        have, limit = self.event_counts[tenant], self.quotas.max_event_jobs
+        if job.on is not None and (old is None or old.on is None) and have >= limit:
+            return (f"event job quota: tenant {tenant!r} has {have} of its {limit} jobs with "
+                    "an event trigger (on:)")  # fmt: skip
+        return None
 
     def _trigger(
         self, tenant: str, job: JobDefinition, command: TenantCommand, offset: int, now: datetime

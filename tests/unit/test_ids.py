@@ -5,6 +5,7 @@ import pytest
 from schemas.ids import (
     dependency_run_id,
     event_run_id,
+    event_source,
     job_id_of,
     manual_run_id,
     murmur2,
@@ -64,3 +65,15 @@ def test_an_event_run_id_has_no_slash_so_a_flow_node_is_found_after_the_first() 
     flow_run = event_run_id("etl", "files.in", 0, 5)
     node_run = f"{flow_run}/extract"  # streams.core.flow.node_run_id
     assert node_run.partition("@")[2].partition("/") == ("evt:files.in:0:5", "/", "extract")
+
+
+def test_an_event_run_id_gives_back_its_source_record() -> None:
+    assert event_source(event_run_id("acme/j@x", "acme.orders", 3, 1042)) == (
+        "acme.orders",
+        3,
+        1042,
+    )
+    assert event_source(event_run_id("etl", "files.in", 0, 5) + "/extract") == ("files.in", 0, 5)
+    for other in ("j@2026-11-22T02:00:00.000Z", "j@manual:evt:t:0:1", "j@dep:2026-11-22",
+                  "j@evt:t:0", "j@evt::0:1", "j@evt:t:-1:5", "j@evt:t:0:x", "no-run-id"):  # fmt: skip
+        assert event_source(other) is None, other
