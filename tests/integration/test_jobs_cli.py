@@ -88,6 +88,28 @@ def test_get_list_pause_and_resume(ns: Settings) -> None:
     assert got["schedule"]["expression"] == "*/5 * * * *"
 
 
+def test_put_with_an_event_trigger_and_after_and_list_and_get_show_them(ns: Settings) -> None:
+    """Issue 38: --on-topic and its companions, --after (docs/event-triggers.md)."""
+    put(ns, "big-orders", *HTTP, "--on-topic", "acme.orders", "--filter", "value.amount >= 100",
+        "--debounce", "5m", "--on-key", "value.customer", "--on-field", "order=value.id")  # fmt: skip
+    put(ns, "report", *HTTP, "--after", "big-orders", "--after", "extract")
+    lines = cronstream(ns, "jobs", "list").stdout.splitlines()
+    shown = {line.split()[0]: line for line in lines}
+    assert ("on acme.orders if value.amount >= 100 debounce 300000ms per value.customer"
+            in shown["big-orders"]), shown  # fmt: skip
+    assert "after big-orders, extract" in shown["report"], shown
+    got = json.loads(cronstream(ns, "jobs", "get", "big-orders").stdout)
+    assert got["on"] == {"topic": "acme.orders", "filter": "value.amount >= 100",
+                         "debounce_ms": 300_000, "batch": None, "key": "value.customer",
+                         "payload_fields": {"order": "value.id"}}  # fmt: skip
+    assert got["schedule"] is None
+    assert json.loads(cronstream(ns, "jobs", "get", "report").stdout)["after"] == [
+        "big-orders", "extract"]  # fmt: skip
+    refused = cronstream(ns, "jobs", "put", "bad", *HTTP, "--filter", "value.x > 1")
+    assert refused.returncode != 0
+    assert "on: a topic is required" in refused.stderr
+
+
 def test_apply_writes_every_job_of_a_file(ns: Settings, tmp_path: Path) -> None:
     path = tmp_path / "jobs.yaml"
     path.write_text(
