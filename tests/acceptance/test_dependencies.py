@@ -1,0 +1,65 @@
+"""A dependent job end to end (issue 38's ``after:``): two upstream jobs fire on their
+schedule and run on a worker against a real HTTP target; once both succeeded for the day,
+the dependency processor emits ``report@dep:<date>`` and the worker runs it, once."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+
+from runtime.settings import Settings
+from schemas.events import utc_now
+from tests.integration.helpers import CronstreamProcess, Target, cronstream
+
+pytestmark = pytest.mark.acceptance
+
+
+@pytest.fixture
+def target() -> Iterator[Target]:
+    t = Target()
+    yield t
+    t.server.shutdown()
+    t.server.server_close()
+
+
+def test_two_upstream_jobs_run_then_their_dependent_runs_once(
+    ns: Settings, tmp_path: Path, target: Target, procs: list[CronstreamProcess]
+) -> None:
+    procs += [
+        CronstreamProcess(ns, tmp_path, "scheduler"),
+        CronstreamProcess(ns, tmp_path, "worker", "--http-allow", "127.0.0.0/8", command="worker"),
+        CronstreamProcess(ns, tmp_path, "deps", command="dependencies"),
+    ]
+    for proc, text in zip(procs, (" live: ", "assigned", "runs owed at start emitted"),
+                          strict=True):  # fmt: skip
+        proc.wait_live(1, text=text, timeout=120)
+    soon = utc_now() + timedelta(seconds=5)
+    jobs = [
+        {"id": "extract", "at": soon.isoformat(), "target": "http", "url": f"{target.url}/up"},
+        {"id": "load", "at": (soon + timedelta(seconds=3)).isoformat(), "target": "http",
+         "url": f"{target.url}/up"},
+        {"id": "report", "after": ["extract", "load"], "target": "http",
+         "url": f"{target.url}/report"},
+    ]  # fmt: skip
+    spec = tmp_path / "jobs.yaml"
+    spec.write_text(yaml.safe_dump({"jobs": jobs}))
+    applied = cronstream(ns, "jobs", "apply", "-f", str(spec))
+    assert applied.returncode == 0, applied.stderr
+
+    run_id = f"report@dep:{soon.date().isoformat()}"
+    deadline = time.monotonic() + 120
+    while not target.keys("/report") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert list(target.keys("/report").elements()) == [run_id]
+    ups = [at for at, path, _ in target.calls if path == "/up"]
+    report_at = next(at for at, path, _ in target.calls if path == "/report")
+    assert len(ups) == 2
+    assert report_at > max(ups)  # not before both ran
+    time.sleep(5)  # nothing more comes
+    assert list(target.keys("/report").elements()) == [run_id]
+    assert sorted(key.split("@")[0] for key in target.keys("/up")) == ["extract", "load"]
