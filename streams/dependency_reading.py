@@ -82,7 +82,11 @@ def read_range(
     todo = {(r.topic, r.partition): r for r in ranges if r.start < r.end}
     if not todo:
         return 0
-    consumer.assign([TopicPartition(r.topic, r.partition, r.start) for r in todo.values()])
+    assigned = [TopicPartition(r.topic, r.partition, r.start) for r in todo.values()]
+    consumer.assign(assigned)
+    # A partition paused at the end of an earlier read stays paused when assigned again
+    # (found by reading history again after a start had read it: nothing came, ever).
+    consumer.resume(assigned)
     handed = 0
     try:
         while todo:

@@ -177,10 +177,11 @@ def test_a_run_emitted_just_before_a_crash_is_emitted_again_flagged_and_runs_onc
 def test_a_dependent_defined_after_its_upstream_jobs_succeeded_today_runs_at_once(
     ns: Settings, tmp_path: Path, publisher: Publisher, procs: list[CronstreamProcess]
 ) -> None:
-    procs.append(processor(ns, tmp_path, "deps-1"))
     yesterday = utc_now().date() - timedelta(days=1)
-    for job_id in ("up1", "up2"):
+    for job_id in ("up1", "up2"):  # read at the start (the reader's partitions reused after)
         succeeded(publisher, ns, job_id, day=yesterday)
+    procs.append(processor(ns, tmp_path, "deps-1"))
+    for job_id in ("up1", "up2"):
         succeeded(publisher, ns, job_id)
     caught_up(ns)  # nobody waited for them: their dates were not kept
     put_dependent(ns)
