@@ -63,3 +63,45 @@ def test_two_upstream_jobs_run_then_their_dependent_runs_once(
     time.sleep(5)  # nothing more comes
     assert list(target.keys("/report").elements()) == [run_id]
     assert sorted(key.split("@")[0] for key in target.keys("/up")) == ["extract", "load"]
+
+
+def test_a_dependent_after_a_flow_runs_once_the_flow_run_ended_not_when_it_started(
+    ns: Settings, tmp_path: Path, target: Target, procs: list[CronstreamProcess]
+) -> None:
+    """The flow's success is the coordinator's record of its run's end: its schedule
+    run (which only starts it) and its first node succeeding do not count."""
+    procs += [
+        CronstreamProcess(ns, tmp_path, "worker", "--http-allow", "127.0.0.0/8", command="worker"),
+        CronstreamProcess(
+            ns, tmp_path, "flows", "--log-level", "INFO", command="flows-coordinator"
+        ),
+        CronstreamProcess(ns, tmp_path, "deps", command="dependencies"),
+    ]
+    for proc, text in zip(procs, ("assigned", "Ready", "runs owed at start emitted"),
+                          strict=True):  # fmt: skip
+        proc.wait_live(1, text=text, timeout=120)
+    flows = tmp_path / "flows.yaml"
+    flows.write_text(yaml.safe_dump({"flows": [{"id": "etl", "nodes": [
+        {"name": "a", "target": "http", "url": f"{target.url}/node/a"},
+        {"name": "b", "after": ["a"], "target": "http", "url": f"{target.url}/slow/b"},
+    ]}]}))  # fmt: skip
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(yaml.safe_dump({"jobs": [
+        {"id": "load", "target": "http", "url": f"{target.url}/load"},
+        {"id": "report", "after": ["etl", "load"], "target": "http",
+         "url": f"{target.url}/report"},
+    ]}))  # fmt: skip
+    for args in (("flows", "put", "-f", str(flows)), ("jobs", "apply", "-f", str(jobs)),
+                 ("runs", "trigger", "load", "--idempotency-key", "k1"),
+                 ("flows", "trigger", "etl", "--idempotency-key", "k1")):  # fmt: skip
+        done = cronstream(ns, *args)
+        assert done.returncode == 0, done.stderr
+    deadline = time.monotonic() + 120
+    while not target.keys("/report") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    run_id = f"report@dep:{utc_now().date().isoformat()}"
+    assert list(target.keys("/report").elements()) == [run_id]
+    at = {path: when for when, path, _ in target.calls}
+    assert at["/report"] > at["/slow/b"] + target.slow_s  # after b answered: the flow ended
+    time.sleep(3)
+    assert list(target.keys("/report").elements()) == [run_id]
