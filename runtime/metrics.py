@@ -474,6 +474,11 @@ dependency_waiting = Gauge(
     "Dates dependents wait on: some job they come after succeeded for the date, not all yet",
     registry=REGISTRY,
 )
+dependency_lag = Gauge(
+    "cronstream_dependency_lag",
+    "History records the dependency processor has not read yet (dependents run that late)",
+    registry=REGISTRY,
+)
 dependency_runs = Counter(
     "cronstream_dependency_runs",
     "Dependency runs (JOB@dep:<date>) emitted; possible_duplicate=true: emitted again at a "

@@ -41,7 +41,7 @@ from runtime import metrics
 from runtime.faults import RecordFaults
 from runtime.kafka.clients import TopicPartition, consume_ready, kafka_consumer
 from runtime.kafka.member import commit
-from runtime.kafka.offsets import committed, watermarks
+from runtime.kafka.offsets import committed, consumer_lag, watermarks
 from runtime.kafka.records import ConsumedMessage, dead_letter_for, is_record, text_key
 from runtime.registry import registry_client
 from runtime.settings import Settings
@@ -196,9 +196,14 @@ class DependencyProcessor:
             self._commit()
         if now - self._gauges_at >= GAUGES_EVERY_S:
             self._gauges_at = now
-            metrics.dependency_dependents.set(len(self.jobs))
-            metrics.dependency_waiting.set(self.deps.waiting_dates())
+            self._gauges()
         return len(messages)
+
+    def _gauges(self) -> None:
+        metrics.dependency_dependents.set(len(self.jobs))
+        metrics.dependency_waiting.set(self.deps.waiting_dates())
+        history = [TopicPartition(t, p) for t, p in self.positions if t == self.topics.history]
+        metrics.dependency_lag.set(sum(lag for _, lag in consumer_lag(self.live, history)))
 
     def _read_late(self) -> None:
         """The history topic read again from its start, to its end as of now, for the

@@ -14,6 +14,7 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import TypeVar
 
+import httpx
 import pytest
 
 from producers.client import JobClient
@@ -34,6 +35,7 @@ from schemas.events import (
 from tests.integration.helpers import (
     CronstreamProcess,
     decoded,
+    free_port,
     group_caught_up,
 )
 from tests.integration.helpers import Target as HttpTarget
@@ -81,6 +83,13 @@ def dep_runs(ns: Settings, job_id: str = "dep") -> list[RunRequest]:
     return [r for r in runs if r.job_id == job_id]
 
 
+def metrics(port: int) -> dict[str, float]:
+    """The dependency processor's figures (its /metrics), by series."""
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines() if line.startswith("cronstream_dependency")}  # fmt: skip
+
+
 def caught_up(ns: Settings) -> None:
     """Until the processor has committed every history record written so far (its
     commit follows the writing of what those records made due)."""
@@ -104,10 +113,13 @@ def test_a_dependent_runs_once_both_upstream_jobs_succeeded_for_the_day_and_not_
     ns: Settings, tmp_path: Path, publisher: Publisher, procs: list[CronstreamProcess]
 ) -> None:
     put_dependent(ns)
-    procs.append(first := processor(ns, tmp_path, "deps-1"))
+    port = free_port()
+    procs.append(first := processor(ns, tmp_path, "deps-1", "--metrics-port", str(port)))
     succeeded(publisher, ns, "up1")
     caught_up(ns)
     assert dep_runs(ns) == []  # one upstream job: nothing
+    eventually(lambda: metrics(port), lambda m: m.get("cronstream_dependency_waiting") == 1,
+               "one date waiting")  # fmt: skip
     succeeded(publisher, ns, "up2", status=RunStatus.FAILED)
     caught_up(ns)
     assert dep_runs(ns) == []  # a failure counts for nothing
@@ -118,6 +130,12 @@ def test_a_dependent_runs_once_both_upstream_jobs_succeeded_for_the_day_and_not_
     assert (run.trigger, run.possible_duplicate) == (Trigger.DEPENDENCY, False)
     assert run.scheduled_at == datetime(today.year, today.month, today.day, tzinfo=UTC)
     assert json.loads(run.payload or "") == {"date": today.isoformat(), "after": ["up1", "up2"]}
+    figures = eventually(lambda: metrics(port),
+                         lambda m: m.get("cronstream_dependency_waiting") == 0,
+                         "no date waiting")  # fmt: skip
+    assert figures["cronstream_dependency_dependents"] == 1
+    assert figures["cronstream_dependency_lag"] == 0
+    assert figures['cronstream_dependency_runs_total{possible_duplicate="false"}'] == 1
 
     first.stop()  # a clean restart: committed, nothing owed
     procs.append(second := processor(ns, tmp_path, "deps-2"))
