@@ -251,6 +251,7 @@ class DependencyProcessor:
         except Exception as exc:  # a bug this record reaches: dead-lettered, we go on
             fault = self.faults.fault_at(exc, msg)
             self._refuse(fault.letter(STAGE, value=msg.value()))
+            self._forget(key)  # whatever the call left of it (as the scheduler drops it)
         else:
             self.faults.ok()
 

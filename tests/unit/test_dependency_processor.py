@@ -170,3 +170,18 @@ def test_runs_are_written_as_dependency_run_requests_of_the_job() -> None:
     (record,) = h.producer.on(TOPICS.runs(Priority.HIGH))
     assert record.key == b"report"
     assert dict(record.headers)["trigger"] == b"DEPENDENCY"
+
+
+def test_a_definition_the_core_raises_on_is_dead_lettered_and_dropped() -> None:
+    h = Harness()
+    h.put(dependent("mail", after=("x",)))
+
+    def broken(job: JobDefinition) -> list[object]:
+        raise ZeroDivisionError("a bug")
+
+    h.processor.deps.define = broken  # type: ignore[method-assign,assignment]
+    h.put(dependent())
+    (letter,) = h.letters()
+    assert (letter.stage, letter.job_id) == ("dependencies", "report")
+    assert "ZeroDivisionError: a bug" in letter.reason
+    assert list(h.processor.jobs) == ["mail"]  # the others go on
