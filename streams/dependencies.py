@@ -36,12 +36,13 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 
 from runtime import metrics
 from runtime.faults import RecordFaults
 from runtime.kafka.clients import TopicPartition, consume_ready, kafka_consumer
 from runtime.kafka.member import commit
-from runtime.kafka.offsets import committed, consumer_lag, watermarks
+from runtime.kafka.offsets import committed, consumer_lag, offset_since, watermarks
 from runtime.kafka.records import ConsumedMessage, dead_letter_for, is_record, text_key
 from runtime.registry import registry_client
 from runtime.settings import Settings
@@ -56,6 +57,7 @@ from schemas.events import (
     RunRequest,
     Trigger,
     from_ms,
+    to_ms,
     utc_now,
 )
 from schemas.serde import Codec
@@ -64,6 +66,7 @@ from streams.dependency_reading import STAGE, Range, judge, read_range
 
 log = logging.getLogger("cronstream.dependencies")
 GAUGES_EVERY_S = 5.0
+READ_AGAIN_MARGIN_MS = 3_600_000  # ``read_from_ms``
 
 Runs = list[DependencyRun]
 
@@ -97,6 +100,7 @@ class DependencyProcessor:
         self.deps = Dependencies()
         self.jobs: dict[str, JobDefinition] = {}  # the dependents' definitions
         self.late: set[str] = set()  # jobs whose history is to be read again (``unknown``)
+        self.late_from_ms: int | None = None  # from when (``read_from_ms``)
         self.pending: dict[str, DependencyRun] = {}  # runs emitted once a read is done
         self.positions: dict[tuple[str, int], int] = {}  # the next offsets read live
         self.done: dict[tuple[str, int], int] = {}  # the offsets last committed
@@ -147,13 +151,13 @@ class DependencyProcessor:
         self.letters = False  # before the commit: what they fired and refused was written
         self._read(ranges(jobs, None, done), self._definition, keys=None)
         self.late.clear()
+        self.late_from_ms = None
         self._read(ranges(history, None, done), self._observed, keys=self._interest())
         self.pending.clear()
         self.letters = True
         self._read(ranges(jobs, done, end), self._definition, keys=None)
         if self.late:  # dependents defined since: their jobs' history before the commit
-            self._read(ranges(history, None, done), self._observed, keys=self._late_keys())
-            self.late.clear()
+            self._read_late(until=done)
         self._read(ranges(history, done, end), self._observed, keys=self._interest())
         owed = list(self.pending.values())
         self.pending.clear()
@@ -205,18 +209,22 @@ class DependencyProcessor:
         history = [TopicPartition(t, p) for t, p in self.positions if t == self.topics.history]
         metrics.dependency_lag.set(sum(lag for _, lag in consumer_lag(self.live, history)))
 
-    def _read_late(self) -> None:
-        """The history topic read again from its start, to its end as of now, for the
-        jobs ``late`` names (``Dependencies.unknown``): what was kept of none of them."""
-        history = self.topics.history
+    def _read_late(self, until: dict[tuple[str, int], int] | None = None) -> None:
+        """The history topic read again for the jobs ``late`` names (what was kept of
+        none of them: ``Dependencies.unknown``), from ``late_from_ms`` to ``until`` (the
+        end as of now by default)."""
+        history, since = self.topics.history, self.late_from_ms or 0
         ranges = []
         for p in self._partitions(history):
             low, high = watermarks(self.reader, TopicPartition(history, p))
-            ranges.append(Range(history, p, low, high))
-        log.info("reading history again for %d jobs (%s)", len(self.late),
-                 ", ".join(sorted(self.late)[:5]))  # fmt: skip
+            end = high if until is None else until[(history, p)]
+            start = max(low, offset_since(self.reader, history, p, since)) if since else low
+            ranges.append(Range(history, p, start, end))
+        log.info("reading history again for %d jobs (%s) from %s", len(self.late),
+                 ", ".join(sorted(self.late)[:5]), from_ms(since).isoformat())  # fmt: skip
         self._read(ranges, self._observed, keys=self._late_keys())
         self.late.clear()
+        self.late_from_ms = None
 
     # -- records ----------------------------------------------------------------------------
     def _read(self, ranges: list[Range], handle: Callable[[ConsumedMessage], None], *,
@@ -241,7 +249,11 @@ class DependencyProcessor:
             if verdict.refused is not None:
                 self._refuse(dead_letter_for(msg, stage=STAGE, reason=verdict.refused))
             elif verdict.job is not None:
-                self.late |= self.deps.unknown(verdict.job)
+                unknown = self.deps.unknown(verdict.job)
+                if unknown:
+                    self.late |= unknown
+                    start = read_from_ms(verdict.job)
+                    self.late_from_ms = min(self.late_from_ms or start, start)
                 self.jobs[key] = verdict.job
                 self._keys = None
                 for run in self.deps.define(verdict.job):
@@ -326,6 +338,16 @@ class DependencyProcessor:
 
     def _late_keys(self) -> set[bytes]:
         return {job_id.encode() for job_id in self.late}
+
+
+def read_from_ms(job: JobDefinition) -> int:
+    """Where reading history again for a new dependent may begin: the records of dates
+    it can fire (from its ``since``, its definition's date) and of its own runs were
+    written from that date's midnight UTC on, but for runs executed ahead of their slot
+    (the scheduler's lookahead: a minute at most) or stamped by a skewed clock: an hour
+    before it."""
+    day = job.updated_at.astimezone(UTC).date()
+    return to_ms(datetime(day.year, day.month, day.day, tzinfo=UTC)) - READ_AGAIN_MARGIN_MS
 
 
 __all__ = ["DependencyConfig", "DependencyProcessor"]

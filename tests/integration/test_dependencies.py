@@ -198,14 +198,16 @@ def test_a_dependent_defined_after_its_upstream_jobs_succeeded_today_runs_at_onc
     yesterday = utc_now().date() - timedelta(days=1)
     for job_id in ("up1", "up2"):  # read at the start (the reader's partitions reused after)
         succeeded(publisher, ns, job_id, day=yesterday)
-    procs.append(processor(ns, tmp_path, "deps-1"))
+    procs.append(running := processor(ns, tmp_path, "deps-1"))
     for job_id in ("up1", "up2"):
         succeeded(publisher, ns, job_id)
     caught_up(ns)  # nobody waited for them: their dates were not kept
     put_dependent(ns)
     (run,) = eventually(lambda: dep_runs(ns), bool, "the dependency run")
     assert run.run_id == f"dep@dep:{utc_now().date().isoformat()}"  # not yesterday's
-    assert run.possible_duplicate  # found by reading history again
+    assert run.possible_duplicate  # found by reading history again, from its day on
+    today = datetime.combine(utc_now().date(), datetime.min.time(), UTC)
+    assert f"from {(today - timedelta(hours=1)).isoformat()}" in running.log()
     caught_up(ns)
     assert len(dep_runs(ns)) == 1
 

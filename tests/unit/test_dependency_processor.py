@@ -148,9 +148,12 @@ def test_a_new_dependent_asks_for_its_jobs_history_to_be_read_again() -> None:
     h = Harness()
     h.put(dependent())
     assert h.processor.late == {"report", "a", "b"}
+    midnight_less_an_hour = int(datetime(2026, 11, 21, 23, tzinfo=UTC).timestamp() * 1000)
+    assert h.processor.late_from_ms == midnight_less_an_hour  # defined 2026-11-22 01:00
     h.processor.late.clear()
-    h.put(dependent("mail", after=("report", "a")))
+    h.put(dependent("mail", after=("report", "a"), updated_at=datetime(2026, 11, 20, tzinfo=UTC)))
     assert h.processor.late == {"mail", "report"}  # a's dates are kept already
+    assert h.processor.late_from_ms == midnight_less_an_hour - 2 * 86_400_000  # the earliest
 
 
 def test_runs_are_written_as_dependency_run_requests_of_the_job() -> None:
