@@ -65,11 +65,12 @@ def test_two_upstream_jobs_run_then_their_dependent_runs_once(
     assert sorted(key.split("@")[0] for key in target.keys("/up")) == ["extract", "load"]
 
 
-def test_a_dependent_after_a_flow_runs_once_the_flow_run_ended_not_when_it_started(
+def test_a_dependent_after_a_flow_runs_once_the_flow_run_ended_and_a_flow_after_it_then(
     ns: Settings, tmp_path: Path, target: Target, procs: list[CronstreamProcess]
 ) -> None:
     """The flow's success is the coordinator's record of its run's end: its schedule
-    run (which only starts it) and its first node succeeding do not count."""
+    run (which only starts it) and its first node succeeding do not count. A flow with
+    ``after:`` (on its schedule job) comes after the dependent: a chain, one date."""
     procs += [
         CronstreamProcess(ns, tmp_path, "worker", "--http-allow", "127.0.0.0/8", command="worker"),
         CronstreamProcess(
@@ -84,6 +85,8 @@ def test_a_dependent_after_a_flow_runs_once_the_flow_run_ended_not_when_it_start
     flows.write_text(yaml.safe_dump({"flows": [{"id": "etl", "nodes": [
         {"name": "a", "target": "http", "url": f"{target.url}/node/a"},
         {"name": "b", "after": ["a"], "target": "http", "url": f"{target.url}/slow/b"},
+    ]}, {"id": "publish", "after": ["report"], "nodes": [
+        {"name": "p", "target": "http", "url": f"{target.url}/publish"},
     ]}]}))  # fmt: skip
     jobs = tmp_path / "jobs.yaml"
     jobs.write_text(yaml.safe_dump({"jobs": [
@@ -103,5 +106,11 @@ def test_a_dependent_after_a_flow_runs_once_the_flow_run_ended_not_when_it_start
     assert list(target.keys("/report").elements()) == [run_id]
     at = {path: when for when, path, _ in target.calls}
     assert at["/report"] > at["/slow/b"] + target.slow_s  # after b answered: the flow ended
+    deadline = time.monotonic() + 60
+    while not target.keys("/publish") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    day = utc_now().date().isoformat()
+    assert list(target.keys("/publish").elements()) == [f"publish@dep:{day}/p"]
     time.sleep(3)
     assert list(target.keys("/report").elements()) == [run_id]
+    assert len(target.keys("/publish")) == 1
