@@ -347,7 +347,8 @@ def read_from_ms(job: JobDefinition) -> int:
     (the scheduler's lookahead: a minute at most) or stamped by a skewed clock: an hour
     before it."""
     day = job.updated_at.astimezone(UTC).date()
-    return to_ms(datetime(day.year, day.month, day.day, tzinfo=UTC)) - READ_AGAIN_MARGIN_MS
+    midnight = to_ms(datetime(day.year, day.month, day.day, tzinfo=UTC))
+    return max(1, midnight - READ_AGAIN_MARGIN_MS)  # 1: from the start (a time Kafka takes)
 
 
 __all__ = ["DependencyConfig", "DependencyProcessor"]

@@ -10,6 +10,9 @@ import json
 from dataclasses import replace
 from datetime import UTC, datetime
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from schemas.events import (
     DeadLetter,
     JobDefinition,
@@ -20,9 +23,10 @@ from schemas.events import (
     Target,
     Trigger,
 )
-from streams.dependencies import DependencyConfig, DependencyProcessor
+from streams.dependencies import DependencyConfig, DependencyProcessor, read_from_ms
 from streams.dependency_reading import judge
 from tests.fakes import FakeMessage, FakeProducer
+from tests.hostile import FUZZ, INSTANTS, NAMES, OUTCOMES, jobs
 from tests.processors import SETTINGS, TOPICS, decoded, fake_publisher, new_codec
 
 DEFINED = datetime(2026, 11, 22, 1, tzinfo=UTC)
@@ -188,3 +192,25 @@ def test_a_definition_the_core_raises_on_is_dead_lettered_and_dropped() -> None:
     assert (letter.stage, letter.job_id) == ("dependencies", "report")
     assert "ZeroDivisionError: a bug" in letter.reason
     assert list(h.processor.jobs) == ["mail"]  # the others go on
+
+
+@FUZZ
+@given(jobs(), st.lists(NAMES, max_size=4), st.lists(OUTCOMES, max_size=6), st.data())
+def test_hostile_definitions_and_outcomes_are_used_or_refused_never_raised_on(
+    job: JobDefinition, after: list[str], outcomes: list[RunOutcome], data: st.DataObject
+) -> None:
+    """Schema-valid hostile dependents (any after:, with a schedule or not, any instant)
+    and outcomes of the jobs they name: each one is used, or refused as bad input."""
+    h = Harness()
+    job = replace(
+        job, after=tuple(after), schedule=data.draw(st.sampled_from([None, job.schedule]))
+    )
+    h.put(job)
+    for hostile in outcomes:
+        named = data.draw(st.sampled_from([hostile.job_id, job.job_id, *after]))
+        outcome = replace(hostile, job_id=named, scheduled_at=data.draw(INSTANTS))
+        value = h.codec.encode(TOPICS.history, outcome)
+        h.processor._observed(h.message(TOPICS.history, named, value))
+    h.processor._emit(h.processor.pending.values(), flagged=False)
+    assert h.processor.faults.streak == 0
+    assert read_from_ms(job) >= 1
