@@ -181,7 +181,7 @@ record_faults = Counter(
     ["role"],
     registry=REGISTRY,
 )
-FAULT_ROLES = ("admission", "scheduler", "worker", "sink", "archiver", "flows")
+FAULT_ROLES = ("admission", "scheduler", "worker", "sink", "archiver", "flows", "dependencies")
 
 
 member_ready = Gauge(
@@ -201,10 +201,13 @@ def zero_counters(role: str) -> None:
     """Create a role's labelled counters at 0 when it starts: Prometheus's ``increase``
     cannot see a series that first appears at 1 (the alerts on dead letters and failures
     would miss the first one)."""
-    if role in ("scheduler", "worker", "sink", "archiver", "flows"):
+    if role in ("scheduler", "worker", "sink", "archiver", "flows", "dependencies"):
         labelled(dead_letters, role)
     if role in FAULT_ROLES:
         labelled(record_faults, role)
+    if role == "dependencies":
+        for flagged in ("false", "true"):
+            labelled(dependency_runs, flagged)
     if role == "worker":
         for status in RUN_STATUSES:
             for target in target_types():  # each registered one (schemas.targets)
@@ -458,5 +461,28 @@ fires_deferred = Counter(
     "Scheduled fires deferred because their tenant was over its fire rate (each fires "
     "later, at the rate; none is dropped), by tenant",
     ["tenant"],
+    registry=REGISTRY,
+)
+
+# -- dependency processor (``after:``) ------------------------------------------------------
+dependency_dependents = Gauge(
+    "cronstream_dependency_dependents", "Dependent jobs (after:) the processor knows",
+    registry=REGISTRY,
+)  # fmt: skip
+dependency_waiting = Gauge(
+    "cronstream_dependency_waiting",
+    "Dates dependents wait on: some job they come after succeeded for the date, not all yet",
+    registry=REGISTRY,
+)
+dependency_lag = Gauge(
+    "cronstream_dependency_lag",
+    "History records the dependency processor has not read yet (dependents run that late)",
+    registry=REGISTRY,
+)
+dependency_runs = Counter(
+    "cronstream_dependency_runs",
+    "Dependency runs (JOB@dep:<date>) emitted; possible_duplicate=true: emitted again at a "
+    "start or after a history read (the workers run a run id once)",
+    ["possible_duplicate"],
     registry=REGISTRY,
 )

@@ -224,6 +224,9 @@ ROLES: Mapping[str, RoleAccess] = MappingProxyType({
     "flows": RoleAccess(reads=(FLOWS, FLOW_EVENTS),
                         writes=(*_RUNS, HISTORY, DLQ, CONTROL, ALERTS),
                         internal=f"{FLOWS_APP}-"),
+    # dependent jobs (after:): definitions and history in, their runs out; refused
+    # dependents to the dead letters
+    "dependencies": RoleAccess(reads=(JOBS, HISTORY), writes=(*_RUNS, DLQ)),
     # the Kafka Connect worker (infra.connect): its own topics; its sinks read history
     "connect": RoleAccess(reads=(HISTORY,), internal=f"{CONNECT}-"),
 })  # fmt: skip

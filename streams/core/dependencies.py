@@ -90,6 +90,30 @@ class Dependencies:
         days = sorted(set.intersection(*(self.done.get(u, set()) for u in job.after)))
         return [run for day in days if (run := self._fire(job.job_id, day)) is not None]
 
+    def interest(self) -> set[str]:
+        """The jobs whose history records this core uses: the dependents (their own
+        ``@dep:`` runs mark dates fired) and the jobs they wait for."""
+        return set(self.dependents) | set(self.waiting)
+
+    def unknown(self, job: JobDefinition) -> set[str]:
+        """What of ``job``'s history this core has not kept, were it defined now: the
+        jobs it comes after that nobody waits for yet, and itself if it is no dependent
+        yet (its fired dates). A processor reads history again for them."""
+        if not job.after:
+            return set()
+        own = set() if job.job_id in self.dependents else {job.job_id}
+        return own | {upstream for upstream in job.after if upstream not in self.waiting}
+
+    def waiting_dates(self) -> int:
+        """(dependent, date) pairs that wait: some job it comes after succeeded for the
+        date (from its ``since``), and it has not run for it."""
+        count = 0
+        for job_id, dependent in self.dependents.items():
+            fired = self.fired.get(job_id, set())
+            days = set().union(*(self.done.get(u, set()) for u in dependent.after))
+            count += sum(1 for day in days if day >= dependent.since and day not in fired)
+        return count
+
     def forget(self, job_id: str) -> None:
         """A job deleted (what it fired stays remembered)."""
         before = self.dependents.pop(job_id, None)

@@ -138,6 +138,28 @@ def test_state_rebuilt_from_history_does_not_fire_again_what_ran() -> None:
     assert len(fed(owed, *history[:2])) == 1  # no outcome of its own yet: it is owed
 
 
+def test_what_the_core_reads_of_history_and_what_it_has_not_kept() -> None:
+    deps = Dependencies()
+    assert deps.interest() == set()
+    assert deps.unknown(dependent()) == {"report", "a", "b"}
+    deps.define(dependent())
+    assert deps.interest() == {"report", "a", "b"}
+    assert deps.unknown(dependent(after=("a", "c"))) == {"c"}  # a change: itself is known
+    assert deps.unknown(dependent("mail", after=("report",))) == {"mail", "report"}
+    assert deps.unknown(replace(dependent("x"), after=())) == set()  # no dependent
+
+
+def test_waiting_dates_count_the_dates_some_but_not_all_upstream_jobs_completed() -> None:
+    deps = Dependencies()
+    deps.define(dependent(defined=datetime(2026, 11, 21, tzinfo=UTC)))
+    assert deps.waiting_dates() == 0
+    fed(deps, outcome("a"), outcome("a", DAY + timedelta(days=1)))
+    fed(deps, outcome("a", DAY - timedelta(days=5)))  # before since: never runs, never waits
+    assert deps.waiting_dates() == 2
+    fed(deps, outcome("b"))  # fired for DAY
+    assert deps.waiting_dates() == 1
+
+
 def test_dates_kept_are_bounded() -> None:
     deps = Dependencies()
     deps.define(dependent(after=("a", "b"), defined=datetime(2000, 1, 1, tzinfo=UTC)))
