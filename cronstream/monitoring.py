@@ -4,8 +4,9 @@ delivers alerts to, printed on the console; and the PromQL of figures a dashboar
 with the alert rules.
 
 Ports (environment): ``CRONSTREAM_METRICS_BASE_PORT`` (9301: scheduler, then worker,
-sink, admission and the flows coordinator; the API serves /metrics on its own port) and
-``CRONSTREAM_ALERT_RECEIVER_PORT`` (8790, the port of Alertmanager's default webhook).
+sink, admission, the flows coordinator, the archiver and the trigger processor; the API
+serves /metrics on its own port) and ``CRONSTREAM_ALERT_RECEIVER_PORT`` (8790, the port
+of Alertmanager's default webhook).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 from runtime.scrape import targets_dir, write_targets
 from runtime.settings import Settings, env_int
 
-ROLES = ("scheduler", "worker", "sink", "admission", "flows", "archiver")
+ROLES = ("scheduler", "worker", "sink", "admission", "flows", "archiver", "triggers")
 API_PORT = 8780
 
 # Due-to-start p99 per priority over 5 minutes, in seconds, one series per `priority` label

@@ -181,7 +181,7 @@ record_faults = Counter(
     ["role"],
     registry=REGISTRY,
 )
-FAULT_ROLES = ("admission", "scheduler", "worker", "sink", "archiver", "flows")
+FAULT_ROLES = ("admission", "scheduler", "worker", "sink", "archiver", "flows", "triggers")
 
 
 member_ready = Gauge(
@@ -201,7 +201,7 @@ def zero_counters(role: str) -> None:
     """Create a role's labelled counters at 0 when it starts: Prometheus's ``increase``
     cannot see a series that first appears at 1 (the alerts on dead letters and failures
     would miss the first one)."""
-    if role in ("scheduler", "worker", "sink", "archiver", "flows"):
+    if role in ("scheduler", "worker", "sink", "archiver", "flows", "triggers"):
         labelled(dead_letters, role)
     if role in FAULT_ROLES:
         labelled(record_faults, role)
@@ -460,3 +460,24 @@ fires_deferred = Counter(
     ["tenant"],
     registry=REGISTRY,
 )
+
+# -- trigger processor (issue 38): job_id labels name jobs with an event trigger only --------
+# fmt: off
+triggers_records_read = Counter("cronstream_triggers_records_read",
+    "Source records read by the trigger processor, by topic", ["topic"], registry=REGISTRY)
+triggers_records_matched = Counter("cronstream_triggers_records_matched",
+    "Source records that passed a trigger's filter, by job", ["job_id"], registry=REGISTRY)
+triggers_runs_emitted = Counter("cronstream_triggers_runs_emitted",
+    "Event run requests written, by job (a re-read after a restart writes some again, "
+    "flagged possible_duplicate)", ["job_id"], registry=REGISTRY)
+triggers_refused = Counter("cronstream_triggers_refused",
+    "Matching records dead-lettered instead of run (payload over the limit, or a record "
+    "that made the processor raise), by job", ["job_id"], registry=REGISTRY)
+triggers_lag = Gauge("cronstream_triggers_lag",
+    "Records of a source partition a trigger has not decided yet (the partition's end "
+    "minus its next offset), per trigger and source partition owned by this process",
+    ["job_id", "topic", "partition"], registry=REGISTRY)
+triggers_rate_holds = Counter("cronstream_triggers_rate_holds",
+    "Times a source partition was held back because its tenant's event runs reached its "
+    "rate (read on when the rate allows; nothing dropped)", ["tenant"], registry=REGISTRY)
+# fmt: on

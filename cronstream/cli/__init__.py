@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from cronstream.cli import archive, flows, history, jobs, roles, tenants
+from cronstream.cli import archive, flows, history, jobs, roles, tenants, triggers
 from cronstream.cli.common import (
     EXIT_INVALID,
     EXIT_NOT_FOUND,
@@ -72,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     archive.register(sub)
     tenants.register(sub)
     flows.register(sub)
+    triggers.register(sub)
     status = sub.add_parser("status", help="health and endpoints of every service")
     status.add_argument("--json", action="store_true")
     status.set_defaults(handler=cmd_status, needs="settings")
