@@ -264,7 +264,34 @@ def test_debounce_gives_one_run_per_window_per_key(
     assert got["per-user"] == {0, 1, 3, 4, 5}
 
 
-def test_a_tenants_job_cannot_trigger_from_another_tenants_topic(
+def test_a_trigger_added_to_a_topic_being_read_starts_at_its_definition(
+    ns: Settings, tmp_path: Path, sources: list[str], procs: list[CronstreamProcess]
+) -> None:
+    """The partition is read back to where the new trigger starts (its definition's
+    time: records stamped later, though read already); the trigger that read them
+    first does not run them again."""
+    topic = create(ns, sources, f"cstest-src.{uuid.uuid4().hex[:8]}.files", 1)
+    url = "https://example.com/hook"
+    put(ns, {"id": "first", "target": "http", "url": url, "on": topic})
+    proc = processor(ns, tmp_path, procs, "t")
+    proc.wait_live(1, text="assigned")
+    source = Source(ns, topic)
+    later = int(time.time() * 1000) + 60_000
+    for n in range(5):  # 0 and 1 stamped now, 2 to 4 a minute ahead
+        source.send(n, b"{}", timestamp_ms=later if n >= 2 else None)
+    source.flush()
+    wait_until(lambda: caught_up(ns, topic), 60, "the trigger group to commit", proc.log)
+    time.sleep(0.2)
+    put(ns, {"id": "second", "target": "http", "url": url, "on": topic})
+    wait_until(lambda: sum(h["job_id"] == "second" for h, _ in runs(ns)) >= 3, 60,
+               "the second trigger's runs", proc.log)  # fmt: skip
+    proc.stop()
+    got = Counter(h["run_id"] for h, _ in runs(ns))
+    assert got == Counter({event_run_id(job, topic, 0, o): 1 for job, offsets in
+                           (("first", range(5)), ("second", range(2, 5))) for o in offsets})  # fmt: skip
+
+
+def test_a_tenants_job_cannot_trigger_from_another_tenants_topic_and_keeps_its_rate(
     ns: Settings, tmp_path: Path, two: tuple[str, str], sources: list[str],
     procs: list[CronstreamProcess],
 ) -> None:  # fmt: skip
@@ -276,18 +303,21 @@ def test_a_tenants_job_cannot_trigger_from_another_tenants_topic(
         for job_id, topic in ((f"{a}/own", mine), (f"{a}/steal", theirs)):
             spec = {"id": job_id, "target": "http", "url": url, "on": topic}
             client.put(replace(job_from_spec(spec, max_payload_bytes=65536), tenant=a))
-    proc = processor(ns, tmp_path, procs, "t")
+    # 2 runs a second (a burst of 2): 6 records' runs take 2 s at least
+    proc = processor(ns, tmp_path, procs, "t", "--tenant-runs-per-minute", "120")
     proc.wait_live(1, text="assigned")
     for topic in (mine, theirs):
         source = Source(ns, topic)
-        for n in range(3):
+        for n in range(6):
             source.send(n, b'{"n": 1}')
         source.flush()
     wait_until(lambda: caught_up(ns, mine), 60, "the trigger group to commit", proc.log)
     time.sleep(2)
     proc.stop()
-    jobs = Counter(h["job_id"] for h, _ in runs(ns))
-    assert jobs == {f"{a}/own": 3}
+    written = read_topic(ns, Topics(ns).runs(Priority.NORMAL))
+    assert Counter(r.headers["job_id"] for r in written) == {f"{a}/own": 6}
+    stamps = sorted(r.timestamp_ms for r in written)
+    assert stamps[-1] - stamps[0] >= 1800, f"over the tenant's rate: {stamps}"
     letters = [d for d in decoded(ns, Topics(ns).dlq, DeadLetter) if d.stage == "triggers"]
     assert [d.job_id for d in letters] == [f"{a}/steal"]
     assert "trigger policy" in letters[0].reason
