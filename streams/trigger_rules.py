@@ -63,6 +63,26 @@ def own_topic(settings: Settings, topic: str) -> bool:
     return topic.startswith(f"{settings.topic_prefix}.") or topic in Topics(settings).names()
 
 
+def refusal_of(
+    settings: Settings, key: str, job: JobDefinition, *, allow_topics: frozenset[str],
+    max_payload_bytes: int,
+) -> str | None:  # fmt: skip
+    """Why ``job`` (with ``on:``, stored under ``key``) may not have its trigger run, or
+    None (the module's text)."""
+    assert job.on is not None
+    problems = [] if key == job.job_id else [f"record key {key!r} differs from job_id "
+                                             f"{job.job_id!r}"]  # fmt: skip
+    problems += definition_problems(job, max_payload_bytes=max_payload_bytes)
+    problems += source_problems(job.tenant, job)
+    topic = job.on.topic
+    if own_topic(settings, topic) and topic not in allow_topics:
+        problems.append(f"on.topic {topic[:80]!r} is one of cronstream's own topics "
+                        "(an operator may allow it: triggers --allow-topic)")  # fmt: skip
+    if problems:
+        return f"invalid event trigger: {refusal(problems)}"
+    return None
+
+
 class TriggerDefinitions:
     """The jobs with an event trigger (``active``), read from the jobs topic."""
 
@@ -143,19 +163,8 @@ class TriggerDefinitions:
         return key, active
 
     def refusal(self, key: str, job: JobDefinition) -> str | None:
-        """Why ``job`` (stored under ``key``) may not have its trigger run, or None."""
-        assert job.on is not None
-        problems = [] if key == job.job_id else [f"record key {key!r} differs from job_id "
-                                                 f"{job.job_id!r}"]  # fmt: skip
-        problems += definition_problems(job, max_payload_bytes=self.max_payload_bytes)
-        problems += source_problems(job.tenant, job)
-        topic = job.on.topic
-        if own_topic(self.settings, topic) and topic not in self.allow_topics:
-            problems.append(f"on.topic {topic[:80]!r} is one of cronstream's own topics "
-                            "(an operator may allow it: triggers --allow-topic)")  # fmt: skip
-        if problems:
-            return f"invalid event trigger: {refusal(problems)}"
-        return None
+        return refusal_of(self.settings, key, job, allow_topics=self.allow_topics,
+                          max_payload_bytes=self.max_payload_bytes)  # fmt: skip
 
     @staticmethod
     def _active(job: JobDefinition) -> Active:

@@ -229,6 +229,8 @@ class TriggerProcessor:
     def _step(self, owned: Owned, msg: ConsumedMessage, now: int) -> None:
         """Step 1 of the commit procedure for one record: every trigger of its
         partition decides, and what they decide is produced."""
+        if not owned.triggers:
+            return
         headers = msg.headers() or []
         items = headers.items() if isinstance(headers, dict) else headers
         record = source_record(

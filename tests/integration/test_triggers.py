@@ -164,7 +164,10 @@ def test_1000_records_100_matching_run_exactly_100_runs_once_across_a_kill9(
     encode = avro_writer(ns, topic)
     put(ns, {"id": "big-orders", "target": "http", "url": f"{target.url}/hook",
              "on": {"topic": topic, "filter": "value.amount >= 900"}})  # fmt: skip
-    worker = CronstreamProcess(ns, tmp_path, "w", "--http-allow", "127.0.0.0/8", command="worker")
+    # 4 at once: the target's listen backlog is 5 (more reset connections: runs FAILED,
+    # whose retries need a scheduler this test does not run)
+    worker = CronstreamProcess(ns, tmp_path, "w", "--http-allow", "127.0.0.0/8",
+                               "--concurrency", "4", command="worker")  # fmt: skip
     procs.append(worker)
     first = processor(ns, tmp_path, procs, "t1", "--checkpoint-ms", "300")
     first.wait_live(1, text="assigned")
