@@ -113,7 +113,8 @@ def put_trigger(settings: Settings, job_id: str, topic: str, expression: str,
 
 def producer(settings: Settings) -> Producer:
     return Producer({**admin_security(settings), "partitioner": "murmur2_random",
-                     "linger.ms": 5, "compression.type": "lz4"})  # fmt: skip
+                     "linger.ms": 5, "compression.type": "lz4",
+                     "queue.buffering.max.messages": 1_000_000})  # fmt: skip
 
 
 def _latencies(settings: Settings, seconds: float) -> list[int]:
