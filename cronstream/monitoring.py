@@ -4,8 +4,8 @@ delivers alerts to, printed on the console; and the PromQL of figures a dashboar
 with the alert rules.
 
 Ports (environment): ``CRONSTREAM_METRICS_BASE_PORT`` (9301: scheduler, then worker,
-sink, admission, the flows coordinator, the archiver and the dependency processor;
-the API serves /metrics on its own port) and
+sink, admission, the flows coordinator, the archiver, the dependency processor and the
+trigger processor; the API serves /metrics on its own port) and
 ``CRONSTREAM_ALERT_RECEIVER_PORT`` (8790, the port of Alertmanager's default webhook).
 """
 
@@ -20,7 +20,16 @@ from typing import Any
 from runtime.scrape import targets_dir, write_targets
 from runtime.settings import Settings, env_int
 
-ROLES = ("scheduler", "worker", "sink", "admission", "flows", "archiver", "dependencies")
+ROLES = (
+    "scheduler",
+    "worker",
+    "sink",
+    "admission",
+    "flows",
+    "archiver",
+    "dependencies",
+    "triggers",
+)
 API_PORT = 8780
 
 # Due-to-start p99 per priority over 5 minutes, in seconds, one series per `priority` label

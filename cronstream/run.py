@@ -4,11 +4,11 @@ The stack is already up and bootstrapped (the Makefile's `up` target ran first).
 applies ``examples/jobs.yaml``, serves the example HTTP target those jobs call, starts
 one scheduler, one worker, one history sink, one admission (tenants' commands; the
 Makefile onboards the tenant ``demo`` first), the HTTP API, the flows coordinator
-(``examples/flows.yaml`` applied too) and the dependency processor, and prints their
-logs combined (each line prefixed with its process) under a live status line: fires/s,
-runs/s, failures, and the workers' and sink's lag. Logs are also appended to
-``.stack/logs/<name>.log``. Ctrl-C stops every process (each finishes its own clean
-handover); `make down` stops the services.
+(``examples/flows.yaml`` applied too), the archiver, the dependency processor and the
+trigger processor (event triggers), and prints their logs combined (each line prefixed
+with its process) under a live status line: fires/s, runs/s, failures, and the workers'
+and sink's lag. Logs are also appended to ``.stack/logs/<name>.log``. Ctrl-C stops every
+process (each finishes its own clean handover); `make down` stops the services.
 
 Environment: ``CRONSTREAM_RUN_EXAMPLES=0`` skips applying the examples;
 ``CRONSTREAM_EXAMPLE_TARGET_PORT`` moves the example target (default 8787).
@@ -43,8 +43,8 @@ from schemas.events import Priority, text_headers
 
 FAILURES = frozenset({"FAILED", "TIMED_OUT", "DEAD_LETTERED"})
 STARTED = (
-    "scheduler, worker, sink, archiver, admission, api, the flows coordinator and the\n"
-    "dependency processor started.\n"
+    "scheduler, worker, sink, archiver, admission, api, the flows coordinator, the\n"
+    "dependency processor and the trigger processor started.\n"
     "Dashboard: http://127.0.0.1:8780/ui (sign in with a token from .stack/data/security/\n"
     "  credentials/: api-token-admin.secret sees everything). In another terminal try:\n"
     "  .venv/bin/cronstream jobs list\n"
@@ -238,6 +238,8 @@ def start_roles(
         "archiver": start("archiver", scraped("archiver", "archiver"), logs, console),
         # jobs with after: run once the jobs they name succeeded for a date
         "deps": start("deps", scraped("dependencies", "dependencies"), logs, console),
+        # jobs run on the records of a topic (docs/event-triggers.md)
+        "triggers": start("triggers", scraped("triggers", "triggers"), logs, console),
     }
 
 

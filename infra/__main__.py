@@ -12,7 +12,7 @@ from infra import stack
 from infra.bootstrap import bootstrap
 from infra.connect import ensure_history_sink, history_table
 from infra.errors import BootstrapError, StackError, TenantError
-from infra.tenants import tenants_command
+from infra.tenants import tenants_command, trigger_sources_command
 from runtime.errors import SettingsError
 from runtime.settings import Settings
 from schemas.errors import RegistryUnavailable
@@ -40,6 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     tn.add_argument("names", nargs="*", metavar="NAME")
     tn.add_argument("--if-secured", action="store_true",
                     help="do nothing on a plaintext stack (make run)")  # fmt: skip
+    ts = sub.add_parser("trigger-sources", help="let the trigger processor read operators' "
+                        "source topics (names or prefixes), as the super user")  # fmt: skip
+    ts.add_argument("action", choices=("add", "remove"))
+    ts.add_argument("prefixes", nargs="+", metavar="TOPIC_OR_PREFIX")
     args = parser.parse_args(argv)
     commands: dict[str, Callable[[Settings], int | None]] = {
         "up": lambda settings: _up(settings, bootstrap_too=not args.no_bootstrap),
@@ -53,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
             0
             if args.if_secured and settings.kafka_security == "plaintext"
             else tenants_command(settings, args.action, args.names)
+        ),
+        "trigger-sources": lambda settings: trigger_sources_command(
+            settings, args.action, args.prefixes
         ),
     }
     try:

@@ -17,7 +17,9 @@ Adding tenant ``acme`` makes, idempotently:
   topics named ``acme.*`` (its own, which an operator creates: its jobs' kafka targets
   write there as ``tenant-acme``), nothing else. A tenant cannot write cronstream's
   topics, read runs, outcomes or history, or touch another tenant's topics: the
-  authorizer refuses (``allow.everyone.if.no.acl.found`` is false).
+  authorizer refuses (``allow.everyone.if.no.acl.found`` is false);
+- READ on the topics ``acme.*`` for the trigger processor's user (``cronstream-triggers``,
+  ``trigger_source_acls``): its jobs' event triggers read there (issue 38).
 
 Removing one retires its user (a random password nobody keeps replaces its own: the
 broker's user list still names it, but nobody can log in as it; see ``remove_tenant``
@@ -105,6 +107,31 @@ def tenant_acls(settings: Settings, tenant: str) -> list[AclBinding]:
                    AclOperation.DESCRIBE, allow) for watcher in watchers]  # fmt: skip
 
 
+def trigger_source_acls(prefix: str) -> list[AclBinding]:
+    """The trigger processor's user may read (and describe) the topics starting with
+    ``prefix`` (a tenant's ``<tenant>.``; an operator's topics: ``trigger-sources add``)."""
+    principal = f"User:{role_user('triggers')}"
+    ops = (AclOperation.READ, AclOperation.DESCRIBE)
+    return [AclBinding(ResourceType.TOPIC, prefix, ResourcePatternType.PREFIXED, principal, "*",
+                       op, Permission.ALLOW) for op in ops]  # fmt: skip
+
+
+def trigger_sources_command(settings: Settings, action: str, prefixes: list[str]) -> int:
+    """``python -m infra trigger-sources add|remove PREFIX...``: let the trigger processor
+    read an operator's source topics (a topic name, or a prefix ending in '.')."""
+    if settings.kafka_security == "plaintext":
+        raise TenantError("ACLs need authenticated clients: CRONSTREAM_KAFKA_SECURITY=sasl_ssl")
+    if not prefixes:
+        raise TenantError(f"trigger-sources {action} needs at least one topic or prefix")
+    admin = kafka_admin(settings, superuser=True)
+    bindings = [b for prefix in prefixes for b in trigger_source_acls(prefix)]
+    (admin_acls if action == "add" else delete_acls)(admin, bindings, 30.0)
+    for prefix in prefixes:
+        state = "readable" if action == "add" else "no longer readable"
+        print(f"trigger sources: {prefix}* {state} by {role_user('triggers')}")
+    return 0
+
+
 def add_tenant(
     settings: Settings,
     tenant: str,
@@ -125,7 +152,8 @@ def add_tenant(
     new = [new_topic(name, 1, dict(spec.config), replication)
            for name, spec in names.items() if name not in metadata.topics]  # fmt: skip
     created = create_topics(admin, new, [], timeout)
-    admin_acls(admin, tenant_acls(settings, tenant), timeout)
+    admin_acls(admin, tenant_acls(settings, tenant) + trigger_source_acls(egress_prefix(tenant)),
+               timeout)  # fmt: skip
     with registry_client(settings, writer=True) as registry:
         codec = Codec(registry)
         for name, spec in names.items():
@@ -151,7 +179,8 @@ def remove_tenant(settings: Settings, tenant: str, *, timeout: float = 30.0) -> 
     stay)."""
     _checked(settings, tenant)
     admin = kafka_admin(settings, superuser=True)
-    delete_acls(admin, tenant_acls(settings, tenant), timeout)
+    delete_acls(admin, tenant_acls(settings, tenant) + trigger_source_acls(egress_prefix(tenant)),
+                timeout)  # fmt: skip
     # Retired, not deleted: the login gets a random password nobody keeps. Kafka 4.3.1
     # loses every SCRAM user on its next start once the metadata log holds a credential
     # deletion (ScramDelta.apply drops the whole mechanism when a deletion of a user it

@@ -181,7 +181,8 @@ record_faults = Counter(
     ["role"],
     registry=REGISTRY,
 )
-FAULT_ROLES = ("admission", "scheduler", "worker", "sink", "archiver", "flows", "dependencies")
+FAULT_ROLES = ("admission", "scheduler", "worker", "sink", "archiver", "flows", "dependencies",
+               "triggers")  # fmt: skip
 
 
 member_ready = Gauge(
@@ -201,7 +202,7 @@ def zero_counters(role: str) -> None:
     """Create a role's labelled counters at 0 when it starts: Prometheus's ``increase``
     cannot see a series that first appears at 1 (the alerts on dead letters and failures
     would miss the first one)."""
-    if role in ("scheduler", "worker", "sink", "archiver", "flows", "dependencies"):
+    if role in ("scheduler", "worker", "sink", "archiver", "flows", "dependencies", "triggers"):
         labelled(dead_letters, role)
     if role in FAULT_ROLES:
         labelled(record_faults, role)
@@ -465,24 +466,35 @@ fires_deferred = Counter(
 )
 
 # -- dependency processor (``after:``) ------------------------------------------------------
-dependency_dependents = Gauge(
-    "cronstream_dependency_dependents", "Dependent jobs (after:) the processor knows",
-    registry=REGISTRY,
-)  # fmt: skip
-dependency_waiting = Gauge(
-    "cronstream_dependency_waiting",
+# fmt: off
+dependency_dependents = Gauge("cronstream_dependency_dependents", "Dependent jobs (after:) the "
+    "processor knows", registry=REGISTRY)
+dependency_waiting = Gauge("cronstream_dependency_waiting",
     "Dates dependents wait on: some job they come after succeeded for the date, not all yet",
-    registry=REGISTRY,
-)
-dependency_lag = Gauge(
-    "cronstream_dependency_lag",
+    registry=REGISTRY)
+dependency_lag = Gauge("cronstream_dependency_lag",
     "History records the dependency processor has not read yet (dependents run that late)",
-    registry=REGISTRY,
-)
-dependency_runs = Counter(
-    "cronstream_dependency_runs",
+    registry=REGISTRY)
+dependency_runs = Counter("cronstream_dependency_runs",
     "Dependency runs (JOB@dep:<date>) emitted; possible_duplicate=true: emitted again at a "
     "start or after a history read (the workers run a run id once)",
-    ["possible_duplicate"],
-    registry=REGISTRY,
-)
+    ["possible_duplicate"], registry=REGISTRY)
+# -- trigger processor (issue 38): job_id labels name jobs with an event trigger only --------
+triggers_records_read = Counter("cronstream_triggers_records_read",
+    "Source records read by the trigger processor, by topic", ["topic"], registry=REGISTRY)
+triggers_records_matched = Counter("cronstream_triggers_records_matched",
+    "Source records that passed a trigger's filter, by job", ["job_id"], registry=REGISTRY)
+triggers_runs_emitted = Counter("cronstream_triggers_runs_emitted",
+    "Event run requests written, by job (a re-read after a restart writes some again, "
+    "flagged possible_duplicate)", ["job_id"], registry=REGISTRY)
+triggers_refused = Counter("cronstream_triggers_refused",
+    "Matching records dead-lettered instead of run (payload over the limit, or a record "
+    "that made the processor raise), by job", ["job_id"], registry=REGISTRY)
+triggers_lag = Gauge("cronstream_triggers_lag",
+    "Records of a source partition a trigger has not decided yet (the partition's end "
+    "minus its next offset), per trigger and source partition owned by this process",
+    ["job_id", "topic", "partition"], registry=REGISTRY)
+triggers_rate_holds = Counter("cronstream_triggers_rate_holds",
+    "Times a source partition was held back because its tenant's event runs reached its "
+    "rate (read on when the rate allows; nothing dropped)", ["tenant"], registry=REGISTRY)
+# fmt: on

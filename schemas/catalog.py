@@ -140,6 +140,7 @@ class InternalTopic:
 FLOWS_APP = "flows-coordinator"  # the faust app id after "<prefix>."; its topics start so
 FLOWS_TABLE = "runs"
 CONNECT = "connect"  # the Kafka Connect worker's group and topics after "<prefix>."
+TRIGGERS = "triggers-"  # the trigger processor's own topics after "<prefix>."
 _COMPACT = _cfg(cleanup_policy="compact")
 INTERNAL: tuple[InternalTopic, ...] = (
     InternalTopic(suffix=f"{FLOWS_APP}-__assignor-__leader", fixed_partitions=1),
@@ -148,6 +149,9 @@ INTERNAL: tuple[InternalTopic, ...] = (
     InternalTopic(suffix=f"{CONNECT}-configs", config=_COMPACT, fixed_partitions=1),
     InternalTopic(suffix=f"{CONNECT}-offsets", config=_COMPACT),
     InternalTopic(suffix=f"{CONNECT}-status", config=_COMPACT),
+    # the trigger processor's checkpoints, key <job>|<topic>|<partition>, JSON
+    # (streams.trigger_store): debounce windows and emitted batches per source partition
+    InternalTopic(suffix=f"{TRIGGERS}checkpoints", config=_COMPACT),
 )
 
 # Per tenant (``tenants add``), not in CATALOG: the bootstrap does not make them.
@@ -229,6 +233,11 @@ ROLES: Mapping[str, RoleAccess] = MappingProxyType({
     "dependencies": RoleAccess(reads=(JOBS, HISTORY), writes=(*_RUNS, DLQ)),
     # the Kafka Connect worker (infra.connect): its own topics; its sinks read history
     "connect": RoleAccess(reads=(HISTORY,), internal=f"{CONNECT}-"),
+    # event triggers (streams.triggers): definitions with on: -> run requests; refused
+    # definitions and records to the dead letters; its checkpoints. The source topics
+    # it reads are granted apart: each tenant's <tenant>. (infra.tenants), operators'
+    # with `python -m infra trigger-sources add` (docs/event-triggers.md, "Access")
+    "triggers": RoleAccess(reads=(JOBS,), writes=(*_RUNS, DLQ), internal=TRIGGERS),
 })  # fmt: skip
 
 

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from cronstream.cli import archive, dependencies, flows, history, jobs, roles, tenants
+from cronstream.cli import archive, dependencies, flows, history, jobs, roles, tenants, triggers
 from cronstream.cli.common import (
     EXIT_INVALID,
     EXIT_NOT_FOUND,
@@ -73,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     tenants.register(sub)
     flows.register(sub)
     dependencies.register(sub)
+    triggers.register(sub)
     status = sub.add_parser("status", help="health and endpoints of every service")
     status.add_argument("--json", action="store_true")
     status.set_defaults(handler=cmd_status, needs="settings")

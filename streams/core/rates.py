@@ -41,6 +41,14 @@ class TenantRates:
     def _rate(self, tenant: str) -> float:
         return self.overrides.get(tenant, self.rate_per_s) * self.share
 
+    def ready_at(self, tenant: str, now_ms: int) -> int:
+        """When ``tenant``'s next fire may happen (``now_ms``: at once), not booked: the
+        trigger processor holds a source partition back until then (``streams.triggers``)."""
+        rate = self._rate(tenant)
+        interval = 1000.0 / rate
+        allowed = max(self._tat.get(tenant, now_ms), now_ms) - (max(1.0, rate) - 1) * interval
+        return now_ms if allowed <= now_ms else int(allowed + 0.999)
+
     def reserve(self, tenant: str, now_ms: int) -> int:
         """When ``tenant``'s next fire may happen (``now_ms``: at once), booked."""
         rate = self._rate(tenant)

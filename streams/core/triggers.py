@@ -167,6 +167,7 @@ class PartitionTrigger:
         self.windows: dict[str, int] = dict(start.windows)
         self.through: dict[str, int] = dict(start.through)
         self.open: dict[str, _Batch] = {}
+        self.matched = 0  # records that passed the filter (the processor's metric reads it)
 
     def step(self, record: Record) -> list[Decision]:
         """What ``record`` (the next of the partition, in offset order) causes."""
@@ -177,6 +178,7 @@ class PartitionTrigger:
         rule = self.rule
         if rule.filter is not None and not matches(rule.filter, record):
             return []
+        self.matched += 1
         try:
             group = payloads.group_of(rule.key, record)
             end = self.windows.get(group) if rule.debounce_ms is not None else None

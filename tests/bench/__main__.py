@@ -39,6 +39,7 @@ from tests.bench.scheduler import (
 from tests.bench.security import bench_security
 from tests.bench.target_rows import bench_target_rows
 from tests.bench.tiers import bench_tiers
+from tests.bench.triggers import bench_triggers
 from tests.bench.ui import bench_ui
 from tests.bench.workers import bench_drain, bench_fire_to_start, bench_workers
 from tests.integration.helpers import kill_children
@@ -88,6 +89,8 @@ def main() -> int:
                                      200_000 if args.quick else 10_000_000),
         "scale": lambda: bench_scale(base, 1 if args.quick else 2, 3000, 3),
         "cluster": lambda: bench_cluster(runs, 12_000),
+        "triggers": lambda: bench_triggers(base, runs, 10.0 if args.quick else 20.0,
+                                           50_000 if args.quick else 200_000),
     }  # fmt: skip
     if unknown := set(args.only or ()) - plan.keys():
         parser.error(f"--only: no benchmark {sorted(unknown)}; one of {sorted(plan)}")

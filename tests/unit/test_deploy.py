@@ -23,7 +23,7 @@ from schemas.catalog import cassandra_role_user
 DEPLOY = Path(__file__).resolve().parents[2] / "infra" / "deploy"
 KUBERNETES = "1.37.0"
 ROLES = {"scheduler", "worker", "sink", "admission", "flows", "api", "ui", "archiver",
-         "dependencies"}  # fmt: skip
+         "dependencies", "triggers"}  # fmt: skip
 HTTP = ("api", "ui")  # serve on --port; the others on --metrics-port
 
 

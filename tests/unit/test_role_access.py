@@ -38,7 +38,8 @@ def test_only_the_admission_and_the_dashboard_write_jobs_and_reach_tenants() -> 
     assert writes_jobs == {"admission", "ui"}
     tenant_writes = {r for r in ROLES if ("TOPIC", "acme.t.", "PREFIXED", "WRITE") in _grants(r)}
     assert tenant_writes == {"admission", "api", "ui"}
-    own = {"flows": "acme.flows-coordinator-", "connect": "acme.connect-"}
+    own = {"flows": "acme.flows-coordinator-", "connect": "acme.connect-",
+           "triggers": "acme.triggers-"}  # fmt: skip
     for role in ROLES:  # literal names, the tenant prefix or a framework's own topics:
         for kind, name, pattern, _op in _grants(role):  # never the whole namespace
             if kind == "TOPIC" and pattern == "PREFIXED":
@@ -78,3 +79,22 @@ def test_only_the_worker_writes_run_output_and_only_the_sink_reads_it() -> None:
     writers = {r for r in ROLES if ("TOPIC", topic, "LITERAL", "WRITE") in _grants(r)}
     readers = {r for r in ROLES if ("TOPIC", topic, "LITERAL", "READ") in _grants(r)}
     assert (writers, readers) == ({"worker"}, {"sink"})
+
+
+def test_the_trigger_processor_reads_jobs_writes_runs_and_reads_only_granted_sources() -> None:
+    """Issue 38: its source topics are granted apart (a tenant's ``<tenant>.`` when it is
+    added, an operator's by name): never cronstream's own, nor the whole namespace."""
+    from infra.tenants import trigger_source_acls
+
+    grants = _grants("triggers")
+    literal = {(g[1], g[3]) for g in grants if g[0] == "TOPIC" and g[2] == "LITERAL"}
+    assert ("acme.jobs", "READ") in literal
+    assert ("acme.jobs", "WRITE") not in literal
+    assert {t for t, op in literal if op == "WRITE"} == {
+        "acme.runs.high", "acme.runs.normal", "acme.runs.low", "acme.dlq"}  # fmt: skip
+    assert {g[3] for g in grants if g[1] == "acme.triggers-"} == {
+        "READ", "WRITE", "DESCRIBE", "DESCRIBE_CONFIGS"}  # fmt: skip
+    sources = {(b.principal, b.name, b.resource_pattern_type.name, b.operation.name)
+               for b in trigger_source_acls("beta.")}  # fmt: skip
+    assert sources == {("User:cronstream-triggers", "beta.", "PREFIXED", "READ"),
+                       ("User:cronstream-triggers", "beta.", "PREFIXED", "DESCRIBE")}  # fmt: skip

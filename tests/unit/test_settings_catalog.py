@@ -77,6 +77,7 @@ def test_catalog_names_partitions_and_configs() -> None:
     assert [name for name, _ in topics.internal()] == [
         "acme.flows-coordinator-__assignor-__leader", "acme.flows-coordinator-runs-changelog",
         "acme.connect-configs", "acme.connect-offsets", "acme.connect-status",
+        "acme.triggers-checkpoints",
     ]  # fmt: skip
     assert dict(topics.layout())["acme.connect-configs"][0] == 1  # Connect demands one
     assert topics.runs(Priority.HIGH) == "acme.runs.high"

@@ -29,6 +29,18 @@ def test_reserve_books_one_moment_per_fire_after_a_seconds_burst() -> None:
     assert [half.reserve("acme", T0) for _ in range(6)][-1] == T0 + 200
 
 
+def test_ready_at_tells_when_the_next_fire_may_happen_without_booking_it() -> None:
+    rates = TenantRates(10)
+    assert rates.ready_at("acme", T0) == T0
+    for _ in range(10):
+        rates.reserve("acme", T0)
+    assert rates.ready_at("acme", T0) == T0 + 100  # the burst is spent
+    assert rates.ready_at("acme", T0) == T0 + 100  # asked again: nothing was booked
+    assert rates.ready_at("acme", T0 + 100) == T0 + 100
+    assert rates.reserve("acme", T0 + 100) == T0 + 100
+    assert rates.ready_at("beta", T0) == T0
+
+
 def burst(core: PartitionScheduler, tenant: str, count: int) -> None:
     for i in range(count):
         core.put(JobSchedule(f"{tenant}/j{i}", every_ms=MIN, tenant=tenant), now=T0)
