@@ -41,6 +41,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote_plus
 
+from consumers.compaction import compact_finished
 from consumers.core.buckets import day_of
 from consumers.lakehouse import ArchiveTable, Fenced, to_arrow
 from runtime import metrics
@@ -265,7 +266,7 @@ class Archiver:
         if 0 not in self.checkpoints:
             return
         today = datetime.now(UTC).date()
-        done = self.table.compact_finished(today)
+        done = compact_finished(self.table, today)
         for part, merged in done.items():
             log.info("compacted %s of %s: %d files into one", part.label(), part.tenant, merged)
         keep = self.config.keep_days

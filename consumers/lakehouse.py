@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -81,6 +81,9 @@ _ICEBERG_TYPES = {pa.string(): StringType(), pa.int32(): IntegerType(), pa.int64
 PROPERTIES = {
     "write.parquet.row-group-limit": str(ROW_GROUP),
     "write.parquet.compression-codec": "zstd",
+    # The job's bounds of each file whole (not cut at 16 characters): planning prunes by
+    # them, and compaction knows a partition's files by their disjoint job ranges.
+    "write.metadata.metrics.column.job_id": "full",
     "format-version": "2",
     # Appends merge the manifests (a year of daily appends: one manifest to plan from, not
     # 365 read one by one: 2 s of a query's planning, measured).
@@ -115,7 +118,7 @@ class Part(NamedTuple):
         return self.start.strftime("%Y-%m") if self.month else self.start.isoformat()
 
 
-class _Specs(NamedTuple):
+class Specs(NamedTuple):
     days: int  # the default: (day, tenant)
     months: int | None  # a finished month's files: (tenant, month); None: a table not by day
 
@@ -125,13 +128,13 @@ def finished_month(day: date, today: date) -> bool:
     return Part(day.replace(day=1), "", True).end < today - timedelta(days=1)
 
 
-def _day_of(value: Any) -> date:
+def day_of(value: Any) -> date:
     """A day partition's value (pyarrow reads Iceberg's day transform as a date, or
     days since the epoch)."""
     return value if isinstance(value, date) else date(1970, 1, 1) + timedelta(days=int(value))
 
 
-def _month_start(value: Any) -> date:
+def month_start(value: Any) -> date:
     """A month partition's value (months since January 1970) as the month's first day."""
     months = int(value)
     return date(1970 + months // 12, months % 12 + 1, 1)
@@ -203,7 +206,7 @@ def day_filter(first: date, last: date) -> BooleanExpression:
 
 class ArchiveTable:
     """The namespace's Iceberg history table: written by the archiver, maintained by
-    ``compact``/``expire``, read by ``consumers.archive``."""
+    ``consumers.compaction`` and ``expire``, read by ``consumers.archive``."""
 
     def __init__(self, where: Lakehouse) -> None:
         self.where = where
@@ -213,7 +216,7 @@ class ArchiveTable:
             )
         self.catalog = SqlCatalog("cronstream", **where.catalog_properties())
         self.table = self.open()
-        self._specs = self._month_spec()
+        self.specs = self._month_spec()
 
     def open(self) -> Table:
         """The table, made on first use; columns the Avro contract added since it was
@@ -235,7 +238,7 @@ class ArchiveTable:
             table = self.catalog.load_table(self.where.table)
         return table
 
-    def _month_spec(self) -> _Specs:
+    def _month_spec(self) -> Specs:
         """The spec ids of the day partitions (the default) and of the finished months'
         (added beside it on first use, the default kept: one commit)."""
         fields = {spec.spec_id: {(f.name, str(f.transform)) for f in spec.fields}
@@ -243,7 +246,7 @@ class ArchiveTable:
         days = self.table.spec().spec_id
         months = [i for i, f in fields.items() if ("month", "month") in f and len(f) == 2]
         if months or ("day", "day") not in fields[days]:
-            return _Specs(days, months[0] if months else None)
+            return Specs(days, months[0] if months else None)
         tx = self.table.transaction()
         with tx.update_spec() as update:
             update.add_field("scheduled_at", MonthTransform(), "month")
@@ -298,58 +301,9 @@ class ArchiveTable:
         for row in self.table.inspect.partitions().to_pylist():
             part = row["partition"]
             month = part.get("month") is not None
-            start = _month_start(part["month"]) if month else _day_of(part["day"])
+            start = month_start(part["month"]) if month else day_of(part["day"])
             found[Part(start, part["tenant"], month)] = row["file_count"]
         return found
-
-    def compact(self, day: date, today: date | None = None) -> int:
-        """Rewrite each tenant's files of ``day`` as one sorted file, or of its month
-        when the month is finished (``compact_finished``); returns the files merged."""
-        today = today or datetime.now(UTC).date()
-        month = finished_month(day, today) and self._specs.months is not None
-        chosen = Part(day.replace(day=1), "", True) if month else Part(day, "", False)
-        return sum(self._compact(lambda part: part.start == chosen.start
-                                 and part.month == chosen.month, today).values())  # fmt: skip
-
-    def compact_finished(self, today: date) -> dict[Part, int]:
-        """Compact each finished month (its last day before yesterday) into one file per
-        tenant, and each day before yesterday of the months still going (yesterday's
-        late outcomes, retries and slow runs still arrive); returns the files merged."""
-        return self._compact(lambda part: part.end < today - timedelta(days=1), today)
-
-    def _compact(self, chosen: Callable[[Part], bool], today: date | None) -> dict[Part, int]:
-        """Rewrite the ``chosen`` partitions that have several files, a finished month's
-        day files with it (the partitions read once); returns the files merged."""
-        today = today or datetime.now(UTC).date()
-        groups: dict[Part, int] = {}
-        months = self._specs.months is not None
-        for part, files in self.partitions().items():
-            if months and not part.month and finished_month(part.start, today):
-                part = Part(part.start.replace(day=1), part.tenant, True)  # noqa: PLW2901
-            groups[part] = groups.get(part, 0) + files
-        return {part: files for part, files in sorted(groups.items())
-                if files > 1 and chosen(part) and self._rewrite(part)}  # fmt: skip
-
-    def _rewrite(self, part: Part) -> bool:
-        """``part``'s rows as one sorted file: a day's in its day partition, a month's
-        in its month partition (Iceberg's partition evolution: the table's default spec
-        is the day's, the month's is set for this commit alone)."""
-        where = And(day_filter(part.start, part.end), eq("tenant", part.tenant))
-        for _ in range(COMMIT_TRIES):
-            self.table.refresh()
-            rows = self.table.scan(row_filter=where).to_arrow()
-            tx = self.table.transaction()
-            if part.month:
-                tx._apply((set_default_spec(spec_id=self._specs.months),))
-            tx.overwrite(sort(rows.cast(ARROW)), overwrite_filter=where)
-            if part.month:
-                tx._apply((set_default_spec(spec_id=self._specs.days),))
-            try:
-                tx.commit_transaction()
-            except CommitFailedException:  # the archiver appended meanwhile
-                continue
-            return True
-        return False
 
     def expire(self, today: date, keep: int, *, now: datetime | None = None) -> list[Part]:
         """Delete the partitions wholly more than ``keep`` days before ``today`` (0: none;

@@ -71,6 +71,7 @@ def cmd_archiver(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_compact(settings: Settings, args: argparse.Namespace) -> int:
+    from consumers.compaction import compact, compact_finished
     from consumers.lakehouse import ArchiveTable
     from runtime.lakehouse import lakehouse
 
@@ -82,10 +83,10 @@ def cmd_compact(settings: Settings, args: argparse.Namespace) -> int:
             except ValueError:
                 print(f"error: --day {args.day!r} is not YYYY-MM-DD", file=sys.stderr)
                 return EXIT_INVALID
-            done = {day.isoformat(): table.compact(day)}
+            done = {day.isoformat(): compact(table, day)}
         else:
             done = {f"{part.label()} {part.tenant}": merged for part, merged
-                    in table.compact_finished(datetime.now(UTC).date()).items()}  # fmt: skip
+                    in compact_finished(table, datetime.now(UTC).date()).items()}  # fmt: skip
     finally:
         table.close()
     for what, merged in sorted(done.items()):

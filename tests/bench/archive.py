@@ -30,6 +30,7 @@ from pyarrow.fs import FileSelector
 
 from consumers import archive
 from consumers.archiver import Archiver, ArchiverConfig
+from consumers.compaction import compact_finished
 from consumers.lakehouse import ARROW, ArchiveTable, Part, filesystem, sort
 from infra.objects import ensure_lakehouse
 from runtime.lakehouse import lakehouse
@@ -102,7 +103,7 @@ def compact_year(table: ArchiveTable) -> tuple[float, dict[Part, int], int]:
     """The finished months folded into one file each, as the archiver's maintenance does:
     seconds, files merged per month, files in the table then."""
     t0 = time.monotonic()
-    merged = table.compact_finished(datetime.now(UTC).date())
+    merged = compact_finished(table, datetime.now(UTC).date())
     took = time.monotonic() - t0
     files = len(table.table.inspect.files())
     print(f"  finished months compacted in {took:.0f}s: {len(merged)} partitions, "

@@ -4,11 +4,14 @@ warehouse: ``runtime.lakehouse.local_environment``), the same code as on S3."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from consumers import compaction
+from consumers.compaction import compact, compact_finished
 from consumers.lakehouse import ArchiveTable, Part, keep_days, to_arrow
 from runtime.lakehouse import lakehouse, local_environment
 from runtime.settings import Settings
@@ -86,7 +89,7 @@ def test_finished_months_become_one_file_per_tenant_and_days_stay_days(tmp_path:
         for i in range(0, len(outcomes), 40):  # several files a day and partition
             table.write(0, i or None, i + 40, to_arrow(outcomes[i:i + 40]))  # fmt: skip
         before = _rows(table)
-        done = table.compact_finished(TODAY)
+        done = compact_finished(table, TODAY)
         months = {(p.label(), p.tenant) for p in done if p.month}
         assert months == {(m, t) for m in ("2026-09", "2026-10") for t in ("default", "acme")}
         assert all(not p.month and p.start < TODAY - timedelta(days=1) for p in done
@@ -98,11 +101,11 @@ def test_finished_months_become_one_file_per_tenant_and_days_stay_days(tmp_path:
         assert sorted(p.start for p in parts if not p.month and p.tenant == "acme") == [
             date(2026, 11, d) for d in range(1, 27)]  # fmt: skip
         assert _rows(table) == before
-        assert table.compact_finished(TODAY) == {}  # nothing left to merge
+        assert compact_finished(table, TODAY) == {}  # nothing left to merge
         late = _daily(date(2026, 10, 5), 1)  # a late outcome of a finished month: its
         table.write(0, table.checkpoint(0), 10_000, to_arrow(late[1:]))  # day's partition
         assert Part(date(2026, 10, 5), "default", False) in table.partitions()
-        assert table.compact(date(2026, 10, 5), TODAY) == 2  # folded into the month
+        assert compact(table, date(2026, 10, 5), TODAY) == 2  # folded into the month
         assert Part(date(2026, 10, 5), "default", False) not in table.partitions()
         assert _rows(table) == sorted([*before, ("default", "j@2026-10-05", "SUCCEEDED")])
     finally:
@@ -116,7 +119,7 @@ def test_a_month_goes_when_its_last_day_is_past_the_retention(tmp_path: Path) ->
     table = ArchiveTable(where)
     try:
         table.write(0, None, 1, to_arrow(_daily(date(2025, 9, 1), 120)))  # .. 2025-12-29
-        table.compact_finished(TODAY)
+        compact_finished(table, TODAY)
         assert {p.label() for p in table.partitions()} == {
             "2025-09", "2025-10", "2025-11", "2025-12"}  # fmt: skip
         gone = table.expire(TODAY, 366)  # the cutoff, 2025-11-25, is inside November
@@ -141,5 +144,31 @@ def test_a_table_made_before_months_gains_their_spec_and_keeps_days_the_default(
         again = ArchiveTable(where)  # a second process: the spec is found, not added
         assert len(again.table.specs()) == 2
         again.close()
+    finally:
+        table.close()
+
+
+def test_a_partition_bigger_than_a_chunk_is_rewritten_in_files_of_disjoint_job_ranges(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Memory is one chunk: a month of 40 jobs in chunks of ~100 rows becomes several
+    sorted files, each job's rows in one of them; settled, it is not rewritten again."""
+    monkeypatch.setattr(compaction, "CHUNK_ROWS", 100)
+    where = lakehouse(Settings.from_env({}), local_environment(tmp_path))
+    table = ArchiveTable(where)
+    try:
+        outcomes = [replace(o, job_id=f"job-{j:02d}", run_id=f"job-{j:02d}@{o.scheduled_at}")
+                    for j in range(40) for o in _daily(date(2026, 9, 1), 10)]  # fmt: skip
+        for i in range(0, len(outcomes), 200):
+            table.write(0, i or None, i + 200, to_arrow(outcomes[i:i + 200]))  # fmt: skip
+        before = _rows(table)
+        assert compact_finished(table, TODAY) == {Part(date(2026, 9, 1), "default", True): 40}
+        files = compaction.partition_files(table, TODAY)[Part(date(2026, 9, 1), "default", True)]
+        assert len(files) >= 4
+        assert compaction.settled(Part(date(2026, 9, 1), "default", True), files,
+                                  table.specs.months)  # fmt: skip
+        assert sum(f.rows for f in files) == 800
+        assert _rows(table) == before
+        assert compact_finished(table, TODAY) == {}
     finally:
         table.close()
