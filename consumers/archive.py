@@ -3,9 +3,9 @@ and across the hot/cold boundary.
 
 Cassandra keeps the hot window (its rows live ``CRONSTREAM_HISTORY_TTL_DAYS``); the
 archive table keeps every outcome, for a year or longer. A query plans its files through
-the catalog (Iceberg's manifests prune by day and tenant partitions, and by the files'
-job ranges), reads the row groups whose job range holds the job (Parquet statistics),
-then keeps each attempt's latest outcome with DuckDB over the Arrow rows.
+the catalog (Iceberg's manifests prune by day, month and tenant partitions, and by the
+files' job ranges), reads the row groups whose job range holds the job (Parquet statistics),
+then keeps each attempt's latest outcome with one sort in Arrow (``latest``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -32,8 +31,8 @@ from runtime.settings import Settings
 from schemas.events import RunOutcome, RunStatus, Trigger, from_ms
 
 REFRESH_S = 5.0  # how stale the table's snapshot a query plans from may be
-# A year is 365 files read at once: pyarrow's own I/O threads (8 by default) wait on the
-# store for each one's column chunks.
+# A year is about 40 files (12 months and this month's days) read at once: pyarrow's own
+# I/O threads (8 by default) wait on the store for each one's column chunks.
 IO_THREADS = 32
 FOOTERS = 4096  # files whose footers a reader keeps (a year's day files: 365 a tenant)
 READERS = 8  # files read at once by one query (each read waits on the store, then decodes)
@@ -41,7 +40,6 @@ _JOB_AT = ARROW.names.index("job_id")
 BATCH = 10_000
 _STATUS = {s.value: s for s in RunStatus}
 _TRIGGER = {t.value: t for t in Trigger}
-_RANK = " ".join(f"WHEN '{status}' THEN {rank}" for status, rank in STATUS_RANK.items())
 
 
 class Archive:
@@ -52,7 +50,6 @@ class Archive:
         self.table = ArchiveTable(where)
         if pa.io_thread_count() < IO_THREADS:
             pa.set_io_thread_count(IO_THREADS)
-        self.db = duckdb.connect()
         self._fs, _ = filesystem(where, where.warehouse)
         self._footers: dict[str, pq.FileMetaData] = {}  # path -> its footer, oldest first
         self._pool = ThreadPoolExecutor(READERS, thread_name_prefix="archive")
@@ -61,7 +58,6 @@ class Archive:
 
     def close(self) -> None:
         self._pool.shutdown()
-        self.db.close()
         self.table.close()
 
     def _rows(self, job_id: str, start: datetime, end: datetime,
@@ -72,7 +68,7 @@ class Archive:
         bounds, from the manifests); each file's row groups whose job range holds the
         job (Parquet statistics) are read in parallel, directly (a footer read once per
         reader: ``_footer``; Iceberg never rewrites a file under its name), and their
-        rows filtered. Measured on a year of 100,000,000 outcomes (365 files): 0.65 s
+        rows filtered. Measured on a year of 100,000,000 outcomes (365 day files): 0.65 s
         against 1.1 s through pyarrow's dataset scanner and 5-11 s through pyiceberg's
         own reader. That holds while no delete file applies (the table is written
         copy-on-write); otherwise pyiceberg reads."""
@@ -122,18 +118,11 @@ class Archive:
                 self._footers.pop(next(iter(self._footers)))
         return footer
 
-    def _latest(self, found: pa.Table) -> duckdb.DuckDBPyConnection:
-        """A cursor over each attempt's latest row of ``found`` (``_JOB_RUNS``); a cursor
-        per query: one Archive serves many threads."""
-        cursor = self.db.cursor()
-        cursor.register("found", found)
-        return cursor.execute(_JOB_RUNS)
-
     def job_runs_table(self, job_id: str, start: datetime, end: datetime,
                        tenant: str | None = None) -> pa.Table:  # fmt: skip
         """``job_runs`` as one Arrow table (instants as epoch milliseconds), for callers
         that take columns (charts, exports): no Python object per run."""
-        return self._latest(self._rows(job_id, start, end, tenant)).to_arrow_table()
+        return latest(self._rows(job_id, start, end, tenant))
 
     def job_runs(
         self, job_id: str, start: datetime, end: datetime, statuses: Sequence[str] = (),
@@ -141,15 +130,37 @@ class Archive:
     ) -> Iterator[RunOutcome]:  # fmt: skip
         """As ``History.job_runs``: a job's attempts scheduled in [start, end), latest
         first, each with its latest status (a DUPLICATE is not a status of the attempt)."""
-        found = self._rows(job_id, start, end, tenant)
-        if not found.num_rows:
-            return
-        wanted = {s.upper() for s in statuses}
-        cursor = self._latest(found)
-        while batch := cursor.fetchmany(BATCH):
-            for row in batch:
-                if not wanted or row[_STATUS_AT] in wanted:
-                    yield _outcome(row)
+        found = latest(self._rows(job_id, start, end, tenant))
+        if statuses:
+            wanted = pa.array(sorted({s.upper() for s in statuses}))
+            found = found.filter(pc.is_in(found["status"], value_set=wanted))
+        for at in range(0, found.num_rows, BATCH):
+            columns = [c.to_pylist() for c in found.slice(at, BATCH).columns]
+            for row in zip(*columns, strict=True):
+                yield _outcome(row)
+
+
+def latest(found: pa.Table) -> pa.Table:
+    """Each attempt's latest row of ``found`` (by ``recorded_at``, then the status's
+    rank: ``STATUS_RANK``; a DUPLICATE is none), newest slot first (then run id, then
+    the later attempt), instants as epoch milliseconds. One sort in Arrow: an attempt's
+    rows are then adjacent, its latest first (measured on a job's year, 210,240 rows:
+    80 ms, DuckDB's window over the same rows 120-140 ms)."""
+    rows = found.filter(pc.not_equal(found["status"], "DUPLICATE"))
+    rank = pc.fill_null(pc.take(_RANKS, pc.index_in(rows["status"], value_set=_RANKED)), 0)
+    order = pc.sort_indices(rows.append_column("_rank", rank), sort_keys=_ORDER)
+    rows = rows.take(order).combine_chunks()
+    if rows.num_rows > 1:
+        run, attempt = rows["run_id"].chunk(0), rows["attempt"].chunk(0)
+        later = pc.and_(pc.equal(run[1:], run[:-1]), pc.equal(attempt[1:], attempt[:-1]))
+        rows = rows.filter(pa.concat_arrays([pa.array([True]), pc.invert(later)]))
+    return pa.table([_ms(rows[name]) if name in _AT else rows[name] for name in COLUMNS],
+                    names=list(COLUMNS))  # fmt: skip
+
+
+def _ms(instants: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Instants (microseconds) as epoch milliseconds: outcomes carry milliseconds."""
+    return pc.cast(pc.cast(instants, pa.timestamp("ms", tz="UTC"), safe=False), pa.int64())
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,16 +195,13 @@ def _may_hold(stats: pq.Statistics | None, job: str) -> bool:
     return bool(stats.min <= job <= stats.max)
 
 
-# Instants come out as epoch milliseconds: DuckDB's own datetimes carry pytz zones, whose
-# conversion was two thirds of a year's query (5 s of 7 for 105,000 runs).
-_SELECTED = [f"epoch_ms({c})" if c.endswith("_at") else c for c in COLUMNS]
+_RANKED = pa.array(list(STATUS_RANK))
+_RANKS = pa.array(list(STATUS_RANK.values()), pa.int32())
+_ORDER = [("scheduled_at", "descending"), ("run_id", "ascending"), ("attempt", "descending"),
+          ("recorded_at", "descending"), ("_rank", "descending")]  # fmt: skip
+_AT = {c for c in COLUMNS if c.endswith("_at")}
 _STATUS_AT = COLUMNS.index("status")
 _TRIGGER_AT = COLUMNS.index("trigger")
-_JOB_RUNS = f"""
-    SELECT {", ".join(_SELECTED)} FROM found WHERE status <> 'DUPLICATE'
-    QUALIFY row_number() OVER (PARTITION BY run_id, attempt
-        ORDER BY recorded_at DESC, CASE status {_RANK} ELSE 0 END DESC) = 1
-    ORDER BY scheduled_at DESC, run_id ASC, attempt DESC"""
 _INSTANTS = tuple(i for i, c in enumerate(COLUMNS) if c.endswith("_at"))
 
 

@@ -26,7 +26,8 @@ Cassandra costs as much as writing it (every outcome of every table, at 10,000 r
 864 million rows a day) and competes with the hot tier; the topic has every outcome
 once, in order, with offsets that make the export resumable and exactly-once. The daily
 steps are maintenance, by the owner of partition 0: each finished day's files merged into
-one sorted file per tenant (``compact_finished``), the days past the retention deleted,
+one sorted file per tenant, finished months into one per tenant (``compact_finished``),
+the partitions wholly past the retention deleted,
 old snapshots forgotten and unreferenced files removed (``expire``, ``remove_orphans``).
 """
 
@@ -40,6 +41,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote_plus
 
+from consumers.compaction import compact_finished
 from consumers.core.buckets import day_of
 from consumers.lakehouse import ArchiveTable, Fenced, to_arrow
 from runtime import metrics
@@ -264,12 +266,12 @@ class Archiver:
         if 0 not in self.checkpoints:
             return
         today = datetime.now(UTC).date()
-        done = self.table.compact_finished(today)
-        for day, merged in done.items():
-            log.info("compacted %s: %d files into one per tenant", day.isoformat(), merged)
+        done = compact_finished(self.table, today)
+        for part, merged in done.items():
+            log.info("compacted %s of %s: %d files into one", part.label(), part.tenant, merged)
         keep = self.config.keep_days
-        for day in self.table.expire(today, keep):
-            log.info("expired %s: older than %d days", day.isoformat(), keep)
+        for part in self.table.expire(today, keep):
+            log.info("expired %s of %s: older than %d days", part.label(), part.tenant, keep)
         removed = self.table.remove_orphans()
         if removed:
             log.info("removed %d files no snapshot references", removed)

@@ -23,12 +23,13 @@ nothing (``Fenced``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 from pyarrow.fs import FileSelector, FileSystem, FileType, LocalFileSystem
@@ -46,7 +47,8 @@ from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.table.sorting import SortField, SortOrder
-from pyiceberg.transforms import DayTransform, IdentityTransform
+from pyiceberg.table.update import SetDefaultSpecUpdate
+from pyiceberg.transforms import DayTransform, IdentityTransform, MonthTransform
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType, TimestamptzType
 
 from runtime.lakehouse import Lakehouse
@@ -58,6 +60,7 @@ log = logging.getLogger("cronstream.lakehouse")
 eq: Any = EqualTo
 ge: Any = GreaterThanOrEqual
 lt: Any = LessThan
+set_default_spec: Any = SetDefaultSpecUpdate  # pydantic: its field's alias is spec-id
 OFFSET = "cronstream.offset."  # + history partition: the offset after what the table holds
 COMMIT_TRIES = 20  # writers of other partitions commit meanwhile: reload and try again
 
@@ -78,6 +81,9 @@ _ICEBERG_TYPES = {pa.string(): StringType(), pa.int32(): IntegerType(), pa.int64
 PROPERTIES = {
     "write.parquet.row-group-limit": str(ROW_GROUP),
     "write.parquet.compression-codec": "zstd",
+    # The job's bounds of each file whole (not cut at 16 characters): planning prunes by
+    # them, and compaction knows a partition's files by their disjoint job ranges.
+    "write.metadata.metrics.column.job_id": "full",
     "format-version": "2",
     # Appends merge the manifests (a year of daily appends: one manifest to plan from, not
     # 365 read one by one: 2 s of a query's planning, measured).
@@ -89,6 +95,49 @@ PROPERTIES = {
     "write.metadata.previous-versions-max": "20",
 }
 ORPHAN_AGE = timedelta(days=1)  # younger unreferenced files may be a commit in progress
+
+
+class Part(NamedTuple):
+    """A partition of the table: a day's (the archiver writes by day), or a finished
+    month's (``compact_finished`` folds a month's days into one file per tenant: a
+    year is then about 40 files to read, not 365)."""
+
+    start: date  # the day, or the month's first day
+    tenant: str
+    month: bool
+
+    @property
+    def end(self) -> date:
+        """The last day the partition holds."""
+        if not self.month:
+            return self.start
+        following = (self.start.replace(day=28) + timedelta(days=4)).replace(day=1)
+        return following - timedelta(days=1)
+
+    def label(self) -> str:
+        return self.start.strftime("%Y-%m") if self.month else self.start.isoformat()
+
+
+class Specs(NamedTuple):
+    days: int  # the default: (day, tenant)
+    months: int | None  # a finished month's files: (tenant, month); None: a table not by day
+
+
+def finished_month(day: date, today: date) -> bool:
+    """Whether ``day``'s month ended before yesterday (no late outcome expected)."""
+    return Part(day.replace(day=1), "", True).end < today - timedelta(days=1)
+
+
+def day_of(value: Any) -> date:
+    """A day partition's value (pyarrow reads Iceberg's day transform as a date, or
+    days since the epoch)."""
+    return value if isinstance(value, date) else date(1970, 1, 1) + timedelta(days=int(value))
+
+
+def month_start(value: Any) -> date:
+    """A month partition's value (months since January 1970) as the month's first day."""
+    months = int(value)
+    return date(1970 + months // 12, months % 12 + 1, 1)
 
 
 class Fenced(Exception):
@@ -157,7 +206,7 @@ def day_filter(first: date, last: date) -> BooleanExpression:
 
 class ArchiveTable:
     """The namespace's Iceberg history table: written by the archiver, maintained by
-    ``compact``/``expire``, read by ``consumers.archive``."""
+    ``consumers.compaction`` and ``expire``, read by ``consumers.archive``."""
 
     def __init__(self, where: Lakehouse) -> None:
         self.where = where
@@ -167,6 +216,7 @@ class ArchiveTable:
             )
         self.catalog = SqlCatalog("cronstream", **where.catalog_properties())
         self.table = self.open()
+        self.specs = self._month_spec()
 
     def open(self) -> Table:
         """The table, made on first use; columns the Avro contract added since it was
@@ -187,6 +237,25 @@ class ArchiveTable:
             log.info("archive table %s: columns added %s", self.where.table, missing)
             table = self.catalog.load_table(self.where.table)
         return table
+
+    def _month_spec(self) -> Specs:
+        """The spec ids of the day partitions (the default) and of the finished months'
+        (added beside it on first use, the default kept: one commit)."""
+        fields = {spec.spec_id: {(f.name, str(f.transform)) for f in spec.fields}
+                  for spec in self.table.specs().values()}  # fmt: skip
+        days = self.table.spec().spec_id
+        months = [i for i, f in fields.items() if ("month", "month") in f and len(f) == 2]
+        if months or ("day", "day") not in fields[days]:
+            return Specs(days, months[0] if months else None)
+        tx = self.table.transaction()
+        with tx.update_spec() as update:
+            update.add_field("scheduled_at", MonthTransform(), "month")
+            update.remove_field("day")
+        tx._apply((set_default_spec(spec_id=days),))
+        with contextlib.suppress(CommitFailedException):  # another process added it first
+            tx.commit_transaction()
+        self.table = self.catalog.load_table(self.where.table)
+        return self._month_spec()
 
     # -- the archiver's -------------------------------------------------------------------
     def checkpoint(self, partition: int) -> int | None:
@@ -222,57 +291,33 @@ class ArchiveTable:
                                     f"while partition {partition} was committed")  # fmt: skip
 
     # -- maintenance ----------------------------------------------------------------------
-    def partitions(self) -> dict[tuple[date, str], int]:
-        """(day, tenant) -> its data files, from the table's partitions metadata."""
-        found: dict[tuple[date, str], int] = {}
+    def partitions(self) -> dict[Part, int]:
+        """Each partition's data files (a day's, or a finished month's), from the table's
+        partitions metadata."""
+        found: dict[Part, int] = {}
         self.table.refresh()
         if self.table.current_snapshot() is None:
             return found
         for row in self.table.inspect.partitions().to_pylist():
             part = row["partition"]
-            day = part["day"]  # a date (pyarrow reads Iceberg's day transform so)
-            if not isinstance(day, date):
-                day = date(1970, 1, 1) + timedelta(days=int(day))
-            found[(day, part["tenant"])] = row["file_count"]
+            month = part.get("month") is not None
+            start = month_start(part["month"]) if month else day_of(part["day"])
+            found[Part(start, part["tenant"], month)] = row["file_count"]
         return found
 
-    def compact(self, day: date) -> int:
-        """Rewrite each tenant's files of ``day`` as one sorted file (one snapshot per
-        tenant: the old files go as the new one comes); returns the files merged."""
-        return self._compact(lambda when: when == day).get(day, 0)
-
-    def compact_finished(self, today: date) -> dict[date, int]:
-        """Compact every day before yesterday with several files in a partition
-        (yesterday's late outcomes, retries and slow runs still arrive)."""
-        return self._compact(lambda when: when < today - timedelta(days=1))
-
-    def _compact(self, chosen: Callable[[date], bool]) -> dict[date, int]:
-        """Compact the partitions of the ``chosen`` days that have several files (the
-        partitions read once); returns the files merged per day."""
-        done: dict[date, int] = {}
-        for (day, tenant), files in sorted(self.partitions().items()):
-            if files < 2 or not chosen(day):
-                continue
-            where = And(day_filter(day, day), eq("tenant", tenant))
-            for _ in range(COMMIT_TRIES):
-                self.table.refresh()
-                rows = self.table.scan(row_filter=where).to_arrow()
-                try:
-                    self.table.overwrite(sort(rows.cast(ARROW)), overwrite_filter=where)
-                except CommitFailedException:  # the archiver appended meanwhile
-                    continue
-                done[day] = done.get(day, 0) + files
-                break
-        return done
-
-    def expire(self, today: date, keep: int, *, now: datetime | None = None) -> list[date]:
-        """Delete the days more than ``keep`` days before ``today`` (0: none; whole
-        partitions: a metadata-only delete), then forget the snapshots older than a day
-        and delete the files no snapshot references any more; returns the days."""
+    def expire(self, today: date, keep: int, *, now: datetime | None = None) -> list[Part]:
+        """Delete the partitions wholly more than ``keep`` days before ``today`` (0: none;
+        a metadata-only delete: a month goes when its last day does), then forget the
+        snapshots older than a day and delete the files no snapshot references any
+        more; returns the partitions deleted."""
         if not keep:
             return []
         cutoff = today - timedelta(days=keep)
-        gone = sorted({day for day, _ in self.partitions() if day < cutoff})
+        parts = self.partitions()
+        for part in parts:  # never a part of a month: its file would be rewritten
+            if part.start < cutoff <= part.end:
+                cutoff = part.start
+        gone = sorted(part for part in parts if part.end < cutoff)
         if gone:
             start = datetime(cutoff.year, cutoff.month, cutoff.day, tzinfo=UTC)
             self.table.delete(delete_filter=lt("scheduled_at", start.isoformat()))

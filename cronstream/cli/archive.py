@@ -31,11 +31,15 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=cmd_archiver, needs="role")
     a = sub.add_parser("archive", help="the archive table of history: compact, expire, info")
     verbs = a.add_subparsers(dest="verb", required=True)
-    c = verbs.add_parser("compact", help="merge finished days' files into one per tenant")
-    c.add_argument("--day", help="only this UTC day (YYYY-MM-DD; default: every day "
-                   "before yesterday)")  # fmt: skip
+    c = verbs.add_parser(
+        "compact",
+        help="merge finished months' files into one per tenant, "
+        "and the days before yesterday of the months still going",
+    )
+    c.add_argument("--day", help="only this UTC day (YYYY-MM-DD), or its month when the "
+                   "month is finished; default: every finished month and day")  # fmt: skip
     c.set_defaults(handler=cmd_compact, needs="settings")
-    e = verbs.add_parser("expire", help="delete the days past the retention "
+    e = verbs.add_parser("expire", help="delete the days and months wholly past the retention "
                          "($CRONSTREAM_ARCHIVE_KEEP_DAYS, default 366; the archiver does "
                          "it hourly)")  # fmt: skip
     e.set_defaults(handler=cmd_expire, needs="settings")
@@ -67,6 +71,7 @@ def cmd_archiver(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_compact(settings: Settings, args: argparse.Namespace) -> int:
+    from consumers.compaction import compact, compact_finished
     from consumers.lakehouse import ArchiveTable
     from runtime.lakehouse import lakehouse
 
@@ -78,13 +83,14 @@ def cmd_compact(settings: Settings, args: argparse.Namespace) -> int:
             except ValueError:
                 print(f"error: --day {args.day!r} is not YYYY-MM-DD", file=sys.stderr)
                 return EXIT_INVALID
-            done = {day: table.compact(day)}
+            done = {day.isoformat(): compact(table, day)}
         else:
-            done = table.compact_finished(datetime.now(UTC).date())
+            done = {f"{part.label()} {part.tenant}": merged for part, merged
+                    in compact_finished(table, datetime.now(UTC).date()).items()}  # fmt: skip
     finally:
         table.close()
-    for day, merged in sorted(done.items()):
-        print(f"{day.isoformat()}: {merged} files merged")
+    for what, merged in sorted(done.items()):
+        print(f"{what}: {merged} files merged")
     if not any(done.values()):
         print(f"nothing to compact in {table.where.table}")
     return 0
@@ -105,8 +111,8 @@ def cmd_expire(settings: Settings, args: argparse.Namespace) -> int:
         removed = table.remove_orphans()
     finally:
         table.close()
-    for day in gone:
-        print(f"{day.isoformat()}: deleted (older than {keep} days)")
+    for part in gone:
+        print(f"{part.label()} {part.tenant}: deleted (older than {keep} days)")
     if not gone:
         print(f"nothing older than {keep} days in {table.where.table}" if keep
               else "retention is off (0)")  # fmt: skip
@@ -129,9 +135,10 @@ def cmd_info(settings: Settings, args: argparse.Namespace) -> int:
         table.close()
     uri = where.catalog_uri.split("@", 1)[-1]  # never the password
     print(f"table {where.table} (catalog {uri}, warehouse {where.warehouse})")
-    days = sorted({day for day, _ in partitions})
-    if days:
-        print(f"{len(days)} days {days[0]} .. {days[-1]}, {len(partitions)} partitions, "
+    if partitions:
+        months = sum(part.month for part in partitions)
+        print(f"{min(partitions).start} .. {max(p.end for p in partitions)}: "
+              f"{len(partitions)} partitions ({months} of finished months, the rest days), "
               f"{sum(partitions.values())} files, {sum(rows)} outcomes")  # fmt: skip
     else:
         print("empty")

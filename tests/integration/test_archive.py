@@ -98,8 +98,8 @@ def one_file_per_finished_day(where: Lakehouse) -> bool:
     table = ArchiveTable(where)
     try:
         yesterday = (datetime.now(UTC) - DAY).date()
-        return all(files == 1 for (day, _), files in table.partitions().items()
-                   if day < yesterday)  # fmt: skip
+        return all(files == 1 for part, files in table.partitions().items()
+                   if part.end < yesterday)  # fmt: skip
     finally:
         table.close()
 
@@ -186,8 +186,8 @@ def test_a_crash_between_the_snapshot_and_the_kafka_commit_writes_nothing_twice(
     assert sum(held.values()) == len(outcomes)
     table = ArchiveTable(lake)
     try:
-        days = {day for day, _ in table.partitions()}
-        assert {tenant for _, tenant in table.partitions()} == {"default", "acme"}
+        days = {part.start for part in table.partitions()}
+        assert {part.tenant for part in table.partitions()} == {"default", "acme"}
     finally:
         table.close()
     assert len(days) == 30
@@ -206,7 +206,7 @@ def test_expiry_removes_the_old_partitions_and_then_their_files(
         today = datetime.now(UTC).date()
         gone = table.expire(today, 366, now=datetime.now(UTC) + 2 * DAY)
         assert len(gone) == 5
-        assert all(day < today - 366 * DAY for day in gone)
+        assert all(part.end < today - 366 * DAY for part in gone)
         assert {run for run, _ in stored(lake)} == {o.run_id for o in recent}
         removed = table.remove_orphans(now=datetime.now(UTC) + 2 * DAY)
         left = files_under(lake, ".parquet")
