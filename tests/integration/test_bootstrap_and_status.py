@@ -24,9 +24,10 @@ pytestmark = pytest.mark.integration
 def test_bootstrap_twice_creates_nothing_new(ns: Settings) -> None:
     report = ensure_topics(ns)
     assert report.created == []
-    # the catalog's 13 topics, the flows coordinator's 2 (found by make test: the
-    # config check of an existing internal topic raised KeyError) and Kafka Connect's 3
-    assert len(report.existing) == 18
+    # the catalog's 14 topics (triggers-checkpoints the newest), the flows coordinator's 2
+    # (found by make test: the config check of an existing internal topic raised
+    # KeyError) and Kafka Connect's 3
+    assert len(report.existing) == 19
     assert report.mismatches == []
 
 
