@@ -1,11 +1,13 @@
 """Event triggers end to end through the CLI (issue 38): a job applied from a jobs file
 with `on:`, a trigger processor, a worker and the sink; a matching record on the source
 topic becomes a run the worker executes with the record's fields as its payload, and
-`cronstream history` reads back its success; a record the filter refuses runs nothing."""
+`cronstream history` reads back its success; a record the filter refuses runs nothing.
+A flow with `on:` starts a flow run per matching record (its node run once)."""
 
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -77,6 +79,56 @@ def test_a_matching_record_runs_the_job_and_history_reads_its_success(
         assert len(done) == 2
         assert all("@evt:" + topic in r["run_id"] for r in done)
         assert len(target.keys("/orders")) == 2  # each run called the target once
+        for proc in procs:
+            proc.stop()
+    finally:
+        for proc in procs:
+            proc.cleanup()
+        target.server.shutdown()
+        target.server.server_close()
+
+
+def test_a_flow_with_on_starts_a_flow_run_per_matching_record(
+    history_ns: Settings, topic: str, tmp_path: Path
+) -> None:
+    """A flow's `on:` goes on its schedule job: a matching record starts a flow run
+    under the record's run id, and its node runs as `FLOW@evt:.../NODE`, once."""
+    ns = history_ns
+    target = Target()
+    flows = tmp_path / "flows.yaml"
+    flows.write_text(f"""
+flows:
+- id: ingest
+  on:
+    topic: {topic}
+    filter: 'value.kind == "csv"'
+  nodes:
+  - name: load
+    target: http
+    url: {target.url}/load
+""")
+    procs = [
+        CronstreamProcess(ns, tmp_path, "worker", "--http-allow", "127.0.0.0/8", command="worker"),
+        CronstreamProcess(
+            ns, tmp_path, "flows", "--log-level", "INFO", command="flows-coordinator"
+        ),
+        CronstreamProcess(ns, tmp_path, "triggers", command="triggers"),
+    ]
+    try:
+        ok(cronstream(ns, "flows", "put", "-f", str(flows)))
+        for proc, text in zip(procs, ("assigned", "Ready", "assigned"), strict=True):
+            proc.wait_live(1, text=text, timeout=120)
+        producer = Producer(admin_security(ns))
+        for kind in ("json", "csv"):
+            producer.produce(topic, key="files", value=json.dumps({"kind": kind}).encode())
+        assert producer.flush(30) == 0
+        deadline = time.monotonic() + 120
+        while not target.keys("/load") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(3)  # nothing more comes
+        (run,) = target.keys("/load").elements()
+        assert run.startswith(f"ingest@evt:{topic}:"), run  # the csv record's, alone
+        assert run.endswith("/load"), run
         for proc in procs:
             proc.stop()
     finally:
