@@ -37,13 +37,11 @@ from consumers.lakehouse import (
     ArchiveTable,
     Part,
     day_filter,
-    day_of,
     eq,
     filesystem,
     finished_month,
     ge,
     lt,
-    month_start,
     path_of,
     set_default_spec,
     sort,
@@ -98,13 +96,9 @@ def partition_files(table: ArchiveTable, today: date) -> dict[Part, list[FileBou
     months = table.specs.months is not None
     columns = ["file_path", "spec_id", "partition", "record_count", "readable_metrics"]
     for row in table.table.inspect.files().select(columns).to_pylist():
-        value = row["partition"]
-        if value.get("month") is not None:
-            part = Part(month_start(value["month"]), value["tenant"], True)
-        else:
-            part = Part(day_of(value["day"]), value["tenant"], False)
-            if months and finished_month(part.start, today):
-                part = Part(part.start.replace(day=1), part.tenant, True)
+        part = Part.of(row["partition"])
+        if months and not part.month and finished_month(part.start, today):
+            part = Part(part.start.replace(day=1), part.tenant, True)
         job = row["readable_metrics"]["job_id"]
         found.setdefault(part, []).append(FileBounds(
             row["file_path"], row["spec_id"], row["record_count"],

@@ -114,6 +114,14 @@ class Part(NamedTuple):
         following = (self.start.replace(day=28) + timedelta(days=4)).replace(day=1)
         return following - timedelta(days=1)
 
+    @classmethod
+    def of(cls, value: dict[str, Any]) -> Part:
+        """The partition of a row of the table's partitions or files metadata (its
+        ``partition`` struct: the day's field or the month's set, the other null)."""
+        if value.get("month") is not None:
+            return cls(_month_start(value["month"]), value["tenant"], True)
+        return cls(_partition_day(value["day"]), value["tenant"], False)
+
     def label(self) -> str:
         return self.start.strftime("%Y-%m") if self.month else self.start.isoformat()
 
@@ -128,13 +136,13 @@ def finished_month(day: date, today: date) -> bool:
     return Part(day.replace(day=1), "", True).end < today - timedelta(days=1)
 
 
-def day_of(value: Any) -> date:
+def _partition_day(value: Any) -> date:
     """A day partition's value (pyarrow reads Iceberg's day transform as a date, or
     days since the epoch)."""
     return value if isinstance(value, date) else date(1970, 1, 1) + timedelta(days=int(value))
 
 
-def month_start(value: Any) -> date:
+def _month_start(value: Any) -> date:
     """A month partition's value (months since January 1970) as the month's first day."""
     months = int(value)
     return date(1970 + months // 12, months % 12 + 1, 1)
@@ -299,10 +307,7 @@ class ArchiveTable:
         if self.table.current_snapshot() is None:
             return found
         for row in self.table.inspect.partitions().to_pylist():
-            part = row["partition"]
-            month = part.get("month") is not None
-            start = month_start(part["month"]) if month else day_of(part["day"])
-            found[Part(start, part["tenant"], month)] = row["file_count"]
+            found[Part.of(row["partition"])] = row["file_count"]
         return found
 
     def expire(self, today: date, keep: int, *, now: datetime | None = None) -> list[Part]:

@@ -25,8 +25,8 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from runtime.kafka.clients import OFFSET_BEGINNING, Consumer, TopicPartition, kafka_consumer
-from runtime.kafka.offsets import watermarks
+from runtime.kafka.clients import Consumer, kafka_consumer
+from runtime.kafka.offsets import assign_whole
 from runtime.kafka.records import ConsumedMessage, dead_letter, is_record, text_key
 from runtime.settings import Settings
 from schemas.catalog import Topics
@@ -104,14 +104,7 @@ class TriggerDefinitions:
 
     def load(self) -> list[tuple[str, Active | None]]:
         """Read the topic to the end it has now; the triggers found."""
-        meta = self.consumer.list_topics(self.topic, timeout=30).topics[self.topic]
-        parts = [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in meta.partitions]
-        ends = {}
-        for tp in parts:
-            low, high = watermarks(self.consumer, tp)
-            if high > low:
-                ends[tp.partition] = high
-        self.consumer.assign(parts)
+        ends = assign_whole(self.consumer, self.topic)
         changes: list[tuple[str, Active | None]] = []
         while any(self.next.get(p, 0) < end for p, end in ends.items()):
             changes += self.follow(timeout=1.0)

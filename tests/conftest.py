@@ -16,7 +16,7 @@ from runtime.settings import Settings
 from schemas.registry import RegistryClient
 
 if TYPE_CHECKING:
-    from tests.integration.helpers import CronstreamProcess
+    from tests.integration.helpers import CronstreamProcess, Target
 
 
 LAYER_MARKERS = {"integration": "integration", "acceptance": "acceptance"}
@@ -112,6 +112,17 @@ def history_ns(ns: Settings) -> Iterator[Settings]:
 
     with history_keyspace(ns) as settings:
         yield settings
+
+
+@pytest.fixture
+def target() -> Iterator[Target]:
+    """An HTTP target on 127.0.0.1 recording each call's Idempotency-Key (helpers.Target)."""
+    from tests.integration.helpers import Target
+
+    t = Target()
+    yield t
+    t.server.shutdown()
+    t.server.server_close()
 
 
 @pytest.fixture

@@ -65,13 +65,7 @@ def _spec_from_args(args: argparse.Namespace) -> dict[str, Any]:
         except json.JSONDecodeError as exc:
             raise SpecError(f"job {args.job_id}", [f"--payload is not JSON: {exc}"]) from None
     if args.header:
-        headers = {}
-        for item in args.header:
-            name, sep, value = item.partition(":")
-            if not sep:
-                raise SpecError(f"job {args.job_id}", [f"--header {item!r} is not NAME:VALUE"])
-            headers[name.strip()] = value.strip()
-        spec["headers"] = headers
+        spec["headers"] = _pairs(args.job_id, "--header", args.header, ":", "NAME:VALUE")
     if args.paused:
         spec["paused"] = True
     return {**spec, **_triggers_from_args(args)}
@@ -88,14 +82,19 @@ def _triggers_from_args(args: argparse.Namespace) -> dict[str, Any]:
         if getattr(args, flag) is not None:
             on[key] = getattr(args, flag)
     if args.on_field:
-        fields = {}
-        for item in args.on_field:
-            name, sep, path = item.partition("=")
-            if not sep:
-                raise SpecError(f"job {args.job_id}", [f"--on-field {item!r} is not NAME=PATH"])
-            fields[name.strip()] = path.strip()
-        on["fields"] = fields
+        on["fields"] = _pairs(args.job_id, "--on-field", args.on_field, "=", "NAME=PATH")
     return {"on": on, **after} if on else after
+
+
+def _pairs(job_id: str, flag: str, items: list[str], sep: str, shape: str) -> dict[str, str]:
+    """A repeated ``flag``'s ``NAME<sep>VALUE`` items as a mapping (stripped)."""
+    found = {}
+    for item in items:
+        name, cut, value = item.partition(sep)
+        if not cut:
+            raise SpecError(f"job {job_id}", [f"{flag} {item!r} is not {shape}"])
+        found[name.strip()] = value.strip()
+    return found
 
 
 def cmd_jobs_put(client: JobClient, args: argparse.Namespace) -> int:

@@ -42,14 +42,13 @@ from runtime import metrics
 from runtime.faults import RecordFaults
 from runtime.grants import PolicyBook
 from runtime.kafka.clients import (
-    OFFSET_BEGINNING,
     Consumer,
     TopicPartition,
     consume_ready,
     kafka_consumer,
 )
 from runtime.kafka.member import GroupMember
-from runtime.kafka.offsets import watermarks
+from runtime.kafka.offsets import assign_whole
 from runtime.kafka.publisher import Publisher
 from runtime.kafka.records import ConsumedMessage
 from runtime.registry import registry_client
@@ -92,14 +91,7 @@ class JobsFollower:
 
     def load(self) -> int:
         """Read the topic to the end it has now; the records read."""
-        meta = self.consumer.list_topics(self.topic, timeout=30).topics[self.topic]
-        parts = [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in meta.partitions]
-        ends = {}
-        for tp in parts:
-            low, high = watermarks(self.consumer, tp)
-            if high > low:
-                ends[tp.partition] = high
-        self.consumer.assign(parts)
+        ends = assign_whole(self.consumer, self.topic)
         read = 0
         while any(self.next.get(p, 0) < end for p, end in ends.items()):
             read += self.follow(timeout=1.0)

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 log = logging.getLogger("cronstream.kafka")
 
@@ -92,6 +92,21 @@ def _watermarks(consumer: Consumer, tp: TopicPartition) -> Any:
             with contextlib.suppress(KafkaException):
                 consumer.list_topics(tp.topic, timeout=5)
         raise
+
+
+def assign_whole(consumer: Consumer, topic: str) -> dict[int, int]:
+    """Assign every partition of ``topic`` from its beginning; returns the end (high
+    watermark, as of now) of each partition that holds records: a reader of a whole
+    topic reads until its next offsets reach them."""
+    meta = consumer.list_topics(topic, timeout=30).topics[topic]
+    parts = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in meta.partitions]
+    ends = {}
+    for tp in parts:
+        low, high = watermarks(consumer, tp)
+        if high > low:
+            ends[tp.partition] = high
+    consumer.assign(parts)
+    return ends
 
 
 def committed(consumer: Consumer, partitions: list[TopicPartition]) -> list[TopicPartition]:

@@ -5,7 +5,6 @@ the dependency processor emits ``report@dep:<date>`` and the worker runs it, onc
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -17,14 +16,6 @@ from schemas.events import utc_now
 from tests.integration.helpers import CronstreamProcess, Target, cronstream
 
 pytestmark = pytest.mark.acceptance
-
-
-@pytest.fixture
-def target() -> Iterator[Target]:
-    t = Target()
-    yield t
-    t.server.shutdown()
-    t.server.server_close()
 
 
 def test_two_upstream_jobs_run_then_their_dependent_runs_once(

@@ -42,10 +42,10 @@ def topic(history_ns: Settings) -> Iterator[str]:
 
 
 def test_a_matching_record_runs_the_job_and_history_reads_its_success(
-    history_ns: Settings, topic: str, tmp_path: Path
-) -> None:
+    history_ns: Settings, topic: str, tmp_path: Path, target: Target,
+    procs: list[CronstreamProcess],
+) -> None:  # fmt: skip
     ns = history_ns
-    target = Target()
     jobs = tmp_path / "jobs.yaml"
     jobs.write_text(f"""
 - id: big-orders
@@ -56,45 +56,39 @@ def test_a_matching_record_runs_the_job_and_history_reads_its_success(
     filter: 'value.amount >= 100 and headers["source"] == "web"'
     fields: {{order: value.id, who: key}}
 """)
-    procs = [
+    procs += [
         CronstreamProcess(ns, tmp_path, "worker", "--http-allow", "127.0.0.0/8", command="worker"),
         CronstreamProcess(ns, tmp_path, "sink", command="sink"),
         CronstreamProcess(ns, tmp_path, "triggers", command="triggers"),
     ]
-    try:
-        ok(cronstream(ns, "jobs", "apply", "-f", str(jobs)))
-        assert f"on {topic} if" in ok(cronstream(ns, "jobs", "list"))
-        for proc in procs:
-            proc.wait_live(1, text="assigned")
-        producer = Producer(admin_security(ns))
-        for n, (amount, source) in enumerate([(250, "web"), (5, "web"), (300, "app"),
-                                              (120, "web")]):  # fmt: skip
-            producer.produce(topic, key=f"cust-{n}", headers=[("source", source.encode())],
-                             value=json.dumps({"id": n, "amount": amount}).encode())  # fmt: skip
-        assert producer.flush(30) == 0
-        rows = eventually(lambda: history_json(ns, "big-orders", "--since", "1h"),
-                          lambda rows: sum(r["status"] == "SUCCEEDED" for r in rows) >= 2,
-                          "two event runs to succeed")  # fmt: skip
-        done = [r for r in rows if r["status"] == "SUCCEEDED"]
-        assert len(done) == 2
-        assert all("@evt:" + topic in r["run_id"] for r in done)
-        assert len(target.keys("/orders")) == 2  # each run called the target once
-        for proc in procs:
-            proc.stop()
-    finally:
-        for proc in procs:
-            proc.cleanup()
-        target.server.shutdown()
-        target.server.server_close()
+    ok(cronstream(ns, "jobs", "apply", "-f", str(jobs)))
+    assert f"on {topic} if" in ok(cronstream(ns, "jobs", "list"))
+    for proc in procs:
+        proc.wait_live(1, text="assigned")
+    producer = Producer(admin_security(ns))
+    for n, (amount, source) in enumerate([(250, "web"), (5, "web"), (300, "app"),
+                                          (120, "web")]):  # fmt: skip
+        producer.produce(topic, key=f"cust-{n}", headers=[("source", source.encode())],
+                         value=json.dumps({"id": n, "amount": amount}).encode())  # fmt: skip
+    assert producer.flush(30) == 0
+    rows = eventually(lambda: history_json(ns, "big-orders", "--since", "1h"),
+                      lambda rows: sum(r["status"] == "SUCCEEDED" for r in rows) >= 2,
+                      "two event runs to succeed")  # fmt: skip
+    done = [r for r in rows if r["status"] == "SUCCEEDED"]
+    assert len(done) == 2
+    assert all("@evt:" + topic in r["run_id"] for r in done)
+    assert len(target.keys("/orders")) == 2  # each run called the target once
+    for proc in procs:
+        proc.stop()
 
 
 def test_a_flow_with_on_starts_a_flow_run_per_matching_record(
-    history_ns: Settings, topic: str, tmp_path: Path
-) -> None:
+    history_ns: Settings, topic: str, tmp_path: Path, target: Target,
+    procs: list[CronstreamProcess],
+) -> None:  # fmt: skip
     """A flow's `on:` goes on its schedule job: a matching record starts a flow run
     under the record's run id, and its node runs as `FLOW@evt:.../NODE`, once."""
     ns = history_ns
-    target = Target()
     flows = tmp_path / "flows.yaml"
     flows.write_text(f"""
 flows:
@@ -107,32 +101,26 @@ flows:
     target: http
     url: {target.url}/load
 """)
-    procs = [
+    procs += [
         CronstreamProcess(ns, tmp_path, "worker", "--http-allow", "127.0.0.0/8", command="worker"),
         CronstreamProcess(
             ns, tmp_path, "flows", "--log-level", "INFO", command="flows-coordinator"
         ),
         CronstreamProcess(ns, tmp_path, "triggers", command="triggers"),
     ]
-    try:
-        ok(cronstream(ns, "flows", "put", "-f", str(flows)))
-        for proc, text in zip(procs, ("assigned", "Ready", "assigned"), strict=True):
-            proc.wait_live(1, text=text, timeout=120)
-        producer = Producer(admin_security(ns))
-        for kind in ("json", "csv"):
-            producer.produce(topic, key="files", value=json.dumps({"kind": kind}).encode())
-        assert producer.flush(30) == 0
-        deadline = time.monotonic() + 120
-        while not target.keys("/load") and time.monotonic() < deadline:
-            time.sleep(0.2)
-        time.sleep(3)  # nothing more comes
-        (run,) = target.keys("/load").elements()
-        assert run.startswith(f"ingest@evt:{topic}:"), run  # the csv record's, alone
-        assert run.endswith("/load"), run
-        for proc in procs:
-            proc.stop()
-    finally:
-        for proc in procs:
-            proc.cleanup()
-        target.server.shutdown()
-        target.server.server_close()
+    ok(cronstream(ns, "flows", "put", "-f", str(flows)))
+    for proc, text in zip(procs, ("assigned", "Ready", "assigned"), strict=True):
+        proc.wait_live(1, text=text, timeout=120)
+    producer = Producer(admin_security(ns))
+    for kind in ("json", "csv"):
+        producer.produce(topic, key="files", value=json.dumps({"kind": kind}).encode())
+    assert producer.flush(30) == 0
+    deadline = time.monotonic() + 120
+    while not target.keys("/load") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(3)  # nothing more comes
+    (run,) = target.keys("/load").elements()
+    assert run.startswith(f"ingest@evt:{topic}:"), run  # the csv record's, alone
+    assert run.endswith("/load"), run
+    for proc in procs:
+        proc.stop()

@@ -10,7 +10,6 @@ import pytest
 from infra.tenants import add_tenant, remove_tenant
 from producers.admission.core import Quotas
 from runtime.settings import Settings
-from tests.integration.helpers import Target
 from tests.integration.tenants import AdmissionThread, Api
 
 
@@ -30,15 +29,6 @@ def admission(ns: Settings, two: tuple[str, str]) -> Iterator[AdmissionThread]:
     running = AdmissionThread(ns, Quotas(max_jobs=3, triggers_per_minute=2))
     yield running
     running.stop()
-
-
-@pytest.fixture
-def target() -> Iterator[Target]:
-    """An HTTP target on 127.0.0.1 recording each call's Idempotency-Key (helpers.Target)."""
-    t = Target()
-    yield t
-    t.server.shutdown()
-    t.server.server_close()
 
 
 @pytest.fixture
