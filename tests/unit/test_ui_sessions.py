@@ -72,7 +72,8 @@ def test_a_session_used_lately_outlives_its_tokens_older_idle_ones() -> None:
     assert sessions.get(used, 2.0) is not None  # used: idle is now that token's oldest
     newest = sessions.open("acme", "t", 3.0)
     assert sessions.get(idle, 4.0) is None
-    assert sessions.get(used, 4.0) is not None and sessions.get(newest, 4.0) is not None
+    assert sessions.get(used, 4.0) is not None
+    assert sessions.get(newest, 4.0) is not None
 
 
 def test_sessions_that_ended_free_their_tokens_places() -> None:
