@@ -167,7 +167,9 @@ def job_of(backend: Backend, who: Caller, job_id: str) -> JobDefinition:
     return job
 
 
-def send(backend: Backend, who: Caller, action: TenantAction, job_id: str, **kw: Any) -> Any:
+def send(
+    backend: Backend, who: Caller, action: TenantAction, job_id: str, **kw: Any
+) -> dict[str, Any]:
     try:
         return _answered(backend.command(who.acting(), action, job_id, issued_by=who.by, **kw))
     except NoAnswer as exc:
@@ -227,14 +229,12 @@ def job_triggers(who: Who, backend: Back, job_id: str) -> dict[str, Any]:
 
 @router.post("/v1/jobs/{job_id:path}/pause")
 def pause(who: Who, backend: Back, job_id: str) -> dict[str, Any]:
-    result: dict[str, Any] = send(backend, who, TenantAction.PAUSE, job_id)
-    return result
+    return send(backend, who, TenantAction.PAUSE, job_id)
 
 
 @router.post("/v1/jobs/{job_id:path}/resume")
 def resume(who: Who, backend: Back, job_id: str) -> dict[str, Any]:
-    result: dict[str, Any] = send(backend, who, TenantAction.RESUME, job_id)
-    return result
+    return send(backend, who, TenantAction.RESUME, job_id)
 
 
 @router.post("/v1/jobs/{job_id:path}/trigger")
@@ -246,8 +246,7 @@ def trigger(
     idempotency_key: Annotated[str | None, Header()] = None,
 ) -> dict[str, Any]:
     key = (body.idempotency_key if body else None) or idempotency_key
-    result: dict[str, Any] = send(backend, who, TenantAction.TRIGGER, job_id, idempotency_key=key)
-    return result
+    return send(backend, who, TenantAction.TRIGGER, job_id, idempotency_key=key)
 
 
 @router.post("/v1/jobs/{job_id:path}/{action}", include_in_schema=False)
@@ -269,14 +268,12 @@ def put_job(
                             max_payload_bytes=backend.settings.max_payload_bytes)  # fmt: skip
     except SpecError as exc:
         raise HTTPException(422, "; ".join(exc.problems)) from None
-    result: dict[str, Any] = send(backend, who, TenantAction.PUT, job_id, job=job)
-    return result
+    return send(backend, who, TenantAction.PUT, job_id, job=job)
 
 
 @router.delete("/v1/jobs/{job_id:path}")
 def delete_job(who: Who, backend: Back, job_id: str) -> dict[str, Any]:
-    result: dict[str, Any] = send(backend, who, TenantAction.DELETE, job_id)
-    return result
+    return send(backend, who, TenantAction.DELETE, job_id)
 
 
 @router.post("/v1/runs/{run_id:path}/cancel")
