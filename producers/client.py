@@ -45,7 +45,7 @@ from schemas.events import (
 )
 from schemas.flows import FlowDefinition, FlowEvent, FlowEventKind
 from schemas.ids import job_id_of, manual_run_id, partition_for
-from schemas.limits import idempotency_key_problems
+from schemas.limits import idempotency_key_problems, unencodable
 from schemas.tenancy import AnyEvent
 
 E = TypeVar("E", bound=AnyEvent)
@@ -245,7 +245,9 @@ class JobClient:
     def put_flow(self, flow: FlowDefinition, schedule: JobDefinition) -> None:
         """Write a flow: its definition, then its schedule (a job of the same id whose
         target is ``flow``: each of its runs starts a flow run)."""
-        found = problems(schedule, max_payload_bytes=self.settings.max_payload_bytes)
+        found = unencodable(flow, "flow") or problems(
+            schedule, max_payload_bytes=self.settings.max_payload_bytes
+        )
         if schedule.job_id != flow.flow_id or schedule.target.type != "flow":
             found.append("the schedule must be a job of the flow's id with target flow")
         if found:
@@ -343,6 +345,9 @@ class JobClient:
             issued_at=utc_now(),
             reason=reason,
         )
+        problems = unencodable(command)
+        if problems:
+            raise SpecError(f"cancel {run_id!r}", problems)
         self.publisher.publish(self.topics.control, command)
         why = f" ({reason})" if reason else ""
         self._audit(AuditAction.CANCEL, command.job_id or run_id, detail=f"{run_id}{why}")

@@ -26,8 +26,9 @@ from runtime.kafka.publisher import Publisher
 from runtime.kafka.records import ConsumedMessage
 from runtime.settings import Settings
 from schemas.catalog import Topics
-from schemas.errors import DecodeError
+from schemas.errors import DecodeError, SpecError
 from schemas.events import JobDefinition, utc_now
+from schemas.limits import unencodable
 from schemas.tenancy import TenantAction, TenantCommand, TenantResult, tenant_user
 
 
@@ -101,6 +102,9 @@ class TenantClient:
             issued_at=now or utc_now(), job=job, idempotency_key=idempotency_key,
             run_id=run_id, reason=reason, issued_by=self.issued_by,
         )  # fmt: skip
+        problems = unencodable(command)  # a command line's undecodable byte: refused here
+        if problems:
+            raise SpecError(f"{action.value} {job_id!r}", problems)
         offset = self._write(command)
         return self.answer(command.command_id, offset, self.timeout)
 

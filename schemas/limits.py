@@ -19,7 +19,8 @@ hold (durations).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import fields, is_dataclass
 from functools import lru_cache
 
 from schemas.events import RetryPolicy, RunOutcome, RunRequest, Target
@@ -138,6 +139,48 @@ def header_problems(headers: Mapping[str, str]) -> list[str]:
             return [f"header {name[:40]!r}: the value must be at most {MAX_HEADER_VALUE} "
                     "characters, without line breaks"]  # fmt: skip
     return []
+
+
+def unencodable(value: object, where: str = "") -> list[str]:
+    """The fields of ``value`` (an event, a spec: dataclasses, mappings, sequences and
+    text) whose text UTF-8 cannot encode, by field name. Only a lone surrogate makes such
+    text: JSON's ``"\\udcff"``, YAML's, a command line's undecodable byte. Every string a
+    topic holds is UTF-8 (Avro), so such text can be written nowhere: it is refused as
+    bad input before anything is encoded, never a crash of the encoder."""
+    return [f"{path or 'text'} holds a lone surrogate (U+{ord(text[at]):04X} at character "
+            f"{at}), which is not Unicode text: refused"
+            for path, text, at in _surrogates(value, where)]  # fmt: skip
+
+
+def carried(text: str) -> str:
+    """``text`` as an answer can carry it: a lone surrogate written out as ``\\udcff``
+    (for answers that quote what a caller sent)."""
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _surrogates(value: object, path: str) -> Iterator[tuple[str, str, int]]:
+    if isinstance(value, str):
+        if not value.isascii():
+            at = next((i for i, c in enumerate(value) if "\ud800" <= c <= "\udfff"), None)
+            if at is not None:
+                yield path, value, at
+    elif is_dataclass(value) and not isinstance(value, type):
+        for field in fields(value):
+            yield from _surrogates(getattr(value, field.name), _dotted(path, field.name))
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            named = _dotted(path, key if isinstance(key, str) and key.isascii() else repr(key))
+            yield from _surrogates(key, f"the name of {named}")
+            yield from _surrogates(item, named)
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            yield from _surrogates(item, f"{path}[{i}]")
+
+
+def _dotted(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
 
 
 def refusal(problems: list[str]) -> str:

@@ -14,12 +14,15 @@ dropped) and read at every use, so a rotated secret is used from the next run on
 variable name T and NAME are upper-cased with every character other than a letter or
 digit turned into ``_`` (``tenant_env_name`` says why no two namespaces share one). A name
 found nowhere fails the run as an invalid target (FAILED, not retried), naming the secret
-and the tenant but never a value. Every value resolved for an attempt is recorded on its
-``RunContext.revealed``, so that the worker scrubs it from the attempt's error text.
+and the tenant but never a value; for a tenant's job it names no place either (the
+worker's directory and variable names are the operators' to know: their log has them),
+for an operators' job it says where it looked. Every value resolved for an attempt is
+recorded on its ``RunContext.revealed``, so that the worker scrubs it from the attempt's error text.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -29,6 +32,8 @@ from consumers.errors import TargetInvalid
 from consumers.executors.base import RunContext
 from schemas.redact import secret_name
 from schemas.tenancy import OPERATORS, TENANT_NAME
+
+log = logging.getLogger("cronstream.worker")
 
 MAX_SECRET_BYTES = 16 * 1024
 ENV_PREFIX = "CRONSTREAM_SECRET_"
@@ -80,11 +85,11 @@ class Secrets:
         if value is None:
             places = [str(folder / name)] if folder is not None else []
             places += [f"${variable}"] if variable is not None else []
-            whose = "on this worker" if tenant == OPERATORS else f"for tenant {tenant!r}"
-            raise TargetInvalid(
-                f"secret {name!r} is not configured {whose} "
-                f"(looked in {' and '.join(places) or 'nowhere: no --secrets-dir'})"
-            )
+            looked = f"looked in {' and '.join(places) or 'nowhere: no --secrets-dir'}"
+            if tenant == OPERATORS:
+                raise TargetInvalid(f"secret {name!r} is not configured on this worker ({looked})")
+            log.warning("secret %r of tenant %r is not configured (%s)", name, tenant, looked)
+            raise TargetInvalid(f"secret {name!r} is not configured for tenant {tenant!r}")
         if any(c in value for c in "\r\n\0"):
             raise TargetInvalid(f"secret {name!r} holds a line break or NUL: not a header value")
         return value

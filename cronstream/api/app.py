@@ -19,15 +19,19 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.security import HTTPAuthorizationCredentials
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from cronstream.api.backend import Backend
+from cronstream.api.backend import Backend, UnknownTenant
+from cronstream.api.document import BEARER, ERRORS, PUT_BODY, CancelBody, TriggerBody
 from producers.errors import NoAnswer
 from runtime.metrics import exposition
 from runtime.tokens import ADMIN, TokenBook
 from schemas.definition import job_from_spec, parse_duration
 from schemas.errors import SpecError
 from schemas.events import JobDefinition, RunOutcome, RunStatus, to_jsonable, utc_now
+from schemas.limits import carried
 from schemas.redact import redact_jsonable
 from schemas.tenancy import (
     RefusalCode,
@@ -89,9 +93,11 @@ class Caller:
 
 
 def _error(status: int, reason: str, problems: list[str] | None = None) -> JSONResponse:
-    body: dict[str, Any] = {"error": reason}
+    """An error as the API answers it; its text may quote what the caller sent, so a
+    lone surrogate in it is written out (``carried``), never a failed answer (500)."""
+    body: dict[str, Any] = {"error": carried(reason)}
     if problems:
-        body["problems"] = problems
+        body["problems"] = [carried(problem) for problem in problems]
     return JSONResponse(body, status_code=status)
 
 
@@ -117,14 +123,6 @@ def _outcomes_json(caller: Caller, rows: Iterable[RunOutcome], limit: int) -> li
     return out
 
 
-def _text_field(body: dict[str, Any] | None, name: str) -> str | None:
-    """A body field that must be text when given: 422 otherwise (never a 500 later)."""
-    value = (body or {}).get(name)
-    if value is not None and not isinstance(value, str):
-        raise HTTPException(422, f"{name} must be text, not {type(value).__name__}")
-    return value
-
-
 def _answered(result: TenantResult) -> dict[str, Any]:
     """The admission's answer as the response, or its refusal as an HTTP error."""
     if result.accepted:
@@ -136,12 +134,11 @@ def _answered(result: TenantResult) -> dict[str, Any]:
 
 def caller(
     request: Request,
-    authorization: Annotated[str | None, Header()] = None,
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)],
     tenant: Annotated[str | None, Query(description="admin tokens: act for this tenant")] = None,
 ) -> Caller:
-    scheme, _, token = (authorization or "").partition(" ")
     book: TokenBook = request.app.state.book
-    holder = book.holder(token.strip()) if scheme.lower() == "bearer" else None
+    holder = book.holder(bearer.credentials.strip()) if bearer is not None else None
     if holder is None:
         raise HTTPException(401, "a valid API token is required (Authorization: Bearer)")
     if tenant is not None and (holder != ADMIN or tenant_problems(tenant)):
@@ -157,8 +154,7 @@ def backend_of(request: Request) -> Backend:
 Who = Annotated[Caller, Depends(caller)]
 Back = Annotated[Backend, Depends(backend_of)]
 Limit = Annotated[int, Query(ge=1, le=MAX_ROWS)]
-Payload = Annotated[dict[str, Any] | None, Body()]
-router = APIRouter()
+router = APIRouter(responses=ERRORS)
 
 
 def job_of(backend: Backend, who: Caller, job_id: str) -> JobDefinition:
@@ -171,11 +167,17 @@ def job_of(backend: Backend, who: Caller, job_id: str) -> JobDefinition:
     return job
 
 
-def send(backend: Backend, who: Caller, action: TenantAction, job_id: str, **kw: Any) -> Any:
+def send(
+    backend: Backend, who: Caller, action: TenantAction, job_id: str, **kw: Any
+) -> dict[str, Any]:
     try:
         return _answered(backend.command(who.acting(), action, job_id, issued_by=who.by, **kw))
     except NoAnswer as exc:
         raise HTTPException(503, str(exc)) from None
+    except UnknownTenant as exc:  # an admin's ?tenant= naming none onboarded here
+        raise HTTPException(404, str(exc)) from None
+    except SpecError as exc:  # what no topic can carry (``Backend.command``)
+        raise HTTPException(422, "; ".join(exc.problems)) from None
 
 
 @router.get("/healthz")
@@ -192,10 +194,10 @@ def readyz(backend: Back) -> JSONResponse:
     return JSONResponse({"status": "ok"})
 
 
-@router.get("/metrics")
-def metrics_text() -> Response:
+@router.get("/metrics", response_class=PlainTextResponse)
+def metrics_text() -> PlainTextResponse:
     body, kind = exposition()
-    return Response(body, media_type=kind)
+    return PlainTextResponse(body, media_type=kind)
 
 
 @router.get("/v1/jobs")
@@ -225,18 +227,31 @@ def job_triggers(who: Who, backend: Back, job_id: str) -> dict[str, Any]:
     return backend.triggers(job, utc_now()).as_json(who.own)
 
 
-@router.post("/v1/jobs/{job_id:path}/{action}")
-def act(
-    who: Who, backend: Back, job_id: str, action: str, body: Payload = None,
+@router.post("/v1/jobs/{job_id:path}/pause")
+def pause(who: Who, backend: Back, job_id: str) -> dict[str, Any]:
+    return send(backend, who, TenantAction.PAUSE, job_id)
+
+
+@router.post("/v1/jobs/{job_id:path}/resume")
+def resume(who: Who, backend: Back, job_id: str) -> dict[str, Any]:
+    return send(backend, who, TenantAction.RESUME, job_id)
+
+
+@router.post("/v1/jobs/{job_id:path}/trigger")
+def trigger(
+    who: Who,
+    backend: Back,
+    job_id: str,
+    body: Annotated[TriggerBody | None, Body()] = None,
     idempotency_key: Annotated[str | None, Header()] = None,
-) -> dict[str, Any]:  # fmt: skip
-    kinds = {"pause": TenantAction.PAUSE, "resume": TenantAction.RESUME,
-             "trigger": TenantAction.TRIGGER}  # fmt: skip
-    if action not in kinds:
-        raise HTTPException(404, f"no action {action!r} (pause, resume, trigger)")
-    key = _text_field(body, "idempotency_key") or idempotency_key
-    result: dict[str, Any] = send(backend, who, kinds[action], job_id, idempotency_key=key)
-    return result
+) -> dict[str, Any]:
+    key = (body.idempotency_key if body else None) or idempotency_key
+    return send(backend, who, TenantAction.TRIGGER, job_id, idempotency_key=key)
+
+
+@router.post("/v1/jobs/{job_id:path}/{action}", include_in_schema=False)
+def no_action(action: str) -> None:
+    raise HTTPException(404, f"no action {action!r} (pause, resume, trigger)")
 
 
 @router.get("/v1/jobs/{job_id:path}")
@@ -244,7 +259,7 @@ def get_job(who: Who, backend: Back, job_id: str) -> dict[str, Any]:
     return _job_json(who, job_of(backend, who, job_id))
 
 
-@router.put("/v1/jobs/{job_id:path}")
+@router.put("/v1/jobs/{job_id:path}", openapi_extra=PUT_BODY)
 def put_job(
     who: Who, backend: Back, job_id: str, spec: Annotated[dict[str, Any], Body()]
 ) -> dict[str, Any]:
@@ -253,20 +268,20 @@ def put_job(
                             max_payload_bytes=backend.settings.max_payload_bytes)  # fmt: skip
     except SpecError as exc:
         raise HTTPException(422, "; ".join(exc.problems)) from None
-    result: dict[str, Any] = send(backend, who, TenantAction.PUT, job_id, job=job)
-    return result
+    return send(backend, who, TenantAction.PUT, job_id, job=job)
 
 
 @router.delete("/v1/jobs/{job_id:path}")
 def delete_job(who: Who, backend: Back, job_id: str) -> dict[str, Any]:
-    result: dict[str, Any] = send(backend, who, TenantAction.DELETE, job_id)
-    return result
+    return send(backend, who, TenantAction.DELETE, job_id)
 
 
 @router.post("/v1/runs/{run_id:path}/cancel")
-def cancel(who: Who, backend: Back, run_id: str, body: Payload = None) -> dict[str, Any]:
+def cancel(
+    who: Who, backend: Back, run_id: str, body: Annotated[CancelBody | None, Body()] = None
+) -> dict[str, Any]:
     job_id = run_id.rpartition("@")[0] or run_id
-    reason = _text_field(body, "reason")
+    reason = body.reason if body else None
     result: dict[str, Any] = send(backend, who, TenantAction.CANCEL, job_id, run_id=run_id,
                                    reason=reason)  # fmt: skip
     return result
@@ -315,8 +330,10 @@ def build_app(backend: Backend, book: TokenBook) -> FastAPI:
     app.state.backend, app.state.book = backend, book
     app.include_router(router)
 
-    @app.exception_handler(HTTPException)
-    async def http_error(_request: Request, exc: HTTPException) -> JSONResponse:
+    # Starlette's own too (no route for a path, a method not allowed): as ours, so that
+    # every refusal has the one documented body.
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
         return error_response(exc)
 
     @app.exception_handler(RequestValidationError)
@@ -328,9 +345,10 @@ def build_app(backend: Backend, book: TokenBook) -> FastAPI:
     return app
 
 
-def error_response(exc: HTTPException) -> JSONResponse:
+def error_response(exc: StarletteHTTPException) -> JSONResponse:
     """An HTTPException as the API answers it."""
     response = _error(exc.status_code, str(exc.detail))
+    response.headers.update(exc.headers or {})  # a 405's Allow
     if exc.status_code == 401:
         response.headers["WWW-Authenticate"] = "Bearer"
     return response

@@ -12,7 +12,11 @@ or body parser runs.
   probes and Prometheus' scrapes address a pod by its IP).
 - **Headers.** Every response carries a Content-Security-Policy (our own scripts and
   styles only, no inline script, no framing, no plugins, forms to ourselves), the
-  legacy ``X-Frame-Options: DENY``, ``nosniff`` and ``Referrer-Policy: no-referrer``.
+  legacy ``X-Frame-Options: DENY``, ``nosniff`` and ``Referrer-Policy: no-referrer``;
+  one that came over https (TLS here, or ``X-Forwarded-Proto: https`` from a proxy
+  uvicorn trusts) ``Strict-Transport-Security`` too, so the browser never tries plain
+  http for this host again (a downgrade on the way would give away the session cookie).
+  Over plain http it would mean nothing (browsers ignore it there).
 - **Body size.** A body over ``max_body`` (1 MiB) is refused with 413 before it is read
   whole: at once from its Content-Length, or, when chunked, as soon as the bytes read so
   far pass the limit (the application then reads a client disconnect and whatever it
@@ -44,6 +48,9 @@ SECURITY_HEADERS = (
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"no-referrer"),
 )
+# A year (what the preload list asks); not includeSubDomains: other services of the
+# operator's domain may still be plain http.
+HSTS = (b"strict-transport-security", b"max-age=31536000")
 
 
 def host_name(header: str) -> str | None:
@@ -119,7 +126,7 @@ class Guard:
             await self.app(scope, receive, send)
             return
         headers = _headers(scope)
-        send = _with_security_headers(send)
+        send = _with_security_headers(send, tls=scope.get("scheme") == "https")
         if not self.hosts.allows(headers.get("host")):
             await _answer(send, 400, "this server is not known by that Host name")
             return
@@ -178,12 +185,14 @@ def _headers(scope: Scope) -> dict[str, str]:
     return out
 
 
-def _with_security_headers(send: Send) -> Send:
+def _with_security_headers(send: Send, *, tls: bool) -> Send:
+    wanted = (*SECURITY_HEADERS, HSTS) if tls else SECURITY_HEADERS
+
     async def sending(message: Message) -> None:
         if message["type"] == "http.response.start":
             headers = list(message.get("headers", ()))
             present = {bytes(name).lower() for name, _ in headers}
-            headers += [(k, v) for k, v in SECURITY_HEADERS if k not in present]
+            headers += [(k, v) for k, v in wanted if k not in present]
             message["headers"] = headers
         await send(message)
 

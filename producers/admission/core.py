@@ -21,6 +21,9 @@
 - Target policy (``schemas.policy``): a put whose target the tenant is not granted (a
   private address, another tenant's or cronstream's topic, python, shell) is refused
   naming the rule; ``policy`` is the current one (the processor keeps it fresh).
+- Text no topic can hold (a lone surrogate in any field: ``schemas.limits.unencodable``)
+  is refused first, naming the field, code ``invalid``; the answer quotes the command's
+  ids as text a topic can hold (``carried``).
 - Triggers: the jobs a tenant's job comes ``after`` are its own, qualified as its id is
   (``after: [extract]`` is stored ``acme/extract``); a source topic (``on:``) that is
   not one of the tenant's own (``source_problems``) is refused as the target policy
@@ -41,7 +44,13 @@ from schemas.definition.triggers import source_problems
 from schemas.events import ControlAction, ControlCommand, JobDefinition, RunRequest, Trigger
 from schemas.ids import job_id_of, manual_run_id
 from schemas.instants import to_ms
-from schemas.limits import MAX_JOB_ID, idempotency_key_problems, name_problems
+from schemas.limits import (
+    MAX_JOB_ID,
+    carried,
+    idempotency_key_problems,
+    name_problems,
+    unencodable,
+)
 from schemas.policy import TenantPolicy
 from schemas.redact import clip
 from schemas.tenancy import (
@@ -142,6 +151,9 @@ class Admission(JobsView):
     def decide(
         self, tenant: str, command: TenantCommand, *, offset: int, now: datetime
     ) -> Decision:
+        problems = unencodable(command)  # any field: alone, the others' reasons quote them
+        if problems:
+            return self._answer(command, offset, now, _refusal(RefusalCode.INVALID, problems))
         problems = [
             *name_problems("command id", command.command_id, 200),
             *name_problems("job id", command.job_id, MAX_JOB_ID - len(tenant) - 1),
@@ -253,10 +265,12 @@ class Admission(JobsView):
         """Refused for ``refusal``'s code and reason, else accepted."""
         return Decision(result=TenantResult(
             # an id too long to echo: answered by its offset, as an unreadable record is
-            command_id=command.command_id if len(command.command_id) <= MAX_JOB_ID else "",
-            action=command.action,
-            job_id=clip(command.job_id, MAX_JOB_ID), accepted=refusal is None,
+            # (echoed as ``carried``: a command built in this process, not read from
+            # Avro, may hold text no topic can: ``unencodable``)
+            command_id=carried(command.command_id) if len(command.command_id) <= MAX_JOB_ID
+            else "", action=command.action,
+            job_id=carried(clip(command.job_id, MAX_JOB_ID)), accepted=refusal is None,
             recorded_at=now, source_offset=offset, run_id=run_id,
-            reason=None if refusal is None else clip(refusal.reason, MAX_REASON),
+            reason=None if refusal is None else carried(clip(refusal.reason, MAX_REASON)),
             code=None if refusal is None else refusal.code,
         ))  # fmt: skip

@@ -19,6 +19,7 @@ from schemas.limits import (
     name_problems,
     retry_problems,
     timing_problems,
+    unencodable,
 )
 from schemas.redact import secret_name, sensitive
 from schemas.targets import target_problems
@@ -29,6 +30,9 @@ MIN_INTERVAL_MS = 1000
 
 def problems(job: JobDefinition, *, max_payload_bytes: int) -> list[str]:
     """Every rule a JobDefinition must keep, however it was built."""
+    unsendable = text_problems(job)
+    if unsendable:  # alone: the other rules' reasons would quote text no answer can carry
+        return unsendable
     return [
         *_identity_problems(job),
         *_schedule_problems(job),
@@ -36,6 +40,12 @@ def problems(job: JobDefinition, *, max_payload_bytes: int) -> list[str]:
         *_policy_problems(job, max_payload_bytes),
         *trigger_problems(job),
     ]
+
+
+def text_problems(job: JobDefinition) -> list[str]:
+    """Its fields whose text no topic can hold (``schemas.limits.unencodable``): a url,
+    payload, header, id, filter... with a lone surrogate, as a JSON body may send."""
+    return unencodable(job)
 
 
 def _identity_problems(job: JobDefinition) -> list[str]:

@@ -275,3 +275,32 @@ def test_every_code_has_its_http_status_and_a_policy_refusal_is_403() -> None:
         RefusalCode.NOT_FOUND: 404, RefusalCode.QUOTA: 429, RefusalCode.POLICY: 403,
         RefusalCode.INVALID: 422, RefusalCode.UNREADABLE: 422, RefusalCode.INTERNAL: 422,
     }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("kw", "field"),
+    [
+        ({"job": replace(JOB, target=replace(JOB.target, url="https://e.com/\udcff"))},
+         "job.target.url"),
+        ({"job": replace(JOB, payload="\udcff")}, "job.payload"),
+        ({"job": replace(JOB, target=replace(JOB.target, headers={"X": "\ud800"}))},
+         "job.target.headers.X"),
+        ({"idempotency_key": "k\udcff"}, "idempotency_key"),
+        ({"reason": "\udcff"}, "reason"),
+        ({"job_id": "x\udcff"}, "job_id"),
+    ],
+)  # fmt: skip
+def test_text_no_topic_can_carry_is_refused_by_field_and_the_answer_can_be_written(
+    kw: dict[str, Any], field: str
+) -> None:
+    """A lone surrogate in any field: refused (invalid) naming it, and the answer itself
+    encodes (it quotes the command's ids): the admission never raises on writing it."""
+    admission = Admission(Quotas(), max_payload_bytes=65536)
+    job_id = kw.pop("job_id", "nightly")
+    action = TenantAction.PUT if "job" in kw else TenantAction.TRIGGER
+    decision = admission.decide("acme", command(action, job_id, **kw), offset=0, now=NOW)
+    result = decision.result
+    assert (result.accepted, result.code) == (False, RefusalCode.INVALID)
+    assert f"{field} holds a lone surrogate" in (result.reason or "")
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, parsed_schema(TenantResult.AVRO_NAME), result.to_avro())

@@ -47,6 +47,7 @@ async def _echo(scope: Scope, receive: Receive, send: Send, saw: list[str]) -> N
 def exchange(
     host: str | None = "127.0.0.1:8780", chunks: tuple[bytes, ...] = (b"",),
     length: str | None = None, hosts: AllowedHosts | None = None, limit: int = MAX_BODY,
+    scheme: str = "http",
 ) -> Exchange:  # fmt: skip
     got = Exchange()
 
@@ -57,7 +58,8 @@ def exchange(
     headers = [(b"host", host.encode())] if host is not None else []
     if length is not None:
         headers.append((b"content-length", length.encode()))
-    scope: Scope = {"type": "http", "method": "PUT", "path": "/v1/jobs/x", "headers": headers}
+    scope: Scope = {"type": "http", "method": "PUT", "path": "/v1/jobs/x", "headers": headers,
+                    "scheme": scheme}  # fmt: skip
 
     async def receive() -> Message:
         got.chunks_read += 1
@@ -127,6 +129,16 @@ def test_every_answer_carries_the_security_headers(host: str) -> None:
     assert got.headers["x-frame-options"] == "DENY"
     assert got.headers["x-content-type-options"] == "nosniff"
     assert got.headers["referrer-policy"] == "no-referrer"
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "evil.example"])
+def test_answers_over_https_carry_strict_transport_security_and_over_http_none(
+    host: str,
+) -> None:
+    assert exchange(host=host, scheme="https").headers["strict-transport-security"] == (
+        "max-age=31536000"
+    )
+    assert "strict-transport-security" not in exchange(host=host, scheme="http").headers
 
 
 def test_a_body_within_the_limit_reaches_the_application_whole() -> None:

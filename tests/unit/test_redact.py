@@ -125,6 +125,9 @@ def test_a_tenant_resolves_secrets_only_in_its_own_namespace(tmp_path: Path) -> 
         with pytest.raises(TargetInvalid, match="not configured for tenant 'acme'") as caught:
             secrets.resolve(name, "acme")
         assert "operators" not in str(caught.value)
+        # what the tenant reads names no place of the worker's (the operators' log does)
+        assert str(tmp_path) not in str(caught.value)
+        assert "CRONSTREAM_" not in str(caught.value)
     assert secrets.resolve("billing-token") == "operators-value"  # the operators' own
     (tmp_path / "acme").mkdir()
     (tmp_path / "acme" / "billing-token").write_text("acme-value\n")

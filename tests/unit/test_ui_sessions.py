@@ -55,3 +55,33 @@ def test_past_the_capacity_the_least_recently_used_session_goes() -> None:
     assert len(sessions) == 3
     assert sessions.get(b, 3.0) is None
     assert all(sessions.get(s, 3.0) is not None for s in (a, c, d))
+
+
+def test_one_token_signing_in_in_a_loop_signs_out_only_its_own_oldest_sessions() -> None:
+    sessions = Sessions(capacity=100, per_token=3)
+    others = [sessions.open("beta", "beta-token", 0.0), sessions.open("admin", "admin-token", 0.0)]
+    loop = [sessions.open("acme", "acme-token", float(i)) for i in range(10_000)]
+    assert len(sessions) == 2 + 3
+    assert all(sessions.get(s, 20_000.0) is not None for s in others)
+    assert [sessions.get(s, 20_000.0) is not None for s in loop[-4:]] == [False, True, True, True]
+
+
+def test_a_session_used_lately_outlives_its_tokens_older_idle_ones() -> None:
+    sessions = Sessions(per_token=2)
+    used, idle = sessions.open("acme", "t", 0.0), sessions.open("acme", "t", 1.0)
+    assert sessions.get(used, 2.0) is not None  # used: idle is now that token's oldest
+    newest = sessions.open("acme", "t", 3.0)
+    assert sessions.get(idle, 4.0) is None
+    assert sessions.get(used, 4.0) is not None
+    assert sessions.get(newest, 4.0) is not None
+
+
+def test_sessions_that_ended_free_their_tokens_places() -> None:
+    sessions = Sessions(per_token=2)
+    first = sessions.open("acme", "t", 0.0)
+    sessions.close(first)
+    expired = sessions.open("acme", "t", 0.0)
+    assert sessions.get(expired, IDLE_S + 1.0) is None
+    kept = [sessions.open("acme", "t", IDLE_S + 2.0) for _ in range(2)]
+    assert all(sessions.get(s, IDLE_S + 3.0) is not None for s in kept)
+    assert len(sessions) == 2
