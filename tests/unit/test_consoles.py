@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from infra.connect import Connect, connector_secrets_dir, history_sink_config
+from infra.ops import ops_services
 from runtime.consoles import CONSOLE_USER, console_access, console_secret_path
 from runtime.credentials import stack_ca
 from runtime.settings import Settings
@@ -76,3 +77,14 @@ def test_connect_wants_a_login_and_lets_connectors_override_their_group_alone(
     assert users.read_text() == f"{CONSOLE_USER}={password}\n"
     for private in (users, connect.jaas, connect.properties):
         assert private.stat().st_mode & 0o077 == 0, private
+
+
+def test_prometheus_and_alertmanager_run_with_their_web_config_and_no_lifecycle_api(
+    settings: Settings,
+) -> None:
+    for service in ops_services(settings):
+        command = service.command()
+        web = f"--web.config.file={service.conf / f'{service.name}-web.yml'}"
+        assert web in command, service.name
+        assert "--web.enable-lifecycle" not in command, service.name  # /-/quit, /-/reload
+        assert service.endpoint.startswith("https://127.0.0.1:")
