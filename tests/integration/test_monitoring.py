@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from cronstream.ui.sources import Prometheus
 from infra.ops import ops_services
 from infra.service import log_tail
 from runtime.consoles import ConsoleAccess, stack_console
@@ -73,14 +74,14 @@ class Monitoring:
 
 @pytest.fixture
 def monitoring(
-    ns: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    base_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Monitoring]:
     receiver = Receiver()
     monkeypatch.setenv("CRONSTREAM_PROMETHEUS_PORT", str(free_port()))
     monkeypatch.setenv("CRONSTREAM_ALERTMANAGER_PORT", str(free_port()))
     monkeypatch.setenv("CRONSTREAM_SCRAPE_INTERVAL_S", "1")
     monkeypatch.setenv("CRONSTREAM_ALERT_WEBHOOK", receiver.url)
-    home = replace(ns, home=tmp_path / "home")
+    home = replace(base_settings, home=tmp_path / "home")  # none of the stack's services
     services = ops_services(home)
     try:
         for svc in services:
@@ -221,6 +222,14 @@ def test_prometheus_and_alertmanager_answer_the_operator_alone_over_tls(
         while [r["value"][1] for r in _query(monitoring, 'up{process="p"}')] != ["1"]:
             assert time.monotonic() < deadline, "Prometheus never scraped the process"
             time.sleep(0.5)
+        # the dashboard's client (its charts and figures) logs in the same way
+        dashboard = Prometheus(monitoring.access("prometheus"))
+        try:
+            (labels, value), *_ = dashboard.query('up{process="p"}')
+            assert (labels["role"], value) == ("worker", 1.0)
+            assert dashboard.overview().error is None
+        finally:
+            dashboard.close()
     finally:
         server.shutdown()
         server.server_close()
