@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from runtime import metrics
+from runtime.metrics_server import serve as serve_metrics
 from runtime.settings import Settings, env_int
 from runtime.waiting import KAFKA, REGISTRY, StopWaiting, reach, wait_for
 
@@ -51,7 +52,7 @@ def run_member(
     setup_logging()
     log = logging.getLogger(f"cronstream.{role}")
     metrics.zero_counters(role)
-    metrics.serve(metrics_port)
+    serve_metrics(metrics_port)
     stopping = stop_on_signals()
 
     def started() -> Member:

@@ -55,10 +55,13 @@ STARTED = (
     "  .venv/bin/cronstream tenant --tenant demo put examples/tenant-jobs.yaml\n"
     '  curl -H "Authorization: Bearer $(cat .stack/data/security/credentials/'
     'api-token-demo.secret)" http://127.0.0.1:8780/v1/jobs\n'
-    "Monitoring: Prometheus http://127.0.0.1:9190 (alerts: /alerts), Alertmanager\n"
-    "  http://127.0.0.1:9193; each process answers /metrics, /healthz, /readyz\n"
-    "Warehouse: Kafka Connect http://127.0.0.1:8083/connectors writes history into\n"
-    "  PostgreSQL 127.0.0.1:5442, database warehouse, table cronstream_history\n"
+    "Monitoring: Prometheus https://127.0.0.1:9190 (alerts: /alerts), Alertmanager\n"
+    "  https://127.0.0.1:9193, as user operator with the password in credentials/\n"
+    "  prometheus-operator.secret / alertmanager-operator.secret (CA: .stack/data/\n"
+    "  security/tls/ca.pem); each process answers /metrics, /healthz, /readyz\n"
+    "Warehouse: Kafka Connect http://127.0.0.1:8083/connectors (operator, credentials/\n"
+    "  connect-operator.secret) writes history into PostgreSQL 127.0.0.1:5442,\n"
+    "  database warehouse, table cronstream_history\n"
     "Ctrl-C stops every process; `make down` stops the services."
 )
 STATUS_EVERY_S = 2.0

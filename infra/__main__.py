@@ -27,6 +27,12 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--no-bootstrap", action="store_true")
     up.add_argument("--allow-rf1", action="store_true", help=ALLOW_RF1)
     sub.add_parser("down", help="stop every service (data is kept)")
+    rs = sub.add_parser(
+        "restart",
+        help="stop the services named and start them again, their config written anew "
+        "(e.g. prometheus alertmanager connect)",
+    )
+    rs.add_argument("names", nargs="+", metavar="SERVICE")
     sub.add_parser("status", help="one line per service")
     lg = sub.add_parser("logs", help="the tail of every service log")
     lg.add_argument("-n", type=int, default=40)
@@ -48,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     commands: dict[str, Callable[[Settings], int | None]] = {
         "up": lambda settings: _up(settings, bootstrap_too=not args.no_bootstrap),
         "down": stack.down,
+        "restart": lambda settings: _restart(settings, args.names),
         "status": _status,
         "logs": lambda settings: print(stack.logs(settings, args.n)),
         "clean": lambda settings: stack.clean(settings, keep_lib=not args.all),
@@ -81,6 +88,13 @@ def _up(settings: Settings, *, bootstrap_too: bool) -> None:
         ensure_history_sink(settings)
         print(f"[stack] Kafka Connect up in {took:.1f}s; history sinks to the warehouse's "
               f"{history_table(settings)} table", file=sys.stderr)  # fmt: skip
+
+
+def _restart(settings: Settings, names: list[str]) -> None:
+    took = stack.restart(settings, names)
+    if "connect" in names:  # its connector's config may name what the worker has changed
+        ensure_history_sink(settings)
+    print(f"[stack] {', '.join(names)} restarted in {took:.1f}s", file=sys.stderr)
 
 
 def _status(settings: Settings) -> int:

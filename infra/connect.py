@@ -7,7 +7,18 @@ bootstrap), it logs in as the ``connect`` role (``schemas.catalog.ROLES``: it ma
 history and use its own topics, nothing else), and two plugins come from Maven Central
 into folders of their own (``infra/kafka-connect/*/pom.xml``): Debezium's JDBC sink
 connector and Apicurio Registry's AvroConverter, which reads cronstream's
-Confluent-wire-format Avro through the registry's own API.
+Confluent-wire-format Avro through the registry's own API. Kafka's basic-auth REST
+extension is on the worker's classpath (``infra/connect-rest-auth/pom.xml``).
+
+Its REST API creates connectors, and a connector runs code with the worker's rights, so
+it answers only the operator's login (``runtime.consoles``; Kafka's
+BasicAuthSecurityRestExtension, a JAAS PropertyFileLoginModule over a file of the
+stack's credentials). What a connector's config may reach is bounded too: the file
+config provider reads only ``connector_secrets_dir`` (the warehouse's password, never
+the stack's credentials), and a connector may override one client setting of the
+worker's, its consumer group (``group.id``: the namespace's prefix, which the
+``connect`` role's ACLs allow), never a login, a JAAS module or a config provider of
+its clients.
 
 ``Postgres`` is the Debian package's server, run as its ``postgres`` user when we are
 root (it refuses root), on TCP only, with one login (``cronstream``, a password in the
@@ -35,27 +46,37 @@ import httpx
 import pg8000.native
 
 from infra.errors import StackError
-from infra.security import ensure_secret, ensure_secret_file, write_private
+from infra.security import ensure_secret, ensure_secret_file, private_dir, write_private
 from infra.service import CONF_DIR, INFRA_DIR, JVM_COMMON, Service
+from runtime.consoles import CONSOLE_USER, console_port, console_secret_path, stack_console
+from runtime.credentials import security_dir
 from runtime.kafka.security import SCRAM, ca_location
 from runtime.lakehouse import CATALOG_USER, postgres_port, postgres_secret_path
 from runtime.settings import Settings, env_int
 from schemas.catalog import CONNECT, Topics, role_user
 
 PLUGINS = INFRA_DIR / "kafka-connect"
+REST_AUTH_POM = INFRA_DIR / "connect-rest-auth" / "pom.xml"
 WAREHOUSE_USER = CATALOG_USER  # the stack's one PostgreSQL login (runtime.lakehouse)
 WAREHOUSE_DB = "warehouse"
 JDBC_SINK = "io.debezium.connector.jdbc.JdbcSinkConnector"
 AVRO_CONVERTER = "io.apicurio.registry.utils.converter.AvroConverter"
+REST_AUTH = "org.apache.kafka.connect.rest.basic.auth.extension"
 
 
 def warehouse_secret(settings: Settings) -> Path:
     return postgres_secret_path(settings)
 
 
+def connector_secrets_dir(settings: Settings) -> Path:
+    """The one folder Connect's file config provider may read: the secrets connectors
+    name with ``${file:<path>:<key>}``, copies of what they need and nothing else."""
+    return security_dir(settings) / "connectors"
+
+
 def _secret_properties(settings: Settings) -> Path:
-    """The password as a properties file, for Connect's FileConfigProvider."""
-    return Path(f"{warehouse_secret(settings)}.properties")
+    """The warehouse's password as a properties file, for Connect's FileConfigProvider."""
+    return connector_secrets_dir(settings) / "warehouse.properties"
 
 
 def _postgres_bin(tool: str) -> Path:
@@ -166,7 +187,7 @@ class Connect(Service):
 
     @property
     def port(self) -> int:
-        return env_int("CRONSTREAM_CONNECT_PORT", 8083, minimum=1)
+        return console_port("connect")
 
     @property
     def endpoint(self) -> str:
@@ -176,9 +197,15 @@ class Connect(Service):
     def plugins(self) -> Path:
         return self.lib / "plugins"
 
+    @property
+    def classpath(self) -> Path:
+        """Jars on the worker's classpath beside Kafka's: the REST extension."""
+        return self.lib / "classpath"
+
     def fetch(self) -> None:
         for spec in sorted(PLUGINS.glob("*/pom.xml")):
             self._resolve(spec, self.plugins / spec.parent.name)
+        self._resolve(REST_AUTH_POM, self.classpath)
 
     @property
     def properties(self) -> Path:
@@ -203,17 +230,39 @@ class Connect(Service):
             "value.converter=org.apache.kafka.connect.json.JsonConverter",
             f"listeners=http://127.0.0.1:{self.port}",
             "rest.advertised.host.name=127.0.0.1",
+            f"rest.extension.classes={REST_AUTH}.BasicAuthSecurityRestExtension",
             f"plugin.path={self.plugins}",
-            # a sink's consumer group is named by its config, under the namespace's prefix
-            "connector.client.config.override.policy=All",
-            # secrets stay in files: ${file:<path>:<key>} in a connector's config
+            # A sink's consumer group is named by its config, under the namespace's
+            # prefix; nothing else: with "All" a connector could give its clients any
+            # JAAS login module or config provider (files of the host, JNDI).
+            "connector.client.config.override.policy=Allowlist",
+            "connector.client.config.override.allowlist=group.id",
+            # secrets stay in files: ${file:<path>:<key>} in a connector's config, of
+            # one folder only (not the stack's credentials, nor any file of the host)
             "config.providers=file",
             "config.providers.file.class="
             "org.apache.kafka.common.config.provider.FileConfigProvider",
+            f"config.providers.file.param.allowed.paths={connector_secrets_dir(s)}",
             "offset.flush.interval.ms=2000",
             *self._security(),
         ]
         write_private(self.properties, ("\n".join(lines) + "\n").encode())
+        self._rest_login()
+
+    @property
+    def jaas(self) -> Path:
+        return self.conf / "connect-rest-jaas.conf"
+
+    def _rest_login(self) -> None:
+        """The REST API's one login: the JAAS file the extension reads (its section is
+        ``KafkaConnect``) and the users file it names (``user=password``, which must
+        not be empty: an empty one lets every request through)."""
+        password = ensure_secret_file(self.settings, console_secret_path(self.settings, "connect"))
+        users = self.data / "rest-users.properties"
+        write_private(users, f"{CONSOLE_USER}={password}\n".encode())
+        module = f"{REST_AUTH}.PropertyFileLoginModule"
+        jaas = f'KafkaConnect {{\n  {module} required\n  file="{users}";\n}};\n'
+        write_private(self.jaas, jaas.encode())
 
     def _security(self) -> list[str]:
         """The worker's Kafka login (SCRAM over TLS as the ``connect`` role), for the
@@ -238,18 +287,32 @@ class Connect(Service):
     def command(self) -> list[str]:
         heap = f"{env_int('CRONSTREAM_CONNECT_HEAP_MB', 384, minimum=128)}m"
         kafka_jars = self.settings.home / "lib" / "kafka" / "jars"
-        return ["java", self.marker, f"-Xms{heap}", f"-Xmx{heap}", *JVM_COMMON,
-                f"-Dlog4j2.configurationFile={CONF_DIR / 'kafka-log4j2.properties'}",
-                "-cp", f"{kafka_jars}/*", "org.apache.kafka.connect.cli.ConnectDistributed",
-                str(self.properties)]  # fmt: skip
+        return [
+            "java",
+            self.marker,
+            f"-Xms{heap}",
+            f"-Xmx{heap}",
+            *JVM_COMMON,
+            f"-Dlog4j2.configurationFile={CONF_DIR / 'kafka-log4j2.properties'}",
+            f"-Djava.security.auth.login.config={self.jaas}",
+            *("-cp", f"{kafka_jars}/*:{self.classpath}/*"),
+            "org.apache.kafka.connect.cli.ConnectDistributed",
+            str(self.properties),
+        ]
 
     def ready(self) -> bool:
-        """The REST API answers and the worker has joined its group (a connector put
-        before that is refused with 409)."""
+        """The REST API answers the operator's login and the worker has joined its
+        group (a connector put before that is refused with 409)."""
         try:
-            return httpx.get(f"{self.endpoint}/connectors", timeout=2).status_code == 200
+            with connect_client(self.settings, timeout=2) as client:
+                return client.get("/connectors").status_code == 200
         except httpx.HTTPError:
             return False
+
+
+def connect_client(settings: Settings, timeout: float = 30.0) -> httpx.Client:
+    """A client of the stack's Connect REST API, with the operator's login."""
+    return stack_console(settings, "connect").client(timeout=timeout)
 
 
 def history_sink_config(settings: Settings, *, table: str, name: str) -> dict[str, str]:
@@ -285,11 +348,11 @@ def put_connector(settings: Settings, name: str, config: dict[str, str],
                   timeout: float = 60.0) -> dict[str, Any]:  # fmt: skip
     """Create or update connector ``name`` (idempotent); retried while the worker is
     still joining its group (409) or starting (5xx, unreachable)."""
-    url = f"{Connect(settings).endpoint}/connectors/{name}/config"
     deadline = time.monotonic() + timeout
     while True:
         try:
-            resp = httpx.put(url, json=config, timeout=30)
+            with connect_client(settings) as client:
+                resp = client.put(f"/connectors/{name}/config", json=config)
             if resp.status_code in (200, 201):
                 return dict(resp.json())
             why = f"{resp.status_code} {resp.text[:500]}"
@@ -303,7 +366,8 @@ def put_connector(settings: Settings, name: str, config: dict[str, str],
 
 
 def delete_connector(settings: Settings, name: str) -> None:
-    resp = httpx.delete(f"{Connect(settings).endpoint}/connectors/{name}", timeout=30)
+    with connect_client(settings) as client:
+        resp = client.delete(f"/connectors/{name}")
     if resp.status_code not in (204, 404):
         raise StackError(f"Kafka Connect did not delete {name}: {resp.status_code} {resp.text}")
 
@@ -312,8 +376,10 @@ def ensure_warehouse(settings: Settings) -> None:
     """The ``warehouse`` database and the file the connector reads its password from
     (``${file:...}``: it never appears in the connector's config)."""
     password = warehouse_secret(settings).read_text().strip()
-    write_private(_secret_properties(settings),
-                  f"password={password}\n".encode())  # fmt: skip
+    private_dir(connector_secrets_dir(settings))
+    write_private(_secret_properties(settings), f"password={password}\n".encode())
+    # where it was before the provider was confined to connector_secrets_dir
+    Path(f"{warehouse_secret(settings)}.properties").unlink(missing_ok=True)
     ensure_database(settings, WAREHOUSE_DB)
 
 

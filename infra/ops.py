@@ -7,6 +7,15 @@ them to one webhook (``CRONSTREAM_ALERT_WEBHOOK``; ``make run`` serves it and pr
 each alert). Both are ordinary ``Service``s of the stack (``make up`` starts them,
 ``make down`` stops them), identified by their data directory on the command line.
 
+Both are consoles anyone on the host could drive (Prometheus's ``/-/quit``, silences,
+every tenant's figures), so each answers HTTPS only, with the stack's server
+certificate, and only the operator's login (``runtime.consoles``: basic auth, the
+password in the stack's credentials, bcrypt-hashed in ``--web.config.file``).
+Prometheus runs without ``--web.enable-lifecycle`` (no ``/-/quit``, no ``/-/reload``:
+a changed config is a restart); Alertmanager's ``/-/reload`` wants the login.
+Prometheus logs in to Alertmanager the same way (``alerting``: basic auth and the
+stack's CA).
+
 Configuration (environment): ``CRONSTREAM_PROMETHEUS_PORT`` (9190),
 ``CRONSTREAM_ALERTMANAGER_PORT`` (9193; Alertmanager's own 9093 is Kafka's controller
 port here), ``CRONSTREAM_SCRAPE_INTERVAL_S`` (5), ``CRONSTREAM_ALERT_WEBHOOK``
@@ -19,10 +28,14 @@ import os
 from pathlib import Path
 from typing import Any
 
+import bcrypt
 import httpx
 import yaml
 
+from infra.security import ensure_secret_file, ensure_tls, write_private
 from infra.service import INFRA_DIR, Service, require_tool
+from runtime.consoles import CONSOLE_USER, console_port, console_secret_path, stack_console
+from runtime.credentials import stack_ca
 from runtime.scrape import targets_dir
 from runtime.settings import Settings, env_int
 
@@ -30,11 +43,41 @@ RULES = INFRA_DIR / "prometheus" / "rules.yml"
 DEFAULT_WEBHOOK = "http://127.0.0.1:8790/alerts"
 
 
+BCRYPT_COST = 10  # Prometheus checks the hash once per login and caches it
+
+
+def web_config(settings: Settings, console: str) -> dict[str, Any]:
+    """``--web.config.file`` of ``console`` (prometheus, alertmanager): HTTPS with the
+    stack's server certificate, and the operator's login, its password made at first
+    use and stored bcrypt-hashed here."""
+    tls = ensure_tls(settings)
+    password = ensure_secret_file(settings, console_secret_path(settings, console))
+    hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(BCRYPT_COST)).decode()
+    return {
+        "tls_server_config": {
+            "cert_file": str(tls / "server-cert.pem"),
+            "key_file": str(tls / "server-key.pem"),
+        },
+        "basic_auth_users": {CONSOLE_USER: hashed},
+    }
+
+
 def prometheus_config(
-    *, targets: Path, rules: Path, alertmanager_port: int, interval_s: int
+    *, targets: Path, rules: Path, alertmanager_port: int, interval_s: int, settings: Settings
 ) -> dict[str, Any]:
-    """prometheus.yml: the file-discovered cronstream targets and the rules."""
+    """prometheus.yml: the file-discovered cronstream targets, the rules, and
+    Alertmanager over HTTPS with the operator's login (its password file, never the
+    password)."""
     every = f"{interval_s}s"
+    alertmanager = {
+        "scheme": "https",
+        "basic_auth": {
+            "username": CONSOLE_USER,
+            "password_file": str(console_secret_path(settings, "alertmanager")),
+        },
+        "tls_config": {"ca_file": str(stack_ca(settings))},
+        "static_configs": [{"targets": [f"127.0.0.1:{alertmanager_port}"]}],
+    }
     return {
         "global": {
             "scrape_interval": every,
@@ -42,11 +85,7 @@ def prometheus_config(
             "scrape_timeout": f"{max(1, interval_s - 1)}s",
         },
         "rule_files": [str(rules)],
-        "alerting": {
-            "alertmanagers": [
-                {"static_configs": [{"targets": [f"127.0.0.1:{alertmanager_port}"]}]},
-            ]
-        },
+        "alerting": {"alertmanagers": [alertmanager]},
         "scrape_configs": [
             {
                 "job_name": "cronstream",
@@ -79,28 +118,19 @@ def alertmanager_config(*, webhook: str, group_wait_s: int = 10) -> dict[str, An
     }
 
 
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
 class _Binary(Service):
-    """A Debian-packaged Go binary run as a service of the stack."""
+    """A Debian-packaged Go binary run as a service of the stack, one of its consoles."""
 
     binary: str
     package: str
-    default_port: int
-    port_env: str
 
     @property
     def port(self) -> int:
-        return env_int(self.port_env, self.default_port, minimum=1)
+        return console_port(self.name)
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"https://127.0.0.1:{self.port}"
 
     @property
     def marker(self) -> str:  # no -D flag for a Go binary: its data directory marks it
@@ -110,13 +140,23 @@ class _Binary(Service):
         require_tool(self.binary, f"apt-get install -y {self.package} (make deps does)")
 
     def ready(self) -> bool:
-        return _answers(f"{self.endpoint}/-/ready")
+        """It answers ``/-/ready`` to the operator's login, over HTTPS."""
+        try:
+            with stack_console(self.settings, self.name).client(timeout=2) as client:
+                return client.get("/-/ready").status_code == 200
+        except httpx.HTTPError:
+            return False
 
     def argv(self, config: str, *more: str) -> list[str]:
-        """The command line: the binary, the marker, its config file and address."""
-        return [require_tool(self.binary, self.package), self.marker,
-                f"--config.file={self.conf / config}",
-                f"--web.listen-address=127.0.0.1:{self.port}", *more]  # fmt: skip
+        """The command line: the binary, the marker, its config files and address."""
+        return [
+            require_tool(self.binary, self.package),
+            self.marker,
+            f"--config.file={self.conf / config}",
+            f"--web.config.file={self.conf / f'{self.name}-web.yml'}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            *more,
+        ]
 
     def write(self, name: str, config: dict[str, Any]) -> Path:
         self.conf.mkdir(parents=True, exist_ok=True)
@@ -124,16 +164,22 @@ class _Binary(Service):
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         return path
 
+    def write_web_config(self) -> None:
+        """Its ``--web.config.file`` (owner-only: it holds the login's hash)."""
+        text = yaml.safe_dump(web_config(self.settings, self.name), sort_keys=False)
+        write_private(self.conf / f"{self.name}-web.yml", text.encode())
+
 
 class Prometheus(_Binary):
     name = "prometheus"
     binary, package = "prometheus", "prometheus"
-    default_port, port_env = 9190, "CRONSTREAM_PROMETHEUS_PORT"
     start_timeout = 60.0
 
     def prepare(self) -> None:
         self.data.mkdir(parents=True, exist_ok=True)
         targets_dir(self.settings).mkdir(parents=True, exist_ok=True)
+        self.write_web_config()
+        ensure_secret_file(self.settings, console_secret_path(self.settings, "alertmanager"))
         self.write(
             "prometheus.yml",
             prometheus_config(
@@ -141,22 +187,23 @@ class Prometheus(_Binary):
                 rules=RULES,
                 alertmanager_port=Alertmanager(self.settings).port,
                 interval_s=env_int("CRONSTREAM_SCRAPE_INTERVAL_S", 5, minimum=1),
+                settings=self.settings,
             ),
         )
 
     def command(self) -> list[str]:
-        return self.argv("prometheus.yml", "--storage.tsdb.retention.time=15d",
-                         "--web.enable-lifecycle")  # fmt: skip
+        # no --web.enable-lifecycle: /-/quit and /-/reload stay off (a restart reloads)
+        return self.argv("prometheus.yml", "--storage.tsdb.retention.time=15d")
 
 
 class Alertmanager(_Binary):
     name = "alertmanager"
     binary, package = "prometheus-alertmanager", "prometheus-alertmanager"
-    default_port, port_env = 9193, "CRONSTREAM_ALERTMANAGER_PORT"
     start_timeout = 60.0
 
     def prepare(self) -> None:
         self.data.mkdir(parents=True, exist_ok=True)
+        self.write_web_config()
         webhook = os.environ.get("CRONSTREAM_ALERT_WEBHOOK") or DEFAULT_WEBHOOK
         self.write("alertmanager.yml", alertmanager_config(webhook=webhook))
 

@@ -104,6 +104,20 @@ def up(
     return time.monotonic() - began
 
 
+def restart(settings: Settings, names: list[str], say: Callable[[str], None] = _say) -> float:
+    """Stop the services ``names`` and start them again, their config written anew (a
+    changed login, certificate or setting): ``up`` leaves a running service alone.
+    Returns the seconds spent."""
+    known = {svc.name: svc for svc in all_services(settings)}
+    unknown = sorted(set(names) - set(known))
+    if unknown:
+        raise StackError(f"no service {', '.join(unknown)} (the services: {', '.join(known)})")
+    for name in names:
+        say(f"stopping {name}")
+        known[name].stop()
+    return up(settings, say) + up(settings, say, bootstrapped=True)
+
+
 def down(settings: Settings, say: Callable[[str], None] = _say) -> None:
     # Reverse order: the registry and Kafka clients go before Cassandra. The nodes of
     # one service stop together: the last of three brokers stopped alone waited for a
@@ -162,4 +176,4 @@ def clean(settings: Settings, *, keep_lib: bool = True, say: Callable[[str], Non
             shutil.rmtree(target)
 
 
-__all__ = ["ServiceStatus", "clean", "down", "fetch", "logs", "status", "up"]
+__all__ = ["ServiceStatus", "clean", "down", "fetch", "logs", "restart", "status", "up"]

@@ -1,18 +1,15 @@
 """Every Prometheus metric cronstream exports: the one module that imports prometheus_client.
 
 The names form a closed set, listed in the README ("Metrics"). Each process serves them
-on ``--metrics-port`` (0 = do not serve) at ``/metrics``.
+on ``--metrics-port`` (0 = do not serve) at ``/metrics`` (``runtime.metrics_server``).
 """
 
 from __future__ import annotations
 
-import os
-import threading
 import time
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from functools import cache
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from math import inf
 from typing import TypeVar
 
@@ -257,39 +254,6 @@ PROBES = Probes()
 def exposition() -> tuple[bytes, str]:
     """Every metric in Prometheus's text format, and its content type."""
     return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
-
-
-class _Handler(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0]
-        if path == "/metrics":
-            (body, kind), code = exposition(), 200
-        elif path in ("/healthz", "/readyz"):
-            ok, why = PROBES.live() if path == "/healthz" else PROBES.ready()
-            body, code, kind = why.encode() + b"\n", 200 if ok else 503, "text/plain"
-        else:
-            body, code, kind = b"/metrics, /healthz or /readyz\n", 404, "text/plain"
-        self.send_response(code)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *_: object) -> None:  # scrapes every few seconds: no log line
-        return
-
-
-def serve(port: int, host: str | None = None) -> ThreadingHTTPServer | None:
-    """Serve /metrics, /healthz and /readyz on host:port in a daemon thread (port 0: do
-    nothing). The host: ``CRONSTREAM_METRICS_HOST``, else 127.0.0.1 (0.0.0.0 in a pod,
-    where the kubelet probes the pod's address)."""
-    if not port:
-        return None
-    host = host or os.environ.get("CRONSTREAM_METRICS_HOST") or "127.0.0.1"
-    server = ThreadingHTTPServer((host, port), _Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
-    return server
 
 
 # -- workers ------------------------------------------------------------------------------

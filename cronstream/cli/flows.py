@@ -79,7 +79,7 @@ def cmd_flows_coordinator(settings: Settings, args: argparse.Namespace) -> int:
     import faust
 
     from cronstream.foreground import setup_logging, stop_on_signals
-    from runtime import metrics
+    from runtime.metrics_server import serve as serve_metrics
     from runtime.waiting import KAFKA, REGISTRY, StopWaiting, reach, wait_for
     from streams.flows import build_app
 
@@ -89,7 +89,7 @@ def cmd_flows_coordinator(settings: Settings, args: argparse.Namespace) -> int:
         # with 20 flows/s (2 pairs on 2 cores): the jobs' fire skew p99 16/15 ms at nice
         # 0, 14/13 at nice 10; the flows' rate and node hop p99 (45 ms) unchanged.
         os.nice(args.nice)
-    metrics.serve(args.metrics_port)
+    serve_metrics(args.metrics_port)
     settings = settings.as_role("flows")  # its own Kafka user and ACLs
     stopping = stop_on_signals()  # until faust's own handlers: a stop while waiting
 

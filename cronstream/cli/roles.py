@@ -22,6 +22,7 @@ import sys
 from typing import Any
 
 from cronstream.cli.common import EXIT_INVALID, at_least
+from runtime.consoles import console_port
 from runtime.settings import Settings, env_int, env_list
 from schemas.limits import MAX_OUTPUT_BYTES
 
@@ -46,10 +47,11 @@ def register(sub: Any) -> None:
     p.add_argument("--host", default=os.environ.get("CRONSTREAM_UI_HOST", "127.0.0.1"))
     p.add_argument("--port", type=int, default=env_int("CRONSTREAM_UI_PORT", 8780, minimum=1))
     p.add_argument("--name", default=f"ui-{socket.gethostname()}-{os.getpid()}")
-    stack = f"http://127.0.0.1:{env_int('CRONSTREAM_PROMETHEUS_PORT', 9190, minimum=1)}"
+    stack = f"https://127.0.0.1:{console_port('prometheus')}"
     p.add_argument("--prometheus", metavar="URL",
                    default=os.environ.get("CRONSTREAM_PROMETHEUS_URL", stack),
-                   help="the Prometheus scraping cronstream (the overview's figures)")  # fmt: skip
+                   help="the Prometheus scraping cronstream (the overview's figures; its "
+                   "login: CRONSTREAM_PROMETHEUS_USER, _PASSWORD(_FILE), _CA)")  # fmt: skip
     p.add_argument("--anonymous", action=argparse.BooleanOptionalAction, default=False,
                    help="every page readable without signing in, read-only (default: the "
                    "sign-in page without a session)")  # fmt: skip

@@ -4,7 +4,7 @@ one backend, the same tokens)."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from cronstream.api.serve import AppFactory
 from cronstream.ui import actions, audit_pages, flow_pages, pages, stuck_pages, tenant_pages
 from cronstream.ui.sessions import Sessions
 from cronstream.ui.sources import AuditTrail, DeadLetters, FlowBook, Prometheus, Reads
+from runtime.consoles import ConsoleAccess, console_access
 from runtime.tokens import TokenBook
 
 STATIC = Path(__file__).parent / "static"
@@ -67,12 +68,18 @@ class UiOptions:
     secure_cookies: bool = False  # the session cookie Secure on plain http too
 
 
+def prometheus_access(backend: Backend, options: UiOptions) -> ConsoleAccess:
+    """``--prometheus`` with its login and CA (``CRONSTREAM_PROMETHEUS_*``)."""
+    access = console_access(backend.settings, "prometheus")
+    return replace(access, url=options.prometheus_url.rstrip("/"))
+
+
 def ui_factory(options: UiOptions) -> AppFactory:
     """``cronstream.api.serve.serve``'s factory for the dashboard."""
 
     def build(backend: Backend, book: TokenBook) -> tuple[FastAPI, list[Any]]:
         reads = Reads(
-            Prometheus(options.prometheus_url),
+            Prometheus(prometheus_access(backend, options)),
             DeadLetters(backend.settings, backend.codec, backend.publisher),
             FlowBook(backend.settings, backend.codec),
             AuditTrail(backend.settings, backend.codec),

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 
 from cronstream.monitoring import DUE_TO_START_P99_BY_PRIORITY
+from runtime.consoles import ConsoleAccess
 from runtime.kafka.clients import TopicPartition, consume_ready, kafka_consumer
 from runtime.kafka.offsets import watermarks
 from runtime.kafka.publisher import Publisher
@@ -77,9 +78,12 @@ class Overview:
 
 
 class Prometheus:
-    def __init__(self, url: str, timeout: float = 2.0) -> None:
-        self.url = url.rstrip("/")
-        self.client = httpx.Client(timeout=timeout)
+    """The Prometheus the dashboard asks, with its login and the CA its certificate is
+    checked against (``runtime.consoles``)."""
+
+    def __init__(self, access: ConsoleAccess, timeout: float = 2.0) -> None:
+        self.url = access.url
+        self.client = access.client(timeout=timeout)
 
     def query_range(self, expr: str, start: float, end: float, step: float
                     ) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:  # fmt: skip

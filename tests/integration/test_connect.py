@@ -14,13 +14,17 @@ import time
 from collections.abc import Iterator
 from contextlib import closing
 from datetime import UTC
+from pathlib import Path
 
 import fastavro
 import httpx
 import pytest
 
 from infra.connect import (
-    Connect,
+    HISTORY_SINK,
+    JDBC_SINK,
+    connect_client,
+    connector_secrets_dir,
     delete_connector,
     ensure_warehouse,
     history_sink_config,
@@ -28,6 +32,8 @@ from infra.connect import (
     put_connector,
     warehouse,
 )
+from runtime.consoles import stack_console
+from runtime.credentials import credentials_dir
 from runtime.kafka.clients import kafka_producer
 from runtime.registry import registry_client
 from runtime.settings import Settings
@@ -78,7 +84,7 @@ def count(ns: Settings, table: str, where: str = "TRUE") -> int:
 def wait_rows(ns: Settings, name: str, table: str, wanted: int, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while (got := count(ns, table)) < wanted:
-        status = httpx.get(f"{Connect(ns).endpoint}/connectors/{name}/status", timeout=10).text
+        status = _status(ns, name)
         assert time.monotonic() < deadline, f"{got} of {wanted} rows; connector: {status}"
         assert '"FAILED"' not in status, status
         time.sleep(1)
@@ -152,3 +158,56 @@ def registry_id(ns: Settings) -> int:
         found = registry.lookup(f"{Topics(ns).history}-value", schema_json(RunOutcome.AVRO_NAME))
     assert found is not None
     return found
+
+
+def test_the_rest_api_answers_the_operator_alone(stack: Settings) -> None:
+    access = stack_console(stack, "connect")
+    with httpx.Client(base_url=access.url, timeout=10) as anonymous:
+        assert anonymous.get("/connectors").status_code == 401
+        assert anonymous.get("/connector-plugins").status_code == 401
+        assert anonymous.put("/connectors/probe/config", json={}).status_code == 401
+        assert anonymous.delete(f"/connectors/{HISTORY_SINK}").status_code == 401
+        assert anonymous.get("/connectors", auth=(access.user, "wrong")).status_code == 401
+    with connect_client(stack) as operator:
+        assert operator.get("/connectors").status_code == 200
+
+
+def test_a_connector_overrides_its_group_alone_and_reads_no_file_but_its_secrets(
+    ns: Settings,
+) -> None:
+    """The worker's clients keep their login: a connector may name its consumer group,
+    never a JAAS module or a config provider of its clients; ``${file:...}`` reads
+    the connectors' secrets folder alone, never the stack's credentials."""
+    name = f"probe-{ns.topic_prefix.replace('.', '-')}"
+    config = history_sink_config(ns, table=history_table(ns), name=name)
+    hostile = {
+        **config,
+        "name": name,
+        "consumer.override.sasl.jaas.config": "com.sun.security.auth.module.JndiLoginModule "
+        'required user.provider.url="ldap://127.0.0.1:1/x";',
+        "consumer.override.config.providers": "file",
+    }
+    with connect_client(ns) as operator:
+        answer = operator.put(f"/connector-plugins/{JDBC_SINK}/config/validate", json=hostile)
+    assert answer.status_code == 200, answer.text
+    refused = {c["value"]["name"] for c in answer.json()["configs"] if c["value"]["errors"]}
+    assert refused == {"consumer.override.sasl.jaas.config", "consumer.override.config.providers"}
+    assert Path(config["connection.password"].split(":")[1]).parent == connector_secrets_dir(ns)
+
+    stolen = credentials_dir(ns) / "cronstream-connect.secret"
+    put_connector(ns, name, {**config, "connection.password": f"${{file:{stolen}:x}}"})
+    try:
+        deadline = time.monotonic() + 60
+        while '"FAILED"' not in (status := _status(ns, name)):
+            assert time.monotonic() < deadline, status
+            time.sleep(1)
+        # the provider refused the path: the connector got no password at all
+        assert "no password was provided" in status, status
+        assert stolen.read_text().strip() not in status
+    finally:
+        delete_connector(ns, name)
+
+
+def _status(ns: Settings, name: str) -> str:
+    with connect_client(ns) as client:
+        return client.get(f"/connectors/{name}/status").text

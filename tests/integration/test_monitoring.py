@@ -6,20 +6,23 @@ their own ports and a 1 s scrape and evaluation interval (the stack's run with 5
 from __future__ import annotations
 
 import json
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import yaml
 
-from infra.ops import RULES, alertmanager_config, prometheus_config
-from runtime.scrape import write_targets
+from cronstream.ui.sources import Prometheus
+from infra.ops import ops_services
+from infra.service import log_tail
+from runtime.consoles import ConsoleAccess, stack_console
+from runtime.metrics_server import serve as serve_metrics
+from runtime.scrape import targets_dir, write_targets
 from runtime.settings import Settings
 from tests.integration.helpers import (
     CronstreamProcess,
@@ -55,50 +58,54 @@ class Receiver:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
+@dataclass(frozen=True)
+class Monitoring:
+    """The stack's Prometheus and Alertmanager, started by their own ``Service`` code
+    under a home of the test's (its CA, certificates and logins), on ports of its own,
+    scraping and evaluating every second."""
+
+    receiver: Receiver
+    settings: Settings  # the home they run under
+    targets: Path  # Prometheus's targets directory
+
+    def access(self, console: str) -> ConsoleAccess:
+        return stack_console(self.settings, console)
+
+
 @pytest.fixture
-def monitoring(tmp_path: Path) -> Iterator[tuple[Receiver, Path, int]]:
-    """(the webhook, Prometheus's targets directory, Prometheus's port)."""
+def monitoring(
+    base_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Monitoring]:
     receiver = Receiver()
-    targets = tmp_path / "targets"
-    targets.mkdir()
-    am_port, prom_port = free_port(), free_port()
-    am_conf, prom_conf = tmp_path / "alertmanager.yml", tmp_path / "prometheus.yml"
-    am_conf.write_text(yaml.safe_dump(alertmanager_config(webhook=receiver.url, group_wait_s=1)))
-    prom_conf.write_text(yaml.safe_dump(prometheus_config(
-        targets=targets, rules=RULES, alertmanager_port=am_port, interval_s=1)))  # fmt: skip
-    commands = {
-        "alertmanager": ["prometheus-alertmanager", f"--config.file={am_conf}",
-                         f"--storage.path={tmp_path / 'am'}", "--cluster.listen-address=",
-                         f"--web.listen-address=127.0.0.1:{am_port}"],
-        "prometheus": ["prometheus", f"--config.file={prom_conf}",
-                       f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                       f"--web.listen-address=127.0.0.1:{prom_port}"],
-    }  # fmt: skip
-    procs = []
+    monkeypatch.setenv("CRONSTREAM_PROMETHEUS_PORT", str(free_port()))
+    monkeypatch.setenv("CRONSTREAM_ALERTMANAGER_PORT", str(free_port()))
+    monkeypatch.setenv("CRONSTREAM_SCRAPE_INTERVAL_S", "1")
+    monkeypatch.setenv("CRONSTREAM_ALERT_WEBHOOK", receiver.url)
+    home = replace(base_settings, home=tmp_path / "home")  # none of the stack's services
+    services = ops_services(home)
     try:
-        for name, command in commands.items():
-            log = tmp_path / f"{name}.log"
-            with log.open("wb") as out:
-                proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-            procs.append(proc)
-            port = am_port if name == "alertmanager" else prom_port
-            wait_http_up(f"http://127.0.0.1:{port}", 60, lambda log=log: log.read_text()[-3000:],
-                         path="/-/ready", alive=lambda proc=proc: proc.poll() is None,
-                         every=0.2)  # fmt: skip
-        yield receiver, targets, prom_port
+        for svc in services:
+            svc.start()
+            deadline = time.monotonic() + svc.start_timeout
+            while not svc.ready():
+                assert svc.running(), f"{svc.name} died: {log_tail(svc.log)}"
+                assert time.monotonic() < deadline, f"{svc.name}: {log_tail(svc.log)}"
+                time.sleep(0.2)
+        yield Monitoring(receiver=receiver, settings=home, targets=targets_dir(home))
     finally:
-        for proc in procs:
-            proc.terminate()
-            proc.wait(30)
+        for svc in services:
+            svc.stop()
         receiver.server.shutdown()
         receiver.server.server_close()
 
 
 def test_a_dead_lettered_job_reaches_the_webhook_through_prometheus_and_alertmanager(
     ns: Settings, tmp_path: Path, target: Target, procs: list[CronstreamProcess],
-    monitoring: tuple[Receiver, Path, int],
+    monitoring: Monitoring,
 ) -> None:  # fmt: skip
-    receiver, targets, prom_port = monitoring
+    """Prometheus scrapes the worker and logs in to Alertmanager over TLS (its config's
+    basic_auth and tls_config): the alert reaches the webhook."""
+    receiver, targets, prometheus = monitoring.receiver, monitoring.targets, monitoring
     port = free_port()
     worker = CronstreamProcess(ns, tmp_path, "w", "--http-allow", "127.0.0.0/8",
                                "--metrics-port", str(port), command="worker")  # fmt: skip
@@ -114,7 +121,7 @@ def test_a_dead_lettered_job_reaches_the_webhook_through_prometheus_and_alertman
     assert put.returncode == 0, put.stderr
     # Prometheus has seen the counter at 0 before the letter (increase needs both).
     deadline = time.monotonic() + 60
-    while not _query(prom_port, 'cronstream_dead_letters_total{stage="worker"}'):
+    while not _query(prometheus, 'cronstream_dead_letters_total{stage="worker"}'):
         assert time.monotonic() < deadline, "Prometheus never scraped the worker"
         time.sleep(0.5)
     assert cronstream(ns, "runs", "trigger", "doomed").returncode == 0
@@ -131,7 +138,7 @@ def test_a_dead_lettered_job_reaches_the_webhook_through_prometheus_and_alertman
     # The precision alert's input reaches Prometheus per priority: the worker serves the
     # due-to-start histogram of each priority from its start, which the rule records
     # (NaN while no scheduled run started; rules_test.yml has the alert's own cases).
-    recorded = _query(prom_port, "cronstream:start_skew_seconds:p99_5m")
+    recorded = _query(prometheus, "cronstream:start_skew_seconds:p99_5m")
     assert {r["metric"]["priority"] for r in recorded} == {"HIGH", "NORMAL", "LOW"}
 
     # Two more runs of it fail: three in a row, an alert naming the job.
@@ -146,8 +153,9 @@ def test_a_dead_lettered_job_reaches_the_webhook_through_prometheus_and_alertman
     assert streak[0]["annotations"]["summary"] == "job doomed: 3 attempts failed in a row"
 
 
-def _query(port: int, expr: str) -> list[Any]:
-    answer = httpx.get(f"http://127.0.0.1:{port}/api/v1/query", params={"query": expr}).json()
+def _query(monitoring: Monitoring, expr: str) -> list[Any]:
+    with monitoring.access("prometheus").client() as client:
+        answer = client.get("/api/v1/query", params={"query": expr}).json()
     return list(answer["data"]["result"])
 
 
@@ -170,3 +178,58 @@ def test_every_role_answers_healthz_readyz_and_metrics(
         text = httpx.get(f"{base}/metrics").text
         assert "cronstream_" in text if role != "api" else "# HELP" in text, role
     assert httpx.get(f"{started['worker'][1]}/nothing").status_code == 404
+
+
+def test_prometheus_and_alertmanager_answer_the_operator_alone_over_tls(
+    monitoring: Monitoring,
+) -> None:
+    """Anonymous, with a wrong password or over plain HTTP: refused. Prometheus's
+    /-/quit is off even for the operator (no --web.enable-lifecycle), and the stack
+    keeps working: Prometheus scrapes a process and knows its Alertmanager."""
+    paths = {"prometheus": "/api/v1/status/config", "alertmanager": "/api/v2/status"}
+    for console, path in paths.items():
+        access = monitoring.access(console)
+        with httpx.Client(base_url=access.url, verify=access.verify) as anonymous:
+            assert anonymous.get(path).status_code == 401, console
+            assert anonymous.get("/-/ready").status_code == 401, console
+            assert anonymous.post("/-/reload").status_code == 401, console
+            assert anonymous.get(path, auth=(access.user, "wrong")).status_code == 401
+        plain = httpx.get(access.url.replace("https://", "http://") + path)
+        assert plain.status_code == 400, console  # "client sent HTTP to an HTTPS server"
+        with access.client() as operator:
+            assert operator.get(path).status_code == 200, console
+    prometheus = monitoring.access("prometheus")
+    with httpx.Client(base_url=prometheus.url, verify=prometheus.verify) as anonymous:
+        assert anonymous.post("/-/quit").status_code == 401
+    with prometheus.client() as operator:
+        refused = operator.post("/-/quit")
+        assert refused.status_code == 403, refused.text  # "Lifecycle API is not enabled."
+        time.sleep(1)
+        assert operator.get("/-/ready").status_code == 200  # still running
+        deadline = time.monotonic() + 30
+        while not (
+            found := operator.get("/api/v1/alertmanagers").json()["data"]["activeAlertmanagers"]
+        ):
+            assert time.monotonic() < deadline, "Prometheus never found its Alertmanager"
+            time.sleep(0.5)
+        assert found[0]["url"].startswith(monitoring.access("alertmanager").url)
+
+    server = serve_metrics(free_port())
+    assert server is not None
+    try:
+        write_targets(monitoring.targets, "test", {"p": ("worker", server.server_address[1])})
+        deadline = time.monotonic() + 60
+        while [r["value"][1] for r in _query(monitoring, 'up{process="p"}')] != ["1"]:
+            assert time.monotonic() < deadline, "Prometheus never scraped the process"
+            time.sleep(0.5)
+        # the dashboard's client (its charts and figures) logs in the same way
+        dashboard = Prometheus(monitoring.access("prometheus"))
+        try:
+            (labels, value), *_ = dashboard.query('up{process="p"}')
+            assert (labels["role"], value) == ("worker", 1.0)
+            assert dashboard.overview().error is None
+        finally:
+            dashboard.close()
+    finally:
+        server.shutdown()
+        server.server_close()

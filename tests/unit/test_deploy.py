@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from cronstream.cli import build_parser
+from runtime.metrics_server import is_loopback
 from schemas.catalog import ROLES as CATALOG_ROLES
 from schemas.catalog import cassandra_role_user
 
@@ -152,3 +153,53 @@ def test_systemd_analyze_finds_a_broken_unit(tmp_path: Path) -> None:
     verified = subprocess.run([analyze, "verify", str(local)], capture_output=True, text=True,
                               check=False, timeout=60)  # fmt: skip
     assert "Failed to parse service restart specifier" in verified.stderr
+
+
+def test_metrics_beyond_the_loopback_want_a_token_wherever_they_are_deployed() -> None:
+    """/metrics names tenants and jobs: a role that listens beyond 127.0.0.1 reads the
+    token it wants from a mounted secret (without one it refuses to start), on
+    Kubernetes and on systemd hosts alike; the image itself listens on the loopback."""
+    exposed = set()
+    for role, workload in _workloads().items():
+        container = _container(workload)
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        if is_loopback(env.get("CRONSTREAM_METRICS_HOST") or "127.0.0.1"):
+            continue
+        exposed.add(role)
+        token = Path(env["CRONSTREAM_METRICS_TOKEN_FILE"])
+        mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+        volumes = {v["name"]: v for v in workload["spec"]["template"]["spec"]["volumes"]}
+        assert volumes[mounts[str(token.parent)]]["secret"]["secretName"] == "cronstream-metrics"
+    assert exposed == ROLES - set(HTTP)  # the API and the dashboard serve on --port
+    lines = (DEPLOY / "systemd" / "cronstream.env").read_text().splitlines()
+    env = dict(line.split("=", 1) for line in lines if line and not line.startswith("#"))
+    assert not is_loopback(env["CRONSTREAM_METRICS_HOST"])
+    assert env["CRONSTREAM_METRICS_TOKEN_FILE"].startswith("/etc/cronstream/credentials/")
+    assert "CRONSTREAM_METRICS_HOST" not in (DEPLOY / "Dockerfile").read_text()
+
+
+def test_the_scrape_job_sends_the_metrics_token_and_prometheus_takes_it(tmp_path: Path) -> None:
+    (shipped,) = [d for d in _kind("ConfigMap") if d["metadata"]["name"].endswith("-scrape")]
+    (job,) = yaml.safe_load(shipped["data"]["cronstream-scrape.yml"])
+    assert job["authorization"]["type"] == "Bearer"
+    assert job["authorization"]["credentials_file"].endswith("/cronstream-metrics/token")
+    token = tmp_path / "token"  # promtool checks that the file is there
+    token.write_text("t\n")
+    job["authorization"]["credentials_file"] = str(token)
+    # Debian's Prometheus is built without Kubernetes discovery: the rest is checked
+    assert job.pop("kubernetes_sd_configs") == [
+        {"role": "pod", "namespaces": {"names": ["cronstream"]}}
+    ]
+    job["static_configs"] = [{"targets": ["127.0.0.1:9300"]}]
+    config = tmp_path / "prometheus.yml"
+    config.write_text(yaml.safe_dump({"scrape_configs": [job]}))
+    promtool = shutil.which("promtool")
+    assert promtool is not None, "promtool is missing (Debian package prometheus)"
+    check = subprocess.run(
+        [promtool, "check", "config", str(config)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import random
-import socket
 
-import httpx
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
@@ -98,29 +96,3 @@ def test_probes_answer_live_until_the_loop_stops_going_round_and_ready_once_set(
     assert not live
     assert "main loop stuck: last went round 61 s ago" in why
     assert probes.ready() == (False, why)
-
-
-def test_the_probe_server_serves_metrics_healthz_and_readyz() -> None:
-    server = metrics.serve(_free_port())
-    assert server is not None
-    base = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
-        metrics.PROBES.set_ready(False)
-        assert httpx.get(f"{base}/healthz").status_code == 200
-        refused = httpx.get(f"{base}/readyz")
-        assert (refused.status_code, refused.text) == (503, "not ready: waiting for its "
-                                                       "dependencies or its group\n")  # fmt: skip
-        metrics.PROBES.set_ready(True)
-        assert httpx.get(f"{base}/readyz").status_code == 200
-        assert "cronstream_member_ready 1.0" in httpx.get(f"{base}/metrics").text
-        assert httpx.get(f"{base}/other").status_code == 404
-    finally:
-        metrics.PROBES.set_ready(False)
-        server.shutdown()
-        server.server_close()
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])

@@ -11,12 +11,15 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import bcrypt
 import pytest
 import yaml
 
 from cronstream.monitoring import DUE_TO_START_P99_BY_PRIORITY
-from infra.ops import RULES, alertmanager_config, prometheus_config
+from infra.ops import RULES, alertmanager_config, prometheus_config, web_config
 from runtime import metrics
+from runtime.consoles import CONSOLE_USER, console_secret_path
+from runtime.settings import Settings
 
 GRAFANA = Path(__file__).resolve().parents[2] / "infra" / "grafana" / "cronstream-dashboard.json"
 SUFFIXES = ("_total", "_bucket", "_sum", "_count")
@@ -89,13 +92,59 @@ def test_every_dashboard_query_is_valid_promql(tmp_path: Path) -> None:
 
 
 def test_the_generated_configs_are_valid_for_prometheus_and_alertmanager(tmp_path: Path) -> None:
+    settings = Settings.from_env({"CRONSTREAM_HOME": str(tmp_path / "home")})
     (tmp_path / "targets").mkdir()
     prometheus = tmp_path / "prometheus.yml"
-    prometheus.write_text(yaml.safe_dump(prometheus_config(
-        targets=tmp_path / "targets", rules=RULES, alertmanager_port=9193, interval_s=5)))  # fmt: skip
+    config = prometheus_config(
+        targets=tmp_path / "targets",
+        rules=RULES,
+        alertmanager_port=9193,
+        interval_s=5,
+        settings=settings,
+    )
+    (alertmanager,) = config["alerting"]["alertmanagers"]
+    assert alertmanager["scheme"] == "https"
+    assert alertmanager["basic_auth"]["username"] == CONSOLE_USER
+    assert "password" not in alertmanager["basic_auth"]  # its file, never the password
+    web = {console: tmp_path / f"{console}-web.yml" for console in ("prometheus", "alertmanager")}
+    for console, path in web.items():
+        path.write_text(yaml.safe_dump(web_config(settings, console)))
+    assert Path(alertmanager["basic_auth"]["password_file"]).exists()
+    prometheus.write_text(yaml.safe_dump(config))
     check = _run(_tool("promtool"), "check", "config", str(prometheus))
     assert check.returncode == 0, check.stdout + check.stderr
     manager = tmp_path / "alertmanager.yml"
     manager.write_text(yaml.safe_dump(alertmanager_config(webhook="http://127.0.0.1:1/alerts")))
     check = _run(_tool("amtool"), "check-config", str(manager))
     assert check.returncode == 0, check.stdout + check.stderr
+    check = _run(_tool("promtool"), "check", "web-config", *map(str, web.values()))
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_the_consoles_web_config_wants_the_operators_bcrypt_login_over_tls(tmp_path: Path) -> None:
+    settings = Settings.from_env({"CRONSTREAM_HOME": str(tmp_path)})
+    config = web_config(settings, "prometheus")
+    password = console_secret_path(settings, "prometheus").read_text().strip()
+    assert len(password) >= 32
+    assert console_secret_path(settings, "prometheus").stat().st_mode & 0o077 == 0
+    (hashed,) = config["basic_auth_users"].values()
+    assert hashed.startswith("$2b$")
+    assert password not in hashed
+    assert bcrypt.checkpw(password.encode(), hashed.encode())
+    assert Path(config["tls_server_config"]["cert_file"]).exists()
+    again = web_config(settings, "prometheus")["basic_auth_users"][CONSOLE_USER]
+    assert bcrypt.checkpw(password.encode(), again.encode())  # the same password each start
+
+
+def test_grafanas_data_source_logs_in_over_tls() -> None:
+    provisioned = yaml.safe_load(GRAFANA.with_name("datasource.yaml").read_text())
+    (source,) = provisioned["datasources"]
+    assert (source["type"], source["basicAuth"], source["basicAuthUser"]) == (
+        "prometheus",
+        True,
+        CONSOLE_USER,
+    )
+    assert source["jsonData"]["tlsAuthWithCACert"] is True
+    secure = source["secureJsonData"]
+    assert secure["basicAuthPassword"].startswith("$__file{")  # never the password itself
+    assert secure["tlsCACert"].startswith("$__file{")
