@@ -27,6 +27,7 @@ from cronstream.api.backend import Backend, UnknownTenant
 from cronstream.api.document import BEARER, ERRORS, PUT_BODY, CancelBody, TriggerBody
 from producers.errors import NoAnswer
 from runtime.metrics import exposition
+from runtime.metrics_server import authorized
 from runtime.tokens import ADMIN, TokenBook
 from schemas.definition import job_from_spec, parse_duration
 from schemas.errors import SpecError
@@ -195,7 +196,11 @@ def readyz(backend: Back) -> JSONResponse:
 
 
 @router.get("/metrics", response_class=PlainTextResponse)
-def metrics_text() -> PlainTextResponse:
+def metrics_text(request: Request) -> PlainTextResponse:
+    """Behind the metrics token when the API listens beyond the loopback (``serve``)."""
+    token = getattr(request.app.state, "metrics_token", None)
+    if not authorized(request.headers.get("Authorization"), token):
+        raise HTTPException(401, "a bearer token is needed")
     body, kind = exposition()
     return PlainTextResponse(body, media_type=kind)
 

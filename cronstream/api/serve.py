@@ -18,6 +18,7 @@ from cronstream.api.backend import Backend
 from cronstream.api.guard import AllowedHosts, Guard
 from cronstream.foreground import setup_logging, stop_on_signals
 from runtime import metrics
+from runtime.metrics_server import metrics_token
 from runtime.settings import Settings
 from runtime.tokens import TokenBook, book_path
 from runtime.waiting import CASSANDRA, KAFKA, REGISTRY, StopWaiting, reach, wait_for
@@ -38,6 +39,9 @@ def serve(
     ``allowed_hosts``: Host names served besides the loopback ones and ``host``."""
     setup_logging()
     hosts = AllowedHosts.of(host, allowed_hosts)  # ValueError: a name that is none
+    # /metrics on the API's own port names tenants and jobs: behind the metrics token when
+    # the API listens beyond the loopback (SettingsError without one), as every role's.
+    token = metrics_token(host)
     stopping = stop_on_signals()  # until uvicorn's: a stop while waiting exits 0
 
     def started() -> Backend:  # reads the jobs topic (the registry), opens a session
@@ -67,6 +71,7 @@ def serve(
         app = build_app(backend, book)
     else:
         app, closing = factory(backend, book)
+    app.state.metrics_token = token
     metrics.PROBES.set_ready(True)  # cronstream_member_ready: the API serves from here on
     log.info("api on http://%s:%d (OpenAPI at /openapi.json; tokens from %s; Host names "
              "served: %s)", host, port, book.path, hosts.describe())  # fmt: skip

@@ -364,3 +364,25 @@ def test_a_tenants_live_figures_are_asked_by_its_tenant_label() -> None:
     assert 'tenant="beta"' in asked["hour"]
     assert "letters" not in asked
     assert asked["fires"] == QUERIES["fires"]
+
+
+def test_the_api_port_metrics_answer_the_metrics_token_alone_when_one_is_set(
+    book: TokenBook,
+) -> None:
+    app = dashboard(book)[0]
+    open_metrics = Browser(app)
+    try:
+        assert open_metrics.get("/metrics").status_code == 200  # the loopback: no token
+    finally:
+        open_metrics.close()
+    app.state.metrics_token = b"scrape-token"  # serve() sets it beyond the loopback
+    b = Browser(app)
+    try:
+        assert b.get("/metrics").status_code == 401
+        wrong = b.get("/metrics", headers={"Authorization": "Bearer tok-admin"})
+        assert wrong.status_code == 401
+        right = b.get("/metrics", headers={"Authorization": "Bearer scrape-token"})
+        assert right.status_code == 200
+        assert "cronstream" in right.text
+    finally:
+        b.close()
