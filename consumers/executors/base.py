@@ -9,6 +9,7 @@ so far, if any). Every executor hands the run id to the target as its idempotenc
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -16,10 +17,14 @@ from datetime import datetime
 from typing import Protocol
 
 from consumers.core.output import Output, Result
+from consumers.errors import TargetInvalid
 from schemas.events import Target
 from schemas.redact import scrub
+from schemas.tenancy import OPERATORS
 
-__all__ = ["CancelFlag", "Executor", "Output", "Result", "Revealed", "RunContext"]
+__all__ = ["CancelFlag", "Executor", "Output", "Result", "Revealed", "RunContext", "told"]
+
+log = logging.getLogger("cronstream.worker")
 
 
 class CancelFlag:
@@ -110,3 +115,13 @@ class Executor(Protocol):
         cancelled, with ``output=`` what it printed before. Any other exception is a bug
         in the executor."""
         ...
+
+
+def told(context: RunContext, error: TargetInvalid, brief: str) -> TargetInvalid:
+    """``error`` as the run's owner may read it: whole for an operators' job; for a
+    tenant's, ``brief``: the worker's allowlists, files and variables are the operators'
+    to know (the worker's log keeps the whole error)."""
+    if context.tenant == OPERATORS:
+        return error
+    log.warning("run %s of tenant %r: %s", context.run_id, context.tenant, error)
+    return TargetInvalid(brief)

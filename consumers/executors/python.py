@@ -28,7 +28,7 @@ import traceback
 from collections.abc import Iterable
 
 from consumers.errors import ExecutionFailed, TargetInvalid
-from consumers.executors.base import RunContext
+from consumers.executors.base import RunContext, told
 from consumers.executors.setup import ExecutorSetup
 from schemas.events import Target
 
@@ -95,12 +95,18 @@ class PythonExecutor:
 
     def execute(self, target: Target, context: RunContext) -> str | bytes | None:
         name = target.callable or ""
-        module_name, func_name = self.policy.check_name(name)
+        try:
+            module_name, func_name = self.policy.check_name(name)
+        except TargetInvalid as exc:
+            raise told(context, exc, f"{name!r} is not allowed on this worker") from exc
         try:
             module = importlib.import_module(module_name)
             func = getattr(module, func_name)
         except Exception as exc:  # an import runs arbitrary code: any error is the target's
-            raise TargetInvalid(f"cannot import {name!r}: {exc!r}") from exc
+            # Its text may name the worker's files (a SyntaxError's path): a tenant is told
+            # the kind of error only, the operators' log has the whole of it.
+            error = TargetInvalid(f"cannot import {name!r}: {exc!r}")
+            raise told(context, error, f"cannot import {name!r}: {type(exc).__name__}") from exc
         self.policy.check_callable(name, func)
         try:
             result = func(context)

@@ -46,7 +46,7 @@ from pathlib import Path
 
 from consumers.core.output import Dropped
 from consumers.errors import Cancelled, ExecutionFailed, TargetInvalid, TimedOut
-from consumers.executors.base import Output, RunContext
+from consumers.executors.base import Output, RunContext, told
 from consumers.executors.setup import ExecutorSetup
 from schemas.events import Target
 from schemas.targets.shell import DOTDOT, argv_matches, option_glob, shell_words
@@ -143,7 +143,8 @@ class ShellExecutor:
 
     def execute(self, target: Target, context: RunContext) -> Output | None:
         if not self.policy.enabled:
-            raise TargetInvalid("shell targets are disabled on this worker (--shell-allow)")
+            disabled = TargetInvalid("shell targets are disabled on this worker (--shell-allow)")
+            raise told(context, disabled, "shell targets are disabled on this worker")
         try:
             argv = shlex.split(target.command or "")
         except ValueError as exc:
@@ -152,10 +153,12 @@ class ShellExecutor:
         if dotdot is not None:
             raise TargetInvalid(f"command argument {dotdot!r} has a '..' path segment: refused")
         if not argv or not self.policy.allows(argv):
-            raise TargetInvalid(
+            refused = TargetInvalid(
                 f"command {shlex.join(argv)!r} matches no shell allowlist pattern "
                 f"({self.policy.describe()}){self._hint(argv)}"
             )
+            brief = f"command {shlex.join(argv)!r} is not allowed on this worker"
+            raise told(context, refused, brief)
         proc = subprocess.Popen(
             [sys.executable, "-I", "-S", REAPER, str(KILL_GRACE_S), *argv],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

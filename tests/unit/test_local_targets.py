@@ -338,3 +338,37 @@ def test_worker_refuses_an_unusable_policy_before_starting(
 ) -> None:
     assert main(["worker", option, value]) == 2
     assert message in capsys.readouterr().err
+
+
+# -- what a tenant is told ------------------------------------------------------------
+def test_a_tenants_refused_python_run_is_not_shown_the_workers_allowlist() -> None:
+    with pytest.raises(TargetInvalid) as tenant:
+        python("os:system", ctx=context(tenant="acme"))
+    assert str(tenant.value) == "'os:system' is not allowed on this worker"
+    with pytest.raises(TargetInvalid, match=r"--python-allow: examples, tests\.unit"):
+        python("os:system")  # an operators' job: where to look
+
+
+def test_a_tenants_failed_import_is_told_the_kind_of_error_not_the_workers_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "broken_mod.py").write_text("def run(:\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    executor = PythonExecutor(PythonPolicy(["broken_mod"]))
+    with pytest.raises(TargetInvalid) as tenant:
+        python("broken_mod:run", executor, ctx=context(tenant="acme"))
+    assert str(tenant.value) == "cannot import 'broken_mod:run': SyntaxError"
+    with pytest.raises(TargetInvalid, match=str(tmp_path)):
+        python("broken_mod:run", executor)
+
+
+def test_a_tenants_refused_shell_run_is_not_shown_the_workers_patterns() -> None:
+    with pytest.raises(TargetInvalid) as tenant:
+        shell("cat /etc/passwd", "/opt/jobs/*.sh", ctx=context(tenant="acme"))
+    assert str(tenant.value) == "command 'cat /etc/passwd' is not allowed on this worker"
+    assert "/opt/jobs" not in str(tenant.value)
+    with pytest.raises(TargetInvalid, match="/opt/jobs"):
+        shell("cat /etc/passwd", "/opt/jobs/*.sh")
+    with pytest.raises(TargetInvalid) as disabled:
+        shell("echo hi", ctx=context(tenant="acme"))
+    assert str(disabled.value) == "shell targets are disabled on this worker"
