@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schemas.definition.values import parse_duration
-from schemas.redact import MASK, redact_text, redact_url
+from schemas.redact import MASK, MIN_PART, _forms, redact_text, redact_url, scrub
 
 # The shapes: scheme runs, separators, userinfo, escapes, queries, quotes and spaces.
 PIECES = ["://", "a.", "@", "%", "%2", "?x=", "?token=t&", "&", "=", ";", "#", " ", '"',
@@ -78,18 +78,48 @@ def test_no_credential_survives_among_hostile_shapes(before: str, after: str) ->
     assert "t0psecret" not in shown
 
 
+def _reference_scrub(text: str, values: list[str]) -> str:
+    """The edges as ``scrub`` cut them before: each place a form could start, tried."""
+    forms = sorted({f for v in values for f in _forms(v)}, key=len, reverse=True)
+    for form in forms:
+        text = text.replace(form, MASK)
+    for form in forms:
+        for start in range(max(0, len(text) - len(form) + 1), len(text) - MIN_PART + 1):
+            if form.startswith(text[start:]):
+                text = text[:start] + MASK
+                break
+    for form in forms:
+        for end in range(min(len(text), len(form) - 1), MIN_PART - 1, -1):
+            if form.endswith(text[:end]):
+                text = MASK + text[end:]
+                break
+    return text
+
+
+periodic = st.text(alphabet='ab%+ \\"B', max_size=30)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(periodic, st.lists(periodic, max_size=3), st.booleans())
+def test_scrub_cuts_what_it_cut_on_every_shape(text: str, values: list[str], bearer: bool) -> None:
+    if bearer:
+        values = [*values, f"Bearer {text[:12]}"]
+    assert scrub(text, values) == _reference_scrub(text, values)
+
+
 # Each shape at 1 MiB: quadratic scans took minutes at 64 KiB; linear ones take about a
 # second together, even on a busy machine.
 _SHAPES = textwrap.dedent(
     """
     from schemas.definition.values import parse_duration
-    from schemas.redact import redact_text
+    from schemas.redact import redact_text, scrub
 
     n = 1 << 20
     for text in ("://" + "a." * (n // 2), "a." * (n // 2) + ":// ", "1a." * (n // 3),
                  "a://" * (n // 4), "a:// " * (n // 5), "://" * (n // 3),
                  "a://h/" + "?x=" * (n // 3), "a://" + "@" * n, "a.a://x " * (n // 8)):
         redact_text(text)
+    scrub("b" + "a" * (n - 2) + "b", ["a" * n])  # a secret's start at the end, almost
     for text in ("1" * n + "x", "1." * (n // 2), "1s" * 400 + "1" * n):
         try:
             parse_duration(text)
