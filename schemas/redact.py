@@ -57,8 +57,8 @@ _URL_REST = re.compile(r"[^\s\"'<>]++")
 # A URL that ``redact_url`` gives back as it is: a lower-case scheme, a host, and none of
 # what holds a credential (``@``: userinfo; ``?``: a query) or what urlsplit checks or
 # rewrites (``[ ]``: an IPv6 host; tabs and line breaks, which it drops; an upper-case
-# scheme; an empty fragment; non-ASCII, see ``redact_url``). Taking it apart costs ~10 µs
-# a URL, and an output of 64 KiB may hold 10,000 of them.
+# scheme; an empty fragment; non-ASCII, see ``_split``). Taking it apart and putting it
+# together again costs a few µs a URL, and an output of 64 KiB may hold 10,000 of them.
 _PLAIN_URL = re.compile(r"[a-z][a-z0-9+.-]*+://[^/#@?\[\]\t\r\n][^@?\[\]\t\r\n]*+\Z")
 # urlsplit's parts of a URL it does not check or rewrite (ASCII, no IPv6 host, no tabs or
 # line breaks): the scheme, then the host up to "/", "?" or "#", the path up to "?" or
@@ -97,7 +97,7 @@ def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
 def redact_url(url: str) -> str:
     """``url`` without its userinfo's secret and sensitive query values."""
     if _PLAIN_URL.match(url) and url.isascii() and url.find("#") != len(url) - 1:
-        return url  # what urlsplit and urlunsplit would give back, without their ~10 µs
+        return url  # what taking it apart and putting it together would give back
     try:
         scheme, netloc, path, query, fragment = _split(url)
         if "@" in netloc:
