@@ -23,9 +23,17 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
-from urllib.parse import parse_qsl, quote, quote_plus, urlencode, urlsplit, urlunsplit
+from urllib.parse import (
+    SplitResult,
+    parse_qsl,
+    quote,
+    quote_plus,
+    urlencode,
+    urlsplit,
+    urlunsplit,
+)
 
 MASK = "***"
 SECRET_REF = re.compile(r"secret:([A-Za-z0-9][A-Za-z0-9_.-]{0,127})\Z")
@@ -34,7 +42,34 @@ _SENSITIVE = re.compile(
     r"|signature|^sig$|^key$|session|credential",
     re.IGNORECASE,
 )
-_URL_IN_TEXT = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s\"'<>]+")
+# A URL inside free text: a scheme (a letter at a word's start, then letters, digits,
+# ``+ . -``), ``://``, and at least one character up to a space, a quote or ``<>``. Found
+# in linear time by three patterns that cannot backtrack: ``_SCHEME_RUN`` starts only
+# where a run of scheme characters starts (the lookbehind) and takes the run whole
+# (possessive), so each character is read once; the URL's first letter is then searched
+# inside that run, and its end is one more possessive run. One pattern
+# (``\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s"'<>]+``) restarted at every word start inside a
+# long run and read the run again from there: quadratic ("://" + "a." * 32768, 64 KiB:
+# 1.25 s of a worker's loop per attempt).
+_SCHEME_RUN = re.compile(r"(?<![a-zA-Z0-9+.-])[a-zA-Z0-9+.-]++://(?=[^\s\"'<>])")
+_SCHEME_START = re.compile(r"\b[a-zA-Z]")
+_URL_REST = re.compile(r"[^\s\"'<>]++")
+# A URL that ``redact_url`` gives back as it is: a lower-case scheme, a host, and none of
+# what holds a credential (``@``: userinfo; ``?``: a query) or what urlsplit checks or
+# rewrites (``[ ]``: an IPv6 host; tabs and line breaks, which it drops; an upper-case
+# scheme; an empty fragment; non-ASCII, see ``_split``). Taking it apart and putting it
+# together again costs a few µs a URL, and an output of 64 KiB may hold 10,000 of them.
+_PLAIN_URL = re.compile(r"[a-z][a-z0-9+.-]*+://[^/#@?\[\]\t\r\n][^@?\[\]\t\r\n]*+\Z")
+# urlsplit's parts of a URL it does not check or rewrite (ASCII, no IPv6 host, no tabs or
+# line breaks): the scheme, then the host up to "/", "?" or "#", the path up to "?" or
+# "#", the query after the first "?" up to the first "#", the fragment after it.
+_URL_PARTS = re.compile(
+    r"([a-zA-Z][a-zA-Z0-9+.-]*+)://([^/?#\[\]\t\r\n]*+)(?=[/?#]|\Z)([^?#\t\r\n]*+)"
+    r"(?:\?([^#\t\r\n]*+))?(?:#([^\t\r\n]*+))?\Z"
+)
+# urlsplit's own cache (functools.lru_cache, 128 entries of any length) would keep the
+# last 128 URLs found in outputs alive, each up to an output's size: not used here.
+_urlsplit: Callable[[str], SplitResult] = getattr(urlsplit, "__wrapped__", urlsplit)
 _AUTH_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9!#$%&'*+.^_`|~-]*\s+(\S.*)\Z", re.DOTALL)
 # A part of a value (the credential after ``Bearer``, the start of a value that a length
 # cap cut) is scrubbed only from this many characters: shorter ones are common text.
@@ -61,27 +96,60 @@ def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
 
 def redact_url(url: str) -> str:
     """``url`` without its userinfo's secret and sensitive query values."""
+    if _PLAIN_URL.match(url) and url.isascii() and url.find("#") != len(url) - 1:
+        return url  # what taking it apart and putting it together would give back
     try:
-        parts = urlsplit(url)
-        netloc = parts.netloc
+        scheme, netloc, path, query, fragment = _split(url)
         if "@" in netloc:
             netloc = f"{MASK}@{netloc.rpartition('@')[2]}"
-        query = parts.query
-        if query:
+        if query and _may_name_a_secret(query):
             pairs = parse_qsl(query, keep_blank_values=True)
             if any(sensitive(k) for k, _ in pairs):
                 query = urlencode([(k, MASK if sensitive(k) else v) for k, v in pairs], safe="*")
-        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+        return urlunsplit((scheme, netloc, path, query, fragment))
     except ValueError:  # not a URL we can take apart: keep nothing after the scheme
         scheme, sep, _ = url.partition("://")
         return f"{scheme}://{MASK}" if sep else MASK
+
+
+def _split(url: str) -> tuple[str, str, str, str, str]:
+    """urlsplit's parts of ``url``: an ASCII URL of the usual shape by ``_URL_PARTS``
+    (~1 µs), any other by urlsplit itself (~5 µs; raises ValueError)."""
+    parts = _URL_PARTS.match(url)
+    if parts is None or not url.isascii():
+        scheme, netloc, path, query, fragment = _urlsplit(url)
+        return scheme, netloc, path, query, fragment
+    return parts[1].lower(), parts[2], parts[3], parts[4] or "", parts[5] or ""
+
+
+def _may_name_a_secret(query: str) -> bool:
+    """Whether a query may have a sensitive parameter name: a name without ``%`` is
+    judged as written (``+`` read as a space changes no verdict); one with ``%`` is
+    left to ``parse_qsl`` to decode."""
+    names = [field.partition("=")[0] for field in query.split("&")]
+    return any("%" in name or sensitive(name) for name in names)
 
 
 def redact_text(text: str) -> str:
     """Every URL inside a free text (an error message) redacted."""
     if "://" not in text:
         return text
-    return _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)
+    out: list[str] = []
+    done = 0  # text[:done] is in out
+    for run in _SCHEME_RUN.finditer(text):
+        if run.start() < done:
+            continue  # inside the URL just redacted (a run cannot cross its end)
+        start = _SCHEME_START.search(text, run.start(), run.end() - 3)
+        if start is None:
+            continue  # no letter at a word's start before "://" ("1://x", "_a://x")
+        end = _URL_REST.match(text, run.end())
+        assert end is not None  # _SCHEME_RUN looked ahead at its first character
+        out += (text[done : start.start()], redact_url(text[start.start() : end.end()]))
+        done = end.end()
+    if not out:
+        return text
+    out.append(text[done:])
+    return "".join(out)
 
 
 def scrub(text: str, values: Iterable[str]) -> str:
@@ -93,17 +161,40 @@ def scrub(text: str, values: Iterable[str]) -> str:
     forms = sorted({form for value in values for form in _forms(value)}, key=len, reverse=True)
     for form in forms:
         text = text.replace(form, MASK)
-    for form in forms:
-        for start in range(max(0, len(text) - len(form) + 1), len(text) - MIN_PART + 1):
-            if form.startswith(text[start:]):
-                text = text[:start] + MASK
-                break
-    for form in forms:
-        for end in range(min(len(text), len(form) - 1), MIN_PART - 1, -1):
-            if form.endswith(text[:end]):
-                text = MASK + text[end:]
-                break
+    for form in forms:  # the text ends with the start of one
+        cut = _overlap(text[max(0, len(text) - len(form) + 1) :], form)
+        if cut >= MIN_PART:
+            text = text[: len(text) - cut] + MASK
+    for form in forms:  # the text starts with the end of one
+        cut = _overlap(form, text[: len(form) - 1])
+        if cut >= MIN_PART:
+            text = MASK + text[cut:]
     return text
+
+
+def _overlap(a: str, b: str) -> int:
+    """The length of the longest end of ``a`` that ``b`` starts with, by Knuth, Morris
+    and Pratt's failure table: linear. Trying each place where it could start was
+    quadratic in a secret's length (a 16 KiB secret: ~60 ms an attempt)."""
+    if not a or not b:
+        return 0
+    fail = [0] * len(b)  # fail[i]: the longest proper start of b[: i + 1] that ends it
+    k = 0
+    for i in range(1, len(b)):
+        while k and b[i] != b[k]:
+            k = fail[k - 1]
+        if b[i] == b[k]:
+            k += 1
+        fail[i] = k
+    matched = 0
+    for char in a:
+        if matched == len(b):
+            matched = fail[matched - 1]
+        while matched and char != b[matched]:
+            matched = fail[matched - 1]
+        if char == b[matched]:
+            matched += 1
+    return matched
 
 
 def _forms(value: str) -> set[str]:

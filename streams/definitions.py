@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from runtime.faults import RecordFaults
 from schemas.definition import loading_problems
+from schemas.definition.memo import Memo
 from schemas.definition.zones import load_zone
 from schemas.errors import CronError, DecodeError, RegistryUnavailable, ZoneError
 from schemas.events import JobDefinition, RunRequest, Trigger, from_ms
@@ -47,7 +48,10 @@ class Definitions:
         self.codec = codec
         # A definition that makes loading it raise (here, or in the core: ``Reading``).
         self.faults = RecordFaults("scheduler")
-        self._misfires: dict[tuple[str, int, int], Misfire] = {}
+        # Jobs share a policy object (a million definitions, a handful of policies); the
+        # key is what a definition chose (up to 1,000 x 30 days of milliseconds), so
+        # the table is bounded: 4,096 policies, ~1 MB, forgotten at once when full.
+        self._misfires: Memo[tuple[str, int, int], Misfire] = Memo(4096)
 
     def schedule(self, key: str, raw: bytes) -> JobSchedule:
         """The core's view of the definition ``raw`` stored under ``key``. Raises
@@ -65,7 +69,7 @@ class Definitions:
         load_zone(t.timezone)
         misfire = self._misfires.get(t.misfire)
         if misfire is None:
-            misfire = self._misfires[t.misfire] = Misfire(*t.misfire)
+            misfire = self._misfires.keep(t.misfire, Misfire(*t.misfire))
         return JobSchedule(
             t.job_id,
             timezone=t.timezone,

@@ -53,7 +53,9 @@ Key = tuple[str, int]  # (topic, partition)
 @functools.lru_cache(maxsize=65_536)
 def _home(job_id: str, partitions: int) -> int:
     """The partition of a job's runs (and outcomes): murmur2 of its id, cached (a
-    pure-Python murmur2 costs about what the rest of reading a run does)."""
+    pure-Python murmur2 costs about what the rest of reading a run does). Called only
+    for a run that passed the limits (a job id of at most 200 characters): ~400 bytes
+    an entry, ~26 MB at worst."""
     return partition_for(job_id, partitions)
 
 

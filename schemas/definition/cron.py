@@ -49,6 +49,7 @@ from zoneinfo import ZoneInfo
 from schemas.definition.memo import Memo
 from schemas.definition.zones import load_zone, plus_second, second_after, wall_instant_ms
 from schemas.errors import CronError
+from schemas.limits import cron_problems
 
 T = TypeVar("T")
 ALIASES = {
@@ -139,12 +140,25 @@ class CronExpr:
     first_time: tuple[int, int, int]  # a day's first firing (hour, minute, second)
 
 
-@lru_cache(maxsize=65536)
 def parse_cron(text: str) -> CronExpr:
     """Read ``text`` (cached: many jobs share an expression). Raises CronError.
 
-    Each field's text is read once and remembered (``_FIELDS``): a million distinct
-    expressions are a few hundred distinct fields, so reading one is mostly lookups."""
+    A text over ``MAX_CRON`` characters is refused before it is read or remembered: the
+    caches below hold only texts within the limit, whoever calls (client, API,
+    admission, scheduler). Each field's text is read once and remembered (``_FIELDS``):
+    a million distinct expressions are a few hundred distinct fields, so reading one is
+    mostly lookups."""
+    too_long = cron_problems(text)
+    if too_long:
+        raise CronError(too_long[0])
+    return _read(text)
+
+
+# At most 65,536 expressions of at most MAX_CRON characters: ~780 bytes an entry with
+# its key, its folded text, its CronExpr and the field memos' share, ~51 MB at worst
+# (tracemalloc, 65,536 distinct 256-character expressions).
+@lru_cache(maxsize=65536)
+def _read(text: str) -> CronExpr:
     fields = text.split()
     if not fields:
         raise CronError("empty cron expression")
@@ -446,6 +460,8 @@ _MONTH_DAYS: Memo[tuple[int, int], tuple[int, ...]] = Memo(65536)
 _MAX_STEPS = 4 * 3600
 
 
+# Keyed by what parse_cron and load_zone accepted (it calls them first, and a call that
+# raises is not remembered): ~220 bytes an entry beyond parse_cron's, ~14 MB at worst.
 @lru_cache(maxsize=65536)
 def cron_times(text: str, zone: str) -> CronTimes:
     """The shared CronTimes of (expression, zone); raises CronError or ZoneError."""

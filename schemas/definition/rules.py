@@ -15,6 +15,7 @@ from schemas.limits import (
     MAX_DEFINITION_BYTES,
     MAX_JOB_ID,
     MAX_TENANT,
+    cron_problems,
     deadline_problems,
     name_problems,
     retry_problems,
@@ -73,7 +74,6 @@ def _schedule_problems(job: JobDefinition) -> list[str]:
         problems.append("end must be after start")
     schedule = job.schedule
     problems += timing_problems(
-        cron=schedule.expression if isinstance(schedule, CronSchedule) else None,
         every_ms=schedule.every_ms if isinstance(schedule, IntervalSchedule) else 0,
         jitter_ms=job.jitter_ms,
         max_catchup=job.misfire.max_catchup,
@@ -118,8 +118,8 @@ def loading_problems(t: JobTiming, size: int) -> list[str]:
     be loaded, read from its timing head: its id, its timing fields and its encoded
     size (its zone and cron expression are refused by the core as it reads them)."""
     problems = name_problems("job id", t.job_id, MAX_JOB_ID)
+    problems += cron_problems(t.schedule.get("cron"))
     problems += timing_problems(
-        cron=t.schedule.get("cron"),
         every_ms=t.schedule.get("every_ms", 0),
         jitter_ms=t.jitter_ms,
         max_catchup=t.misfire[1],

@@ -120,7 +120,7 @@ def test_one_time_and_manual_jobs() -> None:
         ({"every": "99999999999999999999d"}, "longer than any limit"),
         ({"every": "9" * 400 + "d"}, "longer than any limit"),
         ({"jitter": "2d"}, "jitter 172800000 is out of range"),
-        ({"cron": "0 " * 200 + "* * *"}, "has 203 fields"),
+        ({"cron": "0 " * 20 + "* * *"}, "has 23 fields"),
         ({"cron": "0,1,2,3,4,5,6,7,8,9" + ",0" * 200 + " * * * *"}, "over 256"),
         ({"headers": {"X-Big": "x" * 2_000_000}}, "the value must be at most 4096"),
         ({"headers": {f"h{i}": "v" for i in range(40)}}, "40 headers, over 32"),
