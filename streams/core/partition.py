@@ -40,7 +40,9 @@ threshold: it runs again (flagged) or is recorded MISSED/SKIPPED; none is silent
 the bounds of ``streams.core.misfire`` hold for each settlement. The cost: while a long
 catch-up drains at the rate, the checkpoint stays at its earliest slot, so a crash
 meanwhile settles the partition's jobs from there again (the runs already emitted come
-again flagged, at the rate).
+again flagged, at the rate); so does, for its own job, a changed definition put or a
+far entry loaded meanwhile (both settle from ``fired_through``): the slots it emitted
+since come again under the same run ids, or are recorded by its misfire policy.
 """
 
 from __future__ import annotations
