@@ -1,6 +1,7 @@
 """Flags that set a per-tenant value: ``TENANT=N`` lists, and the tenants' fire rate,
 declared once for every role that emits runs on a tenant's behalf without a caller
-waiting (the scheduler, the dependency processor, ``runs backfill``)."""
+waiting (the scheduler, the dependency processor, the flows coordinator, ``runs
+backfill``)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from runtime.settings import env_list
 
 def register_fire_rates(p: Any) -> None:
     """A tenant's fire rate (``streams.core.rates``), read by the scheduler, the
-    dependency processor and ``runs backfill``: give them the same."""
+    dependency processor, the flows coordinator and ``runs backfill``: give them the
+    same."""
     p.add_argument(
         "--tenant-fires-per-second", type=float,
         default=float(os.environ.get("CRONSTREAM_TENANT_FIRES_PER_SECOND") or 1000),

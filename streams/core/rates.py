@@ -50,6 +50,12 @@ class TenantRates:
     def _rate(self, tenant: str) -> float:
         return self.overrides.get(tenant, self.rate_per_s) * self.share
 
+    def drain_deferred(self) -> list[tuple[str, int]]:
+        """The fires deferred by tenant since the last call (for the metric), forgotten."""
+        counts = list(self.deferred.items())
+        self.deferred.clear()
+        return counts
+
     def ready_at(self, tenant: str, now_ms: int) -> int:
         """When ``tenant``'s next fire may happen (``now_ms``: at once), not booked: the
         trigger processor holds a source partition back until then (``streams.triggers``)."""
