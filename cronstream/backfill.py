@@ -9,7 +9,9 @@ progress): those are left alone, so running the same backfill twice runs nothing
 ``--rerun`` runs every slot again under a fresh run id per slot (``JOB@<slot>~<key>``).
 
 Pacing: at most ``max_parallel`` backfilled runs are in flight (sent, no final outcome
-on the history topic yet); the next is sent when one ends. Runs go to the low priority
+on the history topic yet); the next is sent when one ends. A tenant's runs are also held
+to its fire rate (``--tenant-fires-per-second``, the scheduler's; ``TenantRates.take``):
+a slot beyond it waits its turn, none is skipped. Runs go to the low priority
 topic unless told otherwise, so workers start live runs of higher priorities first.
 Progress is printed as it goes; Ctrl-C stops sending and cancels the runs in flight.
 """
@@ -41,6 +43,7 @@ from schemas.events import (
 )
 from schemas.ids import partition_for, slot_run_id
 from schemas.timing import schedule_args
+from streams.core.rates import TenantRates
 from streams.core.schedule import JobSchedule
 
 MAX_SLOTS = 100_000
@@ -101,14 +104,24 @@ class Progress:
                 f"{self.total - self.sent} to send")  # fmt: skip
 
 
+@dataclass(frozen=True, slots=True)
+class Pace:
+    """How fast a backfill sends: runs in flight at most, and its tenant's fire rate."""
+
+    max_parallel: int
+    rates: TenantRates
+
+
 class Backfill:
+    clock: Callable[[], int] = staticmethod(lambda: time.time_ns() // 1_000_000)  # ms
+
     def __init__(
         self,
         client: JobClient,
         job: JobDefinition,
         slots: list[int],
         *,
-        max_parallel: int,
+        pace: Pace,
         priority: Priority,
         rerun: bool,
         left_alone: int = 0,
@@ -116,7 +129,7 @@ class Backfill:
     ) -> None:
         self.client = client
         self.job = job
-        self.max_parallel = max_parallel
+        self.pace = pace
         self.priority = priority
         self.say = say
         self.key = uuid.uuid4().hex[:8] if rerun else None
@@ -171,13 +184,16 @@ class Backfill:
         return progress
 
     def _send(self) -> None:
-        room = self.max_parallel - len(self.in_flight)
+        room = self.pace.max_parallel - len(self.in_flight)
         if room <= 0 or not self.todo:
             return
+        count = self.pace.rates.take(self.job.tenant, min(room, len(self.todo)), self.clock())
+        if not count:
+            return  # the tenant's rate: the slots wait their turn
         now = utc_now()
         topic = self.client.topics.runs(self.priority)
         publisher = self.client.publisher
-        for _ in range(min(room, len(self.todo))):
+        for _ in range(count):
             slot = self.todo.popleft()
             run = replace(
                 self.job.run_request(run_id=self.run_id(slot), scheduled_at=from_ms(slot),
@@ -215,4 +231,12 @@ def describe(job: JobDefinition, slots: list[int], left_alone: int) -> str:
             f"{left_alone} already ran")  # fmt: skip
 
 
-__all__ = ["MAX_PARALLEL", "Backfill", "Progress", "backfill_slots", "describe", "ran_already"]
+__all__ = [
+    "MAX_PARALLEL",
+    "Backfill",
+    "Pace",
+    "Progress",
+    "backfill_slots",
+    "describe",
+    "ran_already",
+]

@@ -19,6 +19,14 @@ most every ``commit_ms``, commit the next offsets of both topics, synchronously.
 commit, every run that the definitions and outcomes before the committed offsets make
 due has been written.
 
+**Tenants' fire rates.** A tenant's ``@dep:`` runs go through its fire rate
+(``--tenant-fires-per-second``, the scheduler's): beyond it they are held in memory
+(``streams.core.rates.Held``) and emitted at the rate, never dropped (a dependent
+deleted meanwhile runs nothing). While any run is held, the commit stays at the offsets
+read when none was (``clear``): a crash or a stop then reads again what decided the held
+runs and decides them again (flagged, as at every start). Held runs are one per
+dependent and date, so the commit waits at most what the tenant's runs take to leave.
+
 **Start** (``start``), the state rebuilt from the topics: the definitions before the
 committed offsets, then the history before them (what these make due was written
 before the commit: dropped); then the definitions after them (refusals dead-lettered)
@@ -62,6 +70,7 @@ from schemas.events import (
 )
 from schemas.serde import Codec
 from streams.core.dependencies import Dependencies, DependencyRun
+from streams.core.rates import Held, TenantRates
 from streams.dependency_reading import STAGE, Range, judge, read_range
 
 log = logging.getLogger("cronstream.dependencies")
@@ -77,9 +86,15 @@ class DependencyConfig:
     name: str
     commit_ms: int = 1000
     batch: int = 1000
+    # A tenant's runs per second (0: no limit) and per-tenant exceptions, as the
+    # scheduler's: the excess is held and emitted at the rate. Tenant "default" is free.
+    tenant_fire_rate: float = 0.0
+    tenant_fire_rates: tuple[tuple[str, float], ...] = ()
 
 
 class DependencyProcessor:
+    clock: Callable[[], datetime] = staticmethod(utc_now)  # a test's virtual clock
+
     def __init__(self, settings: Settings, config: DependencyConfig) -> None:
         from runtime.kafka.publisher import Publisher
 
@@ -104,6 +119,11 @@ class DependencyProcessor:
         self.pending: dict[str, DependencyRun] = {}  # runs emitted once a read is done
         self.positions: dict[tuple[str, int], int] = {}  # the next offsets read live
         self.done: dict[tuple[str, int], int] = {}  # the offsets last committed
+        # The offsets read when no run was held: what a commit may claim (``_commit``).
+        self.clear: dict[tuple[str, int], int] = {}
+        rates = TenantRates(self.config.tenant_fire_rate,
+                            overrides=dict(self.config.tenant_fire_rates))  # fmt: skip
+        self.held: Held[tuple[DependencyRun, bool]] = Held(rates)
         self.letters = True  # dead-letter refusals (not for records before the commit)
         self.faults = RecordFaults(STAGE)
         self._keys: set[bytes] | None = None
@@ -161,10 +181,10 @@ class DependencyProcessor:
         self._read(ranges(history, done, end), self._observed, keys=self._interest())
         owed = list(self.pending.values())
         self.pending.clear()
+        self.positions, self.done, self.clear = dict(end), done, dict(done)
         self._emit(owed, flagged=True)
         self.publisher.flush()
         self._queued = 0
-        self.positions, self.done = dict(end), done
         self._commit()
         self.live.assign([TopicPartition(t, p, o) for (t, p), o in end.items()])
         log.info("dependency processor %s: %d dependents, %d dates waiting, %d runs owed at "
@@ -204,6 +224,8 @@ class DependencyProcessor:
         return len(messages)
 
     def _gauges(self) -> None:
+        for tenant, count in self.held.rates.drain_deferred():
+            metrics.labelled(metrics.fires_deferred, tenant).inc(count)
         metrics.dependency_dependents.set(len(self.jobs))
         metrics.dependency_waiting.set(self.deps.waiting_dates())
         history = [TopicPartition(t, p) for t, p in self.positions if t == self.topics.history]
@@ -301,29 +323,41 @@ class DependencyProcessor:
 
     # -- writing ----------------------------------------------------------------------------
     def _emit(self, runs: Iterable[DependencyRun], *, flagged: bool) -> None:
-        now = utc_now()
+        """The held runs whose moment came, then ``runs``, each emitted or held by its
+        tenant's rate; ``clear`` moves to the offsets read once none is held."""
+        now = self.clock()
+        now_ms = to_ms(now)
+        for run, was_flagged in self.held.due(now_ms):
+            self._publish(run, was_flagged, now)
         for run in runs:
             job = self.jobs.get(run.job_id)
-            if job is None:  # deleted since it fired
-                continue
-            request = job.run_request(run_id=run.run_id, scheduled_at=from_ms(run.scheduled_ms),
-                                      fired_at=now, trigger=Trigger.DEPENDENCY)  # fmt: skip
-            request = replace(request, payload=run.payload, possible_duplicate=flagged)
-            self.publisher.publish(self.topics.runs(request.priority), request)
-            self._queued += 1
-            metrics.labelled(metrics.dependency_runs, "true" if flagged else "false").inc()
-            log.info("%s emitted%s", run.run_id, " (possibly again: flagged)" if flagged else "")
+            if job is not None and self.held.admit(job.tenant, (run, flagged), now_ms):
+                self._publish(run, flagged, now)
+        if not self.held:
+            self.clear = dict(self.positions)
+
+    def _publish(self, run: DependencyRun, flagged: bool, now: datetime) -> None:
+        job = self.jobs.get(run.job_id)
+        if job is None:  # deleted since it fired
+            return
+        request = job.run_request(run_id=run.run_id, scheduled_at=from_ms(run.scheduled_ms),
+                                  fired_at=now, trigger=Trigger.DEPENDENCY)  # fmt: skip
+        request = replace(request, payload=run.payload, possible_duplicate=flagged)
+        self.publisher.publish(self.topics.runs(request.priority), request)
+        self._queued += 1
+        metrics.labelled(metrics.dependency_runs, "true" if flagged else "false").inc()
+        log.info("%s emitted%s", run.run_id, " (possibly again: flagged)" if flagged else "")
 
     def _commit(self) -> None:
-        """Step 5: the next offsets of both topics (every run they make due is written:
-        the caller flushed)."""
+        """Step 5: the next offsets of both topics as of the last moment no run was held
+        (every run they make due is written: the caller flushed)."""
         self._committed_at = time.monotonic()
-        if self.positions == self.done:
+        if self.clear == self.done:
             return
-        offsets = [TopicPartition(t, p, o) for (t, p), o in self.positions.items()]
+        offsets = [TopicPartition(t, p, o) for (t, p), o in self.clear.items()]
         then = "the records after the last commit are read again at the next start"
         if commit(self.live, offsets, wait=True, log=log, then=then):
-            self.done = dict(self.positions)
+            self.done = dict(self.clear)
 
     # -- helpers ----------------------------------------------------------------------------
     def _partitions(self, topic: str) -> list[int]:

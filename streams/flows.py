@@ -21,6 +21,12 @@ no FlowEvent goes to the DLQ as undecodable. While the schema registry is unreac
 an event written with a schema this process has not seen yet waits for it (the batch is
 held, nothing after it is acked): a registry outage delays flows, it loses no event.
 
+A tenant's node runs go through its fire rate (``--tenant-fires-per-second``,
+``streams.core.rates``): an event whose node runs are over the rate waits until the rate
+allows the last of them (``_pace``), then its sends are queued; it is acked after, so a
+crash while it waits processes it again (its starts sent again, flagged). The events
+behind it on the partition wait too: a flow has at most 5,000 nodes, an operator's.
+
 Flow definitions come from the compacted ``flows`` topic, read by a thread
 (``streams.flow_definitions``); a run keeps the nodes it started with. Faust's traps
 avoided: its topics are created by the bootstrap (``topic_allow_declare=False``), raw
@@ -59,6 +65,7 @@ from schemas.events import (
 )
 from schemas.flows import FlowEvent, FlowEventKind
 from schemas.serde import Codec
+from streams.core.rates import TenantRates
 from streams.faust_seek import SeekingApp
 from streams.flow_coordinator import Coordinator, Send
 from streams.flow_definitions import Definitions
@@ -100,13 +107,20 @@ class Rows(faust.Table[str, str]):
 class _Runner:
     """The agent's body, a batch of events at a time."""
 
+    clock: Callable[[], int] = staticmethod(lambda: time.time_ns() // 1_000_000)  # ms
+    sleep: Callable[[float], Awaitable[None]] = staticmethod(asyncio.sleep)
+
     def __init__(
         self, coordinator: Coordinator, codec: Codec, table: Any, out: Any,
         crash: Callable[[BaseException], Awaitable[None]] | None = None,
+        rates: TenantRates | None = None,
     ) -> None:  # fmt: skip
         self.coordinator, self.codec, self.table, self.out = coordinator, codec, table, out
         self.faults = RecordFaults(STAGE)
         self.crash = crash  # the app's: a RepeatedFault stops the process (``_stop``)
+        self.rates = rates
+        topics = coordinator.topics
+        self._runs_topics = frozenset(topics.runs(p) for p in Priority)
 
     async def handle(self, events: list[Any]) -> None:
         """Step each of ``events`` (faust events) in order, wait once for every row they
@@ -196,7 +210,20 @@ class _Runner:
             return [(dlq, letter.key(), self.codec.encode(dlq, letter), letter.headers())]
         self.faults.ok()
         own.apply()
+        await self._pace(event.tenant, sends)
         return sends
+
+    async def _pace(self, tenant: str, sends: list[Send]) -> None:
+        """Wait until ``tenant``'s rate allows the node runs among ``sends`` (booked)."""
+        runs = sum(1 for send in sends if send[0] in self._runs_topics)
+        if self.rates is None or not runs:
+            return
+        now = self.clock()
+        at = self.rates.book(tenant, runs, now)
+        for who, count in self.rates.drain_deferred():
+            metrics.labelled(metrics.fires_deferred, who).inc(count)
+        if at > now:
+            await self.sleep((at - now) / 1000)
 
 
 def _credentials(settings: Settings) -> Any:
@@ -209,8 +236,9 @@ def _credentials(settings: Settings) -> Any:
     )  # fmt: skip
 
 
-def build_app(settings: Settings) -> tuple[faust.App, Definitions]:
-    """The coordinator's faust app (run it with ``faust.Worker``)."""
+def build_app(settings: Settings, rates: TenantRates) -> tuple[faust.App, Definitions]:
+    """The coordinator's faust app (run it with ``faust.Worker``); ``rates``: the
+    tenants' fire rates its node runs are held to."""
     topics = Topics(settings)
     codec = Codec(registry_client(settings))
     writes = ((topics.history, RunOutcome), (topics.control, ControlCommand),
@@ -247,7 +275,7 @@ def build_app(settings: Settings) -> tuple[faust.App, Definitions]:
     table = app.Table(FLOWS_TABLE, default=None, key_type=str, value_type=str,
                       partitions=settings.partitions)  # fmt: skip
 
-    runner = _Runner(coordinator, codec, table, out, crash=app.crash)
+    runner = _Runner(coordinator, codec, table, out, crash=app.crash, rates=rates)
 
     async def probe() -> None:
         """``/healthz`` and ``/readyz`` (``runtime.metrics.PROBES``): the event loop goes

@@ -24,7 +24,7 @@ from schemas.events import from_ms, iso
 from streams.applying import Applier, store
 from streams.checkpoint import Checkpoint
 from streams.config import ProcessorConfig
-from streams.core.partition import PartitionScheduler
+from streams.core.partition import Deferred, PartitionScheduler
 from streams.core.rates import TenantRates
 from streams.definitions import Definitions
 from streams.owned import Owned
@@ -272,5 +272,7 @@ class Loader:
                 job = jobs.get(item[0])
                 if job is not None and job.gen == item[1]:
                     prepare(job)
+            elif type(item) is Deferred and item.fire.job is not None:
+                prepare(item.fire.job)
 
         return on_near

@@ -215,7 +215,6 @@ class Processor:
         metrics.wheel_items.labels("near").set(sum(c.wheel.near for c in cores))
         metrics.wheel_items.labels("far").set(sum(c.wheel.far for c in cores))
         metrics.timers_pending.set(sum(len(c.timers) for c in cores))
-        if self.rates is not None and self.rates.deferred:
-            for tenant, count in self.rates.deferred.items():
+        if self.rates is not None:
+            for tenant, count in self.rates.drain_deferred():
                 metrics.labelled(metrics.fires_deferred, tenant).inc(count)
-            self.rates.deferred.clear()

@@ -10,11 +10,13 @@ from typing import Any
 from cronstream.backfill import (
     MAX_PARALLEL,
     Backfill,
+    Pace,
     backfill_slots,
     describe,
     ran_already,
 )
 from cronstream.cli.common import EXIT_UNAVAILABLE
+from cronstream.cli.tenant_flags import fire_rates, register_fire_rates
 from producers.client import JobClient
 from producers.errors import UnknownJob
 from runtime.cassandra import cassandra_session
@@ -22,6 +24,7 @@ from schemas.definition import parse_instant
 from schemas.errors import SpecError
 from schemas.events import Priority, from_ms, iso, to_ms, utc_now
 from schemas.ids import slot_run_id
+from streams.core.rates import TenantRates
 
 
 def cmd_runs_backfill(client: JobClient, args: argparse.Namespace) -> int:
@@ -37,6 +40,10 @@ def cmd_runs_backfill(client: JobClient, args: argparse.Namespace) -> int:
             problems.append(f"{flag}: {exc}")
     if not 1 <= args.max_parallel <= MAX_PARALLEL:
         problems.append(f"--max-parallel must be 1 to {MAX_PARALLEL:,}")
+    try:
+        rate, overrides = fire_rates(args)
+    except ValueError as exc:
+        problems.append(str(exc))
     if problems:
         raise SpecError(f"backfill {job.job_id}", problems)
     slots = backfill_slots(job, bounds[0], bounds[1], now_ms=to_ms(utc_now()))
@@ -58,7 +65,8 @@ def cmd_runs_backfill(client: JobClient, args: argparse.Namespace) -> int:
                           f"priority {args.priority}{', rerun' if args.rerun else ''}; "
                           f"{left_alone} left alone (ran)")  # fmt: skip
     backfill = Backfill(
-        client, job, slots, max_parallel=args.max_parallel,
+        client, job, slots,
+        pace=Pace(args.max_parallel, TenantRates(rate, overrides=dict(overrides))),
         priority=Priority(args.priority.upper()), rerun=args.rerun, left_alone=left_alone,
         say=lambda line: print(line, file=sys.stderr, flush=True),
     )  # fmt: skip
@@ -114,4 +122,5 @@ def add_backfill(runs: Any) -> None:
                    help="run every slot again, under fresh run ids (JOB@SLOT~KEY)")  # fmt: skip
     p.add_argument("--dry-run", action="store_true", help="say what would run, send nothing")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    register_fire_rates(p)  # a tenant's backfill runs at most at its fire rate
     p.set_defaults(handler=cmd_runs_backfill, needs="client")

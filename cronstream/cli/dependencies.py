@@ -6,8 +6,11 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import sys
 from typing import Any
 
+from cronstream.cli.common import EXIT_INVALID
+from cronstream.cli.tenant_flags import fire_rates, register_fire_rates
 from runtime.settings import Settings, env_int
 
 
@@ -31,6 +34,7 @@ def register(sub: Any) -> None:
     p.add_argument("--metrics-port", type=int,
                    default=env_int("CRONSTREAM_DEPENDENCIES_METRICS_PORT", 0, minimum=0),
                    help="serve /metrics, /healthz, /readyz on this port (0: off)")  # fmt: skip
+    register_fire_rates(p)
     p.set_defaults(handler=cmd_dependencies, needs="role")
 
 
@@ -39,8 +43,14 @@ def cmd_dependencies(settings: Settings, args: argparse.Namespace) -> int:
     from streams.dependencies import DependencyConfig, DependencyProcessor
 
     settings = settings.as_role("dependencies")  # its own Kafka user and ACLs
+    try:
+        rate, rates = fire_rates(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
     config = DependencyConfig(group=args.group or f"{settings.topic_prefix}.dependencies",
-                              name=args.name, commit_ms=max(1, args.commit_ms))  # fmt: skip
+                              name=args.name, commit_ms=max(1, args.commit_ms),
+                              tenant_fire_rate=rate, tenant_fire_rates=rates)  # fmt: skip
     return run_member(
         "dependencies", name=config.name, group=config.group,
         start=lambda: DependencyProcessor(settings, config), metrics_port=args.metrics_port,

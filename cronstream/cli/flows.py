@@ -8,9 +8,12 @@ import json
 import logging
 import os
 import socket
+import sys
 from pathlib import Path
 from typing import Any
 
+from cronstream.cli.common import EXIT_INVALID
+from cronstream.cli.tenant_flags import fire_rates, register_fire_rates
 from producers.client import JobClient
 from producers.errors import UnknownJob
 from producers.flows import load_flows_file
@@ -81,6 +84,7 @@ def cmd_flows_coordinator(settings: Settings, args: argparse.Namespace) -> int:
     from cronstream.foreground import setup_logging, stop_on_signals
     from runtime.metrics_server import serve as serve_metrics
     from runtime.waiting import KAFKA, REGISTRY, StopWaiting, reach, wait_for
+    from streams.core.rates import TenantRates
     from streams.flows import build_app
 
     setup_logging()
@@ -93,9 +97,16 @@ def cmd_flows_coordinator(settings: Settings, args: argparse.Namespace) -> int:
     settings = settings.as_role("flows")  # its own Kafka user and ACLs
     stopping = stop_on_signals()  # until faust's own handlers: a stop while waiting
 
+    try:
+        rate, overrides = fire_rates(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    rates = TenantRates(rate, overrides=dict(overrides))
+
     def built() -> tuple[Any, Any]:  # resolves its writer schemas
         reach(settings, (KAFKA, REGISTRY))
-        return build_app(settings)
+        return build_app(settings, rates)
 
     try:
         app, definitions = wait_for(f"flows coordinator {args.name}", built, log=log,
@@ -153,4 +164,5 @@ def register(sub: Any) -> None:
     coord.add_argument("--metrics-port", type=int,
                        default=env_int("CRONSTREAM_FLOWS_METRICS_PORT", 0, minimum=0),
                        help="serve /metrics, /healthz, /readyz on this port (0: off)")  # fmt: skip
+    register_fire_rates(coord)  # a tenant's node runs at most at its fire rate
     coord.set_defaults(handler=cmd_flows_coordinator, needs="role")

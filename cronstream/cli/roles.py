@@ -22,6 +22,7 @@ import sys
 from typing import Any
 
 from cronstream.cli.common import EXIT_INVALID, at_least
+from cronstream.cli.tenant_flags import fire_rates, register_fire_rates, tenant_values
 from runtime.consoles import console_port
 from runtime.settings import Settings, env_int, env_list
 from schemas.limits import MAX_OUTPUT_BYTES
@@ -103,17 +104,7 @@ def _register_scheduler(sub: Any) -> None:
         "each until its due time), so a boundary burst has left before the boundary; 0: "
         "emit when due; at most 60000",
     )  # fmt: skip
-    p.add_argument(
-        "--tenant-fires-per-second", type=float,
-        default=float(os.environ.get("CRONSTREAM_TENANT_FIRES_PER_SECOND") or 1000),
-        help="scheduled fires per second per tenant (0: no limit); the excess is deferred "
-        "at the rate, never dropped; tenant 'default' is never limited",
-    )  # fmt: skip
-    p.add_argument(
-        "--tenant-fire-rate", action="append", metavar="TENANT=N",
-        default=env_list("CRONSTREAM_TENANT_FIRE_RATES"),
-        help="a tenant's own fires per second; repeatable",
-    )  # fmt: skip
+    register_fire_rates(p)
     p.set_defaults(handler=cmd_scheduler, needs="role")
 
 
@@ -299,12 +290,9 @@ def cmd_scheduler(settings: Settings, args: argparse.Namespace) -> int:
 
     settings = settings.as_role("scheduler")  # its own Kafka user and ACLs
     try:
-        rates = tenant_values(args.tenant_fire_rate, "--tenant-fire-rate", 1_000_000)
+        rate, rates = fire_rates(args)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_INVALID
-    if args.tenant_fires_per_second < 0:
-        print("error: --tenant-fires-per-second must be 0 or more", file=sys.stderr)
         return EXIT_INVALID
     if not 0 <= args.lookahead_ms <= MAX_LOOKAHEAD_MS:
         print(f"error: --lookahead-ms must be 0 to {MAX_LOOKAHEAD_MS}", file=sys.stderr)
@@ -315,8 +303,8 @@ def cmd_scheduler(settings: Settings, args: argparse.Namespace) -> int:
     if args.check_index:
         return check_index(settings, args.state_dir)
     config = ProcessorConfig(
-        tenant_fire_rate=args.tenant_fires_per_second,
-        tenant_fire_rates=tuple((t, float(n)) for t, n in rates),
+        tenant_fire_rate=rate,
+        tenant_fire_rates=rates,
         group=args.group or f"{settings.topic_prefix}.scheduler",
         threshold_ms=args.misfire_threshold_ms,
         checkpoint_ms=args.checkpoint_ms,
@@ -399,17 +387,6 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
         start=lambda: Worker(settings, config), metrics_port=args.metrics_port,
         settings=settings,
     )  # fmt: skip
-
-
-def tenant_values(items: list[str], flag: str, most: int) -> tuple[tuple[str, int], ...]:
-    """``["acme=3", ...]`` (or comma-separated) -> ((tenant, N), ...), N in 1..``most``."""
-    out = []
-    for item in (i.strip() for text in items for i in text.split(",") if i.strip()):
-        name, sep, number = item.partition("=")
-        if not sep or not number.isdigit() or not 1 <= int(number) <= most or not name:
-            raise ValueError(f"{flag} {item!r} is not TENANT=N (N 1 to {most})")
-        out.append((name, int(number)))
-    return tuple(out)
 
 
 def cmd_sink(settings: Settings, args: argparse.Namespace) -> int:

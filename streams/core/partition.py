@@ -19,10 +19,35 @@ adapter) it is enough to recover cron, interval and one-time state after a crash
 
 With a far tier (``streams.core.far``) only the jobs due within the horizon are held
 here; the rest wait in the durable store and are loaded as their entries come near.
+
+**Every fire goes through its tenant's rate** (``streams.core.rates``), whichever way it
+came due: a slot of the wheel, and the catch-up and late slots that ``settle`` returns
+for a definition put, recovered or loaded from the far tier (``_apply``). A fire beyond
+the rate is deferred, not dropped: it waits in the wheel (``Deferred``) until the moment
+the rate booked for it, then is emitted as it was decided (trigger, slot, due time,
+``possible_duplicate``); the booked moments of one tenant only grow, so its fires leave
+in the order they were decided (a job's slots oldest first). Timers (retries, delays,
+deadline checks) are not counted: the fire they continue was.
+
+Why a deferred fire survives a crash: ``deferred`` counts the deferred fires by their
+due time, and ``fired_through`` is never above the earliest of them minus one (lowered
+when a fire is deferred, capped whenever it advances: ``_advance``). So a checkpoint
+taken while fires wait does not claim them; after a crash every slot due after it is
+owed again and settled by the rules above, the fires flagged ``possible_duplicate``
+(the workers run a run id once). A deferred catch-up slot is then settled again by its
+job's misfire policy, exactly as a deferred scheduled slot is once it is older than the
+threshold: it runs again (flagged) or is recorded MISSED/SKIPPED; none is silent, and
+the bounds of ``streams.core.misfire`` hold for each settlement. The cost: while a long
+catch-up drains at the rate, the checkpoint stays at its earliest slot, so a crash
+meanwhile settles the partition's jobs from there again (the runs already emitted come
+again flagged, at the rate); so does, for its own job, a changed definition put or a
+far entry loaded meanwhile (both settle from ``fired_through``): the slots it emitted
+since come again under the same run ids, or are recorded by its misfire policy.
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +74,15 @@ class Timer:
     check: bool = False  # a deadline check: fired even for a paused job, never recorded
 
 
+@dataclass(frozen=True, slots=True)
+class Deferred:
+    """A fire its tenant's rate deferred, held in the wheel until the moment booked for
+    it: the fire as decided and the generation of the job that decided it."""
+
+    gen: int
+    fire: Fire
+
+
 class PartitionScheduler:
     def __init__(
         self,
@@ -67,9 +101,11 @@ class PartitionScheduler:
         self._near_limit = fired_through + horizon_ms  # a slot due before it is held here
         self._far_cursor: tuple[int, str] | None = None  # far entries loaded up to it
         self.rates = rates
-        # Scheduled fires deferred by their tenant's rate: original due -> how many. The
-        # checkpoint stays before the earliest (a crash re-emits it, flagged).
+        # Fires deferred by their tenant's rate: original due -> how many. The checkpoint
+        # stays before the earliest (a crash settles it again, flagged); the heap finds
+        # the earliest without scanning (a catch-up defers thousands of due times).
         self.deferred: dict[int, int] = {}
+        self._deferred_dues: list[int] = []
         self.fired_through = fired_through
         self.threshold_ms = threshold_ms
         self.jobs: dict[str, JobSchedule] = {}
@@ -136,13 +172,48 @@ class PartitionScheduler:
             threshold_ms=self.threshold_ms,
             possible_duplicate=possible_duplicate,
         )
-        actions = outcome.actions
-        if job.kind is Kind.ONCE and actions:
+        if job.kind is Kind.ONCE and outcome.actions:
             assert job.at_ms is not None
             self.once_done[job.job_id] = job.at_ms
+        actions: list[Action] = []
+        for action in outcome.actions:
+            if type(action) is Fire:
+                self._rated(action, job.gen, actions, now)
+            else:
+                actions.append(action)
         # The walk found the first slot due after max(now, settled) on its way.
         self._hold_slot(job, outcome.next_slot)
         return actions
+
+    def _rated(self, fire: Fire, gen: int, out: list[Action], now: int) -> None:
+        """``fire`` into ``out``, or deferred to the moment its tenant's rate booked for
+        it (the module's text: the checkpoint stays before it)."""
+        rates, job = self.rates, fire.job
+        assert job is not None  # a slot's fire: timers are not counted
+        if (
+            rates is not None
+            and rates.limited(job.tenant)
+            and ((at := rates.reserve(job.tenant, now)) > now)
+        ):
+            self.wheel.add(at, Deferred(gen, fire))
+            due = fire.due_ms
+            count = self.deferred.get(due, 0)
+            if not count:
+                heapq.heappush(self._deferred_dues, due)
+            self.deferred[due] = count + 1
+            self.fired_through = min(self.fired_through, due - 1)
+        else:
+            out.append(fire)
+
+    def _advance(self, through: int) -> None:
+        """``fired_through`` moves up to ``through``, never past a deferred fire."""
+        through = max(self.fired_through, through)
+        dues, deferred = self._deferred_dues, self.deferred
+        while dues and dues[0] not in deferred:
+            heapq.heappop(dues)
+        if dues:
+            through = min(through, dues[0] - 1)
+        self.fired_through = through
 
     def _schedule_next(self, job: JobSchedule, *, after_due: int) -> None:
         self._hold_slot(job, job.slot_due_after(after_due))
@@ -192,7 +263,7 @@ class PartitionScheduler:
             batch, complete = self.wheel.pop_due(now, room)
             self._fire(batch, out, now)
             if not complete:
-                self.fired_through = max(self.fired_through, self.wheel.drained_through)
+                self._advance(self.wheel.drained_through)
                 return out
             if not batch:
                 break
@@ -200,11 +271,9 @@ class PartitionScheduler:
                 room -= len(batch)
                 if room <= 0:
                     # Possibly more due (rescheduled behind the cursor): settle next call.
-                    self.fired_through = max(self.fired_through, self.wheel.drained_through)
+                    self._advance(self.wheel.drained_through)
                     return out
-        self.fired_through = max(self.fired_through, now)
-        if self.deferred:
-            self.fired_through = min(self.fired_through, min(self.deferred) - 1)
+        self._advance(now)
         return out
 
     def _load_near(self, now: int) -> list[Action]:
@@ -240,12 +309,12 @@ class PartitionScheduler:
         return job
 
     def _fire(self, batch: list[tuple[int, Any]], out: list[Action], now: int) -> None:
-        jobs, rates = self.jobs, self.rates
+        jobs = self.jobs
         for due_ms, item in batch:
             if type(item) is int:
                 self._timer_due(item, out)
                 continue
-            if len(item) == 5:
+            if type(item) is Deferred:
                 self._deferred_due(item, out)
                 continue
             job_id, gen, slot = item
@@ -254,15 +323,8 @@ class PartitionScheduler:
                 continue  # replaced or deleted since this entry was scheduled
             if job.paused:
                 out.append(Record(job_id, slot, "SKIPPED", "job paused", job))
-            elif (
-                rates is not None
-                and rates.limited(job.tenant)
-                and ((at := rates.reserve(job.tenant, now)) > now)
-            ):
-                self.wheel.add(at, (job_id, gen, slot, due_ms, job))
-                self.deferred[due_ms] = self.deferred.get(due_ms, 0) + 1
             else:
-                out.append(Fire(job_id, slot, due_ms, "SCHEDULE", False, job))
+                self._rated(Fire(job_id, slot, due_ms, "SCHEDULE", False, job), gen, out, now)
             if job.kind is Kind.ONCE:
                 self.once_done[job_id] = slot
                 if self.far is not None:
@@ -270,28 +332,26 @@ class PartitionScheduler:
             else:
                 self._schedule_next(job, after_due=due_ms)
 
-    def _deferred_due(
-        self, item: tuple[str, int, int, int, JobSchedule], out: list[Action]
-    ) -> None:
-        """A fire its tenant's rate deferred comes due: fired now (or skipped, if the
-        job was paused meanwhile; dropped if it was replaced or deleted). A job gone to
-        the far tier meanwhile fires as it was deferred, unless it was deleted."""
-        job_id, gen, slot, due_ms, deferred = item
-        left = self.deferred[due_ms] - 1
+    def _deferred_due(self, item: Deferred, out: list[Action]) -> None:
+        """A fire its tenant's rate deferred comes due: emitted now as it was decided
+        (or skipped, if the job was paused meanwhile; dropped if it was replaced or
+        deleted: the new definition settled its own slots). A job gone to the far tier
+        meanwhile fires as it was deferred, unless it was deleted."""
+        fire = item.fire
+        left = self.deferred[fire.due_ms] - 1
         if left:
-            self.deferred[due_ms] = left
+            self.deferred[fire.due_ms] = left
         else:
-            del self.deferred[due_ms]
-        job = self.jobs.get(job_id)
+            del self.deferred[fire.due_ms]
+        job = self.jobs.get(fire.job_id)
         if job is None and self.far is not None:
-            current = self.far.load(job_id)
-            job = None if current is None else deferred
-        if job is None or job.gen != gen:
+            job = None if self.far.load(fire.job_id) is None else fire.job
+        if job is None or job.gen != item.gen:
             return
         if job.paused:
-            out.append(Record(job_id, slot, "SKIPPED", "job paused", job))
+            out.append(Record(fire.job_id, fire.slot_ms, "SKIPPED", "job paused", job))
         else:
-            out.append(Fire(job_id, slot, due_ms, "SCHEDULE", False, job))
+            out.append(fire)
 
     def _timer_due(self, offset: int, out: list[Action]) -> None:
         timer = self.timers.pop(offset, None)

@@ -10,12 +10,21 @@ tick. The processor's share of the tenant's rate is its share of the partitions
 (``share``), so N processors together allow about ``rate``.
 
 Tenant ``default`` (operators' jobs, not written through the admission) is not limited.
+
+``Held`` is the same rule for a process that emits runs without a timing wheel (the
+dependency processor): what is over the rate waits in memory, in the order the rate
+booked, and the caller commits its input only up to where nothing waits.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections import Counter
 from collections.abc import Mapping
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
 
 UNLIMITED = ("default",)
 
@@ -41,6 +50,12 @@ class TenantRates:
     def _rate(self, tenant: str) -> float:
         return self.overrides.get(tenant, self.rate_per_s) * self.share
 
+    def drain_deferred(self) -> list[tuple[str, int]]:
+        """The fires deferred by tenant since the last call (for the metric), forgotten."""
+        counts = list(self.deferred.items())
+        self.deferred.clear()
+        return counts
+
     def ready_at(self, tenant: str, now_ms: int) -> int:
         """When ``tenant``'s next fire may happen (``now_ms``: at once), not booked: the
         trigger processor holds a source partition back until then (``streams.triggers``)."""
@@ -48,6 +63,27 @@ class TenantRates:
         interval = 1000.0 / rate
         allowed = max(self._tat.get(tenant, now_ms), now_ms) - (max(1.0, rate) - 1) * interval
         return now_ms if allowed <= now_ms else int(allowed + 0.999)
+
+    def book(self, tenant: str, count: int, now_ms: int) -> int:
+        """Book ``count`` fires of ``tenant`` at once: the moment the last of them may
+        happen (``now_ms``: all within its burst). A sender that cannot hold them one by
+        one (the flows coordinator's event) waits until then and sends them all."""
+        at = now_ms
+        if self.limited(tenant):
+            for _ in range(count):
+                at = self.reserve(tenant, now_ms)
+        return at
+
+    def take(self, tenant: str, want: int, now_ms: int) -> int:
+        """How many of ``want`` fires may happen at ``now_ms``, booked; the others wait
+        (ask again at ``ready_at``): a sender that can hold them (a backfill) asks this."""
+        if not self.limited(tenant):
+            return want
+        taken = 0
+        while taken < want and self.ready_at(tenant, now_ms) <= now_ms:
+            self.reserve(tenant, now_ms)
+            taken += 1
+        return taken
 
     def reserve(self, tenant: str, now_ms: int) -> int:
         """When ``tenant``'s next fire may happen (``now_ms``: at once), booked."""
@@ -61,3 +97,34 @@ class TenantRates:
             return now_ms
         self.deferred[tenant] += 1
         return int(allowed + 0.999)
+
+
+class Held(Generic[T]):
+    """Items over their tenant's rate, each held until the moment ``rates`` booked for
+    it and then given back (``due``), in the order of those moments: deferred, never
+    dropped. Items of tenants not limited are never held."""
+
+    def __init__(self, rates: TenantRates) -> None:
+        self.rates = rates
+        self._heap: list[tuple[int, int, T]] = []
+        self._seq = itertools.count()  # ties keep their order (items are not compared)
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def admit(self, tenant: str, item: T, now_ms: int) -> bool:
+        """True: ``item`` may go now (booked); False: held until its moment."""
+        if not self.rates.limited(tenant):
+            return True
+        at = self.rates.reserve(tenant, now_ms)
+        if at <= now_ms:
+            return True
+        heapq.heappush(self._heap, (at, next(self._seq), item))
+        return False
+
+    def due(self, now_ms: int) -> list[T]:
+        """The held items whose moment came, oldest moment first (no longer held)."""
+        heap, out = self._heap, []
+        while heap and heap[0][0] <= now_ms:
+            out.append(heapq.heappop(heap)[2])
+        return out

@@ -1,17 +1,37 @@
 """`cronstream runs backfill`'s pure parts: which slots a range holds, which of them
-ran already, and how progress reads."""
+ran already, how progress reads, and its pacing by the tenant's fire rate."""
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
+from dataclasses import replace
 from datetime import UTC, datetime
+from types import SimpleNamespace
 
 import pytest
 
-from cronstream.backfill import MAX_SLOTS, Progress, backfill_slots, ran_already
+from cronstream.backfill import (
+    MAX_SLOTS,
+    Backfill,
+    Pace,
+    Progress,
+    backfill_slots,
+    ran_already,
+)
 from schemas.definition import job_from_spec
 from schemas.errors import SpecError
-from schemas.events import JobDefinition, RunOutcome, RunStatus, from_ms, to_ms
+from schemas.events import (
+    JobDefinition,
+    Priority,
+    RunOutcome,
+    RunRequest,
+    RunStatus,
+    from_ms,
+    to_ms,
+)
+from streams.core.rates import TenantRates
+from tests.fakes import FakeProducer
+from tests.processors import TOPICS, decoded, fake_publisher, new_codec
 
 T0 = to_ms(datetime(2026, 11, 20, tzinfo=UTC))
 HOUR = 3_600_000
@@ -92,3 +112,35 @@ def test_progress_says_what_ended_how_and_what_is_left() -> None:
     assert progress.line("j") == (
         "backfill j: 5/10 ended (1 dead_lettered, 4 succeeded), 1 running, 4 to send"
     )
+
+
+def _paced(definition: JobDefinition) -> list[int]:
+    """A backfill of 100 hourly slots, 1,000 in flight allowed, a tenant rate of 10/s,
+    sending every 100 ms of a virtual clock for 10 s: how many were sent by each tick
+    (checked: each slot once, in order)."""
+    codec, producer = new_codec(), FakeProducer()
+    b = object.__new__(Backfill)
+    b.client = SimpleNamespace(topics=TOPICS, publisher=fake_publisher(codec, producer))  # type: ignore[assignment]
+    b.job, b.priority, b.key, b.in_flight = definition, Priority.LOW, None, set()
+    b.pace = Pace(max_parallel=1000, rates=TenantRates(10))
+    slots = [T0 + i * HOUR for i in range(100)]
+    b.todo, b.progress = deque(slots), Progress(total=100, left_alone=0)
+    clock = [T0 + 200 * HOUR]
+    b.clock = lambda: clock[0]  # type: ignore[method-assign]
+    sent: list[int] = []
+    for tick in range(0, 10_001, 100):
+        clock[0] = T0 + 200 * HOUR + tick
+        b._send()
+        sent.append(b.progress.sent)
+    requests = decoded(codec, producer, TOPICS.runs(Priority.LOW), RunRequest)
+    assert [to_ms(r.scheduled_at) for r in requests] == slots
+    return sent
+
+
+def test_a_tenants_backfill_is_sent_at_its_fire_rate_and_no_slot_is_skipped() -> None:
+    """10 go at once, then one per 100 ms, none skipped; an operator's job (tenant
+    default) is paced by --max-parallel alone."""
+    sent = _paced(replace(job(every="1h"), job_id="acme/j", tenant="acme"))
+    assert sent[:3] == [10, 11, 12]
+    assert sent[-1] == 100
+    assert _paced(job(every="1h"))[0] == 100

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -43,12 +43,12 @@ def dependent(job_id: str = "report", **changes: object) -> JobDefinition:
 class Harness:
     """A processor without clients: its state (``fresh``), a fake publisher."""
 
-    def __init__(self) -> None:
+    def __init__(self, rate: float = 0.0) -> None:
         self.codec = new_codec()
         self.producer = FakeProducer()
         p = self.processor = object.__new__(DependencyProcessor)
         p.settings, p.topics, p.codec = SETTINGS, TOPICS, self.codec
-        p.config = DependencyConfig(group="g", name="d")
+        p.config = DependencyConfig(group="g", name="d", tenant_fire_rate=rate)
         p.publisher = fake_publisher(self.codec, self.producer)
         p.fresh()
         self.offset = 0
@@ -214,3 +214,39 @@ def test_hostile_definitions_and_outcomes_are_used_or_refused_never_raised_on(
     h.processor._emit(h.processor.pending.values(), flagged=False)
     assert h.processor.faults.streak == 0
     assert read_from_ms(job) >= 1
+
+
+def test_a_tenants_dependency_runs_leave_at_its_fire_rate_held_never_dropped() -> None:
+    """Ten dependents of one tenant's job, all due at its success, at 2 runs/s: 2 go at
+    once, the rest are held and leave 2 a second on the virtual clock; while any is held
+    the commit stays at the offsets read before them (a crash decides them again); a
+    dependent deleted meanwhile runs nothing; operators' jobs are not held."""
+    h = Harness(rate=2)
+    p = h.processor
+    clock = [AT]
+    p.clock = lambda: clock[0]
+    for i in range(10):
+        h.put(dependent(f"acme/r{i}", tenant="acme", after=("acme/a",)))
+    h.put(dependent("ops", after=("a",)))
+    p.positions = {(TOPICS.history, 0): 5}
+    p._emit([], flagged=False)
+    assert p.clear == {(TOPICS.history, 0): 5}  # nothing held yet
+    h.history("acme/a")
+    h.history("a")
+    p.positions = {(TOPICS.history, 0): 9}
+    p._emit(list(p.pending.values()), flagged=False)
+    p.pending.clear()
+    p.publisher.flush()
+    assert sorted(r.job_id for r in h.requests()) == ["acme/r0", "acme/r1", "ops"]
+    assert len(p.held) == 8
+    assert p.clear == {(TOPICS.history, 0): 5}, "a commit would claim the held runs"
+    h.delete("acme/r9")
+    for second in range(1, 6):
+        clock[0] = AT + timedelta(seconds=second)
+        p._emit([], flagged=False)
+    p.publisher.flush()
+    emitted = [r.job_id for r in h.requests()]
+    assert sorted(emitted) == sorted([f"acme/r{i}" for i in range(9)] + ["ops"])
+    assert len(emitted) == len(set(emitted))
+    assert not p.held
+    assert p.clear == {(TOPICS.history, 0): 9}  # all out: the commit may move

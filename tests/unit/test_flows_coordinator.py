@@ -338,3 +338,45 @@ def test_an_undecodable_flow_event_is_dead_lettered_and_the_batch_goes_on() -> N
     assert (letter.stage, letter.source_value) == ("flows", b"not avro at all")
     assert [codec.decode(v, RunRequest).run_id for t, v in sent
             if t == TOPICS.runs(Priority.HIGH)] == [f"{RUN}/a"]  # fmt: skip
+
+
+def test_a_tenants_node_runs_wait_for_its_fire_rate_and_none_is_dropped() -> None:
+    """A flow of 30 root nodes started for tenant acme at 10/s: the event waits until
+    the rate allows its last node run (10 at once, then one per 100 ms: 2 s on the
+    virtual clock) and then sends all 30; the next flow run waits 3 s more. An
+    operator's flow run (tenant default) does not wait."""
+    import asyncio
+
+    from streams.core.rates import TenantRates
+    from streams.flows import _Runner
+
+    wide = flow_from_spec({"id": "etl", "nodes": [
+        {"name": f"n{i}", "target": "python", "callable": "m:f"} for i in range(30)]},
+        max_payload_bytes=65536)  # fmt: skip
+    codec = Codec(FakeRegistry())  # type: ignore[arg-type]
+    coordinator = Coordinator(SETTINGS, codec, Known(etl=wide))  # type: ignore[arg-type]
+    sent: list[tuple[str, bytes]] = []
+    runner = _Runner(coordinator, codec, _Table(""), {t: _Out(sent, t) for t in TOPICS.names()},
+                     rates=TenantRates(10))  # fmt: skip
+    clock, waits = [1_800_000_000_000], list[float]()
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        clock[0] += int(seconds * 1000)
+
+    runner.clock = lambda: clock[0]  # type: ignore[method-assign]
+    runner.sleep = sleep  # type: ignore[method-assign]
+
+    def start(flow_run: str, tenant: str) -> None:
+        event = FlowEvent(flow_id="etl", flow_run_id=flow_run, kind=FlowEventKind.START,
+                          scheduled_at=SLOT, at=SLOT, tenant=tenant)  # fmt: skip
+        asyncio.run(runner.handle_batch([_FaustEvent(codec.encode(TOPICS.flow_events, event))]))
+
+    start("etl@manual:1", "acme")
+    assert waits == [2.0]
+    start("etl@manual:2", "acme")
+    assert waits == [2.0, 3.0]
+    start("etl@manual:3", "default")
+    assert waits == [2.0, 3.0]
+    requests = [codec.decode(v, RunRequest) for t, v in sent if t == TOPICS.runs(Priority.NORMAL)]
+    assert len({r.run_id for r in requests}) == len(requests) == 90

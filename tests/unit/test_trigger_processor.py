@@ -139,3 +139,47 @@ def test_the_commit_procedure_flushes_stores_changed_checkpoints_then_commits_th
     h.processor.checkpoint([(SOURCE, 0)])  # nothing changed: nothing stored again
     assert len(h.producer.on("x.triggers-checkpoints")) == 2
     assert h.member.commits[-1] == [(SOURCE, 0, 2)]
+
+
+class Consumer:
+    """The source consumer's pause, resume and seek, as they were asked for."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int]] = []
+
+    def pause(self, tps: list[TopicPartition]) -> None:
+        self.calls += [("pause", tp.partition) for tp in tps]
+
+    def resume(self, tps: list[TopicPartition]) -> None:
+        self.calls += [("resume", tp.partition) for tp in tps]
+
+    def seek(self, tp: TopicPartition) -> None:
+        self.calls.append(("seek", tp.offset))
+
+
+def test_a_tenants_event_runs_over_its_rate_hold_the_partition_and_none_is_dropped() -> None:
+    """At 2 runs/s, five records: two run, the partition is held at the third (paused,
+    seeked back to it, read no further); a second later it is released and read again
+    from there: two more run, held at the fifth. Every record runs once, in order."""
+    h = Harness(replace(job("acme/each"), tenant="acme"))
+    p = h.processor
+    p.rates = TenantRates(2)
+    p.consumer = Consumer()  # type: ignore[assignment]
+    owned = p.owned[(SOURCE, 0)]
+    owned.tenants = ("acme",)
+    now = [1_800_000_000.0]
+    p.clock = lambda: now[0]
+    h.read(*({"n": n} for n in range(5)))
+    assert [r.run_id for r in h.runs()] == ["acme/each@evt:orders:0:0", "acme/each@evt:orders:0:1"]
+    assert (owned.position, owned.held_until) == (2, 1_800_000_000_500)
+    assert p.consumer.calls == [("pause", 0), ("seek", 2)]  # type: ignore[attr-defined]
+    h.read({"n": 5})  # fetched before the pause took: not read while held
+    assert len(h.runs()) == 2
+    now[0] += 1.0
+    p._release(p._now_ms())
+    assert p.consumer.calls[2:] == [("resume", 0), ("seek", 2)]  # type: ignore[attr-defined]
+    h.offset = 2  # read again from the record held
+    h.read(*({"n": n} for n in range(2, 5)))
+    assert [r.run_id.rpartition(":")[2] for r in h.runs()] == ["0", "1", "2", "3"]
+    assert owned.position == 4
+    assert owned.held_until > 0

@@ -1,0 +1,49 @@
+"""Flags that set a per-tenant value: ``TENANT=N`` lists, and the tenants' fire rate,
+declared once for every role that emits runs on a tenant's behalf without a caller
+waiting (the scheduler, the dependency processor, the flows coordinator, ``runs
+backfill``)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from runtime.settings import env_list
+
+
+def register_fire_rates(p: Any) -> None:
+    """A tenant's fire rate (``streams.core.rates``), read by the scheduler, the
+    dependency processor, the flows coordinator and ``runs backfill``: give them the
+    same."""
+    p.add_argument(
+        "--tenant-fires-per-second", type=float,
+        default=float(os.environ.get("CRONSTREAM_TENANT_FIRES_PER_SECOND") or 1000),
+        help="runs fired per second per tenant (0: no limit); the excess is deferred at "
+        "the rate, never dropped; tenant 'default' is never limited",
+    )  # fmt: skip
+    p.add_argument(
+        "--tenant-fire-rate", action="append", metavar="TENANT=N",
+        default=env_list("CRONSTREAM_TENANT_FIRE_RATES"),
+        help="a tenant's own fires per second; repeatable",
+    )  # fmt: skip
+
+
+def fire_rates(args: argparse.Namespace) -> tuple[float, tuple[tuple[str, float], ...]]:
+    """``register_fire_rates``'s flags: (the rate, the tenants' own); ValueError names a
+    bad one."""
+    rates = tenant_values(args.tenant_fire_rate, "--tenant-fire-rate", 1_000_000)
+    if args.tenant_fires_per_second < 0:
+        raise ValueError("--tenant-fires-per-second must be 0 or more")
+    return args.tenant_fires_per_second, tuple((t, float(n)) for t, n in rates)
+
+
+def tenant_values(items: list[str], flag: str, most: int) -> tuple[tuple[str, int], ...]:
+    """``["acme=3", ...]`` (or comma-separated) -> ((tenant, N), ...), N in 1..``most``."""
+    out = []
+    for item in (i.strip() for text in items for i in text.split(",") if i.strip()):
+        name, sep, number = item.partition("=")
+        if not sep or not number.isdigit() or not 1 <= int(number) <= most or not name:
+            raise ValueError(f"{flag} {item!r} is not TENANT=N (N 1 to {most})")
+        out.append((name, int(number)))
+    return tuple(out)
