@@ -154,9 +154,11 @@ def unencodable(value: object, where: str = "") -> list[str]:
     text: JSON's ``"\\udcff"``, YAML's, a command line's undecodable byte. Every string a
     topic holds is UTF-8 (Avro), so such text can be written nowhere: it is refused as
     bad input before anything is encoded, never a crash of the encoder."""
-    return [f"{path or 'text'} holds a lone surrogate (U+{ord(text[at]):04X} at character "
-            f"{at}), which is not Unicode text: refused"
-            for path, text, at in _surrogates(value, where)]  # fmt: skip
+    return [
+        f"{path or 'text'} holds a lone surrogate (U+{ord(text[at]):04X} at character "
+        f"{at}), which is not Unicode text: refused"
+        for path, text, at in _surrogates(value, where)
+    ]
 
 
 def carried(text: str) -> str:

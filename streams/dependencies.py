@@ -121,8 +121,9 @@ class DependencyProcessor:
         self.done: dict[tuple[str, int], int] = {}  # the offsets last committed
         # The offsets read when no run was held: what a commit may claim (``_commit``).
         self.clear: dict[tuple[str, int], int] = {}
-        rates = TenantRates(self.config.tenant_fire_rate,
-                            overrides=dict(self.config.tenant_fire_rates))  # fmt: skip
+        rates = TenantRates(
+            self.config.tenant_fire_rate, overrides=dict(self.config.tenant_fire_rates)
+        )
         self.held: Held[tuple[DependencyRun, bool]] = Held(rates)
         self.letters = True  # dead-letter refusals (not for records before the commit)
         self.faults = RecordFaults(STAGE)
@@ -340,8 +341,12 @@ class DependencyProcessor:
         job = self.jobs.get(run.job_id)
         if job is None:  # deleted since it fired
             return
-        request = job.run_request(run_id=run.run_id, scheduled_at=from_ms(run.scheduled_ms),
-                                  fired_at=now, trigger=Trigger.DEPENDENCY)  # fmt: skip
+        request = job.run_request(
+            run_id=run.run_id,
+            scheduled_at=from_ms(run.scheduled_ms),
+            fired_at=now,
+            trigger=Trigger.DEPENDENCY,
+        )
         request = replace(request, payload=run.payload, possible_duplicate=flagged)
         self.publisher.publish(self.topics.runs(request.priority), request)
         self._queued += 1

@@ -68,10 +68,12 @@ class FuzzReport:
 
     def summary(self) -> str:
         kinds = Counter(line.rpartition(": ")[2] for line in self.nonconforming)
-        return (f"{self.operations} operations, {self.examples} examples, "
-                f"{len(self.server_errors)} server errors, "
-                f"{len(self.nonconforming)} nonconforming, {self.unsent} unsendable; "
-                f"{', '.join(f'{n} x {kind}' for kind, n in kinds.most_common(8))}")  # fmt: skip
+        return (
+            f"{self.operations} operations, {self.examples} examples, "
+            f"{len(self.server_errors)} server errors, "
+            f"{len(self.nonconforming)} nonconforming, {self.unsent} unsendable; "
+            f"{', '.join(f'{n} x {kind}' for kind, n in kinds.most_common(8))}"
+        )
 
 
 def fuzz(url: str, callers: Sequence[Caller], *, max_examples: int = 15) -> FuzzReport:
@@ -89,17 +91,31 @@ def fuzz(url: str, callers: Sequence[Caller], *, max_examples: int = 15) -> Fuzz
     return report
 
 
-def _run(operation: Any, caller: Caller, mode: GenerationMode, url: str,
-         session: requests.Session, report: FuzzReport, max_examples: int) -> None:  # fmt: skip
+def _run(
+    operation: Any,
+    caller: Caller,
+    mode: GenerationMode,
+    url: str,
+    session: requests.Session,
+    report: FuzzReport,
+    max_examples: int,
+) -> None:
     auth = {"Authorization": f"Bearer {caller.token}"}
 
-    @settings(max_examples=max_examples, derandomize=True, database=None, deadline=None,
-              phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))  # fmt: skip
+    @settings(
+        max_examples=max_examples,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
     @given(operation.as_strategy(generation_mode=mode))
     def one(case: Any) -> None:
         try:
-            response = case.call(base_url=url, session=session, headers=auth,
-                                 params=dict(caller.params), timeout=90)  # fmt: skip
+            response = case.call(
+                base_url=url, session=session, headers=auth, params=dict(caller.params), timeout=90
+            )
         except (requests.exceptions.InvalidHeader, UnicodeError, ValueError):
             report.unsent += 1
             return
@@ -146,5 +162,8 @@ def callers(settings: Settings, tenant: str) -> list[Caller]:
     def token(holder: str) -> str:
         return token_path(settings, holder).read_text().strip()
 
-    return [Caller(tenant, token(tenant)), Caller(ADMIN, token(ADMIN)),
-            Caller(f"{ADMIN} for {tenant}", token(ADMIN), (("tenant", tenant),))]  # fmt: skip
+    return [
+        Caller(tenant, token(tenant)),
+        Caller(ADMIN, token(ADMIN)),
+        Caller(f"{ADMIN} for {tenant}", token(ADMIN), (("tenant", tenant),)),
+    ]

@@ -48,9 +48,13 @@ def cmd_dependencies(settings: Settings, args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
-    config = DependencyConfig(group=args.group or f"{settings.topic_prefix}.dependencies",
-                              name=args.name, commit_ms=max(1, args.commit_ms),
-                              tenant_fire_rate=rate, tenant_fire_rates=rates)  # fmt: skip
+    config = DependencyConfig(
+        group=args.group or f"{settings.topic_prefix}.dependencies",
+        name=args.name,
+        commit_ms=max(1, args.commit_ms),
+        tenant_fire_rate=rate,
+        tenant_fire_rates=rates,
+    )
     return run_member(
         "dependencies", name=config.name, group=config.group,
         start=lambda: DependencyProcessor(settings, config), metrics_port=args.metrics_port,

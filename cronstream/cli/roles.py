@@ -49,10 +49,13 @@ def register(sub: Any) -> None:
     p.add_argument("--port", type=int, default=env_int("CRONSTREAM_UI_PORT", 8780, minimum=1))
     p.add_argument("--name", default=f"ui-{socket.gethostname()}-{os.getpid()}")
     stack = f"https://127.0.0.1:{console_port('prometheus')}"
-    p.add_argument("--prometheus", metavar="URL",
-                   default=os.environ.get("CRONSTREAM_PROMETHEUS_URL", stack),
-                   help="the Prometheus scraping cronstream (the overview's figures; its "
-                   "login: CRONSTREAM_PROMETHEUS_USER, _PASSWORD(_FILE), _CA)")  # fmt: skip
+    p.add_argument(
+        "--prometheus",
+        metavar="URL",
+        default=os.environ.get("CRONSTREAM_PROMETHEUS_URL", stack),
+        help="the Prometheus scraping cronstream (the overview's figures; its "
+        "login: CRONSTREAM_PROMETHEUS_USER, _PASSWORD(_FILE), _CA)",
+    )
     p.add_argument("--anonymous", action=argparse.BooleanOptionalAction, default=False,
                    help="every page readable without signing in, read-only (default: the "
                    "sign-in page without a session)")  # fmt: skip

@@ -17,16 +17,19 @@ def register_fire_rates(p: Any) -> None:
     dependency processor, the flows coordinator and ``runs backfill``: give them the
     same."""
     p.add_argument(
-        "--tenant-fires-per-second", type=float,
+        "--tenant-fires-per-second",
+        type=float,
         default=float(os.environ.get("CRONSTREAM_TENANT_FIRES_PER_SECOND") or 1000),
         help="runs fired per second per tenant (0: no limit); the excess is deferred at "
         "the rate, never dropped; tenant 'default' is never limited",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--tenant-fire-rate", action="append", metavar="TENANT=N",
+        "--tenant-fire-rate",
+        action="append",
+        metavar="TENANT=N",
         default=env_list("CRONSTREAM_TENANT_FIRE_RATES"),
         help="a tenant's own fires per second; repeatable",
-    )  # fmt: skip
+    )
 
 
 def fire_rates(args: argparse.Namespace) -> tuple[float, tuple[tuple[str, float], ...]]:

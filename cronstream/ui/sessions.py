@@ -40,8 +40,14 @@ class Session:
 class Sessions:
     """Session id -> ``Session`` (thread-safe: the pages run on a thread pool)."""
 
-    def __init__(self, *, idle_s: float = IDLE_S, max_age_s: float = MAX_AGE_S,
-                 capacity: int = CAPACITY, per_token: int = PER_TOKEN) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        idle_s: float = IDLE_S,
+        max_age_s: float = MAX_AGE_S,
+        capacity: int = CAPACITY,
+        per_token: int = PER_TOKEN,
+    ) -> None:
         self.idle_s, self.max_age_s = idle_s, max_age_s
         self.capacity, self.per_token = capacity, per_token
         self._by_id: OrderedDict[str, Session] = OrderedDict()  # least recently used first

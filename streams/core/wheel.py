@@ -122,6 +122,28 @@ class TimingWheel:
         self._near -= len(out)
         return out, True
 
+    def purge(self, keep: Callable[[Item], bool]) -> int:
+        """Drop every item ``keep`` refuses, near and far; how many went. One pass over
+        everything held: the owner calls it when dead items (a deleted or replaced job's
+        next slot, left to be skipped when due) outnumber the live ones, so memory follows
+        what is scheduled, not how many definitions came and went."""
+        dropped = 0
+        for index in list(self._buckets):
+            bucket = self._buckets[index]
+            kept = [entry for entry in bucket if keep(entry[1])]
+            dropped += len(bucket) - len(kept)
+            if kept:
+                self._buckets[index] = kept
+            else:
+                del self._buckets[index]
+        self._near -= dropped
+        far = [entry for entry in self._far if keep(entry[2])]
+        if len(far) < len(self._far):
+            dropped += len(self._far) - len(far)
+            heapq.heapify(far)
+            self._far = far
+        return dropped
+
     @property
     def drained_through(self) -> int:
         """Every item due at or before this instant has been returned by pop_due.

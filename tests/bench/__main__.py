@@ -16,6 +16,7 @@ import argparse
 import os
 import signal
 import sys
+from collections.abc import Callable
 
 from runtime.settings import Settings
 from tests.bench.api import bench_api
@@ -27,6 +28,7 @@ from tests.bench.fairness import bench_fairness
 from tests.bench.flows import bench_flows
 from tests.bench.history import bench_queries, bench_sink
 from tests.bench.hops import bench_hops
+from tests.bench.isolation import bench_isolation
 from tests.bench.malformed import bench_malformed, bench_scrape
 from tests.bench.scale import bench_scale
 from tests.bench.scheduler import (
@@ -52,46 +54,7 @@ def main() -> int:
         "--only", nargs="*", default=None, metavar="NAME", help="benchmarks to run (all by default)"
     )
     args = parser.parse_args()
-    base = Settings.from_env()
-    runs = 1 if args.quick else 3
-    plan = {
-        "throughput": lambda: bench_throughput(base, runs, 20_000 if args.quick else 40_000),
-        "skew": lambda: bench_skew(base, runs),
-        "burst": lambda: bench_burst(base, runs, 10_000 if args.quick else 100_000),
-        "million": lambda: bench_million(base, 1 if args.quick else 2,
-                                         50_000 if args.quick else 1_000_000),
-        "distinct": lambda: bench_million(base, 1 if args.quick else 2,
-                                          50_000 if args.quick else 1_000_000, distinct=True),
-        "slots": lambda: bench_slots(runs, 100_000),
-        "workers": lambda: bench_workers(base, runs, 12_000, (1, 2, 4)),
-        "hops": lambda: bench_hops(base, runs, 24_000),
-        "targets": lambda: bench_target_rows(base, runs, 2_000),
-        "drain": lambda: bench_drain(base, runs, 10.0, (1, 2, 4)),
-        "security": lambda: bench_security(base, 2 * runs - 1, 3_000 if args.quick else 12_000),
-        "malformed": lambda: bench_malformed(base, 2 * runs - 1, (30_000, 9_000) if args.quick
-                                             else (100_000, 30_000), 3_000 if args.quick else 10_000),
-        "scrape": lambda: bench_scrape(base, 2 * runs - 1, 9_000 if args.quick else 30_000),
-        "latency": lambda: bench_fire_to_start(base, runs),
-        "sink": lambda: bench_sink(base, runs, 100_000 if args.quick else 300_000, (64, 1)),
-        "fairness": lambda: bench_fairness(base, runs // 2 + 1 if not args.quick else 1,
-                                           10_000 if args.quick else 100_000),
-        "flows": lambda: bench_flows(base, runs, args.quick),
-        "api": lambda: bench_api(base, runs, 1000 if args.quick else 4000),
-        "queries": lambda: bench_queries(base, runs, 200_000 if args.quick else 1_000_000,
-                                         100 if args.quick else 300),
-        "ui": lambda: bench_ui(base, runs, 20_000 if args.quick else 100_000,
-                               200_000 if args.quick else 1_000_000, 50 if args.quick else 200),
-        "archive": lambda: bench_archive(base, runs, 10_000_000 if args.quick else 100_000_000,
-                                         10 if args.quick else 20),
-        "boundary": lambda: bench_boundary(base, 1 if args.quick else 2,
-                                           10_000 if args.quick else 100_000, 5_000),
-        "tiers": lambda: bench_tiers(base, 1 if args.quick else 3,
-                                     200_000 if args.quick else 10_000_000),
-        "scale": lambda: bench_scale(base, 1 if args.quick else 2, 3000, 3),
-        "cluster": lambda: bench_cluster(runs, 12_000),
-        "triggers": lambda: bench_triggers(base, runs, 10.0 if args.quick else 20.0,
-                                           50_000 if args.quick else 200_000),
-    }  # fmt: skip
+    plan = _plan(Settings.from_env(), args.quick)
     if unknown := set(args.only or ()) - plan.keys():
         parser.error(f"--only: no benchmark {sorted(unknown)}; one of {sorted(plan)}")
     signal.signal(signal.SIGTERM, _interrupted)
@@ -105,6 +68,63 @@ def main() -> int:
         kill_children()  # none on the normal path: each benchmark stops its own
     _print_table()
     return 0
+
+
+def _plan(base: Settings, quick: bool) -> dict[str, Callable[[], None]]:
+    """Every benchmark by name, in the order ``make bench`` runs them."""
+    runs = 1 if quick else 3
+    return {
+        "throughput": lambda: bench_throughput(base, runs, 20_000 if quick else 40_000),
+        "skew": lambda: bench_skew(base, runs),
+        "burst": lambda: bench_burst(base, runs, 10_000 if quick else 100_000),
+        "million": lambda: bench_million(base, 1 if quick else 2, 50_000 if quick else 1_000_000),
+        "distinct": lambda: bench_million(
+            base, 1 if quick else 2, 50_000 if quick else 1_000_000, distinct=True
+        ),
+        "slots": lambda: bench_slots(runs, 100_000),
+        "workers": lambda: bench_workers(base, runs, 12_000, (1, 2, 4)),
+        "hops": lambda: bench_hops(base, runs, 24_000),
+        "targets": lambda: bench_target_rows(base, runs, 2_000),
+        "drain": lambda: bench_drain(base, runs, 10.0, (1, 2, 4)),
+        "listener": lambda: bench_security(base, 2 * runs - 1, 3_000 if quick else 12_000),
+        "security": lambda: bench_isolation(base, runs, quick),
+        "malformed": lambda: bench_malformed(
+            base,
+            2 * runs - 1,
+            (30_000, 9_000) if quick else (100_000, 30_000),
+            3_000 if quick else 10_000,
+        ),
+        "scrape": lambda: bench_scrape(base, 2 * runs - 1, 9_000 if quick else 30_000),
+        "latency": lambda: bench_fire_to_start(base, runs),
+        "sink": lambda: bench_sink(base, runs, 100_000 if quick else 300_000, (64, 1)),
+        "fairness": lambda: bench_fairness(
+            base, runs // 2 + 1 if not quick else 1, 10_000 if quick else 100_000
+        ),
+        "flows": lambda: bench_flows(base, runs, quick),
+        "api": lambda: bench_api(base, runs, 1000 if quick else 4000),
+        "queries": lambda: bench_queries(
+            base, runs, 200_000 if quick else 1_000_000, 100 if quick else 300
+        ),
+        "ui": lambda: bench_ui(
+            base,
+            runs,
+            20_000 if quick else 100_000,
+            200_000 if quick else 1_000_000,
+            50 if quick else 200,
+        ),
+        "archive": lambda: bench_archive(
+            base, runs, 10_000_000 if quick else 100_000_000, 10 if quick else 20
+        ),
+        "boundary": lambda: bench_boundary(
+            base, 1 if quick else 2, 10_000 if quick else 100_000, 5_000
+        ),
+        "tiers": lambda: bench_tiers(base, 1 if quick else 3, 200_000 if quick else 10_000_000),
+        "scale": lambda: bench_scale(base, 1 if quick else 2, 3000, 3),
+        "cluster": lambda: bench_cluster(runs, 12_000),
+        "triggers": lambda: bench_triggers(
+            base, runs, 10.0 if quick else 20.0, 50_000 if quick else 200_000
+        ),
+    }
 
 
 def _print_table() -> None:

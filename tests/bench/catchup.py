@@ -35,8 +35,9 @@ def _measure() -> dict[str, Any]:
     core = PartitionScheduler(0, fired_through=start, rates=TenantRates(rate))
     at_once = 0
     for i in range(jobs):
-        job = JobSchedule(f"acme/j{i}", every_ms=second, tenant="acme",
-                          misfire=Misfire("ALL", 1000, 3 * hour))  # fmt: skip
+        job = JobSchedule(
+            f"acme/j{i}", every_ms=second, tenant="acme", misfire=Misfire("ALL", 1000, 3 * hour)
+        )
         actions = core.recover(job, now=now, known=True, arrived_ms=start)
         at_once += sum(1 for a in actions if type(a) is Fire)
     at_once += sum(1 for a in core.due(now) if type(a) is Fire)
@@ -57,8 +58,14 @@ def catchup_first_second(code_root: str | Path) -> dict[str, Any]:
     """``_measure`` run against the checkout at ``code_root`` (its result as a dict)."""
     source = textwrap.dedent(inspect.getsource(_measure))
     script = f"from typing import Any\n{source}\nimport json\nprint(json.dumps(_measure()))\n"
-    done = subprocess.run([sys.executable, "-c", script], cwd=code_root, check=False,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=code_root,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if done.returncode:
         raise RuntimeError(f"catch-up measurement in {code_root} failed: {done.stderr}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])

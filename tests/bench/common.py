@@ -155,6 +155,8 @@ def pct(values: Sequence[float], q: float) -> float:
     maximum."""
     if not 0 <= q <= 1:
         raise ValueError(f"pct takes a fraction in [0, 1], not {q!r} (p99 is 0.99)")
+    if not values:
+        raise ValueError("pct of no values: nothing was measured (no run in the window?)")
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 

@@ -26,8 +26,9 @@ def _json(client: httpx.Client, method: str, path: str, body: Any) -> httpx.Resp
     """``body`` as JSON the way any client may write it: a lone surrogate as its escape
     (httpx itself cannot encode one)."""
     content = json.dumps(body).encode()
-    return client.request(method, path, content=content,
-                          headers={"content-type": "application/json"})  # fmt: skip
+    return client.request(
+        method, path, content=content, headers={"content-type": "application/json"}
+    )
 
 
 def test_a_lone_surrogate_is_a_422_naming_its_field(
@@ -84,14 +85,17 @@ def test_the_admission_refuses_a_raw_command_whose_text_is_not_utf8_and_goes_on(
         job = client.put(_spec_job(f"https://example.com/{'Z' * 3}"))
         assert job.accepted, job.reason
         command = TenantCommand(
-            command_id="raw-1", action=TenantAction.PUT, job_id="raw", issued_at=utc_now(),
+            command_id="raw-1",
+            action=TenantAction.PUT,
+            job_id="raw",
+            issued_at=utc_now(),
             job=_spec_job("https://example.com/ZZZ"),
-        )  # fmt: skip
+        )
         value = client.publisher.codec.encode(client.commands, command)
         assert value.count(b"ZZZ") == 1
         client.publisher.producer.produce(
             client.commands, key=b"raw", value=value.replace(b"ZZZ", b"\xed\xb3\xbf")
-        )  # fmt: skip
+        )
         client.publisher.producer.flush(30)
         after = client.put(_spec_job("https://example.com/after"))
         assert after.accepted, after.reason

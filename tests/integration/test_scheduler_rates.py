@@ -47,13 +47,19 @@ def _outage(ns: Settings, hours: int) -> int:
     topics, began = Topics(ns), utc_now()
     publisher = Publisher(ns)
     for i in range(JOBS):
-        publisher.publish(topics.jobs, JobDefinition(
-            job_id=f"acme/c{i}", tenant="acme", updated_at=began,
-            target=Target(type="http", url="https://example.com/hook"),
-            schedule=IntervalSchedule(every_ms=60_000, anchor=began - timedelta(days=1)),
-            misfire=MisfirePolicy(policy=MisfireKind.ALL, max_catchup=CATCHUP,
-                                  catchup_window_ms=3 * 3_600_000),
-        ))  # fmt: skip
+        publisher.publish(
+            topics.jobs,
+            JobDefinition(
+                job_id=f"acme/c{i}",
+                tenant="acme",
+                updated_at=began,
+                target=Target(type="http", url="https://example.com/hook"),
+                schedule=IntervalSchedule(every_ms=60_000, anchor=began - timedelta(days=1)),
+                misfire=MisfirePolicy(
+                    policy=MisfireKind.ALL, max_catchup=CATCHUP, catchup_window_ms=3 * 3_600_000
+                ),
+            ),
+        )
     publisher.close()
     fired_through = to_ms(began) - hours * 3_600_000
     spec = topics.spec(topics.jobs)
@@ -75,16 +81,20 @@ def test_a_catchup_after_an_outage_is_deferred_by_the_tenants_rate(
     ns: Settings, tmp_path: Path
 ) -> None:
     _outage(ns, hours=2)
-    sched = CronstreamProcess(ns, tmp_path, "s", "--tenant-fires-per-second", str(RATE),
-                              "--lookahead-ms", "0")  # fmt: skip
+    sched = CronstreamProcess(
+        ns, tmp_path, "s", "--tenant-fires-per-second", str(RATE), "--lookahead-ms", "0"
+    )
     try:
         sched.wait_live(1)
         owed = JOBS * (CATCHUP + 1)
         deadline = time.monotonic() + 180
         while True:
             # What the recovery settled is flagged (the crash may have come after it).
-            stamps = sorted(r.timestamp_ms for r in read_topic(ns, Topics(ns).runs(Priority.NORMAL))
-                            if r.headers.get("possible_duplicate") == "true")  # fmt: skip
+            stamps = sorted(
+                r.timestamp_ms
+                for r in read_topic(ns, Topics(ns).runs(Priority.NORMAL))
+                if r.headers.get("possible_duplicate") == "true"
+            )
             if len(stamps) >= owed or time.monotonic() > deadline:
                 break
             time.sleep(2)

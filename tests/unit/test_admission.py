@@ -29,10 +29,12 @@ from schemas.tenancy import (
 
 NOW = datetime(2026, 11, 24, 12, tzinfo=UTC)
 JOB = JobDefinition(
-    job_id="ignored", tenant="someone-else", updated_at=NOW,
+    job_id="ignored",
+    tenant="someone-else",
+    updated_at=NOW,
     schedule=CronSchedule(expression="0 2 * * *"),
     target=Target(type="http", url="https://example.com/hook"),
-)  # fmt: skip
+)
 
 
 def command(
@@ -280,16 +282,20 @@ def test_every_code_has_its_http_status_and_a_policy_refusal_is_403() -> None:
 @pytest.mark.parametrize(
     ("kw", "field"),
     [
-        ({"job": replace(JOB, target=replace(JOB.target, url="https://e.com/\udcff"))},
-         "job.target.url"),
+        (
+            {"job": replace(JOB, target=replace(JOB.target, url="https://e.com/\udcff"))},
+            "job.target.url",
+        ),
         ({"job": replace(JOB, payload="\udcff")}, "job.payload"),
-        ({"job": replace(JOB, target=replace(JOB.target, headers={"X": "\ud800"}))},
-         "job.target.headers.X"),
+        (
+            {"job": replace(JOB, target=replace(JOB.target, headers={"X": "\ud800"}))},
+            "job.target.headers.X",
+        ),
         ({"idempotency_key": "k\udcff"}, "idempotency_key"),
         ({"reason": "\udcff"}, "reason"),
         ({"job_id": "x\udcff"}, "job_id"),
     ],
-)  # fmt: skip
+)
 def test_text_no_topic_can_carry_is_refused_by_field_and_the_answer_can_be_written(
     kw: dict[str, Any], field: str
 ) -> None:

@@ -44,9 +44,20 @@ REVIEWED = {
 }
 
 CONTAINER_CALLS = frozenset(
-    {"dict", "set", "list", "defaultdict", "OrderedDict", "Counter", "deque",
-     "WeakValueDictionary", "WeakKeyDictionary", "WeakSet", "ChainMap"}
-)  # fmt: skip
+    {
+        "dict",
+        "set",
+        "list",
+        "defaultdict",
+        "OrderedDict",
+        "Counter",
+        "deque",
+        "WeakValueDictionary",
+        "WeakKeyDictionary",
+        "WeakSet",
+        "ChainMap",
+    }
+)
 GROWING_METHODS = frozenset(
     {"setdefault", "append", "add", "update", "extend", "insert", "appendleft", "__setitem__"}
 )
@@ -175,9 +186,12 @@ def test_a_refused_cron_expression_leaves_nothing_behind() -> None:
             job_from_spec({**spec, "cron": _long_cron(i)}, max_payload_bytes=1024)
 
     def admit(i: int) -> None:
-        job = JobDefinition(job_id="j", target=Target(type="http", url="https://e.x/h"),
-                            schedule=CronSchedule(expression=_long_cron(i)),
-                            updated_at=utc_now())  # fmt: skip
+        job = JobDefinition(
+            job_id="j",
+            target=Target(type="http", url="https://e.x/h"),
+            schedule=CronSchedule(expression=_long_cron(i)),
+            updated_at=utc_now(),
+        )
         assert any("over 256" in p for p in problems(job, max_payload_bytes=1024))
 
     put(0), admit(0)  # first use: imports, compiled patterns

@@ -350,14 +350,23 @@ def test_a_tenants_node_runs_wait_for_its_fire_rate_and_none_is_dropped() -> Non
     from streams.core.rates import TenantRates
     from streams.flows import _Runner
 
-    wide = flow_from_spec({"id": "etl", "nodes": [
-        {"name": f"n{i}", "target": "python", "callable": "m:f"} for i in range(30)]},
-        max_payload_bytes=65536)  # fmt: skip
+    wide = flow_from_spec(
+        {
+            "id": "etl",
+            "nodes": [{"name": f"n{i}", "target": "python", "callable": "m:f"} for i in range(30)],
+        },
+        max_payload_bytes=65536,
+    )
     codec = Codec(FakeRegistry())  # type: ignore[arg-type]
     coordinator = Coordinator(SETTINGS, codec, Known(etl=wide))  # type: ignore[arg-type]
     sent: list[tuple[str, bytes]] = []
-    runner = _Runner(coordinator, codec, _Table(""), {t: _Out(sent, t) for t in TOPICS.names()},
-                     rates=TenantRates(10))  # fmt: skip
+    runner = _Runner(
+        coordinator,
+        codec,
+        _Table(""),
+        {t: _Out(sent, t) for t in TOPICS.names()},
+        rates=TenantRates(10),
+    )
     clock, waits = [1_800_000_000_000], list[float]()
 
     async def sleep(seconds: float) -> None:
@@ -368,8 +377,14 @@ def test_a_tenants_node_runs_wait_for_its_fire_rate_and_none_is_dropped() -> Non
     runner.sleep = sleep  # type: ignore[method-assign]
 
     def start(flow_run: str, tenant: str) -> None:
-        event = FlowEvent(flow_id="etl", flow_run_id=flow_run, kind=FlowEventKind.START,
-                          scheduled_at=SLOT, at=SLOT, tenant=tenant)  # fmt: skip
+        event = FlowEvent(
+            flow_id="etl",
+            flow_run_id=flow_run,
+            kind=FlowEventKind.START,
+            scheduled_at=SLOT,
+            at=SLOT,
+            tenant=tenant,
+        )
         asyncio.run(runner.handle_batch([_FaustEvent(codec.encode(TOPICS.flow_events, event))]))
 
     start("etl@manual:1", "acme")

@@ -58,8 +58,13 @@ def exchange(
     headers = [(b"host", host.encode())] if host is not None else []
     if length is not None:
         headers.append((b"content-length", length.encode()))
-    scope: Scope = {"type": "http", "method": "PUT", "path": "/v1/jobs/x", "headers": headers,
-                    "scheme": scheme}  # fmt: skip
+    scope: Scope = {
+        "type": "http",
+        "method": "PUT",
+        "path": "/v1/jobs/x",
+        "headers": headers,
+        "scheme": scheme,
+    }
 
     async def receive() -> Message:
         got.chunks_read += 1

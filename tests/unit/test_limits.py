@@ -107,7 +107,9 @@ def test_the_worker_refuses_a_run_request_over_the_limits(
 def test_unencodable_names_every_field_holding_a_lone_surrogate_and_nothing_else() -> None:
     spec = {"url": "ok é", "headers": {"X\udcff": "v", "Y": ["a", "\ud800b"]}, "n": 5}
     assert [p.partition(" holds")[0] for p in unencodable(spec)] == [
-        "the name of headers.'X\\udcff'", "headers.Y[1]"]  # fmt: skip
+        "the name of headers.'X\\udcff'",
+        "headers.Y[1]",
+    ]
     assert "U+D800 at character 0" in unencodable(spec)[1]
     assert unencodable({"text": "ünïcode ✓", "emoji": "\U0001f600"}) == []
     assert carried("a\udcffb").encode() == b"a\\udcffb"

@@ -34,10 +34,45 @@ from schemas.redact import (
 )
 
 # The shapes: scheme runs, separators, userinfo, escapes, queries, quotes and spaces.
-PIECES = ["://", "a.", "@", "%", "%2", "?x=", "?token=t&", "&", "=", ";", "#", " ", '"',
-          "'", "<", ">", "\t", "\n", "a", "A", "1", "_", "-", "+", "/", ":", "[", "]", "é",
-          "\u212a", "HTTP", "https://u:pw@h/p?token=s&x=1", "key=", "%74oken=", "sig",
-          "\x00", "\x1c"]  # fmt: skip
+PIECES = [
+    "://",
+    "a.",
+    "@",
+    "%",
+    "%2",
+    "?x=",
+    "?token=t&",
+    "&",
+    "=",
+    ";",
+    "#",
+    " ",
+    '"',
+    "'",
+    "<",
+    ">",
+    "\t",
+    "\n",
+    "a",
+    "A",
+    "1",
+    "_",
+    "-",
+    "+",
+    "/",
+    ":",
+    "[",
+    "]",
+    "é",
+    "\u212a",
+    "HTTP",
+    "https://u:pw@h/p?token=s&x=1",
+    "key=",
+    "%74oken=",
+    "sig",
+    "\x00",
+    "\x1c",
+]
 texts = st.lists(st.sampled_from(PIECES), max_size=40).map("".join)
 
 _URL_IN_TEXT = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s\"'<>]+")

@@ -210,6 +210,20 @@ def test_wheel_keeps_far_items_out_of_the_buckets_and_promotes_them_in_budget() 
     assert len(wheel) == 0
 
 
+def test_wheel_purge_drops_refused_items_near_and_far_and_keeps_the_rest_in_order() -> None:
+    wheel = TimingWheel(tick_ms=10, horizon_ms=1000)
+    wheel.promote(0)
+    for i in range(20):
+        wheel.add(100 + i, i)  # near
+        wheel.add(5000 + i, 100 + i)  # far
+    assert wheel.purge(lambda item: item % 2 == 0) == 20
+    assert (wheel.near, wheel.far) == (10, 10)
+    due, complete = wheel.pop_due(6000)
+    assert complete
+    assert [item for _, item in due] == [*range(0, 20, 2), *range(100, 120, 2)]
+    assert len(wheel) == 0
+
+
 def test_wheel_fires_items_added_in_the_past_on_the_next_pass() -> None:
     wheel = TimingWheel(tick_ms=10, horizon_ms=1000)
     wheel.pop_due(10_000)

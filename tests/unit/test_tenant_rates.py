@@ -93,16 +93,19 @@ OUTAGE = 2 * HOUR
 def catchup_jobs(count: int, tenant: str = "acme") -> list[JobSchedule]:
     """Jobs every 10 s with misfire ``all`` (5 catch-up runs) over a 3-hour window: a
     2-hour outage owes each 6 late slots (the 60 s threshold) and 5 catch-up runs."""
-    return [JobSchedule(f"{tenant}/c{i}", every_ms=10 * S, tenant=tenant,
-                        misfire=Misfire("ALL", 5, 3 * HOUR)) for i in range(count)]  # fmt: skip
+    return [
+        JobSchedule(
+            f"{tenant}/c{i}", every_ms=10 * S, tenant=tenant, misfire=Misfire("ALL", 5, 3 * HOUR)
+        )
+        for i in range(count)
+    ]
 
 
 def recovered(core: PartitionScheduler, jobs: list[JobSchedule], now: int) -> list[Fire]:
     """The fires of recovering ``jobs`` (known at the checkpoint) at ``now``."""
     out: list[Fire] = []
     for job in jobs:
-        out += [a for a in core.recover(job, now=now, known=True, arrived_ms=T0)
-                if type(a) is Fire]  # fmt: skip
+        out += [a for a in core.recover(job, now=now, known=True, arrived_ms=T0) if type(a) is Fire]
     return out
 
 
