@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from streams.core.misfire import Fire, Record
-from streams.core.partition import PartitionScheduler, Timer
+from streams.core.partition import DEAD_FLOOR, PartitionScheduler, Timer
 from streams.core.schedule import JobSchedule, Misfire
 from streams.core.wheel import TimingWheel
 
@@ -294,3 +294,17 @@ def test_a_replaced_definition_owes_the_slots_since_the_checkpoint() -> None:
         every_minute(), now=T0 + 3 * MIN, known=False, arrived_ms=T0 + 2 * MIN + 1, replaced=True
     )
     assert [s for s, _, _ in fires(actions)] == [T0 + MIN, T0 + 2 * MIN, T0 + 3 * MIN]
+
+
+def test_jobs_put_then_deleted_or_replaced_leave_a_bounded_number_of_dead_wheel_entries() -> None:
+    """Found by review: each deleted job's next slot stayed in the wheel until due, so
+    put/delete of fresh ids grew the scheduler without bound (a year for @yearly)."""
+    core = PartitionScheduler(0, fired_through=T0)
+    core.put(every_minute("keeper"), now=T0)
+    for i in range(20_000):
+        core.put(JobSchedule(f"fresh-{i}", every_ms=3_600_000), now=T0)
+        core.delete(f"fresh-{i}")
+    for i in range(20_000):
+        core.put(JobSchedule("changing", every_ms=3_600_000 + i), now=T0)
+    assert len(core.wheel) <= DEAD_FLOOR + 2
+    assert fires(core.due(T0 + MIN)) == [(T0 + MIN, "SCHEDULE", False)]  # the live job
