@@ -41,7 +41,7 @@ triggers skip what they decided).
 
 **Tenants' rates.** A tenant's event runs are limited like its manual triggers:
 ``tenant_runs_per_minute`` (the admission's ``--triggers-per-minute`` by default),
-a GCRA bucket per tenant (``streams.core.rates``). A source partition whose tenant has
+a sliding one-second window per tenant (``streams.core.rates``). A source partition whose tenant has
 reached its rate is held (paused, its position kept at the record not yet read) until
 the rate allows the next run: nothing is dropped, the tenant's lag grows. Operators'
 jobs (tenant ``default``) are not limited.

@@ -15,19 +15,27 @@ MIN = 60_000
 T0 = 1_800_000_000_000 - (1_800_000_000_000 % MIN)
 
 
-def test_reserve_books_one_moment_per_fire_after_a_seconds_burst() -> None:
+def test_reserve_books_at_most_the_rate_in_any_second() -> None:
+    """Found by review: a token bucket let 19 fires out in the first second at 10/s (a
+    second's burst, then the refill); now a window of one second holds 10 at most."""
     rates = TenantRates(10)
-    moments = [rates.reserve("acme", T0) for _ in range(13)]
+    moments = [rates.reserve("acme", T0) for _ in range(23)]
     assert moments[:10] == [T0] * 10
-    assert moments[10:] == [T0 + 100, T0 + 200, T0 + 300]
-    assert rates.deferred == Counter({"acme": 3})
+    assert moments[10:20] == [T0 + 1000] * 10
+    assert moments[20:] == [T0 + 2000] * 3
+    assert rates.deferred == Counter({"acme": 13})
+    for start in range(T0, T0 + 3000, 50):  # any one-second window
+        assert sum(start <= m < start + 1000 for m in moments) <= 10
+    assert rates.reserve("acme", T0 + 5000) == T0 + 5000  # idle since: at once again
+    slow = TenantRates(0.5)  # under one a second: one per two seconds
+    assert [slow.reserve("acme", T0) for _ in range(3)] == [T0, T0 + 2000, T0 + 4000]
     assert rates.reserve("beta", T0) == T0  # another tenant's bucket
     assert not rates.limited("default")
     assert not TenantRates(0).limited("acme")
     assert TenantRates(10, overrides={"acme": 0}).limited("beta")
     half = TenantRates(10)
     half.share = 0.5  # the processor owns half the partitions: half the rate
-    assert [half.reserve("acme", T0) for _ in range(6)][-1] == T0 + 200
+    assert [half.reserve("acme", T0) for _ in range(6)][-1] == T0 + 1000
 
 
 def test_ready_at_tells_when_the_next_fire_may_happen_without_booking_it() -> None:
@@ -35,10 +43,10 @@ def test_ready_at_tells_when_the_next_fire_may_happen_without_booking_it() -> No
     assert rates.ready_at("acme", T0) == T0
     for _ in range(10):
         rates.reserve("acme", T0)
-    assert rates.ready_at("acme", T0) == T0 + 100  # the burst is spent
-    assert rates.ready_at("acme", T0) == T0 + 100  # asked again: nothing was booked
-    assert rates.ready_at("acme", T0 + 100) == T0 + 100
-    assert rates.reserve("acme", T0 + 100) == T0 + 100
+    assert rates.ready_at("acme", T0) == T0 + 1000  # the second's ten are spent
+    assert rates.ready_at("acme", T0) == T0 + 1000  # asked again: nothing was booked
+    assert rates.ready_at("acme", T0 + 1000) == T0 + 1000
+    assert rates.reserve("acme", T0 + 1000) == T0 + 1000
     assert rates.ready_at("beta", T0) == T0
 
 

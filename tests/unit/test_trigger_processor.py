@@ -159,7 +159,7 @@ class Consumer:
 
 def test_a_tenants_event_runs_over_its_rate_hold_the_partition_and_none_is_dropped() -> None:
     """At 2 runs/s, five records: two run, the partition is held at the third (paused,
-    seeked back to it, read no further); a second later it is released and read again
+    seeked back to it, read no further); when the first two are a second old it is released and read again
     from there: two more run, held at the fifth. Every record runs once, in order."""
     h = Harness(replace(job("acme/each"), tenant="acme"))
     p = h.processor
@@ -171,7 +171,7 @@ def test_a_tenants_event_runs_over_its_rate_hold_the_partition_and_none_is_dropp
     p.clock = lambda: now[0]
     h.read(*({"n": n} for n in range(5)))
     assert [r.run_id for r in h.runs()] == ["acme/each@evt:orders:0:0", "acme/each@evt:orders:0:1"]
-    assert (owned.position, owned.held_until) == (2, 1_800_000_000_500)
+    assert (owned.position, owned.held_until) == (2, 1_800_000_001_000)
     assert p.consumer.calls == [("pause", 0), ("seek", 2)]  # type: ignore[attr-defined]
     h.read({"n": 5})  # fetched before the pause took: not read while held
     assert len(h.runs()) == 2
