@@ -4,7 +4,8 @@ imports are that checkout's. It uses only what both revisions measured have, and
 one line of JSON.
 
     python -c "$(cat tests/bench/isolation_probes.py)" redact
-    python -c "$(cat tests/bench/isolation_probes.py)" catchup
+
+(The catch-up probe is ``tests.bench.catchup``, which runs the same way.)
 """
 
 from __future__ import annotations
