@@ -32,15 +32,16 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
+from typing import NamedTuple
+from urllib.parse import urlsplit
 
 from infra.tenants import add_tenant, remove_tenant
 from runtime.kafka.publisher import Publisher
@@ -65,6 +66,7 @@ from tests.bench.common import (
     rss_mib,
     started_ms,
 )
+from tests.bench.target_rows import http_server
 from tests.bench.workers import Pipeline
 from tests.integration.helpers import (
     CronstreamProcess,
@@ -128,45 +130,63 @@ def _put(url: str, token: str, job_id: str, body: bytes) -> int:
         return error.code
 
 
+class _Front(NamedTuple):
+    """An admission and an API of ``code`` serving ``url``."""
+
+    url: str
+    admission: CronstreamProcess
+    api: CronstreamProcess
+
+
+@contextmanager
+def _front(settings: Settings, code: Path | None, *admission_args: str) -> Iterator[_Front]:
+    """An admission (with ``admission_args``) and an API of the checkout ``code`` (None:
+    this one) in ``settings``' namespace, both live; stopped after."""
+    logdir = Path(tempfile.mkdtemp(prefix="csbench-"))
+    port = free_port()
+    admission = CronstreamProcess(
+        settings, logdir, "admission", *admission_args, command="admission", code=code
+    )
+    api = CronstreamProcess(settings, logdir, "api", "--port", str(port), command="api", code=code)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        admission.wait_live(1, timeout=120, text="jobs topic read")
+        wait_http_up(url)
+        yield _Front(url, admission, api)
+    finally:
+        api.stop()
+        admission.stop()
+
+
 def refused_crons(base: Settings, code: Path | None, count: int) -> tuple[float, float]:
     """(API RSS growth, admission RSS growth) in MiB over ``count`` refused 600 KB crons,
     after 20 of them as a warm-up."""
     with namespace(base) as settings:
         tenant = f"bench{uuid.uuid4().hex[:6]}"
         add_tenant(settings, tenant)
-        logdir = Path(tempfile.mkdtemp(prefix="csbench-"))
-        port = free_port()
-        admission = CronstreamProcess(settings, logdir, "admission", command="admission", code=code)
-        api = CronstreamProcess(
-            settings, logdir, "api", "--port", str(port), command="api", code=code
-        )
-        url = f"http://127.0.0.1:{port}"
         try:
-            admission.wait_live(1, timeout=120, text="jobs topic read")
-            wait_http_up(url)
-            token = token_path(settings, tenant).read_text().strip()
+            with _front(settings, code) as (url, admission, api):
+                token = token_path(settings, tenant).read_text().strip()
 
-            def api_round(first: int, n: int) -> None:
-                for i in range(first, first + n):
-                    spec = {"cron": _long_cron(i), "target": "http", "url": "https://example.com/h"}
-                    status = _put(url, token, f"j{i}", json.dumps(spec).encode())
-                    if status < 400 or status >= 500:
-                        raise RuntimeError(f"a 600 KB cron answered {status}, not a refusal")
+                def api_round(first: int, n: int) -> None:
+                    for i in range(first, first + n):
+                        spec = {"cron": _long_cron(i), "target": "http", "url": "https://e.x/h"}
+                        status = _put(url, token, f"j{i}", json.dumps(spec).encode())
+                        if status < 400 or status >= 500:
+                            raise RuntimeError(f"a 600 KB cron answered {status}, not a refusal")
 
-            api_round(0, 20)
-            api_before = _settled_rss(api.proc.pid)
-            api_round(20, count)
-            api_growth = _settled_rss(api.proc.pid) - api_before
+                api_round(0, 20)
+                api_before = _settled_rss(api.proc.pid)
+                api_round(20, count)
+                api_growth = _settled_rss(api.proc.pid) - api_before
 
-            commands = _TenantCommands(settings, tenant)
-            commands.write(0, 20)
-            admission_before = _settled_rss(admission.proc.pid)
-            commands.write(20, count)
-            admission_growth = _settled_rss(admission.proc.pid) - admission_before
-            return api_growth, admission_growth
+                commands = _TenantCommands(settings, tenant)
+                commands.write(0, 20)
+                admission_before = _settled_rss(admission.proc.pid)
+                commands.write(20, count)
+                admission_growth = _settled_rss(admission.proc.pid) - admission_before
+                return api_growth, admission_growth
         finally:
-            api.stop()
-            admission.stop()
             remove_tenant(settings, tenant)
 
 
@@ -247,19 +267,6 @@ class _Adversarial(BaseHTTPRequestHandler):
         return None
 
 
-@contextmanager
-def _adversarial_server() -> Iterator[int]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Adversarial)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield int(server.server_address[1])
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 QUIET_JOBS, HOSTILE_JOBS = 100, 10
 
 
@@ -267,13 +274,13 @@ def hostile_target(base: Settings, code: Path | None, hostile: bool) -> float:
     """Tenant quiet's due-to-start p99 (ms) on one worker with 100 no-op jobs a second,
     beside (``hostile``) tenant hostile's 10 http jobs a second to a server answering
     the 64 KiB text."""
-    with namespace(base) as settings, _adversarial_server() as port:
+    with namespace(base) as settings, http_server(_Adversarial) as url:
         quiet = dataclasses.replace(
             job("quiet/q", every_ms=1000, jitter_ms=999, target=NOOP_TARGET), tenant="quiet"
         )
         put_jobs(settings, QUIET_JOBS, lambda i: dataclasses.replace(quiet, job_id=f"quiet/q-{i}"))
         if hostile:
-            hook = Target(type="http", url=f"http://127.0.0.1:{port}/hook")
+            hook = Target(type="http", url=url)
             bad = dataclasses.replace(
                 job("hostile/h", every_ms=1000, jitter_ms=999, target=hook), tenant="hostile"
             )
@@ -282,7 +289,7 @@ def hostile_target(base: Settings, code: Path | None, hostile: bool) -> float:
             )
         grants = (
             "--grant",
-            f"hostile:http=127.0.0.1:{port}",
+            f"hostile:http={urlsplit(url).netloc}",
             "--grant",
             "quiet:python=tests.bench.targets:noop",
         )
@@ -418,26 +425,13 @@ def _fuzz(base: Settings, code: Path | None) -> float:
         names = (f"fa{uuid.uuid4().hex[:8]}", f"fb{uuid.uuid4().hex[:8]}")
         for name in names:
             add_tenant(settings, name)
-        logdir = Path(tempfile.mkdtemp(prefix="csbench-"))
-        port = free_port()
-        limits = ("--max-jobs", "3", "--triggers-per-minute", "2")
-        admission = CronstreamProcess(
-            settings, logdir, "admission", *limits, command="admission", code=code
-        )
-        api = CronstreamProcess(
-            settings, logdir, "api", "--port", str(port), command="api", code=code
-        )
-        url = f"http://127.0.0.1:{port}"
         try:
-            admission.wait_live(1, timeout=120, text="jobs topic read")
-            wait_http_up(url)
-            report = fuzz(url, callers(settings, names[0]), max_examples=15)
+            with _front(settings, code, "--max-jobs", "3", "--triggers-per-minute", "2") as front:
+                report = fuzz(front.url, callers(settings, names[0]), max_examples=15)
             print(f"  fuzz {'this' if code is None else BASELINE}: {report.summary()}")
             for line in report.server_errors[:5]:
                 print(f"    {line}")
             return float(len(report.server_errors))
         finally:
-            api.stop()
-            admission.stop()
             for name in names:
                 remove_tenant(settings, name)

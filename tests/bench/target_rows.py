@@ -51,9 +51,9 @@ class _Ok(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def http_server() -> Iterator[str]:
-    """A local HTTP/1.1 server answering every POST with 200; yields its URL."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Ok)
+def http_server(handler: type[BaseHTTPRequestHandler] = _Ok) -> Iterator[str]:
+    """A local HTTP/1.1 server (by default answering every POST with 200); yields its URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
