@@ -40,9 +40,11 @@ threshold: it runs again (flagged) or is recorded MISSED/SKIPPED; none is silent
 the bounds of ``streams.core.misfire`` hold for each settlement. The cost: while a long
 catch-up drains at the rate, the checkpoint stays at its earliest slot, so a crash
 meanwhile settles the partition's jobs from there again (the runs already emitted come
-again flagged, at the rate); so does, for its own job, a changed definition put or a
-far entry loaded meanwhile (both settle from ``fired_through``): the slots it emitted
-since come again under the same run ids, or are recorded by its misfire policy.
+again flagged, at the rate); so does, for its own job, a far entry loaded meanwhile
+(it settles from ``fired_through``, flagged). A changed definition put meanwhile does
+not: a job remembers through which due time its slots were decided (``decided``: fired,
+deferred or recorded), the new version settles from there, and the old version's
+deferred fires still leave as decided (as runs emitted ahead do).
 """
 
 from __future__ import annotations
@@ -79,9 +81,8 @@ class Timer:
 @dataclass(frozen=True, slots=True)
 class Deferred:
     """A fire its tenant's rate deferred, held in the wheel until the moment booked for
-    it: the fire as decided and the generation of the job that decided it."""
+    it: the fire as decided."""
 
-    gen: int
     fire: Fire
 
 
@@ -188,8 +189,14 @@ class PartitionScheduler:
         self, job: JobSchedule, *, now: int, settled: int, possible_duplicate: bool
     ) -> list[Action]:
         job.gen = next(self._generations)
-        if self.jobs.get(job.job_id) is not None:
+        old = self.jobs.get(job.job_id)
+        if old is not None:
             self._orphaned()  # the replaced version's next slot
+            if job.kind is not Kind.ONCE:
+                # What the version it replaces decided stays decided: its deferred fires
+                # still leave, and nothing is settled twice when the checkpoint is held
+                # behind them (a catch-up draining at the tenant's rate).
+                settled = max(settled, old.decided)
         self.jobs[job.job_id] = job
         if job.kind is Kind.ONCE and self.once_done.get(job.job_id) == job.at_ms:
             return []
@@ -206,14 +213,15 @@ class PartitionScheduler:
         actions: list[Action] = []
         for action in outcome.actions:
             if type(action) is Fire:
-                self._rated(action, job.gen, actions, now)
+                self._rated(action, actions, now)
             else:
                 actions.append(action)
+        job.decided = max(job.decided, now, settled)
         # The walk found the first slot due after max(now, settled) on its way.
         self._hold_slot(job, outcome.next_slot)
         return actions
 
-    def _rated(self, fire: Fire, gen: int, out: list[Action], now: int) -> None:
+    def _rated(self, fire: Fire, out: list[Action], now: int) -> None:
         """``fire`` into ``out``, or deferred to the moment its tenant's rate booked for
         it (the module's text: the checkpoint stays before it)."""
         rates, job = self.rates, fire.job
@@ -223,7 +231,7 @@ class PartitionScheduler:
             and rates.limited(job.tenant)
             and ((at := rates.reserve(job.tenant, now)) > now)
         ):
-            self.wheel.add(at, Deferred(gen, fire))
+            self.wheel.add(at, Deferred(fire))
             due = fire.due_ms
             count = self.deferred.get(due, 0)
             if not count:
@@ -349,10 +357,11 @@ class PartitionScheduler:
             job = jobs.get(job_id)
             if job is None or job.gen != gen:
                 continue  # replaced or deleted since this entry was scheduled
+            job.decided = max(job.decided, due_ms)
             if job.paused:
                 out.append(Record(job_id, slot, "SKIPPED", "job paused", job))
             else:
-                self._rated(Fire(job_id, slot, due_ms, "SCHEDULE", False, job), gen, out, now)
+                self._rated(Fire(job_id, slot, due_ms, "SCHEDULE", False, job), out, now)
             if job.kind is Kind.ONCE:
                 self.once_done[job_id] = slot
                 if self.far is not None:
@@ -361,10 +370,11 @@ class PartitionScheduler:
                 self._schedule_next(job, after_due=due_ms)
 
     def _deferred_due(self, item: Deferred, out: list[Action]) -> None:
-        """A fire its tenant's rate deferred comes due: emitted now as it was decided
-        (or skipped, if the job was paused meanwhile; dropped if it was replaced or
-        deleted: the new definition settled its own slots). A job gone to the far tier
-        meanwhile fires as it was deferred, unless it was deleted."""
+        """A fire its tenant's rate deferred comes due: emitted now as it was decided,
+        also when its job was changed meanwhile (the new version settles from what the
+        old one decided: ``_apply``), like a run emitted ahead; skipped if the job is
+        paused now, dropped if it was deleted. A job gone to the far tier meanwhile fires
+        as it was deferred, unless it was deleted."""
         fire = item.fire
         left = self.deferred[fire.due_ms] - 1
         if left:
@@ -374,7 +384,7 @@ class PartitionScheduler:
         job = self.jobs.get(fire.job_id)
         if job is None and self.far is not None:
             job = None if self.far.load(fire.job_id) is None else fire.job
-        if job is None or job.gen != item.gen:
+        if job is None:
             return
         if job.paused:
             out.append(Record(fire.job_id, fire.slot_ms, "SKIPPED", "job paused", job))

@@ -62,6 +62,7 @@ class JobSchedule:
         "anchor_ms",
         "at_ms",
         "body",
+        "decided",
         "end_ms",
         "entry_due",
         "every_ms",
@@ -118,6 +119,10 @@ class JobSchedule:
         self.gen = 0
         # With a far tier: the due time of its durable entry, when known (``core.far``).
         self.entry_due: int | None = None
+        # Every slot of this definition due at or before it has been decided (fired,
+        # deferred by its tenant's rate, or recorded): a changed definition settles from
+        # here when the partition's checkpoint is held further back (``core.partition``).
+        self.decided = -(2**62)
 
     def slot_after(self, after_ms: int) -> int | None:
         """The first slot strictly after ``after_ms`` inside the bounds, None if none."""

@@ -24,7 +24,9 @@ from hypothesis import strategies as st
 
 from schemas.definition.values import parse_duration
 from schemas.redact import (
+    FULL_URLS,
     MASK,
+    MAX_PARSED_QUERY,
     MIN_PART,
     _forms,
     redact_text,
@@ -114,6 +116,26 @@ def test_no_credential_survives_among_hostile_shapes(before: str, after: str) ->
     assert "t0psecret" not in shown
 
 
+@settings(max_examples=200, deadline=None)
+@given(texts, st.integers(min_value=FULL_URLS - 2, max_value=FULL_URLS + 70))
+def test_past_the_urls_redacted_one_by_one_no_credential_survives_either(
+    noise: str, many: int
+) -> None:
+    """A text of thousands of URLs is redacted coarsely past ``FULL_URLS`` (URL by URL it
+    held the worker's loop 20-50 ms a 64 KiB): still no userinfo and no query shown."""
+    secret = " https://bob:hunter2@h.example/x?token=t0psecret&page=2 "
+    shown = redact_text(noise + secret * many + noise)
+    assert "hunter2" not in shown
+    assert "t0psecret" not in shown
+    assert shown.count("h.example/x") == many  # the hosts and paths are kept
+
+
+def test_a_query_too_long_to_take_apart_is_masked_whole() -> None:
+    long = "a=1&" * (MAX_PARSED_QUERY // 4 + 1)
+    assert redact_url(f"https://h.example/p?{long}token=x") == "https://h.example/p?***"
+    assert redact_url("https://h.example/p?a=1&token=x") == "https://h.example/p?a=1&token=***"
+
+
 def _reference_scrub(text: str, values: list[str]) -> str:
     """The edges as ``scrub`` cut them before: each place a form could start, tried."""
     forms = sorted({f for v in values for f in _forms(v)}, key=len, reverse=True)
@@ -176,3 +198,19 @@ def test_a_duration_is_read_part_by_part() -> None:
     for bad in ("1" * 30 + "x", "1.5.5s", "5 m x", "1s" * 600):
         with pytest.raises(ValueError, match=r"not a duration|over 1024"):
             parse_duration(bad)
+
+
+def test_a_text_of_thousands_of_urls_takes_apart_only_the_first_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each URL taken apart costs Python work (~4-30 us); 4,096 URLs of an output held the
+    worker's loop ~50 ms. Past ``FULL_URLS`` the regex engine masks the rest."""
+    from schemas import redact
+
+    calls = []
+    whole = redact.redact_url
+    monkeypatch.setattr(redact, "redact_url", lambda url: calls.append(url) or whole(url))
+    shown = redact.redact_text("a://u:p@h?token=1 " * 4096)
+    assert len(calls) == FULL_URLS
+    assert "u:p@" not in shown
+    assert "token=1" not in shown
