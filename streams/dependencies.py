@@ -121,9 +121,7 @@ class DependencyProcessor:
         self.done: dict[tuple[str, int], int] = {}  # the offsets last committed
         # The offsets read when no run was held: what a commit may claim (``_commit``).
         self.clear: dict[tuple[str, int], int] = {}
-        rates = TenantRates(
-            self.config.tenant_fire_rate, overrides=dict(self.config.tenant_fire_rates)
-        )
+        rates = TenantRates(self.config.tenant_fire_rate, overrides=self.config.tenant_fire_rates)
         self.held: Held[tuple[DependencyRun, bool]] = Held(rates)
         self.letters = True  # dead-letter refusals (not for records before the commit)
         self.faults = RecordFaults(STAGE)

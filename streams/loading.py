@@ -98,7 +98,7 @@ class Loader:
         # Fires per second per tenant, shared by every partition's core (``Ownership``
         # sets this processor's share).
         self.rates = (
-            TenantRates(config.tenant_fire_rate, overrides=dict(config.tenant_fire_rates))
+            TenantRates(config.tenant_fire_rate, overrides=config.tenant_fire_rates)
             if config.tenant_fire_rate > 0 or config.tenant_fire_rates
             else None
         )

@@ -20,6 +20,7 @@ from cronstream.cli.tenant_flags import fire_rates, register_fire_rates
 from producers.client import JobClient
 from producers.errors import UnknownJob
 from runtime.cassandra import cassandra_session
+from runtime.errors import SettingsError
 from schemas.definition import parse_instant
 from schemas.errors import SpecError
 from schemas.events import Priority, from_ms, iso, to_ms, utc_now
@@ -42,7 +43,7 @@ def cmd_runs_backfill(client: JobClient, args: argparse.Namespace) -> int:
         problems.append(f"--max-parallel must be 1 to {MAX_PARALLEL:,}")
     try:
         rate, overrides = fire_rates(args)
-    except ValueError as exc:
+    except SettingsError as exc:
         problems.append(str(exc))
     if problems:
         raise SpecError(f"backfill {job.job_id}", problems)
@@ -66,7 +67,7 @@ def cmd_runs_backfill(client: JobClient, args: argparse.Namespace) -> int:
                           f"{left_alone} left alone (ran)")  # fmt: skip
     backfill = Backfill(
         client, job, slots,
-        pace=Pace(args.max_parallel, TenantRates(rate, overrides=dict(overrides))),
+        pace=Pace(args.max_parallel, TenantRates(rate, overrides=overrides)),
         priority=Priority(args.priority.upper()), rerun=args.rerun, left_alone=left_alone,
         say=lambda line: print(line, file=sys.stderr, flush=True),
     )  # fmt: skip

@@ -6,10 +6,8 @@ from __future__ import annotations
 import argparse
 import os
 import socket
-import sys
 from typing import Any
 
-from cronstream.cli.common import EXIT_INVALID
 from cronstream.cli.tenant_flags import fire_rates, register_fire_rates
 from runtime.settings import Settings, env_int
 
@@ -43,11 +41,7 @@ def cmd_dependencies(settings: Settings, args: argparse.Namespace) -> int:
     from streams.dependencies import DependencyConfig, DependencyProcessor
 
     settings = settings.as_role("dependencies")  # its own Kafka user and ACLs
-    try:
-        rate, rates = fire_rates(args)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_INVALID
+    rate, rates = fire_rates(args)
     config = DependencyConfig(
         group=args.group or f"{settings.topic_prefix}.dependencies",
         name=args.name,

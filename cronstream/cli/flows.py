@@ -8,11 +8,9 @@ import json
 import logging
 import os
 import socket
-import sys
 from pathlib import Path
 from typing import Any
 
-from cronstream.cli.common import EXIT_INVALID
 from cronstream.cli.tenant_flags import fire_rates, register_fire_rates
 from producers.client import JobClient
 from producers.errors import UnknownJob
@@ -87,6 +85,8 @@ def cmd_flows_coordinator(settings: Settings, args: argparse.Namespace) -> int:
     from streams.core.rates import TenantRates
     from streams.flows import build_app
 
+    rate, overrides = fire_rates(args)  # a bad flag: refused before anything starts
+    rates = TenantRates(rate, overrides=overrides)
     setup_logging()
     if args.nice:
         # Below the fire path's priority where they share cores. Beside 5,000 fires/s
@@ -96,13 +96,6 @@ def cmd_flows_coordinator(settings: Settings, args: argparse.Namespace) -> int:
     serve_metrics(args.metrics_port)
     settings = settings.as_role("flows")  # its own Kafka user and ACLs
     stopping = stop_on_signals()  # until faust's own handlers: a stop while waiting
-
-    try:
-        rate, overrides = fire_rates(args)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_INVALID
-    rates = TenantRates(rate, overrides=dict(overrides))
 
     def built() -> tuple[Any, Any]:  # resolves its writer schemas
         reach(settings, (KAFKA, REGISTRY))

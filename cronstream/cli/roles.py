@@ -292,11 +292,7 @@ def cmd_scheduler(settings: Settings, args: argparse.Namespace) -> int:
     from streams.processor import MAX_LOOKAHEAD_MS, Processor
 
     settings = settings.as_role("scheduler")  # its own Kafka user and ACLs
-    try:
-        rate, rates = fire_rates(args)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_INVALID
+    rate, rates = fire_rates(args)
     if not 0 <= args.lookahead_ms <= MAX_LOOKAHEAD_MS:
         print(f"error: --lookahead-ms must be 0 to {MAX_LOOKAHEAD_MS}", file=sys.stderr)
         return EXIT_INVALID

@@ -9,6 +9,7 @@ import argparse
 import os
 from typing import Any
 
+from runtime.errors import SettingsError
 from runtime.settings import env_list
 
 
@@ -33,11 +34,15 @@ def register_fire_rates(p: Any) -> None:
 
 
 def fire_rates(args: argparse.Namespace) -> tuple[float, tuple[tuple[str, float], ...]]:
-    """``register_fire_rates``'s flags: (the rate, the tenants' own); ValueError names a
-    bad one."""
-    rates = tenant_values(args.tenant_fire_rate, "--tenant-fire-rate", 1_000_000)
+    """``register_fire_rates``'s flags: (the rate, the tenants' own). A bad one raises
+    SettingsError naming it, which the CLI answers as every invalid setting ("error: ...",
+    exit 2), so a role calls this without a handler of its own."""
+    try:
+        rates = tenant_values(args.tenant_fire_rate, "--tenant-fire-rate", 1_000_000)
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
     if args.tenant_fires_per_second < 0:
-        raise ValueError("--tenant-fires-per-second must be 0 or more")
+        raise SettingsError("--tenant-fires-per-second must be 0 or more")
     return args.tenant_fires_per_second, tuple((t, float(n)) for t, n in rates)
 
 

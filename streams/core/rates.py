@@ -27,7 +27,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import Counter, deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -40,11 +40,11 @@ class TenantRates:
         self,
         rate_per_s: float,
         *,
-        overrides: Mapping[str, float] | None = None,
+        overrides: Mapping[str, float] | Iterable[tuple[str, float]] = (),
         exempt: tuple[str, ...] = UNLIMITED,
     ) -> None:
         self.rate_per_s = rate_per_s  # 0: no limit
-        self.overrides = dict(overrides or {})
+        self.overrides = dict(overrides)
         self.exempt = frozenset(exempt)
         self.share = 1.0  # of the partitions, owned by this processor
         # tenant -> the moments booked in its last window (ms), oldest first
