@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from functools import cache
 from math import inf
 from typing import TypeVar
@@ -423,11 +423,20 @@ admission_jobs = Gauge(
 )
 fires_deferred = Counter(
     "cronstream_fires_deferred",
-    "Scheduled fires deferred because their tenant was over its fire rate (each fires "
-    "later, at the rate; none is dropped), by tenant",
+    "Runs deferred because their tenant was over its fire rate (each leaves later, at "
+    "the rate; none is dropped), by tenant: scheduled and catch-up fires, dependency and "
+    "flow node runs",
     ["tenant"],
     registry=REGISTRY,
 )
+
+
+def count_deferred(counts: Iterable[tuple[str, int]]) -> None:
+    """Add a ``TenantRates.drain_deferred()`` tally (the scheduler's, the dependency
+    processor's, the flows coordinator's) to ``fires_deferred``."""
+    for tenant, count in counts:
+        labelled(fires_deferred, tenant).inc(count)
+
 
 # -- dependency processor (``after:``) ------------------------------------------------------
 # fmt: off

@@ -223,8 +223,7 @@ class DependencyProcessor:
         return len(messages)
 
     def _gauges(self) -> None:
-        for tenant, count in self.held.rates.drain_deferred():
-            metrics.labelled(metrics.fires_deferred, tenant).inc(count)
+        metrics.count_deferred(self.held.rates.drain_deferred())
         metrics.dependency_dependents.set(len(self.jobs))
         metrics.dependency_waiting.set(self.deps.waiting_dates())
         history = [TopicPartition(t, p) for t, p in self.positions if t == self.topics.history]

@@ -220,8 +220,7 @@ class _Runner:
             return
         now = self.clock()
         at = self.rates.book(tenant, runs, now)
-        for who, count in self.rates.drain_deferred():
-            metrics.labelled(metrics.fires_deferred, who).inc(count)
+        metrics.count_deferred(self.rates.drain_deferred())
         if at > now:
             await self.sleep((at - now) / 1000)
 

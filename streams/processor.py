@@ -216,5 +216,4 @@ class Processor:
         metrics.wheel_items.labels("far").set(sum(c.wheel.far for c in cores))
         metrics.timers_pending.set(sum(len(c.timers) for c in cores))
         if self.rates is not None:
-            for tenant, count in self.rates.drain_deferred():
-                metrics.labelled(metrics.fires_deferred, tenant).inc(count)
+            metrics.count_deferred(self.rates.drain_deferred())
