@@ -45,7 +45,7 @@ from schemas.events import (
 )
 from schemas.flows import FlowDefinition, FlowEvent, FlowEventKind
 from schemas.ids import job_id_of, manual_run_id, partition_for
-from schemas.limits import idempotency_key_problems, unencodable
+from schemas.limits import idempotency_key_problems, require_encodable, unencodable
 from schemas.tenancy import AnyEvent
 
 E = TypeVar("E", bound=AnyEvent)
@@ -345,9 +345,7 @@ class JobClient:
             issued_at=utc_now(),
             reason=reason,
         )
-        problems = unencodable(command)
-        if problems:
-            raise SpecError(f"cancel {run_id!r}", problems)
+        require_encodable(f"cancel {run_id!r}", command)
         self.publisher.publish(self.topics.control, command)
         why = f" ({reason})" if reason else ""
         self._audit(AuditAction.CANCEL, command.job_id or run_id, detail=f"{run_id}{why}")

@@ -26,9 +26,9 @@ from runtime.kafka.publisher import Publisher
 from runtime.kafka.records import ConsumedMessage
 from runtime.settings import Settings
 from schemas.catalog import Topics
-from schemas.errors import DecodeError, SpecError
+from schemas.errors import DecodeError
 from schemas.events import JobDefinition, utc_now
-from schemas.limits import unencodable
+from schemas.limits import require_encodable
 from schemas.tenancy import TenantAction, TenantCommand, TenantResult, tenant_user
 
 
@@ -102,9 +102,8 @@ class TenantClient:
             issued_at=now or utc_now(), job=job, idempotency_key=idempotency_key,
             run_id=run_id, reason=reason, issued_by=self.issued_by,
         )  # fmt: skip
-        problems = unencodable(command)  # a command line's undecodable byte: refused here
-        if problems:
-            raise SpecError(f"{action.value} {job_id!r}", problems)
+        # a command line's undecodable byte: refused here
+        require_encodable(f"{action.value} {job_id!r}", command)
         offset = self._write(command)
         return self.answer(command.command_id, offset, self.timeout)
 

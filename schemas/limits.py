@@ -23,6 +23,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import fields, is_dataclass
 from functools import lru_cache
 
+from schemas.errors import SpecError
 from schemas.events import RetryPolicy, RunOutcome, RunRequest, Target
 from schemas.output import RunOutput
 
@@ -159,6 +160,14 @@ def unencodable(value: object, where: str = "") -> list[str]:
         f"{at}), which is not Unicode text: refused"
         for path, text, at in _surrogates(value, where)
     ]
+
+
+def require_encodable(subject: str, value: object) -> None:
+    """Raise SpecError (``subject``, one problem per field) when ``value`` holds text no
+    topic can carry (``unencodable``): what a sender checks before it writes a command."""
+    problems = unencodable(value)
+    if problems:
+        raise SpecError(subject, problems)
 
 
 def carried(text: str) -> str:

@@ -48,10 +48,10 @@ from runtime.registry import registry_client
 from runtime.settings import Settings
 from runtime.waiting import StopWaiting, learn_writers, sleeping
 from schemas.catalog import Topics
-from schemas.errors import DecodeError, SpecError
+from schemas.errors import DecodeError
 from schemas.events import JobDefinition, RunOutcome, utc_now
 from schemas.ids import dependency_run_id
-from schemas.limits import unencodable
+from schemas.limits import require_encodable
 from schemas.output import RunOutput
 from schemas.serde import Codec
 from schemas.tenancy import TenantAction, TenantCommand, TenantResult, commands_pattern
@@ -223,16 +223,14 @@ class Backend:
         issued_by: str | None = None,
     ) -> TenantResult:
         """Send one command as ``tenant`` and wait for the admission's answer. Raises
-        SpecError for text no topic can carry (``unencodable``: the field named),
+        SpecError for text no topic can carry (``require_encodable``: the field named),
         UnknownTenant for a tenant not onboarded here, NoAnswer after the timeout."""
         command = TenantCommand(
             command_id=uuid.uuid4().hex, action=action, job_id=job_id, issued_at=utc_now(),
             job=job, idempotency_key=idempotency_key, run_id=run_id, reason=reason,
             issued_by=issued_by,
         )  # fmt: skip
-        problems = unencodable(command)
-        if problems:
-            raise SpecError(f"{action.value} {job_id!r}", problems)
+        require_encodable(f"{action.value} {job_id!r}", command)
         topic = self.topics.tenant_commands(tenant)
         if not self._exists(topic):
             raise UnknownTenant(f"no tenant {tenant!r}")

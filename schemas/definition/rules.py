@@ -31,7 +31,7 @@ MIN_INTERVAL_MS = 1000
 
 def problems(job: JobDefinition, *, max_payload_bytes: int) -> list[str]:
     """Every rule a JobDefinition must keep, however it was built."""
-    unsendable = text_problems(job)
+    unsendable = unencodable(job)  # a url, payload, header, id, filter... (JSON's "\udcff")
     if unsendable:  # alone: the other rules' reasons would quote text no answer can carry
         return unsendable
     return [
@@ -41,12 +41,6 @@ def problems(job: JobDefinition, *, max_payload_bytes: int) -> list[str]:
         *_policy_problems(job, max_payload_bytes),
         *trigger_problems(job),
     ]
-
-
-def text_problems(job: JobDefinition) -> list[str]:
-    """Its fields whose text no topic can hold (``schemas.limits.unencodable``): a url,
-    payload, header, id, filter... with a lone surrogate, as a JSON body may send."""
-    return unencodable(job)
 
 
 def _identity_problems(job: JobDefinition) -> list[str]:
