@@ -13,13 +13,12 @@ only what both have (``PartitionScheduler``, ``TenantRates``, ``JobSchedule``).
 
 from __future__ import annotations
 
-import inspect
 import json
-import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
+
+from tests.bench.common import run_in
 
 
 def _measure() -> dict[str, Any]:
@@ -56,19 +55,7 @@ def _measure() -> dict[str, Any]:
 
 def catchup_first_second(code_root: str | Path) -> dict[str, Any]:
     """``_measure`` run against the checkout at ``code_root`` (its result as a dict)."""
-    source = textwrap.dedent(inspect.getsource(_measure))
-    script = f"from typing import Any\n{source}\nimport json\nprint(json.dumps(_measure()))\n"
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=code_root,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    if done.returncode:
-        raise RuntimeError(f"catch-up measurement in {code_root} failed: {done.stderr}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = run_in(code_root, _measure, timeout=600)
     return result
 
 

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import inspect
+import json
 import os
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from infra.bootstrap import ensure_subjects, ensure_topics
 from runtime.kafka.clients import kafka_admin
@@ -223,6 +227,28 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def run_in(code_root: str | Path, measure: Callable[[], Any], timeout: float = 900) -> Any:
+    """``measure`` run in a child python whose working directory is ``code_root`` (a
+    checkout: the modules it imports are that checkout's, so one driver measures this
+    code and a baseline alike); its JSON answer. ``measure`` imports what it uses inside
+    its own body: only its source goes to the child."""
+    source = textwrap.dedent(inspect.getsource(measure))
+    script = (
+        f"from typing import Any\n{source}\nimport json\nprint(json.dumps({measure.__name__}()))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=code_root,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if done.returncode:
+        raise RuntimeError(f"{measure.__name__} in {code_root} failed: {done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 @contextmanager

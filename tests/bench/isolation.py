@@ -18,7 +18,8 @@ outside review measured) in the same run:
   tenant's http target answers the 64 KiB text, beside the quiet figure (no hostile
   tenant) of the same code.
 
-Each probe runs the code under test in its own processes (a checkout's ``cwd``), so both
+Each measure runs the code under test in its own processes (a checkout's ``cwd``:
+``common.run_in`` for the pure ones, ``CronstreamProcess`` for the roles), so both
 revisions are measured by the same driver.
 """
 
@@ -29,8 +30,6 @@ import dataclasses
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
@@ -64,6 +63,7 @@ from tests.bench.common import (
     put_jobs,
     row,
     rss_mib,
+    run_in,
     started_ms,
 )
 from tests.bench.target_rows import http_server
@@ -78,26 +78,24 @@ from tests.integration.helpers import (
 
 BASELINE = os.environ.get("CRONSTREAM_BENCH_SECURITY_BASELINE", "c4846ca")
 ADVERSARIAL = "://" + "a." * 32768  # 64 KiB + 3
-PROBES = Path(__file__).with_name("isolation_probes.py")
 CRON_BYTES = 600_000
 
 
-def _probe(code: Path | None, *args: str, timeout: float = 900) -> dict[str, float]:
-    """Run ``isolation_probes.py`` (this checkout's file) against the code at ``code``
-    (its modules first on ``sys.path``); its JSON answer."""
-    root = code or REPO_ROOT
-    done = subprocess.run(
-        [sys.executable, "-c", PROBES.read_text(), *args],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"probe {args} at {root} failed:\n{done.stderr[-3000:]}")
-    answer: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
-    return answer
+def _redact_ms() -> dict[str, float]:
+    """``redact_text`` of the 64 KiB adversarial text: ms, median of 5 calls (run in the
+    checkout measured: ``run_in``)."""
+    import statistics
+    import time
+
+    from schemas.redact import redact_text
+
+    text = "://" + "a." * 32768
+    took = []
+    for _ in range(5):
+        started = time.perf_counter()
+        redact_text(text)
+        took.append((time.perf_counter() - started) * 1000)
+    return {"ms": statistics.median(took)}
 
 
 def _long_cron(i: int) -> str:
@@ -344,7 +342,7 @@ def _round(
     base: Settings, arm: str, code: Path | None, crons: int, ids: int, measured: _Measured
 ) -> None:
     keep = measured.keep
-    keep(arm, "redact", _probe(code, "redact")["ms"])
+    keep(arm, "redact", run_in(code or REPO_ROOT, _redact_ms)["ms"])
     caught = catchup_first_second(code or REPO_ROOT)
     keep(arm, "catchup", caught["emitted_first_second"])
     keep(arm, "deferred", caught["deferred"])
