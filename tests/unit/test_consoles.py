@@ -61,6 +61,9 @@ def test_connect_wants_a_login_and_lets_connectors_override_their_group_alone(
     assert worker["config.providers.file.param.allowed.paths"] == str(
         connector_secrets_dir(settings)
     )
+    # the provider refuses to start unless that folder exists (a fresh clone: CI's stop 51)
+    assert connector_secrets_dir(settings).is_dir()
+    assert connector_secrets_dir(settings).stat().st_mode & 0o077 == 0
     # what the history sink overrides and reads is within those bounds
     sink = history_sink_config(settings, table="t", name="n")
     overrides = {k.split(".override.", 1)[1] for k in sink if ".override." in k}
