@@ -54,7 +54,8 @@ from runtime.kafka.stall import Held
 from runtime.lakehouse import Lakehouse, lakehouse
 from runtime.registry import registry_client
 from runtime.settings import Settings
-from runtime.waiting import StopWaiting, learn_writers
+from runtime.stop import StopWaiting
+from runtime.waiting import learn_writers
 from schemas.catalog import Topics
 from schemas.errors import DecodeError
 from schemas.events import DeadLetter, RunOutcome

@@ -51,7 +51,8 @@ from runtime.kafka.records import ConsumedMessage, dead_letter_for, is_record
 from runtime.kafka.stall import Held
 from runtime.registry import registry_client
 from runtime.settings import Settings
-from runtime.waiting import StopWaiting, learn_writers, wait_for
+from runtime.stop import StopWaiting
+from runtime.waiting import learn_writers, wait_for
 from schemas.catalog import Topics
 from schemas.errors import DecodeError
 from schemas.events import DeadLetter, RunOutcome

@@ -10,9 +10,11 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from runtime import metrics
+from runtime import stop as runtime_stop
 from runtime.metrics_server import serve as serve_metrics
 from runtime.settings import Settings, env_int
-from runtime.waiting import KAFKA, REGISTRY, StopWaiting, reach, wait_for
+from runtime.stop import StopWaiting
+from runtime.waiting import KAFKA, REGISTRY, reach, wait_for
 
 # Python's cyclic garbage collector in a member's loop: what startup built is frozen (never
 # scanned again) and the youngest generation is collected every this many allocations of
@@ -73,7 +75,10 @@ def run_member(
         beat()
         return bool(stopping)
 
-    member.run(should_stop)
+    try:
+        member.run(should_stop)
+    except StopWaiting as exc:  # told to stop while Kafka was away: the next owner redoes
+        log.warning("%s %s stopped before it was done: %s", role, name, exc)
     return 0
 
 
@@ -83,6 +88,7 @@ def stop_on_signals() -> list[int]:
 
     def stop(signum: int, _frame: Any) -> None:
         stopping.append(signum)
+        runtime_stop.REQUESTED.set()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)

@@ -37,6 +37,7 @@ from runtime.kafka.clients import KafkaError, KafkaException, kafka_admin
 from runtime.kafka.records import ConsumedMessage
 from runtime.registry import registry_client
 from runtime.settings import Settings
+from runtime.stop import StopWaiting
 from schemas.errors import RegistryUnavailable
 from schemas.serde import Codec
 
@@ -56,10 +57,6 @@ KAFKA_AWAY = frozenset({
     KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.NOT_COORDINATOR,
     KafkaError.NOT_ENOUGH_REPLICAS,
 })  # fmt: skip
-
-
-class StopWaiting(Exception):
-    """Asked to stop while a dependency was away: what waited for it was not done."""
 
 
 def away(exc: BaseException) -> str | None:

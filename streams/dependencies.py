@@ -54,7 +54,8 @@ from runtime.kafka.offsets import committed, consumer_lag, offset_since, waterma
 from runtime.kafka.records import ConsumedMessage, dead_letter_for, is_record, text_key
 from runtime.registry import registry_client
 from runtime.settings import Settings
-from runtime.waiting import StopWaiting, learn_writers, sleeping
+from runtime.stop import StopWaiting
+from runtime.waiting import learn_writers, sleeping
 from schemas.catalog import Topics
 from schemas.errors import DecodeError
 from schemas.events import (

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from runtime.kafka.clients import Consumer, TopicPartition
 from runtime.kafka.records import ConsumedMessage, is_record
-from runtime.waiting import StopWaiting, learn_writers
+from runtime.stop import StopWaiting
+from runtime.waiting import learn_writers
 from schemas.definition import problems
 from schemas.definition.triggers import source_problems
 from schemas.errors import DecodeError

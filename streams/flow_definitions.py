@@ -8,7 +8,8 @@ import threading
 
 from runtime.kafka.clients import OFFSET_BEGINNING, TopicPartition, kafka_consumer
 from runtime.settings import Settings
-from runtime.waiting import StopWaiting, learn_writers, sleeping
+from runtime.stop import StopWaiting
+from runtime.waiting import learn_writers, sleeping
 from schemas.catalog import Topics
 from schemas.errors import DecodeError
 from schemas.flows import FlowDefinition

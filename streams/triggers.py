@@ -68,7 +68,8 @@ from runtime.kafka.publisher import FAILURES_ONLY, Publisher
 from runtime.kafka.records import ConsumedMessage, dead_letter_for, is_record
 from runtime.registry import registry_client
 from runtime.settings import Settings
-from runtime.waiting import StopWaiting, learn_writers, sleeping
+from runtime.stop import StopWaiting
+from runtime.waiting import learn_writers, sleeping
 from schemas.catalog import Topics
 from schemas.events import DeadLetter, from_ms
 from schemas.limits import MAX_PAYLOAD_BYTES

@@ -46,7 +46,8 @@ from runtime.kafka.publisher import Publisher
 from runtime.lakehouse import lakehouse
 from runtime.registry import registry_client
 from runtime.settings import Settings
-from runtime.waiting import StopWaiting, learn_writers, sleeping
+from runtime.stop import StopWaiting
+from runtime.waiting import learn_writers, sleeping
 from schemas.catalog import Topics
 from schemas.errors import DecodeError
 from schemas.events import JobDefinition, RunOutcome, utc_now

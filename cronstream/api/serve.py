@@ -20,8 +20,9 @@ from cronstream.foreground import setup_logging, stop_on_signals
 from runtime import metrics
 from runtime.metrics_server import metrics_token
 from runtime.settings import Settings
+from runtime.stop import StopWaiting
 from runtime.tokens import TokenBook, book_path
-from runtime.waiting import CASSANDRA, KAFKA, REGISTRY, StopWaiting, reach, wait_for
+from runtime.waiting import CASSANDRA, KAFKA, REGISTRY, reach, wait_for
 
 log = logging.getLogger("cronstream.api")
 

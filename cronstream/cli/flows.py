@@ -81,7 +81,8 @@ def cmd_flows_coordinator(settings: Settings, args: argparse.Namespace) -> int:
 
     from cronstream.foreground import setup_logging, stop_on_signals
     from runtime.metrics_server import serve as serve_metrics
-    from runtime.waiting import KAFKA, REGISTRY, StopWaiting, reach, wait_for
+    from runtime.stop import StopWaiting
+    from runtime.waiting import KAFKA, REGISTRY, reach, wait_for
     from streams.core.rates import TenantRates
     from streams.flows import build_app
 

@@ -10,6 +10,8 @@ from typing import Any, TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
+from runtime import stop
+
 log = logging.getLogger("cronstream.kafka")
 
 # Refusals that mean the client's idea of a partition's leader is stale: retried, and
@@ -43,6 +45,9 @@ _TRANSIENT = _STALE_LEADER | {
     KafkaError._WAIT_COORD,
 }
 T = TypeVar("T")
+# One try of a request ``retrying`` repeats: short enough that a stop is noticed within
+# it (a coordinator on a killed broker timed out 30 s tries, one after another).
+CALL_TIMEOUT_S = 5.0
 
 
 def is_transient(exc: KafkaException) -> bool:
@@ -53,7 +58,8 @@ def is_transient(exc: KafkaException) -> bool:
 
 def retrying(call: Callable[[], T], *, timeout: float = 120.0) -> T:
     """``call()``, again every half second while it fails transiently, for up to
-    ``timeout`` s (a broker restart); other errors, and the last one, are raised."""
+    ``timeout`` s (a broker restart); other errors, and the last one, are raised. A
+    process asked to stop (``runtime.stop``) does not try again: StopWaiting."""
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -61,8 +67,13 @@ def retrying(call: Callable[[], T], *, timeout: float = 120.0) -> T:
         except KafkaException as exc:
             if not is_transient(exc) or time.monotonic() > deadline:
                 raise
+            if stop.requested():
+                raise stop.StopWaiting(f"stopped while Kafka refused: {exc.args[0]}") from exc
             log.warning("Kafka refused for now (%s); retrying", exc.args[0])
-        time.sleep(0.5)
+        for _ in range(5):  # half a second, looking at the stop flag
+            if stop.requested():
+                break
+            time.sleep(0.1)
 
 
 def watermarks(
@@ -112,7 +123,7 @@ def assign_whole(consumer: Consumer, topic: str) -> dict[int, int]:
 def committed(consumer: Consumer, partitions: list[TopicPartition]) -> list[TopicPartition]:
     """The group's committed offsets (and metadata) of ``partitions``, retrying
     transient refusals."""
-    return list(retrying(lambda: consumer.committed(partitions, timeout=30)))
+    return list(retrying(lambda: consumer.committed(partitions, timeout=CALL_TIMEOUT_S)))
 
 
 def group_lag(consumer: Consumer, ends: list[TopicPartition]) -> int:
@@ -150,7 +161,8 @@ def offset_since(consumer: Consumer, topic: str, partition: int, since_ms: int) 
     """The first offset of ``topic``/``partition`` written at or after ``since_ms`` (the
     end of the partition if none was)."""
     wanted = TopicPartition(topic, partition, since_ms)
-    located = retrying(lambda: consumer.offsets_for_times([wanted], timeout=30))[0].offset
+    found = retrying(lambda: consumer.offsets_for_times([wanted], timeout=CALL_TIMEOUT_S))
+    located = found[0].offset
     if located >= 0:
         return int(located)
     return watermarks(consumer, TopicPartition(topic, partition))[1]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
+from runtime import stop
 from runtime.kafka.offsets import committed, is_transient, retrying, watermarks
 from runtime.kafka.records import is_record
 
@@ -135,3 +136,23 @@ def test_a_stale_leader_refreshes_its_topic_and_is_retried(code: int) -> None:
     consumer = StaleMetadataConsumer(code)
     assert watermarks(consumer, TopicPartition("cs.history", 3), timeout=5) == (3, 42)  # type: ignore[arg-type]
     assert consumer.asked == ["cs.history"]
+
+
+def test_a_process_asked_to_stop_does_not_retry_a_refusal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 48: a scheduler with a broker down ignored SIGTERM for over 90 s, retrying
+    the committed-offset fetch (30 s tries for 120 s) in its assignment callback. Asked
+    to stop, the retry gives up at the first refusal with StopWaiting, which the
+    foreground answers by exiting (the partition's next owner does the work again)."""
+    monkeypatch.setattr(stop.REQUESTED, "is_set", lambda: False)
+    consumer = FlakyConsumer(KafkaError._TIMED_OUT, failures=3)
+    committed(consumer, [TopicPartition("t", 0)])  # type: ignore[arg-type]
+    assert consumer.calls == 4  # not asked to stop: retried until it answered
+    monkeypatch.setattr(stop.REQUESTED, "is_set", lambda: True)
+    consumer = FlakyConsumer(KafkaError._TIMED_OUT, failures=3)
+    with pytest.raises(stop.StopWaiting, match="stopped while Kafka refused"):
+        committed(consumer, [TopicPartition("t", 0)])  # type: ignore[arg-type]
+    assert consumer.calls == 1
+    consumer = FlakyConsumer(KafkaError._TIMED_OUT, failures=0)  # answers: no stop needed
+    assert committed(consumer, [TopicPartition("t", 0)])[0].offset == 7  # type: ignore[arg-type]

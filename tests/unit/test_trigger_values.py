@@ -14,7 +14,7 @@ from typing import Any
 import fastavro
 import pytest
 
-from runtime.waiting import StopWaiting
+from runtime.stop import StopWaiting
 from schemas.definition.filters import parse_filter
 from schemas.definition.matching import MISSING, matches
 from schemas.errors import RegistryUnavailable
