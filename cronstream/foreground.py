@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from runtime import metrics
 from runtime import stop as runtime_stop
+from runtime.memory import return_large_allocations
 from runtime.metrics_server import serve as serve_metrics
 from runtime.settings import Settings, env_int
 from runtime.stop import StopWaiting
@@ -25,7 +26,10 @@ from runtime.waiting import KAFKA, REGISTRY, reach, wait_for
 GC_YOUNG = env_int("CRONSTREAM_GC_YOUNG", 50_000, minimum=1)
 
 
-def setup_logging() -> None:
+def setup_process() -> None:
+    """What every long-lived process does first: logging, and large freed blocks given
+    back to the system (``runtime.memory``)."""
+    return_large_allocations()
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -51,7 +55,7 @@ def run_member(
     exiting: a restart during an outage must not leave nothing running once it is over.
     Building the member (it resolves its writer schemas first) is waited for the same
     way. A stop signal while waiting exits 0."""
-    setup_logging()
+    setup_process()
     log = logging.getLogger(f"cronstream.{role}")
     metrics.zero_counters(role)
     serve_metrics(metrics_port)

@@ -16,7 +16,7 @@ from fastapi import FastAPI
 from cronstream.api.app import build_app
 from cronstream.api.backend import Backend
 from cronstream.api.guard import AllowedHosts, Guard
-from cronstream.foreground import setup_logging, stop_on_signals
+from cronstream.foreground import setup_process, stop_on_signals
 from runtime import metrics
 from runtime.metrics_server import metrics_token
 from runtime.settings import Settings
@@ -38,7 +38,7 @@ def serve(
 ) -> int:  # fmt: skip
     """The API; with ``factory``, what it builds (``cronstream ui``: the dashboard).
     ``allowed_hosts``: Host names served besides the loopback ones and ``host``."""
-    setup_logging()
+    setup_process()
     hosts = AllowedHosts.of(host, allowed_hosts)  # ValueError: a name that is none
     # /metrics on the API's own port names tenants and jobs: behind the metrics token when
     # the API listens beyond the loopback (SettingsError without one), as every role's.

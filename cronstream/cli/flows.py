@@ -79,7 +79,7 @@ def cmd_flows_rerun(client: JobClient, args: argparse.Namespace) -> int:
 def cmd_flows_coordinator(settings: Settings, args: argparse.Namespace) -> int:
     import faust
 
-    from cronstream.foreground import setup_logging, stop_on_signals
+    from cronstream.foreground import setup_process, stop_on_signals
     from runtime.metrics_server import serve as serve_metrics
     from runtime.stop import StopWaiting
     from runtime.waiting import KAFKA, REGISTRY, reach, wait_for
@@ -88,7 +88,7 @@ def cmd_flows_coordinator(settings: Settings, args: argparse.Namespace) -> int:
 
     rate, overrides = fire_rates(args)  # a bad flag: refused before anything starts
     rates = TenantRates(rate, overrides=overrides)
-    setup_logging()
+    setup_process()
     if args.nice:
         # Below the fire path's priority where they share cores. Beside 5,000 fires/s
         # with 20 flows/s (2 pairs on 2 cores): the jobs' fire skew p99 16/15 ms at nice
