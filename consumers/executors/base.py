@@ -12,9 +12,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from queue import SimpleQueue
+from typing import Any, Protocol, runtime_checkable
 
 from consumers.core.output import Output, Result
 from consumers.errors import TargetInvalid
@@ -22,7 +24,10 @@ from schemas.events import Target
 from schemas.redact import scrub
 from schemas.tenancy import OPERATORS
 
-__all__ = ["CancelFlag", "Executor", "Output", "Result", "Revealed", "RunContext", "told"]
+__all__ = [
+    "CancelFlag", "Executor", "LoopExecutor", "Output", "Result", "Revealed", "RunContext",
+    "Starter", "told",
+]  # fmt: skip
 
 log = logging.getLogger("cronstream.worker")
 
@@ -115,6 +120,22 @@ class Executor(Protocol):
         cancelled, with ``output=`` what it printed before. Any other exception is a bug
         in the executor."""
         ...
+
+
+# (token, result, error): what a finished attempt puts on the worker's queue.
+Finished = SimpleQueue[tuple[Any, Any, BaseException | None]]
+Starter = Callable[[Any, Target, RunContext, Finished], None]
+
+
+@runtime_checkable
+class LoopExecutor(Protocol):
+    """An executor whose attempts run as coroutines on its own event loop (http): the
+    worker starts one with ``start`` instead of giving it a run thread, and collects
+    ``(token, output, error)`` from ``done`` as it does a thread's."""
+
+    kind: str
+
+    def start(self, token: Any, target: Target, context: RunContext, done: Finished) -> None: ...
 
 
 def told(context: RunContext, error: TargetInvalid, brief: str) -> TargetInvalid:

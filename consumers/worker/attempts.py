@@ -21,7 +21,7 @@ from consumers.core.dedup import Dedup
 from consumers.core.output import Dropped, Output, fit, kept
 from consumers.core.verdict import after_failure, before_start, retry_timer
 from consumers.errors import Cancelled, ExecutionFailed, InternalError, TargetInvalid, TimedOut
-from consumers.executors.base import Executor, Result, RunContext
+from consumers.executors.base import Executor, LoopExecutor, Result, RunContext, Starter
 from consumers.executors.egress import TenantProducers
 from consumers.executors.pool import Done, RunPool
 from consumers.executors.setup import ExecutorSetup, build_executors
@@ -99,6 +99,12 @@ class Attempts:
             producer=self._target_producer, tenant_producers=self._tenant_producers,
             encode=outbox.publisher.codec.encode, policy=self.policy.current,
         ))  # fmt: skip
+        # Executors whose attempts are coroutines on their own event loop (http): what
+        # starts one (``consumers.executors.eventloop``); the others take a run thread.
+        self.starters: dict[str, Starter] = {
+            kind: executor.start for kind, executor in self.executors.items()
+            if isinstance(executor, LoopExecutor)
+        }  # fmt: skip
         self._next_deadline_check = 0.0
         self.faults = RecordFaults(STAGE)  # a run that makes starting it raise
         # Due-to-start skew per priority: each series found once here (all three exist
@@ -249,7 +255,11 @@ class Attempts:
         self.running_ids[run.run_id] = pending
         if run.concurrency is not Concurrency.ALLOW:
             self.gate.started(run.job_id, run.run_id, policy=run.concurrency.value, item=pending)
-        self.pool.submit(pending, _execute, executor, run.target, context)
+        starter = self.starters.get(run.target.type)
+        if starter is not None:  # an attempt on the executor's event loop, not a thread
+            starter(pending, run.target, context, self.finished)
+        else:
+            self.pool.submit(pending, _execute, executor, run.target, context)
         return True
 
     def cancel(self, run_id: str) -> None:

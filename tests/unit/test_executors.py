@@ -415,44 +415,8 @@ def test_a_kafka_target_topic_that_does_not_exist_fails_at_once_and_is_remembere
     )
 
 
-class KeepAlive(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # connections kept open between requests
-
-    def do_GET(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"ok")
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-def test_the_pool_closes_no_idle_connection_while_run_threads_call() -> None:
-    """encode/httpcore#1110: a pass of the pool closed connections it saw idle, one
-    possibly just given to another thread's request (surplus keep-alive, counted against
-    every connection: with 20 kept alive, whenever more than 20 were open); that request
-    then failed with ``ReadError('[Errno 9] Bad file descriptor')`` (the chaos suite,
-    2-3 in 50,000 runs). Thirty calls at once leave thirty connections kept alive."""
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), KeepAlive)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    http = HttpExecutor(allow=["127.0.0.0/8"], threads=30)
-    client = http._client
-    try:
-        url = f"http://127.0.0.1:{httpd.server_address[1]}/"
-        held = [client.send(client.build_request("GET", url), stream=True) for _ in range(30)]
-        for response in held:
-            assert response.read() == b"ok"
-        pool = client._transport._pool  # type: ignore[attr-defined]
-        assert len(pool.connections) == 30
-        assert all(c.is_idle() for c in pool.connections)
-    finally:
-        http.close()
-        httpd.shutdown()
-        httpd.server_close()
-
-
-def test_the_pool_has_a_connection_for_every_run_thread() -> None:
-    for threads, size in ((0, 100), (64, 100), (300, 300)):
-        pool = HttpExecutor(threads=threads)._client._transport._pool  # type: ignore[attr-defined]
-        assert (pool._max_connections, pool._max_keepalive_connections) == (size, size)
+def test_a_header_that_would_split_the_request_is_refused(server: str, http: HttpExecutor) -> None:
+    for headers in ({"X-A": "1\r\nX-Injected: 1"}, {"Bad Name": "1"}, {"X-A": "a\x00"}):
+        with pytest.raises(TargetInvalid, match="not a valid HTTP header"):
+            http.execute(Target(type="http", url=f"{server}/ok", headers=headers), context())
+    assert SEEN == []
