@@ -124,18 +124,20 @@ class Executor(Protocol):
 
 # (token, result, error): what a finished attempt puts on the worker's queue.
 Finished = SimpleQueue[tuple[Any, Any, BaseException | None]]
-Starter = Callable[[Any, Target, RunContext, Finished], None]
+Starter = Callable[[Any, Target, RunContext, Finished], bool]
 
 
 @runtime_checkable
 class LoopExecutor(Protocol):
-    """An executor whose attempts run as coroutines on its own event loop (http): the
-    worker starts one with ``start`` instead of giving it a run thread, and collects
-    ``(token, output, error)`` from ``done`` as it does a thread's."""
+    """An executor that runs attempts without a run thread each (http: coroutines on its
+    event loop; kafka: records whose acknowledgements one thread serves): the worker
+    starts one with ``start`` and collects ``(token, output, error)`` from ``done`` as
+    it does a thread's. ``start`` returns False when this attempt needs a run thread
+    after all (it would block the worker's loop): the worker gives it one."""
 
     kind: str
 
-    def start(self, token: Any, target: Target, context: RunContext, done: Finished) -> None: ...
+    def start(self, token: Any, target: Target, context: RunContext, done: Finished) -> bool: ...
 
 
 def told(context: RunContext, error: TargetInvalid, brief: str) -> TargetInvalid:

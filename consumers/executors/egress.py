@@ -58,6 +58,11 @@ class TenantProducers:
                 old.flush(5)
         return made
 
+    def made(self, tenant: str) -> Producer | None:
+        """``tenant``'s producer if it is made already (nothing read, nothing blocks)."""
+        with self._lock:
+            return self._producers.get(tenant)
+
     def refusal(self, tenant: str) -> str | None:
         """Why the broker refused ``tenant``'s login, if it did since the last success."""
         return self._refused.get(tenant_user(tenant))

@@ -40,7 +40,6 @@ import json
 import socket
 import ssl
 from collections.abc import Callable, Iterable
-from queue import SimpleQueue
 from typing import Any
 from urllib.parse import quote, urljoin, urlsplit
 
@@ -51,8 +50,8 @@ from consumers.errors import (
     TargetInvalid,
     TimedOut,
 )
-from consumers.executors.base import Output, RunContext
-from consumers.executors.eventloop import Done, LoopThread
+from consumers.executors.base import Finished, Output, RunContext
+from consumers.executors.eventloop import LoopThread
 from consumers.executors.http_wire import Connection, Pool, Response, WireError, request_head
 from consumers.executors.secrets import Secrets
 from consumers.executors.setup import ExecutorSetup
@@ -149,11 +148,11 @@ class HttpExecutor:
         return scheme, addresses[0], port
 
     # -- running attempts ---------------------------------------------------------------
-    def start(self, token: Any, target: Target, context: RunContext,
-              done: SimpleQueue[Done[Any]]) -> None:  # fmt: skip
+    def start(self, token: Any, target: Target, context: RunContext, done: Finished) -> bool:
         """Begin the attempt on the event loop; ``(token, output, error)`` goes on
         ``done`` when it ends (``consumers.executors.eventloop``)."""
         self.runner.submit(token, lambda: self._attempt(target, context), done)
+        return True
 
     def execute(self, target: Target, context: RunContext) -> Output | None:
         """The attempt, waited for by the calling thread."""

@@ -4,6 +4,9 @@ The record's key is the run id (the idempotency key: a consumer can drop a repea
 key, and compaction keeps one per run) and its headers carry run_id, job_id and attempt.
 An attempt succeeds when the broker acknowledged the record (acks=all, idempotent); its
 output (docs/run-output.md) is where the record landed: topic, partition and offset.
+The worker produces it from its own loop (``start``) and one thread serves the
+acknowledgements (``consumers.executors.deliveries``); an attempt that would block (the
+topic's existence to ask the broker, a tenant's first producer) takes a run thread.
 
 **Policy** (``TopicPolicy``, per worker): a job never writes into cronstream's own
 topics (a crafted payload on ``runs.*`` would decode as a run that no validation saw)
@@ -26,7 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from consumers.errors import ExecutionFailed, TargetInvalid, TimedOut
-from consumers.executors.base import RunContext
+from consumers.executors.base import Finished, RunContext
+from consumers.executors.deliveries import DeliveryPoller, Record, timed_out
 from consumers.executors.egress import TenantProducers
 from consumers.executors.setup import ExecutorSetup
 from runtime.kafka.clients import KafkaError, KafkaException, Producer
@@ -82,6 +86,7 @@ class KafkaExecutor:
         self.tenants = tenants
         self._exists: dict[str, tuple[float, bool]] = {}  # topic -> (until, exists)
         self._lock = threading.Lock()
+        self.deliveries = DeliveryPoller()  # acknowledgements of what ``start`` produced
 
     def execute(self, target: Target, context: RunContext) -> str:
         """Produce the payload; returns where it landed (the attempt's output)."""
@@ -104,13 +109,21 @@ class KafkaExecutor:
         self.tenants.forget_refusal(context.tenant)
         return done
 
-    def _topic_exists(self, topic: str) -> bool:
-        """From the broker's metadata (a lookup failure counts as existing: producing
-        then decides)."""
+    def _known(self, topic: str) -> bool | None:
+        """Whether ``topic`` exists, as the broker said within TOPIC_KNOWN_S; None when
+        not known."""
         with self._lock:
             known = self._exists.get(topic)
         if known is not None and known[0] > time.monotonic():
             return known[1]
+        return None
+
+    def _topic_exists(self, topic: str) -> bool:
+        """From the broker's metadata (a lookup failure counts as existing: producing
+        then decides)."""
+        known = self._known(topic)
+        if known is not None:
+            return known
         try:
             metadata = self.producer.list_topics(topic=topic, timeout=5)
         except KafkaException:
@@ -128,18 +141,88 @@ class KafkaExecutor:
     def _produce(self, producer: Producer, target: Target, context: RunContext) -> str:
         err, place = deliver(
             producer, target.topic or "", context, key=context.run_id.encode(),
-            value=(context.payload or "").encode(),
-            headers=[("run_id", context.run_id.encode()), ("job_id", context.job_id.encode()),
-                     ("attempt", str(context.attempt).encode())],
+            value=(context.payload or "").encode(), headers=_headers(context),
         )  # fmt: skip
+        error = self._failure(err, producer, target, context)
+        if error is not None:
+            raise error
+        return f"produced to {target.topic} {place}"
+
+    def _failure(
+        self, err: KafkaError | None, producer: Producer, target: Target, context: RunContext
+    ) -> ExecutionFailed | None:
+        """What the broker's answer to the record means for the attempt."""
         if err is None:
-            return f"produced to {target.topic} {place}"
+            return None
         if err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
-            raise TargetInvalid(f"topic {target.topic!r} does not exist: {err.str()}")
+            return TargetInvalid(f"topic {target.topic!r} does not exist: {err.str()}")
         if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
             who = f"tenant {context.tenant!r}" if producer is not self.producer else "the worker"
-            raise TargetInvalid(f"{who} may not write to {target.topic!r}: {err.str()}")
-        raise ExecutionFailed(f"delivery to {target.topic!r} failed: {err.str()}")
+            return TargetInvalid(f"{who} may not write to {target.topic!r}: {err.str()}")
+        return ExecutionFailed(f"delivery to {target.topic!r} failed: {err.str()}")
+
+    # -- without a run thread ------------------------------------------------------------
+    def start(self, token: Any, target: Target, context: RunContext, done: Finished) -> bool:
+        """Produce from the worker's loop when nothing can block it (the topic's
+        existence known, the producer made): ``(token, output, error)`` goes on ``done``
+        when the broker answers (``consumers.executors.deliveries``). False: the attempt
+        needs a run thread (a metadata lookup, a tenant's first producer)."""
+        topic, tenant = target.topic or "", context.tenant
+        try:
+            producer = self._ready(topic, tenant)
+        except TargetInvalid as exc:
+            done.put((token, None, exc))
+            return True
+        if producer is None:
+            return False
+        ready = producer
+
+        def judged(err: KafkaError | None, msg: Any) -> tuple[str | None, ExecutionFailed | None]:
+            failure = self._failure(err, ready, target, context)
+            if failure is not None:
+                return None, failure
+            if self.tenants is not None and tenant != OPERATORS:
+                self.tenants.forget_refusal(tenant)
+            return f"produced to {topic} partition {msg.partition()} offset {msg.offset()}", None
+
+        def expired() -> ExecutionFailed:
+            refused = None if self.tenants is None else self.tenants.refusal(tenant)
+            return ExecutionFailed(refused) if refused is not None else timed_out(topic)()
+
+        record = Record(topic, context.run_id.encode(), (context.payload or "").encode(),
+                        _headers(context))  # fmt: skip
+        try:
+            self.deliveries.produce(producer, record, token, context, done, judge=judged,
+                                    expired=expired)  # fmt: skip
+        except BufferError as exc:
+            done.put((token, None, ExecutionFailed(f"local producer queue full: {exc}")))
+        except Exception as exc:  # KafkaException for a bad topic name and the like
+            done.put((token, None, TargetInvalid(f"cannot produce to {topic!r}: {exc}")))
+        return True
+
+    def _ready(self, topic: str, tenant: str) -> Producer | None:
+        """The producer a record to ``topic`` for ``tenant`` goes through, when that
+        is decided without blocking; None when it is not; TargetInvalid when refused."""
+        refusal = self.policy.refusal(topic)
+        if refusal is not None:
+            raise TargetInvalid(refusal)
+        known = self._known(topic)
+        if known is None:
+            return None
+        if not known:
+            raise TargetInvalid(f"topic {topic!r} does not exist")
+        if self.tenants is None or tenant == OPERATORS:
+            return self.producer
+        return self.tenants.made(tenant)
+
+    def close(self) -> None:
+        self.deliveries.close()
+
+
+def _headers(context: RunContext) -> list[tuple[str, str | bytes | None]]:
+    """The record's headers: run id, job id, attempt."""
+    return [("run_id", context.run_id.encode()), ("job_id", context.job_id.encode()),
+            ("attempt", str(context.attempt).encode())]  # fmt: skip
 
 
 def deliver(
@@ -149,7 +232,7 @@ def deliver(
     *,
     key: bytes,
     value: bytes,
-    headers: Sequence[tuple[str, bytes]],
+    headers: Sequence[tuple[str, str | bytes | None]],
 ) -> tuple[KafkaError | None, str]:
     """Produce one record and wait for the broker's answer within the run's time: (None,
     "partition P offset O") when acknowledged, else (the error, ""). A full local queue

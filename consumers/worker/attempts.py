@@ -99,8 +99,8 @@ class Attempts:
             producer=self._target_producer, tenant_producers=self._tenant_producers,
             encode=outbox.publisher.codec.encode, policy=self.policy.current,
         ))  # fmt: skip
-        # Executors whose attempts are coroutines on their own event loop (http): what
-        # starts one (``consumers.executors.eventloop``); the others take a run thread.
+        # Executors that run attempts without a run thread each (http, kafka): what
+        # starts one (``consumers.executors.base.LoopExecutor``); the others take a thread.
         self.starters: dict[str, Starter] = {
             kind: executor.start for kind, executor in self.executors.items()
             if isinstance(executor, LoopExecutor)
@@ -256,9 +256,8 @@ class Attempts:
         if run.concurrency is not Concurrency.ALLOW:
             self.gate.started(run.job_id, run.run_id, policy=run.concurrency.value, item=pending)
         starter = self.starters.get(run.target.type)
-        if starter is not None:  # an attempt on the executor's event loop, not a thread
-            starter(pending, run.target, context, self.finished)
-        else:
+        # Without a thread when its executor can (http, kafka); otherwise a run thread.
+        if starter is None or not starter(pending, run.target, context, self.finished):
             self.pool.submit(pending, _execute, executor, run.target, context)
         return True
 
@@ -333,6 +332,8 @@ class Attempts:
                 self.fail(pending, TimedOut("timed out; the callable did not stop"))
                 self._ended(pending)
                 count += 1
+                if pending.run.target.type in self.starters:
+                    continue  # a coroutine on its executor's loop: no thread is stuck
                 if len(self.pool) < 2 * self.concurrency:
                     self.pool.add_thread()
                 else:
