@@ -136,6 +136,24 @@ def target_limit_problems(target: Target) -> list[str]:
     return problems + header_problems(target.headers)
 
 
+# Headers that frame or route an HTTP/1.1 message: the worker writes them. A job's own
+# value would let its body be read as a second request on a kept-alive connection
+# (request smuggling) or send it elsewhere (consumers.executors.http_wire).
+FRAMING_HEADERS = frozenset(
+    [
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "upgrade",
+        "te",
+        "trailer",
+        "keep-alive",
+        "proxy-connection",
+    ]
+)
+
+
 def header_problems(headers: Mapping[str, str]) -> list[str]:
     if len(headers) > MAX_HEADERS:
         return [f"{len(headers)} headers, over {MAX_HEADERS}"]
@@ -146,6 +164,9 @@ def header_problems(headers: Mapping[str, str]) -> list[str]:
         if len(value) > MAX_HEADER_VALUE or any(c in value for c in "\r\n\0"):
             return [f"header {name[:40]!r}: the value must be at most {MAX_HEADER_VALUE} "
                     "characters, without line breaks"]  # fmt: skip
+        if name.lower() in FRAMING_HEADERS:
+            return [f"header {name!r} is the worker's to set (it frames or routes the "
+                    "request), not a job's"]  # fmt: skip
     return []
 
 

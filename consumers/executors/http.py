@@ -218,10 +218,8 @@ class HttpExecutor:
         scheme, host, port = _destination(url)
         parts = urlsplit(url)
         try:
-            head = request_head(
-                method, _request_target(parts.path, parts.query),
-                {"Host": parts.netloc.rpartition("@")[2], **headers}, len(body),
-            )  # fmt: skip
+            head = request_head(method, _request_target(parts.path, parts.query),
+                                parts.netloc.rpartition("@")[2], headers, len(body))  # fmt: skip
         except ValueError as exc:  # a header that would split the request
             raise TargetInvalid(str(exc)) from exc
         try:

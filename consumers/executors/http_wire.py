@@ -25,6 +25,8 @@ from typing import Any
 
 import httptools
 
+from schemas.limits import FRAMING_HEADERS
+
 KEEPALIVE_S = 5.0  # an idle connection is closed after this long
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _BAD_VALUE = re.compile(r"[\r\n\x00]")
@@ -44,13 +46,18 @@ class Response:
     dropped: bool = False  # there was more body than the cap
 
 
-def request_head(method: str, target: str, headers: dict[str, str], length: int) -> bytes:
+def request_head(
+    method: str, target: str, host: str, headers: dict[str, str], length: int
+) -> bytes:
     """The request line and headers; raises ValueError on a header that would split
-    the request (a name that is not a token, a value with CR, LF or NUL)."""
-    lines = [f"{method} {target} HTTP/1.1"]
+    the request (a name that is not a token, a value with CR, LF or NUL) or that says
+    how the message is framed or routed (``FRAMING_HEADERS``: the worker's to write)."""
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}"]
     for name, value in headers.items():
         if not _TOKEN.fullmatch(name) or _BAD_VALUE.search(value):
             raise ValueError(f"header {name!r} is not a valid HTTP header")
+        if name.lower() in FRAMING_HEADERS:
+            raise ValueError(f"header {name!r} is the worker's to set, not a job's")
         lines.append(f"{name}: {value}")
     if length or method not in ("GET", "HEAD", "DELETE", "OPTIONS"):
         lines.append(f"Content-Length: {length}")

@@ -419,4 +419,8 @@ def test_a_header_that_would_split_the_request_is_refused(server: str, http: Htt
     for headers in ({"X-A": "1\r\nX-Injected: 1"}, {"Bad Name": "1"}, {"X-A": "a\x00"}):
         with pytest.raises(TargetInvalid, match="not a valid HTTP header"):
             http.execute(Target(type="http", url=f"{server}/ok", headers=headers), context())
+    # what frames or routes the message on a kept connection is the worker's alone
+    for name in ("Content-Length", "transfer-encoding", "Host", "Connection"):
+        with pytest.raises(TargetInvalid, match="the worker's to set"):
+            http.execute(Target(type="http", url=f"{server}/ok", headers={name: "0"}), context())
     assert SEEN == []

@@ -125,6 +125,8 @@ def test_one_time_and_manual_jobs() -> None:
         ({"headers": {"X-Big": "x" * 2_000_000}}, "the value must be at most 4096"),
         ({"headers": {f"h{i}": "v" for i in range(40)}}, "40 headers, over 32"),
         ({"headers": {"Bad:Name": "v"}}, "without ':'"),
+        ({"headers": {"Transfer-Encoding": "chunked"}}, "the worker's to set"),
+        ({"headers": {"host": "elsewhere.example"}}, "the worker's to set"),
         ({"url": "https://e.x/" + "a" * 3000}, "url of 3012 characters, over 2048"),
         ({"tz": "America"}, "unknown time zone"),
         ({"tz": "A" * 300}, "unknown time zone"),
