@@ -1,40 +1,60 @@
-"""Beyond the no-op (issue 35): the same pipeline (one scheduler, one worker) with the
-targets users run, at a demand the box carries.
+"""Beyond the no-op (issues 35, 47): the same pipeline (one scheduler, one worker) with
+the targets users run, this code beside a baseline revision (``BASELINE``, c4846ca: what
+issue 47's outside review measured) in each round.
 
-- **http**: every run a POST to a local HTTP/1.1 server answering 200 at once (keep-alive:
-  the worker's pooled client reuses its connections). The server is a thread of this
-  process, its CPU counted as the target's.
+- **http**: every run a POST to a local HTTP/1.1 server answering 200 at once, kept alive
+  (``tests.bench.http_target``: a uvloop process of its own, its CPU counted as the
+  target's). Beside it, the reference: aiohttp doing the same requests (headers, payload)
+  against the same server just after the window, its CPU us per request.
 - **kafka**: every run produces its payload to a topic of a tenant of its own (the
-  realistic case: a tenant's job writes as the tenant, to its ``<tenant>.*`` topics).
+  realistic case: a tenant's job writes as the tenant, to its ``<tenant>.*`` topics);
+  the reference: a bare confluent-kafka producer writing the same records as the tenant.
 
 Per target: SUCCEEDED per second over a 15 s window after 10 s of warm-up, due-to-start
 p50 / p99 of the runs started in the window (a run's ``started_at`` minus its slot plus
-its jitter: a worker that cannot keep up shows here), the worker's CPU per run.
+its jitter: a worker that cannot keep up shows here), CPU us per run of each process
+(worker, scheduler, brokers, target).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import statistics
+import tempfile
 import threading
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 from confluent_kafka.admin import NewTopic
 
 from infra.tenants import add_tenant, remove_tenant
-from runtime.kafka.clients import kafka_admin
+from runtime.kafka.clients import kafka_admin, kafka_producer
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import JobDefinition, Target
 from schemas.tenancy import qualify
-from tests.bench.common import header_due_ms, job, namespace, pct, put_jobs, row, started_ms
+from tests.bench.common import (
+    checkout,
+    cpu_s,
+    header_due_ms,
+    job,
+    namespace,
+    pct,
+    put_jobs,
+    row,
+    started_ms,
+)
+from tests.bench.hops import _PY_SPY, _spy, top_functions
+from tests.bench.http_target import http_target, reference_http, reference_kafka
 from tests.bench.workers import Pipeline
 from tests.integration.helpers import read_topic
 
 WARMUP_S, WINDOW_S = 10.0, 15.0
+BASELINE = "c4846ca"
 
 
 class _Ok(BaseHTTPRequestHandler):
@@ -64,14 +84,37 @@ def http_server(handler: type[BaseHTTPRequestHandler] = _Ok) -> Iterator[str]:
         server.server_close()
 
 
+Measured = tuple[float, list[int], dict[str, float]]  # runs/s, due-to-start ms, CPU us/run
+
+
 def _measure(
-    settings: Settings, demand: int, make: Callable[[int], JobDefinition], *worker_args: str
-) -> tuple[float, list[int], float]:
-    """(SUCCEEDED per second, due-to-start ms of each run started in the window, the
-    worker's CPU us per run) with ``demand`` jobs a second made by ``make``."""
+    settings: Settings, demand: int, make: Callable[[int], JobDefinition], *worker_args: str,
+    code: Path | None = None, target_pid: int | None = None, profile: Path | None = None,
+) -> Measured:  # fmt: skip
+    """(SUCCEEDED per second, due-to-start ms of each run started in the window, CPU us
+    per run of each process: scheduler, broker, worker and the target server's when
+    ``target_pid``) with ``demand`` jobs a second made by ``make``; ``code``: a checkout
+    of another revision to run; ``profile``: py-spy samples the worker into it."""
     put_jobs(settings, demand, make)
-    t0, t1, cpu = Pipeline(settings, 1, 64, worker_args=worker_args).measure(WARMUP_S, WINDOW_S)
-    used = cpu["workers"]
+    target_cpu: list[float] = []
+    pipeline = Pipeline(settings, 1, 64, worker_args=worker_args, code=code)
+
+    def during() -> Callable[[], None]:
+        if target_pid is not None:
+            target_cpu.append(cpu_s(target_pid))
+        spy = _spy(pipeline.workers[0].proc.pid, WINDOW_S, profile) if profile else None
+
+        def end() -> None:
+            if target_pid is not None:
+                target_cpu.append(cpu_s(target_pid))
+            if spy is not None:
+                spy.wait(timeout=60)
+
+        return end
+
+    t0, t1, cpu = pipeline.measure(WARMUP_S, WINDOW_S, during=during)
+    if len(target_cpu) == 2:
+        cpu["target"] = target_cpu[1] - target_cpu[0]
     history = read_topic(settings, Topics(settings).history)
     started = started_ms(settings, history)
     done, late = 0, []
@@ -81,41 +124,118 @@ def _measure(
             start = started.get(r.headers["run_id"], 0)
             if t0 <= start < t1:  # behind, the runs started late (not those due in it)
                 late.append(start - header_due_ms(r.headers))
-    return done / ((t1 - t0) / 1000), late, used / max(1, done) * 1e6
+    per_run = {role: seconds / max(1, done) * 1e6 for role, seconds in cpu.items()}
+    return done / ((t1 - t0) / 1000), late, per_run
+
+
+def _http_round(
+    base: Settings, demand: int, code: Path | None, profile: Path | None = None
+) -> tuple[Measured, float]:
+    """The http row of ``code`` (None: this checkout) and, against the same server just
+    after, the reference client's CPU us per request."""
+    with namespace(base) as settings, http_target() as (url, pid):
+        hook = Target(type="http", url=url)
+
+        def web(i: int, hook: Target = hook) -> JobDefinition:
+            return job(f"h-{i}", every_ms=1000, jitter_ms=999, target=hook)
+
+        measured = _measure(settings, demand, web, "--http-allow", "127.0.0.1/32", code=code,
+                            target_pid=pid, profile=profile)  # fmt: skip
+        return measured, reference_http(url)
+
+
+def _kafka_round(
+    base: Settings, demand: int, code: Path | None, profile: Path | None = None
+) -> tuple[Measured, float]:
+    """The kafka row of ``code``, then a bare producer writing the same records as the
+    tenant: its CPU us per record."""
+    with namespace(base) as settings, _tenant_topic(settings) as (tenant, topic):
+        target = Target(type="kafka", topic=topic)
+
+        def make(i: int, tenant: str = tenant, target: Target = target) -> JobDefinition:
+            definition = job(qualify(tenant, f"k-{i}"), every_ms=1000, jitter_ms=999,
+                             target=target)  # fmt: skip
+            return dataclasses.replace(definition, tenant=tenant)
+
+        measured = _measure(settings, demand, make, code=code, profile=profile)
+        producer = kafka_producer(settings.acting_as(f"tenant-{tenant}"))
+        return measured, reference_kafka(producer, topic)
 
 
 def bench_target_rows(base: Settings, runs: int, demand: int) -> None:
-    """The http and kafka rows, ``runs`` rounds each at ``demand`` runs a second."""
-    results: dict[str, list[tuple[float, list[int], float]]] = {"http": [], "kafka": []}
-    for _ in range(runs):
-        with namespace(base) as settings, http_server() as url:
-            hook = Target(type="http", url=url)
+    """The http and kafka rows, ``runs`` rounds each at ``demand`` runs a second, this
+    code then BASELINE in each round, with the reference client's cost in each."""
+    rows: dict[str, dict[str, list[Measured]]] = {"http": {}, "kafka": {}}
+    references: dict[str, list[float]] = {"http": [], "kafka": []}
+    with checkout(BASELINE) as baseline:
+        arms = [("this", None)] + ([(BASELINE, baseline)] if baseline is not None else [])
+        for _ in range(runs):
+            for arm, code in arms:
+                for kind, measure in (("http", _http_round), ("kafka", _kafka_round)):
+                    measured, reference = measure(base, demand, code)
+                    rows[kind].setdefault(arm, []).append(measured)
+                    references[kind].append(reference)
+    profiles = _profiles(base, demand)
+    if baseline is None:
+        row(f"baseline {BASELINE}", "-", "-", "not in this clone's history: not measured")
+    for kind, arms_measured in rows.items():
+        _report(kind, demand, arms_measured, references[kind])
+    for kind, top in profiles.items():
+        print(f"\nworker on {kind} runs: own time by function (py-spy, a round of its own)")
+        for share, name in top:
+            print(f"  {share:5.1f} %  {name}")
 
-            def web(i: int, hook: Target = hook) -> JobDefinition:
-                return job(f"h-{i}", every_ms=1000, jitter_ms=999, target=hook)
 
-            results["http"].append(_measure(settings, demand, web, "--http-allow", "127.0.0.1/32"))
-        with namespace(base) as settings, _tenant_topic(settings) as (tenant, topic):
-            target = Target(type="kafka", topic=topic)
+def _profiles(base: Settings, demand: int) -> dict[str, list[tuple[float, str]]]:
+    """A round of this code per target, not counted (sampling takes CPU from the
+    others), with py-spy on the worker: its 20 functions with the most own time."""
+    if not shutil.which(_PY_SPY):
+        return {}
+    where = Path(tempfile.mkdtemp(prefix="csbench-profile-"))
+    tops = {}
+    for kind, measure in (("http", _http_round), ("kafka", _kafka_round)):
+        measure(base, demand, None, where / f"{kind}-worker.txt")
+        if (where / f"{kind}-worker.txt").exists():
+            tops[kind] = top_functions(where / f"{kind}-worker.txt", 20)
+    return tops
 
-            def make(i: int, tenant: str = tenant, target: Target = target) -> JobDefinition:
-                definition = job(
-                    qualify(tenant, f"k-{i}"), every_ms=1000, jitter_ms=999, target=target
-                )
-                return dataclasses.replace(definition, tenant=tenant)
 
-            results["kafka"].append(_measure(settings, demand, make))
-    for kind, measured in results.items():
-        rates = [r for r, _, _ in measured]
-        p50s = [pct(late, 0.5) for _, late, _ in measured if late]
-        p99s = [pct(late, 0.99) for _, late, _ in measured if late]
-        cpu = statistics.median(c for _, _, c in measured)
-        row(f"{kind} target: runs/s at {demand:,}/s demanded, 1 worker",
-            f"{statistics.median(rates):,.0f}", f"{demand:,}",
-            f"runs {[round(r) for r in rates]}; worker CPU us/run {cpu:.0f}")  # fmt: skip
-        row(f"{kind} target: due-to-start p50 / p99 at {demand:,}/s (ms)",
-            f"{statistics.median(p50s):.0f} / {statistics.median(p99s):.0f}", "p99 <= 100",
-            f"p99 of each run {p99s}")  # fmt: skip
+def _report(
+    kind: str, demand: int, arms: dict[str, list[Measured]], reference: list[float]
+) -> None:
+    def median_of(arm: str, role: str) -> float:
+        return statistics.median(m[2].get(role, 0.0) for m in arms[arm])
+
+    mine = arms["this"]
+    rates = {arm: [round(m[0]) for m in measured] for arm, measured in arms.items()}
+    row(f"{kind} target: runs/s at {demand:,}/s demanded, 1 worker",
+        f"{statistics.median(m[0] for m in mine):,.0f}", f"{demand:,}",
+        "; ".join(f"{arm} {values}" for arm, values in rates.items()))  # fmt: skip
+    roles = ("worker", "scheduler", "broker", "target") if kind == "http" else (
+        "worker", "scheduler", "broker")  # fmt: skip
+    worker = median_of("this", "workers")
+    per_role = "; ".join(
+        f"{arm}: " + ", ".join(f"{role} {median_of(arm, role if role != 'worker' else 'workers'):.0f}"
+                               for role in roles)
+        for arm in arms
+    )  # fmt: skip
+    ref = statistics.median(reference)
+    limit = "<= 150" if kind == "http" else "<= 60"
+    row(f"{kind} target: worker CPU us per run", f"{worker:.0f}", limit,
+        f"CPU us/run by process, {per_role}; reference client {ref:.0f} us "
+        f"{[round(r) for r in reference]}")  # fmt: skip
+    if kind == "http":
+        row(
+            "http target: worker CPU per run / reference client CPU per request",
+            f"{worker / ref:.2f}",
+            "<= 2",
+            f"reference: aiohttp, 64 in flight, {ref:.0f} us",
+        )
+    p50s = [pct(late, 0.5) for _, late, _ in mine if late]
+    p99s = [pct(late, 0.99) for _, late, _ in mine if late]
+    row(f"{kind} target: due-to-start p50 / p99 at {demand:,}/s (ms)",
+        f"{statistics.median(p50s):.0f} / {statistics.median(p99s):.0f}", "p99 <= 50",
+        f"p99 of each run {p99s}")  # fmt: skip
 
 
 @contextmanager
