@@ -12,6 +12,7 @@ before its acknowledgement (its late acknowledgement, if any, is then ignored).
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from runtime.kafka.clients import KafkaError, Producer
 Judge = Callable[[KafkaError | None, Any], tuple[str | None, ExecutionFailed | None]]
 Expired = Callable[[], ExecutionFailed]
 EXPIRY_EVERY_S = 0.05
+log = logging.getLogger("cronstream.worker")
 
 
 class Record(NamedTuple):
@@ -101,6 +103,14 @@ class DeliveryPoller:
                 self._counts[id(producer)] = (producer, held[1] - 1)
 
     def _serve(self) -> None:
+        while not self._stopped:
+            try:
+                self._serve_until_stopped()
+            except Exception:  # our bug: logged, and the acknowledgements still served
+                log.exception("the kafka targets' delivery poller failed; going on")
+                time.sleep(EXPIRY_EVERY_S)
+
+    def _serve_until_stopped(self) -> None:
         next_expiry = 0.0
         while not self._stopped:
             with self._lock:

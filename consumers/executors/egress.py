@@ -51,11 +51,13 @@ class TenantProducers:
         made = kafka_producer(self.settings, **{
             "sasl.username": user, "sasl.password": password, "error_cb": self._on_error(user),
         })  # fmt: skip
+        evicted = []
         with self._lock:
             self._producers[tenant] = made
             while len(self._producers) > self.limit:
-                _, old = self._producers.popitem(last=False)
-                old.flush(5)
+                evicted.append(self._producers.popitem(last=False)[1])
+        for old in evicted:  # outside the lock: ``made`` is asked from the worker's loop
+            old.flush(5)
         return made
 
     def made(self, tenant: str) -> Producer | None:

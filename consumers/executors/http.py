@@ -40,6 +40,8 @@ import json
 import socket
 import ssl
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 from urllib.parse import quote, urljoin, urlsplit
 
@@ -52,7 +54,14 @@ from consumers.errors import (
 )
 from consumers.executors.base import Finished, Output, RunContext
 from consumers.executors.eventloop import LoopThread
-from consumers.executors.http_wire import Connection, Pool, Response, WireError, request_head
+from consumers.executors.http_wire import (
+    Connection,
+    Pool,
+    Response,
+    Unanswered,
+    WireError,
+    request_head,
+)
 from consumers.executors.secrets import Secrets
 from consumers.executors.setup import ExecutorSetup
 from schemas.events import Target
@@ -99,10 +108,15 @@ class HttpExecutor:
         context = ssl.create_default_context()
         self.pool = Pool(context, max(MIN_CONNECTIONS, connections))
         self.runner: LoopThread[Any] = LoopThread("http")
+        # Name lookups block a thread each (a name server that does not answer holds its
+        # thread for seconds): never the loop's, nor fewer than the calls at once.
+        self._resolver = ThreadPoolExecutor(max(MIN_CONNECTIONS, connections),
+                                            thread_name_prefix="http-dns")  # fmt: skip
 
     def close(self) -> None:
         self.runner.call(self._close_pool, timeout=5)
         self.runner.close()
+        self._resolver.shutdown(wait=False, cancel_futures=True)
 
     async def _close_pool(self) -> None:
         self.pool.close()
@@ -134,9 +148,9 @@ class HttpExecutor:
         """(scheme, checked IP, port) for ``url`` called by a job of ``tenant``; raises
         TargetInvalid when not allowed."""
         scheme, host, port = _destination(url)
-        try:
-            infos = await asyncio.get_running_loop().getaddrinfo(
-                host, port, type=socket.SOCK_STREAM
+        try:  # on threads of the executor's own, as many as calls at once (libuv has 4)
+            infos = await asyncio.get_running_loop().run_in_executor(
+                self._resolver, partial(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
             )
         except socket.gaierror as exc:
             raise ExecutionFailed(f"cannot resolve {host!r}: {exc}") from exc
@@ -222,21 +236,35 @@ class HttpExecutor:
                                 parts.netloc.rpartition("@")[2], headers, len(body))  # fmt: skip
         except ValueError as exc:  # a header that would split the request
             raise TargetInvalid(str(exc)) from exc
+        request, head_only = head + body, method == "HEAD"
         try:
-            conn = await self._connection(scheme, host, port, context.tenant)
-            return await conn.send(head + body, cap=BODY_CAP, head_only=method == "HEAD")
+            kept = self._kept(scheme, host, port, context.tenant)
+            if kept is not None:
+                try:
+                    return await kept.send(request, cap=BODY_CAP, head_only=head_only)
+                except Unanswered:
+                    pass  # closed by the server as idle as the request went: once more, anew
+            conn = await self._new(scheme, host, port, context.tenant)
+            return await conn.send(request, cap=BODY_CAP, head_only=head_only)
         except (OSError, WireError) as exc:
             raise ExecutionFailed(f"{method} {url} failed: {exc!r}") from exc
 
-    async def _connection(self, scheme: str, host: str, port: int, tenant: str) -> Connection:
+    def _kept(self, scheme: str, host: str, port: int, tenant: str) -> Connection | None:
         """A kept-alive connection to (scheme, host, port), its address allowed to
-        ``tenant`` now; or a new one to a resolved and checked address."""
-        key = (scheme, host, port)
-        while (kept := self.pool.take(key)) is not None:
-            self.check_address(kept.ip, host=host, port=port, tenant=tenant)
-            return kept
+        ``tenant`` now (refused: it goes back to the pool, and TargetInvalid)."""
+        kept = self.pool.take((scheme, host, port))
+        if kept is not None:
+            try:
+                self.check_address(kept.ip, host=host, port=port, tenant=tenant)
+            except TargetInvalid:
+                self.pool.give_back(kept)
+                raise
+        return kept
+
+    async def _new(self, scheme: str, host: str, port: int, tenant: str) -> Connection:
+        """A new connection to (scheme, host, port), to a resolved and checked address."""
         _, address, _ = await self.resolve(f"{scheme}://{_netloc(host, port)}/", tenant)
-        return await self.pool.connect(key, address, server_name=host)
+        return await self.pool.connect((scheme, host, port), address, server_name=host)
 
 
 def _destination(url: str) -> tuple[str, str, int]:
@@ -248,6 +276,8 @@ def _destination(url: str) -> tuple[str, str, int]:
             raise ValueError("not an http(s) URL")
         host = parts.hostname
         host.encode("idna")  # a label over 63 characters: UnicodeError (a ValueError)
+        if any(c <= " " or c == "\x7f" for c in parts.netloc):
+            raise ValueError("a control character or a space in its host")
     except ValueError as exc:
         raise TargetInvalid(f"{url!r} is not a usable http(s) URL: {exc}") from exc
     return parts.scheme, host, port

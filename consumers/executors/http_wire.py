@@ -27,7 +27,10 @@ import httptools
 
 from schemas.limits import FRAMING_HEADERS
 
-KEEPALIVE_S = 5.0  # an idle connection is closed after this long
+# An idle connection is closed after this long: under the 5 s idle timeout of common
+# servers (uvicorn, Node, Apache), so a kept connection is rarely one they close as it
+# is used.
+KEEPALIVE_S = 4.0
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _BAD_VALUE = re.compile(r"[\r\n\x00]")
 Key = tuple[str, str, int]  # (scheme, host, port)
@@ -36,6 +39,12 @@ Key = tuple[str, str, int]  # (scheme, host, port)
 class WireError(Exception):
     """The connection failed or closed before the response ended, or the response
     was not HTTP/1.x."""
+
+
+class Unanswered(WireError):
+    """The connection closed before any byte of the response came: on a kept-alive
+    connection, the server closed it as idle just as the request went (sent again once
+    on a new connection: ``consumers.executors.http``)."""
 
 
 @dataclass(slots=True)
@@ -79,6 +88,7 @@ class Connection(asyncio.Protocol):
         self._head_only = False
         self._keep = False
         self._framed = False  # the response said its length (or chunked)
+        self._answered = False  # a byte of the response came
 
     # -- asyncio.Protocol --------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -88,23 +98,33 @@ class Connection(asyncio.Protocol):
         if self._waiter is None or self._parser is None:  # nothing asked: not HTTP
             self.close()
             return
+        self._answered = True
         try:
             self._parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            self._fail(WireError(f"not an HTTP/1.x response: {exc}"))
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+            self._fail(WireError(f"not an HTTP/1.x response (or an upgrade): {exc!r}"))
 
     def eof_received(self) -> bool | None:
-        if self._waiter is not None and self._response.status >= 200 and not self._framed:
-            self._keep = False  # a body without a length ends when the connection does
-            self._done()
-        else:
-            self._fail(WireError("the server closed the connection before the response ended"))
+        self._closed_by_server("the server closed the connection before the response ended")
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.pool.forget(self)
-        self._fail(WireError(f"connection lost: {exc!r}" if exc else "connection closed"))
+        # uvloop's TLS ends a connection closed without close_notify here, not in
+        # eof_received: a body without a length ends that way too
+        self._closed_by_server(f"connection lost: {exc!r}" if exc else "connection closed")
+
+    def _closed_by_server(self, why: str) -> None:
+        if self._waiter is None:
+            self.close()
+        elif self._response.status >= 200 and not self._framed:
+            self._keep = False  # a body without a length ends when the connection does
+            self._done()
+        elif not self._answered:
+            self._fail(Unanswered(why))
+        else:
+            self._fail(WireError(why))
 
     # -- httptools callbacks -----------------------------------------------------------
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -153,7 +173,7 @@ class Connection(asyncio.Protocol):
         waiter: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
         self._waiter = waiter
         self._response, self._cap, self._head_only = Response(), cap, head_only
-        self._keep, self._framed = True, False
+        self._keep, self._framed, self._answered = True, False, False
         self._parser = httptools.HttpResponseParser(self)
         transport.write(data)
         try:
@@ -170,7 +190,10 @@ class Connection(asyncio.Protocol):
     def _done(self) -> None:
         waiter, self._waiter = self._waiter, None
         self._parser = None
-        if waiter is None or waiter.done():
+        if waiter is None:
+            return
+        if waiter.done():  # the deadline cancelled it in this same turn of the loop
+            self.close()
             return
         waiter.set_result(self._response)
         if self._keep and not self.closed:

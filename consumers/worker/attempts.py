@@ -258,6 +258,7 @@ class Attempts:
         starter = self.starters.get(run.target.type)
         # Without a thread when its executor can (http, kafka); otherwise a run thread.
         if starter is None or not starter(pending, run.target, context, self.finished):
+            pending.on_thread = True
             self.pool.submit(pending, _execute, executor, run.target, context)
         return True
 
@@ -332,8 +333,8 @@ class Attempts:
                 self.fail(pending, TimedOut("timed out; the callable did not stop"))
                 self._ended(pending)
                 count += 1
-                if pending.run.target.type in self.starters:
-                    continue  # a coroutine on its executor's loop: no thread is stuck
+                if not pending.on_thread:
+                    continue  # on its executor's loop (http, kafka): no thread is stuck
                 if len(self.pool) < 2 * self.concurrency:
                     self.pool.add_thread()
                 else:

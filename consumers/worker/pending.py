@@ -25,6 +25,7 @@ class Pending:
     history_needed: int | None = None  # history offset to have read before deciding
     context: RunContext | None = None
     started_ms: int = 0  # when its attempt started, wall clock (0: not started)
+    on_thread: bool = False  # its attempt runs on a run thread (not its executor's loop)
     announced: bool = False  # its attempt's STARTED outcome published
     outcome: list[tuple[bytes, Headers]] = field(default_factory=list)  # encoded, unpublished
     template: OutcomeTemplate | None = None  # what its outcomes have in common, encoded

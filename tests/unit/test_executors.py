@@ -266,7 +266,7 @@ def test_http_checks_every_redirect(server: str, http: HttpExecutor) -> None:
 @pytest.mark.parametrize(
     "url",
     ["http://example.com:abc/", "http://example.com:99999/", f"http://{'a' * 64}.example.com/",
-     "ftp://example.com/"],
+     "ftp://example.com/", "http://127.0.0.1\x00x/", "http://127.0.0.1 x/"],
 )  # fmt: skip
 def test_http_unusable_url_is_an_invalid_target_not_a_crash(http: HttpExecutor, url: str) -> None:
     with pytest.raises(TargetInvalid, match="not a usable http"):

@@ -4,6 +4,9 @@ used again; a kept connection is not a way around the tenants' grants."""
 
 from __future__ import annotations
 
+import asyncio
+import socketserver
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +19,7 @@ import pytest
 from consumers.errors import TargetInvalid
 from consumers.executors.base import Output
 from consumers.executors.http import HttpExecutor
+from consumers.executors.http_wire import Connection, Pool, Response, Unanswered, WireError
 from schemas.events import Target
 from schemas.policy import TenantPolicy
 from tests.unit.test_executors import context
@@ -108,3 +112,119 @@ def test_a_kept_connection_is_checked_against_the_grants_of_now(keepalive: str) 
         assert KeepAlive.opened == 1
     finally:
         http.close()
+
+
+def test_a_refused_reuse_leaves_the_connection_to_those_allowed(keepalive: str) -> None:
+    """Found by review: a kept connection taken for a tenant the grants refuse was neither
+    given back nor closed (one more open connection per refusal)."""
+    http = HttpExecutor(allow=["127.0.0.0/8"])
+    try:
+        get = Target(type="http", method="GET", url=keepalive)
+        assert http.execute(get, context(tenant="default")) == Output(b"ok")  # an operator's
+        for _ in range(3):
+            with pytest.raises(TargetInvalid, match="has no grant for it"):
+                http.execute(get, context(tenant="beta"))
+        assert http.execute(get, context(tenant="default")) == Output(b"ok")
+        assert KeepAlive.opened == 1
+        assert http.pool.idle() == 1
+    finally:
+        http.close()
+
+
+class _ClosesSecondRequests(socketserver.BaseRequestHandler):
+    """Answers a connection's first request, then closes it when the next one comes
+    without answering (a server closing it as idle just as the request is sent)."""
+
+    opened = 0
+
+    def handle(self) -> None:
+        type(self).opened += 1
+        conn = self.request
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += conn.recv(4096)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        conn.recv(4096)  # the second request: closed unanswered
+        conn.close()
+
+
+def test_a_kept_connection_closed_unanswered_is_tried_once_anew() -> None:
+    _ClosesSecondRequests.opened = 0
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _ClosesSecondRequests)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    http = HttpExecutor(allow=["127.0.0.0/8"])
+    try:
+        get = Target(type="http", method="GET", url=f"http://127.0.0.1:{server.server_address[1]}/")
+        assert http.execute(get, context()) == Output(b"ok")
+        assert http.execute(get, context()) == Output(b"ok")  # the kept one closed: anew
+        assert _ClosesSecondRequests.opened == 2
+    finally:
+        http.close()
+        server.shutdown()
+        server.server_close()
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.aborted = False
+        self.sent = b""
+
+    def write(self, data: bytes) -> None:
+        self.sent += data
+
+    def abort(self) -> None:
+        self.aborted = True
+
+
+def _answer(*chunks: bytes, then: str = "") -> tuple[Connection, Any]:
+    """A connection fed ``chunks`` as the answer to one request, then (``then``) lost or
+    cancelled; (the connection, what ``send`` returned or raised)."""
+
+    async def exchange() -> tuple[Connection, Any]:
+        pool = Pool(ssl.create_default_context(), 10)
+        conn = Connection(pool, ("http", "h", 80), "127.0.0.1")
+        conn.connection_made(_Transport())  # type: ignore[arg-type]
+        sending = asyncio.ensure_future(conn.send(b"GET / HTTP/1.1\r\n\r\n", cap=1024,
+                                                  head_only=False))  # fmt: skip
+        await asyncio.sleep(0)
+        if then == "cancelled":
+            sending.cancel()
+        for chunk in chunks:
+            conn.data_received(chunk)
+        if then == "lost":
+            conn.connection_lost(None)
+        try:
+            return conn, await sending
+        except BaseException as exc:
+            return conn, exc
+
+    return asyncio.run(exchange())
+
+
+def test_a_body_without_a_length_ends_with_the_connection_even_without_close_notify() -> None:
+    """Found by review: uvloop's TLS reports a close without close_notify as a lost
+    connection, not an end of file: the body read until then is the answer."""
+    _, answer = _answer(b"HTTP/1.1 200 OK\r\n\r\nhel", b"lo", then="lost")
+    assert isinstance(answer, Response)
+    assert (answer.status, bytes(answer.body)) == (200, b"hello")
+    _, answer = _answer(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nhello", then="lost")
+    assert isinstance(answer, WireError)  # a length said and not reached: not an answer
+    _, answer = _answer(then="lost")
+    assert isinstance(answer, Unanswered)
+
+
+def test_an_answer_that_comes_as_the_deadline_cancels_closes_the_connection() -> None:
+    """Found by review: the deadline's cancel and the response in the same turn of the
+    loop left the connection open, out of the pool, with no one waiting."""
+    conn, answer = _answer(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", then="cancelled")
+    assert isinstance(answer, asyncio.CancelledError)
+    assert conn.closed
+    assert conn.pool.idle() == 0
+
+
+def test_an_upgrade_answer_is_a_failure_not_an_escaping_error() -> None:
+    conn, answer = _answer(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n"
+                           b"Connection: Upgrade\r\n\r\n")  # fmt: skip
+    assert isinstance(answer, WireError)
+    assert conn.closed
