@@ -90,6 +90,7 @@ Measured = tuple[float, list[int], dict[str, float]]  # runs/s, due-to-start ms,
 def _measure(
     settings: Settings, demand: int, make: Callable[[int], JobDefinition], *worker_args: str,
     code: Path | None = None, target_pid: int | None = None, profile: Path | None = None,
+    scheduler_args: tuple[str, ...] = (),
 ) -> Measured:  # fmt: skip
     """(SUCCEEDED per second, due-to-start ms of each run started in the window, CPU us
     per run of each process: scheduler, broker, worker and the target server's when
@@ -97,7 +98,7 @@ def _measure(
     of another revision to run; ``profile``: py-spy samples the worker into it."""
     put_jobs(settings, demand, make)
     target_cpu: list[float] = []
-    pipeline = Pipeline(settings, 1, 64, worker_args=worker_args, code=code)
+    pipeline = Pipeline(settings, 1, 64, *scheduler_args, worker_args=worker_args, code=code)
 
     def during() -> Callable[[], None]:
         if target_pid is not None:
@@ -157,7 +158,10 @@ def _kafka_round(
                              target=target)  # fmt: skip
             return dataclasses.replace(definition, tenant=tenant)
 
-        measured = _measure(settings, demand, make, code=code, profile=profile)
+        # the tenant's fire rate (1,000/s by default) above the demand: the worker measured
+        rate = ("--tenant-fire-rate", f"{tenant}={4 * demand}")
+        measured = _measure(settings, demand, make, code=code, profile=profile,
+                            scheduler_args=rate)  # fmt: skip
         producer = kafka_producer(settings.acting_as(f"tenant-{tenant}"))
         return measured, reference_kafka(producer, topic)
 
