@@ -10,11 +10,11 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from runtime import metrics
-from runtime import stop as runtime_stop
 from runtime.memory import return_large_allocations
 from runtime.metrics_server import serve as serve_metrics
 from runtime.settings import Settings, env_int
-from runtime.stop import StopWaiting
+from runtime.stop import REQUESTED, StopWaiting
+from runtime.stop import requested as stop_requested
 from runtime.waiting import KAFKA, REGISTRY, reach, wait_for
 
 # Python's cyclic garbage collector in a member's loop: what startup built is frozen (never
@@ -59,14 +59,14 @@ def run_member(
     log = logging.getLogger(f"cronstream.{role}")
     metrics.zero_counters(role)
     serve_metrics(metrics_port)
-    stopping = stop_on_signals()
+    stop_on_signals()
 
     def started() -> Member:
         reach(settings, needs)
         return start()
 
     try:
-        member = wait_for(f"{role} {name}", started, log=log, stop=lambda: bool(stopping))
+        member = wait_for(f"{role} {name}", started, log=log, stop=stop_requested)
     except StopWaiting:
         return 0
     metrics.PROBES.set_ready(True)
@@ -77,7 +77,7 @@ def run_member(
 
     def should_stop() -> bool:  # asked once per round of the member's loop
         beat()
-        return bool(stopping)
+        return stop_requested()
 
     try:
         member.run(should_stop)
@@ -86,14 +86,12 @@ def run_member(
     return 0
 
 
-def stop_on_signals() -> list[int]:
-    """A list that gets the signal number when SIGTERM or SIGINT arrives."""
-    stopping: list[int] = []
+def stop_on_signals() -> None:
+    """SIGTERM and SIGINT set the process's stop flag (``runtime.stop``): the member's
+    loop, its waits and its Kafka retries look at it."""
 
-    def stop(signum: int, _frame: Any) -> None:
-        stopping.append(signum)
-        runtime_stop.REQUESTED.set()
+    def stop(_signum: int, _frame: Any) -> None:
+        REQUESTED.set()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    return stopping

@@ -20,7 +20,7 @@ from cronstream.foreground import setup_process, stop_on_signals
 from runtime import metrics
 from runtime.metrics_server import metrics_token
 from runtime.settings import Settings
-from runtime.stop import StopWaiting
+from runtime.stop import StopWaiting, requested
 from runtime.tokens import TokenBook, book_path
 from runtime.waiting import CASSANDRA, KAFKA, REGISTRY, reach, wait_for
 
@@ -43,7 +43,7 @@ def serve(
     # /metrics on the API's own port names tenants and jobs: behind the metrics token when
     # the API listens beyond the loopback (SettingsError without one), as every role's.
     token = metrics_token(host)
-    stopping = stop_on_signals()  # until uvicorn's: a stop while waiting exits 0
+    stop_on_signals()  # until uvicorn's: a stop while waiting exits 0
 
     def started() -> Backend:  # reads the jobs topic (the registry), opens a session
         reach(settings, (KAFKA, REGISTRY, CASSANDRA))
@@ -56,8 +56,7 @@ def serve(
         return backend
 
     try:  # not listening meanwhile: not ready for whoever probes /readyz
-        backend = wait_for(f"api on {host}:{port}", started, log=log,
-                           stop=lambda: bool(stopping))  # fmt: skip
+        backend = wait_for(f"api on {host}:{port}", started, log=log, stop=requested)
     except StopWaiting:
         return 0
     # The jobs loaded at start (100,000 jobs: ~550,000 objects) out of the collector's

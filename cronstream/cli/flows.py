@@ -81,7 +81,7 @@ def cmd_flows_coordinator(settings: Settings, args: argparse.Namespace) -> int:
 
     from cronstream.foreground import setup_process, stop_on_signals
     from runtime.metrics_server import serve as serve_metrics
-    from runtime.stop import StopWaiting
+    from runtime.stop import StopWaiting, requested
     from runtime.waiting import KAFKA, REGISTRY, reach, wait_for
     from streams.core.rates import TenantRates
     from streams.flows import build_app
@@ -96,15 +96,16 @@ def cmd_flows_coordinator(settings: Settings, args: argparse.Namespace) -> int:
         os.nice(args.nice)
     serve_metrics(args.metrics_port)
     settings = settings.as_role("flows")  # its own Kafka user and ACLs
-    stopping = stop_on_signals()  # until faust's own handlers: a stop while waiting
+    stop_on_signals()  # until faust's own handlers: a stop while waiting
 
     def built() -> tuple[Any, Any]:  # resolves its writer schemas
         reach(settings, (KAFKA, REGISTRY))
         return build_app(settings, rates)
 
     try:
-        app, definitions = wait_for(f"flows coordinator {args.name}", built, log=log,
-                                    stop=lambda: bool(stopping))  # fmt: skip
+        app, definitions = wait_for(
+            f"flows coordinator {args.name}", built, log=log, stop=requested
+        )
     except StopWaiting:
         return 0
     definitions.start()
