@@ -20,6 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from consumers.core.output import Output, Result
 from consumers.errors import TargetInvalid
+from consumers.executors.pool import Done
 from schemas.events import Target
 from schemas.redact import scrub
 from schemas.tenancy import OPERATORS
@@ -122,8 +123,8 @@ class Executor(Protocol):
         ...
 
 
-# (token, result, error): what a finished attempt puts on the worker's queue.
-Finished = SimpleQueue[tuple[Any, Any, BaseException | None]]
+# What a finished attempt puts on the worker's queue, from a run thread or not.
+Finished = SimpleQueue[Done[Any]]
 Starter = Callable[[Any, Target, RunContext, Finished], bool]
 
 

@@ -6,8 +6,8 @@ others (issue 47: an http run cost the worker 1,362 us of CPU on a thread). The 
 loop hands an attempt over with ``submit``: one append to a deque, and a wake-up of the
 event loop only when it is not already due to look (so a batch of starts costs one
 wake-up, not one each). A finished attempt puts ``(token, result, error)`` on the
-worker's ``done`` queue, as a run thread does (``consumers.executors.pool``), so the
-worker collects both the same way.
+worker's ``done`` queue, as a run thread does (``consumers.executors.pool``, whose
+``Done`` it is), so the worker collects both the same way.
 
 uvloop runs the loop where it is installed (about half the CPU of asyncio's own loop per
 request); asyncio's otherwise.
@@ -18,14 +18,15 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Coroutine
 from queue import SimpleQueue
 from typing import Any, Generic, TypeVar
 
+from consumers.executors.pool import Done
+
 T = TypeVar("T")
 R = TypeVar("R")
-Done = tuple[T, Any, BaseException | None]  # (token, result, error)
-Start = Callable[[], Awaitable[Any]]
+Attempt = Coroutine[Any, Any, Any]
 
 
 def new_loop() -> asyncio.AbstractEventLoop:
@@ -39,7 +40,7 @@ def new_loop() -> asyncio.AbstractEventLoop:
 class LoopThread(Generic[T]):
     def __init__(self, name: str) -> None:
         self.loop = new_loop()
-        self._incoming: deque[tuple[T, Start, SimpleQueue[Done[T]]]] = deque()
+        self._incoming: deque[tuple[T, Attempt, SimpleQueue[Done[T]]]] = deque()
         self._woken = False  # a drain is scheduled on the loop and has not begun
         self._tasks: set[asyncio.Task[None]] = set()  # held until done (asyncio keeps weak refs)
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
@@ -49,10 +50,11 @@ class LoopThread(Generic[T]):
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
 
-    def submit(self, token: T, start: Start, done: SimpleQueue[Done[T]]) -> None:
-        """Run ``await start()`` on the loop; ``(token, result, None)`` or ``(token,
-        None, exception)`` goes on ``done`` when it ends. Called from another thread."""
-        self._incoming.append((token, start, done))
+    def submit(self, token: T, attempt: Attempt, done: SimpleQueue[Done[T]]) -> None:
+        """Run ``attempt`` (a coroutine, not started) on the loop; ``(token, result,
+        None)`` or ``(token, None, exception)`` goes on ``done`` when it ends. Called from
+        another thread."""
+        self._incoming.append((token, attempt, done))
         if not self._woken:
             self._woken = True
             self.loop.call_soon_threadsafe(self._drain)
@@ -61,15 +63,14 @@ class LoopThread(Generic[T]):
         self._woken = False  # before taking: an append after this wakes the loop again
         incoming, tasks = self._incoming, self._tasks
         while incoming:
-            token, start, done = incoming.popleft()
-            task = self.loop.create_task(_finish(token, start, done))
+            token, attempt, done = incoming.popleft()
+            task = self.loop.create_task(_finish(token, attempt, done))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
 
-    def call(self, start: Callable[[], Awaitable[R]], timeout: float | None = None) -> R:
-        """``await start()`` on the loop, waited for by the calling thread."""
-        future = asyncio.run_coroutine_threadsafe(_awaited(start), self.loop)
-        return future.result(timeout)
+    def call(self, coroutine: Coroutine[Any, Any, R], timeout: float | None = None) -> R:
+        """``coroutine`` run on the loop, waited for by the calling thread."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
 
     def close(self) -> None:
         """Stop the loop (what is in flight is dropped: the worker is stopping)."""
@@ -78,13 +79,9 @@ class LoopThread(Generic[T]):
         self._thread.join(timeout=5)
 
 
-async def _awaited(start: Callable[[], Awaitable[R]]) -> R:
-    return await start()
-
-
-async def _finish(token: T, start: Start, done: SimpleQueue[Done[T]]) -> None:
+async def _finish(token: T, attempt: Attempt, done: SimpleQueue[Done[T]]) -> None:
     try:
-        result = await start()
+        result = await attempt
     except BaseException as exc:  # handed to the worker, which decides
         done.put((token, None, exc))
     else:

@@ -114,7 +114,7 @@ class HttpExecutor:
                                             thread_name_prefix="http-dns")  # fmt: skip
 
     def close(self) -> None:
-        self.runner.call(self._close_pool, timeout=5)
+        self.runner.call(self._close_pool(), timeout=5)
         self.runner.close()
         self._resolver.shutdown(wait=False, cancel_futures=True)
 
@@ -165,13 +165,12 @@ class HttpExecutor:
     def start(self, token: Any, target: Target, context: RunContext, done: Finished) -> bool:
         """Begin the attempt on the event loop; ``(token, output, error)`` goes on
         ``done`` when it ends (``consumers.executors.eventloop``)."""
-        self.runner.submit(token, lambda: self._attempt(target, context), done)
+        self.runner.submit(token, self._attempt(target, context), done)
         return True
 
     def execute(self, target: Target, context: RunContext) -> Output | None:
         """The attempt, waited for by the calling thread."""
-        result: Output | None = self.runner.call(lambda: self._attempt(target, context))
-        return result
+        return self.runner.call(self._attempt(target, context))
 
     async def _attempt(self, target: Target, context: RunContext) -> Output | None:
         if context.cancelled.is_set():
