@@ -42,8 +42,8 @@ import ssl
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any
-from urllib.parse import quote, urljoin, urlsplit
+from typing import Any, NamedTuple
+from urllib.parse import SplitResult, quote, urljoin, urlsplit
 
 from consumers.errors import (
     Cancelled,
@@ -84,8 +84,12 @@ _QUERY_SAFE = _PATH_SAFE + "?"
 def executor(setup: ExecutorSetup) -> HttpExecutor:
     """The worker's http executor (declared by ``schemas.targets.http``)."""
     config = setup.config
-    return HttpExecutor(allow=config.http_allow, secrets=Secrets(config.secrets_dir),
-                        policy=setup.policy, connections=config.concurrency)  # fmt: skip
+    return HttpExecutor(
+        allow=config.http_allow,
+        secrets=Secrets(config.secrets_dir),
+        policy=setup.policy,
+        connections=config.concurrency,
+    )
 
 
 class HttpExecutor:
@@ -105,13 +109,12 @@ class HttpExecutor:
         self.allow: tuple[Network, ...] = tuple(
             ipaddress.ip_network(n, strict=False) for n in allow
         )
-        context = ssl.create_default_context()
-        self.pool = Pool(context, max(MIN_CONNECTIONS, connections))
+        wide = max(MIN_CONNECTIONS, connections)
+        self.pool = Pool(ssl.create_default_context(), wide)
         self.runner: LoopThread[Any] = LoopThread("http")
         # Name lookups block a thread each (a name server that does not answer holds its
         # thread for seconds): never the loop's, nor fewer than the calls at once.
-        self._resolver = ThreadPoolExecutor(max(MIN_CONNECTIONS, connections),
-                                            thread_name_prefix="http-dns")  # fmt: skip
+        self._resolver = ThreadPoolExecutor(wide, thread_name_prefix="http-dns")
 
     def close(self) -> None:
         self.runner.call(self._close_pool(), timeout=5)
@@ -144,22 +147,20 @@ class HttpExecutor:
                 f"refusing to call {ip}: not a public address (allow its network with --http-allow)"
             )
 
-    async def resolve(self, url: str, tenant: str = OPERATORS) -> tuple[str, str, int]:
-        """(scheme, checked IP, port) for ``url`` called by a job of ``tenant``; raises
-        TargetInvalid when not allowed."""
-        scheme, host, port = _destination(url)
+    async def _address(self, where: Destination, tenant: str) -> str:
+        """The first address ``where``'s host resolves to, every one of them checked
+        for ``tenant``; TargetInvalid when one is not allowed."""
+        host, port = where.host, where.port
         try:  # on threads of the executor's own, as many as calls at once (libuv has 4)
             infos = await asyncio.get_running_loop().run_in_executor(
                 self._resolver, partial(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
             )
         except socket.gaierror as exc:
             raise ExecutionFailed(f"cannot resolve {host!r}: {exc}") from exc
-        except UnicodeError as exc:  # an IDNA label over 63 characters
-            raise TargetInvalid(f"{url!r} is not a usable http(s) URL: {exc}") from exc
         addresses = sorted({str(info[4][0]) for info in infos})
         for address in addresses:
             self.check_address(address, host=host, port=port, tenant=tenant)
-        return scheme, addresses[0], port
+        return addresses[0]
 
     # -- running attempts ---------------------------------------------------------------
     def start(self, token: Any, target: Target, context: RunContext, done: Finished) -> bool:
@@ -204,70 +205,87 @@ class HttpExecutor:
         }
         if body and "content-type" not in {k.lower() for k in headers}:
             headers["Content-Type"] = _content_type(context.payload or "")
+        where = _destination(url)
         for _ in range(MAX_REDIRECTS + 1):
-            response = await self._send(method, url, headers, body, context)
+            response = await self._send(method, where, headers, body, context)
             if response.status in (301, 302, 303, 307, 308) and response.location is not None:
                 target_url = _redirected(url, response.location)
+                following = _destination(target_url)
                 if response.status == 303:
                     method, body = "GET", b""
-                if _origin(target_url) != _origin(url):
+                if following.origin != where.origin:
                     # Credentials and the payload are for the origin the job named.
                     headers = {k: v for k, v in headers.items() if k not in credentials}
                     if body:
-                        await self.resolve(target_url, context.tenant)  # a refusal says so first
+                        await self._address(following, context.tenant)  # a refusal says so first
                         raise PermanentFailure(
-                            f"{url} redirects to another origin ({_origin(target_url)}): "
+                            f"{url} redirects to another origin ({following.origin}): "
                             "the payload is not sent there"
                         )
-                url = target_url
+                url, where = target_url, following
                 continue
             return _judge(response.status, _output(response), url)
         raise PermanentFailure(f"more than {MAX_REDIRECTS} redirects from {target.url}")
 
     async def _send(
-        self, method: str, url: str, headers: dict[str, str], body: bytes, context: RunContext
+        self,
+        method: str,
+        where: Destination,
+        headers: dict[str, str],
+        body: bytes,
+        context: RunContext,
     ) -> Response:
         """The response, with at most BODY_CAP bytes of its body."""
-        scheme, host, port = _destination(url)
-        parts = urlsplit(url)
         try:
-            head = request_head(method, _request_target(parts.path, parts.query),
-                                parts.netloc.rpartition("@")[2], headers, len(body))  # fmt: skip
+            head = request_head(method, where.target, where.netloc, headers, len(body))
         except ValueError as exc:  # a header that would split the request
             raise TargetInvalid(str(exc)) from exc
         request, head_only = head + body, method == "HEAD"
         try:
-            kept = self._kept(scheme, host, port, context.tenant)
+            kept = self._kept(where, context.tenant)
             if kept is not None:
                 try:
                     return await kept.send(request, cap=BODY_CAP, head_only=head_only)
                 except Unanswered:
                     pass  # closed by the server as idle as the request went: once more, anew
-            conn = await self._new(scheme, host, port, context.tenant)
+            address = await self._address(where, context.tenant)
+            conn = await self.pool.connect(where.origin, address, server_name=where.host)
             return await conn.send(request, cap=BODY_CAP, head_only=head_only)
         except (OSError, WireError) as exc:
-            raise ExecutionFailed(f"{method} {url} failed: {exc!r}") from exc
+            raise ExecutionFailed(f"{method} {where.url} failed: {exc!r}") from exc
 
-    def _kept(self, scheme: str, host: str, port: int, tenant: str) -> Connection | None:
-        """A kept-alive connection to (scheme, host, port), its address allowed to
+    def _kept(self, where: Destination, tenant: str) -> Connection | None:
+        """A kept-alive connection to ``where``'s origin, its address allowed to
         ``tenant`` now (refused: it goes back to the pool, and TargetInvalid)."""
-        kept = self.pool.take((scheme, host, port))
+        kept = self.pool.take(where.origin)
         if kept is not None:
             try:
-                self.check_address(kept.ip, host=host, port=port, tenant=tenant)
+                self.check_address(kept.ip, host=where.host, port=where.port, tenant=tenant)
             except TargetInvalid:
                 self.pool.give_back(kept)
                 raise
         return kept
 
-    async def _new(self, scheme: str, host: str, port: int, tenant: str) -> Connection:
-        """A new connection to (scheme, host, port), to a resolved and checked address."""
-        _, address, _ = await self.resolve(f"{scheme}://{_netloc(host, port)}/", tenant)
-        return await self.pool.connect((scheme, host, port), address, server_name=host)
+
+class Destination(NamedTuple):
+    """An http(s) URL taken apart once for a call (and once for each redirect)."""
+
+    url: str
+    scheme: str
+    host: str  # lower case, as the pool and the grants compare it
+    port: int
+    netloc: str  # the Host header: as the URL wrote it, without credentials
+    target: str  # the request target: path and query, percent-encoded
+
+    @property
+    def origin(self) -> tuple[str, str, int]:
+        """(scheme, host, port): what a redirect may not leave with credentials, and
+        what a kept connection serves (``http_wire.Key``)."""
+        return self.scheme, self.host, self.port
 
 
-def _destination(url: str) -> tuple[str, str, int]:
-    """(scheme, host, port) of an http(s) URL; TargetInvalid when it is not one."""
+def _destination(url: str) -> Destination:
+    """``url`` taken apart; TargetInvalid when it is not a usable http(s) URL."""
     try:  # a bad port or host (also from a redirect's Location) is the target's fault
         parts = urlsplit(url)
         port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -279,7 +297,8 @@ def _destination(url: str) -> tuple[str, str, int]:
             raise ValueError("a control character or a space in its host")
     except ValueError as exc:
         raise TargetInvalid(f"{url!r} is not a usable http(s) URL: {exc}") from exc
-    return parts.scheme, host, port
+    netloc = parts.netloc.rpartition("@")[2]
+    return Destination(url, parts.scheme, host, port, netloc, _request_target(parts))
 
 
 def _redirected(url: str, location: str) -> str:
@@ -293,13 +312,9 @@ def _redirected(url: str, location: str) -> str:
     return target
 
 
-def _netloc(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def _request_target(path: str, query: str) -> str:
-    target = quote(path or "/", safe=_PATH_SAFE)
-    return f"{target}?{quote(query, safe=_QUERY_SAFE)}" if query else target
+def _request_target(parts: SplitResult) -> str:
+    target = quote(parts.path or "/", safe=_PATH_SAFE)
+    return f"{target}?{quote(parts.query, safe=_QUERY_SAFE)}" if parts.query else target
 
 
 def _output(response: Response) -> Output:
@@ -317,12 +332,6 @@ def _judge(status: int, body: Output, url: str) -> Output | None:
     if status >= 500 or status in RETRIABLE_STATUS:
         raise ExecutionFailed(f"HTTP {status} from {url}: {text}", output=output)
     raise PermanentFailure(f"HTTP {status} from {url}: {text}", output=output)
-
-
-def _origin(url: str) -> tuple[str, str, int | None]:
-    parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    return parts.scheme, (parts.hostname or "").lower(), port
 
 
 def _content_type(payload: str) -> str:

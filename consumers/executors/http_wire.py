@@ -76,7 +76,7 @@ def request_head(
 
 class Connection(asyncio.Protocol):
     def __init__(self, pool: Pool, key: Key, address: str) -> None:
-        self.pool, self.key, self.address = pool, key, address
+        self.pool, self.key = pool, key
         self.ip = ipaddress.ip_address(address)  # checked again before each reuse
         self.transport: asyncio.Transport | None = None
         self.closed = False
