@@ -6,8 +6,8 @@ its own acknowledgement came: 64 threads polling one producer, each woken by the
 callbacks (issue 47: 402-516 us of the worker's CPU per run). Here ``produce`` queues the
 record with a callback that puts ``(token, output, error)`` on the worker's ``done``
 queue, as a finished run thread does; one thread serves every producer that has records
-in flight (``poll``), and fails with TimedOut each record whose run's deadline passed
-before its acknowledgement (its late acknowledgement, if any, is then ignored).
+in flight (``poll``), and fails each record whose run's deadline passed before its
+acknowledgement (its late acknowledgement, if any, is then ignored).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from consumers.errors import ExecutionFailed, TimedOut
-from consumers.executors.base import Finished, RunContext
+from consumers.errors import ExecutionFailed
+from consumers.executors.base import Finished
 from runtime.kafka.clients import KafkaError, Producer
 
 # What an acknowledgement or its absence means for the attempt: (output, error).
@@ -37,17 +37,18 @@ class Record(NamedTuple):
 
 
 class _InFlight:
-    __slots__ = ("deadline", "done", "expired", "token")
+    __slots__ = ("deadline", "done", "expired", "producer", "token")
 
-    def __init__(self, token: Any, deadline: float, done: Finished, expired: Expired) -> None:
-        self.token, self.deadline, self.done, self.expired = token, deadline, done, expired
+    def __init__(
+        self, producer: Producer, token: Any, deadline: float, done: Finished, expired: Expired
+    ) -> None:
+        self.producer, self.token, self.deadline = producer, token, deadline
+        self.done, self.expired = done, expired
 
 
 class DeliveryPoller:
     def __init__(self) -> None:
         self._in_flight: dict[int, _InFlight] = {}
-        self._counts: dict[int, tuple[Producer, int]] = {}  # id(producer) -> (it, records)
-        self._lock = threading.Lock()
         self._wake = threading.Event()
         self._ids = iter(range(1, 1 << 62))
         self._stopped = False
@@ -55,18 +56,17 @@ class DeliveryPoller:
         self._thread.start()
 
     def produce(
-        self, producer: Producer, record: Record, token: Any, context: RunContext,
-        done: Finished, *, judge: Judge, expired: Expired,
+        self, producer: Producer, record: Record, token: Any, done: Finished, *,
+        deadline: float, judge: Judge, expired: Expired,
     ) -> None:  # fmt: skip
         """Queue one record; ``(token, output, error)`` goes on ``done`` when the broker
-        answers (``judge`` says what its answer means) or the run's deadline passes
+        answers (``judge`` says what its answer means) or ``deadline`` passes
         (``expired()``'s error). Raises what ``producer.produce`` raises."""
         number = next(self._ids)
-        self._in_flight[number] = _InFlight(token, context.deadline, done, expired)
+        self._in_flight[number] = _InFlight(producer, token, deadline, done, expired)
 
         def acknowledged(err: KafkaError | None, msg: Any) -> None:
             waiting = self._in_flight.pop(number, None)
-            self._release(producer)
             if waiting is None:  # expired meanwhile: its result is given already
                 return
             try:
@@ -76,31 +76,16 @@ class DeliveryPoller:
             else:
                 waiting.done.put((waiting.token, output, error))
 
-        self._hold(producer)
         try:
-            producer.produce(record.topic, key=record.key, value=record.value,
-                             headers=record.headers, on_delivery=acknowledged)  # fmt: skip
+            producer.produce(
+                record.topic, key=record.key, value=record.value, headers=record.headers,
+                on_delivery=acknowledged,
+            )  # fmt: skip
         except BaseException:
-            self._in_flight.pop(number, None)
-            self._release(producer)
+            del self._in_flight[number]
             raise
         if not self._wake.is_set():
             self._wake.set()
-
-    def _hold(self, producer: Producer) -> None:
-        with self._lock:
-            held = self._counts.get(id(producer))
-            self._counts[id(producer)] = (producer, (held[1] if held else 0) + 1)
-
-    def _release(self, producer: Producer) -> None:
-        with self._lock:
-            held = self._counts.get(id(producer))
-            if held is None:
-                return
-            if held[1] <= 1:
-                del self._counts[id(producer)]
-            else:
-                self._counts[id(producer)] = (producer, held[1] - 1)
 
     def _serve(self) -> None:
         while not self._stopped:
@@ -113,15 +98,15 @@ class DeliveryPoller:
     def _serve_until_stopped(self) -> None:
         next_expiry = 0.0
         while not self._stopped:
-            with self._lock:
-                producers = [producer for producer, _ in self._counts.values()]
+            # the producers with records in flight (one, mostly: the worker's or a tenant's)
+            producers = {id(w.producer): w.producer for w in list(self._in_flight.values())}
             if not producers:
                 self._wake.wait(EXPIRY_EVERY_S)
                 self._wake.clear()
             elif len(producers) == 1:
-                producers[0].poll(EXPIRY_EVERY_S)  # wakes at the first acknowledgement
+                producers.popitem()[1].poll(EXPIRY_EVERY_S)  # wakes at the first answer
             else:
-                for producer in producers:
+                for producer in producers.values():
                     producer.poll(0.005)
             now = time.monotonic()
             if now >= next_expiry:
@@ -137,7 +122,3 @@ class DeliveryPoller:
         self._stopped = True
         self._wake.set()
         self._thread.join(timeout=5)
-
-
-def timed_out(topic: str) -> Expired:
-    return lambda: TimedOut(f"no acknowledgement from {topic!r} before the timeout")

@@ -26,11 +26,12 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from consumers.errors import ExecutionFailed, TargetInvalid, TimedOut
 from consumers.executors.base import Finished, RunContext
-from consumers.executors.deliveries import DeliveryPoller, Record, timed_out
+from consumers.executors.deliveries import DeliveryPoller, Record
 from consumers.executors.egress import TenantProducers
 from consumers.executors.setup import ExecutorSetup
 from runtime.kafka.clients import KafkaError, KafkaException, Producer
@@ -90,24 +91,55 @@ class KafkaExecutor:
 
     def execute(self, target: Target, context: RunContext) -> str:
         """Produce the payload; returns where it landed (the attempt's output)."""
-        topic = target.topic or ""
+        topic, tenant = target.topic or "", context.tenant
+        producer = self._producer_for(topic, tenant, wait=True)
+        assert producer is not None  # waited for: decided
+        try:
+            err, place = deliver(
+                producer, topic, context, key=context.run_id.encode(),
+                value=(context.payload or "").encode(), headers=_headers(context),
+            )  # fmt: skip
+        except TimedOut:
+            raise self._timed_out(topic, tenant) from None
+        return self._verdict(err, place, producer, target, context)
+
+    def _producer_for(self, topic: str, tenant: str, *, wait: bool) -> Producer | None:
+        """The producer a record to ``topic`` for ``tenant`` goes through; TargetInvalid
+        when refused. ``wait``: the broker asked and a tenant's producer made when need
+        be; else None when that would be needed (it blocks)."""
         refusal = self.policy.refusal(topic)
         if refusal is not None:
             raise TargetInvalid(refusal)
-        if not self._topic_exists(topic):
+        exists = self._topic_exists(topic) if wait else self._known(topic)
+        if exists is None:
+            return None
+        if not exists:
             raise TargetInvalid(f"topic {topic!r} does not exist")
-        if self.tenants is None or context.tenant == OPERATORS:
-            return self._produce(self.producer, target, context)
-        producer = self.tenants.producer(context.tenant)
-        try:
-            done = self._produce(producer, target, context)
-        except TimedOut:
-            refusal = self.tenants.refusal(context.tenant)
-            if refusal is not None:
-                raise ExecutionFailed(refusal) from None
-            raise
-        self.tenants.forget_refusal(context.tenant)
-        return done
+        if self.tenants is None or tenant == OPERATORS:
+            return self.producer
+        return self.tenants.producer(tenant) if wait else self.tenants.made(tenant)
+
+    def _verdict(
+        self, err: KafkaError | None, place: str, producer: Producer, target: Target,
+        context: RunContext,
+    ) -> str:  # fmt: skip
+        """The attempt's output for the broker's answer (where the record landed), or
+        what failed: raised."""
+        failure = self._failure(err, producer, target, context)
+        if failure is not None:
+            raise failure
+        if self.tenants is not None and context.tenant != OPERATORS:
+            self.tenants.forget_refusal(context.tenant)
+        return f"produced to {target.topic} {place}"
+
+    def _timed_out(self, topic: str, tenant: str) -> ExecutionFailed:
+        """No acknowledgement in the run's time: the broker's refusal of the tenant's
+        login when it said one, else TimedOut."""
+        if self.tenants is not None and tenant != OPERATORS:
+            refused = self.tenants.refusal(tenant)
+            if refused is not None:
+                return ExecutionFailed(refused)
+        return _no_acknowledgement(topic)
 
     def _known(self, topic: str) -> bool | None:
         """Whether ``topic`` exists, as the broker said within TOPIC_KNOWN_S; None when
@@ -138,16 +170,6 @@ class KafkaExecutor:
             self._exists[topic] = (time.monotonic() + TOPIC_KNOWN_S, exists)
         return exists
 
-    def _produce(self, producer: Producer, target: Target, context: RunContext) -> str:
-        err, place = deliver(
-            producer, target.topic or "", context, key=context.run_id.encode(),
-            value=(context.payload or "").encode(), headers=_headers(context),
-        )  # fmt: skip
-        error = self._failure(err, producer, target, context)
-        if error is not None:
-            raise error
-        return f"produced to {target.topic} {place}"
-
     def _failure(
         self, err: KafkaError | None, producer: Producer, target: Target, context: RunContext
     ) -> ExecutionFailed | None:
@@ -169,7 +191,7 @@ class KafkaExecutor:
         needs a run thread (a metadata lookup, a tenant's first producer)."""
         topic, tenant = target.topic or "", context.tenant
         try:
-            producer = self._ready(topic, tenant)
+            producer = self._producer_for(topic, tenant, wait=False)
         except TargetInvalid as exc:
             done.put((token, None, exc))
             return True
@@ -178,42 +200,23 @@ class KafkaExecutor:
         ready = producer
 
         def judged(err: KafkaError | None, msg: Any) -> tuple[str | None, ExecutionFailed | None]:
-            failure = self._failure(err, ready, target, context)
-            if failure is not None:
+            try:
+                return self._verdict(err, _place(msg), ready, target, context), None
+            except ExecutionFailed as failure:
                 return None, failure
-            if self.tenants is not None and tenant != OPERATORS:
-                self.tenants.forget_refusal(tenant)
-            return f"produced to {topic} partition {msg.partition()} offset {msg.offset()}", None
-
-        def expired() -> ExecutionFailed:
-            refused = None if self.tenants is None else self.tenants.refusal(tenant)
-            return ExecutionFailed(refused) if refused is not None else timed_out(topic)()
 
         record = Record(topic, context.run_id.encode(), (context.payload or "").encode(),
                         _headers(context))  # fmt: skip
         try:
-            self.deliveries.produce(producer, record, token, context, done, judge=judged,
-                                    expired=expired)  # fmt: skip
+            self.deliveries.produce(
+                producer, record, token, done, deadline=context.deadline, judge=judged,
+                expired=partial(self._timed_out, topic, tenant),
+            )  # fmt: skip
         except BufferError as exc:
             done.put((token, None, ExecutionFailed(f"local producer queue full: {exc}")))
         except Exception as exc:  # KafkaException for a bad topic name and the like
             done.put((token, None, TargetInvalid(f"cannot produce to {topic!r}: {exc}")))
         return True
-
-    def _ready(self, topic: str, tenant: str) -> Producer | None:
-        """The producer a record to ``topic`` for ``tenant`` goes through, when that
-        is decided without blocking; None when it is not; TargetInvalid when refused."""
-        refusal = self.policy.refusal(topic)
-        if refusal is not None:
-            raise TargetInvalid(refusal)
-        known = self._known(topic)
-        if known is None:
-            return None
-        if not known:
-            raise TargetInvalid(f"topic {topic!r} does not exist")
-        if self.tenants is None or tenant == OPERATORS:
-            return self.producer
-        return self.tenants.made(tenant)
 
     def close(self) -> None:
         self.deliveries.close()
@@ -241,7 +244,7 @@ def deliver(
     outcome: list[tuple[KafkaError | None, str]] = []
 
     def on_delivery(err: KafkaError | None, msg: Any) -> None:
-        place = "" if err is not None else f"partition {msg.partition()} offset {msg.offset()}"
+        place = "" if err is not None else _place(msg)
         outcome.append((err, place))
         done.set()
 
@@ -254,6 +257,15 @@ def deliver(
         raise TargetInvalid(f"cannot produce to {topic!r}: {exc}") from exc
     while not done.is_set():
         if context.remaining() <= 0:
-            raise TimedOut(f"no acknowledgement from {topic!r} before the timeout")
+            raise _no_acknowledgement(topic)
         producer.poll(min(0.05, context.remaining()))
     return outcome[0]
+
+
+def _place(msg: Any) -> str:
+    """Where an acknowledged record landed."""
+    return f"partition {msg.partition()} offset {msg.offset()}"
+
+
+def _no_acknowledgement(topic: str) -> TimedOut:
+    return TimedOut(f"no acknowledgement from {topic!r} before the timeout")
