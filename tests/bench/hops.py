@@ -15,10 +15,7 @@ from __future__ import annotations
 
 import collections
 import os
-import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -28,12 +25,12 @@ from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import Priority
 from tests.bench.common import checkout, namespace, row
+from tests.bench.profiles import SAMPLES_PER_S, can_spy, spy, top_functions
 from tests.bench.workers import Pipeline, put_noop_jobs
 from tests.integration.helpers import read_topic
 
 BASELINE = os.environ.get("CRONSTREAM_BENCH_BASELINE", "813f47f")
 WARMUP_S, WINDOW_S = 10.0, 15.0
-SAMPLES_PER_S = 200
 
 
 class Measure(NamedTuple):
@@ -52,13 +49,13 @@ def end_to_end(
 
     def spying() -> Callable[[], None]:
         """py-spy on the worker and the scheduler for the window; what waits for it."""
-        spies = [_spy(proc.pid, WINDOW_S, Path(f"{profile}-{role}.txt"))
+        spies = [spy(proc.pid, WINDOW_S, Path(f"{profile}-{role}.txt"))
                  for role, proc in (("worker", pipeline.workers[0].proc),
                                     ("scheduler", pipeline.scheduler.proc))]  # fmt: skip
 
         def wait() -> None:
-            for spy in spies:
-                spy.wait(timeout=60)
+            for sampler in spies:
+                sampler.wait(timeout=60)
 
         return wait
 
@@ -94,7 +91,7 @@ def bench_hops(base: Settings, runs: int, demand: int) -> None:
             if baseline is not None:
                 with namespace(base) as settings:
                     theirs.append(end_to_end(settings, demand, code=baseline))
-    if shutil.which(_PY_SPY):  # a round of its own: sampling takes CPU from the others
+    if can_spy():  # a round of its own: sampling takes CPU from the others
         with namespace(base) as settings:
             end_to_end(settings, demand, profile=profile)
     _rows("this code", demand, mine)
@@ -123,33 +120,3 @@ def _rows(label: str, demand: int, measures: list[Measure]) -> None:
         + ", ".join(f"{r} {v:.0f}" for r, v in cpu.items()))  # fmt: skip
     row(f"records written per run ({label})", f"{sum(records.values()):.2f}", "-",
         ", ".join(f"{k} {v:.2f}" for k, v in records.items()))  # fmt: skip
-
-
-# Installed with the dev dependencies, next to the interpreter (a venv's bin), or on PATH.
-_PY_SPY = str(Path(sys.executable).with_name("py-spy"))
-
-
-def _spy(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes]:
-    """py-spy sampling ``pid`` without stopping it, collapsed stacks into ``out``."""
-    command = [shutil.which(_PY_SPY) or _PY_SPY, "record", "--nonblocking", "-r",
-               str(SAMPLES_PER_S), "-d", str(int(seconds)), "-f", "raw", "-o", str(out),
-               "-p", str(pid)]  # fmt: skip
-    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def top_functions(path: Path, count: int) -> list[tuple[float, str]]:
-    """The ``count`` functions with the most samples at the top of the stack (own time),
-    as a share of every sample, from py-spy's collapsed stacks (one ``a;b;c N`` a line;
-    a function's lines summed)."""
-    own: collections.Counter[str] = collections.Counter()
-    total = 0
-    for line in path.read_text().splitlines():
-        stack, _, samples = line.rpartition(" ")
-        if not stack or not samples.isdigit():
-            continue
-        top = stack.rsplit(";", 1)[-1]
-        name = top.split(" (", 1)[0]
-        where = top.split(" (", 1)[1].split(":", 1)[0] if " (" in top else ""
-        own[f"{name} ({where})"] += int(samples)
-        total += int(samples)
-    return [(100 * n / max(1, total), name) for name, n in own.most_common(count)]

@@ -1,6 +1,6 @@
 """The http target of the target rows, and the reference clients beside the worker.
 
-- ``python -m tests.bench.http_target PORT``: an HTTP/1.1 server in a process of its own
+- ``python -m tests.bench.http_target``: an HTTP/1.1 server in a process of its own
   (uvloop, a protocol parsing only what it needs), answering every request 200 with an
   empty body and keeping the connection alive: cheap enough that the worker, not the
   target, is what a row measures, and its CPU counted apart (``target``).
@@ -49,12 +49,13 @@ class _Answer(asyncio.Protocol):
             self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
 
 
-def serve(port: int) -> None:
+def serve() -> None:
+    """Listen on a free port of the loopback, say which on standard output, serve."""
     import uvloop
 
     async def main() -> None:
-        server = await asyncio.get_running_loop().create_server(_Answer, "127.0.0.1", port)
-        print("listening", flush=True)
+        server = await asyncio.get_running_loop().create_server(_Answer, "127.0.0.1", 0)
+        print(server.sockets[0].getsockname()[1], flush=True)
         await server.serve_forever()
 
     uvloop.run(main())
@@ -63,18 +64,15 @@ def serve(port: int) -> None:
 @contextmanager
 def http_target() -> Iterator[tuple[str, int]]:
     """(URL, pid) of the target server, started in a process of its own."""
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.bench.http_target", str(port)],
-        cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [sys.executable, "-m", "tests.bench.http_target"],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == "listening"
+        port = int(proc.stdout.readline())  # once it listens
         yield f"http://127.0.0.1:{port}/hook", proc.pid
     finally:
         proc.terminate()
@@ -109,8 +107,13 @@ asyncio.run(main())
 
 def reference_http(url: str, requests: int = 20_000) -> float:
     """aiohttp's CPU us per request for ``requests`` POSTs to ``url``, 64 in flight."""
-    done = subprocess.run([sys.executable, "-c", REFERENCE_HTTP, url, str(requests)],
-                          capture_output=True, text=True, check=True, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", REFERENCE_HTTP, url, str(requests)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
     return float(json.loads(done.stdout))
 
 
@@ -134,4 +137,4 @@ def reference_kafka(producer: Producer, topic: str, records: int = 50_000) -> fl
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]))
+    serve()

@@ -19,7 +19,6 @@ its jitter: a worker that cannot keep up shows here), CPU us per run of each pro
 from __future__ import annotations
 
 import dataclasses
-import shutil
 import statistics
 import tempfile
 import threading
@@ -48,8 +47,8 @@ from tests.bench.common import (
     row,
     started_ms,
 )
-from tests.bench.hops import _PY_SPY, _spy, top_functions
 from tests.bench.http_target import http_target, reference_http, reference_kafka
+from tests.bench.profiles import can_spy, spy, top_functions
 from tests.bench.workers import Pipeline
 from tests.integration.helpers import read_topic
 
@@ -88,10 +87,15 @@ Measured = tuple[float, list[int], dict[str, float]]  # runs/s, due-to-start ms,
 
 
 def _measure(
-    settings: Settings, demand: int, make: Callable[[int], JobDefinition], *worker_args: str,
-    code: Path | None = None, target_pid: int | None = None, profile: Path | None = None,
+    settings: Settings,
+    demand: int,
+    make: Callable[[int], JobDefinition],
+    *worker_args: str,
+    code: Path | None = None,
+    target_pid: int | None = None,
+    profile: Path | None = None,
     scheduler_args: tuple[str, ...] = (),
-) -> Measured:  # fmt: skip
+) -> Measured:
     """(SUCCEEDED per second, due-to-start ms of each run started in the window, CPU us
     per run of each process: scheduler, broker, worker and the target server's when
     ``target_pid``) with ``demand`` jobs a second made by ``make``; ``code``: a checkout
@@ -103,13 +107,13 @@ def _measure(
     def during() -> Callable[[], None]:
         if target_pid is not None:
             target_cpu.append(cpu_s(target_pid))
-        spy = _spy(pipeline.workers[0].proc.pid, WINDOW_S, profile) if profile else None
+        sampler = spy(pipeline.workers[0].proc.pid, WINDOW_S, profile) if profile else None
 
         def end() -> None:
             if target_pid is not None:
                 target_cpu.append(cpu_s(target_pid))
-            if spy is not None:
-                spy.wait(timeout=60)
+            if sampler is not None:
+                sampler.wait(timeout=60)
 
         return end
 
@@ -140,8 +144,16 @@ def _http_round(
         def web(i: int, hook: Target = hook) -> JobDefinition:
             return job(f"h-{i}", every_ms=1000, jitter_ms=999, target=hook)
 
-        measured = _measure(settings, demand, web, "--http-allow", "127.0.0.1/32", code=code,
-                            target_pid=pid, profile=profile)  # fmt: skip
+        measured = _measure(
+            settings,
+            demand,
+            web,
+            "--http-allow",
+            "127.0.0.1/32",
+            code=code,
+            target_pid=pid,
+            profile=profile,
+        )
         return measured, reference_http(url)
 
 
@@ -154,14 +166,12 @@ def _kafka_round(
         target = Target(type="kafka", topic=topic)
 
         def make(i: int, tenant: str = tenant, target: Target = target) -> JobDefinition:
-            definition = job(qualify(tenant, f"k-{i}"), every_ms=1000, jitter_ms=999,
-                             target=target)  # fmt: skip
+            definition = job(qualify(tenant, f"k-{i}"), every_ms=1000, jitter_ms=999, target=target)
             return dataclasses.replace(definition, tenant=tenant)
 
         # the tenant's fire rate (1,000/s by default) above the demand: the worker measured
         rate = ("--tenant-fire-rate", f"{tenant}={4 * demand}")
-        measured = _measure(settings, demand, make, code=code, profile=profile,
-                            scheduler_args=rate)  # fmt: skip
+        measured = _measure(settings, demand, make, code=code, profile=profile, scheduler_args=rate)
         producer = kafka_producer(settings.acting_as(f"tenant-{tenant}"))
         return measured, reference_kafka(producer, topic)
 
@@ -193,7 +203,7 @@ def bench_target_rows(base: Settings, runs: int, demand: int) -> None:
 def _profiles(base: Settings, demand: int) -> dict[str, list[tuple[float, str]]]:
     """A round of this code per target, not counted (sampling takes CPU from the
     others), with py-spy on the worker: its 20 functions with the most own time."""
-    if not shutil.which(_PY_SPY):
+    if not can_spy():
         return {}
     where = Path(tempfile.mkdtemp(prefix="csbench-profile-"))
     tops = {}
@@ -212,22 +222,35 @@ def _report(
 
     mine = arms["this"]
     rates = {arm: [round(m[0]) for m in measured] for arm, measured in arms.items()}
-    row(f"{kind} target: runs/s at {demand:,}/s demanded, 1 worker",
-        f"{statistics.median(m[0] for m in mine):,.0f}", f"{demand:,}",
-        "; ".join(f"{arm} {values}" for arm, values in rates.items()))  # fmt: skip
-    roles = ("worker", "scheduler", "broker", "target") if kind == "http" else (
-        "worker", "scheduler", "broker")  # fmt: skip
+    row(
+        f"{kind} target: runs/s at {demand:,}/s demanded, 1 worker",
+        f"{statistics.median(m[0] for m in mine):,.0f}",
+        f"{demand:,}",
+        "; ".join(f"{arm} {values}" for arm, values in rates.items()),
+    )
+    roles = (
+        ("worker", "scheduler", "broker", "target")
+        if kind == "http"
+        else ("worker", "scheduler", "broker")
+    )
     worker = median_of("this", "workers")
     per_role = "; ".join(
-        f"{arm}: " + ", ".join(f"{role} {median_of(arm, role if role != 'worker' else 'workers'):.0f}"
-                               for role in roles)
+        f"{arm}: "
+        + ", ".join(
+            f"{role} {median_of(arm, role if role != 'worker' else 'workers'):.0f}"
+            for role in roles
+        )
         for arm in arms
-    )  # fmt: skip
+    )
     ref = statistics.median(reference)
     limit = "<= 150" if kind == "http" else "<= 60"
-    row(f"{kind} target: worker CPU us per run", f"{worker:.0f}", limit,
+    row(
+        f"{kind} target: worker CPU us per run",
+        f"{worker:.0f}",
+        limit,
         f"CPU us/run by process, {per_role}; reference client {ref:.0f} us "
-        f"{[round(r) for r in reference]}")  # fmt: skip
+        f"{[round(r) for r in reference]}",
+    )
     if kind == "http":
         row(
             "http target: worker CPU per run / reference client CPU per request",
@@ -237,9 +260,12 @@ def _report(
         )
     p50s = [pct(late, 0.5) for _, late, _ in mine if late]
     p99s = [pct(late, 0.99) for _, late, _ in mine if late]
-    row(f"{kind} target: due-to-start p50 / p99 at {demand:,}/s (ms)",
-        f"{statistics.median(p50s):.0f} / {statistics.median(p99s):.0f}", "p99 <= 50",
-        f"p99 of each run {p99s}")  # fmt: skip
+    row(
+        f"{kind} target: due-to-start p50 / p99 at {demand:,}/s (ms)",
+        f"{statistics.median(p50s):.0f} / {statistics.median(p99s):.0f}",
+        "p99 <= 50",
+        f"p99 of each run {p99s}",
+    )
 
 
 @contextmanager
