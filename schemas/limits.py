@@ -165,8 +165,10 @@ def header_problems(headers: Mapping[str, str]) -> list[str]:
             return [f"header {name[:40]!r}: the value must be at most {MAX_HEADER_VALUE} "
                     "characters, without line breaks"]  # fmt: skip
         if name.lower() in FRAMING_HEADERS:
-            return [f"header {name!r} is the worker's to set (it frames or routes the "
-                    "request), not a job's"]  # fmt: skip
+            return [
+                f"header {name!r} is the worker's to set (it frames or routes the "
+                "request), not a job's"
+            ]
     return []
 
 

@@ -26,9 +26,16 @@ from schemas.redact import scrub
 from schemas.tenancy import OPERATORS
 
 __all__ = [
-    "CancelFlag", "Executor", "LoopExecutor", "Output", "Result", "Revealed", "RunContext",
-    "Starter", "told",
-]  # fmt: skip
+    "CancelFlag",
+    "Executor",
+    "LoopExecutor",
+    "Output",
+    "Result",
+    "Revealed",
+    "RunContext",
+    "Starter",
+    "told",
+]
 
 log = logging.getLogger("cronstream.worker")
 

@@ -56,9 +56,16 @@ class DeliveryPoller:
         self._thread.start()
 
     def produce(
-        self, producer: Producer, record: Record, token: Any, done: Finished, *,
-        deadline: float, judge: Judge, expired: Expired,
-    ) -> None:  # fmt: skip
+        self,
+        producer: Producer,
+        record: Record,
+        token: Any,
+        done: Finished,
+        *,
+        deadline: float,
+        judge: Judge,
+        expired: Expired,
+    ) -> None:
         """Queue one record; ``(token, output, error)`` goes on ``done`` when the broker
         answers (``judge`` says what its answer means) or ``deadline`` passes
         (``expired()``'s error). Raises what ``producer.produce`` raises."""
@@ -78,9 +85,12 @@ class DeliveryPoller:
 
         try:
             producer.produce(
-                record.topic, key=record.key, value=record.value, headers=record.headers,
+                record.topic,
+                key=record.key,
+                value=record.value,
+                headers=record.headers,
                 on_delivery=acknowledged,
-            )  # fmt: skip
+            )
         except BaseException:
             del self._in_flight[number]
             raise

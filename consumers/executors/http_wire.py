@@ -248,9 +248,12 @@ class Pool:
         ``server_name`` for https."""
         tls = key[0] == "https"
         _, conn = await asyncio.get_running_loop().create_connection(
-            lambda: Connection(self, key, address), address, key[2],
-            ssl=self.ssl_context if tls else None, server_hostname=server_name if tls else None,
-        )  # fmt: skip
+            lambda: Connection(self, key, address),
+            address,
+            key[2],
+            ssl=self.ssl_context if tls else None,
+            server_hostname=server_name if tls else None,
+        )
         return conn
 
     def give_back(self, conn: Connection) -> None:

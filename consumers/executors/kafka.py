@@ -96,9 +96,13 @@ class KafkaExecutor:
         assert producer is not None  # waited for: decided
         try:
             err, place = deliver(
-                producer, topic, context, key=context.run_id.encode(),
-                value=(context.payload or "").encode(), headers=_headers(context),
-            )  # fmt: skip
+                producer,
+                topic,
+                context,
+                key=context.run_id.encode(),
+                value=(context.payload or "").encode(),
+                headers=_headers(context),
+            )
         except TimedOut:
             raise self._timed_out(topic, tenant) from None
         return self._verdict(err, place, producer, target, context)
@@ -120,9 +124,13 @@ class KafkaExecutor:
         return self.tenants.producer(tenant) if wait else self.tenants.made(tenant)
 
     def _verdict(
-        self, err: KafkaError | None, place: str, producer: Producer, target: Target,
+        self,
+        err: KafkaError | None,
+        place: str,
+        producer: Producer,
+        target: Target,
         context: RunContext,
-    ) -> str:  # fmt: skip
+    ) -> str:
         """The attempt's output for the broker's answer (where the record landed), or
         what failed: raised."""
         failure = self._failure(err, producer, target, context)
@@ -205,13 +213,19 @@ class KafkaExecutor:
             except ExecutionFailed as failure:
                 return None, failure
 
-        record = Record(topic, context.run_id.encode(), (context.payload or "").encode(),
-                        _headers(context))  # fmt: skip
+        record = Record(
+            topic, context.run_id.encode(), (context.payload or "").encode(), _headers(context)
+        )
         try:
             self.deliveries.produce(
-                producer, record, token, done, deadline=context.deadline, judge=judged,
+                producer,
+                record,
+                token,
+                done,
+                deadline=context.deadline,
+                judge=judged,
                 expired=partial(self._timed_out, topic, tenant),
-            )  # fmt: skip
+            )
         except BufferError as exc:
             done.put((token, None, ExecutionFailed(f"local producer queue full: {exc}")))
         except Exception as exc:  # KafkaException for a bad topic name and the like
@@ -224,8 +238,11 @@ class KafkaExecutor:
 
 def _headers(context: RunContext) -> list[tuple[str, str | bytes | None]]:
     """The record's headers: run id, job id, attempt."""
-    return [("run_id", context.run_id.encode()), ("job_id", context.job_id.encode()),
-            ("attempt", str(context.attempt).encode())]  # fmt: skip
+    return [
+        ("run_id", context.run_id.encode()),
+        ("job_id", context.job_id.encode()),
+        ("attempt", str(context.attempt).encode()),
+    ]
 
 
 def deliver(

@@ -102,9 +102,10 @@ class Attempts:
         # Executors that run attempts without a run thread each (http, kafka): what
         # starts one (``consumers.executors.base.LoopExecutor``); the others take a thread.
         self.starters: dict[str, Starter] = {
-            kind: executor.start for kind, executor in self.executors.items()
+            kind: executor.start
+            for kind, executor in self.executors.items()
             if isinstance(executor, LoopExecutor)
-        }  # fmt: skip
+        }
         self._next_deadline_check = 0.0
         self.faults = RecordFaults(STAGE)  # a run that makes starting it raise
         # Due-to-start skew per priority: each series found once here (all three exist

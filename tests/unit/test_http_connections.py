@@ -185,8 +185,9 @@ def _answer(*chunks: bytes, then: str = "") -> tuple[Connection, Any]:
         pool = Pool(ssl.create_default_context(), 10)
         conn = Connection(pool, ("http", "h", 80), "127.0.0.1")
         conn.connection_made(_Transport())  # type: ignore[arg-type]
-        sending = asyncio.ensure_future(conn.send(b"GET / HTTP/1.1\r\n\r\n", cap=1024,
-                                                  head_only=False))  # fmt: skip
+        sending = asyncio.ensure_future(
+            conn.send(b"GET / HTTP/1.1\r\n\r\n", cap=1024, head_only=False)
+        )
         await asyncio.sleep(0)
         if then == "cancelled":
             sending.cancel()
@@ -224,7 +225,8 @@ def test_an_answer_that_comes_as_the_deadline_cancels_closes_the_connection() ->
 
 
 def test_an_upgrade_answer_is_a_failure_not_an_escaping_error() -> None:
-    conn, answer = _answer(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n"
-                           b"Connection: Upgrade\r\n\r\n")  # fmt: skip
+    conn, answer = _answer(
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: Upgrade\r\n\r\n"
+    )
     assert isinstance(answer, WireError)
     assert conn.closed

@@ -35,8 +35,9 @@ print(round(rss() - base, 1))
 def _growth(held: bool) -> float:
     root = str(Path(__file__).resolve().parents[2])
     code = BATCHES.format(root=root, held=held)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
     return float(done.stdout.strip())
 
 
