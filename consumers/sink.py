@@ -3,9 +3,9 @@ and the runs' output (``cronstream.run-output``, docs/run-output.md) the same wa
 its own table with its own, shorter TTL (``consumers.output``).
 
 One process runs one ``Sink``: a member of the consumer group ``<prefix>.sink`` on the
-history and run-output topics (cooperative-sticky, manual commits). Each step reads up
-to ``read_max`` records and hands them to ``Sink.write_and_commit``, the one commit
-procedure.
+history and run-output topics (KIP-848, each sink its share of each topic; manual
+commits). Each step reads up to ``read_max`` records and hands them to
+``Sink.write_and_commit``, the one commit procedure.
 
 - **Idempotent.** Every outcome becomes the same rows however often it is written: the
   primary keys come from the outcome, and the write timestamp is its ``recorded_at``
@@ -215,10 +215,17 @@ class Sink:
         self.tables: HistoryTables | None = None
         self.outputs: OutputTable | None = None
         self.writer: RowWriter | None = None
+        # Each sink its share of each topic (``balance="per-topic"``): counting
+        # partitions gave one of two sinks all of history and the other all of
+        # run-output.
         self.member = GroupMember(
-            settings, group=config.group, name=config.name,
-            session_timeout_ms=config.session_timeout_ms, log=log,
-        )  # fmt: skip
+            settings,
+            group=config.group,
+            name=config.name,
+            session_timeout_ms=config.session_timeout_ms,
+            balance="per-topic",
+            log=log,
+        )
         self.consumer = self.member.consumer
         self.written: dict[tuple[str, int], int] = {}  # next offset, written, per partition
         self.step_offsets: dict[tuple[str, int], int] = {}  # the step being written

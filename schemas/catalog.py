@@ -206,8 +206,10 @@ ROLES: Mapping[str, RoleAccess] = MappingProxyType({
     "worker": RoleAccess(reads=(*_RUNS, CONTROL, HISTORY),
                          writes=(HISTORY, TIMERS, DLQ, FLOW_EVENTS, ALERTS, RUN_OUTPUT),
                          group_configs=True),
-    # history and run-output topics -> Cassandra; undecodable records to the dead letters
-    "sink": RoleAccess(reads=(HISTORY, RUN_OUTPUT), writes=(DLQ,), history="write"),
+    # history and run-output topics -> Cassandra; undecodable records to the dead letters;
+    # sets its group's session timeout (each sink its share of each topic: KIP-848)
+    "sink": RoleAccess(reads=(HISTORY, RUN_OUTPUT), writes=(DLQ,), history="write",
+                       group_configs=True),
     # history topic -> the Parquet archive (files; undecodable records skipped, records
     # it cannot archive to the dead letters)
     "archiver": RoleAccess(reads=(HISTORY,), writes=(DLQ,)),

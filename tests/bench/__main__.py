@@ -96,7 +96,7 @@ def _plan(base: Settings, quick: bool) -> dict[str, Callable[[], None]]:
         ),
         "scrape": lambda: bench_scrape(base, 2 * runs - 1, 9_000 if quick else 30_000),
         "latency": lambda: bench_fire_to_start(base, runs),
-        "sink": lambda: bench_sink(base, runs, 100_000 if quick else 300_000, (64, 1)),
+        "sink": lambda: bench_sink(base, runs, 100_000 if quick else 300_000),
         "fairness": lambda: bench_fairness(
             base, runs // 2 + 1 if not quick else 1, 10_000 if quick else 100_000
         ),

@@ -37,7 +37,7 @@ from runtime.lakehouse import lakehouse
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from tests.bench.common import checkout, namespace, pct, row
-from tests.bench.history import _noop_outcomes
+from tests.bench.history import finished_outcomes
 from tests.integration.helpers import group_caught_up
 from tests.integration.test_history import publish
 
@@ -237,7 +237,7 @@ def bench_export(base: Settings, runs: int, outcomes: int = 200_000) -> None:
 
 def _export_once(base: Settings, outcomes: int) -> float:
     with namespace(base, "csbench-archive") as ns:
-        publish(ns, list(_noop_outcomes(outcomes, int(time.time() * 1000))))
+        publish(ns, list(finished_outcomes(outcomes, int(time.time() * 1000))))
         ensure_lakehouse(ns)
         where = lakehouse(ns)
         config = ArchiverConfig(group=f"{ns.topic_prefix}.archiver", flush_rows=50_000,

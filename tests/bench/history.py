@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import tempfile
 import time
@@ -20,66 +21,114 @@ from schemas.events import (
     RunStatus,
     from_ms,
 )
-from tests.bench.common import cpu_s, namespace, pct, row
+from tests.bench.common import checkout, cpu_s, namespace, pct, row
 from tests.integration.helpers import (
     CronstreamProcess,
     group_caught_up,
     history_keyspace,
 )
 
-
-def _noop_outcomes(count: int, now_ms: int) -> Iterator[RunOutcome]:
-    """STARTED + SUCCEEDED pairs of no-op runs of 1,000 jobs, as workers publish them."""
-    for i in range(count // 2):
-        job_id, at = f"sinkjob{i % 1000}", now_ms - (count - i) * 10
-        base = dict(run_id=f"{job_id}@{i}", job_id=job_id, scheduled_at=from_ms(at),
-                    target_type="python", worker="bench")  # fmt: skip
-        yield RunOutcome(**base, status=RunStatus.STARTED, recorded_at=from_ms(at + 2),
-                         started_at=from_ms(at + 2))  # fmt: skip
-        yield RunOutcome(**base, status=RunStatus.SUCCEEDED, recorded_at=from_ms(at + 3),
-                         started_at=from_ms(at + 2), finished_at=from_ms(at + 3),
-                         duration_ms=1)  # fmt: skip
+BASELINE = os.environ.get("CRONSTREAM_BENCH_SINK_BASELINE", "c4846ca")
+SINK_JOBS = 10_000
+SINK_TENANTS = 4
 
 
-def bench_sink(base: Settings, runs: int, outcomes: int, batch_rows: tuple[int, ...]) -> None:
-    """A backlog of ``outcomes`` on history (STARTED + SUCCEEDED pairs) drained by one
-    sink process into Cassandra: rows per second (3 rows per outcome), sink and
-    Cassandra CPU per row, for each ``--batch-rows`` setting."""
+def finished_outcomes(count: int, now_ms: int) -> Iterator[RunOutcome]:
+    """SUCCEEDED outcomes of quick runs of ``SINK_JOBS`` jobs of ``SINK_TENANTS``
+    tenants, as workers publish them (a run that finishes within its start's grace
+    writes no STARTED)."""
+    for i in range(count):
+        tenant = f"t{i % SINK_TENANTS}"
+        job_id, at = f"{tenant}.sinkjob{i % SINK_JOBS}", now_ms - (count - i) * 10
+        yield RunOutcome(
+            run_id=f"{job_id}@{i}",
+            job_id=job_id,
+            tenant=tenant,
+            status=RunStatus.SUCCEEDED,
+            scheduled_at=from_ms(at),
+            recorded_at=from_ms(at + 3),
+            started_at=from_ms(at + 2),
+            finished_at=from_ms(at + 3),
+            duration_ms=1,
+            target_type="http",
+            worker="bench",
+        )
+
+
+SinkRound = tuple[float, list[float], float]  # outcomes/s, each sink's us/outcome, Cassandra's
+
+
+def _sink_round(base: Settings, count: int, sinks: int, code: Path | None) -> SinkRound:
+    """A backlog of ``count`` outcomes on history drained by ``sinks`` sink processes of
+    ``code`` (None: this checkout) into a fresh keyspace: outcomes/s, CPU us per
+    outcome of each sink and of Cassandra."""
     cassandra = next(s for s in all_services(base) if s.name == "cassandra").pid() or 0
-    for rows_per_batch in batch_rows:
-        rates: list[float] = []
-        cpu: dict[str, list[float]] = {"sink": [], "cassandra": []}
-        count = outcomes if rows_per_batch > 1 else outcomes // 4
-        for _ in range(runs if rows_per_batch > 1 else 1):
-            with namespace(base) as topics_ns, history_keyspace(topics_ns, "csbench") as settings:
-                publisher = Publisher(settings, serve_each=False)
-                for outcome in _noop_outcomes(count, int(time.time() * 1000)):
-                    publisher.publish(Topics(settings).history, outcome)
-                publisher.flush(120)
-                logdir = Path(tempfile.mkdtemp(prefix="csbench-"))
-                sink = CronstreamProcess(settings, logdir, "sink", "--batch-rows",
-                                         str(rows_per_batch), command="sink")  # fmt: skip
-                try:
-                    sink.wait_live(1, timeout=120, text="assigned")
-                    t0 = time.monotonic()
-                    c0 = {"sink": cpu_s(sink.proc.pid), "cassandra": cpu_s(cassandra)}
-                    group = f"{settings.topic_prefix}.sink"
-                    while not group_caught_up(settings, group, Topics(settings).history):
-                        assert sink.proc.poll() is None, sink.log()[-2000:]
-                        time.sleep(0.5)
-                    elapsed = time.monotonic() - t0
-                    c1 = {"sink": cpu_s(sink.proc.pid), "cassandra": cpu_s(cassandra)}
-                finally:
-                    sink.stop()
-                rows = count * 3
-                rates.append(rows / elapsed)
-                for role, used in cpu.items():
-                    used.append((c1[role] - c0[role]) / rows * 1e6)
-        where = ", ".join(f"{role} {statistics.median(v):.0f}" for role, v in cpu.items())
-        row(f"sink rows/s into Cassandra, --batch-rows {rows_per_batch}",
-            f"{statistics.median(rates):,.0f}", ">= 10,000",
-            f"{count:,} outcomes drained; runs {[round(r) for r in rates]}; "
-            f"CPU us/row: {where}")  # fmt: skip
+    with namespace(base) as topics_ns, history_keyspace(topics_ns, "csbench") as settings:
+        publisher = Publisher(settings, serve_each=False)
+        for outcome in finished_outcomes(count, int(time.time() * 1000)):
+            publisher.publish(Topics(settings).history, outcome)
+        publisher.flush(120)
+        settle(settings)
+        logdir = Path(tempfile.mkdtemp(prefix="csbench-"))
+        procs = [
+            CronstreamProcess(settings, logdir, f"sink{n}", command="sink", code=code)
+            for n in range(sinks)
+        ]
+        try:
+            for proc in procs:
+                proc.wait_live(1, timeout=120, text="assigned")
+            t0 = time.monotonic()
+            c0 = [cpu_s(p.proc.pid) for p in procs] + [cpu_s(cassandra)]
+            group = f"{settings.topic_prefix}.sink"
+            while not group_caught_up(settings, group, Topics(settings).history):
+                for proc in procs:
+                    assert proc.proc.poll() is None, proc.log()[-2000:]
+                time.sleep(0.5)
+            elapsed = time.monotonic() - t0
+            c1 = [cpu_s(p.proc.pid) for p in procs] + [cpu_s(cassandra)]
+        finally:
+            for proc in procs:
+                proc.stop()
+    used = [(b - a) / count * 1e6 for a, b in zip(c0, c1, strict=True)]
+    return count / elapsed, used[:-1], used[-1]
+
+
+def bench_sink(base: Settings, runs: int, outcomes: int) -> None:
+    """A backlog of ``outcomes`` SUCCEEDED outcomes drained into Cassandra by one sink
+    of this checkout and one of ``BASELINE`` (round by round, side by side), then by two
+    sinks of this checkout: outcomes/s and CPU us per outcome of the sink(s) and of
+    Cassandra, medians of ``runs`` rounds."""
+    found: dict[str, list[SinkRound]] = {"this": [], BASELINE: [], "two sinks": []}
+    with checkout(BASELINE) as older:
+        for _ in range(runs):
+            found["this"].append(_sink_round(base, outcomes, 1, None))
+            if older is not None:
+                found[BASELINE].append(_sink_round(base, outcomes, 1, older))
+            found["two sinks"].append(_sink_round(base, outcomes, 2, None))
+    for name, rounds in found.items():
+        if not rounds:
+            row(f"history sink ({name})", "n/a", "", f"revision {BASELINE} not in this clone")
+            continue
+        rate = statistics.median(r[0] for r in rounds)
+        sinks = [statistics.median(r[1][n] for r in rounds) for n in range(len(rounds[0][1]))]
+        cassandra = statistics.median(r[2] for r in rounds)
+        together = sum(sinks) + cassandra
+        each = " + ".join(f"{v:.0f}" for v in sinks)
+        row(
+            f"history ({name}): sink + Cassandra CPU us per outcome",
+            f"{together:.0f}",
+            "<= 60",
+            f"sink {each}, Cassandra {cassandra:.0f}; {rate:,.0f} outcomes/s; "
+            f"{outcomes:,} outcomes of {SINK_JOBS:,} jobs; rounds "
+            f"{[round(sum(r[1]) + r[2]) for r in rounds]}",
+        )
+        if len(sinks) > 1:
+            share = [v / sum(sinks) for v in sinks]
+            row(
+                f"history ({name}): each sink's share of the sinks' CPU",
+                " / ".join(f"{v:.2f}" for v in share),
+                "~0.5 each",
+            )
 
 
 def store_runs(session: Any, keyspace: str, outcomes: Iterable[RunOutcome],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -327,6 +328,30 @@ def _pipe(source: socket.socket, sink: socket.socket) -> None:
             sink.sendall(data)
     with suppress(OSError):
         sink.shutdown(socket.SHUT_WR)
+
+
+OWNED = re.compile(r"\b(assigned|revoked|partitions lost:) (.*)$", re.MULTILINE)
+
+
+def owned(proc: CronstreamProcess) -> set[tuple[str, int]]:
+    """The partitions a group member owns now, as its log tells (assigned minus revoked)."""
+    have: set[tuple[str, int]] = set()
+    for verb, names in OWNED.findall(proc.log()):
+        parts = {(t, int(p)) for t, p in (n.rsplit("/", 1) for n in names.split(", "))}
+        have = have | parts if verb == "assigned" else have - parts
+    return have
+
+
+def wait_shares(members: list[CronstreamProcess], topic: str, each: int, timeout: float) -> float:
+    """Seconds until every member owns ``each`` partitions of ``topic``."""
+    began = time.monotonic()
+    while True:
+        shares = [len({tp for tp in owned(m) if tp[0] == topic}) for m in members]
+        if shares == [each] * len(members):
+            return time.monotonic() - began
+        if time.monotonic() - began > timeout:
+            raise AssertionError(f"{topic} shares never became {each} each: {shares}")
+        time.sleep(0.2)
 
 
 @contextmanager

@@ -34,7 +34,13 @@ from schemas.catalog import Topics
 from schemas.definition import job_from_spec
 from schemas.events import DeadLetter, RunOutcome, RunStatus, Trigger, from_ms, to_ms
 from schemas.serde import Codec
-from tests.integration.helpers import CronstreamProcess, cronstream, group_caught_up, read_topic
+from tests.integration.helpers import (
+    CronstreamProcess,
+    cronstream,
+    group_caught_up,
+    read_topic,
+    wait_shares,
+)
 
 pytestmark = pytest.mark.integration
 OUTAGE_S = float(os.environ.get("CRONSTREAM_TEST_CASSANDRA_OUTAGE_S", "60"))
@@ -192,6 +198,25 @@ def test_every_outcome_lands_once_per_key_and_redelivery_rewrites(
     assert again == stamp  # rewritten with the same timestamp: the same cells
     lands3 = [o for o in outcomes if o.run_id == "lands@3"]
     assert stamp == write_timestamp(to_ms(lands3[0].recorded_at), lands3[0].status.value)
+
+
+def test_two_sinks_each_take_a_share_of_history_and_of_run_output(
+    history_ns: Settings, session: Any, tmp_path: Path, procs: list[CronstreamProcess]
+) -> None:
+    """Each sink of a group owns half of each topic's partitions (counting partitions
+    gave one sink all of history and the other all of run-output: the second did
+    nothing), and together they write every outcome once."""
+    ns = history_ns
+    now = to_ms(datetime.now(UTC))
+    outcomes = [o for j in range(24) for o in runs_of(f"share{j}", 20, now - 600_000)]
+    publish(ns, outcomes)
+    first = start_sink(ns, tmp_path, procs)
+    second = start_sink(ns, tmp_path, procs)
+    topics = Topics(ns)
+    for topic in (topics.history, topics.run_output):
+        wait_shares([first, second], topic, ns.partitions // 2, timeout=60)
+    wait_until(lambda: sink_done(ns), 120, "the two sinks to commit everything")
+    assert table_counts(session) == expected_rows(outcomes)
 
 
 def test_an_outcome_cassandra_would_refuse_is_dead_lettered_and_the_sink_goes_on(

@@ -4,7 +4,6 @@ third worker take work; and no run is lost or executed twice while they join."""
 
 from __future__ import annotations
 
-import re
 import time
 from collections import Counter
 from pathlib import Path
@@ -17,20 +16,9 @@ from schemas.catalog import Topics
 from schemas.definition import job_from_spec
 from schemas.events import Priority, RunOutcome
 from schemas.ids import partition_for
-from tests.integration.helpers import CronstreamProcess, Target, decoded
+from tests.integration.helpers import CronstreamProcess, Target, decoded, wait_shares
 
 pytestmark = pytest.mark.integration
-
-OWNED = re.compile(r"\b(assigned|revoked|partitions lost:) (.*)$", re.MULTILINE)
-
-
-def owned(proc: CronstreamProcess) -> set[tuple[str, int]]:
-    """The partitions a worker owns now, as its log tells (assigned minus revoked)."""
-    have: set[tuple[str, int]] = set()
-    for verb, names in OWNED.findall(proc.log()):
-        parts = {(t, int(p)) for t, p in (n.rsplit("/", 1) for n in names.split(", "))}
-        have = have | parts if verb == "assigned" else have - parts
-    return have
 
 
 def spread_jobs(partitions: int, per_partition: int) -> list[str]:
@@ -49,18 +37,6 @@ def spread_jobs(partitions: int, per_partition: int) -> list[str]:
 
 def trigger_all(client: JobClient, jobs: list[str], keys: list[str]) -> list[str]:
     return [run.run_id for job in jobs for run in client.trigger_many(job, keys)]
-
-
-def wait_shares(workers: list[CronstreamProcess], topic: str, each: int, timeout: float) -> float:
-    """Seconds until every worker owns ``each`` partitions of ``topic``."""
-    began = time.monotonic()
-    while True:
-        shares = [len({tp for tp in owned(w) if tp[0] == topic}) for w in workers]
-        if shares == [each] * len(workers):
-            return time.monotonic() - began
-        if time.monotonic() - began > timeout:
-            raise AssertionError(f"{topic} shares never became {each} each: {shares}")
-        time.sleep(0.2)
 
 
 def test_three_workers_share_one_priority_and_run_everything_once(

@@ -18,7 +18,7 @@ def _grants(role: str) -> set[tuple[str, str, str, str]]:
             for b in bindings}  # fmt: skip
 
 
-def test_the_sink_reads_history_and_run_output_and_writes_dead_letters_only() -> None:
+def test_the_sink_reads_history_and_run_output_writes_dead_letters_and_sets_its_group() -> None:
     assert _grants("sink") == {
         ("TOPIC", "acme.history", "LITERAL", "READ"),
         ("TOPIC", "acme.history", "LITERAL", "DESCRIBE"),
@@ -28,6 +28,9 @@ def test_the_sink_reads_history_and_run_output_and_writes_dead_letters_only() ->
         ("TOPIC", "acme.dlq", "LITERAL", "DESCRIBE"),
         ("GROUP", "acme.", "PREFIXED", "READ"),
         ("GROUP", "acme.", "PREFIXED", "DESCRIBE"),
+        # its group's session timeout: a KIP-848 group keeps it on the broker
+        ("GROUP", "acme.", "PREFIXED", "DESCRIBE_CONFIGS"),
+        ("GROUP", "acme.", "PREFIXED", "ALTER_CONFIGS"),
     }
 
 
@@ -65,11 +68,12 @@ def test_the_flows_coordinator_reaches_its_own_topics_and_writes_no_definition()
     assert ("TOPIC", "acme.flows.events", "LITERAL", "READ") not in _grants("worker")
 
 
-def test_only_the_worker_alters_its_groups_configs() -> None:
+def test_only_the_kip848_groups_alter_their_configs() -> None:
     """A KIP-848 group keeps its session timeout on the broker (runtime.kafka.groups):
-    the worker sets its group's at start."""
+    the worker and the sink (each member its share of each topic) set their group's at
+    start; no other role may."""
     alters = {r for r in ROLES if ("GROUP", "acme.", "PREFIXED", "ALTER_CONFIGS") in _grants(r)}
-    assert alters == {"worker"}
+    assert alters == {"worker", "sink"}
 
 
 def test_only_the_worker_writes_run_output_and_only_the_sink_reads_it() -> None:
