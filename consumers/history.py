@@ -1,13 +1,21 @@
 """The execution history in Cassandra: its statements, the rows of an outcome, its queries.
 
-Four tables (``cql/migrations/``), one per question, each bucketed by time
-(``consumers.core.buckets``):
+Three tables (``cql/migrations/``), one per question, each bucketed by time
+(``consumers.core.buckets``), and an index:
 
 - ``runs_by_job``: a job's runs in a time range (one row per attempt; its columns hold
   the attempt's latest status);
-- ``runs_by_status``: runs with a status in a time window (one row per outcome);
-- ``runs_by_tenant_status``: the same, partitioned by tenant too (a tenant's queries);
-- ``runs_by_id``: every record of one run id, attempt by attempt.
+- ``runs_by_tenant_status``: runs with a status in a time window, one partition per
+  tenant, status, hour and shard (one row per outcome);
+- ``runs_by_id``: every record of one run id, attempt by attempt;
+- ``history_tenants``: the tenants with outcomes in each hour. A status query across
+  every tenant (an operator's) merges those tenants' partitions of the hour. The sink
+  wrote the same rows to ``runs_by_status`` too, before this index: an hour without
+  tenants in it is read from there (outcomes recorded by an older sink).
+
+An outcome is three rows (two for a DUPLICATE), and a tenant's first outcome of an hour
+in a sink process one more: each row costs the sink and Cassandra about as much as
+any other (docs/benchmarks.md, "History's cost per outcome").
 
 Statements live in ``cql/history.cql`` as named statements, prepared once per session
 (``HistoryTables``). The sink writes with ``HistoryTables.rows``; ``History`` answers
@@ -35,9 +43,10 @@ from schemas.events import RunOutcome, RunStatus, Trigger, to_ms
 STATEMENTS_FILE = Path(__file__).resolve().parent / "cql" / "history.cql"
 _NAMED = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.M)
 # Outcomes that do not change what a job's attempt is: a DUPLICATE says a redelivered
-# run was not executed again; it is in runs_by_id and runs_by_status only.
+# run was not executed again; it is in runs_by_id and runs_by_tenant_status only.
 NOT_IN_JOB_VIEW = frozenset({RunStatus.DUPLICATE})
 ERROR_MAX_CHARS = 4000  # longer error texts (from other producers) are cut: bounded rows
+TENANT_HOURS_KEPT = 3  # the hours whose tenants a sink remembers having indexed
 
 
 def load_statements(path: Path = STATEMENTS_FILE) -> dict[str, str]:
@@ -70,6 +79,8 @@ class HistoryTables:
             name: session.prepare(cql.format(keyspace=keyspace))
             for name, cql in load_statements().items()
         }
+        # hour -> the tenants indexed in history_tenants for it by this process
+        self._indexed: dict[datetime, set[str]] = {}
 
     def rows(self, o: RunOutcome) -> list[tuple[str, Any]]:
         """The (table, bound statement) pairs that record one outcome. Missing values
@@ -86,6 +97,7 @@ class HistoryTables:
         error = v(o.error[:ERROR_MAX_CHARS] if o.error else None)
         trigger, duration = o.trigger.value, v(o.duration_ms)
         target, worker = v(o.target_type), v(o.worker)
+        hour = hour_of(o.recorded_at)
         st = self.statements
         out = [
             ("runs_by_id", st["insert_by_id"].bind((
@@ -93,17 +105,14 @@ class HistoryTables:
                 o.scheduled_at, v(o.started_at), v(o.finished_at), duration, error,
                 v(o.next_attempt_at), target, worker, stamp, ttl,
             ))),
-            ("runs_by_status", st["insert_by_status"].bind((
-                status, hour_of(o.recorded_at), shard_of(o.run_id), o.recorded_at, o.run_id,
-                o.attempt, o.job_id, o.tenant, trigger, o.scheduled_at, duration, error,
-                target, worker, stamp, ttl,
-            ))),
             ("runs_by_tenant_status", st["insert_by_tenant_status"].bind((
-                o.tenant, status, hour_of(o.recorded_at), shard_of(o.run_id), o.recorded_at,
+                o.tenant, status, hour, shard_of(o.run_id), o.recorded_at,
                 o.run_id, o.attempt, o.job_id, trigger, o.scheduled_at, duration, error,
                 target, worker, stamp, ttl,
             ))),
         ]  # fmt: skip
+        if o.tenant not in self._indexed.get(hour, ()):
+            out.append(self._index(hour, o.tenant))
         if o.status not in NOT_IN_JOB_VIEW:
             out.append(("runs_by_job", st["insert_by_job"].bind((
                 o.job_id, day_of(o.scheduled_at), o.scheduled_at, o.run_id, o.attempt,
@@ -111,6 +120,19 @@ class HistoryTables:
                 duration, error, v(o.next_attempt_at), target, worker, stamp, ttl,
             ))))  # fmt: skip
         return out
+
+    def _index(self, hour: datetime, tenant: str) -> tuple[str, Any]:
+        """The history_tenants row saying ``tenant`` has outcomes in ``hour``, noted as
+        written (the sink writes every row it is given, or stops before committing; a
+        process that starts again writes it again: the same cell). The last
+        ``TENANT_HOURS_KEPT`` hours are remembered; a late outcome of an older hour
+        writes its row again."""
+        self._indexed.setdefault(hour, set()).add(tenant)
+        while len(self._indexed) > TENANT_HOURS_KEPT:
+            del self._indexed[min(self._indexed)]
+        return "history_tenants", self.statements["insert_tenant_hour"].bind(
+            (hour, tenant, self.ttl_s)
+        )
 
 
 _STATUS = {s.value: s for s in RunStatus}
@@ -217,17 +239,38 @@ class History:
         self, statuses: Sequence[str], start: datetime, end: datetime, tenant: str | None = None
     ) -> Iterator[RunOutcome]:
         """Outcomes with one of ``statuses`` recorded in [start, end), latest first,
-        across every job (hour by hour, each hour's shards merged); with ``tenant``,
-        only that tenant's partitions are read (``runs_by_tenant_status``)."""
+        across every job, hour by hour, from ``runs_by_tenant_status``: with ``tenant``,
+        that tenant's partitions of each hour (its shards merged); without, those of
+        every tenant the hour's ``history_tenants`` row names (an hour that names none
+        is read from ``runs_by_status``, where older sinks wrote)."""
         names = [s.upper() for s in statuses]
-        keys: tuple[str, ...] = () if tenant is None else (tenant,)
-        name = "select_status_hour" if tenant is None else "select_tenant_status_hour"
-        hours = (
-            _merged([self._query(name, (*keys, status, hour, shard, start, end))
-                     for status in names for shard in range(SHARDS)], "recorded_at")
-            for hour in hours_desc(start, end)
-        )  # fmt: skip
-        return _one_ahead(hours)
+
+        def hour_rows(hour: datetime) -> Iterator[RunOutcome]:
+            tenants = [tenant] if tenant is not None else self.tenants_of(hour)
+            partitions: list[tuple[str, tuple[Any, ...]]]
+            if tenant is None and not tenants:  # recorded before history_tenants
+                partitions = [
+                    ("select_status_hour", (status, hour, shard))
+                    for status in names
+                    for shard in range(SHARDS)
+                ]
+            else:
+                partitions = [
+                    ("select_tenant_status_hour", (who, status, hour, shard))
+                    for who in tenants
+                    for status in names
+                    for shard in range(SHARDS)
+                ]
+            return _merged(
+                [self._query(name, (*keys, start, end)) for name, keys in partitions], "recorded_at"
+            )
+
+        return _one_ahead(hour_rows(hour) for hour in hours_desc(start, end))
+
+    def tenants_of(self, hour: datetime) -> list[str]:
+        """The tenants with outcomes recorded in ``hour`` (history_tenants)."""
+        statement = self.tables.statements["tenants_of_hour"].bind((hour,))
+        return [row[0] for row in self.session.execute(statement, execution_profile=self._profile)]
 
     def run(self, run_id: str) -> list[RunOutcome]:
         """Every record of one run: attempt by attempt, oldest first."""

@@ -279,7 +279,9 @@ class SchemaSession:
         if match is None:
             return _Statement([])  # a SELECT: never bound here
         names = [n.strip() for n in match.group(2).split(",")]
-        return _Statement([self.columns[n] for n in names] + [self.bigint, self.int])
+        using = [self.bigint] if "TIMESTAMP ?" in cql else []
+        using += [self.int] if "TTL ?" in cql else []
+        return _Statement([self.columns[n] for n in names] + using)
 
 
 class SinkHarness:

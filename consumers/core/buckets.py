@@ -1,8 +1,10 @@
 """Time buckets and shards of the history tables (pure: no Cassandra, no clock).
 
 - ``runs_by_job``: one partition per job per UTC **day** of ``scheduled_at``.
-- ``runs_by_status``: one partition per status per UTC **hour** of ``recorded_at`` per
-  **shard** (``shard_of(run_id)``: a failure storm spreads over ``SHARDS`` partitions).
+- ``runs_by_tenant_status`` (and ``runs_by_status``, read for older hours): one
+  partition per tenant per status per UTC **hour** of ``recorded_at`` per **shard**
+  (``shard_of(run_id)``: a failure storm spreads over ``SHARDS`` partitions);
+  ``history_tenants``: the tenants of each hour.
 - ``runs_by_id``: one partition per run id.
 
 A query over a time range visits the buckets newest first (``days_desc``, ``hours_desc``).

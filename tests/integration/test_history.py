@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
-from consumers.core.buckets import write_timestamp
+from consumers.core.buckets import hour_of, shard_of, write_timestamp
 from consumers.history import History, HistoryTables
 from consumers.output import OutputTable
 from infra import stack as stack_mod
@@ -101,20 +101,28 @@ def runs_of(job: str, count: int, start_ms: int, step_ms: int = 1000) -> list[Ru
     return out  # fmt: skip
 
 
-TABLES = ("runs_by_id", "runs_by_status", "runs_by_tenant_status", "runs_by_job")
+TABLES = ("runs_by_id", "runs_by_tenant_status", "runs_by_job")
 
 
 def expected_rows(outcomes: list[RunOutcome]) -> dict[str, int]:
+    """Rows per table: runs_by_status is no longer written (history_tenants indexes
+    the tenants of each hour instead)."""
     by_id = {(o.run_id, o.attempt, o.recorded_at, o.status) for o in outcomes}
     by_job = {(o.run_id, o.attempt) for o in outcomes if o.status is not RunStatus.DUPLICATE}
-    return {"runs_by_id": len(by_id), "runs_by_status": len(by_id),
-            "runs_by_tenant_status": len(by_id), "runs_by_job": len(by_job)}  # fmt: skip
+    tenant_hours = {(o.tenant, hour_of(o.recorded_at)) for o in outcomes}
+    return {
+        "runs_by_id": len(by_id),
+        "runs_by_tenant_status": len(by_id),
+        "runs_by_job": len(by_job),
+        "runs_by_status": 0,
+        "history_tenants": len(tenant_hours),
+    }
 
 
 def table_counts(session: Any) -> dict[str, int]:
     return {
         table: session.execute(f"SELECT count(*) FROM {table}", timeout=60).one()[0]
-        for table in TABLES
+        for table in (*TABLES, "runs_by_status", "history_tenants")
     }
 
 
@@ -361,6 +369,42 @@ def test_queries_cross_day_and_hour_buckets_and_page(
     bad = cronstream(ns, "history", "pager", "--status", "exploded")
     assert bad.returncode == 2
     assert "unknown status EXPLODED" in bad.stderr
+
+
+def test_an_operators_status_query_reads_every_tenant_and_older_sinks_hours(
+    history_ns: Settings, session: Any
+) -> None:
+    """An operator's status query (every tenant) merges the partitions of the tenants
+    history_tenants names for each hour; an hour it names none for (outcomes an older
+    sink wrote to runs_by_status only) is read from runs_by_status."""
+    ns = history_ns
+    tables = HistoryTables(session, ns.keyspace, ttl_s=3600)
+    now = datetime.now(UTC).replace(minute=30)
+    recent = [
+        replace(o, tenant=tenant, job_id=f"{tenant}/j")
+        for tenant in ("acme", "beta", "gamma")
+        for o in runs_of(f"{tenant}/j", 10, to_ms(now - timedelta(minutes=20)))
+    ]
+    for _table, statement in (row for o in recent for row in tables.rows(o)):
+        session.execute(statement)
+    older = runs_of("old/j", 10, to_ms(now - timedelta(hours=3)))
+    written_before = session.prepare(
+        "INSERT INTO runs_by_status (status, hour, shard, recorded_at, run_id, attempt, "
+        "job_id, tenant, trigger, scheduled_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    )
+    for o in older:
+        values = (o.status.value, hour_of(o.recorded_at), shard_of(o.run_id), o.recorded_at)
+        keys = (o.run_id, o.attempt, o.job_id, o.tenant, o.trigger.value, o.scheduled_at)
+        session.execute(written_before, (*values, *keys))
+    history = History(session, ns.keyspace, page_size=5)
+    failed = list(history.by_status(["FAILED"], now - timedelta(hours=4), now))
+    want = [o for o in recent + older if o.status is RunStatus.FAILED]
+    assert sorted((r.run_id, r.tenant) for r in failed) == sorted(
+        (o.run_id, o.tenant) for o in want
+    )
+    assert [r.recorded_at for r in failed] == sorted((r.recorded_at for r in failed), reverse=True)
+    assert {r.tenant for r in failed} == {"acme", "beta", "gamma", "default"}
+    assert sorted(history.tenants_of(hour_of(recent[0].recorded_at))) == ["acme", "beta", "gamma"]
 
 
 def test_a_tenants_history_is_its_own_and_status_queries_need_a_tenant(

@@ -63,8 +63,17 @@ def test_write_timestamp_orders_stages_within_a_millisecond() -> None:
 
 def test_named_statements_load_and_a_bad_file_is_refused(tmp_path: Path) -> None:
     names = load_statements()
-    assert {"insert_by_job", "insert_by_status", "insert_by_id", "select_job_day",
-            "select_status_hour", "select_run"} <= set(names)  # fmt: skip
+    assert {
+        "insert_by_job",
+        "insert_by_tenant_status",
+        "insert_by_id",
+        "insert_tenant_hour",
+        "select_job_day",
+        "select_status_hour",
+        "tenants_of_hour",
+        "select_run",
+    } <= set(names)
+    assert "insert_by_status" not in names  # runs_by_status is read, no longer written
     assert all(";" not in cql for cql in names.values())
     bad = tmp_path / "bad.cql"
     bad.write_text("-- name: one\nSELECT 1 FROM t\n-- name: two\nSELECT 2 FROM t;\n")
@@ -111,3 +120,34 @@ def test_a_flow_run_query_takes_nothing_else_and_is_made_the_tenants() -> None:
             _checked(_args("--flow-run", "etl@manual:k", *extra))
     with pytest.raises(SpecError, match="--flow-run FLOW_RUN_ID"):
         _checked(_args())
+
+
+def test_an_outcome_is_three_rows_and_a_tenants_hour_is_indexed_once() -> None:
+    from consumers.history import TENANT_HOURS_KEPT, HistoryTables
+    from schemas.events import RunOutcome, RunStatus
+    from tests.processors import SchemaSession
+
+    tables = HistoryTables(SchemaSession(), "ks", ttl_s=3600)
+
+    def outcome(tenant: str, at: datetime, status: RunStatus = RunStatus.SUCCEEDED) -> RunOutcome:
+        return RunOutcome(
+            run_id=f"{tenant}/j@{at.isoformat()}",
+            job_id=f"{tenant}/j",
+            tenant=tenant,
+            status=status,
+            scheduled_at=at,
+            recorded_at=at,
+        )
+
+    first = [table for table, _ in tables.rows(outcome("acme", T))]
+    assert first == ["runs_by_id", "runs_by_tenant_status", "history_tenants", "runs_by_job"]
+    again = [table for table, _ in tables.rows(outcome("acme", T + timedelta(minutes=1)))]
+    assert again == ["runs_by_id", "runs_by_tenant_status", "runs_by_job"]
+    other = [table for table, _ in tables.rows(outcome("beta", T, RunStatus.DUPLICATE))]
+    assert other == ["runs_by_id", "runs_by_tenant_status", "history_tenants"]
+    # the next hours index acme again; after TENANT_HOURS_KEPT more, T's hour is forgotten
+    for hours in range(1, TENANT_HOURS_KEPT + 1):
+        rows = tables.rows(outcome("acme", T + timedelta(hours=hours)))
+        assert ("history_tenants", (hour_of(T + timedelta(hours=hours)), "acme", 3600)) in rows
+    late = tables.rows(outcome("acme", T + timedelta(minutes=2)))
+    assert ("history_tenants", (hour_of(T), "acme", 3600)) in late
