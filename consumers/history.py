@@ -111,14 +111,15 @@ class HistoryTables:
                 target, worker, stamp, ttl,
             ))),
         ]  # fmt: skip
-        if o.tenant not in self._indexed.get(hour, ()):
-            out.append(self._index(hour, o.tenant))
         if o.status not in NOT_IN_JOB_VIEW:
             out.append(("runs_by_job", st["insert_by_job"].bind((
                 o.job_id, day_of(o.scheduled_at), o.scheduled_at, o.run_id, o.attempt,
                 status, trigger, o.tenant, o.recorded_at, v(o.started_at), v(o.finished_at),
                 duration, error, v(o.next_attempt_at), target, worker, stamp, ttl,
             ))))  # fmt: skip
+        if o.tenant not in self._indexed.get(hour, ()):
+            # last: an outcome whose rows cannot be built (dead-lettered) indexes nothing
+            out.append(self._index(hour, o.tenant))
         return out
 
     def _index(self, hour: datetime, tenant: str) -> tuple[str, Any]:

@@ -4,6 +4,8 @@ and the CLI's window and status parsing."""
 from __future__ import annotations
 
 import argparse
+import struct
+from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
@@ -140,9 +142,14 @@ def test_an_outcome_is_three_rows_and_a_tenants_hour_is_indexed_once() -> None:
         )
 
     first = [table for table, _ in tables.rows(outcome("acme", T))]
-    assert first == ["runs_by_id", "runs_by_tenant_status", "history_tenants", "runs_by_job"]
+    assert first == ["runs_by_id", "runs_by_tenant_status", "runs_by_job", "history_tenants"]
     again = [table for table, _ in tables.rows(outcome("acme", T + timedelta(minutes=1)))]
     assert again == ["runs_by_id", "runs_by_tenant_status", "runs_by_job"]
+    # rows that cannot be built (the sink dead-letters the record) index nothing
+    bad = replace(outcome("gamma", T), duration_ms=2**70)
+    with pytest.raises(struct.error):
+        tables.rows(bad)
+    assert "history_tenants" in [table for table, _ in tables.rows(outcome("gamma", T))]
     other = [table for table, _ in tables.rows(outcome("beta", T, RunStatus.DUPLICATE))]
     assert other == ["runs_by_id", "runs_by_tenant_status", "history_tenants"]
     # the next hours index acme again; after TENANT_HOURS_KEPT more, T's hour is forgotten
