@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from infra.errors import StackError
 from infra.service import Service, log_tail
@@ -118,7 +118,24 @@ def restart(settings: Settings, names: list[str], say: Callable[[str], None] = _
     return up(settings, say) + up(settings, say, bootstrapped=True)
 
 
+def nodes_started(settings: Settings) -> int:
+    """The most Kafka or Cassandra nodes that have a pid file in the stack's ``run/``
+    (``kafka-3.pid``: a third node), at least ``settings.nodes``."""
+    most = settings.nodes
+    for pidfile in (settings.home / "run").glob("*-*.pid"):
+        service, _, node = pidfile.stem.rpartition("-")
+        if service in ("kafka", "cassandra") and node.isdigit():
+            most = max(most, int(node))
+    return most
+
+
 def down(settings: Settings, say: Callable[[str], None] = _say) -> None:
+    """Stop every service that runs, whatever ``CRONSTREAM_NODES`` says now: a stack
+    started with ``NODES=3`` and stopped without it stops its nodes 2 and 3 too (they
+    went on running, seeded to the single node that came up next)."""
+    nodes = nodes_started(settings)
+    if nodes != settings.nodes:
+        settings = replace(settings, nodes=nodes)
     # Reverse order: the registry and Kafka clients go before Cassandra. The nodes of
     # one service stop together: the last of three brokers stopped alone waited for a
     # controller quorum that was gone, until it was killed 45 s later.
@@ -142,8 +159,9 @@ class ServiceStatus:
 
 
 def status(settings: Settings) -> list[ServiceStatus]:
+    """One line per service, the nodes that were started included (``nodes_started``)."""
     result = []
-    for svc in all_services(settings):
+    for svc in all_services(replace(settings, nodes=nodes_started(settings))):
         pid = svc.pid()
         result.append(
             ServiceStatus(
