@@ -71,8 +71,12 @@ run: up ## the whole local stack, then cronstream's own processes in the foregro
 	@$(PY) -m cronstream.run
 
 test: up ## the whole suite (unit + integration + acceptance) against the real services, with one 3-node cluster test
-	@$(PY) -m pytest -n 2 tests/unit $(PYTEST_ARGS)
-	@$(PY) -m pytest --durations=25 tests/integration tests/acceptance $(PYTEST_ARGS)
+ifeq ($(strip $(PYTEST_ARGS)),)
+	@$(PY) -m pytest -n 2 tests/unit
+	@$(PY) -m pytest --durations=25 tests/integration tests/acceptance
+else
+	@$(PY) -m pytest --durations=25 $(PYTEST_ARGS)
+endif
 
 test-cluster: up ## the 3-node cluster test: a broker lost under load (its own stack, ports +10000; ~10 min)
 	@$(PY) -m pytest -m cluster tests/integration/test_cluster.py $(PYTEST_ARGS)

@@ -8,14 +8,14 @@ Three tables (``cql/migrations/``), one per question, each bucketed by time
 - ``runs_by_tenant_status``: runs with a status in a time window, one partition per
   tenant, status, hour and shard (one row per outcome);
 - ``runs_by_id``: every record of one run id, attempt by attempt;
-- ``history_tenants``: the tenants with outcomes in each hour. A status query across
-  every tenant (an operator's) merges those tenants' partitions of the hour. The sink
-  wrote the same rows to ``runs_by_status`` too, before this index: an hour without
-  tenants in it is read from there (outcomes recorded by an older sink).
+- ``history_tenants``: the tenants with outcomes of a status in each hour. A status
+  query across every tenant (an operator's) merges those tenants' partitions of the
+  hour, and the ``runs_by_status`` rows of the pairs it does not name: sinks of an
+  older release wrote every outcome there too, and no index.
 
-An outcome is three rows (two for a DUPLICATE), and a tenant's first outcome of an hour
-in a sink process one more: each row costs the sink and Cassandra about as much as
-any other (docs/benchmarks.md, "History's cost per outcome").
+An outcome is three rows (two for a DUPLICATE), and a tenant's first outcome of a
+status in an hour in a sink process one more: each row costs the sink and Cassandra
+about as much as any other (docs/benchmarks.md, "History's cost per outcome").
 
 Statements live in ``cql/history.cql`` as named statements, prepared once per session
 (``HistoryTables``). The sink writes with ``HistoryTables.rows``; ``History`` answers
@@ -47,6 +47,7 @@ _NAMED = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.M)
 NOT_IN_JOB_VIEW = frozenset({RunStatus.DUPLICATE})
 ERROR_MAX_CHARS = 4000  # longer error texts (from other producers) are cut: bounded rows
 TENANT_HOURS_KEPT = 3  # the hours whose tenants a sink remembers having indexed
+INDEX_TTL_MARGIN_S = 86_400  # the index, written at an hour's first outcome, outlives its last
 
 
 def load_statements(path: Path = STATEMENTS_FILE) -> dict[str, str]:
@@ -79,8 +80,8 @@ class HistoryTables:
             name: session.prepare(cql.format(keyspace=keyspace))
             for name, cql in load_statements().items()
         }
-        # hour -> the tenants indexed in history_tenants for it by this process
-        self._indexed: dict[datetime, set[str]] = {}
+        # hour -> the (status, tenant) pairs indexed in history_tenants by this process
+        self._indexed: dict[datetime, set[tuple[str, str]]] = {}
 
     def rows(self, o: RunOutcome) -> list[tuple[str, Any]]:
         """The (table, bound statement) pairs that record one outcome. Missing values
@@ -117,22 +118,23 @@ class HistoryTables:
                 status, trigger, o.tenant, o.recorded_at, v(o.started_at), v(o.finished_at),
                 duration, error, v(o.next_attempt_at), target, worker, stamp, ttl,
             ))))  # fmt: skip
-        if o.tenant not in self._indexed.get(hour, ()):
+        if (status, o.tenant) not in self._indexed.get(hour, ()):
             # last: an outcome whose rows cannot be built (dead-lettered) indexes nothing
-            out.append(self._index(hour, o.tenant))
+            out.append(self._index(hour, status, o.tenant))
         return out
 
-    def _index(self, hour: datetime, tenant: str) -> tuple[str, Any]:
-        """The history_tenants row saying ``tenant`` has outcomes in ``hour``, noted as
-        written (the sink writes every row it is given, or stops before committing; a
-        process that starts again writes it again: the same cell). The last
-        ``TENANT_HOURS_KEPT`` hours are remembered; a late outcome of an older hour
-        writes its row again."""
-        self._indexed.setdefault(hour, set()).add(tenant)
+    def _index(self, hour: datetime, status: str, tenant: str) -> tuple[str, Any]:
+        """The history_tenants row saying ``tenant`` has outcomes of ``status`` in
+        ``hour``, noted as written (the sink writes every row it is given, or stops
+        before committing; a process that starts again writes it again: the same cell,
+        its TTL renewed). The last ``TENANT_HOURS_KEPT`` hours are remembered; a late
+        outcome of an older hour writes its row again."""
+        self._indexed.setdefault(hour, set()).add((status, tenant))
         while len(self._indexed) > TENANT_HOURS_KEPT:
             del self._indexed[min(self._indexed)]
+        ttl = self.ttl_s + INDEX_TTL_MARGIN_S
         return "history_tenants", self.statements["insert_tenant_hour"].bind(
-            (hour, tenant, self.ttl_s)
+            (hour, status, tenant, ttl)
         )
 
 
@@ -169,6 +171,14 @@ def _one_ahead(buckets: Iterator[Iterator[RunOutcome]]) -> Iterator[RunOutcome]:
         following = next(buckets, None)
         yield from current
         current = following
+
+
+Rows = Iterator[RunOutcome]
+
+
+def _unnamed(rows: Rows, named: set[tuple[str, str]]) -> Rows:
+    """The rows of ``runs_by_status`` whose (status, tenant) the index does not name."""
+    return (row for row in rows if (row.status.value, row.tenant) not in named)
 
 
 def _merged(streams: Iterable[Iterator[RunOutcome]], key: str) -> Iterator[RunOutcome]:
@@ -240,38 +250,40 @@ class History:
         self, statuses: Sequence[str], start: datetime, end: datetime, tenant: str | None = None
     ) -> Iterator[RunOutcome]:
         """Outcomes with one of ``statuses`` recorded in [start, end), latest first,
-        across every job, hour by hour, from ``runs_by_tenant_status``: with ``tenant``,
-        that tenant's partitions of each hour (its shards merged); without, those of
-        every tenant the hour's ``history_tenants`` row names (an hour that names none
-        is read from ``runs_by_status``, where older sinks wrote)."""
+        across every job, hour by hour, each hour's partitions merged. With ``tenant``:
+        that tenant's partitions of ``runs_by_tenant_status``. Without: the partitions
+        of the (status, tenant) pairs the hour's ``history_tenants`` rows name, and
+        ``runs_by_status``'s rows of the pairs they do not name (outcomes recorded by
+        sinks of an older release, which wrote both tables and no index: none twice)."""
         names = [s.upper() for s in statuses]
+        shards = range(SHARDS)
+
+        def tenant_rows(hour: datetime, pairs: Iterable[tuple[str, str]]) -> list[Rows]:
+            return [
+                self._query("select_tenant_status_hour", (who, status, hour, shard, start, end))
+                for status, who in pairs
+                for shard in shards
+            ]
 
         def hour_rows(hour: datetime) -> Iterator[RunOutcome]:
-            tenants = [tenant] if tenant is not None else self.tenants_of(hour)
-            partitions: list[tuple[str, tuple[Any, ...]]]
-            if tenant is None and not tenants:  # recorded before history_tenants
-                partitions = [
-                    ("select_status_hour", (status, hour, shard))
-                    for status in names
-                    for shard in range(SHARDS)
-                ]
-            else:
-                partitions = [
-                    ("select_tenant_status_hour", (who, status, hour, shard))
-                    for who in tenants
-                    for status in names
-                    for shard in range(SHARDS)
-                ]
-            return _merged(
-                [self._query(name, (*keys, start, end)) for name, keys in partitions], "recorded_at"
-            )
+            if tenant is not None:
+                return _merged(tenant_rows(hour, [(s, tenant) for s in names]), "recorded_at")
+            named = {pair for pair in self.tenants_of(hour) if pair[0] in names}
+            older = [
+                _unnamed(self._query("select_status_hour", (s, hour, shard, start, end)), named)
+                for s in names
+                for shard in shards
+            ]
+            return _merged([*tenant_rows(hour, sorted(named)), *older], "recorded_at")
 
         return _one_ahead(hour_rows(hour) for hour in hours_desc(start, end))
 
-    def tenants_of(self, hour: datetime) -> list[str]:
-        """The tenants with outcomes recorded in ``hour`` (history_tenants)."""
+    def tenants_of(self, hour: datetime) -> list[tuple[str, str]]:
+        """The (status, tenant) pairs with outcomes recorded in ``hour``
+        (history_tenants)."""
         statement = self.tables.statements["tenants_of_hour"].bind((hour,))
-        return [row[0] for row in self.session.execute(statement, execution_profile=self._profile)]
+        rows = self.session.execute(statement, execution_profile=self._profile)
+        return [(status, who) for status, who in rows]
 
     def run(self, run_id: str) -> list[RunOutcome]:
         """Every record of one run: attempt by attempt, oldest first."""

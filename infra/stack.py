@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from infra.errors import StackError
 from infra.service import Service, log_tail
-from infra.services import all_services
+from infra.services import Cassandra, Kafka, all_services
 from runtime.settings import Settings
 
 
@@ -118,14 +118,20 @@ def restart(settings: Settings, names: list[str], say: Callable[[str], None] = _
     return up(settings, say) + up(settings, say, bootstrapped=True)
 
 
+NODE_SERVICES: dict[str, type[Kafka] | type[Cassandra]] = {"kafka": Kafka, "cassandra": Cassandra}
+
+
 def nodes_started(settings: Settings) -> int:
-    """The most Kafka or Cassandra nodes that have a pid file in the stack's ``run/``
-    (``kafka-3.pid``: a third node), at least ``settings.nodes``."""
+    """The most Kafka or Cassandra nodes running, by their pid files in the stack's
+    ``run/`` (``kafka-3.pid``: a third node), at least ``settings.nodes``."""
     most = settings.nodes
     for pidfile in (settings.home / "run").glob("*-*.pid"):
         service, _, node = pidfile.stem.rpartition("-")
-        if service in ("kafka", "cassandra") and node.isdigit():
-            most = max(most, int(node))
+        if service not in NODE_SERVICES or not node.isdigit() or int(node) <= most:
+            continue
+        # only a node that runs (a stale pid file, left by a crash, is removed)
+        if NODE_SERVICES[service](replace(settings, nodes=int(node)), int(node)).running():
+            most = int(node)
     return most
 
 

@@ -203,7 +203,7 @@ def bench_queries(base: Settings, runs: int, stored: int, samples: int) -> None:
             now_ms = int(time.time() * 1000)
             per_job = stored // 1000
             load_s = store_runs(session, settings.keyspace, _day_of_runs(stored, now_ms))
-            print(f"  loaded {stored:,} runs ({stored * 4:,} rows) in {load_s:.0f}s", flush=True)
+            print(f"  loaded {stored:,} runs ({stored * 3:,} rows) in {load_s:.0f}s", flush=True)
             history = History(session, settings.keyspace)
             end = from_ms(now_ms + 1000)
             queries: dict[str, Callable[[], object]] = {

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from infra.tenants import add_tenant, remove_tenant
 from producers.admission.core import Quotas
+from runtime.cassandra import cassandra_session
 from runtime.settings import Settings
 from tests.integration.tenants import AdmissionThread, Api
 
@@ -36,3 +38,10 @@ def api(history_ns: Settings, admission: AdmissionThread) -> Iterator[Api]:
     running = Api(history_ns)
     yield running
     running.stop()
+
+
+@pytest.fixture
+def session(history_ns: Settings) -> Iterator[Any]:
+    cluster, sess = cassandra_session(history_ns, keyspace=history_ns.keyspace)
+    yield sess
+    cluster.shutdown()

@@ -27,6 +27,7 @@ from runtime.kafka.clients import kafka_consumer
 from runtime.kafka.offsets import group_lag, watermarks
 from runtime.kafka.security import client_properties
 from runtime.settings import Settings
+from schemas.events import RunOutcome, RunStatus, Trigger, from_ms
 from schemas.tenancy import AnyEvent
 from tests.conftest import cli_env
 
@@ -384,3 +385,43 @@ def kill_children() -> None:
                           if ":" in line)  # fmt: skip
             if fields.get("PPid", "").strip() == me:
                 os.kill(int(status.parent.name), signal.SIGKILL)
+
+
+def runs_of(job: str, count: int, start_ms: int, step_ms: int = 1000) -> list[RunOutcome]:
+    """Varied outcomes: every run STARTED + SUCCEEDED (the same millisecond), every
+    fifth failing attempt 1 first, every seventh redelivered (DUPLICATE), one MISSED."""
+    out = []
+    for i in range(count):
+        at = start_ms + i * step_ms
+        run_id = f"{job}@{i}"
+        base = dict(run_id=run_id, job_id=job, scheduled_at=from_ms(at), target_type="http",
+                    worker="w1")  # fmt: skip
+        attempt = 1
+        if i % 5 == 0:
+            out.append(RunOutcome(**base, status=RunStatus.STARTED, recorded_at=from_ms(at + 1)))
+            out.append(RunOutcome(**base, status=RunStatus.FAILED, recorded_at=from_ms(at + 5),
+                                  started_at=from_ms(at + 1), finished_at=from_ms(at + 5),
+                                  duration_ms=4, error="HttpError: 500",
+                                  next_attempt_at=from_ms(at + 50)))  # fmt: skip
+            attempt = 2
+        rec = at + 60
+        trigger = Trigger.RETRY if attempt == 2 else Trigger.SCHEDULE
+        out.append(RunOutcome(**base, status=RunStatus.STARTED, recorded_at=from_ms(rec),
+                              attempt=attempt, trigger=trigger))  # fmt: skip
+        out.append(RunOutcome(**base, status=RunStatus.SUCCEEDED, recorded_at=from_ms(rec),
+                              attempt=attempt, trigger=trigger, started_at=from_ms(rec),
+                              finished_at=from_ms(rec), duration_ms=0))  # fmt: skip
+        if i % 7 == 0:
+            out.append(RunOutcome(**base, status=RunStatus.DUPLICATE, attempt=attempt,
+                                  recorded_at=from_ms(rec + 900),
+                                  error="already executed (see history)"))  # fmt: skip
+    out.append(
+        RunOutcome(
+            run_id=f"{job}@missed",
+            job_id=job,
+            status=RunStatus.MISSED,
+            scheduled_at=from_ms(start_ms - 1000),
+            recorded_at=from_ms(start_ms),
+        )
+    )
+    return out  # fmt: skip

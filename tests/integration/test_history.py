@@ -10,17 +10,16 @@ import os
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
-from consumers.core.buckets import hour_of, shard_of, write_timestamp
-from consumers.history import History, HistoryTables
+from consumers.core.buckets import hour_of, write_timestamp
+from consumers.history import History
 from consumers.output import OutputTable
 from infra import stack as stack_mod
 from infra.services import Cassandra
@@ -32,13 +31,14 @@ from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.definition import job_from_spec
-from schemas.events import DeadLetter, RunOutcome, RunStatus, Trigger, from_ms, to_ms
+from schemas.events import DeadLetter, RunOutcome, RunStatus, to_ms
 from schemas.serde import Codec
 from tests.integration.helpers import (
     CronstreamProcess,
     cronstream,
     group_caught_up,
     read_topic,
+    runs_of,
     wait_shares,
 )
 
@@ -46,13 +46,6 @@ pytestmark = pytest.mark.integration
 # Long enough for several of the sink's retries (backoff 0.5 s doubling to 10 s); the
 # outage's length changes nothing else (it was 60 s: 30 s more of the suite's time).
 OUTAGE_S = float(os.environ.get("CRONSTREAM_TEST_CASSANDRA_OUTAGE_S", "30"))
-
-
-@pytest.fixture
-def session(history_ns: Settings) -> Iterator[Any]:
-    cluster, sess = cassandra_session(history_ns, keyspace=history_ns.keyspace)
-    yield sess
-    cluster.shutdown()
 
 
 def start_sink(ns: Settings, tmp: Path, procs: list[CronstreamProcess], *args: str
@@ -63,46 +56,6 @@ def start_sink(ns: Settings, tmp: Path, procs: list[CronstreamProcess], *args: s
     return proc
 
 
-def runs_of(job: str, count: int, start_ms: int, step_ms: int = 1000) -> list[RunOutcome]:
-    """Varied outcomes: every run STARTED + SUCCEEDED (the same millisecond), every
-    fifth failing attempt 1 first, every seventh redelivered (DUPLICATE), one MISSED."""
-    out = []
-    for i in range(count):
-        at = start_ms + i * step_ms
-        run_id = f"{job}@{i}"
-        base = dict(run_id=run_id, job_id=job, scheduled_at=from_ms(at), target_type="http",
-                    worker="w1")  # fmt: skip
-        attempt = 1
-        if i % 5 == 0:
-            out.append(RunOutcome(**base, status=RunStatus.STARTED, recorded_at=from_ms(at + 1)))
-            out.append(RunOutcome(**base, status=RunStatus.FAILED, recorded_at=from_ms(at + 5),
-                                  started_at=from_ms(at + 1), finished_at=from_ms(at + 5),
-                                  duration_ms=4, error="HttpError: 500",
-                                  next_attempt_at=from_ms(at + 50)))  # fmt: skip
-            attempt = 2
-        rec = at + 60
-        trigger = Trigger.RETRY if attempt == 2 else Trigger.SCHEDULE
-        out.append(RunOutcome(**base, status=RunStatus.STARTED, recorded_at=from_ms(rec),
-                              attempt=attempt, trigger=trigger))  # fmt: skip
-        out.append(RunOutcome(**base, status=RunStatus.SUCCEEDED, recorded_at=from_ms(rec),
-                              attempt=attempt, trigger=trigger, started_at=from_ms(rec),
-                              finished_at=from_ms(rec), duration_ms=0))  # fmt: skip
-        if i % 7 == 0:
-            out.append(RunOutcome(**base, status=RunStatus.DUPLICATE, attempt=attempt,
-                                  recorded_at=from_ms(rec + 900),
-                                  error="already executed (see history)"))  # fmt: skip
-    out.append(
-        RunOutcome(
-            run_id=f"{job}@missed",
-            job_id=job,
-            status=RunStatus.MISSED,
-            scheduled_at=from_ms(start_ms - 1000),
-            recorded_at=from_ms(start_ms),
-        )
-    )
-    return out  # fmt: skip
-
-
 TABLES = ("runs_by_id", "runs_by_tenant_status", "runs_by_job")
 
 
@@ -111,7 +64,7 @@ def expected_rows(outcomes: list[RunOutcome]) -> dict[str, int]:
     the tenants of each hour instead)."""
     by_id = {(o.run_id, o.attempt, o.recorded_at, o.status) for o in outcomes}
     by_job = {(o.run_id, o.attempt) for o in outcomes if o.status is not RunStatus.DUPLICATE}
-    tenant_hours = {(o.tenant, hour_of(o.recorded_at)) for o in outcomes}
+    tenant_hours = {(o.tenant, o.status, hour_of(o.recorded_at)) for o in outcomes}
     return {
         "runs_by_id": len(by_id),
         "runs_by_tenant_status": len(by_id),
@@ -306,144 +259,6 @@ def test_cassandra_down_for_half_a_minute_loses_nothing(
         assert table_counts(fresh) == expected_rows(published)
     finally:
         cluster.shutdown()
-
-
-def test_queries_cross_day_and_hour_buckets_and_page(
-    history_ns: Settings, session: Any
-) -> None:  # long: one table of rows, then its queries
-    ns = history_ns
-    tables = HistoryTables(session, ns.keyspace, ttl_s=3600 * 24 * 30)
-    midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-    start = midnight - timedelta(hours=20)  # 04:00 yesterday .. 20:00 today: 3 days touched
-    every = runs_of("pager", 1200, to_ms(start), step_ms=60_000)
-    for _table, statement in (row for o in every for row in tables.rows(o)):
-        session.execute(statement)
-    history = History(session, ns.keyspace, page_size=100)
-
-    # A window across midnight, exactly the slots in it, latest first.
-    lo, hi = midnight - timedelta(minutes=90), midnight + timedelta(minutes=45)
-    found = list(history.job_runs("pager", lo, hi))
-    slots = [o for o in every if lo <= o.scheduled_at < hi and o.status is RunStatus.SUCCEEDED]
-    assert [(r.run_id, r.attempt) for r in found if r.status == "SUCCEEDED"] == [
-        (o.run_id, o.attempt) for o in sorted(slots, key=lambda o: o.scheduled_at, reverse=True)
-    ]
-    assert [r.scheduled_at for r in found] == sorted((r.scheduled_at for r in found), reverse=True)
-
-    # All 1200 slots (12 pages) across three day partitions, every attempt once.
-    whole = list(history.job_runs("pager", start - timedelta(hours=1), start + timedelta(days=2)))
-    assert len(whole) == 1200 + 240 + 1  # attempts (1 + the failed firsts) + the MISSED slot
-    assert len({(r.run_id, r.attempt) for r in whole}) == len(whole)
-
-    # Failures over hour buckets and shards, merged latest first, paged 7 at a time.
-    history.page_size = 7
-    f_lo, f_hi = start + timedelta(hours=2, minutes=30), start + timedelta(hours=5, minutes=10)
-    failed = list(history.by_status(["FAILED"], f_lo, f_hi))
-    want = sorted(
-        (o for o in every if o.status is RunStatus.FAILED and f_lo <= o.recorded_at < f_hi),
-        key=lambda o: o.recorded_at,
-        reverse=True,
-    )
-    assert [r.run_id for r in failed] == [o.run_id for o in want]  # fmt: skip
-    assert len(want) > 7 * 4
-    assert {r.error for r in failed} == {"HttpError: 500"}
-
-    # One run: every record, attempt by attempt.
-    records = history.run("pager@10")
-    assert [(r.attempt, r.status) for r in records] == [
-        (1, "STARTED"), (1, "FAILED"), (2, "STARTED"), (2, "SUCCEEDED")]  # fmt: skip
-    assert records[1].next_attempt_at is not None
-    assert records[3].duration_ms == 0
-
-    # The CLI over the same rows: paging through more than one page, JSON lines.
-    window = ["--from", lo.isoformat(), "--to", hi.isoformat()]
-    cli = cronstream(ns, "history", "pager", *window, "--json", "--limit", "0",
-                     "--page-size", "50")  # fmt: skip
-    assert cli.returncode == 0, cli.stderr
-    assert len(cli.stdout.splitlines()) == len(found)
-    limited = cronstream(ns, "history", "pager", *window, "--limit", "5")
-    assert limited.returncode == 0
-    assert len(limited.stdout.splitlines()) == 6
-    assert "more than 5 rows" in limited.stderr
-    one = cronstream(ns, "history", "--run", "pager@10")
-    assert one.returncode == 0, one.stderr
-    assert "HttpError: 500" in one.stdout
-    assert cronstream(ns, "history", "--run", "nope").returncode == 4
-    bad = cronstream(ns, "history", "pager", "--status", "exploded")
-    assert bad.returncode == 2
-    assert "unknown status EXPLODED" in bad.stderr
-
-
-def test_an_operators_status_query_reads_every_tenant_and_older_sinks_hours(
-    history_ns: Settings, session: Any
-) -> None:
-    """An operator's status query (every tenant) merges the partitions of the tenants
-    history_tenants names for each hour; an hour it names none for (outcomes an older
-    sink wrote to runs_by_status only) is read from runs_by_status."""
-    ns = history_ns
-    tables = HistoryTables(session, ns.keyspace, ttl_s=3600)
-    now = datetime.now(UTC).replace(minute=30)
-    recent = [
-        replace(o, tenant=tenant, job_id=f"{tenant}/j")
-        for tenant in ("acme", "beta", "gamma")
-        for o in runs_of(f"{tenant}/j", 10, to_ms(now - timedelta(minutes=20)))
-    ]
-    for _table, statement in (row for o in recent for row in tables.rows(o)):
-        session.execute(statement)
-    older = runs_of("old/j", 10, to_ms(now - timedelta(hours=3)))
-    written_before = session.prepare(
-        "INSERT INTO runs_by_status (status, hour, shard, recorded_at, run_id, attempt, "
-        "job_id, tenant, trigger, scheduled_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-    )
-    for o in older:
-        values = (o.status.value, hour_of(o.recorded_at), shard_of(o.run_id), o.recorded_at)
-        keys = (o.run_id, o.attempt, o.job_id, o.tenant, o.trigger.value, o.scheduled_at)
-        session.execute(written_before, (*values, *keys))
-    history = History(session, ns.keyspace, page_size=5)
-    failed = list(history.by_status(["FAILED"], now - timedelta(hours=4), now))
-    want = [o for o in recent + older if o.status is RunStatus.FAILED]
-    assert sorted((r.run_id, r.tenant) for r in failed) == sorted(
-        (o.run_id, o.tenant) for o in want
-    )
-    assert [r.recorded_at for r in failed] == sorted((r.recorded_at for r in failed), reverse=True)
-    assert {r.tenant for r in failed} == {"acme", "beta", "gamma", "default"}
-    assert sorted(history.tenants_of(hour_of(recent[0].recorded_at))) == ["acme", "beta", "gamma"]
-
-
-def test_a_tenants_history_is_its_own_and_status_queries_need_a_tenant(
-    history_ns: Settings, session: Any
-) -> None:
-    """Issue 16: the tenant is part of every history query: a tenant's job ids are
-    stored as tenant/id, and --status across jobs needs --tenant or --all-tenants."""
-    ns = history_ns
-    tables = HistoryTables(session, ns.keyspace, ttl_s=3600)
-    start = datetime.now(UTC) - timedelta(minutes=30)
-    mine = [replace(o, tenant="acme") for o in runs_of("acme/x", 20, to_ms(start))]
-    theirs = [replace(o, tenant="beta") for o in runs_of("beta/y", 20, to_ms(start))]
-    for _table, statement in (row for o in mine + theirs for row in tables.rows(o)):
-        session.execute(statement)
-    window = ["--since", "1h", "--json", "--limit", "0"]
-
-    def rows(*args: str) -> list[dict[str, Any]]:
-        run = cronstream(ns, "history", *args, *window)
-        assert run.returncode == 0, run.stderr
-        return [json.loads(line) for line in run.stdout.splitlines()]
-
-    assert {r["job_id"] for r in rows("x", "--tenant", "acme")} == {"acme/x"}
-    failed = rows("--status", "failed", "--tenant", "beta")
-    assert failed
-    assert {(r["job_id"], r["tenant"]) for r in failed} == {("beta/y", "beta")}
-    every = rows("--status", "failed", "--all-tenants")
-    assert {r["tenant"] for r in every} == {"acme", "beta"}
-    one = cronstream(ns, "history", "--run", mine[0].run_id.removeprefix("acme/"),
-                     "--tenant", "acme", "--json")  # fmt: skip
-    assert one.returncode == 0, one.stderr
-    # beta has no job x: acme's run is not in its reach.
-    assert cronstream(ns, "history", "--run", mine[0].run_id.removeprefix("acme/"),
-                      "--tenant", "beta").returncode == 4  # fmt: skip
-    assert rows("x", "--tenant", "beta") == []
-    unscoped = cronstream(ns, "history", "--status", "failed", "--since", "1h")
-    assert unscoped.returncode == 2
-    assert "--status across jobs needs --tenant T or --all-tenants" in unscoped.stderr
 
 
 def test_what_a_run_printed_is_kept_two_weeks_and_read_with_history_run_output(

@@ -125,7 +125,7 @@ def test_a_flow_run_query_takes_nothing_else_and_is_made_the_tenants() -> None:
 
 
 def test_an_outcome_is_three_rows_and_a_tenants_hour_is_indexed_once() -> None:
-    from consumers.history import TENANT_HOURS_KEPT, HistoryTables
+    from consumers.history import INDEX_TTL_MARGIN_S, TENANT_HOURS_KEPT, HistoryTables
     from schemas.events import RunOutcome, RunStatus
     from tests.processors import SchemaSession
 
@@ -152,9 +152,14 @@ def test_an_outcome_is_three_rows_and_a_tenants_hour_is_indexed_once() -> None:
     assert "history_tenants" in [table for table, _ in tables.rows(outcome("gamma", T))]
     other = [table for table, _ in tables.rows(outcome("beta", T, RunStatus.DUPLICATE))]
     assert other == ["runs_by_id", "runs_by_tenant_status", "history_tenants"]
+    # a status of its own: a failure search reads only the tenants that failed
+    ttl = 3600 + INDEX_TTL_MARGIN_S  # outlives the hour's last outcome row
+    failed = tables.rows(outcome("acme", T + timedelta(minutes=3), RunStatus.FAILED))
+    assert ("history_tenants", (hour_of(T), "FAILED", "acme", ttl)) in failed
     # the next hours index acme again; after TENANT_HOURS_KEPT more, T's hour is forgotten
     for hours in range(1, TENANT_HOURS_KEPT + 1):
         rows = tables.rows(outcome("acme", T + timedelta(hours=hours)))
-        assert ("history_tenants", (hour_of(T + timedelta(hours=hours)), "acme", 3600)) in rows
+        index = (hour_of(T + timedelta(hours=hours)), "SUCCEEDED", "acme", ttl)
+        assert ("history_tenants", index) in rows
     late = tables.rows(outcome("acme", T + timedelta(minutes=2)))
-    assert ("history_tenants", (hour_of(T), "acme", 3600)) in late
+    assert ("history_tenants", (hour_of(T), "SUCCEEDED", "acme", ttl)) in late
