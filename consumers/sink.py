@@ -15,7 +15,8 @@ commits). Each step reads up to ``read_max`` records and hands them to
   default 50 KiB failure threshold), ``in_flight`` batches at a time.
 - **Cassandra down or slow.** A batch that is not acknowledged is sent again after a
   backoff (0.5 s doubling to ``backoff_max_s``). Meanwhile the partitions are paused
-  and polling goes on (the group keeps the sink), nothing is committed,
+  (one assigned meanwhile at its first record) and polling goes on (the group keeps
+  the sink), nothing is committed,
   ``cronstream_sink_cassandra_up`` is 0, and a warning is logged at each retry.
   Stopping in that state commits nothing: the next sink reads those outcomes again.
 - **The registry away.** A record written with a schema id the sink has not seen yet
@@ -426,14 +427,21 @@ class Sink:
     @contextmanager
     def _holding(self) -> Iterator[Callable[[float], bool]]:
         """A pause for waiting out an outage: the first one pauses every assigned
-        partition (polling goes on, the group keeps the sink; ``_wait``), and all those
+        partition (polling goes on, the group keeps the sink), a partition assigned
+        meanwhile is paused at its first record (kept for the next step, with the
+        others in ``carry``: a record a partition, not its backlog), and all those
         still assigned are resumed at the end."""
         held = Held(self.consumer)  # holds no records: those arriving go to ``carry``
+
+        def keep(msg: ConsumedMessage) -> None:
+            self.carry.append(msg)
+            if is_record(msg):
+                held.pause_partitions_of([msg])
 
         def pause(seconds: float) -> bool:
             if not held.paused:
                 held.pause_all()
-            return self._wait(seconds)
+            return self.member.wait(seconds, self.should_stop, keep)
 
         try:
             yield pause

@@ -76,6 +76,10 @@ class Held:
     def hold(self, records: list[ConsumedMessage]) -> None:
         """Keep ``records`` (after those held already) and pause their partitions."""
         self.records.extend(records)
+        self.pause_partitions_of(records)
+
+    def pause_partitions_of(self, records: list[ConsumedMessage]) -> None:
+        """Pause the partitions of ``records`` (kept elsewhere, or not at all)."""
         fresh = {(r.topic() or "", r.partition() or 0) for r in records} - self.paused
         if fresh:
             self.consumer.pause([TopicPartition(t, p) for t, p in fresh])
