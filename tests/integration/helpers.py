@@ -27,7 +27,6 @@ from runtime.kafka.clients import kafka_consumer
 from runtime.kafka.offsets import group_lag, watermarks
 from runtime.kafka.security import client_properties
 from runtime.settings import Settings
-from schemas.events import RunOutcome, RunStatus, Trigger, from_ms
 from schemas.tenancy import AnyEvent
 from tests.conftest import cli_env
 
@@ -54,9 +53,15 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def wait_http_up(url: str, timeout: float = 120, log: Callable[[], str] = str, *,
-                 path: str = "/healthz", alive: Callable[[], bool] = lambda: True,
-                 every: float = 0.5) -> None:  # fmt: skip
+def wait_http_up(
+    url: str,
+    timeout: float = 120,
+    log: Callable[[], str] = str,
+    *,
+    path: str = "/healthz",
+    alive: Callable[[], bool] = lambda: True,
+    every: float = 0.5,
+) -> None:
     """Return once ``url`` + ``path`` answers 200; AssertionError (with ``log()``, e.g.
     the server's log) after ``timeout``, or at once when ``alive()`` says it died."""
     import httpx
@@ -76,8 +81,11 @@ def wait_http_up(url: str, timeout: float = 120, log: Callable[[], str] = str, *
 def plaintext_listener(settings: Settings) -> Settings:
     """``settings`` as an anonymous client of the broker's plaintext listener (only
     ``bench-plain.`` topics are open to it)."""
-    return replace(settings, kafka_security="plaintext",
-                   bootstrap_servers=f"127.0.0.1:{settings.kafka_plaintext_port}")  # fmt: skip
+    return replace(
+        settings,
+        kafka_security="plaintext",
+        bootstrap_servers=f"127.0.0.1:{settings.kafka_plaintext_port}",
+    )
 
 
 def kcat(settings: Settings, topic: str, fmt: str) -> list[str]:
@@ -88,10 +96,27 @@ def kcat(settings: Settings, topic: str, fmt: str) -> list[str]:
         config = Path(tmp) / "kcat.properties"
         write_private(config, client_properties(settings).encode())
         out = subprocess.run(
-            [exe, "-F", str(config), "-C", "-t", topic, "-o", "beginning", "-e", "-q",
-             "-Z", "-f", fmt],
-            capture_output=True, text=True, errors="replace", timeout=60, check=True,
-        )  # fmt: skip
+            [
+                exe,
+                "-F",
+                str(config),
+                "-C",
+                "-t",
+                topic,
+                "-o",
+                "beginning",
+                "-e",
+                "-q",
+                "-Z",
+                "-f",
+                fmt,
+            ],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=60,
+            check=True,
+        )
     return [line for line in out.stdout.split("\n") if line]
 
 
@@ -112,8 +137,10 @@ def group_caught_up(settings: Settings, group: str, topic: str) -> bool:
     """``group`` has committed every record of ``topic`` written so far."""
     consumer = kafka_consumer(settings, **{"group.id": group})
     try:
-        ends = [TopicPartition(topic, p, watermarks(consumer, TopicPartition(topic, p))[1])
-                for p in range(settings.partitions)]  # fmt: skip
+        ends = [
+            TopicPartition(topic, p, watermarks(consumer, TopicPartition(topic, p))[1])
+            for p in range(settings.partitions)
+        ]
         return group_lag(consumer, ends) == 0
     finally:
         consumer.close()
@@ -159,8 +186,15 @@ def read_topic(settings: Settings, topic: str) -> list[Record]:
                 for msg in consumer.consume(num_messages=10_000, timeout=1):
                     if msg.error():
                         continue
-                    out.append(Record(text_headers(msg.headers()), msg.value(),
-                                      msg.timestamp()[1], msg.key(), p))  # fmt: skip
+                    out.append(
+                        Record(
+                            text_headers(msg.headers()),
+                            msg.value(),
+                            msg.timestamp()[1],
+                            msg.key(),
+                            p,
+                        )
+                    )
                     seen, progress_at = (msg.offset() or 0) + 1, time.monotonic()
                 if seen < high and time.monotonic() - progress_at > 20:
                     stalls += 1
@@ -180,10 +214,15 @@ class CronstreamProcess:
     to a file (a scheduler or a worker)."""
 
     def __init__(
-        self, settings: Settings, log_dir: Path, name: str, *args: str,
-        command: str = "scheduler", env: dict[str, str] | None = None,
+        self,
+        settings: Settings,
+        log_dir: Path,
+        name: str,
+        *args: str,
+        command: str = "scheduler",
+        env: dict[str, str] | None = None,
         code: Path | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """``code``: a checkout of another version to run (the benchmarks' baseline),
         else this one."""
         self.name = name
@@ -192,9 +231,11 @@ class CronstreamProcess:
         extra = ["--session-timeout-ms", "6000"] if command == "scheduler" else []
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cronstream.cli", command, "--name", name, *extra, *args],
-            env={**cli_env(settings), **(env or {})}, stdout=self._log, stderr=subprocess.STDOUT,
+            env={**cli_env(settings), **(env or {})},
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
             cwd=code,
-        )  # fmt: skip
+        )
 
     def log(self) -> str:
         return self.log_path.read_text()
@@ -381,47 +422,8 @@ def kill_children() -> None:
     me = str(os.getpid())
     for status in Path("/proc").glob("[0-9]*/status"):
         with suppress(OSError, ValueError):
-            fields = dict(line.split(":", 1) for line in status.read_text().splitlines()
-                          if ":" in line)  # fmt: skip
+            fields = dict(
+                line.split(":", 1) for line in status.read_text().splitlines() if ":" in line
+            )
             if fields.get("PPid", "").strip() == me:
                 os.kill(int(status.parent.name), signal.SIGKILL)
-
-
-def runs_of(job: str, count: int, start_ms: int, step_ms: int = 1000) -> list[RunOutcome]:
-    """Varied outcomes: every run STARTED + SUCCEEDED (the same millisecond), every
-    fifth failing attempt 1 first, every seventh redelivered (DUPLICATE), one MISSED."""
-    out = []
-    for i in range(count):
-        at = start_ms + i * step_ms
-        run_id = f"{job}@{i}"
-        base = dict(run_id=run_id, job_id=job, scheduled_at=from_ms(at), target_type="http",
-                    worker="w1")  # fmt: skip
-        attempt = 1
-        if i % 5 == 0:
-            out.append(RunOutcome(**base, status=RunStatus.STARTED, recorded_at=from_ms(at + 1)))
-            out.append(RunOutcome(**base, status=RunStatus.FAILED, recorded_at=from_ms(at + 5),
-                                  started_at=from_ms(at + 1), finished_at=from_ms(at + 5),
-                                  duration_ms=4, error="HttpError: 500",
-                                  next_attempt_at=from_ms(at + 50)))  # fmt: skip
-            attempt = 2
-        rec = at + 60
-        trigger = Trigger.RETRY if attempt == 2 else Trigger.SCHEDULE
-        out.append(RunOutcome(**base, status=RunStatus.STARTED, recorded_at=from_ms(rec),
-                              attempt=attempt, trigger=trigger))  # fmt: skip
-        out.append(RunOutcome(**base, status=RunStatus.SUCCEEDED, recorded_at=from_ms(rec),
-                              attempt=attempt, trigger=trigger, started_at=from_ms(rec),
-                              finished_at=from_ms(rec), duration_ms=0))  # fmt: skip
-        if i % 7 == 0:
-            out.append(RunOutcome(**base, status=RunStatus.DUPLICATE, attempt=attempt,
-                                  recorded_at=from_ms(rec + 900),
-                                  error="already executed (see history)"))  # fmt: skip
-    out.append(
-        RunOutcome(
-            run_id=f"{job}@missed",
-            job_id=job,
-            status=RunStatus.MISSED,
-            scheduled_at=from_ms(start_ms - 1000),
-            recorded_at=from_ms(start_ms),
-        )
-    )
-    return out  # fmt: skip

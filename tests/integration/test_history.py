@@ -38,9 +38,9 @@ from tests.integration.helpers import (
     cronstream,
     group_caught_up,
     read_topic,
-    runs_of,
     wait_shares,
 )
+from tests.integration.history_runs import runs_of
 
 pytestmark = pytest.mark.integration
 # Long enough for several of the sink's retries (backoff 0.5 s doubling to 10 s); the

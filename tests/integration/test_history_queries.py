@@ -15,7 +15,8 @@ from consumers.core.buckets import hour_of, shard_of
 from consumers.history import History, HistoryTables
 from runtime.settings import Settings
 from schemas.events import RunStatus, to_ms
-from tests.integration.helpers import cronstream, runs_of
+from tests.integration.helpers import cronstream
+from tests.integration.history_runs import runs_of
 
 pytestmark = pytest.mark.integration
 
@@ -55,21 +56,24 @@ def test_queries_cross_day_and_hour_buckets_and_page(
         key=lambda o: o.recorded_at,
         reverse=True,
     )
-    assert [r.run_id for r in failed] == [o.run_id for o in want]  # fmt: skip
+    assert [r.run_id for r in failed] == [o.run_id for o in want]
     assert len(want) > 7 * 4
     assert {r.error for r in failed} == {"HttpError: 500"}
 
     # One run: every record, attempt by attempt.
     records = history.run("pager@10")
     assert [(r.attempt, r.status) for r in records] == [
-        (1, "STARTED"), (1, "FAILED"), (2, "STARTED"), (2, "SUCCEEDED")]  # fmt: skip
+        (1, "STARTED"),
+        (1, "FAILED"),
+        (2, "STARTED"),
+        (2, "SUCCEEDED"),
+    ]
     assert records[1].next_attempt_at is not None
     assert records[3].duration_ms == 0
 
     # The CLI over the same rows: paging through more than one page, JSON lines.
     window = ["--from", lo.isoformat(), "--to", hi.isoformat()]
-    cli = cronstream(ns, "history", "pager", *window, "--json", "--limit", "0",
-                     "--page-size", "50")  # fmt: skip
+    cli = cronstream(ns, "history", "pager", *window, "--json", "--limit", "0", "--page-size", "50")
     assert cli.returncode == 0, cli.stderr
     assert len(cli.stdout.splitlines()) == len(found)
     limited = cronstream(ns, "history", "pager", *window, "--limit", "5")
@@ -159,12 +163,17 @@ def test_a_tenants_history_is_its_own_and_status_queries_need_a_tenant(
     assert {(r["job_id"], r["tenant"]) for r in failed} == {("beta/y", "beta")}
     every = rows("--status", "failed", "--all-tenants")
     assert {r["tenant"] for r in every} == {"acme", "beta"}
-    one = cronstream(ns, "history", "--run", mine[0].run_id.removeprefix("acme/"),
-                     "--tenant", "acme", "--json")  # fmt: skip
+    one = cronstream(
+        ns, "history", "--run", mine[0].run_id.removeprefix("acme/"), "--tenant", "acme", "--json"
+    )
     assert one.returncode == 0, one.stderr
     # beta has no job x: acme's run is not in its reach.
-    assert cronstream(ns, "history", "--run", mine[0].run_id.removeprefix("acme/"),
-                      "--tenant", "beta").returncode == 4  # fmt: skip
+    assert (
+        cronstream(
+            ns, "history", "--run", mine[0].run_id.removeprefix("acme/"), "--tenant", "beta"
+        ).returncode
+        == 4
+    )
     assert rows("x", "--tenant", "beta") == []
     unscoped = cronstream(ns, "history", "--status", "failed", "--since", "1h")
     assert unscoped.returncode == 2

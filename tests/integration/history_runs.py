@@ -1,0 +1,72 @@
+"""Outcomes as the history tests write them: a job's runs with the records workers and
+schedulers publish (STARTED, FAILED and retried, SUCCEEDED, DUPLICATE, MISSED)."""
+
+from __future__ import annotations
+
+from schemas.events import RunOutcome, RunStatus, Trigger, from_ms
+
+
+def runs_of(job: str, count: int, start_ms: int, step_ms: int = 1000) -> list[RunOutcome]:
+    """Varied outcomes: every run STARTED + SUCCEEDED (the same millisecond), every
+    fifth failing attempt 1 first, every seventh redelivered (DUPLICATE), one MISSED."""
+    out = [o for i in range(count) for o in _one_run(job, i, start_ms + i * step_ms)]
+    missed = from_ms(start_ms - 1000)
+    out.append(
+        RunOutcome(
+            run_id=f"{job}@missed",
+            job_id=job,
+            status=RunStatus.MISSED,
+            scheduled_at=missed,
+            recorded_at=from_ms(start_ms),
+        )
+    )
+    return out
+
+
+def _one_run(job: str, i: int, at: int) -> list[RunOutcome]:
+    """The records of run ``i`` of ``runs_of``, scheduled at ``at`` (ms)."""
+    base = dict(
+        run_id=f"{job}@{i}", job_id=job, scheduled_at=from_ms(at), target_type="http", worker="w1"
+    )
+    out = []
+    attempt = 1
+    if i % 5 == 0:
+        out.append(RunOutcome(**base, status=RunStatus.STARTED, recorded_at=from_ms(at + 1)))
+        out.append(
+            RunOutcome(
+                **base,
+                status=RunStatus.FAILED,
+                recorded_at=from_ms(at + 5),
+                started_at=from_ms(at + 1),
+                finished_at=from_ms(at + 5),
+                duration_ms=4,
+                error="HttpError: 500",
+                next_attempt_at=from_ms(at + 50),
+            )
+        )
+        attempt = 2
+    rec = from_ms(at + 60)
+    trigger = Trigger.RETRY if attempt == 2 else Trigger.SCHEDULE
+    again = dict(base, attempt=attempt, trigger=trigger)
+    out.append(RunOutcome(**again, status=RunStatus.STARTED, recorded_at=rec))
+    out.append(
+        RunOutcome(
+            **again,
+            status=RunStatus.SUCCEEDED,
+            recorded_at=rec,
+            started_at=rec,
+            finished_at=rec,
+            duration_ms=0,
+        )
+    )
+    if i % 7 == 0:
+        out.append(
+            RunOutcome(
+                **base,
+                status=RunStatus.DUPLICATE,
+                attempt=attempt,
+                recorded_at=from_ms(at + 60 + 900),
+                error="already executed (see history)",
+            )
+        )
+    return out
