@@ -173,10 +173,10 @@ def _one_ahead(buckets: Iterator[Iterator[RunOutcome]]) -> Iterator[RunOutcome]:
         current = following
 
 
-Rows = Iterator[RunOutcome]
+Outcomes = Iterator[RunOutcome]
 
 
-def _unnamed(rows: Rows, named: set[tuple[str, str]]) -> Rows:
+def _unnamed(rows: Outcomes, named: set[tuple[str, str]]) -> Outcomes:
     """The rows of ``runs_by_status`` whose (status, tenant) the index does not name."""
     return (row for row in rows if (row.status.value, row.tenant) not in named)
 
@@ -258,7 +258,7 @@ class History:
         names = [s.upper() for s in statuses]
         shards = range(SHARDS)
 
-        def tenant_rows(hour: datetime, pairs: Iterable[tuple[str, str]]) -> list[Rows]:
+        def tenant_rows(hour: datetime, pairs: Iterable[tuple[str, str]]) -> list[Outcomes]:
             return [
                 self._query("select_tenant_status_hour", (who, status, hour, shard, start, end))
                 for status, who in pairs

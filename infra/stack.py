@@ -135,17 +135,20 @@ def nodes_started(settings: Settings) -> int:
     return most
 
 
+def started_services(settings: Settings) -> list[Service]:
+    """``all_services`` with every node that runs (``nodes_started``), whatever
+    ``CRONSTREAM_NODES`` says now."""
+    return all_services(replace(settings, nodes=nodes_started(settings)))
+
+
 def down(settings: Settings, say: Callable[[str], None] = _say) -> None:
-    """Stop every service that runs, whatever ``CRONSTREAM_NODES`` says now: a stack
-    started with ``NODES=3`` and stopped without it stops its nodes 2 and 3 too (they
-    went on running, seeded to the single node that came up next)."""
-    nodes = nodes_started(settings)
-    if nodes != settings.nodes:
-        settings = replace(settings, nodes=nodes)
+    """Stop every service that runs (``started_services``): a stack started with
+    ``NODES=3`` and stopped without it stops its nodes 2 and 3 too (they went on
+    running, seeded to the single node that came up next)."""
     # Reverse order: the registry and Kafka clients go before Cassandra. The nodes of
     # one service stop together: the last of three brokers stopped alone waited for a
     # controller quorum that was gone, until it was killed 45 s later.
-    for _, group in itertools.groupby(reversed(all_services(settings)), key=type):
+    for _, group in itertools.groupby(reversed(started_services(settings)), key=type):
         running = [svc for svc in group if svc.running()]
         for svc in running:
             say(f"stopping {svc.name}")
@@ -165,9 +168,9 @@ class ServiceStatus:
 
 
 def status(settings: Settings) -> list[ServiceStatus]:
-    """One line per service, the nodes that were started included (``nodes_started``)."""
+    """One line per service, every node that runs included (``started_services``)."""
     result = []
-    for svc in all_services(replace(settings, nodes=nodes_started(settings))):
+    for svc in started_services(settings):
         pid = svc.pid()
         result.append(
             ServiceStatus(

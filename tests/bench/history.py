@@ -12,7 +12,6 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from infra.services import all_services
 from runtime.kafka.publisher import Publisher
 from runtime.settings import Settings
 from schemas.catalog import Topics
@@ -22,6 +21,7 @@ from schemas.events import (
     from_ms,
 )
 from tests.bench.common import checkout, cpu_s, namespace, pct, row
+from tests.chaos.stack import service
 from tests.integration.helpers import (
     CronstreamProcess,
     group_caught_up,
@@ -62,7 +62,7 @@ def _sink_round(base: Settings, count: int, sinks: int, code: Path | None) -> Si
     """A backlog of ``count`` outcomes on history drained by ``sinks`` sink processes of
     ``code`` (None: this checkout) into a fresh keyspace: outcomes/s, CPU us per
     outcome of each sink and of Cassandra."""
-    cassandra = next(s for s in all_services(base) if s.name == "cassandra").pid() or 0
+    cassandra = service(base, "cassandra").pid() or 0
     with namespace(base) as topics_ns, history_keyspace(topics_ns, "csbench") as settings:
         publisher = Publisher(settings, serve_each=False)
         for outcome in finished_outcomes(count, int(time.time() * 1000)):
@@ -161,7 +161,7 @@ def settle(settings: Settings, idle_cores: float = 0.25, most_s: float = 300) ->
     """Wait until Cassandra uses less than ``idle_cores`` of CPU over 5 s (after a bulk
     load, its flushes and compactions take a core for minutes), ``most_s`` at most;
     the seconds waited."""
-    cassandra = next(s for s in all_services(settings) if s.name == "cassandra").pid() or 0
+    cassandra = service(settings, "cassandra").pid() or 0
     t0 = time.monotonic()
     while time.monotonic() - t0 < most_s:
         used = cpu_s(cassandra)
