@@ -38,11 +38,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from confluent_kafka import KafkaError
+
 from runtime import metrics
 from runtime.errors import PublishError
-from runtime.kafka.clients import Consumer, kafka_consumer
+from runtime.kafka.clients import Consumer, TopicPartition, kafka_consumer
 from runtime.kafka.member import GroupMember
-from runtime.kafka.publisher import FAILURES_ONLY, Publisher
+from runtime.kafka.publisher import Publisher
 from runtime.kafka.stall import Backoff
 from runtime.registry import registry_client
 from runtime.settings import Settings
@@ -79,9 +81,10 @@ class Processor:
         self.clock = clock
         codec = Codec(registry_client(settings))
         definitions = Definitions(codec)
-        delivery = {"message.timeout.ms": config.delivery_timeout_ms, **FAILURES_ONLY}
+        # A report per record: the checkpoint learns without waiting what is acknowledged.
+        delivery: dict[str, Any] = {"message.timeout.ms": config.delivery_timeout_ms}
         self.emitter = Emitter(
-            Publisher(settings, codec=codec, **delivery),
+            Publisher(settings, codec=codec, track_acks=True, **delivery),
             topics=topics, definitions=definitions, name=config.name,
         )  # fmt: skip
         self.publisher = self.emitter.publisher
@@ -94,6 +97,7 @@ class Processor:
             session_timeout_ms=config.session_timeout_ms,
             log=log,
             instance_id=config.instance_id,
+            on_commit=self._on_commit,  # the checkpoint's commits are answered there
             **eof,
         )
         self.timers: Consumer = kafka_consumer(
@@ -176,8 +180,7 @@ class Processor:
                     self.emitter.emit(owned.core.due(ahead, FIRE_BATCH), now)
             self.emitter.ahead.prune(now)
         self.publisher.producer.poll(0)
-        if checkpointer.due():
-            checkpointer.checkpoint(self.ownership.live())
+        if checkpointer.step(self.ownership.live):
             self._gauge_state()
             if standby is not None:
                 standby.gauge()
@@ -191,7 +194,7 @@ class Processor:
                   "from there (flagged possible_duplicate)", error)  # fmt: skip
         if self.publisher.fatal:
             self.publisher.renew()
-        self.checkpointer.undelivered = False
+        self.checkpointer.abandon()
         self.ownership.rewind()
 
     def close(self) -> None:
@@ -205,6 +208,9 @@ class Processor:
             self.member.close()  # runs Ownership.revoking for what is still owned
             self.timers.close()
             self.publisher.close()
+
+    def _on_commit(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        self.checkpointer.committed(error, partitions)
 
     def _now_ms(self) -> int:
         return int(self.clock() * 1000)

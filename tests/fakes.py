@@ -126,6 +126,15 @@ class FakeProducer:
             on_delivery(error, _Delivered(record))
         return 0
 
+    def answer(self, *positions: int) -> None:
+        """Acknowledge the waiting records at ``positions`` (in the waiting order), as
+        a broker answering some partitions before others."""
+        picked = [self._waiting[i] for i in positions]
+        self._waiting = [w for i, w in enumerate(self._waiting) if i not in positions]
+        for record, on_delivery in picked:
+            record.flushed = True
+            on_delivery(None, _Delivered(record))
+
     def on(self, topic: str) -> list[Produced]:
         return [r for r in self.produced if r.topic == topic]
 

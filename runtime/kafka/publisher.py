@@ -9,7 +9,8 @@ publish to serve reports without blocking the hot path, unless the owner turns
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
@@ -27,6 +28,19 @@ from schemas.tenancy import AnyEvent
 FAILURES_ONLY: dict[str, Any] = {"delivery.report.only.error": True}
 
 
+class Mark:
+    """The records produced between two ``Publisher.mark`` calls: how many were sent,
+    how many Kafka answered (acknowledged or failed). Its delivery callback is made
+    once per mark, not per record."""
+
+    __slots__ = ("answered", "number", "sent")
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.sent = 0
+        self.answered = 0
+
+
 class Publisher:
     def __init__(
         self,
@@ -35,6 +49,7 @@ class Publisher:
         codec: Codec | None = None,
         producer: Producer | None = None,
         serve_each: bool = True,
+        track_acks: bool = False,
         **producer_overrides: Any,
     ) -> None:
         self.codec = codec or Codec(registry_client(settings))
@@ -43,6 +58,46 @@ class Publisher:
         self.fatal = False  # librdkafka said the producer cannot go on (``renew``)
         self.serve_each = serve_each  # poll(0) after each produce; False: the owner flushes
         self._error: PublishError | None = None
+        # ``track_acks``: every record counted in the mark it was produced under, so that
+        # ``acknowledged(mark)`` answers without waiting (the scheduler's checkpoint).
+        # Needs a report per record (not FAILURES_ONLY).
+        if track_acks and producer_overrides.get("delivery.report.only.error"):
+            raise ValueError("track_acks needs a delivery report per record")
+        self.track_acks = track_acks
+        self._marks: deque[Mark] = deque()
+        self._open_mark(0)
+
+    def _open_mark(self, number: int) -> None:
+        mark = Mark(number)
+        self._marks.append(mark)
+        if not self.track_acks:
+            self._deliver: Callable[[KafkaError | None, Message], None] = self._on_delivery
+            return
+
+        def answered(err: KafkaError | None, msg: Message) -> None:
+            mark.answered += 1
+            if err is not None:
+                self._on_delivery(err, msg)
+
+        self._deliver = answered
+
+    def mark(self) -> Mark:
+        """Close the current mark (the records produced so far) and open the next one."""
+        closed = self._marks[-1]
+        self._open_mark(closed.number + 1)
+        return closed
+
+    def acknowledged(self, mark: Mark) -> bool:
+        """Whether Kafka answered every record produced up to ``mark``, without waiting
+        (reports are served by ``producer.poll``). A record it refused raises
+        PublishError, as ``flush`` does."""
+        if not self.track_acks:
+            raise RuntimeError("acknowledged() needs Publisher(track_acks=True)")
+        self._raise_latched()
+        marks = self._marks
+        while len(marks) > 1 and marks[0].answered == marks[0].sent:
+            marks.popleft()  # answered in full: forgotten
+        return marks[0].number > mark.number
 
     def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None and self._error is None:
@@ -76,12 +131,13 @@ class Publisher:
                 self.producer.produce(
                     topic, value=value, key=key,
                     headers=headers if type(headers) is list else list(headers),
-                    on_delivery=self._on_delivery,
+                    on_delivery=self._deliver,
                 )  # fmt: skip
                 break
             except BufferError:
                 # Local queue full: serve delivery reports until there is room.
                 self.producer.poll(0.05)
+        self._marks[-1].sent += 1
         if self.serve_each:
             self.producer.poll(0)
 
@@ -109,6 +165,9 @@ class Publisher:
         self.producer = kafka_producer(self._settings, **self._overrides)
         self.fatal = False
         self._error = None
+        number = self._marks[-1].number + 1
+        self._marks.clear()  # the old queue is gone: no mark waits for it
+        self._open_mark(number)
 
     def flush(self, timeout: float = 30.0) -> None:
         """Wait until every queued record is acknowledged; raise the first failure."""
