@@ -13,7 +13,8 @@ from runtime import metrics
 from runtime.memory import return_large_allocations
 from runtime.metrics_server import serve as serve_metrics
 from runtime.settings import Settings, env_int
-from runtime.stop import REQUESTED, StopWaiting
+from runtime.stop import REQUESTED, STOP_BUDGET_S, StopWaiting
+from runtime.stop import arm as arm_stop_deadline
 from runtime.stop import requested as stop_requested
 from runtime.waiting import KAFKA, REGISTRY, reach, wait_for
 
@@ -45,6 +46,7 @@ class Member(Protocol):
 def run_member(
     role: str, *, name: str, group: str, start: Callable[[], Member], metrics_port: int,
     settings: Settings, needs: tuple[str, ...] = (KAFKA, REGISTRY),
+    stop_budget_s: float = STOP_BUDGET_S,
 ) -> int:  # fmt: skip
     """Set up logging, wait for the dependencies, build the member, announce it, and run
     it until signalled.
@@ -54,12 +56,13 @@ def run_member(
     (``runtime.waiting``), with ``cronstream_member_ready`` 0 meanwhile, instead of
     exiting: a restart during an outage must not leave nothing running once it is over.
     Building the member (it resolves its writer schemas first) is waited for the same
-    way. A stop signal while waiting exits 0."""
+    way. A stop signal while waiting exits 0; a stop not done ``stop_budget_s`` after
+    the signal exits ``runtime.stop.EXIT_STOP_OVERRUN`` (``runtime.stop``)."""
     setup_process()
     log = logging.getLogger(f"cronstream.{role}")
     metrics.zero_counters(role)
     serve_metrics(metrics_port)
-    stop_on_signals()
+    stop_on_signals(stop_budget_s)
 
     def started() -> Member:
         reach(settings, needs)
@@ -86,12 +89,14 @@ def run_member(
     return 0
 
 
-def stop_on_signals() -> None:
+def stop_on_signals(budget_s: float = STOP_BUDGET_S) -> None:
     """SIGTERM and SIGINT set the process's stop flag (``runtime.stop``): the member's
-    loop, its waits and its Kafka retries look at it."""
+    loop, its waits and its Kafka retries look at it; and arm the stop deadline: the
+    process is gone ``budget_s`` after the first signal, whatever it waits for."""
 
     def stop(_signum: int, _frame: Any) -> None:
         REQUESTED.set()
+        arm_stop_deadline(budget_s)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)

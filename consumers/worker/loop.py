@@ -32,7 +32,7 @@ from consumers.worker.observers.deadlines import DeadlineAlerts
 from consumers.worker.observers.flows import FlowNodes
 from consumers.worker.outbox import Outbox, outbox_publisher
 from consumers.worker.replay import ControlFeed, HistoryReplay, side_consumer
-from runtime import metrics
+from runtime import metrics, stop
 from runtime.kafka.clients import TopicPartition
 from runtime.kafka.member import GroupMember
 from runtime.kafka.offsets import committed, consumer_lag, watermarks
@@ -256,6 +256,8 @@ class Worker:
             log.warning("%d runs still executing after the grace period", len(self.attempts))
 
     def close(self) -> None:
+        if stop.requested():  # the runs had their grace: handing over gets the usual 10 s
+            stop.arm(stop.STOP_BUDGET_S)
         try:
             self.outbox.settle(wait=True)
         finally:

@@ -345,6 +345,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     from consumers.worker import Worker, WorkerConfig
     from cronstream.foreground import run_member
     from runtime.grants import PolicyBook, policy_path
+    from runtime.stop import STOP_BUDGET_S
 
     settings = settings.as_role("worker")  # its own Kafka user and ACLs
     python_allow = tuple(env_list("CRONSTREAM_PYTHON_ALLOW") + (args.python_allow or []))
@@ -384,7 +385,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     return run_member(
         "worker", name=config.name, group=config.group,
         start=lambda: Worker(settings, config), metrics_port=args.metrics_port,
-        settings=settings,
+        settings=settings, stop_budget_s=config.grace_s + STOP_BUDGET_S,
     )  # fmt: skip
 
 
