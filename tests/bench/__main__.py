@@ -25,6 +25,7 @@ from tests.bench.boundary import bench_boundary
 from tests.bench.cluster import bench_cluster
 from tests.bench.common import ROWS
 from tests.bench.fairness import bench_fairness
+from tests.bench.fire_path import bench_fire_path
 from tests.bench.flows import bench_flows
 from tests.bench.history import bench_queries, bench_sink
 from tests.bench.hops import bench_hops
@@ -121,6 +122,7 @@ def _plan(base: Settings, quick: bool) -> dict[str, Callable[[], None]]:
         "tiers": lambda: bench_tiers(base, 1 if quick else 3, 200_000 if quick else 10_000_000),
         "scale": lambda: bench_scale(base, 1 if quick else 2, 3000, 3),
         "cluster": lambda: bench_cluster(runs, 12_000),
+        "fire-path": lambda: bench_fire_path(runs),
         "triggers": lambda: bench_triggers(
             base, runs, 10.0 if quick else 20.0, 50_000 if quick else 200_000
         ),
