@@ -53,9 +53,30 @@ class _SeekingThread(driver.AIOKafkaConsumerThread):
         return committed
 
 
+def gap_at_head(committed: int | None, acked: list[int], gaps: Any) -> bool:
+    """Whether the next offset to commit is missing: ``committed`` (the next offset to
+    read, as faust stores it) was never acknowledged, nor is it in a gap faust knows of
+    (offsets with no record), while later ones were."""
+    if committed is None or not acked:
+        return False
+    return min(acked) > committed and not gaps.overlaps(committed)
+
+
 class _Consumer(driver.Consumer):
     def _new_consumer_thread(self) -> _SeekingThread:
         return _SeekingThread(self, loop=self.loop, beacon=self.beacon)
+
+    def _new_offset(self, tp: TP) -> int | None:
+        """faust's choice of the offset to commit, never past an offset not yet
+        handled. faust 0.15.3 takes its committed offset for the last one handled (it is
+        the next one to read) and does not look at all when it is 0: with 10 committed
+        and only 11 acknowledged it commits 12, and the event at 10, thrown away from a
+        queue at a resume (``clear_on_resume``) or not yet handled, is never read again
+        (a flow run left RUNNING after a coordinator restart, issue 48)."""
+        if gap_at_head(self._committed_offset[tp], self._acked[tp], self._gap[tp]):
+            return None
+        offset: int | None = driver.Consumer._new_offset(self, tp)
+        return offset
 
 
 class _Transport(driver.Transport):

@@ -1,6 +1,7 @@
 """The flows coordinator's seek back to committed offsets (streams.faust_seek): a stream
 partition with nothing committed is sought to its beginning, so that the records faust
-threw away on resuming are read again (issue 17's kill -9 stall)."""
+threw away on resuming are read again (issue 17's kill -9 stall); and the offset it
+commits never passes an event it has not handled."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
+from faust.transport.drivers import aiokafka as driver
 from faust.types import TP
+from intervaltree import IntervalTree
 
 from streams.faust_seek import SeekingApp, _Consumer, _SeekingThread, never_committed
 
@@ -68,3 +71,34 @@ def test_the_app_builds_its_consumer_with_the_seeking_thread(monkeypatch: Any) -
     consumer = SimpleNamespace(loop=None, beacon=None)
     assert isinstance(_Consumer._new_consumer_thread(consumer), _SeekingThread)  # type: ignore[arg-type]
     assert made == [consumer]
+
+
+def _acking(committed: int | None, acked: list[int], gap: tuple[int, int] | None = None) -> Any:
+    """faust's consumer state for one partition as ``_new_offset`` reads it."""
+    gaps = IntervalTree()
+    if gap is not None:
+        gaps.addi(*gap)
+    tp = TP(EVENTS, 0)
+    consumer = SimpleNamespace(
+        _acked={tp: sorted(acked)},
+        _acked_index={tp: set(acked)},
+        _gap={tp: gaps},
+        _committed_offset={tp: committed},
+    )
+    return consumer, tp
+
+
+def test_the_offset_committed_never_passes_an_event_not_handled() -> None:
+    """faust takes its committed offset (the next one to read) for the last one handled:
+    with 10 committed and only 11 handled it committed 12, and the event at 10, thrown
+    away at a resume, was never read again (a flow run left RUNNING)."""
+    consumer, tp = _acking(10, [11])
+    assert driver.Consumer._new_offset(consumer, tp) == 12  # faust's own choice
+    consumer, tp = _acking(10, [11])
+    assert _Consumer._new_offset(consumer, tp) is None  # 10 not handled: nothing to commit
+    consumer, tp = _acking(10, [10, 11, 13])
+    assert _Consumer._new_offset(consumer, tp) == 12  # up to the first hole
+    consumer, tp = _acking(10, [12], gap=(10, 12))  # 10 and 11 hold no record
+    assert _Consumer._new_offset(consumer, tp) == 13
+    consumer, tp = _acking(None, [4, 5])  # nothing committed yet: faust's choice
+    assert _Consumer._new_offset(consumer, tp) == 6
