@@ -70,10 +70,15 @@ run: up ## the whole local stack, then cronstream's own processes in the foregro
 	@$(PY) -m infra tenants add demo --if-secured
 	@$(PY) -m cronstream.run
 
+# Tests that leave the shared services up run two at a time (they wait on Kafka far more than
+# they compute); those that stop a service or start a cluster run after them, alone.
+SHARED_TESTS := not restarts_stack and not cluster
+
 test: up ## the whole suite (unit + integration + acceptance) against the real services, with one 3-node cluster test
 ifeq ($(strip $(PYTEST_ARGS)),)
 	@$(PY) -m pytest -n 2 tests/unit
-	@$(PY) -m pytest --durations=25 tests/integration tests/acceptance
+	@$(PY) -m pytest -n 2 --dist worksteal --durations=25 -m "$(SHARED_TESTS)" tests/integration tests/acceptance
+	@$(PY) -m pytest --durations=10 -m "not ($(SHARED_TESTS))" tests/integration tests/acceptance
 else
 	@$(PY) -m pytest --durations=25 $(PYTEST_ARGS)
 endif

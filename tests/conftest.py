@@ -4,6 +4,7 @@ its own topic prefix so tests never see each other's records."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import uuid
 from collections.abc import Generator, Iterator
@@ -60,12 +61,17 @@ def base_settings() -> Settings:
 
 @pytest.fixture(scope="session")
 def stack(base_settings: Settings) -> Settings:
-    """The running local stack. A service that cannot start fails the tests (never skips)."""
+    """The running local stack. A service that cannot start fails the tests (never skips).
+    Under pytest-xdist every worker asks; a lock file lets one start what is missing while
+    the others wait (two would start the same service twice)."""
     from infra import stack as stack_mod
 
-    stack_mod.up(base_settings, say=lambda _msg: None)
-    # Kafka Connect (after the bootstrap, which `make test`'s `make up` ran)
-    stack_mod.up(base_settings, say=lambda _msg: None, bootstrapped=True)
+    base_settings.home.mkdir(parents=True, exist_ok=True)
+    with open(base_settings.home / "tests-up.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        stack_mod.up(base_settings, say=lambda _msg: None)
+        # Kafka Connect (after the bootstrap, which `make test`'s `make up` ran)
+        stack_mod.up(base_settings, say=lambda _msg: None, bootstrapped=True)
     return base_settings
 
 

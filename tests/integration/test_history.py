@@ -208,6 +208,7 @@ def _scrape(port: int) -> str:
         return str(response.read().decode())
 
 
+@pytest.mark.restarts_stack  # stops the shared Cassandra: alone, after the rest
 def test_cassandra_down_for_half_a_minute_loses_nothing(
     history_ns: Settings, session: Any, tmp_path: Path, procs: list[CronstreamProcess]
 ) -> None:
