@@ -36,7 +36,13 @@ _MARGIN_S = 0.5
 
 log = logging.getLogger("cronstream.stop")
 _lock = threading.Lock()
-_deadline: list[float] = []  # the monotonic time the process exits at, once armed
+
+
+class _Deadline:
+    at: float | None = None  # the monotonic time the process exits at, once armed
+
+
+_DEADLINE = _Deadline()
 
 
 class StopWaiting(Exception):
@@ -54,15 +60,15 @@ def arm(budget_s: float = STOP_BUDGET_S) -> None:
     grace plus 10 s at the signal arms 10 s once its running attempts are done)."""
     at = time.monotonic() + max(0.0, budget_s - _MARGIN_S)
     with _lock:
-        first = not _deadline
-        if first or at < _deadline[0]:
-            _deadline[:] = [at]
+        first = _DEADLINE.at is None
+        if _DEADLINE.at is None or at < _DEADLINE.at:
+            _DEADLINE.at = at
     if first:
         threading.Thread(target=_watch, args=(budget_s,), name="stop-deadline", daemon=True).start()
 
 
 def _watch(budget_s: float) -> None:
-    while (left := _deadline[0] - time.monotonic()) > 0:
+    while (left := (_DEADLINE.at or 0.0) - time.monotonic()) > 0:
         time.sleep(min(left, 0.5))
     _overrun(budget_s)
 

@@ -34,14 +34,14 @@ E = TypeVar("E", bound=AnyEvent)
 
 
 def cronstream(
-    settings: Settings, *args: str, env: dict[str, str] | None = None
+    settings: Settings, *args: str, env: dict[str, str] | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "cronstream.cli", *args],
         env={**cli_env(settings), **(env or {})},
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
         check=False,
     )
 

@@ -52,11 +52,14 @@ def _stored(ns: Settings, job_id: str, start_ms: int, end_ms: int) -> int:
 def _backfill(
     ns: Settings, *args: str
 ) -> tuple[dict[str, object], subprocess.CompletedProcess[str]]:
-    run = cronstream(ns, "runs", "backfill", *args, "--json")
+    # 1,000 http runs through one worker: under 30 s alone, over 120 s once beside the
+    # suite's other test (two at a time on 2 cores).
+    run = cronstream(ns, "runs", "backfill", *args, "--json", timeout=280)
     assert run.returncode in (0, 1), run.stderr
     return json.loads(run.stdout), run
 
 
+@pytest.mark.timeout(600)  # its first backfill may take up to 280 s beside another test
 def test_a_backfill_of_1000_slots_run_twice_executes_1000_runs(
     history_ns: Settings, tmp_path: Path, target: Target, procs: list[CronstreamProcess]
 ) -> None:
