@@ -20,10 +20,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from confluent_kafka import KafkaError, KafkaException
-
 from runtime import metrics
-from runtime.kafka.clients import TopicPartition
+from runtime.kafka.clients import KafkaError, KafkaException, TopicPartition
 from runtime.kafka.member import GroupMember
 from runtime.kafka.publisher import Mark, Publisher
 from streams.checkpoint import Checkpoint

@@ -38,11 +38,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import KafkaError
-
 from runtime import metrics
 from runtime.errors import PublishError
-from runtime.kafka.clients import Consumer, TopicPartition, kafka_consumer
+from runtime.kafka.clients import Consumer, KafkaError, TopicPartition, kafka_consumer
 from runtime.kafka.member import GroupMember
 from runtime.kafka.publisher import Publisher
 from runtime.kafka.stall import Backoff
