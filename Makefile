@@ -71,8 +71,9 @@ run: up ## the whole local stack, then cronstream's own processes in the foregro
 	@$(PY) -m cronstream.run
 
 # Tests that leave the shared services up run two at a time (they wait on Kafka far more than
-# they compute); those that stop a service or start a cluster run after them, alone.
-SHARED_TESTS := not restarts_stack and not cluster
+# they compute); those that stop a service, start a cluster or are marked alone run after
+# them, one at a time.
+SHARED_TESTS := not restarts_stack and not cluster and not alone
 
 test: up ## the whole suite (unit + integration + acceptance) against the real services, with one 3-node cluster test
 ifeq ($(strip $(PYTEST_ARGS)),)

@@ -34,14 +34,14 @@ E = TypeVar("E", bound=AnyEvent)
 
 
 def cronstream(
-    settings: Settings, *args: str, env: dict[str, str] | None = None, timeout: float = 120
+    settings: Settings, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "cronstream.cli", *args],
         env={**cli_env(settings), **(env or {})},
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=120,
         check=False,
     )
 

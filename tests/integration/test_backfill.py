@@ -52,14 +52,15 @@ def _stored(ns: Settings, job_id: str, start_ms: int, end_ms: int) -> int:
 def _backfill(
     ns: Settings, *args: str
 ) -> tuple[dict[str, object], subprocess.CompletedProcess[str]]:
-    # 1,000 http runs through one worker: under 30 s alone, over 120 s once beside the
-    # suite's other test (two at a time on 2 cores).
-    run = cronstream(ns, "runs", "backfill", *args, "--json", timeout=280)
+    run = cronstream(ns, "runs", "backfill", *args, "--json")
     assert run.returncode in (0, 1), run.stderr
     return json.loads(run.stdout), run
 
 
-@pytest.mark.timeout(600)  # its first backfill may take up to 280 s beside another test
+# Alone: beside another test (two at a time on 2 cores) its backfill twice left runs
+# that never ended (490 and 947 of 1,000 ended at 120 s and 280 s; under 30 s alone);
+# the cause is not found yet.
+@pytest.mark.alone
 def test_a_backfill_of_1000_slots_run_twice_executes_1000_runs(
     history_ns: Settings, tmp_path: Path, target: Target, procs: list[CronstreamProcess]
 ) -> None:
