@@ -59,6 +59,9 @@ class Emitter:
         self.definitions = definitions
         self.name = name
         self.ahead = AheadRuns()
+        # Fires due at or before this were possibly emitted already, ahead of their due
+        # time, before a rewind reloaded the partitions (``flag_through``).
+        self.flagged_through = 0
         codec = publisher.codec
         self._run_schema = {p: codec.writer_id(f"{self.topics.runs(p)}-value", RunRequest)
                             for p in Priority}  # fmt: skip
@@ -90,14 +93,15 @@ class Emitter:
                 run_id, slot = slot_run_id(action.job_id, action.slot_ms)
                 trigger = Trigger(action.trigger)
                 due = action.due_ms
+                dup = action.possible_duplicate or due <= self.flagged_through
                 value = template.encode(
                     self._run_schema[template.priority], run_id, action.slot_ms, now,
-                    trigger=trigger, possible_duplicate=action.possible_duplicate, due_ms=due,
+                    trigger=trigger, possible_duplicate=dup, due_ms=due,
                 )  # fmt: skip
                 early = due > now
                 headers = run_request_headers(
                     template.header_job, run_id.encode(), slot, attempt=b"1",
-                    trigger=_TRIGGER_BYTES[trigger], possible_duplicate=action.possible_duplicate,
+                    trigger=_TRIGGER_BYTES[trigger], possible_duplicate=dup,
                     due_at=(slot if due == action.slot_ms else _instant(due)) if early else None,
                 )  # fmt: skip
                 if early:
@@ -184,6 +188,15 @@ class Emitter:
         publisher.produce_raw(topic, outcome.key(), publisher.codec.encode(topic, outcome),
                               outcome.headers() + extra)  # fmt: skip
         metrics.misfires.labels(action.status).inc(action.slots)
+
+    def flag_through(self, due_ms: int) -> None:
+        """Every fire due at or before ``due_ms`` is flagged ``possible_duplicate`` from
+        now on. A rewind (``Processor._rewind``) reloads the partitions from their last
+        checkpoint while runs emitted ahead (the lookahead) may already be out: the
+        catch-up flags the slots due by now, and this the ones due within the lookahead,
+        which the wheel fires again (a broker restart test saw the 40 runs of one slot
+        emitted twice, the second unflagged)."""
+        self.flagged_through = max(self.flagged_through, due_ms)
 
     def cancel_ahead(self, job_id: str, reason: str, now: int) -> int:
         """Cancel the runs of ``job_id`` emitted ahead and not due yet (the job was paused

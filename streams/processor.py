@@ -193,6 +193,7 @@ class Processor:
         if self.publisher.fatal:
             self.publisher.renew()
         self.checkpointer.abandon()
+        self.emitter.flag_through(self._now_ms() + self.config.lookahead_ms)
         self.ownership.rewind()
 
     def close(self) -> None:

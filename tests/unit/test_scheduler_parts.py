@@ -124,6 +124,26 @@ def test_a_fire_writes_the_run_request_with_the_events_own_headers(codec: Codec)
     assert type(core.body) is Prepared  # decoded once, kept for the next fire
 
 
+def test_after_a_rewind_fires_due_within_the_lookahead_are_flagged(codec: Codec) -> None:
+    """A rewind reloads the partitions from their checkpoint while runs emitted ahead may
+    be out already: the fires due up to the rewind's now plus the lookahead are flagged
+    ``possible_duplicate``, the later ones are not."""
+    producer = FakeProducer()
+    core = Definitions(codec).schedule("j", codec.encode(TOPICS.jobs, definition()))
+    out = emitter(codec, producer)
+    out.flag_through(SLOT + 1000)  # rewound at SLOT with a 1 s lookahead
+    fires = [Fire(job_id="j", slot_ms=at, due_ms=at, trigger="SCHEDULE", job=core)
+             for at in (SLOT + 1000, SLOT + 2000)]  # fmt: skip
+    out.emit(fires, SLOT)
+    records = producer.on(TOPICS.runs(Priority.NORMAL))
+    flags = [codec.decode(r.value, RunRequest).possible_duplicate for r in records]
+    assert flags == [True, False]
+    assert [r.headers == codec.decode(r.value, RunRequest).headers() for r in records] == [
+        True,
+        True,
+    ]
+
+
 def test_a_misfire_record_is_a_history_outcome_with_the_slots_run_id(codec: Codec) -> None:
     producer = FakeProducer()
     record = Record(job_id="j", slot_ms=SLOT, status="MISSED", reason="outage")
