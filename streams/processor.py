@@ -192,6 +192,7 @@ class Processor:
                   "from there (flagged possible_duplicate)", error)  # fmt: skip
         if self.publisher.fatal:
             self.publisher.renew()
+        self.publisher.written_off()  # what it emitted so far is re-emitted below
         self.checkpointer.abandon()
         self.emitter.flag_through(self._now_ms() + self.config.lookahead_ms)
         self.ownership.rewind()

@@ -127,13 +127,15 @@ class FakeProducer:
         return 0
 
     def answer(self, *positions: int) -> None:
-        """Acknowledge the waiting records at ``positions`` (in the waiting order), as
-        a broker answering some partitions before others."""
+        """Answer the waiting records at ``positions`` (in the waiting order), as a
+        broker answering some partitions before others; ``fail_next`` fails the first."""
         picked = [self._waiting[i] for i in positions]
         self._waiting = [w for i, w in enumerate(self._waiting) if i not in positions]
         for record, on_delivery in picked:
             record.flushed = True
-            on_delivery(None, _Delivered(record))
+            error = KafkaError(KafkaError._MSG_TIMED_OUT) if self.fail_next else None
+            self.fail_next = False
+            on_delivery(error, _Delivered(record))
 
     def on(self, topic: str) -> list[Produced]:
         return [r for r in self.produced if r.topic == topic]

@@ -65,6 +65,7 @@ class Publisher:
             raise ValueError("track_acks needs a delivery report per record")
         self.track_acks = track_acks
         self._marks: deque[Mark] = deque()
+        self._settled_through = -1  # failures of records up to this mark are not raised
         self._open_mark(0)
 
     def _open_mark(self, number: int) -> None:
@@ -76,7 +77,7 @@ class Publisher:
 
         def answered(err: KafkaError | None, msg: Message) -> None:
             mark.answered += 1
-            if err is not None:
+            if err is not None and mark.number > self._settled_through:
                 self._on_delivery(err, msg)
 
         self._deliver = answered
@@ -86,6 +87,14 @@ class Publisher:
         closed = self._marks[-1]
         self._open_mark(closed.number + 1)
         return closed
+
+    def written_off(self) -> None:
+        """What was produced so far is dealt with by the caller whatever Kafka answers
+        (a rewind re-emits it all): a failure of one of those records is not raised. One
+        outage fails records over seconds; each raised error rewound again, re-emitting
+        the whole outage each time (a broker restart test: 2,360 repeats)."""
+        self._settled_through = self.mark().number
+        self._error = None
 
     def acknowledged(self, mark: Mark) -> bool:
         """Whether Kafka answered every record produced up to ``mark``, without waiting

@@ -250,3 +250,27 @@ def test_marks_count_what_kafka_answered_in_order() -> None:
     failures_only = {"delivery.report.only.error": True}
     with pytest.raises(ValueError, match="report per record"):
         Publisher(SETTINGS, codec=codec, producer=producer, track_acks=True, **failures_only)  # type: ignore[arg-type]
+
+
+def test_records_written_off_by_a_rewind_raise_no_second_rewind() -> None:
+    """One outage fails its records over seconds: the first failure rewinds (every
+    partition re-emits from its checkpoint), the later failures of records produced
+    before that rewind raise nothing; a record produced after it still does."""
+    producer = FakeProducer()
+    codec = Codec(FakeRegistry())  # type: ignore[arg-type]
+    publisher = Publisher(SETTINGS, codec=codec, producer=producer, track_acks=True)  # type: ignore[arg-type]
+    _emit(publisher, 3)
+    producer.fail_next = True
+    producer.answer(0)
+    with pytest.raises(PublishError):
+        publisher.acknowledged(publisher.mark())
+    publisher.written_off()  # the rewind
+    _emit(publisher, 1)
+    producer.fail_next = True
+    producer.answer(0)  # a record from before the rewind fails too: written off
+    producer.answer(0)
+    assert not publisher.acknowledged(publisher.mark())  # one still waits, nothing raised
+    producer.fail_next = True
+    producer.answer(0)  # the record produced after the rewind
+    with pytest.raises(PublishError):
+        publisher.acknowledged(publisher.mark())
