@@ -132,16 +132,13 @@ def test_after_a_rewind_fires_due_within_the_lookahead_are_flagged(codec: Codec)
     core = Definitions(codec).schedule("j", codec.encode(TOPICS.jobs, definition()))
     out = emitter(codec, producer)
     out.flag_through(SLOT + 1000)  # rewound at SLOT with a 1 s lookahead
-    fires = [Fire(job_id="j", slot_ms=at, due_ms=at, trigger="SCHEDULE", job=core)
-             for at in (SLOT + 1000, SLOT + 2000)]  # fmt: skip
+    due = (SLOT + 1000, SLOT + 2000)
+    fires = [Fire(job_id="j", slot_ms=at, due_ms=at, trigger="SCHEDULE", job=core) for at in due]
     out.emit(fires, SLOT)
     records = producer.on(TOPICS.runs(Priority.NORMAL))
     flags = [codec.decode(r.value, RunRequest).possible_duplicate for r in records]
     assert flags == [True, False]
-    assert [r.headers == codec.decode(r.value, RunRequest).headers() for r in records] == [
-        True,
-        True,
-    ]
+    assert all(r.headers == codec.decode(r.value, RunRequest).headers() for r in records)
 
 
 def test_a_misfire_record_is_a_history_outcome_with_the_slots_run_id(codec: Codec) -> None:
