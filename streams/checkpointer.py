@@ -126,35 +126,21 @@ class Checkpointer:
             log.warning("commit refused (%s); %s", error, STANDS)
             metrics.checkpoint_failures.inc()
             return
-        for owned, snap in pending.snaps:
-            owned.base = snap
-        if self.unconfirmed:
-            log.info("checkpoint committed: the partitions are still ours, firing resumed")
-            self.unconfirmed = False
+        self._committed(pending.snaps)
 
     def _send(self, pending: _Pending, live: Callable[[], list[Owned]]) -> None:
         """2. once the broker acknowledged everything up to the snapshot, 3. the stores,
         4. the commit, sent without waiting."""
         if not self.publisher.acknowledged(pending.mark):
-            if not self.undelivered and time.monotonic() - pending.began > ACK_WAIT_S:
-                log.warning(
-                    "the broker has not acknowledged what was emitted within %.0f s: "
-                    "checkpoint put off, firing paused until it does",
-                    ACK_WAIT_S,
-                )
-                self.undelivered = True
+            if time.monotonic() - pending.began > ACK_WAIT_S:
+                self._unacknowledged(ACK_WAIT_S)
             return
-        if self.undelivered:
-            log.info("the broker acknowledges again: checkpoint taken, firing resumed")
-            self.undelivered = False
+        self._acknowledged()
         # Only partitions still owned (loaded objects of this ownership): one revoked or
         # lost meanwhile may be another member's now.
         owned_now = {id(owned) for owned in live()}
         pending.snaps = [(o, snap) for o, snap in pending.snaps if id(o) in owned_now]
-        for owned, snap in pending.snaps:  # 3. the stores (--state-dir)
-            if owned.state is not None:
-                owned.state.flush(snap.fired_through, snap.jobs_offset)
-        offsets = [self.offset(owned.partition, snap) for owned, snap in pending.snaps]
+        offsets = self._durable(pending.snaps)
         if not offsets:
             self._pending = None
             return
@@ -211,24 +197,42 @@ class Checkpointer:
         snaps = [(owned, owned.snapshot()) for owned in partitions]
         # 2. flush
         if not self.publisher.settled(wait):
-            if not self.undelivered:
-                log.warning("the broker has not acknowledged what was emitted within %.0f s: "
-                            "checkpoint put off, firing paused until it does", wait)  # fmt: skip
-            self.undelivered = True
+            self._unacknowledged(wait)
             return
+        self._acknowledged()
+        # 3. the stores, 4. commit. Refused mid-rebalance: the partitions may already be
+        # someone else's. The previous checkpoint stands; the next owner re-emits from
+        # it, flagged.
+        if not self.member.commit(self._durable(snaps), wait=True, then=STANDS):
+            metrics.checkpoint_failures.inc()
+            return
+        self._committed(snaps)
+
+    def _unacknowledged(self, waited_s: float) -> None:
+        """What a checkpoint covers is not acknowledged after ``waited_s``: firing pauses."""
+        if not self.undelivered:
+            log.warning(
+                "the broker has not acknowledged what was emitted within %.0f s: "
+                "checkpoint put off, firing paused until it does",
+                waited_s,
+            )
+        self.undelivered = True
+
+    def _acknowledged(self) -> None:
         if self.undelivered:
             log.info("the broker acknowledges again: checkpoint taken, firing resumed")
             self.undelivered = False
-        for owned, snap in snaps:  # 3. the stores (--state-dir)
+
+    def _durable(self, snaps: list[tuple[Owned, Checkpoint]]) -> list[TopicPartition]:
+        """3. each store (--state-dir) drops what the snapshots cover; the offsets to
+        commit (4.)."""
+        for owned, snap in snaps:
             if owned.state is not None:
                 owned.state.flush(snap.fired_through, snap.jobs_offset)
-        # 4. commit
-        offsets = [self.offset(owned.partition, snap) for owned, snap in snaps]
-        # Refused mid-rebalance: the partitions may already be someone else's. The
-        # previous checkpoint stands; the next owner re-emits from it, flagged.
-        if not self.member.commit(offsets, wait=True, then=STANDS):
-            metrics.checkpoint_failures.inc()
-            return
+        return [self.offset(owned.partition, snap) for owned, snap in snaps]
+
+    def _committed(self, snaps: list[tuple[Owned, Checkpoint]]) -> None:
+        """The commit of ``snaps`` succeeded: each partition's base moves to its snapshot."""
         for owned, snap in snaps:
             owned.base = snap
         if self.unconfirmed:

@@ -83,17 +83,23 @@ def serve(
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _stopped)
     try:
-        # At most 5 s for requests still running (a put waits up to answer_timeout for the
-        # admission): without a bound, a stop after make bench's load outlasted 60 s; the
-        # rest of the 10 s stop budget closes the backend (``_Server``).
-        config = uvicorn.Config(Guard(app, hosts), host=host, port=port,
-                                log_level="warning", timeout_graceful_shutdown=5)  # fmt: skip
-        _Server(config).run()
+        _listen(Guard(app, hosts), host, port)
     finally:
         for part in closing:
             part.close()
         backend.close()
     return 0
+
+
+def _listen(app: Guard, host: str, port: int) -> None:
+    """Serve ``app`` until a stop signal. At most 5 s for requests still running (a put
+    waits up to answer_timeout for the admission): without a bound, a stop after make
+    bench's load outlasted 60 s; the rest of the 10 s stop budget closes the backend
+    (``_Server``)."""
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5
+    )
+    _Server(config).run()
 
 
 class _Server(uvicorn.Server):

@@ -69,7 +69,7 @@ class Publisher:
         self._open_mark(0)
 
     def _open_mark(self, number: int) -> None:
-        mark = Mark(number)
+        mark = self._open = Mark(number)
         self._marks.append(mark)
         if not self.track_acks:
             self._deliver: Callable[[KafkaError | None, Message], None] = self._on_delivery
@@ -84,7 +84,7 @@ class Publisher:
 
     def mark(self) -> Mark:
         """Close the current mark (the records produced so far) and open the next one."""
-        closed = self._marks[-1]
+        closed = self._open
         self._open_mark(closed.number + 1)
         return closed
 
@@ -146,7 +146,7 @@ class Publisher:
             except BufferError:
                 # Local queue full: serve delivery reports until there is room.
                 self.producer.poll(0.05)
-        self._marks[-1].sent += 1
+        self._open.sent += 1
         if self.serve_each:
             self.producer.poll(0)
 
@@ -174,7 +174,7 @@ class Publisher:
         self.producer = kafka_producer(self._settings, **self._overrides)
         self.fatal = False
         self._error = None
-        number = self._marks[-1].number + 1
+        number = self._open.number + 1
         self._marks.clear()  # the old queue is gone: no mark waits for it
         self._open_mark(number)
 

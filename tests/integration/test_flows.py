@@ -81,8 +81,11 @@ def _story(ns: Settings, flow_run_id: str) -> str:
              if r.headers.get("flow_run_id") == flow_run_id]  # fmt: skip
     changelog = f"{ns.topic_prefix}.{FLOWS_APP}-{FLOWS_TABLE}-changelog"
     keys = {flow_run_id.encode(), json.dumps(flow_run_id).encode()}  # faust's keys are JSON
-    lines += [f"row {r.partition}@{r.timestamp_ms}: {(r.value or b'')[:600]!r}"
-              for r in read_topic(ns, changelog) if r.key in keys]  # fmt: skip
+    lines += [
+        f"row {r.partition}@{r.timestamp_ms}: {(r.value or b'')[:600]!r}"
+        for r in read_topic(ns, changelog)
+        if r.key in keys
+    ]
     consumer = kafka_consumer(ns, **{"group.id": f"{ns.topic_prefix}.{FLOWS_APP}"})
     try:
         tps = [TopicPartition(topics.flow_events, p) for p in range(ns.partitions)]
