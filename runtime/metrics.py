@@ -298,6 +298,12 @@ start_skew = LoopHistogram(
     REGISTRY,
     ["priority"],
 )
+runs_waiting_destination = Gauge(
+    "cronstream_worker_runs_waiting_destination",
+    "Runs waiting for a slot of their destination, which holds all of its own "
+    "(--destination-slots): it is slow or does not answer",
+    registry=REGISTRY,
+)
 runs_held = Gauge(
     "cronstream_worker_runs_held",
     "Runs read before their due time and held until it (the scheduler's lookahead)",

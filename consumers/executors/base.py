@@ -148,6 +148,22 @@ class LoopExecutor(Protocol):
     def start(self, token: Any, target: Target, context: RunContext, done: Finished) -> bool: ...
 
 
+@runtime_checkable
+class Destined(Protocol):
+    """An executor whose attempts go to a destination that can stop taking them (a
+    kafka target's topic partition, an http target's origin) while others answer: the
+    worker gives each destination at most ``--destination-slots`` of its run slots
+    (``consumers.core.bulkhead``), so that one that holds its attempts until their
+    timeout cannot take every slot."""
+
+    kind: str
+
+    def destination(self, target: Target, run_id: str) -> str | None:
+        """Where this attempt goes, named the same for every attempt that goes there;
+        None: nowhere that can stall (or not known without blocking)."""
+        ...
+
+
 def told(context: RunContext, error: TargetInvalid, brief: str) -> TargetInvalid:
     """``error`` as the run's owner may read it: whole for an operators' job; for a
     tenant's, ``brief``: the worker's allowlists, files and variables are the operators'

@@ -41,7 +41,7 @@ import socket
 import ssl
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any, NamedTuple
 from urllib.parse import SplitResult, quote, urljoin, urlsplit
 
@@ -163,6 +163,12 @@ class HttpExecutor:
         return addresses[0]
 
     # -- running attempts ---------------------------------------------------------------
+    def destination(self, target: Target, run_id: str) -> str | None:
+        """The URL's origin (``consumers.executors.base.Destined``): a server that stops
+        answering holds only its own runs' slots. None for a URL that is no usable one
+        (the attempt says why)."""
+        return _origin(target.url or "")
+
     def start(self, token: Any, target: Target, context: RunContext, done: Finished) -> bool:
         """Begin the attempt on the event loop; ``(token, output, error)`` goes on
         ``done`` when it ends (``consumers.executors.eventloop``)."""
@@ -282,6 +288,19 @@ class Destination(NamedTuple):
         """(scheme, host, port): what a redirect may not leave with credentials, and
         what a kept connection serves (``http_wire.Key``)."""
         return self.scheme, self.host, self.port
+
+
+@lru_cache(maxsize=4096)
+def _origin(url: str) -> str | None:
+    """``scheme://host:port`` of ``url``, or None when it is no http(s) URL."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return None
+    return f"{parts.scheme}://{parts.hostname}:{port}"
 
 
 def _destination(url: str) -> Destination:

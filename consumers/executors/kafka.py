@@ -36,6 +36,7 @@ from consumers.executors.egress import TenantProducers
 from consumers.executors.setup import ExecutorSetup
 from runtime.kafka.clients import KafkaError, KafkaException, Producer
 from schemas.events import Target
+from schemas.ids import partition_for
 from schemas.tenancy import OPERATORS
 
 # How long the broker's answer on a topic's existence is trusted.
@@ -85,7 +86,8 @@ class KafkaExecutor:
         self.producer = producer  # the worker's own: the default tenant's jobs
         self.policy = policy
         self.tenants = tenants
-        self._exists: dict[str, tuple[float, bool]] = {}  # topic -> (until, exists)
+        # topic -> (until, its partitions): 0 when it does not exist, -1 when not said
+        self._exists: dict[str, tuple[float, int]] = {}
         self._lock = threading.Lock()
         self.deliveries = DeliveryPoller()  # acknowledgements of what ``start`` produced
 
@@ -149,9 +151,25 @@ class KafkaExecutor:
                 return ExecutionFailed(refused)
         return _no_acknowledgement(topic)
 
+    def destination(self, target: Target, run_id: str) -> str | None:
+        """The topic partition the record goes to (``consumers.executors.base.Destined``):
+        a partition without a leader holds only its own runs' slots. The topic alone
+        while its partitions are not known without asking the broker."""
+        topic = target.topic or ""
+        partitions = self._partitions(topic)
+        if partitions is None or partitions < 1:
+            return f"kafka {topic}"
+        return f"kafka {topic} partition {partition_for(run_id, partitions)}"
+
     def _known(self, topic: str) -> bool | None:
         """Whether ``topic`` exists, as the broker said within TOPIC_KNOWN_S; None when
         not known."""
+        partitions = self._partitions(topic)
+        return None if partitions is None else partitions != 0
+
+    def _partitions(self, topic: str) -> int | None:
+        """How many partitions ``topic`` has (0: it does not exist; -1: the broker did
+        not say), as the broker said within TOPIC_KNOWN_S; None when not known."""
         with self._lock:
             known = self._exists.get(topic)
         if known is not None and known[0] > time.monotonic():
@@ -172,10 +190,11 @@ class KafkaExecutor:
         exists = found is not None and (
             found.error is None or found.error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART
         )
+        partitions = (len(found.partitions) or -1) if found is not None and exists else 0
         with self._lock:
             if len(self._exists) > 10_000:
                 self._exists.clear()
-            self._exists[topic] = (time.monotonic() + TOPIC_KNOWN_S, exists)
+            self._exists[topic] = (time.monotonic() + TOPIC_KNOWN_S, partitions)
         return exists
 
     def _failure(

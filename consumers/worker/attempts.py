@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from queue import Empty, SimpleQueue
 
+from consumers.core.bulkhead import Admission
 from consumers.core.concurrency import ConcurrencyGate
 from consumers.core.dedup import Dedup
 from consumers.core.output import Dropped, Output, fit, kept
@@ -26,6 +27,7 @@ from consumers.executors.egress import TenantProducers
 from consumers.executors.pool import Done, RunPool
 from consumers.executors.setup import ExecutorSetup, build_executors
 from consumers.worker.config import WorkerConfig
+from consumers.worker.destinations import Destinations
 from consumers.worker.outbox import Outbox
 from consumers.worker.pending import Pending
 from runtime import metrics
@@ -39,6 +41,7 @@ from schemas.events import (
     Concurrency,
     DeadLetter,
     Priority,
+    RunRequest,
     RunStatus,
     Target,
     TimerRequest,
@@ -101,6 +104,9 @@ class Attempts:
         ))  # fmt: skip
         # Executors that run attempts without a run thread each (http, kafka): what
         # starts one (``consumers.executors.base.LoopExecutor``); the others take a thread.
+        # Run slots per destination: one that stops answering holds only its share.
+        slots = config.destination_slots or max(1, config.concurrency // 2)
+        self.destinations = Destinations(self.executors, slots=slots)
         self.starters: dict[str, Starter] = {
             kind: executor.start
             for kind, executor in self.executors.items()
@@ -117,17 +123,29 @@ class Attempts:
 
     # -- starting -----------------------------------------------------------------------
     def start_some(self, capacity: int, take: Callable[[], Pending | None]) -> int:
-        """Start up to ``capacity`` runs: first queued runs whose turn came (a job's
-        ``concurrency`` policy), then runs from ``take``; returns how many it took."""
+        """Start up to ``capacity`` runs: first runs whose destination's slot came
+        (``Destinations``), then queued runs whose turn came (a job's ``concurrency``
+        policy), then runs from ``take``; returns how many it took."""
         taken = 0
+        ready = self.destinations.ready
         while capacity > 0:
-            released = bool(self.released)
-            pending = self.released.popleft() if released else take()
-            if pending is None:
-                break
+            deadline: float | None = None
+            released = False
+            pending: Pending | None
+            if ready:
+                pending, deadline = ready.popleft()
+            else:
+                released = bool(self.released)
+                pending = self.released.popleft() if released else take()
+                if pending is None:
+                    break
             taken += 1
             try:
-                capacity -= self._start_one(pending, released)
+                if deadline is None:
+                    capacity -= self._start_one(pending, released)
+                else:
+                    # the grants may have changed while it waited: asked again
+                    capacity -= self._launch(pending, deadline, self._refusal(pending.run))
             except Exception as exc:  # a bug this run reaches before its executor
                 self._unstartable(pending, exc)
             else:
@@ -138,12 +156,15 @@ class Attempts:
         """Start ``pending`` or settle it at once; 1 if it took a run thread."""
         run = pending.run
         if run.trigger is Trigger.DEADLINE:  # not a run: the check of its deadline
-            self.outbox.check_deadline(pending, running=run.run_id in self.running_ids)
+            executing = run.run_id in self.running_ids or run.run_id in self.destinations.waiting
+            self.outbox.check_deadline(pending, running=executing)
             return 0
         cancelled = run.run_id in self.cancels
         verdict = before_start(
             cancelled=cancelled,
-            duplicate=run.run_id in self.running_ids or self.dedup.seen(run.run_id, run.attempt),
+            duplicate=run.run_id in self.running_ids
+            or run.run_id in self.destinations.waiting
+            or self.dedup.seen(run.run_id, run.attempt),
             reason=self.cancel_reasons.get(run.run_id) if cancelled else None,
         )
         if verdict is not None:
@@ -167,6 +188,7 @@ class Attempts:
         if self.running_ids.get(run.run_id) is pending:
             self.running.discard(pending)
             del self.running_ids[run.run_id]
+        self.destinations.ended(pending)
         if run.concurrency is not Concurrency.ALLOW:  # the job's next queued run goes on
             if self.gate.running.get(run.job_id, {}).get(run.run_id) is pending:
                 self._ended(pending)
@@ -205,6 +227,8 @@ class Attempts:
             self.released.append(item)
 
     def _ended(self, pending: Pending) -> None:
+        """An attempt ended: its destination's slot and its job's turn go to the next."""
+        self.destinations.ended(pending)
         run = pending.run
         if run.concurrency is not Concurrency.ALLOW:
             self.replaced.pop(run.run_id, None)
@@ -218,20 +242,50 @@ class Attempts:
         def revoked(pending: Pending) -> bool:
             return (pending.topic, pending.partition) in gone
 
+        for pending in self.destinations.drop(revoked):
+            self._ended(pending)  # its job's turn: to a queued run, dropped below if revoked
         self.gate.drop_queued(revoked)
         self.released = deque(p for p in self.released if not revoked(p))
 
     def _start(self, pending: Pending) -> bool:
-        """Start the attempt (its STARTED outcome now, or later: ``_announce``) and hand
-        it to a run thread; False when there is no executor for its target (the attempt
-        failed at once, no thread taken)."""
+        """Start the attempt, or have it wait for a slot of its destination
+        (``Destinations``: False, no slot taken) or refuse it there."""
+        run = pending.run
+        refusal = self._refusal(run)
+        if not refusal and self.destinations.where:
+            admission = self.destinations.admit(pending, time.monotonic())
+            if admission is Admission.WAIT:  # it holds its job's turn meanwhile
+                if run.concurrency is not Concurrency.ALLOW:
+                    policy = run.concurrency.value
+                    self.gate.started(run.job_id, run.run_id, policy=policy, item=pending)
+                return False
+            if admission is Admission.FULL:
+                self.fail(pending, ExecutionFailed(self.destinations.refusal(pending)))
+                if run.concurrency is not Concurrency.ALLOW:
+                    self._release(run.job_id)
+                return False
+        return self._launch(pending, None, refusal)
+
+    def _refusal(self, run: RunRequest) -> str:
+        """Why the run may not start here ("" when it may)."""
+        if run.target.type not in self.executors:
+            return f"unknown target type {run.target.type!r}"
+        if run.tenant == OPERATORS:  # not bounded by the tenants' policy: not asked
+            return ""
+        return "; ".join(self.policy.current().problems(run.tenant, run.job_id, run.target))
+
+    def _launch(self, pending: Pending, deadline: float | None, refusal: str) -> bool:
+        """The attempt (its STARTED outcome now, or later: ``_announce``) on a run
+        thread or its executor's loop; False when ``refusal`` says it may not start
+        (failed at once, no thread taken). ``deadline``: of a run that waited for its
+        destination's slot (else from now)."""
         run = pending.run
         now_ms, now = int(time.time() * 1000), time.monotonic()
         executor = self.executors.get(run.target.type)
         context = RunContext(
             run_id=run.run_id, job_id=run.job_id, attempt=run.attempt,
             scheduled_at=run.scheduled_at, payload=run.payload, tenant=run.tenant,
-            deadline=now + run.timeout_ms / 1000,
+            deadline=now + run.timeout_ms / 1000 if deadline is None else deadline,
         )  # fmt: skip
         pending.context = context
         pending.started_ms = now_ms
@@ -241,15 +295,11 @@ class Attempts:
         metrics.fire_to_start.observe(max(0, now_ms - to_ms(run.fired_at)) / 1000)
         if run.due_at is not None:
             self.start_skew[run.priority].observe(max(0, now_ms - to_ms(run.due_at)) / 1000)
-        if executor is None:
-            refusal = f"unknown target type {run.target.type!r}"
-        elif run.tenant == OPERATORS:  # not bounded by the tenants' policy: not asked
-            refusal = ""
-        else:
-            refusal = "; ".join(self.policy.current().problems(run.tenant, run.job_id, run.target))
-        if refusal:
+        if refusal or executor is None:
             self.fail(pending, TargetInvalid(refusal))
-            if run.concurrency is not Concurrency.ALLOW:
+            if deadline is not None:  # it held its destination's slot and its job's turn
+                self._ended(pending)
+            elif run.concurrency is not Concurrency.ALLOW:
                 self._release(run.job_id)
             return False
         self.running.add(pending)
@@ -268,6 +318,14 @@ class Attempts:
         running = self.running_ids.get(run_id)
         if running is not None and running.context is not None:
             running.context.cancelled.set()
+            return
+        waiting = self.destinations.cancel(run_id)
+        if waiting is not None:  # not started yet: ends at once
+            reason = self.cancel_reasons.get(run_id)
+            verdict = before_start(cancelled=True, duplicate=False, reason=reason)
+            assert verdict is not None
+            self.outbox.finish(waiting, verdict.status, verdict.error)
+            self._ended(waiting)
 
     # -- finishing ----------------------------------------------------------------------
     def collect(self, wait: float) -> int:
@@ -304,6 +362,11 @@ class Attempts:
         if now >= self._next_deadline_check:
             self._next_deadline_check = now + 0.1
             count += self._abandon_overdue(now)
+            for pending in self.destinations.expired(now):
+                self.fail(pending, TimedOut(self.destinations.timeout(pending)))
+                self._ended(pending)
+                count += 1
+            metrics.runs_waiting_destination.set(len(self.destinations))
             self._announce()
             metrics.in_flight.set(len(self.running))
         return count

@@ -14,6 +14,9 @@ class WorkerConfig:
     group: str
     name: str = "worker"
     concurrency: int = 32
+    # Of those run slots, at most this many per destination (a kafka topic partition,
+    # an http origin: consumers.core.bulkhead); 0: half of ``concurrency``.
+    destination_slots: int = 0
     low_share: int = 8  # every low_share-th start goes to the lowest non-empty priority
     grace_s: float = 30.0
     lookback_ms: int = DAY_MS  # history and control are read this far back

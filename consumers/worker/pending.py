@@ -26,6 +26,8 @@ class Pending:
     context: RunContext | None = None
     started_ms: int = 0  # when its attempt started, wall clock (0: not started)
     on_thread: bool = False  # its attempt runs on a run thread (not its executor's loop)
+    # The destination whose slot its attempt holds, or waits for (``Destinations``)
+    destination: str | None = None
     announced: bool = False  # its attempt's STARTED outcome published
     outcome: list[tuple[bytes, Headers]] = field(default_factory=list)  # encoded, unpublished
     template: OutcomeTemplate | None = None  # what its outcomes have in common, encoded

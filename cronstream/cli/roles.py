@@ -149,8 +149,7 @@ def _register_worker(sub: Any) -> None:
     p = sub.add_parser("worker", help="run a worker (executes run requests)")
     p.add_argument("--group", help="consumer group (default <topic prefix>.workers)")
     p.add_argument("--name", default=f"worker-{socket.gethostname()}-{os.getpid()}")
-    p.add_argument("--concurrency", type=at_least(1),
-                   default=env_int("CRONSTREAM_WORKER_CONCURRENCY", 32))  # fmt: skip
+    _add_worker_slots(p)
     _add_worker_membership(p)
     p.add_argument("--metrics-port", type=int,
                    default=env_int("CRONSTREAM_WORKER_METRICS_PORT", 0, minimum=0))  # fmt: skip
@@ -200,6 +199,20 @@ def _register_worker(sub: Any) -> None:
     )  # fmt: skip
     _add_grant_flags(p)
     p.set_defaults(handler=cmd_worker, needs="role")
+
+
+def _add_worker_slots(p: Any) -> None:
+    """How many attempts a worker runs at once, and how many of them to one destination."""
+    p.add_argument(
+        "--concurrency", type=at_least(1), default=env_int("CRONSTREAM_WORKER_CONCURRENCY", 32)
+    )
+    p.add_argument(
+        "--destination-slots",
+        type=at_least(1),
+        default=env_int("CRONSTREAM_WORKER_DESTINATION_SLOTS", 0, minimum=0) or None,
+        help="of the --concurrency slots, at most this many for one destination (a kafka "
+        "topic partition, an http origin); default half of --concurrency",
+    )
 
 
 def _add_worker_membership(p: Any) -> None:
@@ -366,6 +379,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
         group=args.group or f"{settings.topic_prefix}.workers",
         name=args.name,
         concurrency=args.concurrency,
+        destination_slots=args.destination_slots or 0,
         grace_s=args.grace,
         session_timeout_ms=args.session_timeout_ms,
         started_after_ms=args.started_after_ms,

@@ -338,9 +338,12 @@ def test_cancel_flag_wakes_a_waiter_and_times_out() -> None:
 
 
 class _Metadata:
+    """What ``list_topics(topic)`` answers: the topic, and its 3 partitions if it exists."""
+
     def __init__(self, topic: str, exists: bool) -> None:
         error = None if exists else KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)
-        self.topics = {topic: type("T", (), {"error": error})()}
+        partitions = {p: object() for p in range(3)} if exists else {}
+        self.topics = {topic: type("T", (), {"error": error, "partitions": partitions})()}
 
 
 class _Delivered:

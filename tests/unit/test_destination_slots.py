@@ -1,0 +1,202 @@
+"""Run slots per destination (issue 50): a destination that holds its attempts until
+their timeout takes only its own share of the worker's slots; the runs to every other
+destination start as before (``consumers.core.bulkhead``, ``consumers.worker.destinations``)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from consumers.core.bulkhead import Admission, Bulkhead
+from consumers.errors import TimedOut
+from consumers.executors.base import RunContext
+from consumers.executors.http import HttpExecutor
+from consumers.executors.kafka import KafkaExecutor, TopicPolicy
+from consumers.worker.attempts import Attempts
+from consumers.worker.config import WorkerConfig
+from runtime import metrics
+from schemas.events import RunOutcome, RunRequest, RunStatus, Target
+from schemas.ids import partition_for
+from tests.processors import WORKER_SETTINGS
+from tests.unit.test_executors import _Metadata
+from tests.unit.test_worker_parts import RUNS, T0, TOPICS, Parts
+
+
+def test_the_bulkhead_starts_within_the_slots_queues_then_refuses() -> None:
+    b: Bulkhead[str] = Bulkhead(slots=2, waiting=2)
+    assert [b.admit("a", f"a{i}", 10.0 + i) for i in range(5)] == [
+        Admission.START, Admission.START, Admission.WAIT, Admission.WAIT, Admission.FULL,
+    ]  # fmt: skip
+    assert b.admit("b", "b0", 10.0) is Admission.START  # another destination: its own slots
+    assert (b.held("a"), len(b)) == (2, 2)
+    assert b.ended("a") == ("a2", 12.0)  # the first in line takes the freed slot
+    assert b.held("a") == 2
+    assert b.expired(12.5) == []
+    assert b.expired(13.0) == ["a3"]
+    assert b.ended("a") is None
+    assert b.ended("a") is None
+    assert (b.held("a"), len(b), b.in_flight) == (0, 0, {"b": 1})
+    b.admit("a", "x", 1.0)
+    b.admit("a", "y", 1.0)
+    b.admit("a", "z", 1.0)
+    assert b.drop(lambda item: item == "z") == ["z"]
+    assert b.queued == {}
+    with pytest.raises(ValueError, match="slots must be"):
+        Bulkhead(slots=0, waiting=1)
+
+
+def test_a_kafka_attempts_destination_is_its_topic_partition() -> None:
+    class _Asked:
+        def list_topics(self, topic: str, timeout: float) -> _Metadata:
+            return _Metadata(topic, True)
+
+    kafka = KafkaExecutor(_Asked(), TopicPolicy(own=frozenset()))  # type: ignore[arg-type]
+    try:
+        target = Target(type="kafka", topic="orders")
+        assert kafka.destination(target, "j@1") == "kafka orders"  # partitions not known yet
+        assert kafka._topic_exists("orders")
+        expected = partition_for("j@1", 3)  # murmur2: tests/unit/test_ids.py
+        assert kafka.destination(target, "j@1") == f"kafka orders partition {expected}"
+    finally:
+        kafka.close()
+    http = HttpExecutor()
+    try:
+        assert http.destination(Target(type="http", url="https://a.example/x?y"), "r") == (
+            "https://a.example:443"
+        )
+        assert http.destination(Target(type="http", url="http://A.example:81/"), "r") == (
+            "http://a.example:81"
+        )
+        assert http.destination(Target(type="http", url="ftp://a.example/"), "r") is None
+    finally:
+        http.close()
+
+
+class _Stalled:
+    """A python executor whose runs to the destination "stalled" wait until ``go`` is set
+    or their deadline passes; runs to "fine" return at once."""
+
+    kind = "python"
+
+    def __init__(self) -> None:
+        self.go = threading.Event()
+        self.began: list[str] = []
+
+    def destination(self, _target: Target, run_id: str) -> str:
+        return "stalled" if run_id.startswith("stalled") else "fine"
+
+    def execute(self, _target: Target, context: RunContext) -> str:
+        self.began.append(context.run_id)
+        if context.run_id.startswith("stalled") and not self.go.wait(context.remaining()):
+            raise TimedOut("no answer")
+        return "ok"
+
+
+def _run(run_id: str, timeout_ms: int = 30_000) -> RunRequest:
+    return RunRequest(run_id=run_id, job_id=run_id.split("@", maxsplit=1)[0], scheduled_at=T0,
+                      fired_at=T0, target=Target(type="python", callable="m:f"),
+                      timeout_ms=timeout_ms)  # fmt: skip
+
+
+def _worker(parts: Parts, executor: _Stalled, **config: Any) -> Attempts:
+    """Attempts of a worker of 4 slots, 2 per destination, on ``parts``."""
+    attempts = Attempts(WORKER_SETTINGS, WorkerConfig(group="g", concurrency=4,
+                        destination_slots=2, started_after_ms=0, **config),
+                        outbox=parts.outbox, dedup=parts.dedup, cancels={},
+                        tally=metrics.Tally())  # fmt: skip
+    attempts.executors["python"] = executor
+    attempts.destinations.where["python"] = executor.destination
+    return attempts
+
+
+def _step(attempts: Attempts, parts: Parts, until: float) -> None:
+    """The worker's loop, as far as starts go, until ``until`` (monotonic)."""
+    while time.monotonic() < until:
+        capacity = attempts.concurrency - len(attempts)
+        if capacity > 0:
+            attempts.start_some(capacity, parts.intake.take)
+        attempts.collect(wait=0.02)
+
+
+def _statuses(parts: Parts) -> dict[str, list[RunStatus]]:
+    parts.outbox.settle(wait=True)
+    seen: dict[str, list[RunStatus]] = {}
+    for record in parts.producer.on(TOPICS.history):
+        outcome = parts.codec.decode(record.value, RunOutcome)
+        seen.setdefault(outcome.run_id, []).append(outcome.status)
+    return seen
+
+
+def test_runs_to_a_stalled_destination_leave_the_other_slots_to_the_others() -> None:
+    parts = Parts()
+    parts.own()
+    executor = _Stalled()
+    attempts = _worker(parts, executor)
+    try:
+        run_ids = [*(f"stalled@{i}" for i in range(5)), *(f"fine@{i}" for i in range(6))]
+        for offset, run_id in enumerate(run_ids):
+            parts.intake.accept(parts.record(_run(run_id), offset))
+        _step(attempts, parts, time.monotonic() + 0.5)
+        seen = _statuses(parts)
+        # Two stalled attempts hold their destination's two slots; three wait, unstarted.
+        assert sorted(r for r in executor.began if r.startswith("stalled")) == [
+            "stalled@0", "stalled@1",
+        ]  # fmt: skip
+        assert sorted(attempts.destinations.waiting) == ["stalled@2", "stalled@3", "stalled@4"]
+        for i in range(2, 5):
+            assert f"stalled@{i}" not in seen  # not even STARTED
+        # Every run to the other destination ran meanwhile, in the two slots left.
+        for i in range(6):
+            assert seen[f"fine@{i}"] == [RunStatus.STARTED, RunStatus.SUCCEEDED]
+        executor.go.set()  # the destination answers again: the waiting runs follow
+        _step(attempts, parts, time.monotonic() + 0.5)
+        seen = _statuses(parts)
+        for i in range(5):
+            assert seen[f"stalled@{i}"] == [RunStatus.STARTED, RunStatus.SUCCEEDED]
+        assert len(attempts.destinations) == 0
+        assert attempts.destinations.bulkhead.in_flight == {}
+        assert parts.consumer.commits[-1][0] == [(RUNS, 0, 11, "0")]
+    finally:
+        executor.go.set()
+        attempts.close()
+
+
+def test_a_waiting_run_times_out_by_its_own_timeout_and_cancel_and_revoke_end_waiting() -> None:
+    parts = Parts()
+    parts.own()
+    executor = _Stalled()
+    attempts = _worker(parts, executor)
+    try:
+        runs = [_run("stalled@0"), _run("stalled@1"),  # hold the two slots
+                _run("stalled@2", timeout_ms=400), _run("stalled@3", timeout_ms=400),
+                _run("stalled@4"), _run("stalled@5")]  # fmt: skip
+        for offset, request in enumerate(runs):
+            parts.intake.accept(parts.record(request, offset))
+        _step(attempts, parts, time.monotonic() + 0.1)
+        assert sorted(attempts.destinations.waiting) == ["stalled@2", "stalled@3",
+                                                         "stalled@4", "stalled@5"]  # fmt: skip
+        attempts.cancels["stalled@5"] = int(time.time() * 1000)
+        attempts.cancel("stalled@5")
+        assert "stalled@5" not in attempts.destinations.waiting
+        _step(attempts, parts, time.monotonic() + 0.6)
+        seen = _statuses(parts)
+        outcomes = [parts.codec.decode(r.value, RunOutcome)
+                    for r in parts.producer.on(TOPICS.history)]  # fmt: skip
+        errors = {o.run_id: o.error or "" for o in outcomes}
+        assert seen["stalled@5"] == [RunStatus.CANCELED]
+        # The two that may wait 400 ms never started: ended by their own timeout.
+        for i in (2, 3):
+            assert seen[f"stalled@{i}"] == [RunStatus.TIMED_OUT]
+            assert "timed out waiting for a slot of stalled" in errors[f"stalled@{i}"]
+        assert executor.began == ["stalled@0", "stalled@1"]
+        # Revoked: what still waits is left to the next owner, with no outcome.
+        assert list(attempts.destinations.waiting) == ["stalled@4"]
+        attempts.drop_unstarted({(RUNS, 0)})
+        assert len(attempts.destinations) == 0
+        assert "stalled@4" not in _statuses(parts)
+    finally:
+        executor.go.set()
+        attempts.close()
