@@ -14,7 +14,8 @@ export CRONSTREAM_NODES := $(NODES)
 endif
 
 .PHONY: help debs deps up down status logs clean clean-all bootstrap run test test-unit \
-        test-integration test-cluster test-acceptance lint fmt typecheck layers bench chaos chaos-cluster
+        test-integration test-cluster test-acceptance lint fmt typecheck layers bench chaos chaos-cluster \
+        chaos-destination
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -121,3 +122,6 @@ chaos: deps ## faults under load on a stack of its own (ports +100, .stack/chaos
 
 chaos-cluster: deps ## node loss under load on a 3-node stack of its own (ports +10000, .stack/cluster), as a table
 	@$(PY) -m tests.chaos --cluster
+
+chaos-destination: deps ## a tenant topic's partition without a leader on the 3-node stack: the other runs go on (this code beside a03f037)
+	@$(PY) -m tests.chaos.destination

@@ -101,6 +101,7 @@ class FakeProducer:
 
     produced: list[Produced] = field(default_factory=list)
     flushes: int = 0
+    flush_timeouts: list[float] = field(default_factory=list)  # each flush's timeout
     fail_next: bool = False
     down: bool = False  # the broker away: flush acknowledges nothing and says how many wait
     _waiting: list[tuple[Produced, Callable[..., None]]] = field(default_factory=list)
@@ -114,8 +115,9 @@ class FakeProducer:
     def poll(self, _timeout: float = 0) -> int:
         return 0
 
-    def flush(self, _timeout: float = 0) -> int:
+    def flush(self, timeout: float = 0) -> int:
         self.flushes += 1
+        self.flush_timeouts.append(timeout)
         if self.down:
             return len(self._waiting)
         waiting, self._waiting = self._waiting, []

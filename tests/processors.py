@@ -181,7 +181,7 @@ class WorkerHarness:
         self.trackers: dict[tuple[str, int], OffsetTracker] = {}
         self.dedup = Dedup(86_400_000, 100_000, now_ms=0)
         tally = metrics.Tally()
-        publisher = fake_publisher(self.codec, self.producer, serve_each=False)
+        publisher = fake_publisher(self.codec, self.producer, serve_each=False, track_acks=True)
         self.outbox = Outbox(publisher, topics=TOPICS, name="w1", consumer=self.consumer,  # type: ignore[arg-type]
                              trackers=self.trackers, dedup=self.dedup, tally=tally,
                              observers=outcome_observers(TOPICS, self.dedup, name="w1"))  # fmt: skip

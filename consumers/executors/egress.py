@@ -13,6 +13,7 @@ kept (the least recently used is flushed and dropped).
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
@@ -79,8 +80,12 @@ class TenantProducers:
     def forget_refusal(self, tenant: str) -> None:
         self._refused.pop(tenant_user(tenant), None)
 
-    def close(self) -> None:
+    def close(self, timeout: float = 10.0) -> None:
+        """Send what the tenants' producers hold, within ``timeout`` s for all of them
+        (a record to a partition without a leader would wait for ever: its run was not
+        settled, the next owner reads it again)."""
         with self._lock:
             producers, self._producers = list(self._producers.values()), OrderedDict()
+        deadline = time.monotonic() + timeout
         for producer in producers:
-            producer.flush(10)
+            producer.flush(max(0.0, deadline - time.monotonic()))

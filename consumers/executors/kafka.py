@@ -116,14 +116,20 @@ class KafkaExecutor:
         refusal = self.policy.refusal(topic)
         if refusal is not None:
             raise TargetInvalid(refusal)
-        exists = self._topic_exists(topic) if wait else self._known(topic)
+        if self.tenants is None or tenant == OPERATORS:
+            producer: Producer | None = self.producer
+        else:
+            producer = self.tenants.producer(tenant) if wait else self.tenants.made(tenant)
+        if producer is None:
+            return None
+        # Asked as the one that writes: a tenant may describe its own topics (their
+        # partitions name the runs' destinations), the worker's user may not.
+        exists = self._topic_exists(topic, producer) if wait else self._known(topic)
         if exists is None:
             return None
         if not exists:
             raise TargetInvalid(f"topic {topic!r} does not exist")
-        if self.tenants is None or tenant == OPERATORS:
-            return self.producer
-        return self.tenants.producer(tenant) if wait else self.tenants.made(tenant)
+        return producer
 
     def _verdict(
         self,
@@ -176,14 +182,14 @@ class KafkaExecutor:
             return known[1]
         return None
 
-    def _topic_exists(self, topic: str) -> bool:
-        """From the broker's metadata (a lookup failure counts as existing: producing
-        then decides)."""
+    def _topic_exists(self, topic: str, asker: Producer) -> bool:
+        """From the broker's metadata as ``asker`` sees it (a lookup failure counts as
+        existing: producing then decides)."""
         known = self._known(topic)
         if known is not None:
             return known
         try:
-            metadata = self.producer.list_topics(topic=topic, timeout=5)
+            metadata = asker.list_topics(topic=topic, timeout=5)
         except KafkaException:
             return True
         found = metadata.topics.get(topic)

@@ -53,6 +53,7 @@ from schemas.tenancy import OPERATORS
 
 log = logging.getLogger("cronstream.worker")
 STAGE = "worker"
+CLOSE_FLUSH_S = 2.0  # the kafka targets' producers sent what they hold within this at a stop
 ABANDON_AFTER_S = 1.0  # past the deadline, an attempt that ignores its timeout is given up
 
 
@@ -456,9 +457,12 @@ class Attempts:
 
     def close(self) -> None:
         self.pool.shutdown()
-        self._target_producer.flush(10)
+        # Records still unacknowledged belong to runs not settled (read again by the next
+        # owner); one to a partition without a leader would hold the stop for ever.
+        deadline = time.monotonic() + CLOSE_FLUSH_S
+        self._target_producer.flush(CLOSE_FLUSH_S)
         if self._tenant_producers is not None:
-            self._tenant_producers.close()
+            self._tenant_producers.close(max(0.0, deadline - time.monotonic()))
         for executor in self.executors.values():
             close = getattr(executor, "close", None)
             if close is not None:  # an executor holding resources (http's connections)

@@ -106,14 +106,18 @@ class Destinations:
     def refusal(self, pending: Pending) -> str:
         """Why ``pending`` (refused: FULL) does not start; it holds no slot."""
         destination, pending.destination = pending.destination, None
-        return (f"not started: {destination} holds its {self.slots} slots and "
-                f"{WAITING_PER_DESTINATION} runs wait for one")  # fmt: skip
+        return (
+            f"not started: {destination} holds its {self.slots} slots and "
+            f"{WAITING_PER_DESTINATION} runs wait for one"
+        )
 
     def timeout(self, pending: Pending) -> str:
         """Why ``pending`` (from ``expired``) timed out; it holds no slot."""
         destination, pending.destination = pending.destination, None
-        return (f"timed out waiting for a slot of {destination}: its {self.slots} "
-                "attempts in flight did not end")  # fmt: skip
+        return (
+            f"timed out waiting for a slot of {destination}: its {self.slots} "
+            "attempts in flight did not end"
+        )
 
     def _warn(self, destination: str, now: float) -> None:
         if now - self._warned.get(destination, -WARN_EVERY_S) < WARN_EVERY_S:
@@ -124,8 +128,10 @@ class Destinations:
         log.warning(
             "%s holds all its %d slots (--destination-slots): its next runs wait for one "
             "(%d waiting now); runs to other destinations are not held up",
-            destination, self.slots, len(self.bulkhead.queued.get(destination, ())),
-        )  # fmt: skip
+            destination,
+            self.slots,
+            len(self.bulkhead.queued.get(destination, ())),
+        )
 
     def __len__(self) -> int:
         """Runs waiting."""

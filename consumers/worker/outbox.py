@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -19,7 +20,7 @@ from consumers.worker.pending import UNDECODABLE, Pending, outcome_headers
 from runtime import metrics
 from runtime.kafka.clients import Consumer, TopicPartition
 from runtime.kafka.member import commit
-from runtime.kafka.publisher import FAILURES_ONLY, Publisher
+from runtime.kafka.publisher import Mark, Publisher
 from runtime.kafka.records import ConsumedMessage, dead_letter
 from runtime.settings import Settings
 from schemas.catalog import Topics
@@ -33,23 +34,24 @@ STAGE = "worker"
 COMMIT_EVERY_S = 0.2  # flush + asynchronous commit this often (synchronous at handover)
 
 
-# Delivery is checked by flushing before each commit (``settle``, every COMMIT_EVERY_S); a
-# report per record would cost more than the record. The flush sends at once, so a longer
-# linger only makes fewer, larger requests (STARTED records keep their produce time).
+# Delivery is checked without waiting (``settle``, every COMMIT_EVERY_S): what was
+# published since the last round is closed under a mark (``Publisher.mark``: a delivery
+# report per record counts it), and runs are committed once their mark is answered in
+# full. Waiting in the loop for a flush held every start for the ack's round trip each
+# round, and for up to a second per round while a partition of history changed leader
+# (a broker lost: seconds of no start at all, for every destination).
 # A broker outage must not fail a delivery: librdkafka keeps every record and goes on
 # trying (message.timeout.ms 0: no limit), and ``settle`` commits nothing meanwhile. A
 # worker fetches nothing while the broker is away, so what waits is bounded by what was
 # executing.
-OUTBOX_PRODUCER: dict[str, Any] = {
-    **FAILURES_ONLY, "linger.ms": 25, "message.timeout.ms": 0,
-}  # fmt: skip
-SETTLE_WAIT_S = 1.0  # how long one settle waits for acknowledgements before going on
+OUTBOX_PRODUCER: dict[str, Any] = {"linger.ms": 25, "message.timeout.ms": 0}
+WARN_AFTER_S = 5.0  # records unacknowledged this long: logged (every WARN_AFTER_S)
 
 
 def outbox_publisher(settings: Settings, codec: Codec) -> Publisher:
-    """The publisher an ``Outbox`` needs: no per-record delivery reports, served by the
-    flushes in ``settle``."""
-    return Publisher(settings, codec=codec, serve_each=False, **OUTBOX_PRODUCER)
+    """The publisher an ``Outbox`` needs: its records counted under marks, served by
+    ``settle``."""
+    return Publisher(settings, codec=codec, serve_each=False, track_acks=True, **OUTBOX_PRODUCER)
 
 
 class Outbox:
@@ -80,8 +82,12 @@ class Outbox:
         self.done: list[Pending] = []  # finished, records not published yet
         # Records that are no usable run, their DLQ records not published yet.
         self.rejected: list[tuple[ConsumedMessage, int, OffsetTracker, str]] = []
-        self.published: list[Pending] = []  # records published, not flushed yet
-        self.held: list[Pending] = []  # outcomes waiting for their timer/DLQ record's flush
+        self.published: list[Pending] = []  # records published since the last mark
+        self.held: list[Pending] = []  # outcomes waiting for their timer/DLQ record's ack
+        # Marks not answered in full yet, oldest first: (mark, its runs settled once it
+        # is, its runs whose outcomes are published then, when it was closed).
+        self.awaiting: deque[tuple[Mark, list[Pending], list[Pending], float]] = deque()
+        self._warned = 0.0
         self.observers = tuple(observers)  # asked in this order; their records go so
         # Deadline checks answered, with the records the observers left (none: the run
         # succeeded); a run settled by its dead letter alone (``Attempts._unstartable``).
@@ -215,49 +221,64 @@ class Outbox:
            has one); or, for a run that leaves a retry timer or a DLQ record, that
            record, its outcome (and output) waiting for step 2. A record that is no
            usable run leaves its DLQ record alone.
-        2. Flush: every record published so far is acknowledged by Kafka. A failed
+        2. Acknowledged: every record published up to a mark is acknowledged by Kafka
+           (a delivery report per record counts them; nothing waits). A failed
            delivery raises here, before anything is committed. Then publish the
-           outcomes that waited, and flush again: an outcome is what dedup trusts, so
-           it is never durable without the timer or DLQ record that goes with it.
+           outcomes that waited, and commit them once their own mark is: an outcome is
+           what dedup trusts, so it is never durable without the timer or DLQ record
+           that goes with it.
         3. Commit, per partition, the first offset not settled yet (never past a run
-           whose records were not flushed), with the time of that run as metadata.
+           whose records were not acknowledged), with the time of that run as metadata.
 
-        Steps 2 and 3 run every COMMIT_EVERY_S (asynchronous commit), and at once with
-        ``wait`` (synchronous commit: a handover, a shutdown).
+        Steps 2 and 3 run every COMMIT_EVERY_S (asynchronous commit), and with ``wait``
+        at once, flushing everything (synchronous commit: a handover, a shutdown).
 
         A crash before step 3 leaves the runs uncommitted: another worker reads them
         again, finds their outcomes in history, and records DUPLICATE instead of
         executing them a second time.
         """
         self._publish()
+        if wait:
+            self._settle_all()
+            return
         now = time.monotonic()
-        if not wait and (now < self._next_commit or not self.published):
+        if now < self._next_commit or not (self.published or self.held or self.awaiting):
             return
         self._next_commit = now + COMMIT_EVERY_S
-        # 2. flush (the broker away: not acknowledged yet; commit nothing, try later)
-        if not self._flushed(wait):
-            return
-        if self.held:
-            for pending in self.held:
+        if self.published or self.held:
+            self.awaiting.append((self.publisher.mark(), self.published, self.held, now))
+            self.published, self.held = [], []
+        self.publisher.serve()
+        settled: list[Pending] = []
+        awaiting, acknowledged = self.awaiting, self.publisher.acknowledged
+        while awaiting and acknowledged(awaiting[0][0]):
+            _, ready, held, _ = awaiting.popleft()
+            settled.extend(ready)
+            for pending in held:  # 2. their timers and letters are durable: the outcomes
                 self._produce_outcomes(pending)
-            self.held = []
-            if not self._flushed(wait):
-                return
-        # 3. commit
-        self._commit(wait=wait)
+            self.published.extend(held)
+        if awaiting and now - awaiting[0][3] > WARN_AFTER_S and now - self._warned > WARN_AFTER_S:
+            self._warned = now
+            log.warning("the broker has not acknowledged outcomes of %.0f s ago yet; "
+                        "committing none of them until it does", now - awaiting[0][3])  # fmt: skip
+        if settled:
+            self._commit(settled, wait=False)
 
-    def _flushed(self, wait: bool) -> bool:
-        """Whether everything published is acknowledged. A broker that does not answer
-        (restarting, unreachable) is waited for SETTLE_WAIT_S in the loop, 30 s at a
-        handover or a shutdown (``wait``), where PublishError then says what is left."""
-        if wait:
+    def _settle_all(self) -> None:
+        """``settle(wait=True)``: everything published acknowledged (30 s at most, then
+        PublishError says what is left), the outcomes that waited too, then commit."""
+        ready = [pending for _, batch, _, _ in self.awaiting for pending in batch]
+        held = [pending for _, _, batch, _ in self.awaiting for pending in batch]
+        ready += self.published
+        held += self.held
+        self.awaiting.clear()
+        self.published, self.held = [], []
+        self.publisher.flush()
+        if held:
+            for pending in held:
+                self._produce_outcomes(pending)
             self.publisher.flush()
-            return True
-        if self.publisher.settled(SETTLE_WAIT_S):
-            return True
-        log.warning("the broker has not acknowledged the last outcomes yet; "
-                    "committing nothing until it does")  # fmt: skip
-        return False
+        self._commit([*ready, *held], wait=True)
 
     def _publish(self) -> None:
         """Step 1 of ``settle``."""
@@ -276,7 +297,7 @@ class Outbox:
                 self.held.append(pending)  # its outcome waits for step 2
             else:
                 self._produce_outcomes(pending)
-        self.published.extend(self.done)
+                self.published.append(pending)
         self.done = []
 
     def _publish_letters(self) -> None:
@@ -305,17 +326,16 @@ class Outbox:
         if pending.output is not None:
             self.publisher.produce_raw(self._run_output, key, *pending.output)
 
-    def _commit(self, *, wait: bool) -> None:
-        """Step 3 of ``settle``: commit past the runs whose records were flushed."""
+    def _commit(self, settled: list[Pending], *, wait: bool) -> None:
+        """Step 3 of ``settle``: commit past the runs whose records were acknowledged."""
         touched = set()
-        for pending in self.published:
+        for pending in settled:
             key = (pending.topic, pending.partition)
             # A run still executing when its partition was revoked may finish after the
             # partition came back: the new tracker is not its (the run is read again).
             if self.trackers.get(key) is pending.tracker:
                 pending.tracker.finish(pending.offset)
                 touched.add(key)
-        self.published = []
         offsets = []
         for topic, partition in touched:
             tracker = self.trackers[(topic, partition)]

@@ -157,6 +157,14 @@ class Publisher:
         finally:
             self.codec.registry.close()
 
+    def serve(self) -> None:
+        """Wake the producer to send what it holds and serve the delivery reports that
+        came, without waiting (``acknowledged`` then knows); a record Kafka refused for
+        good raises PublishError."""
+        self.producer.flush(0)
+        self.producer.poll(0)
+        self._raise_latched()
+
     def settled(self, timeout: float) -> bool:
         """Wait up to ``timeout`` s for every queued record to be acknowledged: True when
         none is left, False when some still wait (the broker is down or restarting;

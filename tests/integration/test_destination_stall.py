@@ -37,8 +37,10 @@ def test_a_destination_that_never_answers_holds_only_its_own_slots(
     done = [o for o in seen if o.run_id in set(healthy) and o.status is RunStatus.SUCCEEDED]
     assert done, "no healthy run ended"
     last = max(o.finished_at.timestamp() for o in done if o.finished_at is not None)
-    print(f"40 healthy runs ended {last - began:.2f} s after their trigger; the silent "
-          f"server took {len(silent.keys('/slow'))} calls")  # fmt: skip
+    print(
+        f"40 healthy runs ended {last - began:.2f} s after their trigger; the silent "
+        f"server took {len(silent.keys('/slow'))} calls"
+    )
     # Before the fix the 8 slots were all the silent runs' until their timeout (8 s).
     assert last - began < TIMEOUT_S / 2, f"healthy runs waited {last - began:.1f} s"
     assert len(set(target.keys("/ok"))) == 40
@@ -47,6 +49,7 @@ def test_a_destination_that_never_answers_holds_only_its_own_slots(
     ends = [o for o in seen if o.run_id in set(stalled) and o.status is RunStatus.TIMED_OUT]
     waited = [o for o in ends if o.started_at is None]
     assert waited, "no silent run waited for a slot (the bulkhead did not hold them)"
-    assert all("timed out waiting for a slot of http://127.0.0.1:" in (o.error or "")
-               for o in waited)  # fmt: skip
+    assert all(
+        "timed out waiting for a slot of http://127.0.0.1:" in (o.error or "") for o in waited
+    )
     assert len(silent.keys("/slow")) <= 4 * 2  # its 4 slots, and those freed at timeouts

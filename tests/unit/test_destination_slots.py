@@ -28,8 +28,12 @@ from tests.unit.test_worker_parts import RUNS, T0, TOPICS, Parts
 def test_the_bulkhead_starts_within_the_slots_queues_then_refuses() -> None:
     b: Bulkhead[str] = Bulkhead(slots=2, waiting=2)
     assert [b.admit("a", f"a{i}", 10.0 + i) for i in range(5)] == [
-        Admission.START, Admission.START, Admission.WAIT, Admission.WAIT, Admission.FULL,
-    ]  # fmt: skip
+        Admission.START,
+        Admission.START,
+        Admission.WAIT,
+        Admission.WAIT,
+        Admission.FULL,
+    ]
     assert b.admit("b", "b0", 10.0) is Admission.START  # another destination: its own slots
     assert (b.held("a"), len(b)) == (2, 2)
     assert b.ended("a") == ("a2", 12.0)  # the first in line takes the freed slot
@@ -57,7 +61,7 @@ def test_a_kafka_attempts_destination_is_its_topic_partition() -> None:
     try:
         target = Target(type="kafka", topic="orders")
         assert kafka.destination(target, "j@1") == "kafka orders"  # partitions not known yet
-        assert kafka._topic_exists("orders")
+        assert kafka._topic_exists("orders", kafka.producer)
         expected = partition_for("j@1", 3)  # murmur2: tests/unit/test_ids.py
         assert kafka.destination(target, "j@1") == f"kafka orders partition {expected}"
     finally:
@@ -96,17 +100,26 @@ class _Stalled:
 
 
 def _run(run_id: str, timeout_ms: int = 30_000) -> RunRequest:
-    return RunRequest(run_id=run_id, job_id=run_id.split("@", maxsplit=1)[0], scheduled_at=T0,
-                      fired_at=T0, target=Target(type="python", callable="m:f"),
-                      timeout_ms=timeout_ms)  # fmt: skip
+    return RunRequest(
+        run_id=run_id,
+        job_id=run_id.split("@", maxsplit=1)[0],
+        scheduled_at=T0,
+        fired_at=T0,
+        target=Target(type="python", callable="m:f"),
+        timeout_ms=timeout_ms,
+    )
 
 
 def _worker(parts: Parts, executor: _Stalled, **config: Any) -> Attempts:
     """Attempts of a worker of 4 slots, 2 per destination, on ``parts``."""
-    attempts = Attempts(WORKER_SETTINGS, WorkerConfig(group="g", concurrency=4,
-                        destination_slots=2, started_after_ms=0, **config),
-                        outbox=parts.outbox, dedup=parts.dedup, cancels={},
-                        tally=metrics.Tally())  # fmt: skip
+    attempts = Attempts(
+        WORKER_SETTINGS,
+        WorkerConfig(group="g", concurrency=4, destination_slots=2, started_after_ms=0, **config),
+        outbox=parts.outbox,
+        dedup=parts.dedup,
+        cancels={},
+        tally=metrics.Tally(),
+    )
     attempts.executors["python"] = executor
     attempts.destinations.where["python"] = executor.destination
     return attempts
@@ -143,8 +156,9 @@ def test_runs_to_a_stalled_destination_leave_the_other_slots_to_the_others() -> 
         seen = _statuses(parts)
         # Two stalled attempts hold their destination's two slots; three wait, unstarted.
         assert sorted(r for r in executor.began if r.startswith("stalled")) == [
-            "stalled@0", "stalled@1",
-        ]  # fmt: skip
+            "stalled@0",
+            "stalled@1",
+        ]
         assert sorted(attempts.destinations.waiting) == ["stalled@2", "stalled@3", "stalled@4"]
         for i in range(2, 5):
             assert f"stalled@{i}" not in seen  # not even STARTED
@@ -170,21 +184,31 @@ def test_a_waiting_run_times_out_by_its_own_timeout_and_cancel_and_revoke_end_wa
     executor = _Stalled()
     attempts = _worker(parts, executor)
     try:
-        runs = [_run("stalled@0"), _run("stalled@1"),  # hold the two slots
-                _run("stalled@2", timeout_ms=400), _run("stalled@3", timeout_ms=400),
-                _run("stalled@4"), _run("stalled@5")]  # fmt: skip
+        runs = [
+            _run("stalled@0"),
+            _run("stalled@1"),  # hold the two slots
+            _run("stalled@2", timeout_ms=400),
+            _run("stalled@3", timeout_ms=400),
+            _run("stalled@4"),
+            _run("stalled@5"),
+        ]
         for offset, request in enumerate(runs):
             parts.intake.accept(parts.record(request, offset))
         _step(attempts, parts, time.monotonic() + 0.1)
-        assert sorted(attempts.destinations.waiting) == ["stalled@2", "stalled@3",
-                                                         "stalled@4", "stalled@5"]  # fmt: skip
+        assert sorted(attempts.destinations.waiting) == [
+            "stalled@2",
+            "stalled@3",
+            "stalled@4",
+            "stalled@5",
+        ]
         attempts.cancels["stalled@5"] = int(time.time() * 1000)
         attempts.cancel("stalled@5")
         assert "stalled@5" not in attempts.destinations.waiting
         _step(attempts, parts, time.monotonic() + 0.6)
         seen = _statuses(parts)
-        outcomes = [parts.codec.decode(r.value, RunOutcome)
-                    for r in parts.producer.on(TOPICS.history)]  # fmt: skip
+        outcomes = [
+            parts.codec.decode(r.value, RunOutcome) for r in parts.producer.on(TOPICS.history)
+        ]
         errors = {o.run_id: o.error or "" for o in outcomes}
         assert seen["stalled@5"] == [RunStatus.CANCELED]
         # The two that may wait 400 ms never started: ended by their own timeout.

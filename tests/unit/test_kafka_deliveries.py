@@ -89,7 +89,7 @@ def test_a_refused_or_missing_topic_fails_at_once_without_producing() -> None:
         assert "one of cronstream's own" in str(error)
         missing = Target(type="kafka", topic="orders.missing")
         assert executor.start(2, missing, context(), done) is False  # asked by a thread
-        executor._topic_exists("orders.missing")
+        executor._topic_exists("orders.missing", executor.producer)
         assert executor.start(3, missing, context(), done) is True
         token, _, error = done.get(timeout=1)
         assert token == 3
@@ -103,7 +103,7 @@ def test_no_acknowledgement_before_the_deadline_times_the_attempt_out() -> None:
     broker = _Broker({"orders.created"})
     broker.holding = True
     executor = KafkaExecutor(broker, POLICY)  # type: ignore[arg-type]
-    executor._topic_exists("orders.created")
+    executor._topic_exists("orders.created", executor.producer)
     done: Done = SimpleQueue()
     try:
         started = time.monotonic()
@@ -134,7 +134,7 @@ def test_a_tenants_first_record_takes_a_thread_its_producer_made_there() -> None
     broker, tenants = _Broker({"acme.orders"}), _Tenants()
     policy = replace(POLICY, allow=("acme.*",))
     executor = KafkaExecutor(broker, policy, tenants)  # type: ignore[arg-type]
-    executor._topic_exists("acme.orders")
+    executor._topic_exists("acme.orders", executor.producer)
     done: Done = SimpleQueue()
     try:
         target = Target(type="kafka", topic="acme.orders")

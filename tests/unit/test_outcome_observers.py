@@ -44,7 +44,8 @@ class Harness:
         self.dedup = Dedup(86_400_000, 1000, now_ms=0)
         observers = [*outcome_observers(TOPICS, self.dedup, name="w1"), *extra]
         self.outbox = Outbox(
-            fake_publisher(self.codec, self.producer, serve_each=False), topics=TOPICS,
+            fake_publisher(self.codec, self.producer, serve_each=False, track_acks=True),
+            topics=TOPICS,
             name="w1", consumer=self.consumer,  # type: ignore[arg-type]
             trackers={(RUNS, 0): self.tracker}, dedup=self.dedup, tally=metrics.Tally(),
             observers=observers,

@@ -20,7 +20,7 @@ from consumers.worker.config import WorkerConfig
 from consumers.worker.intake import Intake
 from consumers.worker.lookups import SchemaLookups
 from consumers.worker.loop import outcome_observers
-from consumers.worker.outbox import OUTBOX_PRODUCER, Outbox
+from consumers.worker.outbox import Outbox
 from consumers.worker.pending import Pending
 from consumers.worker.replay import HistoryReplay
 from runtime import metrics
@@ -35,8 +35,6 @@ from schemas.events import (
     RunRequest,
     RunStatus,
     Target,
-    TimerReason,
-    TimerRequest,
 )
 from schemas.ids import partition_for
 from schemas.serde import Codec
@@ -63,7 +61,7 @@ class Parts:
         self.trackers: dict[tuple[str, int], OffsetTracker] = {}
         self.dedup = Dedup(86_400_000, 10_000, now_ms=0)
         publisher = Publisher(SETTINGS, codec=self.codec, producer=self.producer,  # type: ignore[arg-type]
-                              serve_each=False)  # fmt: skip
+                              serve_each=False, track_acks=True)  # fmt: skip
         self.outbox = Outbox(
             publisher, topics=topics, name="w1", consumer=self.consumer,  # type: ignore[arg-type]
             trackers=self.trackers, dedup=self.dedup, tally=metrics.Tally(),
@@ -292,81 +290,6 @@ def pending_at(parts: Parts, offset: int, r: RunRequest) -> Pending:
     tracker = parts.trackers[(RUNS, 0)]
     tracker.start(offset, 1000 + offset)
     return Pending(RUNS, 0, offset, r, tracker)
-
-
-def test_settle_makes_a_retry_timer_durable_before_the_outcome_then_commits() -> None:
-    parts = Parts()
-    parts.own()
-    p = pending_at(parts, 0, run("j@a"))
-    timer = TimerRequest(timer_id="j@a#2", job_id="j", due_at=T0, reason=TimerReason.RETRY,
-                         created_at=T0, run=run("j@a"))  # fmt: skip
-    parts.outbox.finish(p, RunStatus.FAILED, "boom", next_attempt_ms=5,
-                        extra=(TOPICS.timers, timer))  # fmt: skip
-    parts.outbox.settle(wait=True)
-    (timer_record,) = parts.producer.on(TOPICS.timers)
-    (outcome_record,) = parts.producer.on(TOPICS.history)
-    order = parts.producer.produced
-    assert order.index(timer_record) < order.index(outcome_record)
-    assert timer_record.flushed
-    assert outcome_record.flushed
-    assert parts.producer.flushes == 2  # the timer's flush, then the outcome's
-    ((offsets, asynchronous, flushes_before),) = parts.consumer.commits
-    assert offsets == [(RUNS, 0, 1, "1000")]
-    assert not asynchronous
-    assert flushes_before == 2
-    outcome = parts.codec.decode(outcome_record.value, RunOutcome)
-    assert (outcome.status, outcome.error, outcome.worker) == (RunStatus.FAILED, "boom", "w1")
-    assert dict(outcome_record.headers)["status"] == b"FAILED"
-
-
-def test_the_commit_never_passes_a_run_not_settled() -> None:
-    parts = Parts()
-    parts.own()
-    first, second = pending_at(parts, 0, run("j@1")), pending_at(parts, 1, run("j@2"))
-    parts.outbox.finish(second, RunStatus.SUCCEEDED, None)
-    parts.outbox.settle(wait=True)
-    assert parts.consumer.commits[-1][0] == [(RUNS, 0, 0, "1000")]  # the first is running
-    parts.outbox.finish(first, RunStatus.SUCCEEDED, None)
-    parts.outbox.settle(wait=True)
-    assert parts.consumer.commits[-1][0] == [(RUNS, 0, 2, "1001")]
-
-
-def test_a_run_settled_after_its_partition_came_back_leaves_the_new_tracker_alone() -> None:
-    parts = Parts()
-    parts.own()
-    old = pending_at(parts, 0, run("j@1"))
-    parts.intake.forget({(RUNS, 0)})  # revoked while it ran
-    parts.own()  # and assigned again: a new tracker
-    parts.outbox.finish(old, RunStatus.SUCCEEDED, None)
-    parts.outbox.settle(wait=True)  # must not raise KeyError on the new tracker
-    assert parts.consumer.commits == []
-    assert len(parts.producer.on(TOPICS.history)) == 1  # its outcome is still published
-
-
-def test_a_failed_delivery_stops_settle_before_any_commit() -> None:
-    parts = Parts()
-    parts.own()
-    parts.outbox.finish(pending_at(parts, 0, run("j@1")), RunStatus.SUCCEEDED, None)
-    parts.producer.fail_next = True
-    with pytest.raises(Exception, match="delivery"):
-        parts.outbox.settle(wait=True)
-    assert parts.consumer.commits == []
-
-
-def test_a_broker_outage_holds_the_commit_and_ends_nothing() -> None:
-    """Found by the chaos suite: the broker killed, settle's flush raised "records still
-    unacknowledged after 30.0s" out of the worker's loop and the process ended."""
-    parts = Parts()
-    parts.own()
-    parts.outbox.finish(pending_at(parts, 0, run("j@1")), RunStatus.SUCCEEDED, None)
-    parts.producer.down = True
-    parts.outbox.settle()  # waits SETTLE_WAIT_S at most, then goes on
-    assert parts.consumer.commits == []
-    parts.producer.down = False
-    parts.outbox._next_commit = 0.0
-    parts.outbox.settle()
-    assert parts.consumer.commits[-1][0] == [(RUNS, 0, 1, "1000")]
-    assert OUTBOX_PRODUCER["message.timeout.ms"] == 0  # librdkafka never gives a record up
 
 
 class _Broken:
