@@ -72,15 +72,22 @@ class Bulkhead(Generic[T]):
             self.in_flight.pop(destination, None)
         return None
 
-    def expired(self, now: float) -> list[T]:
-        """The queued items whose deadline passed, taken out of their queues."""
+    def expired(
+        self, now: float, keep: Callable[[Hashable, T, float], bool] | None = None
+    ) -> list[T]:
+        """The queued items whose deadline passed, taken out of their queues; but those
+        ``keep(destination, item, deadline)`` keeps waiting."""
         gone: list[T] = []
         for destination in list(self.queued):
             queue = self.queued[destination]
             if all(deadline > now for _, deadline in queue):
                 continue
-            gone.extend(item for item, deadline in queue if deadline <= now)
-            kept = deque((i, d) for i, d in queue if d > now)
+            kept: deque[tuple[T, float]] = deque()
+            for item, deadline in queue:
+                if deadline > now or (keep is not None and keep(destination, item, deadline)):
+                    kept.append((item, deadline))
+                else:
+                    gone.append(item)
             if kept:
                 self.queued[destination] = kept
             else:

@@ -254,7 +254,11 @@ class KafkaExecutor:
         except BufferError as exc:
             done.put((token, None, ExecutionFailed(f"local producer queue full: {exc}")))
         except Exception as exc:  # KafkaException for a bad topic name and the like
-            done.put((token, None, TargetInvalid(f"cannot produce to {topic!r}: {exc}")))
+            refused = _refused(exc)
+            if refused is not None:
+                done.put((token, None, self._failure(refused, producer, target, context)))
+            else:
+                done.put((token, None, TargetInvalid(f"cannot produce to {topic!r}: {exc}")))
         return True
 
     def close(self) -> None:
@@ -296,12 +300,24 @@ def deliver(
     except BufferError as exc:
         raise ExecutionFailed(f"local producer queue full: {exc}") from exc
     except Exception as exc:  # KafkaException for a bad topic name and the like
+        refused = _refused(exc)
+        if refused is not None:
+            return refused, ""
         raise TargetInvalid(f"cannot produce to {topic!r}: {exc}") from exc
     while not done.is_set():
         if context.remaining() <= 0:
             raise _no_acknowledgement(topic)
         producer.poll(min(0.05, context.remaining()))
     return outcome[0]
+
+
+def _refused(exc: Exception) -> KafkaError | None:
+    """The broker's refusal of the writer that ``produce`` raised at once (its metadata,
+    asked as the writer, said so already), answered as a refused delivery is."""
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+        return err
+    return None
 
 
 def _place(msg: Any) -> str:

@@ -348,6 +348,8 @@ class Attempts:
             self.running.remove(pending)
             count += 1
             del self.running_ids[pending.run.run_id]
+            if pending.destination is not None and not isinstance(error, TimedOut):
+                self.destinations.heard(pending, time.monotonic())  # it answered
             if isinstance(error, ExecutionFailed):
                 self.fail(pending, error)
             elif error is not None:  # an executor's bug: this run's outcome, not our end

@@ -5,15 +5,19 @@ runs whose turn came.
 
 A run that waits has not started: no STARTED outcome, no attempt; a revoked partition's
 waiting runs are left to the next owner, as queued ones are (``drop``); one cancelled
-while it waits ends CANCELED at once (``cancel``). Its timeout counts from when it
-began to wait: the attempt that follows gets what is left of it.
+while it waits ends CANCELED at once (``cancel``). It waits as long as its destination
+answers (an attempt to it ended other than by timing out since it began to wait: slow,
+not stalled), and its attempt then gets its whole timeout; while the destination
+answers nothing its timeout counts from when it began to wait (``expired``), and the
+attempt that follows gets what is left of it.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 
 from consumers.core.bulkhead import Admission, Bulkhead
 from consumers.executors.base import Destined, Executor
@@ -38,6 +42,7 @@ class Destinations:
         self.waiting: dict[str, Pending] = {}  # run id -> its run, waiting
         self.ready: deque[tuple[Pending, float]] = deque()  # (run, deadline): start first
         self._warned: dict[str, float] = {}  # destination -> when it was last logged
+        self._heard: dict[str, float] = {}  # destination -> when an attempt last answered
 
     def admit(self, pending: Pending, now: float) -> Admission:
         """Whether ``pending``'s attempt may take a slot of its destination now (START:
@@ -55,6 +60,15 @@ class Destinations:
             self._warn(destination, now)
         return admission
 
+    def heard(self, pending: Pending, now: float) -> None:
+        """``pending``'s attempt ended with an answer from its destination (anything
+        but a time-out): the runs waiting for it wait on."""
+        destination = pending.destination
+        if destination is not None:
+            if len(self._heard) > 10_000:
+                self._heard.clear()
+            self._heard[destination] = now
+
     def ended(self, pending: Pending) -> None:
         """``pending``'s attempt no longer holds its destination's slot (it ended, or
         never started): the next run waiting there, if any, goes on ``ready``."""
@@ -64,15 +78,23 @@ class Destinations:
         pending.destination = None
         turn = self.bulkhead.ended(destination)
         if turn is not None:
-            del self.waiting[turn[0].run.run_id]
-            self.ready.append(turn)
+            waited, deadline = turn
+            del self.waiting[waited.run.run_id]
+            if self._answering(destination, waited, deadline):  # slow, not stalled
+                deadline = time.monotonic() + waited.run.timeout_ms / 1000
+            self.ready.append((waited, deadline))
+
+    def _answering(self, destination: Hashable, pending: Pending, deadline: float) -> bool:
+        """Whether ``destination`` answered since ``pending`` began to wait."""
+        began = deadline - pending.run.timeout_ms / 1000
+        return self._heard.get(str(destination), -1.0) >= began
 
     def expired(self, now: float) -> list[Pending]:
         """The waiting runs whose timeout passed, no longer waiting (``timeout`` says
         why)."""
         if not self.waiting:
             return []
-        gone = self.bulkhead.expired(now)
+        gone = self.bulkhead.expired(now, keep=self._answering)
         for pending in gone:
             del self.waiting[pending.run.run_id]
         return gone

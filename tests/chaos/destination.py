@@ -18,7 +18,8 @@ kill and how many have no effect; their due-to-start p50 / p99 before and after 
 kill; how the runs to the partition without a leader ended (status counts, and how many
 had not ended 40 s after their due time, the timeout being 30 s); runs with no outcome
 at all 40 s after their due time (not lost for good: unsettled, the next worker reads
-them again; but not run).
+them again; but not run); runs with more than one record on the healthy partitions
+(repeated effects, flagged or not).
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ class Round:
     stalled_ends: Counter[str] = field(default_factory=Counter)  # the leaderless partition's
     stalled_unended: int = 0  # no final outcome 40 s after due
     lost: int = 0  # requested, no outcome at all by the end (unsettled, read again later)
+    repeated: int = 0  # runs to the healthy partitions with more than one record there
     stop: str = ""  # how the processes ended at SIGTERM, when not with 0
 
 
@@ -193,13 +195,14 @@ def _measure(
             )
             if run_id in started:
                 skews.append(started[run_id] - due)
+            result.repeated += effects[run_id] > 1
             if due >= killed:
                 result.healthy_after += 1
                 result.without_effect += run_id not in effects
     return result
 
 
-def _effects(settings: Settings, topic: str, skip: int) -> set[str]:
+def _effects(settings: Settings, topic: str, skip: int) -> Counter[str]:
     """The run ids (keys) of the records on ``topic``'s partitions but ``skip``."""
     consumer = Consumer(
         {
@@ -208,7 +211,7 @@ def _effects(settings: Settings, topic: str, skip: int) -> set[str]:
             "enable.auto.commit": False,
         }
     )
-    keys: set[str] = set()
+    keys: Counter[str] = Counter()
     try:
         for partition in (p for p in range(3) if p != skip):
             tp = TopicPartition(topic, partition)
@@ -220,7 +223,7 @@ def _effects(settings: Settings, topic: str, skip: int) -> set[str]:
                     raise RuntimeError(f"{topic} [{partition}]: read {position} of {high}")
                 for msg in consumer.consume(1000, timeout=5):
                     if msg.error() is None:
-                        keys.add((msg.key() or b"").decode())
+                        keys[(msg.key() or b"").decode()] += 1
                         position = (msg.offset() or 0) + 1
     finally:
         consumer.close()
@@ -274,6 +277,7 @@ def report(rounds: list[Round]) -> None:
         "after that ms",
         "leaderless partition's runs ended",
         "no outcome at all",
+        "repeated effects",
         "stop",
     )
     print("  |  ".join(head))
@@ -292,6 +296,7 @@ def report(rounds: list[Round]) -> None:
                     after,
                     ends,
                     str(r.lost),
+                    str(r.repeated),
                     r.stop or "exit 0",
                 ]
             ),

@@ -110,7 +110,7 @@ def _run(run_id: str, timeout_ms: int = 30_000) -> RunRequest:
     )
 
 
-def _worker(parts: Parts, executor: _Stalled, **config: Any) -> Attempts:
+def _worker(parts: Parts, executor: Any, **config: Any) -> Attempts:
     """Attempts of a worker of 4 slots, 2 per destination, on ``parts``."""
     attempts = Attempts(
         WORKER_SETTINGS,
@@ -223,4 +223,36 @@ def test_a_waiting_run_times_out_by_its_own_timeout_and_cancel_and_revoke_end_wa
         assert "stalled@4" not in _statuses(parts)
     finally:
         executor.go.set()
+        attempts.close()
+
+
+class _Slow:
+    """A python executor whose runs all go to "slow", which answers each after 150 ms."""
+
+    kind = "python"
+
+    def destination(self, _target: Target, _run_id: str) -> str:
+        return "slow"
+
+    def execute(self, _target: Target, context: RunContext) -> str:
+        time.sleep(0.15)
+        return "ok"
+
+
+def test_runs_wait_on_for_a_slow_destination_that_answers() -> None:
+    """Found by the CI run: 80 runs of 1 s to one server in 4 slots a worker, timeout 10 s:
+    those still waiting at 10 s timed out although the server answered all along. A run
+    waits as long as its destination answers; its attempt then gets its whole timeout."""
+    parts = Parts()
+    parts.own()
+    attempts = _worker(parts, _Slow())
+    try:
+        for offset in range(8):  # 8 x 150 ms in 2 slots: 600 ms, twice the timeout
+            parts.intake.accept(parts.record(_run(f"slow@{offset}", timeout_ms=300), offset))
+        _step(attempts, parts, time.monotonic() + 1.2)
+        seen = _statuses(parts)
+        assert {run_id: statuses[-1] for run_id, statuses in seen.items()} == {
+            f"slow@{i}": RunStatus.SUCCEEDED for i in range(8)
+        }
+    finally:
         attempts.close()
