@@ -145,13 +145,24 @@ class Attempts:
                 if deadline is None:
                     capacity -= self._start_one(pending, released)
                 else:
-                    # the grants may have changed while it waited: asked again
-                    capacity -= self._launch(pending, deadline, self._refusal(pending.run))
+                    capacity -= self._resume(pending, deadline)
             except Exception as exc:  # a bug this run reaches before its executor
                 self._unstartable(pending, exc)
             else:
                 self.faults.ok()
         return taken
+
+    def _resume(self, pending: Pending, deadline: float) -> int:
+        """Start a run whose destination's slot came (``Destinations.ready``); 1 if it
+        took a run slot. One whose wait used its time up is not started at all (a record
+        produced now would land after its attempt was given up)."""
+        if deadline <= time.monotonic():
+            where = pending.destination
+            self.fail(pending, TimedOut(f"timed out waiting for a slot of {where}"))
+            self._ended(pending)
+            return 0
+        # the grants may have changed while it waited: asked again
+        return 1 if self._launch(pending, deadline, self._refusal(pending.run)) else 0
 
     def _start_one(self, pending: Pending, released: bool) -> int:
         """Start ``pending`` or settle it at once; 1 if it took a run thread."""

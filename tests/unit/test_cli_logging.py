@@ -92,3 +92,14 @@ def test_the_roles_take_no_v(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         build_parser().parse_args(["worker", "-v"])
     assert "unrecognized arguments: -v" in capsys.readouterr().err
+
+
+def test_a_handshake_that_timed_out_is_not_a_refused_login() -> None:
+    from runtime.kafka.security import handshake_cut
+
+    timed_out = "GroupCoordinator: 127.0.0.1:19112: SASL SCRAM-SHA-512 mechanism handshake "
+    assert handshake_cut(timed_out + "failed: Local: Timed out: broker's supported mechanisms")
+    assert not handshake_cut(
+        "Authentication failed during authentication due to invalid "
+        "credentials with SASL mechanism SCRAM-SHA-512"
+    )
