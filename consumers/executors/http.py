@@ -292,15 +292,13 @@ class Destination(NamedTuple):
 
 @lru_cache(maxsize=4096)
 def _origin(url: str) -> str | None:
-    """``scheme://host:port`` of ``url``, or None when it is no http(s) URL."""
+    """``scheme://host:port`` of ``url`` (``Destination.origin``), or None when it is no
+    usable http(s) URL."""
     try:
-        parts = urlsplit(url)
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError:
+        scheme, host, port = _destination(url).origin
+    except TargetInvalid:
         return None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return None
-    return f"{parts.scheme}://{parts.hostname}:{port}"
+    return f"{scheme}://{host}:{port}"
 
 
 def _destination(url: str) -> Destination:

@@ -103,11 +103,11 @@ class Attempts:
             producer=self._target_producer, tenant_producers=self._tenant_producers,
             encode=outbox.publisher.codec.encode, policy=self.policy.current,
         ))  # fmt: skip
-        # Executors that run attempts without a run thread each (http, kafka): what
-        # starts one (``consumers.executors.base.LoopExecutor``); the others take a thread.
         # Run slots per destination: one that stops answering holds only its share.
         slots = config.destination_slots or max(1, config.concurrency // 2)
         self.destinations = Destinations(self.executors, slots=slots)
+        # Executors that run attempts without a run thread each (http, kafka): what
+        # starts one (``consumers.executors.base.LoopExecutor``); the others take a thread.
         self.starters: dict[str, Starter] = {
             kind: executor.start
             for kind, executor in self.executors.items()
@@ -157,8 +157,7 @@ class Attempts:
         took a run slot. One whose wait used its time up is not started at all (a record
         produced now would land after its attempt was given up)."""
         if deadline <= time.monotonic():
-            where = pending.destination
-            self.fail(pending, TimedOut(f"timed out waiting for a slot of {where}"))
+            self.fail(pending, TimedOut(self.destinations.timeout(pending.destination)))
             self._ended(pending)
             return 0
         # the grants may have changed while it waited: asked again
@@ -168,15 +167,12 @@ class Attempts:
         """Start ``pending`` or settle it at once; 1 if it took a run thread."""
         run = pending.run
         if run.trigger is Trigger.DEADLINE:  # not a run: the check of its deadline
-            executing = run.run_id in self.running_ids or run.run_id in self.destinations.waiting
-            self.outbox.check_deadline(pending, running=executing)
+            self.outbox.check_deadline(pending, running=self._here(run.run_id))
             return 0
         cancelled = run.run_id in self.cancels
         verdict = before_start(
             cancelled=cancelled,
-            duplicate=run.run_id in self.running_ids
-            or run.run_id in self.destinations.waiting
-            or self.dedup.seen(run.run_id, run.attempt),
+            duplicate=self._here(run.run_id) or self.dedup.seen(run.run_id, run.attempt),
             reason=self.cancel_reasons.get(run.run_id) if cancelled else None,
         )
         if verdict is not None:
@@ -187,6 +183,10 @@ class Attempts:
         if not released and run.concurrency is not Concurrency.ALLOW and not self._admit(pending):
             return 0
         return 1 if self._start(pending) else 0
+
+    def _here(self, run_id: str) -> bool:
+        """Whether ``run_id`` executes here, or waits here for its destination's slot."""
+        return run_id in self.running_ids or run_id in self.destinations.waiting
 
     def _unstartable(self, pending: Pending, exc: Exception) -> None:
         """A bug ``pending``'s run reaches before its executor (``runtime.faults``): the
@@ -265,14 +265,14 @@ class Attempts:
         run = pending.run
         refusal = self._refusal(run)
         if not refusal and self.destinations.where:
-            admission = self.destinations.admit(pending, time.monotonic())
+            admission, where = self.destinations.admit(pending, time.monotonic())
             if admission is Admission.WAIT:  # it holds its job's turn meanwhile
                 if run.concurrency is not Concurrency.ALLOW:
                     policy = run.concurrency.value
                     self.gate.started(run.job_id, run.run_id, policy=policy, item=pending)
                 return False
             if admission is Admission.FULL:
-                self.fail(pending, ExecutionFailed(self.destinations.refusal(pending)))
+                self.fail(pending, ExecutionFailed(self.destinations.refusal(where)))
                 if run.concurrency is not Concurrency.ALLOW:
                     self._release(run.job_id)
                 return False
@@ -346,6 +346,7 @@ class Attempts:
         finished = self.finished
         block = bool(wait and self.running)
         count = 0
+        heard_at = time.monotonic()  # when the attempts collected here were answered
         while True:
             try:
                 pending, output, error = (
@@ -360,7 +361,7 @@ class Attempts:
             count += 1
             del self.running_ids[pending.run.run_id]
             if pending.destination is not None and not isinstance(error, TimedOut):
-                self.destinations.heard(pending, time.monotonic())  # it answered
+                self.destinations.heard(pending, heard_at)  # it answered
             if isinstance(error, ExecutionFailed):
                 self.fail(pending, error)
             elif error is not None:  # an executor's bug: this run's outcome, not our end
@@ -376,9 +377,9 @@ class Attempts:
         if now >= self._next_deadline_check:
             self._next_deadline_check = now + 0.1
             count += self._abandon_overdue(now)
-            for pending in self.destinations.expired(now):
-                self.fail(pending, TimedOut(self.destinations.timeout(pending)))
-                self._ended(pending)
+            for pending, where in self.destinations.expired(now):
+                self.fail(pending, TimedOut(self.destinations.timeout(where)))
+                self._ended(pending)  # its job's turn (it held no slot)
                 count += 1
             metrics.runs_waiting_destination.set(len(self.destinations))
             self._announce()

@@ -3,6 +3,9 @@ destination a run goes to (its executor's ``destination``: a kafka target's topi
 partition, an http target's origin), the runs waiting for one of its slots, and the
 runs whose turn came.
 
+``Pending.destination`` is set while a run holds a slot of its destination, and only
+then: a waiting run's destination is kept here (``waiting``).
+
 A run that waits has not started: no STARTED outcome, no attempt; a revoked partition's
 waiting runs are left to the next owner, as queued ones are (``drop``); one cancelled
 while it waits ends CANCELED at once (``cancel``). It waits as long as its destination
@@ -39,26 +42,28 @@ class Destinations:
         }
         self.slots = slots
         self.bulkhead: Bulkhead[Pending] = Bulkhead(slots, WAITING_PER_DESTINATION)
-        self.waiting: dict[str, Pending] = {}  # run id -> its run, waiting
+        self.waiting: dict[str, str] = {}  # run id of a waiting run -> its destination
         self.ready: deque[tuple[Pending, float]] = deque()  # (run, deadline): start first
         self._warned: dict[str, float] = {}  # destination -> when it was last logged
-        self._heard: dict[str, float] = {}  # destination -> when an attempt last answered
+        self._heard: dict[Hashable, float] = {}  # destination -> when one last answered
 
-    def admit(self, pending: Pending, now: float) -> Admission:
+    def admit(self, pending: Pending, now: float) -> tuple[Admission, str | None]:
         """Whether ``pending``'s attempt may take a slot of its destination now (START:
         it holds one until ``ended``), waits for one (WAIT: it comes back on ``ready``
-        with its deadline, or from ``expired``), or is refused (FULL)."""
+        with its deadline, or from ``expired``), or is refused (FULL); and where it goes
+        (None: nowhere that can stall)."""
         run = pending.run
         where = self.where.get(run.target.type)
         destination = None if where is None else where(run.target, run.run_id)
         if destination is None:
-            return Admission.START
-        pending.destination = destination
+            return Admission.START, None
         admission = self.bulkhead.admit(destination, pending, now + run.timeout_ms / 1000)
-        if admission is Admission.WAIT:
-            self.waiting[run.run_id] = pending
+        if admission is Admission.START:
+            pending.destination = destination
+        elif admission is Admission.WAIT:
+            self.waiting[run.run_id] = destination
             self._warn(destination, now)
-        return admission
+        return admission, destination
 
     def heard(self, pending: Pending, now: float) -> None:
         """``pending``'s attempt ended with an answer from its destination (anything
@@ -80,6 +85,7 @@ class Destinations:
         if turn is not None:
             waited, deadline = turn
             del self.waiting[waited.run.run_id]
+            waited.destination = destination  # the slot is its now
             if self._answering(destination, waited, deadline):  # slow, not stalled
                 deadline = time.monotonic() + waited.run.timeout_ms / 1000
             self.ready.append((waited, deadline))
@@ -87,24 +93,21 @@ class Destinations:
     def _answering(self, destination: Hashable, pending: Pending, deadline: float) -> bool:
         """Whether ``destination`` answered since ``pending`` began to wait."""
         began = deadline - pending.run.timeout_ms / 1000
-        return self._heard.get(str(destination), -1.0) >= began
+        return self._heard.get(destination, -1.0) >= began
 
-    def expired(self, now: float) -> list[Pending]:
-        """The waiting runs whose timeout passed, no longer waiting (``timeout`` says
-        why)."""
+    def expired(self, now: float) -> list[tuple[Pending, str]]:
+        """The waiting runs whose timeout passed, no longer waiting, with their
+        destinations (``timeout`` says why)."""
         if not self.waiting:
             return []
         gone = self.bulkhead.expired(now, keep=self._answering)
-        for pending in gone:
-            del self.waiting[pending.run.run_id]
-        return gone
+        return [(pending, self.waiting.pop(pending.run.run_id)) for pending in gone]
 
     def cancel(self, run_id: str) -> Pending | None:
         """The waiting run ``run_id``, no longer waiting; None if it does not wait."""
-        pending = self.waiting.pop(run_id, None)
-        if pending is not None:
-            self.bulkhead.drop(lambda p: p is pending)
-            pending.destination = None
+        if self.waiting.pop(run_id, None) is None:
+            return None
+        (pending,) = self.bulkhead.drop(lambda p: p.run.run_id == run_id)
         return pending
 
     def drop(self, gone: Callable[[Pending], bool]) -> list[Pending]:
@@ -113,7 +116,6 @@ class Destinations:
         dropped = self.bulkhead.drop(gone)
         for pending in dropped:
             del self.waiting[pending.run.run_id]
-            pending.destination = None
         kept: deque[tuple[Pending, float]] = deque()
         while self.ready:
             entry = self.ready.popleft()
@@ -125,17 +127,15 @@ class Destinations:
         self.ready.extend(kept)  # in place: the worker's loop holds it
         return dropped
 
-    def refusal(self, pending: Pending) -> str:
-        """Why ``pending`` (refused: FULL) does not start; it holds no slot."""
-        destination, pending.destination = pending.destination, None
+    def refusal(self, destination: str | None) -> str:
+        """Why a run to ``destination`` was refused (FULL)."""
         return (
             f"not started: {destination} holds its {self.slots} slots and "
             f"{WAITING_PER_DESTINATION} runs wait for one"
         )
 
-    def timeout(self, pending: Pending) -> str:
-        """Why ``pending`` (from ``expired``) timed out; it holds no slot."""
-        destination, pending.destination = pending.destination, None
+    def timeout(self, destination: str | None) -> str:
+        """Why a run that waited for a slot of ``destination`` timed out."""
         return (
             f"timed out waiting for a slot of {destination}: its {self.slots} "
             "attempts in flight did not end"

@@ -10,7 +10,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from consumers.core.dedup import Dedup
 from consumers.core.offsets import OffsetTracker
@@ -46,6 +46,15 @@ COMMIT_EVERY_S = 0.2  # flush + asynchronous commit this often (synchronous at h
 # executing.
 OUTBOX_PRODUCER: dict[str, Any] = {"linger.ms": 25, "message.timeout.ms": 0}
 WARN_AFTER_S = 5.0  # records unacknowledged this long: logged (every WARN_AFTER_S)
+
+
+class _Round(NamedTuple):
+    """What one round of ``settle`` published, under its mark."""
+
+    mark: Mark
+    ready: list[Pending]  # runs settled once the mark is answered in full
+    held: list[Pending]  # runs whose outcomes are published then (their timer is durable)
+    closed: float  # when (monotonic)
 
 
 def outbox_publisher(settings: Settings, codec: Codec) -> Publisher:
@@ -84,9 +93,7 @@ class Outbox:
         self.rejected: list[tuple[ConsumedMessage, int, OffsetTracker, str]] = []
         self.published: list[Pending] = []  # records published since the last mark
         self.held: list[Pending] = []  # outcomes waiting for their timer/DLQ record's ack
-        # Marks not answered in full yet, oldest first: (mark, its runs settled once it
-        # is, its runs whose outcomes are published then, when it was closed).
-        self.awaiting: deque[tuple[Mark, list[Pending], list[Pending], float]] = deque()
+        self.awaiting: deque[_Round] = deque()  # marks not answered in full, oldest first
         self._warned = 0.0
         self.observers = tuple(observers)  # asked in this order; their records go so
         # Deadline checks answered, with the records the observers left (none: the run
@@ -246,29 +253,37 @@ class Outbox:
             return
         self._next_commit = now + COMMIT_EVERY_S
         if self.published or self.held:
-            self.awaiting.append((self.publisher.mark(), self.published, self.held, now))
+            self.awaiting.append(_Round(self.publisher.mark(), self.published, self.held, now))
             self.published, self.held = [], []
         self.publisher.serve()
         settled: list[Pending] = []
         awaiting, acknowledged = self.awaiting, self.publisher.acknowledged
-        while awaiting and acknowledged(awaiting[0][0]):
-            _, ready, held, _ = awaiting.popleft()
-            settled.extend(ready)
-            for pending in held:  # 2. their timers and letters are durable: the outcomes
+        while awaiting and acknowledged(awaiting[0].mark):
+            answered = awaiting.popleft()
+            settled.extend(answered.ready)
+            for pending in answered.held:  # 2. their timers and letters are durable
                 self._produce_outcomes(pending)
-            self.published.extend(held)
-        if awaiting and now - awaiting[0][3] > WARN_AFTER_S and now - self._warned > WARN_AFTER_S:
-            self._warned = now
-            log.warning("the broker has not acknowledged outcomes of %.0f s ago yet; "
-                        "committing none of them until it does", now - awaiting[0][3])  # fmt: skip
+            self.published.extend(answered.held)
+        if awaiting:
+            self._warn_unanswered(now - awaiting[0].closed, now)
         if settled:
             self._commit(settled, wait=False)
+
+    def _warn_unanswered(self, age: float, now: float) -> None:
+        """Log, every WARN_AFTER_S at most, records unanswered for over WARN_AFTER_S."""
+        if age > WARN_AFTER_S and now - self._warned > WARN_AFTER_S:
+            self._warned = now
+            log.warning(
+                "the broker has not acknowledged outcomes of %.0f s ago yet; "
+                "committing none of them until it does",
+                age,
+            )
 
     def _settle_all(self) -> None:
         """``settle(wait=True)``: everything published acknowledged (30 s at most, then
         PublishError says what is left), the outcomes that waited too, then commit."""
-        ready = [pending for _, batch, _, _ in self.awaiting for pending in batch]
-        held = [pending for _, _, batch, _ in self.awaiting for pending in batch]
+        ready = [pending for batch in self.awaiting for pending in batch.ready]
+        held = [pending for batch in self.awaiting for pending in batch.held]
         ready += self.published
         held += self.held
         self.awaiting.clear()

@@ -162,7 +162,7 @@ def _kafka_round(
 ) -> tuple[Measured, float]:
     """The kafka row of ``code``, then a bare producer writing the same records as the
     tenant: its CPU us per record."""
-    with namespace(base) as settings, _tenant_topic(settings) as (tenant, topic):
+    with namespace(base) as settings, tenant_topic(settings) as (tenant, topic):
         target = Target(type="kafka", topic=topic)
 
         def make(i: int, tenant: str = tenant, target: Target = target) -> JobDefinition:
@@ -269,9 +269,10 @@ def _report(
 
 
 @contextmanager
-def _tenant_topic(settings: Settings) -> Iterator[tuple[str, str]]:
-    """A tenant of ``settings``' namespace and a topic of its own, removed after."""
-    tenant = f"bench{uuid.uuid4().hex[:6]}"
+def tenant_topic(settings: Settings, prefix: str = "bench") -> Iterator[tuple[str, str]]:
+    """A tenant of ``settings``' namespace and a topic of its own (3 partitions at
+    replication factor 1), removed after."""
+    tenant = f"{prefix}{uuid.uuid4().hex[:6]}"
     add_tenant(settings, tenant)
     topic = f"{tenant}.orders"
     admin = kafka_admin(settings, superuser=True)

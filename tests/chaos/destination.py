@@ -35,9 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import NewTopic
 
-from infra.tenants import add_tenant, remove_tenant
 from runtime.errors import PublishError
 from runtime.kafka.clients import kafka_admin
 from runtime.kafka.security import admin_security
@@ -47,6 +45,7 @@ from schemas.events import JobDefinition, Priority, RunOutcome, RunStatus, Targe
 from schemas.ids import partition_for
 from schemas.tenancy import qualify
 from tests.bench.common import checkout, header_due_ms, job, namespace, pct, put_jobs
+from tests.bench.target_rows import tenant_topic
 from tests.bench.workers import Pipeline
 from tests.chaos import stack
 from tests.chaos.cluster import wait_replicated
@@ -238,33 +237,24 @@ def _leaders(settings: Settings, topic: str) -> dict[int, int]:
 
 @contextmanager
 def _tenant_topic(settings: Settings) -> Iterator[tuple[str, str, dict[int, int]]]:
-    """A tenant of ``settings``' namespace and its topic of 3 partitions at replication
-    factor 1 (with each partition's broker), removed after."""
-    tenant = f"chaos{uuid.uuid4().hex[:6]}"
-    add_tenant(settings, tenant)
-    topic = f"{tenant}.orders"
+    """``tenant_topic`` once the cluster has its 3 brokers, with each partition's broker
+    (its 3 partitions on at least two of them)."""
     admin = kafka_admin(settings, superuser=True)
     deadline = time.monotonic() + 120
     while len(admin.list_topics(timeout=30).brokers) < 3:  # a broker just started: registered
         if time.monotonic() > deadline:
             raise RuntimeError("the cluster does not have 3 brokers")
         time.sleep(1)
-    for future in admin.create_topics([NewTopic(topic, 3, 1)]).values():
-        future.result(30)
-    leaders = _leaders(settings, topic)
-    while min(leaders.values()) < 0 and time.monotonic() < deadline:  # being elected
-        time.sleep(0.5)
+    with tenant_topic(settings, prefix="chaos") as (tenant, topic):
         leaders = _leaders(settings, topic)
-    placed = set(leaders.values())
-    print(f"{topic}: partition -> leader {leaders}", flush=True)
-    if len(placed) < 2 or min(placed) < 0:
-        raise RuntimeError(f"{topic}'s 3 partitions all went to broker {placed}: run again")
-    try:
+        while min(leaders.values()) < 0 and time.monotonic() < deadline:  # being elected
+            time.sleep(0.5)
+            leaders = _leaders(settings, topic)
+        placed = set(leaders.values())
+        print(f"{topic}: partition -> leader {leaders}", flush=True)
+        if len(placed) < 2 or min(placed) < 0:
+            raise RuntimeError(f"{topic}'s 3 partitions all went to broker {placed}: run again")
         yield tenant, topic, leaders
-    finally:
-        for future in admin.delete_topics([topic], operation_timeout=60).values():
-            future.result()
-        remove_tenant(settings, tenant)
 
 
 def report(rounds: list[Round]) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -92,6 +94,9 @@ class _Stalled:
     def destination(self, _target: Target, run_id: str) -> str:
         return "stalled" if run_id.startswith("stalled") else "fine"
 
+    def release(self) -> None:
+        self.go.set()
+
     def execute(self, _target: Target, context: RunContext) -> str:
         self.began.append(context.run_id)
         if context.run_id.startswith("stalled") and not self.go.wait(context.remaining()):
@@ -110,11 +115,15 @@ def _run(run_id: str, timeout_ms: int = 30_000) -> RunRequest:
     )
 
 
-def _worker(parts: Parts, executor: Any, **config: Any) -> Attempts:
-    """Attempts of a worker of 4 slots, 2 per destination, on ``parts``."""
+@contextmanager
+def _worker(executor: Any) -> Iterator[tuple[Parts, Attempts]]:
+    """A worker's parts and its attempts (4 slots, 2 per destination), python targets
+    run by ``executor``; closed after, ``executor`` released first."""
+    parts = Parts()
+    parts.own()
     attempts = Attempts(
         WORKER_SETTINGS,
-        WorkerConfig(group="g", concurrency=4, destination_slots=2, started_after_ms=0, **config),
+        WorkerConfig(group="g", concurrency=4, destination_slots=2, started_after_ms=0),
         outbox=parts.outbox,
         dedup=parts.dedup,
         cancels={},
@@ -122,7 +131,11 @@ def _worker(parts: Parts, executor: Any, **config: Any) -> Attempts:
     )
     attempts.executors["python"] = executor
     attempts.destinations.where["python"] = executor.destination
-    return attempts
+    try:
+        yield parts, attempts
+    finally:
+        executor.release()
+        attempts.close()
 
 
 def _step(attempts: Attempts, parts: Parts, until: float) -> None:
@@ -144,11 +157,8 @@ def _statuses(parts: Parts) -> dict[str, list[RunStatus]]:
 
 
 def test_runs_to_a_stalled_destination_leave_the_other_slots_to_the_others() -> None:
-    parts = Parts()
-    parts.own()
     executor = _Stalled()
-    attempts = _worker(parts, executor)
-    try:
+    with _worker(executor) as (parts, attempts):
         run_ids = [*(f"stalled@{i}" for i in range(5)), *(f"fine@{i}" for i in range(6))]
         for offset, run_id in enumerate(run_ids):
             parts.intake.accept(parts.record(_run(run_id), offset))
@@ -173,17 +183,11 @@ def test_runs_to_a_stalled_destination_leave_the_other_slots_to_the_others() -> 
         assert len(attempts.destinations) == 0
         assert attempts.destinations.bulkhead.in_flight == {}
         assert parts.consumer.commits[-1][0] == [(RUNS, 0, 11, "0")]
-    finally:
-        executor.go.set()
-        attempts.close()
 
 
 def test_a_waiting_run_times_out_by_its_own_timeout_and_cancel_and_revoke_end_waiting() -> None:
-    parts = Parts()
-    parts.own()
     executor = _Stalled()
-    attempts = _worker(parts, executor)
-    try:
+    with _worker(executor) as (parts, attempts):
         runs = [
             _run("stalled@0"),
             _run("stalled@1"),  # hold the two slots
@@ -221,9 +225,6 @@ def test_a_waiting_run_times_out_by_its_own_timeout_and_cancel_and_revoke_end_wa
         attempts.drop_unstarted({(RUNS, 0)})
         assert len(attempts.destinations) == 0
         assert "stalled@4" not in _statuses(parts)
-    finally:
-        executor.go.set()
-        attempts.close()
 
 
 class _Slow:
@@ -234,6 +235,9 @@ class _Slow:
     def destination(self, _target: Target, _run_id: str) -> str:
         return "slow"
 
+    def release(self) -> None:
+        pass
+
     def execute(self, _target: Target, context: RunContext) -> str:
         time.sleep(0.15)
         return "ok"
@@ -243,10 +247,7 @@ def test_runs_wait_on_for_a_slow_destination_that_answers() -> None:
     """Found by the CI run: 80 runs of 1 s to one server in 4 slots a worker, timeout 10 s:
     those still waiting at 10 s timed out although the server answered all along. A run
     waits as long as its destination answers; its attempt then gets its whole timeout."""
-    parts = Parts()
-    parts.own()
-    attempts = _worker(parts, _Slow())
-    try:
+    with _worker(_Slow()) as (parts, attempts):
         for offset in range(8):  # 8 x 150 ms in 2 slots: 600 ms, twice the timeout
             parts.intake.accept(parts.record(_run(f"slow@{offset}", timeout_ms=300), offset))
         _step(attempts, parts, time.monotonic() + 1.2)
@@ -254,5 +255,3 @@ def test_runs_wait_on_for_a_slow_destination_that_answers() -> None:
         assert {run_id: statuses[-1] for run_id, statuses in seen.items()} == {
             f"slow@{i}": RunStatus.SUCCEEDED for i in range(8)
         }
-    finally:
-        attempts.close()

@@ -11,14 +11,26 @@ from schemas.events import RunOutcome, RunStatus, TimerReason, TimerRequest
 from tests.unit.test_worker_parts import RUNS, T0, TOPICS, Parts, pending_at, run
 
 
+def _retry_timer(run_id: str) -> TimerRequest:
+    """The retry timer of ``run_id``'s second attempt."""
+    return TimerRequest(
+        timer_id=f"{run_id}#2",
+        job_id="j",
+        due_at=T0,
+        reason=TimerReason.RETRY,
+        created_at=T0,
+        run=run(run_id),
+    )
+
+
 def test_settle_makes_a_retry_timer_durable_before_the_outcome_then_commits() -> None:
     parts = Parts()
     parts.own()
     p = pending_at(parts, 0, run("j@a"))
-    timer = TimerRequest(timer_id="j@a#2", job_id="j", due_at=T0, reason=TimerReason.RETRY,
-                         created_at=T0, run=run("j@a"))  # fmt: skip
-    parts.outbox.finish(p, RunStatus.FAILED, "boom", next_attempt_ms=5,
-                        extra=(TOPICS.timers, timer))  # fmt: skip
+    timer = _retry_timer("j@a")
+    parts.outbox.finish(
+        p, RunStatus.FAILED, "boom", next_attempt_ms=5, extra=(TOPICS.timers, timer)
+    )
     parts.outbox.settle(wait=True)
     (timer_record,) = parts.producer.on(TOPICS.timers)
     (outcome_record,) = parts.producer.on(TOPICS.history)
@@ -96,11 +108,11 @@ def test_settle_commits_what_kafka_answered_without_waiting_for_the_rest() -> No
     parts.producer.down = True  # nothing answered on the way
     first = pending_at(parts, 0, run("j@1"))
     retried = pending_at(parts, 1, run("j@2"))
-    timer = TimerRequest(timer_id="j@2#2", job_id="j", due_at=T0, reason=TimerReason.RETRY,
-                         created_at=T0, run=run("j@2"))  # fmt: skip
+    timer = _retry_timer("j@2")
     parts.outbox.finish(first, RunStatus.SUCCEEDED, None)
-    parts.outbox.finish(retried, RunStatus.FAILED, "boom", next_attempt_ms=5,
-                        extra=(TOPICS.timers, timer))  # fmt: skip
+    parts.outbox.finish(
+        retried, RunStatus.FAILED, "boom", next_attempt_ms=5, extra=(TOPICS.timers, timer)
+    )
     parts.outbox.settle()  # round 1: the outcome of j@1 and the timer, unanswered
     assert parts.consumer.commits == []
     assert len(parts.producer.on(TOPICS.history)) == 1  # j@2's outcome waits for its timer

@@ -60,8 +60,13 @@ class Parts:
         self.consumer = FakeConsumer(producer=self.producer)
         self.trackers: dict[tuple[str, int], OffsetTracker] = {}
         self.dedup = Dedup(86_400_000, 10_000, now_ms=0)
-        publisher = Publisher(SETTINGS, codec=self.codec, producer=self.producer,  # type: ignore[arg-type]
-                              serve_each=False, track_acks=True)  # fmt: skip
+        publisher = Publisher(
+            SETTINGS,
+            codec=self.codec,
+            producer=self.producer,  # type: ignore[arg-type]
+            serve_each=False,
+            track_acks=True,
+        )
         self.outbox = Outbox(
             publisher, topics=topics, name="w1", consumer=self.consumer,  # type: ignore[arg-type]
             trackers=self.trackers, dedup=self.dedup, tally=metrics.Tally(),
