@@ -104,8 +104,7 @@ class Attempts:
             encode=outbox.publisher.codec.encode, policy=self.policy.current,
         ))  # fmt: skip
         # Run slots per destination: one that stops answering holds only its share.
-        slots = config.destination_slots or max(1, config.concurrency // 2)
-        self.destinations = Destinations(self.executors, slots=slots)
+        self.destinations = Destinations.of_worker(self.executors, config)
         # Executors that run attempts without a run thread each (http, kafka): what
         # starts one (``consumers.executors.base.LoopExecutor``); the others take a thread.
         self.starters: dict[str, Starter] = {

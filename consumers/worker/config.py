@@ -45,3 +45,11 @@ class WorkerConfig:
     # the admission's grants (TENANT:KIND=VALUE) and its policy file (runtime.grants).
     grants: tuple[str, ...] = ()
     policy_file: str | None = None
+
+    @property
+    def read_ahead(self) -> int:
+        """Runs read ahead of execution (the intake's backlog and the runs waiting for
+        their destination's slot): fetching slows past it and pauses past twice it;
+        enough to choose by priority, and to go on starting runs while a paused priority
+        is fetched again."""
+        return max(512, 8 * self.concurrency)

@@ -24,28 +24,37 @@ from collections.abc import Callable, Hashable, Mapping
 
 from consumers.core.bulkhead import Admission, Bulkhead
 from consumers.executors.base import Destined, Executor
+from consumers.worker.config import WorkerConfig
 from consumers.worker.pending import Pending
 
 log = logging.getLogger("cronstream.worker")
-# Runs waiting per destination at most (about 1 KB each); past it a run to that
-# destination fails at once, and its retry policy decides what follows.
-WAITING_PER_DESTINATION = 1000
 WARN_EVERY_S = 60.0  # a destination whose slots are all held is logged this often at most
 
 
 class Destinations:
-    def __init__(self, executors: Mapping[str, Executor], *, slots: int) -> None:
+    def __init__(self, executors: Mapping[str, Executor], *, slots: int, waiting: int) -> None:
+        """``slots`` per destination; at most ``waiting`` runs wait for one of them (about
+        1 KB each; past it a run to that destination fails at once, and its retry policy
+        decides what follows: the worker's flow control pauses fetching well before)."""
         self.where: dict[str, Callable[..., str | None]] = {
             kind: executor.destination
             for kind, executor in executors.items()
             if isinstance(executor, Destined)
         }
         self.slots = slots
-        self.bulkhead: Bulkhead[Pending] = Bulkhead(slots, WAITING_PER_DESTINATION)
+        self.bulkhead: Bulkhead[Pending] = Bulkhead(slots, waiting)
         self.waiting: dict[str, str] = {}  # run id of a waiting run -> its destination
         self.ready: deque[tuple[Pending, float]] = deque()  # (run, deadline): start first
         self._warned: dict[str, float] = {}  # destination -> when it was last logged
         self._heard: dict[Hashable, float] = {}  # destination -> when one last answered
+
+    @classmethod
+    def of_worker(cls, executors: Mapping[str, Executor], config: WorkerConfig) -> Destinations:
+        """A worker's: ``--destination-slots`` (default half of ``--concurrency``); four
+        times its read-ahead may wait (its flow control pauses fetching at twice it,
+        the waiting runs included)."""
+        slots = config.destination_slots or max(1, config.concurrency // 2)
+        return cls(executors, slots=slots, waiting=4 * config.read_ahead)
 
     def admit(self, pending: Pending, now: float) -> tuple[Admission, str | None]:
         """Whether ``pending``'s attempt may take a slot of its destination now (START:
@@ -131,7 +140,7 @@ class Destinations:
         """Why a run to ``destination`` was refused (FULL)."""
         return (
             f"not started: {destination} holds its {self.slots} slots and "
-            f"{WAITING_PER_DESTINATION} runs wait for one"
+            f"{self.bulkhead.waiting} runs wait for one"
         )
 
     def timeout(self, destination: str | None) -> str:

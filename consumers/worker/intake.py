@@ -108,9 +108,7 @@ class Intake:
         self.delayed: DelayQueue[Pending] = DelayQueue()
         self.delay_limit = config.delay_limit
         self.delay_paused = False  # every runs partition paused: ``delayed`` is full
-        # Runs read ahead of execution: enough to choose by priority, and to go on
-        # starting runs while a paused priority is fetched again.
-        self.limit = max(512, 8 * config.concurrency)
+        self.limit = config.read_ahead  # runs read ahead of execution (the backlog's bound)
         # Per owned runs partition: (its end, history's end) as of the assignment; and
         # the partitions whose runs before that end are not all read yet.
         self.replay_until: dict[Key, tuple[int, int]] = {}
@@ -279,16 +277,18 @@ class Intake:
     def waiting_for_history(self) -> bool:
         return any(p.history_needed is not None for q in self.backlog.values() for p in q)
 
-    def flow_control(self) -> None:
+    def flow_control(self, waiting: int = 0) -> None:
         """Pause a priority whose backlog overflows (every slot busy with long runs while
         polling goes on reads one run per step); resume it once the backlog is back to
         what fetching fills. Pausing drops what librdkafka prefetched, so it is kept for
-        that case only."""
+        that case only. ``waiting``: runs read and taken from the backlog that wait for
+        their destination's slot, read ahead all the same (a busy destination must not
+        draw the topic out of this bound)."""
         if self._delay_control():
             return
         limit = self.limit
         for priority, queue in self.backlog.items():
-            if priority not in self.paused and len(queue) < 2 * limit:
+            if priority not in self.paused and len(queue) + waiting < 2 * limit:
                 continue
             parts = self._partitions(priority)
             if not parts:
@@ -296,7 +296,7 @@ class Intake:
             if priority not in self.paused:
                 self.consumer.pause(parts)
                 self.paused.add(priority)
-            elif len(queue) < limit:
+            elif len(queue) + waiting < limit:
                 self.consumer.resume(parts)
                 self.paused.discard(priority)
 

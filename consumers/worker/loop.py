@@ -188,7 +188,7 @@ class Worker:
         messages = self._input(due, capacity)
         started = attempts.start_some(capacity, intake.take) if capacity > 0 else 0
         if messages or due:
-            intake.flow_control()
+            intake.flow_control(len(attempts.destinations))
         completed = attempts.collect(wait=0)
         if not (messages or started or completed):
             if attempts.running:
@@ -234,7 +234,7 @@ class Worker:
         INPUT_EVERY_S (membership, rebalances); a priority whose backlog overflows
         anyway is paused (``Intake.flow_control``). A transient refusal from the broker
         (restarting, a leader moving) skips this fetch (``GroupMember``)."""
-        backlog = len(self.intake)
+        backlog = len(self.intake) + len(self.attempts.destinations)  # all read ahead
         fetch = max(1, self.intake.limit - backlog)
         if not self.attempts.running and not backlog:
             # Idle: wait for the first run (a batch call would wait for a full batch),

@@ -255,3 +255,21 @@ def test_runs_wait_on_for_a_slow_destination_that_answers() -> None:
         assert {run_id: statuses[-1] for run_id, statuses in seen.items()} == {
             f"slow@{i}": RunStatus.SUCCEEDED for i in range(8)
         }
+
+
+def test_runs_waiting_for_their_destination_count_as_read_ahead() -> None:
+    """Found by the cluster test (185 runs lost): runs taken from the backlog to wait for
+    a busy destination left the backlog's bound, so the worker read on until a thousand
+    waited and the next were refused. Fetching pauses at twice the read-ahead, the
+    waiting runs included, and resumes below it."""
+    parts = Parts(concurrency=1)
+    parts.own()
+    limit = parts.intake.limit
+    for offset in range(limit):
+        parts.intake.accept(parts.record(_run(f"j@{offset}"), offset))
+    parts.intake.flow_control(waiting=limit)  # the other half waits for a destination
+    assert parts.consumer.paused == [(RUNS, 0)]
+    parts.intake.take()
+    parts.intake.flow_control(waiting=0)  # they ran: the backlog alone, below the bound
+    assert parts.consumer.paused == []
+    assert WorkerConfig(group="g", concurrency=1).read_ahead == limit
