@@ -209,8 +209,13 @@ class Coordinator:
             elif event.kind is FlowEventKind.RERUN:
                 starts = core.rerun_failed(run)
             else:
-                starts = core.settle(run, event.run_id or "", event.status or "",
-                                     retrying=event.retrying)  # fmt: skip
+                node_run, status = event.run_id or "", event.status or ""
+                replay = core.seen(run, node_run, status, retrying=event.retrying)
+                starts = core.settle(run, node_run, status, retrying=event.retrying)
+                if replay:
+                    # Its row was written before its sends: they may have been lost with
+                    # the coordinator that wrote it. Everything the run recorded, again.
+                    return row, self._sends(run, starts, {})
             if run.status == was and not starts and run.states == before:
                 return row, []
         return core.to_record(run), self._sends(run, starts, before)

@@ -13,13 +13,18 @@ queued. What the step decides is sent with faust's producer, which faust flushes
 before it commits the event's offset:
 node run requests to ``runs.<priority>`` (key: the flow id, the job of every node run),
 and to ``history`` the nodes decided without running (UPSTREAM_FAILED, SKIPPED) and
-the flow run's end (SUCCEEDED or FAILED). An event processed again after a crash
-changes nothing in the table and sends its starts again, flagged (the workers run
-each node run once). An event the step raises on (a bug it reaches) changes no row and
-goes to the DLQ with the error; the others go on (``runtime.faults``). An event that is
-no FlowEvent goes to the DLQ as undecodable. While the schema registry is unreachable,
-an event written with a schema this process has not seen yet waits for it (the batch is
-held, nothing after it is acked): a registry outage delays flows, it loses no event.
+the flow run's end (SUCCEEDED or FAILED). An event's rows are written before its
+sends are queued, so a coordinator stopped between the two (a kill, or a graceful stop:
+faust cancels the agent mid-batch and its producer still delivers the rows) leaves
+rows that say the event happened and sends that never went; the event is handled
+again, as its offset was not committed, and sends again what it caused: its starts,
+flagged (the workers run each node run once), the nodes decided without running and
+the flow run's end (``core.seen``). An event the step raises on (a bug it reaches)
+changes no row and goes to the DLQ with the error; the others go on
+(``runtime.faults``). An event that is no FlowEvent goes to the DLQ as undecodable.
+While the schema registry is unreachable, an event written with a schema this process
+has not seen yet waits for it (the batch is held, nothing after it is acked): a
+registry outage delays flows, it loses no event.
 
 A tenant's node runs go through its fire rate (``--tenant-fires-per-second``,
 ``streams.core.rates``): an event whose node runs are over the rate waits until the rate

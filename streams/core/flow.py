@@ -211,6 +211,17 @@ def restarted(run: FlowRun) -> list[Start]:
     return [Start(n, run.runs[n], True) for n, s in run.states.items() if s is NodeState.RUNNING]
 
 
+def seen(run: FlowRun, run_id: str, outcome: str, *, retrying: bool = False) -> bool:
+    """Whether this final outcome of a node's current run was settled before: the event
+    is a replay (the coordinator that handled it stopped before its offset was
+    committed), and what it caused may have been lost with that coordinator, though its
+    row was written. Not a replay: the outcome of a node its run's cancel ended (the
+    run replaced: ``cancel`` set the node's state, not an outcome)."""
+    node = run.node_of(run_id)
+    final = outcome in FINAL_OUTCOMES and not retrying and run.status != "CANCELED"
+    return final and node is not None and run.states[node] in ENDED
+
+
 def settle(run: FlowRun, run_id: str, outcome: str, *, retrying: bool = False) -> list[Start]:
     """A node run's outcome (a RunStatus value): the starts it causes. ``retrying``: a
     next attempt is on its way (a FAILED or TIMED_OUT outcome with ``next_attempt_at``).

@@ -3,6 +3,7 @@ registry: what it keeps in its table and what it sends for each event."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -71,7 +72,32 @@ def test_a_dead_letter_records_the_rest_upstream_failed_and_the_flow_failed_once
         (f"{RUN}/b", "UPSTREAM_FAILED"), (f"{RUN}/c", "UPSTREAM_FAILED"), (RUN, "FAILED"),
     ]  # fmt: skip
     assert records[-1].error == "flow run ended: 1 failed, 2 upstream_failed"
-    assert coordinator.step(row, failed) == (row, [])  # seen again: nothing more
+    replayed, again = coordinator.step(row, failed)  # a replay: the same records, again
+    assert replayed == row
+    assert {topic for topic, *_ in again} == {TOPICS.history}
+    records_again = [codec.decode(value, RunOutcome) for _, _, value, _ in again]
+    assert [(r.run_id, r.status) for r in records_again] == [(r.run_id, r.status) for r in records]
+
+
+def test_an_outcome_replayed_after_its_row_was_written_records_the_flow_end_again() -> None:
+    """A coordinator stopped (gracefully: faust cancels the agent) or killed after the
+    event's row reached the changelog and before its sends did: the next one handles the
+    event again and must send what it caused, though the row says it happened (the flow
+    run was left RUNNING in history after a graceful coordinator restart, issue 48)."""
+    coordinator, codec = _coordinator()
+    row, _ = coordinator.step(None, _event(FlowEventKind.START))
+    for node in "ab":
+        row, _ = coordinator.step(row, _event(FlowEventKind.OUTCOME, f"{RUN}/{node}", "SUCCEEDED"))
+    last = _event(FlowEventKind.OUTCOME, f"{RUN}/c", "SUCCEEDED")
+    row, first = coordinator.step(row, last)
+    assert row is not None
+    assert row["status"] == "SUCCEEDED"
+    replayed, again = coordinator.step(row, last)
+    assert replayed == row
+    ends = [codec.decode(v, RunOutcome) for t, _, v, _ in (*first, *again) if t == TOPICS.history]
+    assert [(r.run_id, r.status.value) for r in ends] == [(RUN, "SUCCEEDED")] * 2
+    retrying = replace(last, status="FAILED", retrying=True)
+    assert coordinator.step(row, retrying) == (row, [])  # not final: not a replay
 
 
 def test_a_start_for_a_flow_nobody_defined_records_the_flow_run_failed() -> None:
