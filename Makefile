@@ -29,8 +29,10 @@ $(STAMP): pyproject.toml
 	  $(PY) -m pip install -e '.[dev]' >> $(VENV)/pip.log 2>&1 || { tail -30 $(VENV)/pip.log; exit 1; }
 	@rm -f $(VENV)/.installed-*; touch $@
 
-debs: ## install the Debian packages used here when missing: kcat, prometheus, prometheus-alertmanager, chromium (+ driver, for the dashboard's browser tests), postgresql (Kafka Connect's warehouse)
+debs: ## install the Debian packages used here when missing: kcat, prometheus, prometheus-alertmanager, chromium (+ driver, for the dashboard's browser tests), postgresql (Kafka Connect's warehouse), iproute2 and nftables (the cluster's test hosts)
 	@missing=""; command -v kcat >/dev/null || missing="$$missing kcat"; \
+	  command -v ip >/dev/null || missing="$$missing iproute2"; \
+	  command -v nft >/dev/null || missing="$$missing nftables"; \
 	  command -v chromium >/dev/null || missing="$$missing chromium"; \
 	  command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
 	  command -v promtool >/dev/null || missing="$$missing prometheus"; \
@@ -85,7 +87,7 @@ else
 	@$(PY) -m pytest --durations=25 $(PYTEST_ARGS)
 endif
 
-test-cluster: up ## the 3-node cluster test: a broker lost under load (its own stack, ports +10000; ~10 min)
+test-cluster: up ## the 3-node cluster tests: a partition leader cut off, then a broker lost, under load (its own stack on test hosts, ports +10000; ~20 min)
 	@$(PY) -m pytest -m cluster tests/integration/test_cluster.py $(PYTEST_ARGS)
 
 test-unit: deps ## unit tests only (no services)
@@ -120,7 +122,7 @@ bench: up ## benchmarks, printed as a table
 chaos: deps ## faults under load on a stack of its own (ports +100, .stack/chaos), as a table
 	@$(PY) -m tests.chaos
 
-chaos-cluster: deps ## node loss under load on a 3-node stack of its own (ports +10000, .stack/cluster), as a table
+chaos-cluster: deps ## node loss, network partitions and pauses under load on a 3-node stack of its own (test hosts, ports +10000, .stack/cluster), as a table
 	@$(PY) -m tests.chaos --cluster
 
 chaos-destination: deps ## a tenant topic's partition without a leader on the 3-node stack: the other runs go on (this code beside a03f037)

@@ -8,7 +8,9 @@ ever printed::
     tls/ca-key.pem          its key: kept to re-issue the certificates below
     tls/server.pem          the broker's key + certificate + CA (a PEM keystore);
                             CN=cronstream-broker, for 127.0.0.1-3, ::1 and localhost
-                            (127.0.0.2 and .3: the 3-node stack's Cassandra nodes)
+                            (127.0.0.2 and .3: the 3-node stack's Cassandra nodes),
+                            and the addresses of the hosts of CRONSTREAM_NETNS
+                            (infra.hosts: re-issued when one is missing)
     tls/server-key.pem      the same key and certificate apart (Cassandra, the registry)
     tls/server-cert.pem
     tls/admin.pem           key + certificate of CN=cronstream-admin: the super user the
@@ -39,7 +41,7 @@ from runtime.kafka.security import (
     client_certificate,
     kafka_secret_path,
 )
-from runtime.settings import Settings
+from runtime.settings import NETNS_SUBNET, Settings, cassandra_node_host, kafka_node_host
 
 RENEW_WITHIN = dt.timedelta(days=30)  # re-issue a leaf certificate this close to expiry
 
@@ -96,6 +98,19 @@ def _new_ca(tls: Path) -> tuple[x509.Certificate, rsa.RSAPrivateKey]:
     return cert, key
 
 
+# Every address a node of the local stack listens on: the loopback's three nodes and ::1,
+# and the hosts of CRONSTREAM_NETNS (the bridge's machine end and each node's address).
+_ADDRESSES = tuple(
+    ipaddress.ip_address(a)
+    for a in (
+        *(f"127.0.0.{n}" for n in (1, 2, 3)),
+        "::1",
+        f"{NETNS_SUBNET}.1",
+        *(f(n, True) for f in (kafka_node_host, cassandra_node_host) for n in (1, 2, 3)),
+    )
+)
+
+
 def _issue(
     ca: x509.Certificate, ca_key: rsa.RSAPrivateKey, common_name: str, *, server: bool
 ) -> tuple[bytes, bytes]:
@@ -119,11 +134,7 @@ def _issue(
     )
     if server:
         uses.insert(0, ExtendedKeyUsageOID.SERVER_AUTH)
-        sans: list[x509.GeneralName] = [
-            x509.DNSName("localhost"),
-            *(x509.IPAddress(ipaddress.ip_address(f"127.0.0.{n}")) for n in (1, 2, 3)),
-            x509.IPAddress(ipaddress.ip_address("::1")),
-        ]
+        sans: list[x509.GeneralName] = [x509.DNSName("localhost"), *map(x509.IPAddress, _ADDRESSES)]
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
     cert = builder.add_extension(x509.ExtendedKeyUsage(uses), critical=False).sign(
         ca_key, hashes.SHA256()
@@ -131,8 +142,9 @@ def _issue(
     return _pkcs8(key), cert.public_bytes(serialization.Encoding.PEM)
 
 
-def _fresh(path: Path) -> bool:
-    """Whether the certificate in ``path`` exists and is not close to expiry."""
+def _fresh(path: Path, *, server: bool = False) -> bool:
+    """Whether the certificate in ``path`` exists, is not close to expiry and (a
+    ``server`` one) names every address a node of the stack may have."""
     if not path.exists():
         return False
     data = path.read_bytes()
@@ -140,6 +152,10 @@ def _fresh(path: Path) -> bool:
     if begin < 0:
         return False
     cert = x509.load_pem_x509_certificate(data[begin:])
+    if server:
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        if not set(_ADDRESSES) <= set(sans.get_values_for_type(x509.IPAddress)):
+            return False
     return cert.not_valid_after_utc - dt.datetime.now(dt.UTC) > RENEW_WITHIN
 
 
@@ -160,7 +176,7 @@ def ensure_tls(settings: Settings) -> Path:
     tls = private_dir(tls_dir(settings))
     ca, ca_key = _ca(tls)
     ca_pem = ca.public_bytes(serialization.Encoding.PEM)
-    if not _fresh(tls / "server.pem"):
+    if not _fresh(tls / "server.pem", server=True):
         key, cert = _issue(ca, ca_key, BROKER_PRINCIPAL, server=True)
         write_private(tls / "server-key.pem", key)
         write_private(tls / "server-cert.pem", cert)

@@ -18,7 +18,9 @@ import time
 from abc import ABC, abstractmethod
 from pathlib import Path
 
+from infra import hosts
 from infra.errors import StackError
+from infra.hosts import Host
 from runtime.health import port_open
 from runtime.settings import Settings
 
@@ -134,6 +136,7 @@ class Service(ABC):
     # started after the bootstrap (its Kafka login, ACLs and topics): Kafka Connect
     after_bootstrap: bool = False
     host: str = "127.0.0.1"  # the address it listens on
+    net_host: Host | None = None  # its own network namespace (CRONSTREAM_NETNS), if any
     after: str | None = None  # the service that must answer before this one starts
 
     def __init__(self, settings: Settings) -> None:
@@ -227,6 +230,10 @@ class Service(ABC):
         """Start the process in its own session; returns without waiting for readiness."""
         if self.running():
             return
+        if self.settings.netns:  # first: an address not on the bridge may answer elsewhere
+            hosts.ensure_bridge()
+            if self.net_host is not None:
+                hosts.ensure(self.net_host)
         for port in [self.port, *self.other_ports]:
             if port_open(port, self.host):
                 raise StackError(
@@ -234,6 +241,9 @@ class Service(ABC):
                     f"Stop it, or choose other ports (see 'Configuration' in README.md)."
                 )
         self.prepare()
+        command = self.command()
+        if self.net_host is not None:
+            command = [*hosts.prefix(self.net_host), *command]
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self.pidfile.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("ab") as out:
@@ -242,7 +252,7 @@ class Service(ABC):
         # JVM is then nobody's child (no zombie, no Popen left waiting) and outlives us.
         launcher = subprocess.run(
             ["/bin/sh", "-c", 'cd "$1" && shift && "$@" >>"$LOG" 2>&1 </dev/null & echo $!',
-             "sh", str(self.data), *self.command()],
+             "sh", str(self.data), *command],
             env={**os.environ, "LOG": str(self.log)},
             capture_output=True, text=True, check=True, start_new_session=True,
         )  # fmt: skip

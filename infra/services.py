@@ -25,6 +25,7 @@ from pathlib import Path
 
 from infra.connect import connect_services
 from infra.errors import StackError
+from infra.hosts import cassandra_host, kafka_host
 from infra.objects import object_services
 from infra.ops import ops_services
 from infra.security import ensure_secret_file, ensure_tls, write_private
@@ -33,14 +34,21 @@ from runtime.cassandra import CASSANDRA_DEFAULT_ROLE
 from runtime.health import cassandra_health, kafka_health, registry_health
 from runtime.kafka.security import ADMIN_PRINCIPAL, BROKER_PRINCIPAL, SCRAM
 from runtime.registry import registry_secret_path
-from runtime.settings import Settings, cassandra_node_host, node_port
+from runtime.settings import (
+    Settings,
+    cassandra_node_host,
+    kafka_node_host,
+    node_port,
+    registry_host,
+)
 
 
 class Kafka(Service):
     """Broker and controller in one process (KRaft combined mode). On the 3-node stack
     (``CRONSTREAM_NODES=3``) node ``n`` is ``kafka-<n>`` (node 1 stays ``kafka``),
     listening on each base port + 10 per node, one of the three controller voters; all
-    share the jars and the cluster id."""
+    share the jars and the cluster id. With ``CRONSTREAM_NETNS`` each node is on a host
+    of its own (``infra.hosts``)."""
 
     name = "kafka"
     start_timeout = 90.0
@@ -50,6 +58,8 @@ class Kafka(Service):
         self.name = "kafka" if node == 1 else f"kafka-{node}"
         super().__init__(settings)
         self.lib = settings.home / "lib" / "kafka"
+        self.host = kafka_node_host(node, settings.netns)
+        self.net_host = kafka_host(node) if settings.netns else None
 
     def _port(self, base: int) -> int:
         return node_port(base, self.node)
@@ -66,7 +76,7 @@ class Kafka(Service):
 
     @property
     def endpoint(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def fetch(self) -> None:
         self._resolve(INFRA_DIR / "kafka" / "pom.xml", self.lib / "jars")
@@ -126,7 +136,8 @@ class Kafka(Service):
     def _voters(self) -> str:
         ctrl = self.settings.kafka_controller_port
         nodes = range(1, self.settings.nodes + 1)
-        return ",".join(f"{n}@127.0.0.1:{node_port(ctrl, n)}" for n in nodes)
+        netns = self.settings.netns
+        return ",".join(f"{n}@{kafka_node_host(n, netns)}:{node_port(ctrl, n)}" for n in nodes)
 
     def _replication_lines(self) -> list[str]:
         """The broker's own topics (group offsets, transactions, share groups) and its
@@ -168,11 +179,12 @@ class Kafka(Service):
         allowed without an ACL; the broker and the admin certificate are super users."""
         tls = ensure_tls(self.settings)
         client, (controller, admin, plain) = self.port, self.other_ports
+        at = self.host
         return [
-            f"listeners=SASL_SSL://127.0.0.1:{client},INTERNAL://127.0.0.1:{admin},"
-            f"PLAINTEXT://127.0.0.1:{plain},CONTROLLER://127.0.0.1:{controller}",
-            f"advertised.listeners=SASL_SSL://127.0.0.1:{client},"
-            f"INTERNAL://127.0.0.1:{admin},PLAINTEXT://127.0.0.1:{plain}",
+            f"listeners=SASL_SSL://{at}:{client},INTERNAL://{at}:{admin},"
+            f"PLAINTEXT://{at}:{plain},CONTROLLER://{at}:{controller}",
+            f"advertised.listeners=SASL_SSL://{at}:{client},"
+            f"INTERNAL://{at}:{admin},PLAINTEXT://{at}:{plain}",
             "controller.listener.names=CONTROLLER",
             "inter.broker.listener.name=INTERNAL",
             "listener.security.protocol.map="
@@ -214,8 +226,8 @@ class Kafka(Service):
     def ready(self) -> bool:
         s = self.settings
         if s.nodes > 1:  # this node answers (the cluster's metadata, from it)
-            s = replace(s, bootstrap_servers=f"127.0.0.1:{self.port}",
-                        admin_servers=f"127.0.0.1:{self.other_ports[1]}")  # fmt: skip
+            admin = f"{self.host}:{self.other_ports[1]}"
+            s = replace(s, bootstrap_servers=f"{self.host}:{self.port}", admin_servers=admin)
         return kafka_health(s).ok
 
 
@@ -270,13 +282,17 @@ class Registry(Service):
     name = "registry"
     start_timeout = 120.0
 
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self.host = registry_host(settings.netns)
+
     @property
     def port(self) -> int:
         return self.settings.registry_port
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}/apis/ccompat/v7"
+        return f"http://{self.host}:{self.port}/apis/ccompat/v7"
 
     @property
     def app_dir(self) -> Path:
@@ -318,7 +334,7 @@ class Registry(Service):
         db = self.data / "registry"
         return [
             "java", self.marker, f"-Xms{heap}", f"-Xmx{heap}", *JVM_COMMON,
-            "-Dquarkus.http.host=127.0.0.1",
+            f"-Dquarkus.http.host={self.host}",
             f"-Dquarkus.http.port={self.port}",
             "-Dquarkus.http.access-log.enabled=false",
             "-Dquarkus.log.level=INFO",
@@ -353,7 +369,8 @@ class Cassandra(Service):
         self.name = "cassandra" if node == 1 else f"cassandra-{node}"
         super().__init__(settings)
         self.lib = settings.home / "lib" / "cassandra"
-        self.host = cassandra_node_host(node)
+        self.host = cassandra_node_host(node, settings.netns)
+        self.net_host = cassandra_host(node) if settings.netns else None
         self.after = None if node == 1 else ("cassandra" if node == 2 else f"cassandra-{node - 1}")
 
     @property
@@ -393,7 +410,7 @@ endpoint_snitch: SimpleSnitch
 seed_provider:
   - class_name: org.apache.cassandra.locator.SimpleSeedProvider
     parameters:
-      - seeds: "127.0.0.1:{s.cassandra_storage_port}"
+      - seeds: "{cassandra_node_host(1, s.netns)}:{s.cassandra_storage_port}"
 listen_address: {self.host}
 rpc_address: {self.host}
 storage_port: {s.cassandra_storage_port}

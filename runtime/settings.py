@@ -40,10 +40,29 @@ def node_port(base: int, node: int) -> int:
     return base + (node - 1) * NODE_PORT_STEP
 
 
-def cassandra_node_host(node: int) -> str:
-    """The loopback address of the local stack's Cassandra node ``node`` (1-based): all
-    of 127.0.0.0/8 is local on Linux, so each node keeps the same ports."""
-    return f"127.0.0.{node}"
+# The hosts of the 3-node stack with CRONSTREAM_NETNS=1 (``infra.hosts``): each node in
+# a network namespace of its own, with an address on one bridge (the machine is .1).
+NETNS_SUBNET = "10.89.0"
+
+
+def kafka_node_host(node: int, netns: bool = False) -> str:
+    """Where the local stack's broker ``node`` (1-based) listens: the loopback (each node
+    on ports of its own, ``node_port``), or its host's address with ``netns``."""
+    return f"{NETNS_SUBNET}.{10 + node}" if netns else "127.0.0.1"
+
+
+def registry_host(netns: bool = False) -> str:
+    """Where the local stack's schema registry listens: the loopback, or with ``netns``
+    the machine's address on the hosts' bridge (a process on a host of its own reaches
+    it there)."""
+    return f"{NETNS_SUBNET}.1" if netns else "127.0.0.1"
+
+
+def cassandra_node_host(node: int, netns: bool = False) -> str:
+    """The address of the local stack's Cassandra node ``node`` (1-based): on the
+    loopback (all of 127.0.0.0/8 is local on Linux, so each node keeps the same ports),
+    or its host's with ``netns``."""
+    return f"{NETNS_SUBNET}.{20 + node}" if netns else f"127.0.0.{node}"
 
 
 def env_int(
@@ -83,15 +102,19 @@ def _shape(env: Mapping[str, str], *, kafka_port: int, admin_port: int) -> dict[
     many copies of everything the bootstrap makes."""
     nodes = env_int("CRONSTREAM_NODES", 1, env=env)
     cluster, numbers = nodes >= CLUSTER_NODES, range(1, nodes + 1)
-    hosts = env.get("CRONSTREAM_CASSANDRA_HOSTS") or ",".join(map(cassandra_node_host, numbers))
+    netns = (env.get("CRONSTREAM_NETNS") or "").lower() in ("1", "true", "yes")
+    hosts = env.get("CRONSTREAM_CASSANDRA_HOSTS") or ",".join(
+        cassandra_node_host(n, netns) for n in numbers
+    )
     servers = env.get("CRONSTREAM_BOOTSTRAP_SERVERS") or ",".join(
-        f"127.0.0.1:{node_port(kafka_port, n)}" for n in numbers
+        f"{kafka_node_host(n, netns)}:{node_port(kafka_port, n)}" for n in numbers
     )
     admins = env.get("CRONSTREAM_KAFKA_ADMIN_SERVERS") or ",".join(
-        f"127.0.0.1:{node_port(admin_port, n)}" for n in numbers
+        f"{kafka_node_host(n, netns)}:{node_port(admin_port, n)}" for n in numbers
     )
     return {
         "nodes": nodes,
+        "netns": netns,
         "bootstrap_servers": servers,
         "admin_servers": admins,
         "cassandra_hosts": tuple(h.strip() for h in hosts.split(",") if h.strip()),
@@ -143,6 +166,9 @@ class Settings:
     # replication of every topic the bootstrap makes: None picks by the brokers found
     # (``replication``); allow_rf1 lets a cluster of 3+ brokers keep factor 1.
     nodes: int
+    # Each node in a network namespace of its own (CRONSTREAM_NETNS, ``infra.hosts``):
+    # the chaos suite's cluster, whose faults cut or slow a node's link.
+    netns: bool
     topic_replication: int | None
     min_insync: int | None
     allow_rf1: bool
@@ -195,8 +221,9 @@ class Settings:
         cassandra_ca = env.get("CRONSTREAM_CASSANDRA_CA")
         registry_port = env_int("CRONSTREAM_REGISTRY_PORT", 8081, env=env)
         registry_ca = env.get("CRONSTREAM_REGISTRY_CA")
+        shape = _shape(env, kafka_port=kafka_port, admin_port=admin_port)
         return cls(
-            **_shape(env, kafka_port=kafka_port, admin_port=admin_port),
+            **shape,
             home=Path(env.get("CRONSTREAM_HOME") or REPO_ROOT / ".stack").resolve(),
             kafka_port=kafka_port,
             kafka_controller_port=env_int("CRONSTREAM_KAFKA_CONTROLLER_PORT", 9093, env=env),
@@ -219,7 +246,7 @@ class Settings:
             kafka_plaintext_port=env_int("CRONSTREAM_KAFKA_PLAINTEXT_PORT", 9094, env=env),
             registry_url=(
                 env.get("CRONSTREAM_REGISTRY_URL")
-                or f"http://127.0.0.1:{registry_port}/apis/ccompat/v7"
+                or f"http://{registry_host(shape['netns'])}:{registry_port}/apis/ccompat/v7"
             ).rstrip("/"),
             registry_user=env.get("CRONSTREAM_REGISTRY_USER") or None,
             registry_writer=env.get("CRONSTREAM_REGISTRY_WRITER") or "cronstream-bootstrap",

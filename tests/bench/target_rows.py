@@ -269,15 +269,17 @@ def _report(
 
 
 @contextmanager
-def tenant_topic(settings: Settings, prefix: str = "bench") -> Iterator[tuple[str, str]]:
+def tenant_topic(
+    settings: Settings, prefix: str = "bench", replication: int = 1
+) -> Iterator[tuple[str, str]]:
     """A tenant of ``settings``' namespace and a topic of its own (3 partitions at
-    replication factor 1), removed after."""
+    ``replication``, 1 unless told), removed after."""
     tenant = f"{prefix}{uuid.uuid4().hex[:6]}"
     add_tenant(settings, tenant)
     topic = f"{tenant}.orders"
     admin = kafka_admin(settings, superuser=True)
     for future in admin.create_topics(
-        [NewTopic(topic, num_partitions=3, replication_factor=1)]
+        [NewTopic(topic, num_partitions=3, replication_factor=replication)]
     ).values():
         future.result(30)
     try:

@@ -1,17 +1,24 @@
-"""The node-loss faults of the 3-node cluster (``python -m tests.chaos --cluster``, and
+"""The faults of the 3-node cluster (``python -m tests.chaos --cluster``, and
 ``tests/integration/test_cluster.py``): a broker, the active controller or a Cassandra
-node killed (kill -9) and left down while the load runs, and a rolling restart of the
-three brokers. Each scenario's ``restore`` starts what it left down, after the
-measurement, so the next scenario finds the whole cluster."""
+node killed (kill -9) and left down while the load runs, a rolling restart of the
+three brokers; and on the hosts of ``infra.hosts`` (each node in a network namespace of
+its own): a runs partition's leader, a scheduler or a Cassandra node cut off, a broker
+frozen (SIGSTOP), a broker's link lossy and narrow. Each scenario's ``restore`` starts
+what it left down, after the measurement, so the next scenario finds the whole cluster."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from collections.abc import Callable
 
+from infra import hosts
 from runtime.kafka.clients import kafka_admin
 from runtime.settings import Settings
+from schemas.catalog import Topics
+from schemas.events import Priority
 from tests.chaos import stack
 from tests.chaos.load import Pipeline, say
 from tests.chaos.scenarios import Fault, Scenario
@@ -99,6 +106,120 @@ def rolling_restart(_p: Pipeline, settings: Settings) -> tuple[float, float]:
     return t, time.time()
 
 
+def runs_leader(settings: Settings) -> str:
+    """The broker leading partition 0 of the normal-priority runs topic."""
+    topic = Topics(settings).runs(Priority.NORMAL)
+    md = kafka_admin(settings, superuser=True, log_level=0).list_topics(topic, timeout=10)
+    leader = md.topics[topic].partitions[0].leader
+    return "kafka" if leader == 1 else f"kafka-{leader}"
+
+
+def _host(settings: Settings, node: str) -> hosts.Host:
+    host = stack.service(settings, node).net_host
+    if host is None:
+        raise RuntimeError(
+            "a link fault needs the nodes on hosts of their own (CRONSTREAM_NETNS=1)"
+        )
+    return host
+
+
+def isolate(name: str | Callable[[Settings], str], seconds: float = 30.0) -> Fault:
+    """``name``'s host (or the one a function picks) cut from every other host and
+    every client (its link down) for ``seconds``, then healed."""
+
+    def fault(_p: Pipeline, settings: Settings) -> tuple[float, float]:
+        node = name if isinstance(name, str) else name(settings)
+        host = _host(settings, node)
+        t = time.time()
+        say(f"{node} cut off (its link down) for {seconds:.0f} s")
+        hosts.cut(host)
+        try:
+            time.sleep(seconds)
+        finally:
+            hosts.heal(host)
+        say(f"{node} healed")
+        return t, time.time()
+
+    return fault
+
+
+def freeze(name: str, seconds: float = 30.0) -> Fault:
+    """``name``'s process frozen (SIGSTOP) for ``seconds``, as a long GC pause, then
+    SIGCONT."""
+
+    def fault(_p: Pipeline, settings: Settings) -> tuple[float, float]:
+        pid = stack.service(settings, name).pid()
+        if pid is None:
+            raise RuntimeError(f"{name} is not running")
+        t = time.time()
+        say(f"{name} frozen (SIGSTOP) for {seconds:.0f} s")
+        os.killpg(os.getpgid(pid), signal.SIGSTOP)
+        try:
+            time.sleep(seconds)
+        finally:
+            os.killpg(os.getpgid(pid), signal.SIGCONT)
+        say(f"{name} thawed (SIGCONT)")
+        return t, time.time()
+
+    return fault
+
+
+def bad_link(name: str, loss_pct: float, rate_kbit: int, seconds: float = 60.0) -> Fault:
+    """``name``'s host on a bad link for ``seconds``: ``loss_pct`` of its packets lost each
+    way and its bandwidth held to ``rate_kbit`` (``hosts.degrade``; this kernel has no
+    netem, so no fixed added delay)."""
+
+    def fault(_p: Pipeline, settings: Settings) -> tuple[float, float]:
+        host = _host(settings, name)
+        t = time.time()
+        say(f"{name}: {loss_pct:g} % of packets lost each way, {rate_kbit} kbit/s, {seconds:.0f} s")
+        hosts.degrade(host, loss_pct, rate_kbit)
+        try:
+            time.sleep(seconds)
+        finally:
+            hosts.restore(host)
+        say(f"{name}: link clear")
+        return t, time.time()
+
+    return fault
+
+
+def on_a_host(member: str, number: int) -> Callable[[Pipeline, Settings], None]:
+    """A scenario's ``prepare``: ``member`` (``s1``) on a host of its own."""
+
+    def prepare(p: Pipeline, _settings: Settings) -> None:
+        p.hosted[member] = hosts.role_host(f"chaos-{member}", number)
+
+    return prepare
+
+
+def cut_member(member: str, seconds: float = 30.0) -> Fault:
+    """``member``'s host (``on_a_host``) cut from the brokers and everything else for
+    ``seconds``: it goes on believing it owns its partitions (a zombie) until it hears
+    otherwise; then healed."""
+
+    def fault(p: Pipeline, _settings: Settings) -> tuple[float, float]:
+        host = p.members[member].host
+        if host is None:
+            raise RuntimeError(f"{member} is not on a host of its own: prepare with on_a_host")
+        t = time.time()
+        say(f"{member} cut off (its link down) for {seconds:.0f} s")
+        hosts.cut(host)
+        try:
+            time.sleep(seconds)
+        finally:
+            hosts.heal(host)
+        say(f"{member} healed")
+        return t, time.time()
+
+    return fault
+
+
+def settle_replicas(settings: Settings) -> None:
+    """After a link or pause fault: wait until every partition is in sync again."""
+    wait_replicated(settings)
+
+
 CLUSTER_SCENARIOS = [
     Scenario("broker-loss", "one broker kill -9, left down", lose("kafka-2"), restore=restore),
     Scenario(
@@ -113,5 +234,34 @@ CLUSTER_SCENARIOS = [
         "one Cassandra node kill -9, left down",
         lose("cassandra-2"),
         restore=restore,
+    ),
+    Scenario(
+        "leader-isolated",
+        "the leader of a runs partition cut from the other brokers and every client, 30 s",
+        isolate(runs_leader),
+        restore=settle_replicas,
+    ),
+    Scenario(
+        "broker-frozen",
+        "one broker frozen (SIGSTOP) for 30 s, a long GC pause",
+        freeze("kafka-2"),
+        restore=settle_replicas,
+    ),
+    Scenario(
+        "broker-bad-link",
+        "one broker's link losing 5 % of packets each way and held to 8 Mbit/s, 60 s",
+        bad_link("kafka-2", 5.0, 8000),
+        restore=settle_replicas,
+    ),
+    Scenario(
+        "scheduler-cut-off",
+        "a scheduler cut off from the brokers for 30 s, then healed (a zombie)",
+        cut_member("s1"),
+        prepare=on_a_host("s1", 1),
+    ),
+    Scenario(
+        "cassandra-isolated",
+        "one Cassandra node cut off for 30 s",
+        isolate("cassandra-2"),
     ),
 ]

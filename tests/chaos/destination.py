@@ -76,6 +76,12 @@ def main() -> int:
     parser.add_argument("--baseline", default="a03f037", help="the revision beside this code")
     parser.add_argument("--jobs", type=int, default=40, help="kafka jobs every second")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="also a round of this code with the destination at replication factor 3: the "
+        "same kill leaves no partition without a leader (what the cluster's own failover costs)",
+    )
     args = parser.parse_args()
     settings = stack.enter_chaos_environment(cluster=True)
     stack.up(settings)
@@ -89,6 +95,9 @@ def main() -> int:
             for name, code in arms:
                 rounds.append(leaderless(settings, name, code, args.jobs))
                 report(rounds[-1:])
+        if args.control:
+            rounds.append(leaderless(settings, "this code, RF 3 (control)", None, args.jobs, 3))
+            report(rounds[-1:])
     print(
         f"\ndestination-leaderless: {args.jobs} kafka jobs a second, one RF 1 partition's "
         f"broker killed for {DOWN_S:.0f} s; rounds: {args.rounds}"
@@ -97,11 +106,13 @@ def main() -> int:
     return 0
 
 
-def leaderless(base: Settings, name: str, code: Path | None, jobs: int) -> Round:
+def leaderless(
+    base: Settings, name: str, code: Path | None, jobs: int, replication: int = 1
+) -> Round:
     """One round: the load, the kill, the measure (``Round``)."""
     with (
         namespace(base, "cschaos") as settings,
-        _tenant_topic(settings) as (tenant, topic, leaders),
+        _tenant_topic(settings, replication) as (tenant, topic, leaders),
     ):
         victim = next(p for p, broker in sorted(leaders.items()) if broker != 1)
         target = Target(type="kafka", topic=topic)
@@ -236,7 +247,9 @@ def _leaders(settings: Settings, topic: str) -> dict[int, int]:
 
 
 @contextmanager
-def _tenant_topic(settings: Settings) -> Iterator[tuple[str, str, dict[int, int]]]:
+def _tenant_topic(
+    settings: Settings, replication: int = 1
+) -> Iterator[tuple[str, str, dict[int, int]]]:
     """``tenant_topic`` once the cluster has its 3 brokers, with each partition's broker
     (its 3 partitions on at least two of them)."""
     admin = kafka_admin(settings, superuser=True)
@@ -245,7 +258,7 @@ def _tenant_topic(settings: Settings) -> Iterator[tuple[str, str, dict[int, int]
         if time.monotonic() > deadline:
             raise RuntimeError("the cluster does not have 3 brokers")
         time.sleep(1)
-    with tenant_topic(settings, prefix="chaos") as (tenant, topic):
+    with tenant_topic(settings, prefix="chaos", replication=replication) as (tenant, topic):
         leaders = _leaders(settings, topic)
         while min(leaders.values()) < 0 and time.monotonic() < deadline:  # being elected
             time.sleep(0.5)

@@ -24,7 +24,9 @@ from pathlib import Path
 
 from confluent_kafka import TopicPartition
 
+from infra import hosts
 from infra.bootstrap import ensure_subjects, ensure_topics
+from infra.hosts import Host
 from runtime.kafka.clients import kafka_admin, kafka_consumer
 from runtime.kafka.offsets import group_lag, watermarks
 from runtime.kafka.publisher import Publisher
@@ -53,10 +55,18 @@ class Member:
     """One ``cronstream <role>`` process; kill -9, SIGSTOP/SIGCONT and restart keep the
     same name. Its exit codes are kept: a process that dies by itself is a finding."""
 
-    def __init__(self, settings: Settings, logdir: Path, name: str, role: str,
-                 *args: str) -> None:  # fmt: skip
+    def __init__(
+        self,
+        settings: Settings,
+        logdir: Path,
+        name: str,
+        role: str,
+        *args: str,
+        host: Host | None = None,
+    ) -> None:
         self.settings, self.logdir, self.name, self.role = settings, logdir, name, role
         self.args = args
+        self.host = host  # a host of its own (infra.hosts): a fault can cut its link
         self.generation = 0
         self.stopping = False
         self.crashes: list[str] = []
@@ -70,10 +80,14 @@ class Member:
         )
         env = {**os.environ, "CRONSTREAM_TOPIC_PREFIX": self.settings.topic_prefix,
                "CRONSTREAM_KEYSPACE": self.settings.keyspace}  # fmt: skip
+        on = []
+        if self.host is not None:
+            hosts.ensure(self.host)
+            on = hosts.prefix(self.host)
+        command = [sys.executable, "-m", "cronstream.cli", self.role, "--name", self.name]
         return subprocess.Popen(
-            [sys.executable, "-m", "cronstream.cli", self.role, "--name", self.name, *extra,
-             *self.args], env=env, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            [*on, *command, *extra, *self.args], env=env, stdout=log, stderr=subprocess.STDOUT
+        )
 
     @property
     def log_path(self) -> Path:
@@ -144,6 +158,7 @@ class Pipeline:
         # args), work for ``drop`` and lines for the scenario's row.
         self.worker_args: tuple[str, ...] = ()
         self.extra_members: list[tuple[str, str, tuple[str, ...]]] = []
+        self.hosted: dict[str, Host] = {}  # members on hosts of their own, by name
         self.on_drop: list[Callable[[], None]] = []
         self.notes: list[str] = []
         self.after: list[Callable[[], str]] = []  # lines made once everything stopped
@@ -189,7 +204,8 @@ class Pipeline:
         for name, role, args in (("s1", "scheduler", ()), ("s2", "scheduler", ()),
                                  ("w1", "worker", worker), ("w2", "worker", worker),
                                  ("sink", "sink", ()), *self.extra_members):  # fmt: skip
-            self.members[name] = Member(self.settings, self.logdir, name, role, *args)
+            host = self.hosted.get(name)
+            self.members[name] = Member(self.settings, self.logdir, name, role, *args, host=host)
 
     def wait_live(self, timeout: float = 240) -> None:
         deadline = time.monotonic() + timeout
@@ -300,7 +316,9 @@ class Pipeline:
             consumer.close()
 
     def kill_all(self) -> None:
-        """Interrupted: every process of this pipeline, at once."""
+        """Interrupted: every process and thread of this pipeline, at once (a scenario
+        that failed left its trigger thread writing to its deleted topics)."""
+        self._stop.set()
         for member in self.members.values():
             if member.proc.poll() is None:
                 member.kill9()

@@ -49,8 +49,9 @@ HEAPS = {
 
 # The 3-node cluster's (CRONSTREAM_NODES=3, tests/integration/test_cluster.py and
 # `python -m tests.chaos --cluster`): its own home and ports (+10000: Kafka 19092, 19102,
-# 19112; Cassandra 19042 on 127.0.0.1-3), the cluster's own heaps (512 MB a broker,
-# 768 MB a Cassandra node).
+# 19112 on 10.89.0.11-13; Cassandra 19042 on 10.89.0.21-23: each node in a network
+# namespace of its own, infra.hosts), the cluster's own heaps (512 MB a broker, 768 MB a
+# Cassandra node).
 CLUSTER_PORT_OFFSET = 10000
 
 
@@ -59,6 +60,9 @@ def cluster_environment() -> dict[str, str]:
     home = os.environ.get("CRONSTREAM_CLUSTER_HOME") or str(REPO_ROOT / ".stack" / "cluster")
     env = chaos_environment(offset=CLUSTER_PORT_OFFSET, home=home, heaps={})
     env.update(CRONSTREAM_NODES="3", CRONSTREAM_KAFKA_HEAP_MB="", CRONSTREAM_CASSANDRA_HEAP_MB="")
+    # Each broker and Cassandra node on a host of its own (infra.hosts): faults can cut
+    # or slow a node's link, not only kill it.
+    env["CRONSTREAM_NETNS"] = "1"
     return env
 
 

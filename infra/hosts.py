@@ -1,0 +1,212 @@
+"""Hosts you can cut apart: the 3-node stack with ``CRONSTREAM_NETNS=1`` runs each broker
+and each Cassandra node in a Linux network namespace of its own (``cs-kafka-2``), joined
+to the machine by a veth pair whose machine end is on one bridge (``csbr0``, the machine
+at ``10.89.0.1``; brokers at ``.11``-``.13``, Cassandra nodes at ``.21``-``.23``:
+``runtime.settings.kafka_node_host``; a chaos scenario's cut-off role at ``.41``-``.49``;
+the schema registry listens on the machine's address, which every host reaches). A
+fault then acts on a host's link, as a real
+network does, not only on its process:
+
+- ``cut(host)``: its link down: nothing in or out (a partition of that host from every
+  other host and every client); ``heal(host)`` brings it back;
+- ``degrade(host, loss_pct, rate_kbit)``: a share of its packets lost each way
+  (nftables) and its bandwidth held (a token bucket, ``tc tbf``), ``restore(host)``
+  after. The kernel here has no ``netem``: no fixed added delay.
+
+Only the project's own test hosts are made and addressed here: namespaces named
+``cs-*`` and links named ``csv-*`` on the bridge ``csbr0``. It needs root (sessions and
+CI run as root), iproute2 (``ip``, ``tc``) and nftables (``nft``). ``make run`` keeps
+its loopback shape.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from infra.errors import StackError
+from runtime.settings import NETNS_SUBNET, cassandra_node_host, kafka_node_host
+
+BRIDGE = "csbr0"
+GATEWAY = f"{NETNS_SUBNET}.1"  # the machine's own address on the bridge
+PREFIX_LEN = 24
+NODES = (1, 2, 3)
+
+
+@dataclass(frozen=True, slots=True)
+class Host:
+    """One test host: ``name`` (the service's), its address on the bridge."""
+
+    name: str
+    address: str
+
+    @property
+    def netns(self) -> str:
+        return f"cs-{self.name}"
+
+    @property
+    def link(self) -> str:
+        """The machine's end of its veth pair (at most 15 characters, as Linux wants)."""
+        return f"csv-{self.name}"[:15]
+
+
+def kafka_host(node: int) -> Host:
+    return Host("kafka" if node == 1 else f"kafka-{node}", kafka_node_host(node, netns=True))
+
+
+def cassandra_host(node: int) -> Host:
+    name = "cassandra" if node == 1 else f"cassandra-{node}"
+    return Host(name, cassandra_node_host(node, netns=True))
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    try:
+        done = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
+    except FileNotFoundError:
+        raise StackError("'ip' is missing: apt-get install -y iproute2") from None
+    if check and done.returncode != 0:
+        raise StackError(
+            f"ip {' '.join(args)} failed (exit {done.returncode}): {done.stderr.strip()}. "
+            "The hosts of CRONSTREAM_NETNS need root."
+        )
+    return done
+
+
+def _tc(*args: str, netns: str | None = None, check: bool = True) -> None:
+    prefix = ["ip", "netns", "exec", netns] if netns else []
+    done = subprocess.run([*prefix, "tc", *args], capture_output=True, text=True, check=False)
+    if check and done.returncode != 0:
+        raise StackError(f"tc {' '.join(args)} failed: {done.stderr.strip()}")
+
+
+def _exists(kind: str, name: str) -> bool:
+    if kind == "netns":
+        return name in _ip("netns", "list").stdout.split()
+    return _ip("link", "show", name, check=False).returncode == 0
+
+
+def role_host(name: str, number: int) -> Host:
+    """The host of a cronstream process that a fault cuts off (a chaos scenario's
+    scheduler): ``number`` 1-9."""
+    if not 1 <= number <= 9:
+        raise ValueError(f"role host number {number}: use 1-9")
+    return Host(name, f"{NETNS_SUBNET}.{40 + number}")
+
+
+def ensure_bridge() -> None:
+    """The bridge, with the machine's address on it (made when missing)."""
+    if not _exists("link", BRIDGE):
+        _ip("link", "add", BRIDGE, "type", "bridge")
+        _ip("addr", "add", f"{GATEWAY}/{PREFIX_LEN}", "dev", BRIDGE)
+    _ip("link", "set", BRIDGE, "up")
+
+
+# ``ip netns exec NAME`` mounts /etc/netns/NAME/<file> over /etc/<file>: each host gets a
+# hosts file naming every test host, and a resolver that answers nothing at once. The
+# machine's name server is not reachable from a host, and a broker looks up the name of
+# each client's address (TLS): with the machine's resolv.conf a client's TLS handshake
+# took 10 s (two 5 s time-outs) and every client gave up.
+ETC_NETNS = Path("/etc/netns")
+RESOLV_CONF = (
+    "# made by infra/hosts.py: no name server\nnameserver 127.0.0.1\noptions timeout:1 attempts:1\n"
+)
+
+
+def _etc(host: Host) -> None:
+    names = [Host("machine", GATEWAY), *map(kafka_host, NODES), *map(cassandra_host, NODES)]
+    lines = ["127.0.0.1 localhost", *(f"{h.address} {h.netns}" for h in names)]
+    etc = ETC_NETNS / host.netns
+    etc.mkdir(parents=True, exist_ok=True)
+    (etc / "hosts").write_text("# made by infra/hosts.py\n" + "\n".join(lines) + "\n")
+    (etc / "resolv.conf").write_text(RESOLV_CONF)
+
+
+def ensure(host: Host) -> None:
+    """The bridge, ``host``'s namespace and its link, up (made when missing), and its
+    own /etc/hosts and resolv.conf."""
+    ensure_bridge()
+    _etc(host)
+    if not _exists("netns", host.netns):
+        _ip("netns", "add", host.netns)
+    if not _exists("link", host.link):
+        _ip("link", "add", host.link, "type", "veth", "peer", "name", "eth0", "netns", host.netns)
+        _ip("link", "set", host.link, "master", BRIDGE)
+        _ip("-n", host.netns, "addr", "add", f"{host.address}/{PREFIX_LEN}", "dev", "eth0")
+    _ip("-n", host.netns, "link", "set", "lo", "up")
+    _ip("-n", host.netns, "link", "set", "eth0", "up")
+    _ip("link", "set", host.link, "up")
+    routes = _ip("-n", host.netns, "route", "show", "default").stdout
+    if GATEWAY not in routes:
+        _ip("-n", host.netns, "route", "add", "default", "via", GATEWAY)
+    restore(host)  # a fault interrupted before it cleared: a node starts on a clear link
+
+
+def prefix(host: Host) -> list[str]:
+    """The words that run a command on ``host`` (``ip netns exec`` execs: the pid is the
+    command's own)."""
+    return ["ip", "netns", "exec", host.netns]
+
+
+def cut(host: Host) -> None:
+    """``host``'s link down: every connection to or from it stops answering."""
+    _ip("link", "set", host.link, "down")
+
+
+def heal(host: Host) -> None:
+    _ip("link", "set", host.link, "up")
+
+
+def degrade(host: Host, loss_pct: float, rate_kbit: int) -> None:
+    """A bad link to and from ``host``: ``loss_pct`` of its packets lost each way (an
+    nftables rule in its namespace) and its bandwidth held to ``rate_kbit`` each way (a
+    token bucket on both ends: what queues behind it waits). This machine's kernel has no
+    ``netem`` (CONFIG_NET_SCH_NETEM is not set), so a fixed added delay cannot be made."""
+    per_mille = round(loss_pct * 10)
+    rules = [
+        "add table inet cschaos",
+        *(
+            f"add chain inet cschaos {hook} {{ type filter hook {hook} priority 0; }}"
+            for hook in ("input", "output")
+        ),
+        *(
+            f"add rule inet cschaos {hook} numgen random mod 1000 < {per_mille} drop"
+            for hook in ("input", "output")
+        ),
+    ]
+    _nft("\n".join(rules), host)
+    bucket = ["tbf", "rate", f"{rate_kbit}kbit", "burst", "32kbit", "latency", "2s"]
+    _tc("qdisc", "replace", "dev", host.link, "root", *bucket)
+    _tc("qdisc", "replace", "dev", "eth0", "root", *bucket, netns=host.netns)
+
+
+def restore(host: Host) -> None:
+    """``host``'s link as it was: no loss rule, no token bucket."""
+    _nft("delete table inet cschaos", host, check=False)
+    _tc("qdisc", "del", "dev", host.link, "root", check=False)
+    _tc("qdisc", "del", "dev", "eth0", "root", netns=host.netns, check=False)
+
+
+def _nft(script: str, host: Host, check: bool = True) -> None:
+    try:
+        done = subprocess.run(
+            ["ip", "netns", "exec", host.netns, "nft", "-f", "-"],
+            input=script,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except FileNotFoundError:
+        raise StackError("'nft' is missing: apt-get install -y nftables") from None
+    if check and done.returncode != 0:
+        raise StackError(f"nft on {host.netns} failed: {done.stderr.strip()}")
+
+
+def remove(host: Host) -> None:
+    """``host``'s namespace and link gone (its processes must be stopped first)."""
+    if _exists("link", host.link):
+        _ip("link", "del", host.link)
+    if _exists("netns", host.netns):
+        _ip("netns", "del", host.netns)
+    shutil.rmtree(ETC_NETNS / host.netns, ignore_errors=True)
