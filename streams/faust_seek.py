@@ -66,6 +66,23 @@ class _Consumer(driver.Consumer):
     def _new_consumer_thread(self) -> _SeekingThread:
         return _SeekingThread(self, loop=self.loop, beacon=self.beacon)
 
+    async def perform_seek(self) -> None:
+        """faust's seek to the committed offsets, with nothing fetched on either side of
+        it thrown away. After a recovery faust resumes the stream partitions while its
+        flow is already on (it read the changelogs), seeks, then resumes its flow
+        control, which empties the streams' queues: what was fetched after the seek
+        went with it and was never fetched again, and a read offset set by a record
+        in flight when the seek reset it made the fetcher drop the record at the
+        committed offset (a flow run left RUNNING after a graceful coordinator restart:
+        its node's outcome, at the committed offset, never handled; issue 48). So: the
+        flow stopped and the fetcher idle first, the queues emptied, then the seek; the
+        caller turns the flow on again (the recovery, after this), and what it fetches
+        from then on is from the committed offsets."""
+        self.stop_flow()
+        await self.wait_for_stopped_flow()
+        self.app.flow_control.clear()
+        await driver.Consumer.perform_seek(self)
+
     def _new_offset(self, tp: TP) -> int | None:
         """faust's choice of the offset to commit, never past an offset not yet
         handled. faust 0.15.3 takes its committed offset for the last one handled (it is

@@ -99,16 +99,11 @@ def _story(ns: Settings, flow_run_id: str) -> str:
     return "\n".join(lines)
 
 
-# A known defect, cause not fixed yet (issue 48): after a graceful stop of the
-# coordinator, about one run in 30 on a loaded box a flow run never ends. A loop of 27
-# (2026-11-29) caught one: the new coordinator never handled the event at its committed
-# offset (a node's outcome; the next event, handled, left the row with that node
-# RUNNING), lost between faust's recovery resuming the stream partitions, its seek to
-# the committed offsets and its queues cleared. The story it prints (events, rows,
-# committed offsets) shows it. Run again once so that the rest of the suite is not
-# hostage to it; two failures in a row still fail.
-@pytest.mark.parametrize("end", [pytest.param("stop", marks=pytest.mark.flaky(reruns=1)),
-                                 "kill9"])  # fmt: skip
+# After a graceful stop about one run in 30 on a loaded box once never ended: the new
+# coordinator lost the event at its committed offset in faust's recovery / seek / clear
+# window (streams.faust_seek._Consumer.perform_seek, issue 48; 200 in a row since). If a
+# flow run never ends, the story it prints (events, rows, committed offsets) tells why.
+@pytest.mark.parametrize("end", ["stop", "kill9"])
 def test_a_diamond_runs_each_node_once_in_order_across_a_coordinator_restart(
     ns: Settings, tmp_path: Path, target: Target, procs: list[CronstreamProcess], end: str
 ) -> None:

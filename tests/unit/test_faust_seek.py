@@ -102,3 +102,29 @@ def test_the_offset_committed_never_passes_an_event_not_handled() -> None:
     assert _Consumer._new_offset(consumer, tp) == 13
     consumer, tp = _acking(None, [4, 5])  # nothing committed yet: faust's choice
     assert _Consumer._new_offset(consumer, tp) == 6
+
+
+def test_the_seek_happens_with_the_flow_stopped_and_the_queues_emptied_first(
+    monkeypatch: Any,
+) -> None:
+    """After a recovery faust resumes the stream partitions with its flow on, seeks, and
+    only then empties the streams' queues: records fetched on either side of the seek
+    were thrown away and the one at the committed offset never read again (issue 48).
+    Ours stops the flow, waits for the fetcher, empties the queues, then seeks; the
+    flow stays off for the recovery to turn on after the seek."""
+    steps: list[str] = []
+
+    async def faust_seek(self: Any) -> None:
+        steps.append("seek")
+
+    async def stopped() -> None:
+        steps.append("fetcher idle")
+
+    monkeypatch.setattr(driver.Consumer, "perform_seek", faust_seek)
+    consumer = SimpleNamespace(
+        stop_flow=lambda: steps.append("flow stopped"),
+        wait_for_stopped_flow=stopped,
+        app=SimpleNamespace(flow_control=SimpleNamespace(clear=lambda: steps.append("cleared"))),
+    )
+    asyncio.run(_Consumer.perform_seek(consumer))  # type: ignore[arg-type]
+    assert steps == ["flow stopped", "fetcher idle", "cleared", "seek"]
