@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infra.errors import StackError
-from runtime.settings import NETNS_SUBNET, cassandra_node_host, kafka_node_host
+from runtime.settings import NETNS_SUBNET, cassandra_node_host, kafka_node_host, node_name
 
 BRIDGE = "csbr0"
 GATEWAY = f"{NETNS_SUBNET}.1"  # the machine's own address on the bridge
@@ -53,32 +53,37 @@ class Host:
 
 
 def kafka_host(node: int) -> Host:
-    return Host("kafka" if node == 1 else f"kafka-{node}", kafka_node_host(node, netns=True))
+    return Host(node_name("kafka", node), kafka_node_host(node, netns=True))
 
 
 def cassandra_host(node: int) -> Host:
-    name = "cassandra" if node == 1 else f"cassandra-{node}"
-    return Host(name, cassandra_node_host(node, netns=True))
+    return Host(node_name("cassandra", node), cassandra_node_host(node, netns=True))
 
 
-def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    try:
-        done = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
-    except FileNotFoundError:
-        raise StackError("'ip' is missing: apt-get install -y iproute2") from None
+PACKAGES = {"ip": "iproute2", "tc": "iproute2", "nft": "nftables"}  # tool -> its package
+
+
+def _run(
+    command: list[str], *, on: Host | None = None, script: str | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """``command`` (its tool one of ``PACKAGES``) on the machine, or on host ``on``;
+    StackError when it fails and ``check``."""
+    tool = command[0]
+    if shutil.which(tool) is None:
+        raise StackError(f"'{tool}' is missing: apt-get install -y {PACKAGES[tool]}")
+    words = [*prefix(on), *command] if on is not None else command
+    done = subprocess.run(words, input=script, capture_output=True, text=True, check=False)
     if check and done.returncode != 0:
+        where = f" on {on.netns}" if on is not None else ""
         raise StackError(
-            f"ip {' '.join(args)} failed (exit {done.returncode}): {done.stderr.strip()}. "
-            "The hosts of CRONSTREAM_NETNS need root."
+            f"{' '.join(command)}{where} failed (exit {done.returncode}): "
+            f"{done.stderr.strip()}. The hosts of CRONSTREAM_NETNS need root."
         )
     return done
 
 
-def _tc(*args: str, netns: str | None = None, check: bool = True) -> None:
-    prefix = ["ip", "netns", "exec", netns] if netns else []
-    done = subprocess.run([*prefix, "tc", *args], capture_output=True, text=True, check=False)
-    if check and done.returncode != 0:
-        raise StackError(f"tc {' '.join(args)} failed: {done.stderr.strip()}")
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return _run(["ip", *args], check=check)
 
 
 def _exists(kind: str, name: str) -> bool:
@@ -175,32 +180,22 @@ def degrade(host: Host, loss_pct: float, rate_kbit: int) -> None:
             for hook in ("input", "output")
         ),
     ]
-    _nft("\n".join(rules), host)
+    _run(["nft", "-f", "-"], on=host, script="\n".join(rules))
     bucket = ["tbf", "rate", f"{rate_kbit}kbit", "burst", "32kbit", "latency", "2s"]
-    _tc("qdisc", "replace", "dev", host.link, "root", *bucket)
-    _tc("qdisc", "replace", "dev", "eth0", "root", *bucket, netns=host.netns)
+    for device, on in _ends(host):
+        _run(["tc", "qdisc", "replace", "dev", device, "root", *bucket], on=on)
 
 
 def restore(host: Host) -> None:
     """``host``'s link as it was: no loss rule, no token bucket."""
-    _nft("delete table inet cschaos", host, check=False)
-    _tc("qdisc", "del", "dev", host.link, "root", check=False)
-    _tc("qdisc", "del", "dev", "eth0", "root", netns=host.netns, check=False)
+    _run(["nft", "delete", "table", "inet", "cschaos"], on=host, check=False)
+    for device, on in _ends(host):
+        _run(["tc", "qdisc", "del", "dev", device, "root"], on=on, check=False)
 
 
-def _nft(script: str, host: Host, check: bool = True) -> None:
-    try:
-        done = subprocess.run(
-            ["ip", "netns", "exec", host.netns, "nft", "-f", "-"],
-            input=script,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-    except FileNotFoundError:
-        raise StackError("'nft' is missing: apt-get install -y nftables") from None
-    if check and done.returncode != 0:
-        raise StackError(f"nft on {host.netns} failed: {done.stderr.strip()}")
+def _ends(host: Host) -> tuple[tuple[str, Host | None], ...]:
+    """``host``'s link as (device, where it is) at each end: the machine's, the host's."""
+    return ((host.link, None), ("eth0", host))
 
 
 def remove(host: Host) -> None:

@@ -41,7 +41,7 @@ from runtime.kafka.security import (
     client_certificate,
     kafka_secret_path,
 )
-from runtime.settings import NETNS_SUBNET, Settings, cassandra_node_host, kafka_node_host
+from runtime.settings import Settings, cassandra_node_host, kafka_node_host, registry_host
 
 RENEW_WITHIN = dt.timedelta(days=30)  # re-issue a leaf certificate this close to expiry
 
@@ -98,17 +98,15 @@ def _new_ca(tls: Path) -> tuple[x509.Certificate, rsa.RSAPrivateKey]:
     return cert, key
 
 
-# Every address a node of the local stack listens on: the loopback's three nodes and ::1,
-# and the hosts of CRONSTREAM_NETNS (the bridge's machine end and each node's address).
-_ADDRESSES = tuple(
-    ipaddress.ip_address(a)
-    for a in (
-        *(f"127.0.0.{n}" for n in (1, 2, 3)),
-        "::1",
-        f"{NETNS_SUBNET}.1",
-        *(f(n, True) for f in (kafka_node_host, cassandra_node_host) for n in (1, 2, 3)),
-    )
-)
+# Every address a node of the local stack listens on, on the loopback (three nodes, ::1)
+# and on the hosts of CRONSTREAM_NETNS (each node's, and the machine's: the registry's).
+_NODES = [
+    node_host(n, netns)
+    for node_host in (kafka_node_host, cassandra_node_host)
+    for netns in (False, True)
+    for n in (1, 2, 3)
+]
+_ADDRESSES = tuple(map(ipaddress.ip_address, dict.fromkeys([*_NODES, "::1", registry_host(True)])))
 
 
 def _issue(

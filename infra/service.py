@@ -230,10 +230,11 @@ class Service(ABC):
         """Start the process in its own session; returns without waiting for readiness."""
         if self.running():
             return
-        if self.settings.netns:  # first: an address not on the bridge may answer elsewhere
+        # First: an address not on the bridge yet may answer elsewhere (the port check).
+        if self.net_host is not None:
+            hosts.ensure(self.net_host)  # the bridge with it
+        elif self.settings.netns:  # on the machine, listening on the bridge (the registry)
             hosts.ensure_bridge()
-            if self.net_host is not None:
-                hosts.ensure(self.net_host)
         for port in [self.port, *self.other_ports]:
             if port_open(port, self.host):
                 raise StackError(

@@ -38,6 +38,7 @@ from runtime.settings import (
     Settings,
     cassandra_node_host,
     kafka_node_host,
+    node_name,
     node_port,
     registry_host,
 )
@@ -55,7 +56,7 @@ class Kafka(Service):
 
     def __init__(self, settings: Settings, node: int = 1) -> None:
         self.node = node
-        self.name = "kafka" if node == 1 else f"kafka-{node}"
+        self.name = node_name("kafka", node)
         super().__init__(settings)
         self.lib = settings.home / "lib" / "kafka"
         self.host = kafka_node_host(node, settings.netns)
@@ -366,12 +367,12 @@ class Cassandra(Service):
 
     def __init__(self, settings: Settings, node: int = 1) -> None:
         self.node = node
-        self.name = "cassandra" if node == 1 else f"cassandra-{node}"
+        self.name = node_name("cassandra", node)
         super().__init__(settings)
         self.lib = settings.home / "lib" / "cassandra"
         self.host = cassandra_node_host(node, settings.netns)
         self.net_host = cassandra_host(node) if settings.netns else None
-        self.after = None if node == 1 else ("cassandra" if node == 2 else f"cassandra-{node - 1}")
+        self.after = None if node == 1 else node_name("cassandra", node - 1)
 
     @property
     def port(self) -> int:

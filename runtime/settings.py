@@ -35,6 +35,12 @@ CLUSTER_NODES = 3  # from this many brokers on, replication defaults to 3 / min 
 NODE_PORT_STEP = 10  # node n of the local stack listens on each base port + (n-1)*10
 
 
+def node_name(service: str, node: int) -> str:
+    """The local stack's name of ``service``'s node ``node`` (1-based): ``kafka``,
+    ``kafka-2``, ``kafka-3``; the service's files, pid and host carry it."""
+    return service if node == 1 else f"{service}-{node}"
+
+
 def node_port(base: int, node: int) -> int:
     """The port of the local stack's node ``node`` (1-based) whose node 1 uses ``base``."""
     return base + (node - 1) * NODE_PORT_STEP
@@ -82,6 +88,11 @@ def env_int(
     return value
 
 
+def env_flag(name: str, env: Mapping[str, str]) -> bool:
+    """A yes/no ``CRONSTREAM_*`` variable: 1, true or yes (any case) is yes."""
+    return (env.get(name) or "").lower() in ("1", "true", "yes")
+
+
 def env_list(name: str, env: Mapping[str, str] | None = None) -> list[str]:
     """A comma-separated ``CRONSTREAM_*`` variable, empty items dropped."""
     raw = (os.environ if env is None else env).get(name) or ""
@@ -102,7 +113,7 @@ def _shape(env: Mapping[str, str], *, kafka_port: int, admin_port: int) -> dict[
     many copies of everything the bootstrap makes."""
     nodes = env_int("CRONSTREAM_NODES", 1, env=env)
     cluster, numbers = nodes >= CLUSTER_NODES, range(1, nodes + 1)
-    netns = (env.get("CRONSTREAM_NETNS") or "").lower() in ("1", "true", "yes")
+    netns = env_flag("CRONSTREAM_NETNS", env)
     hosts = env.get("CRONSTREAM_CASSANDRA_HOSTS") or ",".join(
         cassandra_node_host(n, netns) for n in numbers
     )
@@ -128,7 +139,7 @@ def _shape(env: Mapping[str, str], *, kafka_port: int, admin_port: int) -> dict[
         "cassandra_datacenter": env.get("CRONSTREAM_CASSANDRA_DC") or "datacenter1",
         "topic_replication": env_int("CRONSTREAM_REPLICATION", 0, env=env) or None,
         "min_insync": env_int("CRONSTREAM_MIN_INSYNC", 0, env=env) or None,
-        "allow_rf1": (env.get("CRONSTREAM_ALLOW_RF1") or "").lower() in ("1", "true", "yes"),
+        "allow_rf1": env_flag("CRONSTREAM_ALLOW_RF1", env),
         # How long a broker that stopped heartbeating keeps its leaderships and its place
         # in the ISRs before the controller fences it: every write stalls that long
         # after a broker's loss (Kafka's default 9 s; 4 s on a cluster, README "A cluster")

@@ -13,17 +13,18 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from functools import partial
 
 from infra import hosts
 from runtime.kafka.clients import kafka_admin
-from runtime.settings import Settings
+from runtime.settings import Settings, node_name
 from schemas.catalog import Topics
 from schemas.events import Priority
 from tests.chaos import stack
 from tests.chaos.load import Pipeline, say
 from tests.chaos.scenarios import Fault, Scenario
 
-BROKERS = ("kafka", "kafka-2", "kafka-3")
+BROKERS = tuple(node_name("kafka", n) for n in (1, 2, 3))
 
 
 def under_replicated(settings: Settings) -> int:
@@ -51,8 +52,7 @@ def active_controller(settings: Settings) -> str:
         )
         leader = json.loads(state.read_text()).get("leaderId", -1)
         votes[leader] = votes.get(leader, 0) + 1
-    leader = max(votes, key=lambda k: votes[k])
-    return "kafka" if leader == 1 else f"kafka-{leader}"
+    return node_name("kafka", max(votes, key=lambda k: votes[k]))
 
 
 def lose(name: str | Callable[[Settings], str]) -> Fault:
@@ -110,8 +110,7 @@ def runs_leader(settings: Settings) -> str:
     """The broker leading partition 0 of the normal-priority runs topic."""
     topic = Topics(settings).runs(Priority.NORMAL)
     md = kafka_admin(settings, superuser=True, log_level=0).list_topics(topic, timeout=10)
-    leader = md.topics[topic].partitions[0].leader
-    return "kafka" if leader == 1 else f"kafka-{leader}"
+    return node_name("kafka", md.topics[topic].partitions[0].leader)
 
 
 def _host(settings: Settings, node: str) -> hosts.Host:
@@ -123,22 +122,34 @@ def _host(settings: Settings, node: str) -> hosts.Host:
     return host
 
 
+def _during(
+    seconds: float, begin: Callable[[], None], end: Callable[[], None], said: tuple[str, str]
+) -> tuple[float, float]:
+    """A fault held for ``seconds``: ``begin``, the wait, ``end`` (whatever happens);
+    ``said`` when it begins and when it ends. Returns (its start, its end)."""
+    t = time.time()
+    say(said[0])
+    begin()
+    try:
+        time.sleep(seconds)
+    finally:
+        end()
+    say(said[1])
+    return t, time.time()
+
+
+def _cut(label: str, host: hosts.Host, seconds: float) -> tuple[float, float]:
+    said = (f"{label} cut off (its link down) for {seconds:.0f} s", f"{label} healed")
+    return _during(seconds, partial(hosts.cut, host), partial(hosts.heal, host), said)
+
+
 def isolate(name: str | Callable[[Settings], str], seconds: float = 30.0) -> Fault:
     """``name``'s host (or the one a function picks) cut from every other host and
     every client (its link down) for ``seconds``, then healed."""
 
     def fault(_p: Pipeline, settings: Settings) -> tuple[float, float]:
         node = name if isinstance(name, str) else name(settings)
-        host = _host(settings, node)
-        t = time.time()
-        say(f"{node} cut off (its link down) for {seconds:.0f} s")
-        hosts.cut(host)
-        try:
-            time.sleep(seconds)
-        finally:
-            hosts.heal(host)
-        say(f"{node} healed")
-        return t, time.time()
+        return _cut(node, _host(settings, node), seconds)
 
     return fault
 
@@ -151,15 +162,10 @@ def freeze(name: str, seconds: float = 30.0) -> Fault:
         pid = stack.service(settings, name).pid()
         if pid is None:
             raise RuntimeError(f"{name} is not running")
-        t = time.time()
-        say(f"{name} frozen (SIGSTOP) for {seconds:.0f} s")
-        os.killpg(os.getpgid(pid), signal.SIGSTOP)
-        try:
-            time.sleep(seconds)
-        finally:
-            os.killpg(os.getpgid(pid), signal.SIGCONT)
-        say(f"{name} thawed (SIGCONT)")
-        return t, time.time()
+        group = os.getpgid(pid)
+        said = (f"{name} frozen (SIGSTOP) for {seconds:.0f} s", f"{name} thawed (SIGCONT)")
+        stop, cont = (partial(os.killpg, group, sig) for sig in (signal.SIGSTOP, signal.SIGCONT))
+        return _during(seconds, stop, cont, said)
 
     return fault
 
@@ -171,15 +177,12 @@ def bad_link(name: str, loss_pct: float, rate_kbit: int, seconds: float = 60.0) 
 
     def fault(_p: Pipeline, settings: Settings) -> tuple[float, float]:
         host = _host(settings, name)
-        t = time.time()
-        say(f"{name}: {loss_pct:g} % of packets lost each way, {rate_kbit} kbit/s, {seconds:.0f} s")
-        hosts.degrade(host, loss_pct, rate_kbit)
-        try:
-            time.sleep(seconds)
-        finally:
-            hosts.restore(host)
-        say(f"{name}: link clear")
-        return t, time.time()
+        said = (
+            f"{name}: {loss_pct:g} % of packets lost each way, {rate_kbit} kbit/s, {seconds:.0f} s",
+            f"{name}: link clear",
+        )
+        bad = partial(hosts.degrade, host, loss_pct, rate_kbit)
+        return _during(seconds, bad, partial(hosts.restore, host), said)
 
     return fault
 
@@ -202,15 +205,7 @@ def cut_member(member: str, seconds: float = 30.0) -> Fault:
         host = p.members[member].host
         if host is None:
             raise RuntimeError(f"{member} is not on a host of its own: prepare with on_a_host")
-        t = time.time()
-        say(f"{member} cut off (its link down) for {seconds:.0f} s")
-        hosts.cut(host)
-        try:
-            time.sleep(seconds)
-        finally:
-            hosts.heal(host)
-        say(f"{member} healed")
-        return t, time.time()
+        return _cut(member, host, seconds)
 
     return fault
 

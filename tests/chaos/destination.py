@@ -39,7 +39,7 @@ from confluent_kafka import Consumer, TopicPartition
 from runtime.errors import PublishError
 from runtime.kafka.clients import kafka_admin
 from runtime.kafka.security import admin_security
-from runtime.settings import Settings
+from runtime.settings import Settings, node_name
 from schemas.catalog import Topics
 from schemas.events import JobDefinition, Priority, RunOutcome, RunStatus, Target
 from schemas.ids import partition_for
@@ -53,7 +53,6 @@ from tests.integration.helpers import decoded, read_topic
 
 BEFORE_S, DOWN_S, TIMEOUT_S = 30.0, 90.0, 30
 FAILOVER_S = 20.0  # after the kill: the cluster's own partitions get new leaders
-BROKER_OF = {1: "kafka", 2: "kafka-2", 3: "kafka-3"}
 
 
 @dataclass
@@ -123,7 +122,7 @@ def leaderless(
 
         _put(settings, jobs, make)
         pipeline = Pipeline(settings, 1, 32, code=code)
-        broker = stack.service(base, BROKER_OF[leaders[victim]])
+        broker = stack.service(base, node_name("kafka", leaders[victim]))
         try:
             pipeline.wait_live()
             time.sleep(10)
