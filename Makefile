@@ -122,7 +122,7 @@ bench: up ## benchmarks, printed as a table
 chaos: deps ## faults under load on a stack of its own (ports +100, .stack/chaos), as a table
 	@$(PY) -m tests.chaos
 
-chaos-cluster: deps ## node loss, network partitions and pauses under load on a 3-node stack of its own (test hosts, ports +10000, .stack/cluster), as a table
+chaos-cluster: deps ## node loss, network partitions, pauses and a clock ahead under load on a 3-node stack of its own (test hosts, ports +10000, .stack/cluster), as a table
 	@$(PY) -m tests.chaos --cluster
 
 chaos-destination: deps ## a tenant topic's partition without a leader on the 3-node stack: the other runs go on (this code beside a03f037)

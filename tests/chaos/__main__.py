@@ -89,7 +89,7 @@ def run(scenario: Scenario, settings: Settings, args: argparse.Namespace) -> Res
         end_ms = int(time.time() * 1000) - 3000
         time.sleep(5)
         say("stopping the schedulers, draining")
-        pipeline.finish()
+        pipeline.finish(end_ms)
         say("measuring")
         manual = [r for t, r in pipeline.triggered if start_ms / 1000 <= t <= end_ms / 1000]
         result = measure(scenario.name, pipeline.settings, jobs=pipeline.jobs,
@@ -171,6 +171,8 @@ def print_table(results: list[Result], args: argparse.Namespace) -> None:
                  f"dead letters {r.dead_letters:,}"]  # fmt: skip
         if r.stale:
             extra.append(f"run ids whose records arrived out of emission order {r.stale}")
+        if r.early:
+            extra.append(f"effects before their due time {r.early}: e.g. {r.examples['early'][:3]}")
         if r.failures:
             extra.append(f"failed attempts {dict(r.failures.most_common(3))}")
         if r.lost:

@@ -210,6 +210,23 @@ def cut_member(member: str, seconds: float = 30.0) -> Fault:
     return fault
 
 
+def clock_ahead(member: str, offset_s: int = 30, seconds: float = 60.0) -> Fault:
+    """``member`` (a scheduler) restarted with its wall clock ``offset_s`` ahead
+    (``tests.chaos.shifted_clock``) for ``seconds``, then restarted on the true clock. It
+    fires what is due by its clock: every run ``offset_s`` early, each with its due time,
+    which the workers hold until due by theirs (docs/guarantees.md, "Clocks")."""
+
+    def fault(p: Pipeline, _settings: Settings) -> tuple[float, float]:
+        said = (
+            f"{member} restarted with its clock {offset_s} s ahead for {seconds:.0f} s",
+            f"{member} restarted on the true clock",
+        )
+        begin = partial(p.members[member].restart_clean, float(offset_s))
+        return _during(seconds, begin, partial(p.members[member].restart_clean, None), said)
+
+    return fault
+
+
 def settle_replicas(settings: Settings) -> None:
     """After a link or pause fault: wait until every partition is in sync again."""
     wait_replicated(settings)
@@ -253,6 +270,11 @@ CLUSTER_SCENARIOS = [
         "a scheduler cut off from the brokers for 30 s, then healed (a zombie)",
         cut_member("s1"),
         prepare=on_a_host("s1", 1),
+    ),
+    Scenario(
+        "scheduler-clock-ahead",
+        "a scheduler's wall clock 30 s ahead for 60 s",
+        clock_ahead("s1"),
     ),
     Scenario(
         "cassandra-isolated",

@@ -53,6 +53,7 @@ class Result:
     worker_duplicates: int = 0
     dead_letters: int = 0
     stale: int = 0  # run ids whose records reached the topic out of emission order
+    early: int = 0  # effects before their run's due time (slot + jitter)
     # Runs with their effect whose last outcome was a failed attempt: its retry (a
     # timer the schedulers hold) was pending when the drain stopped them. Not lost.
     retry_pending: int = 0
@@ -225,6 +226,9 @@ def measure(name: str, settings: Settings, *, jobs: list[str], every_ms: int,
             result.examples.setdefault("missed", []).append(run_id)
     result.recovery_s = recovery(slots, effects, window.fault_end)
     late = [effects[r] - due for r, (_, due) in slots.items() if r in effects]
+    result.early = sum(1 for ms in late if ms < 0)
+    if result.early:
+        result.examples["early"] = [r for r, (_, due) in slots.items() if effects.get(r, due) < due]
     result.stall_s = max(late, default=0) / 1000
     times = sorted(ms for ms in effects.values() if window.start_ms <= ms <= window.end_ms)
     result.gap_s = max((b - a for a, b in itertools.pairwise(times)), default=0) / 1000

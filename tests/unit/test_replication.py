@@ -12,7 +12,7 @@ from infra.errors import BootstrapError
 from infra.replication import new_topic, topic_replication, under_replicated
 from runtime.cassandra import CONSISTENCY
 from runtime.errors import SettingsError
-from runtime.kafka.clients import PRODUCER_DEFAULTS
+from runtime.kafka.clients import PRODUCER_DEFAULTS, consumer_config, producer_config
 from runtime.settings import Settings
 
 
@@ -89,6 +89,15 @@ def test_existing_topics_with_fewer_copies_are_reported() -> None:
 def test_producers_wait_for_every_in_sync_replica() -> None:
     assert PRODUCER_DEFAULTS["acks"] == "all"
     assert PRODUCER_DEFAULTS["enable.idempotence"] is True
+
+
+def test_a_request_to_a_cut_off_leader_is_given_up_long_before_the_cut_heals() -> None:
+    """Producers and consumers give a request in flight 10 s (librdkafka's 60 s default
+    held every write to a leader cut off for 30 s until the link healed, though its
+    leadership had moved after 4 s: the leader-isolated row's 56 s stall)."""
+    s = settings(CRONSTREAM_NODES="3", CRONSTREAM_KAFKA_SECURITY="plaintext")
+    for config in (producer_config(s), consumer_config(s), consumer_config(s, **{"group.id": "g"})):
+        assert s.broker_session_ms < config["socket.timeout.ms"] <= 10_000
 
 
 def test_keyspaces_use_network_topology_at_local_quorum() -> None:
