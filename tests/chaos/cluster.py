@@ -277,6 +277,12 @@ CLUSTER_SCENARIOS = [
         clock_ahead("s1"),
     ),
     Scenario(
+        "worker-cut-off",
+        "a worker cut off from the brokers and its target for 30 s mid-run, then healed",
+        cut_member("w1"),
+        prepare=on_a_host("w1", 2),
+    ),
+    Scenario(
         "cassandra-isolated",
         "one Cassandra node cut off for 30 s",
         isolate("cassandra-2"),

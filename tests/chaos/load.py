@@ -30,7 +30,7 @@ from infra.hosts import Host
 from runtime.kafka.clients import kafka_admin, kafka_consumer
 from runtime.kafka.offsets import group_lag, watermarks
 from runtime.kafka.publisher import Publisher
-from runtime.settings import Settings
+from runtime.settings import Settings, registry_host
 from schemas.catalog import Topics
 from schemas.events import CronSchedule, JobDefinition, Priority, Target, Trigger, utc_now
 from schemas.ids import manual_run_id
@@ -169,6 +169,7 @@ class Pipeline:
         self.target_log = logdir / "target.log"
         self.target: subprocess.Popen[bytes] | None = None
         self.url = ""
+        self.target_net = "127.0.0.0/8"  # what the workers may call (--http-allow)
         # What a scenario's ``prepare`` adds: worker flags, more members (name, role,
         # args), work for ``drop`` and lines for the scenario's row.
         self.worker_args: tuple[str, ...] = ()
@@ -183,16 +184,20 @@ class Pipeline:
 
     # -- setup --------------------------------------------------------------------------
     def start_target(self) -> None:
+        """The HTTP target, on the loopback, or with the cluster's hosts on the machine's
+        bridge address (the registry's), where a worker on a host of its own reaches it
+        and a cut of that worker's link cuts it from its target too."""
         portfile = self.logdir / "target.port"
-        self.target = subprocess.Popen(
-            [sys.executable, "-m", "tests.chaos.target", str(self.target_log), str(portfile)],
-        )
+        address = registry_host(self.settings.netns)
+        command = ["-m", "tests.chaos.target", str(self.target_log), str(portfile), address]
+        self.target = subprocess.Popen([sys.executable, *command])
         deadline = time.monotonic() + 30
         while not portfile.exists() or not portfile.read_text():
             if time.monotonic() > deadline or self.target.poll() is not None:
                 raise RuntimeError("the chaos HTTP target did not start")
             time.sleep(0.05)
-        self.url = f"http://127.0.0.1:{portfile.read_text()}/hook"
+        self.url = f"http://{address}:{portfile.read_text()}/hook"
+        self.target_net = f"{address}/32"
 
     def definition(self, job_id: str, *, payload: str | None = None) -> JobDefinition:
         target = Target(type="http", url=self.url)
@@ -215,7 +220,7 @@ class Pipeline:
                 target=Target(type="http", url=self.url)))  # fmt: skip
 
     def start_members(self) -> None:
-        worker = ("--concurrency", "64", "--http-allow", "127.0.0.0/8", *self.worker_args)
+        worker = ("--concurrency", "64", "--http-allow", self.target_net, *self.worker_args)
         for name, role, args in (("s1", "scheduler", ()), ("s2", "scheduler", ()),
                                  ("w1", "worker", worker), ("w2", "worker", worker),
                                  ("sink", "sink", ()), *self.extra_members):  # fmt: skip

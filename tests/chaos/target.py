@@ -1,7 +1,8 @@
 """The chaos suite's HTTP target: idempotent by run id, and a witness of every call.
 
-``python -m tests.chaos.target LOG PORTFILE`` serves HTTP/1.1 (keep-alive) on a free
-loopback port, written to PORTFILE. Each request's ``Idempotency-Key`` (the run id) is
+``python -m tests.chaos.target LOG PORTFILE [ADDRESS]`` serves HTTP/1.1 (keep-alive) on a
+free port of ADDRESS (the loopback by default; the hosts' bridge address when a worker
+runs on a host of its own), written to PORTFILE. Each request's ``Idempotency-Key`` (the run id) is
 applied once: the first request with a key is an *effect*, a later one is answered 200
 the same but not applied again (*deduplicated*). Every request is one line of LOG:
 ``<received ms> <effect|dedup> <attempt> <run id>``. It is a separate asyncio process
@@ -51,9 +52,9 @@ class Target:
             writer.close()
 
 
-async def main(log: Path, portfile: Path) -> None:
+async def main(log: Path, portfile: Path, address: str) -> None:
     target = Target(log)
-    server = await asyncio.start_server(target.serve, "127.0.0.1", 0)
+    server = await asyncio.start_server(target.serve, address, 0)
     port = server.sockets[0].getsockname()[1]
     portfile.write_text(str(port))
     stop = asyncio.Event()
@@ -74,4 +75,5 @@ async def _flush_every(target: Target, seconds: float) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(Path(sys.argv[1]), Path(sys.argv[2])))
+    address = sys.argv[3] if len(sys.argv) > 3 else "127.0.0.1"
+    asyncio.run(main(Path(sys.argv[1]), Path(sys.argv[2]), address))
