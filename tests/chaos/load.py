@@ -28,7 +28,7 @@ from infra import hosts
 from infra.bootstrap import ensure_subjects, ensure_topics
 from infra.hosts import Host
 from runtime.kafka.clients import kafka_admin, kafka_consumer
-from runtime.kafka.offsets import group_lag, watermarks
+from runtime.kafka.offsets import committed, group_lag, watermarks
 from runtime.kafka.publisher import Publisher
 from runtime.settings import Settings, registry_host
 from schemas.catalog import Topics
@@ -169,7 +169,6 @@ class Pipeline:
         self.target_log = logdir / "target.log"
         self.target: subprocess.Popen[bytes] | None = None
         self.url = ""
-        self.target_net = "127.0.0.0/8"  # what the workers may call (--http-allow)
         # What a scenario's ``prepare`` adds: worker flags, more members (name, role,
         # args), work for ``drop`` and lines for the scenario's row.
         self.worker_args: tuple[str, ...] = ()
@@ -183,12 +182,16 @@ class Pipeline:
         _migrate(self.settings)
 
     # -- setup --------------------------------------------------------------------------
+    @property
+    def target_address(self) -> str:
+        """Where the HTTP target listens: the loopback, or with the cluster's hosts the
+        machine's bridge address (the registry's), where a worker on a host of its own
+        reaches it and a cut of that worker's link cuts it from its target too."""
+        return registry_host(self.settings.netns)
+
     def start_target(self) -> None:
-        """The HTTP target, on the loopback, or with the cluster's hosts on the machine's
-        bridge address (the registry's), where a worker on a host of its own reaches it
-        and a cut of that worker's link cuts it from its target too."""
         portfile = self.logdir / "target.port"
-        address = registry_host(self.settings.netns)
+        address = self.target_address
         command = ["-m", "tests.chaos.target", str(self.target_log), str(portfile), address]
         self.target = subprocess.Popen([sys.executable, *command])
         deadline = time.monotonic() + 30
@@ -197,7 +200,6 @@ class Pipeline:
                 raise RuntimeError("the chaos HTTP target did not start")
             time.sleep(0.05)
         self.url = f"http://{address}:{portfile.read_text()}/hook"
-        self.target_net = f"{address}/32"
 
     def definition(self, job_id: str, *, payload: str | None = None) -> JobDefinition:
         target = Target(type="http", url=self.url)
@@ -220,7 +222,8 @@ class Pipeline:
                 target=Target(type="http", url=self.url)))  # fmt: skip
 
     def start_members(self) -> None:
-        worker = ("--concurrency", "64", "--http-allow", self.target_net, *self.worker_args)
+        allow = f"{self.target_address}/32"  # the target, nothing else (SSRF checks)
+        worker = ("--concurrency", "64", "--http-allow", allow, *self.worker_args)
         for name, role, args in (("s1", "scheduler", ()), ("s2", "scheduler", ()),
                                  ("w1", "worker", worker), ("w2", "worker", worker),
                                  ("sink", "sink", ()), *self.extra_members):  # fmt: skip
@@ -338,12 +341,10 @@ class Pipeline:
         wanted = [TopicPartition(self.topics.jobs, p) for p in range(self.settings.partitions)]
         try:
             while True:
-                try:
-                    committed = consumer.committed(wanted, timeout=10)
-                except Exception:  # the coordinator is moving: ask again
-                    committed = []
-                points = [Checkpoint.from_metadata(tp.metadata) for tp in committed]
-                if points and all(c is not None and c.fired_through >= through_ms for c in points):
+                points = [
+                    Checkpoint.from_metadata(tp.metadata) for tp in committed(consumer, wanted)
+                ]
+                if all(c is not None and c.fired_through >= through_ms for c in points):
                     return max(0.0, time.time() - through_ms / 1000)
                 if time.time() - through_ms / 1000 > timeout:
                     return None

@@ -226,9 +226,10 @@ def measure(name: str, settings: Settings, *, jobs: list[str], every_ms: int,
             result.examples.setdefault("missed", []).append(run_id)
     result.recovery_s = recovery(slots, effects, window.fault_end)
     late = [effects[r] - due for r, (_, due) in slots.items() if r in effects]
-    result.early = sum(1 for ms in late if ms < 0)
-    if result.early:
-        result.examples["early"] = [r for r, (_, due) in slots.items() if effects.get(r, due) < due]
+    early = [r for r, (_, due) in slots.items() if r in effects and effects[r] < due]
+    result.early = len(early)
+    if early:
+        result.examples["early"] = early
     result.stall_s = max(late, default=0) / 1000
     times = sorted(ms for ms in effects.values() if window.start_ms <= ms <= window.end_ms)
     result.gap_s = max((b - a for a, b in itertools.pairwise(times)), default=0) / 1000

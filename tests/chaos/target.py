@@ -1,8 +1,8 @@
 """The chaos suite's HTTP target: idempotent by run id, and a witness of every call.
 
-``python -m tests.chaos.target LOG PORTFILE [ADDRESS]`` serves HTTP/1.1 (keep-alive) on a
-free port of ADDRESS (the loopback by default; the hosts' bridge address when a worker
-runs on a host of its own), written to PORTFILE. Each request's ``Idempotency-Key`` (the run id) is
+``python -m tests.chaos.target LOG PORTFILE ADDRESS`` serves HTTP/1.1 (keep-alive) on a
+free port of ADDRESS (the loopback, or the hosts' bridge address when a worker runs on a
+host of its own), written to PORTFILE. Each request's ``Idempotency-Key`` (the run id) is
 applied once: the first request with a key is an *effect*, a later one is answered 200
 the same but not applied again (*deduplicated*). Every request is one line of LOG:
 ``<received ms> <effect|dedup> <attempt> <run id>``. It is a separate asyncio process
@@ -75,5 +75,4 @@ async def _flush_every(target: Target, seconds: float) -> None:
 
 
 if __name__ == "__main__":
-    address = sys.argv[3] if len(sys.argv) > 3 else "127.0.0.1"
-    asyncio.run(main(Path(sys.argv[1]), Path(sys.argv[2]), address))
+    asyncio.run(main(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]))
