@@ -43,14 +43,22 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     """A test that failed because Kafka refused cronstream's user reports the
-    credentials' state with it (tests.diagnostics)."""
+    credentials' state with it; one that failed with cronstream processes running
+    reports the end of each one's log (tests.diagnostics)."""
     report = yield
     if report.failed and call.excinfo is not None:
-        from tests.diagnostics import caused_by_kafka_auth, kafka_credentials_report
+        from tests.diagnostics import (
+            caused_by_kafka_auth,
+            kafka_credentials_report,
+            process_log_tails,
+        )
 
         if caused_by_kafka_auth(call.excinfo.value):
             section = kafka_credentials_report(Settings.from_env())
             report.sections.append(("kafka credentials", section))
+        started = getattr(item, "funcargs", {}).get("procs")
+        if started:
+            report.sections.extend(process_log_tails(started))
     return report
 
 

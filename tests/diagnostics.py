@@ -1,15 +1,25 @@
-"""What a failing test adds to its report when Kafka refused cronstream's user
+"""What a failing test adds to its report. When Kafka refused cronstream's user
 (``KafkaAuthError``): where the stored password is (its age and a short digest, never
 the password), the users and mechanisms the broker holds, and the broker log's SCRAM
 lines. CI once saw the broker refuse ``cronstream-app`` after a restart and could not
-be reproduced; this is the evidence the next occurrence leaves."""
+be reproduced; this is the evidence the next occurrence leaves. When the test ran
+cronstream processes (the ``procs`` fixture): the end of each one's log, which CI's
+report would otherwise lose with its temporary directory."""
 
 from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from runtime.settings import Settings
+
+if TYPE_CHECKING:
+    from tests.integration.helpers import CronstreamProcess
+
+# How much of each process's log a failing test's report carries.
+LOG_TAIL_CHARS = 6000
 
 
 def caused_by_kafka_auth(exc: BaseException | None) -> bool:
@@ -50,3 +60,17 @@ def kafka_credentials_report(settings: Settings) -> str:
                  if "ScramCredentialRecord" in ln or "starting kafka" in ln]  # fmt: skip
         lines += ["kafka.log, SCRAM records and starts (last 30):", *scram[-30:]]
     return "\n".join(lines)
+
+
+def process_log_tails(procs: Sequence[CronstreamProcess]) -> list[tuple[str, str]]:
+    """One report section per process: the last LOG_TAIL_CHARS of its log."""
+    sections = []
+    for proc in procs:
+        try:
+            text = proc.log_path.read_text(errors="replace")
+        except OSError as exc:
+            text = f"(log unreadable: {exc})"
+        state = proc.proc.poll()
+        title = f"log of {proc.name} ({'running' if state is None else f'exited {state}'})"
+        sections.append((title, text[-LOG_TAIL_CHARS:]))
+    return sections

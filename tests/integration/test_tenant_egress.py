@@ -5,6 +5,7 @@ never lent; a tenant without credentials is refused before anything is written."
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from consumers.errors import TargetInvalid
 from consumers.executors.base import RunContext
 from consumers.executors.egress import TenantProducers
 from consumers.executors.kafka import KafkaExecutor, TopicPolicy
+from infra.bootstrap import wait_until_usable
 from infra.errors import TenantError
 from infra.tenants import add_tenant
 from runtime.credentials import credentials_dir
@@ -23,6 +25,7 @@ from runtime.kafka.clients import kafka_admin, kafka_producer
 from runtime.kafka.security import admin_security
 from runtime.settings import Settings
 from schemas.events import Target
+from schemas.tenancy import tenant_user
 
 pytestmark = pytest.mark.integration
 
@@ -65,6 +68,9 @@ def test_each_tenant_writes_its_own_topics_only(
         [NewTopic(t, num_partitions=1, replication_factor=1) for t in (mine, theirs)]
     ).values():
         future.result(30)
+    # The controller committed the topic; the broker's metadata may apply it later (under
+    # CI's load, after the executor asked: "does not exist").
+    wait_until_usable(replace(ns, kafka_user=tenant_user(a)), mine)
     worker_producer = kafka_producer(ns)
     tenants = TenantProducers(ns, credentials_dir(ns))
     executor = KafkaExecutor(worker_producer, TopicPolicy(own=frozenset()), tenants)
