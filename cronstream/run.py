@@ -117,7 +117,7 @@ def apply_examples(settings: Settings, console: Console) -> None:
     jobs = load_jobs_file(path, max_payload_bytes=settings.max_payload_bytes)
     flows_path = REPO_ROOT / "examples" / "flows.yaml"
     flows = load_flows_file(flows_path, max_payload_bytes=settings.max_payload_bytes)
-    with JobClient(settings, publisher=Publisher(settings, log_level=3)) as client:
+    with JobClient(settings, publisher=Publisher(settings, answering=True, log_level=3)) as client:
         client.put_many(jobs)
         for flow, schedule in flows:
             client.put_flow(flow, schedule)

@@ -59,7 +59,7 @@ class JobClient:
         # had its idempotent producer id to get when flushing, and librdkafka retries
         # that every 500 ms until the broker connection is up (measured: flows trigger's
         # flush 0.5-1.0 s, 40-60 ms when the id was got while the client read).
-        self.publisher = publisher or Publisher(settings)
+        self.publisher = publisher or Publisher(settings, answering=True)
         self._reader: Consumer | None = None
         self.skipped: list[str] = []  # undecodable records met while reading the jobs topic
         self.auditor = Auditor(settings.kafka_user)  # every change also goes to the trail

@@ -44,7 +44,7 @@ class TenantClient:
         topics = Topics(settings)
         self.commands = topics.tenant_commands(tenant)
         self.results = topics.tenant_results(tenant)
-        self.publisher = Publisher(self.settings)
+        self.publisher = Publisher(self.settings, answering=True)
         group = f"{settings.topic_prefix}.t.{tenant}.client"
         self.consumer = kafka_consumer(self.settings, **{"group.id": group})
         # From the end as of now, resolved here: librdkafka would resolve OFFSET_END
@@ -116,7 +116,7 @@ class TenantClient:
             headers=list[Any](command.headers()),
             on_delivery=lambda err, msg: delivered.append(msg),
         )  # fmt: skip
-        self.publisher.producer.flush(self.timeout)
+        self.publisher.producer.flush(self.publisher.flush_wait_s)
         error = delivered[0].error() if delivered else None
         if not delivered or error is not None:
             why = error.str() if error is not None else "no acknowledgement"

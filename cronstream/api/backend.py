@@ -71,7 +71,7 @@ class Backend:
         self.topics = Topics(settings)
         self.answer_timeout = answer_timeout
         self.codec = Codec(registry_client(settings))
-        self.publisher = Publisher(settings, codec=self.codec)
+        self.publisher = Publisher(settings, codec=self.codec, answering=True)
         self.view = JobsView()
         self.follower = JobsFollower(settings, self.codec, self.view, who="api")
         self._waiting: dict[str, tuple[threading.Event, list[TenantResult]]] = {}

@@ -22,6 +22,18 @@ from runtime.settings import Settings
 from schemas.serde import Codec
 from schemas.tenancy import AnyEvent
 
+# A producer that answers someone (the CLI, the API, the dashboard): librdkafka gives
+# each record ANSWER_WITHIN_S (``message.timeout.ms``) to be acknowledged or failed, and
+# ``flush`` waits that and REPORT_MARGIN_S more for the verdict, so a record reported
+# failed is not written later. With librdkafka's default (300 s) and a 30 s flush, a
+# command refused at 30 s during a rolling restart stayed queued and could be written
+# minutes after its caller was told it failed (or lost when the command line exited).
+ANSWER_WITHIN_S = 30.0
+REPORT_MARGIN_S = 5.0
+# How long ``flush`` waits by default for any other producer (a role's: its records are
+# kept by librdkafka for the delivery timeout its owner set, and the owner goes on).
+FLUSH_WAIT_S = 30.0
+
 # Delivery reports for failures only: a report is a Python call and a Message built per
 # record; for a producer whose owner learns success from a flush (``settled``), a success
 # has nothing to tell. Not for one that reads an offset from its report (TenantClient).
@@ -50,8 +62,15 @@ class Publisher:
         producer: Producer | None = None,
         serve_each: bool = True,
         track_acks: bool = False,
+        answering: bool = False,
         **producer_overrides: Any,
     ) -> None:
+        """``answering``: the producer of one who answers someone (ANSWER_WITHIN_S)."""
+        if answering:
+            if producer is not None:
+                raise ValueError("answering sets the producer's delivery timeout: make it here")
+            producer_overrides.setdefault("message.timeout.ms", round(ANSWER_WITHIN_S * 1000))
+        self.flush_wait_s = ANSWER_WITHIN_S + REPORT_MARGIN_S if answering else FLUSH_WAIT_S
         self.codec = codec or Codec(registry_client(settings))
         self.producer = producer or kafka_producer(settings, **producer_overrides)
         self._settings, self._overrides = settings, producer_overrides
@@ -186,8 +205,11 @@ class Publisher:
         self._marks.clear()  # the old queue is gone: no mark waits for it
         self._open_mark(number)
 
-    def flush(self, timeout: float = 30.0) -> None:
-        """Wait until every queued record is acknowledged; raise the first failure."""
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every queued record is acknowledged (at most ``timeout`` s, by
+        default ``flush_wait_s``); raise the first failure."""
+        if timeout is None:
+            timeout = self.flush_wait_s
         remaining = self.producer.flush(timeout)
         self._raise_latched()
         if remaining:
