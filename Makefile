@@ -29,10 +29,11 @@ $(STAMP): pyproject.toml
 	  $(PY) -m pip install -e '.[dev]' >> $(VENV)/pip.log 2>&1 || { tail -30 $(VENV)/pip.log; exit 1; }
 	@rm -f $(VENV)/.installed-*; touch $@
 
-debs: ## install the Debian packages used here when missing: kcat, prometheus, prometheus-alertmanager, chromium (+ driver, for the dashboard's browser tests), postgresql (Kafka Connect's warehouse), iproute2 and nftables (the cluster's test hosts)
+debs: ## install the Debian packages used here when missing: kcat, prometheus, prometheus-alertmanager, chromium (+ driver, for the dashboard's browser tests), postgresql (Kafka Connect's warehouse), iproute2, nftables and iptables (the cluster's test hosts)
 	@missing=""; command -v kcat >/dev/null || missing="$$missing kcat"; \
 	  command -v ip >/dev/null || missing="$$missing iproute2"; \
 	  command -v nft >/dev/null || missing="$$missing nftables"; \
+	  command -v iptables >/dev/null || missing="$$missing iptables"; \
 	  command -v chromium >/dev/null || missing="$$missing chromium"; \
 	  command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
 	  command -v promtool >/dev/null || missing="$$missing prometheus"; \
@@ -122,7 +123,7 @@ bench: up ## benchmarks, printed as a table
 chaos: deps ## faults under load on a stack of its own (ports +100, .stack/chaos), as a table
 	@$(PY) -m tests.chaos
 
-chaos-cluster: deps ## node loss, network partitions, pauses and a clock ahead under load on a 3-node stack of its own (test hosts, ports +10000, .stack/cluster), as a table
+chaos-cluster: deps ## node loss, network partitions, pauses, slow links and a clock ahead under load on a 3-node stack of its own (test hosts, ports +10000, .stack/cluster), as a table
 	@$(PY) -m tests.chaos --cluster
 
 chaos-destination: deps ## a tenant topic's partition without a leader on the 3-node stack: the other runs go on (this code beside a03f037)

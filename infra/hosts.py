@@ -11,11 +11,16 @@ network does, not only on its process:
   other host and every client); ``heal(host)`` brings it back;
 - ``degrade(host, loss_pct, rate_kbit)``: a share of its packets lost each way
   (nftables) and its bandwidth held (a token bucket, ``tc tbf``), ``restore(host)``
-  after. The kernel here has no ``netem``: no fixed added delay.
+  after;
+- ``lossy(host, loss_pct)`` and ``hold(host, queue)``: the loss alone, and every packet
+  leaving the host handed to a program in its namespace that releases it later (a
+  netfilter queue, ``iptables -j NFQUEUE``): the kernel here has no ``netem``, so a
+  fixed added delay is made in user space (``tests.chaos.link_delay``).
 
 Only the project's own test hosts are made and addressed here: namespaces named
 ``cs-*`` and links named ``csv-*`` on the bridge ``csbr0``. It needs root (sessions and
-CI run as root), iproute2 (``ip``, ``tc``) and nftables (``nft``). ``make run`` keeps
+CI run as root), iproute2 (``ip``, ``tc``), nftables (``nft``) and, for ``hold``,
+iptables. ``make run`` keeps
 its loopback shape.
 """
 
@@ -60,7 +65,8 @@ def cassandra_host(node: int) -> Host:
     return Host(node_name("cassandra", node), cassandra_node_host(node, netns=True))
 
 
-PACKAGES = {"ip": "iproute2", "tc": "iproute2", "nft": "nftables"}  # tool -> its package
+# tool -> its package
+PACKAGES = {"ip": "iproute2", "tc": "iproute2", "nft": "nftables", "iptables": "iptables"}
 
 
 def _run(
@@ -167,28 +173,43 @@ def degrade(host: Host, loss_pct: float, rate_kbit: int) -> None:
     """A bad link to and from ``host``: ``loss_pct`` of its packets lost each way (an
     nftables rule in its namespace) and its bandwidth held to ``rate_kbit`` each way (a
     token bucket on both ends: what queues behind it waits). This machine's kernel has no
-    ``netem`` (CONFIG_NET_SCH_NETEM is not set), so a fixed added delay cannot be made."""
+    ``netem`` (CONFIG_NET_SCH_NETEM is not set): a fixed added delay is ``hold``'s."""
+    lossy(host, loss_pct)
+    bucket = ["tbf", "rate", f"{rate_kbit}kbit", "burst", "32kbit", "latency", "2s"]
+    for device, on in _ends(host):
+        _run(["tc", "qdisc", "replace", "dev", device, "root", *bucket], on=on)
+
+
+def lossy(host: Host, loss_pct: float) -> None:
+    """``loss_pct`` of the packets to and from ``host`` lost (an nftables rule in its
+    namespace, each packet drawn at random)."""
     per_mille = round(loss_pct * 10)
+    drawn = "" if per_mille >= 1000 else f"numgen random mod 1000 < {per_mille} "
     rules = [
         "add table inet cschaos",
         *(
             f"add chain inet cschaos {hook} {{ type filter hook {hook} priority 0; }}"
             for hook in ("input", "output")
         ),
-        *(
-            f"add rule inet cschaos {hook} numgen random mod 1000 < {per_mille} drop"
-            for hook in ("input", "output")
-        ),
+        *(f"add rule inet cschaos {hook} {drawn}drop" for hook in ("input", "output")),
     ]
     _run(["nft", "-f", "-"], on=host, script="\n".join(rules))
-    bucket = ["tbf", "rate", f"{rate_kbit}kbit", "burst", "32kbit", "latency", "2s"]
-    for device, on in _ends(host):
-        _run(["tc", "qdisc", "replace", "dev", device, "root", *bucket], on=on)
+
+
+def hold(host: Host, queue: int) -> None:
+    """Every packet leaving ``host`` on its link handed to netfilter queue ``queue`` in
+    its namespace, for the program bound to it there to release (``iptables -j NFQUEUE``:
+    this kernel's nftables has no ``queue`` statement, its xtables target does). Bind the
+    program first: with none bound the packets pass (``--queue-bypass``)."""
+    rule = ["-o", "eth0", "-j", "NFQUEUE", "--queue-num", str(queue), "--queue-bypass"]
+    _run(["iptables", "-A", "OUTPUT", *rule], on=host)
 
 
 def restore(host: Host) -> None:
-    """``host``'s link as it was: no loss rule, no token bucket."""
+    """``host``'s link as it was: no loss rule, no queue, no token bucket."""
     _run(["nft", "delete", "table", "inet", "cschaos"], on=host, check=False)
+    if shutil.which("iptables") is not None:
+        _run(["iptables", "-F", "OUTPUT"], on=host, check=False)
     for device, on in _ends(host):
         _run(["tc", "qdisc", "del", "dev", device, "root"], on=on, check=False)
 

@@ -3,7 +3,7 @@
 node killed (kill -9) and left down while the load runs, a rolling restart of the
 three brokers; and on the hosts of ``infra.hosts`` (each node in a network namespace of
 its own): a runs partition's leader, a scheduler or a Cassandra node cut off, a broker
-frozen (SIGSTOP), a broker's link lossy and narrow. Each scenario's ``restore`` starts
+frozen (SIGSTOP), a broker's link lossy and narrow, or slow (200 ms) and lossy. Each scenario's ``restore`` starts
 what it left down, after the measurement, so the next scenario finds the whole cluster."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from runtime.kafka.clients import kafka_admin
 from runtime.settings import Settings, node_name
 from schemas.catalog import Topics
 from schemas.events import Priority
-from tests.chaos import stack
+from tests.chaos import link_delay, stack
 from tests.chaos.load import Pipeline, say
 from tests.chaos.scenarios import Fault, Scenario
 
@@ -187,6 +187,34 @@ def bad_link(name: str, loss_pct: float, rate_kbit: int, seconds: float = 60.0) 
     return fault
 
 
+def slow_link(name: str, delay_ms: int, loss_pct: float, seconds: float = 60.0) -> Fault:
+    """``name``'s host on a slow, lossy link for ``seconds``: every packet it sends held
+    ``delay_ms`` (``tests.chaos.link_delay`` on ``hosts.hold``'s queue: each round trip
+    with it ``delay_ms`` longer) and ``loss_pct`` of its packets lost each way."""
+
+    def fault(_p: Pipeline, settings: Settings) -> tuple[float, float]:
+        host = _host(settings, name)
+        delayer = link_delay.Delayer(host, delay_ms)
+        said = (
+            f"{name}: every packet it sends held {delay_ms} ms, {loss_pct:g} % lost each way, "
+            f"{seconds:.0f} s",
+            f"{name}: link clear",
+        )
+
+        def begin() -> None:
+            delayer.start()
+            hosts.lossy(host, loss_pct)
+            hosts.hold(host, delayer.queue)
+
+        def end() -> None:
+            hosts.restore(host)
+            say(f"{name}'s delay: {delayer.stop()}")
+
+        return _during(seconds, begin, end, said)
+
+    return fault
+
+
 def on_a_host(member: str, number: int) -> Callable[[Pipeline, Settings], None]:
     """A scenario's ``prepare``: ``member`` (``s1``) on a host of its own."""
 
@@ -263,6 +291,12 @@ CLUSTER_SCENARIOS = [
         "broker-bad-link",
         "one broker's link losing 5 % of packets each way and held to 8 Mbit/s, 60 s",
         bad_link("kafka-2", 5.0, 8000),
+        restore=settle_replicas,
+    ),
+    Scenario(
+        "broker-slow-link",
+        "one broker's packets held 200 ms and 5 % lost each way, 60 s",
+        slow_link("kafka-2", 200, 5.0),
         restore=settle_replicas,
     ),
     Scenario(
