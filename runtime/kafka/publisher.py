@@ -65,12 +65,17 @@ class Publisher:
         answering: bool = False,
         **producer_overrides: Any,
     ) -> None:
-        """``answering``: the producer of one who answers someone (ANSWER_WITHIN_S)."""
+        """``answering``: the producer of one who answers someone (ANSWER_WITHIN_S; a
+        shorter ``message.timeout.ms`` may be given, and the flush waits for it)."""
+        self.flush_wait_s = FLUSH_WAIT_S
         if answering:
-            if producer is not None:
+            if producer is not None or "delivery.timeout.ms" in producer_overrides:
                 raise ValueError("answering sets the producer's delivery timeout: make it here")
-            producer_overrides.setdefault("message.timeout.ms", round(ANSWER_WITHIN_S * 1000))
-        self.flush_wait_s = ANSWER_WITHIN_S + REPORT_MARGIN_S if answering else FLUSH_WAIT_S
+            most = round(ANSWER_WITHIN_S * 1000)
+            delivery_ms = producer_overrides.setdefault("message.timeout.ms", most)
+            if not 0 < delivery_ms <= most:
+                raise ValueError(f"an answering producer's delivery timeout is 1-{most} ms")
+            self.flush_wait_s = delivery_ms / 1000 + REPORT_MARGIN_S
         self.codec = codec or Codec(registry_client(settings))
         self.producer = producer or kafka_producer(settings, **producer_overrides)
         self._settings, self._overrides = settings, producer_overrides

@@ -203,8 +203,13 @@ def slow_link(name: str, delay_ms: int, loss_pct: float, seconds: float = 60.0) 
 
         def begin() -> None:
             delayer.start()
-            hosts.lossy(host, loss_pct)
-            hosts.hold(host, delayer.queue)
+            try:
+                hosts.lossy(host, loss_pct)
+                hosts.hold(host, delayer.queue)
+            except BaseException:  # the next scenarios find the link clear
+                hosts.restore(host)
+                delayer.stop()
+                raise
 
         def end() -> None:
             hosts.restore(host)

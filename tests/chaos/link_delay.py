@@ -8,12 +8,14 @@ suite's ``broker-slow-link`` row (``tests.chaos.cluster.slow_link``).
 
 Prints ``bound`` once the queue is bound (the rule may then be added), and on SIGTERM
 the packets it held and the most it held at once. A packet still held when it stops is
-accepted at once: a stop ends the delay, it loses nothing.
+accepted at once: a stop ends the delay (stop it after the rule is gone: a packet the
+kernel still queues when the connection closes is dropped).
 """
 
 from __future__ import annotations
 
 import collections
+import select
 import signal
 import subprocess
 import sys
@@ -26,6 +28,7 @@ from typing import Any
 from infra import hosts
 
 ROOT = Path(__file__).resolve().parents[2]
+START_WITHIN_S = STOP_WITHIN_S = 30.0  # the delay's process, bound / gone
 
 # The kernel's queue of packets awaiting a verdict (its default, 1,024, is what 200 ms of a
 # busy broker's packets exceed: the kernel would drop the rest).
@@ -51,10 +54,11 @@ class Delayer:
             [*hosts.prefix(self.host), *command], cwd=ROOT, stdout=subprocess.PIPE, text=True
         )
         assert self.proc.stdout is not None
-        first = self.proc.stdout.readline().strip()
+        ready, _, _ = select.select([self.proc.stdout], [], [], START_WITHIN_S)
+        first = self.proc.stdout.readline().strip() if ready else "(nothing yet)"
         if first != "bound":
             self.proc.kill()
-            self.proc.stdout.close()
+            self.proc.communicate(timeout=STOP_WITHIN_S)
             raise RuntimeError(f"the delay on {self.host.netns} did not start: {first!r}")
 
     def stop(self) -> str:
@@ -64,9 +68,14 @@ class Delayer:
         assert self.proc.stdout is not None
         died = self.proc.poll()
         self.proc.terminate()
-        with self.proc.stdout:
-            said = self.proc.stdout.read().strip()
-        self.proc.wait(timeout=30)
+        try:
+            said = self.proc.communicate(timeout=STOP_WITHIN_S)[0].strip()
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.communicate()
+            raise RuntimeError(
+                f"the delay on {self.host.netns} did not stop within {STOP_WITHIN_S:.0f} s"
+            ) from None
         if died is not None:
             raise RuntimeError(f"the delay on {self.host.netns} ended early ({died}): {said}")
         return said
@@ -129,16 +138,17 @@ def main() -> None:
     queue = conn.bind(queue_number)
     queue.set_mode(META_BYTES, fnfqueue.COPY_META)
     queue.set_maxlen(QUEUE_MAXLEN)
-    releaser = threading.Thread(target=delay.release, name="release")
+    # A daemon: whatever happens to the main thread, the process can end.
+    releaser = threading.Thread(target=delay.release, name="release", daemon=True)
     releaser.start()
 
     def stop(_sig: int, _frame: FrameType | None) -> None:
         raise Stopped
 
-    signal.signal(signal.SIGTERM, stop)
-    print("bound", flush=True)
     overflows = gone = 0
     try:
+        signal.signal(signal.SIGTERM, stop)
+        print("bound", flush=True)
         while True:
             try:
                 for packet in conn:
@@ -159,7 +169,7 @@ def main() -> None:
         pass
     finally:
         delay.stop()  # whatever ended the reading, every held packet is released
-        releaser.join()  # while the connection still answers
+        releaser.join(STOP_WITHIN_S / 2)  # while the connection still answers
         conn.close()
     print(
         f"held {delay.count} packets, at most {delay.most} at once, {overflows} overflows, "

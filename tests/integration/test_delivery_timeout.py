@@ -27,8 +27,11 @@ def _publisher(**overrides: object) -> Publisher:
 
 
 def test_an_answering_producer_fails_each_record_at_its_delivery_timeout_and_says_so() -> None:
+    default = _publisher(answering=True)
+    assert default._overrides["message.timeout.ms"] == ANSWER_WITHIN_S * 1000
+    assert default.flush_wait_s == ANSWER_WITHIN_S + REPORT_MARGIN_S
     publisher = _publisher(answering=True, **{"message.timeout.ms": 1500})
-    assert publisher.flush_wait_s == ANSWER_WITHIN_S + REPORT_MARGIN_S
+    assert publisher.flush_wait_s == 1.5 + REPORT_MARGIN_S
     publisher.produce_raw("cstest.nowhere", b"k", b"v", [])
     began = time.monotonic()
     with pytest.raises(PublishError, match="timed out"):
@@ -49,7 +52,12 @@ def test_a_roles_producer_keeps_its_record_past_the_flush() -> None:
     publisher.producer.purge()
 
 
-def test_answering_makes_its_own_producer() -> None:
+def test_answering_makes_its_own_producer_with_a_bounded_delivery_timeout() -> None:
+    for unbounded in (0, 120_000):  # 0: librdkafka's "no limit"
+        with pytest.raises(ValueError, match="delivery timeout is 1-30000 ms"):
+            _publisher(answering=True, **{"message.timeout.ms": unbounded})
+    with pytest.raises(ValueError, match="make it here"):
+        _publisher(answering=True, **{"delivery.timeout.ms": 1000})
     with pytest.raises(ValueError, match="make it here"):
         Publisher(Settings.from_env({}), codec=Codec(RegistryClient("http://127.0.0.1:9")),
                   producer=_publisher().producer, answering=True)  # fmt: skip

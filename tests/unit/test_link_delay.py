@@ -18,35 +18,44 @@ class Packet:
         self.released.append((self.n, time.monotonic()))
 
 
+def _releasing(delay: Delay) -> threading.Thread:
+    releaser = threading.Thread(target=delay.release, daemon=True)  # never holds pytest
+    releaser.start()
+    return releaser
+
+
 def test_each_packet_is_released_its_delay_after_it_came_in_arrival_order() -> None:
     delay, released = Delay(0.2), []
-    releaser = threading.Thread(target=delay.release)
-    releaser.start()
+    releaser = _releasing(delay)
     came = []
-    for n in range(5):
-        came.append(time.monotonic())
-        delay.hold(Packet(n, released))
-        time.sleep(0.03)
-    time.sleep(0.35)
-    delay.stop()
-    releaser.join(5)
+    try:
+        for n in range(5):
+            came.append(time.monotonic())
+            delay.hold(Packet(n, released))
+            time.sleep(0.03)
+        time.sleep(0.35)
+    finally:
+        delay.stop()
+        releaser.join(5)
     assert [n for n, _ in released] == [0, 1, 2, 3, 4]
     held = [at - came[n] for n, at in released]
     assert all(0.2 <= s < 1.0 for s in held), held  # never early; late only by load
-    assert (delay.count, delay.most) == (5, 5)
+    assert delay.count == 5
+    assert delay.most >= 2  # all 5 when the sleeps keep time; on a loaded machine fewer
 
 
 def test_a_stop_releases_every_packet_held_at_once() -> None:
     delay, released = Delay(60.0), []
-    releaser = threading.Thread(target=delay.release)
-    releaser.start()
-    for n in range(3):
-        delay.hold(Packet(n, released))
-    time.sleep(0.05)
-    assert released == []
-    stopped = time.monotonic()
-    delay.stop()
-    releaser.join(5)
+    releaser = _releasing(delay)
+    try:
+        for n in range(3):
+            delay.hold(Packet(n, released))
+        time.sleep(0.05)
+        assert released == []
+        stopped = time.monotonic()
+    finally:
+        delay.stop()
+        releaser.join(5)
     assert not releaser.is_alive()
     assert [n for n, _ in released] == [0, 1, 2]
     assert all(at - stopped < 1 for _, at in released)
