@@ -166,7 +166,10 @@ def test_every_page_loads_shows_the_jobs_and_their_runs_and_one_action_each_work
     producer.produce(Topics(history_ns).runs(Priority.NORMAL), value=b"\x00garbage", key=b"junk")
     producer.flush(30)
     page.open("/ui/jobs")  # no session: the sign-in page
-    assert page.driver.current_url == f"{url}/ui/login", page.driver.current_url
+    # The page the browser shows says why when it is not the sign-in page (CI once saw
+    # /ui/jobs stay in the address bar: a browser error page, or the jobs page itself).
+    shown = f"{page.driver.current_url}: {page.driver.title!r}\n{page.driver.page_source[:2000]}"
+    assert page.driver.current_url == f"{url}/ui/login", shown
     assert "hello-python" not in page.text()
     page.sign_in(token_path(history_ns, ADMIN).read_text().strip())
     _overview(page, history_ns.topic_prefix)
