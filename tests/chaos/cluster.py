@@ -3,8 +3,9 @@
 node killed (kill -9) and left down while the load runs, a rolling restart of the
 three brokers; and on the hosts of ``infra.hosts`` (each node in a network namespace of
 its own): a runs partition's leader, a scheduler or a Cassandra node cut off, a broker
-frozen (SIGSTOP), a broker's link lossy and narrow, or slow (200 ms) and lossy. Each scenario's ``restore`` starts
-what it left down, after the measurement, so the next scenario finds the whole cluster."""
+frozen (SIGSTOP), a broker's link lossy and narrow, or slow (200 ms) and lossy. Each
+scenario's ``restore`` starts what it left down, after the measurement, so the next
+scenario finds the whole cluster."""
 
 from __future__ import annotations
 
@@ -125,12 +126,13 @@ def _host(settings: Settings, node: str) -> hosts.Host:
 def _during(
     seconds: float, begin: Callable[[], None], end: Callable[[], None], said: tuple[str, str]
 ) -> tuple[float, float]:
-    """A fault held for ``seconds``: ``begin``, the wait, ``end`` (whatever happens);
+    """A fault held for ``seconds``: ``begin``, the wait, ``end`` (whatever happens, a
+    ``begin`` that failed halfway included: the next scenarios find the link clear);
     ``said`` when it begins and when it ends. Returns (its start, its end)."""
     t = time.time()
     say(said[0])
-    begin()
     try:
+        begin()
         time.sleep(seconds)
     finally:
         end()
@@ -203,17 +205,13 @@ def slow_link(name: str, delay_ms: int, loss_pct: float, seconds: float = 60.0) 
 
         def begin() -> None:
             delayer.start()
-            try:
-                hosts.lossy(host, loss_pct)
-                hosts.hold(host, delayer.queue)
-            except BaseException:  # the next scenarios find the link clear
-                hosts.restore(host)
-                delayer.stop()
-                raise
+            hosts.lossy(host, loss_pct)
+            hosts.hold(host, delayer.queue)
 
         def end() -> None:
             hosts.restore(host)
-            say(f"{name}'s delay: {delayer.stop()}")
+            if delayer.started:
+                say(f"{name}'s delay: {delayer.stop()}")
 
         return _during(seconds, begin, end, said)
 

@@ -26,6 +26,7 @@ from types import FrameType
 from typing import Any
 
 from infra import hosts
+from tests.integration.helpers import terminate
 
 ROOT = Path(__file__).resolve().parents[2]
 START_WITHIN_S = STOP_WITHIN_S = 30.0  # the delay's process, bound / gone
@@ -57,9 +58,14 @@ class Delayer:
         ready, _, _ = select.select([self.proc.stdout], [], [], START_WITHIN_S)
         first = self.proc.stdout.readline().strip() if ready else "(nothing yet)"
         if first != "bound":
-            self.proc.kill()
-            self.proc.communicate(timeout=STOP_WITHIN_S)
+            terminate(self.proc, STOP_WITHIN_S)
+            self.proc.stdout.close()
+            self.proc = None  # not started: nothing to stop
             raise RuntimeError(f"the delay on {self.host.netns} did not start: {first!r}")
+
+    @property
+    def started(self) -> bool:
+        return self.proc is not None
 
     def stop(self) -> str:
         """Stopped (every packet it held released first); what it says it did. A delay
@@ -67,15 +73,13 @@ class Delayer:
         assert self.proc is not None
         assert self.proc.stdout is not None
         died = self.proc.poll()
-        self.proc.terminate()
-        try:
-            said = self.proc.communicate(timeout=STOP_WITHIN_S)[0].strip()
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.communicate()
+        ended = terminate(self.proc, STOP_WITHIN_S)
+        with self.proc.stdout:  # a line or two: the pipe never filled
+            said = self.proc.stdout.read().strip()
+        if not ended:
             raise RuntimeError(
                 f"the delay on {self.host.netns} did not stop within {STOP_WITHIN_S:.0f} s"
-            ) from None
+            )
         if died is not None:
             raise RuntimeError(f"the delay on {self.host.netns} ended early ({died}): {said}")
         return said

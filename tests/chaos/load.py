@@ -36,6 +36,7 @@ from schemas.events import CronSchedule, JobDefinition, Priority, Target, Trigge
 from schemas.ids import manual_run_id
 from streams.checkpoint import Checkpoint
 from tests.bench.common import job, put_jobs
+from tests.integration.helpers import terminate
 
 MANUAL_JOB = "chaos-manual"
 SESSION_TIMEOUT_MS = 6000
@@ -132,14 +133,8 @@ class Member:
 
     def stop(self, timeout: float = 90) -> None:
         self.stopping = True
-        if self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
+        if not terminate(self.proc, timeout):
             self.crashes.append(f"{self.log_path.name}: ignored SIGTERM")
-            self.kill9()
 
 
 @dataclass

@@ -18,7 +18,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from confluent_kafka import TopicPartition
 
@@ -264,15 +264,9 @@ class CronstreamProcess:
 
     def stop(self) -> None:
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                code = self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                raise AssertionError(
-                    f"{self.name} ignored SIGTERM:\n{self.log()[-3000:]}"
-                ) from None
+            if not terminate(self.proc, 60):
+                raise AssertionError(f"{self.name} ignored SIGTERM:\n{self.log()[-3000:]}")
+            code = self.proc.returncode
             assert code == 0, f"{self.name} exited {code}:\n{self.log()[-3000:]}"
         self._log.close()
 
@@ -414,6 +408,21 @@ def history_keyspace(settings: Settings, prefix: str = "cstest") -> Iterator[Set
         session.execute(f"DROP KEYSPACE IF EXISTS {scoped.keyspace}", timeout=120)
     finally:
         cluster.shutdown()
+
+
+def terminate(proc: subprocess.Popen[Any], timeout: float) -> bool:
+    """SIGTERM to ``proc`` and up to ``timeout`` s for it to end; killed (and reaped)
+    when it did not. Whether it ended of itself (at once when it had already)."""
+    if proc.poll() is not None:
+        return True
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return False
+    return True
 
 
 def kill_children() -> None:

@@ -70,8 +70,11 @@ def echo() -> Iterator[int]:
 def _round_trip(host: hosts.Host, port: int) -> str:
     done = subprocess.run(
         [*hosts.prefix(host), sys.executable, "-c", ROUND_TRIPS, hosts.GATEWAY, str(port)],
-        capture_output=True, text=True, timeout=60, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     return done.stdout.strip()
 
 
