@@ -37,7 +37,10 @@ def test_an_answering_producer_fails_each_record_at_its_delivery_timeout_and_say
     with pytest.raises(PublishError, match="timed out"):
         publisher.flush()
     assert time.monotonic() - began < ANSWER_WITHIN_S  # the verdict, not the wait's end
-    assert len(publisher.producer) == 0  # nothing kept to be written later
+    # Nothing kept to be written later. librdkafka's queue length also counts its own
+    # events (a refused connection's error, every second or so, more often under load:
+    # ``len()`` read 1 here once); a flush serves them, so only a kept record holds it.
+    assert publisher.producer.flush(5) == 0
 
 
 def test_a_roles_producer_keeps_its_record_past_the_flush() -> None:
@@ -48,7 +51,7 @@ def test_a_roles_producer_keeps_its_record_past_the_flush() -> None:
     publisher.produce_raw("cstest.nowhere", b"k", b"v", [])
     with pytest.raises(PublishError, match="still unacknowledged"):
         publisher.flush(1.0)
-    assert len(publisher.producer) == 1
+    assert len(publisher.producer) >= 1  # the record (and maybe an error event)
     publisher.producer.purge()
 
 
@@ -59,5 +62,4 @@ def test_answering_makes_its_own_producer_with_a_bounded_delivery_timeout() -> N
     with pytest.raises(ValueError, match="make it here"):
         _publisher(answering=True, **{"delivery.timeout.ms": 1000})
     with pytest.raises(ValueError, match="make it here"):
-        Publisher(Settings.from_env({}), codec=Codec(RegistryClient("http://127.0.0.1:9")),
-                  producer=_publisher().producer, answering=True)  # fmt: skip
+        _publisher(answering=True, producer=_publisher().producer)
