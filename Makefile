@@ -8,7 +8,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
 # `make up NODES=3` (or CRONSTREAM_NODES=3 in the environment): the 3-node local stack
-# (3 Kafka brokers, 3 Cassandra nodes; README, "A cluster"). Every target then uses it.
+# (3 Kafka brokers, 3 Cassandra nodes; README, "A cluster"). Every target then uses it. On a
+# one-node stack with data it grows it in place (docs/operations.md, "From one node to three").
 ifdef NODES
 export CRONSTREAM_NODES := $(NODES)
 endif

@@ -34,6 +34,7 @@ from confluent_kafka.admin import (
 from consumers.migrations import migrate
 from infra.cassandra_access import admin_session, ensure_cassandra_access, grant_keyspace
 from infra.errors import BootstrapError
+from infra.growth import grow_keyspace, grow_topics
 from infra.objects import ensure_lakehouse
 from infra.replication import (
     new_topic,
@@ -72,15 +73,19 @@ class TopicReport:
     created: list[str]
     existing: list[str]
     mismatches: list[str]
+    grown: list[str]  # topics given more replicas (a stack grown to more brokers)
 
 
 def _say(msg: str) -> None:
     print(f"[bootstrap] {msg}", file=sys.stderr, flush=True)
 
 
-def ensure_topics(settings: Settings, *, timeout: float = 30.0) -> TopicReport:
-    """The catalog's topics under ``settings``' prefix, and cronstream's user's access
-    to them (``ensure_access``)."""
+def ensure_topics(
+    settings: Settings, *, timeout: float = 30.0, say: Callable[[str], None] = _say
+) -> TopicReport:
+    """The catalog's topics under ``settings``' prefix, cronstream's user's access to
+    them (``ensure_access``), and every topic of the cluster at the replication the
+    brokers allow (``infra.growth.grow_topics``: a stack grown from one node)."""
     topics = Topics(settings)
     admin = kafka_admin(settings, superuser=True)
     ensure_access(settings, admin, timeout=timeout)
@@ -94,10 +99,12 @@ def ensure_topics(settings: Settings, *, timeout: float = 30.0) -> TopicReport:
             continue
         existing.append(name)
     created = create_topics(admin, to_create, existing, timeout)
+    grown = grow_topics(settings, admin, replication, say)
     mismatches = _mismatches(settings, admin, existing, timeout)
-    mismatches += under_replicated(metadata, existing, replication[0])
+    fresh = admin.list_topics(timeout=timeout)
+    mismatches += under_replicated(fresh, existing, replication[0])
     wait_until_usable(settings, topics.jobs)
-    return TopicReport(created=created, existing=existing, mismatches=mismatches)
+    return TopicReport(created=created, existing=existing, mismatches=mismatches, grown=grown)
 
 
 # How long a login or ACL the controller has committed may take to reach the broker's
@@ -422,9 +429,11 @@ def ensure_tenant_subjects(settings: Settings) -> int:
     return len(tenants)
 
 
-def ensure_keyspace(settings: Settings) -> list[str]:
-    """The keyspace migrated, and readable and writable by cronstream's user (as the
-    super user, ``infra.cassandra_access``). Returns the migrations applied."""
+def ensure_keyspace(settings: Settings, say: Callable[[str], None] = _say) -> list[str]:
+    """The keyspace migrated, at the replication the settings want (raised and repaired
+    on a stack grown from one node: ``infra.growth.grow_keyspace``), and readable and
+    writable by cronstream's user (as the super user, ``infra.cassandra_access``).
+    Returns the migrations applied."""
     if settings.cassandra_security == "none":
         cluster, session = cassandra_session(settings)
     else:
@@ -433,6 +442,7 @@ def ensure_keyspace(settings: Settings) -> list[str]:
         replicate_system_keyspaces(settings, session)
         applied = migrate(session, settings.keyspace, settings.cassandra_replication,
                           settings.cassandra_datacenter)  # fmt: skip
+        grow_keyspace(settings, session, settings.keyspace, say)
         if settings.cassandra_security != "none":
             ensure_cassandra_access(settings, session)
             grant_keyspace(settings, session, settings.keyspace)
@@ -442,10 +452,11 @@ def ensure_keyspace(settings: Settings) -> list[str]:
 
 
 def bootstrap(settings: Settings, say: Callable[[str], None] = _say) -> None:
-    report = ensure_topics(settings)
+    report = ensure_topics(settings, say=say)
     say(
         f"topics: {len(report.created)} created, {len(report.existing)} already there "
         f"(prefix {settings.topic_prefix!r})"
+        + (f", {len(report.grown)} given more replicas" if report.grown else "")
     )
     if report.mismatches:
         raise BootstrapError(
@@ -457,7 +468,7 @@ def bootstrap(settings: Settings, say: Callable[[str], None] = _say) -> None:
     tenants = ensure_tenant_subjects(settings)
     if tenants:
         say(f"schemas: the subjects of {tenants} tenants at the current schemas")
-    applied = ensure_keyspace(settings)
+    applied = ensure_keyspace(settings, say)
     say(
         f"cassandra: keyspace {settings.keyspace!r}, "
         + (f"applied {', '.join(applied)}" if applied else "migrations up to date")

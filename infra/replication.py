@@ -72,9 +72,8 @@ def new_topic(name: str, partitions: int, config: dict[str, str], replication: t
 
 
 def under_replicated(metadata: Any, names: list[str], factor: int) -> list[str]:
-    """Which of the existing topics ``names`` keep fewer than ``factor`` replicas (a
-    topic made before the cluster grew: moving it is a partition reassignment, for an
-    operator to make)."""
+    """Which of the existing topics ``names`` keep fewer than ``factor`` replicas (after
+    ``infra.growth.grow_topics`` gave them the rest: none, unless it could not)."""
     short = []
     for name in names:
         topic = metadata.topics.get(name)

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from infra.errors import StackError
+from infra.growth import check_shape, grow, upgrade_static
 from infra.service import Service, log_tail
 from infra.services import Cassandra, Kafka, all_services
 from runtime.settings import Settings
@@ -39,6 +40,8 @@ def _start(settings: Settings, say: Callable[[str], None], *, bootstrapped: bool
     services = [s for s in all_services(settings) if s.after_bootstrap == bootstrapped]
     if not bootstrapped:
         fetch(settings, say)
+        check_shape(settings)
+        upgrade_static(settings, say)  # an old static quorum about to grow
     waiting: list[Service] = []
     for svc in services:
         if svc.after is not None and not svc.running():
@@ -62,6 +65,10 @@ def up(
     """Start every service that is not running and wait until all are ready: those
     that need the bootstrap (``Service.after_bootstrap``) when ``bootstrapped``, the
     others when not.
+
+    Brokers added to a stack with data (``make up NODES=3`` after ``make up``) are made
+    controller voters (``infra.quorum.grow``); the bootstrap then gives every topic and
+    the keyspace their copies on them (``infra.growth``).
 
     Returns the seconds spent. Raises StackError with advice when something fails.
     """
@@ -101,6 +108,8 @@ def up(
                 )
         if waiting:
             time.sleep(0.5)
+    if not bootstrapped:
+        grow(settings, say)  # a broker added to the stack joins the controller quorum
     return time.monotonic() - began
 
 

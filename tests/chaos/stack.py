@@ -11,6 +11,7 @@ so ``make down`` of the main stack never stops them, nor the other way round.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import time
 from collections.abc import Iterator, Mapping
@@ -103,6 +104,21 @@ def environment(variables: Mapping[str, str]) -> Iterator[Settings]:
     finally:
         os.environ.clear()
         os.environ.update(saved)
+
+
+@contextmanager
+def fresh(variables: Mapping[str, str]) -> Iterator[Settings]:
+    """The stack ``variables`` name, from empty data directories (as on a fresh clone),
+    up and bootstrapped for the block; every node of it stopped afterwards, one added
+    during the block too (``down`` stops each node that has a pid file)."""
+    with environment(variables) as settings:
+        down(settings)
+        shutil.rmtree(settings.home / "data", ignore_errors=True)
+        try:
+            up(settings)
+            yield settings
+        finally:
+            down(settings)
 
 
 def link_jars(settings: Settings) -> None:

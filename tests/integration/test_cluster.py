@@ -14,7 +14,6 @@ schedulers, two workers and a sink as processes. ``-m "not cluster"`` leaves it 
 from __future__ import annotations
 
 import argparse
-import shutil
 from collections.abc import Iterator
 from dataclasses import replace
 
@@ -40,14 +39,8 @@ def cluster() -> Iterator[Settings]:
     """The cluster stack from empty data directories, as on a fresh clone: what earlier
     runs left (the topics of every chaos namespace) once kept a broker loading its logs
     past the 90 s readiness limit on a busy machine."""
-    with stack.environment(stack.cluster_environment()) as settings:
-        stack.down(settings)
-        shutil.rmtree(settings.home / "data", ignore_errors=True)
-        try:
-            stack.up(settings)
-            yield settings
-        finally:
-            stack.down(settings)
+    with stack.fresh(stack.cluster_environment()) as settings:
+        yield settings
 
 
 LOAD = argparse.Namespace(jobs=1000, every_ms=10_000, triggers=5)  # 105 runs/s

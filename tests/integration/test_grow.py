@@ -1,0 +1,181 @@
+"""A one-node stack grown to three keeps its data and then outlives its first node.
+
+``make up`` then ``make up NODES=3`` on the same data: brokers 2 and 3 start as
+observers of the quorum and join it as controllers (``infra.quorum.grow``), the
+bootstrap gives every topic three replicas by a partition reassignment and the keyspace
+three by ``ALTER KEYSPACE`` and a full repair (``infra.growth``). Shown the hard way:
+after the growth node 1 (its broker and its Cassandra node) is killed, and every record
+and row written on the single node is still read from the other two, and a new record
+is still written with ``acks=all``.
+
+The stack is one of its own, on the loopback as ``make up NODES=3`` runs it (ports
++20000, ``.stack/grow`` or ``CRONSTREAM_GROW_HOME``), from empty data directories.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from cassandra import ReadTimeout, Unavailable
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from infra.cassandra_access import admin_session
+from infra.quorum import voters
+from infra.services import Kafka
+from runtime.kafka.clients import kafka_admin
+from runtime.kafka.security import admin_security
+from runtime.settings import REPO_ROOT, Settings
+from schemas.catalog import Topics
+from tests.chaos import stack
+
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+
+GROW_PORT_OFFSET = 20000
+RECORDS = 500
+
+
+def grow_environment(nodes: int) -> dict[str, str]:
+    home = os.environ.get("CRONSTREAM_GROW_HOME") or str(REPO_ROOT / ".stack" / "grow")
+    env = stack.chaos_environment(offset=GROW_PORT_OFFSET, home=home, heaps={})
+    env.update(
+        CRONSTREAM_NODES=str(nodes),
+        CRONSTREAM_NETNS="",
+        CRONSTREAM_KAFKA_HEAP_MB="",
+        CRONSTREAM_CASSANDRA_HEAP_MB="",
+    )
+    return env
+
+
+@pytest.fixture(scope="module")
+def one_node() -> Iterator[Settings]:
+    """The grow stack with one node, from empty data directories; every node it
+    grew to stopped afterwards."""
+    with stack.fresh(grow_environment(1)) as settings:
+        yield settings
+
+
+def _write_records(settings: Settings, topic: str, keys: list[str]) -> None:
+    producer = Producer({**admin_security(settings), "acks": "all", "enable.idempotence": True})
+    for key in keys:
+        producer.produce(topic, key=key.encode(), value=b"grown")
+    assert producer.flush(60) == 0
+
+
+def _read_keys(settings: Settings, topic: str) -> set[str]:
+    consumer = Consumer(
+        {
+            **admin_security(settings),
+            "group.id": f"grow-check-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        partitions = _led_without(consumer, topic, lost=1)
+        ends = {p: _end(consumer, topic, p) for p in partitions}
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        keys: set[str] = set()
+        done = {p for p, end in ends.items() if end == 0}
+        while len(done) < len(ends):
+            msg = consumer.poll(30)
+            assert msg is not None, f"nothing more read; partitions done {sorted(done)}"
+            key, offset, partition = msg.key(), msg.offset(), msg.partition()
+            if msg.error() or key is None or offset is None or partition is None:
+                continue
+            keys.add(key.decode())
+            if offset + 1 >= ends[partition]:
+                done.add(partition)
+        return keys
+    finally:
+        consumer.close()
+
+
+def _led_without(consumer: Consumer, topic: str, lost: int, within: float = 90.0) -> list[int]:
+    """``topic``'s partitions, once each has a leader other than broker ``lost`` (the
+    controller moves a killed broker's leaderships when its session ends)."""
+    deadline = time.monotonic() + within
+    while True:
+        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        stale = sorted(p for p, meta in partitions.items() if meta.leader in (lost, -1))
+        if not stale:
+            return sorted(partitions)
+        assert time.monotonic() < deadline, f"partitions {stale} still led by {lost} or none"
+        time.sleep(1.0)
+
+
+def _end(consumer: Consumer, topic: str, partition: int, attempts: int = 10) -> int:
+    """The partition's high watermark; asked again while the client's metadata still
+    points at the lost broker (it answers the first asks with _DESTROY_BROKER)."""
+    for attempt in range(attempts):
+        try:
+            return int(
+                consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)[1]
+            )
+        except KafkaException:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(2.0)
+    raise AssertionError("unreachable")
+
+
+def _ids(session: Any, table: str, within: float = 60.0) -> set[int]:
+    """Every id of ``table`` read at LOCAL_QUORUM; read again while the coordinator
+    still counts on the killed node (gossip marks it down a few seconds after the kill:
+    until then a read waits for its answer and times out)."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            return {row.id for row in session.execute(f"SELECT id FROM {table}", timeout=30)}
+        except (ReadTimeout, Unavailable):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(2.0)
+
+
+@pytest.mark.timeout(1800)
+def test_a_stack_grown_from_one_node_to_three_keeps_its_data_and_outlives_node_one(
+    one_node: Settings,
+) -> None:
+    jobs = Topics(one_node).jobs
+    keys = [f"grow-{i}" for i in range(RECORDS)]
+    _write_records(one_node, jobs, keys)
+    cluster, session = admin_session(one_node)
+    try:
+        table = f"{one_node.keyspace}.grow_check"
+        session.execute(f"CREATE TABLE IF NOT EXISTS {table} (id int PRIMARY KEY, v text)")
+        for i in range(RECORDS):
+            session.execute(f"INSERT INTO {table} (id, v) VALUES (%s, 'grown')", [i])
+    finally:
+        cluster.shutdown()
+
+    with stack.environment(grow_environment(3)) as three:
+        stack.up(three)
+
+        assert voters(Kafka(three, 1), via=1) == {1, 2, 3}
+        topics = kafka_admin(three, superuser=True).list_topics(timeout=30).topics
+        short = {
+            f"{name}[{pid}]": (len(p.replicas), len(p.isrs))
+            for name, t in topics.items()
+            for pid, p in t.partitions.items()
+            if len(p.replicas) < 3 or len(p.isrs) < 3
+        }
+        assert short == {}, short
+
+        stack.kill9(stack.service(three, "kafka"))
+        stack.kill9(stack.service(three, "cassandra"))
+        assert _read_keys(three, jobs) == set(keys)
+        _write_records(three, jobs, ["after-node-1"])
+        cluster, session = admin_session(three)
+        try:
+            assert _ids(session, table) == set(range(RECORDS))
+            replication = session.execute(
+                "SELECT replication FROM system_schema.keyspaces WHERE keyspace_name = %s",
+                [three.keyspace],
+            ).one()
+            assert dict(replication.replication)[three.cassandra_datacenter] == "3"
+        finally:
+            cluster.shutdown()
