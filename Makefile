@@ -80,7 +80,7 @@ run: up ## the whole local stack, then cronstream's own processes in the foregro
 # them, one at a time.
 SHARED_TESTS := not restarts_stack and not cluster and not alone
 
-test: up ## the whole suite (unit + integration + acceptance) against the real services, with one 3-node cluster test
+test: up ## the whole suite (unit + integration + acceptance) against the real services, with the 3-node cluster tests
 ifeq ($(strip $(PYTEST_ARGS)),)
 	@$(PY) -m pytest -n 2 tests/unit
 	@$(PY) -m pytest -n 2 --dist worksteal --durations=25 -m "$(SHARED_TESTS)" tests/integration tests/acceptance
@@ -89,8 +89,8 @@ else
 	@$(PY) -m pytest --durations=25 $(PYTEST_ARGS)
 endif
 
-test-cluster: up ## the 3-node cluster tests: a partition leader cut off, then a broker lost, under load (its own stack on test hosts, ports +10000; ~20 min)
-	@$(PY) -m pytest -m cluster tests/integration/test_cluster.py $(PYTEST_ARGS)
+test-cluster: up ## the 3-node cluster tests: a partition leader cut off, then a broker lost, under load (its own stack on test hosts, ports +10000; ~20 min); one node grown to three (ports +20000, ~3 min)
+	@$(PY) -m pytest -m cluster tests/integration/test_cluster.py tests/integration/test_grow.py $(PYTEST_ARGS)
 
 test-unit: deps ## unit tests only (no services)
 	@$(PY) -m pytest tests/unit $(PYTEST_ARGS)
