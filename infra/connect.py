@@ -121,10 +121,6 @@ class Postgres(Service):
         return postgres_port()
 
     @property
-    def endpoint(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    @property
     def pgdata(self) -> Path:
         return self.data / "pgdata"
 

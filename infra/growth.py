@@ -33,18 +33,20 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 from consumers.migrations import keyspace_replication, replication_of
 from infra import hosts
+from infra.cassandra_node import Cassandra
 from infra.errors import BootstrapError, StackError
 from infra.quorum import (
-    admin_config,
-    controller_endpoint,
-    dynamic,
+    FEATURE_COMMAND,
+    add_controller,
     formatted,
     mark_dynamic,
-    quorum_tool,
+    record_voters,
+    recorded_voters,
+    static,
     voters,
 )
 from infra.service import CASSANDRA_JPMS
-from infra.services import Cassandra, Kafka
+from infra.services import Kafka
 from runtime.settings import Settings
 
 # How long a new controller may take to copy the metadata log before add-controller is
@@ -53,12 +55,24 @@ CATCH_UP_S = 120.0
 # How long the new replicas may take to copy the logs (seconds); the local stack's
 # topics hold megabytes, a production cluster's would need its own throttled plan.
 REASSIGN_WITHIN_S = 600.0
+REASSIGN_COMMAND = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
+
+
+def local_brokers(settings: Settings) -> bool:
+    """Every broker of ``settings.nodes`` is the local stack's and runs: only then does
+    the bootstrap change replication itself (a cluster of your own is reported)."""
+    return all(Kafka(settings, n).running() for n in range(1, settings.nodes + 1))
+
+
+def local_cassandra(settings: Settings) -> bool:
+    return all(Cassandra(settings, n).running() for n in range(1, settings.nodes + 1))
 
 
 def plan(metadata: Any, factor: int) -> dict[tuple[str, int], list[int]]:
     """The new replica list of every partition with fewer than ``factor`` replicas: its
-    replicas kept in their order (the leader stays first) and brokers added, starting at
-    a different broker for each partition so the new copies spread."""
+    replicas and the brokers added, in an order that starts at a different broker for
+    each partition, so that the copies and the preferred leaders spread (the brokers
+    move leadership to the first replica on their own: ``auto.leader.rebalance``)."""
     brokers = sorted(metadata.brokers)
     if len(brokers) < factor:
         return {}
@@ -67,16 +81,13 @@ def plan(metadata: Any, factor: int) -> dict[tuple[str, int], list[int]]:
         if topic.error is not None:
             continue
         for pid, part in sorted(topic.partitions.items()):
-            replicas = list(part.replicas)
-            if len(replicas) >= factor:
+            have = set(part.replicas)
+            if len(have) >= factor:
                 continue
             start = pid % len(brokers)
-            for broker in brokers[start:] + brokers[:start]:
-                if len(replicas) == factor:
-                    break
-                if broker not in replicas:
-                    replicas.append(broker)
-            moves[(name, pid)] = replicas
+            order = brokers[start:] + brokers[:start]
+            added = [b for b in order if b not in have][: factor - len(have)]
+            moves[(name, pid)] = [b for b in order if b in have or b in added]
     return moves
 
 
@@ -87,44 +98,56 @@ def grow_topics(
     say: Callable[[str], None],
     timeout: float = REASSIGN_WITHIN_S,
 ) -> list[str]:
-    """Every topic with fewer replicas than ``replication`` wants reassigned to that
-    many, waited for until each partition's new replicas are in sync, and its
-    ``min.insync.replicas`` set. Returns the topics grown."""
+    """On the local stack: every topic with fewer replicas than ``replication`` wants
+    reassigned to that many, or with a lower ``min.insync.replicas`` (a growth cut off
+    before its end), waited for until each partition's replicas are in sync, then its
+    ``min.insync.replicas`` set. Returns the topics changed."""
     factor, insync = replication
-    moves = plan(admin.list_topics(timeout=30), factor)
-    if not moves:
+    if factor <= 1 or not local_brokers(settings):
         return []
-    topics = sorted({name for name, _ in moves})
-    say(f"replication: {len(moves)} partitions of {len(topics)} topics to {factor} replicas")
-    _reassign(settings, moves)
-    _wait_in_sync(admin, moves, factor, timeout)
-    resources = [
-        ConfigResource(
-            ConfigResource.Type.TOPIC,
-            name,
-            incremental_configs=[
-                ConfigEntry(
-                    "min.insync.replicas",
-                    str(insync),
-                    incremental_operation=AlterConfigOpType.SET,
-                )
-            ],
-        )
-        for name in topics
-    ]
-    for name, future in zip(
-        topics, admin.incremental_alter_configs(resources).values(), strict=True
-    ):
-        try:
-            future.result(30)
-        except Exception as exc:  # KafkaException: the broker's refusal, with its reason
-            raise BootstrapError(f"min.insync.replicas={insync} on {name}: {exc}") from exc
+    metadata = admin.list_topics(timeout=30)
+    moves = plan(metadata, factor)
+    low = _low_insync(admin, [n for n, t in metadata.topics.items() if t.error is None], insync)
+    topics = sorted({name for name, _ in moves} | set(low))
+    if not topics:
+        return []
+    if moves:
+        say(f"replication: {len(moves)} partitions of {len(topics)} topics to {factor} replicas")
+        _reassign(settings, moves)
+    _wait_in_sync(admin, topics, factor, timeout)
+    _set_insync(admin, topics, insync)
     return topics
 
 
+def _low_insync(admin: Any, names: list[str], insync: int) -> list[str]:
+    """The topics whose ``min.insync.replicas`` is below ``insync``."""
+    if not names:
+        return []
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in names]
+    low = []
+    for resource, future in admin.describe_configs(resources).items():
+        entry = future.result(30).get("min.insync.replicas")
+        if entry is not None and int(entry.value) < insync:
+            low.append(resource.name)
+    return low
+
+
+def _set_insync(admin: Any, topics: list[str], insync: int) -> None:
+    entry = ConfigEntry(
+        "min.insync.replicas", str(insync), incremental_operation=AlterConfigOpType.SET
+    )
+    resources = [
+        ConfigResource(ConfigResource.Type.TOPIC, name, incremental_configs=[entry])
+        for name in topics
+    ]
+    for resource, future in admin.incremental_alter_configs(resources).items():
+        try:
+            future.result(30)
+        except Exception as exc:  # KafkaException: the broker's refusal, with its reason
+            raise BootstrapError(f"min.insync.replicas={insync} on {resource.name}: {exc}") from exc
+
+
 def _reassign(settings: Settings, moves: dict[tuple[str, int], list[int]]) -> None:
-    nodes = [Kafka(settings, n) for n in range(1, settings.nodes + 1)]
-    servers = ",".join(f"{n.host}:{n.other_ports[1]}" for n in nodes)  # the mTLS listener
     body = {
         "version": 1,
         "partitions": [
@@ -135,33 +158,27 @@ def _reassign(settings: Settings, moves: dict[tuple[str, int], list[int]]) -> No
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "reassignment.json"
         path.write_text(json.dumps(body))
-        proc = nodes[0].tool(
-            "org.apache.kafka.tools.reassign.ReassignPartitionsCommand",
-            "--bootstrap-server",
-            servers,
-            "--command-config",
-            str(admin_config(nodes[0])),
+        Kafka(settings).admin_tool(
+            REASSIGN_COMMAND,
             "--reassignment-json-file",
             str(path),
             "--execute",
-        )
-    if proc.returncode != 0:
-        raise BootstrapError(
-            "kafka-reassign-partitions --execute failed:\n" + (proc.stdout + proc.stderr)[-2000:]
+            error=BootstrapError,
         )
 
 
-def _wait_in_sync(
-    admin: Any, moves: dict[tuple[str, int], list[int]], factor: int, timeout: float
-) -> None:
+def _wait_in_sync(admin: Any, names: list[str], factor: int, timeout: float) -> None:
+    """Until every partition of ``names`` has ``factor`` replicas, all in sync (a topic
+    deleted meanwhile is left out)."""
     deadline = time.monotonic() + timeout
     while True:
         topics = admin.list_topics(timeout=30).topics
         behind = [
             f"{name}[{pid}]"
-            for name, pid in moves
-            if len(topics[name].partitions[pid].replicas) < factor
-            or len(topics[name].partitions[pid].isrs) < factor
+            for name in names
+            if name in topics and topics[name].error is None
+            for pid, part in topics[name].partitions.items()
+            if len(part.replicas) < factor or len(part.isrs) < factor
         ]
         if not behind:
             return
@@ -176,36 +193,42 @@ def _wait_in_sync(
 def grow_keyspace(
     settings: Settings, session: Any, keyspace: str, say: Callable[[str], None]
 ) -> bool:
-    """``keyspace``'s replication raised to the settings' when it has fewer, and its rows
-    repaired onto the new replicas. True when it grew."""
+    """On the local stack: ``keyspace``'s replication raised to the settings' when it
+    has fewer, and its rows repaired onto the new replicas (a repair cut off is run
+    again by the next bootstrap: ``data/cassandra-repair-pending``, written before the
+    ALTER, names the keyspace until its repair ends). True when it repaired."""
     want = settings.cassandra_replication
     have = replication_of(session, keyspace, settings.cassandra_datacenter)
-    if have >= want:
+    pending = settings.home / "data" / "cassandra-repair-pending"
+    if have < want:
+        if not local_cassandra(settings):
+            say(
+                f"cassandra: keyspace {keyspace!r} has {have} replicas, the settings want "
+                f"{want}: ALTER KEYSPACE it, then run 'nodetool repair --full -pr {keyspace}' "
+                "on every node"
+            )
+            return False
+        say(f"cassandra: keyspace {keyspace!r} from {have} to {want} replicas")
+        pending.parent.mkdir(parents=True, exist_ok=True)
+        pending.write_text(keyspace + "\n")
+        replication = keyspace_replication(want, settings.cassandra_datacenter)
+        session.execute(f"ALTER KEYSPACE {keyspace} WITH replication = {replication}")
+    if not pending.exists() or keyspace not in pending.read_text().split():
         return False
-    say(f"cassandra: keyspace {keyspace!r} from {have} to {want} replicas")
-    replication = keyspace_replication(want, settings.cassandra_datacenter)
-    session.execute(f"ALTER KEYSPACE {keyspace} WITH replication = {replication}")
-    repair(settings, keyspace, say)
-    return True
-
-
-def repair(settings: Settings, keyspace: str, say: Callable[[str], None]) -> None:
-    """A full repair of ``keyspace``, each node its primary ranges, on the local stack's
-    nodes; elsewhere (no node of the local stack runs) the command to run is said."""
-    nodes = [Cassandra(settings, n) for n in range(1, settings.nodes + 1)]
-    if not all(node.running() for node in nodes):
-        say(
-            f"cassandra: run 'nodetool repair --full -pr {keyspace}' on every node: its "
-            "rows are on their old replicas only until then"
+    if not local_cassandra(settings):
+        raise BootstrapError(
+            f"keyspace {keyspace!r} awaits its repair ({pending}) and a Cassandra node of "
+            "the stack is down: start it (make up) and the bootstrap repairs it"
         )
-        return
-    for node in nodes:
+    for node in (Cassandra(settings, n) for n in range(1, settings.nodes + 1)):
         proc = nodetool(node, "repair", "--full", "-pr", keyspace)
         if proc.returncode != 0:
             raise BootstrapError(
                 f"nodetool repair on {node.name} failed:\n" + (proc.stdout + proc.stderr)[-2000:]
             )
         say(f"cassandra: {keyspace!r} repaired on {node.name}")
+    pending.unlink()
+    return True
 
 
 def nodetool(node: Cassandra, *args: str) -> subprocess.CompletedProcess[str]:
@@ -228,44 +251,6 @@ def nodetool(node: Cassandra, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*inside, *command], capture_output=True, text=True, check=False)
 
 
-def grow(settings: Settings, say: Callable[[str], None]) -> bool:
-    """Make every running broker of ``settings.nodes`` a controller voter; True when the
-    quorum changed (a static one was made dynamic before, ``upgrade_static``)."""
-    nodes = [Kafka(settings, n) for n in range(1, settings.nodes + 1)]
-    if len(nodes) == 1:
-        return False
-    first = nodes[0]
-    have = voters(first, via=1)
-    missing = [n for n in nodes if n.node not in have]
-    if not missing:
-        return False
-    for node in missing:
-        say(f"{node.name}: joining the controller quorum (voters now {sorted(have)})")
-        deadline = time.monotonic() + CATCH_UP_S
-        while True:
-            try:
-                quorum_tool(node, min(have), "add-controller")
-                break
-            except StackError as exc:  # refused until it has caught up with the log
-                if time.monotonic() > deadline:
-                    raise StackError(f"{node.name} did not join the quorum: {exc}") from exc
-                time.sleep(2.0)
-        have = _wait_for_voter(first, node.node, min(have))
-    say(f"controller quorum: voters {sorted(have)}")
-    return True
-
-
-def _wait_for_voter(first: Kafka, node: int, via: int) -> set[int]:
-    deadline = time.monotonic() + CATCH_UP_S
-    while True:
-        have = voters(first, via=via)
-        if node in have:
-            return have
-        if time.monotonic() > deadline:
-            raise StackError(f"kafka node {node} is still not a voter ({sorted(have)})")
-        time.sleep(1.0)
-
-
 def check_shape(settings: Settings) -> None:
     """StackError when the stack's data holds more brokers than ``settings.nodes`` (a
     stack grown to three started with ``NODES=1``: node 1 alone is no majority of the
@@ -286,41 +271,68 @@ def check_shape(settings: Settings) -> None:
 def upgrade_static(settings: Settings, say: Callable[[str], None]) -> bool:
     """Before a stack whose brokers form a static quorum grows (a node of
     ``settings.nodes`` not formatted yet): its nodes started as they were, ``kraft.version``
-    1 finalised (Kafka's procedure), the nodes marked dynamic and stopped, so that they
-    start again with ``controller.quorum.bootstrap.servers`` beside the new ones (a new
-    node started as an observer of a static quorum is refused: "Expected to be
-    Follower", and exits). True when it upgraded."""
+    1 finalised (Kafka's procedure; finalising it again is a no-op, so a cut-off upgrade
+    is done again), the nodes marked dynamic and stopped, so that they start again with
+    ``controller.quorum.bootstrap.servers`` beside the new ones (a new node started as an
+    observer of a static quorum is refused: "Expected to be Follower", and exits). True
+    when it upgraded."""
     nodes = [Kafka(settings, n) for n in range(1, settings.nodes + 1)]
-    olds = [n for n in nodes if formatted(n) and not dynamic(n)]
+    olds = [n for n in nodes if static(n)]
     if not olds or all(formatted(n) for n in nodes):
         return False
     say(f"controller quorum: static ({', '.join(n.name for n in olds)}); making it dynamic")
     for node in olds:
         node.start()
     for node in olds:
-        deadline = time.monotonic() + node.start_timeout
-        while not node.ready():
-            node.check_alive()
-            if time.monotonic() > deadline:
-                raise StackError(f"{node.name} did not answer to be upgraded")
-            time.sleep(0.5)
-    first = olds[0]
-    proc = first.tool(
-        "org.apache.kafka.tools.FeatureCommand",
-        "--bootstrap-controller",
-        controller_endpoint(settings, first.node),
-        "--command-config",
-        str(admin_config(first)),
-        "upgrade",
-        "--feature",
-        "kraft.version=1",
-    )
-    if proc.returncode != 0:
-        raise StackError(
-            "kafka-features upgrade --feature kraft.version=1 failed:\n"
-            + (proc.stdout + proc.stderr)[-2000:]
-        )
+        node.wait_ready()
+    olds[0].admin_tool(FEATURE_COMMAND, "upgrade", "--feature", "kraft.version=1")
     for node in olds:
         mark_dynamic(node)
         node.stop()  # started again by up() with the dynamic quorum's config
     return True
+
+
+def grow(settings: Settings, say: Callable[[str], None]) -> bool:
+    """Make each broker of ``settings.nodes`` (all running: ``up`` waited for them) a
+    controller voter, then restart the ones that were voters before, one at a time: their
+    config was written for fewer nodes (where to find the controllers, the defaults of
+    topics the brokers make themselves). True when the quorum changed."""
+    nodes = [Kafka(settings, n) for n in range(1, settings.nodes + 1)]
+    if len(nodes) == 1 or recorded_voters(settings) >= {n.node for n in nodes}:
+        return False  # a warm make up asks no tool
+    have = voters(nodes[0])
+    missing = [n for n in nodes if n.node not in have]
+    for node in missing:
+        say(f"{node.name}: joining the controller quorum (voters now {sorted(have)})")
+        deadline = time.monotonic() + CATCH_UP_S
+        while True:
+            try:
+                add_controller(node)
+                break
+            except StackError as exc:  # refused until it has caught up with the log
+                if time.monotonic() > deadline:
+                    raise StackError(f"{node.name} did not join the quorum: {exc}") from exc
+                time.sleep(2.0)
+        have = _wait_for_voter(nodes[0], node.node)
+    record_voters(settings, have)
+    if not missing:
+        return False
+    say(f"controller quorum: voters {sorted(have)}")
+    for node in nodes:
+        if node not in missing:
+            say(f"{node.name}: restarting with the config of {len(nodes)} nodes")
+            node.stop()
+            node.start()
+            node.wait_ready()
+    return True
+
+
+def _wait_for_voter(first: Kafka, node: int) -> set[int]:
+    deadline = time.monotonic() + CATCH_UP_S
+    while True:
+        have = voters(first)
+        if node in have:
+            return have
+        if time.monotonic() > deadline:
+            raise StackError(f"kafka node {node} is still not a voter ({sorted(have)})")
+        time.sleep(1.0)

@@ -49,8 +49,12 @@ class Kafka(Protocol):
 
     def tool(self, main_class: str, *args: str) -> subprocess.CompletedProcess[str]: ...
 
+    def admin_tool(self, main_class: str, *args: str, config: str | None = None) -> str: ...
+
 
 DYNAMIC = "dynamic"
+QUORUM_COMMAND = "org.apache.kafka.tools.MetadataQuorumCommand"
+FEATURE_COMMAND = "org.apache.kafka.tools.FeatureCommand"
 
 
 def kafka_uuid() -> str:
@@ -80,6 +84,13 @@ def dynamic(node: Kafka) -> bool:
     return _marked(node.data)
 
 
+def static(node: Kafka) -> bool:
+    """The node has data from before dynamic quorums: formatted, without the marker
+    (written before each format) and in a stack without initial voters (the list a
+    dynamic stack writes first)."""
+    return formatted(node) and not dynamic(node) and not _initial_file(node.settings).exists()
+
+
 def _marked(data: Path) -> bool:
     marker = data / "quorum"
     return marker.exists() and marker.read_text().strip() == DYNAMIC
@@ -103,10 +114,25 @@ def _static_voters(node: Kafka) -> list[int]:
     ] or [node.node]
 
 
+def recorded_voters(settings: Settings) -> set[int]:
+    """The voters this stack knows it has (its initial ones, and each added since), so
+    a warm ``make up`` asks no tool."""
+    ids = set()
+    for path in (_initial_file(settings), settings.home / "data" / "kafka-voters"):
+        if path.exists():
+            ids |= {int(v.split("@", 1)[0]) for v in path.read_text().split(",") if v.strip()}
+    return ids
+
+
+def record_voters(settings: Settings, ids: set[int]) -> None:
+    path = settings.home / "data" / "kafka-voters"
+    path.write_text(",".join(str(i) for i in sorted(ids)) + "\n")
+
+
 def quorum_line(node: Kafka) -> str:
     """The config line that tells ``node`` where the controllers are."""
     s = node.settings
-    if formatted(node) and not dynamic(node):
+    if static(node):
         voters = ",".join(f"{n}@{controller_endpoint(s, n)}" for n in _static_voters(node))
         return f"controller.quorum.voters={voters}"
     servers = ",".join(controller_endpoint(s, n) for n in range(1, s.nodes + 1))
@@ -129,35 +155,24 @@ def format_flags(node: Kafka) -> list[str]:
     return ["--no-initial-controllers"]
 
 
-def admin_config(node: Kafka) -> Path:
-    """A config for Kafka's tools, speaking to the controllers as ``node`` (its
-    properties, which the add-controller command reads, and its certificate: the broker
-    is a super user)."""
+def admin_config(node: Kafka) -> str:
+    """``node``'s properties as a tool's config (``add-controller`` reads its id, its
+    metadata directory and its controller listener there), speaking TLS with its
+    certificate (the broker is a super user)."""
     path = node.conf / f"{node.name}-tool.properties"
     path.write_text(node.properties.read_text() + "security.protocol=SSL\n")
-    return path
+    return str(path)
 
 
-def quorum_tool(node: Kafka, via: int, *args: str) -> str:
-    proc = node.tool(
-        "org.apache.kafka.tools.MetadataQuorumCommand",
-        "--bootstrap-controller",
-        controller_endpoint(node.settings, via),
-        "--command-config",
-        str(admin_config(node)),
-        *args,
-    )
-    if proc.returncode != 0:
-        raise StackError(
-            f"kafka-metadata-quorum {' '.join(args)} failed:\n"
-            + (proc.stdout + proc.stderr)[-2000:]
-        )
-    return proc.stdout
+def voters(node: Kafka) -> set[int]:
+    """The quorum's voters (``kafka-metadata-quorum describe --status``)."""
+    return parse_voters(node.admin_tool(QUORUM_COMMAND, "describe", "--status"))
 
 
-def voters(node: Kafka, via: int) -> set[int]:
-    """The quorum's voters, asked of controller ``via``."""
-    return parse_voters(quorum_tool(node, via, "describe", "--status"))
+def add_controller(node: Kafka) -> None:
+    """``node`` (running, formatted with ``--no-initial-controllers``) made a voter;
+    StackError while it has not caught up with the metadata log."""
+    node.admin_tool(QUORUM_COMMAND, "add-controller", config=admin_config(node))
 
 
 def parse_voters(out: str) -> set[int]:

@@ -18,8 +18,7 @@ from pathlib import Path
 from infra.errors import BootstrapError
 from infra.security import write_private
 from infra.services import Kafka
-from runtime.credentials import security_dir, stack_ca
-from runtime.kafka.security import admin_certificate
+from runtime.credentials import security_dir
 from runtime.settings import Settings
 
 CONFIG_COMMAND = "kafka.admin.ConfigCommand"
@@ -43,25 +42,10 @@ def default_quotas(env: Mapping[str, str] | None = None) -> dict[str, int]:
     return out
 
 
-def _admin_properties(settings: Settings) -> str:
-    """A Java client config for the super user on the mTLS listener (0600)."""
-    path = security_dir(settings) / "kafka-admin-java.properties"
-    ca = settings.kafka_ca or stack_ca(settings)
-    lines = ["security.protocol=SSL", "ssl.keystore.type=PEM",
-             f"ssl.keystore.location={admin_certificate(settings)}",
-             "ssl.truststore.type=PEM", f"ssl.truststore.location={ca}"]  # fmt: skip
-    write_private(path, ("\n".join(lines) + "\n").encode())
-    return str(path)
-
-
 def _config_command(settings: Settings, *args: str) -> str:
-    done = Kafka(settings).tool(
-        CONFIG_COMMAND, "--bootstrap-server", settings.admin_servers,
-        "--command-config", _admin_properties(settings), "--entity-type", "users", *args,
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise BootstrapError(f"Kafka's ConfigCommand failed: {(done.stdout + done.stderr)[-1500:]}")
-    return done.stdout
+    return Kafka(settings).admin_tool(
+        CONFIG_COMMAND, "--entity-type", "users", *args, error=BootstrapError
+    )
 
 
 def set_quotas(settings: Settings, user: str, quotas: Mapping[str, int]) -> None:

@@ -33,7 +33,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from runtime.credentials import security_dir, tls_dir
+from runtime.credentials import security_dir, stack_ca, tls_dir
 from runtime.kafka.security import (
     ADMIN_PRINCIPAL,
     BROKER_PRINCIPAL,
@@ -208,3 +208,19 @@ def ensure_secret_file(settings: Settings, path: Path) -> str:
 def ensure_secret(settings: Settings, user: str) -> str:
     """The password of Kafka user ``user`` in the stack's credentials, made at first use."""
     return ensure_secret_file(settings, kafka_secret_path(settings, user))
+
+
+def admin_java_properties(settings: Settings) -> str:
+    """A Java client config for the super user on the mTLS listener (0600): Kafka's
+    own tools (``infra.services.Kafka.admin_tool``)."""
+    path = security_dir(settings) / "kafka-admin-java.properties"
+    ca = settings.kafka_ca or stack_ca(settings)
+    lines = [
+        "security.protocol=SSL",
+        "ssl.keystore.type=PEM",
+        f"ssl.keystore.location={admin_certificate(settings)}",
+        "ssl.truststore.type=PEM",
+        f"ssl.truststore.location={ca}",
+    ]
+    write_private(path, ("\n".join(lines) + "\n").encode())
+    return str(path)

@@ -175,9 +175,9 @@ class Service(ABC):
         """True when the service answers its own protocol, not just an open port."""
 
     @property
-    @abstractmethod
     def endpoint(self) -> str:
-        """How clients reach it, for status output."""
+        """How clients reach it, for status output: ``host:port`` unless it says more."""
+        return f"{self.host}:{self.port}"
 
     # -- shared mechanics ---------------------------------------------------------------
     @property
@@ -258,6 +258,21 @@ class Service(ABC):
             capture_output=True, text=True, check=True, start_new_session=True,
         )  # fmt: skip
         self.pidfile.write_text(launcher.stdout.strip())
+
+    def wait_ready(self, timeout: float | None = None) -> float:
+        """Return once the service answers (the seconds waited); StackError when it exits
+        or ``timeout`` (its start timeout) passes first."""
+        began = time.monotonic()
+        deadline = began + (timeout or self.start_timeout)
+        while not self.ready():
+            self.check_alive()
+            if time.monotonic() > deadline:
+                raise StackError(
+                    f"{self.name} did not answer within {deadline - began:.0f} s; last lines "
+                    f"of {self.log}:\n{log_tail(self.log)}"
+                )
+            time.sleep(0.2)
+        return time.monotonic() - began
 
     def check_alive(self) -> None:
         if not self.running():

@@ -1,4 +1,5 @@
-"""The local Kafka, schema registry and Cassandra: fetch, configure, start, probe, stop.
+"""The local Kafka and schema registry (and Cassandra, ``infra.cassandra_node``): fetch,
+configure, start, probe, stop.
 
 Each service is a plain JVM process started from jars that Maven resolves from Maven
 Central (one POM and one lib folder per service, because the three clash on netty,
@@ -21,21 +22,20 @@ import tarfile
 from dataclasses import replace
 from pathlib import Path
 
+from infra.cassandra_node import Cassandra
 from infra.connect import connect_services
 from infra.errors import StackError
-from infra.hosts import cassandra_host, kafka_host
+from infra.hosts import kafka_host
 from infra.objects import object_services
 from infra.ops import ops_services
 from infra.quorum import format_flags, formatted, kafka_uuid, mark_dynamic, quorum_line
-from infra.security import ensure_secret_file, ensure_tls, write_private
-from infra.service import CASSANDRA_JPMS, CONF_DIR, INFRA_DIR, JVM_COMMON, Service
-from runtime.cassandra import CASSANDRA_DEFAULT_ROLE
-from runtime.health import cassandra_health, kafka_health, registry_health
+from infra.security import admin_java_properties, ensure_secret_file, ensure_tls, write_private
+from infra.service import CONF_DIR, INFRA_DIR, JVM_COMMON, Service
+from runtime.health import kafka_health, registry_health
 from runtime.kafka.security import ADMIN_PRINCIPAL, BROKER_PRINCIPAL, SCRAM
 from runtime.registry import registry_secret_path
 from runtime.settings import (
     Settings,
-    cassandra_node_host,
     kafka_node_host,
     node_name,
     node_port,
@@ -73,10 +73,6 @@ class Kafka(Service):
         s = self.settings
         return [self._port(p) for p in
                 (s.kafka_controller_port, s.kafka_admin_port, s.kafka_plaintext_port)]  # fmt: skip
-
-    @property
-    def endpoint(self) -> str:
-        return f"{self.host}:{self.port}"
 
     def fetch(self) -> None:
         self._resolve(INFRA_DIR / "kafka" / "pom.xml", self.lib / "jars")
@@ -120,6 +116,7 @@ class Kafka(Service):
             )
         )
         if not formatted(self):
+            mark_dynamic(self)  # first: a node formatted is never taken for an old static one
             proc = subprocess.run(
                 [*self._java(), "kafka.tools.StorageTool", "format",
                  "-t", self._cluster_id(), "-c", str(self.properties), *format_flags(self)],
@@ -129,7 +126,6 @@ class Kafka(Service):
                 raise StackError(
                     "Formatting Kafka storage failed:\n" + (proc.stdout + proc.stderr)[-3000:]
                 )
-            mark_dynamic(self)
 
     def _replication_lines(self) -> list[str]:
         """The broker's own topics (group offsets, transactions, share groups) and its
@@ -208,6 +204,28 @@ class Kafka(Service):
         """Run one of Kafka's own command-line tools (a class of its jars)."""
         return subprocess.run([*self._java()[:1], "-Xmx256m", *self._java()[1:], main_class,
                                *args], capture_output=True, text=True, check=False)  # fmt: skip
+
+    def admin_tool(
+        self,
+        main_class: str,
+        *args: str,
+        config: str | None = None,
+        error: type[Exception] = StackError,
+    ) -> str:
+        """One of Kafka's tools as the super user on the brokers' mTLS listener (or with
+        ``config``, a config of its own); its output, or ``error`` with its tail."""
+        done = self.tool(
+            main_class,
+            "--bootstrap-server",
+            self.settings.admin_servers,
+            "--command-config",
+            config or admin_java_properties(self.settings),
+            *args,
+        )
+        if done.returncode != 0:
+            name = main_class.rpartition(".")[2]
+            raise error(f"Kafka's {name} failed: {(done.stdout + done.stderr)[-2000:]}")
+        return done.stdout
 
     def command(self) -> list[str]:
         heap = f"{self.settings.kafka_heap_mb}m"
@@ -345,136 +363,6 @@ class Registry(Service):
 
     def ready(self) -> bool:
         return registry_health(self.endpoint).ok
-
-
-class Cassandra(Service):
-    """One Cassandra node. On the 3-node stack node ``n`` is ``cassandra-<n>`` (node 1
-    stays ``cassandra``) on 127.0.0.<n> with the same client and storage ports (JMX,
-    bound to 127.0.0.1, on its port + n - 1); node 1 is the seed, and each node starts
-    once the one before it answers (two nodes joining at once is refused)."""
-
-    name = "cassandra"
-    start_timeout = 180.0
-
-    def __init__(self, settings: Settings, node: int = 1) -> None:
-        self.node = node
-        self.name = node_name("cassandra", node)
-        super().__init__(settings)
-        self.lib = settings.home / "lib" / "cassandra"
-        self.host = cassandra_node_host(node, settings.netns)
-        self.net_host = cassandra_host(node) if settings.netns else None
-        self.after = None if node == 1 else node_name("cassandra", node - 1)
-
-    @property
-    def port(self) -> int:
-        return self.settings.cassandra_port
-
-    @property
-    def other_ports(self) -> list[int]:
-        return [
-            self.settings.cassandra_storage_port,
-            self.settings.cassandra_jmx_port + self.node - 1,
-        ]
-
-    @property
-    def endpoint(self) -> str:
-        return f"{self.host}:{self.port}"
-
-    def fetch(self) -> None:
-        self._resolve(INFRA_DIR / "cassandra" / "pom.xml", self.lib / "jars")
-
-    @property
-    def yaml(self) -> Path:
-        return self.conf / f"{self.name}.yaml"
-
-    def prepare(self) -> None:
-        s = self.settings
-        self.conf.mkdir(parents=True, exist_ok=True)
-        self.data.mkdir(parents=True, exist_ok=True)
-        d = self.data
-        tls = ensure_tls(s)  # clients speak TLS only (runtime.cassandra)
-        self.yaml.write_text(
-            f"""# Generated by infra/services.py on every start; edit that file instead.
-cluster_name: cronstream
-num_tokens: 16
-partitioner: org.apache.cassandra.dht.Murmur3Partitioner
-endpoint_snitch: SimpleSnitch
-seed_provider:
-  - class_name: org.apache.cassandra.locator.SimpleSeedProvider
-    parameters:
-      - seeds: "{cassandra_node_host(1, s.netns)}:{s.cassandra_storage_port}"
-listen_address: {self.host}
-rpc_address: {self.host}
-storage_port: {s.cassandra_storage_port}
-native_transport_port: {s.cassandra_port}
-start_native_transport: true
-data_file_directories: [{d / "data"}]
-commitlog_directory: {d / "commitlog"}
-saved_caches_directory: {d / "saved_caches"}
-hints_directory: {d / "hints"}
-cdc_raw_directory: {d / "cdc_raw"}
-commitlog_sync: periodic
-commitlog_sync_period: 10000ms
-concurrent_reads: 8
-concurrent_writes: 16
-concurrent_counter_writes: 4
-concurrent_materialized_view_writes: 4
-auto_snapshot: false
-snapshot_on_duplicate_row_detection: false
-authenticator: PasswordAuthenticator
-authorizer: CassandraAuthorizer
-role_manager: CassandraRoleManager
-client_encryption_options:
-  enabled: true
-  optional: false
-  require_client_auth: false
-  ssl_context_factory:
-    class_name: org.apache.cassandra.security.PEMBasedSslContextFactory
-  keystore: {tls / "server.pem"}
-disk_access_mode: mmap_index_only
-write_request_timeout: 5000ms
-read_request_timeout: 5000ms
-range_request_timeout: 10000ms
-batch_size_warn_threshold: 64KiB
-batch_size_fail_threshold: 640KiB
-# The history sink sends unlogged batches spanning up to --batch-rows partitions.
-unlogged_batch_across_partitions_warn_threshold: 128
-"""
-        )
-
-    def command(self) -> list[str]:
-        heap = f"{self.settings.cassandra_heap_mb}m"
-        jars = self.lib / "jars"
-        jamm = sorted(jars.glob("jamm-*.jar"))
-        if not jamm:
-            raise StackError(f"jamm jar missing from {jars}: run 'make clean-lib up'")
-        return [
-            "java", self.marker, f"-Xms{heap}", f"-Xmx{heap}",
-            "-XX:+UseG1GC", "-XX:+ParallelRefProcEnabled", "-XX:MaxGCPauseMillis=300",
-            "-Xss256k", "-XX:+AlwaysPreTouch", "-XX:+PerfDisableSharedMem",
-            *CASSANDRA_JPMS,
-            f"-javaagent:{jamm[-1]}",
-            f"-Dcassandra.config=file://{self.yaml}",
-            f"-Dcassandra.storagedir={self.data}",
-            f"-Dcassandra.logdir={self.log.parent}",
-            "-Dcassandra-foreground=yes",
-            f"-Dlogback.configurationFile={CONF_DIR / 'cassandra-logback.xml'}",
-            "-Dcassandra.skip_wait_for_gossip_to_settle=0",
-            "-Dcassandra.jmx.local.port=" + str(self.other_ports[1]),
-            # How long a node waits for gossip: 1 s is plenty alone; a node joining a
-            # cluster on a busy machine gave up on its seed within 1 s ("Unable to
-            # contact any seeds").
-            f"-Dcassandra.ring_delay_ms={1000 if self.settings.nodes == 1 else 10000}",
-            # The default role at once on a fresh node (10 s otherwise): the bootstrap
-            # logs in with it once to make cronstream_admin, then disables it.
-            "-Dcassandra.superuser_setup_delay_ms=0",
-            "-cp", f"{jars}/*",
-            "org.apache.cassandra.service.CassandraDaemon",
-        ]  # fmt: skip
-
-    def ready(self) -> bool:
-        this = replace(self.settings, cassandra_hosts=(self.host,))
-        return cassandra_health(this, login=CASSANDRA_DEFAULT_ROLE, refused_is_up=True).ok
 
 
 def all_services(settings: Settings) -> list[Service]:

@@ -15,10 +15,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
+from infra.cassandra_node import Cassandra
 from infra.errors import StackError
 from infra.growth import check_shape, grow, upgrade_static
 from infra.service import Service, log_tail
-from infra.services import Cassandra, Kafka, all_services
+from infra.services import Kafka, all_services
 from runtime.settings import Settings
 
 
@@ -67,7 +68,7 @@ def up(
     others when not.
 
     Brokers added to a stack with data (``make up NODES=3`` after ``make up``) are made
-    controller voters (``infra.quorum.grow``); the bootstrap then gives every topic and
+    controller voters (``infra.growth.grow``); the bootstrap then gives every topic and
     the keyspace their copies on them (``infra.growth``).
 
     Returns the seconds spent. Raises StackError with advice when something fails.

@@ -168,12 +168,7 @@ def start(svc: Service, timeout: float | None = None) -> float:
     """Start ``svc`` and wait until it answers; returns the seconds it took."""
     began = time.monotonic()
     svc.start()
-    deadline = began + (timeout or svc.start_timeout)
-    while not svc.ready():
-        svc.check_alive()
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{svc.name} did not come back within {timeout}s")
-        time.sleep(0.2)
+    svc.wait_ready(timeout)
     return time.monotonic() - began
 
 

@@ -22,7 +22,7 @@ from consumers.core.buckets import hour_of, write_timestamp
 from consumers.history import History
 from consumers.output import OutputTable
 from infra import stack as stack_mod
-from infra.services import Cassandra
+from infra.cassandra_node import Cassandra
 from producers.client import JobClient
 from runtime.cassandra import cassandra_session
 from runtime.kafka.clients import kafka_admin, kafka_producer

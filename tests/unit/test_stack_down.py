@@ -11,8 +11,9 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
+from infra.cassandra_node import Cassandra
 from infra.service import Service
-from infra.services import Cassandra, Kafka
+from infra.services import Kafka
 from infra.stack import down, nodes_started
 from runtime.settings import Settings
 
