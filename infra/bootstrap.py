@@ -101,8 +101,9 @@ def ensure_topics(
     created = create_topics(admin, to_create, existing, timeout)
     grown = grow_topics(settings, admin, replication, say)
     mismatches = _mismatches(settings, admin, existing, timeout)
-    fresh = admin.list_topics(timeout=timeout)
-    mismatches += under_replicated(fresh, existing, replication[0])
+    if grown:  # the listing above has their replicas from before
+        metadata = admin.list_topics(timeout=timeout)
+    mismatches += under_replicated(metadata, existing, replication[0])
     wait_until_usable(settings, topics.jobs)
     return TopicReport(created=created, existing=existing, mismatches=mismatches, grown=grown)
 

@@ -58,14 +58,11 @@ REASSIGN_WITHIN_S = 600.0
 REASSIGN_COMMAND = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
 
 
-def local_brokers(settings: Settings) -> bool:
-    """Every broker of ``settings.nodes`` is the local stack's and runs: only then does
-    the bootstrap change replication itself (a cluster of your own is reported)."""
-    return all(Kafka(settings, n).running() for n in range(1, settings.nodes + 1))
-
-
-def local_cassandra(settings: Settings) -> bool:
-    return all(Cassandra(settings, n).running() for n in range(1, settings.nodes + 1))
+def local(settings: Settings, kind: type[Kafka | Cassandra]) -> bool:
+    """Every node of ``kind`` of ``settings.nodes`` is the local stack's and runs: only
+    then does the bootstrap change replication itself (a cluster of your own is
+    reported)."""
+    return all(kind(settings, n).running() for n in range(1, settings.nodes + 1))
 
 
 def plan(metadata: Any, factor: int) -> dict[tuple[str, int], list[int]]:
@@ -103,7 +100,7 @@ def grow_topics(
     before its end), waited for until each partition's replicas are in sync, then its
     ``min.insync.replicas`` set. Returns the topics changed."""
     factor, insync = replication
-    if factor <= 1 or not local_brokers(settings):
+    if factor <= 1 or not local(settings, Kafka):
         return []
     metadata = admin.list_topics(timeout=30)
     moves = plan(metadata, factor)
@@ -201,7 +198,7 @@ def grow_keyspace(
     have = replication_of(session, keyspace, settings.cassandra_datacenter)
     pending = settings.home / "data" / "cassandra-repair-pending"
     if have < want:
-        if not local_cassandra(settings):
+        if not local(settings, Cassandra):
             say(
                 f"cassandra: keyspace {keyspace!r} has {have} replicas, the settings want "
                 f"{want}: ALTER KEYSPACE it, then run 'nodetool repair --full -pr {keyspace}' "
@@ -215,7 +212,7 @@ def grow_keyspace(
         session.execute(f"ALTER KEYSPACE {keyspace} WITH replication = {replication}")
     if not pending.exists() or keyspace not in pending.read_text().split():
         return False
-    if not local_cassandra(settings):
+    if not local(settings, Cassandra):
         raise BootstrapError(
             f"keyspace {keyspace!r} awaits its repair ({pending}) and a Cassandra node of "
             "the stack is down: start it (make up) and the bootstrap repairs it"

@@ -52,7 +52,7 @@ class Kafka(Protocol):
     def admin_tool(self, main_class: str, *args: str, config: str | None = None) -> str: ...
 
 
-DYNAMIC = "dynamic"
+MARKER = "quorum"  # in a broker's data directory: formatted (or upgraded) dynamic
 QUORUM_COMMAND = "org.apache.kafka.tools.MetadataQuorumCommand"
 FEATURE_COMMAND = "org.apache.kafka.tools.FeatureCommand"
 
@@ -79,39 +79,34 @@ def formatted(node: Kafka) -> bool:
     return (node.data / "logs" / "meta.properties").exists()
 
 
-def dynamic(node: Kafka) -> bool:
-    """The node was formatted for a dynamic quorum (or upgraded to one)."""
-    return _marked(node.data)
-
-
 def static(node: Kafka) -> bool:
-    """The node has data from before dynamic quorums: formatted, without the marker
-    (written before each format) and in a stack without initial voters (the list a
-    dynamic stack writes first)."""
-    return formatted(node) and not dynamic(node) and not _initial_file(node.settings).exists()
+    """The node has data from before dynamic quorums (``_static_at``)."""
+    return _static_at(node.settings, node.data)
 
 
-def _marked(data: Path) -> bool:
-    marker = data / "quorum"
-    return marker.exists() and marker.read_text().strip() == DYNAMIC
+def _static_at(settings: Settings, data: Path) -> bool:
+    """A broker's data directory ``data`` is one of a static quorum: formatted, without
+    the marker (written before each format), in a stack without initial voters (the list
+    a dynamic stack writes first)."""
+    return (
+        (data / "logs" / "meta.properties").exists()
+        and not (data / MARKER).exists()
+        and not _initial_file(settings).exists()
+    )
 
 
 def mark_dynamic(node: Kafka) -> None:
     node.data.mkdir(parents=True, exist_ok=True)
-    (node.data / "quorum").write_text(DYNAMIC + "\n")
+    (node.data / MARKER).write_text("dynamic\n")
 
 
 def _static_voters(node: Kafka) -> list[int]:
-    """The voters of a static quorum formatted before this code: every node formatted
-    without the marker (one on a one-node stack; all three on an old cluster)."""
+    """The voters of a static quorum formatted before this code: every node with such
+    data (one on a one-node stack; all three on an old cluster)."""
     data = node.settings.home / "data"
     nodes = range(1, node.settings.nodes + 1)
-    return [
-        n
-        for n in nodes
-        if (data / node_name("kafka", n) / "logs" / "meta.properties").exists()
-        and not _marked(data / node_name("kafka", n))
-    ] or [node.node]
+    olds = [n for n in nodes if _static_at(node.settings, data / node_name("kafka", n))]
+    return olds or [node.node]
 
 
 def recorded_voters(settings: Settings) -> set[int]:

@@ -22,7 +22,7 @@ from infra import hosts
 from infra.errors import StackError
 from infra.hosts import Host
 from runtime.health import port_open
-from runtime.settings import Settings
+from runtime.settings import Settings, node_name
 
 INFRA_DIR = Path(__file__).resolve().parent
 CONF_DIR = INFRA_DIR / "conf"
@@ -304,3 +304,26 @@ class Service(ABC):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
         return None
+
+
+class NodeService(Service):
+    """A service the 3-node stack runs once per node (``CRONSTREAM_NODES``): node ``n``
+    is ``<kind>-<n>`` (node 1 keeps the plain name), all share the kind's jars, and each
+    listens on its node's address (``node_host``), on a test host of its own with
+    ``CRONSTREAM_NETNS`` (``infra.hosts``)."""
+
+    kind: str
+
+    def __init__(self, settings: Settings, node: int = 1) -> None:
+        self.node = node
+        self.name = node_name(self.kind, node)
+        super().__init__(settings)
+        self.lib = settings.home / "lib" / self.kind
+        self.host = self.node_host(node, settings.netns)
+        if settings.netns:
+            self.net_host = Host(self.name, self.node_host(node, netns=True))
+
+    @staticmethod
+    @abstractmethod
+    def node_host(node: int, netns: bool = False) -> str:
+        """Where node ``node`` listens."""

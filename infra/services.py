@@ -25,41 +25,32 @@ from pathlib import Path
 from infra.cassandra_node import Cassandra
 from infra.connect import connect_services
 from infra.errors import StackError
-from infra.hosts import kafka_host
 from infra.objects import object_services
 from infra.ops import ops_services
 from infra.quorum import format_flags, formatted, kafka_uuid, mark_dynamic, quorum_line
 from infra.security import admin_java_properties, ensure_secret_file, ensure_tls, write_private
-from infra.service import CONF_DIR, INFRA_DIR, JVM_COMMON, Service
+from infra.service import CONF_DIR, INFRA_DIR, JVM_COMMON, NodeService, Service
 from runtime.health import kafka_health, registry_health
 from runtime.kafka.security import ADMIN_PRINCIPAL, BROKER_PRINCIPAL, SCRAM
 from runtime.registry import registry_secret_path
 from runtime.settings import (
     Settings,
     kafka_node_host,
-    node_name,
     node_port,
     registry_host,
 )
 
 
-class Kafka(Service):
+class Kafka(NodeService):
     """Broker and controller in one process (KRaft combined mode). On the 3-node stack
     (``CRONSTREAM_NODES=3``) node ``n`` is ``kafka-<n>`` (node 1 stays ``kafka``),
     listening on each base port + 10 per node, one of the three controller voters; all
     share the jars and the cluster id. With ``CRONSTREAM_NETNS`` each node is on a host
     of its own (``infra.hosts``)."""
 
-    name = "kafka"
+    name = kind = "kafka"
     start_timeout = 90.0
-
-    def __init__(self, settings: Settings, node: int = 1) -> None:
-        self.node = node
-        self.name = node_name("kafka", node)
-        super().__init__(settings)
-        self.lib = settings.home / "lib" / "kafka"
-        self.host = kafka_node_host(node, settings.netns)
-        self.net_host = kafka_host(node) if settings.netns else None
+    node_host = staticmethod(kafka_node_host)
 
     def _port(self, base: int) -> int:
         return node_port(base, self.node)

@@ -18,14 +18,13 @@ from __future__ import annotations
 import os
 import re
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from cassandra import OperationTimedOut, ReadTimeout, Unavailable
 from cassandra.cluster import NoHostAvailable
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import ConfigResource
 
 from infra.cassandra_access import admin_session
@@ -38,6 +37,7 @@ from runtime.kafka.security import admin_security
 from runtime.settings import REPO_ROOT, Settings
 from schemas.catalog import Topics
 from tests.chaos import stack
+from tests.integration.helpers import read_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
@@ -70,62 +70,6 @@ def _write_records(settings: Settings, topic: str, keys: list[str]) -> None:
     for key in keys:
         producer.produce(topic, key=key.encode(), value=b"grown")
     assert producer.flush(60) == 0
-
-
-def _read_keys(settings: Settings, topic: str) -> set[str]:
-    consumer = Consumer(
-        {
-            **admin_security(settings),
-            "group.id": f"grow-check-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-        }
-    )
-    try:
-        partitions = _led_without(consumer, topic, lost=1)
-        ends = {p: _end(consumer, topic, p) for p in partitions}
-        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-        keys: set[str] = set()
-        done = {p for p, end in ends.items() if end == 0}
-        while len(done) < len(ends):
-            msg = consumer.poll(30)
-            assert msg is not None, f"nothing more read; partitions done {sorted(done)}"
-            key, offset, partition = msg.key(), msg.offset(), msg.partition()
-            if msg.error() or key is None or offset is None or partition is None:
-                continue
-            keys.add(key.decode())
-            if offset + 1 >= ends[partition]:
-                done.add(partition)
-        return keys
-    finally:
-        consumer.close()
-
-
-def _led_without(consumer: Consumer, topic: str, lost: int, within: float = 90.0) -> list[int]:
-    """``topic``'s partitions, once each has a leader other than broker ``lost`` (the
-    controller moves a killed broker's leaderships when its session ends)."""
-    deadline = time.monotonic() + within
-    while True:
-        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
-        stale = sorted(p for p, meta in partitions.items() if meta.leader in (lost, -1))
-        if not stale:
-            return sorted(partitions)
-        assert time.monotonic() < deadline, f"partitions {stale} still led by {lost} or none"
-        time.sleep(1.0)
-
-
-def _end(consumer: Consumer, topic: str, partition: int, attempts: int = 10) -> int:
-    """The partition's high watermark; asked again while the client's metadata still
-    points at the lost broker (it answers the first asks with _DESTROY_BROKER)."""
-    for attempt in range(attempts):
-        try:
-            return int(
-                consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)[1]
-            )
-        except KafkaException:
-            if attempt == attempts - 1:
-                raise
-            time.sleep(2.0)
-    raise AssertionError("unreachable")
 
 
 def _partitions_on(settings: Settings, node: int, table: str) -> int:
@@ -201,7 +145,7 @@ def test_a_stack_grown_from_one_node_to_three_keeps_its_data_and_outlives_node_o
 
         stack.kill9(stack.service(three, "kafka"))
         stack.kill9(stack.service(three, "cassandra"))
-        assert _read_keys(three, jobs) == set(keys)
+        assert {r.key.decode() for r in read_topic(three, jobs) if r.key} == set(keys)
         _write_records(three, jobs, ["after-node-1"])
         cluster, session = admin_session(three)
         try:
