@@ -166,29 +166,36 @@ def print_table(results: list[Result], args: argparse.Namespace) -> None:
     print(f"\nload: {args.jobs:,} http jobs firing every {args.every_ms / 1000:g} s + "
           f"{args.triggers} manual runs a second; {os.cpu_count()} cores")  # fmt: skip
     for r in results:
-        extra = [f"flagged requests {r.flagged_requests:,}", f"MISSED/SKIPPED {r.misfires}",
-                 f"effects {r.effects:,}", f"worker DUPLICATE records {r.worker_duplicates:,}",
-                 f"dead letters {r.dead_letters:,}"]  # fmt: skip
-        if r.stale:
-            extra.append(f"run ids whose records arrived out of emission order {r.stale}")
-        if r.early:
-            extra.append(f"effects before their due time {r.early}: e.g. {r.examples['early'][:3]}")
-        if r.failures:
-            extra.append(f"failed attempts {dict(r.failures.most_common(3))}")
-        if r.lost:
-            extra.append(
-                f"lost: {r.lost_no_effect} without effect, {r.lost_no_history} not in history"
-            )
-        if r.retry_pending:
-            extra.append(
-                f"{r.retry_pending} runs had their effect and a failed attempt whose "
-                "retry was pending when the drain stopped the schedulers (not lost)"
-            )
-        if r.crashes:
-            extra.append(f"PROCESSES THAT DIED: {r.crashes}")
-        for kind, examples in r.examples.items():
-            extra.append(f"e.g. {kind}: {examples[:3]}")
-        print(f"  {r.name}: " + "; ".join(extra + r.notes))
+        print(f"  {r.name}: " + "; ".join(_details(r) + r.notes))
+
+
+def _details(r: Result) -> list[str]:
+    """What a row's figures leave out: its counts beside them, where its longest gap
+    began, and examples of what went wrong."""
+    extra = [f"flagged requests {r.flagged_requests:,}", f"MISSED/SKIPPED {r.misfires}",
+             f"effects {r.effects:,}", f"worker DUPLICATE records {r.worker_duplicates:,}",
+             f"dead letters {r.dead_letters:,}"]  # fmt: skip
+    if r.gap_from_ms:
+        began = time.strftime("%H:%M:%S", time.localtime(r.gap_from_ms / 1000))
+        extra.append(f"longest gap from {began}.{r.gap_from_ms % 1000:03d}")
+    if r.stale:
+        extra.append(f"run ids whose records arrived out of emission order {r.stale}")
+    if r.early:
+        extra.append(f"effects before their due time {r.early}: e.g. {r.examples['early'][:3]}")
+    if r.failures:
+        extra.append(f"failed attempts {dict(r.failures.most_common(3))}")
+    if r.lost:
+        extra.append(f"lost: {r.lost_no_effect} without effect, {r.lost_no_history} not in history")
+    if r.retry_pending:
+        extra.append(
+            f"{r.retry_pending} runs had their effect and a failed attempt whose "
+            "retry was pending when the drain stopped the schedulers (not lost)"
+        )
+    if r.crashes:
+        extra.append(f"PROCESSES THAT DIED: {r.crashes}")
+    for kind, examples in r.examples.items():
+        extra.append(f"e.g. {kind}: {examples[:3]}")
+    return extra
 
 
 def _interrupted(signum: int, _frame: object) -> None:

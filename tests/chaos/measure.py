@@ -61,6 +61,7 @@ class Result:
     recovery_s: float = 0.0
     stall_s: float = 0.0  # the longest a slot waited past its due time for its effect
     gap_s: float = 0.0  # the longest time without any effect (a stall of starts)
+    gap_from_ms: int = 0  # the effect that began it (epoch ms)
     crashes: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     examples: dict[str, list[str]] = field(default_factory=dict)
@@ -232,8 +233,15 @@ def measure(name: str, settings: Settings, *, jobs: list[str], every_ms: int,
         result.examples["early"] = early
     result.stall_s = max(late, default=0) / 1000
     times = sorted(ms for ms in effects.values() if window.start_ms <= ms <= window.end_ms)
-    result.gap_s = max((b - a for a, b in itertools.pairwise(times)), default=0) / 1000
+    gap, result.gap_from_ms = longest_gap(times)
+    result.gap_s = gap / 1000
     return result
+
+
+def longest_gap(times: list[int]) -> tuple[int, int]:
+    """(the longest time between two consecutive of the sorted ``times``, the time it
+    began), both ms; (0, 0) with fewer than two."""
+    return max(((b - a, a) for a, b in itertools.pairwise(times)), default=(0, 0))
 
 
 def recovery(slots: dict[str, tuple[str, int]], effects: dict[str, int], fault_end: float) -> float:
