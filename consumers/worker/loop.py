@@ -23,6 +23,7 @@ from typing import Any
 
 from consumers.core.dedup import Dedup
 from consumers.core.offsets import OffsetTracker
+from consumers.core.pacing import pause_s
 from consumers.worker.attempts import Attempts
 from consumers.worker.config import WorkerConfig
 from consumers.worker.intake import Intake, Key
@@ -168,12 +169,14 @@ class Worker:
     def step(self) -> None:
         """One iteration: read side topics, fetch, start what fits, settle what finished.
 
-        It waits only when it has nothing to do: for input when nothing runs or waits;
-        otherwise (no input, no start, no completion) up to 5 ms for a completion, or
-        for history when the backlog waits for it. Reading ``control``, applying the
-        run counters and fetching while the backlog can fill the free slots happen at
-        most every INPUT_EVERY_S: a busy worker steps once per run or two, and those
-        calls cost more than a no-op run."""
+        It waits when it has little to do: for input when nothing runs or waits; after
+        a step that handled few events while runs are under way and none waits for a
+        slot, until PACE_S after the step began (``consumers.core.pacing``: events
+        gather and the next step takes them together); otherwise (no input, no start,
+        no completion) up to 5 ms for a completion, or for history when the backlog
+        waits for it. Reading ``control``, applying the run counters and fetching while
+        the backlog can fill the free slots happen at most every INPUT_EVERY_S: a busy
+        worker steps once per run or two, and those calls cost more than a no-op run."""
         now = time.monotonic()
         due = now >= self._next_input
         if due:
@@ -190,7 +193,17 @@ class Worker:
         if messages or due:
             intake.flow_control(len(attempts.destinations))
         completed = attempts.collect(wait=0)
-        if not (messages or started or completed):
+        worked = len(messages) + started + completed
+        pause = pause_s(
+            worked=worked,
+            running=len(attempts.running),
+            waiting=len(intake),
+            began=now,
+            now=time.monotonic(),
+        )
+        if pause:
+            time.sleep(pause)  # arrivals and completions gather (consumers.core.pacing)
+        if not worked:
             if attempts.running:
                 attempts.collect(wait=0.005)
             else:  # the backlog waits for history
