@@ -76,7 +76,11 @@ def _initial_file(settings: Settings) -> Path:
 
 
 def formatted(node: Kafka) -> bool:
-    return (node.data / "logs" / "meta.properties").exists()
+    return _formatted_at(node.data)
+
+
+def _formatted_at(data: Path) -> bool:
+    return (data / "logs" / "meta.properties").exists()
 
 
 def static(node: Kafka) -> bool:
@@ -89,7 +93,7 @@ def _static_at(settings: Settings, data: Path) -> bool:
     the marker (written before each format), in a stack without initial voters (the list
     a dynamic stack writes first)."""
     return (
-        (data / "logs" / "meta.properties").exists()
+        _formatted_at(data)
         and not (data / MARKER).exists()
         and not _initial_file(settings).exists()
     )

@@ -109,6 +109,9 @@ def cli_env(settings: Settings) -> dict[str, str]:
         "CRONSTREAM_TOPIC_PREFIX": settings.topic_prefix,
         "CRONSTREAM_KEYSPACE": settings.keyspace,
         "CRONSTREAM_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+        # the settings' registry, not one derived again (an older revision run by a
+        # benchmark looks for the cluster's test hosts' registry on the loopback)
+        "CRONSTREAM_REGISTRY_URL": settings.registry_url,
         "CRONSTREAM_KAFKA_SECURITY": settings.kafka_security,
     }
 

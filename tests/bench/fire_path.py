@@ -57,9 +57,7 @@ def skews_and_cpu(settings: Settings, code: Path | None) -> Measure:
     """One scheduler process's fires over the window, and the machine's floor beside it."""
     put_jobs(settings, JOBS, lambda i: job(f"s-{i}", every_ms=1000, jitter_ms=999))
     logdir = Path(tempfile.mkdtemp(prefix="csbench-fire-"))
-    # an older revision finds the registry of the cluster's test hosts only if told
-    env = {"CRONSTREAM_REGISTRY_URL": settings.registry_url}
-    proc = CronstreamProcess(settings, logdir, "fire", "--lookahead-ms", "0", code=code, env=env)
+    proc = CronstreamProcess(settings, logdir, "fire", "--lookahead-ms", "0", code=code)
     try:
         proc.wait_live(12, timeout=120)
         time.sleep(WARMUP_S)

@@ -172,9 +172,13 @@ def print_table(results: list[Result], args: argparse.Namespace) -> None:
 def _details(r: Result) -> list[str]:
     """What a row's figures leave out: its counts beside them, where its longest gap
     began, and examples of what went wrong."""
-    extra = [f"flagged requests {r.flagged_requests:,}", f"MISSED/SKIPPED {r.misfires}",
-             f"effects {r.effects:,}", f"worker DUPLICATE records {r.worker_duplicates:,}",
-             f"dead letters {r.dead_letters:,}"]  # fmt: skip
+    extra = [
+        f"flagged requests {r.flagged_requests:,}",
+        f"MISSED/SKIPPED {r.misfires}",
+        f"effects {r.effects:,}",
+        f"worker DUPLICATE records {r.worker_duplicates:,}",
+        f"dead letters {r.dead_letters:,}",
+    ]
     if r.gap_from_ms:
         began = time.strftime("%H:%M:%S", time.localtime(r.gap_from_ms / 1000))
         extra.append(f"longest gap from {began}.{r.gap_from_ms % 1000:03d}")
