@@ -57,3 +57,9 @@ class StatementsError(ValueError):
 
 class MigrationError(RuntimeError):
     """A migration file is malformed or a statement failed."""
+
+
+class ArchiveUnavailable(RuntimeError):
+    """A history query needed the archive table (days Cassandra no longer holds) and its
+    catalog or object store did not answer: the query fails, it never answers with
+    Cassandra's part alone."""

@@ -290,27 +290,44 @@ class History:
         return list(self._query("select_run", (run_id,)))
 
     def flow_run(self, flow_run_id: str) -> list[RunOutcome]:
-        """A flow run and its node runs (``FLOW@slot/NODE``, reruns ``~rN``): every
-        attempt with its latest status, the flow run's own record first, then the
-        nodes by start. A flow run and its nodes share the flow's id as job id and the
-        run's slot as scheduled time, so one partition of ``runs_by_job`` holds them."""
-        own = self.run(flow_run_id)
-        if not own:
-            return []
-        job_id, slot = own[0].job_id, own[0].scheduled_at
-        prefix = flow_run_id + "/"
-        rows = [
-            row for row in self.job_runs(job_id, slot, slot + timedelta(milliseconds=1))
-            if row.run_id == flow_run_id or row.run_id.startswith(prefix)
-        ]  # fmt: skip
-        far = datetime.max.replace(tzinfo=UTC)
-        rows.sort(key=lambda r: (r.run_id != flow_run_id, r.started_at or r.recorded_at or far,
-                                 r.run_id, r.attempt))  # fmt: skip
-        if rows and rows[0].run_id == flow_run_id and rows[0].worker == FLOWS_APP:
-            # The flow run's row holds its start's timings (the run that started it):
-            # show the flow's own, from its first node's start to the recorded end.
-            starts = [r.started_at for r in rows[1:] if r.started_at is not None]
-            first, end = min(starts, default=None), rows[0].recorded_at
-            rows[0] = replace(rows[0], started_at=first, finished_at=end, duration_ms=(
-                to_ms(end) - to_ms(first) if first and end else None))  # fmt: skip
-        return rows
+        """A flow run and its node runs: ``flow_rows``."""
+        return flow_rows(self.run, self.job_runs, flow_run_id)
+
+
+def flow_rows(
+    run: Callable[[str], list[RunOutcome]],
+    job_runs: Callable[[str, datetime, datetime], Iterable[RunOutcome]],
+    flow_run_id: str,
+) -> list[RunOutcome]:
+    """A flow run and its node runs (``FLOW@slot/NODE``, reruns ``~rN``) from the
+    queries ``run`` and ``job_runs`` (Cassandra's, or both tiers'): every attempt with
+    its latest status, the flow run's own record first, then the nodes by start. A flow
+    run and its nodes share the flow's id as job id and the run's slot as scheduled time,
+    so one partition of ``runs_by_job`` holds them."""
+    own = run(flow_run_id)
+    if not own:
+        return []
+    job_id, slot = own[0].job_id, own[0].scheduled_at
+    prefix = flow_run_id + "/"
+    rows = [
+        row
+        for row in job_runs(job_id, slot, slot + timedelta(milliseconds=1))
+        if row.run_id == flow_run_id or row.run_id.startswith(prefix)
+    ]
+    far = datetime.max.replace(tzinfo=UTC)
+    rows.sort(
+        key=lambda r: (
+            r.run_id != flow_run_id,
+            r.started_at or r.recorded_at or far,
+            r.run_id,
+            r.attempt,
+        )
+    )
+    if rows and rows[0].run_id == flow_run_id and rows[0].worker == FLOWS_APP:
+        # The flow run's row holds its start's timings (the run that started it):
+        # show the flow's own, from its first node's start to the recorded end.
+        starts = [r.started_at for r in rows[1:] if r.started_at is not None]
+        first, end = min(starts, default=None), rows[0].recorded_at
+        duration = to_ms(end) - to_ms(first) if first and end else None
+        rows[0] = replace(rows[0], started_at=first, finished_at=end, duration_ms=duration)
+    return rows

@@ -41,6 +41,7 @@ from pyiceberg.expressions import (
     BooleanExpression,
     EqualTo,
     GreaterThanOrEqual,
+    In,
     LessThan,
 )
 from pyiceberg.partitioning import PartitionField, PartitionSpec
@@ -60,6 +61,7 @@ log = logging.getLogger("cronstream.lakehouse")
 eq: Any = EqualTo
 ge: Any = GreaterThanOrEqual
 lt: Any = LessThan
+is_in: Any = In
 set_default_spec: Any = SetDefaultSpecUpdate  # pydantic: its field's alias is spec-id
 OFFSET = "cronstream.offset."  # + history partition: the offset after what the table holds
 COMMIT_TRIES = 20  # writers of other partitions commit meanwhile: reload and try again
@@ -216,15 +218,21 @@ class ArchiveTable:
     """The namespace's Iceberg history table: written by the archiver, maintained by
     ``consumers.compaction`` and ``expire``, read by ``consumers.archive``."""
 
-    def __init__(self, where: Lakehouse) -> None:
+    def __init__(self, where: Lakehouse, *, create: bool = True) -> None:
+        """The table; ``create=False`` (a reader): as it is, never made or altered
+        (NoSuchTableError, NoSuchNamespaceError: no archiver has made it yet)."""
         self.where = where
         if where.catalog_uri.startswith("sqlite:///"):  # a single machine's: its folder
             Path(where.catalog_uri.removeprefix("sqlite:///")).parent.mkdir(
                 parents=True, exist_ok=True
             )
         self.catalog = SqlCatalog("cronstream", **where.catalog_properties())
-        self.table = self.open()
-        self.specs = self._month_spec()
+        try:
+            self.table = self.open() if create else self.catalog.load_table(where.table)
+        except Exception:
+            self.close()
+            raise
+        self.specs = self._month_spec() if create else Specs(self.table.spec().spec_id, None)
 
     def open(self) -> Table:
         """The table, made on first use; columns the Avro contract added since it was

@@ -247,7 +247,7 @@ class Settings:
             partitions=env_int("CRONSTREAM_PARTITIONS", 12, env=env),
             keyspace=keyspace,
             max_payload_bytes=env_int("CRONSTREAM_MAX_PAYLOAD_BYTES", 65536, env=env),
-            history_ttl_days=env_int("CRONSTREAM_HISTORY_TTL_DAYS", 365, env=env),
+            history_ttl_days=env_int("CRONSTREAM_HISTORY_TTL_DAYS", 30, env=env),
             output_ttl_days=env_int("CRONSTREAM_OUTPUT_TTL_DAYS", 14, env=env),
             kafka_security=env_choice("CRONSTREAM_KAFKA_SECURITY", ("sasl_ssl", "plaintext"), env),
             kafka_user=env.get("CRONSTREAM_KAFKA_USER") or DEFAULT_KAFKA_USER,

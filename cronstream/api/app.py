@@ -13,6 +13,7 @@ are ``{"error": reason}`` (and ``"problems"`` when there are several).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Annotated, Any
@@ -23,6 +24,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from consumers.errors import ArchiveUnavailable
 from cronstream.api.backend import Backend, UnknownTenant
 from cronstream.api.document import BEARER, ERRORS, PUT_BODY, CancelBody, TriggerBody
 from producers.errors import NoAnswer
@@ -346,7 +348,16 @@ def build_app(backend: Backend, book: TokenBook) -> FastAPI:
         problems = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
         return _error(422, "invalid request", problems)
 
-    _ = (http_error, invalid)
+    @app.exception_handler(ArchiveUnavailable)
+    async def archive_away(request: Request, exc: ArchiveUnavailable) -> Any:
+        """A history query that needed the archive table while it did not answer: 503,
+        as the page or the JSON an HTTPException of this app gets."""
+        handlers = app.exception_handlers
+        handler = handlers.get(HTTPException) or handlers[StarletteHTTPException]
+        answer = handler(request, HTTPException(503, str(exc)))
+        return await answer if inspect.isawaitable(answer) else answer
+
+    _ = (http_error, invalid, archive_away)
     return app
 
 

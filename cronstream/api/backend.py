@@ -21,12 +21,11 @@ from collections.abc import Iterator, Sequence
 from contextlib import suppress
 from dataclasses import replace
 from datetime import datetime, timedelta
-from itertools import islice
 from typing import Any
 
-from consumers.archive import Archive, hot_from, tiered_job_runs
 from consumers.history import History
 from consumers.output import OutputTable
+from consumers.tiers import Tiers
 from cronstream.api.triggers import (
     SCAN_DAYS,
     SCAN_ROWS,
@@ -43,7 +42,6 @@ from producers.errors import NoAnswer
 from runtime.cassandra import cassandra_session
 from runtime.kafka.member import GroupMember
 from runtime.kafka.publisher import Publisher
-from runtime.lakehouse import lakehouse
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from runtime.stop import StopWaiting
@@ -80,38 +78,37 @@ class Backend:
         self._threads: list[threading.Thread] = []
         self.follower.pause = sleeping(self._stop.is_set)  # the registry away: wait
         self.cluster: Any = None
-        self.history: History | None = None
+        self.hot: History | None = None  # Cassandra's: the triggers' recent days
+        self.history: Tiers | None = None  # both tiers: every history query shown
         self._session: Any = None
         self._outputs: OutputTable | None = None  # prepared by the first query of one
-        self._archive: Archive | None = None  # opened by the first query that needs it
         self._offsets: TriggerOffsets | None = None  # made by the first trigger asked of
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
         self.follower.load()
         self.cluster, self._session = cassandra_session(self.settings)
-        self.history = History(self._session, self.settings.keyspace)
+        self.hot = History(self._session, self.settings.keyspace)
+        self.history = Tiers(self.hot, self.settings)
         for target in (self._follow_jobs, self._read_answers):
             thread = threading.Thread(target=target, daemon=True, name=target.__name__)
             thread.start()
             self._threads.append(thread)
 
     def job_runs(
-        self, job_id: str, start: datetime, end: datetime, statuses: Sequence[str] = (),
-        *, limit: int | None = None, tenant: str | None = None,
-    ) -> Iterator[RunOutcome]:  # fmt: skip
-        """A job's runs over [start, end), latest first: from Cassandra alone while the
-        window is inside its hot window, else across the hot and cold tiers (the slots
-        before the first day Cassandra holds in full from the archive table)."""
+        self,
+        job_id: str,
+        start: datetime,
+        end: datetime,
+        statuses: Sequence[str] = (),
+        *,
+        limit: int | None = None,
+        tenant: str | None = None,
+    ) -> Iterator[RunOutcome]:
+        """A job's runs over [start, end), latest first, across the hot and cold tiers
+        (``consumers.tiers``: the archive read only for days Cassandra may not hold)."""
         assert self.history is not None
-        boundary = hot_from(self.settings, utc_now())
-        if start >= boundary:
-            return self.history.job_runs(job_id, start, end, statuses, limit=limit)
-        if self._archive is None:
-            self._archive = Archive(lakehouse(self.settings))
-        rows = tiered_job_runs(self.history, self._archive, boundary, job_id, start, end,
-                               statuses, tenant)  # fmt: skip
-        return islice(rows, limit)
+        return self.history.job_runs(job_id, start, end, statuses, limit=limit, tenant=tenant)
 
     def run_output(self, run_id: str) -> list[RunOutput]:
         """What each attempt of ``run_id`` printed or returned (docs/run-output.md), by
@@ -125,7 +122,8 @@ class Backend:
         """What ``job``'s triggers are doing (``cronstream.api.triggers``): the lag and
         last record matched of its ``on:``, its upstream jobs' day. History that cannot
         be read is the answer's ``history_error``, the lag's Kafka refusal its own."""
-        assert self.history is not None
+        hot = self.hot
+        assert hot is not None
         status = TriggerStatus(job=job)
         if job.on is not None:
             if self._offsets is None:
@@ -133,16 +131,16 @@ class Backend:
             status = replace(status, lag=self._offsets.lag(job.on.topic))
         try:
             if job.on is not None:
-                rows = self.history.job_runs(job.job_id, now - timedelta(days=SCAN_DAYS),
+                rows = hot.job_runs(job.job_id, now - timedelta(days=SCAN_DAYS),
                                              now + timedelta(days=1), limit=SCAN_ROWS)  # fmt: skip
                 status = replace(status, matched=last_matched(rows))
             if job.after:
                 day, start, end = day_bounds(now)
                 upstream = tuple(upstream_today(
-                    u, u in self.view.jobs, self.history.job_runs(
+                    u, u in self.view.jobs, hot.job_runs(
                         u, start, end, ["SUCCEEDED"], limit=UPSTREAM_ROWS), day)
                     for u in job.after)  # fmt: skip
-                own = self.history.run(dependency_run_id(job.job_id, day))
+                own = hot.run(dependency_run_id(job.job_id, day))
                 status = replace(status, day=day, upstream=upstream,
                                  today=own[-1] if own else None)  # fmt: skip
         except Exception as exc:  # the driver's NoHostAvailable, OperationTimedOut: shown
@@ -166,8 +164,8 @@ class Backend:
             thread.join(10)
         self.follower.close()
         self.publisher.close()
-        if self._archive is not None:
-            self._archive.close()
+        if self.history is not None:
+            self.history.close()
         if self._offsets is not None:
             self._offsets.close()
         if self.cluster is not None:

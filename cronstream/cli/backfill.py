@@ -52,8 +52,8 @@ def cmd_runs_backfill(client: JobClient, args: argparse.Namespace) -> int:
     if slots and not args.rerun:
         try:
             ran = _ran(client, job.job_id, slots)
-        except Exception as exc:  # the driver's NoHostAvailable, Unavailable...
-            print(f"error: cassandra unavailable: {exc}: the range's history tells which "
+        except Exception as exc:  # the driver's NoHostAvailable, ArchiveUnavailable...
+            print(f"error: history unavailable: {exc}: the range's history tells which "
                   "slots ran (or pass --rerun)", file=sys.stderr)  # fmt: skip
             return EXIT_UNAVAILABLE
         todo = [s for s in slots if slot_run_id(job.job_id, s)[0] not in ran]
@@ -76,13 +76,17 @@ def cmd_runs_backfill(client: JobClient, args: argparse.Namespace) -> int:
 
 
 def _ran(client: JobClient, job_id: str, slots: list[int]) -> set[str]:
+    """The run ids of the range that ran: Cassandra's and, for slots older than it
+    keeps, the archive table's (``consumers.tiers``)."""
     from consumers.history import History
+    from consumers.tiers import Tiers
 
     cluster, session = cassandra_session(client.settings)
+    history = Tiers(History(session, client.settings.keyspace), client.settings)
     try:
-        history = History(session, client.settings.keyspace)
         return ran_already(history.job_runs(job_id, from_ms(slots[0]), from_ms(slots[-1] + 1)))
     finally:
+        history.close()
         cluster.shutdown()
 
 

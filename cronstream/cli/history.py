@@ -1,5 +1,6 @@
-"""`cronstream history`: runs recorded in Cassandra, by job, by status, or one run's
-attempts (and with ``--output``, what each printed or returned: docs/run-output.md)."""
+"""`cronstream history`: runs recorded, by job, by status, or one run's attempts (and with
+``--output``, what each printed or returned: docs/run-output.md), across Cassandra's hot
+days and the archive table (``consumers.tiers``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import argparse
 import json
 import sys
 from collections.abc import Iterator
-from contextlib import ExitStack, closing
 from datetime import datetime, timedelta
 from itertools import islice
 from typing import TYPE_CHECKING, Any
@@ -22,21 +22,22 @@ from schemas.redact import escape_controls, redact_jsonable, redact_text
 from schemas.tenancy import qualify, tenant_problems
 
 if TYPE_CHECKING:  # the command imports them itself (the Cassandra driver, the archive's)
-    from consumers.history import History
     from consumers.output import OutputTable
+    from consumers.tiers import Tiers
 
 
 def register(sub: Any) -> None:
     h = sub.add_parser(
         "history",
-        help="runs recorded in Cassandra: a job's, by status, or one run's attempts",
+        help="runs recorded: a job's, by status, or one run's attempts",
         description="JOB_ID: the job's attempts (latest status each) in the window. "
         "--status without JOB_ID: outcomes with that status recorded in the window. "
         "--run: every record of one run, attempt by attempt (with --output: what each "
         "attempt printed or returned, kept CRONSTREAM_OUTPUT_TTL_DAYS). --flow-run: a flow run's "
         "status and each node run's attempts and timings. With --tenant T, ids are "
         "T's own (T/JOB_ID is stored); --status across jobs needs --tenant or "
-        "--all-tenants.",
+        "--all-tenants. Windows older than Cassandra keeps (CRONSTREAM_HISTORY_TTL_DAYS) "
+        "are read from the archive table too, in one answer.",
     )
     h.add_argument("job_id", nargs="?", metavar="JOB_ID")
     h.add_argument("--run", metavar="RUN_ID", help="every attempt of one run")
@@ -53,9 +54,7 @@ def register(sub: Any) -> None:
     h.add_argument("--limit", type=int, default=100, help="at most N rows (0: all)")
     h.add_argument("--page-size", type=int, default=1000, help="rows per Cassandra request")
     h.add_argument("--json", action="store_true", help="one JSON object per line")
-    h.add_argument("--archive", action="store_true",
-                   help="JOB_ID's runs older than Cassandra keeps (CRONSTREAM_HISTORY_TTL_DAYS) "
-                   "from the archive table too, in one answer")  # fmt: skip
+    h.add_argument("--archive", action="store_true", help=argparse.SUPPRESS)  # deprecated
     who = h.add_mutually_exclusive_group()
     who.add_argument("--tenant", help="a tenant's: JOB_ID and RUN_ID are its own ids, "
                      "--status rows only its jobs'")  # fmt: skip
@@ -107,8 +106,12 @@ def _checked(args: argparse.Namespace) -> list[str]:
                                         "or other run"])  # fmt: skip
     if args.output and not args.run:
         raise SpecError("history", ["--output shows one run's output: give --run RUN_ID"])
-    if args.archive and not args.job_id:
-        raise SpecError("history", ["--archive reads a JOB_ID's runs only"])
+    if args.archive:
+        print(
+            "warning: --archive is no longer needed (every query reads the archive for "
+            "what Cassandra no longer holds); it will be refused in the next release",
+            file=sys.stderr,
+        )
     if args.limit < 0 or args.page_size < 1:
         raise SpecError("history", ["--limit must be 0 or more, --page-size 1 or more"])
     if statuses and not args.job_id and not (args.tenant or args.all_tenants):
@@ -123,10 +126,10 @@ def _checked(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_history(settings: Settings, args: argparse.Namespace) -> int:
-    from consumers.archive import Archive, hot_from, tiered_job_runs
+    from consumers.errors import ArchiveUnavailable
     from consumers.history import History
+    from consumers.tiers import Tiers
     from runtime.cassandra import cassandra_session
-    from runtime.lakehouse import lakehouse
 
     statuses = _checked(args)
     try:
@@ -135,42 +138,49 @@ def cmd_history(settings: Settings, args: argparse.Namespace) -> int:
         print(f"error: cassandra unavailable: {exc} (is the stack up? 'cronstream status')",
               file=sys.stderr)  # fmt: skip
         return EXIT_UNAVAILABLE
-    stack = ExitStack()
+    history = Tiers(History(session, settings.keyspace, page_size=args.page_size), settings)
     try:
-        history = History(session, settings.keyspace, page_size=args.page_size)
-        if args.run:
-            return _show_run(history, settings.keyspace, args)
-        if args.flow_run:
-            rows = history.flow_run(args.flow_run)
-            if not rows:
-                print(f"no records for flow run {args.flow_run}", file=sys.stderr)
-                return EXIT_NOT_FOUND
-            _print_rows(iter(rows), args.json, FLOW_COLUMNS, node_of=args.flow_run)
-            return 0
-        now = utc_now()
-        start, end = history_window(args.since, args.start, args.end, now)
-        found: Iterator[RunOutcome]
-        if args.job_id and args.archive:
-            cold = stack.enter_context(closing(Archive(lakehouse(settings))))
-            found = tiered_job_runs(history, cold, hot_from(settings, now), args.job_id,
-                                    start, end, statuses, args.tenant)  # fmt: skip
-            columns = JOB_COLUMNS
-        elif args.job_id:
-            found = history.job_runs(args.job_id, start, end, statuses)
-            columns = JOB_COLUMNS
-        else:
-            found = history.by_status(statuses, start, end, args.tenant)
-            columns = STATUS_COLUMNS
-        shown = _print_rows(islice(found, args.limit or None), args.json, columns)
-        if args.limit and shown == args.limit and next(found, None) is not None:
-            print(f"(more than {args.limit} rows: raise --limit or narrow the window)",
-                  file=sys.stderr)  # fmt: skip
-        if not shown and not args.json:
-            print(f"nothing recorded from {iso(start)} to {iso(end)}", file=sys.stderr)
-        return 0
+        return _answer(history, settings, args, statuses)
+    except ArchiveUnavailable as exc:
+        print(
+            f"error: {exc} (needed for what is older than the {settings.history_ttl_days} "
+            "days Cassandra keeps: CRONSTREAM_HISTORY_TTL_DAYS)",
+            file=sys.stderr,
+        )
+        return EXIT_UNAVAILABLE
     finally:
-        stack.close()
+        history.close()
         cluster.shutdown()
+
+
+def _answer(
+    history: Tiers, settings: Settings, args: argparse.Namespace, statuses: list[str]
+) -> int:
+    """The query the arguments make, its rows printed."""
+    if args.run:
+        return _show_run(history, settings.keyspace, args)
+    if args.flow_run:
+        rows = history.flow_run(args.flow_run)
+        if not rows:
+            print(f"no records for flow run {args.flow_run}", file=sys.stderr)
+            return EXIT_NOT_FOUND
+        _print_rows(iter(rows), args.json, FLOW_COLUMNS, node_of=args.flow_run)
+        return 0
+    now = utc_now()
+    start, end = history_window(args.since, args.start, args.end, now)
+    found: Iterator[RunOutcome]
+    if args.job_id:
+        found = history.job_runs(args.job_id, start, end, statuses, tenant=args.tenant)
+        columns = JOB_COLUMNS
+    else:
+        found = history.by_status(statuses, start, end, args.tenant)
+        columns = STATUS_COLUMNS
+    shown = _print_rows(islice(found, args.limit or None), args.json, columns)
+    if args.limit and shown == args.limit and next(found, None) is not None:
+        print(f"(more than {args.limit} rows: raise --limit or narrow the window)", file=sys.stderr)
+    if not shown and not args.json:
+        print(f"nothing recorded from {iso(start)} to {iso(end)}", file=sys.stderr)
+    return 0
 
 
 JOB_COLUMNS = ("scheduled_at", "run_id", "attempt", "status", "trigger", "duration_ms", "error")
@@ -213,7 +223,7 @@ def _print_rows(
     return count
 
 
-def _show_run(history: History, keyspace: str, args: argparse.Namespace) -> int:
+def _show_run(history: Tiers, keyspace: str, args: argparse.Namespace) -> int:
     """``--run ID``: every record of the run, or with ``--output`` what it printed."""
     if args.output:
         from consumers.output import OutputTable

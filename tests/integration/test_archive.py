@@ -26,6 +26,7 @@ from consumers import archive
 from consumers.archiver import Archiver, ArchiverConfig
 from consumers.history import History
 from consumers.lakehouse import ArchiveTable, filesystem, iceberg_schema, to_arrow
+from consumers.tiers import Tiers, hot_from
 from cronstream.api.backend import Backend
 from infra.objects import ensure_lakehouse
 from runtime.cassandra import cassandra_session
@@ -261,21 +262,21 @@ def test_a_job_history_spanning_the_hot_and_cold_tiers_has_every_run_once(  # lo
     wait_until(lambda: group_caught_up(ns, f"{ns.topic_prefix}.sink", Topics(ns).history),
                120, "the sink")  # fmt: skip
 
-    # Cassandra's window is 30 days here: slots before it are read from the archive (the
-    # sink's rows of older slots are still in Cassandra: they are not read twice).
-    hot = {"CRONSTREAM_HISTORY_TTL_DAYS": "30"}
-    every = cronstream(ns, "history", "spans", "--since", "70d", "--archive", "--json",
-                       "--limit", "0", env=hot)  # fmt: skip
+    # Cassandra keeps 30 days (the default): older slots are read from the archive too
+    # (the sink's rows of them are still in Cassandra here: each run is shown once).
+    every = cronstream(ns, "history", "spans", "--since", "70d", "--json", "--limit", "0")
     assert every.returncode == 0, every.stderr
     runs = [line for line in every.stdout.splitlines() if line]
     assert len(runs) == 60, every.stdout
     assert len(set(runs)) == 60
     assert all('"status": "SUCCEEDED"' in line for line in runs)
-    hot_only = cronstream(ns, "history", "spans", "--since", "70d", "--json", "--limit", "0",
-                          env=hot)  # fmt: skip
-    assert len(hot_only.stdout.splitlines()) == 60  # Cassandra still holds them all here
+    deprecated = cronstream(
+        ns, "history", "spans", "--since", "70d", "--json", "--limit", "0", "--archive"
+    )
+    assert deprecated.stdout == every.stdout
+    assert "--archive is no longer needed" in deprecated.stderr
     cold = archive.Archive(lake)
-    boundary = archive.hot_from(replace(ns, history_ttl_days=30), datetime.now(UTC))
+    boundary = hot_from(ns, datetime.now(UTC))
     from_archive = list(cold.job_runs("spans", boundary - 70 * DAY, boundary))
     assert not list(cold.job_runs("spans", boundary - 70 * DAY, boundary, tenant="acme"))
     older = {o.run_id for o in outcomes if o.scheduled_at < boundary}
@@ -283,11 +284,49 @@ def test_a_job_history_spanning_the_hot_and_cold_tiers_has_every_run_once(  # lo
     assert 0 < len(older) < 60
     assert all(to_ms(r.scheduled_at) < to_ms(boundary) for r in from_archive)
 
-    # The dashboard's and the API's job history (``Backend.job_runs``) spans them too.
-    backend = Backend(replace(ns, history_ttl_days=30))
+    status_and_run_span_the_tiers(ns, outcomes)
+
+    # Compaction: one file per finished day and tenant, the same answer.
+    archiver.cleanup()
+    compacted = cronstream(ns, "archive", "compact")
+    assert compacted.returncode == 0, compacted.stderr
+    assert one_file_per_finished_day(lake)
+    again = cronstream(ns, "history", "spans", "--since", "70d", "--json", "--limit", "0")
+    assert again.stdout == every.stdout
+    cold.close()
+
+
+def status_and_run_span_the_tiers(ns: Settings, outcomes: list[RunOutcome]) -> None:
+    """``daily_runs``' outcomes, recorded and archived, found by status and by run id from
+    the CLI and the dashboard's backend, across the tiers."""
+    # By status (by recorded time: the archive's before the boundary, Cassandra's after)
+    # and one run's records, across the tiers too.
+    succeeded = cronstream(
+        ns,
+        "history",
+        "--status",
+        "SUCCEEDED",
+        "--all-tenants",
+        "--since",
+        "70d",
+        "--json",
+        "--limit",
+        "0",
+    )
+    assert succeeded.returncode == 0, succeeded.stderr
+    assert len(succeeded.stdout.splitlines()) == 60
+    assert len(set(succeeded.stdout.splitlines())) == 60
+    oldest = outcomes[-1].run_id
+    one = cronstream(ns, "history", "--run", oldest, "--json")
+    assert one.returncode == 0, one.stderr
+    assert [line.count('"attempt": 1') for line in one.stdout.splitlines()] == [1, 1]
+
+    # The dashboard's and the API's history (``Backend.history``: ``Tiers``) spans them too.
+    backend = Backend(ns)
     cluster, session = cassandra_session(ns)
     try:
-        backend.history = History(session, ns.keyspace)
+        backend.hot = History(session, ns.keyspace)
+        backend.history = Tiers(backend.hot, ns)
         now = datetime.now(UTC)
         shown = [r.run_id for r in backend.job_runs("spans", now - 70 * DAY, now)]
         assert sorted(shown) == sorted({o.run_id for o in outcomes})
@@ -296,16 +335,12 @@ def test_a_job_history_spanning_the_hot_and_cold_tiers_has_every_run_once(  # lo
         midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
         recent = backend.job_runs("spans", midnight - 3 * DAY, now)  # Cassandra's alone
         assert [r.run_id for r in recent] == shown[:3]
+        assert [r.status for r in backend.history.run(oldest)] == [
+            RunStatus.STARTED,
+            RunStatus.SUCCEEDED,
+        ]
+        found = backend.history.by_status(["SUCCEEDED"], now - 70 * DAY, now, "default")
+        assert len({r.run_id for r in found}) == 60
     finally:
         backend.close()
         cluster.shutdown()
-
-    # Compaction: one file per finished day and tenant, the same answer.
-    archiver.cleanup()
-    compacted = cronstream(ns, "archive", "compact")
-    assert compacted.returncode == 0, compacted.stderr
-    assert one_file_per_finished_day(lake)
-    again = cronstream(ns, "history", "spans", "--since", "70d", "--archive", "--json",
-                       "--limit", "0", env=hot)  # fmt: skip
-    assert again.stdout == every.stdout
-    cold.close()

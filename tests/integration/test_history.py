@@ -128,7 +128,7 @@ def test_every_outcome_lands_once_per_key_and_redelivery_rewrites(
     assert rows[("lands@7", 1)].status == "SUCCEEDED"
     assert rows[("lands@missed", 1)].status == "MISSED"
 
-    # The configured TTL (CRONSTREAM_HISTORY_TTL_DAYS, default 365) is on every table.
+    # The configured TTL (CRONSTREAM_HISTORY_TTL_DAYS, default 30) is on every table.
     ttl = ns.history_ttl_days * 86400
     for table in TABLES:
         (left,) = session.execute(f"SELECT TTL(trigger) FROM {table} LIMIT 1").one()

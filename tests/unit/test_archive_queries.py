@@ -6,11 +6,14 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from consumers.archive import Archive
+from pyiceberg.catalog.sql import SqlCatalog
+
+from consumers.archive import REFRESH_S, Archive
 from consumers.lakehouse import ArchiveTable, to_arrow
 from runtime.lakehouse import lakehouse, local_environment
 from runtime.settings import Settings
 from schemas.events import RunOutcome, RunStatus, Trigger
+from schemas.ids import run_id_for
 
 T0 = datetime(2026, 3, 10, 4, tzinfo=UTC)
 S = RunStatus
@@ -60,5 +63,106 @@ def test_each_attempt_is_its_latest_outcome_newest_slot_first(tmp_path: Path) ->
         assert columns.column("scheduled_at").to_pylist()[0] == at  # epoch milliseconds
         window = (T0 + timedelta(hours=1), T0 + timedelta(hours=3))
         assert [o.run_id for o in cold.job_runs("j", *window)] == ["j@2", "j@1", "j@1"]
+    finally:
+        cold.close()
+
+
+def _slot_run(
+    job: str,
+    hour: int,
+    status: RunStatus,
+    recorded_s: int,
+    *,
+    attempt: int = 1,
+    run_id: str | None = None,
+    tenant: str = "default",
+) -> RunOutcome:
+    slot = T0 + timedelta(hours=hour)
+    return RunOutcome(
+        run_id=run_id or run_id_for(job, slot),
+        job_id=job,
+        status=status,
+        scheduled_at=slot,
+        recorded_at=slot + timedelta(seconds=recorded_s),
+        attempt=attempt,
+        trigger=Trigger.SCHEDULE,
+        tenant=tenant,
+    )
+
+
+def test_outcomes_by_status_and_a_runs_records_each_once(tmp_path: Path) -> None:
+    where = lakehouse(Settings.from_env({}), local_environment(tmp_path))
+    table = ArchiveTable(where)
+    manual = "j@manual:deploy-1"
+    rows = [
+        _slot_run("j", 0, S.STARTED, 1),
+        _slot_run("j", 0, S.FAILED, 5),
+        _slot_run("j", 0, S.SUCCEEDED, 70, attempt=2),
+        _slot_run("k", 1, S.FAILED, 2),
+        _slot_run("k", 1, S.FAILED, 2),  # carried twice
+        _slot_run("j", 2, S.SUCCEEDED, 3, run_id=manual),
+        _slot_run("j", 3, S.FAILED, 1, run_id=manual, attempt=2),
+        _slot_run("acme/j", 1, S.FAILED, 9, tenant="acme"),
+        _slot_run("f", 4, S.SUCCEEDED, 8, run_id=f"{run_id_for('f', T0 + timedelta(hours=4))}/a"),
+    ]
+    table.write(0, None, 1, to_arrow(rows[:4]))
+    table.write(0, 1, 2, to_arrow(rows[4:]))
+    table.close()
+    cold = Archive(where)
+    try:
+        day = (T0 - timedelta(hours=1), T0 + timedelta(days=1))
+        failed = [(o.run_id, o.attempt, o.tenant) for o in cold.by_status(["failed"], *day)]
+        assert failed == [  # latest recorded first; the record carried twice once
+            (manual, 2, "default"),
+            ("acme/j@2026-03-10T05:00:00.000Z", 1, "acme"),
+            ("k@2026-03-10T05:00:00.000Z", 1, "default"),
+            ("j@2026-03-10T04:00:00.000Z", 1, "default"),
+        ]
+        assert [o.run_id for o in cold.by_status(["FAILED"], *day, tenant="acme")] == [failed[1][0]]
+        window = (T0 + timedelta(seconds=2), T0 + timedelta(hours=2))  # by recorded time
+        assert [o.job_id for o in cold.by_status(["FAILED", "SUCCEEDED"], *window)] == [
+            "acme/j",
+            "k",
+            "j",
+            "j",
+        ]
+        assert list(cold.by_status(["DEAD"], *day)) == []
+
+        slot = run_id_for("j", T0)
+        assert [(o.attempt, o.status) for o in cold.run(slot)] == [
+            (1, S.STARTED),
+            (1, S.FAILED),
+            (2, S.SUCCEEDED),
+        ]
+        assert cold.run(slot)[2] == rows[2]
+        assert [(o.attempt, o.status) for o in cold.run(manual)] == [
+            (1, S.SUCCEEDED),
+            (2, S.FAILED),
+        ]
+        node = rows[-1].run_id
+        assert cold.run(node) == [rows[-1]]
+        assert len(cold.run("k@2026-03-10T05:00:00.000Z")) == 1  # the record carried twice
+        assert cold.run("j@manual:unknown") == []
+        assert cold.run("no run id") == []
+        assert cold.run(manual, T0 + timedelta(hours=2))[0] == rows[5]  # its slot known
+    finally:
+        cold.close()
+
+
+def test_a_table_no_archiver_made_yet_answers_nothing_and_is_not_made(tmp_path: Path) -> None:
+    where = lakehouse(Settings.from_env({}), local_environment(tmp_path))
+    cold = Archive(where)
+    try:
+        year = (T0 - timedelta(days=365), T0)
+        assert list(cold.job_runs("j", *year)) == []
+        assert list(cold.by_status(["FAILED"], *year)) == []
+        assert cold.run(run_id_for("j", T0)) == []
+        catalog = SqlCatalog("cronstream", **where.catalog_properties())
+        assert catalog.list_namespaces() == []  # a query makes nothing
+        table = ArchiveTable(where)  # the archiver's first start
+        table.write(0, None, 1, to_arrow([_slot_run("j", 0, S.SUCCEEDED, 1)]))
+        table.close()
+        cold._refreshed -= REFRESH_S  # the reader looks again after REFRESH_S
+        assert [o.status for o in cold.job_runs("j", T0, T0 + timedelta(days=1))] == [S.SUCCEEDED]
     finally:
         cold.close()

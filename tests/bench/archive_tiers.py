@@ -1,0 +1,112 @@
+"""History's queries across both tiers (``consumers.tiers.Tiers``) on the archive bench's
+year: what a query older than Cassandra's 30 days costs through the CLI, the API and
+the dashboard, beside the archive table read alone in the same loop.
+
+Cassandra's keyspace is a fresh one (its days empty: the year is in the table only), so
+the tiers' cost over the table's is Cassandra's per-day queries of the days before the
+boundary (a backfilled old slot would be there) and the merge."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from itertools import islice
+from typing import Any
+
+from consumers.archive import Archive
+from consumers.history import History
+from consumers.tiers import Tiers, hot_from
+from runtime.cassandra import cassandra_session
+from runtime.lakehouse import Lakehouse
+from runtime.settings import Settings
+from tests.bench.common import row
+from tests.integration.helpers import history_keyspace
+
+DAY = timedelta(days=1)
+
+
+def _median_ms(ask: Callable[[], Any], samples: int) -> tuple[float, Any]:
+    """The median time of ``samples`` calls of ``ask`` (ms), and its last answer."""
+    times, answer = [], None
+    for _ in range(samples):
+        t0 = time.perf_counter()
+        answer = ask()
+        times.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(times), answer
+
+
+def bench_tier_queries(ns: Settings, where: Lakehouse, probe: str, name: str, samples: int) -> None:
+    """Rows of ``name``'s table: the probe job's year through the tiers and from the
+    table alone, the first 100 of it, one hour's outcomes by status 200 days ago, and one
+    run's records by a known slot and by a run id naming none."""
+    with history_keyspace(ns, "csbench") as scoped:
+        cluster, session = cassandra_session(scoped)
+        cold = Archive(where)
+        hot = History(session, scoped.keyspace)
+        tiers = Tiers(hot, scoped, archive=cold)
+        try:
+            now = datetime.now(UTC)
+            year, boundary = (now - 366 * DAY, now), hot_from(scoped, now)
+            cold.job_runs_table(probe, *year)  # footers read, metadata loaded
+            times: dict[str, list[float]] = {"table": [], "tiers": [], "hot": []}
+            asks: dict[str, Callable[[], list[Any]]] = {
+                "table": lambda: list(cold.job_runs(probe, *year)),
+                "tiers": lambda: list(tiers.job_runs(probe, *year)),
+                "hot": lambda: list(hot.job_runs(probe, year[0], boundary)),
+            }
+            for _ in range(samples):  # alternating, so each sees the same machine
+                for what, ask in asks.items():
+                    t0 = time.perf_counter()
+                    found = ask()
+                    times[what].append((time.perf_counter() - t0) * 1000)
+                    assert len(found) > 100_000 or (what == "hot" and not found), what
+            ms = {what: statistics.median(took) for what, took in times.items()}
+            first, _ = _median_ms(lambda: list(islice(tiers.job_runs(probe, *year), 100)), samples)
+            hour = (now - 200 * DAY).replace(minute=0, second=0, microsecond=0)
+            status, found = _median_ms(
+                lambda: list(tiers.by_status(["SUCCEEDED"], hour, hour + timedelta(hours=1))),
+                samples,
+            )
+            one = next(cold.job_runs(probe, hour - DAY, hour))
+            slotted, records = _median_ms(lambda: cold.run(one.run_id, one.scheduled_at), samples)
+            assert len(records) == 2, records
+            scanned, records = _median_ms(lambda: cold.run(one.run_id), max(samples // 4, 1))
+            assert len(records) == 2, records
+        finally:
+            tiers.close()
+            cluster.shutdown()
+    runs = f"{samples} samples each, alternating"
+    row(
+        f"{name}, a job's year through the tiers (CLI, API, dashboard)",
+        f"{ms['tiers']:,.0f} ms",
+        "-",
+        f"the table's answer alone {ms['table']:,.0f} ms as RunOutcomes, Cassandra's "
+        f"{(boundary - year[0]).days} days before the boundary {ms['hot']:,.0f} ms; {runs}",
+    )
+    row(
+        f"{name}, its first 100 through the tiers",
+        f"{first:,.0f} ms",
+        "-",
+        "`history JOB --since 366d` (--limit 100): the table is read whole before the merge",
+    )
+    row(
+        f"{name}, outcomes by status, one hour 200 days ago",
+        f"{status:,.0f} ms",
+        "-",
+        f"{len(found):,} SUCCEEDED; files planned by their recorded-at bounds (a finished "
+        "month's file read whole: its row groups are ordered by job)",
+    )
+    row(
+        f"{name}, one run's records, its slot known",
+        f"{slotted:,.0f} ms",
+        "-",
+        "an id naming its slot, or one whose records Cassandra still has: that day's files",
+    )
+    row(
+        f"{name}, one run's records, no slot known",
+        f"{scanned:,.0f} ms",
+        "-",
+        "a manual/event id Cassandra no longer has: every file's row groups holding the job",
+    )
