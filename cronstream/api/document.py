@@ -46,7 +46,8 @@ _ERRORS = {
     413: "a body over 1 MiB",
     422: "invalid: every problem listed",
     429: "over a quota (jobs, manual runs per minute)",
-    503: "no answer from the admission in time",
+    503: "no answer in time: from the admission, or from the archive table a history "
+    "query older than Cassandra's days needed",
 }
 ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": Problem, "description": text} for status, text in _ERRORS.items()
