@@ -128,8 +128,9 @@ class Archive:
                 self._footers.pop(next(iter(self._footers)))
         return footer
 
-    def job_runs_table(self, job_id: str, start: datetime, end: datetime,
-                       tenant: str | None = None) -> pa.Table:  # fmt: skip
+    def job_runs_table(
+        self, job_id: str, start: datetime, end: datetime, tenant: str | None = None
+    ) -> pa.Table:
         """``job_runs`` as one Arrow table (instants as epoch milliseconds), for callers
         that take columns (charts, exports): no Python object per run."""
         return latest(self._read_job(job_id, start, end, tenant))
@@ -251,8 +252,9 @@ def latest(found: pa.Table) -> pa.Table:
 
 def _in_ms(rows: pa.Table) -> pa.Table:
     """``rows`` in the table's columns, instants as epoch milliseconds."""
-    return pa.table([_ms(rows[name]) if name in _AT else rows[name] for name in COLUMNS],
-                    names=list(COLUMNS))  # fmt: skip
+    return pa.table(
+        [_ms(rows[name]) if name in _AT else rows[name] for name in COLUMNS], names=list(COLUMNS)
+    )
 
 
 def _ms(instants: pa.ChunkedArray) -> pa.ChunkedArray:
@@ -347,8 +349,13 @@ _BY_RECORDED = [
 _RECORD = ("recorded_at", "run_id", "attempt", "status")
 _BY_ATTEMPT = [("attempt", "ascending"), ("recorded_at", "ascending"), ("status", "ascending")]
 _BY_ATTEMPT_KEYS = ("attempt", "recorded_at", "status")
-_ORDER = [("scheduled_at", "descending"), ("run_id", "ascending"), ("attempt", "descending"),
-          ("recorded_at", "descending"), ("_rank", "descending")]  # fmt: skip
+_ORDER = [
+    ("scheduled_at", "descending"),
+    ("run_id", "ascending"),
+    ("attempt", "descending"),
+    ("recorded_at", "descending"),
+    ("_rank", "descending"),
+]
 _AT = {c for c in COLUMNS if c.endswith("_at")}
 _STATUS_AT = COLUMNS.index("status")
 _TRIGGER_AT = COLUMNS.index("trigger")

@@ -90,16 +90,20 @@ class _Buffer:
 
 
 class Archiver:
-    def __init__(self, settings: Settings, config: ArchiverConfig,
-                 where: Lakehouse | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, settings: Settings, config: ArchiverConfig, where: Lakehouse | None = None
+    ) -> None:
         self.config = config
         self.table = ArchiveTable(where or lakehouse(settings))
         self.topic = Topics(settings).history
         self.codec = Codec(registry_client(settings))
         self.member = GroupMember(
-            settings, group=config.group, name=config.name,
-            session_timeout_ms=config.session_timeout_ms, log=log,
-        )  # fmt: skip
+            settings,
+            group=config.group,
+            name=config.name,
+            session_timeout_ms=config.session_timeout_ms,
+            log=log,
+        )
         self.consumer = self.member.consumer
         self.dlq = Topics(settings).dlq
         # A broker outage never fails a dead letter: librdkafka keeps trying (no limit).
@@ -114,8 +118,9 @@ class Archiver:
         self.should_stop: Callable[[], bool] = lambda: False
 
     def run(self, should_stop: Callable[[], bool]) -> None:
-        self.member.subscribe([self.topic], assigned=self._assigned, revoking=self._revoking,
-                              lost=self._lost)  # fmt: skip
+        self.member.subscribe(
+            [self.topic], assigned=self._assigned, revoking=self._revoking, lost=self._lost
+        )
         self.should_stop = should_stop
         try:
             try:
@@ -153,8 +158,10 @@ class Archiver:
         if skipped:
             self._commit({p: self.checkpoints[p] for p in skipped}, wait=False)
         for partition, buffer in list(self.buffers.items()):
-            if (len(buffer.outcomes) >= self.config.flush_rows
-                    or now - buffer.opened >= self.config.flush_s):  # fmt: skip
+            if (
+                len(buffer.outcomes) >= self.config.flush_rows
+                or now - buffer.opened >= self.config.flush_s
+            ):
                 self.flush(partition)
         if now >= self._compacted + self.config.compact_every_s:
             self._compact()
@@ -172,8 +179,9 @@ class Archiver:
 
         batch = messages
         while batch:
-            learn_writers(self.codec, batch, what=f"archiver {self.config.name}", log=log,
-                          pause=pause)  # fmt: skip
+            learn_writers(
+                self.codec, batch, what=f"archiver {self.config.name}", log=log, pause=pause
+            )
             batch = held.take()
             messages += batch
         held.resume()
@@ -233,24 +241,29 @@ class Archiver:
             if wait:
                 self.publisher.flush()
             elif not self.publisher.settled(1.0):
-                log.warning("the broker has not acknowledged the dead letters yet; the "
-                            "flush waits")  # fmt: skip
+                log.warning("the broker has not acknowledged the dead letters yet; the flush waits")
                 return
             self.letters = False
         buffer = self.buffers.pop(partition)
         began = time.monotonic()
         try:
-            self.table.write(partition, self.checkpoints.get(partition), buffer.next_offset,
-                             to_arrow(buffer.outcomes))  # fmt: skip
+            self.table.write(
+                partition,
+                self.checkpoints.get(partition),
+                buffer.next_offset,
+                to_arrow(buffer.outcomes),
+            )
         except Fenced as exc:  # another archiver wrote this partition: its offset stands
-            log.warning("%s; this archiver's %d buffered outcomes are dropped",
-                        exc, len(buffer.outcomes))  # fmt: skip
+            log.warning(
+                "%s; this archiver's %d buffered outcomes are dropped", exc, len(buffer.outcomes)
+            )
             self.checkpoints[partition] = self.table.checkpoint(partition)
             return
         self.checkpoints[partition] = buffer.next_offset
         metrics.archiver_outcomes.inc(len(buffer.outcomes))
-        metrics.archiver_files.inc(len({(day_of(o.scheduled_at), o.tenant)
-                                        for o in buffer.outcomes}))  # fmt: skip
+        metrics.archiver_files.inc(
+            len({(day_of(o.scheduled_at), o.tenant) for o in buffer.outcomes})
+        )
         metrics.archiver_flush_seconds.set(time.monotonic() - began)
         self._commit({partition: buffer.next_offset}, wait=wait)
 

@@ -81,9 +81,11 @@ def compact_finished(table: ArchiveTable, today: date) -> dict[Part, int]:
 
 def _compact(table: ArchiveTable, chosen: Callable[[Part], bool], today: date) -> dict[Part, int]:
     found = partition_files(table, today)
-    return {part: len(files) for part, files in sorted(found.items())
-            if chosen(part) and not settled(part, files, table.specs.months)
-            and rewrite(table, part)}  # fmt: skip
+    return {
+        part: len(files)
+        for part, files in sorted(found.items())
+        if chosen(part) and not settled(part, files, table.specs.months) and rewrite(table, part)
+    }
 
 
 def partition_files(table: ArchiveTable, today: date) -> dict[Part, list[FileBounds]]:
@@ -100,9 +102,15 @@ def partition_files(table: ArchiveTable, today: date) -> dict[Part, list[FileBou
         if months and not part.month and finished_month(part.start, today):
             part = Part(part.start.replace(day=1), part.tenant, True)
         job = row["readable_metrics"]["job_id"]
-        found.setdefault(part, []).append(FileBounds(
-            row["file_path"], row["spec_id"], row["record_count"],
-            job["lower_bound"] or "", job["upper_bound"] or ""))  # fmt: skip
+        found.setdefault(part, []).append(
+            FileBounds(
+                row["file_path"],
+                row["spec_id"],
+                row["record_count"],
+                job["lower_bound"] or "",
+                job["upper_bound"] or "",
+            )
+        )
     return found
 
 

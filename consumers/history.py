@@ -83,7 +83,9 @@ class HistoryTables:
         # hour -> the (status, tenant) pairs indexed in history_tenants by this process
         self._indexed: dict[datetime, set[tuple[str, str]]] = {}
 
-    def rows(self, o: RunOutcome) -> list[tuple[str, Any]]:
+    def rows(
+        self, o: RunOutcome
+    ) -> list[tuple[str, Any]]:  # long: three tables' bound statements, one value a line
         """The (table, bound statement) pairs that record one outcome. Missing values
         are unset, not null: no tombstones, and a later record of the same attempt
         leaves the earlier one's cells (started_at, say) in place."""
@@ -101,23 +103,82 @@ class HistoryTables:
         hour = hour_of(o.recorded_at)
         st = self.statements
         out = [
-            ("runs_by_id", st["insert_by_id"].bind((
-                o.run_id, o.attempt, o.recorded_at, status, o.job_id, o.tenant, trigger,
-                o.scheduled_at, v(o.started_at), v(o.finished_at), duration, error,
-                v(o.next_attempt_at), target, worker, stamp, ttl,
-            ))),
-            ("runs_by_tenant_status", st["insert_by_tenant_status"].bind((
-                o.tenant, status, hour, shard_of(o.run_id), o.recorded_at,
-                o.run_id, o.attempt, o.job_id, trigger, o.scheduled_at, duration, error,
-                target, worker, stamp, ttl,
-            ))),
-        ]  # fmt: skip
+            (
+                "runs_by_id",
+                st["insert_by_id"].bind(
+                    (
+                        o.run_id,
+                        o.attempt,
+                        o.recorded_at,
+                        status,
+                        o.job_id,
+                        o.tenant,
+                        trigger,
+                        o.scheduled_at,
+                        v(o.started_at),
+                        v(o.finished_at),
+                        duration,
+                        error,
+                        v(o.next_attempt_at),
+                        target,
+                        worker,
+                        stamp,
+                        ttl,
+                    )
+                ),
+            ),
+            (
+                "runs_by_tenant_status",
+                st["insert_by_tenant_status"].bind(
+                    (
+                        o.tenant,
+                        status,
+                        hour,
+                        shard_of(o.run_id),
+                        o.recorded_at,
+                        o.run_id,
+                        o.attempt,
+                        o.job_id,
+                        trigger,
+                        o.scheduled_at,
+                        duration,
+                        error,
+                        target,
+                        worker,
+                        stamp,
+                        ttl,
+                    )
+                ),
+            ),
+        ]
         if o.status not in NOT_IN_JOB_VIEW:
-            out.append(("runs_by_job", st["insert_by_job"].bind((
-                o.job_id, day_of(o.scheduled_at), o.scheduled_at, o.run_id, o.attempt,
-                status, trigger, o.tenant, o.recorded_at, v(o.started_at), v(o.finished_at),
-                duration, error, v(o.next_attempt_at), target, worker, stamp, ttl,
-            ))))  # fmt: skip
+            out.append(
+                (
+                    "runs_by_job",
+                    st["insert_by_job"].bind(
+                        (
+                            o.job_id,
+                            day_of(o.scheduled_at),
+                            o.scheduled_at,
+                            o.run_id,
+                            o.attempt,
+                            status,
+                            trigger,
+                            o.tenant,
+                            o.recorded_at,
+                            v(o.started_at),
+                            v(o.finished_at),
+                            duration,
+                            error,
+                            v(o.next_attempt_at),
+                            target,
+                            worker,
+                            stamp,
+                            ttl,
+                        )
+                    ),
+                )
+            )
         if (status, o.tenant) not in self._indexed.get(hour, ()):
             # last: an outcome whose rows cannot be built (dead-lettered) indexes nothing
             out.append(self._index(hour, status, o.tenant))
@@ -236,8 +297,10 @@ class History:
         ~2,050 with the default page size, two or three days in flight)."""
         wanted = {s.upper() for s in statuses}
         fetch = min(self.page_size, limit) if limit else None
-        days = (self._query("select_job_day", (job_id, day, start, end), fetch)
-                for day in days_desc(start, end))  # fmt: skip
+        days = (
+            self._query("select_job_day", (job_id, day, start, end), fetch)
+            for day in days_desc(start, end)
+        )
         found = 0
         for row in _one_ahead(days):
             if not wanted or row.status in wanted:

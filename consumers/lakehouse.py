@@ -70,16 +70,32 @@ ROW_GROUP = 16_384  # rows: one job's rows of a day read in one or two groups
 _US = pa.timestamp("us", tz="UTC")
 # One row per outcome: RunOutcome's fields (schemas/avro), in the order of their columns;
 # a field the Avro contract adds comes last (``ArchiveTable.open`` adds it to the table).
-ARROW = pa.schema([
-    ("job_id", pa.string()), ("scheduled_at", _US), ("run_id", pa.string()),
-    ("attempt", pa.int32()), ("status", pa.string()), ("trigger", pa.string()),
-    ("recorded_at", _US), ("started_at", _US), ("finished_at", _US),
-    ("duration_ms", pa.int64()), ("error", pa.string()), ("next_attempt_at", _US),
-    ("target_type", pa.string()), ("worker", pa.string()), ("tenant", pa.string()),
-])  # fmt: skip
+ARROW = pa.schema(
+    [
+        ("job_id", pa.string()),
+        ("scheduled_at", _US),
+        ("run_id", pa.string()),
+        ("attempt", pa.int32()),
+        ("status", pa.string()),
+        ("trigger", pa.string()),
+        ("recorded_at", _US),
+        ("started_at", _US),
+        ("finished_at", _US),
+        ("duration_ms", pa.int64()),
+        ("error", pa.string()),
+        ("next_attempt_at", _US),
+        ("target_type", pa.string()),
+        ("worker", pa.string()),
+        ("tenant", pa.string()),
+    ]
+)
 COLUMNS = tuple(ARROW.names)
-_ICEBERG_TYPES = {pa.string(): StringType(), pa.int32(): IntegerType(), pa.int64(): LongType(),
-                  _US: TimestamptzType()}  # fmt: skip
+_ICEBERG_TYPES = {
+    pa.string(): StringType(),
+    pa.int32(): IntegerType(),
+    pa.int64(): LongType(),
+    _US: TimestamptzType(),
+}
 PROPERTIES = {
     "write.parquet.row-group-limit": str(ROW_GROUP),
     "write.parquet.compression-codec": "zstd",
@@ -167,51 +183,60 @@ def keep_days() -> int:
 def iceberg_schema() -> Schema:
     """The table's columns, with field ids 1..n in ``ARROW``'s order (new columns of
     the Avro contract come last: ``ArchiveTable.open`` adds them)."""
-    return Schema(*(
-        NestedField(i, f.name, _ICEBERG_TYPES[f.type], required=False)
-        for i, f in enumerate(ARROW, start=1)
-    ))  # fmt: skip
+    return Schema(
+        *(
+            NestedField(i, f.name, _ICEBERG_TYPES[f.type], required=False)
+            for i, f in enumerate(ARROW, start=1)
+        )
+    )
 
 
 def _spec(schema: Schema) -> PartitionSpec:
     slot, tenant = schema.find_field("scheduled_at"), schema.find_field("tenant")
     return PartitionSpec(
-        PartitionField(source_id=slot.field_id, field_id=1000, transform=DayTransform(),
-                       name="day"),
-        PartitionField(source_id=tenant.field_id, field_id=1001,
-                       transform=IdentityTransform(), name="tenant"),
-    )  # fmt: skip
+        PartitionField(
+            source_id=slot.field_id, field_id=1000, transform=DayTransform(), name="day"
+        ),
+        PartitionField(
+            source_id=tenant.field_id, field_id=1001, transform=IdentityTransform(), name="tenant"
+        ),
+    )
 
 
 def _sort(schema: Schema) -> SortOrder:
     return SortOrder(
         SortField(source_id=schema.find_field("job_id").field_id, transform=IdentityTransform()),
-        SortField(source_id=schema.find_field("scheduled_at").field_id,
-                  transform=IdentityTransform()),
-    )  # fmt: skip
+        SortField(
+            source_id=schema.find_field("scheduled_at").field_id, transform=IdentityTransform()
+        ),
+    )
 
 
 def to_arrow(outcomes: Sequence[RunOutcome]) -> pa.Table:
     """``outcomes`` as the table's columns, sorted as its files are."""
-    columns: dict[str, list[Any]] = {name: [getattr(o, name) for o in outcomes]
-                                     for name in COLUMNS}  # fmt: skip
+    columns: dict[str, list[Any]] = {name: [getattr(o, name) for o in outcomes] for name in COLUMNS}
     for name in ("status", "trigger"):
         columns[name] = [value.value for value in columns[name]]
     return sort(pa.table(columns, schema=ARROW))
 
 
 def sort(table: pa.Table) -> pa.Table:
-    return table.sort_by([("job_id", "ascending"), ("scheduled_at", "ascending"),
-                          ("run_id", "ascending"), ("attempt", "ascending"),
-                          ("recorded_at", "ascending")])  # fmt: skip
+    return table.sort_by(
+        [
+            ("job_id", "ascending"),
+            ("scheduled_at", "ascending"),
+            ("run_id", "ascending"),
+            ("attempt", "ascending"),
+            ("recorded_at", "ascending"),
+        ]
+    )
 
 
 def day_filter(first: date, last: date) -> BooleanExpression:
     """The rows whose slot is on ``first``..``last`` (UTC days)."""
     start = datetime(first.year, first.month, first.day, tzinfo=UTC)
     end = datetime(last.year, last.month, last.day, tzinfo=UTC) + timedelta(days=1)
-    return And(ge("scheduled_at", start.isoformat()),
-               lt("scheduled_at", end.isoformat()))  # fmt: skip
+    return And(ge("scheduled_at", start.isoformat()), lt("scheduled_at", end.isoformat()))
 
 
 class ArchiveTable:
@@ -243,9 +268,12 @@ class ArchiveTable:
         except NoSuchTableError:
             schema = iceberg_schema()
             table = self.catalog.create_table_if_not_exists(
-                self.where.table, schema=schema, partition_spec=_spec(schema),
-                sort_order=_sort(schema), properties=PROPERTIES,
-            )  # fmt: skip
+                self.where.table,
+                schema=schema,
+                partition_spec=_spec(schema),
+                sort_order=_sort(schema),
+                properties=PROPERTIES,
+            )
         missing = [f.name for f in ARROW if f.name not in table.schema().column_names]
         if missing:
             with table.update_schema() as update:
@@ -257,8 +285,10 @@ class ArchiveTable:
     def _month_spec(self) -> Specs:
         """The spec ids of the day partitions (the default) and of the finished months'
         (added beside it on first use, the default kept: one commit)."""
-        fields = {spec.spec_id: {(f.name, str(f.transform)) for f in spec.fields}
-                  for spec in self.table.specs().values()}  # fmt: skip
+        fields = {
+            spec.spec_id: {(f.name, str(f.transform)) for f in spec.fields}
+            for spec in self.table.specs().values()
+        }
         days = self.table.spec().spec_id
         months = [i for i, f in fields.items() if ("month", "month") in f and len(f) == 2]
         if months or ("day", "day") not in fields[days]:
@@ -281,8 +311,7 @@ class ArchiveTable:
         raw = self.table.properties.get(f"{OFFSET}{partition}")
         return None if raw is None else int(raw)
 
-    def write(self, partition: int, first: int | None, next_offset: int,
-              rows: pa.Table) -> None:  # fmt: skip
+    def write(self, partition: int, first: int | None, next_offset: int, rows: pa.Table) -> None:
         """Append ``rows`` (the records of ``partition`` from ``first`` up to
         ``next_offset``) and move the partition's property to ``next_offset``, in one
         snapshot. Raises ``Fenced`` when the property is not ``first`` (None: not set)
@@ -292,8 +321,10 @@ class ArchiveTable:
             self.table.refresh()
             held = self.table.properties.get(key)
             if (None if held is None else int(held)) != first:
-                raise Fenced(f"history partition {partition} is at {held} in the archive "
-                             f"table, not {first}: another archiver wrote it")  # fmt: skip
+                raise Fenced(
+                    f"history partition {partition} is at {held} in the archive "
+                    f"table, not {first}: another archiver wrote it"
+                )
             tx = self.table.transaction()
             if rows.num_rows:
                 tx.append(rows)
@@ -303,8 +334,10 @@ class ArchiveTable:
                 return
             except CommitFailedException:  # another partition's writer committed first
                 continue
-        raise CommitFailedException(f"the archive table moved {COMMIT_TRIES} times "
-                                    f"while partition {partition} was committed")  # fmt: skip
+        raise CommitFailedException(
+            f"the archive table moved {COMMIT_TRIES} times "
+            f"while partition {partition} was committed"
+        )
 
     # -- maintenance ----------------------------------------------------------------------
     def partitions(self) -> dict[Part, int]:
@@ -342,9 +375,12 @@ class ArchiveTable:
         many. Their files are deleted by ``remove_orphans``."""
         self.table.refresh()
         current = self.table.current_snapshot()
-        old = [s.snapshot_id for s in self.table.snapshots()
-               if s.timestamp_ms < older_than.timestamp() * 1000
-               and (current is None or s.snapshot_id != current.snapshot_id)]  # fmt: skip
+        old = [
+            s.snapshot_id
+            for s in self.table.snapshots()
+            if s.timestamp_ms < older_than.timestamp() * 1000
+            and (current is None or s.snapshot_id != current.snapshot_id)
+        ]
         if old:
             self.table.maintenance.expire_snapshots().by_ids(old).commit()
         return len(old)
@@ -370,19 +406,24 @@ class ArchiveTable:
         fs, root = filesystem(self.where, self.table.location())
         before = (now or datetime.now(UTC)) - ORPHAN_AGE
         doomed = [
-            info.path for info in fs.get_file_info(FileSelector(root, recursive=True))
-            if info.type == FileType.File and info.path not in keep
+            info.path
+            for info in fs.get_file_info(FileSelector(root, recursive=True))
+            if info.type == FileType.File
+            and info.path not in keep
             and (info.path.endswith(".parquet") or info.path.endswith(".avro"))
-            and info.mtime is not None and info.mtime < before
-        ]  # fmt: skip
+            and info.mtime is not None
+            and info.mtime < before
+        ]
         for path in doomed:
             fs.delete_file(path)
         return len(doomed)
 
-    def scan(self, where: BooleanExpression | None = None,
-             columns: Iterable[str] = ("*",)) -> pa.Table:  # fmt: skip
-        return self.table.scan(row_filter=AlwaysTrue() if where is None else where,
-                               selected_fields=tuple(columns)).to_arrow()  # fmt: skip
+    def scan(
+        self, where: BooleanExpression | None = None, columns: Iterable[str] = ("*",)
+    ) -> pa.Table:
+        return self.table.scan(
+            row_filter=AlwaysTrue() if where is None else where, selected_fields=tuple(columns)
+        ).to_arrow()
 
     def close(self) -> None:
         self.catalog.engine.dispose()

@@ -44,10 +44,23 @@ class OutputTable:
             return UNSET_VALUE if value is None else value
 
         stamp = write_timestamp(to_ms(o.recorded_at), o.status)
-        return TABLE, self.statements["insert_output"].bind((
-            o.run_id, o.attempt, o.job_id, o.tenant, o.status, o.scheduled_at, o.recorded_at,
-            o.output, v(o.dropped), v(o.target_type), v(o.worker), stamp, self.ttl_s,
-        ))  # fmt: skip
+        return TABLE, self.statements["insert_output"].bind(
+            (
+                o.run_id,
+                o.attempt,
+                o.job_id,
+                o.tenant,
+                o.status,
+                o.scheduled_at,
+                o.recorded_at,
+                o.output,
+                v(o.dropped),
+                v(o.target_type),
+                v(o.worker),
+                stamp,
+                self.ttl_s,
+            )
+        )
 
     def of(self, run_id: str) -> list[RunOutput]:
         """The output kept of each attempt of ``run_id`` that had one, by attempt
@@ -58,8 +71,15 @@ class OutputTable:
 
 def _read(row: Any) -> RunOutput:
     return RunOutput(
-        run_id=row.run_id, attempt=row.attempt, job_id=row.job_id, tenant=row.tenant,
-        status=row.status, scheduled_at=row.scheduled_at.replace(tzinfo=UTC),
-        recorded_at=row.recorded_at.replace(tzinfo=UTC), output=row.output or "",
-        dropped=row.dropped, target_type=row.target_type, worker=row.worker,
-    )  # fmt: skip
+        run_id=row.run_id,
+        attempt=row.attempt,
+        job_id=row.job_id,
+        tenant=row.tenant,
+        status=row.status,
+        scheduled_at=row.scheduled_at.replace(tzinfo=UTC),
+        recorded_at=row.recorded_at.replace(tzinfo=UTC),
+        output=row.output or "",
+        dropped=row.dropped,
+        target_type=row.target_type,
+        worker=row.worker,
+    )

@@ -116,9 +116,15 @@ def transient_errors() -> tuple[type[BaseException], ...]:
     from cassandra.protocol import IsBootstrappingErrorMessage, OverloadedErrorMessage
 
     return (
-        NoHostAvailable, OperationTimedOut, Unavailable, WriteTimeout, CoordinationFailure,
-        ConnectionException, OverloadedErrorMessage, IsBootstrappingErrorMessage,
-    )  # fmt: skip
+        NoHostAvailable,
+        OperationTimedOut,
+        Unavailable,
+        WriteTimeout,
+        CoordinationFailure,
+        ConnectionException,
+        OverloadedErrorMessage,
+        IsBootstrappingErrorMessage,
+    )
 
 
 class RowWriter:
@@ -126,9 +132,13 @@ class RowWriter:
     and says which batches were not acknowledged (the sink; the benchmark's loader)."""
 
     def __init__(
-        self, session: Any, *, batch_rows: int = 64, batch_bytes: int = 32_768,
+        self,
+        session: Any,
+        *,
+        batch_rows: int = 64,
+        batch_bytes: int = 32_768,
         in_flight: int = 16,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.session = session
         self.batch_rows = batch_rows
         self.batch_bytes = batch_bytes
@@ -239,13 +249,16 @@ class Sink:
         self.should_stop = should_stop
         try:
             self._connect()
-            self.member.subscribe([self.topics.history, self._output_topic],
-                                  revoking=self._revoking, lost=self._lost)  # fmt: skip
+            self.member.subscribe(
+                [self.topics.history, self._output_topic], revoking=self._revoking, lost=self._lost
+            )
             while not should_stop():
                 self.step()
         except Stopped:
-            log.warning("stopped while waiting for Cassandra or the schema registry; the "
-                        "uncommitted outcomes are read again by the next sink")  # fmt: skip
+            log.warning(
+                "stopped while waiting for Cassandra or the schema registry; the "
+                "uncommitted outcomes are read again by the next sink"
+            )
         finally:
             self.close()
 
@@ -265,14 +278,21 @@ class Sink:
                 raise
             self.cluster = cluster
             self.writer = RowWriter(
-                session, batch_rows=self.config.batch_rows,
-                batch_bytes=self.config.batch_bytes, in_flight=self.config.in_flight,
-            )  # fmt: skip
+                session,
+                batch_rows=self.config.batch_rows,
+                batch_bytes=self.config.batch_bytes,
+                in_flight=self.config.in_flight,
+            )
 
         metrics.sink_cassandra_up.set(0)
         try:
-            wait_for(f"sink {self.config.name}", connect, log=log, pause=self._wait,
-                     max_delay=self.config.backoff_max_s)  # fmt: skip
+            wait_for(
+                f"sink {self.config.name}",
+                connect,
+                log=log,
+                pause=self._wait,
+                max_delay=self.config.backoff_max_s,
+            )
         except StopWaiting as exc:
             raise Stopped from exc
         metrics.sink_cassandra_up.set(1)
@@ -375,9 +395,12 @@ class Sink:
         return self._rows(msg, RunOutcome, outcome_problems, self.tables.rows)
 
     def _rows(
-        self, msg: ConsumedMessage, kind: type[E], problems_of: Callable[[E], list[str]],
+        self,
+        msg: ConsumedMessage,
+        kind: type[E],
+        problems_of: Callable[[E], list[str]],
         rows_of: Callable[[E], Rows],
-    ) -> tuple[Rows, str | None]:  # fmt: skip
+    ) -> tuple[Rows, str | None]:
         record: AnyEvent | None = None
         try:
             record = self.codec.decode(msg.value(), kind)
@@ -407,8 +430,12 @@ class Sink:
                     metrics.sink_cassandra_up.set(1)
                     return
                 metrics.sink_cassandra_up.set(0)
-                log.warning("cassandra did not acknowledge %d batches; retrying in %.1fs "
-                            "(offsets are held)", len(pending), delay)  # fmt: skip
+                log.warning(
+                    "cassandra did not acknowledge %d batches; retrying in %.1fs "
+                    "(offsets are held)",
+                    len(pending),
+                    delay,
+                )
                 if not pause(delay):
                     raise Stopped
                 delay = min(delay * 2, self.config.backoff_max_s)
@@ -419,8 +446,9 @@ class Sink:
         partitions paused and nothing committed, as for Cassandra."""
         with self._holding() as pause:
             try:
-                learn_writers(self.codec, messages, what=f"sink {self.config.name}",
-                              log=log, pause=pause)  # fmt: skip
+                learn_writers(
+                    self.codec, messages, what=f"sink {self.config.name}", log=log, pause=pause
+                )
             except StopWaiting as exc:
                 raise Stopped from exc
 

@@ -72,8 +72,10 @@ def backfill_slots(job: JobDefinition, start_ms: int, end_ms: int, *, now_ms: in
     after = start_ms - 1
     while (slot := schedule.slot_after(after)) is not None and slot < end_ms:
         if len(slots) == MAX_SLOTS:
-            raise SpecError(f"backfill {job.job_id}", [
-                f"more than {MAX_SLOTS:,} slots in the range: backfill it in parts"])  # fmt: skip
+            raise SpecError(
+                f"backfill {job.job_id}",
+                [f"more than {MAX_SLOTS:,} slots in the range: backfill it in parts"],
+            )
         slots.append(slot)
         after = slot
     return slots
@@ -99,9 +101,11 @@ class Progress:
 
     def line(self, job_id: str) -> str:
         ended = ", ".join(f"{n} {s.lower()}" for s, n in sorted(self.ended.items()))
-        return (f"backfill {job_id}: {self.done}/{self.total} ended"
-                f"{f' ({ended})' if ended else ''}, {self.sent - self.done} running, "
-                f"{self.total - self.sent} to send")  # fmt: skip
+        return (
+            f"backfill {job_id}: {self.done}/{self.total} ended"
+            f"{f' ({ended})' if ended else ''}, {self.sent - self.done} running, "
+            f"{self.total - self.sent} to send"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,8 +177,10 @@ class Backfill:
             for run_id in sorted(self.in_flight):
                 self.client.cancel(run_id, reason="backfill interrupted")
             progress.cancelled = len(self.in_flight)
-            self.say(f"{progress.line(self.job.job_id)}; interrupted: {progress.cancelled} "
-                     f"cancel(s) sent, {len(self.todo)} slot(s) not sent")  # fmt: skip
+            self.say(
+                f"{progress.line(self.job.job_id)}; interrupted: {progress.cancelled} "
+                f"cancel(s) sent, {len(self.todo)} slot(s) not sent"
+            )
             raise
         finally:
             self.history.close()
@@ -196,10 +202,15 @@ class Backfill:
         for _ in range(count):
             slot = self.todo.popleft()
             run = replace(
-                self.job.run_request(run_id=self.run_id(slot), scheduled_at=from_ms(slot),
-                                     fired_at=now, trigger=Trigger.CATCHUP),
-                priority=self.priority, possible_duplicate=True,
-            )  # fmt: skip
+                self.job.run_request(
+                    run_id=self.run_id(slot),
+                    scheduled_at=from_ms(slot),
+                    fired_at=now,
+                    trigger=Trigger.CATCHUP,
+                ),
+                priority=self.priority,
+                possible_duplicate=True,
+            )
             publisher.publish(topic, run)
             self.in_flight.add(run.run_id)
             self.progress.sent += 1
@@ -227,8 +238,10 @@ def _on_sigint(note: Callable[[int], object]) -> Any:
 def describe(job: JobDefinition, slots: list[int], left_alone: int) -> str:
     first = iso(from_ms(slots[0])) if slots else "-"
     last = iso(from_ms(slots[-1])) if slots else "-"
-    return (f"backfill {job.job_id}: {len(slots)} slot(s) to run ({first} .. {last}), "
-            f"{left_alone} already ran")  # fmt: skip
+    return (
+        f"backfill {job.job_id}: {len(slots)} slot(s) to run ({first} .. {last}), "
+        f"{left_alone} already ran"
+    )
 
 
 __all__ = [

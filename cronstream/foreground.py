@@ -44,10 +44,16 @@ class Member(Protocol):
 
 
 def run_member(
-    role: str, *, name: str, group: str, start: Callable[[], Member], metrics_port: int,
-    settings: Settings, needs: tuple[str, ...] = (KAFKA, REGISTRY),
+    role: str,
+    *,
+    name: str,
+    group: str,
+    start: Callable[[], Member],
+    metrics_port: int,
+    settings: Settings,
+    needs: tuple[str, ...] = (KAFKA, REGISTRY),
     stop_budget_s: float = STOP_BUDGET_S,
-) -> int:  # fmt: skip
+) -> int:
     """Set up logging, wait for the dependencies, build the member, announce it, and run
     it until signalled.
 

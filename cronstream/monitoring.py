@@ -65,11 +65,14 @@ def alert_lines(payload: dict[str, Any]) -> list[str]:
     for alert in payload.get("alerts", []):
         labels, notes = alert.get("labels", {}), alert.get("annotations", {})
         status = str(alert.get("status", "?")).upper()
-        where = ", ".join(f"{k}={v}" for k, v in sorted(labels.items())
-                          if k not in ("alertname", "severity"))  # fmt: skip
+        where = ", ".join(
+            f"{k}={v}" for k, v in sorted(labels.items()) if k not in ("alertname", "severity")
+        )
         name, severity = labels.get("alertname", "?"), labels.get("severity", "-")
-        lines.append(f"{status} {name} [{severity}] {notes.get('summary', '')} ({where})"
-                     f" -> {notes.get('action', '')}")  # fmt: skip
+        lines.append(
+            f"{status} {name} [{severity}] {notes.get('summary', '')} ({where})"
+            f" -> {notes.get('action', '')}"
+        )
     return lines
 
 

@@ -121,18 +121,24 @@ def apply_examples(settings: Settings, console: Console) -> None:
         client.put_many(jobs)
         for flow, schedule in flows:
             client.put_flow(flow, schedule)
-    console.line(f"applied {len(jobs)} example jobs from {path.relative_to(REPO_ROOT)}: "
-                 + ", ".join(j.job_id for j in jobs))  # fmt: skip
-    console.line(f"applied {len(flows)} example flows from "
-                 f"{flows_path.relative_to(REPO_ROOT)}: "
-                 + ", ".join(f.flow_id for f, _ in flows))  # fmt: skip
+    console.line(
+        f"applied {len(jobs)} example jobs from {path.relative_to(REPO_ROOT)}: "
+        + ", ".join(j.job_id for j in jobs)
+    )
+    console.line(
+        f"applied {len(flows)} example flows from "
+        f"{flows_path.relative_to(REPO_ROOT)}: " + ", ".join(f.flow_id for f, _ in flows)
+    )
 
 
 def start(name: str, args: list[str], logs: Path, console: Console) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "cronstream.cli", *args, "--name", f"make-run-{name}"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        bufsize=1,
+    )
 
     def pump() -> None:
         assert proc.stdout is not None
@@ -158,8 +164,12 @@ class Pulse:
         self.reader = kafka_consumer(settings)
         meta = self.reader.list_topics(timeout=10).topics
         self.partitions = {t: sorted(meta[t].partitions) for t in [*self.runs, self.topics.history]}
-        self.reader.assign([TopicPartition(self.topics.history, p, OFFSET_END)
-                            for p in self.partitions[self.topics.history]])  # fmt: skip
+        self.reader.assign(
+            [
+                TopicPartition(self.topics.history, p, OFFSET_END)
+                for p in self.partitions[self.topics.history]
+            ]
+        )
         prefix = settings.topic_prefix
         self.groups = {
             name: kafka_consumer(settings, **{"group.id": group})
@@ -197,8 +207,10 @@ class Pulse:
         failures = sum(self.statuses[s] for s in FAILURES)
         lag_w = group_lag(self.groups["workers"], run_ends)
         lag_s = group_lag(self.groups["sink"], self._ends([self.topics.history]))
-        return (f"fires/s {fires:7.1f} | runs/s {rate:7.1f} | succeeded {done} | "
-                f"failures {failures} | lag: workers {lag_w}, sink {lag_s}")  # fmt: skip
+        return (
+            f"fires/s {fires:7.1f} | runs/s {rate:7.1f} | succeeded {done} | "
+            f"failures {failures} | lag: workers {lag_w}, sink {lag_s}"
+        )
 
     def close(self) -> None:
         self.reader.close()
@@ -253,16 +265,21 @@ def main() -> int:
     for name, health, where in (
         ("kafka", kafka_health(settings), settings.bootstrap_servers),
         ("schema registry", registry_health(settings.registry_url), settings.registry_url),
-        ("cassandra", cassandra_health(settings),
-         f"{settings.cassandra_hosts[0]}:{settings.cassandra_port}"),
-    ):  # fmt: skip
+        (
+            "cassandra",
+            cassandra_health(settings),
+            f"{settings.cassandra_hosts[0]}:{settings.cassandra_port}",
+        ),
+    ):
         console.line(f"  {'ok  ' if health.ok else 'DOWN'} {name:<16} {where:<42} {health.detail}")
     port = env_int("CRONSTREAM_EXAMPLE_TARGET_PORT", 8787)
     target = serve_example_target(console, port)
     if os.environ.get("CRONSTREAM_RUN_EXAMPLES", "1") != "0":
         apply_examples(settings, console)
-    alerts = serve_alert_receiver(lambda text: console.line(f"{'alert':<9}| {text}"),
-                                  env_int("CRONSTREAM_ALERT_RECEIVER_PORT", 8790))  # fmt: skip
+    alerts = serve_alert_receiver(
+        lambda text: console.line(f"{'alert':<9}| {text}"),
+        env_int("CRONSTREAM_ALERT_RECEIVER_PORT", 8790),
+    )
     children = start_roles(settings, console, port)
     console.line(STARTED)
     # Ctrl-C reaches the whole foreground process group: the children stop themselves;

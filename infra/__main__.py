@@ -20,7 +20,7 @@ from schemas.errors import RegistryUnavailable
 ALLOW_RF1 = "keep replication factor 1 on a cluster of 3+ brokers (CRONSTREAM_ALLOW_RF1=1)"
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:  # long: every stack command's parser
     parser = argparse.ArgumentParser(prog="python -m infra", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
     up = sub.add_parser("up", help="fetch, start and bootstrap the local stack")
@@ -44,10 +44,14 @@ def main(argv: list[str] | None = None) -> int:
     tn = sub.add_parser("tenants", help="add, list or remove tenants (as the super user)")
     tn.add_argument("action", choices=("add", "list", "remove"))
     tn.add_argument("names", nargs="*", metavar="NAME")
-    tn.add_argument("--if-secured", action="store_true",
-                    help="do nothing on a plaintext stack (make run)")  # fmt: skip
-    ts = sub.add_parser("trigger-sources", help="let the trigger processor read operators' "
-                        "source topics (names or prefixes), as the super user")  # fmt: skip
+    tn.add_argument(
+        "--if-secured", action="store_true", help="do nothing on a plaintext stack (make run)"
+    )
+    ts = sub.add_parser(
+        "trigger-sources",
+        help="let the trigger processor read operators' "
+        "source topics (names or prefixes), as the super user",
+    )
     ts.add_argument("action", choices=("add", "remove"))
     ts.add_argument("prefixes", nargs="+", metavar="TOPIC_OR_PREFIX")
     args = parser.parse_args(argv)
@@ -86,8 +90,11 @@ def _up(settings: Settings, *, bootstrap_too: bool) -> None:
         bootstrap(settings)
         took = stack.up(settings, bootstrapped=True)  # Kafka Connect: its login exists now
         ensure_history_sink(settings)
-        print(f"[stack] Kafka Connect up in {took:.1f}s; history sinks to the warehouse's "
-              f"{history_table(settings)} table", file=sys.stderr)  # fmt: skip
+        print(
+            f"[stack] Kafka Connect up in {took:.1f}s; history sinks to the warehouse's "
+            f"{history_table(settings)} table",
+            file=sys.stderr,
+        )
 
 
 def _restart(settings: Settings, names: list[str]) -> None:

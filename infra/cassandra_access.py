@@ -60,8 +60,9 @@ def admin_session(settings: Settings) -> tuple[Any, Any]:
         try:
             session.execute(
                 f"CREATE ROLE IF NOT EXISTS {CASSANDRA_ADMIN} "
-                "WITH SUPERUSER = true AND LOGIN = true AND PASSWORD = %s", [password]
-            )  # fmt: skip
+                "WITH SUPERUSER = true AND LOGIN = true AND PASSWORD = %s",
+                [password],
+            )
         finally:
             cluster.shutdown()
 
@@ -90,8 +91,9 @@ def ensure_cassandra_access(settings: Settings, session: Any) -> None:
             password = cassandra_password(settings, user)
         except SettingsError:
             password = ensure_secret_file(settings, cassandra_secret_path(settings, user))
-        session.execute(f'CREATE ROLE IF NOT EXISTS "{user}" WITH LOGIN = true AND PASSWORD = %s',
-                        [password])  # fmt: skip
+        session.execute(
+            f'CREATE ROLE IF NOT EXISTS "{user}" WITH LOGIN = true AND PASSWORD = %s', [password]
+        )
 
 
 def grant_keyspace(settings: Settings, session: Any, keyspace: str) -> None:

@@ -82,8 +82,9 @@ def _secret_properties(settings: Settings) -> Path:
 def _postgres_bin(tool: str) -> Path:
     found = sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{tool}"))
     if not found:
-        raise StackError(f"PostgreSQL's {tool} is not installed: apt-get install -y "
-                         "postgresql (make deps does)")  # fmt: skip
+        raise StackError(
+            f"PostgreSQL's {tool} is not installed: apt-get install -y postgresql (make deps does)"
+        )
     return found[-1]
 
 
@@ -144,21 +145,44 @@ class Postgres(Service):
             _give_to_postgres(path)
         try:
             proc = subprocess.run(
-                [*_as_postgres(), str(_postgres_bin("initdb")), "-D", str(self.pgdata),
-                 "-U", WAREHOUSE_USER, f"--pwfile={pwfile}", "--auth=scram-sha-256",
-                 "--encoding=UTF8", "--no-locale"],
-                capture_output=True, text=True, check=False, cwd=self.data,
-            )  # fmt: skip
+                [
+                    *_as_postgres(),
+                    str(_postgres_bin("initdb")),
+                    "-D",
+                    str(self.pgdata),
+                    "-U",
+                    WAREHOUSE_USER,
+                    f"--pwfile={pwfile}",
+                    "--auth=scram-sha-256",
+                    "--encoding=UTF8",
+                    "--no-locale",
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
+                cwd=self.data,
+            )
         finally:
             pwfile.unlink(missing_ok=True)
         if proc.returncode != 0:
             raise StackError("initdb failed:\n" + (proc.stdout + proc.stderr)[-3000:])
 
     def command(self) -> list[str]:
-        return [*_as_postgres(), str(_postgres_bin("postgres")), self.marker,
-                "-p", str(self.port), "-c", "listen_addresses=127.0.0.1",
-                "-c", "unix_socket_directories=", "-c", "max_connections=50",
-                "-c", "shared_buffers=64MB"]  # fmt: skip
+        return [
+            *_as_postgres(),
+            str(_postgres_bin("postgres")),
+            self.marker,
+            "-p",
+            str(self.port),
+            "-c",
+            "listen_addresses=127.0.0.1",
+            "-c",
+            "unix_socket_directories=",
+            "-c",
+            "max_connections=50",
+            "-c",
+            "shared_buffers=64MB",
+        ]
 
     def ready(self) -> bool:
         try:
@@ -171,9 +195,13 @@ class Postgres(Service):
 def warehouse(settings: Settings, database: str = WAREHOUSE_DB) -> pg8000.native.Connection:
     """A connection to the local stack's PostgreSQL as its one login."""
     return pg8000.native.Connection(
-        WAREHOUSE_USER, host="127.0.0.1", port=Postgres(settings).port, database=database,
-        password=warehouse_secret(settings).read_text().strip(), timeout=10,
-    )  # fmt: skip
+        WAREHOUSE_USER,
+        host="127.0.0.1",
+        port=Postgres(settings).port,
+        database=database,
+        password=warehouse_secret(settings).read_text().strip(),
+        timeout=10,
+    )
 
 
 class Connect(Service):
@@ -271,8 +299,10 @@ class Connect(Service):
             return []
         user = role_user("connect")
         password = ensure_secret(s, user)
-        jaas = ("org.apache.kafka.common.security.scram.ScramLoginModule required "
-                f'username="{user}" password="{password}";')  # fmt: skip
+        jaas = (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required "
+            f'username="{user}" password="{password}";'
+        )
         own = [
             "security.protocol=SASL_SSL",
             f"sasl.mechanism={SCRAM}",
@@ -280,8 +310,9 @@ class Connect(Service):
             "ssl.truststore.type=PEM",
             f"ssl.truststore.location={ca_location(s)}",
         ]
-        return [f"{prefix}{line}" for prefix in ("", "producer.", "consumer.", "admin.")
-                for line in own]  # fmt: skip
+        return [
+            f"{prefix}{line}" for prefix in ("", "producer.", "consumer.", "admin.") for line in own
+        ]
 
     def command(self) -> list[str]:
         heap = f"{env_int('CRONSTREAM_CONNECT_HEAP_MB', 384, minimum=128)}m"
@@ -343,8 +374,9 @@ def history_sink_config(settings: Settings, *, table: str, name: str) -> dict[st
     }
 
 
-def put_connector(settings: Settings, name: str, config: dict[str, str],
-                  timeout: float = 60.0) -> dict[str, Any]:  # fmt: skip
+def put_connector(
+    settings: Settings, name: str, config: dict[str, str], timeout: float = 60.0
+) -> dict[str, Any]:
     """Create or update connector ``name`` (idempotent); retried while the worker is
     still joining its group (409) or starting (5xx, unreachable)."""
     deadline = time.monotonic() + timeout

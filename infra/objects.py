@@ -70,9 +70,18 @@ class ObjectStore(Service):
 
     def command(self) -> list[str]:
         heap = env_int("CRONSTREAM_S3_HEAP_MB", 256, minimum=64)
-        return ["java", self.marker, f"-Xms{heap}m", f"-Xmx{heap}m", *JVM_COMMON,
-                "-cp", f"{self.lib}/*", "org.gaul.s3proxy.Main",
-                "--properties", str(self.properties)]  # fmt: skip
+        return [
+            "java",
+            self.marker,
+            f"-Xms{heap}m",
+            f"-Xmx{heap}m",
+            *JVM_COMMON,
+            "-cp",
+            f"{self.lib}/*",
+            "org.gaul.s3proxy.Main",
+            "--properties",
+            str(self.properties),
+        ]
 
     def ready(self) -> bool:
         """S3Proxy answers an anonymous request with 403 (every call is signed)."""

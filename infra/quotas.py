@@ -23,11 +23,16 @@ from runtime.settings import Settings
 
 CONFIG_COMMAND = "kafka.admin.ConfigCommand"
 # What `tenants add` gives a tenant unless told otherwise (0: none).
-DEFAULTS = {"producer_byte_rate": 1_048_576, "consumer_byte_rate": 4_194_304,
-            "request_percentage": 25}  # fmt: skip
-ENV = {"producer_byte_rate": "CRONSTREAM_TENANT_PRODUCE_BYTES_PER_S",
-       "consumer_byte_rate": "CRONSTREAM_TENANT_FETCH_BYTES_PER_S",
-       "request_percentage": "CRONSTREAM_TENANT_REQUEST_PERCENTAGE"}  # fmt: skip
+DEFAULTS = {
+    "producer_byte_rate": 1_048_576,
+    "consumer_byte_rate": 4_194_304,
+    "request_percentage": 25,
+}
+ENV = {
+    "producer_byte_rate": "CRONSTREAM_TENANT_PRODUCE_BYTES_PER_S",
+    "consumer_byte_rate": "CRONSTREAM_TENANT_FETCH_BYTES_PER_S",
+    "request_percentage": "CRONSTREAM_TENANT_REQUEST_PERCENTAGE",
+}
 
 
 def default_quotas(env: Mapping[str, str] | None = None) -> dict[str, int]:

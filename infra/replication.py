@@ -64,11 +64,16 @@ def topic_config(config: dict[str, str], insync: int) -> dict[str, str]:
     return {"min.insync.replicas": str(insync), **config}
 
 
-def new_topic(name: str, partitions: int, config: dict[str, str], replication: tuple[int, int]
-              ) -> NewTopic:  # fmt: skip
+def new_topic(
+    name: str, partitions: int, config: dict[str, str], replication: tuple[int, int]
+) -> NewTopic:
     factor, insync = replication
-    return NewTopic(name, num_partitions=partitions, replication_factor=factor,
-                    config=topic_config(config, insync))  # fmt: skip
+    return NewTopic(
+        name,
+        num_partitions=partitions,
+        replication_factor=factor,
+        config=topic_config(config, insync),
+    )
 
 
 def under_replicated(metadata: Any, names: list[str], factor: int) -> list[str]:

@@ -76,10 +76,16 @@ def _new_ca(tls: Path) -> tuple[x509.Certificate, rsa.RSAPrivateKey]:
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     name = _name("cronstream local CA")
     usage = x509.KeyUsage(
-        digital_signature=True, content_commitment=False, key_encipherment=False,
-        data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
-        encipher_only=False, decipher_only=False,
-    )  # fmt: skip
+        digital_signature=True,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=True,
+        crl_sign=True,
+        encipher_only=False,
+        decipher_only=False,
+    )
     cert = (
         x509.CertificateBuilder()
         .subject_name(name)

@@ -62,8 +62,10 @@ class Kafka(NodeService):
     @property
     def other_ports(self) -> list[int]:
         s = self.settings
-        return [self._port(p) for p in
-                (s.kafka_controller_port, s.kafka_admin_port, s.kafka_plaintext_port)]  # fmt: skip
+        return [
+            self._port(p)
+            for p in (s.kafka_controller_port, s.kafka_admin_port, s.kafka_plaintext_port)
+        ]
 
     def fetch(self) -> None:
         self._resolve(INFRA_DIR / "kafka" / "pom.xml", self.lib / "jars")
@@ -109,10 +111,20 @@ class Kafka(NodeService):
         if not formatted(self):
             mark_dynamic(self)  # first: a node formatted is never taken for an old static one
             proc = subprocess.run(
-                [*self._java(), "kafka.tools.StorageTool", "format",
-                 "-t", self._cluster_id(), "-c", str(self.properties), *format_flags(self)],
-                capture_output=True, text=True, check=False,
-            )  # fmt: skip
+                [
+                    *self._java(),
+                    "kafka.tools.StorageTool",
+                    "format",
+                    "-t",
+                    self._cluster_id(),
+                    "-c",
+                    str(self.properties),
+                    *format_flags(self),
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
             if proc.returncode != 0:
                 raise StackError(
                     "Formatting Kafka storage failed:\n" + (proc.stdout + proc.stderr)[-3000:]
@@ -125,14 +137,20 @@ class Kafka(NodeService):
         return [
             f"default.replication.factor={factor}",
             f"min.insync.replicas={insync}",
-            *(f"{internal}.replication.factor={factor}" for internal in
-              ("offsets.topic", "transaction.state.log", "share.coordinator.state.topic")),
+            *(
+                f"{internal}.replication.factor={factor}"
+                for internal in (
+                    "offsets.topic",
+                    "transaction.state.log",
+                    "share.coordinator.state.topic",
+                )
+            ),
             f"transaction.state.log.min.isr={insync}",
             f"share.coordinator.state.topic.min.isr={insync}",
             # a broker lost: fenced (its leaderships and ISR places given up) this soon
             f"broker.session.timeout.ms={self.settings.broker_session_ms}",
             f"broker.heartbeat.interval.ms={max(250, self.settings.broker_session_ms // 4)}",
-        ]  # fmt: skip
+        ]
 
     @staticmethod
     def _group_lines() -> list[str]:
@@ -193,8 +211,12 @@ class Kafka(NodeService):
 
     def tool(self, main_class: str, *args: str) -> subprocess.CompletedProcess[str]:
         """Run one of Kafka's own command-line tools (a class of its jars)."""
-        return subprocess.run([*self._java()[:1], "-Xmx256m", *self._java()[1:], main_class,
-                               *args], capture_output=True, text=True, check=False)  # fmt: skip
+        return subprocess.run(
+            [*self._java()[:1], "-Xmx256m", *self._java()[1:], main_class, *args],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
 
     def admin_tool(
         self,
@@ -221,8 +243,16 @@ class Kafka(NodeService):
     def command(self) -> list[str]:
         heap = f"{self.settings.kafka_heap_mb}m"
         java, *rest = self._java()
-        return [java, self.marker, f"-Xms{heap}", f"-Xmx{heap}", *JVM_COMMON, *rest,
-                "kafka.Kafka", str(self.properties)]  # fmt: skip
+        return [
+            java,
+            self.marker,
+            f"-Xms{heap}",
+            f"-Xmx{heap}",
+            *JVM_COMMON,
+            *rest,
+            "kafka.Kafka",
+            str(self.properties),
+        ]
 
     def ready(self) -> bool:
         s = self.settings
@@ -327,14 +357,20 @@ class Registry(Service):
         user = self.settings.registry_writer
         password = ensure_secret_file(self.settings, registry_secret_path(self.settings, user))
         (self.data / "config").mkdir(mode=0o700, exist_ok=True)
-        write_private(self.data / "config" / "application.properties",
-                      registry_access(user, password).encode())  # fmt: skip
+        write_private(
+            self.data / "config" / "application.properties",
+            registry_access(user, password).encode(),
+        )
 
     def command(self) -> list[str]:
         heap = f"{self.settings.registry_heap_mb}m"
         db = self.data / "registry"
         return [
-            "java", self.marker, f"-Xms{heap}", f"-Xmx{heap}", *JVM_COMMON,
+            "java",
+            self.marker,
+            f"-Xms{heap}",
+            f"-Xmx{heap}",
+            *JVM_COMMON,
             f"-Dquarkus.http.host={self.host}",
             f"-Dquarkus.http.port={self.port}",
             "-Dquarkus.http.access-log.enabled=false",
@@ -349,8 +385,9 @@ class Registry(Service):
             "-Dapicurio.datasource.jdbc.min-size=2",
             "-Dapicurio.datasource.jdbc.max-size=20",
             "-Dapicurio.ccompat.max-subjects=100000",
-            "-jar", str(self._runner_jars()[0]),
-        ]  # fmt: skip
+            "-jar",
+            str(self._runner_jars()[0]),
+        ]
 
     def ready(self) -> bool:
         return registry_health(self.endpoint).ok
@@ -361,6 +398,11 @@ def all_services(settings: Settings) -> list[Service]:
     Kafka (whose jars it runs) and its warehouse; monitoring last. ``CRONSTREAM_NODES``
     Kafka and Cassandra nodes (``kafka``, ``kafka-2``, ...)."""
     nodes = range(1, settings.nodes + 1)
-    return [*(Cassandra(settings, n) for n in nodes), *(Kafka(settings, n) for n in nodes),
-            Registry(settings), *object_services(settings), *connect_services(settings),
-            *ops_services(settings)]  # fmt: skip
+    return [
+        *(Cassandra(settings, n) for n in nodes),
+        *(Kafka(settings, n) for n in nodes),
+        Registry(settings),
+        *object_services(settings),
+        *connect_services(settings),
+        *ops_services(settings),
+    ]

@@ -91,8 +91,10 @@ def up(
                 # Seen under heavy load: the registry's H2 store took longer to open than
                 # its connection pool waits, and the registry exited. Another start opens
                 # the same store; a service that keeps exiting is reported below.
-                say(f"{svc.name} exited during startup; starting it again "
-                    f"(attempt {starts[svc.name] + 1} of {START_ATTEMPTS})")  # fmt: skip
+                say(
+                    f"{svc.name} exited during startup; starting it again "
+                    f"(attempt {starts[svc.name] + 1} of {START_ATTEMPTS})"
+                )
                 starts[svc.name] += 1
                 svc.start()
                 deadlines[svc.name] = time.monotonic() + svc.start_timeout

@@ -42,16 +42,15 @@ from confluent_kafka.admin import (
 )
 from confluent_kafka.admin import AclPermissionType as Permission
 
-from infra.bootstrap import (
+from infra.bootstrap import create_topics, wait_until_usable
+from infra.errors import TenantError
+from infra.kafka_access import (
     admin_acls,
-    create_topics,
     delete_acls,
     ensure_scram_user,
     scram_user_known,
     set_scram_password,
-    wait_until_usable,
 )
-from infra.errors import TenantError
 from infra.quotas import default_quotas, drop_quotas, set_quotas
 from infra.replication import new_topic, topic_replication
 from runtime.kafka.clients import kafka_admin
@@ -101,10 +100,21 @@ def tenant_acls(settings: Settings, tenant: str) -> list[AclBinding]:
     # The API and the dashboard show the lag of a trigger on the tenant's topics
     # (cronstream.api.triggers): their watermarks and the trigger group's offsets there.
     watchers = [f"User:{role_user(role)}" for role in ("api", "ui")]
-    return [AclBinding(kind, name, pattern, principal, "*", op, allow)
-            for kind, name, pattern, op in grants] + [
-        AclBinding(ResourceType.TOPIC, egress_prefix(tenant), prefixed, watcher, "*",
-                   AclOperation.DESCRIBE, allow) for watcher in watchers]  # fmt: skip
+    return [
+        AclBinding(kind, name, pattern, principal, "*", op, allow)
+        for kind, name, pattern, op in grants
+    ] + [
+        AclBinding(
+            ResourceType.TOPIC,
+            egress_prefix(tenant),
+            prefixed,
+            watcher,
+            "*",
+            AclOperation.DESCRIBE,
+            allow,
+        )
+        for watcher in watchers
+    ]
 
 
 def trigger_source_acls(prefix: str) -> list[AclBinding]:
@@ -112,8 +122,18 @@ def trigger_source_acls(prefix: str) -> list[AclBinding]:
     ``prefix`` (a tenant's ``<tenant>.``; an operator's topics: ``trigger-sources add``)."""
     principal = f"User:{role_user('triggers')}"
     ops = (AclOperation.READ, AclOperation.DESCRIBE)
-    return [AclBinding(ResourceType.TOPIC, prefix, ResourcePatternType.PREFIXED, principal, "*",
-                       op, Permission.ALLOW) for op in ops]  # fmt: skip
+    return [
+        AclBinding(
+            ResourceType.TOPIC,
+            prefix,
+            ResourcePatternType.PREFIXED,
+            principal,
+            "*",
+            op,
+            Permission.ALLOW,
+        )
+        for op in ops
+    ]
 
 
 def trigger_sources_command(settings: Settings, action: str, prefixes: list[str]) -> int:
@@ -145,15 +165,21 @@ def add_tenant(
     topics = Topics(settings)
     admin = kafka_admin(settings, superuser=True)
     ensure_scram_user(settings, admin, tenant_user(tenant), timeout)
-    names = {topics.tenant_commands(tenant): TENANT_COMMANDS,
-             topics.tenant_results(tenant): TENANT_RESULTS}  # fmt: skip
+    names = {
+        topics.tenant_commands(tenant): TENANT_COMMANDS,
+        topics.tenant_results(tenant): TENANT_RESULTS,
+    }
     metadata = admin.list_topics(timeout=timeout)
     replication = topic_replication(settings, len(metadata.brokers))
-    new = [new_topic(name, 1, dict(spec.config), replication)
-           for name, spec in names.items() if name not in metadata.topics]  # fmt: skip
+    new = [
+        new_topic(name, 1, dict(spec.config), replication)
+        for name, spec in names.items()
+        if name not in metadata.topics
+    ]
     created = create_topics(admin, new, [], timeout)
-    admin_acls(admin, tenant_acls(settings, tenant) + trigger_source_acls(egress_prefix(tenant)),
-               timeout)  # fmt: skip
+    admin_acls(
+        admin, tenant_acls(settings, tenant) + trigger_source_acls(egress_prefix(tenant)), timeout
+    )
     with registry_client(settings, writer=True) as registry:
         codec = Codec(registry)
         for name, spec in names.items():
@@ -179,8 +205,9 @@ def remove_tenant(settings: Settings, tenant: str, *, timeout: float = 30.0) -> 
     stay)."""
     _checked(settings, tenant)
     admin = kafka_admin(settings, superuser=True)
-    delete_acls(admin, tenant_acls(settings, tenant) + trigger_source_acls(egress_prefix(tenant)),
-                timeout)  # fmt: skip
+    delete_acls(
+        admin, tenant_acls(settings, tenant) + trigger_source_acls(egress_prefix(tenant)), timeout
+    )
     # Retired, not deleted: the login gets a random password nobody keeps. Kafka 4.3.1
     # loses every SCRAM user on its next start once the metadata log holds a credential
     # deletion (ScramDelta.apply drops the whole mechanism when a deletion of a user it
@@ -192,8 +219,9 @@ def remove_tenant(settings: Settings, tenant: str, *, timeout: float = 30.0) -> 
     drop_quotas(settings, user)
     topics = Topics(settings)
     listed = admin.list_topics(timeout=timeout).topics
-    gone = [t for t in (topics.tenant_commands(tenant), topics.tenant_results(tenant))
-            if t in listed]  # fmt: skip
+    gone = [
+        t for t in (topics.tenant_commands(tenant), topics.tenant_results(tenant)) if t in listed
+    ]
     for future in admin.delete_topics(gone, operation_timeout=timeout).values():
         future.result()
     kafka_secret_path(settings, user).unlink(missing_ok=True)
@@ -212,10 +240,12 @@ def tenants_command(settings: Settings, action: str, names: list[str]) -> int:
         if action == "add":
             created = add_tenant(settings, name, quotas=default_quotas())
             secret = kafka_secret_path(settings, tenant_user(name))
-            print(f"tenant {name}: Kafka user {tenant_user(name)} (password in {secret}), "
-                  f"API token in {token_path(settings, name)}, Kafka quotas "
-                  f"{', '.join(f'{k}={v}' for k, v in default_quotas().items())}, "
-                  f"topics {', '.join(created) if created else 'already there'}")  # fmt: skip
+            print(
+                f"tenant {name}: Kafka user {tenant_user(name)} (password in {secret}), "
+                f"API token in {token_path(settings, name)}, Kafka quotas "
+                f"{', '.join(f'{k}={v}' for k, v in default_quotas().items())}, "
+                f"topics {', '.join(created) if created else 'already there'}"
+            )
         else:
             remove_tenant(settings, name)
             print(f"tenant {name} removed (its jobs stay until deleted)")

@@ -94,9 +94,14 @@ class JobClient:
         self._write_jobs([job], AuditAction.PUT, checked=True)
         return job
 
-    def _write_jobs(self, jobs: list[JobDefinition], action: AuditAction,
-                    before: Mapping[str, JobDefinition] | None = None, *,
-                    checked: bool = False) -> int:  # fmt: skip
+    def _write_jobs(
+        self,
+        jobs: list[JobDefinition],
+        action: AuditAction,
+        before: Mapping[str, JobDefinition] | None = None,
+        *,
+        checked: bool = False,
+    ) -> int:
         """Write ``jobs`` (``checked``: by ``problems`` already) with their trail."""
         errors = []
         for job in [] if checked else jobs:
@@ -114,8 +119,9 @@ class JobClient:
             before = self._current([job.job_id for job in jobs])
         for job in jobs:
             self.publisher.publish(self.topics.jobs, job)
-            self._audit(action, job.job_id, before=before.get(job.job_id), after=job,
-                        tenant=job.tenant)  # fmt: skip
+            self._audit(
+                action, job.job_id, before=before.get(job.job_id), after=job, tenant=job.tenant
+            )
         self.publisher.flush()
         return len(jobs)
 
@@ -133,9 +139,11 @@ class JobClient:
 
     def audit_log(self, job_id: str) -> list[AuditRecord]:
         """Every audit entry of ``job_id`` (``schemas.audit``), oldest first."""
-        return [r for key, r in self._read(only={job_id}, topic=self.topics.audit,
-                                            kind=AuditRecord)
-                if key == job_id and r is not None]  # fmt: skip
+        return [
+            r
+            for key, r in self._read(only={job_id}, topic=self.topics.audit, kind=AuditRecord)
+            if key == job_id and r is not None
+        ]
 
     def _audit(self, action: AuditAction, job_id: str, **what: Any) -> None:
         """Queue the trail's entry (flushed with the change it describes)."""
@@ -202,8 +210,11 @@ class JobClient:
         consumer = self._reader_consumer()
         try:
             count = self._partition_count(consumer, topic)
-            partitions = (sorted({partition_for(key, count) for key in only})
-                          if only is not None else list(range(count)))  # fmt: skip
+            partitions = (
+                sorted({partition_for(key, count) for key in only})
+                if only is not None
+                else list(range(count))
+            )
             consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
             left = set(partitions)
             while left:
@@ -223,9 +234,13 @@ class JobClient:
         is told by an end-of-partition event, and an empty partition's fetch is
         answered after 10 ms, not the broker's 500 ms wait for data."""
         if self._reader is None:
-            self._reader = kafka_consumer(self.settings, **{
-                "enable.partition.eof": True, "fetch.wait.max.ms": 10,
-            })  # fmt: skip
+            self._reader = kafka_consumer(
+                self.settings,
+                **{
+                    "enable.partition.eof": True,
+                    "fetch.wait.max.ms": 10,
+                },
+            )
         return self._reader
 
     def _decoded(self, msg: Any, kind: type[E]) -> Iterator[tuple[str, E | None]]:
@@ -255,8 +270,9 @@ class JobClient:
         before = self.get_flow(flow.flow_id)
         self.publisher.publish(self.topics.flows, flow)
         self.publisher.publish(self.topics.jobs, schedule)
-        self._audit(AuditAction.FLOW_PUT, flow.flow_id, before=before, after=flow,
-                    tenant=schedule.tenant)  # fmt: skip
+        self._audit(
+            AuditAction.FLOW_PUT, flow.flow_id, before=before, after=flow, tenant=schedule.tenant
+        )
         self.publisher.flush()
 
     def get_flow(self, flow_id: str) -> FlowDefinition | None:
@@ -278,8 +294,9 @@ class JobClient:
         flow = self.get_flow(flow_id)
         if flow is None:
             raise UnknownJob(flow_id)
-        self.publisher.produce_raw(self.topics.jobs, flow_id, None,
-                                   job_headers(flow_id, op="delete"))  # fmt: skip
+        self.publisher.produce_raw(
+            self.topics.jobs, flow_id, None, job_headers(flow_id, op="delete")
+        )
         self.publisher.produce_raw(self.topics.flows, flow_id, None, [("op", b"delete")])
         self._audit(AuditAction.FLOW_DELETE, flow_id, before=flow)
         self.publisher.flush()
@@ -290,8 +307,13 @@ class JobClient:
         if self.get_flow(flow_id) is None:
             raise UnknownJob(flow_id)
         now = utc_now()
-        event = FlowEvent(flow_id=flow_id, flow_run_id=flow_run_id, kind=FlowEventKind.RERUN,
-                          scheduled_at=now, at=now)  # fmt: skip
+        event = FlowEvent(
+            flow_id=flow_id,
+            flow_run_id=flow_run_id,
+            kind=FlowEventKind.RERUN,
+            scheduled_at=now,
+            at=now,
+        )
         self.publisher.publish(self.topics.flow_events, event)
         self._audit(AuditAction.FLOW_RERUN, flow_id, detail=f"{flow_run_id} --from-failed")
         self.publisher.flush()
@@ -313,8 +335,9 @@ class JobClient:
         self, job_id: str, idempotency_keys: Sequence[str | None], *, now: datetime | None = None
     ) -> list[RunRequest]:
         """Send one manual run per key (None: a fresh key) after reading the job once."""
-        problems = [p for key in idempotency_keys if key is not None
-                    for p in idempotency_key_problems(key)]  # fmt: skip
+        problems = [
+            p for key in idempotency_keys if key is not None for p in idempotency_key_problems(key)
+        ]
         if problems:
             raise SpecError(f"trigger {job_id}", problems)
         job = self.get(job_id)

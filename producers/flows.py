@@ -44,18 +44,46 @@ MAX_NODES = 5_000
 MAX_NODE_NAME = 100
 _NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")  # no '/', '@', '~': run ids
 # What a node may say besides its name, edges and trigger rule: a job's target part.
-NODE_JOB_KEYS = frozenset({
-    "target", "url", "method", "headers", "topic", "callable", "command", "payload",
-    "priority", "max_attempts", "backoff", "timeout",
-})  # fmt: skip
+NODE_JOB_KEYS = frozenset(
+    {
+        "target",
+        "url",
+        "method",
+        "headers",
+        "topic",
+        "callable",
+        "command",
+        "payload",
+        "priority",
+        "max_attempts",
+        "backoff",
+        "timeout",
+    }
+)
 NODE_KEYS = NODE_JOB_KEYS | {"name", "after", "trigger"}
 # A flow's schedule: what a job says about when it runs (the flow's job, target flow),
 # its triggers too: a record of its source topic or its upstream jobs' day starts a flow
 # run as it would start a job's run (the flow run is named by that run's id).
-SCHEDULE_KEYS = frozenset({
-    "cron", "every", "anchor", "at", "tz", "start", "end", "jitter", "misfire", "catchup",
-    "catchup_window", "paused", "priority", "deadline", "on", "after",
-})  # fmt: skip
+SCHEDULE_KEYS = frozenset(
+    {
+        "cron",
+        "every",
+        "anchor",
+        "at",
+        "tz",
+        "start",
+        "end",
+        "jitter",
+        "misfire",
+        "catchup",
+        "catchup_window",
+        "paused",
+        "priority",
+        "deadline",
+        "on",
+        "after",
+    }
+)
 # ``concurrency`` is the flow run's (the coordinator's), not its schedule job's: that
 # job's run only publishes the start, in milliseconds.
 FLOW_KEYS = frozenset({"id", "tenant", "nodes", "concurrency"}) | SCHEDULE_KEYS
@@ -86,21 +114,29 @@ def flow_from_spec(
             problems += graph_problems(nodes)
     policy = str(spec.get("concurrency") or "allow").upper()
     if policy not in Concurrency.__members__:
-        problems.append(f"concurrency {policy.lower()[:40]!r} must be one of "
-                        f"{', '.join(c.value.lower() for c in Concurrency)}")  # fmt: skip
+        problems.append(
+            f"concurrency {policy.lower()[:40]!r} must be one of "
+            f"{', '.join(c.value.lower() for c in Concurrency)}"
+        )
     if problems:
         raise SpecError(f"flow {flow_id or '(no id)'}", problems)
-    return FlowDefinition(flow_id=flow_id, tenant=str(spec.get("tenant") or "default"),
-                          nodes=tuple(nodes), updated_at=now or utc_now(),
-                          concurrency=Concurrency(policy))  # fmt: skip
+    return FlowDefinition(
+        flow_id=flow_id,
+        tenant=str(spec.get("tenant") or "default"),
+        nodes=tuple(nodes),
+        updated_at=now or utc_now(),
+        concurrency=Concurrency(policy),
+    )
 
 
 def flow_schedule(spec: Mapping[str, Any], *, max_payload_bytes: int) -> JobDefinition:
     """The flow's job: its schedule keys (none: manual triggers only), target ``flow``;
     each of its runs ``FLOW@<slot>`` starts a flow run."""
     job_spec = {k: v for k, v in spec.items() if k in SCHEDULE_KEYS}
-    return job_from_spec({**job_spec, "id": spec.get("id"), "tenant": spec.get("tenant"),
-                          "target": "flow"}, max_payload_bytes=max_payload_bytes)  # fmt: skip
+    return job_from_spec(
+        {**job_spec, "id": spec.get("id"), "tenant": spec.get("tenant"), "target": "flow"},
+        max_payload_bytes=max_payload_bytes,
+    )
 
 
 def load_flows_file(
@@ -140,8 +176,9 @@ def _node(
         after = []
     text = str(raw.get("trigger") or "all_success").upper()
     if text not in FlowTriggerRule.__members__:
-        problems.append(f"{where}: trigger {text.lower()!r} is not one of "
-                        "all_success, all_done, any_failed")  # fmt: skip
+        problems.append(
+            f"{where}: trigger {text.lower()!r} is not one of all_success, all_done, any_failed"
+        )
     try:
         job = job_from_spec(
             {"id": flow_id or "flow", **{k: v for k, v in raw.items() if k in NODE_JOB_KEYS}},
@@ -153,18 +190,25 @@ def _node(
     if problems:
         return None, problems
     return FlowNode(
-        name=name, target=job.target, payload=job.payload, priority=job.priority,
-        timeout_ms=job.timeout_ms, retry=job.retry, after=tuple(after),
+        name=name,
+        target=job.target,
+        payload=job.payload,
+        priority=job.priority,
+        timeout_ms=job.timeout_ms,
+        retry=job.retry,
+        after=tuple(after),
         trigger_rule=FlowTriggerRule[text],
-    ), []  # fmt: skip
+    ), []
 
 
 def node_name_problems(name: str) -> list[str]:
     if not name:
         return ["a node needs a name"]
     if len(name) > MAX_NODE_NAME or not _NODE_NAME.match(name):
-        return [f"node name {name[:80]!r} must be 1-{MAX_NODE_NAME} letters, digits, '.', "
-                "'_' or '-', starting with a letter or digit"]  # fmt: skip
+        return [
+            f"node name {name[:80]!r} must be 1-{MAX_NODE_NAME} letters, digits, '.', "
+            "'_' or '-', starting with a letter or digit"
+        ]
     return []
 
 
@@ -175,16 +219,18 @@ def graph_problems(nodes: Sequence[FlowNode]) -> list[str]:
     names: dict[str, int] = {}
     for index, node in enumerate(nodes):
         if node.name in names:
-            problems.append(f"nodes[{index}]: node name {node.name!r} repeats "
-                            f"nodes[{names[node.name]}]")  # fmt: skip
+            problems.append(
+                f"nodes[{index}]: node name {node.name!r} repeats nodes[{names[node.name]}]"
+            )
         names.setdefault(node.name, index)
     for index, node in enumerate(nodes):
         for upstream in node.after:
             if upstream == node.name:
                 problems.append(f"nodes[{index}] ({node.name}): after names the node itself")
             elif upstream not in names:
-                problems.append(f"nodes[{index}] ({node.name}): after {upstream!r} is not "
-                                "a node of the flow")  # fmt: skip
+                problems.append(
+                    f"nodes[{index}] ({node.name}): after {upstream!r} is not a node of the flow"
+                )
         if len(set(node.after)) != len(node.after):
             problems.append(f"nodes[{index}] ({node.name}): after names a node twice")
     if problems:

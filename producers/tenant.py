@@ -98,10 +98,16 @@ class TenantClient:
     ) -> TenantResult:
         """Write one command and wait for its answer (NoAnswer after ``self.timeout`` s)."""
         command = TenantCommand(
-            command_id=uuid.uuid4().hex, action=action, job_id=job_id,
-            issued_at=now or utc_now(), job=job, idempotency_key=idempotency_key,
-            run_id=run_id, reason=reason, issued_by=self.issued_by,
-        )  # fmt: skip
+            command_id=uuid.uuid4().hex,
+            action=action,
+            job_id=job_id,
+            issued_at=now or utc_now(),
+            job=job,
+            idempotency_key=idempotency_key,
+            run_id=run_id,
+            reason=reason,
+            issued_by=self.issued_by,
+        )
         # a command line's undecodable byte: refused here
         require_encodable(f"{action.value} {job_id!r}", command)
         offset = self._write(command)
@@ -112,10 +118,12 @@ class TenantClient:
         delivered: list[ConsumedMessage] = []
         value = self.publisher.codec.encode(self.commands, command)
         self.publisher.producer.produce(
-            self.commands, value=value, key=command.key().encode(),
+            self.commands,
+            value=value,
+            key=command.key().encode(),
             headers=list[Any](command.headers()),
             on_delivery=lambda err, msg: delivered.append(msg),
-        )  # fmt: skip
+        )
         self.publisher.producer.flush(self.publisher.flush_wait_s)
         error = delivered[0].error() if delivered else None
         if not delivered or error is not None:
@@ -131,8 +139,10 @@ class TenantClient:
         while command_id not in self.answers and unread not in self.answers:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise NoAnswer(f"no answer to command {command_id} on {self.results} in "
-                               f"{timeout:.0f} s: is `cronstream admission` running?")  # fmt: skip
+                raise NoAnswer(
+                    f"no answer to command {command_id} on {self.results} in "
+                    f"{timeout:.0f} s: is `cronstream admission` running?"
+                )
             for msg in consume_ready(self.consumer, 100, min(left, 0.5)):
                 if msg.error():
                     continue

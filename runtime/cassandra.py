@@ -38,9 +38,13 @@ def cassandra_secret_path(settings: Settings, user: str) -> Path:
 
 def cassandra_password(settings: Settings, user: str) -> str:
     return read_password(
-        "Cassandra", user, cassandra_secret_path(settings, user), os.environ,
-        "CRONSTREAM_CASSANDRA_PASSWORD", from_env=user == settings.cassandra_user,
-    )  # fmt: skip
+        "Cassandra",
+        user,
+        cassandra_secret_path(settings, user),
+        os.environ,
+        "CRONSTREAM_CASSANDRA_PASSWORD",
+        from_env=user == settings.cassandra_user,
+    )
 
 
 def cassandra_tls(settings: Settings) -> ssl.SSLContext:

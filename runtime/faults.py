@@ -68,8 +68,13 @@ TRACED_SITES = 256  # code sites whose traceback was logged, per handler (then o
 # disk (full, read-only); a handler whose own record can cause one (a name too long for
 # a file) refuses that record before it gets there.
 INFRASTRUCTURE: tuple[type[BaseException], ...] = (
-    KafkaException, PublishError, RegistryUnavailable, OSError, MemoryError, RepeatedFault,
-)  # fmt: skip
+    KafkaException,
+    PublishError,
+    RegistryUnavailable,
+    OSError,
+    MemoryError,
+    RepeatedFault,
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,10 +100,17 @@ class Fault:
     ) -> DeadLetter:
         """The DLQ record of the faulty record (counted in ``cronstream_dead_letters``)."""
         return dead_letter(
-            stage=stage, reason=self.reason, topic=self.topic, partition=self.partition,
-            offset=self.offset, key=self.key, value=value, job_id=job_id, run_id=run_id,
+            stage=stage,
+            reason=self.reason,
+            topic=self.topic,
+            partition=self.partition,
+            offset=self.offset,
+            key=self.key,
+            value=value,
+            job_id=job_id,
+            run_id=run_id,
             attempt=attempt,
-        )  # fmt: skip
+        )
 
 
 def reason_of(exc: BaseException) -> str:
@@ -177,17 +189,38 @@ class RecordFaults:
         trace = site not in self._traced and len(self._traced) < TRACED_SITES
         if trace:
             self._traced.add(site)
-        log.error("%s: record %s (%s) skipped: %s (%d in a row)", self.role, place, source,
-                  reason_of(exc), self.streak, exc_info=exc if trace else None)  # fmt: skip
-        return Fault(topic=topic, partition=partition, offset=offset, key=raw_key,
-                     source=source, reason=reason_of(exc), streak=self.streak)  # fmt: skip
+        log.error(
+            "%s: record %s (%s) skipped: %s (%d in a row)",
+            self.role,
+            place,
+            source,
+            reason_of(exc),
+            self.streak,
+            exc_info=exc if trace else None,
+        )
+        return Fault(
+            topic=topic,
+            partition=partition,
+            offset=offset,
+            key=raw_key,
+            source=source,
+            reason=reason_of(exc),
+            streak=self.streak,
+        )
 
-    def fault_at(self, exc: BaseException, msg: ConsumedMessage, *, tenant: str | None = None
-                 ) -> Fault:  # fmt: skip
+    def fault_at(
+        self, exc: BaseException, msg: ConsumedMessage, *, tenant: str | None = None
+    ) -> Fault:
         """``fault`` for a consumed record."""
         key = msg.key()
-        return self.fault(exc, topic=msg.topic() or "", partition=msg.partition() or 0,
-                          offset=msg.offset() or 0, key=key, tenant=tenant)  # fmt: skip
+        return self.fault(
+            exc,
+            topic=msg.topic() or "",
+            partition=msg.partition() or 0,
+            offset=msg.offset() or 0,
+            key=key,
+            tenant=tenant,
+        )
 
 
 def _site(exc: BaseException) -> tuple[str, int]:

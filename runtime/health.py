@@ -46,8 +46,9 @@ def kafka_health(settings: Settings, timeout: float = 3.0) -> Health:
     if not any(port_open(port, host) for host, port in (_host_port(s, 9092) for s in listed)):
         return Health(ok=False, detail=f"nothing listens on {servers}", latency_ms=0.0)
     try:
-        admin = kafka_admin(settings, superuser=superuser, log_level=0,
-                            **{"socket.timeout.ms": 2000})  # fmt: skip
+        admin = kafka_admin(
+            settings, superuser=superuser, log_level=0, **{"socket.timeout.ms": 2000}
+        )
     except SettingsError as exc:
         return Health(ok=False, detail=str(exc), latency_ms=0.0)
     try:
@@ -65,8 +66,9 @@ def kafka_health(settings: Settings, timeout: float = 3.0) -> Health:
     short = sum(1 for part in parts if len(part.isrs) < len(part.replicas))
     if leaderless:
         also = f", {short} under-replicated" if short else ""
-        return Health(ok=False, detail=f"{leaderless} partitions offline (no leader){also}",
-                      latency_ms=ms)  # fmt: skip
+        return Health(
+            ok=False, detail=f"{leaderless} partitions offline (no leader){also}", latency_ms=ms
+        )
     return Health(
         ok=bool(md.brokers),
         detail=f"{len(md.brokers)} broker(s), {len(md.topics)} topics"

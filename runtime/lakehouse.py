@@ -65,8 +65,11 @@ class S3:
 
     def pyiceberg(self) -> dict[str, str]:
         """pyiceberg's FileIO properties for this store (path-style: S3Proxy, MinIO)."""
-        props = {"s3.access-key-id": self.access_key, "s3.secret-access-key": self.secret_key,
-                 "s3.region": self.region}  # fmt: skip
+        props = {
+            "s3.access-key-id": self.access_key,
+            "s3.secret-access-key": self.secret_key,
+            "s3.region": self.region,
+        }
         if self.endpoint:
             props |= {"s3.endpoint": self.endpoint, "s3.force-virtual-addressing": "false"}
         return props
@@ -75,10 +78,13 @@ class S3:
         """pyarrow's filesystem of this store (``create_buckets``: the bootstrap's, which
         makes the bucket)."""
         return S3FileSystem(
-            access_key=self.access_key, secret_key=self.secret_key, region=self.region,
-            endpoint_override=self.endpoint, allow_bucket_creation=create_buckets,
+            access_key=self.access_key,
+            secret_key=self.secret_key,
+            region=self.region,
+            endpoint_override=self.endpoint,
+            allow_bucket_creation=create_buckets,
             scheme="http" if (self.endpoint or "").startswith("http://") else "https",
-        )  # fmt: skip
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -118,16 +124,22 @@ def lakehouse(settings: Settings, env: Mapping[str, str] | None = None) -> Lakeh
     if password_file:  # the URI names the login; its password is kept out of the config
         catalog = with_password(catalog, Path(password_file).read_text().strip())
     s3 = _s3(settings, env) if warehouse.startswith("s3://") else None
-    return Lakehouse(catalog_uri=catalog, warehouse=warehouse, s3=s3,
-                     namespace=namespace_of(settings.topic_prefix))  # fmt: skip
+    return Lakehouse(
+        catalog_uri=catalog,
+        warehouse=warehouse,
+        s3=s3,
+        namespace=namespace_of(settings.topic_prefix),
+    )
 
 
 def with_password(uri: str, password: str) -> str:
     """``uri`` (``scheme://user@host/db``) with ``password`` for its user."""
     parts = urlsplit(uri)
     if not parts.username:
-        raise SettingsError("CRONSTREAM_ARCHIVE_CATALOG names no user for the password "
-                            f"in CRONSTREAM_ARCHIVE_CATALOG_PASSWORD_FILE: {uri}")  # fmt: skip
+        raise SettingsError(
+            "CRONSTREAM_ARCHIVE_CATALOG names no user for the password "
+            f"in CRONSTREAM_ARCHIVE_CATALOG_PASSWORD_FILE: {uri}"
+        )
     host = parts.netloc.rpartition("@")[2]
     netloc = f"{parts.username}:{quote(password, safe='')}@{host}"
     return urlunsplit(parts._replace(netloc=netloc))
@@ -145,15 +157,18 @@ def _s3(settings: Settings, env: Mapping[str, str]) -> S3:
         endpoint = f"http://127.0.0.1:{env_int('CRONSTREAM_S3_PORT', 9311, env=env, minimum=1)}"
     secret_file = env.get("CRONSTREAM_S3_SECRET_FILE") or str(s3_secret_path(settings))
     return S3(
-        endpoint=endpoint or None, access_key=env.get("CRONSTREAM_S3_ACCESS_KEY") or S3_IDENTITY,
+        endpoint=endpoint or None,
+        access_key=env.get("CRONSTREAM_S3_ACCESS_KEY") or S3_IDENTITY,
         secret_key=Path(secret_file).read_text().strip(),
         region=env.get("CRONSTREAM_S3_REGION") or "us-east-1",
-    )  # fmt: skip
+    )
 
 
 def local_environment(folder: Path) -> dict[str, str]:
     """The variables of a single machine's archive under ``folder`` (no object store,
     no PostgreSQL): its files in ``folder/warehouse``, its catalog in SQLite."""
     folder = folder.resolve()
-    return {"CRONSTREAM_ARCHIVE_WAREHOUSE": f"file://{folder / 'warehouse'}",
-            "CRONSTREAM_ARCHIVE_CATALOG": f"sqlite:///{folder / 'catalog.db'}"}  # fmt: skip
+    return {
+        "CRONSTREAM_ARCHIVE_WAREHOUSE": f"file://{folder / 'warehouse'}",
+        "CRONSTREAM_ARCHIVE_CATALOG": f"sqlite:///{folder / 'catalog.db'}",
+    }

@@ -6,7 +6,6 @@ on ``--metrics-port`` (0 = do not serve) at ``/metrics`` (``runtime.metrics_serv
 
 from __future__ import annotations
 
-import time
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
 from functools import cache
@@ -24,6 +23,7 @@ from prometheus_client import (
 from prometheus_client.metrics_core import HistogramMetricFamily, Metric
 
 from runtime.cardinality import FailureStreaks, TenantLabels
+from runtime.probes import Probes
 from schemas.targets import names as target_types
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -48,9 +48,13 @@ class LoopHistogram:
     observes, never looking it up per run; the family itself is not observed."""
 
     def __init__(
-        self, name: str, documentation: str, buckets: Sequence[float],
-        registry: CollectorRegistry | None, labelnames: Sequence[str] = (),
-    ) -> None:  # fmt: skip
+        self,
+        name: str,
+        documentation: str,
+        buckets: Sequence[float],
+        registry: CollectorRegistry | None,
+        labelnames: Sequence[str] = (),
+    ) -> None:
         self.name = name
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
@@ -178,8 +182,16 @@ record_faults = Counter(
     ["role"],
     registry=REGISTRY,
 )
-FAULT_ROLES = ("admission", "scheduler", "worker", "sink", "archiver", "flows", "dependencies",
-               "triggers")  # fmt: skip
+FAULT_ROLES = (
+    "admission",
+    "scheduler",
+    "worker",
+    "sink",
+    "archiver",
+    "flows",
+    "dependencies",
+    "triggers",
+)
 
 
 member_ready = Gauge(
@@ -191,8 +203,16 @@ member_ready = Gauge(
 )
 
 
-RUN_STATUSES = ("SUCCEEDED", "FAILED", "RETRIED", "TIMED_OUT", "CANCELED", "DEAD_LETTERED",
-                "DUPLICATE", "SKIPPED")  # fmt: skip
+RUN_STATUSES = (
+    "SUCCEEDED",
+    "FAILED",
+    "RETRIED",
+    "TIMED_OUT",
+    "CANCELED",
+    "DEAD_LETTERED",
+    "DUPLICATE",
+    "SKIPPED",
+)
 
 
 def zero_counters(role: str) -> None:
@@ -212,43 +232,7 @@ def zero_counters(role: str) -> None:
                 labelled(runs_finished, status, target)
 
 
-class Probes:
-    """What ``/healthz`` and ``/readyz`` answer. Live: the process's main loop went round
-    within ``LIVE_WITHIN_S`` (``beat``; before its first beat, while it starts or waits
-    for the registry, it counts as live). Ready: live and ``set_ready(True)`` (also the
-    gauge ``cronstream_member_ready``)."""
-
-    LIVE_WITHIN_S = 60.0  # a worker's revoke may wait a grace period for its runs
-
-    def __init__(self) -> None:
-        self.last_beat: float | None = None
-        self.is_ready = False
-
-    def set_ready(self, ready: bool) -> None:
-        self.is_ready = ready
-        member_ready.set(1 if ready else 0)
-
-    def beat(self) -> None:
-        self.last_beat = time.monotonic()
-
-    def live(self) -> tuple[bool, str]:
-        if self.last_beat is None:
-            return True, "starting"
-        quiet = time.monotonic() - self.last_beat
-        if quiet > self.LIVE_WITHIN_S:
-            return False, f"main loop stuck: last went round {quiet:.0f} s ago"
-        return True, "ok"
-
-    def ready(self) -> tuple[bool, str]:
-        live, why = self.live()
-        if not live:
-            return False, why
-        if not self.is_ready:
-            return False, "not ready: waiting for its dependencies or its group"
-        return True, "ok"
-
-
-PROBES = Probes()
+PROBES = Probes(lambda ready: member_ready.set(1 if ready else 0))
 
 
 def exposition() -> tuple[bytes, str]:
@@ -445,35 +429,66 @@ def count_deferred(counts: Iterable[tuple[str, int]]) -> None:
 
 
 # -- dependency processor (``after:``) ------------------------------------------------------
-# fmt: off
-dependency_dependents = Gauge("cronstream_dependency_dependents", "Dependent jobs (after:) the "
-    "processor knows", registry=REGISTRY)
-dependency_waiting = Gauge("cronstream_dependency_waiting",
+dependency_dependents = Gauge(
+    "cronstream_dependency_dependents",
+    "Dependent jobs (after:) the processor knows",
+    registry=REGISTRY,
+)
+dependency_waiting = Gauge(
+    "cronstream_dependency_waiting",
     "Dates dependents wait on: some job they come after succeeded for the date, not all yet",
-    registry=REGISTRY)
-dependency_lag = Gauge("cronstream_dependency_lag",
+    registry=REGISTRY,
+)
+dependency_lag = Gauge(
+    "cronstream_dependency_lag",
     "History records the dependency processor has not read yet (dependents run that late)",
-    registry=REGISTRY)
-dependency_runs = Counter("cronstream_dependency_runs",
+    registry=REGISTRY,
+)
+dependency_runs = Counter(
+    "cronstream_dependency_runs",
     "Dependency runs (JOB@dep:<date>) emitted; possible_duplicate=true: emitted again at a "
     "start or after a history read (the workers run a run id once)",
-    ["possible_duplicate"], registry=REGISTRY)
+    ["possible_duplicate"],
+    registry=REGISTRY,
+)
 # -- trigger processor (issue 38): job_id labels name jobs with an event trigger only --------
-triggers_records_read = Counter("cronstream_triggers_records_read",
-    "Source records read by the trigger processor, by topic", ["topic"], registry=REGISTRY)
-triggers_records_matched = Counter("cronstream_triggers_records_matched",
-    "Source records that passed a trigger's filter, by job", ["job_id"], registry=REGISTRY)
-triggers_runs_emitted = Counter("cronstream_triggers_runs_emitted",
+triggers_records_read = Counter(
+    "cronstream_triggers_records_read",
+    "Source records read by the trigger processor, by topic",
+    ["topic"],
+    registry=REGISTRY,
+)
+triggers_records_matched = Counter(
+    "cronstream_triggers_records_matched",
+    "Source records that passed a trigger's filter, by job",
+    ["job_id"],
+    registry=REGISTRY,
+)
+triggers_runs_emitted = Counter(
+    "cronstream_triggers_runs_emitted",
     "Event run requests written, by job (a re-read after a restart writes some again, "
-    "flagged possible_duplicate)", ["job_id"], registry=REGISTRY)
-triggers_refused = Counter("cronstream_triggers_refused",
+    "flagged possible_duplicate)",
+    ["job_id"],
+    registry=REGISTRY,
+)
+triggers_refused = Counter(
+    "cronstream_triggers_refused",
     "Matching records dead-lettered instead of run (payload over the limit, or a record "
-    "that made the processor raise), by job", ["job_id"], registry=REGISTRY)
-triggers_lag = Gauge("cronstream_triggers_lag",
+    "that made the processor raise), by job",
+    ["job_id"],
+    registry=REGISTRY,
+)
+triggers_lag = Gauge(
+    "cronstream_triggers_lag",
     "Records of a source partition a trigger has not decided yet (the partition's end "
     "minus its next offset), per trigger and source partition owned by this process",
-    ["job_id", "topic", "partition"], registry=REGISTRY)
-triggers_rate_holds = Counter("cronstream_triggers_rate_holds",
+    ["job_id", "topic", "partition"],
+    registry=REGISTRY,
+)
+triggers_rate_holds = Counter(
+    "cronstream_triggers_rate_holds",
     "Times a source partition was held back because its tenant's event runs reached its "
-    "rate (read on when the rate allows; nothing dropped)", ["tenant"], registry=REGISTRY)
-# fmt: on
+    "rate (read on when the rate allows; nothing dropped)",
+    ["tenant"],
+    registry=REGISTRY,
+)

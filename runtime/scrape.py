@@ -20,8 +20,9 @@ def targets_dir(settings: Settings) -> Path:
     return settings.home / "run" / "prometheus-targets"
 
 
-def write_targets(directory: Path, name: str, processes: Mapping[str, tuple[str, int]],
-                  **labels: str) -> Path:  # fmt: skip
+def write_targets(
+    directory: Path, name: str, processes: Mapping[str, tuple[str, int]], **labels: str
+) -> Path:
     """Write ``<directory>/<name>.json``: ``processes`` maps a process name to its role
     and metrics port on 127.0.0.1. Replaced atomically (Prometheus may read it any
     time)."""

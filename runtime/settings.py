@@ -22,13 +22,16 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_KAFKA_USER = "cronstream-app"  # the operators' user (CLI, bootstrap's kcat file)
 # Any of these set: every process connects as that user (Settings.as_role keeps it).
 EXPLICIT_KAFKA_USER = (
-    "CRONSTREAM_KAFKA_USER", "CRONSTREAM_KAFKA_PASSWORD", "CRONSTREAM_KAFKA_PASSWORD_FILE"
-)  # fmt: skip
+    "CRONSTREAM_KAFKA_USER",
+    "CRONSTREAM_KAFKA_PASSWORD",
+    "CRONSTREAM_KAFKA_PASSWORD_FILE",
+)
 DEFAULT_CASSANDRA_USER = "cronstream_app"
 EXPLICIT_CASSANDRA_USER = (
-    "CRONSTREAM_CASSANDRA_USER", "CRONSTREAM_CASSANDRA_PASSWORD",
+    "CRONSTREAM_CASSANDRA_USER",
+    "CRONSTREAM_CASSANDRA_PASSWORD",
     "CRONSTREAM_CASSANDRA_PASSWORD_FILE",
-)  # fmt: skip
+)
 
 
 CLUSTER_NODES = 3  # from this many brokers on, replication defaults to 3 / min ISR 2

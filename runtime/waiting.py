@@ -50,13 +50,21 @@ REGISTRY, KAFKA, CASSANDRA = "the schema registry", "Kafka", "Cassandra"
 # librdkafka's codes for "no broker answers (yet)": connections refused or cut, requests
 # timing out, a cluster still electing leaders or loading its group coordinator. Not:
 # authentication, TLS, an unknown topic, a name that does not resolve (configuration).
-KAFKA_AWAY = frozenset({
-    KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN,
-    KafkaError._WAIT_COORD, KafkaError.REQUEST_TIMED_OUT, KafkaError.LEADER_NOT_AVAILABLE,
-    KafkaError.BROKER_NOT_AVAILABLE, KafkaError.COORDINATOR_NOT_AVAILABLE,
-    KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.NOT_COORDINATOR,
-    KafkaError.NOT_ENOUGH_REPLICAS,
-})  # fmt: skip
+KAFKA_AWAY = frozenset(
+    {
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._WAIT_COORD,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.BROKER_NOT_AVAILABLE,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.NOT_ENOUGH_REPLICAS,
+    }
+)
 
 
 def away(exc: BaseException) -> str | None:
@@ -89,10 +97,20 @@ def _cassandra_away(exc: BaseException) -> bool:
         if not isinstance(errors, dict):
             return False
         refused = (AuthenticationFailed, ssl.SSLError)
-        return not any(isinstance(r, refused) or isinstance(getattr(r, "__cause__", None),
-                       ssl.SSLError) for r in errors.values())  # fmt: skip
-    return isinstance(exc, (OperationTimedOut, Unavailable, ConnectionException,
-                            IsBootstrappingErrorMessage, OverloadedErrorMessage))  # fmt: skip
+        return not any(
+            isinstance(r, refused) or isinstance(getattr(r, "__cause__", None), ssl.SSLError)
+            for r in errors.values()
+        )
+    return isinstance(
+        exc,
+        (
+            OperationTimedOut,
+            Unavailable,
+            ConnectionException,
+            IsBootstrappingErrorMessage,
+            OverloadedErrorMessage,
+        ),
+    )
 
 
 class _ConnectFailures(logging.Filter):
@@ -103,8 +121,10 @@ class _ConnectFailures(logging.Filter):
         return not str(record.msg).startswith(CASSANDRA_CONNECT_FAILURES)
 
 
-CASSANDRA_CONNECT_FAILURES = ("[control connection] Error connecting to",
-                              "Control connection failed to connect")  # fmt: skip
+CASSANDRA_CONNECT_FAILURES = (
+    "[control connection] Error connecting to",
+    "Control connection failed to connect",
+)
 
 
 @contextmanager
@@ -164,9 +184,14 @@ def wait_for(
                 if waiting:
                     log.info("%s: %s is back after %.1f s", what, waiting, clock() - since)
                 since, waiting = clock(), dependency
-                log.warning("%s is waiting for %s (%s); trying again every %.0f s at most, "
-                            "logged again when it answers", what, dependency, exc,
-                            max_delay)  # fmt: skip
+                log.warning(
+                    "%s is waiting for %s (%s); trying again every %.0f s at most, "
+                    "logged again when it answers",
+                    what,
+                    dependency,
+                    exc,
+                    max_delay,
+                )
             metrics.PROBES.beat()  # waiting is alive, not ready
             if stop() or not pause(delay):
                 raise StopWaiting(f"{what}: stopped while waiting for {dependency}") from exc
@@ -178,16 +203,23 @@ def wait_for(
 
 
 def learn_writers(
-    codec: Codec, messages: Iterable[ConsumedMessage], *, what: str,
-    log: logging.Logger, pause: Callable[[float], bool],
-) -> None:  # fmt: skip
+    codec: Codec,
+    messages: Iterable[ConsumedMessage],
+    *,
+    what: str,
+    log: logging.Logger,
+    pause: Callable[[float], bool],
+) -> None:
     """Every writer schema ``messages`` name that ``codec`` has not seen, asked of the
     registry, waiting for it while it is away (``wait_for``, StopWaiting on a stop):
     decoding them afterwards needs no registry. A schema id the registry refuses is
     remembered as refused (the record's fault, found when it is decoded). For a
     consumer of records written by others (the sink, the archiver)."""
-    unknown = {i for m in messages  # an error event is the caller's to judge (is_record)
-               if m.error() is None and (i := codec.unknown_id(m.value())) is not None}  # fmt: skip
+    unknown = {
+        i
+        for m in messages  # an error event is the caller's to judge (is_record)
+        if m.error() is None and (i := codec.unknown_id(m.value())) is not None
+    }
     for schema_id in sorted(unknown):
         ask = partial(codec.learn, schema_id, codec.registry)
         wait_for(what, ask, log=log, pause=pause)
@@ -231,9 +263,10 @@ def _ask_cassandra(settings: Settings) -> None:
     except NoHostAvailable as exc:
         if away(exc):
             raise
-        raise ServiceRefused(f"Cassandra refused user {settings.cassandra_user!r} "
-                             f"(its login, TLS or keyspace {settings.keyspace!r}): {exc}"
-                             ) from exc  # fmt: skip
+        raise ServiceRefused(
+            f"Cassandra refused user {settings.cassandra_user!r} "
+            f"(its login, TLS or keyspace {settings.keyspace!r}): {exc}"
+        ) from exc
     except InvalidRequest as exc:  # no such keyspace
         raise ServiceRefused(f"Cassandra: {exc} (has the bootstrap run?)") from exc
     cluster.shutdown()

@@ -39,9 +39,13 @@ class Alert(AvroRecord):
         return self.job_id
 
     def headers(self) -> list[tuple[str, bytes]]:
-        return [("event", b"Alert"), ("kind", self.kind.value.encode()),
-                ("job_id", self.job_id.encode()), ("run_id", self.run_id.encode()),
-                ("late_ms", str(self.late_ms).encode())]  # fmt: skip
+        return [
+            ("event", b"Alert"),
+            ("kind", self.kind.value.encode()),
+            ("job_id", self.job_id.encode()),
+            ("run_id", self.run_id.encode()),
+            ("late_ms", str(self.late_ms).encode()),
+        ]
 
 
 def deadline_alert_id(run_id: str) -> str:

@@ -67,9 +67,12 @@ class AuditRecord(AvroRecord):
         return self.job_id
 
     def headers(self) -> list[tuple[str, bytes]]:
-        return [("event", b"AuditRecord"), ("action", self.action.value.encode()),
-                ("job_id", self.job_id.encode()),
-                ("principal", self.principal.encode())]  # fmt: skip
+        return [
+            ("event", b"AuditRecord"),
+            ("action", self.action.value.encode()),
+            ("job_id", self.job_id.encode()),
+            ("principal", self.principal.encode()),
+        ]
 
 
 IGNORED = frozenset({"updated_at"})  # changes on every write: not a change of the job
@@ -109,9 +112,11 @@ def field_changes(before: Any, after: Any) -> tuple[FieldChange, ...]:
         shown_after = new_shown.get(name)
         if name in old and name in new and old_shown.get(name) == shown_after:
             shown_after = f"{shown_after} (changed)"
-        changes.append(FieldChange(
-            field=name,
-            before=json.dumps(old_shown.get(name), sort_keys=True) if name in old else None,
-            after=json.dumps(shown_after, sort_keys=True) if name in new else None,
-        ))  # fmt: skip
+        changes.append(
+            FieldChange(
+                field=name,
+                before=json.dumps(old_shown.get(name), sort_keys=True) if name in old else None,
+                after=json.dumps(shown_after, sort_keys=True) if name in new else None,
+            )
+        )
     return tuple(changes)

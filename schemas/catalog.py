@@ -120,9 +120,18 @@ AUDIT = TopicSpec(
 )
 
 CATALOG: tuple[TopicSpec, ...] = (
-    JOBS, *RUNS.values(), TIMERS, HISTORY, DLQ, CONTROL, FLOWS, FLOW_EVENTS, ALERTS, AUDIT,
+    JOBS,
+    *RUNS.values(),
+    TIMERS,
+    HISTORY,
+    DLQ,
+    CONTROL,
+    FLOWS,
+    FLOW_EVENTS,
+    ALERTS,
+    AUDIT,
     RUN_OUTPUT,
-)  # fmt: skip
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -195,52 +204,64 @@ class RoleAccess:
 _RUNS = tuple(RUNS.values())
 # Who reads and writes what (the bootstrap's ACLs follow this table; a role that needs
 # another topic fails with TOPIC_AUTHORIZATION_FAILED until it is added here).
-ROLES: Mapping[str, RoleAccess] = MappingProxyType({
-    # fires due runs; records skipped slots and refused definitions; cancels the runs
-    # it emitted ahead (--lookahead-ms) of a job paused or deleted before they were due
-    "scheduler": RoleAccess(reads=(JOBS, TIMERS),
-                            writes=(*_RUNS, HISTORY, DLQ, TIMERS, CONTROL)),
-    # executes runs; replays history for dedup; retries go to timers; deadline alerts;
-    # what runs printed; sets its group's session timeout (a KIP-848 group keeps it on
-    # the broker)
-    "worker": RoleAccess(reads=(*_RUNS, CONTROL, HISTORY),
-                         writes=(HISTORY, TIMERS, DLQ, FLOW_EVENTS, ALERTS, RUN_OUTPUT),
-                         group_configs=True),
-    # history and run-output topics -> Cassandra; undecodable records to the dead letters;
-    # sets its group's session timeout (each sink its share of each topic: KIP-848)
-    "sink": RoleAccess(reads=(HISTORY, RUN_OUTPUT), writes=(DLQ,), history="write",
-                       group_configs=True),
-    # history topic -> the Parquet archive (files; undecodable records skipped, records
-    # it cannot archive to the dead letters)
-    "archiver": RoleAccess(reads=(HISTORY,), writes=(DLQ,)),
-    # tenants' commands -> jobs, triggers and cancels; answers to each tenant
-    "admission": RoleAccess(reads=(JOBS,), writes=(JOBS, *_RUNS, CONTROL, AUDIT),
-                            tenant_topics=True),
-    # the HTTP API: a tenant's commands go through the admission like the tenant's own
-    "api": RoleAccess(reads=(JOBS,), tenant_topics=True, history="read"),
-    # the dashboard (cronstream ui): the API's access, the dead letters, flows and audit
-    # trail it shows, and the admin's acts: operators' jobs changed (audited), manual
-    # runs and cancels, a flow run's failed part rerun (a flow event), and a dead
-    # letter's source record replayed to where it came from
-    "ui": RoleAccess(reads=(JOBS, DLQ, FLOWS, AUDIT),
-                     writes=(JOBS, *_RUNS, CONTROL, AUDIT, HISTORY, TIMERS, FLOW_EVENTS),
-                     tenant_topics=True, history="read"),
-    # flow runs: starts and node outcomes -> node run requests; flows' outcomes recorded;
-    # a flow run replaced (concurrency replace) cancels its node runs; flow deadlines
-    "flows": RoleAccess(reads=(FLOWS, FLOW_EVENTS),
-                        writes=(*_RUNS, HISTORY, DLQ, CONTROL, ALERTS),
-                        internal=f"{FLOWS_APP}-"),
-    # dependent jobs (after:): definitions and history in, their runs out; refused
-    # dependents to the dead letters
-    "dependencies": RoleAccess(reads=(JOBS, HISTORY), writes=(*_RUNS, DLQ)),
-    # the Kafka Connect worker (infra.connect): its own topics; its sinks read history
-    "connect": RoleAccess(reads=(HISTORY,), internal=f"{CONNECT}-"),
-    # event triggers (streams.triggers): definitions with on: -> run requests; refused
-    # definitions and records to the dead letters; its checkpoints. The source topics
-    # it reads are granted apart: each tenant's <tenant>. (infra.tenants), operators'
-    # with `python -m infra trigger-sources add` (docs/event-triggers.md, "Access")
-    "triggers": RoleAccess(reads=(JOBS,), writes=(*_RUNS, DLQ), internal=TRIGGERS),
-})  # fmt: skip
+ROLES: Mapping[str, RoleAccess] = MappingProxyType(
+    {
+        # fires due runs; records skipped slots and refused definitions; cancels the runs
+        # it emitted ahead (--lookahead-ms) of a job paused or deleted before they were due
+        "scheduler": RoleAccess(
+            reads=(JOBS, TIMERS), writes=(*_RUNS, HISTORY, DLQ, TIMERS, CONTROL)
+        ),
+        # executes runs; replays history for dedup; retries go to timers; deadline alerts;
+        # what runs printed; sets its group's session timeout (a KIP-848 group keeps it on
+        # the broker)
+        "worker": RoleAccess(
+            reads=(*_RUNS, CONTROL, HISTORY),
+            writes=(HISTORY, TIMERS, DLQ, FLOW_EVENTS, ALERTS, RUN_OUTPUT),
+            group_configs=True,
+        ),
+        # history and run-output topics -> Cassandra; undecodable records to the dead letters;
+        # sets its group's session timeout (each sink its share of each topic: KIP-848)
+        "sink": RoleAccess(
+            reads=(HISTORY, RUN_OUTPUT), writes=(DLQ,), history="write", group_configs=True
+        ),
+        # history topic -> the Parquet archive (files; undecodable records skipped, records
+        # it cannot archive to the dead letters)
+        "archiver": RoleAccess(reads=(HISTORY,), writes=(DLQ,)),
+        # tenants' commands -> jobs, triggers and cancels; answers to each tenant
+        "admission": RoleAccess(
+            reads=(JOBS,), writes=(JOBS, *_RUNS, CONTROL, AUDIT), tenant_topics=True
+        ),
+        # the HTTP API: a tenant's commands go through the admission like the tenant's own
+        "api": RoleAccess(reads=(JOBS,), tenant_topics=True, history="read"),
+        # the dashboard (cronstream ui): the API's access, the dead letters, flows and audit
+        # trail it shows, and the admin's acts: operators' jobs changed (audited), manual
+        # runs and cancels, a flow run's failed part rerun (a flow event), and a dead
+        # letter's source record replayed to where it came from
+        "ui": RoleAccess(
+            reads=(JOBS, DLQ, FLOWS, AUDIT),
+            writes=(JOBS, *_RUNS, CONTROL, AUDIT, HISTORY, TIMERS, FLOW_EVENTS),
+            tenant_topics=True,
+            history="read",
+        ),
+        # flow runs: starts and node outcomes -> node run requests; flows' outcomes recorded;
+        # a flow run replaced (concurrency replace) cancels its node runs; flow deadlines
+        "flows": RoleAccess(
+            reads=(FLOWS, FLOW_EVENTS),
+            writes=(*_RUNS, HISTORY, DLQ, CONTROL, ALERTS),
+            internal=f"{FLOWS_APP}-",
+        ),
+        # dependent jobs (after:): definitions and history in, their runs out; refused
+        # dependents to the dead letters
+        "dependencies": RoleAccess(reads=(JOBS, HISTORY), writes=(*_RUNS, DLQ)),
+        # the Kafka Connect worker (infra.connect): its own topics; its sinks read history
+        "connect": RoleAccess(reads=(HISTORY,), internal=f"{CONNECT}-"),
+        # event triggers (streams.triggers): definitions with on: -> run requests; refused
+        # definitions and records to the dead letters; its checkpoints. The source topics
+        # it reads are granted apart: each tenant's <tenant>. (infra.tenants), operators'
+        # with `python -m infra trigger-sources add` (docs/event-triggers.md, "Access")
+        "triggers": RoleAccess(reads=(JOBS,), writes=(*_RUNS, DLQ), internal=TRIGGERS),
+    }
+)
 
 
 def role_user(role: str) -> str:

@@ -259,11 +259,19 @@ class JobDefinition(AvroRecord):
     ) -> RunRequest:
         """The first attempt of one run of this job (what it executes comes from here)."""
         return RunRequest(
-            run_id=run_id, job_id=self.job_id, tenant=self.tenant, scheduled_at=scheduled_at,
-            fired_at=fired_at, trigger=trigger, target=self.target, payload=self.payload,
-            priority=self.priority, timeout_ms=self.timeout_ms, retry=self.retry,
+            run_id=run_id,
+            job_id=self.job_id,
+            tenant=self.tenant,
+            scheduled_at=scheduled_at,
+            fired_at=fired_at,
+            trigger=trigger,
+            target=self.target,
+            payload=self.payload,
+            priority=self.priority,
+            timeout_ms=self.timeout_ms,
+            retry=self.retry,
             concurrency=self.concurrency,
-        )  # fmt: skip
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -292,11 +300,14 @@ class RunRequest(AvroRecord):
     def headers(self) -> list[tuple[str, bytes]]:
         due = self.due_at
         return run_request_headers(
-            self.job_id.encode(), self.run_id.encode(), iso(self.scheduled_at).encode(),
-            attempt=str(self.attempt).encode(), trigger=self.trigger.value.encode(),
+            self.job_id.encode(),
+            self.run_id.encode(),
+            iso(self.scheduled_at).encode(),
+            attempt=str(self.attempt).encode(),
+            trigger=self.trigger.value.encode(),
             possible_duplicate=self.possible_duplicate,
             due_at=iso(due).encode() if due is not None and due > self.fired_at else None,
-        )  # fmt: skip
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -45,8 +45,11 @@ class FlowDefinition(AvroRecord):
         return self.flow_id
 
     def headers(self) -> list[tuple[str, bytes]]:
-        return [("event", b"FlowDefinition"), ("flow_id", self.flow_id.encode()),
-                ("nodes", str(len(self.nodes)).encode())]  # fmt: skip
+        return [
+            ("event", b"FlowDefinition"),
+            ("flow_id", self.flow_id.encode()),
+            ("nodes", str(len(self.nodes)).encode()),
+        ]
 
 
 class FlowEventKind(StrEnum):
@@ -77,9 +80,12 @@ class FlowEvent(AvroRecord):
         return self.flow_id
 
     def headers(self) -> list[tuple[str, bytes]]:
-        headers = [("event", b"FlowEvent"), ("kind", self.kind.value.encode()),
-                   ("flow_id", self.flow_id.encode()),
-                   ("flow_run_id", self.flow_run_id.encode())]  # fmt: skip
+        headers = [
+            ("event", b"FlowEvent"),
+            ("kind", self.kind.value.encode()),
+            ("flow_id", self.flow_id.encode()),
+            ("flow_run_id", self.flow_run_id.encode()),
+        ]
         if self.run_id is not None:
             headers.append(("run_id", self.run_id.encode()))
         if self.status is not None:

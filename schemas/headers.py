@@ -28,15 +28,24 @@ def run_headers(
 ) -> list[tuple[str, bytes]]:
     """The readable headers every run-related record carries (kcat shows them)."""
     return encoded_run_headers(
-        event.encode(), job_id.encode(), run_id.encode(), iso(scheduled_at).encode(),
-        attempt=str(attempt).encode(), status=status.encode(),
-    )  # fmt: skip
+        event.encode(),
+        job_id.encode(),
+        run_id.encode(),
+        iso(scheduled_at).encode(),
+        attempt=str(attempt).encode(),
+        status=status.encode(),
+    )
 
 
 def encoded_run_headers(
-    event: bytes, job_id: bytes, run_id: bytes, scheduled_at: bytes, *, attempt: bytes,
+    event: bytes,
+    job_id: bytes,
+    run_id: bytes,
+    scheduled_at: bytes,
+    *,
+    attempt: bytes,
     status: bytes,
-) -> list[tuple[str, bytes]]:  # fmt: skip
+) -> list[tuple[str, bytes]]:
     """``run_headers`` from values already encoded (the scheduler's fire path encodes a
     job's id and a slot's instant once for many runs)."""
     return [

@@ -76,8 +76,10 @@ def name_problems(what: str, value: str, limit: int) -> list[str]:
     if not value:
         return [f"a {what} is required"]
     if len(value) > limit or not NAME.match(value):
-        return [f"{what} {value[:80]!r} must be 1-{limit} characters of letters, digits "
-                "and . _ : / -, starting with a letter or digit"]  # fmt: skip
+        return [
+            f"{what} {value[:80]!r} must be 1-{limit} characters of letters, digits "
+            "and . _ : / -, starting with a letter or digit"
+        ]
     return []
 
 
@@ -104,20 +106,31 @@ def timing_problems(
         problems.append(f"interval {every_ms} ms is over 100 years")
     problems += _range("jitter", jitter_ms, 0, MAX_JITTER_MS, "0 to 1 day")
     problems += _range("catchup", max_catchup, 1, MAX_CATCHUP, f"1 to {MAX_CATCHUP}")
-    problems += _range("catchup window", catchup_window_ms, 1, MAX_CATCHUP_WINDOW_MS,
-                       "positive, at most 30 days")  # fmt: skip
+    problems += _range(
+        "catchup window", catchup_window_ms, 1, MAX_CATCHUP_WINDOW_MS, "positive, at most 30 days"
+    )
     return problems
 
 
 def retry_problems(retry: RetryPolicy, timeout_ms: int) -> list[str]:
     return [
         *_range("max attempts", retry.max_attempts, 1, MAX_ATTEMPTS, f"1 to {MAX_ATTEMPTS}"),
-        *_range("backoff minimum", retry.initial_backoff_ms, 1, MAX_BACKOFF_MS,
-                "positive, at most 30 days"),
-        *_range("backoff maximum", retry.max_backoff_ms, retry.initial_backoff_ms,
-                MAX_BACKOFF_MS, "at least the minimum, at most 30 days"),
+        *_range(
+            "backoff minimum",
+            retry.initial_backoff_ms,
+            1,
+            MAX_BACKOFF_MS,
+            "positive, at most 30 days",
+        ),
+        *_range(
+            "backoff maximum",
+            retry.max_backoff_ms,
+            retry.initial_backoff_ms,
+            MAX_BACKOFF_MS,
+            "at least the minimum, at most 30 days",
+        ),
         *_range("timeout", timeout_ms, 1, MAX_TIMEOUT_MS, "positive, at most 7 days"),
-    ]  # fmt: skip
+    ]
 
 
 def deadline_problems(deadline_ms: int | None) -> list[str]:
@@ -128,9 +141,12 @@ def deadline_problems(deadline_ms: int | None) -> list[str]:
 
 def target_limit_problems(target: Target) -> list[str]:
     problems = []
-    for what, value, limit in (("url", target.url, MAX_URL), ("topic", target.topic, MAX_TOPIC),
-                               ("callable", target.callable, MAX_CALLABLE),
-                               ("command", target.command, MAX_COMMAND)):  # fmt: skip
+    for what, value, limit in (
+        ("url", target.url, MAX_URL),
+        ("topic", target.topic, MAX_TOPIC),
+        ("callable", target.callable, MAX_CALLABLE),
+        ("command", target.command, MAX_COMMAND),
+    ):
         if value is not None and len(value) > limit:
             problems.append(f"{what} of {len(value)} characters, over {limit}")
     return problems + header_problems(target.headers)
@@ -159,11 +175,15 @@ def header_problems(headers: Mapping[str, str]) -> list[str]:
         return [f"{len(headers)} headers, over {MAX_HEADERS}"]
     for name, value in headers.items():
         if not name or len(name) > MAX_HEADER_NAME or any(c in name for c in ":\r\n\0"):
-            return [f"header name {name[:40]!r} must be 1-{MAX_HEADER_NAME} characters, "
-                    "without ':' or line breaks"]  # fmt: skip
+            return [
+                f"header name {name[:40]!r} must be 1-{MAX_HEADER_NAME} characters, "
+                "without ':' or line breaks"
+            ]
         if len(value) > MAX_HEADER_VALUE or any(c in value for c in "\r\n\0"):
-            return [f"header {name[:40]!r}: the value must be at most {MAX_HEADER_VALUE} "
-                    "characters, without line breaks"]  # fmt: skip
+            return [
+                f"header {name[:40]!r}: the value must be at most {MAX_HEADER_VALUE} "
+                "characters, without line breaks"
+            ]
         if name.lower() in FRAMING_HEADERS:
             return [
                 f"header {name!r} is the worker's to set (it frames or routes the "
@@ -292,8 +312,11 @@ def output_problems(output: RunOutput) -> list[str]:
     problems = head_problems(output.run_id, output.job_id, output.tenant, output.attempt)
     if len(output.output) > MAX_OUTPUT_BYTES:
         problems.append(f"output of {len(output.output)} characters, over {MAX_OUTPUT_BYTES}")
-    for what, value in (("worker", output.worker), ("target type", output.target_type),
-                        ("status", output.status)):  # fmt: skip
+    for what, value in (
+        ("worker", output.worker),
+        ("target type", output.target_type),
+        ("status", output.status),
+    ):
         if value is not None and len(value) > MAX_WORKER:
             problems.append(f"{what} of {len(value)} characters, over {MAX_WORKER}")
     return problems
@@ -301,8 +324,9 @@ def output_problems(output: RunOutput) -> list[str]:
 
 def idempotency_key_problems(key: str) -> list[str]:
     if not key or len(key) > MAX_IDEMPOTENCY_KEY or not key.isprintable():
-        return [f"idempotency key {key[:80]!r} must be 1-{MAX_IDEMPOTENCY_KEY} printable "
-                "characters"]  # fmt: skip
+        return [
+            f"idempotency key {key[:80]!r} must be 1-{MAX_IDEMPOTENCY_KEY} printable characters"
+        ]
     return []
 
 

@@ -45,6 +45,10 @@ class RunOutput(AvroRecord):
 
     def headers(self) -> list[tuple[str, bytes]]:
         return run_headers(
-            "RunOutput", run_id=self.run_id, job_id=self.job_id,
-            scheduled_at=self.scheduled_at, attempt=self.attempt, status=self.status,
-        )  # fmt: skip
+            "RunOutput",
+            run_id=self.run_id,
+            job_id=self.job_id,
+            scheduled_at=self.scheduled_at,
+            attempt=self.attempt,
+            status=self.status,
+        )

@@ -101,11 +101,14 @@ class TenantPolicy:
         grants = self.of(tenant)
         rule = _rule_of(target.type)
         why = (
-            f"target type {target.type[:40]!r} is not granted to the tenant" if rule is None
+            f"target type {target.type[:40]!r} is not granted to the tenant"
+            if rule is None
             else rule(tenant, job_id, target, grants.granted(target.type))
-        )  # fmt: skip
+        )
         if why is None:
             return []
         granted = ", ".join(grants.text) or "none"
-        return [f"target policy: {why} (grants of tenant {tenant!r}: {granted}; an operator "
-                "grants more with --grant TENANT:KIND=VALUE)"]  # fmt: skip
+        return [
+            f"target policy: {why} (grants of tenant {tenant!r}: {granted}; an operator "
+            "grants more with --grant TENANT:KIND=VALUE)"
+        ]

@@ -61,8 +61,11 @@ class RegistryClient:
             )
         if resp.status_code in (401, 403):
             who = f"user {self.user!r}" if self.user else "an anonymous client"
-            why = ("did not accept the credentials of" if resp.status_code == 401
-                   else "does not allow this to")  # fmt: skip
+            why = (
+                "did not accept the credentials of"
+                if resp.status_code == 401
+                else "does not allow this to"
+            )
             raise RegistryError(
                 f"schema registry {method} {path}: {resp.status_code}: the registry {why} {who}",
                 status=resp.status_code,

@@ -146,8 +146,11 @@ class Codec:
             # schema id (unknown: 404; or forbidden...). Remembered for a while, so a
             # flood of such records costs one request per id, not one per record.
             # (Unreachable, or a server error: RegistryUnavailable, for the caller.)
-            reason = (f"schema id {schema_id} is not in the registry" if exc.status == 404
-                      else f"schema id {schema_id}: the registry refused it ({exc})")  # fmt: skip
+            reason = (
+                f"schema id {schema_id} is not in the registry"
+                if exc.status == 404
+                else f"schema id {schema_id}: the registry refused it ({exc})"
+            )
             raise self._refuse(schema_id, reason) from exc
         if kind != "AVRO":
             raise self._refuse(schema_id, f"schema id {schema_id} is {kind}, not Avro")

@@ -159,13 +159,22 @@ class RunRequestReader:
             if problems:
                 raise LimitError(refusal(problems))
         return RunRequest(
-            run_id=run_id, job_id=job_id, tenant=tenant, attempt=attempt,
-            scheduled_at=from_ms(scheduled), fired_at=from_ms(fired),
-            trigger=TRIGGERS[trigger], possible_duplicate=duplicate == 1,
-            due_at=None if due is None else from_ms(due), target=known.target,
-            payload=known.payload, priority=known.priority, timeout_ms=known.timeout_ms,
-            retry=known.retry, concurrency=known.concurrency,
-        )  # fmt: skip
+            run_id=run_id,
+            job_id=job_id,
+            tenant=tenant,
+            attempt=attempt,
+            scheduled_at=from_ms(scheduled),
+            fired_at=from_ms(fired),
+            trigger=TRIGGERS[trigger],
+            possible_duplicate=duplicate == 1,
+            due_at=None if due is None else from_ms(due),
+            target=known.target,
+            payload=known.payload,
+            priority=known.priority,
+            timeout_ms=known.timeout_ms,
+            retry=known.retry,
+            concurrency=known.concurrency,
+        )
 
 
 def _opt_long(value: int | None) -> bytes:
@@ -238,15 +247,24 @@ def encode_run_outcome(outcome: RunOutcome) -> bytes:
     """The Avro body (no wire-format header) of ``outcome``, as fastavro writes it."""
     o = outcome
     template = OutcomeTemplate(
-        run_id=o.run_id, job_id=o.job_id, tenant=o.tenant, attempt=o.attempt,
-        trigger=o.trigger, scheduled_ms=to_ms(o.scheduled_at), target_type=o.target_type,
+        run_id=o.run_id,
+        job_id=o.job_id,
+        tenant=o.tenant,
+        attempt=o.attempt,
+        trigger=o.trigger,
+        scheduled_ms=to_ms(o.scheduled_at),
+        target_type=o.target_type,
         worker=o.worker,
-    )  # fmt: skip
+    )
     return template.encode(
-        o.status, to_ms(o.recorded_at), started_ms=_ms_or_none(o.started_at),
-        finished_ms=_ms_or_none(o.finished_at), duration_ms=o.duration_ms, error=o.error,
+        o.status,
+        to_ms(o.recorded_at),
+        started_ms=_ms_or_none(o.started_at),
+        finished_ms=_ms_or_none(o.finished_at),
+        duration_ms=o.duration_ms,
+        error=o.error,
         next_attempt_ms=_ms_or_none(o.next_attempt_at),
-    )  # fmt: skip
+    )
 
 
 def _opt_bytes(value: bytes | None) -> bytes:
@@ -311,14 +329,23 @@ class LetterWriter:
             job_field = key_field if job_id is key else b"\x02" + zigzag(len(job_id)) + job_id
         body = b"".join(
             (
-                avro_string(reason), self._stage, source, zigzag(offset), key_field,
-                _opt_bytes(value), job_field, b"\x00\x00", zigzag(dead_ms),
+                avro_string(reason),
+                self._stage,
+                source,
+                zigzag(offset),
+                key_field,
+                _opt_bytes(value),
+                job_field,
+                b"\x00\x00",
+                zigzag(dead_ms),
             )
-        )  # fmt: skip
+        )
         headers = [
-            ("event", b"DeadLetter"), self._stage_header,
-            ("source", f"{topic}/{partition}@{offset}".encode()), ("reason", reason[:200].encode()),
-        ]  # fmt: skip
+            ("event", b"DeadLetter"),
+            self._stage_header,
+            ("source", f"{topic}/{partition}@{offset}".encode()),
+            ("reason", reason[:200].encode()),
+        ]
         if job_id:
             headers.append(("job_id", job_id))
         return job_id, body, headers

@@ -59,8 +59,10 @@ class RefusalCode(StrEnum):
 
 def tenant_problems(name: str) -> list[str]:
     if not TENANT_NAME.match(name):
-        return [f"tenant {name[:80]!r} must be 1-32 characters of a-z, 0-9 and '-', "
-                "starting with a letter or digit"]  # fmt: skip
+        return [
+            f"tenant {name[:80]!r} must be 1-32 characters of a-z, 0-9 and '-', "
+            "starting with a letter or digit"
+        ]
     if name in RESERVED:
         return [f"tenant name {name!r} is reserved ({', '.join(sorted(RESERVED))})"]
     return []
@@ -123,8 +125,11 @@ class TenantCommand(AvroRecord):
         return self.job_id
 
     def headers(self) -> list[tuple[str, bytes]]:
-        return [("event", b"TenantCommand"), ("action", self.action.value.encode()),
-                ("job_id", self.job_id.encode())]  # fmt: skip
+        return [
+            ("event", b"TenantCommand"),
+            ("action", self.action.value.encode()),
+            ("job_id", self.job_id.encode()),
+        ]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -147,8 +152,12 @@ class TenantResult(AvroRecord):
     def headers(self) -> list[tuple[str, bytes]]:
         verdict = b"accepted" if self.accepted else b"refused"
         action = self.action.value.encode() if self.action else b""
-        headers = [("event", b"TenantResult"), ("action", action),
-                   ("job_id", self.job_id.encode()), ("verdict", verdict)]  # fmt: skip
+        headers = [
+            ("event", b"TenantResult"),
+            ("action", action),
+            ("job_id", self.job_id.encode()),
+            ("verdict", verdict),
+        ]
         if self.code:
             headers.append(("code", self.code.value.encode()))
         if self.reason:
@@ -157,6 +166,12 @@ class TenantResult(AvroRecord):
 
 
 AnyEvent = (
-    Event | TenantCommand | TenantResult | FlowDefinition | FlowEvent | Alert | AuditRecord
+    Event
+    | TenantCommand
+    | TenantResult
+    | FlowDefinition
+    | FlowEvent
+    | Alert
+    | AuditRecord
     | RunOutput
-)  # fmt: skip
+)

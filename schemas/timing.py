@@ -117,10 +117,16 @@ class TimingReader:
             self._tails.put(tail, timing.misfire)
             return timing
         return JobTiming(
-            job_id=job_id, schedule=schedule, timezone=timezone, start_ms=start_ms,
-            end_ms=end_ms, jitter_ms=jitter_ms, paused=paused == 1, misfire=misfire,
+            job_id=job_id,
+            schedule=schedule,
+            timezone=timezone,
+            start_ms=start_ms,
+            end_ms=end_ms,
+            jitter_ms=jitter_ms,
+            paused=paused == 1,
+            misfire=misfire,
             tenant=sys.intern(tenant),  # one string per tenant, however many jobs
-        )  # fmt: skip
+        )
 
 
 def _read_schedule(body: bytes, pos: int) -> tuple[dict[str, Any], int]:

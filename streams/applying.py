@@ -25,9 +25,13 @@ STAGE = "scheduler"
 
 class Applier:
     def __init__(
-        self, definitions: Definitions, emitter: Emitter, *, topics: Topics,
+        self,
+        definitions: Definitions,
+        emitter: Emitter,
+        *,
+        topics: Topics,
         now_ms: Callable[[], int],
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.definitions = definitions
         self.emitter = emitter
         self.topics = topics
@@ -57,16 +61,24 @@ class Applier:
                 self.emitter.cancel_ahead(key, JOB_PAUSED, now)
 
     def recover(
-        self, owned: Owned, job: JobSchedule, raw: bytes, offset: int, *, now: int,
-        arrived_ms: int, replaced: bool,
-    ) -> None:  # fmt: skip
+        self,
+        owned: Owned,
+        job: JobSchedule,
+        raw: bytes,
+        offset: int,
+        *,
+        now: int,
+        arrived_ms: int,
+        replaced: bool,
+    ) -> None:
         """One definition of a loading partition settled against its checkpoint (read
         at ``offset``), what came due emitted; a bug it reaches drops that job alone."""
         checkpoint = owned.checkpoint
         known = checkpoint is not None and offset < checkpoint.jobs_offset
         try:
-            actions = owned.core.recover(job, now=now, known=known, arrived_ms=arrived_ms,
-                                         replaced=replaced)  # fmt: skip
+            actions = owned.core.recover(
+                job, now=now, known=known, arrived_ms=arrived_ms, replaced=replaced
+            )
         except Exception as exc:  # a bug this definition reaches: not the partition
             self.faulted(owned, job, raw, offset, exc)
             return
@@ -87,9 +99,13 @@ class Applier:
         except Exception as exc:  # RegistryUnavailable passes: the record waits
             tenant = definitions.tenant_of(value)
             reason = definitions.faults.fault(
-                exc, topic=self.topics.jobs, partition=partition, offset=offset, key=key,
+                exc,
+                topic=self.topics.jobs,
+                partition=partition,
+                offset=offset,
+                key=key,
                 tenant=tenant,
-            ).reason  # fmt: skip
+            ).reason
         self.emitter.dead_letter(
             dead_letter(
                 stage=STAGE,
@@ -114,9 +130,13 @@ class Applier:
         job is dropped (whatever the call left of it), its definition dead-lettered with
         the error; the partition goes on."""
         fault = self.definitions.faults.fault(
-            exc, topic=self.topics.jobs, partition=owned.partition, offset=offset,
-            key=job.job_id, tenant=job.tenant,
-        )  # fmt: skip
+            exc,
+            topic=self.topics.jobs,
+            partition=owned.partition,
+            offset=offset,
+            key=job.job_id,
+            tenant=job.tenant,
+        )
         owned.core.delete(job.job_id)
         if owned.state is not None:
             owned.state.delete_definition(job.job_id)

@@ -45,8 +45,13 @@ class Checkpoint:
         try:
             d = json.loads(text)
             zone_db = d.get("z")
-            return cls(int(d["w"]), int(d["j"]), int(d["tf"]), int(d["t"]),
-                       zone_db if isinstance(zone_db, str) else None)  # fmt: skip
+            return cls(
+                int(d["w"]),
+                int(d["j"]),
+                int(d["tf"]),
+                int(d["t"]),
+                zone_db if isinstance(zone_db, str) else None,
+            )
         except (ValueError, KeyError, TypeError):
             log.warning("ignoring unreadable scheduler checkpoint %r", text)
             return None

@@ -56,9 +56,14 @@ class _Pending:
 
 class Checkpointer:
     def __init__(
-        self, *, member: GroupMember, publisher: Publisher, jobs_topic: str,
-        checkpoint_ms: int, session_timeout_ms: int,
-    ) -> None:  # fmt: skip
+        self,
+        *,
+        member: GroupMember,
+        publisher: Publisher,
+        jobs_topic: str,
+        checkpoint_ms: int,
+        session_timeout_ms: int,
+    ) -> None:
         self.member = member
         self.publisher = publisher
         self.jobs_topic = jobs_topic
@@ -256,16 +261,20 @@ class Checkpointer:
         now = time.monotonic()
         gap, self._last_step = now - self._last_step, now
         if gap > self.frozen_s and owning:
-            log.warning("the loop stood still %.1f s: firing waits until a checkpoint "
-                        "confirms the partitions are still ours", gap)  # fmt: skip
+            log.warning(
+                "the loop stood still %.1f s: firing waits until a checkpoint "
+                "confirms the partitions are still ours",
+                gap,
+            )
             self.unconfirmed = True
             self.next_at = 0.0
             # A commit sent before the stall confirms nothing about now.
             self._pending = None
 
     def offset(self, partition: int, checkpoint: Checkpoint) -> TopicPartition:
-        return TopicPartition(self.jobs_topic, partition, max(checkpoint.jobs_offset, 0),
-                              checkpoint.to_metadata())  # fmt: skip
+        return TopicPartition(
+            self.jobs_topic, partition, max(checkpoint.jobs_offset, 0), checkpoint.to_metadata()
+        )
 
 
 def _committed_key(partitions: Sequence[TopicPartition]) -> frozenset[tuple[str, int, int]]:

@@ -94,12 +94,17 @@ class Definitions:
             except (DecodeError, CronError, ZoneError):
                 return None
             except RegistryUnavailable as exc:
-                log.warning("loading job %r from the store waits for the registry: %s",
-                            key, exc)  # fmt: skip
+                log.warning("loading job %r from the store waits for the registry: %s", key, exc)
                 time.sleep(1)
             except Exception as exc:  # a bug it reaches: not loaded (dead-lettered at settling)
-                self.faults.fault(exc, topic="(partition store)", partition=-1, offset=-1,
-                                  key=key, tenant=self.tenant_of(raw))  # fmt: skip
+                self.faults.fault(
+                    exc,
+                    topic="(partition store)",
+                    partition=-1,
+                    offset=-1,
+                    key=key,
+                    tenant=self.tenant_of(raw),
+                )
                 return None
 
     def tenant_of(self, raw: bytes) -> str | None:
@@ -118,15 +123,20 @@ class Definitions:
         definition = self.codec.decode(body, JobDefinition)
         deadline = definition.deadline_ms
         if deadline_problems(deadline):  # from another producer than ``jobs put``
-            log.warning("job %r: deadline %s ms is out of range (1 ms to 7 days): ignored",
-                        definition.job_id, deadline)  # fmt: skip
+            log.warning(
+                "job %r: deadline %s ms is out of range (1 ms to 7 days): ignored",
+                definition.job_id,
+                deadline,
+            )
             deadline = None
         check = None
         if deadline is not None:
-            check = definition.run_request(run_id="", scheduled_at=EPOCH, fired_at=EPOCH,
-                                           trigger=Trigger.DEADLINE)  # fmt: skip
-        prepared = Prepared(raw=body, template=RunTemplate(definition), deadline_ms=deadline,
-                            deadline_check=check)  # fmt: skip
+            check = definition.run_request(
+                run_id="", scheduled_at=EPOCH, fired_at=EPOCH, trigger=Trigger.DEADLINE
+            )
+        prepared = Prepared(
+            raw=body, template=RunTemplate(definition), deadline_ms=deadline, deadline_check=check
+        )
         job.body = prepared
         return prepared
 

@@ -102,8 +102,10 @@ class DependencyProcessor:
         self.settings, self.config = settings, config
         self.topics = Topics(settings)
         self.codec = Codec(registry_client(settings))
-        for topic, kind in ((self.topics.dlq, DeadLetter),
-                            *((self.topics.runs(p), RunRequest) for p in Priority)):  # fmt: skip
+        for topic, kind in (
+            (self.topics.dlq, DeadLetter),
+            *((self.topics.runs(p), RunRequest) for p in Priority),
+        ):
             self.codec.writer_id(f"{topic}-value", kind)  # resolved at start, not mid-run
         self.publisher = Publisher(settings, codec=self.codec)
         self.live = kafka_consumer(settings, **{"group.id": config.group, "client.id": config.name})
@@ -155,18 +157,24 @@ class DependencyProcessor:
         """The state rebuilt (the module's text), the owed runs emitted, then committed;
         the live reading begins at the ends as of now."""
         jobs, history = self.topics.jobs, self.topics.history
-        marks = {(t, p): watermarks(self.reader, TopicPartition(t, p))
-                 for t in (jobs, history) for p in self._partitions(t)}  # fmt: skip
+        marks = {
+            (t, p): watermarks(self.reader, TopicPartition(t, p))
+            for t in (jobs, history)
+            for p in self._partitions(t)
+        }
         wanted = [TopicPartition(t, p) for t, p in marks]
-        done = {(tp.topic, tp.partition): max(0, tp.offset)
-                for tp in committed(self.live, wanted)}  # fmt: skip
+        done = {(tp.topic, tp.partition): max(0, tp.offset) for tp in committed(self.live, wanted)}
         low = {where: m[0] for where, m in marks.items()}
         end = {where: m[1] for where, m in marks.items()}
 
-        def ranges(topic: str, start: dict[tuple[str, int], int] | None,
-                   stop: dict[tuple[str, int], int]) -> list[Range]:  # fmt: skip
-            return [Range(t, p, max(low[(t, p)], start[(t, p)] if start else 0), stop[(t, p)])
-                    for t, p in marks if t == topic]  # fmt: skip
+        def ranges(
+            topic: str, start: dict[tuple[str, int], int] | None, stop: dict[tuple[str, int], int]
+        ) -> list[Range]:
+            return [
+                Range(t, p, max(low[(t, p)], start[(t, p)] if start else 0), stop[(t, p)])
+                for t, p in marks
+                if t == topic
+            ]
 
         self.letters = False  # before the commit: what they fired and refused was written
         self._read(ranges(jobs, None, done), self._definition, keys=None)
@@ -187,18 +195,27 @@ class DependencyProcessor:
         self._queued = 0
         self._commit()
         self.live.assign([TopicPartition(t, p, o) for (t, p), o in end.items()])
-        log.info("dependency processor %s: %d dependents, %d dates waiting, %d runs owed at "
-                 "start emitted", self.config.name, len(self.jobs), self.deps.waiting_dates(),
-                 len(owed))  # fmt: skip
+        log.info(
+            "dependency processor %s: %d dependents, %d dates waiting, %d runs owed at "
+            "start emitted",
+            self.config.name,
+            len(self.jobs),
+            self.deps.waiting_dates(),
+            len(owed),
+        )
 
     def step(self, timeout: float = 0.2) -> int:
         """One turn of the commit procedure (the module's text); the records read."""
-        messages = [m for m in consume_ready(self.live, self.config.batch, timeout)
-                    if is_record(m)]  # fmt: skip
+        messages = [m for m in consume_ready(self.live, self.config.batch, timeout) if is_record(m)]
         keys = self._interest()
         wanted = [m for m in messages if m.topic() == self.topics.jobs or m.key() in keys]
-        learn_writers(self.codec, wanted, what=f"dependency processor {self.config.name}",
-                      log=log, pause=sleeping(self.stop))  # fmt: skip
+        learn_writers(
+            self.codec,
+            wanted,
+            what=f"dependency processor {self.config.name}",
+            log=log,
+            pause=sleeping(self.stop),
+        )
         runs: Runs = []
         for msg in messages:
             if msg.topic() == self.topics.jobs:
@@ -241,18 +258,34 @@ class DependencyProcessor:
             end = high if until is None else until[(history, p)]
             start = max(low, offset_since(self.reader, history, p, since)) if since else low
             ranges.append(Range(history, p, start, end))
-        log.info("reading history again for %d jobs (%s) from %s", len(self.late),
-                 ", ".join(sorted(self.late)[:5]), from_ms(since).isoformat())  # fmt: skip
+        log.info(
+            "reading history again for %d jobs (%s) from %s",
+            len(self.late),
+            ", ".join(sorted(self.late)[:5]),
+            from_ms(since).isoformat(),
+        )
         self._read(ranges, self._observed, keys=self._late_keys())
         self.late.clear()
         self.late_from_ms = None
 
     # -- records ----------------------------------------------------------------------------
-    def _read(self, ranges: list[Range], handle: Callable[[ConsumedMessage], None], *,
-              keys: set[bytes] | None) -> None:  # fmt: skip
+    def _read(
+        self,
+        ranges: list[Range],
+        handle: Callable[[ConsumedMessage], None],
+        *,
+        keys: set[bytes] | None,
+    ) -> None:
         """``ranges`` read with the reader (``keys``: only those records)."""
-        read_range(self.reader, ranges, handle, codec=self.codec, keys=keys, stop=self.stop,
-                   pause=sleeping(self.stop))  # fmt: skip
+        read_range(
+            self.reader,
+            ranges,
+            handle,
+            codec=self.codec,
+            keys=keys,
+            stop=self.stop,
+            pause=sleeping(self.stop),
+        )
 
     def _observed(self, msg: ConsumedMessage) -> None:
         """A history record read again: the runs it fires wait in ``pending``."""
@@ -265,8 +298,9 @@ class DependencyProcessor:
         calls for (``late``) can find them run already."""
         key = text_key(msg.key()) or ""
         try:
-            verdict = judge(self.codec, key, msg.value(),
-                            max_payload_bytes=self.settings.max_payload_bytes)  # fmt: skip
+            verdict = judge(
+                self.codec, key, msg.value(), max_payload_bytes=self.settings.max_payload_bytes
+            )
             if verdict.refused is not None:
                 self._refuse(dead_letter_for(msg, stage=STAGE, reason=verdict.refused))
             elif verdict.job is not None:
@@ -313,9 +347,14 @@ class DependencyProcessor:
         return runs
 
     def _refuse(self, letter: DeadLetter) -> None:
-        log.warning("%s[%s]@%s (job %s) refused: %s", letter.source_topic,
-                    letter.source_partition, letter.source_offset, letter.job_id,
-                    letter.reason)  # fmt: skip
+        log.warning(
+            "%s[%s]@%s (job %s) refused: %s",
+            letter.source_topic,
+            letter.source_partition,
+            letter.source_offset,
+            letter.job_id,
+            letter.reason,
+        )
         if self.letters:
             self.publisher.publish(self.topics.dlq, letter)
             self._queued += 1

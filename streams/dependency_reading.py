@@ -71,10 +71,15 @@ class Range:
 
 
 def read_range(
-    consumer: Consumer, ranges: Collection[Range], handle: Handle, *, codec: Codec,
-    keys: Collection[bytes] | None, stop: Callable[[], bool],
+    consumer: Consumer,
+    ranges: Collection[Range],
+    handle: Handle,
+    *,
+    codec: Codec,
+    keys: Collection[bytes] | None,
+    stop: Callable[[], bool],
     pause: Callable[[float], bool],
-) -> int:  # fmt: skip
+) -> int:
     """Read every range with ``consumer`` (assigned them, unassigned after), handing
     each record whose key is in ``keys`` (None: every record) to ``handle``, in offset
     order per partition; the records handed. A writer schema not seen yet is asked of
@@ -106,9 +111,12 @@ def read_range(
     return handed
 
 
-def _within(consumer: Consumer, messages: Sequence[ConsumedMessage],
-            todo: dict[tuple[str, int], Range], keys: Collection[bytes] | None
-            ) -> list[ConsumedMessage]:  # fmt: skip
+def _within(
+    consumer: Consumer,
+    messages: Sequence[ConsumedMessage],
+    todo: dict[tuple[str, int], Range],
+    keys: Collection[bytes] | None,
+) -> list[ConsumedMessage]:
     """The records of ``messages`` within their range and with a wanted key; a range
     read to its end (or past it) is done, its partition paused."""
     wanted = []

@@ -63,8 +63,9 @@ class Emitter:
         # time, before a rewind reloaded the partitions (``flag_through``).
         self.flagged_through = 0
         codec = publisher.codec
-        self._run_schema = {p: codec.writer_id(f"{self.topics.runs(p)}-value", RunRequest)
-                            for p in Priority}  # fmt: skip
+        self._run_schema = {
+            p: codec.writer_id(f"{self.topics.runs(p)}-value", RunRequest) for p in Priority
+        }
         self._runs_topic = {p: self.topics.runs(p) for p in Priority}
         # Every other schema it writes, resolved now: from here on emitting never needs
         # the registry (a MISSED record or a dead letter written while it is down).
@@ -95,15 +96,24 @@ class Emitter:
                 due = action.due_ms
                 dup = action.possible_duplicate or due <= self.flagged_through
                 value = template.encode(
-                    self._run_schema[template.priority], run_id, action.slot_ms, now,
-                    trigger=trigger, possible_duplicate=dup, due_ms=due,
-                )  # fmt: skip
+                    self._run_schema[template.priority],
+                    run_id,
+                    action.slot_ms,
+                    now,
+                    trigger=trigger,
+                    possible_duplicate=dup,
+                    due_ms=due,
+                )
                 early = due > now
                 headers = run_request_headers(
-                    template.header_job, run_id.encode(), slot, attempt=b"1",
-                    trigger=_TRIGGER_BYTES[trigger], possible_duplicate=dup,
+                    template.header_job,
+                    run_id.encode(),
+                    slot,
+                    attempt=b"1",
+                    trigger=_TRIGGER_BYTES[trigger],
+                    possible_duplicate=dup,
                     due_at=(slot if due == action.slot_ms else _instant(due)) if early else None,
-                )  # fmt: skip
+                )
                 if early:
                     ahead.add(action.job_id, due, run_id)
                 produce(self._runs_topic[template.priority], action.job_id, value, headers)
@@ -128,13 +138,20 @@ class Emitter:
         assert prepared.deadline_check is not None
         assert prepared.deadline_ms is not None
         created = from_ms(now)
-        check = replace(prepared.deadline_check, run_id=run_id, scheduled_at=from_ms(slot_ms),
-                        fired_at=created)  # fmt: skip
-        self.publisher.publish(self.topics.timers, TimerRequest(
-            timer_id=f"{run_id}:deadline", job_id=check.job_id,
-            due_at=from_ms(slot_ms + prepared.deadline_ms), reason=TimerReason.DEADLINE,
-            created_at=created, run=check,
-        ))  # fmt: skip
+        check = replace(
+            prepared.deadline_check, run_id=run_id, scheduled_at=from_ms(slot_ms), fired_at=created
+        )
+        self.publisher.publish(
+            self.topics.timers,
+            TimerRequest(
+                timer_id=f"{run_id}:deadline",
+                job_id=check.job_id,
+                due_at=from_ms(slot_ms + prepared.deadline_ms),
+                reason=TimerReason.DEADLINE,
+                created_at=created,
+                run=check,
+            ),
+        )
 
     def _fire_timer(self, action: Fire, now: int) -> None:
         request: TimerRequest = action.timer.body
@@ -169,8 +186,10 @@ class Emitter:
         if action.slots > 1:
             assert action.last_ms is not None
             last = iso(from_ms(action.last_ms))
-            error = (f"{action.slots:,} slots from {iso(scheduled)} to {last} not run, "
-                     f"recorded once here: {error}")  # fmt: skip
+            error = (
+                f"{action.slots:,} slots from {iso(scheduled)} to {last} not run, "
+                f"recorded once here: {error}"
+            )
             extra = [("slots", str(action.slots).encode()), ("last_slot", last.encode())]
         outcome = RunOutcome(
             run_id=run_id,
@@ -185,8 +204,9 @@ class Emitter:
             tenant=tenant,
         )
         topic, publisher = self.topics.history, self.publisher
-        publisher.produce_raw(topic, outcome.key(), publisher.codec.encode(topic, outcome),
-                              outcome.headers() + extra)  # fmt: skip
+        publisher.produce_raw(
+            topic, outcome.key(), publisher.codec.encode(topic, outcome), outcome.headers() + extra
+        )
         metrics.misfires.labels(action.status).inc(action.slots)
 
     def flag_through(self, due_ms: int) -> None:
@@ -204,18 +224,32 @@ class Emitter:
         CANCELED. Returns how many."""
         runs = self.ahead.take(job_id, now)
         for run_id in runs:
-            self.publisher.publish(self.topics.control, ControlCommand(
-                command_id=f"{run_id}:{reason}", action=ControlAction.CANCEL, run_id=run_id,
-                job_id=job_id, issued_at=from_ms(now), reason=reason,
-            ))  # fmt: skip
+            self.publisher.publish(
+                self.topics.control,
+                ControlCommand(
+                    command_id=f"{run_id}:{reason}",
+                    action=ControlAction.CANCEL,
+                    run_id=run_id,
+                    job_id=job_id,
+                    issued_at=from_ms(now),
+                    reason=reason,
+                ),
+            )
         if runs:
-            log.info("job %r %s: %d runs emitted ahead cancelled", job_id,
-                     "paused" if reason == JOB_PAUSED else "deleted", len(runs))  # fmt: skip
+            log.info(
+                "job %r %s: %d runs emitted ahead cancelled",
+                job_id,
+                "paused" if reason == JOB_PAUSED else "deleted",
+                len(runs),
+            )
         return len(runs)
 
     def dead_letter(self, letter: DeadLetter) -> None:
         log.warning(
             "dead-lettering %s/%d@%d: %s",
-            letter.source_topic, letter.source_partition, letter.source_offset, letter.reason,
-        )  # fmt: skip
+            letter.source_topic,
+            letter.source_partition,
+            letter.source_offset,
+            letter.reason,
+        )
         self.publisher.publish(self.topics.dlq, letter)

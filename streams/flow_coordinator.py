@@ -75,13 +75,20 @@ class Coordinator:
             if row is not None and not _ended(row) and _ended(new_row):
                 sends += self._next_in_line(rows, event.flow_id, key)
                 if new_row["status"] == "SUCCEEDED" and new_row.get("alerted") is not None:
-                    sends.append(self._alert(event.flow_id, key, new_row["scheduled_ms"],
-                                             new_row["tenant"], new_row["alerted"],
-                                             "SUCCEEDED", AlertKind.DEADLINE_CLEARED))  # fmt: skip
+                    sends.append(
+                        self._alert(
+                            event.flow_id,
+                            key,
+                            new_row["scheduled_ms"],
+                            new_row["tenant"],
+                            new_row["alerted"],
+                            "SUCCEEDED",
+                            AlertKind.DEADLINE_CLEARED,
+                        )
+                    )
         return sends
 
-    def _deadline(self, rows: JsonRows, event: FlowEvent, row: dict[str, Any] | None
-                  ) -> list[Send]:  # fmt: skip
+    def _deadline(self, rows: JsonRows, event: FlowEvent, row: dict[str, Any] | None) -> list[Send]:
         """A flow run's deadline came (forwarded by the worker that got the check): one
         DEADLINE_MISSED alert unless the run SUCCEEDED; the row remembers it, so the
         run succeeding later (a rerun) clears it, and a check fired again is quiet."""
@@ -93,23 +100,46 @@ class Coordinator:
             rows[event.flow_run_id] = {**row, "alerted": deadline_ms}
         log.warning("flow run %s missed its deadline (%s)", event.flow_run_id, status)
         slot = to_ms(event.scheduled_at)
-        return [self._alert(event.flow_id, event.flow_run_id, slot, event.tenant, deadline_ms,
-                            status, AlertKind.DEADLINE_MISSED)]  # fmt: skip
+        return [
+            self._alert(
+                event.flow_id,
+                event.flow_run_id,
+                slot,
+                event.tenant,
+                deadline_ms,
+                status,
+                AlertKind.DEADLINE_MISSED,
+            )
+        ]
 
-    def _alert(self, flow_id: str, run_id: str, scheduled_ms: int, tenant: str,
-               deadline_ms: int, status: str, kind: AlertKind) -> Send:  # fmt: skip
+    def _alert(
+        self,
+        flow_id: str,
+        run_id: str,
+        scheduled_ms: int,
+        tenant: str,
+        deadline_ms: int,
+        status: str,
+        kind: AlertKind,
+    ) -> Send:
         now = utc_now()
         alert = Alert(
-            alert_id=deadline_alert_id(run_id), kind=kind, job_id=flow_id, run_id=run_id,
-            tenant=tenant, scheduled_at=from_ms(scheduled_ms), deadline_at=from_ms(deadline_ms),
-            raised_at=now, late_ms=max(0, to_ms(now) - deadline_ms), last_status=status,
+            alert_id=deadline_alert_id(run_id),
+            kind=kind,
+            job_id=flow_id,
+            run_id=run_id,
+            tenant=tenant,
+            scheduled_at=from_ms(scheduled_ms),
+            deadline_at=from_ms(deadline_ms),
+            raised_at=now,
+            late_ms=max(0, to_ms(now) - deadline_ms),
+            last_status=status,
             worker=FLOWS_APP,
-        )  # fmt: skip
+        )
         topic = self.topics.alerts
         return topic, flow_id, self.codec.encode(topic, alert), alert.headers()
 
-    def _admit(self, rows: JsonRows, event: FlowEvent, definition: FlowDefinition
-               ) -> list[Send]:  # fmt: skip
+    def _admit(self, rows: JsonRows, event: FlowEvent, definition: FlowDefinition) -> list[Send]:
         """A new run of a flow with a concurrency policy."""
         key, active_key = event.flow_run_id, core.active_key(event.flow_id)
         active = core.Active.from_record(rows.get(active_key))
@@ -118,20 +148,34 @@ class Coordinator:
         slot, sends = to_ms(event.scheduled_at), []
         if verdict in ("skip", "queue"):
             status = "SKIPPED" if verdict == "skip" else "QUEUED"
-            run, _ = core.start(event.flow_id, key, _nodes(definition), scheduled_ms=slot,
-                                tenant=event.tenant, status=status)  # fmt: skip
+            run, _ = core.start(
+                event.flow_id,
+                key,
+                _nodes(definition),
+                scheduled_ms=slot,
+                tenant=event.tenant,
+                status=status,
+            )
             rows[key] = core.to_record(run)
             if verdict == "skip":
-                return [self._record(event.flow_id, key, slot, event.tenant, RunStatus.SKIPPED,
-                                     f"flow run {active.running[0]} is still running "
-                                     "(concurrency forbid)")]  # fmt: skip
+                return [
+                    self._record(
+                        event.flow_id,
+                        key,
+                        slot,
+                        event.tenant,
+                        RunStatus.SKIPPED,
+                        f"flow run {active.running[0]} is still running (concurrency forbid)",
+                    )
+                ]
             active.queued.append(key)
             rows[active_key] = active.to_record()
             return []
         if verdict == "replace":
             for old_id in [*active.running, *active.queued]:
-                sends += self._cancel(rows, old_id, f"replaced by flow run {key} "
-                                      "(concurrency replace)")  # fmt: skip
+                sends += self._cancel(
+                    rows, old_id, f"replaced by flow run {key} (concurrency replace)"
+                )
             active = core.Active()
         new_row, started = self.step(None, event)
         if new_row is not None:
@@ -154,13 +198,25 @@ class Coordinator:
         out = []
         for node_run in stopped:
             command = ControlCommand(
-                command_id=f"{node_run}:replaced", action=ControlAction.CANCEL, run_id=node_run,
-                job_id=run.flow_id, issued_at=utc_now(), reason=reason,
-            )  # fmt: skip
+                command_id=f"{node_run}:replaced",
+                action=ControlAction.CANCEL,
+                run_id=node_run,
+                job_id=run.flow_id,
+                issued_at=utc_now(),
+                reason=reason,
+            )
             topic = self.topics.control
             out.append((topic, node_run, self.codec.encode(topic, command), command.headers()))
-        out.append(self._record(run.flow_id, run_id, run.scheduled_ms, run.tenant,
-                                RunStatus.CANCELED, f"flow run {reason}"))  # fmt: skip
+        out.append(
+            self._record(
+                run.flow_id,
+                run_id,
+                run.scheduled_ms,
+                run.tenant,
+                RunStatus.CANCELED,
+                f"flow run {reason}",
+            )
+        )
         return out
 
     def _next_in_line(self, rows: JsonRows, flow_id: str, ended: str) -> list[Send]:
@@ -182,8 +238,9 @@ class Coordinator:
         rows[run.run_id] = core.to_record(run)
         return self._sends(run, starts, before)
 
-    def step(self, row: dict[str, Any] | None, event: FlowEvent
-             ) -> tuple[dict[str, Any] | None, list[Send]]:  # fmt: skip
+    def step(
+        self, row: dict[str, Any] | None, event: FlowEvent
+    ) -> tuple[dict[str, Any] | None, list[Send]]:
         """One flow run's row and one event: (the new row, records to send: (topic, key,
         value, headers))."""
         if row is None:
@@ -192,13 +249,23 @@ class Coordinator:
             definition = self.definitions.flows.get(event.flow_id)
             if definition is None:
                 slot = to_ms(event.scheduled_at)
-                return None, [self._record(event.flow_id, event.flow_run_id, slot, event.tenant,
-                                           RunStatus.FAILED,
-                                           f"no flow {event.flow_id!r} is defined")]  # fmt: skip
+                return None, [
+                    self._record(
+                        event.flow_id,
+                        event.flow_run_id,
+                        slot,
+                        event.tenant,
+                        RunStatus.FAILED,
+                        f"no flow {event.flow_id!r} is defined",
+                    )
+                ]
             run, starts = core.start(
-                event.flow_id, event.flow_run_id, _nodes(definition),
-                scheduled_ms=to_ms(event.scheduled_at), tenant=event.tenant,
-            )  # fmt: skip
+                event.flow_id,
+                event.flow_run_id,
+                _nodes(definition),
+                scheduled_ms=to_ms(event.scheduled_at),
+                tenant=event.tenant,
+            )
             before: dict[str, core.NodeState] = {}
         else:
             run = core.from_record(row)
@@ -230,51 +297,94 @@ class Coordinator:
             cached = self._by_name[flow_id] = (definition, {n.name: n for n in definition.nodes})
         return cached[1]
 
-    def _sends(self, run: core.FlowRun, starts: list[core.Start],
-               before: dict[str, core.NodeState]) -> list[Send]:  # fmt: skip
+    def _sends(
+        self, run: core.FlowRun, starts: list[core.Start], before: dict[str, core.NodeState]
+    ) -> list[Send]:
         specs = self._specs(run.flow_id)
         out = []
         for item in starts:
             spec = specs.get(item.node)
             if spec is None:  # the definition changed or went: the node cannot run
-                out.append(self._record(run.flow_id, item.run_id, run.scheduled_ms, run.tenant,
-                                        RunStatus.FAILED, f"node {item.node!r} is no longer "
-                                        "in the flow's definition"))  # fmt: skip
+                out.append(
+                    self._record(
+                        run.flow_id,
+                        item.run_id,
+                        run.scheduled_ms,
+                        run.tenant,
+                        RunStatus.FAILED,
+                        f"node {item.node!r} is no longer in the flow's definition",
+                    )
+                )
                 continue
             out.append(self._node_run(run, item, spec))
         for name, state in run.states.items():
-            if state in (core.NodeState.UPSTREAM_FAILED, core.NodeState.SKIPPED) and before.get(
-                    name) is not state:  # fmt: skip
+            if (
+                state in (core.NodeState.UPSTREAM_FAILED, core.NodeState.SKIPPED)
+                and before.get(name) is not state
+            ):
                 status = RunStatus(state.value)
-                why = ("a node it comes after failed" if status is RunStatus.UPSTREAM_FAILED
-                       else "no node it comes after failed (trigger any_failed)")  # fmt: skip
+                why = (
+                    "a node it comes after failed"
+                    if status is RunStatus.UPSTREAM_FAILED
+                    else "no node it comes after failed (trigger any_failed)"
+                )
                 run_id = core.node_run_id(run.run_id, name, run.generation)
-                out.append(self._record(run.flow_id, run_id, run.scheduled_ms, run.tenant,
-                                        status, why))  # fmt: skip
+                out.append(
+                    self._record(run.flow_id, run_id, run.scheduled_ms, run.tenant, status, why)
+                )
         if run.ended and (not before or any(s not in core.ENDED for s in before.values())):
             counts = ", ".join(f"{n} {s.lower()}" for s, n in sorted(core.summary(run).items()))
             ended = RunStatus(run.status)
-            out.append(self._record(run.flow_id, run.run_id, run.scheduled_ms, run.tenant, ended,
-                                    f"flow run ended: {counts}"))  # fmt: skip
+            out.append(
+                self._record(
+                    run.flow_id,
+                    run.run_id,
+                    run.scheduled_ms,
+                    run.tenant,
+                    ended,
+                    f"flow run ended: {counts}",
+                )
+            )
         return out
 
     def _node_run(self, run: core.FlowRun, item: core.Start, spec: FlowNode) -> Send:
         now = utc_now()
         request = RunRequest(
-            run_id=item.run_id, job_id=run.flow_id, tenant=run.tenant,
-            scheduled_at=from_ms(run.scheduled_ms), fired_at=now, trigger=Trigger.FLOW,
-            possible_duplicate=item.possible_duplicate, target=spec.target, payload=spec.payload,
-            priority=spec.priority, timeout_ms=spec.timeout_ms, retry=spec.retry,
-        )  # fmt: skip
+            run_id=item.run_id,
+            job_id=run.flow_id,
+            tenant=run.tenant,
+            scheduled_at=from_ms(run.scheduled_ms),
+            fired_at=now,
+            trigger=Trigger.FLOW,
+            possible_duplicate=item.possible_duplicate,
+            target=spec.target,
+            payload=spec.payload,
+            priority=spec.priority,
+            timeout_ms=spec.timeout_ms,
+            retry=spec.retry,
+        )
         topic = self.topics.runs(spec.priority)
         return topic, run.flow_id, self.codec.encode(topic, request), request.headers()
 
-    def _record(self, flow_id: str, run_id: str, scheduled_ms: int, tenant: str,
-                status: RunStatus, error: str) -> Send:  # fmt: skip
+    def _record(
+        self,
+        flow_id: str,
+        run_id: str,
+        scheduled_ms: int,
+        tenant: str,
+        status: RunStatus,
+        error: str,
+    ) -> Send:
         outcome = RunOutcome(
-            run_id=run_id, job_id=flow_id, tenant=tenant, status=status,
-            scheduled_at=from_ms(scheduled_ms), recorded_at=utc_now(), trigger=Trigger.FLOW,
-            error=error, worker=FLOWS_APP,
-        )  # fmt: skip
+            run_id=run_id,
+            job_id=flow_id,
+            tenant=tenant,
+            status=status,
+            scheduled_at=from_ms(scheduled_ms),
+            recorded_at=utc_now(),
+            trigger=Trigger.FLOW,
+            error=error,
+            worker=FLOWS_APP,
+        )
         topic = self.topics.history
         return topic, flow_id, self.codec.encode(topic, outcome), outcome.headers()

@@ -116,10 +116,14 @@ class _Runner:
     sleep: Callable[[float], Awaitable[None]] = staticmethod(asyncio.sleep)
 
     def __init__(
-        self, coordinator: Coordinator, codec: Codec, table: Any, out: Any,
+        self,
+        coordinator: Coordinator,
+        codec: Codec,
+        table: Any,
+        out: Any,
         crash: Callable[[BaseException], Awaitable[None]] | None = None,
         rates: TenantRates | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.coordinator, self.codec, self.table, self.out = coordinator, codec, table, out
         self.faults = RecordFaults(STAGE)
         self.crash = crash  # the app's: a RepeatedFault stops the process (``_stop``)
@@ -190,10 +194,15 @@ class _Runner:
             event = await self._decode(faust_event)
         except DecodeError as exc:
             log.warning("flow event at %s undecodable, dead-lettered: %s", message.tp, exc)
-            letter = dead_letter(stage=STAGE, reason=f"undecodable flow event: {exc}",
-                                 topic=message.tp[0], partition=message.tp[1],
-                                 offset=message.offset, key=message.key,
-                                 value=faust_event.value)  # fmt: skip
+            letter = dead_letter(
+                stage=STAGE,
+                reason=f"undecodable flow event: {exc}",
+                topic=message.tp[0],
+                partition=message.tp[1],
+                offset=message.offset,
+                key=message.key,
+                value=faust_event.value,
+            )
             dlq = self.coordinator.topics.dlq
             return [(dlq, letter.key(), self.codec.encode(dlq, letter), letter.headers())]
         known = self.coordinator.definitions.flows
@@ -206,11 +215,20 @@ class _Runner:
         try:
             sends = self.coordinator.handle(own, event)
         except Exception as exc:
-            fault = self.faults.fault(exc, topic=message.tp[0], partition=message.tp[1],
-                                      offset=message.offset, key=message.key,
-                                      tenant=event.tenant)  # fmt: skip
-            letter = fault.letter(STAGE, value=faust_event.value, job_id=event.flow_id,
-                                  run_id=event.run_id or event.flow_run_id)  # fmt: skip
+            fault = self.faults.fault(
+                exc,
+                topic=message.tp[0],
+                partition=message.tp[1],
+                offset=message.offset,
+                key=message.key,
+                tenant=event.tenant,
+            )
+            letter = fault.letter(
+                STAGE,
+                value=faust_event.value,
+                job_id=event.flow_id,
+                run_id=event.run_id or event.flow_run_id,
+            )
             dlq = self.coordinator.topics.dlq
             return [(dlq, letter.key(), self.codec.encode(dlq, letter), letter.headers())]
         self.faults.ok()
@@ -235,19 +253,27 @@ def _credentials(settings: Settings) -> Any:
     if not security:
         return None
     return faust.SASLCredentials(
-        username=security["sasl_plain_username"], password=security["sasl_plain_password"],
-        mechanism="SCRAM-SHA-512", ssl_context=security["ssl_context"],
-    )  # fmt: skip
+        username=security["sasl_plain_username"],
+        password=security["sasl_plain_password"],
+        mechanism="SCRAM-SHA-512",
+        ssl_context=security["ssl_context"],
+    )
 
 
-def build_app(settings: Settings, rates: TenantRates) -> tuple[faust.App, Definitions]:
+def build_app(
+    settings: Settings, rates: TenantRates
+) -> tuple[faust.App, Definitions]:  # long: the faust app, its tables and agents
     """The coordinator's faust app (run it with ``faust.Worker``); ``rates``: the
     tenants' fire rates its node runs are held to."""
     topics = Topics(settings)
     codec = Codec(registry_client(settings))
-    writes = ((topics.history, RunOutcome), (topics.control, ControlCommand),
-              (topics.alerts, Alert), (topics.dlq, DeadLetter),
-              *((topics.runs(p), RunRequest) for p in Priority))  # fmt: skip
+    writes = (
+        (topics.history, RunOutcome),
+        (topics.control, ControlCommand),
+        (topics.alerts, Alert),
+        (topics.dlq, DeadLetter),
+        *((topics.runs(p), RunRequest) for p in Priority),
+    )
     for name, event_type in writes:
         codec.writer_id(f"{name}-value", event_type)
     definitions = Definitions(settings, Codec(registry_client(settings)))  # its own client
@@ -256,28 +282,36 @@ def build_app(settings: Settings, rates: TenantRates) -> tuple[faust.App, Defini
     datadir = settings.home / "faust" / f"{settings.topic_prefix}.{FLOWS_APP}"
     datadir.parent.mkdir(parents=True, exist_ok=True)
     app = SeekingApp(
-        f"{settings.topic_prefix}.{FLOWS_APP}", broker=f"kafka://{settings.bootstrap_servers}",
-        broker_credentials=_credentials(settings), web_enabled=False, store="memory://",
+        f"{settings.topic_prefix}.{FLOWS_APP}",
+        broker=f"kafka://{settings.bootstrap_servers}",
+        broker_credentials=_credentials(settings),
+        web_enabled=False,
+        store="memory://",
         # Under the stack's home: faust's default is "<app id>-data" in the working
         # directory (a read-only image in a pod; the repository's root under make test).
         datadir=str(datadir),
-        processing_guarantee="at_least_once", topic_allow_declare=False,
-        topic_partitions=settings.partitions, topic_replication_factor=1,
+        processing_guarantee="at_least_once",
+        topic_allow_declare=False,
+        topic_partitions=settings.partitions,
+        topic_replication_factor=1,
         consumer_auto_offset_reset="earliest",
         # A killed coordinator's partitions move after this, not faust's default 60 s.
-        broker_session_timeout=SESSION_TIMEOUT_S, broker_heartbeat_interval=3.0,
+        broker_session_timeout=SESSION_TIMEOUT_S,
+        broker_heartbeat_interval=3.0,
         Table=Rows,
-    )  # fmt: skip
+    )
 
     def raw(name: str) -> Any:
-        return app.topic(name, key_type=bytes, value_type=bytes, key_serializer="raw",
-                         value_serializer="raw")  # fmt: skip
+        return app.topic(
+            name, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
+        )
 
     out = {name: raw(name) for name, _ in writes}
     # Rows are JSON text: faust's json codec turns a dict value_type into a model it
     # cannot restore ("type object 'dict' has no attribute 'from_data'").
-    table = app.Table(FLOWS_TABLE, default=None, key_type=str, value_type=str,
-                      partitions=settings.partitions)  # fmt: skip
+    table = app.Table(
+        FLOWS_TABLE, default=None, key_type=str, value_type=str, partitions=settings.partitions
+    )
 
     runner = _Runner(coordinator, codec, table, out, crash=app.crash, rates=rates)
 

@@ -68,8 +68,10 @@ def check_partition(
     for job_id in sorted(truth.keys() | held.keys()):
         want, got = truth.get(job_id), held.get(job_id)
         if want != got:
-            problems.append(f"partition {partition}: job {job_id!r}: the jobs topic says "
-                            f"(offset, next due) {want}, the store {got}")  # fmt: skip
+            problems.append(
+                f"partition {partition}: job {job_id!r}: the jobs topic says "
+                f"(offset, next due) {want}, the store {got}"
+            )
     return problems
 
 

@@ -31,10 +31,17 @@ READING_HELD = "reading definitions and timers paused until it answers; loaded j
 
 class Intake:
     def __init__(
-        self, *, member: GroupMember, timers: Consumer, owned: dict[int, Owned],
-        applier: Applier, loader: Loader, codec: Codec, backoff: Backoff,
+        self,
+        *,
+        member: GroupMember,
+        timers: Consumer,
+        owned: dict[int, Owned],
+        applier: Applier,
+        loader: Loader,
+        codec: Codec,
+        backoff: Backoff,
         now_ms: Callable[[], int],
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.member = member
         self.timers = timers
         self.owned = owned

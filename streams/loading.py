@@ -77,8 +77,10 @@ def check_zone_database(partition: int, checkpoint: Checkpoint | None) -> None:
         "partition %d was checkpointed by a scheduler using tzdata %s; this one uses %s: "
         "slots of jobs in zones whose rules differ between the two may move (run every "
         "scheduler with the same cronstream release)",
-        partition, checkpoint.tzdata, TZDATA_VERSION,
-    )  # fmt: skip
+        partition,
+        checkpoint.tzdata,
+        TZDATA_VERSION,
+    )
 
 
 class Loader:
@@ -87,9 +89,16 @@ class Loader:
     live (then calls ``on_live``)."""
 
     def __init__(
-        self, config: ProcessorConfig, *, definitions: Definitions, applier: Applier,
-        owned: dict[int, Owned], backoff: Backoff, jobs_topic: str, now_ms: Callable[[], int],
-    ) -> None:  # fmt: skip
+        self,
+        config: ProcessorConfig,
+        *,
+        definitions: Definitions,
+        applier: Applier,
+        owned: dict[int, Owned],
+        backoff: Backoff,
+        jobs_topic: str,
+        now_ms: Callable[[], int],
+    ) -> None:
         self.config = config
         self.definitions = definitions
         self.applier = applier
@@ -107,15 +116,22 @@ class Loader:
         self.on_live: Callable[[], None] = lambda: None  # a partition went live
         self.collector = Collector()
         self.stores = (
-            Stores(Path(config.state_dir) / jobs_topic, definitions.stored_schedule,
-                   rebuild=config.rebuild_index)
-            if config.state_dir is not None else None
-        )  # fmt: skip
+            Stores(
+                Path(config.state_dir) / jobs_topic,
+                definitions.stored_schedule,
+                rebuild=config.rebuild_index,
+            )
+            if config.state_dir is not None
+            else None
+        )
 
     def open_state(
-        self, partition: int, checkpoint: Checkpoint | None, low: int,
+        self,
+        partition: int,
+        checkpoint: Checkpoint | None,
+        low: int,
         standby: PartitionState | None = None,
-    ) -> tuple[PartitionState | None, int, int | None]:  # fmt: skip
+    ) -> tuple[PartitionState | None, int, int | None]:
         """With ``--state-dir``: the partition's store (its standby store, already open,
         ``streams.standby``, or opened now), the jobs offset to read definitions from and
         the store's fired-through point (``streams.state.resume_point``)."""
@@ -125,9 +141,15 @@ class Loader:
         return state, *resume_point(state.meta(), checkpoint, low)
 
     def load(
-        self, partition: int, checkpoint: Checkpoint | None, *, load_end: int, jobs_next: int,
-        state: PartitionState | None = None, fired_through: int | None = None,
-    ) -> Owned:  # fmt: skip
+        self,
+        partition: int,
+        checkpoint: Checkpoint | None,
+        *,
+        load_end: int,
+        jobs_next: int,
+        state: PartitionState | None = None,
+        fired_through: int | None = None,
+    ) -> Owned:
         """A partition to load from ``checkpoint`` (else the store's point, else now)."""
         if checkpoint is not None or fired_through is None:
             fired_through = checkpoint.fired_through if checkpoint else self.now_ms()
@@ -217,8 +239,9 @@ class Loader:
                 continue
             if owned.state is not None:
                 owned.state.put_definition(key, StoredDefinition(offset, arrived, replaced, value))
-            self.applier.recover(owned, job, value, offset, now=now, arrived_ms=arrived,
-                                 replaced=replaced)  # fmt: skip
+            self.applier.recover(
+                owned, job, value, offset, now=now, arrived_ms=arrived, replaced=replaced
+            )
 
     def _settle_stored(self, owned: Owned) -> None:
         """A store rebuilt from the whole jobs topic: settle SETTLE_BATCH of its
@@ -229,8 +252,9 @@ class Loader:
         batch = list(itertools.islice(state.definitions(owned.rebuilt_through), SETTLE_BATCH))
         for key, stored in batch:
             try:
-                job = self.applier.schedule(key, stored.raw, partition=owned.partition,
-                                            offset=stored.offset)  # fmt: skip
+                job = self.applier.schedule(
+                    key, stored.raw, partition=owned.partition, offset=stored.offset
+                )
             except RegistryUnavailable as exc:  # tried again after the backoff
                 self.backoff.failed(exc)
                 return
@@ -239,9 +263,14 @@ class Loader:
                 state.delete_definition(key)
                 continue
             self.applier.recover(
-                owned, job, stored.raw, stored.offset, now=now, arrived_ms=stored.arrived_ms,
+                owned,
+                job,
+                stored.raw,
+                stored.offset,
+                now=now,
+                arrived_ms=stored.arrived_ms,
                 replaced=stored.replaced,
-            )  # fmt: skip
+            )
         if len(batch) < SETTLE_BATCH:
             owned.rebuilding = False
             self.go_live(owned)

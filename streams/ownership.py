@@ -29,9 +29,16 @@ log = logging.getLogger("cronstream.scheduler")
 
 class Ownership:
     def __init__(
-        self, *, member: GroupMember, timers: Consumer, topics: Topics, owned: dict[int, Owned],
-        loader: Loader, intake: Intake, checkpointer: Checkpointer,
-    ) -> None:  # fmt: skip
+        self,
+        *,
+        member: GroupMember,
+        timers: Consumer,
+        topics: Topics,
+        owned: dict[int, Owned],
+        loader: Loader,
+        intake: Intake,
+        checkpointer: Checkpointer,
+    ) -> None:
         self.member = member
         self.consumer = member.consumer
         self.timers = timers
@@ -67,9 +74,13 @@ class Ownership:
             standby = self.standby.release(tp.partition) if self.standby is not None else None
             state, start, fallback = loader.open_state(tp.partition, checkpoint, low, standby)
             owned = self.owned[tp.partition] = loader.load(
-                tp.partition, checkpoint, load_end=high, jobs_next=start, state=state,
+                tp.partition,
+                checkpoint,
+                load_end=high,
+                jobs_next=start,
+                state=state,
                 fired_through=fallback,
-            )  # fmt: skip
+            )
             begin = start if start > low else OFFSET_BEGINNING  # a store's offset, or all
             starts.append(TopicPartition(tp.topic, tp.partition, begin))
             timers_from = checkpoint.timers_from if checkpoint else OFFSET_BEGINNING
@@ -142,8 +153,11 @@ class Ownership:
             self._retained.clear()
             log.warning("partition %d: %s (%s)", tp.partition, why, exc)
             return committed_
-        log.info("partition %d: took back the progress made before it was lost (%s)",
-                 tp.partition, snapshot)  # fmt: skip
+        log.info(
+            "partition %d: took back the progress made before it was lost (%s)",
+            tp.partition,
+            snapshot,
+        )
         return snapshot
 
     def rewind(self) -> None:
@@ -155,11 +169,16 @@ class Ownership:
             base, meta = old.base, old.state.meta() if old.state is not None else None
             start, fallback = resume_point(meta, base, 0)
             owned = self.owned[old.partition] = self.loader.load(
-                old.partition, base, load_end=old.jobs_next, jobs_next=start, state=old.state,
+                old.partition,
+                base,
+                load_end=old.jobs_next,
+                jobs_next=start,
+                state=old.state,
                 fired_through=fallback,
-            )  # fmt: skip
-            self.consumer.seek(TopicPartition(self.topics.jobs, old.partition,
-                                              start or OFFSET_BEGINNING))  # fmt: skip
+            )
+            self.consumer.seek(
+                TopicPartition(self.topics.jobs, old.partition, start or OFFSET_BEGINNING)
+            )
             timers_from = base.timers_from if base else OFFSET_BEGINNING
             self.timers.seek(TopicPartition(self.topics.timers, old.partition, timers_from))
             if base:

@@ -70,7 +70,7 @@ MAX_LOOKAHEAD_MS = 60_000
 
 
 class Processor:
-    def __init__(
+    def __init__(  # long: the scheduler's parts, wired in the order they use each other
         self, settings: Settings, config: ProcessorConfig, *, clock: Callable[[], float] = time.time
     ) -> None:
         self.settings = settings
@@ -83,8 +83,10 @@ class Processor:
         delivery: dict[str, Any] = {"message.timeout.ms": config.delivery_timeout_ms}
         self.emitter = Emitter(
             Publisher(settings, codec=codec, track_acks=True, **delivery),
-            topics=topics, definitions=definitions, name=config.name,
-        )  # fmt: skip
+            topics=topics,
+            definitions=definitions,
+            name=config.name,
+        )
         self.publisher = self.emitter.publisher
         self.owned: dict[int, Owned] = {}
         eof: dict[str, Any] = {"enable.partition.eof": True}  # it ends a partition's loading
@@ -104,30 +106,53 @@ class Processor:
         backoff = Backoff(log, READING_HELD)  # reading and settling wait for the registry
         applier = Applier(definitions, self.emitter, topics=topics, now_ms=self._now_ms)
         self.loader = Loader(
-            config, definitions=definitions, applier=applier, owned=self.owned,
-            backoff=backoff, jobs_topic=topics.jobs, now_ms=self._now_ms,
-        )  # fmt: skip
+            config,
+            definitions=definitions,
+            applier=applier,
+            owned=self.owned,
+            backoff=backoff,
+            jobs_topic=topics.jobs,
+            now_ms=self._now_ms,
+        )
         self.rates = self.loader.rates
         self.intake = Intake(
-            member=self.member, timers=self.timers, owned=self.owned, applier=applier,
-            loader=self.loader, codec=codec, backoff=backoff, now_ms=self._now_ms,
-        )  # fmt: skip
+            member=self.member,
+            timers=self.timers,
+            owned=self.owned,
+            applier=applier,
+            loader=self.loader,
+            codec=codec,
+            backoff=backoff,
+            now_ms=self._now_ms,
+        )
         self.checkpointer = Checkpointer(
-            member=self.member, publisher=self.publisher, jobs_topic=topics.jobs,
-            checkpoint_ms=config.checkpoint_ms, session_timeout_ms=config.session_timeout_ms,
-        )  # fmt: skip
+            member=self.member,
+            publisher=self.publisher,
+            jobs_topic=topics.jobs,
+            checkpoint_ms=config.checkpoint_ms,
+            session_timeout_ms=config.session_timeout_ms,
+        )
         self.ownership = Ownership(
-            member=self.member, timers=self.timers, topics=topics, owned=self.owned,
-            loader=self.loader, intake=self.intake, checkpointer=self.checkpointer,
-        )  # fmt: skip
+            member=self.member,
+            timers=self.timers,
+            topics=topics,
+            owned=self.owned,
+            loader=self.loader,
+            intake=self.intake,
+            checkpointer=self.checkpointer,
+        )
         log.info("zone database: tzdata %s", TZDATA_VERSION)
         self.joined = False
         self.standby: Standby | None = None
         if self.loader.stores is not None and config.standby:
             self.standby = self.ownership.standby = Standby(
-                settings, config, definitions=definitions, stores=self.loader.stores,
-                partitions=topics.partitions(JOBS), now_ms=self._now_ms,
-            )  # fmt: skip
+                settings,
+                config,
+                definitions=definitions,
+                stores=self.loader.stores,
+                partitions=topics.partitions(JOBS),
+                now_ms=self._now_ms,
+            )
             self.standby.start(owned=set())
         self._join()
 
@@ -137,8 +162,12 @@ class Processor:
         if self.joined or (self.standby is not None and not self.standby.warm):
             return
         ownership = self.ownership
-        self.member.subscribe([self.topics.jobs], assigned=ownership.assigned,
-                              revoking=ownership.revoking, lost=ownership.drop)  # fmt: skip
+        self.member.subscribe(
+            [self.topics.jobs],
+            assigned=ownership.assigned,
+            revoking=ownership.revoking,
+            lost=ownership.drop,
+        )
         self.joined = True
 
     # -- the loop -----------------------------------------------------------------------
@@ -188,8 +217,11 @@ class Processor:
         producer's delivery timeout): every owned partition is loaded again from its
         last committed checkpoint, so what came due since is emitted again (flagged
         ``possible_duplicate``) rather than lost, and the process goes on."""
-        log.error("%s: every partition goes back to its last checkpoint and re-emits "
-                  "from there (flagged possible_duplicate)", error)  # fmt: skip
+        log.error(
+            "%s: every partition goes back to its last checkpoint and re-emits "
+            "from there (flagged possible_duplicate)",
+            error,
+        )
         if self.publisher.fatal:
             self.publisher.renew()
         self.publisher.written_off()  # what it emitted so far is re-emitted below

@@ -88,13 +88,23 @@ class StandbyCopy:
 
 class Standby:
     def __init__(
-        self, settings: Settings, config: ProcessorConfig, *, definitions: Definitions,
-        stores: Stores, partitions: int, now_ms: Callable[[], int],
-    ) -> None:  # fmt: skip
-        self.consumer = kafka_consumer(settings, **{
-            "group.id": config.group,  # only to read the owners' checkpoints: never joins
-            "client.id": f"{config.name}.standby", "enable.partition.eof": True,
-        })  # fmt: skip
+        self,
+        settings: Settings,
+        config: ProcessorConfig,
+        *,
+        definitions: Definitions,
+        stores: Stores,
+        partitions: int,
+        now_ms: Callable[[], int],
+    ) -> None:
+        self.consumer = kafka_consumer(
+            settings,
+            **{
+                "group.id": config.group,  # only to read the owners' checkpoints: never joins
+                "client.id": f"{config.name}.standby",
+                "enable.partition.eof": True,
+            },
+        )
         self.stores = stores  # the loader's
         self.topic = stores.root.name  # the jobs topic (DIR/<jobs topic>)
         self.partitions = partitions
@@ -109,8 +119,9 @@ class Standby:
         # coordinator may wait seconds when a broker is away: never in the loop).
         self._checkpoints: dict[int, Checkpoint] = {}
         self._stop = threading.Event()
-        self._reader = threading.Thread(target=self._read_checkpoints, daemon=True,
-                                        name="standby-checkpoints")  # fmt: skip
+        self._reader = threading.Thread(
+            target=self._read_checkpoints, daemon=True, name="standby-checkpoints"
+        )
 
     def start(self, owned: set[int]) -> None:
         """Open a standby store for every jobs partition not in ``owned`` (its entries
@@ -153,8 +164,9 @@ class Standby:
             state = self.stores.open(partition, self.now_ms())
         meta = state.meta()
         try:
-            low, high = watermarks(self.consumer, TopicPartition(self.topic, partition),
-                                   timeout=timeout)  # fmt: skip
+            low, high = watermarks(
+                self.consumer, TopicPartition(self.topic, partition), timeout=timeout
+            )
         except (RuntimeError, KafkaException):
             if partition not in self._adopting:
                 state.close()
@@ -166,8 +178,9 @@ class Standby:
         points = [p.fired_through for p in (meta, checkpoint) if p is not None]
         fired = min(points, default=self.now_ms())
         self.copies[partition] = StandbyCopy(state, start, high, fired, warm=start >= high)
-        log.info("standby store of partition %d: reading %d definitions", partition,
-                 max(0, high - start))  # fmt: skip
+        log.info(
+            "standby store of partition %d: reading %d definitions", partition, max(0, high - start)
+        )
         return TopicPartition(self.topic, partition, start if start > low else OFFSET_BEGINNING)
 
     def release(self, partition: int) -> PartitionState | None:
@@ -181,8 +194,12 @@ class Standby:
             return None
         self.consumer.incremental_unassign([TopicPartition(self.topic, partition)])
         copy.state.flush(copy.fired, copy.next)
-        log.info("partition %d taken over from its standby store (read to offset %d%s)",
-                 partition, copy.next, "" if copy.warm else ", not warm yet")  # fmt: skip
+        log.info(
+            "partition %d taken over from its standby store (read to offset %d%s)",
+            partition,
+            copy.next,
+            "" if copy.warm else ", not warm yet",
+        )
         return copy.state
 
     # -- the loop ------------------------------------------------------------------------
@@ -220,8 +237,11 @@ class Standby:
             if live and time.monotonic() - began > STEP_S:
                 return
             checkpoint = self._checkpoints.get(partition)
-            if copy.moving is None and checkpoint is not None and (
-                    checkpoint.fired_through > copy.fired):  # fmt: skip
+            if (
+                copy.moving is None
+                and checkpoint is not None
+                and (checkpoint.fired_through > copy.fired)
+            ):
                 copy.moving = (checkpoint.fired_through, None)
             if copy.moving is not None:
                 move_entries(copy, MOVE_BATCH if live else WARM_MOVE_BATCH)
@@ -280,15 +300,21 @@ class Standby:
         warm = sum(1 for c in self.copies.values() if c.warm)
         metrics.standby_partitions.labels("warm").set(warm)
         metrics.standby_partitions.labels("warming").set(len(self.copies) - warm)
-        behind = [cp.fired_through - c.fired for p, c in self.copies.items()
-                  if (cp := self._checkpoints.get(p)) is not None]  # fmt: skip
+        behind = [
+            cp.fired_through - c.fired
+            for p, c in self.copies.items()
+            if (cp := self._checkpoints.get(p)) is not None
+        ]
         metrics.standby_behind.set(max(0, max(behind, default=0)))
 
     def _check_warm(self) -> None:
         if not self.warm and all(c.warm for c in self.copies.values()):
             self.warm = True
-            log.info("standby stores warm: %d partitions in %.1fs", len(self.copies),
-                     time.monotonic() - self.started)  # fmt: skip
+            log.info(
+                "standby stores warm: %d partitions in %.1fs",
+                len(self.copies),
+                time.monotonic() - self.started,
+            )
 
     def _read_checkpoints(self) -> None:
         while not self._stop.wait(REFRESH_S):

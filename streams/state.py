@@ -65,8 +65,9 @@ class StateMeta:
     written_ms: int
 
     def encode(self) -> bytes:
-        return json.dumps({"v": 1, "j": self.jobs_offset, "w": self.fired_through,
-                           "at": self.written_ms}).encode()  # fmt: skip
+        return json.dumps(
+            {"v": 1, "j": self.jobs_offset, "w": self.fired_through, "at": self.written_ms}
+        ).encode()
 
     @classmethod
     def decode(cls, raw: bytes | None) -> StateMeta | None:
@@ -98,16 +99,23 @@ class PartitionState:
 
     @classmethod
     def open(
-        cls, path: Path, schedule: Callable[[str, bytes], JobSchedule | None], *,
-        rebuild: bool, now_ms: int,
-    ) -> PartitionState:  # fmt: skip
+        cls,
+        path: Path,
+        schedule: Callable[[str, bytes], JobSchedule | None],
+        *,
+        rebuild: bool,
+        now_ms: int,
+    ) -> PartitionState:
         """The store at ``path``: emptied first when ``rebuild`` is asked or it is stale."""
         state = cls(path, schedule)
         meta = state.meta()
         stale = meta is not None and now_ms - meta.written_ms > STALE_AFTER_MS
         if rebuild or stale:
-            log.info("partition state %s: %s, rebuilt from the jobs topic", path,
-                     "stale" if stale else "--rebuild-index")  # fmt: skip
+            log.info(
+                "partition state %s: %s, rebuilt from the jobs topic",
+                path,
+                "stale" if stale else "--rebuild-index",
+            )
             state.close()
             shutil.rmtree(path)
             state = cls(path, schedule)
@@ -171,8 +179,10 @@ class PartitionState:
                 break
             value = it.value()
             offset, arrived, replaced = _DEF.unpack_from(value)
-            yield key[1:].decode(), StoredDefinition(offset, arrived, bool(replaced),
-                                                     value[_DEF.size :])  # fmt: skip
+            yield (
+                key[1:].decode(),
+                StoredDefinition(offset, arrived, bool(replaced), value[_DEF.size :]),
+            )
             it.next()
 
     # -- the far tier (streams.core.far.FarTier) ------------------------------------------
@@ -230,8 +240,9 @@ class Stores:
     def open(self, partition: int, now_ms: int) -> PartitionState:
         rebuild = self._rebuild and partition not in self._rebuilt
         self._rebuilt.add(partition)
-        return PartitionState.open(self.root / str(partition), self.schedule,
-                                   rebuild=rebuild, now_ms=now_ms)  # fmt: skip
+        return PartitionState.open(
+            self.root / str(partition), self.schedule, rebuild=rebuild, now_ms=now_ms
+        )
 
 
 def resume_point(
@@ -242,8 +253,9 @@ def resume_point(
     with no checkpoint, the store's fired-through point."""
     if meta is None:
         return low, None
-    start = meta.jobs_offset if checkpoint is None else min(meta.jobs_offset,
-                                                            checkpoint.jobs_offset)  # fmt: skip
+    start = (
+        meta.jobs_offset if checkpoint is None else min(meta.jobs_offset, checkpoint.jobs_offset)
+    )
     return max(low, start), meta.fired_through
 
 

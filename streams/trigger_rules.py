@@ -64,20 +64,27 @@ def own_topic(settings: Settings, topic: str) -> bool:
 
 
 def refusal_of(
-    settings: Settings, key: str, job: JobDefinition, *, allow_topics: frozenset[str],
+    settings: Settings,
+    key: str,
+    job: JobDefinition,
+    *,
+    allow_topics: frozenset[str],
     max_payload_bytes: int,
-) -> str | None:  # fmt: skip
+) -> str | None:
     """Why ``job`` (with ``on:``, stored under ``key``) may not have its trigger run, or
     None (the module's text)."""
     assert job.on is not None
-    problems = [] if key == job.job_id else [f"record key {key!r} differs from job_id "
-                                             f"{job.job_id!r}"]  # fmt: skip
+    problems = (
+        [] if key == job.job_id else [f"record key {key!r} differs from job_id {job.job_id!r}"]
+    )
     problems += definition_problems(job, max_payload_bytes=max_payload_bytes)
     problems += source_problems(job.tenant, job)
     topic = job.on.topic
     if own_topic(settings, topic) and topic not in allow_topics:
-        problems.append(f"on.topic {topic[:80]!r} is one of cronstream's own topics "
-                        "(an operator may allow it: triggers --allow-topic)")  # fmt: skip
+        problems.append(
+            f"on.topic {topic[:80]!r} is one of cronstream's own topics "
+            "(an operator may allow it: triggers --allow-topic)"
+        )
     if problems:
         return f"invalid event trigger: {refusal(problems)}"
     return None
@@ -87,9 +94,14 @@ class TriggerDefinitions:
     """The jobs with an event trigger (``active``), read from the jobs topic."""
 
     def __init__(
-        self, settings: Settings, codec: Codec, *, refuse: Callable[[DeadLetter], None],
-        allow_topics: tuple[str, ...] = (), max_payload_bytes: int,
-    ) -> None:  # fmt: skip
+        self,
+        settings: Settings,
+        codec: Codec,
+        *,
+        refuse: Callable[[DeadLetter], None],
+        allow_topics: tuple[str, ...] = (),
+        max_payload_bytes: int,
+    ) -> None:
         self.settings = settings
         self.topic = Topics(settings).jobs
         self.codec = codec
@@ -143,11 +155,17 @@ class TriggerDefinitions:
                 active = self._active(job)
             else:
                 log.warning("job %r: its event trigger is refused: %s", key, reason)
-                self.refuse(dead_letter(
-                    stage=STAGE, reason=reason, topic=self.topic,
-                    partition=msg.partition() or 0, offset=msg.offset() or 0,
-                    key=key.encode(), value=value,
-                ))  # fmt: skip
+                self.refuse(
+                    dead_letter(
+                        stage=STAGE,
+                        reason=reason,
+                        topic=self.topic,
+                        partition=msg.partition() or 0,
+                        offset=msg.offset() or 0,
+                        key=key.encode(),
+                        value=value,
+                    )
+                )
         before = self.active.pop(key, None)
         if active is not None:
             self.active[key] = active
@@ -156,13 +174,19 @@ class TriggerDefinitions:
         return key, active
 
     def refusal(self, key: str, job: JobDefinition) -> str | None:
-        return refusal_of(self.settings, key, job, allow_topics=self.allow_topics,
-                          max_payload_bytes=self.max_payload_bytes)  # fmt: skip
+        return refusal_of(
+            self.settings,
+            key,
+            job,
+            allow_topics=self.allow_topics,
+            max_payload_bytes=self.max_payload_bytes,
+        )
 
     @staticmethod
     def _active(job: JobDefinition) -> Active:
-        template = job.run_request(run_id="", scheduled_at=EPOCH, fired_at=EPOCH,
-                                   trigger=Trigger.EVENT)  # fmt: skip
+        template = job.run_request(
+            run_id="", scheduled_at=EPOCH, fired_at=EPOCH, trigger=Trigger.EVENT
+        )
         return Active(job=job, rule=rule_of(job), template=template)
 
     def topics(self) -> set[str]:

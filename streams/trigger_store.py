@@ -50,8 +50,9 @@ class CheckpointStore:
             if high > max(low, self.next.get(p, 0)):
                 ends[p] = high
         if not self._assigned:
-            self.consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING)
-                                  for p in meta.partitions])  # fmt: skip
+            self.consumer.assign(
+                [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in meta.partitions]
+            )
             self._assigned = True
         while any(self.next.get(p, 0) < end for p, end in ends.items()):
             for msg in self.consumer.consume(num_messages=5000, timeout=1.0):

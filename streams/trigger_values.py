@@ -65,8 +65,9 @@ class SourceValues:
         if schema is None:
             return MISSING
         try:
-            return fastavro.schemaless_reader(io.BytesIO(memoryview(data)[_HEADER.size :]),
-                                              schema, None)  # fmt: skip
+            return fastavro.schemaless_reader(
+                io.BytesIO(memoryview(data)[_HEADER.size :]), schema, None
+            )
         except Exception:  # fastavro raises many types for a corrupt body: bad input
             return MISSING
 
@@ -85,11 +86,15 @@ class SourceValues:
             try:
                 schema = fastavro.parse_schema(json.loads(text))
             except Exception as exc:  # the registry holds a schema fastavro cannot read
-                log.warning("schema id %d is unreadable (%r): its records' values are "
-                            "missing", schema_id, exc)  # fmt: skip
+                log.warning(
+                    "schema id %d is unreadable (%r): its records' values are missing",
+                    schema_id,
+                    exc,
+                )
         elif kind:
-            log.warning("schema id %d is %s, not Avro: its records' values are missing",
-                        schema_id, kind)  # fmt: skip
+            log.warning(
+                "schema id %d is %s, not Avro: its records' values are missing", schema_id, kind
+            )
         self._schemas[schema_id] = schema
         return schema
 
@@ -100,12 +105,14 @@ class SourceValues:
         _, schema_id = _HEADER.unpack_from(data)
         return None if schema_id in self._schemas else int(schema_id)
 
-    def learn(self, messages: Iterable[ConsumedMessage], *, what: str,
-              pause: Callable[[float], bool]) -> None:  # fmt: skip
+    def learn(
+        self, messages: Iterable[ConsumedMessage], *, what: str, pause: Callable[[float], bool]
+    ) -> None:
         """Every writer schema ``messages`` name that is not known yet, asked of the
         registry, waiting for it while it is away (StopWaiting on a stop): decoding
         them afterwards asks nothing."""
-        unknown = {i for m in messages
-                   if m.error() is None and (i := self.unknown(m.value())) is not None}  # fmt: skip
+        unknown = {
+            i for m in messages if m.error() is None and (i := self.unknown(m.value())) is not None
+        }
         for schema_id in sorted(unknown):
             wait_for(what, partial(self._fetch, schema_id), log=log, pause=pause)

@@ -55,13 +55,13 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from runtime import metrics
 from runtime.errors import PublishError
 from runtime.faults import RecordFaults
-from runtime.kafka.clients import KafkaError, KafkaException, TopicPartition
+from runtime.kafka.clients import KafkaException, TopicPartition
 from runtime.kafka.member import GroupMember
 from runtime.kafka.offsets import retrying, watermarks
 from runtime.kafka.publisher import FAILURES_ONLY, Publisher
@@ -76,16 +76,13 @@ from schemas.limits import MAX_PAYLOAD_BYTES
 from schemas.serde import Codec
 from streams.core.rates import TenantRates
 from streams.core.triggers import Checkpoint, EventRun, PartitionTrigger, source_record
+from streams.trigger_owned import TOPIC_ERRORS, Owned
 from streams.trigger_rules import STAGE, Active, TriggerDefinitions
 from streams.trigger_store import CheckpointStore, checkpoint_key
 from streams.trigger_values import SourceValues
 
 log = logging.getLogger("cronstream.triggers")
 Key = tuple[str, int]  # (topic, partition)
-# Errors a consumer reports for a topic it subscribed to: gone, or not readable (its
-# ACL removed): logged, and the topic is dropped at the next look at the topics.
-TOPIC_ERRORS = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC,
-                          KafkaError.TOPIC_AUTHORIZATION_FAILED})  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,24 +95,6 @@ class TriggerConfig:
     allow_topics: tuple[str, ...] = ()  # cronstream's own topics operators' jobs may read
     read_max: int = 5000
     topics_every_s: float = 5.0  # how often the source topics are looked for
-
-
-@dataclass(slots=True)
-class Owned:
-    """A source partition this processor owns, and its triggers (one per job)."""
-
-    topic: str
-    partition: int
-    position: int  # the next offset to read
-    replay_until: int  # the high watermark at assignment: runs before it maybe emitted
-    triggers: dict[str, PartitionTrigger] = field(default_factory=dict)
-    stored: dict[str, Checkpoint] = field(default_factory=dict)  # as last stored, per job
-    tenants: tuple[str, ...] = ()  # the rate-limited tenants of its triggers
-    held_until: int = 0  # held for a tenant's rate until then (ms; 0: not held)
-
-    @property
-    def tp(self) -> TopicPartition:
-        return TopicPartition(self.topic, self.partition)
 
 
 class TriggerProcessor:
@@ -131,15 +110,21 @@ class TriggerProcessor:
         self.values = SourceValues(registry)
         self.publisher = Publisher(settings, codec=self.codec, **FAILURES_ONLY)
         self.member = GroupMember(
-            settings, group=config.group, name=config.name,
-            session_timeout_ms=config.session_timeout_ms, log=log,
-        )  # fmt: skip
+            settings,
+            group=config.group,
+            name=config.name,
+            session_timeout_ms=config.session_timeout_ms,
+            log=log,
+        )
         self.consumer = self.member.consumer
         self.max_payload = min(settings.max_payload_bytes, MAX_PAYLOAD_BYTES)
         self.definitions = TriggerDefinitions(
-            settings, self.codec, refuse=self._dead_letter, allow_topics=config.allow_topics,
+            settings,
+            self.codec,
+            refuse=self._dead_letter,
+            allow_topics=config.allow_topics,
             max_payload_bytes=self.max_payload,
-        )  # fmt: skip
+        )
         self.store = CheckpointStore(settings, self.publisher)
         self.rates = TenantRates(config.tenant_runs_per_minute / 60)
         self.faults = RecordFaults(STAGE)
@@ -157,8 +142,9 @@ class TriggerProcessor:
         self.should_stop = should_stop
         pause = sleeping(should_stop)
         who = f"triggers {self.config.name}"
-        self.definitions.learn = lambda batch: learn_writers(self.codec, batch, what=who,
-                                                             log=log, pause=pause)  # fmt: skip
+        self.definitions.learn = lambda batch: learn_writers(
+            self.codec, batch, what=who, log=log, pause=pause
+        )
         try:
             found = self.definitions.load()
             log.info("jobs topic read: %d event triggers", len(self.definitions.active))
@@ -235,11 +221,14 @@ class TriggerProcessor:
         headers = msg.headers() or []
         items = headers.items() if isinstance(headers, dict) else headers
         record = source_record(
-            topic=owned.topic, partition=owned.partition, offset=msg.offset() or 0,
-            timestamp_ms=msg.timestamp()[1], key=_raw(msg.key()),
+            topic=owned.topic,
+            partition=owned.partition,
+            offset=msg.offset() or 0,
+            timestamp_ms=msg.timestamp()[1],
+            key=_raw(msg.key()),
             headers=[(name, _raw(v)) for name, v in items],
             value=self.values.decode(msg.value()),
-        )  # fmt: skip
+        )
         for job_id, trigger in owned.triggers.items():
             active = self.definitions.active[job_id]
             try:
@@ -260,9 +249,13 @@ class TriggerProcessor:
         if job.paused:
             return
         request = replace(
-            active.template, run_id=run.run_id, scheduled_at=from_ms(run.scheduled_ms),
-            fired_at=from_ms(now), payload=run.payload, possible_duplicate=run.possible_duplicate,
-        )  # fmt: skip
+            active.template,
+            run_id=run.run_id,
+            scheduled_at=from_ms(run.scheduled_ms),
+            fired_at=from_ms(now),
+            payload=run.payload,
+            possible_duplicate=run.possible_duplicate,
+        )
         self.publisher.publish(self.topics.runs(request.priority), request)
         self.tally.add(metrics.triggers_runs_emitted, job.job_id)
         if self.rates.limited(job.tenant):
@@ -359,9 +352,12 @@ class TriggerProcessor:
             trigger = self._trigger(owned, active)
         elif old.rule != active.rule:  # keeps its checkpoint: open batches read again
             trigger = PartitionTrigger(
-                active.rule, owned.partition, max_payload_bytes=self.max_payload,
-                checkpoint=old.checkpoint(), replay_until=owned.replay_until,
-            )  # fmt: skip
+                active.rule,
+                owned.partition,
+                max_payload_bytes=self.max_payload,
+                checkpoint=old.checkpoint(),
+                replay_until=owned.replay_until,
+            )
         else:
             self._tenants(owned)
             return
@@ -369,8 +365,11 @@ class TriggerProcessor:
         self._tenants(owned)
         if trigger.next_offset < owned.position:
             owned.position = trigger.next_offset
-            retrying(lambda: self.consumer.seek(TopicPartition(
-                owned.topic, owned.partition, trigger.next_offset)))  # fmt: skip
+            retrying(
+                lambda: self.consumer.seek(
+                    TopicPartition(owned.topic, owned.partition, trigger.next_offset)
+                )
+            )
 
     def _trigger(self, owned: Owned, active: Active) -> PartitionTrigger:
         """A job's trigger on a partition: from its stored checkpoint, else from the
@@ -381,8 +380,13 @@ class TriggerProcessor:
             owned.stored[job_id] = point
         else:
             point = Checkpoint(resume_offset=self._offset_at(owned, active.since_ms))
-        return PartitionTrigger(active.rule, owned.partition, max_payload_bytes=self.max_payload,
-                                checkpoint=point, replay_until=owned.replay_until)  # fmt: skip
+        return PartitionTrigger(
+            active.rule,
+            owned.partition,
+            max_payload_bytes=self.max_payload,
+            checkpoint=point,
+            replay_until=owned.replay_until,
+        )
 
     def _offset_at(self, owned: Owned, ms: int) -> int:
         """The first offset of ``owned`` stamped at or after ``ms`` (the end if none)."""
@@ -400,16 +404,20 @@ class TriggerProcessor:
         wanted = self.definitions.topics()
         existing = set(retrying(lambda: self.consumer.list_topics(timeout=10)).topics)
         for topic in sorted(wanted - existing - self.missing):
-            log.warning("source topic %s does not exist, or this processor may not read it "
-                        "(docs/event-triggers.md, Access): its triggers wait", topic)  # fmt: skip
+            log.warning(
+                "source topic %s does not exist, or this processor may not read it "
+                "(docs/event-triggers.md, Access): its triggers wait",
+                topic,
+            )
         self.missing = wanted - existing
         topics = tuple(sorted(wanted & existing))
         if topics == self.subscribed:
             return
         self.subscribed = topics
         if topics:
-            self.member.subscribe(list(topics), assigned=self._assigned,
-                                  revoking=self._revoking, lost=self._lost)  # fmt: skip
+            self.member.subscribe(
+                list(topics), assigned=self._assigned, revoking=self._revoking, lost=self._lost
+            )
         else:
             self.consumer.unsubscribe()
         log.info("source topics: %s", ", ".join(topics) or "none")
@@ -454,8 +462,7 @@ class TriggerProcessor:
                 lag = max(0, high - trigger.next_offset) if high >= 0 else 0
                 metrics.triggers_lag.labels(job_id, owned.topic, str(owned.partition)).set(lag)
                 if trigger.matched:
-                    self.tally.add(metrics.triggers_records_matched, job_id,
-                                   count=trigger.matched)  # fmt: skip
+                    self.tally.add(metrics.triggers_records_matched, job_id, count=trigger.matched)
                     trigger.matched = 0
         self.tally.apply()
 

@@ -86,7 +86,8 @@ def stack(base_settings: Settings) -> Settings:
 @pytest.fixture
 def ns(stack: Settings) -> Iterator[Settings]:
     """Settings under a fresh topic prefix, with the catalog's topics and subjects created."""
-    from infra.bootstrap import delete_acls, ensure_subjects, ensure_topics, namespace_acls
+    from infra.bootstrap import ensure_subjects, ensure_topics
+    from infra.kafka_access import delete_acls, namespace_acls
     from runtime.kafka.clients import kafka_admin
     from schemas.catalog import Topics
 

@@ -232,9 +232,15 @@ def parse(text: str) -> Cron:
         for s in sorted(seconds)
     )  # ascending: nested loops over ascending values
     cron = Cron(
-        text, seconds, minutes, hours, _days_of_month(dom), _simple_field(month, MONTH),
-        _days_of_week(dow), times,
-    )  # fmt: skip
+        text,
+        seconds,
+        minutes,
+        hours,
+        _days_of_month(dom),
+        _simple_field(month, MONTH),
+        _days_of_week(dow),
+        times,
+    )
     if not ever_fires(cron):
         raise RefCronError(f"{text!r} never fires")
     return cron

@@ -56,8 +56,11 @@ def kafka_credentials_report(settings: Settings) -> str:
         lines.append(f"describing SCRAM users failed: {exc}")
     log = Kafka(settings).log
     if log.exists():
-        scram = [ln for ln in log.read_text(errors="replace").splitlines()
-                 if "ScramCredentialRecord" in ln or "starting kafka" in ln]  # fmt: skip
+        scram = [
+            ln
+            for ln in log.read_text(errors="replace").splitlines()
+            if "ScramCredentialRecord" in ln or "starting kafka" in ln
+        ]
         lines += ["kafka.log, SCRAM records and starts (last 30):", *scram[-30:]]
     return "\n".join(lines)
 

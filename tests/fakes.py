@@ -106,8 +106,15 @@ class FakeProducer:
     down: bool = False  # the broker away: flush acknowledges nothing and says how many wait
     _waiting: list[tuple[Produced, Callable[..., None]]] = field(default_factory=list)
 
-    def produce(self, topic: str, *, value: bytes | None, key: bytes | None,
-                headers: list[tuple[str, bytes]], on_delivery: Callable[..., None]) -> None:  # fmt: skip
+    def produce(
+        self,
+        topic: str,
+        *,
+        value: bytes | None,
+        key: bytes | None,
+        headers: list[tuple[str, bytes]],
+        on_delivery: Callable[..., None],
+    ) -> None:
         record = Produced(topic, key, value, list(headers))
         self.produced.append(record)
         self._waiting.append((record, on_delivery))

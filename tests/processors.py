@@ -113,23 +113,40 @@ class SchedulerHarness:
         self.topics, self.codec = TOPICS, new_codec()
         self.definitions = Definitions(self.codec)
         self.producer = FakeProducer()
-        self.emitter = Emitter(fake_publisher(self.codec, self.producer), topics=TOPICS,
-                               definitions=self.definitions, name="s1")  # fmt: skip
+        self.emitter = Emitter(
+            fake_publisher(self.codec, self.producer),
+            topics=TOPICS,
+            definitions=self.definitions,
+            name="s1",
+        )
         self.now = now_ms
         self.owned: dict[int, Owned] = {}
         backoff = Backoff(logging.getLogger("test"), "held")
         applier = Applier(self.definitions, self.emitter, topics=TOPICS, now_ms=self._now_ms)
-        loader = Loader(ProcessorConfig(group="g"), definitions=self.definitions,
-                        applier=applier, owned=self.owned, backoff=backoff,
-                        jobs_topic=TOPICS.jobs, now_ms=self._now_ms)  # fmt: skip
+        loader = Loader(
+            ProcessorConfig(group="g"),
+            definitions=self.definitions,
+            applier=applier,
+            owned=self.owned,
+            backoff=backoff,
+            jobs_topic=TOPICS.jobs,
+            now_ms=self._now_ms,
+        )
         core = PartitionScheduler(0, fired_through=now_ms)
         self.owned[0] = Owned(partition=0, core=core, checkpoint=None, load_end=0, loading=False)
         core.wheel.on_near = loader.near_hook(self.owned[0])
         consumer = FakeConsumer()
         member = type("Member", (), {"consumer": consumer})()
-        self.intake = SchedulerIntake(member=member, timers=consumer, owned=self.owned,  # type: ignore[arg-type]
-                                      applier=applier, loader=loader, codec=self.codec,
-                                      backoff=backoff, now_ms=self._now_ms)  # fmt: skip
+        self.intake = SchedulerIntake(
+            member=member,
+            timers=consumer,
+            owned=self.owned,  # type: ignore[arg-type]
+            applier=applier,
+            loader=loader,
+            codec=self.codec,
+            backoff=backoff,
+            now_ms=self._now_ms,
+        )
         self.offset = 0
 
     def _now_ms(self) -> int:
@@ -182,15 +199,30 @@ class WorkerHarness:
         self.dedup = Dedup(86_400_000, 100_000, now_ms=0)
         tally = metrics.Tally()
         publisher = fake_publisher(self.codec, self.producer, serve_each=False, track_acks=True)
-        self.outbox = Outbox(publisher, topics=TOPICS, name="w1", consumer=self.consumer,  # type: ignore[arg-type]
-                             trackers=self.trackers, dedup=self.dedup, tally=tally,
-                             observers=outcome_observers(TOPICS, self.dedup, name="w1"))  # fmt: skip
+        self.outbox = Outbox(
+            publisher,
+            topics=TOPICS,
+            name="w1",
+            consumer=self.consumer,  # type: ignore[arg-type]
+            trackers=self.trackers,
+            dedup=self.dedup,
+            tally=tally,
+            observers=outcome_observers(TOPICS, self.dedup, name="w1"),
+        )
         history = HistoryReplay(None, topic=TOPICS.history, dedup=self.dedup, lookup=None)  # type: ignore[arg-type]
         config = config or WorkerConfig(group="g", concurrency=4)
-        self.intake = Intake(config, topics=TOPICS, consumer=self.consumer, codec=self.codec,  # type: ignore[arg-type]
-                             trackers=self.trackers, history=history, outbox=self.outbox)  # fmt: skip
-        self.attempts = Attempts(WORKER_SETTINGS, config, outbox=self.outbox, dedup=self.dedup,
-                                 cancels={}, tally=tally)  # fmt: skip
+        self.intake = Intake(
+            config,
+            topics=TOPICS,
+            consumer=self.consumer,
+            codec=self.codec,  # type: ignore[arg-type]
+            trackers=self.trackers,
+            history=history,
+            outbox=self.outbox,
+        )
+        self.attempts = Attempts(
+            WORKER_SETTINGS, config, outbox=self.outbox, dedup=self.dedup, cancels={}, tally=tally
+        )
         self.fake_executors = fake_executors
         if fake_executors:
             for executor in list(self.attempts.executors.values()):
@@ -259,8 +291,14 @@ class SchemaSession:
     """What ``HistoryTables`` asks of a session: statements prepared against the column
     types of the migrations (``consumers/cql/migrations``), without Cassandra."""
 
-    CQL: ClassVar[dict[str, str]] = {"text": "UTF8Type", "int": "Int32Type", "bigint": "LongType",
-           "timestamp": "DateType", "date": "SimpleDateType", "smallint": "ShortType"}  # fmt: skip
+    CQL: ClassVar[dict[str, str]] = {
+        "text": "UTF8Type",
+        "int": "Int32Type",
+        "bigint": "LongType",
+        "timestamp": "DateType",
+        "date": "SimpleDateType",
+        "smallint": "ShortType",
+    }
 
     def __init__(self) -> None:
         from cassandra import cqltypes
@@ -357,8 +395,9 @@ class FaustEvent:
 
 
 class FlowsHarness:
-    def __init__(self, *flows: FlowDefinition, coordinator: type[Coordinator] = Coordinator
-                 ) -> None:  # fmt: skip
+    def __init__(
+        self, *flows: FlowDefinition, coordinator: type[Coordinator] = Coordinator
+    ) -> None:
         self.codec = new_codec()
         self.coordinator = coordinator(SETTINGS, self.codec, Known(*flows))  # type: ignore[arg-type]
         self.table = Table()

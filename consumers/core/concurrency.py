@@ -52,8 +52,10 @@ class ConcurrencyGate(Generic[T]):
         if not others:
             return START
         if policy == FORBID:
-            return Decision(start=False, skip_reason=(
-                f"concurrency forbid: run {min(others)} of the job is still running"))  # fmt: skip
+            return Decision(
+                start=False,
+                skip_reason=(f"concurrency forbid: run {min(others)} of the job is still running"),
+            )
         if policy == REPLACE:
             return Decision(start=True, cancel=tuple(sorted(others)))
         raise ValueError(f"unknown concurrency policy {policy!r}")  # the schema's enum

@@ -50,12 +50,19 @@ class Deadlines:
             last = "FAILED (retrying)" if attempt else "NOT_STARTED"
         deadline_ms = to_ms(check.fired_at)
         alert = Alert(
-            alert_id=deadline_alert_id(run_id), kind=AlertKind.DEADLINE_MISSED, job_id=check.job_id,
-            run_id=run_id, tenant=check.tenant, scheduled_at=check.scheduled_at,
-            deadline_at=check.fired_at, raised_at=from_ms(now_ms),
-            late_ms=max(0, now_ms - deadline_ms), last_status=last, attempt=attempt,
+            alert_id=deadline_alert_id(run_id),
+            kind=AlertKind.DEADLINE_MISSED,
+            job_id=check.job_id,
+            run_id=run_id,
+            tenant=check.tenant,
+            scheduled_at=check.scheduled_at,
+            deadline_at=check.fired_at,
+            raised_at=from_ms(now_ms),
+            late_ms=max(0, now_ms - deadline_ms),
+            last_status=last,
+            attempt=attempt,
             worker=self.name,
-        )  # fmt: skip
+        )
         self.alerted[run_id] = alert
         return alert
 
@@ -65,8 +72,14 @@ class Deadlines:
         if alert is None:
             return None
         late = max(0, now_ms - to_ms(alert.deadline_at))
-        return replace(alert, kind=AlertKind.DEADLINE_CLEARED, raised_at=from_ms(now_ms),
-                       late_ms=late, last_status="SUCCEEDED", attempt=attempt)  # fmt: skip
+        return replace(
+            alert,
+            kind=AlertKind.DEADLINE_CLEARED,
+            raised_at=from_ms(now_ms),
+            late_ms=late,
+            last_status="SUCCEEDED",
+            attempt=attempt,
+        )
 
     def forget(self, before: datetime) -> None:
         """Drop alerts raised before ``before`` (the worker's dedup lookback)."""

@@ -101,11 +101,17 @@ def retry_timer(run: RunRequest, due_ms: int, now_ms: int) -> TimerRequest:
         # A flow node's retry stays a FLOW run: the worker reports its end to the flows
         # coordinator by that trigger (found by `make run`: a retried node's success was
         # never reported and its flow run stopped there).
-        run, attempt=run.attempt + 1, possible_duplicate=False,
+        run,
+        attempt=run.attempt + 1,
+        possible_duplicate=False,
         trigger=Trigger.FLOW if run.trigger is Trigger.FLOW else Trigger.RETRY,
         fired_at=due,
-    )  # fmt: skip
+    )
     return TimerRequest(
-        timer_id=f"{run.run_id}#{retry.attempt}", job_id=run.job_id, due_at=due,
-        reason=TimerReason.RETRY, created_at=from_ms(now_ms), run=retry,
-    )  # fmt: skip
+        timer_id=f"{run.run_id}#{retry.attempt}",
+        job_id=run.job_id,
+        due_at=due,
+        reason=TimerReason.RETRY,
+        created_at=from_ms(now_ms),
+        run=retry,
+    )

@@ -49,9 +49,14 @@ class TenantProducers:
                 f"no Kafka credentials for tenant {tenant!r} (user {user}): its kafka "
                 f"targets write as the tenant, never as the worker"
             ) from None
-        made = kafka_producer(self.settings, **{
-            "sasl.username": user, "sasl.password": password, "error_cb": self._on_error(user),
-        })  # fmt: skip
+        made = kafka_producer(
+            self.settings,
+            **{
+                "sasl.username": user,
+                "sasl.password": password,
+                "error_cb": self._on_error(user),
+            },
+        )
         evicted = []
         with self._lock:
             self._producers[tenant] = made

@@ -34,10 +34,20 @@ class FlowExecutor:
 
     def execute(self, target: Target, context: RunContext) -> None:
         event = FlowEvent(
-            flow_id=context.job_id, flow_run_id=context.run_id, kind=FlowEventKind.START,
-            scheduled_at=context.scheduled_at, at=utc_now(), tenant=context.tenant,
-        )  # fmt: skip
-        err, _ = deliver(self.producer, self.topic, context, key=event.flow_id.encode(),
-                         value=self.encode(event), headers=event.headers())  # fmt: skip
+            flow_id=context.job_id,
+            flow_run_id=context.run_id,
+            kind=FlowEventKind.START,
+            scheduled_at=context.scheduled_at,
+            at=utc_now(),
+            tenant=context.tenant,
+        )
+        err, _ = deliver(
+            self.producer,
+            self.topic,
+            context,
+            key=event.flow_id.encode(),
+            value=self.encode(event),
+            headers=event.headers(),
+        )
         if err is not None:
             raise ExecutionFailed(f"the flow run's start was not delivered: {err.str()}")

@@ -96,9 +96,13 @@ class HttpExecutor:
     kind = "http"
 
     def __init__(
-        self, *, allow: Iterable[str] = (), secrets: Secrets | None = None,
-        policy: Callable[[], TenantPolicy] = TenantPolicy, connections: int = 0,
-    ) -> None:  # fmt: skip
+        self,
+        *,
+        allow: Iterable[str] = (),
+        secrets: Secrets | None = None,
+        policy: Callable[[], TenantPolicy] = TenantPolicy,
+        connections: int = 0,
+    ) -> None:
         """``allow``: networks (CIDR) operators' jobs may call although not public;
         ``secrets``: where ``secret:NAME`` header values are resolved; ``policy``: the
         tenants' grants now (a tenant's job may call a private address only by its own

@@ -72,8 +72,9 @@ def executor(setup: ExecutorSetup) -> KafkaExecutor:
     with the worker's producer, a tenant's job with the tenant's, never into
     cronstream's own topics."""
     own = frozenset(setup.topics.names())
-    policy = TopicPolicy(own=own, allow=setup.config.kafka_allow,
-                         prefix=setup.settings.topic_prefix)  # fmt: skip
+    policy = TopicPolicy(
+        own=own, allow=setup.config.kafka_allow, prefix=setup.settings.topic_prefix
+    )
     return KafkaExecutor(setup.producer, policy, setup.tenant_producers)
 
 

@@ -94,8 +94,9 @@ def main(argv: list[str]) -> int:
     code = 128 + signal.SIGTERM
     try:
         try:  # Python ignores SIGPIPE; the command gets the default back
-            child = os.posix_spawnp(command[0], command, os.environ,
-                                    setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))  # fmt: skip
+            child = os.posix_spawnp(
+                command[0], command, os.environ, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ)
+            )
         except OSError as exc:
             sys.stderr.write(f"cronstream: cannot start {command[0]!r}: {exc.strerror}\n")
             return NOT_STARTED

@@ -120,8 +120,9 @@ def executor(setup: ExecutorSetup) -> ShellExecutor:
     """The worker's shell executor (declared by ``schemas.targets.shell``): off unless
     the worker has ``--shell-allow`` patterns."""
     config = setup.config
-    return ShellExecutor(ShellPolicy(config.shell_allow, env=config.shell_env),
-                         keep=config.output_limit)  # fmt: skip
+    return ShellExecutor(
+        ShellPolicy(config.shell_allow, env=config.shell_env), keep=config.output_limit
+    )
 
 
 class ShellExecutor:
@@ -134,11 +135,14 @@ class ShellExecutor:
 
     def _hint(self, argv: list[str]) -> str:
         if any(arg.startswith("-") for arg in argv[1:]):
-            return ("; an option matches only a pattern word that spells one out "
-                    "('-n', '--count=*'), never '*' or '**'")  # fmt: skip
+            return (
+                "; an option matches only a pattern word that spells one out "
+                "('-n', '--count=*'), never '*' or '**'"
+            )
         if argv and self.policy.allows(argv[:1]):
-            return (f"; a pattern matches the whole command: '{argv[0]} **' would allow "
-                    "any arguments")  # fmt: skip
+            return (
+                f"; a pattern matches the whole command: '{argv[0]} **' would allow any arguments"
+            )
         return ""
 
     def execute(self, target: Target, context: RunContext) -> Output | None:
@@ -161,9 +165,12 @@ class ShellExecutor:
             raise told(context, refused, brief)
         proc = subprocess.Popen(
             [sys.executable, "-I", "-S", REAPER, str(KILL_GRACE_S), *argv],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            env=self.policy.environment(context), start_new_session=True,
-        )  # fmt: skip
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=self.policy.environment(context),
+            start_new_session=True,
+        )
         try:
             output = _communicate(proc, (context.payload or "").encode(), context, self.keep)
         finally:
@@ -214,12 +221,15 @@ def _communicate(
                     dropped = "start"
             if context.cancelled.is_set():
                 _stop(proc)
-                raise Cancelled("cancelled while running; its processes were terminated",
-                                output=Output(bytes(kept), dropped))  # fmt: skip
+                raise Cancelled(
+                    "cancelled while running; its processes were terminated",
+                    output=Output(bytes(kept), dropped),
+                )
             if context.remaining() <= 0:
                 _stop(proc)
-                raise TimedOut("timed out; its processes were terminated",
-                               output=Output(bytes(kept), dropped))  # fmt: skip
+                raise TimedOut(
+                    "timed out; its processes were terminated", output=Output(bytes(kept), dropped)
+                )
     proc.wait()
     return Output(bytes(kept), dropped)
 

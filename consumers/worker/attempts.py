@@ -13,7 +13,6 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable
-from pathlib import Path
 from queue import Empty, SimpleQueue
 
 from consumers.core.bulkhead import Admission
@@ -22,21 +21,15 @@ from consumers.core.dedup import Dedup
 from consumers.core.output import Dropped, Output, fit, kept
 from consumers.core.verdict import after_failure, before_start, retry_timer
 from consumers.errors import Cancelled, ExecutionFailed, InternalError, TargetInvalid, TimedOut
-from consumers.executors.base import Executor, LoopExecutor, Result, RunContext, Starter
-from consumers.executors.egress import TenantProducers
+from consumers.executors.base import Executor, Result, RunContext
 from consumers.executors.pool import Done, RunPool
-from consumers.executors.setup import ExecutorSetup, build_executors
 from consumers.worker.config import WorkerConfig
-from consumers.worker.destinations import Destinations
 from consumers.worker.outbox import Outbox
 from consumers.worker.pending import Pending
+from consumers.worker.runners import Runners
 from runtime import metrics
-from runtime.credentials import credentials_dir
 from runtime.faults import RecordFaults
-from runtime.grants import PolicyBook
-from runtime.kafka.clients import kafka_producer
 from runtime.settings import Settings
-from schemas.catalog import Topics
 from schemas.events import (
     Concurrency,
     DeadLetter,
@@ -53,7 +46,6 @@ from schemas.tenancy import OPERATORS
 
 log = logging.getLogger("cronstream.worker")
 STAGE = "worker"
-CLOSE_FLUSH_S = 2.0  # the kafka targets' producers sent what they hold within this at a stop
 ABANDON_AFTER_S = 1.0  # past the deadline, an attempt that ignores its timeout is given up
 
 
@@ -89,29 +81,10 @@ class Attempts:
         self.replaced: dict[str, str] = {}  # run id -> the run that replaced it
         self.finished: SimpleQueue[Done[Pending]] = SimpleQueue()
         self.pool = RunPool(config.concurrency, self.finished)
-        self._target_producer = kafka_producer(settings)
-        self._tenant_producers = (
-            None if settings.kafka_security == "plaintext" else TenantProducers(
-                settings, Path(config.tenant_credentials or credentials_dir(settings)))
-        )  # fmt: skip
-        self.policy = PolicyBook(config.grants, Path(config.policy_file) if config.policy_file
-                                 else None)  # fmt: skip
-        # One executor per registered target type (schemas.targets), each built by its
-        # own module's factory from what the worker lends it.
-        self.executors: dict[str, Executor] = build_executors(ExecutorSetup(
-            settings=settings, config=config, topics=Topics(settings),
-            producer=self._target_producer, tenant_producers=self._tenant_producers,
-            encode=outbox.publisher.codec.encode, policy=self.policy.current,
-        ))  # fmt: skip
-        # Run slots per destination: one that stops answering holds only its share.
-        self.destinations = Destinations.of_worker(self.executors, config)
-        # Executors that run attempts without a run thread each (http, kafka): what
-        # starts one (``consumers.executors.base.LoopExecutor``); the others take a thread.
-        self.starters: dict[str, Starter] = {
-            kind: executor.start
-            for kind, executor in self.executors.items()
-            if isinstance(executor, LoopExecutor)
-        }
+        runners = Runners(settings, config, outbox.publisher.codec.encode)
+        self.runners = runners
+        self.policy, self.executors = runners.policy, runners.executors
+        self.destinations, self.starters = runners.destinations, runners.starters
         self._next_deadline_check = 0.0
         self.faults = RecordFaults(STAGE)  # a run that makes starting it raise
         # Due-to-start skew per priority: each series found once here (all three exist
@@ -193,9 +166,13 @@ class Attempts:
         its outcome cannot be written either; the other runs go on."""
         run = pending.run
         fault = self.faults.fault(
-            exc, topic=pending.topic, partition=pending.partition, offset=pending.offset,
-            key=run.job_id, tenant=run.tenant,
-        )  # fmt: skip
+            exc,
+            topic=pending.topic,
+            partition=pending.partition,
+            offset=pending.offset,
+            key=run.job_id,
+            tenant=run.tenant,
+        )
         if self.running_ids.get(run.run_id) is pending:
             self.running.discard(pending)
             del self.running_ids[run.run_id]
@@ -207,19 +184,25 @@ class Attempts:
                 self._release(run.job_id)
         letter = fault.letter(STAGE, job_id=run.job_id, run_id=run.run_id, attempt=run.attempt)
         try:
-            self.outbox.finish(pending, RunStatus.DEAD_LETTERED, fault.reason,
-                               extra=(self.outbox.topics.dlq, letter))  # fmt: skip
+            self.outbox.finish(
+                pending,
+                RunStatus.DEAD_LETTERED,
+                fault.reason,
+                extra=(self.outbox.topics.dlq, letter),
+            )
         except Exception:
-            log.exception("run %s: its outcome cannot be written; the dead letter alone",
-                          run.run_id)  # fmt: skip
+            log.exception(
+                "run %s: its outcome cannot be written; the dead letter alone", run.run_id
+            )
             self.outbox.checked.append((pending, [(self.outbox.topics.dlq, letter)]))
 
     def _admit(self, pending: Pending) -> bool:
         """The job's concurrency policy on a new run: start it (replacing the runs
         executing, for REPLACE), skip it (FORBID) or queue it (QUEUE)."""
         run = pending.run
-        decision = self.gate.admit(run.job_id, run.run_id, attempt=run.attempt,
-                                   policy=run.concurrency.value, item=pending)  # fmt: skip
+        decision = self.gate.admit(
+            run.job_id, run.run_id, attempt=run.attempt, policy=run.concurrency.value, item=pending
+        )
         if decision.skip_reason is not None:
             self.outbox.finish(pending, RunStatus.SKIPPED, decision.skip_reason)
             self.tally.add(metrics.runs_finished, "SKIPPED", run.target.type)
@@ -294,10 +277,14 @@ class Attempts:
         now_ms, now = int(time.time() * 1000), time.monotonic()
         executor = self.executors.get(run.target.type)
         context = RunContext(
-            run_id=run.run_id, job_id=run.job_id, attempt=run.attempt,
-            scheduled_at=run.scheduled_at, payload=run.payload, tenant=run.tenant,
+            run_id=run.run_id,
+            job_id=run.job_id,
+            attempt=run.attempt,
+            scheduled_at=run.scheduled_at,
+            payload=run.payload,
+            tenant=run.tenant,
             deadline=now + run.timeout_ms / 1000 if deadline is None else deadline,
-        )  # fmt: skip
+        )
         pending.context = context
         pending.started_ms = now_ms
         if not self.started_after_ms:
@@ -365,8 +352,11 @@ class Attempts:
                 self.fail(pending, error)
             elif error is not None:  # an executor's bug: this run's outcome, not our end
                 trace = "".join(traceback.format_exception(error)).rstrip()
-                log.error("run %s: an exception escaped its executor\n%s",
-                          pending.run.run_id, _scrub(pending, trace))  # fmt: skip
+                log.error(
+                    "run %s: an exception escaped its executor\n%s",
+                    pending.run.run_id,
+                    _scrub(pending, trace),
+                )
                 self.fail(pending, InternalError(f"the worker failed running it: {error!r}"))
             else:  # a cancel that came while it ran could not stop it: it succeeded
                 kept_text = None if output is None else self.kept_output(pending, output)
@@ -416,8 +406,10 @@ class Attempts:
                 if len(self.pool) < 2 * self.concurrency:
                     self.pool.add_thread()
                 else:
-                    log.warning("%d run threads, many stuck in calls given up on: "
-                                "starts may wait", len(self.pool))  # fmt: skip
+                    log.warning(
+                        "%d run threads, many stuck in calls given up on: starts may wait",
+                        len(self.pool),
+                    )
         return count
 
     def fail(self, pending: Pending, exc: ExecutionFailed) -> None:
@@ -428,15 +420,17 @@ class Attempts:
         by = self.replaced.get(run.run_id)
         verdict = after_failure(
             RunStatus(exc.status),
-            f"replaced by run {by} (concurrency replace)" if by is not None
+            f"replaced by run {by} (concurrency replace)"
+            if by is not None
             else redact_text(_scrub(pending, f"{type(exc).__name__}: {exc}")),
             retriable=exc.retriable,
-            cancel_requested=context is not None and context.cancelled.is_set()
+            cancel_requested=context is not None
+            and context.cancelled.is_set()
             and run.run_id in self.cancels,
             policy=run.retry,
             attempt=run.attempt,
             now_ms=now_ms,
-        )  # fmt: skip
+        )
         extra: tuple[str, TimerRequest | DeadLetter] | None = None
         if verdict.retry_at_ms is not None:
             extra = (self.outbox.topics.timers, retry_timer(run, verdict.retry_at_ms, now_ms))
@@ -447,9 +441,14 @@ class Attempts:
             assert verdict.error is not None
             extra = (self.outbox.topics.dlq, self.outbox.run_letter(run, verdict.error))
         output = None if exc.output is None else self.kept_output(pending, exc.output)
-        self.outbox.finish(pending, verdict.status, verdict.error,
-                           next_attempt_ms=verdict.retry_at_ms, extra=extra,
-                           output=output)  # fmt: skip
+        self.outbox.finish(
+            pending,
+            verdict.status,
+            verdict.error,
+            next_attempt_ms=verdict.retry_at_ms,
+            extra=extra,
+            output=output,
+        )
 
     def kept_output(
         self, pending: Pending, output: Output | str | bytes
@@ -470,16 +469,7 @@ class Attempts:
 
     def close(self) -> None:
         self.pool.shutdown()
-        # Records still unacknowledged belong to runs not settled (read again by the next
-        # owner); one to a partition without a leader would hold the stop for ever.
-        deadline = time.monotonic() + CLOSE_FLUSH_S
-        self._target_producer.flush(CLOSE_FLUSH_S)
-        if self._tenant_producers is not None:
-            self._tenant_producers.close(max(0.0, deadline - time.monotonic()))
-        for executor in self.executors.values():
-            close = getattr(executor, "close", None)
-            if close is not None:  # an executor holding resources (http's connections)
-                close()
+        self.runners.close(self.executors)
 
 
 def _scrub(pending: Pending, text: str) -> str:

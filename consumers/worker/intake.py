@@ -198,9 +198,11 @@ class Intake:
         # Its outcome would go to history partition ``home``, which this partition's
         # next owner does not read: history could not dedup it (found by the chaos
         # suite: records written without the job id as key ran twice).
-        return (f"run request of job {run.job_id!r} on partition {partition}, not its "
-                f"job's partition {home}: the key must be the job id, partitioned with "
-                "murmur2 (the Java client's default)")  # fmt: skip
+        return (
+            f"run request of job {run.job_id!r} on partition {partition}, not its "
+            f"job's partition {home}: the key must be the job id, partitioned with "
+            "murmur2 (the Java client's default)"
+        )
 
     def _queue(self, pending: Pending) -> None:
         """Into its priority's backlog, or held until due (read early: the lookahead)."""
@@ -317,5 +319,8 @@ class Intake:
         return False
 
     def _partitions(self, priority: Priority) -> list[TopicPartition]:
-        return [TopicPartition(t, p) for (t, p) in self.trackers
-                if self.priority_of.get(t) is priority and (t, p) not in self.waiting]  # fmt: skip
+        return [
+            TopicPartition(t, p)
+            for (t, p) in self.trackers
+            if self.priority_of.get(t) is priority and (t, p) not in self.waiting
+        ]

@@ -59,7 +59,9 @@ INPUT_EVERY_S = 0.01
 
 
 class Worker:
-    def __init__(self, settings: Settings, config: WorkerConfig) -> None:
+    def __init__(
+        self, settings: Settings, config: WorkerConfig
+    ) -> None:  # long: the worker's parts, wired in the order they use each other
         self.config = config
         topics = Topics(settings)
         codec = Codec(registry_client(settings))
@@ -80,33 +82,60 @@ class Worker:
         # Per topic: each worker gets its share of every priority's partitions (with
         # count balance one of three workers kept all of runs.normal, issue 34).
         self.member = GroupMember(
-            settings, group=config.group, name=config.name, balance="per-topic",
-            session_timeout_ms=config.session_timeout_ms, log=log, **prefetch,
-        )  # fmt: skip
+            settings,
+            group=config.group,
+            name=config.name,
+            balance="per-topic",
+            session_timeout_ms=config.session_timeout_ms,
+            log=log,
+            **prefetch,
+        )
         self.consumer = self.member.consumer
         self.outbox = Outbox(
-            outbox_publisher(settings, codec), topics=topics, name=config.name,
-            consumer=self.consumer, trackers=self.trackers, dedup=self.dedup, tally=self.tally,
+            outbox_publisher(settings, codec),
+            topics=topics,
+            name=config.name,
+            consumer=self.consumer,
+            trackers=self.trackers,
+            dedup=self.dedup,
+            tally=self.tally,
             observers=observers,
-        )  # fmt: skip
+        )
         self.attempts = Attempts(
-            settings, config, outbox=self.outbox, dedup=self.dedup, cancels=cancels,
-            tally=self.tally, cancel_reasons=cancel_reasons,
-        )  # fmt: skip
+            settings,
+            config,
+            outbox=self.outbox,
+            dedup=self.dedup,
+            cancels=cancels,
+            tally=self.tally,
+            cancel_reasons=cancel_reasons,
+        )
         self.history = HistoryReplay(
-            side_consumer(settings, config, "history"), topic=topics.history,
-            dedup=self.dedup, lookup=self.consumer,
-        )  # fmt: skip
+            side_consumer(settings, config, "history"),
+            topic=topics.history,
+            dedup=self.dedup,
+            lookup=self.consumer,
+        )
         self.control = ControlFeed(
-            side_consumer(settings, config, "control"), topic=topics.control, codec=codec,
-            lookup=self.consumer, lookback_ms=config.lookback_ms, cancels=cancels,
-            on_cancel=self.attempts.cancel, reasons=cancel_reasons,
-        )  # fmt: skip
+            side_consumer(settings, config, "control"),
+            topic=topics.control,
+            codec=codec,
+            lookup=self.consumer,
+            lookback_ms=config.lookback_ms,
+            cancels=cancels,
+            on_cancel=self.attempts.cancel,
+            reasons=cancel_reasons,
+        )
         self.intake = Intake(
-            config, topics=topics, consumer=self.consumer, codec=codec,
-            trackers=self.trackers, history=self.history, outbox=self.outbox,
+            config,
+            topics=topics,
+            consumer=self.consumer,
+            codec=codec,
+            trackers=self.trackers,
+            history=self.history,
+            outbox=self.outbox,
             lookups=SchemaLookups(codec, registry_client(settings)),
-        )  # fmt: skip
+        )
         self.stall = Backoff(log, "run requests held, fetching paused until it answers")
         self.held = Held(self.consumer)  # what waits for the registry
         self._next_input = 0.0
@@ -114,8 +143,12 @@ class Worker:
         self._maintenance = 0.0
         self.control.catch_up()
         # Lost: what is settled is committed if the group still lets it.
-        self.member.subscribe(list(self.intake.priority_of), assigned=self._assigned,
-                              revoking=self._revoking, lost=self._revoking)  # fmt: skip
+        self.member.subscribe(
+            list(self.intake.priority_of),
+            assigned=self._assigned,
+            revoking=self._revoking,
+            lost=self._revoking,
+        )
 
     # -- ownership ----------------------------------------------------------------------
     def _assigned(self, partitions: list[TopicPartition]) -> None:
@@ -133,9 +166,11 @@ class Worker:
             # is read up to its end as of now (once, not chasing later outcomes), from
             # the time of the oldest run the earlier owner left uncommitted.
             self.intake.assigned(
-                (tp.topic, partition), committed=tp.offset if tp.offset >= 0 else low,
-                runs_end=high, history_end=history_ends[partition],
-            )  # fmt: skip
+                (tp.topic, partition),
+                committed=tp.offset if tp.offset >= 0 else low,
+                runs_end=high,
+                history_end=history_ends[partition],
+            )
             since = _metadata_time(tp.metadata)
             floor = now - self.config.lookback_ms
             since = floor if since is None else max(floor, since - DEDUP_MARGIN_MS)
@@ -236,9 +271,14 @@ class Worker:
                 return messages[:i]
         if stall.stalled and not held:
             paused, waiting = intake.paused, intake.waiting
-            held.resume([tp for tp in self.consumer.assignment()
-                         if intake.priority_of.get(tp.topic) not in paused
-                         and (tp.topic, tp.partition) not in waiting])  # fmt: skip
+            held.resume(
+                [
+                    tp
+                    for tp in self.consumer.assignment()
+                    if intake.priority_of.get(tp.topic) not in paused
+                    and (tp.topic, tp.partition) not in waiting
+                ]
+            )
             stall.passed()
         return messages
 
@@ -296,8 +336,9 @@ class Worker:
                     "dedup holds more than --dedup-capacity %d run ids: forgetting the "
                     "oldest before the %d s lookback (a flagged re-emission of one of them "
                     "executes again; counted in cronstream_worker_dedup_forgotten_total)",
-                    self.config.dedup_capacity, self.config.lookback_ms // 1000,
-                )  # fmt: skip
+                    self.config.dedup_capacity,
+                    self.config.lookback_ms // 1000,
+                )
             metrics.dedup_forgotten.inc(forgotten)
         metrics.dedup_run_ids.set(len(self.dedup))
         metrics.runs_held.set(len(self.intake.delayed))
@@ -319,9 +360,11 @@ def _resolve_writers(codec: Codec, topics: Topics, observers: list[OutcomeObserv
     before anything else: from then on publishing never needs the registry
     (RegistryUnavailable here: the caller waits for it, ``cronstream.foreground.run_member``)."""
     written: list[tuple[str, type[AnyEvent]]] = [
-        (topics.history, RunOutcome), (topics.timers, TimerRequest), (topics.dlq, DeadLetter),
+        (topics.history, RunOutcome),
+        (topics.timers, TimerRequest),
+        (topics.dlq, DeadLetter),
         (topics.run_output, RunOutput),
-    ]  # fmt: skip
+    ]
     for observer in observers:
         written.extend(observer.written())
     for topic, event_type in written:

@@ -130,8 +130,7 @@ class Outbox:
             pending.extra.append(extra)
         retrying = next_attempt_ms is not None
         for observer in self.observers:
-            records = observer.settled(pending.run, status, error, retrying=retrying,
-                                       now_ms=now_ms)  # fmt: skip
+            records = observer.settled(pending.run, status, error, retrying=retrying, now_ms=now_ms)
             if records:
                 pending.extra.extend(records)
         self.done.append(pending)
@@ -161,9 +160,15 @@ class Outbox:
     def run_letter(self, run: RunRequest, reason: str) -> DeadLetter:
         """The DLQ record of a run that is given up on."""
         return dead_letter(
-            stage=STAGE, reason=reason, topic=self.topics.runs(run.priority), partition=-1,
-            offset=-1, job_id=run.job_id, run_id=run.run_id, attempt=run.attempt,
-        )  # fmt: skip
+            stage=STAGE,
+            reason=reason,
+            topic=self.topics.runs(run.priority),
+            partition=-1,
+            offset=-1,
+            job_id=run.job_id,
+            run_id=run.run_id,
+            attempt=run.attempt,
+        )
 
     def _outcome(
         self,
@@ -181,18 +186,24 @@ class Outbox:
         template = pending.template
         if template is None:
             template = pending.template = OutcomeTemplate(
-                run_id=run.run_id, job_id=run.job_id, tenant=run.tenant, attempt=run.attempt,
-                trigger=run.trigger, scheduled_ms=to_ms(run.scheduled_at),
-                target_type=run.target.type, worker=self.name,
-            )  # fmt: skip
+                run_id=run.run_id,
+                job_id=run.job_id,
+                tenant=run.tenant,
+                attempt=run.attempt,
+                trigger=run.trigger,
+                scheduled_ms=to_ms(run.scheduled_at),
+                target_type=run.target.type,
+                worker=self.name,
+            )
         value = self._prefix + template.encode(
-            status, now_ms,
+            status,
+            now_ms,
             started_ms=started_ms or None,
             finished_ms=now_ms if ran else None,
             duration_ms=max(0, now_ms - started_ms) if ran else None,
             error=error[:2000] if error else None,
             next_attempt_ms=next_attempt_ms,
-        )  # fmt: skip
+        )
         headers = outcome_headers(pending, status)
         if final:
             pending.outcome.append((value, headers))
@@ -207,17 +218,27 @@ class Outbox:
             self.publisher.produce_raw(self.topics.history, run.job_id, value, headers)
 
     def _output(
-        self, pending: Pending, status: RunStatus, output: tuple[str, Dropped | None],
+        self,
+        pending: Pending,
+        status: RunStatus,
+        output: tuple[str, Dropped | None],
         now_ms: int,
-    ) -> tuple[bytes, list[tuple[str, bytes]]]:  # fmt: skip
+    ) -> tuple[bytes, list[tuple[str, bytes]]]:
         """The encoded RunOutput of ``pending``'s attempt (its value and headers)."""
         run = pending.run
         record = RunOutput(
-            run_id=run.run_id, job_id=run.job_id, tenant=run.tenant, attempt=run.attempt,
-            status=status.value, scheduled_at=run.scheduled_at, recorded_at=from_ms(now_ms),
-            output=output[0], dropped=output[1], target_type=run.target.type,
+            run_id=run.run_id,
+            job_id=run.job_id,
+            tenant=run.tenant,
+            attempt=run.attempt,
+            status=status.value,
+            scheduled_at=run.scheduled_at,
+            recorded_at=from_ms(now_ms),
+            output=output[0],
+            dropped=output[1],
+            target_type=run.target.type,
             worker=self.name,
-        )  # fmt: skip
+        )
         return self.publisher.codec.encode(self._run_output, record), record.headers()
 
     # -- the commit procedure -----------------------------------------------------------
@@ -323,9 +344,14 @@ class Outbox:
         for msg, offset, tracker, reason in self.rejected:
             topic, partition, key = msg.topic() or "", msg.partition() or 0, msg.key()
             key, body, headers = write(
-                reason, topic, partition, offset, key if isinstance(key, bytes) else None,
-                msg.value(), now_ms,
-            )  # fmt: skip
+                reason,
+                topic,
+                partition,
+                offset,
+                key if isinstance(key, bytes) else None,
+                msg.value(),
+                now_ms,
+            )
             produce(dlq, key, prefix + body, headers)
             published.append(Pending(topic, partition, offset, UNDECODABLE, tracker))
         self.tally.add(metrics.dead_letters, STAGE, count=len(self.rejected))
@@ -362,8 +388,13 @@ class Outbox:
                 offsets.append(TopicPartition(topic, partition, point, metadata=since))
         if not offsets:
             return
-        commit(self.consumer, offsets, wait=wait, log=log,
-               then="those runs will be read again and deduped")  # fmt: skip
+        commit(
+            self.consumer,
+            offsets,
+            wait=wait,
+            log=log,
+            then="those runs will be read again and deduped",
+        )
 
     def close(self) -> None:
         self.publisher.close()

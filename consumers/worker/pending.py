@@ -42,9 +42,13 @@ def outcome_headers(pending: Pending, status: RunStatus) -> Headers:
     if pending.headers is None:
         run = pending.run
         headers = run_headers(
-            "RunOutcome", run_id=run.run_id, job_id=run.job_id,
-            scheduled_at=run.scheduled_at, attempt=run.attempt, status=status.value,
-        )  # fmt: skip
+            "RunOutcome",
+            run_id=run.run_id,
+            job_id=run.job_id,
+            scheduled_at=run.scheduled_at,
+            attempt=run.attempt,
+            status=status.value,
+        )
         assert headers[-1][0] == "status", headers
         pending.headers = headers[:-1]
         return headers
@@ -53,5 +57,10 @@ def outcome_headers(pending: Pending, status: RunStatus) -> Headers:
 
 # Stands in for every run that could not be decoded: only its place (partition and
 # offset, kept by its Pending) matters, for the commit.
-UNDECODABLE = RunRequest(run_id="?@undecodable", job_id="?", scheduled_at=EPOCH,
-                         fired_at=EPOCH, target=Target(type="none"))  # fmt: skip
+UNDECODABLE = RunRequest(
+    run_id="?@undecodable",
+    job_id="?",
+    scheduled_at=EPOCH,
+    fired_at=EPOCH,
+    target=Target(type="none"),
+)

@@ -103,10 +103,17 @@ class HistoryReplay:
 
 class ControlFeed:
     def __init__(
-        self, consumer: Consumer, *, topic: str, codec: Codec, lookup: Consumer,
-        lookback_ms: int, cancels: dict[str, int], on_cancel: Callable[[str], None],
+        self,
+        consumer: Consumer,
+        *,
+        topic: str,
+        codec: Codec,
+        lookup: Consumer,
+        lookback_ms: int,
+        cancels: dict[str, int],
+        on_cancel: Callable[[str], None],
         reasons: dict[str, str] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.consumer = consumer  # assigned the control partition
         self.topic = topic
         self.codec = codec

@@ -129,8 +129,12 @@ def _outcomes_json(caller: Caller, rows: Iterable[RunOutcome], limit: int) -> li
 def _answered(result: TenantResult) -> dict[str, Any]:
     """The admission's answer as the response, or its refusal as an HTTP error."""
     if result.accepted:
-        return {"accepted": True, "job_id": result.job_id, "run_id": result.run_id,
-                "action": result.action.value if result.action else None}  # fmt: skip
+        return {
+            "accepted": True,
+            "job_id": result.job_id,
+            "run_id": result.run_id,
+            "action": result.action.value if result.action else None,
+        }
     status = UNCODED if result.code is None else STATUS_OF[result.code]
     raise HTTPException(status, result.reason or "refused")
 
@@ -215,13 +219,18 @@ def list_jobs(who: Who, backend: Back) -> list[dict[str, Any]]:
 
 @router.get("/v1/jobs/{job_id:path}/history")
 def job_history(
-    who: Who, backend: Back, job_id: str, since: str = "24h", status: str | None = None,
+    who: Who,
+    backend: Back,
+    job_id: str,
+    since: str = "24h",
+    status: str | None = None,
     limit: Limit = 100,
-) -> list[dict[str, Any]]:  # fmt: skip
+) -> list[dict[str, Any]]:
     job = job_of(backend, who, job_id)
     start, end = window_of(since)
-    rows = backend.job_runs(job.job_id, start, end, statuses_of(status), limit=limit,
-                            tenant=job.tenant)  # fmt: skip
+    rows = backend.job_runs(
+        job.job_id, start, end, statuses_of(status), limit=limit, tenant=job.tenant
+    )
     return _outcomes_json(who, rows, limit)
 
 
@@ -271,8 +280,9 @@ def put_job(
     who: Who, backend: Back, job_id: str, spec: Annotated[dict[str, Any], Body()]
 ) -> dict[str, Any]:
     try:
-        job = job_from_spec({**spec, "id": job_id},
-                            max_payload_bytes=backend.settings.max_payload_bytes)  # fmt: skip
+        job = job_from_spec(
+            {**spec, "id": job_id}, max_payload_bytes=backend.settings.max_payload_bytes
+        )
     except SpecError as exc:
         raise HTTPException(422, "; ".join(exc.problems)) from None
     return send(backend, who, TenantAction.PUT, job_id, job=job)
@@ -289,8 +299,9 @@ def cancel(
 ) -> dict[str, Any]:
     job_id = run_id.rpartition("@")[0] or run_id
     reason = body.reason if body else None
-    result: dict[str, Any] = send(backend, who, TenantAction.CANCEL, job_id, run_id=run_id,
-                                   reason=reason)  # fmt: skip
+    result: dict[str, Any] = send(
+        backend, who, TenantAction.CANCEL, job_id, run_id=run_id, reason=reason
+    )
     return result
 
 
@@ -332,8 +343,9 @@ def by_status(
 
 
 def build_app(backend: Backend, book: TokenBook) -> FastAPI:
-    app = FastAPI(title="cronstream", version="1", docs_url=None, redoc_url=None,
-                  description=__doc__)  # fmt: skip
+    app = FastAPI(
+        title="cronstream", version="1", docs_url=None, redoc_url=None, description=__doc__
+    )
     app.state.backend, app.state.book = backend, book
     app.include_router(router)
 

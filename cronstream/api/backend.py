@@ -131,18 +131,26 @@ class Backend:
             status = replace(status, lag=self._offsets.lag(job.on.topic))
         try:
             if job.on is not None:
-                rows = hot.job_runs(job.job_id, now - timedelta(days=SCAN_DAYS),
-                                             now + timedelta(days=1), limit=SCAN_ROWS)  # fmt: skip
+                rows = hot.job_runs(
+                    job.job_id,
+                    now - timedelta(days=SCAN_DAYS),
+                    now + timedelta(days=1),
+                    limit=SCAN_ROWS,
+                )
                 status = replace(status, matched=last_matched(rows))
             if job.after:
                 day, start, end = day_bounds(now)
-                upstream = tuple(upstream_today(
-                    u, u in self.view.jobs, hot.job_runs(
-                        u, start, end, ["SUCCEEDED"], limit=UPSTREAM_ROWS), day)
-                    for u in job.after)  # fmt: skip
+                upstream = tuple(
+                    upstream_today(
+                        u,
+                        u in self.view.jobs,
+                        hot.job_runs(u, start, end, ["SUCCEEDED"], limit=UPSTREAM_ROWS),
+                        day,
+                    )
+                    for u in job.after
+                )
                 own = hot.run(dependency_run_id(job.job_id, day))
-                status = replace(status, day=day, upstream=upstream,
-                                 today=own[-1] if own else None)  # fmt: skip
+                status = replace(status, day=day, upstream=upstream, today=own[-1] if own else None)
         except Exception as exc:  # the driver's NoHostAvailable, OperationTimedOut: shown
             return replace(status, history_error=f"history unavailable ({exc})")
         return status
@@ -180,15 +188,18 @@ class Backend:
         prefix = self.settings.topic_prefix
         refresh: dict[str, Any] = {"topic.metadata.refresh.interval.ms": 2000}
         member = GroupMember(
-            self.settings, group=f"{prefix}.api.{uuid.uuid4().hex[:12]}", name="api-answers",
-            session_timeout_ms=10_000, log=log, **refresh,
-        )  # fmt: skip
+            self.settings,
+            group=f"{prefix}.api.{uuid.uuid4().hex[:12]}",
+            name="api-answers",
+            session_timeout_ms=10_000,
+            log=log,
+            **refresh,
+        )
         member.subscribe([commands_pattern(prefix, "out")])
         try:
             while not self._stop.is_set():
                 messages = member.consume(500, 0.5, ready=True)
-                learn_writers(self.codec, messages, what="api", log=log,
-                              pause=self.follower.pause)  # fmt: skip
+                learn_writers(self.codec, messages, what="api", log=log, pause=self.follower.pause)
                 for msg in messages:
                     if not msg.error():
                         self._answered(msg.value())
@@ -225,10 +236,16 @@ class Backend:
         SpecError for text no topic can carry (``require_encodable``: the field named),
         UnknownTenant for a tenant not onboarded here, NoAnswer after the timeout."""
         command = TenantCommand(
-            command_id=uuid.uuid4().hex, action=action, job_id=job_id, issued_at=utc_now(),
-            job=job, idempotency_key=idempotency_key, run_id=run_id, reason=reason,
+            command_id=uuid.uuid4().hex,
+            action=action,
+            job_id=job_id,
+            issued_at=utc_now(),
+            job=job,
+            idempotency_key=idempotency_key,
+            run_id=run_id,
+            reason=reason,
             issued_by=issued_by,
-        )  # fmt: skip
+        )
         require_encodable(f"{action.value} {job_id!r}", command)
         topic = self.topics.tenant_commands(tenant)
         if not self._exists(topic):
@@ -241,8 +258,10 @@ class Backend:
             self.publisher.publish(topic, command)
             self.publisher.flush()
             if not done.wait(self.answer_timeout):
-                raise NoAnswer(f"no answer from the admission in {self.answer_timeout:.0f} s "
-                               "(is `cronstream admission` running?)")  # fmt: skip
+                raise NoAnswer(
+                    f"no answer from the admission in {self.answer_timeout:.0f} s "
+                    "(is `cronstream admission` running?)"
+                )
             return box[0]
         finally:
             with self._lock:

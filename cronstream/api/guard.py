@@ -40,8 +40,10 @@ App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 MAX_BODY = 1 << 20  # bytes: the largest job spec is ~70 KiB (a 64 KiB payload)
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
-CSP = ("default-src 'self'; script-src 'self'; object-src 'none'; base-uri 'none'; "
-       "form-action 'self'; frame-ancestors 'none'")  # fmt: skip
+CSP = (
+    "default-src 'self'; script-src 'self'; object-src 'none'; base-uri 'none'; "
+    "form-action 'self'; frame-ancestors 'none'"
+)
 SECURITY_HEADERS = (
     (b"content-security-policy", CSP.encode()),
     (b"x-frame-options", b"DENY"),
@@ -203,7 +205,15 @@ async def _answer(send: Send, status: int, reason: str) -> None:
     """A refusal as the API answers errors (``{"error": reason}``); the connection is
     closed after it (a refused body is not read on only to be thrown away)."""
     body = json.dumps({"error": reason}).encode()
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()), (b"connection", b"close")]})  # fmt: skip
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})

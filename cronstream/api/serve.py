@@ -34,10 +34,15 @@ log = logging.getLogger("cronstream.api")
 AppFactory = Callable[[Backend, TokenBook], tuple[FastAPI, list[Any]]]
 
 
-def serve(
-    settings: Settings, *, host: str, port: int, answer_timeout: float = 30.0,
-    factory: AppFactory | None = None, allowed_hosts: Sequence[str] = (),
-) -> int:  # fmt: skip
+def serve(  # long: the server's parts and its stop, in order
+    settings: Settings,
+    *,
+    host: str,
+    port: int,
+    answer_timeout: float = 30.0,
+    factory: AppFactory | None = None,
+    allowed_hosts: Sequence[str] = (),
+) -> int:
     """The API; with ``factory``, what it builds (``cronstream ui``: the dashboard).
     ``allowed_hosts``: Host names served besides the loopback ones and ``host``."""
     setup_process()
@@ -75,8 +80,13 @@ def serve(
         app, closing = factory(backend, book)
     app.state.metrics_token = token
     metrics.PROBES.set_ready(True)  # cronstream_member_ready: the API serves from here on
-    log.info("api on http://%s:%d (OpenAPI at /openapi.json; tokens from %s; Host names "
-             "served: %s)", host, port, book.path, hosts.describe())  # fmt: skip
+    log.info(
+        "api on http://%s:%d (OpenAPI at /openapi.json; tokens from %s; Host names served: %s)",
+        host,
+        port,
+        book.path,
+        hosts.describe(),
+    )
     # uvicorn shuts down gracefully on SIGTERM/SIGINT, then raises the signal again for
     # the handler it found installed: with the default one the process died by SIGTERM
     # (exit -15) after a clean stop. A handler of ours makes a clean stop exit 0.

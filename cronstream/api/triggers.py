@@ -62,8 +62,10 @@ def partition_lags(
 ) -> list[PartitionLag]:
     """Per partition (``ends``: partition -> (low, high) watermarks; ``done``: partition ->
     committed offset, a negative one as librdkafka's "none")."""
-    return [PartitionLag(p, low, high, c if (c := done.get(p, -1)) >= 0 else None)
-            for p, (low, high) in sorted(ends.items())]  # fmt: skip
+    return [
+        PartitionLag(p, low, high, c if (c := done.get(p, -1)) >= 0 else None)
+        for p, (low, high) in sorted(ends.items())
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,29 +148,54 @@ class TriggerStatus:
 
     def as_json(self, own: Callable[[str], str]) -> dict[str, Any]:
         """As the API answers; ``own`` names a stored id as the caller does."""
-        out: dict[str, Any] = {"job_id": own(self.job.job_id),
-                               "describe": self.job.describe_schedule()}  # fmt: skip
+        out: dict[str, Any] = {
+            "job_id": own(self.job.job_id),
+            "describe": self.job.describe_schedule(),
+        }
         if self.job.on is not None and self.lag is not None:
             m = self.matched
             out["on"] = {
-                "topic": self.job.on.topic, "group": self.lag.group, "lag": self.lag.total,
+                "topic": self.job.on.topic,
+                "group": self.lag.group,
+                "lag": self.lag.total,
                 "lag_error": self.lag.error,
-                "partitions": [{"partition": p.partition, "start": p.start, "end": p.end,
-                                "committed": p.committed, "lag": p.lag}
-                               for p in self.lag.partitions],
-                "last_matched": None if m is None else {
-                    "run_id": own(m.run_id), "topic": m.topic, "partition": m.partition,
-                    "offset": m.offset, "record_time": iso(m.record_time), "status": m.status},
-            }  # fmt: skip
+                "partitions": [
+                    {
+                        "partition": p.partition,
+                        "start": p.start,
+                        "end": p.end,
+                        "committed": p.committed,
+                        "lag": p.lag,
+                    }
+                    for p in self.lag.partitions
+                ],
+                "last_matched": None
+                if m is None
+                else {
+                    "run_id": own(m.run_id),
+                    "topic": m.topic,
+                    "partition": m.partition,
+                    "offset": m.offset,
+                    "record_time": iso(m.record_time),
+                    "status": m.status,
+                },
+            }
         if self.job.after:
             out["after"] = {
                 "date": None if self.day is None else self.day.isoformat(),
-                "jobs": [{"job_id": own(u.job_id), "known": u.known, "succeeded": u.succeeded,
-                          "run_id": None if u.run_id is None else own(u.run_id)}
-                         for u in self.upstream],
-                "run": None if self.today is None else {
-                    "run_id": own(self.today.run_id), "status": self.today.status.value},
-            }  # fmt: skip
+                "jobs": [
+                    {
+                        "job_id": own(u.job_id),
+                        "known": u.known,
+                        "succeeded": u.succeeded,
+                        "run_id": None if u.run_id is None else own(u.run_id),
+                    }
+                    for u in self.upstream
+                ],
+                "run": None
+                if self.today is None
+                else {"run_id": own(self.today.run_id), "status": self.today.status.value},
+            }
         out["history_error"] = self.history_error
         return out
 
@@ -195,14 +222,17 @@ class TriggerOffsets:
         if meta is None or meta.error is not None:
             why = "no such topic" if meta is None else meta.error.str()
             return TopicLag(self.group, topic, [], f"topic {topic!r}: {why}")
-        ends = {p: watermarks(self.consumer, TopicPartition(topic, p), timeout=10)
-                for p in meta.partitions}  # fmt: skip
+        ends = {
+            p: watermarks(self.consumer, TopicPartition(topic, p), timeout=10)
+            for p in meta.partitions
+        }
         found = committed(self.consumer, [TopicPartition(topic, p) for p in ends])
         refused = [tp.error.str() for tp in found if tp.error is not None]
         if refused:
             return TopicLag(self.group, topic, [], f"group {self.group}: {refused[0]}")
-        return TopicLag(self.group, topic, partition_lags(ends, {
-            tp.partition: tp.offset for tp in found}))  # fmt: skip
+        return TopicLag(
+            self.group, topic, partition_lags(ends, {tp.partition: tp.offset for tp in found})
+        )
 
     def close(self) -> None:
         self.consumer.close()

@@ -32,17 +32,29 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
     cassandra = cassandra_health(settings)
     report = {
         "ok": kafka.ok and registry.ok and cassandra.ok,
-        "kafka": {"ok": kafka.ok, "bootstrap_servers": settings.bootstrap_servers,
-                  "detail": kafka.detail, "latency_ms": round(kafka.latency_ms, 1)},
-        "schema_registry": {"ok": registry.ok, "url": settings.registry_url,
-                            "detail": registry.detail,
-                            "latency_ms": round(registry.latency_ms, 1)},
-        "cassandra": {"ok": cassandra.ok, "hosts": list(settings.cassandra_hosts),
-                      "port": settings.cassandra_port, "keyspace": settings.keyspace,
-                      "detail": cassandra.detail, "latency_ms": round(cassandra.latency_ms, 1)},
+        "kafka": {
+            "ok": kafka.ok,
+            "bootstrap_servers": settings.bootstrap_servers,
+            "detail": kafka.detail,
+            "latency_ms": round(kafka.latency_ms, 1),
+        },
+        "schema_registry": {
+            "ok": registry.ok,
+            "url": settings.registry_url,
+            "detail": registry.detail,
+            "latency_ms": round(registry.latency_ms, 1),
+        },
+        "cassandra": {
+            "ok": cassandra.ok,
+            "hosts": list(settings.cassandra_hosts),
+            "port": settings.cassandra_port,
+            "keyspace": settings.keyspace,
+            "detail": cassandra.detail,
+            "latency_ms": round(cassandra.latency_ms, 1),
+        },
         "topic_prefix": settings.topic_prefix,
         "zone_database": f"tzdata {TZDATA_VERSION}",
-    }  # fmt: skip
+    }
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -86,11 +98,22 @@ EXITS: tuple[tuple[type[Exception] | tuple[type[Exception], ...], int, str], ...
     (UnknownJob, EXIT_NOT_FOUND, ""),
     ((SettingsError, TargetTypeError), EXIT_INVALID, ""),
     ((KafkaAuthError, ServiceRefused), EXIT_REFUSED, ""),
-    ((RegistryUnavailable, RegistryError, PublishError), EXIT_UNAVAILABLE,
-     " (is the stack up? 'cronstream status')"),
-)  # fmt: skip
-FAILURES = (UnknownJob, SettingsError, TargetTypeError, KafkaAuthError, ServiceRefused,
-            RegistryUnavailable, RegistryError, PublishError)  # fmt: skip
+    (
+        (RegistryUnavailable, RegistryError, PublishError),
+        EXIT_UNAVAILABLE,
+        " (is the stack up? 'cronstream status')",
+    ),
+)
+FAILURES = (
+    UnknownJob,
+    SettingsError,
+    TargetTypeError,
+    KafkaAuthError,
+    ServiceRefused,
+    RegistryUnavailable,
+    RegistryError,
+    PublishError,
+)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,8 +39,10 @@ def _requests(settings: Settings, args: argparse.Namespace) -> list[tuple[str, s
         load_jobs_file(Path(args.file), max_payload_bytes=settings.max_payload_bytes)
         # Read as the jobs file was (a bare ``on:`` key is the trigger, not YAML's true).
         entries = yaml_entries(Path(args.file), "jobs")
-        return [("PUT", f"/v1/jobs/{e['id']}", {k: v for k, v in e.items() if k != "id"})
-                for e in entries]  # fmt: skip
+        return [
+            ("PUT", f"/v1/jobs/{e['id']}", {k: v for k, v in e.items() if k != "id"})
+            for e in entries
+        ]
     if command == "delete":
         return [("DELETE", f"/v1/jobs/{args.job_id}", None)]
     if command == "trigger":

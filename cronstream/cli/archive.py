@@ -22,12 +22,23 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--group", help="consumer group (default <topic prefix>.archiver)")
     p.add_argument("--name", default=f"archiver-{socket.gethostname()}-{os.getpid()}")
-    p.add_argument("--flush-rows", type=at_least(1), default=200_000,
-                   help="commit a partition's outcomes once it buffers this many")  # fmt: skip
-    p.add_argument("--flush-s", type=float, default=60.0,
-                   help="... or once its oldest buffered outcome waited this long")  # fmt: skip
-    p.add_argument("--metrics-port", type=int,
-                   default=env_int("CRONSTREAM_ARCHIVER_METRICS_PORT", 0, minimum=0))  # fmt: skip
+    p.add_argument(
+        "--flush-rows",
+        type=at_least(1),
+        default=200_000,
+        help="commit a partition's outcomes once it buffers this many",
+    )
+    p.add_argument(
+        "--flush-s",
+        type=float,
+        default=60.0,
+        help="... or once its oldest buffered outcome waited this long",
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=env_int("CRONSTREAM_ARCHIVER_METRICS_PORT", 0, minimum=0),
+    )
     p.set_defaults(handler=cmd_archiver, needs="role")
     a = sub.add_parser("archive", help="the archive table of history: compact, expire, info")
     verbs = a.add_subparsers(dest="verb", required=True)
@@ -36,15 +47,22 @@ def register(sub: Any) -> None:
         help="merge finished months' files into one per tenant, "
         "and the days before yesterday of the months still going",
     )
-    c.add_argument("--day", help="only this UTC day (YYYY-MM-DD), or its month when the "
-                   "month is finished; default: every finished month and day")  # fmt: skip
+    c.add_argument(
+        "--day",
+        help="only this UTC day (YYYY-MM-DD), or its month when the "
+        "month is finished; default: every finished month and day",
+    )
     c.set_defaults(handler=cmd_compact, needs="settings")
-    e = verbs.add_parser("expire", help="delete the days and months wholly past the retention "
-                         "($CRONSTREAM_ARCHIVE_KEEP_DAYS, default 366; the archiver does "
-                         "it hourly)")  # fmt: skip
+    e = verbs.add_parser(
+        "expire",
+        help="delete the days and months wholly past the retention "
+        "($CRONSTREAM_ARCHIVE_KEEP_DAYS, default 366; the archiver does "
+        "it hourly)",
+    )
     e.set_defaults(handler=cmd_expire, needs="settings")
-    i = verbs.add_parser("info", help="where the table is (catalog, warehouse) and its "
-                         "days, files and rows")  # fmt: skip
+    i = verbs.add_parser(
+        "info", help="where the table is (catalog, warehouse) and its days, files and rows"
+    )
     i.set_defaults(handler=cmd_info, needs="settings")
 
 
@@ -62,12 +80,21 @@ def cmd_archiver(settings: Settings, args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
-    config = ArchiverConfig(group=args.group or f"{settings.topic_prefix}.archiver",
-                            name=args.name, flush_rows=args.flush_rows,
-                            flush_s=args.flush_s, keep_days=keep)  # fmt: skip
-    return run_member("archiver", name=config.name, group=config.group,
-                      start=lambda: Archiver(settings, config),
-                      metrics_port=args.metrics_port, settings=settings)  # fmt: skip
+    config = ArchiverConfig(
+        group=args.group or f"{settings.topic_prefix}.archiver",
+        name=args.name,
+        flush_rows=args.flush_rows,
+        flush_s=args.flush_s,
+        keep_days=keep,
+    )
+    return run_member(
+        "archiver",
+        name=config.name,
+        group=config.group,
+        start=lambda: Archiver(settings, config),
+        metrics_port=args.metrics_port,
+        settings=settings,
+    )
 
 
 def cmd_compact(settings: Settings, args: argparse.Namespace) -> int:
@@ -85,8 +112,10 @@ def cmd_compact(settings: Settings, args: argparse.Namespace) -> int:
                 return EXIT_INVALID
             done = {day.isoformat(): compact(table, day)}
         else:
-            done = {f"{part.label()} {part.tenant}": merged for part, merged
-                    in compact_finished(table, datetime.now(UTC).date()).items()}  # fmt: skip
+            done = {
+                f"{part.label()} {part.tenant}": merged
+                for part, merged in compact_finished(table, datetime.now(UTC).date()).items()
+            }
     finally:
         table.close()
     for what, merged in sorted(done.items()):
@@ -114,8 +143,11 @@ def cmd_expire(settings: Settings, args: argparse.Namespace) -> int:
     for part in gone:
         print(f"{part.label()} {part.tenant}: deleted (older than {keep} days)")
     if not gone:
-        print(f"nothing older than {keep} days in {table.where.table}" if keep
-              else "retention is off (0)")  # fmt: skip
+        print(
+            f"nothing older than {keep} days in {table.where.table}"
+            if keep
+            else "retention is off (0)"
+        )
     print(f"{removed} files no snapshot references removed")
     return 0
 
@@ -129,17 +161,22 @@ def cmd_info(settings: Settings, args: argparse.Namespace) -> int:
     try:
         partitions = table.partitions()
         snapshot = table.table.current_snapshot()
-        rows = table.table.inspect.partitions().column("record_count").to_pylist() if (
-            snapshot is not None) else []  # fmt: skip
+        rows = (
+            table.table.inspect.partitions().column("record_count").to_pylist()
+            if (snapshot is not None)
+            else []
+        )
     finally:
         table.close()
     uri = where.catalog_uri.split("@", 1)[-1]  # never the password
     print(f"table {where.table} (catalog {uri}, warehouse {where.warehouse})")
     if partitions:
         months = sum(part.month for part in partitions)
-        print(f"{min(partitions).start} .. {max(p.end for p in partitions)}: "
-              f"{len(partitions)} partitions ({months} of finished months, the rest days), "
-              f"{sum(partitions.values())} files, {sum(rows)} outcomes")  # fmt: skip
+        print(
+            f"{min(partitions).start} .. {max(p.end for p in partitions)}: "
+            f"{len(partitions)} partitions ({months} of finished months, the rest days), "
+            f"{sum(partitions.values())} files, {sum(rows)} outcomes"
+        )
     else:
         print("empty")
     return 0

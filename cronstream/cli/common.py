@@ -68,6 +68,11 @@ def _on_commands(parser: argparse.ArgumentParser) -> None:
 
 
 def _verbose_flag(parser: argparse.ArgumentParser, default: object) -> None:
-    parser.add_argument("-v", "--verbose", action="count", default=default,
-                        help="say more on stderr: -v librdkafka's lines and INFO, -vv "
-                        "DEBUG and librdkafka's debug contexts")  # fmt: skip
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=default,
+        help="say more on stderr: -v librdkafka's lines and INFO, -vv "
+        "DEBUG and librdkafka's debug contexts",
+    )

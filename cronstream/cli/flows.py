@@ -110,8 +110,12 @@ def cmd_flows_coordinator(settings: Settings, args: argparse.Namespace) -> int:
     definitions.start()
     if not definitions.caught_up.wait(CATCH_UP_S):
         log.warning("flow definitions not read to their end within %.0f s; going on", CATCH_UP_S)
-    log.info("flows coordinator %s: %d flow definitions read; joining group %s",
-             args.name, len(definitions.flows), app.conf.id)  # fmt: skip
+    log.info(
+        "flows coordinator %s: %d flow definitions read; joining group %s",
+        args.name,
+        len(definitions.flows),
+        app.conf.id,
+    )
     try:
         _worker_class()(app, loglevel=args.log_level, quiet=True).execute_from_commandline()
     finally:
@@ -136,8 +140,9 @@ def _worker_class() -> Any:
 
 
 def register(sub: Any) -> None:
-    flows = sub.add_parser("flows", help="define, inspect, trigger and rerun flows (DAGs)"
-                           ).add_subparsers(dest="action", required=True)  # fmt: skip
+    flows = sub.add_parser(
+        "flows", help="define, inspect, trigger and rerun flows (DAGs)"
+    ).add_subparsers(dest="action", required=True)
     put = flows.add_parser("put", help="create or replace the flows of a YAML file (all or none)")
     put.add_argument("-f", "--file", required=True)
     put.set_defaults(handler=cmd_flows_put, needs="client")
@@ -157,8 +162,12 @@ def register(sub: Any) -> None:
     trig.set_defaults(handler=cmd_flows_trigger, needs="client")
     rerun = flows.add_parser("rerun", help="run the failed part of a flow run again")
     rerun.add_argument("flow_run_id", help="FLOW@<slot>")
-    rerun.add_argument("--from-failed", action="store_true", required=True,
-                       help="run the failed and upstream-failed nodes again")  # fmt: skip
+    rerun.add_argument(
+        "--from-failed",
+        action="store_true",
+        required=True,
+        help="run the failed and upstream-failed nodes again",
+    )
     rerun.set_defaults(handler=cmd_flows_rerun, needs="client")
 
     coord = sub.add_parser("flows-coordinator", help="run a flows coordinator (faust-streaming)")
@@ -171,8 +180,11 @@ def register(sub: Any) -> None:
         default=env_int("CRONSTREAM_FLOWS_NICE", 10, minimum=0),
         help="run at this CPU niceness, below the scheduler's (10; 0: as is)",
     )
-    coord.add_argument("--metrics-port", type=int,
-                       default=env_int("CRONSTREAM_FLOWS_METRICS_PORT", 0, minimum=0),
-                       help="serve /metrics, /healthz, /readyz on this port (0: off)")  # fmt: skip
+    coord.add_argument(
+        "--metrics-port",
+        type=int,
+        default=env_int("CRONSTREAM_FLOWS_METRICS_PORT", 0, minimum=0),
+        help="serve /metrics, /healthz, /readyz on this port (0: off)",
+    )
     register_fire_rates(coord)  # a tenant's node runs at most at its fire rate
     coord.set_defaults(handler=cmd_flows_coordinator, needs="role")

@@ -41,13 +41,23 @@ def register(sub: Any) -> None:
     )
     h.add_argument("job_id", nargs="?", metavar="JOB_ID")
     h.add_argument("--run", metavar="RUN_ID", help="every attempt of one run")
-    h.add_argument("--output", action="store_true",
-                   help="with --run: what each attempt printed or returned (its last "
-                   "bytes; an http body's first), not its records")  # fmt: skip
-    h.add_argument("--flow-run", metavar="FLOW_RUN_ID",
-                   help="a flow run (FLOW@slot) and each node run: attempts, timings")  # fmt: skip
-    h.add_argument("--status", action="append", default=[],
-                   help="SUCCEEDED, FAILED, ... (comma-separated, repeatable)")  # fmt: skip
+    h.add_argument(
+        "--output",
+        action="store_true",
+        help="with --run: what each attempt printed or returned (its last "
+        "bytes; an http body's first), not its records",
+    )
+    h.add_argument(
+        "--flow-run",
+        metavar="FLOW_RUN_ID",
+        help="a flow run (FLOW@slot) and each node run: attempts, timings",
+    )
+    h.add_argument(
+        "--status",
+        action="append",
+        default=[],
+        help="SUCCEEDED, FAILED, ... (comma-separated, repeatable)",
+    )
     h.add_argument("--since", help="the window ends now and starts this long ago (default 24h)")
     h.add_argument("--from", dest="start", metavar="T", help="window start (ISO 8601)")
     h.add_argument("--to", dest="end", metavar="T", help="window end (ISO 8601; default now)")
@@ -56,10 +66,13 @@ def register(sub: Any) -> None:
     h.add_argument("--json", action="store_true", help="one JSON object per line")
     h.add_argument("--archive", action="store_true", help=argparse.SUPPRESS)  # deprecated
     who = h.add_mutually_exclusive_group()
-    who.add_argument("--tenant", help="a tenant's: JOB_ID and RUN_ID are its own ids, "
-                     "--status rows only its jobs'")  # fmt: skip
-    who.add_argument("--all-tenants", action="store_true",
-                     help="--status rows of every tenant (operators)")  # fmt: skip
+    who.add_argument(
+        "--tenant",
+        help="a tenant's: JOB_ID and RUN_ID are its own ids, --status rows only its jobs'",
+    )
+    who.add_argument(
+        "--all-tenants", action="store_true", help="--status rows of every tenant (operators)"
+    )
     h.set_defaults(handler=cmd_history, needs="settings")
 
 
@@ -86,8 +99,9 @@ def history_statuses(values: list[str]) -> list[str]:
     known = {s.value for s in RunStatus}
     unknown = [n for n in names if n not in known]
     if unknown:
-        raise SpecError("--status", [f"unknown status {', '.join(unknown)} "
-                                     f"(one of {', '.join(sorted(known))})"])  # fmt: skip
+        raise SpecError(
+            "--status", [f"unknown status {', '.join(unknown)} (one of {', '.join(sorted(known))})"]
+        )
     return names
 
 
@@ -96,14 +110,20 @@ def _checked(args: argparse.Namespace) -> list[str]:
     ids made the tenant's (``tenant/...``)."""
     statuses = history_statuses(args.status)
     if not (args.job_id or args.run or args.flow_run or statuses):
-        raise SpecError("history", ["give a JOB_ID, --run RUN_ID, --flow-run FLOW_RUN_ID "
-                                    "or --status S"])  # fmt: skip
+        raise SpecError(
+            "history", ["give a JOB_ID, --run RUN_ID, --flow-run FLOW_RUN_ID or --status S"]
+        )
     for name, value in (("--run", args.run), ("--flow-run", args.flow_run)):
-        others = (args.job_id, statuses, args.since, args.start, args.end,
-                  args.flow_run if name == "--run" else None)  # fmt: skip
+        others = (
+            args.job_id,
+            statuses,
+            args.since,
+            args.start,
+            args.end,
+            args.flow_run if name == "--run" else None,
+        )
         if value and any(others):
-            raise SpecError("history", [f"{name} takes no JOB_ID, --status, window "
-                                        "or other run"])  # fmt: skip
+            raise SpecError("history", [f"{name} takes no JOB_ID, --status, window or other run"])
     if args.output and not args.run:
         raise SpecError("history", ["--output shows one run's output: give --run RUN_ID"])
     if args.archive:
@@ -135,8 +155,10 @@ def cmd_history(settings: Settings, args: argparse.Namespace) -> int:
     try:
         cluster, session = cassandra_session(settings)
     except Exception as exc:  # the driver's NoHostAvailable, InvalidRequest (no keyspace)
-        print(f"error: cassandra unavailable: {exc} (is the stack up? 'cronstream status')",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"error: cassandra unavailable: {exc} (is the stack up? 'cronstream status')",
+            file=sys.stderr,
+        )
         return EXIT_UNAVAILABLE
     history = Tiers(History(session, settings.keyspace, page_size=args.page_size), settings)
     try:
@@ -185,12 +207,37 @@ def _answer(
 
 JOB_COLUMNS = ("scheduled_at", "run_id", "attempt", "status", "trigger", "duration_ms", "error")
 STATUS_COLUMNS = ("recorded_at", "status", "job_id", "run_id", "attempt", "duration_ms", "error")
-RUN_COLUMNS = ("attempt", "status", "recorded_at", "started_at", "finished_at", "duration_ms",
-               "next_attempt_at", "worker", "error")  # fmt: skip
-FLOW_COLUMNS = ("node", "attempt", "status", "started_at", "finished_at", "duration_ms",
-                "worker", "error")  # fmt: skip
-_WIDTH = {"node": 20, "attempt": 3, "status": 15, "trigger": 8, "duration_ms": 8, "worker": 16,
-          "run_id": 40, "job_id": 24}  # fmt: skip
+RUN_COLUMNS = (
+    "attempt",
+    "status",
+    "recorded_at",
+    "started_at",
+    "finished_at",
+    "duration_ms",
+    "next_attempt_at",
+    "worker",
+    "error",
+)
+FLOW_COLUMNS = (
+    "node",
+    "attempt",
+    "status",
+    "started_at",
+    "finished_at",
+    "duration_ms",
+    "worker",
+    "error",
+)
+_WIDTH = {
+    "node": 20,
+    "attempt": 3,
+    "status": 15,
+    "trigger": 8,
+    "duration_ms": 8,
+    "worker": 16,
+    "run_id": 40,
+    "job_id": 24,
+}
 _TITLE = {"attempt": "ATT", "duration_ms": "MS"}
 
 
@@ -214,10 +261,14 @@ def _print_rows(
             print(json.dumps(redact_jsonable(to_jsonable(row))))
         else:
             if not count:
-                print(" ".join(_TITLE.get(c, c.upper()).ljust(_WIDTH.get(c, 24))
-                               for c in columns).rstrip())  # fmt: skip
-            print(" ".join(_cell(row, c, node_of).ljust(_WIDTH.get(c, 24))
-                           for c in columns).rstrip())  # fmt: skip
+                print(
+                    " ".join(
+                        _TITLE.get(c, c.upper()).ljust(_WIDTH.get(c, 24)) for c in columns
+                    ).rstrip()
+                )
+            print(
+                " ".join(_cell(row, c, node_of).ljust(_WIDTH.get(c, 24)) for c in columns).rstrip()
+            )
         count += 1
     sys.stdout.flush()
     return count
@@ -243,16 +294,22 @@ def _show_output(table: OutputTable, args: argparse.Namespace) -> int:
     with --json one object per attempt). With --tenant, only that tenant's."""
     found = [o for o in table.of(args.run) if args.tenant in (None, o.tenant)]
     if not found:
-        print(f"no output kept for run {args.run} (it printed nothing, or it is older than "
-              "CRONSTREAM_OUTPUT_TTL_DAYS)", file=sys.stderr)  # fmt: skip
+        print(
+            f"no output kept for run {args.run} (it printed nothing, or it is older than "
+            "CRONSTREAM_OUTPUT_TTL_DAYS)",
+            file=sys.stderr,
+        )
         return EXIT_NOT_FOUND
     for output in found:
         if args.json:
             print(json.dumps(redact_jsonable(to_jsonable(output))))
             continue
         note = output.cut_note()
-        print(f"--- attempt {output.attempt} {output.status} {iso(output.recorded_at)}"
-              + (f" ({note})" if note else "") + " ---")  # fmt: skip
+        print(
+            f"--- attempt {output.attempt} {output.status} {iso(output.recorded_at)}"
+            + (f" ({note})" if note else "")
+            + " ---"
+        )
         print(_shown(output))
     sys.stdout.flush()
     return 0

@@ -52,10 +52,31 @@ def _warn_literal_secrets(jobs: list[JobDefinition]) -> None:
 # -- jobs -------------------------------------------------------------------------------
 def _spec_from_args(args: argparse.Namespace) -> dict[str, Any]:
     spec: dict[str, Any] = {"id": args.job_id, "target": args.target}
-    for name in ("cron", "every", "at", "anchor", "tz", "url", "method", "topic", "callable",
-                 "command", "priority", "backoff", "timeout", "misfire", "concurrency", "catchup",
-                 "catchup_window", "jitter", "start", "end", "tenant", "max_attempts",
-                 "deadline"):  # fmt: skip
+    for name in (
+        "cron",
+        "every",
+        "at",
+        "anchor",
+        "tz",
+        "url",
+        "method",
+        "topic",
+        "callable",
+        "command",
+        "priority",
+        "backoff",
+        "timeout",
+        "misfire",
+        "concurrency",
+        "catchup",
+        "catchup_window",
+        "jitter",
+        "start",
+        "end",
+        "tenant",
+        "max_attempts",
+        "deadline",
+    ):
         value = getattr(args, name)
         if value is not None:
             spec[name] = value
@@ -77,8 +98,13 @@ def _triggers_from_args(args: argparse.Namespace) -> dict[str, Any]:
     ``job_from_spec`` names)."""
     after = {"after": args.after} if args.after else {}
     on: dict[str, Any] = {}
-    for flag, key in (("on_topic", "topic"), ("filter", "filter"), ("debounce", "debounce"),
-                      ("batch", "batch"), ("on_key", "key")):  # fmt: skip
+    for flag, key in (
+        ("on_topic", "topic"),
+        ("filter", "filter"),
+        ("debounce", "debounce"),
+        ("batch", "batch"),
+        ("on_key", "key"),
+    ):
         if getattr(args, flag) is not None:
             on[key] = getattr(args, flag)
     if args.on_field:
@@ -136,13 +162,15 @@ def cmd_jobs_log(client: JobClient, args: argparse.Namespace) -> int:
             _print_json(record)
             continue
         who = f"{record.principal} ({record.os_user + ', ' if record.os_user else ''}"
-        print(escape_controls(f"{iso(record.at)}  {record.action.value:<11} {who}"
-                              f"{record.origin})"))  # fmt: skip
+        print(escape_controls(f"{iso(record.at)}  {record.action.value:<11} {who}{record.origin})"))
         if record.detail:
             print(escape_controls(f"    {record.detail}"))
         for change in record.changes:
-            print(escape_controls(f"    {change.field}: {change.before or '(none)'} -> "
-                                  f"{change.after or '(none)'}"))  # fmt: skip
+            print(
+                escape_controls(
+                    f"    {change.field}: {change.before or '(none)'} -> {change.after or '(none)'}"
+                )
+            )
     return 0
 
 
@@ -313,11 +341,17 @@ def add_job_schedule_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", help="per-run timeout (default 30s)")
     parser.add_argument("--misfire", help="skip | once | all (default once)")
     parser.add_argument("--catchup", type=int, help="misfire=all: most slots to run (10)")
-    parser.add_argument("--concurrency", help="while another run of the job executes: "
-                        "allow | forbid | replace | queue (default allow)")  # fmt: skip
+    parser.add_argument(
+        "--concurrency",
+        help="while another run of the job executes: "
+        "allow | forbid | replace | queue (default allow)",
+    )
     parser.add_argument("--catchup-window", help="older missed slots are only recorded (1h)")
-    parser.add_argument("--deadline", help="a scheduled run not succeeded this long after "
-                        "its slot raises an alert on cronstream.alerts (default none)")  # fmt: skip
+    parser.add_argument(
+        "--deadline",
+        help="a scheduled run not succeeded this long after "
+        "its slot raises an alert on cronstream.alerts (default none)",
+    )
     parser.add_argument("--jitter", help="spread fires over 0..JITTER (default 0)")
     parser.add_argument("--start", help="no fire before this instant")
     parser.add_argument("--end", help="no fire after this instant")
@@ -329,10 +363,17 @@ def add_job_schedule_args(parser: argparse.ArgumentParser) -> None:
 def add_trigger_args(parser: argparse.ArgumentParser) -> None:
     """A job's ``on:`` and ``after:`` (docs/event-triggers.md)."""
     on = parser.add_argument_group("event trigger (on:) and dependent job (after:)")
-    on.add_argument("--on-topic", metavar="T", help="run on the records of topic T (beside "
-                    "or instead of a schedule)")  # fmt: skip
-    on.add_argument("--filter", metavar="EXPR", help="only the records it holds for, e.g. "
-                    "'value.amount > 100 and headers[\"source\"] == \"web\"'")  # fmt: skip
+    on.add_argument(
+        "--on-topic",
+        metavar="T",
+        help="run on the records of topic T (beside or instead of a schedule)",
+    )
+    on.add_argument(
+        "--filter",
+        metavar="EXPR",
+        help="only the records it holds for, e.g. "
+        '\'value.amount > 100 and headers["source"] == "web"\'',
+    )
     window = on.add_mutually_exclusive_group()
     window.add_argument("--debounce", metavar="D", help="at most one run per D, e.g. 5m")
     window.add_argument("--batch", metavar="N", type=int, help="one run per N records")
@@ -381,10 +422,11 @@ def register(sub: Any) -> None:
         p.add_argument("job_id")
         p.set_defaults(handler=handler, needs="client")
     preview = jobs.add_parser(
-        "preview", help="the next fire times of a schedule (in UTC and its zone)",
+        "preview",
+        help="the next fire times of a schedule (in UTC and its zone)",
         description="Computes the next fire instants with the scheduler's own core, "
         "before a job is put. Jitter is not applied (runs keep the nominal slot).",
-    )  # fmt: skip
+    )
     add_schedule_args(preview)
     preview.add_argument(
         "--from", dest="start", metavar="T", help="from this instant (default now)"

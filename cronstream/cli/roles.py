@@ -1,4 +1,5 @@
-"""The long-running roles: `cronstream scheduler`, `worker`, `sink` and `admission`.
+"""The long-running roles: `cronstream scheduler`, `worker` (``cronstream.cli.worker``),
+`sink`, `admission`, `api` and `ui`.
 
 Start as many of each as you like (on one machine or many): each kind shares its topics
 through its consumer group. SIGTERM or Ctrl-C hands over cleanly: a scheduler takes a
@@ -22,15 +23,15 @@ import sys
 from typing import Any
 
 from cronstream.cli.common import EXIT_INVALID, at_least
-from cronstream.cli.tenant_flags import fire_rates, register_fire_rates, tenant_values
+from cronstream.cli.tenant_flags import add_grant_flags, fire_rates, register_fire_rates
+from cronstream.cli.worker import register_worker
 from runtime.consoles import console_port
 from runtime.settings import Settings, env_int, env_list
-from schemas.limits import MAX_OUTPUT_BYTES
 
 
 def register(sub: Any) -> None:
     _register_scheduler(sub)
-    _register_worker(sub)
+    register_worker(sub)
     _register_sink(sub)
     _register_admission(sub)
     p = sub.add_parser("api", help="serve the tenant-facing HTTP API (tokens: runtime.tokens)")
@@ -40,11 +41,12 @@ def register(sub: Any) -> None:
     _register_hosts(p)
     p.set_defaults(handler=cmd_api, needs="role")
     p = sub.add_parser(
-        "ui", help="serve the web dashboard at /ui, with the HTTP API beside it",
+        "ui",
+        help="serve the web dashboard at /ui, with the HTTP API beside it",
         description="The operator's dashboard: live overview (from Prometheus), jobs, a "
         "job's page with actions, run search, dead letters with replay. Sign in at /ui/login "
         "with an API token (a tenant's sees only that tenant).",
-    )  # fmt: skip
+    )
     p.add_argument("--host", default=os.environ.get("CRONSTREAM_UI_HOST", "127.0.0.1"))
     p.add_argument("--port", type=int, default=env_int("CRONSTREAM_UI_PORT", 8780, minimum=1))
     p.add_argument("--name", default=f"ui-{socket.gethostname()}-{os.getpid()}")
@@ -56,24 +58,33 @@ def register(sub: Any) -> None:
         help="the Prometheus scraping cronstream (the overview's figures; its "
         "login: CRONSTREAM_PROMETHEUS_USER, _PASSWORD(_FILE), _CA)",
     )
-    p.add_argument("--anonymous", action=argparse.BooleanOptionalAction, default=False,
-                   help="every page readable without signing in, read-only (default: the "
-                   "sign-in page without a session)")  # fmt: skip
-    p.add_argument("--secure-cookies", action="store_true",
-                   help="mark the session cookie Secure even on plain http (behind a TLS "
-                   "proxy that does not say so with X-Forwarded-Proto)")  # fmt: skip
+    p.add_argument(
+        "--anonymous",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="every page readable without signing in, read-only (default: the "
+        "sign-in page without a session)",
+    )
+    p.add_argument(
+        "--secure-cookies",
+        action="store_true",
+        help="mark the session cookie Secure even on plain http (behind a TLS "
+        "proxy that does not say so with X-Forwarded-Proto)",
+    )
     _register_hosts(p)
     p.set_defaults(handler=cmd_ui, needs="role")
 
 
 def _register_hosts(p: Any) -> None:
     p.add_argument(
-        "--allowed-host", action="append", metavar="NAME",
+        "--allowed-host",
+        action="append",
+        metavar="NAME",
         default=env_list("CRONSTREAM_ALLOWED_HOSTS"),
         help="a Host name requests may be addressed to besides 127.0.0.1, localhost, ::1, "
         "--host and any IP address (.example.com: the domain and its subdomains; *: any); "
         "repeatable; others are refused with 400 (DNS rebinding)",
-    )  # fmt: skip
+    )
 
 
 def _register_scheduler(sub: Any) -> None:
@@ -81,32 +92,38 @@ def _register_scheduler(sub: Any) -> None:
     p.add_argument("--group", help="consumer group (default <topic prefix>.scheduler)")
     p.add_argument("--name", default=f"scheduler-{socket.gethostname()}-{os.getpid()}")
     p.add_argument(
-        "--metrics-port", type=int,
+        "--metrics-port",
+        type=int,
         default=env_int("CRONSTREAM_SCHEDULER_METRICS_PORT", 0, minimum=0),
         help="serve Prometheus metrics on this port (0: off)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--misfire-threshold-ms", type=int,
+        "--misfire-threshold-ms",
+        type=int,
         default=env_int("CRONSTREAM_MISFIRE_THRESHOLD_MS", 60_000, minimum=0),
         help="a slot later than this is a misfire (its job's policy applies)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--checkpoint-ms", type=int, default=env_int("CRONSTREAM_CHECKPOINT_MS", 1000),
+        "--checkpoint-ms",
+        type=int,
+        default=env_int("CRONSTREAM_CHECKPOINT_MS", 1000),
         help="how often progress is committed (bounds re-emits after a crash)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--session-timeout-ms", type=int,
+        "--session-timeout-ms",
+        type=int,
         default=env_int("CRONSTREAM_SCHEDULER_SESSION_TIMEOUT_MS", 10_000),
         help="how long a silent scheduler keeps its partitions",
-    )  # fmt: skip
+    )
     _register_store(p)
     p.add_argument(
-        "--lookahead-ms", type=int,
+        "--lookahead-ms",
+        type=int,
         default=env_int("CRONSTREAM_LOOKAHEAD_MS", 1000, minimum=0),
         help="emit run requests up to this long before they are due (the worker holds "
         "each until its due time), so a boundary burst has left before the boundary; 0: "
         "emit when due; at most 60000",
-    )  # fmt: skip
+    )
     register_fire_rates(p)
     p.set_defaults(handler=cmd_scheduler, needs="role")
 
@@ -114,163 +131,54 @@ def _register_scheduler(sub: Any) -> None:
 def _register_store(p: Any) -> None:
     """The scheduler's two tiers (``streams.state``) and its static membership."""
     p.add_argument(
-        "--state-dir", default=os.environ.get("CRONSTREAM_SCHEDULER_STATE_DIR") or None,
+        "--state-dir",
+        default=os.environ.get("CRONSTREAM_SCHEDULER_STATE_DIR") or None,
         help="two tiers: keep every job in a RocksDB store per partition under DIR and in "
         "memory only what is due within the next minute; a restart on the same disk "
         "takes its partitions back without replaying the jobs topic",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--instance-id", default=os.environ.get("CRONSTREAM_SCHEDULER_INSTANCE_ID") or None,
+        "--instance-id",
+        default=os.environ.get("CRONSTREAM_SCHEDULER_INSTANCE_ID") or None,
         help="static group membership: a scheduler started again with the same id (after a "
         "crash, on the same --state-dir) takes its partitions back at once instead of after "
         "--session-timeout-ms; a stopped one keeps them that long unless it comes back",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--rebuild-index", action="store_true",
+        "--rebuild-index",
+        action="store_true",
         help="with --state-dir: rebuild each partition's store from the jobs topic when "
         "it is first assigned",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--no-standby", dest="standby", action="store_false",
+        "--no-standby",
+        dest="standby",
+        action="store_false",
         default=os.environ.get("CRONSTREAM_SCHEDULER_STANDBY", "1") != "0",
         help="with --state-dir: keep no standby stores of the partitions other schedulers "
         "own (by default every scheduler keeps all of them warm on its disk, joins the "
         "group once they are, and takes a partition over from its standby store in "
         "seconds when the owner's host is lost)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--check-index", action="store_true",
+        "--check-index",
+        action="store_true",
         help="with --state-dir: check every partition store against the jobs topic, print "
         "what differs and exit (1 if anything does); run it with no scheduler on DIR",
-    )  # fmt: skip
-
-
-def _register_worker(sub: Any) -> None:
-    p = sub.add_parser("worker", help="run a worker (executes run requests)")
-    p.add_argument("--group", help="consumer group (default <topic prefix>.workers)")
-    p.add_argument("--name", default=f"worker-{socket.gethostname()}-{os.getpid()}")
-    _add_worker_slots(p)
-    _add_worker_membership(p)
-    p.add_argument("--metrics-port", type=int,
-                   default=env_int("CRONSTREAM_WORKER_METRICS_PORT", 0, minimum=0))  # fmt: skip
-    p.add_argument(
-        "--http-allow", action="append",
-        default=env_list("CRONSTREAM_HTTP_ALLOW"),
-        help="a network (CIDR) http targets may call although not public; repeatable",
-    )  # fmt: skip
-    p.add_argument(
-        "--shell-allow", action="append",
-        default=env_list("CRONSTREAM_SHELL_ALLOW"),
-        help="a pattern of whole commands shell targets may run, one fnmatch pattern per "
-        "argument, a last '**' for any further ones (shell is off without one); repeatable",
-    )  # fmt: skip
-    p.add_argument(
-        "--shell-env", action="append", default=env_list("CRONSTREAM_SHELL_ENV"),
-        help="a variable of the worker's environment shell targets also get; repeatable",
-    )  # fmt: skip
-    p.add_argument(
-        "--secrets-dir", default=os.environ.get("CRONSTREAM_SECRETS_DIR") or None,
-        help="a directory of secret files: a header value secret:NAME is the file NAME, "
-        "TENANT/NAME for a tenant's job (else $CRONSTREAM_SECRET_<NAME>, "
-        "$CRONSTREAM_TENANT_SECRET_<TENANT>__<NAME>)",
-    )  # fmt: skip
-    p.add_argument(
-        "--python-allow", action="append", default=None,
-        help="a module prefix (pkg.mod) or callable (pkg.mod:function) python targets may "
-        "call; repeatable (default: examples)",
-    )  # fmt: skip
-    p.add_argument(
-        "--kafka-allow", action="append",
-        default=env_list("CRONSTREAM_KAFKA_ALLOW"),
-        help="a topic pattern (fnmatch) kafka targets may write to; repeatable; none: any "
-        "topic but cronstream's own and Kafka's internal ones",
-    )  # fmt: skip
-    p.add_argument(
-        "--tenant-credentials", metavar="DIR",
-        default=os.environ.get("CRONSTREAM_TENANT_CREDENTIALS") or None,
-        help="where tenant-<name>.secret files are: a tenant's kafka targets write as the "
-        "tenant (default: the local stack's credentials)",
-    )  # fmt: skip
-    p.add_argument(
-        "--tenant-weight", action="append", metavar="TENANT=N",
-        default=env_list("CRONSTREAM_TENANT_WEIGHTS"),
-        help="starts per turn of TENANT in each priority's round among tenants (default 1); "
-        "repeatable",
-    )  # fmt: skip
-    _add_grant_flags(p)
-    p.set_defaults(handler=cmd_worker, needs="role")
-
-
-def _add_worker_slots(p: Any) -> None:
-    """How many attempts a worker runs at once, and how many of them to one destination."""
-    p.add_argument(
-        "--concurrency", type=at_least(1), default=env_int("CRONSTREAM_WORKER_CONCURRENCY", 32)
     )
-    p.add_argument(
-        "--destination-slots",
-        type=at_least(1),
-        default=env_int("CRONSTREAM_WORKER_DESTINATION_SLOTS", 0, minimum=0) or None,
-        help="of the --concurrency slots, at most this many for one destination (a kafka "
-        "topic partition, an http origin); default half of --concurrency",
-    )
-
-
-def _add_worker_membership(p: Any) -> None:
-    """How a worker leaves (``--grace``), how long its group waits for a silent one,
-    what it remembers of runs its partitions' earlier owners executed, when a run is
-    recorded STARTED, and how much of what it printed is kept."""
-    p.add_argument("--grace", type=float, default=30.0, help="seconds to drain on SIGTERM")
-    p.add_argument(
-        "--session-timeout-ms", type=int,
-        default=env_int("CRONSTREAM_WORKER_SESSION_TIMEOUT_MS", 10_000),
-        help="how long a silent worker keeps its partitions: its group's, set on the "
-        "broker at start (one value per group; the broker's bounds apply)",
-    )  # fmt: skip
-    p.add_argument(
-        "--dedup-capacity", type=at_least(1000),
-        default=env_int("CRONSTREAM_WORKER_DEDUP_CAPACITY", 2_000_000, minimum=1000),
-        help="run ids remembered for dedup at most (~130 bytes each; the oldest go first)",
-    )  # fmt: skip
-    p.add_argument(
-        "--started-after-ms", type=at_least(0), metavar="MS",
-        default=env_int("CRONSTREAM_WORKER_STARTED_AFTER_MS", 1000, minimum=0),
-        help="publish a run's STARTED record once it has executed this long; a run that ends "
-        "sooner records its final outcome alone, with its start (0: every run; default 1000)",
-    )  # fmt: skip
-    p.add_argument(
-        "--output-limit", type=at_least(0), metavar="BYTES",
-        default=env_int("CRONSTREAM_WORKER_OUTPUT_LIMIT", 64 * 1024, minimum=0),
-        help="bytes kept of what each attempt printed or returned, its last (docs/run-output.md; "
-        f"default 65536, at most {MAX_OUTPUT_BYTES}; 0: keep none)",
-    )  # fmt: skip
-
-
-def _add_grant_flags(p: Any) -> None:
-    """The tenants' target policy (``schemas.policy``): the admission and every worker
-    must be given the same grants."""
-    p.add_argument(
-        "--grant", action="append", metavar="TENANT:KIND=VALUE",
-        default=env_list("CRONSTREAM_TENANT_GRANTS"),
-        help="let TENANT's jobs use a target beyond public http and its own <tenant>.* "
-        "topics: http=HOST[:PORT] (a private address, network or name), kafka=PATTERN, "
-        "python=MODULE[:FUNCTION], shell=PATTERN, flow=PATTERN; repeatable",
-    )  # fmt: skip
-    p.add_argument(
-        "--policy", metavar="FILE", default=None,
-        help="a file of grants, one TENANT:KIND=VALUE a line, re-read when it changes "
-        "(default $CRONSTREAM_TENANT_POLICY, else the stack's security/tenant-grants)",
-    )  # fmt: skip
 
 
 def _register_sink(sub: Any) -> None:
     p = sub.add_parser("sink", help="run a history sink (history topic -> Cassandra)")
     p.add_argument("--group", help="consumer group (default <topic prefix>.sink)")
     p.add_argument("--name", default=f"sink-{socket.gethostname()}-{os.getpid()}")
-    p.add_argument("--batch-rows", type=int, default=64,
-                   help="rows per unlogged batch (1: no batches)")  # fmt: skip
+    p.add_argument(
+        "--batch-rows", type=int, default=64, help="rows per unlogged batch (1: no batches)"
+    )
     p.add_argument("--in-flight", type=int, default=16, help="batches written at once")
-    p.add_argument("--metrics-port", type=int,
-                   default=env_int("CRONSTREAM_SINK_METRICS_PORT", 0, minimum=0))  # fmt: skip
+    p.add_argument(
+        "--metrics-port", type=int, default=env_int("CRONSTREAM_SINK_METRICS_PORT", 0, minimum=0)
+    )
     p.set_defaults(handler=cmd_sink, needs="role")
 
 
@@ -279,23 +187,29 @@ def _register_admission(sub: Any) -> None:
     p.add_argument("--group", help="consumer group (default <topic prefix>.admission)")
     p.add_argument("--name", default=f"admission-{socket.gethostname()}-{os.getpid()}")
     p.add_argument(
-        "--max-jobs", type=at_least(0),
+        "--max-jobs",
+        type=at_least(0),
         default=env_int("CRONSTREAM_TENANT_MAX_JOBS", 1000, minimum=0),
         help="jobs one tenant may have (a put of a new one over it is refused)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--max-event-jobs", type=at_least(0),
+        "--max-event-jobs",
+        type=at_least(0),
         default=env_int("CRONSTREAM_TENANT_MAX_EVENT_JOBS", 100, minimum=0),
         help="of those, jobs with an event trigger (on:) one tenant may have",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--triggers-per-minute", type=at_least(0),
+        "--triggers-per-minute",
+        type=at_least(0),
         default=env_int("CRONSTREAM_TENANT_TRIGGERS_PER_MINUTE", 600, minimum=0),
         help="manual runs one tenant may start in any 60 s (more are refused)",
-    )  # fmt: skip
-    p.add_argument("--metrics-port", type=int,
-                   default=env_int("CRONSTREAM_ADMISSION_METRICS_PORT", 0, minimum=0))  # fmt: skip
-    _add_grant_flags(p)
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=env_int("CRONSTREAM_ADMISSION_METRICS_PORT", 0, minimum=0),
+    )
+    add_grant_flags(p)
     p.set_defaults(handler=cmd_admission, needs="role")
 
 
@@ -329,10 +243,13 @@ def cmd_scheduler(settings: Settings, args: argparse.Namespace) -> int:
         name=args.name,
     )
     return run_member(
-        "scheduler", name=config.name, group=config.group,
-        start=lambda: Processor(settings, config), metrics_port=args.metrics_port,
+        "scheduler",
+        name=config.name,
+        group=config.group,
+        start=lambda: Processor(settings, config),
+        metrics_port=args.metrics_port,
         settings=settings,
-    )  # fmt: skip
+    )
 
 
 def check_index(settings: Settings, state_dir: str) -> int:
@@ -345,62 +262,8 @@ def check_index(settings: Settings, state_dir: str) -> int:
         checked, problems = check_stores(settings, state_dir, Definitions(Codec(registry)))
     for problem in problems:
         print(problem)
-    print(f"{checked} partition stores checked against the jobs topic: "
-          f"{len(problems)} differences")  # fmt: skip
+    print(f"{checked} partition stores checked against the jobs topic: {len(problems)} differences")
     return 1 if problems or not checked else 0
-
-
-def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
-    from consumers.executors.http import HttpExecutor
-    from consumers.executors.python import DEFAULT_ALLOW as PYTHON_DEFAULT_ALLOW
-    from consumers.executors.python import PythonPolicy
-    from consumers.executors.shell import ShellPolicy
-    from consumers.worker import Worker, WorkerConfig
-    from cronstream.foreground import run_member
-    from runtime.grants import PolicyBook, policy_path
-    from runtime.stop import STOP_BUDGET_S
-
-    settings = settings.as_role("worker")  # its own Kafka user and ACLs
-    python_allow = tuple(env_list("CRONSTREAM_PYTHON_ALLOW") + (args.python_allow or []))
-    try:  # the policies refuse what they cannot use before anything starts
-        ShellPolicy(args.shell_allow)
-        PythonPolicy(python_allow or PYTHON_DEFAULT_ALLOW)
-        HttpExecutor(allow=args.http_allow).close()
-        if args.secrets_dir and not os.path.isdir(args.secrets_dir):
-            raise ValueError(f"--secrets-dir {args.secrets_dir!r} is not a directory")
-        weights = tenant_values(args.tenant_weight, "--tenant-weight", 1000)
-        if args.output_limit > MAX_OUTPUT_BYTES:
-            raise ValueError(f"--output-limit {args.output_limit} is over {MAX_OUTPUT_BYTES}")
-        PolicyBook(args.grant, policy_path(settings, args.policy))
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_INVALID
-    config = WorkerConfig(
-        group=args.group or f"{settings.topic_prefix}.workers",
-        name=args.name,
-        concurrency=args.concurrency,
-        destination_slots=args.destination_slots or 0,
-        grace_s=args.grace,
-        session_timeout_ms=args.session_timeout_ms,
-        started_after_ms=args.started_after_ms,
-        dedup_capacity=args.dedup_capacity,
-        output_limit=args.output_limit,
-        http_allow=tuple(args.http_allow),
-        shell_allow=tuple(args.shell_allow),
-        shell_env=tuple(args.shell_env),
-        secrets_dir=args.secrets_dir,
-        python_allow=python_allow or PYTHON_DEFAULT_ALLOW,
-        kafka_allow=tuple(args.kafka_allow),
-        tenant_credentials=args.tenant_credentials,
-        tenant_weights=weights,
-        grants=tuple(args.grant),
-        policy_file=str(policy_path(settings, args.policy)),
-    )
-    return run_member(
-        "worker", name=config.name, group=config.group,
-        start=lambda: Worker(settings, config), metrics_port=args.metrics_port,
-        settings=settings, stop_budget_s=config.grace_s + STOP_BUDGET_S,
-    )  # fmt: skip
 
 
 def cmd_sink(settings: Settings, args: argparse.Namespace) -> int:
@@ -416,10 +279,14 @@ def cmd_sink(settings: Settings, args: argparse.Namespace) -> int:
         in_flight=max(1, args.in_flight),
     )
     return run_member(
-        "sink", name=config.name, group=config.group,
-        start=lambda: Sink(settings, config), metrics_port=args.metrics_port,
-        settings=settings, needs=(KAFKA, REGISTRY, CASSANDRA),
-    )  # fmt: skip
+        "sink",
+        name=config.name,
+        group=config.group,
+        start=lambda: Sink(settings, config),
+        metrics_port=args.metrics_port,
+        settings=settings,
+        needs=(KAFKA, REGISTRY, CASSANDRA),
+    )
 
 
 def cmd_admission(settings: Settings, args: argparse.Namespace) -> int:
@@ -446,10 +313,13 @@ def cmd_admission(settings: Settings, args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
     return run_member(
-        "admission", name=config.name, group=config.group,
-        start=lambda: AdmissionProcessor(settings, config), metrics_port=args.metrics_port,
+        "admission",
+        name=config.name,
+        group=config.group,
+        start=lambda: AdmissionProcessor(settings, config),
+        metrics_port=args.metrics_port,
         settings=settings,
-    )  # fmt: skip
+    )
 
 
 def cmd_api(settings: Settings, args: argparse.Namespace) -> int:
@@ -479,7 +349,13 @@ def cmd_ui(settings: Settings, args: argparse.Namespace) -> int:
 
     if not hosts_valid(args):
         return EXIT_INVALID
-    options = UiOptions(prometheus_url=args.prometheus, anonymous=args.anonymous,
-                        secure_cookies=args.secure_cookies)  # fmt: skip
-    return serve(settings, host=args.host, port=args.port, factory=ui_factory(options),
-                 allowed_hosts=args.allowed_host)  # fmt: skip
+    options = UiOptions(
+        prometheus_url=args.prometheus, anonymous=args.anonymous, secure_cookies=args.secure_cookies
+    )
+    return serve(
+        settings,
+        host=args.host,
+        port=args.port,
+        factory=ui_factory(options),
+        allowed_hosts=args.allowed_host,
+    )

@@ -55,3 +55,24 @@ def tenant_values(items: list[str], flag: str, most: int) -> tuple[tuple[str, in
             raise ValueError(f"{flag} {item!r} is not TENANT=N (N 1 to {most})")
         out.append((name, int(number)))
     return tuple(out)
+
+
+def add_grant_flags(p: Any) -> None:
+    """The tenants' target policy (``schemas.policy``): the admission and every worker
+    must be given the same grants."""
+    p.add_argument(
+        "--grant",
+        action="append",
+        metavar="TENANT:KIND=VALUE",
+        default=env_list("CRONSTREAM_TENANT_GRANTS"),
+        help="let TENANT's jobs use a target beyond public http and its own <tenant>.* "
+        "topics: http=HOST[:PORT] (a private address, network or name), kafka=PATTERN, "
+        "python=MODULE[:FUNCTION], shell=PATTERN, flow=PATTERN; repeatable",
+    )
+    p.add_argument(
+        "--policy",
+        metavar="FILE",
+        default=None,
+        help="a file of grants, one TENANT:KIND=VALUE a line, re-read when it changes "
+        "(default $CRONSTREAM_TENANT_POLICY, else the stack's security/tenant-grants)",
+    )

@@ -23,15 +23,25 @@ from schemas.tenancy import TenantResult
 
 def register(sub: Any) -> None:
     tenant = sub.add_parser("tenant", help="act on your own jobs as a tenant (via admission)")
-    tenant.add_argument("--tenant", default=os.environ.get("CRONSTREAM_TENANT"),
-                        help="your tenant name (default $CRONSTREAM_TENANT)")  # fmt: skip
-    tenant.add_argument("--timeout", type=float, default=30.0,
-                        help="seconds to wait for each answer")  # fmt: skip
-    tenant.add_argument("--api", metavar="URL", default=os.environ.get("CRONSTREAM_API_URL"),
-                        help="through `cronstream api` at URL instead of Kafka (the tenant "
-                        "is the token's)")  # fmt: skip
-    tenant.add_argument("--token-file", default=os.environ.get("CRONSTREAM_API_TOKEN_FILE"),
-                        help="the API token (default $CRONSTREAM_API_TOKEN)")  # fmt: skip
+    tenant.add_argument(
+        "--tenant",
+        default=os.environ.get("CRONSTREAM_TENANT"),
+        help="your tenant name (default $CRONSTREAM_TENANT)",
+    )
+    tenant.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds to wait for each answer"
+    )
+    tenant.add_argument(
+        "--api",
+        metavar="URL",
+        default=os.environ.get("CRONSTREAM_API_URL"),
+        help="through `cronstream api` at URL instead of Kafka (the tenant is the token's)",
+    )
+    tenant.add_argument(
+        "--token-file",
+        default=os.environ.get("CRONSTREAM_API_TOKEN_FILE"),
+        help="the API token (default $CRONSTREAM_API_TOKEN)",
+    )
     acts = tenant.add_subparsers(dest="tenant_command", required=True)
     put = acts.add_parser("put", help="create or change the jobs of a jobs YAML file")
     put.add_argument("file")

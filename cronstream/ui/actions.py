@@ -30,8 +30,12 @@ from runtime.tokens import ADMIN, TokenBook
 from schemas.tenancy import TenantAction, unqualify
 
 router = APIRouter(prefix="/ui")
-ACTIONS = {"trigger": TenantAction.TRIGGER, "pause": TenantAction.PAUSE,
-           "resume": TenantAction.RESUME, "cancel": TenantAction.CANCEL}  # fmt: skip
+ACTIONS = {
+    "trigger": TenantAction.TRIGGER,
+    "pause": TenantAction.PAUSE,
+    "resume": TenantAction.RESUME,
+    "cancel": TenantAction.CANCEL,
+}
 Field = Annotated[str, Form()]
 
 
@@ -69,8 +73,9 @@ def login(request: Request, token: Field) -> RedirectResponse:
     session_id = sessions.open(holder, token.strip(), time.time())
     response = back_to("/ui", done="signed in")
     secure = request.app.state.secure_cookies or request.url.scheme == "https"
-    response.set_cookie(COOKIE, session_id, httponly=True, samesite="strict", path="/ui",
-                        secure=secure)  # fmt: skip
+    response.set_cookie(
+        COOKIE, session_id, httponly=True, samesite="strict", path="/ui", secure=secure
+    )
     return response
 
 
@@ -94,9 +99,14 @@ def confirm(request: Request, who: Who, action: str, job: str, run: str = "") ->
 
 @router.post("/act")
 def act(
-    request: Request, who: Who, backend: Back, action: Field, job: Field,
-    run: Annotated[str, Form()] = "", reason: Annotated[str, Form()] = "",
-) -> RedirectResponse:  # fmt: skip
+    request: Request,
+    who: Who,
+    backend: Back,
+    action: Field,
+    job: Field,
+    run: Annotated[str, Form()] = "",
+    reason: Annotated[str, Form()] = "",
+) -> RedirectResponse:
     same_origin(request)
     page = f"/ui/jobs/{quote(job)}"
     if not who.can_act:
@@ -111,8 +121,7 @@ def act(
     return back_to(page, done=done)
 
 
-def perform(backend: Backend, viewer: Viewer, action: str, job: str, run: str, reason: str
-             ) -> str:  # fmt: skip
+def perform(backend: Backend, viewer: Viewer, action: str, job: str, run: str, reason: str) -> str:
     """Carry ``action`` out as ``viewer`` (signed in); what was done, in words."""
     definition = visible_job(backend, viewer, job)  # HTTPException 404: no such job
     own = unqualify(definition.tenant, definition.job_id)
@@ -121,8 +130,7 @@ def perform(backend: Backend, viewer: Viewer, action: str, job: str, run: str, r
         run_id = None
         if action == "cancel":  # the tenant's own name of the run
             run_id = run if viewer.tenant else unqualify(definition.tenant, run) or run
-        result = send(backend, who, ACTIONS[action], own, run_id=run_id,
-                      reason=reason or None)  # fmt: skip
+        result = send(backend, who, ACTIONS[action], own, run_id=run_id, reason=reason or None)
         return f"{action}: accepted ({result.get('run_id') or own})"
     if viewer.holder != ADMIN:
         raise LookupError("an operator's job is changed with the admin token only")

@@ -26,9 +26,14 @@ log = logging.getLogger("cronstream.ui")
 
 
 def build_ui_app(
-    backend: Backend, book: TokenBook, reads: Reads, *, anonymous: bool = False,
-    secure_cookies: bool = False, sessions: Sessions | None = None,
-) -> FastAPI:  # fmt: skip
+    backend: Backend,
+    book: TokenBook,
+    reads: Reads,
+    *,
+    anonymous: bool = False,
+    secure_cookies: bool = False,
+    sessions: Sessions | None = None,
+) -> FastAPI:
     app = build_app(backend, book)
     app.state.prometheus, app.state.letters = reads.prometheus, reads.letters
     app.state.flows, app.state.audit, app.state.anonymous = reads.flows, reads.audit, anonymous
@@ -46,8 +51,9 @@ def build_ui_app(
         if exc.status_code == 401:
             return RedirectResponse("/ui/login", status_code=303)
         who = pages.Viewer(None, "?")
-        page = pages.render(request, "error.html", who, status=exc.status_code,
-                            message=str(exc.detail))  # fmt: skip
+        page = pages.render(
+            request, "error.html", who, status=exc.status_code, message=str(exc.detail)
+        )
         page.status_code = exc.status_code
         return page
 
@@ -84,11 +90,14 @@ def ui_factory(options: UiOptions) -> AppFactory:
             FlowBook(backend.settings, backend.codec),
             AuditTrail(backend.settings, backend.codec),
         )
-        app = build_ui_app(backend, book, reads, anonymous=options.anonymous,
-                           secure_cookies=options.secure_cookies)  # fmt: skip
-        log.info("dashboard at /ui (%s without signing in; live figures from %s)",
-                 "every page read-only" if options.anonymous else "nothing",
-                 options.prometheus_url)  # fmt: skip
+        app = build_ui_app(
+            backend, book, reads, anonymous=options.anonymous, secure_cookies=options.secure_cookies
+        )
+        log.info(
+            "dashboard at /ui (%s without signing in; live figures from %s)",
+            "every page read-only" if options.anonymous else "nothing",
+            options.prometheus_url,
+        )
         return app, reads.parts()
 
     return build

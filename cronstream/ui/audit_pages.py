@@ -22,19 +22,28 @@ router = APIRouter(prefix="/ui")
 
 
 def _entry(who: Viewer, record: AuditRecord, known: bool) -> dict[str, Any]:
-    return {"at": record.at.strftime("%Y-%m-%d %H:%M:%S"), "action": record.action.value,
-            "job": own_id(who, record.job_id), "known": known, "principal": record.principal,
-            "os_user": record.os_user or "", "origin": record.origin,
-            "detail": record.detail or "",
-            "changes": [(c.field, c.before or "(none)", c.after or "(none)")
-                        for c in record.changes]}  # fmt: skip
+    return {
+        "at": record.at.strftime("%Y-%m-%d %H:%M:%S"),
+        "action": record.action.value,
+        "job": own_id(who, record.job_id),
+        "known": known,
+        "principal": record.principal,
+        "os_user": record.os_user or "",
+        "origin": record.origin,
+        "detail": record.detail or "",
+        "changes": [(c.field, c.before or "(none)", c.after or "(none)") for c in record.changes],
+    }
 
 
 @router.get("/audit", response_class=HTMLResponse)
 def audit(
-    request: Request, who: Who, backend: Back, job: str = "", action: str = "",
+    request: Request,
+    who: Who,
+    backend: Back,
+    job: str = "",
+    action: str = "",
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
-) -> HTMLResponse:  # fmt: skip
+) -> HTMLResponse:
     """``job``: that job's (or flow's) whole trail, newest first; else the newest
     ``limit`` entries of the trail, those the viewer may see."""
     error = None
@@ -55,6 +64,12 @@ def audit(
         for r in records
         if shows(who, r.tenant, r.job_id) and (not wanted or r.action.value == wanted)
     ]
-    return render(request, "audit.html", who, entries=shown,
-                  f={"job": job, "action": action, "limit": limit}, error=error,
-                  actions=[a.value for a in AuditAction])  # fmt: skip
+    return render(
+        request,
+        "audit.html",
+        who,
+        entries=shown,
+        f={"job": job, "action": action, "limit": limit},
+        error=error,
+        actions=[a.value for a in AuditAction],
+    )

@@ -7,8 +7,13 @@ from collections.abc import Mapping, Sequence
 from html import escape
 
 WIDTH, HEIGHT, PAD = 640, 160, 28
-COLOURS = {"SUCCEEDED": "#2e7d32", "FAILED": "#c62828", "TIMED_OUT": "#ef6c00",
-           "DEAD_LETTERED": "#6a1b9a", "CANCELED": "#546e7a"}  # fmt: skip
+COLOURS = {
+    "SUCCEEDED": "#2e7d32",
+    "FAILED": "#c62828",
+    "TIMED_OUT": "#ef6c00",
+    "DEAD_LETTERED": "#6a1b9a",
+    "CANCELED": "#546e7a",
+}
 
 
 def duration_chart(points: Sequence[tuple[str, float, str]]) -> str:
@@ -50,8 +55,9 @@ PALETTE = ("#1565c0", "#2e7d32", "#c62828", "#ef6c00", "#6a1b9a", "#00838f", "#5
 Series = Sequence[tuple[float, float]]  # (unix seconds, value), oldest first
 
 
-def line_chart(series: Mapping[str, Series], *, title: str, unit: str, start: float,
-               end: float) -> str:  # fmt: skip
+def line_chart(
+    series: Mapping[str, Series], *, title: str, unit: str, start: float, end: float
+) -> str:
     """Lines of values over [start, end] (unix seconds), one per named series (a status
     name takes its status colour), the y axis from 0 to the largest value; "no data"
     when no series has a point."""
@@ -72,8 +78,11 @@ def line_chart(series: Mapping[str, Series], *, title: str, unit: str, start: fl
     keys = []
     for i, (name, points) in enumerate(sorted(drawn.items())):
         colour = COLOURS.get(name, PALETTE[i % len(PALETTE)])
-        xy = " ".join(f"{PAD + inner_w * (t - start) / (end - start):.1f},"
-                      f"{LINE_H - PAD - inner_h * v / top:.1f}" for t, v in points)  # fmt: skip
+        xy = " ".join(
+            f"{PAD + inner_w * (t - start) / (end - start):.1f},"
+            f"{LINE_H - PAD - inner_h * v / top:.1f}"
+            for t, v in points
+        )
         last = points[-1][1]
         parts.append(
             f'<polyline class="series" data-series="{escape(name)}" points="{xy}" fill="none" '
@@ -90,10 +99,15 @@ def line_chart(series: Mapping[str, Series], *, title: str, unit: str, start: fl
 def legend(keys: Sequence[tuple[str, str]]) -> str:
     """A line of colour swatches (small SVG squares: the pages' CSP allows no inline
     style) each followed by its name."""
-    return '<p class="legend">' + " ".join(
-        f'<svg class="swatch" width="10" height="10" aria-hidden="true"><rect width="10" '
-        f'height="10" fill="{colour}"/></svg> {escape(name.lower())}' for name, colour in keys
-    ) + "</p>"  # fmt: skip
+    return (
+        '<p class="legend">'
+        + " ".join(
+            f'<svg class="swatch" width="10" height="10" aria-hidden="true"><rect width="10" '
+            f'height="10" fill="{colour}"/></svg> {escape(name.lower())}'
+            for name, colour in keys
+        )
+        + "</p>"
+    )
 
 
 def _amount(value: float, unit: str) -> str:

@@ -96,8 +96,11 @@ def dag_svg(nodes: Sequence[DagNode]) -> str:
         return f'<p class="muted">{len(nodes)} nodes: too many to draw (see the table)</p>'
     layer = layers(nodes)
     grid = columns(nodes, layer)
-    at = {name: (PAD + x * (NODE_W + GAP_X), PAD + y * (NODE_H + GAP_Y))
-          for x, column in enumerate(grid) for y, name in enumerate(column)}  # fmt: skip
+    at = {
+        name: (PAD + x * (NODE_W + GAP_X), PAD + y * (NODE_H + GAP_Y))
+        for x, column in enumerate(grid)
+        for y, name in enumerate(column)
+    }
     width = PAD * 2 + len(grid) * NODE_W + (len(grid) - 1) * GAP_X
     height = PAD * 2 + max(len(c) for c in grid) * (NODE_H + GAP_Y) - GAP_Y
     parts = [

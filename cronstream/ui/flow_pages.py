@@ -64,29 +64,45 @@ def visible_flow(request: Request, who: Viewer, flow_id: str) -> FlowDefinition:
 def _row(who: Viewer, r: RunOutcome, flow_run_id: str = "") -> dict[str, Any]:
     when = "%Y-%m-%d %H:%M:%S"
     node = r.run_id[len(flow_run_id) + 1 :] if flow_run_id else ""
-    return {"run_id": own_id(who, r.run_id), "node": node or "(flow)", "attempt": r.attempt,
-            "status": r.status.value, "worker": r.worker or "-",
-            "scheduled": r.scheduled_at.strftime(when), "recorded": r.recorded_at.strftime(when),
-            "started": r.started_at.strftime(when) if r.started_at else "-",
-            "finished": r.finished_at.strftime(when) if r.finished_at else "-",
-            "duration": "-" if r.duration_ms is None else f"{r.duration_ms} ms",
-            "error": redact_text(r.error) if r.error else ""}  # fmt: skip
+    return {
+        "run_id": own_id(who, r.run_id),
+        "node": node or "(flow)",
+        "attempt": r.attempt,
+        "status": r.status.value,
+        "worker": r.worker or "-",
+        "scheduled": r.scheduled_at.strftime(when),
+        "recorded": r.recorded_at.strftime(when),
+        "started": r.started_at.strftime(when) if r.started_at else "-",
+        "finished": r.finished_at.strftime(when) if r.finished_at else "-",
+        "duration": "-" if r.duration_ms is None else f"{r.duration_ms} ms",
+        "error": redact_text(r.error) if r.error else "",
+    }
 
 
 @router.get("/flows", response_class=HTMLResponse)
 def flows(request: Request, who: Who, backend: Back) -> HTMLResponse:
     book = book_of(request)
-    found = [] if book is None else sorted(
-        (f for f in book.flows.values() if shows(who, f.tenant, f.flow_id)),
-        key=lambda f: f.flow_id)  # fmt: skip
+    found = (
+        []
+        if book is None
+        else sorted(
+            (f for f in book.flows.values() if shows(who, f.tenant, f.flow_id)),
+            key=lambda f: f.flow_id,
+        )
+    )
     rows = []
     for flow in found:
         job = backend.view.jobs.get(flow.flow_id)
-        rows.append({"id": own_id(who, flow.flow_id), "flow": flow, "nodes": len(flow.nodes),
-                     "schedule": job.describe_schedule() if job else "no schedule",
-                     "paused": bool(job and job.paused)})  # fmt: skip
-    return render(request, "flows.html", who, rows=rows,
-                  ready=book is not None and book.ready)  # fmt: skip
+        rows.append(
+            {
+                "id": own_id(who, flow.flow_id),
+                "flow": flow,
+                "nodes": len(flow.nodes),
+                "schedule": job.describe_schedule() if job else "no schedule",
+                "paused": bool(job and job.paused),
+            }
+        )
+    return render(request, "flows.html", who, rows=rows, ready=book is not None and book.ready)
 
 
 @router.get("/flows/{flow_id:path}", response_class=HTMLResponse)
@@ -98,8 +114,16 @@ def flow_page(request: Request, who: Who, backend: Back, flow_id: str) -> HTMLRe
     rows = backend.job_runs(flow.flow_id, now - timedelta(days=7), now, limit=2000)
     runs = [_row(who, r) for r in flow_run_rows(flow.flow_id, list(mine(who, rows)))[:50]]
     graph = dag_svg([DagNode(n.name, n.after, "PENDING", n.target.type) for n in flow.nodes])
-    return render(request, "flow.html", who, flow=flow, id=own_id(who, flow.flow_id), job=job,
-                  graph=graph, runs=runs)  # fmt: skip
+    return render(
+        request,
+        "flow.html",
+        who,
+        flow=flow,
+        id=own_id(who, flow.flow_id),
+        job=job,
+        graph=graph,
+        runs=runs,
+    )
 
 
 @router.get("/flow-runs/{flow_run_id:path}", response_class=HTMLResponse)
@@ -123,12 +147,21 @@ def flow_run_page(request: Request, who: Who, backend: Back, flow_run_id: str) -
     nodes = dag_nodes(run_id, rows, flow, link)
     status = flow_status(run_id, rows)
     reruns = max((r.rerun for r in latest_runs(run_id, rows).values()), default=0)
-    return render(request, "flow_run.html", who, id=own_id(who, run_id),
-                  flow_id=own_id(who, flow_id), status=status, graph=dag_svg(nodes),
-                  rows=[_row(who, r, run_id) for r in rows if r.run_id != run_id],
-                  own=[_row(who, r) for r in rows if r.run_id == run_id], defined=flow is not None,
-                  can_rerun=who.holder == ADMIN and status == "FAILED",
-                  reruns=reruns, legend=dag_legend())  # fmt: skip
+    return render(
+        request,
+        "flow_run.html",
+        who,
+        id=own_id(who, run_id),
+        flow_id=own_id(who, flow_id),
+        status=status,
+        graph=dag_svg(nodes),
+        rows=[_row(who, r, run_id) for r in rows if r.run_id != run_id],
+        own=[_row(who, r) for r in rows if r.run_id == run_id],
+        defined=flow is not None,
+        can_rerun=who.holder == ADMIN and status == "FAILED",
+        reruns=reruns,
+        legend=dag_legend(),
+    )
 
 
 # -- actions ----------------------------------------------------------------------------
@@ -138,15 +171,28 @@ def confirm(request: Request, who: Who, action: str, flow: str, run: str = "") -
         raise HTTPException(404, f"no action {action!r}")
     visible_flow(request, who, flow)
     back = f"/ui/flow-runs/{quote(run)}" if run else f"/ui/flows/{quote(flow)}"
-    return render(request, "confirm.html", who, action=action, job=flow, run=run,
-                  post="/ui/flow-act", back=back, what="flow")  # fmt: skip
+    return render(
+        request,
+        "confirm.html",
+        who,
+        action=action,
+        job=flow,
+        run=run,
+        post="/ui/flow-act",
+        back=back,
+        what="flow",
+    )
 
 
 @router.post("/flow-act")
 def act(
-    request: Request, who: Who, backend: Back, action: Field, job: Field,
+    request: Request,
+    who: Who,
+    backend: Back,
+    action: Field,
+    job: Field,
     run: Annotated[str, Form()] = "",
-) -> RedirectResponse:  # fmt: skip
+) -> RedirectResponse:
     """Trigger ``job`` (a flow, the viewer's own id), or rerun the failed part of its
     run ``run``; back to the page it was asked from."""
     actions.same_origin(request)
@@ -170,8 +216,10 @@ def act(
 def _rerun(backend: Backend, who: Viewer, flow: FlowDefinition, run: str) -> str:
     """Ask the coordinator to run the failed part of ``run`` again (admin token only)."""
     if who.holder != ADMIN:
-        raise LookupError("a rerun needs the admin token (the admission takes none from a "
-                          "tenant): ask an operator")  # fmt: skip
+        raise LookupError(
+            "a rerun needs the admin token (the admission takes none from a "
+            "tenant): ask an operator"
+        )
     run_id = stored(who, run)
     if not run_id.startswith(flow.flow_id + "@") or "/" in run_id[len(flow.flow_id) + 1 :]:
         raise ValueError(f"{run!r} is no run of flow {flow.flow_id!r}")

@@ -77,8 +77,12 @@ def _detail(run: NodeRun | None) -> str:
     return took + attempts + (f" · rerun {run.rerun}" if run.rerun else "")
 
 
-def dag_nodes(flow_run_id: str, rows: Sequence[RunOutcome], flow: FlowDefinition | None,
-              link: Callable[[str], str]) -> list[DagNode]:  # fmt: skip
+def dag_nodes(
+    flow_run_id: str,
+    rows: Sequence[RunOutcome],
+    flow: FlowDefinition | None,
+    link: Callable[[str], str],
+) -> list[DagNode]:
     """The DAG's nodes: the definition's (its edges), then any node history has that
     the definition no longer does (a flow changed since the run; drawn without edges),
     each with its latest run's state and ``link(run_id)`` to that run's page."""
@@ -89,10 +93,15 @@ def dag_nodes(flow_run_id: str, rows: Sequence[RunOutcome], flow: FlowDefinition
     out = []
     for name, after in defined:
         run = runs.get(name)
-        out.append(DagNode(
-            name, tuple(after), run.status if run else "PENDING", _detail(run),
-            link(run.row.run_id) if run else None,
-        ))  # fmt: skip
+        out.append(
+            DagNode(
+                name,
+                tuple(after),
+                run.status if run else "PENDING",
+                _detail(run),
+                link(run.row.run_id) if run else None,
+            )
+        )
     return out
 
 

@@ -123,9 +123,12 @@ Back = Annotated[Backend, Depends(backend_of)]
 
 
 def render(request: Request, name: str, who: Viewer, **context: Any) -> HTMLResponse:
-    context.update(who=who, flash=request.query_params.get("done"),
-                   failure=request.query_params.get("error"),
-                   anonymous=request.app.state.anonymous)  # fmt: skip
+    context.update(
+        who=who,
+        flash=request.query_params.get("done"),
+        failure=request.query_params.get("error"),
+        anonymous=request.app.state.anonymous,
+    )
     return templates.TemplateResponse(request, name, context)
 
 
@@ -171,8 +174,14 @@ def overview(request: Request, who: Who, backend: Back) -> HTMLResponse:
     """The live figures (refreshed by the page's script) and the last hour's charts
     (drawn once, with the page)."""
     charts, chart_error = prom.charts(request.app.state.prometheus, who.tenant, time.time())
-    return render(request, "overview.html", who, o=overview_data(request, backend, who),
-                  charts=charts, chart_error=chart_error)  # fmt: skip
+    return render(
+        request,
+        "overview.html",
+        who,
+        o=overview_data(request, backend, who),
+        charts=charts,
+        chart_error=chart_error,
+    )
 
 
 @router.get("/overview.json")
@@ -193,10 +202,12 @@ class JobFilters:
     page: Annotated[int, Query(ge=1)] = 1
 
     def keeps(self, job: JobDefinition) -> bool:
-        return ((not self.q or self.q.lower() in job.job_id.lower())
-                and (not self.tenant or job.tenant == self.tenant)
-                and (not self.status or (self.status == "paused") == job.paused)
-                and (not self.target or job.target.type == self.target))  # fmt: skip
+        return (
+            (not self.q or self.q.lower() in job.job_id.lower())
+            and (not self.tenant or job.tenant == self.tenant)
+            and (not self.status or (self.status == "paused") == job.paused)
+            and (not self.target or job.target.type == self.target)
+        )
 
 
 @router.get("/jobs", response_class=HTMLResponse)
@@ -216,12 +227,28 @@ def jobs(
     rows = []
     for job in found[(f.page - 1) * PAGE : f.page * PAGE]:
         n = nexts[job.job_id] if job.job_id in nexts else next_fire_ms(job, now_ms)
-        rows.append({"id": own_id(who, job.job_id), "job": job, "next": local_time(n, job.timezone),
-                     "schedule": job.describe_schedule()})  # fmt: skip
-    return render(request, "jobs.html", who, rows=rows, total=len(found), page=f.page,
-                  pages=max(1, -(-len(found) // PAGE)), f=f, targets=target_names(),
-                  tenants=sorted(t for t, n in backend.view.counts.items()
-                                 if n > 0 and who.tenant in (None, t)))  # fmt: skip
+        rows.append(
+            {
+                "id": own_id(who, job.job_id),
+                "job": job,
+                "next": local_time(n, job.timezone),
+                "schedule": job.describe_schedule(),
+            }
+        )
+    return render(
+        request,
+        "jobs.html",
+        who,
+        rows=rows,
+        total=len(found),
+        page=f.page,
+        pages=max(1, -(-len(found) // PAGE)),
+        f=f,
+        targets=target_names(),
+        tenants=sorted(
+            t for t, n in backend.view.counts.items() if n > 0 and who.tenant in (None, t)
+        ),
+    )
 
 
 @router.get("/jobs/{job_id:path}", response_class=HTMLResponse)
@@ -231,41 +258,60 @@ def job_page(
     job = visible_job(backend, who, job_id)
     now_ms = to_ms(utc_now())
     upcoming = [] if job.paused else preview_slots(job, now_ms, 10)
-    fires = [{"local": local_time(ms, job.timezone), "utc": local_time(ms, "UTC")}
-             for ms in upcoming]  # fmt: skip
+    fires = [
+        {"local": local_time(ms, job.timezone), "utc": local_time(ms, "UTC")} for ms in upcoming
+    ]
     start, end = window_of(since)
     runs = list(mine(who, backend.job_runs(job.job_id, start, end, [], limit=200)))
     finals = [r for r in runs if r.status.value in FINAL]
     failures = [r for r in finals if r.status.value not in ("SUCCEEDED", "DUPLICATE")][:20]
-    chart = duration_chart([
-        (r.run_id, (r.duration_ms or 0) / 1000, r.status.value) for r in reversed(finals[:60])
-    ])  # fmt: skip
+    chart = duration_chart(
+        [(r.run_id, (r.duration_ms or 0) / 1000, r.status.value) for r in reversed(finals[:60])]
+    )
     definition = json.dumps(redact_jsonable(to_jsonable(job)), indent=2, sort_keys=True)
     triggers = None  # cronstream.api.triggers: the lag and last match, the upstream's day
     if job.on is not None or job.after:
         triggers = backend.triggers(job, utc_now()).as_json(lambda s: own_id(who, s))
-    return render(request, "job.html", who, job=job, id=own_id(who, job.job_id),
-                  definition=definition, fires=fires, chart=chart, since=since,
-                  triggers=triggers,
-                  runs=[_run_row(who, r) for r in runs[:50]],
-                  failures=[_run_row(who, r) for r in failures])  # fmt: skip
+    return render(
+        request,
+        "job.html",
+        who,
+        job=job,
+        id=own_id(who, job.job_id),
+        definition=definition,
+        fires=fires,
+        chart=chart,
+        since=since,
+        triggers=triggers,
+        runs=[_run_row(who, r) for r in runs[:50]],
+        failures=[_run_row(who, r) for r in failures],
+    )
 
 
 def _run_row(who: Viewer, r: RunOutcome) -> dict[str, Any]:
-    return {"run_id": own_id(who, r.run_id), "job_id": own_id(who, r.job_id),
-            "status": r.status.value, "attempt": r.attempt,
-            "at": r.recorded_at.strftime("%Y-%m-%d %H:%M:%S"),
-            "scheduled": r.scheduled_at.strftime("%Y-%m-%d %H:%M:%S"),
-            "duration": "-" if r.duration_ms is None else f"{r.duration_ms} ms",
-            "error": redact_text(r.error) if r.error else ""}  # fmt: skip
+    return {
+        "run_id": own_id(who, r.run_id),
+        "job_id": own_id(who, r.job_id),
+        "status": r.status.value,
+        "attempt": r.attempt,
+        "at": r.recorded_at.strftime("%Y-%m-%d %H:%M:%S"),
+        "scheduled": r.scheduled_at.strftime("%Y-%m-%d %H:%M:%S"),
+        "duration": "-" if r.duration_ms is None else f"{r.duration_ms} ms",
+        "error": redact_text(r.error) if r.error else "",
+    }
 
 
 # -- runs -------------------------------------------------------------------------------
 @router.get("/runs", response_class=HTMLResponse)
 def runs(
-    request: Request, who: Who, backend: Back, run_id: str = "", job: str = "",
-    status: str = "", since: str = "1h",
-) -> HTMLResponse:  # fmt: skip
+    request: Request,
+    who: Who,
+    backend: Back,
+    run_id: str = "",
+    job: str = "",
+    status: str = "",
+    since: str = "1h",
+) -> HTMLResponse:
     """One run's records by id (and what its attempts printed: ``outputs``), a job's
     runs, or runs by status in a window."""
     assert backend.history is not None
@@ -278,8 +324,11 @@ def runs(
         if run_id:
             stored = run_id if who.tenant is None else qualify(who.tenant, run_id)
             rows = list(mine(who, backend.history.run(stored)))
-            outputs = [_output_view(o) for o in backend.run_output(stored)
-                       if shows(who, o.tenant, o.job_id)]  # fmt: skip
+            outputs = [
+                _output_view(o)
+                for o in backend.run_output(stored)
+                if shows(who, o.tenant, o.job_id)
+            ]
         elif job:
             found = visible_job(backend, who, job)
             found_rows = backend.job_runs(found.job_id, start, end, statuses, limit=200)
@@ -289,21 +338,33 @@ def runs(
             rows = list(islice(mine(who, found_rows), 200))
     except HTTPException as exc:
         error = str(exc.detail)
-    return render(request, "runs.html", who, rows=[_run_row(who, r) for r in rows], error=error,
-                  outputs=outputs,
-                  f={"run_id": run_id, "job": job, "status": status, "since": since})  # fmt: skip
+    return render(
+        request,
+        "runs.html",
+        who,
+        rows=[_run_row(who, r) for r in rows],
+        error=error,
+        outputs=outputs,
+        f={"run_id": run_id, "job": job, "status": status, "since": since},
+    )
 
 
 def _output_view(o: RunOutput) -> dict[str, Any]:
     """An attempt's output on the run page (the template escapes it)."""
-    return {"attempt": o.attempt, "status": o.status, "text": redact_text(o.output),
-            "at": o.recorded_at.strftime("%Y-%m-%d %H:%M:%S"), "note": o.cut_note()}  # fmt: skip
+    return {
+        "attempt": o.attempt,
+        "status": o.status,
+        "text": redact_text(o.output),
+        "at": o.recorded_at.strftime("%Y-%m-%d %H:%M:%S"),
+        "note": o.cut_note(),
+    }
 
 
 # -- dead letters -----------------------------------------------------------------------
 @router.get("/dlq", response_class=HTMLResponse)
-def dlq(request: Request, who: Who, backend: Back,
-        limit: Annotated[int, Query(ge=1, le=500)] = 100) -> HTMLResponse:  # fmt: skip
+def dlq(
+    request: Request, who: Who, backend: Back, limit: Annotated[int, Query(ge=1, le=500)] = 100
+) -> HTMLResponse:
     """The newest dead letters (every tenant's: the admin's page; a tenant sees its own)."""
     letters = request.app.state.letters.last(limit)
     shown = []
@@ -311,11 +372,16 @@ def dlq(request: Request, who: Who, backend: Back,
         letter = item.letter
         if who.tenant is not None and (letter is None or not letter_shows(backend, who, letter)):
             continue  # another tenant's, or unreadable (whose, nobody knows)
-        shown.append({
-            "partition": item.partition, "offset": item.offset, "problem": item.problem,
-            "letter": letter, "job": own_id(who, letter.job_id) if letter and letter.job_id else "",
-            "replayable": letter is not None and replayable(letter),
-        })  # fmt: skip
+        shown.append(
+            {
+                "partition": item.partition,
+                "offset": item.offset,
+                "problem": item.problem,
+                "letter": letter,
+                "job": own_id(who, letter.job_id) if letter and letter.job_id else "",
+                "replayable": letter is not None and replayable(letter),
+            }
+        )
     return render(request, "dlq.html", who, letters=shown, admin=who.holder == ADMIN)
 
 

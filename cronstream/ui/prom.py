@@ -35,15 +35,21 @@ RUNS = "cronstream_worker_runs_finished_total"
 SKEW = "cronstream_worker_start_skew_seconds_bucket"
 CHARTS = (
     ChartQuery("fires", "fires/s", "/s", "sum(rate(cronstream_scheduler_fires_total[1m]))"),
-    ChartQuery("runs", "runs finished/s", "/s",
-               f"sum by (status) (rate({RUNS}{{tenant}}[1m]))", "status"),
-    ChartQuery("failures", "failures/s", "/s",
-               f'sum(rate({RUNS}{{status=~"{FAILED}"{{tenant}}}}[1m]))'),
-    ChartQuery("start-skew", "due-to-start p99", "s",
-               f"histogram_quantile(0.99, sum by (le, priority) (rate({SKEW}[1m])))",
-               "priority"),
+    ChartQuery(
+        "runs", "runs finished/s", "/s", f"sum by (status) (rate({RUNS}{{tenant}}[1m]))", "status"
+    ),
+    ChartQuery(
+        "failures", "failures/s", "/s", f'sum(rate({RUNS}{{status=~"{FAILED}"{{tenant}}}}[1m]))'
+    ),
+    ChartQuery(
+        "start-skew",
+        "due-to-start p99",
+        "s",
+        f"histogram_quantile(0.99, sum by (le, priority) (rate({SKEW}[1m])))",
+        "priority",
+    ),
     ChartQuery("lag", "consumer lag", "records", QUERIES["lag"], "role"),
-)  # fmt: skip
+)
 
 
 def chart_expr(chart: ChartQuery, tenant: str | None) -> str:

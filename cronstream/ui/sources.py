@@ -85,8 +85,9 @@ class Prometheus:
         self.url = access.url
         self.client = access.client(timeout=timeout)
 
-    def query_range(self, expr: str, start: float, end: float, step: float
-                    ) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:  # fmt: skip
+    def query_range(
+        self, expr: str, start: float, end: float, step: float
+    ) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
         """``expr``'s series over [start, end] (unix seconds), a point every ``step``
         seconds: (labels, [(time, value)]) each, NaN points left out. Raises httpx's
         errors, KeyError or ValueError on an answer that is not Prometheus's."""
@@ -132,10 +133,16 @@ class Prometheus:
         got.partitions = total[0] if total else None
         got.letters = {m.get("stage", "?"): v for m, v in answers.get("letters", [])}
         got.processes = sorted(
-            ({"role": m.get("role", m.get("job", "?")), "process": m.get("process", m.get(
-                "instance", "?")), "up": v == 1} for m, v in answers["up"]),
+            (
+                {
+                    "role": m.get("role", m.get("job", "?")),
+                    "process": m.get("process", m.get("instance", "?")),
+                    "up": v == 1,
+                }
+                for m, v in answers["up"]
+            ),
             key=lambda p: (p["role"], p["process"]),
-        )  # fmt: skip
+        )
         return got
 
     def close(self) -> None:
@@ -150,14 +157,14 @@ class Record:
     value: bytes | None
 
 
-def tail(consumer: Any, topic: str, ends: dict[int, tuple[int, int]], limit: int,
-         wait_s: float = 10.0) -> list[Record]:  # fmt: skip
+def tail(
+    consumer: Any, topic: str, ends: dict[int, tuple[int, int]], limit: int, wait_s: float = 10.0
+) -> list[Record]:
     """The newest ``limit`` records of ``topic`` (``ends``: partition -> (low, high)
     offsets), newest first: the last ``limit`` of each partition read (for at most
     ``wait_s``), then merged by timestamp. The caller holds ``consumer`` alone."""
     # partition -> (first offset read, end)
-    ranges = {p: (max(low, high - limit), high) for p, (low, high) in ends.items()
-              if low < high}  # fmt: skip
+    ranges = {p: (max(low, high - limit), high) for p, (low, high) in ends.items() if low < high}
     if not ranges:
         return []
     consumer.assign([TopicPartition(topic, p, start) for p, (start, _) in ranges.items()])
@@ -207,8 +214,10 @@ class DeadLetters:
 
     def _ends(self) -> dict[int, tuple[int, int]]:
         """partition -> (low, high) offsets."""
-        return {p: watermarks(self.consumer, TopicPartition(self.topic, p), timeout=10)
-                for p in range(self.partitions)}  # fmt: skip
+        return {
+            p: watermarks(self.consumer, TopicPartition(self.topic, p), timeout=10)
+            for p in range(self.partitions)
+        }
 
     def count(self) -> int:
         with self.lock:
@@ -252,8 +261,9 @@ class DeadLetters:
                 "on after its attempts: trigger its job again instead)"
             )
         key = letter.source_key if letter.source_key is not None else b""
-        self.publisher.produce_raw(letter.source_topic, key, letter.source_value,
-                                   [("replayed_from", self.topic.encode())])  # fmt: skip
+        self.publisher.produce_raw(
+            letter.source_topic, key, letter.source_value, [("replayed_from", self.topic.encode())]
+        )
         self.publisher.flush()
 
     def close(self) -> None:
@@ -276,8 +286,10 @@ class AuditTrail:
     def last(self, limit: int) -> list[AuditRecord]:
         """Up to ``limit`` entries, newest first (an unreadable one skipped)."""
         with self.lock:
-            ends = {p: watermarks(self.consumer, TopicPartition(self.topic, p), timeout=10)
-                    for p in range(self.partitions)}  # fmt: skip
+            ends = {
+                p: watermarks(self.consumer, TopicPartition(self.topic, p), timeout=10)
+                for p in range(self.partitions)
+            }
             found = tail(self.consumer, self.topic, ends, limit)
         out = []
         for record in found:

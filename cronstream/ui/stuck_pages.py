@@ -42,8 +42,9 @@ UNKNOWN_TIMEOUT_S = 3600.0  # an attempt whose job (and so timeout) is gone
 LAG_LATE = 1000  # records behind before a group's lag is flagged
 
 
-def overdue(started: RunOutcome, records: Sequence[RunOutcome], timeout_ms: int | None,
-            now: datetime) -> float | None:  # fmt: skip
+def overdue(
+    started: RunOutcome, records: Sequence[RunOutcome], timeout_ms: int | None, now: datetime
+) -> float | None:
     """Seconds ``started`` (a STARTED record) is past its timeout and grace, or None:
     not past them, or ended (a final record of the attempt, or a later attempt, among
     ``records``: every record of its run)."""
@@ -52,8 +53,17 @@ def overdue(started: RunOutcome, records: Sequence[RunOutcome], timeout_ms: int 
             return None
         if record.attempt == started.attempt and record.status.value != "STARTED":
             return None
-    began = next((r.started_at for r in records if r.attempt == started.attempt
-                  and r.started_at is not None), None) or started.recorded_at  # fmt: skip
+    began = (
+        next(
+            (
+                r.started_at
+                for r in records
+                if r.attempt == started.attempt and r.started_at is not None
+            ),
+            None,
+        )
+        or started.recorded_at
+    )
     limit_s = UNKNOWN_TIMEOUT_S if timeout_ms is None else timeout_ms / 1000 + GRACE_S
     past = (to_ms(now) - to_ms(began)) / 1000 - limit_s
     return past if past > 0 else None
@@ -71,25 +81,34 @@ def timeout_of(backend: Backend, book: FlowBook | None, row: RunOutcome) -> int 
     return None if job is None else job.timeout_ms
 
 
-def _stuck_runs(backend: Backend, book: FlowBook | None, who: Viewer
-                ) -> tuple[list[dict[str, Any]], int, str | None]:  # fmt: skip
+def _stuck_runs(
+    backend: Backend, book: FlowBook | None, who: Viewer
+) -> tuple[list[dict[str, Any]], int, str | None]:
     """The attempts running past their timeout, how many STARTED records were checked,
     and why history could not be read."""
     assert backend.history is not None
     now = utc_now()
     try:
-        rows = backend.history.by_status(["STARTED"], now - timedelta(hours=WINDOW_H), now,
-                                         who.tenant)  # fmt: skip
+        rows = backend.history.by_status(
+            ["STARTED"], now - timedelta(hours=WINDOW_H), now, who.tenant
+        )
         started = list(islice(mine(who, rows), CHECKED))
         out = []
         for row in started:
-            past = overdue(row, backend.history.run(row.run_id), timeout_of(backend, book, row),
-                           now)  # fmt: skip
+            past = overdue(
+                row, backend.history.run(row.run_id), timeout_of(backend, book, row), now
+            )
             if past is not None:
-                out.append({"run_id": own_id(who, row.run_id), "job": own_id(who, row.job_id),
-                            "attempt": row.attempt, "past": f"{past:.0f} s",
-                            "at": row.recorded_at.strftime("%Y-%m-%d %H:%M:%S"),
-                            "worker": row.worker or "-"})  # fmt: skip
+                out.append(
+                    {
+                        "run_id": own_id(who, row.run_id),
+                        "job": own_id(who, row.job_id),
+                        "attempt": row.attempt,
+                        "past": f"{past:.0f} s",
+                        "at": row.recorded_at.strftime("%Y-%m-%d %H:%M:%S"),
+                        "worker": row.worker or "-",
+                    }
+                )
     except Exception as exc:  # the driver's NoHostAvailable, timeouts: shown
         return [], 0, f"history unavailable ({exc})"
     return out, len(started), None
@@ -101,13 +120,31 @@ def stuck(request: Request, who: Who, backend: Back) -> HTMLResponse:
     answers, error = ask(request.app.state.prometheus, STUCK_QUERIES)
     owned, partitions = one(answers, "owned"), one(answers, "partitions")
     unowned = None if partitions is None else int(partitions - (owned or 0))
-    deferred = {m.get("tenant", "?"): v for m, v in answers["deferred"]
-                if who.tenant in (None, m.get("tenant"))}  # fmt: skip
+    deferred = {
+        m.get("tenant", "?"): v
+        for m, v in answers["deferred"]
+        if who.tenant in (None, m.get("tenant"))
+    }
     lag = {m.get("role", "?"): v for m, v in answers["lag"]}
     skew = one(answers, "skew")
-    return render(request, "stuck.html", who, runs=runs, checked=checked,
-                  history_error=history_error, error=error, unowned=unowned,
-                  partitions=partitions, deferred=deferred, lag=lag, lag_late=LAG_LATE,
-                  held=one(answers, "held"), skew_ms=None if skew is None else skew * 1000,
-                  missed=one(answers, "missed"), window_h=WINDOW_H, limit=CHECKED,
-                  grace_s=GRACE_S, updated=time.strftime("%H:%M:%S"))  # fmt: skip
+    return render(
+        request,
+        "stuck.html",
+        who,
+        runs=runs,
+        checked=checked,
+        history_error=history_error,
+        error=error,
+        unowned=unowned,
+        partitions=partitions,
+        deferred=deferred,
+        lag=lag,
+        lag_late=LAG_LATE,
+        held=one(answers, "held"),
+        skew_ms=None if skew is None else skew * 1000,
+        missed=one(answers, "missed"),
+        window_h=WINDOW_H,
+        limit=CHECKED,
+        grace_s=GRACE_S,
+        updated=time.strftime("%H:%M:%S"),
+    )

@@ -45,11 +45,12 @@ def limits(tenant: str) -> dict[str, float]:
         name, _, value = item.partition("=")
         if name.strip() == tenant:
             rate = float(value)
-    return {"max_jobs": env_int("CRONSTREAM_TENANT_MAX_JOBS", 1000, minimum=0),
-            "max_event_jobs": env_int("CRONSTREAM_TENANT_MAX_EVENT_JOBS", 100, minimum=0),
-            "triggers_per_minute": env_int("CRONSTREAM_TENANT_TRIGGERS_PER_MINUTE", 600,
-                                           minimum=0),
-            "fires_per_second": 0.0 if tenant == "default" else rate}  # fmt: skip
+    return {
+        "max_jobs": env_int("CRONSTREAM_TENANT_MAX_JOBS", 1000, minimum=0),
+        "max_event_jobs": env_int("CRONSTREAM_TENANT_MAX_EVENT_JOBS", 100, minimum=0),
+        "triggers_per_minute": env_int("CRONSTREAM_TENANT_TRIGGERS_PER_MINUTE", 600, minimum=0),
+        "fires_per_second": 0.0 if tenant == "default" else rate,
+    }
 
 
 @router.get("/tenants", response_class=HTMLResponse, response_model=None)
@@ -70,26 +71,41 @@ def _visible(who: Viewer, name: str) -> None:
 @router.get("/tenants/{name}", response_class=HTMLResponse)
 def tenant_page(request: Request, who: Who, backend: Back, name: str) -> HTMLResponse:
     _visible(who, name)
-    jobs = sorted((j for j in backend.view.jobs.values() if j.tenant == name),
-                  key=lambda j: j.job_id)  # fmt: skip
+    jobs = sorted(
+        (j for j in backend.view.jobs.values() if j.tenant == name), key=lambda j: j.job_id
+    )
     book: FlowBook | None = request.app.state.flows
-    flows = sorted(own_id(who, f.flow_id) for f in (book.flows.values() if book else ())
-                   if f.tenant == name)  # fmt: skip
+    flows = sorted(
+        own_id(who, f.flow_id) for f in (book.flows.values() if book else ()) if f.tenant == name
+    )
     answers, error = ask(request.app.state.prometheus, tenant_queries(name))
-    figures = {key: one(answers, key) for key in ("triggers_1m", "jobs", "deferred_1h",
-                                                    "deferred_rate")}  # fmt: skip
+    figures = {
+        key: one(answers, key) for key in ("triggers_1m", "jobs", "deferred_1h", "deferred_rate")
+    }
     refused = {m.get("action", "?"): round(v) for m, v in answers["refused_1h"] if v >= 0.5}
     streaks = {m.get("job_id", "?"): int(v) for m, v in answers["streaks"]}
     failing, failures_error = _failing(backend, who, name, streaks)
-    return render(request, "tenant.html", who, tenant=name, limits=limits(name),
-                  jobs=[{"id": own_id(who, j.job_id), "job": j} for j in jobs], flows=flows,
-                  event_jobs=sum(j.on is not None for j in jobs),
-                  figures=figures, refused=refused, failing=failing, error=error,
-                  failures_error=failures_error, updated=time.strftime("%H:%M:%S"))  # fmt: skip
+    return render(
+        request,
+        "tenant.html",
+        who,
+        tenant=name,
+        limits=limits(name),
+        jobs=[{"id": own_id(who, j.job_id), "job": j} for j in jobs],
+        flows=flows,
+        event_jobs=sum(j.on is not None for j in jobs),
+        figures=figures,
+        refused=refused,
+        failing=failing,
+        error=error,
+        failures_error=failures_error,
+        updated=time.strftime("%H:%M:%S"),
+    )
 
 
-def _failing(backend: Backend, who: Viewer, name: str, streaks: dict[str, int]
-             ) -> tuple[list[dict[str, Any]], str | None]:  # fmt: skip
+def _failing(
+    backend: Backend, who: Viewer, name: str, streaks: dict[str, int]
+) -> tuple[list[dict[str, Any]], str | None]:
     """The tenant's jobs with failed attempts in the last 24 hours, most failures first:
     how many, the last one's time and error, the current streak (Prometheus)."""
     assert backend.history is not None
@@ -106,9 +122,16 @@ def _failing(backend: Backend, who: Viewer, name: str, streaks: dict[str, int]
     out = []
     for job, n in count.most_common():
         row = last[job]
-        out.append({"job": own_id(who, job), "known": job in backend.view.jobs, "failures": n,
-                    "at": row.recorded_at.strftime("%Y-%m-%d %H:%M:%S"),
-                    "status": row.status.value, "streak": streaks.get(job),
-                    "error": redact_text(row.error) if row.error else ""})  # fmt: skip
+        out.append(
+            {
+                "job": own_id(who, job),
+                "known": job in backend.view.jobs,
+                "failures": n,
+                "at": row.recorded_at.strftime("%Y-%m-%d %H:%M:%S"),
+                "status": row.status.value,
+                "streak": streaks.get(job),
+                "error": redact_text(row.error) if row.error else "",
+            }
+        )
     capped = len(found) >= FAILURE_ROWS
     return out, f"the newest {FAILURE_ROWS} failures only" if capped else None

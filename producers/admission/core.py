@@ -137,11 +137,18 @@ class Admission(JobsView):
 
     def unreadable(self, key: str, offset: int, reason: str, now: datetime) -> Decision:
         """The answer to a record that is not a command this admission can read."""
-        return Decision(result=TenantResult(
-            command_id="", action=None, job_id=clip(key, MAX_JOB_ID), accepted=False,
-            recorded_at=now, source_offset=offset, reason=clip(reason, MAX_REASON),
-            code=RefusalCode.UNREADABLE,
-        ))  # fmt: skip
+        return Decision(
+            result=TenantResult(
+                command_id="",
+                action=None,
+                job_id=clip(key, MAX_JOB_ID),
+                accepted=False,
+                recorded_at=now,
+                source_offset=offset,
+                reason=clip(reason, MAX_REASON),
+                code=RefusalCode.UNREADABLE,
+            )
+        )
 
     def faulted(self, command: TenantCommand, offset: int, reason: str, now: datetime) -> Decision:
         """The answer to a command that made the admission raise (``runtime.faults``:
@@ -190,8 +197,10 @@ class Admission(JobsView):
         problems = definition_problems(job, max_payload_bytes=self.max_payload_bytes)
         if problems:
             return self._answer(command, offset, now, _refusal(RefusalCode.INVALID, problems))
-        problems = [*self.policy.problems(tenant, stored, job.target),
-                    *source_problems(tenant, job)]  # fmt: skip
+        problems = [
+            *self.policy.problems(tenant, stored, job.target),
+            *source_problems(tenant, job),
+        ]
         if problems:
             return self._answer(command, offset, now, _refusal(RefusalCode.POLICY, problems))
         over = self._over_quota(tenant, stored, job)
@@ -208,8 +217,10 @@ class Admission(JobsView):
             return f"job quota: tenant {tenant!r} has {have} of its {limit} jobs"
         have, limit = self.event_counts[tenant], self.quotas.max_event_jobs
         if job.on is not None and (old is None or old.on is None) and have >= limit:
-            return (f"event job quota: tenant {tenant!r} has {have} of its {limit} jobs with "
-                    "an event trigger (on:)")  # fmt: skip
+            return (
+                f"event job quota: tenant {tenant!r} has {have} of its {limit} jobs with "
+                "an event trigger (on:)"
+            )
         return None
 
     def _trigger(
@@ -227,13 +238,16 @@ class Admission(JobsView):
         if len(recent) >= limit:
             wait_s = (recent[0] + MINUTE_MS - now_ms) / 1000
             why = f"trigger quota: at most {limit} manual runs per minute; the next fits in "
-            return self._answer(command, offset, now,
-                                Refusal(RefusalCode.QUOTA, f"{why}{wait_s:.1f} s"))  # fmt: skip
+            return self._answer(
+                command, offset, now, Refusal(RefusalCode.QUOTA, f"{why}{wait_s:.1f} s")
+            )
         recent.append(now_ms)
         run = job.run_request(
-            run_id=manual_run_id(job.job_id, key), scheduled_at=now, fired_at=now,
+            run_id=manual_run_id(job.job_id, key),
+            scheduled_at=now,
+            fired_at=now,
             trigger=Trigger.MANUAL,
-        )  # fmt: skip
+        )
         own = unqualify(tenant, run.run_id)
         return replace(self._answer(command, offset, now, run_id=own), run=run)
 
@@ -248,9 +262,13 @@ class Admission(JobsView):
             return self._answer(command, offset, now, Refusal(RefusalCode.INVALID, why))
         stored = qualify(tenant, run_id)
         cancel = ControlCommand(
-            command_id=command.command_id, action=ControlAction.CANCEL, run_id=stored,
-            job_id=qualify(tenant, owner), issued_at=now, reason=command.reason,
-        )  # fmt: skip
+            command_id=command.command_id,
+            action=ControlAction.CANCEL,
+            run_id=stored,
+            job_id=qualify(tenant, owner),
+            issued_at=now,
+            reason=command.reason,
+        )
         return replace(self._answer(command, offset, now, run_id=run_id), cancel=cancel)
 
     @staticmethod
@@ -263,14 +281,21 @@ class Admission(JobsView):
         run_id: str | None = None,
     ) -> Decision:
         """Refused for ``refusal``'s code and reason, else accepted."""
-        return Decision(result=TenantResult(
-            # an id too long to echo: answered by its offset, as an unreadable record is
-            # (echoed as ``carried``: a command built in this process, not read from
-            # Avro, may hold text no topic can: ``unencodable``)
-            command_id=carried(command.command_id) if len(command.command_id) <= MAX_JOB_ID
-            else "", action=command.action,
-            job_id=carried(clip(command.job_id, MAX_JOB_ID)), accepted=refusal is None,
-            recorded_at=now, source_offset=offset, run_id=run_id,
-            reason=None if refusal is None else carried(clip(refusal.reason, MAX_REASON)),
-            code=None if refusal is None else refusal.code,
-        ))  # fmt: skip
+        return Decision(
+            result=TenantResult(
+                # an id too long to echo: answered by its offset, as an unreadable record is
+                # (echoed as ``carried``: a command built in this process, not read from
+                # Avro, may hold text no topic can: ``unencodable``)
+                command_id=carried(command.command_id)
+                if len(command.command_id) <= MAX_JOB_ID
+                else "",
+                action=command.action,
+                job_id=carried(clip(command.job_id, MAX_JOB_ID)),
+                accepted=refusal is None,
+                recorded_at=now,
+                source_offset=offset,
+                run_id=run_id,
+                reason=None if refusal is None else carried(clip(refusal.reason, MAX_REASON)),
+                code=None if refusal is None else refusal.code,
+            )
+        )

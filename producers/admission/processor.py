@@ -79,8 +79,7 @@ class AdmissionConfig:
 class JobsFollower:
     """The jobs topic read from its beginning into ``view.observe``, then followed."""
 
-    def __init__(self, settings: Settings, codec: Codec, admission: JobsView, *, who: str
-                 ) -> None:  # fmt: skip
+    def __init__(self, settings: Settings, codec: Codec, admission: JobsView, *, who: str) -> None:
         self.topic = Topics(settings).jobs
         self.codec = codec
         self.admission = admission
@@ -131,18 +130,26 @@ class AdmissionProcessor:
         self.codec = Codec(registry_client(settings))
         self.publisher = Publisher(settings, codec=self.codec)
         self.policy = PolicyBook(config.grants, config.policy_file)
-        self.admission = Admission(config.quotas, max_payload_bytes=settings.max_payload_bytes,
-                                   policy=self.policy.current())  # fmt: skip
-        self.jobs = JobsFollower(settings, self.codec, self.admission,
-                                 who=f"admission {config.name}")  # fmt: skip
+        self.admission = Admission(
+            config.quotas,
+            max_payload_bytes=settings.max_payload_bytes,
+            policy=self.policy.current(),
+        )
+        self.jobs = JobsFollower(
+            settings, self.codec, self.admission, who=f"admission {config.name}"
+        )
         self.faults = RecordFaults("admission")  # a command that makes ``decide`` raise
         refresh: dict[str, Any] = {"topic.metadata.refresh.interval.ms": 2000}
         # Count balance (not per topic, unlike the workers): every tenant's commands topic
         # has one partition, and range would give each one's partition 0 to one member.
         self.member = GroupMember(
-            settings, group=config.group, name=config.name,
-            session_timeout_ms=config.session_timeout_ms, log=log, **refresh,
-        )  # fmt: skip
+            settings,
+            group=config.group,
+            name=config.name,
+            session_timeout_ms=config.session_timeout_ms,
+            log=log,
+            **refresh,
+        )
         self.consumer = self.member.consumer
 
     def run(self, should_stop: Callable[[], bool]) -> None:
@@ -208,18 +215,27 @@ class AdmissionProcessor:
         self.write(tenant, decision)
 
     def decide(
-        self, tenant: str, command: TenantCommand, stored: str, before: JobDefinition | None,
-        offset: int, now: datetime,
-    ) -> tuple[Decision, AuditRecord | None]:  # fmt: skip
+        self,
+        tenant: str,
+        command: TenantCommand,
+        stored: str,
+        before: JobDefinition | None,
+        offset: int,
+        now: datetime,
+    ) -> tuple[Decision, AuditRecord | None]:
         """The decision on one command, and its audit record when it is accepted."""
         decision = self.admission.decide(tenant, command, offset=offset, now=now)
         if not decision.result.accepted:
             return decision, None
         after = decision.job[1] if decision.job is not None else None
-        run_id = decision.run.run_id if decision.run is not None else (
-            decision.cancel.run_id if decision.cancel is not None else None)  # fmt: skip
-        return decision, command_record(tenant, command, stored=stored, before=before,
-                                        after=after, run_id=run_id, at=now)  # fmt: skip
+        run_id = (
+            decision.run.run_id
+            if decision.run is not None
+            else (decision.cancel.run_id if decision.cancel is not None else None)
+        )
+        return decision, command_record(
+            tenant, command, stored=stored, before=before, after=after, run_id=run_id, at=now
+        )
 
     def write(self, tenant: str, decision: Decision) -> None:
         if decision.job is not None:

@@ -55,10 +55,14 @@ def set_group_timeouts(
     group configs."""
     heartbeat = heartbeat_ms(session_timeout_ms)
     op = AlterConfigOpType.SET
-    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
-        ConfigEntry(SESSION, str(session_timeout_ms), incremental_operation=op),
-        ConfigEntry(HEARTBEAT, str(heartbeat), incremental_operation=op),
-    ])  # fmt: skip
+    resource = ConfigResource(
+        ResourceType.GROUP,
+        group,
+        incremental_configs=[
+            ConfigEntry(SESSION, str(session_timeout_ms), incremental_operation=op),
+            ConfigEntry(HEARTBEAT, str(heartbeat), incremental_operation=op),
+        ],
+    )
     admin = kafka_admin(settings)  # must outlive its futures
     try:
         for future in admin.incremental_alter_configs([resource]).values():
@@ -66,12 +70,19 @@ def set_group_timeouts(
     except (KafkaException, FutureTimeout) as exc:
         log.warning(
             "group %s: could not set its session timeout to %d ms (%s); a killed "
-            "member's partitions move after %s", group, session_timeout_ms,
-            _reason(exc), _in_force(admin, group),
-        )  # fmt: skip
+            "member's partitions move after %s",
+            group,
+            session_timeout_ms,
+            _reason(exc),
+            _in_force(admin, group),
+        )
         return False
-    log.info("group %s: session timeout %d ms, heartbeat %d ms (the group's configs)",
-             group, session_timeout_ms, heartbeat)  # fmt: skip
+    log.info(
+        "group %s: session timeout %d ms, heartbeat %d ms (the group's configs)",
+        group,
+        session_timeout_ms,
+        heartbeat,
+    )
     return True
 
 

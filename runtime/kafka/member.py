@@ -36,9 +36,13 @@ def _nothing(partitions: Partitions) -> None:
 
 
 def commit(
-    consumer: Any, offsets: Sequence[TopicPartition], *, wait: bool, log: logging.Logger,
+    consumer: Any,
+    offsets: Sequence[TopicPartition],
+    *,
+    wait: bool,
+    log: logging.Logger,
     then: str = "the records after the committed offsets are read again",
-) -> bool:  # fmt: skip
+) -> bool:
     """Commit ``offsets`` under the one rule for refused commits (``GroupMember``):
     True when committed (or, ``wait=False``, sent); False when the group refused it
     (logged, with ``then``: what re-delivery means for the caller's role). A fatal
@@ -116,9 +120,14 @@ class GroupMember:
         if balance == "per-topic":
             set_group_timeouts(settings, group, session_timeout_ms, log=log)
         self.consumer: Consumer = group_consumer(
-            settings, group=group, name=name, session_timeout_ms=session_timeout_ms,
-            balance=balance, **static, **overrides,
-        )  # fmt: skip
+            settings,
+            group=group,
+            name=name,
+            session_timeout_ms=session_timeout_ms,
+            balance=balance,
+            **static,
+            **overrides,
+        )
         self.log = log
         self.assigned: AssignHook = _nothing
         self.revoking: PartitionsHook = _nothing
@@ -176,8 +185,9 @@ class GroupMember:
             return None
         return msg
 
-    def wait(self, seconds: float, stop: Callable[[], bool],
-             keep: Callable[[ConsumedMessage], object]) -> bool:  # fmt: skip
+    def wait(
+        self, seconds: float, stop: Callable[[], bool], keep: Callable[[ConsumedMessage], object]
+    ) -> bool:
         """Wait ``seconds`` polling, so that the group keeps this member (a rebalance
         runs the role's hooks); a record that arrives anyway goes to ``keep``. False
         as soon as ``stop()`` (the role is asked to stop). What a role waiting out an
@@ -199,9 +209,12 @@ class GroupMember:
 
     # -- committing -----------------------------------------------------------------------
     def commit(
-        self, offsets: Sequence[TopicPartition], *, wait: bool,
+        self,
+        offsets: Sequence[TopicPartition],
+        *,
+        wait: bool,
         then: str = "the records after the committed offsets are read again",
-    ) -> bool:  # fmt: skip
+    ) -> bool:
         """``commit`` (the module function) on this member's consumer."""
         return commit(self.consumer, offsets, wait=wait, log=self.log, then=then)
 

@@ -162,10 +162,12 @@ class Publisher:
         while True:
             try:
                 self.producer.produce(
-                    topic, value=value, key=key,
+                    topic,
+                    value=value,
+                    key=key,
                     headers=headers if type(headers) is list else list(headers),
                     on_delivery=self._deliver,
-                )  # fmt: skip
+                )
                 break
             except BufferError:
                 # Local queue full: serve delivery reports until there is room.

@@ -49,8 +49,12 @@ def is_record(msg: ConsumedMessage) -> bool:
     if error.code() == KafkaError._PARTITION_EOF:
         return False
     if is_transient(KafkaException(error)):
-        log.warning("fetch error on %s [%s]: %s (passes by itself)",
-                    msg.topic(), msg.partition(), error.str())  # fmt: skip
+        log.warning(
+            "fetch error on %s [%s]: %s (passes by itself)",
+            msg.topic(),
+            msg.partition(),
+            error.str(),
+        )
         return False
     raise KafkaException(error)
 

@@ -56,8 +56,10 @@ class Backoff:
     def passed(self) -> None:
         """A retry read everything it had to: the registry answers again."""
         if self.since:
-            self.log.info("schema registry answers again after %.1f s: reading resumed",
-                          time.monotonic() - self.since)  # fmt: skip
+            self.log.info(
+                "schema registry answers again after %.1f s: reading resumed",
+                time.monotonic() - self.since,
+            )
             self.since = 0.0
 
 

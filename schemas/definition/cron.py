@@ -292,8 +292,9 @@ def _number(token: str, field: _Field) -> int:
     if field.names is not None and upper in field.names:
         return field.names[upper]
     if not _DIGITS.fullmatch(token):
-        raise CronError(f"{field.name} {token!r} is not a number"
-                        + (" or a name" if field.names else ""))  # fmt: skip
+        raise CronError(
+            f"{field.name} {token!r} is not a number" + (" or a name" if field.names else "")
+        )
     value = int(token)
     if not field.low <= value <= field.high:
         raise CronError(f"{field.name} {value} is outside {field.low}-{field.high}")
@@ -326,8 +327,10 @@ def _days_of_week(text: str) -> tuple[set[int], set[int], set[tuple[int, int]]]:
                 raise CronError(f"day of week {item!r}: the n of DAY#n is 1-5")
             nth.add((_number(day, WEEKDAY) % 7, int(n)))
         elif upper == "L":
-            raise CronError("day of week 'L' alone is ambiguous: write 5L (or L5) for the "
-                            "last Friday of the month")  # fmt: skip
+            raise CronError(
+                "day of week 'L' alone is ambiguous: write 5L (or L5) for the "
+                "last Friday of the month"
+            )
         elif upper.endswith("L") or upper.startswith("L"):
             day = upper[:-1] if upper.endswith("L") else upper[1:]
             last.add(_number(day, WEEKDAY) % 7)
@@ -352,8 +355,7 @@ def _fires_in_cycle(day: DayRule, months: frozenset[int]) -> bool:
     """Most expressions are settled at once: days 1-28 exist in every month, every
     weekday four times; the others walk the months of a whole 400-year cycle."""
     dates = day.last_day or any(d <= 28 for d in day.days)
-    weekdays = bool(day.weekdays or day.last_weekdays
-                    or any(n <= 4 for _, n in day.nth_weekdays))  # fmt: skip
+    weekdays = bool(day.weekdays or day.last_weekdays or any(n <= 4 for _, n in day.nth_weekdays))
     if day.either and (dates or weekdays):
         return True
     if (day.by_date is not None and dates) or (len(day.days) == 31 and weekdays):

@@ -108,8 +108,17 @@ _TOKEN = re.compile(
     r"|(?P<name>[A-Za-z_][A-Za-z0-9_]*)|(?P<op>==|!=|<=|>=|<|>)|(?P<punct>[()\[\],.])"
     r"|(?P<quote>[\"'])"
 )
-_ESCAPES = {'"': '"', "'": "'", "\\": "\\", "/": "/", "n": "\n", "t": "\t", "r": "\r",
-            "b": "\b", "f": "\f"}  # fmt: skip
+_ESCAPES = {
+    '"': '"',
+    "'": "'",
+    "\\": "\\",
+    "/": "/",
+    "n": "\n",
+    "t": "\t",
+    "r": "\r",
+    "b": "\b",
+    "f": "\f",
+}
 _HEX = frozenset("0123456789abcdefABCDEF")
 
 
@@ -291,8 +300,10 @@ class _Parser:
         if token.kind == "name" and token.text in ROOTS:
             return self.path()
         if token.kind == "name" and token.text not in KEYWORDS:
-            raise FilterError(f"unknown name {token.text[:40]!r} (a path starts with "
-                              f"{', '.join(ROOTS)})", token.column)  # fmt: skip
+            raise FilterError(
+                f"unknown name {token.text[:40]!r} (a path starts with {', '.join(ROOTS)})",
+                token.column,
+            )
         self.fail(f"expected {wanted}")
 
     def path(self) -> Path:
@@ -310,8 +321,9 @@ class _Parser:
                 self.fail("expected a field name after '.'")
             return str(self.take().text)
         token = self.take()
-        if token.kind == "string" or (token.kind == "number" and isinstance(token.value, int)
-                                      and token.value >= 0):  # fmt: skip
+        if token.kind == "string" or (
+            token.kind == "number" and isinstance(token.value, int) and token.value >= 0
+        ):
             self.expect("]", "']'")
             return token.value  # type: ignore[no-any-return]
         raise FilterError("expected a field name in quotes or an index (0 or more)", token.column)
@@ -383,11 +395,13 @@ def unparse(expr: Expr) -> str:
     """``expr`` as canonical text: ``parse_filter(unparse(e)) == e``."""
     match expr:
         case Or(items=items):
-            return " or ".join(f"({unparse(i)})" if isinstance(i, Or) else unparse(i)
-                               for i in items)  # fmt: skip
+            return " or ".join(
+                f"({unparse(i)})" if isinstance(i, Or) else unparse(i) for i in items
+            )
         case And(items=items):
-            return " and ".join(f"({unparse(i)})" if isinstance(i, And | Or) else unparse(i)
-                                for i in items)  # fmt: skip
+            return " and ".join(
+                f"({unparse(i)})" if isinstance(i, And | Or) else unparse(i) for i in items
+            )
         case Not(expr=inner):
             text = unparse(inner)
             return f"not ({text})" if isinstance(inner, And | Or) else f"not {text}"

@@ -49,8 +49,11 @@ class Record:
 
 
 _ORDER: dict[str, Callable[[Any, Any], Any]] = {
-    "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
-}  # fmt: skip
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
 
 
 def _kind(value: Any) -> str:
@@ -115,8 +118,13 @@ def resolve(operand: Operand, record: Record) -> Any:
         return record.headers.get(str(operand.steps[0]), MISSING)
     if root == "value":
         return _walk(record.value, operand)
-    fixed = {"key": record.key, "topic": record.topic, "partition": record.partition,
-             "offset": record.offset, "timestamp": record.timestamp_ms}  # fmt: skip
+    fixed = {
+        "key": record.key,
+        "topic": record.topic,
+        "partition": record.partition,
+        "offset": record.offset,
+        "timestamp": record.timestamp_ms,
+    }
     return fixed.get(root, MISSING)
 
 

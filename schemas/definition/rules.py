@@ -44,8 +44,10 @@ def problems(job: JobDefinition, *, max_payload_bytes: int) -> list[str]:
 
 
 def _identity_problems(job: JobDefinition) -> list[str]:
-    return [*name_problems("job id", job.job_id, MAX_JOB_ID),
-            *name_problems("tenant", job.tenant, MAX_TENANT)]  # fmt: skip
+    return [
+        *name_problems("job id", job.job_id, MAX_JOB_ID),
+        *name_problems("tenant", job.tenant, MAX_TENANT),
+    ]
 
 
 def _schedule_problems(job: JobDefinition) -> list[str]:

@@ -64,12 +64,38 @@ from schemas.events import (
 T = TypeVar("T")
 KNOWN_KEYS = frozenset(
     {
-        "id", "cron", "every", "anchor", "at", "tz", "target", "url", "method", "headers",
-        "topic", "callable", "command", "payload", "priority", "max_attempts", "backoff",
-        "timeout", "misfire", "concurrency", "catchup", "catchup_window", "jitter", "start",
-        "end", "paused", "tenant", "deadline", "on", "after",
+        "id",
+        "cron",
+        "every",
+        "anchor",
+        "at",
+        "tz",
+        "target",
+        "url",
+        "method",
+        "headers",
+        "topic",
+        "callable",
+        "command",
+        "payload",
+        "priority",
+        "max_attempts",
+        "backoff",
+        "timeout",
+        "misfire",
+        "concurrency",
+        "catchup",
+        "catchup_window",
+        "jitter",
+        "start",
+        "end",
+        "paused",
+        "tenant",
+        "deadline",
+        "on",
+        "after",
     }
-)  # fmt: skip
+)
 
 
 def _payload_text(value: Any) -> str | None:
@@ -92,13 +118,15 @@ def job_from_spec(
     target = read.target()
     priority = read.choice("priority", Priority, Priority.NORMAL, "high, normal, low")
     backoff = read.parsed("backoff", parse_backoff, spec.get("backoff") or "1s..5m") or (
-        1000, 300_000,
-    )  # fmt: skip
+        1000,
+        300_000,
+    )
     max_attempts = read.whole("max_attempts", 3)
     misfire_kind = read.choice("misfire", MisfireKind, MisfireKind.ONCE, "skip, once, all")
     catchup = read.whole("catchup", 10)
-    concurrency = read.choice("concurrency", Concurrency, Concurrency.ALLOW,
-                              "allow, forbid, replace, queue")  # fmt: skip
+    concurrency = read.choice(
+        "concurrency", Concurrency, Concurrency.ALLOW, "allow, forbid, replace, queue"
+    )
     start = read.instant("start", zone)
     end = read.instant("end", zone)
     paused = read.flag("paused")

@@ -131,8 +131,10 @@ def trigger_problems(job: JobDefinition) -> list[str]:
     if job.after:
         problems += after_problems(job.job_id, job.after)
         if job.schedule is not None or job.on is not None:
-            problems.append("a job with after: runs when the jobs it names succeeded: give it "
-                            "no schedule (cron, every, at) and no on:")  # fmt: skip
+            problems.append(
+                "a job with after: runs when the jobs it names succeeded: give it "
+                "no schedule (cron, every, at) and no on:"
+            )
     return problems
 
 
@@ -140,8 +142,10 @@ def topic_problems(topic: str) -> list[str]:
     if not topic:
         return ["on: a topic is required"]
     if len(topic) > MAX_TOPIC or not _TOPIC.match(topic) or topic in (".", ".."):
-        return [f"on.topic {topic[:80]!r} is not a Kafka topic name (1-{MAX_TOPIC} letters, "
-                "digits, '.', '_' and '-')"]  # fmt: skip
+        return [
+            f"on.topic {topic[:80]!r} is not a Kafka topic name (1-{MAX_TOPIC} letters, "
+            "digits, '.', '_' and '-')"
+        ]
     if topic.startswith("__"):
         return [f"on.topic {topic[:80]!r} is one of Kafka's internal topics"]
     return []
@@ -154,13 +158,16 @@ def on_problems(on: EventTrigger) -> list[str]:
     if on.key is not None:
         problems += _parsed("on.key", parse_path, on.key)
         if on.debounce_ms is None and on.batch is None:
-            problems.append("on.key groups records for debounce or batch: give one of them "
-                            "(to run only for some keys, filter: key == \"...\")")  # fmt: skip
+            problems.append(
+                "on.key groups records for debounce or batch: give one of them "
+                '(to run only for some keys, filter: key == "...")'
+            )
     if on.debounce_ms is not None and on.batch is not None:
         problems.append("on: give debounce or batch, not both")
     if on.debounce_ms is not None and not 1 <= on.debounce_ms <= MAX_DEBOUNCE_MS:
-        problems.append(f"on.debounce {on.debounce_ms} ms is out of range (positive, at most "
-                        "30 days)")  # fmt: skip
+        problems.append(
+            f"on.debounce {on.debounce_ms} ms is out of range (positive, at most 30 days)"
+        )
     if on.batch is not None and not 1 <= on.batch <= MAX_BATCH:
         problems.append(f"on.batch {on.batch} is out of range (1 to {MAX_BATCH:,})")
     if len(on.payload_fields) > MAX_PAYLOAD_FIELDS:
@@ -184,8 +191,9 @@ def _parsed(what: str, parse: Any, text: str) -> list[str]:
 def after_problems(job_id: str, after: tuple[str, ...]) -> list[str]:
     if len(after) > MAX_AFTER:
         return [f"after names {len(after)} jobs, over {MAX_AFTER}"]
-    problems = [p for upstream in after for p in name_problems("after: job id", upstream,
-                                                               MAX_JOB_ID)]  # fmt: skip
+    problems = [
+        p for upstream in after for p in name_problems("after: job id", upstream, MAX_JOB_ID)
+    ]
     if len(set(after)) != len(after):
         problems.append("after names a job twice")
     if job_id in after:
@@ -201,10 +209,14 @@ def source_problems(tenant: str, job: JobDefinition) -> list[str]:
         return []
     problems = []
     if job.on is not None and not job.on.topic.startswith(f"{tenant}."):
-        problems.append(f"trigger policy: on.topic {job.on.topic[:80]!r} is not one of the "
-                        f"tenant's own topics ({tenant}.*)")  # fmt: skip
+        problems.append(
+            f"trigger policy: on.topic {job.on.topic[:80]!r} is not one of the "
+            f"tenant's own topics ({tenant}.*)"
+        )
     others = [a for a in job.after if unqualify(tenant, a) is None]
     if others:
-        problems.append(f"trigger policy: after names jobs that are not the tenant's own: "
-                        f"{', '.join(o[:80] for o in others[:5])}")  # fmt: skip
+        problems.append(
+            f"trigger policy: after names jobs that are not the tenant's own: "
+            f"{', '.join(o[:80] for o in others[:5])}"
+        )
     return problems

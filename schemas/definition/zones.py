@@ -106,5 +106,6 @@ def load_zone(name: str) -> ZoneInfo:
         with source.open("rb") as data:
             return ZoneInfo.from_file(data, key=name)
     except (OSError, ValueError) as exc:
-        raise ZoneError(f"{name!r} is not an IANA time zone (tzdata {TZDATA_VERSION}): "
-                        f"{type(exc).__name__}") from None  # fmt: skip
+        raise ZoneError(
+            f"{name!r} is not an IANA time zone (tzdata {TZDATA_VERSION}): {type(exc).__name__}"
+        ) from None

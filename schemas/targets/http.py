@@ -40,9 +40,11 @@ def problems(target: Target) -> list[str]:
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
         return [f"url {redact_url(target.url)!r} is not an http(s) URL"]
     if "@" in parsed.netloc:
-        return ["url holds credentials (user:password@), which would travel in every "
-                "run request and are never sent: use a header such as "
-                "'Authorization: secret:NAME' resolved by the workers"]  # fmt: skip
+        return [
+            "url holds credentials (user:password@), which would travel in every "
+            "run request and are never sent: use a header such as "
+            "'Authorization: secret:NAME' resolved by the workers"
+        ]
     if target.method not in METHODS:
         return [f"http method {target.method!r} is not GET, POST, PUT, PATCH or DELETE"]
     return []
@@ -154,6 +156,9 @@ def host_address(host: str) -> IPAddress | None:
 
 
 TARGET = TargetType(
-    name="http", problems=problems, policy=why_not, grant=http_grant,
+    name="http",
+    problems=problems,
+    policy=why_not,
+    grant=http_grant,
     executor="consumers.executors.http:executor",
-)  # fmt: skip
+)

@@ -29,6 +29,8 @@ def why_not(_tenant: str, _job_id: str, target: Target, grants: tuple[str, ...])
 
 
 TARGET = TargetType(
-    name="python", problems=problems, policy=why_not,
+    name="python",
+    problems=problems,
+    policy=why_not,
     executor="consumers.executors.python:executor",
-)  # fmt: skip
+)

@@ -76,6 +76,9 @@ def why_not(
 
 
 TARGET = TargetType(
-    name="shell", problems=problems, policy=why_not, grant=shell_words,
+    name="shell",
+    problems=problems,
+    policy=why_not,
+    grant=shell_words,
     executor="consumers.executors.shell:executor",
-)  # fmt: skip
+)

@@ -158,11 +158,17 @@ class Dependencies:
         _add_bounded(fired, day)
         payload = dependent.payload
         if payload is None:
-            payload = json.dumps({"date": day.isoformat(), "after": list(dependent.after)},
-                                 separators=(",", ":"))  # fmt: skip
+            payload = json.dumps(
+                {"date": day.isoformat(), "after": list(dependent.after)}, separators=(",", ":")
+            )
         midnight = datetime(day.year, day.month, day.day, tzinfo=UTC)
-        return DependencyRun(job_id=job_id, run_id=dependency_run_id(job_id, day), day=day,
-                             scheduled_ms=to_ms(midnight), payload=payload)  # fmt: skip
+        return DependencyRun(
+            job_id=job_id,
+            run_id=dependency_run_id(job_id, day),
+            day=day,
+            scheduled_ms=to_ms(midnight),
+            payload=payload,
+        )
 
 
 def _add_bounded(days: set[date], day: date) -> None:

@@ -44,14 +44,19 @@ class NodeState(StrEnum):
     SKIPPED = "SKIPPED"
 
 
-ENDED = frozenset({NodeState.SUCCEEDED, NodeState.FAILED, NodeState.UPSTREAM_FAILED,
-                   NodeState.SKIPPED})  # fmt: skip
+ENDED = frozenset(
+    {NodeState.SUCCEEDED, NodeState.FAILED, NodeState.UPSTREAM_FAILED, NodeState.SKIPPED}
+)
 FAILED_ONES = frozenset({NodeState.FAILED, NodeState.UPSTREAM_FAILED})
 # A worker's final outcomes of a node's run, as node states (FAILED and TIMED_OUT with a
 # retry on its way are not final: the coordinator waits for the next attempt).
-FINAL_OUTCOMES = {"SUCCEEDED": NodeState.SUCCEEDED, "DEAD_LETTERED": NodeState.FAILED,
-                  "CANCELED": NodeState.FAILED, "FAILED": NodeState.FAILED,
-                  "TIMED_OUT": NodeState.FAILED}  # fmt: skip
+FINAL_OUTCOMES = {
+    "SUCCEEDED": NodeState.SUCCEEDED,
+    "DEAD_LETTERED": NodeState.FAILED,
+    "CANCELED": NodeState.FAILED,
+    "FAILED": NodeState.FAILED,
+    "TIMED_OUT": NodeState.FAILED,
+}
 ALL_SUCCESS, ALL_DONE, ANY_FAILED = "ALL_SUCCESS", "ALL_DONE", "ANY_FAILED"
 GOING = frozenset({"RUNNING", "QUEUED"})  # a flow run's statuses before it ended
 
@@ -104,23 +109,33 @@ class FlowRun:
 def to_record(run: FlowRun) -> dict[str, Any]:
     """``run`` as plain JSON values (the coordinator's table keeps these)."""
     return {
-        "flow_id": run.flow_id, "run_id": run.run_id, "generation": run.generation,
-        "status": run.status, "scheduled_ms": run.scheduled_ms, "tenant": run.tenant,
+        "flow_id": run.flow_id,
+        "run_id": run.run_id,
+        "generation": run.generation,
+        "status": run.status,
+        "scheduled_ms": run.scheduled_ms,
+        "tenant": run.tenant,
         "nodes": [[n.name, list(n.after), n.rule] for n in run.nodes.values()],
         "states": {name: state.value for name, state in run.states.items()},
-        "runs": dict(run.runs), "alerted": run.alerted_ms,
-    }  # fmt: skip
+        "runs": dict(run.runs),
+        "alerted": run.alerted_ms,
+    }
 
 
 def from_record(record: Mapping[str, Any]) -> FlowRun:
     nodes = {name: Node(name, tuple(after), rule) for name, after, rule in record["nodes"]}
     return FlowRun(
-        record["flow_id"], record["run_id"], nodes,
+        record["flow_id"],
+        record["run_id"],
+        nodes,
         {name: NodeState(state) for name, state in record["states"].items()},
-        generation=record["generation"], status=record["status"],
-        scheduled_ms=record["scheduled_ms"], tenant=record["tenant"], runs=dict(record["runs"]),
+        generation=record["generation"],
+        status=record["status"],
+        scheduled_ms=record["scheduled_ms"],
+        tenant=record["tenant"],
+        runs=dict(record["runs"]),
         alerted_ms=record.get("alerted"),
-    )  # fmt: skip
+    )
 
 
 def node_run_id(flow_run_id: str, node: str, generation: int) -> str:
@@ -128,14 +143,26 @@ def node_run_id(flow_run_id: str, node: str, generation: int) -> str:
 
 
 def start(
-    flow_id: str, run_id: str, nodes: Iterable[Node], *, scheduled_ms: int = 0,
-    tenant: str = "default", status: str = "RUNNING",
-) -> tuple[FlowRun, list[Start]]:  # fmt: skip
+    flow_id: str,
+    run_id: str,
+    nodes: Iterable[Node],
+    *,
+    scheduled_ms: int = 0,
+    tenant: str = "default",
+    status: str = "RUNNING",
+) -> tuple[FlowRun, list[Start]]:
     """A new flow run and the starts of its root nodes; with ``status`` QUEUED or
     SKIPPED, a run that starts nothing (yet)."""
     table = {node.name: node for node in nodes}
-    run = FlowRun(flow_id, run_id, table, dict.fromkeys(table, NodeState.PENDING),
-                  scheduled_ms=scheduled_ms, tenant=tenant, status=status)  # fmt: skip
+    run = FlowRun(
+        flow_id,
+        run_id,
+        table,
+        dict.fromkeys(table, NodeState.PENDING),
+        scheduled_ms=scheduled_ms,
+        tenant=tenant,
+        status=status,
+    )
     return run, _advance(run) if status == "RUNNING" else []
 
 
@@ -238,8 +265,11 @@ def _apply(run: FlowRun, node: str, state: NodeState) -> list[Start]:
     current = run.states[node]
     if current in ENDED:
         # Seen before: the starts this outcome caused, again (flagged).
-        return [Start(n, run.runs[n], True) for n, other in run.nodes.items()
-                if node in other.after and run.states[n] is NodeState.RUNNING]  # fmt: skip
+        return [
+            Start(n, run.runs[n], True)
+            for n, other in run.nodes.items()
+            if node in other.after and run.states[n] is NodeState.RUNNING
+        ]
     if current is not NodeState.RUNNING:
         return []  # an outcome for a node never started: not ours to trust
     run.states[node] = state

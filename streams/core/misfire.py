@@ -118,8 +118,9 @@ def settle(
         catchup = job.latest_slots(old - job.jitter, late - job.jitter, count)
     # The misfired slots not caught up: those due before the first catch-up slot.
     unrun = late if not catchup else catchup[0] + job.jitter - 1
-    too_old = _Span(owed_from, old, f"misfired and older than the catch-up window "
-                                    f"({policy.window_ms} ms)")  # fmt: skip
+    too_old = _Span(
+        owed_from, old, f"misfired and older than the catch-up window ({policy.window_ms} ms)"
+    )
     actions: list[Action]
     if policy.policy == "ALL":
         why = f"misfire=all ran the latest {policy.max_catchup}"
@@ -151,9 +152,12 @@ def _not_run(job: JobSchedule, status: str, spans: list[_Span]) -> list[Action]:
     counts = [job.count_slots(s.after - jitter, s.through - jitter) for s in spans]
     total = sum(counts)
     if total <= LIST_LIMIT:
-        return [Record(job.job_id, slot, status, s.why, job)
-                for s, n in zip(spans, counts, strict=True) if n
-                for slot in _walk(job, s.after, s.through)]  # fmt: skip
+        return [
+            Record(job.job_id, slot, status, s.why, job)
+            for s, n in zip(spans, counts, strict=True)
+            if n
+            for slot in _walk(job, s.after, s.through)
+        ]
     after, through = spans[0].after - jitter, spans[-1].through - jitter
     first = job.slot_after(after)
     last = job.latest_slots(after, through, 1)

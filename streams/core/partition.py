@@ -318,8 +318,9 @@ class PartitionScheduler:
         its misfire policy; a stale entry only finds the job's next slot)."""
         assert self.far is not None
         self._near_limit = now + self.horizon_ms
-        entries = self.far.entries(self._far_cursor, self._near_limit, now + self.wheel.tick_ms,
-                                   FAR_BUDGET)  # fmt: skip
+        entries = self.far.entries(
+            self._far_cursor, self._near_limit, now + self.wheel.tick_ms, FAR_BUDGET
+        )
         out: list[Action] = []
         for due, job_id in entries:
             self._far_cursor = (due, job_id)
@@ -333,8 +334,9 @@ class PartitionScheduler:
                 self.far.forget(job_id, due)
                 continue
             job.entry_due = due
-            out.extend(self._apply(job, now=now, settled=self.fired_through,
-                                   possible_duplicate=True))  # fmt: skip
+            out.extend(
+                self._apply(job, now=now, settled=self.fired_through, possible_duplicate=True)
+            )
         return out
 
     def job(self, job_id: str) -> JobSchedule | None:
@@ -400,8 +402,17 @@ class PartitionScheduler:
             # Not a run: the check that the run succeeded by its deadline (a paused job's
             # runs fired before the pause still have theirs; a deleted job's do not).
             if job is not None:
-                out.append(Fire(timer.job_id, timer.due_ms, timer.due_ms, "DEADLINE",
-                                timer.possible_duplicate, job, timer))  # fmt: skip
+                out.append(
+                    Fire(
+                        timer.job_id,
+                        timer.due_ms,
+                        timer.due_ms,
+                        "DEADLINE",
+                        timer.possible_duplicate,
+                        job,
+                        timer,
+                    )
+                )
         elif job is None:
             out.append(Record(timer.job_id, timer.due_ms, "SKIPPED", "job deleted", None, timer))
         elif job.paused:

@@ -65,12 +65,17 @@ def item(record: Record, fields: tuple[tuple[str, Path], ...]) -> str:
     """The JSON text a record contributes to a run's payload."""
     if fields:
         return text({name: jsonable(resolve(path, record)) for name, path in fields})
-    return text({
-        "topic": record.topic, "partition": record.partition, "offset": record.offset,
-        "timestamp": record.timestamp_ms, "key": jsonable(record.key),
-        "headers": {name: jsonable(v) for name, v in record.headers.items()},
-        "value": jsonable(record.value),
-    })  # fmt: skip
+    return text(
+        {
+            "topic": record.topic,
+            "partition": record.partition,
+            "offset": record.offset,
+            "timestamp": record.timestamp_ms,
+            "key": jsonable(record.key),
+            "headers": {name: jsonable(v) for name, v in record.headers.items()},
+            "value": jsonable(record.value),
+        }
+    )
 
 
 def batch(items: list[str]) -> str:

@@ -71,25 +71,38 @@ def rule_of(job: JobDefinition) -> Rule:
     if on is None:
         raise ValueError(f"job {job.job_id!r} has no event trigger")
     return Rule(
-        job_id=job.job_id, topic=on.topic,
+        job_id=job.job_id,
+        topic=on.topic,
         filter=None if on.filter is None else parse_filter(on.filter),
-        debounce_ms=on.debounce_ms, batch=on.batch,
+        debounce_ms=on.debounce_ms,
+        batch=on.batch,
         key=None if on.key is None else parse_path(on.key),
         fields=tuple((name, parse_path(path)) for name, path in on.payload_fields.items()),
-    )  # fmt: skip
+    )
 
 
 def source_record(
-    *, topic: str, partition: int, offset: int, timestamp_ms: int, key: bytes | None,
-    headers: Iterable[tuple[str, bytes | None]] = (), value: Any = MISSING,
-) -> Record:  # fmt: skip
+    *,
+    topic: str,
+    partition: int,
+    offset: int,
+    timestamp_ms: int,
+    key: bytes | None,
+    headers: Iterable[tuple[str, bytes | None]] = (),
+    value: Any = MISSING,
+) -> Record:
     """A consumed record as filters see it: key and header values as UTF-8 text (None:
     absent; MISSING: not UTF-8), a repeated header's last value; ``value`` decoded by
     the processor (MISSING: it could not be)."""
     return Record(
-        topic=topic, partition=partition, offset=offset, timestamp_ms=timestamp_ms,
-        key=_utf8(key), headers={name: _utf8(v) for name, v in headers}, value=value,
-    )  # fmt: skip
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        timestamp_ms=timestamp_ms,
+        key=_utf8(key),
+        headers={name: _utf8(v) for name, v in headers},
+        value=value,
+    )
 
 
 def _utf8(data: bytes | None) -> Any:
@@ -129,15 +142,21 @@ class Checkpoint:
     through: tuple[tuple[str, int], ...] = ()  # group -> last offset of its emitted batch
 
     def to_json(self) -> dict[str, Any]:
-        return {"resume": self.resume_offset, "clock": self.clock_ms,
-                "windows": [list(w) for w in self.windows],
-                "through": [list(t) for t in self.through]}  # fmt: skip
+        return {
+            "resume": self.resume_offset,
+            "clock": self.clock_ms,
+            "windows": [list(w) for w in self.windows],
+            "through": [list(t) for t in self.through],
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Checkpoint:
-        return cls(resume_offset=data["resume"], clock_ms=data["clock"],
-                   windows=tuple((g, e) for g, e in data["windows"]),
-                   through=tuple((g, o) for g, o in data["through"]))  # fmt: skip
+        return cls(
+            resume_offset=data["resume"],
+            clock_ms=data["clock"],
+            windows=tuple((g, e) for g, e in data["windows"]),
+            through=tuple((g, o) for g, o in data["through"]),
+        )
 
 
 @dataclass
@@ -153,9 +172,14 @@ class PartitionTrigger:
     """One job's trigger on one source partition (see the module's text)."""
 
     def __init__(
-        self, rule: Rule, partition: int, *, max_payload_bytes: int,
-        checkpoint: Checkpoint | None = None, replay_until: int = 0,
-    ) -> None:  # fmt: skip
+        self,
+        rule: Rule,
+        partition: int,
+        *,
+        max_payload_bytes: int,
+        checkpoint: Checkpoint | None = None,
+        replay_until: int = 0,
+    ) -> None:
         self.rule = rule
         self.partition = partition
         self.max_payload_bytes = max_payload_bytes
@@ -186,8 +210,11 @@ class PartitionTrigger:
                 return []  # inside the group's debounce window
             item = payloads.item(record, rule.fields)
         except RecursionError:
-            return [Refused(record.offset, "the record's value is nested too deeply to "
-                                           "write as a payload")]  # fmt: skip
+            return [
+                Refused(
+                    record.offset, "the record's value is nested too deeply to write as a payload"
+                )
+            ]
         if rule.batch is not None:
             return self._batched(record, group, item)
         size = len(item.encode())
@@ -195,10 +222,14 @@ class PartitionTrigger:
             return [self._over(record.offset, size)]
         if rule.debounce_ms is not None:
             self._open_window(group, self.clock_ms + rule.debounce_ms)
-        return [EventRun(
-            run_id=self._run_id(record.offset), scheduled_ms=_instant(record.timestamp_ms),
-            payload=item, possible_duplicate=record.offset < self.replay_until,
-        )]  # fmt: skip
+        return [
+            EventRun(
+                run_id=self._run_id(record.offset),
+                scheduled_ms=_instant(record.timestamp_ms),
+                payload=item,
+                possible_duplicate=record.offset < self.replay_until,
+            )
+        ]
 
     def checkpoint(self) -> Checkpoint:
         """The state to store with the offset to commit (``resume_offset``). Forgets what
@@ -206,9 +237,12 @@ class PartitionTrigger:
         resume = min((b.first_offset for b in self.open.values()), default=self.next_offset)
         self.windows = {g: end for g, end in self.windows.items() if end > self.clock_ms}
         self.through = {g: last for g, last in self.through.items() if last >= resume}
-        return Checkpoint(resume_offset=resume, clock_ms=self.clock_ms,
-                          windows=tuple(sorted(self.windows.items())),
-                          through=tuple(sorted(self.through.items())))  # fmt: skip
+        return Checkpoint(
+            resume_offset=resume,
+            clock_ms=self.clock_ms,
+            windows=tuple(sorted(self.windows.items())),
+            through=tuple(sorted(self.through.items())),
+        )
 
     # -- debounce and batch -----------------------------------------------------------
     def _open_window(self, group: str, end_ms: int) -> None:
@@ -250,17 +284,22 @@ class PartitionTrigger:
         batch = self.open.pop(group)
         self.through[group] = batch.last_offset
         return EventRun(
-            run_id=self._run_id(batch.first_offset), scheduled_ms=batch.first_ms,
-            payload=payloads.batch(batch.items), records=len(batch.items),
+            run_id=self._run_id(batch.first_offset),
+            scheduled_ms=batch.first_ms,
+            payload=payloads.batch(batch.items),
+            records=len(batch.items),
             possible_duplicate=closing_offset < self.replay_until,
-        )  # fmt: skip
+        )
 
     def _run_id(self, offset: int) -> str:
         return event_run_id(self.rule.job_id, self.rule.topic, self.partition, offset)
 
     def _over(self, offset: int, size: int) -> Refused:
-        return Refused(offset, f"the run's payload would be {size} bytes, over the "
-                               f"{self.max_payload_bytes}-byte limit")  # fmt: skip
+        return Refused(
+            offset,
+            f"the run's payload would be {size} bytes, over the "
+            f"{self.max_payload_bytes}-byte limit",
+        )
 
 
 def _instant(timestamp_ms: int) -> int:

@@ -26,17 +26,26 @@ def test_two_upstream_jobs_run_then_their_dependent_runs_once(
         CronstreamProcess(ns, tmp_path, "worker", "--http-allow", "127.0.0.0/8", command="worker"),
         CronstreamProcess(ns, tmp_path, "deps", command="dependencies"),
     ]
-    for proc, text in zip(procs, (" live: ", "assigned", "runs owed at start emitted"),
-                          strict=True):  # fmt: skip
+    for proc, text in zip(
+        procs, (" live: ", "assigned", "runs owed at start emitted"), strict=True
+    ):
         proc.wait_live(1, text=text, timeout=120)
     soon = utc_now() + timedelta(seconds=5)
     jobs = [
         {"id": "extract", "at": soon.isoformat(), "target": "http", "url": f"{target.url}/up"},
-        {"id": "load", "at": (soon + timedelta(seconds=3)).isoformat(), "target": "http",
-         "url": f"{target.url}/up"},
-        {"id": "report", "after": ["extract", "load"], "target": "http",
-         "url": f"{target.url}/report"},
-    ]  # fmt: skip
+        {
+            "id": "load",
+            "at": (soon + timedelta(seconds=3)).isoformat(),
+            "target": "http",
+            "url": f"{target.url}/up",
+        },
+        {
+            "id": "report",
+            "after": ["extract", "load"],
+            "target": "http",
+            "url": f"{target.url}/report",
+        },
+    ]
     spec = tmp_path / "jobs.yaml"
     spec.write_text(yaml.safe_dump({"jobs": jobs}))
     applied = cronstream(ns, "jobs", "apply", "-f", str(spec))
@@ -56,7 +65,7 @@ def test_two_upstream_jobs_run_then_their_dependent_runs_once(
     assert sorted(key.split("@")[0] for key in target.keys("/up")) == ["extract", "load"]
 
 
-def test_a_dependent_after_a_flow_runs_once_the_flow_run_ended_and_a_flow_after_it_then(
+def test_a_dependent_after_a_flow_runs_once_the_flow_run_ended_and_a_flow_after_it_then(  # long: one story
     ns: Settings, tmp_path: Path, target: Target, procs: list[CronstreamProcess]
 ) -> None:
     """The flow's success is the coordinator's record of its run's end: its schedule
@@ -69,25 +78,58 @@ def test_a_dependent_after_a_flow_runs_once_the_flow_run_ended_and_a_flow_after_
         ),
         CronstreamProcess(ns, tmp_path, "deps", command="dependencies"),
     ]
-    for proc, text in zip(procs, ("assigned", "Ready", "runs owed at start emitted"),
-                          strict=True):  # fmt: skip
+    for proc, text in zip(procs, ("assigned", "Ready", "runs owed at start emitted"), strict=True):
         proc.wait_live(1, text=text, timeout=120)
     flows = tmp_path / "flows.yaml"
-    flows.write_text(yaml.safe_dump({"flows": [{"id": "etl", "nodes": [
-        {"name": "a", "target": "http", "url": f"{target.url}/node/a"},
-        {"name": "b", "after": ["a"], "target": "http", "url": f"{target.url}/slow/b"},
-    ]}, {"id": "publish", "after": ["report"], "nodes": [
-        {"name": "p", "target": "http", "url": f"{target.url}/publish"},
-    ]}]}))  # fmt: skip
+    flows.write_text(
+        yaml.safe_dump(
+            {
+                "flows": [
+                    {
+                        "id": "etl",
+                        "nodes": [
+                            {"name": "a", "target": "http", "url": f"{target.url}/node/a"},
+                            {
+                                "name": "b",
+                                "after": ["a"],
+                                "target": "http",
+                                "url": f"{target.url}/slow/b",
+                            },
+                        ],
+                    },
+                    {
+                        "id": "publish",
+                        "after": ["report"],
+                        "nodes": [
+                            {"name": "p", "target": "http", "url": f"{target.url}/publish"},
+                        ],
+                    },
+                ]
+            }
+        )
+    )
     jobs = tmp_path / "jobs.yaml"
-    jobs.write_text(yaml.safe_dump({"jobs": [
-        {"id": "load", "target": "http", "url": f"{target.url}/load"},
-        {"id": "report", "after": ["etl", "load"], "target": "http",
-         "url": f"{target.url}/report"},
-    ]}))  # fmt: skip
-    for args in (("flows", "put", "-f", str(flows)), ("jobs", "apply", "-f", str(jobs)),
-                 ("runs", "trigger", "load", "--idempotency-key", "k1"),
-                 ("flows", "trigger", "etl", "--idempotency-key", "k1")):  # fmt: skip
+    jobs.write_text(
+        yaml.safe_dump(
+            {
+                "jobs": [
+                    {"id": "load", "target": "http", "url": f"{target.url}/load"},
+                    {
+                        "id": "report",
+                        "after": ["etl", "load"],
+                        "target": "http",
+                        "url": f"{target.url}/report",
+                    },
+                ]
+            }
+        )
+    )
+    for args in (
+        ("flows", "put", "-f", str(flows)),
+        ("jobs", "apply", "-f", str(jobs)),
+        ("runs", "trigger", "load", "--idempotency-key", "k1"),
+        ("flows", "trigger", "etl", "--idempotency-key", "k1"),
+    ):
         done = cronstream(ns, *args)
         assert done.returncode == 0, done.stderr
     deadline = time.monotonic() + 120

@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 
-from infra.bootstrap import admin_acls, delete_acls
+from infra.kafka_access import admin_acls, delete_acls
 from infra.tenants import trigger_source_acls
 from runtime.kafka.clients import kafka_admin
 from runtime.kafka.security import admin_security
@@ -31,8 +31,9 @@ pytestmark = pytest.mark.acceptance
 def topic(history_ns: Settings) -> Iterator[str]:
     name = f"cstest-src.{uuid.uuid4().hex[:8]}.orders"
     admin = kafka_admin(history_ns, superuser=True)
-    for future in admin.create_topics([NewTopic(name, num_partitions=2,
-                                                replication_factor=1)]).values():  # fmt: skip
+    for future in admin.create_topics(
+        [NewTopic(name, num_partitions=2, replication_factor=1)]
+    ).values():
         future.result(30)
     admin_acls(admin, trigger_source_acls(name), 30)
     yield name
@@ -42,9 +43,12 @@ def topic(history_ns: Settings) -> Iterator[str]:
 
 
 def test_a_matching_record_runs_the_job_and_history_reads_its_success(
-    history_ns: Settings, topic: str, tmp_path: Path, target: Target,
+    history_ns: Settings,
+    topic: str,
+    tmp_path: Path,
+    target: Target,
     procs: list[CronstreamProcess],
-) -> None:  # fmt: skip
+) -> None:
     ns = history_ns
     jobs = tmp_path / "jobs.yaml"
     jobs.write_text(f"""
@@ -66,14 +70,19 @@ def test_a_matching_record_runs_the_job_and_history_reads_its_success(
     for proc in procs:
         proc.wait_live(1, text="assigned")
     producer = Producer(admin_security(ns))
-    for n, (amount, source) in enumerate([(250, "web"), (5, "web"), (300, "app"),
-                                          (120, "web")]):  # fmt: skip
-        producer.produce(topic, key=f"cust-{n}", headers=[("source", source.encode())],
-                         value=json.dumps({"id": n, "amount": amount}).encode())  # fmt: skip
+    for n, (amount, source) in enumerate([(250, "web"), (5, "web"), (300, "app"), (120, "web")]):
+        producer.produce(
+            topic,
+            key=f"cust-{n}",
+            headers=[("source", source.encode())],
+            value=json.dumps({"id": n, "amount": amount}).encode(),
+        )
     assert producer.flush(30) == 0
-    rows = eventually(lambda: history_json(ns, "big-orders", "--since", "1h"),
-                      lambda rows: sum(r["status"] == "SUCCEEDED" for r in rows) >= 2,
-                      "two event runs to succeed")  # fmt: skip
+    rows = eventually(
+        lambda: history_json(ns, "big-orders", "--since", "1h"),
+        lambda rows: sum(r["status"] == "SUCCEEDED" for r in rows) >= 2,
+        "two event runs to succeed",
+    )
     done = [r for r in rows if r["status"] == "SUCCEEDED"]
     assert len(done) == 2
     assert all("@evt:" + topic in r["run_id"] for r in done)
@@ -83,9 +92,12 @@ def test_a_matching_record_runs_the_job_and_history_reads_its_success(
 
 
 def test_a_flow_with_on_starts_a_flow_run_per_matching_record(
-    history_ns: Settings, topic: str, tmp_path: Path, target: Target,
+    history_ns: Settings,
+    topic: str,
+    tmp_path: Path,
+    target: Target,
     procs: list[CronstreamProcess],
-) -> None:  # fmt: skip
+) -> None:
     """A flow's `on:` goes on its schedule job: a matching record starts a flow run
     under the record's run id, and its node runs as `FLOW@evt:.../NODE`, once."""
     ns = history_ns

@@ -37,8 +37,10 @@ class _Connection:
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         assert self.reader is not None
-        head = (f"{method} {path} HTTP/1.1\r\n{self.auth}Content-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\n\r\n")  # fmt: skip
+        head = (
+            f"{method} {path} HTTP/1.1\r\n{self.auth}Content-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        )
         self.writer.write(head.encode() + body)
         status_line = await self.reader.readline()
         status = int(status_line.split()[1])
@@ -90,10 +92,11 @@ def one_round(
         logdir = Path(tempfile.mkdtemp(prefix="csbench-"))
         port = free_port()
         procs = [
-            CronstreamProcess(settings, logdir, "admission", "--max-jobs", str(total * 2),
-                              command="admission"),
+            CronstreamProcess(
+                settings, logdir, "admission", "--max-jobs", str(total * 2), command="admission"
+            ),
             CronstreamProcess(settings, logdir, "api", "--port", str(port), command="api"),
-        ]  # fmt: skip
+        ]
         url = f"http://127.0.0.1:{port}"
         try:
             procs[0].wait_live(1, timeout=120, text="jobs topic read")
@@ -114,11 +117,16 @@ def one_round(
 
 def bench_api(base: Settings, runs: int, total: int, concurrency: int = 200) -> None:
     rounds = [one_round(base, concurrency, total) for _ in range(runs)]
-    for kind, what in (("put", "jobs put (through the admission)"),
-                       ("history", "job history query")):  # fmt: skip
+    for kind, what in (
+        ("put", "jobs put (through the admission)"),
+        ("history", "job history query"),
+    ):
         p50 = [round(r[kind][0]) for r in rounds]
         p99 = [round(r[kind][1]) for r in rounds]
         rates = [round(r[kind][2]) for r in rounds]
-        row(f"api {what} p50 / p99 @{concurrency} concurrent (ms)",
-            f"{statistics.median(p50):.0f} / {statistics.median(p99):.0f}", "-",
-            f"{total} requests per run; p50 {p50}, p99 {p99}; requests/s {rates}")  # fmt: skip
+        row(
+            f"api {what} p50 / p99 @{concurrency} concurrent (ms)",
+            f"{statistics.median(p50):.0f} / {statistics.median(p99):.0f}",
+            "-",
+            f"{total} requests per run; p50 {p50}, p99 {p99}; requests/s {rates}",
+        )

@@ -73,17 +73,27 @@ def _day(day: datetime, rows: int, jobs: int, rng: np.random.Generator) -> pa.Ta
     rec_ms = np.concatenate([slots + 3, slots + 3 + duration])
     recorded = pa.array(rec_ms, pa.timestamp("ms", tz="UTC"))
     nulls_ts = pa.nulls(2 * n, pa.timestamp("ms", tz="UTC"))
-    return pa.table({
-        "job_id": twice(jobs_arr), "scheduled_at": twice(sched), "run_id": twice(run_ids),
-        "attempt": pa.array(np.ones(2 * n, dtype=np.int32)), "status": status,
-        "trigger": pa.array(["SCHEDULE"] * (2 * n)), "recorded_at": recorded,
-        "started_at": pa.concat_arrays([pa.array(slots + 3, pa.timestamp("ms", tz="UTC"))] * 2),
-        "finished_at": pa.concat_arrays([nulls_ts.slice(0, n), recorded.slice(n)]),
-        "duration_ms": pa.concat_arrays([pa.nulls(n, pa.int64()),
-                                         pa.array(duration, pa.int64())]),
-        "error": pa.nulls(2 * n, pa.string()), "next_attempt_at": nulls_ts,
-        "target_type": pa.array(["http"] * (2 * n)), "worker": pa.array(["w1"] * (2 * n)),
-    }, schema=SCHEMA)  # fmt: skip
+    return pa.table(
+        {
+            "job_id": twice(jobs_arr),
+            "scheduled_at": twice(sched),
+            "run_id": twice(run_ids),
+            "attempt": pa.array(np.ones(2 * n, dtype=np.int32)),
+            "status": status,
+            "trigger": pa.array(["SCHEDULE"] * (2 * n)),
+            "recorded_at": recorded,
+            "started_at": pa.concat_arrays([pa.array(slots + 3, pa.timestamp("ms", tz="UTC"))] * 2),
+            "finished_at": pa.concat_arrays([nulls_ts.slice(0, n), recorded.slice(n)]),
+            "duration_ms": pa.concat_arrays(
+                [pa.nulls(n, pa.int64()), pa.array(duration, pa.int64())]
+            ),
+            "error": pa.nulls(2 * n, pa.string()),
+            "next_attempt_at": nulls_ts,
+            "target_type": pa.array(["http"] * (2 * n)),
+            "worker": pa.array(["w1"] * (2 * n)),
+        },
+        schema=SCHEMA,
+    )
 
 
 def build_year(table: ArchiveTable, total: int, jobs: int = 100_000) -> float:
@@ -107,8 +117,11 @@ def compact_year(table: ArchiveTable) -> tuple[float, dict[Part, int], int]:
     merged = compact_finished(table, datetime.now(UTC).date())
     took = time.monotonic() - t0
     files = len(table.table.inspect.files())
-    print(f"  finished months compacted in {took:.0f}s: {len(merged)} partitions, "
-          f"{sum(merged.values())} day files merged; {files} files now", flush=True)  # fmt: skip
+    print(
+        f"  finished months compacted in {took:.0f}s: {len(merged)} partitions, "
+        f"{sum(merged.values())} day files merged; {files} files now",
+        flush=True,
+    )
     return took, merged, files
 
 
@@ -127,7 +140,9 @@ def _queries(cold: archive.Archive, samples: int) -> tuple[float, list[float], i
     return first, times, found
 
 
-def bench_archive(base: Settings, runs: int, total: int, samples: int) -> None:
+def bench_archive(
+    base: Settings, runs: int, total: int, samples: int
+) -> None:  # long: one bench: the year built, queried, compared
     """One job's year from ``total`` archived outcomes (p50/p99 of ``samples`` queries
     per run, ``runs`` readers), the same on the baseline's local files, then the
     archiver's export rate."""
@@ -140,9 +155,11 @@ def bench_archive(base: Settings, runs: int, total: int, samples: int) -> None:
             compacting, merged, files = compact_year(table)
             fs, root = filesystem(where, table.table.location())
             size = sum(f.size or 0 for f in fs.get_file_info(FileSelector(root, recursive=True)))
-            print(f"  archive table: {total:,} outcomes over 365 days appended in {took:.0f}s "
-                  f"({total / took:,.0f} rows/s, {size / 2**30:.1f} GiB in the bucket)",
-                  flush=True)  # fmt: skip
+            print(
+                f"  archive table: {total:,} outcomes over 365 days appended in {took:.0f}s "
+                f"({total / took:,.0f} rows/s, {size / 2**30:.1f} GiB in the bucket)",
+                flush=True,
+            )
             firsts, times, found = [], [], 0
             for _ in range(runs):
                 cold = archive.Archive(where)
@@ -163,23 +180,42 @@ def bench_archive(base: Settings, runs: int, total: int, samples: int) -> None:
     note = f"{found:,} runs of one job over 365 days; {runs} readers x {samples} queries"
     ours_50, ours_99 = pct(times, 0.5) * 1000, pct(times, 0.99) * 1000
     row(f"{name}, Iceberg on S3, query p50", f"{ours_50:,.0f} ms", "-", note)
-    row(f"{name}, Iceberg on S3, query p99", f"{ours_99:,.0f} ms", "<= 1,000 ms",
-        note + " (scan planned through the catalog, row groups read, then one sort in Arrow)")  # fmt: skip
-    row(f"{name}, Iceberg on S3, finished months compacted", f"{compacting:,.0f} s", "-",
+    row(
+        f"{name}, Iceberg on S3, query p99",
+        f"{ours_99:,.0f} ms",
+        "<= 1,000 ms",
+        note + " (scan planned through the catalog, row groups read, then one sort in Arrow)",
+    )
+    row(
+        f"{name}, Iceberg on S3, finished months compacted",
+        f"{compacting:,.0f} s",
+        "-",
         f"{len(merged)} months' day files folded into sorted files of disjoint job ranges "
-        f"({files} files then: the months', and this month's days)")  # fmt: skip
-    row(f"{name}, Iceberg on S3, a reader's first query", f"{statistics.median(firsts):,.0f} ms",
-        "-", "the table's metadata loaded: each `cronstream history` command reaching it")  # fmt: skip
-    row(f"{name}, Iceberg on S3, first 100 as RunOutcomes", f"{hundred:,.0f} ms", "-",
-        "the table's part of `history JOB --since 366d` (--limit 100; one reader, warm)")  # fmt: skip
+        f"({files} files then: the months', and this month's days)",
+    )
+    row(
+        f"{name}, Iceberg on S3, a reader's first query",
+        f"{statistics.median(firsts):,.0f} ms",
+        "-",
+        "the table's metadata loaded: each `cronstream history` command reaching it",
+    )
+    row(
+        f"{name}, Iceberg on S3, first 100 as RunOutcomes",
+        f"{hundred:,.0f} ms",
+        "-",
+        "the table's part of `history JOB --since 366d` (--limit 100; one reader, warm)",
+    )
     if theirs is None:
         row(f"{name}, local files ({BASELINE})", "not run", "-", "revision not in this clone")
         return
     theirs_50, theirs_99 = pct(theirs["times"], 0.5) * 1000, pct(theirs["times"], 0.99) * 1000
-    row(f"{name}, local files ({BASELINE}), query p50 / p99",
-        f"{theirs_50:,.0f} / {theirs_99:,.0f} ms", "-",
+    row(
+        f"{name}, local files ({BASELINE}), query p50 / p99",
+        f"{theirs_50:,.0f} / {theirs_99:,.0f} ms",
+        "-",
         f"the same year as Parquet day files read by DuckDB; ratio p99 table/files "
-        f"{ours_99 / theirs_99:.2f}")  # fmt: skip
+        f"{ours_99 / theirs_99:.2f}",
+    )
     bench_export(base, runs)
 
 
@@ -219,8 +255,13 @@ def _baseline(total: int, samples: int) -> dict[str, list[float]] | None:
     with checkout(BASELINE) as where:
         if where is None:
             return None
-        done = subprocess.run([sys.executable, "-c", _BASELINE_PROBE, str(total), str(samples)],
-                              cwd=where, capture_output=True, text=True, check=True)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-c", _BASELINE_PROBE, str(total), str(samples)],
+            cwd=where,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
     result: dict[str, list[float]] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
@@ -242,8 +283,12 @@ def _export_once(base: Settings, outcomes: int) -> float:
         publish(ns, list(finished_outcomes(outcomes, int(time.time() * 1000))))
         ensure_lakehouse(ns)
         where = lakehouse(ns)
-        config = ArchiverConfig(group=f"{ns.topic_prefix}.archiver", flush_rows=50_000,
-                                flush_s=2.0, compact_every_s=1e12)  # fmt: skip
+        config = ArchiverConfig(
+            group=f"{ns.topic_prefix}.archiver",
+            flush_rows=50_000,
+            flush_s=2.0,
+            compact_every_s=1e12,
+        )
         archiver = Archiver(ns, config, where)
         t0, checked = time.monotonic(), [0.0]
 

@@ -35,8 +35,11 @@ def one_boundary(base: Settings, jobs: int, lookahead_ms: int) -> tuple[float, i
         finally:
             pipeline.stop()
         slot = iso(from_ms(boundary * 1000))
-        emits = [r.timestamp_ms for r in read_topic(settings, Topics(settings).runs(Priority.NORMAL))
-                 if r.headers.get("scheduled_at") == slot]  # fmt: skip
+        emits = [
+            r.timestamp_ms
+            for r in read_topic(settings, Topics(settings).runs(Priority.NORMAL))
+            if r.headers.get("scheduled_at") == slot
+        ]
         # A run's start from its outcome's started_at: a run that ends quickly writes no
         # STARTED record (the worker's --started-after-ms).
         history = [
@@ -55,9 +58,12 @@ def bench_boundary(base: Settings, pairs: int, jobs: int, lookahead_ms: int) -> 
         for ahead in order:
             results[ahead].append(one_boundary(base, jobs, ahead))
             last, count, starts = results[ahead][-1]
-            print(f"    lookahead {ahead} ms: last emit {last:+.2f} s, {count:,} emitted, "
-                  f"{len(starts):,} started, p50 {pct(starts, 0.5):.0f} p99 "
-                  f"{pct(starts, 0.99):.0f} ms", flush=True)  # fmt: skip
+            print(
+                f"    lookahead {ahead} ms: last emit {last:+.2f} s, {count:,} emitted, "
+                f"{len(starts):,} started, p50 {pct(starts, 0.5):.0f} p99 "
+                f"{pct(starts, 0.99):.0f} ms",
+                flush=True,
+            )
     for ahead in (lookahead_ms, 0):
         runs = results[ahead]
         lasts = [r[0] for r in runs]
@@ -65,9 +71,15 @@ def bench_boundary(base: Settings, pairs: int, jobs: int, lookahead_ms: int) -> 
         p99s = [pct(r[2], 0.99) for r in runs]
         counts = [(r[1], len(r[2])) for r in runs]
         label = f"--lookahead-ms {ahead}"
-        row(f"boundary of {jobs:,}, {label}: last emit vs boundary (s)",
-            f"{statistics.median(lasts):+.2f}", "< 0" if ahead else "-",
-            f"runs {[round(v, 2) for v in lasts]}; (emitted, started) {counts}")  # fmt: skip
-        row(f"boundary of {jobs:,}, {label}: first start - boundary p50 / p99 (ms)",
-            f"{statistics.median(p50s):.0f} / {statistics.median(p99s):.0f}", "report",
-            f"runs p50 {p50s} p99 {p99s}; {WORKERS} workers x {CONCURRENCY}")  # fmt: skip
+        row(
+            f"boundary of {jobs:,}, {label}: last emit vs boundary (s)",
+            f"{statistics.median(lasts):+.2f}",
+            "< 0" if ahead else "-",
+            f"runs {[round(v, 2) for v in lasts]}; (emitted, started) {counts}",
+        )
+        row(
+            f"boundary of {jobs:,}, {label}: first start - boundary p50 / p99 (ms)",
+            f"{statistics.median(p50s):.0f} / {statistics.median(p99s):.0f}",
+            "report",
+            f"runs p50 {p50s} p99 {p99s}; {WORKERS} workers x {CONCURRENCY}",
+        )

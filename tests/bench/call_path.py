@@ -21,9 +21,25 @@ from typing import Any
 from unittest import mock
 
 OURS = ("cronstream", "producers", "schemas", "streams", "consumers", "runtime", "infra")
-ARGV = ["jobs", "put", "nightly", "--cron", "0 2 * * 1-5", "--tz", "Europe/Paris",
-        "--target", "http", "--url", "https://example.com/hook", "--timeout", "1m",
-        "--deadline", "2h", "--start", "2026-01-01T00:00:00"]  # fmt: skip
+ARGV = [
+    "jobs",
+    "put",
+    "nightly",
+    "--cron",
+    "0 2 * * 1-5",
+    "--tz",
+    "Europe/Paris",
+    "--target",
+    "http",
+    "--url",
+    "https://example.com/hook",
+    "--timeout",
+    "1m",
+    "--deadline",
+    "2h",
+    "--start",
+    "2026-01-01T00:00:00",
+]
 
 
 class FakePublisher:
@@ -108,8 +124,7 @@ class PathCounter:
         climbs = sum(1 for _, back in stays if back)
         path = " > ".join(m for m, _ in stays)
         top = ", ".join(f"{m} {n}" for m, n in visits.most_common())
-        return (f"{len(stays)} stays, {climbs} climbs back up\n"
-                f"  visits: {top}\n  path: {path}")  # fmt: skip
+        return f"{len(stays)} stays, {climbs} climbs back up\n  visits: {top}\n  path: {path}"
 
 
 @contextmanager

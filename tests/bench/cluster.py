@@ -40,8 +40,9 @@ def bench_cluster(runs: int, demand: int) -> None:
                 rates[name].append(rate)
                 for role, us in used.items():
                     cpu[name].setdefault(role, []).append(us)
-                print(f"  {name}: {rate:,.0f} runs/s, fire skew p99 {p99s[name][-1]} ms",
-                      flush=True)  # fmt: skip
+                print(
+                    f"  {name}: {rate:,.0f} runs/s, fire skew p99 {p99s[name][-1]} ms", flush=True
+                )
     finally:
         if started:
             with stack.environment(shapes[cluster]) as settings:
@@ -50,8 +51,16 @@ def bench_cluster(runs: int, demand: int) -> None:
     for name in shapes:
         median = statistics.median(rates[name])
         roles = ", ".join(f"{r} {statistics.median(v):.0f}" for r, v in cpu[name].items())
-        row(f"no-op runs/s end to end, 1 worker, {name}", f"{median:,.0f}", "-",
+        row(
+            f"no-op runs/s end to end, 1 worker, {name}",
+            f"{median:,.0f}",
+            "-",
             f"{median / baseline:.2f} x the single node in the same run; demand {demand:,}/s; "
-            f"runs {[round(r) for r in rates[name]]}; CPU us/run: {roles}")  # fmt: skip
-        row(f"fire skew p99 @1k/s, --lookahead-ms 0, {name} (ms)",
-            f"{statistics.median(p99s[name]):.1f}", "<= 50", f"runs {p99s[name]}")  # fmt: skip
+            f"runs {[round(r) for r in rates[name]]}; CPU us/run: {roles}",
+        )
+        row(
+            f"fire skew p99 @1k/s, --lookahead-ms 0, {name} (ms)",
+            f"{statistics.median(p99s[name]):.1f}",
+            "<= 50",
+            f"runs {p99s[name]}",
+        )

@@ -91,15 +91,26 @@ HTTP_TARGET = Target(type="http", url="https://example.com/hook")
 NOOP_TARGET = Target(type="python", callable="tests.bench.targets:noop")
 
 
-def job(job_id: str, *, cron: str | None = None, every_ms: int = 0, jitter_ms: int = 0,
-        zone: str = "UTC", target: Target = HTTP_TARGET) -> JobDefinition:  # fmt: skip
+def job(
+    job_id: str,
+    *,
+    cron: str | None = None,
+    every_ms: int = 0,
+    jitter_ms: int = 0,
+    zone: str = "UTC",
+    target: Target = HTTP_TARGET,
+) -> JobDefinition:
     schedule = (
         CronSchedule(expression=cron) if cron else IntervalSchedule(every_ms=every_ms, anchor=EPOCH)
     )
     return JobDefinition(
-        job_id=job_id, target=target, updated_at=utc_now(), schedule=schedule, timezone=zone,
+        job_id=job_id,
+        target=target,
+        updated_at=utc_now(),
+        schedule=schedule,
+        timezone=zone,
         jitter_ms=jitter_ms,
-    )  # fmt: skip
+    )
 
 
 def run_records(settings: Settings) -> list[tuple[str, int, int]]:
@@ -199,8 +210,10 @@ def scheduler_process(
     with log.open("w") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "cronstream.cli", "scheduler", "--name", name, *args],
-            env=cli_env(settings), stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            env=cli_env(settings),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def wait_all_live(proc: subprocess.Popen[bytes], log: Path, timeout: float) -> float:
@@ -255,17 +268,26 @@ def run_in(code_root: str | Path, measure: Callable[[], Any], timeout: float = 9
 def checkout(revision: str) -> Iterator[Path | None]:
     """A worktree of ``revision`` sharing this checkout's stack (``.stack``), removed
     after; None when the revision is not in this clone."""
-    known = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--verify", "--quiet",
-                            f"{revision}^{{commit}}"], capture_output=True, check=False)  # fmt: skip
+    known = subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}"],
+        capture_output=True,
+        check=False,
+    )
     if known.returncode != 0:
         yield None
         return
     where = Path(tempfile.mkdtemp(prefix="cronstream-baseline-")) / "tree"
-    subprocess.run(["git", "-C", str(REPO_ROOT), "worktree", "add", "--detach", str(where),
-                    revision], check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "worktree", "add", "--detach", str(where), revision],
+        check=True,
+        capture_output=True,
+    )
     try:
         (where / ".stack").symlink_to(REPO_ROOT / ".stack")
         yield where
     finally:
-        subprocess.run(["git", "-C", str(REPO_ROOT), "worktree", "remove", "--force",
-                        str(where)], check=False, capture_output=True)  # fmt: skip
+        subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "worktree", "remove", "--force", str(where)],
+            check=False,
+            capture_output=True,
+        )

@@ -38,12 +38,14 @@ B_JOBS = 100
 def one_burst(base: Settings, burst: int, rate: int) -> tuple[float, float, float, int]:
     """(B's p50, p99 due-to-start in ms over the burst, A's drain s, B's runs seen)."""
     with namespace(base) as settings:
-        beta = replace(job("beta/b", every_ms=1000, jitter_ms=999, target=NOOP_TARGET),
-                       tenant="beta")  # fmt: skip
+        beta = replace(
+            job("beta/b", every_ms=1000, jitter_ms=999, target=NOOP_TARGET), tenant="beta"
+        )
         put_jobs(settings, B_JOBS, lambda i: replace(beta, job_id=f"beta/b-{i}"))
         at = utc_now() + timedelta(seconds=60)
-        acme = replace(job("acme/a", target=NOOP_TARGET), tenant="acme",
-                       schedule=OnceSchedule(at=at))  # fmt: skip
+        acme = replace(
+            job("acme/a", target=NOOP_TARGET), tenant="acme", schedule=OnceSchedule(at=at)
+        )
         put_jobs(settings, burst, lambda i: replace(acme, job_id=f"acme/a-{i}"))
         pipeline = Pipeline(settings, 1, 64, "--tenant-fires-per-second", str(rate))
         t_burst = int(at.timestamp() * 1000)
@@ -90,7 +92,10 @@ def bench_fairness(base: Settings, runs: int, burst: int, rate: int = 2000) -> N
     for r, label in ((rate, f"{rate}/s"), (0, "off")):
         got = results[r]
         p99 = statistics.median(x[1] for x in got)
-        row(f"fairness: B p99 due-to-start, A bursts {burst:,} (rate {label}) (ms)",
-            f"{p99:.0f}", "<= 500" if r else "-",
+        row(
+            f"fairness: B p99 due-to-start, A bursts {burst:,} (rate {label}) (ms)",
+            f"{p99:.0f}",
+            "<= 500" if r else "-",
             f"p50 {[round(x[0]) for x in got]}, p99 {[round(x[1]) for x in got]}, "
-            f"A drained in {[round(x[2], 1) for x in got]} s, B runs {[x[3] for x in got]}")  # fmt: skip
+            f"A drained in {[round(x[2], 1) for x in got]} s, B runs {[x[3] for x in got]}",
+        )

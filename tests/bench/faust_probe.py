@@ -42,8 +42,11 @@ def main() -> None:
             seen += 1
             if seen == count:
                 elapsed = time.monotonic() - started
-                print(f"faust agent: {count} records in {elapsed:.1f}s "
-                      f"= {count / elapsed:,.0f} records/s", flush=True)  # fmt: skip
+                print(
+                    f"faust agent: {count} records in {elapsed:.1f}s "
+                    f"= {count / elapsed:,.0f} records/s",
+                    flush=True,
+                )
                 os._exit(0)
 
     worker = faust.Worker(app, loglevel="WARNING", quiet=True)

@@ -49,26 +49,30 @@ NOOP = {"target": "python", "callable": "tests.bench.targets:noop"}
 
 
 def chain(flow_id: str, n: int, **schedule: str) -> dict[str, object]:
-    nodes = [{"name": f"n{i}", **NOOP, **({"after": [f"n{i - 1}"]} if i else {})}
-             for i in range(n)]  # fmt: skip
+    nodes = [{"name": f"n{i}", **NOOP, **({"after": [f"n{i - 1}"]} if i else {})} for i in range(n)]
     return {"id": flow_id, **schedule, "nodes": nodes}
 
 
 def wide(flow_id: str, n: int) -> dict[str, object]:
     middle = [f"m{i}" for i in range(n - 2)]
-    return {"id": flow_id, "nodes": [
-        {"name": "root", **NOOP},
-        *({"name": m, **NOOP, "after": ["root"]} for m in middle),
-        {"name": "end", **NOOP, "after": middle},
-    ]}  # fmt: skip
+    return {
+        "id": flow_id,
+        "nodes": [
+            {"name": "root", **NOOP},
+            *({"name": m, **NOOP, "after": ["root"]} for m in middle),
+            {"name": "end", **NOOP, "after": middle},
+        ],
+    }
 
 
 def put_flows(settings: Settings, *specs: dict[str, object]) -> None:
     with JobClient(settings) as client:
         for spec in specs:
             limit = settings.max_payload_bytes
-            client.put_flow(flow_from_spec(spec, max_payload_bytes=limit),
-                            flow_schedule(spec, max_payload_bytes=limit))  # fmt: skip
+            client.put_flow(
+                flow_from_spec(spec, max_payload_bytes=limit),
+                flow_schedule(spec, max_payload_bytes=limit),
+            )
 
 
 class FlowStack:
@@ -99,8 +103,10 @@ class FlowStack:
 
 def _outcomes(settings: Settings) -> list[tuple[str, str, int]]:
     """(run id, status, record timestamp ms) of every history record."""
-    return [(r.headers.get("run_id", ""), r.headers.get("status", ""), r.timestamp_ms)
-            for r in read_topic(settings, Topics(settings).history)]  # fmt: skip
+    return [
+        (r.headers.get("run_id", ""), r.headers.get("status", ""), r.timestamp_ms)
+        for r in read_topic(settings, Topics(settings).history)
+    ]
 
 
 def _wait_ended(settings: Settings, flow_runs: set[str], timeout: float) -> dict[str, int]:
@@ -138,11 +144,15 @@ def hops(settings: Settings, runs: int, nodes: int = 10) -> list[tuple[int, int]
     finally:
         stack.stop()
     topics = Topics(settings)
-    done = {r.headers.get("run_id"): r.timestamp_ms
-            for r in read_topic(settings, topics.flow_events)
-            if r.headers.get("kind") == "OUTCOME"}  # fmt: skip
-    asked = {r.headers.get("run_id"): r.timestamp_ms
-             for r in read_topic(settings, topics.runs(Priority.NORMAL))}  # fmt: skip
+    done = {
+        r.headers.get("run_id"): r.timestamp_ms
+        for r in read_topic(settings, topics.flow_events)
+        if r.headers.get("kind") == "OUTCOME"
+    }
+    asked = {
+        r.headers.get("run_id"): r.timestamp_ms
+        for r in read_topic(settings, topics.runs(Priority.NORMAL))
+    }
     started = started_ms(settings)
     out = []
     for run in flow_runs:
@@ -182,13 +192,16 @@ def beside_scheduler(settings: Settings, flows: int) -> Beside:
     """5,000 no-op jobs every second and ``flows`` 10-node chains every second, one
     scheduler (the default lookahead), one worker, one coordinator; measured over 20 s
     after a 10 s warm-up."""
-    put_jobs(settings, 5000, lambda i: job(f"j-{i}", every_ms=1000, jitter_ms=999,
-                                           target=NOOP_TARGET))  # fmt: skip
+    put_jobs(
+        settings, 5000, lambda i: job(f"j-{i}", every_ms=1000, jitter_ms=999, target=NOOP_TARGET)
+    )
     put_flows(settings, *(chain(f"f{k}", 10, every="1s") for k in range(flows)))
     stack = FlowStack(settings, scheduler=True)
     broker = next(s for s in all_services(settings) if s.name == "kafka").pid() or 0
-    pids = dict(zip(("worker", "coordinator", "scheduler"), (p.proc.pid for p in stack.procs),
-                    strict=True), broker=broker)  # fmt: skip
+    pids = dict(
+        zip(("worker", "coordinator", "scheduler"), (p.proc.pid for p in stack.procs), strict=True),
+        broker=broker,
+    )
     try:
         stack.wait_live()
         time.sleep(10)
@@ -208,8 +221,11 @@ def beside_scheduler(settings: Settings, flows: int) -> Beside:
             due = header_due_ms(r.headers)
             if t0 <= due < t1:
                 starts.append(started[run_id] - due)
-    emits = [ts - due_ms(job_id, slot) for job_id, ts, slot in run_records(settings)
-             if job_id.startswith("j-") and t0 <= slot < t1]  # fmt: skip
+    emits = [
+        ts - due_ms(job_id, slot)
+        for job_id, ts, slot in run_records(settings)
+        if job_id.startswith("j-") and t0 <= slot < t1
+    ]
     return Beside(ended / ((t1 - t0) / 1000), emits, starts, used)
 
 
@@ -226,13 +242,16 @@ def _beside_rows(base: Settings, rounds: int, demands: Sequence[int]) -> None:
         starts = [v for b in runs for v in b.starts]
         cpu = {role: statistics.median(b.cpu[role] for b in runs) for role in runs[0].cpu}
         rates = [round(b.flow_runs, 1) for b in runs]
-        row(f"beside 5,000 fires/s, {flows} 10-node flows/s: flow runs/s | jobs' fire skew p99 "
+        row(
+            f"beside 5,000 fires/s, {flows} 10-node flows/s: flow runs/s | jobs' fire skew p99 "
             "| due -> STARTED p50 / p99 (ms)",
             f"{statistics.median(rates)} | {pct(emits, 0.99):.0f} | "
-            f"{pct(starts, 0.5):.0f} / {pct(starts, 0.99):.0f}", "fire skew as with 0",
+            f"{pct(starts, 0.5):.0f} / {pct(starts, 0.99):.0f}",
+            "fire skew as with 0",
             f"flow runs/s {rates}; emission - due max {max(max(b.emits) for b in runs)} ms; "
             f"due -> STARTED p99 per run {[round(pct(b.starts, 0.99)) for b in runs]}; CPU s/s "
-            + " ".join(f"{role} {v:.2f}" for role, v in cpu.items()))  # fmt: skip
+            + " ".join(f"{role} {v:.2f}" for role, v in cpu.items()),
+        )
 
 
 def bench_flows(base: Settings, runs: int, quick: bool = False) -> None:
@@ -241,17 +260,29 @@ def bench_flows(base: Settings, runs: int, quick: bool = False) -> None:
         with namespace(base) as settings:
             edges += hops(settings, 10 if quick else 30)
     lat, emit = [e[1] for e in edges], [e[0] for e in edges]
-    row("flow node succeeded -> next node STARTED p50 (ms)", f"{pct(lat, 0.5):.0f}", "-",
+    row(
+        "flow node succeeded -> next node STARTED p50 (ms)",
+        f"{pct(lat, 0.5):.0f}",
+        "-",
         f"{len(lat)} hops of a 10-node chain, {runs} run(s); of which the coordinator "
-        f"(outcome event -> run request) p50 {pct(emit, 0.5):.0f}")  # fmt: skip
-    row("flow node succeeded -> next node STARTED p99 (ms)", f"{pct(lat, 0.99):.0f}",
-        "<= 200", f"max {max(lat)}; coordinator p99 {pct(emit, 0.99):.0f}")  # fmt: skip
+        f"(outcome event -> run request) p50 {pct(emit, 0.5):.0f}",
+    )
+    row(
+        "flow node succeeded -> next node STARTED p99 (ms)",
+        f"{pct(lat, 0.99):.0f}",
+        "<= 200",
+        f"max {max(lat)}; coordinator p99 {pct(emit, 0.99):.0f}",
+    )
     for shape in ("wide", "deep"):
         took = []
         for _ in range(1 if quick else runs):
             with namespace(base) as settings:
                 took.append(big(settings, shape, 200 if quick else 1000))
         size = 200 if quick else 1000
-        row(f"{size}-node flow, {shape}: trigger to end (s)", f"{statistics.median(took):.1f}",
-            "-", f"runs {[round(t, 1) for t in took]}")  # fmt: skip
+        row(
+            f"{size}-node flow, {shape}: trigger to end (s)",
+            f"{statistics.median(took):.1f}",
+            "-",
+            f"runs {[round(t, 1) for t in took]}",
+        )
     _beside_rows(base, 1 if quick else runs, (0, 5, 10, 20))

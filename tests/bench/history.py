@@ -131,8 +131,9 @@ def bench_sink(base: Settings, runs: int, outcomes: int) -> None:
             )
 
 
-def store_runs(session: Any, keyspace: str, outcomes: Iterable[RunOutcome],
-               chunk_rows: int = 30_000) -> float:  # fmt: skip
+def store_runs(
+    session: Any, keyspace: str, outcomes: Iterable[RunOutcome], chunk_rows: int = 30_000
+) -> float:
     """Write ``outcomes`` straight into ``keyspace``'s history tables the sink's way
     (``HistoryTables.rows``, ``RowWriter`` batches, 16 in flight), ``chunk_rows`` rows
     at a time; the seconds it took."""
@@ -180,13 +181,18 @@ def _day_of_runs(stored: int, now_ms: int) -> Iterator[RunOutcome]:
             at = now_ms - k * step - j
             failed = (k * 1000 + j) % 100 == 0
             yield RunOutcome(
-                run_id=f"job{j}@{k}", job_id=f"job{j}",
+                run_id=f"job{j}@{k}",
+                job_id=f"job{j}",
                 status=RunStatus.FAILED if failed else RunStatus.SUCCEEDED,
-                scheduled_at=from_ms(at), recorded_at=from_ms(at + 50),
-                started_at=from_ms(at + 5), finished_at=from_ms(at + 50),
-                duration_ms=45, error="HttpError: 500" if failed else None,
-                target_type="http", worker="bench",
-            )  # fmt: skip
+                scheduled_at=from_ms(at),
+                recorded_at=from_ms(at + 50),
+                started_at=from_ms(at + 5),
+                finished_at=from_ms(at + 50),
+                duration_ms=45,
+                error="HttpError: 500" if failed else None,
+                target_type="http",
+                worker="bench",
+            )
 
 
 def bench_queries(base: Settings, runs: int, stored: int, samples: int) -> None:
@@ -207,15 +213,24 @@ def bench_queries(base: Settings, runs: int, stored: int, samples: int) -> None:
             history = History(session, settings.keyspace)
             end = from_ms(now_ms + 1000)
             queries: dict[str, Callable[[], object]] = {
-                f"a job's last day (all {per_job:,} rows)": lambda: list(history.job_runs(
-                    f"job{random.randrange(1000)}", end - timedelta(hours=24), end)),
-                "a job's last day (first 100 rows)": lambda: list(islice(history.job_runs(
-                    f"job{random.randrange(1000)}", end - timedelta(hours=24), end), 100)),
-                f"failures in the last hour (all ~{stored // 100 // 24:,} rows)": lambda: list(history.by_status(
-                    ["FAILED"], end - timedelta(hours=1), end)),
+                f"a job's last day (all {per_job:,} rows)": lambda: list(
+                    history.job_runs(f"job{random.randrange(1000)}", end - timedelta(hours=24), end)
+                ),
+                "a job's last day (first 100 rows)": lambda: list(
+                    islice(
+                        history.job_runs(
+                            f"job{random.randrange(1000)}", end - timedelta(hours=24), end
+                        ),
+                        100,
+                    )
+                ),
+                f"failures in the last hour (all ~{stored // 100 // 24:,} rows)": lambda: list(
+                    history.by_status(["FAILED"], end - timedelta(hours=1), end)
+                ),
                 "one run_id": lambda: history.run(
-                    f"job{random.randrange(1000)}@{random.randrange(per_job)}"),
-            }  # fmt: skip
+                    f"job{random.randrange(1000)}@{random.randrange(per_job)}"
+                ),
+            }
             time.sleep(15)  # let the flushes and compactions the bulk load started settle
             for name, query in queries.items():
                 for _ in range(20):  # warm-up: connections, caches, the JIT
@@ -229,8 +244,12 @@ def bench_queries(base: Settings, runs: int, stored: int, samples: int) -> None:
                         took.append((time.perf_counter() - q0) * 1000)
                     p50s.append(pct(took, 0.50))
                     p99s.append(pct(took, 0.99))
-                row(f"history query p99: {name}", f"{statistics.median(p99s):.1f} ms",
-                    "<= 50 ms", f"p50 {statistics.median(p50s):.1f} ms; {stored:,} runs stored; "
-                    f"p99 of runs {[round(v, 1) for v in p99s]}")  # fmt: skip
+                row(
+                    f"history query p99: {name}",
+                    f"{statistics.median(p99s):.1f} ms",
+                    "<= 50 ms",
+                    f"p50 {statistics.median(p50s):.1f} ms; {stored:,} runs stored; "
+                    f"p99 of runs {[round(v, 1) for v in p99s]}",
+                )
         finally:
             cluster.shutdown()

@@ -49,9 +49,13 @@ def end_to_end(
 
     def spying() -> Callable[[], None]:
         """py-spy on the worker and the scheduler for the window; what waits for it."""
-        spies = [spy(proc.pid, WINDOW_S, Path(f"{profile}-{role}.txt"))
-                 for role, proc in (("worker", pipeline.workers[0].proc),
-                                    ("scheduler", pipeline.scheduler.proc))]  # fmt: skip
+        spies = [
+            spy(proc.pid, WINDOW_S, Path(f"{profile}-{role}.txt"))
+            for role, proc in (
+                ("worker", pipeline.workers[0].proc),
+                ("scheduler", pipeline.scheduler.proc),
+            )
+        ]
 
         def wait() -> None:
             for sampler in spies:
@@ -61,20 +65,26 @@ def end_to_end(
 
     lo, hi, used = pipeline.measure(WARMUP_S, WINDOW_S, spying if profile is not None else None)
     statuses: collections.Counter[str] = collections.Counter(
-        r.headers.get("status", "?") for r in read_topic(settings, Topics(settings).history)
+        r.headers.get("status", "?")
+        for r in read_topic(settings, Topics(settings).history)
         if lo <= r.timestamp_ms < hi
-    )  # fmt: skip
-    requests = sum(1 for r in read_topic(settings, Topics(settings).runs(Priority.NORMAL))
-                   if lo <= r.timestamp_ms < hi)  # fmt: skip
-    flow_events = sum(1 for r in read_topic(settings, Topics(settings).flow_events)
-                      if lo <= r.timestamp_ms < hi)  # fmt: skip
+    )
+    requests = sum(
+        1
+        for r in read_topic(settings, Topics(settings).runs(Priority.NORMAL))
+        if lo <= r.timestamp_ms < hi
+    )
+    flow_events = sum(
+        1 for r in read_topic(settings, Topics(settings).flow_events) if lo <= r.timestamp_ms < hi
+    )
     done = max(1, statuses["SUCCEEDED"])
     records = {
-        "run requests": requests / done, "STARTED": statuses["STARTED"] / done,
+        "run requests": requests / done,
+        "STARTED": statuses["STARTED"] / done,
         "final outcomes": sum(n for s, n in statuses.items() if s != "STARTED") / done,
         "flow events": flow_events / done,
         "commits": (WINDOW_S / 0.2) / done,  # Outbox.COMMIT_EVERY_S, one request each
-    }  # fmt: skip
+    }
     cpu = {role: seconds / done * 1e6 for role, seconds in used.items()}
     return Measure(statuses["SUCCEEDED"] / ((hi - lo) / 1000), cpu, records)
 
@@ -98,8 +108,12 @@ def bench_hops(base: Settings, runs: int, demand: int) -> None:
     if theirs:
         _rows(BASELINE, demand, theirs)
         ratios = [m.rate / t.rate for m, t in zip(mine, theirs, strict=True)]
-        row(f"ratio this code / {BASELINE}, side by side", f"{statistics.median(ratios):.2f}",
-            "-", f"rounds {[round(r, 2) for r in ratios]}")  # fmt: skip
+        row(
+            f"ratio this code / {BASELINE}, side by side",
+            f"{statistics.median(ratios):.2f}",
+            "-",
+            f"rounds {[round(r, 2) for r in ratios]}",
+        )
     else:
         row(f"baseline {BASELINE}", "-", "-", "not in this clone's history: not measured")
     for role in ("worker", "scheduler"):
@@ -113,10 +127,19 @@ def bench_hops(base: Settings, runs: int, demand: int) -> None:
 def _rows(label: str, demand: int, measures: list[Measure]) -> None:
     rates = [m.rate for m in measures]
     cpu = {role: statistics.median(m.cpu_us[role] for m in measures) for role in measures[0].cpu_us}
-    records = {kind: statistics.median(m.records[kind] for m in measures)
-               for kind in measures[0].records}  # fmt: skip
-    row(f"no-op runs/s end to end, 1 worker ({label})", f"{statistics.median(rates):,.0f}",
-        ">= 20,000", f"demand {demand:,}/s; runs {[round(r) for r in rates]}; CPU us/run: "
-        + ", ".join(f"{r} {v:.0f}" for r, v in cpu.items()))  # fmt: skip
-    row(f"records written per run ({label})", f"{sum(records.values()):.2f}", "-",
-        ", ".join(f"{k} {v:.2f}" for k, v in records.items()))  # fmt: skip
+    records = {
+        kind: statistics.median(m.records[kind] for m in measures) for kind in measures[0].records
+    }
+    row(
+        f"no-op runs/s end to end, 1 worker ({label})",
+        f"{statistics.median(rates):,.0f}",
+        ">= 20,000",
+        f"demand {demand:,}/s; runs {[round(r) for r in rates]}; CPU us/run: "
+        + ", ".join(f"{r} {v:.0f}" for r, v in cpu.items()),
+    )
+    row(
+        f"records written per run ({label})",
+        f"{sum(records.values()):.2f}",
+        "-",
+        ", ".join(f"{k} {v:.2f}" for k, v in records.items()),
+    )

@@ -78,9 +78,14 @@ def malformed(codec: Codec, makers: list[Callable[[], bytes]], rng: random.Rando
 def _run(i: int) -> RunRequest:
     now = utc_now()
     return RunRequest(
-        run_id=f"m{i}@manual:bench", job_id=f"m{i}", scheduled_at=now, fired_at=now,
-        target=NOOP_TARGET, priority=Priority.NORMAL, timeout_ms=60_000,
-    )  # fmt: skip
+        run_id=f"m{i}@manual:bench",
+        job_id=f"m{i}",
+        scheduled_at=now,
+        fired_at=now,
+        target=NOOP_TARGET,
+        priority=Priority.NORMAL,
+        timeout_ms=60_000,
+    )
 
 
 def produce(settings: Settings, good: int, bad: int, seed: int) -> None:
@@ -96,8 +101,12 @@ def produce(settings: Settings, good: int, bad: int, seed: int) -> None:
     template = _run(0)
     for i, is_good in enumerate(kinds):
         if is_good:
-            run = replace(template, run_id=f"m{i}@manual:bench", job_id=f"m{i}",
-                          scheduled_at=template.scheduled_at + timedelta(milliseconds=i))  # fmt: skip
+            run = replace(
+                template,
+                run_id=f"m{i}@manual:bench",
+                job_id=f"m{i}",
+                scheduled_at=template.scheduled_at + timedelta(milliseconds=i),
+            )
             value, key, headers = codec.encode(topic, run), run.job_id, run.headers()
         else:
             value, key, headers = malformed(codec, makers, rng), f"bad{i}", []
@@ -140,9 +149,10 @@ def drain(
         stop.set()
         worker.stop()
     done = sorted(
-        r.timestamp_ms for r in read_topic(settings, topics.history)
+        r.timestamp_ms
+        for r in read_topic(settings, topics.history)
         if r.headers.get("status") == "SUCCEEDED"
-    )  # fmt: skip
+    )
     if len(done) < good:
         raise RuntimeError(f"only {len(done)} of {good} good runs succeeded ({logdir})")
     lo, hi = done[len(done) // 10], done[len(done) * 9 // 10]
@@ -185,12 +195,15 @@ def _flood_row(base: Settings, pairs: int, good: int, bad: int, target: str) -> 
     # differences (both drains of a pair include the same startup; noisy).
     extra_us = statistics.median(f - c for f, c in zip(cpu[True], cpu[False], strict=True))
     extra_us *= good / bad
-    row(f"good runs/s, 1 worker, {bad:,} malformed among {good:,} vs clean",
-        f"{ratio:.0%}", target,
+    row(
+        f"good runs/s, 1 worker, {bad:,} malformed among {good:,} vs clean",
+        f"{ratio:.0%}",
+        target,
         f"flood {[round(r) for r in flood]} vs clean {[round(r) for r in clean]} runs/s; "
         f"worker CPU us per good run {statistics.median(cpu[True]):.0f} vs "
         f"{statistics.median(cpu[False]):.0f} (startup included), ~{extra_us:.0f} us per "
-        f"malformed record; dead letters {letters} (expected {bad:,}); worker alive")  # fmt: skip
+        f"malformed record; dead letters {letters} (expected {bad:,}); worker alive",
+    )
 
 
 def bench_scrape(base: Settings, pairs: int, good: int = 30_000) -> None:
@@ -209,7 +222,11 @@ def bench_scrape(base: Settings, pairs: int, good: int = 30_000) -> None:
             rates[scraped].append(rate)
             cpu[scraped].append(used)
     ratio = statistics.median(s / n for s, n in zip(rates[True], rates[False], strict=True))
-    row("no-op runs/s, 1 worker, scraped every 1 s vs not", f"{ratio:.0%}", "report",
+    row(
+        "no-op runs/s, 1 worker, scraped every 1 s vs not",
+        f"{ratio:.0%}",
+        "report",
         f"scraped {[round(r) for r in rates[True]]} vs not {[round(r) for r in rates[False]]} "
         f"runs/s; worker CPU us per run {statistics.median(cpu[True]):.0f} vs "
-        f"{statistics.median(cpu[False]):.0f}")  # fmt: skip
+        f"{statistics.median(cpu[False]):.0f}",
+    )

@@ -50,14 +50,25 @@ def _measure(settings: Settings, count: int) -> dict[str, list[Any]]:
     finally:
         pipeline.stop()
     used = [(b - a) / (t1 - t0) for a, b in zip(cpu0, cpu1, strict=True)]
-    requested = sum(1 for p in Priority for r in read_topic(settings, Topics(settings).runs(p))
-                    if t0 * 1000 <= r.timestamp_ms < t1 * 1000)  # fmt: skip
-    done = sum(1 for r in read_topic(settings, Topics(settings).history)
-               if r.headers.get("status") == "SUCCEEDED"
-               and t0 * 1000 <= r.timestamp_ms < t1 * 1000)  # fmt: skip
-    return {"scheduler": used[:count], "worker": used[count:], "owned": owned,
-            "shares": shares, "requested": [requested / (t1 - t0)],
-            "done": [done / (t1 - t0)]}  # fmt: skip
+    requested = sum(
+        1
+        for p in Priority
+        for r in read_topic(settings, Topics(settings).runs(p))
+        if t0 * 1000 <= r.timestamp_ms < t1 * 1000
+    )
+    done = sum(
+        1
+        for r in read_topic(settings, Topics(settings).history)
+        if r.headers.get("status") == "SUCCEEDED" and t0 * 1000 <= r.timestamp_ms < t1 * 1000
+    )
+    return {
+        "scheduler": used[:count],
+        "worker": used[count:],
+        "owned": owned,
+        "shares": shares,
+        "requested": [requested / (t1 - t0)],
+        "done": [done / (t1 - t0)],
+    }
 
 
 def _owned(log: str) -> float:
@@ -102,27 +113,42 @@ def _bench_scale(base: Settings, runs: int, demand: int, wide: int, *, spread: b
                 put_jobs(settings, demand, make)
                 results[count].append(_measure(settings, count))
             last = results[count][-1]
-            print(f"    {count} + {count}: scheduler CPU {[round(c, 2) for c in last['scheduler']]}"
-                  f", worker CPU {[round(c, 2) for c in last['worker']]}, owned "
-                  f"{last['owned']}, runs partitions per worker (high/normal/low) "
-                  f"{last['shares']}, requested {last['requested'][0]:.0f}/s, succeeded "
-                  f"{last['done'][0]:.0f}/s", flush=True)  # fmt: skip
+            print(
+                f"    {count} + {count}: scheduler CPU {[round(c, 2) for c in last['scheduler']]}"
+                f", worker CPU {[round(c, 2) for c in last['worker']]}, owned "
+                f"{last['owned']}, runs partitions per worker (high/normal/low) "
+                f"{last['shares']}, requested {last['requested'][0]:.0f}/s, succeeded "
+                f"{last['done'][0]:.0f}/s",
+                flush=True,
+            )
     single, several = results[1], results[wide]
     for role in ("scheduler", "worker"):
         one = statistics.median(r[role][0] for r in single)
         each = statistics.median(c for r in several for c in r[role])
         total = statistics.median(sum(r[role]) for r in several)
         spread_of = [[round(c, 2) for c in r[role]] for r in several]
-        row(f"scale ({label}): {role} CPU s/s, 1 process / each of {wide} (sum)",
-            f"{one:.2f} / {each:.2f} ({total:.2f})", f"each ~{one / wide:.2f}",
-            f"demand {demand:,} runs/s; 12 partitions; per process {spread_of}")  # fmt: skip
+        row(
+            f"scale ({label}): {role} CPU s/s, 1 process / each of {wide} (sum)",
+            f"{one:.2f} / {each:.2f} ({total:.2f})",
+            f"each ~{one / wide:.2f}",
+            f"demand {demand:,} runs/s; 12 partitions; per process {spread_of}",
+        )
     for key, what in (("requested", "run requests/s"), ("done", "SUCCEEDED/s")):
-        row(f"scale ({label}): {what}, 1+1 / {wide}+{wide}",
+        row(
+            f"scale ({label}): {what}, 1+1 / {wide}+{wide}",
             f"{statistics.median(r[key][0] for r in single):,.0f} / "
-            f"{statistics.median(r[key][0] for r in several):,.0f}", f"{demand:,}")  # fmt: skip
+            f"{statistics.median(r[key][0] for r in several):,.0f}",
+            f"{demand:,}",
+        )
     shares = [r["shares"] for r in several]
-    row(f"scale ({label}): runs partitions per worker (high/normal/low), {wide} processes",
-        str(shares), f"{12 // wide} of each")  # fmt: skip
+    row(
+        f"scale ({label}): runs partitions per worker (high/normal/low), {wide} processes",
+        str(shares),
+        f"{12 // wide} of each",
+    )
     owned = [o for r in several for o in r["owned"]]
-    row(f"scale ({label}): jobs partitions per scheduler, {wide} processes", str(sorted(owned)),
-        f"12 / {wide}")  # fmt: skip
+    row(
+        f"scale ({label}): jobs partitions per scheduler, {wide} processes",
+        str(sorted(owned)),
+        f"12 / {wide}",
+    )

@@ -51,8 +51,12 @@ def bench_throughput(base: Settings, runs: int, jobs: int) -> None:
             elapsed = time.monotonic() - t0
             rates.append((record_count(settings, runs_topic) - before) / elapsed)
             proc.close()
-    row("sustained fires/s, one process", f"{statistics.median(rates):,.0f}", ">= 20,000",
-        f"demand {jobs:,}/s; runs {[round(r) for r in rates]}")  # fmt: skip
+    row(
+        "sustained fires/s, one process",
+        f"{statistics.median(rates):,.0f}",
+        ">= 20,000",
+        f"demand {jobs:,}/s; runs {[round(r) for r in rates]}",
+    )
 
 
 def fire_skews(settings: Settings) -> list[int]:
@@ -110,10 +114,18 @@ def bench_burst(base: Settings, runs: int, jobs: int) -> None:
     counts = [len(v) for v in by_slot.values()]
     p50 = [pct(v, 0.5) for v in by_slot.values()]
     p99 = [pct(v, 0.99) for v in by_slot.values()]
-    row(f"burst of {jobs:,}, --lookahead-ms 0: last emit after boundary (s)", f"{statistics.median(spans):.2f}",
-        "<= 5", f"runs {[round(s, 2) for s in spans]}, emitted {counts}, load {load:.1f}s")  # fmt: skip
-    row("burst skew p50 / p99 (ms)", f"{statistics.median(p50):.0f} / {statistics.median(p99):.0f}",
-        "-", f"runs p50 {p50} p99 {p99}")  # fmt: skip
+    row(
+        f"burst of {jobs:,}, --lookahead-ms 0: last emit after boundary (s)",
+        f"{statistics.median(spans):.2f}",
+        "<= 5",
+        f"runs {[round(s, 2) for s in spans]}, emitted {counts}, load {load:.1f}s",
+    )
+    row(
+        "burst skew p50 / p99 (ms)",
+        f"{statistics.median(p50):.0f} / {statistics.median(p99):.0f}",
+        "-",
+        f"runs p50 {p50} p99 {p99}",
+    )
 
 
 ZONES = ("UTC", "Europe/Paris", "America/New_York", "Australia/Lord_Howe")
@@ -151,19 +163,32 @@ def bench_million(base: Settings, runs: int, jobs: int, *, distinct: bool = Fals
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=120)
             on_time = [
-                ts for job_id, ts, slot in run_records(settings)
+                ts
+                for job_id, ts, slot in run_records(settings)
                 if job_id.startswith("probe-") and ts >= started * 1000 and ts - slot <= 50
-            ]  # fmt: skip
+            ]
             if k == 0:
                 continue  # the first start builds the checkpoint; restarts are measured
             all_live.append(live_s)
             first_fire.append(min(on_time) / 1000 - started if on_time else float("inf"))
-    row(f"RSS with {jobs:,} {label} (MiB)", f"{statistics.median(rss[1:]):.0f}", "<= 1,536",
-        f"runs {rss[1:]}")  # fmt: skip
-    row(f"restart -> first on-time fire, {label} (s)", f"{statistics.median(first_fire):.1f}",
-        "<= 60", f"runs {[round(x, 1) for x in first_fire]}")  # fmt: skip
-    row(f"restart -> all 12 partitions live, {label} (s)", f"{statistics.median(all_live):.1f}",
-        "-", f"runs {[round(x, 1) for x in all_live]}")  # fmt: skip
+    row(
+        f"RSS with {jobs:,} {label} (MiB)",
+        f"{statistics.median(rss[1:]):.0f}",
+        "<= 1,536",
+        f"runs {rss[1:]}",
+    )
+    row(
+        f"restart -> first on-time fire, {label} (s)",
+        f"{statistics.median(first_fire):.1f}",
+        "<= 60",
+        f"runs {[round(x, 1) for x in first_fire]}",
+    )
+    row(
+        f"restart -> all 12 partitions live, {label} (s)",
+        f"{statistics.median(all_live):.1f}",
+        "-",
+        f"runs {[round(x, 1) for x in all_live]}",
+    )
 
 
 def bench_slots(runs: int, count: int) -> None:
@@ -185,7 +210,15 @@ def bench_slots(runs: int, count: int) -> None:
         for _ in range(count):
             at = times.next_after(at) or at
         warm.append(count / (time.perf_counter() - started))
-    row(f"first slots/s, {count:,} distinct expressions", f"{statistics.median(cold):,.0f}",
-        "-", f"runs {[round(x) for x in cold]}")  # fmt: skip
-    row("next slots/s, one expression", f"{statistics.median(warm):,.0f}", "-",
-        f"runs {[round(x) for x in warm]}")  # fmt: skip
+    row(
+        f"first slots/s, {count:,} distinct expressions",
+        f"{statistics.median(cold):,.0f}",
+        "-",
+        f"runs {[round(x) for x in cold]}",
+    )
+    row(
+        "next slots/s, one expression",
+        f"{statistics.median(warm):,.0f}",
+        "-",
+        f"runs {[round(x) for x in warm]}",
+    )

@@ -36,10 +36,17 @@ def bench_security(base: Settings, pairs: int, demand: int) -> None:
     def cpu_text(secured: bool) -> str:
         return ", ".join(f"{r} {statistics.median(v):.0f}" for r, v in cpu[secured].items())
 
-    row("no-op runs/s end to end, 1 worker, SASL_SSL vs plaintext", f"{ratio:.0%}", ">= 85%",
+    row(
+        "no-op runs/s end to end, 1 worker, SASL_SSL vs plaintext",
+        f"{ratio:.0%}",
+        ">= 85%",
         f"demand {demand:,}/s; SASL_SSL {[round(r) for r in rates[True]]} vs plaintext "
         f"{[round(r) for r in rates[False]]} runs/s; CPU us/run SASL_SSL: {cpu_text(True)}; "
-        f"plaintext: {cpu_text(False)}")  # fmt: skip
-    row("fire skew p99 @1k/s, SASL_SSL vs plaintext (ms)",
+        f"plaintext: {cpu_text(False)}",
+    )
+    row(
+        "fire skew p99 @1k/s, SASL_SSL vs plaintext (ms)",
         f"{statistics.median(skews[True]):.0f} vs {statistics.median(skews[False]):.0f}",
-        "<= 50", f"SASL_SSL {skews[True]}, plaintext {skews[False]}")  # fmt: skip
+        "<= 50",
+        f"SASL_SSL {skews[True]}, plaintext {skews[False]}",
+    )

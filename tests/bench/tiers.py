@@ -46,12 +46,22 @@ def daily(i: int) -> str:
 
 
 def _start(settings: Settings, state: Path, log: Path, name: str) -> subprocess.Popen[bytes]:
-    return scheduler_process(settings, log, name, "--state-dir", str(state),
-                             "--instance-id", "tiers-bench",
-                             "--session-timeout-ms", str(SESSION_MS))  # fmt: skip
+    return scheduler_process(
+        settings,
+        log,
+        name,
+        "--state-dir",
+        str(state),
+        "--instance-id",
+        "tiers-bench",
+        "--session-timeout-ms",
+        str(SESSION_MS),
+    )
 
 
-def bench_tiers(base: Settings, restarts: int, jobs: int) -> None:
+def bench_tiers(
+    base: Settings, restarts: int, jobs: int
+) -> None:  # long: one bench: restarts, then a host lost
     with namespace(base) as settings:
 
         def make(i: int) -> JobDefinition:
@@ -79,32 +89,50 @@ def bench_tiers(base: Settings, restarts: int, jobs: int) -> None:
             time.sleep(20)
             rss.append(rss_mib(proc.pid))
             windows.append((killed, time.time() - 2))
-            on_time = [ts for job_id, ts, slot in run_records(settings)
-                       if job_id.startswith("probe-") and ts >= killed * 1000
-                       and ts - slot <= 50]  # fmt: skip
+            on_time = [
+                ts
+                for job_id, ts, slot in run_records(settings)
+                if job_id.startswith("probe-") and ts >= killed * 1000 and ts - slot <= 50
+            ]
             first.append(min(on_time) / 1000 - killed if on_time else float("inf"))
-            print(f"  restart {k}: live {live[-1]:.1f}s, first on-time fire {first[-1]:.1f}s, "
-                  f"RSS {rss[-1]:.0f} MiB", flush=True)  # fmt: skip
+            print(
+                f"  restart {k}: live {live[-1]:.1f}s, first on-time fire {first[-1]:.1f}s, "
+                f"RSS {rss[-1]:.0f} MiB",
+                flush=True,
+            )
         store_mib = sum(f.stat().st_size for f in state.rglob("*") if f.is_file()) / 2**20
         host = _host_lost(settings, proc, state, logdir)
         missed = _missed(settings, jobs, windows)
         host_missed = _missed(settings, jobs, [host["window"]])
-    row(f"{jobs:,} schedules, --state-dir: RSS after a kill -9 takeover (MiB)",
-        f"{statistics.median(rss):.0f}", "<= 1,024",
+    row(
+        f"{jobs:,} schedules, --state-dir: RSS after a kill -9 takeover (MiB)",
+        f"{statistics.median(rss):.0f}",
+        "<= 1,024",
         f"runs {[round(r) for r in rss]}; building the stores: {built:.0f} s, "
-        f"RSS {build_rss:.0f} MiB; stores {store_mib:,.0f} MiB on disk")  # fmt: skip
-    row(f"{jobs:,} schedules: kill -9 -> first on-time fire of a fresh process (s)",
-        f"{statistics.median(first):.1f}", "<= 10",
+        f"RSS {build_rss:.0f} MiB; stores {store_mib:,.0f} MiB on disk",
+    )
+    row(
+        f"{jobs:,} schedules: kill -9 -> first on-time fire of a fresh process (s)",
+        f"{statistics.median(first):.1f}",
+        "<= 10",
         f"runs {[round(f, 1) for f in first]}; all 12 partitions live "
-        f"{[round(x, 1) for x in live]} s")  # fmt: skip
-    row(f"{jobs:,} schedules: slots due from the kill on with no run request", str(missed),
-        "0", f"{restarts} kill -9 takeovers")  # fmt: skip
-    row(f"{jobs:,} schedules, host lost: kill -9 + state deleted -> every probe on time (s)",
-        f"{host['first']:.1f}", "<= 10",
+        f"{[round(x, 1) for x in live]} s",
+    )
+    row(
+        f"{jobs:,} schedules: slots due from the kill on with no run request",
+        str(missed),
+        "0",
+        f"{restarts} kill -9 takeovers",
+    )
+    row(
+        f"{jobs:,} schedules, host lost: kill -9 + state deleted -> every probe on time (s)",
+        f"{host['first']:.1f}",
+        "<= 10",
         f"taken over by a scheduler with standby stores (warmed in {host['warm']:.0f} s, "
         f"session timeout {SESSION_MS // 1000} s): the 6 partitions it took over live "
         f"{host['live']:.1f} s after the kill; RSS {host['rss']:.0f} MiB; "
-        f"{host_missed} slots missed")  # fmt: skip
+        f"{host_missed} slots missed",
+    )
 
 
 SESSION_MS = 6000
@@ -117,9 +145,17 @@ def _host_lost(
     killed with -9 and its state directory deleted (its host is gone): the time from the
     kill to the second's first on-time probe fire, and to all its partitions live."""
     log = logdir / "standby.log"
-    standby = scheduler_process(settings, log, "standby", "--state-dir", str(logdir / "standby"),
-                                "--instance-id", "tiers-standby",
-                                "--session-timeout-ms", str(SESSION_MS))  # fmt: skip
+    standby = scheduler_process(
+        settings,
+        log,
+        "standby",
+        "--state-dir",
+        str(logdir / "standby"),
+        "--instance-id",
+        "tiers-standby",
+        "--session-timeout-ms",
+        str(SESSION_MS),
+    )
     started = time.time()
     while "standby stores warm" not in log.read_text():
         if standby.poll() is not None or time.time() - started > 3600:
@@ -147,12 +183,19 @@ def _host_lost(
             firsts[job_id] = min(ts, firsts.get(job_id, ts))
     standby.send_signal(signal.SIGTERM)
     standby.wait(timeout=120)
-    first = (max(firsts.values()) / 1000 - killed if len(firsts) == PROBES
-             else float("inf"))  # fmt: skip
-    print(f"  host lost: standby warm in {warm:.0f}s, all live {live:.1f}s after the kill, "
-          f"every probe on time {first:.1f}s after it, RSS {rss:.0f} MiB", flush=True)  # fmt: skip
-    return {"warm": warm, "live": live, "first": first, "rss": rss,
-            "window": (killed, time.time() - 25)}  # fmt: skip
+    first = max(firsts.values()) / 1000 - killed if len(firsts) == PROBES else float("inf")
+    print(
+        f"  host lost: standby warm in {warm:.0f}s, all live {live:.1f}s after the kill, "
+        f"every probe on time {first:.1f}s after it, RSS {rss:.0f} MiB",
+        flush=True,
+    )
+    return {
+        "warm": warm,
+        "live": live,
+        "first": first,
+        "rss": rss,
+        "window": (killed, time.time() - 25),
+    }
 
 
 def _missed(settings: Settings, jobs: int, windows: list[tuple[float, float]]) -> int:

@@ -38,7 +38,7 @@ import fastavro
 from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 
-from infra.bootstrap import admin_acls, delete_acls
+from infra.kafka_access import admin_acls, delete_acls
 from infra.tenants import trigger_source_acls
 from producers.client import JobClient
 from runtime.kafka.clients import kafka_admin
@@ -61,13 +61,25 @@ from streams.triggers import TriggerConfig, TriggerProcessor
 from tests.bench.common import NOOP_TARGET, namespace, pct, row
 from tests.integration.helpers import CronstreamProcess, read_topic
 
-ORDER = {"type": "record", "name": "Order", "namespace": "bench.shop", "fields": [
-    {"name": "id", "type": "long"}, {"name": "amount", "type": "long"},
-    {"name": "currency", "type": "string"},
-    {"name": "customer", "type": {"type": "record", "name": "Customer", "fields": [
-        {"name": "id", "type": "string"}, {"name": "tier", "type": "string"}]}},
-    {"name": "lines", "type": {"type": "array", "items": "string"}},
-]}  # fmt: skip
+ORDER = {
+    "type": "record",
+    "name": "Order",
+    "namespace": "bench.shop",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "amount", "type": "long"},
+        {"name": "currency", "type": "string"},
+        {
+            "name": "customer",
+            "type": {
+                "type": "record",
+                "name": "Customer",
+                "fields": [{"name": "id", "type": "string"}, {"name": "tier", "type": "string"}],
+            },
+        },
+        {"name": "lines", "type": {"type": "array", "items": "string"}},
+    ],
+}
 
 
 @contextmanager
@@ -75,8 +87,9 @@ def source(settings: Settings, partitions: int) -> Iterator[tuple[str, Callable[
     """A source topic and an encoder of its ``n``-th Order (Confluent wire format)."""
     topic = f"csbench-src.{uuid.uuid4().hex[:8]}.orders"
     admin = kafka_admin(settings, superuser=True)
-    for future in admin.create_topics([NewTopic(topic, num_partitions=partitions,
-                                                replication_factor=1)]).values():  # fmt: skip
+    for future in admin.create_topics(
+        [NewTopic(topic, num_partitions=partitions, replication_factor=1)]
+    ).values():
         future.result(30)
     admin_acls(admin, trigger_source_acls(topic), 30)
     with registry_client(settings, writer=True) as registry:
@@ -87,10 +100,17 @@ def source(settings: Settings, partitions: int) -> Iterator[tuple[str, Callable[
         buf = io.BytesIO()
         buf.write(head)
         tier = "gold" if n % 2 == 0 else "basic"  # with amount >= 9800: 1 record in 100
-        fastavro.schemaless_writer(buf, parsed, {
-            "id": n, "amount": n % 10_000, "currency": "EUR",
-            "customer": {"id": f"c-{n % 997}", "tier": tier}, "lines": ["a", "b"],
-        })  # fmt: skip
+        fastavro.schemaless_writer(
+            buf,
+            parsed,
+            {
+                "id": n,
+                "amount": n % 10_000,
+                "currency": "EUR",
+                "customer": {"id": f"c-{n % 997}", "tier": tier},
+                "lines": ["a", "b"],
+            },
+        )
         return buf.getvalue()
 
     try:
@@ -101,28 +121,47 @@ def source(settings: Settings, partitions: int) -> Iterator[tuple[str, Callable[
         delete_acls(admin, trigger_source_acls(topic))
 
 
-def put_trigger(settings: Settings, job_id: str, topic: str, expression: str,
-                defined: datetime | None = None) -> None:  # fmt: skip
+def put_trigger(
+    settings: Settings, job_id: str, topic: str, expression: str, defined: datetime | None = None
+) -> None:
     """A job on ``topic``'s records (``defined``: when; a trigger starts at the first
     record stamped then or later)."""
-    job = JobDefinition(job_id=job_id, target=NOOP_TARGET, updated_at=defined or utc_now(),
-                        on=EventTrigger(topic=topic, filter=expression))  # fmt: skip
+    job = JobDefinition(
+        job_id=job_id,
+        target=NOOP_TARGET,
+        updated_at=defined or utc_now(),
+        on=EventTrigger(topic=topic, filter=expression),
+    )
     with JobClient(settings) as client:
         client.put(job)
 
 
 def producer(settings: Settings) -> Producer:
-    return Producer({**admin_security(settings), "partitioner": "murmur2_random",
-                     "linger.ms": 5, "compression.type": "lz4",
-                     "queue.buffering.max.messages": 1_000_000})  # fmt: skip
+    return Producer(
+        {
+            **admin_security(settings),
+            "partitioner": "murmur2_random",
+            "linger.ms": 5,
+            "compression.type": "lz4",
+            "queue.buffering.max.messages": 1_000_000,
+        }
+    )
 
 
 def _latencies(settings: Settings, seconds: float) -> list[int]:
     with source(settings, 6) as (topic, encode):
         put_trigger(settings, "bench-orders", topic, "value.amount >= 0")
         logs = Path(tempfile.mkdtemp(prefix="csbench-triggers-"))
-        worker = CronstreamProcess(settings, logs, "worker", "--concurrency", "32",
-                                   "--python-allow", "tests.bench", command="worker")  # fmt: skip
+        worker = CronstreamProcess(
+            settings,
+            logs,
+            "worker",
+            "--concurrency",
+            "32",
+            "--python-allow",
+            "tests.bench",
+            command="worker",
+        )
         triggers = CronstreamProcess(settings, logs, "triggers", command="triggers")
         try:
             worker.wait_live(1, timeout=120, text="assigned")
@@ -142,12 +181,18 @@ def _latencies(settings: Settings, seconds: float) -> list[int]:
             worker.stop()
         with registry_client(settings) as registry:
             codec = Codec(registry)
-            outcomes = [codec.decode(r.value, RunOutcome)
-                        for r in read_topic(settings, Topics(settings).history)
-                        if r.value is not None and r.headers.get("status") != "STARTED"]  # fmt: skip
-        return [to_ms(o.started_at) - to_ms(o.scheduled_at) for o in outcomes
-                if o.started_at is not None and o.trigger is Trigger.EVENT
-                and to_ms(o.scheduled_at) >= warm]  # fmt: skip
+            outcomes = [
+                codec.decode(r.value, RunOutcome)
+                for r in read_topic(settings, Topics(settings).history)
+                if r.value is not None and r.headers.get("status") != "STARTED"
+            ]
+        return [
+            to_ms(o.started_at) - to_ms(o.scheduled_at)
+            for o in outcomes
+            if o.started_at is not None
+            and o.trigger is Trigger.EVENT
+            and to_ms(o.scheduled_at) >= warm
+        ]
 
 
 def _throughput(settings: Settings, records: int) -> float:
@@ -159,10 +204,16 @@ def _throughput(settings: Settings, records: int) -> float:
                 out.poll(0)
         out.flush(60)
         # defined before the records (the epoch): its trigger starts at the beginning
-        put_trigger(settings, "bench-gold", topic,
-                    'value.amount >= 9800 and value.customer.tier == "gold"', EPOCH)  # fmt: skip
-        config = TriggerConfig(group=f"{settings.topic_prefix}.triggers", name="bench",
-                               tenant_runs_per_minute=0)  # fmt: skip
+        put_trigger(
+            settings,
+            "bench-gold",
+            topic,
+            'value.amount >= 9800 and value.customer.tier == "gold"',
+            EPOCH,
+        )
+        config = TriggerConfig(
+            group=f"{settings.topic_prefix}.triggers", name="bench", tenant_runs_per_minute=0
+        )
         processor = TriggerProcessor(settings.as_role("triggers"), config)
         try:
             found = processor.definitions.load()
@@ -199,9 +250,21 @@ def bench_triggers(base: Settings, runs: int, seconds: float, records: int) -> N
         p99s.append(pct(latencies, 0.99))
         with namespace(base) as settings:
             rates.append(round(_throughput(settings, records)))
-    row("event record -> run STARTED p50 @1k matching records/s (ms)",
-        f"{statistics.median(p50s):.0f}", "-", f"runs {p50s}")  # fmt: skip
-    row("event record -> run STARTED p99 @1k matching records/s (ms)",
-        f"{statistics.median(p99s):.0f}", "-", f"runs {p99s}")  # fmt: skip
-    row("trigger processor, Avro filter, 1% matching (records/s)",
-        f"{statistics.median(rates):.0f}", "-", f"runs {rates}, {records:,} records")  # fmt: skip
+    row(
+        "event record -> run STARTED p50 @1k matching records/s (ms)",
+        f"{statistics.median(p50s):.0f}",
+        "-",
+        f"runs {p50s}",
+    )
+    row(
+        "event record -> run STARTED p99 @1k matching records/s (ms)",
+        f"{statistics.median(p99s):.0f}",
+        "-",
+        f"runs {p99s}",
+    )
+    row(
+        "trigger processor, Avro filter, 1% matching (records/s)",
+        f"{statistics.median(rates):.0f}",
+        "-",
+        f"runs {rates}, {records:,} records",
+    )

@@ -28,9 +28,14 @@ from tests.integration.helpers import CronstreamProcess, free_port, history_keys
 
 KINDS = ("billing-report", "etl-load", "cache-warm", "email-digest")
 # (cron, every_ms, zone) of the jobs that are not busy: a few shapes, as put_jobs likes.
-SHAPES = (("*/5 * * * *", 0, "UTC"), ("0 3 * * *", 0, "Europe/Paris"),
-          ("15 9 * * 1-5", 0, "America/New_York"), (None, 3_600_000, "UTC"),
-          (None, 900_000, "UTC"), ("0 */6 * * *", 0, "Asia/Tokyo"))  # fmt: skip
+SHAPES = (
+    ("*/5 * * * *", 0, "UTC"),
+    ("0 3 * * *", 0, "Europe/Paris"),
+    ("15 9 * * 1-5", 0, "America/New_York"),
+    (None, 3_600_000, "UTC"),
+    (None, 900_000, "UTC"),
+    ("0 */6 * * *", 0, "Asia/Tokyo"),
+)
 BUSY = 50  # jobs firing every minute, with half of the stored runs
 WEEK_MS = 7 * 86_400_000
 TARGET = "<= 300 ms"
@@ -65,18 +70,32 @@ def outcomes(jobs: int, stored: int, now_ms: int) -> Iterator[RunOutcome]:
 
 
 def _outcome(n: int, job: str, slot_ms: int) -> RunOutcome:
-    status = (RunStatus.FAILED if n % 97 == 0 else RunStatus.TIMED_OUT if n % 331 == 0
-              else RunStatus.SUCCEEDED)  # fmt: skip
+    status = (
+        RunStatus.FAILED
+        if n % 97 == 0
+        else RunStatus.TIMED_OUT
+        if n % 331 == 0
+        else RunStatus.SUCCEEDED
+    )
     duration = 30_000 if status is RunStatus.TIMED_OUT else 20 + (n * 7_919) % 2_000
-    error = {RunStatus.FAILED: "HttpError: 500 Internal Server Error from https://example.com"
-             "/hook", RunStatus.TIMED_OUT: "TimeoutError: no answer in 30000 ms"}.get(status)  # fmt: skip
+    error = {
+        RunStatus.FAILED: "HttpError: 500 Internal Server Error from https://example.com/hook",
+        RunStatus.TIMED_OUT: "TimeoutError: no answer in 30000 ms",
+    }.get(status)
     scheduled = from_ms(slot_ms)
     return RunOutcome(
-        run_id=run_id_for(job, scheduled), job_id=job, status=status, scheduled_at=scheduled,
-        recorded_at=from_ms(slot_ms + 8 + duration), started_at=from_ms(slot_ms + 5),
-        finished_at=from_ms(slot_ms + 5 + duration), duration_ms=duration, error=error,
-        target_type="http", worker="bench",
-    )  # fmt: skip
+        run_id=run_id_for(job, scheduled),
+        job_id=job,
+        status=status,
+        scheduled_at=scheduled,
+        recorded_at=from_ms(slot_ms + 8 + duration),
+        started_at=from_ms(slot_ms + 5),
+        finished_at=from_ms(slot_ms + 5 + duration),
+        duration_ms=duration,
+        error=error,
+        target_type="http",
+        worker="bench",
+    )
 
 
 def load(settings: Settings, jobs: int, stored: int) -> tuple[float, float]:
@@ -85,12 +104,16 @@ def load(settings: Settings, jobs: int, stored: int) -> tuple[float, float]:
     print(f"  put {jobs:,} jobs in {jobs_s:.1f}s", flush=True)
     cluster, session = cassandra_session(settings)
     try:
-        runs_s = store_runs(session, settings.keyspace,
-                            outcomes(jobs, stored, int(time.time() * 1000)))  # fmt: skip
+        runs_s = store_runs(
+            session, settings.keyspace, outcomes(jobs, stored, int(time.time() * 1000))
+        )
     finally:
         cluster.shutdown()
-    print(f"  stored {stored:,} runs ({stored * 4:,} rows) in {runs_s:.0f}s "
-          f"({stored / runs_s:,.0f} runs/s)", flush=True)  # fmt: skip
+    print(
+        f"  stored {stored:,} runs ({stored * 4:,} rows) in {runs_s:.0f}s "
+        f"({stored / runs_s:,.0f} runs/s)",
+        flush=True,
+    )
     print(f"  Cassandra's flushes and compactions settled in {settle(settings):.0f}s", flush=True)
     return jobs_s, runs_s
 
@@ -99,8 +122,15 @@ def start_ui(settings: Settings, jobs: int) -> tuple[CronstreamProcess, str, flo
     """A `cronstream ui` on a free port, once it answers /readyz and counts ``jobs``
     jobs; the seconds that took."""
     port = free_port()
-    ui = CronstreamProcess(settings, Path(tempfile.mkdtemp(prefix="csbench-")), "ui",
-                           "--port", str(port), "--anonymous", command="ui")  # fmt: skip
+    ui = CronstreamProcess(
+        settings,
+        Path(tempfile.mkdtemp(prefix="csbench-")),
+        "ui",
+        "--port",
+        str(port),
+        "--anonymous",
+        command="ui",
+    )
     url = f"http://127.0.0.1:{port}"
     t0 = time.monotonic()
     try:
@@ -134,10 +164,14 @@ def pages(jobs: int) -> dict[str, tuple[list[str], str]]:
         "overview /ui": (["/ui"], f">{jobs}<"),
         f"jobs list /ui/jobs (page 1 of {-(-jobs // 50):,})": (["/ui/jobs"], job_id(0)),
         "jobs search /ui/jobs?q=report.0123 (25 found)": (
-            ["/ui/jobs?q=report.0123"], job_id(12_300)),
+            ["/ui/jobs?q=report.0123"],
+            job_id(12_300),
+        ),
         f"job page /ui/jobs/JOB (one of {BUSY} busy jobs, ~10,000 runs in 7 d)": (
-            busy, "HttpError: 500"),
-    }  # fmt: skip
+            busy,
+            "HttpError: 500",
+        ),
+    }
 
 
 def bench_ui(base: Settings, runs: int, jobs: int, stored: int, samples: int) -> None:
@@ -146,8 +180,11 @@ def bench_ui(base: Settings, runs: int, jobs: int, stored: int, samples: int) ->
     with namespace(base) as topics_ns, history_keyspace(topics_ns, "csbench") as settings:
         jobs_s, runs_s = load(settings, jobs, stored)
         ui, url, ready_s = start_ui(settings, jobs)
-        print(f"  dashboard ready with {jobs:,} jobs in {ready_s:.1f}s, "
-              f"RSS {rss_mib(ui.proc.pid):.0f} MiB", flush=True)  # fmt: skip
+        print(
+            f"  dashboard ready with {jobs:,} jobs in {ready_s:.1f}s, "
+            f"RSS {rss_mib(ui.proc.pid):.0f} MiB",
+            flush=True,
+        )
         measured: dict[str, list[tuple[float, float]]] = {name: [] for name in pages(jobs)}
         rss: list[int] = []  # MiB after each run
         try:
@@ -164,10 +201,16 @@ def bench_ui(base: Settings, runs: int, jobs: int, stored: int, samples: int) ->
             ui.stop()
         for name, got in measured.items():
             p99s = [p99 for _, p99 in got]
-            row(f"ui p99: {name}", f"{statistics.median(p99s):.0f} ms", TARGET,
+            row(
+                f"ui p99: {name}",
+                f"{statistics.median(p99s):.0f} ms",
+                TARGET,
                 f"p50 {statistics.median([p50 for p50, _ in got]):.0f} ms; {samples} GETs "
                 f"per run; p99 of runs {[round(v) for v in p99s]}; {jobs:,} jobs, "
-                f"{stored:,} runs stored")  # fmt: skip
-        print(f"  {jobs:,} jobs put in {jobs_s:.1f}s, {stored:,} runs stored in {runs_s:.0f}s, "
-              f"dashboard ready in {ready_s:.1f}s; its RSS (MiB) after each run {rss}",
-              flush=True)  # fmt: skip
+                f"{stored:,} runs stored",
+            )
+        print(
+            f"  {jobs:,} jobs put in {jobs_s:.1f}s, {stored:,} runs stored in {runs_s:.0f}s, "
+            f"dashboard ready in {ready_s:.1f}s; its RSS (MiB) after each run {rss}",
+            flush=True,
+        )

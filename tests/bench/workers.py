@@ -35,8 +35,11 @@ from tests.integration.helpers import (
 
 def put_noop_jobs(settings: Settings, count: int, prefix: str) -> None:
     """``count`` no-op python jobs every second, spread over the second by jitter."""
-    put_jobs(settings, count, lambda i: job(
-        f"{prefix}-{i}", every_ms=1000, jitter_ms=999, target=NOOP_TARGET))  # fmt: skip
+    put_jobs(
+        settings,
+        count,
+        lambda i: job(f"{prefix}-{i}", every_ms=1000, jitter_ms=999, target=NOOP_TARGET),
+    )
 
 
 class Pipeline:
@@ -44,9 +47,15 @@ class Pipeline:
     ``settings``' namespace."""
 
     def __init__(
-        self, settings: Settings, workers: int, concurrency: int, *scheduler_args: str,
-        schedulers: int = 1, code: Path | None = None, worker_args: tuple[str, ...] = (),
-    ) -> None:  # fmt: skip
+        self,
+        settings: Settings,
+        workers: int,
+        concurrency: int,
+        *scheduler_args: str,
+        schedulers: int = 1,
+        code: Path | None = None,
+        worker_args: tuple[str, ...] = (),
+    ) -> None:
         """``code``: a checkout of another version to run (``tests.bench.hops``);
         ``worker_args``: the workers' further flags."""
         self.logdir = Path(tempfile.mkdtemp(prefix="csbench-"))
@@ -78,8 +87,10 @@ class Pipeline:
         """CPU seconds used so far, per role (the brokers' JVMs included, all of them on a
         cluster)."""
         brokers = [s.pid() for s in all_services(Settings.from_env()) if isinstance(s, Kafka)]
-        out = {"scheduler": cpu_s(self.scheduler.proc.pid),
-               "broker": sum(cpu_s(pid or 0) for pid in brokers)}  # fmt: skip
+        out = {
+            "scheduler": cpu_s(self.scheduler.proc.pid),
+            "broker": sum(cpu_s(pid or 0) for pid in brokers),
+        }
         out["workers"] = sum(cpu_s(w.proc.pid) for w in self.workers)
         return out
 
@@ -121,9 +132,10 @@ def end_to_end(settings: Settings, workers: int, demand: int) -> tuple[float, di
     put_noop_jobs(settings, demand, "w")
     t0, t1, used = Pipeline(settings, workers, concurrency=64).measure()
     done = [
-        r for r in read_topic(settings, Topics(settings).history)
+        r
+        for r in read_topic(settings, Topics(settings).history)
         if r.headers.get("status") == "SUCCEEDED" and t0 <= r.timestamp_ms < t1
-    ]  # fmt: skip
+    ]
     cpu = {role: seconds / max(1, len(done)) * 1e6 for role, seconds in used.items()}
     return len(done) / ((t1 - t0) / 1000), cpu
 
@@ -140,9 +152,12 @@ def bench_workers(base: Settings, runs: int, demand: int, counts: tuple[int, ...
             for role, used in cpu.items():
                 cpu_per_run.setdefault(role, []).append(used)
         cpu_text = ", ".join(f"{r} {statistics.median(v):.0f}" for r, v in cpu_per_run.items())
-        row(f"no-op runs/s end to end, {count} worker(s)", f"{statistics.median(rates):,.0f}",
-            ">= 10,000", f"demand {demand:,}/s; runs {[round(r) for r in rates]}; "
-            f"CPU us/run: {cpu_text}")  # fmt: skip
+        row(
+            f"no-op runs/s end to end, {count} worker(s)",
+            f"{statistics.median(rates):,.0f}",
+            ">= 10,000",
+            f"demand {demand:,}/s; runs {[round(r) for r in rates]}; CPU us/run: {cpu_text}",
+        )
 
 
 def bench_drain(base: Settings, runs: int, backlog_s: float, counts: tuple[int, ...]) -> None:
@@ -177,17 +192,21 @@ def bench_drain(base: Settings, runs: int, backlog_s: float, counts: tuple[int, 
                     for worker in workers:
                         worker.stop()
                 done = sorted(
-                    r.timestamp_ms for r in read_topic(settings, history)
+                    r.timestamp_ms
+                    for r in read_topic(settings, history)
                     if r.headers.get("status") == "SUCCEEDED"
-                )  # fmt: skip
+                )
                 # The middle 80 %: joining the group and the last stragglers excluded.
                 lo, hi = done[len(done) // 10], done[len(done) * 9 // 10]
                 rates.append(0.8 * len(done) / max(0.001, (hi - lo) / 1000))
                 cpu_per_run.append(used / max(1, len(done)) * 1e6)
-        row(f"no-op runs/s draining a backlog, {count} worker(s)",
-            f"{statistics.median(rates):,.0f}", "-",
+        row(
+            f"no-op runs/s draining a backlog, {count} worker(s)",
+            f"{statistics.median(rates):,.0f}",
+            "-",
             f"runs {[round(r) for r in rates]}; worker CPU us/run "
-            f"{statistics.median(cpu_per_run):.0f} (startup included)")  # fmt: skip
+            f"{statistics.median(cpu_per_run):.0f} (startup included)",
+        )
 
 
 def _starts(settings: Settings, lookahead_ms: int) -> tuple[list[int], list[int]]:
@@ -213,8 +232,9 @@ def _starts(settings: Settings, lookahead_ms: int) -> tuple[list[int], list[int]
         for r in read_topic(settings, Topics(settings).runs(Priority.NORMAL))
         if t0 <= r.timestamp_ms < t1
     }
-    started = [(ts, fired[run_id]) for run_id, ts in started_ms(settings).items()
-               if run_id in fired]  # fmt: skip
+    started = [
+        (ts, fired[run_id]) for run_id, ts in started_ms(settings).items() if run_id in fired
+    ]
     return [ts - emit for ts, (emit, _) in started], [ts - due for ts, (_, due) in started]
 
 
@@ -232,12 +252,27 @@ def bench_fire_to_start(base: Settings, runs: int) -> None:
             late = _starts(settings, 1000)[1]
         late50.append(pct(late, 0.5))
         late99.append(pct(late, 0.99))
-    row("fire-to-start p50 @1k/s, --lookahead-ms 0 (ms)", f"{statistics.median(p50s):.0f}", "-",
-        f"runs {p50s}")  # fmt: skip
-    row("fire-to-start p99 @1k/s, --lookahead-ms 0 (ms)", f"{statistics.median(p99s):.0f}",
-        "<= 100", f"runs {p99s}")  # fmt: skip
-    row("fire-to-start max @1k/s, --lookahead-ms 0 (ms)", f"{statistics.median(maxes):.0f}", "-",
-        f"runs {maxes}")  # fmt: skip
-    row("due-to-start p50 / p99 @1k/s, --lookahead-ms 1000 (ms)",
-        f"{statistics.median(late50):.0f} / {statistics.median(late99):.0f}", "p99 <= 100",
-        f"runs p50 {late50} p99 {late99}")  # fmt: skip
+    row(
+        "fire-to-start p50 @1k/s, --lookahead-ms 0 (ms)",
+        f"{statistics.median(p50s):.0f}",
+        "-",
+        f"runs {p50s}",
+    )
+    row(
+        "fire-to-start p99 @1k/s, --lookahead-ms 0 (ms)",
+        f"{statistics.median(p99s):.0f}",
+        "<= 100",
+        f"runs {p99s}",
+    )
+    row(
+        "fire-to-start max @1k/s, --lookahead-ms 0 (ms)",
+        f"{statistics.median(maxes):.0f}",
+        "-",
+        f"runs {maxes}",
+    )
+    row(
+        "due-to-start p50 / p99 @1k/s, --lookahead-ms 1000 (ms)",
+        f"{statistics.median(late50):.0f} / {statistics.median(late99):.0f}",
+        "p99 <= 100",
+        f"runs p50 {late50} p99 {late99}",
+    )

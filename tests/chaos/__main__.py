@@ -67,11 +67,14 @@ def main() -> int:
     return 0
 
 
-def run(scenario: Scenario, settings: Settings, args: argparse.Namespace) -> Result:
+def run(
+    scenario: Scenario, settings: Settings, args: argparse.Namespace
+) -> Result:  # long: one scenario: load, fault, heal, then its checks
     logdir = Path(tempfile.mkdtemp(prefix=f"cschaos-{scenario.name}-"))
     say(f"logs in {logdir}")
-    pipeline = Pipeline(settings, logdir, jobs=args.jobs, every_ms=args.every_ms,
-                        triggers=args.triggers)  # fmt: skip
+    pipeline = Pipeline(
+        settings, logdir, jobs=args.jobs, every_ms=args.every_ms, triggers=args.triggers
+    )
     try:
         pipeline.start_target()
         if scenario.prepare is not None:
@@ -92,10 +95,15 @@ def run(scenario: Scenario, settings: Settings, args: argparse.Namespace) -> Res
         pipeline.finish(end_ms)
         say("measuring")
         manual = [r for t, r in pipeline.triggered if start_ms / 1000 <= t <= end_ms / 1000]
-        result = measure(scenario.name, pipeline.settings, jobs=pipeline.jobs,
-                         every_ms=args.every_ms, manual=manual,
-                         window=Window(start_ms, end_ms, fault_end),
-                         target_log=pipeline.target_log)  # fmt: skip
+        result = measure(
+            scenario.name,
+            pipeline.settings,
+            jobs=pipeline.jobs,
+            every_ms=args.every_ms,
+            manual=manual,
+            window=Window(start_ms, end_ms, fault_end),
+            target_log=pipeline.target_log,
+        )
         sink = _sink_recovery(pipeline, fault_end)
         if sink > result.recovery_s:
             result.notes.append(
@@ -115,8 +123,10 @@ def run(scenario: Scenario, settings: Settings, args: argparse.Namespace) -> Res
         return result
     except Exception:
         traceback.print_exc()
-        return Result(scenario.name, notes=[
-            *pipeline.notes, f"FAILED to run: see the traceback above; logs {logdir}"])  # fmt: skip
+        return Result(
+            scenario.name,
+            notes=[*pipeline.notes, f"FAILED to run: see the traceback above; logs {logdir}"],
+        )
     finally:
         pipeline.kill_all()
         with suppress(Exception):
@@ -152,19 +162,48 @@ def _sink_recovery(pipeline: Pipeline, since: float) -> float:
 
 
 def print_table(results: list[Result], args: argparse.Namespace) -> None:
-    head = ("scenario", "expected", "lost", "silently missed", "unflagged repeats",
-            "flagged repeats", "repeat deliveries", "deduplicated", "stall s", "gap s", "recover s")  # fmt: skip
-    rows = [(r.name, f"{r.expected:,}", str(r.lost), str(r.silently_missed),
-             str(r.unflagged_repeats), f"{r.flagged_repeats:,}", f"{r.repeat_deliveries:,}",
-             f"{r.deduplicated:,}", f"{r.stall_s:.1f}", f"{r.gap_s:.1f}", f"{r.recovery_s:.1f}")
-            for r in results]  # fmt: skip
+    head = (
+        "scenario",
+        "expected",
+        "lost",
+        "silently missed",
+        "unflagged repeats",
+        "flagged repeats",
+        "repeat deliveries",
+        "deduplicated",
+        "stall s",
+        "gap s",
+        "recover s",
+    )
+    rows = [
+        (
+            r.name,
+            f"{r.expected:,}",
+            str(r.lost),
+            str(r.silently_missed),
+            str(r.unflagged_repeats),
+            f"{r.flagged_repeats:,}",
+            f"{r.repeat_deliveries:,}",
+            f"{r.deduplicated:,}",
+            f"{r.stall_s:.1f}",
+            f"{r.gap_s:.1f}",
+            f"{r.recovery_s:.1f}",
+        )
+        for r in results
+    ]
     widths = [max(len(x) for x in col) for col in zip(head, *rows, strict=True)]
     print()
     for line in (head, *rows):
-        print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in
-                        enumerate(zip(line, widths, strict=True))))  # fmt: skip
-    print(f"\nload: {args.jobs:,} http jobs firing every {args.every_ms / 1000:g} s + "
-          f"{args.triggers} manual runs a second; {os.cpu_count()} cores")  # fmt: skip
+        print(
+            "  ".join(
+                c.rjust(w) if i else c.ljust(w)
+                for i, (c, w) in enumerate(zip(line, widths, strict=True))
+            )
+        )
+    print(
+        f"\nload: {args.jobs:,} http jobs firing every {args.every_ms / 1000:g} s + "
+        f"{args.triggers} manual runs a second; {os.cpu_count()} cores"
+    )
     for r in results:
         print(f"  {r.name}: " + "; ".join(_details(r) + r.notes))
 

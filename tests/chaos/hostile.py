@@ -86,8 +86,13 @@ def bad_updates(base: JobDefinition, now: datetime) -> list[JobDefinition]:
     ]
 
 
-def job_records(publisher: Publisher, topics: Topics, firing: list[str], count: int,
-                definition: Callable[[str], JobDefinition]) -> Iterator[Record]:  # fmt: skip
+def job_records(
+    publisher: Publisher,
+    topics: Topics,
+    firing: list[str],
+    count: int,
+    definition: Callable[[str], JobDefinition],
+) -> Iterator[Record]:
     """``count`` hostile records for the jobs topic. A bad update of a firing job starts
     from its real ``definition``, so one the scheduler (wrongly) accepted would keep its
     slots: what the suite counts stays the job's own."""
@@ -105,8 +110,12 @@ def job_records(publisher: Publisher, topics: Topics, firing: list[str], count: 
         bad = bad_updates(base, now)[i % 8]
         yield victim.encode(), _avro(prefix, name, bad.to_avro())
         if i % 50 == 0:  # a job that fires every second at a target the worker refuses
-            evil = replace(base, job_id=f"hostile-fires-{i}", target=HOSTILE_TARGETS[i % 5],
-                           schedule=IntervalSchedule(every_ms=1000, anchor=now))  # fmt: skip
+            evil = replace(
+                base,
+                job_id=f"hostile-fires-{i}",
+                target=HOSTILE_TARGETS[i % 5],
+                schedule=IntervalSchedule(every_ms=1000, anchor=now),
+            )
             yield evil.job_id.encode(), _avro(prefix, name, evil.to_avro())
 
 
@@ -119,8 +128,14 @@ def run_records(publisher: Publisher, topics: Topics, count: int, url: str) -> I
     now = utc_now()
     for i in range(count):
         job_id = f"hostile-run-{i}"
-        run = RunRequest(run_id=f"{job_id}@x", job_id=job_id, scheduled_at=now, fired_at=now,
-                         target=Target(type="http", url=url), trigger=Trigger.MANUAL)  # fmt: skip
+        run = RunRequest(
+            run_id=f"{job_id}@x",
+            job_id=job_id,
+            scheduled_at=now,
+            fired_at=now,
+            target=Target(type="http", url=url),
+            trigger=Trigger.MANUAL,
+        )
         fields = run.to_avro()
         good = _avro(prefix, name, fields)
         generic = malformed(prefix, good, i)

@@ -84,8 +84,11 @@ class Member:
         extra = (
             ["--session-timeout-ms", str(SESSION_TIMEOUT_MS)] if self.role == "scheduler" else []
         )
-        env = {**os.environ, "CRONSTREAM_TOPIC_PREFIX": self.settings.topic_prefix,
-               "CRONSTREAM_KEYSPACE": self.settings.keyspace}  # fmt: skip
+        env = {
+            **os.environ,
+            "CRONSTREAM_TOPIC_PREFIX": self.settings.topic_prefix,
+            "CRONSTREAM_KEYSPACE": self.settings.keyspace,
+        }
         on = []
         if self.host is not None:
             hosts.ensure(self.host)
@@ -145,11 +148,13 @@ class Lag:
 
 
 class Pipeline:
-    def __init__(self, base: Settings, logdir: Path, *, jobs: int, every_ms: int,
-                 triggers: int) -> None:  # fmt: skip
+    def __init__(
+        self, base: Settings, logdir: Path, *, jobs: int, every_ms: int, triggers: int
+    ) -> None:
         tag = uuid.uuid4().hex[:8]
-        self.settings = base.with_namespace(topic_prefix=f"cschaos.{tag}",
-                                            keyspace=f"cschaos_{tag}")  # fmt: skip
+        self.settings = base.with_namespace(
+            topic_prefix=f"cschaos.{tag}", keyspace=f"cschaos_{tag}"
+        )
         self.topics = Topics(self.settings)
         self.logdir = logdir
         self.jobs = firing_job_ids(jobs)
@@ -199,8 +204,12 @@ class Pipeline:
     def definition(self, job_id: str, *, payload: str | None = None) -> JobDefinition:
         target = Target(type="http", url=self.url)
         if job_id == MANUAL_JOB:
-            return JobDefinition(job_id=job_id, target=target, updated_at=utc_now(),
-                                 schedule=CronSchedule(expression="0 0 1 1 *"))  # fmt: skip
+            return JobDefinition(
+                job_id=job_id,
+                target=target,
+                updated_at=utc_now(),
+                schedule=CronSchedule(expression="0 0 1 1 *"),
+            )
         made = job(job_id, every_ms=self.every_ms, jitter_ms=self.every_ms - 1, target=target)
         # Spread over the three priorities: a worker's share of the partitions is then a
         # share of the load whichever topics the group's assignor gave it.
@@ -212,16 +221,27 @@ class Pipeline:
         ids = [*self.jobs, MANUAL_JOB]
         put_jobs(self.settings, len(ids), lambda i: self.definition(ids[i]))
         if extra:
-            put_jobs(self.settings, extra, lambda i: job(
-                f"chaos-daily-{i}", cron=f"{i % 60} {i // 60 % 60} 3 * * *",
-                target=Target(type="http", url=self.url)))  # fmt: skip
+            put_jobs(
+                self.settings,
+                extra,
+                lambda i: job(
+                    f"chaos-daily-{i}",
+                    cron=f"{i % 60} {i // 60 % 60} 3 * * *",
+                    target=Target(type="http", url=self.url),
+                ),
+            )
 
     def start_members(self) -> None:
         allow = f"{self.target_address}/32"  # the target, nothing else (SSRF checks)
         worker = ("--concurrency", "64", "--http-allow", allow, *self.worker_args)
-        for name, role, args in (("s1", "scheduler", ()), ("s2", "scheduler", ()),
-                                 ("w1", "worker", worker), ("w2", "worker", worker),
-                                 ("sink", "sink", ()), *self.extra_members):  # fmt: skip
+        for name, role, args in (
+            ("s1", "scheduler", ()),
+            ("s2", "scheduler", ()),
+            ("w1", "worker", worker),
+            ("w2", "worker", worker),
+            ("sink", "sink", ()),
+            *self.extra_members,
+        ):
             host = self.hosted.get(name)
             self.members[name] = Member(self.settings, self.logdir, name, role, *args, host=host)
 
@@ -256,8 +276,12 @@ class Pipeline:
             ids = [manual_run_id(MANUAL_JOB, uuid.uuid4().hex) for _ in range(self.triggers_per_s)]
             try:
                 for run_id in ids:
-                    publisher.publish(topic, manual.run_request(
-                        run_id=run_id, scheduled_at=now, fired_at=now, trigger=Trigger.MANUAL))  # fmt: skip
+                    publisher.publish(
+                        topic,
+                        manual.run_request(
+                            run_id=run_id, scheduled_at=now, fired_at=now, trigger=Trigger.MANUAL
+                        ),
+                    )
                 publisher.flush(timeout=10)
             except Exception as exc:  # a broker outage: not acknowledged, not expected
                 self.trigger_failures += len(ids)
@@ -395,8 +419,11 @@ class Pipeline:
 
 
 def _ends(consumer: object, topics: list[str], partitions: int) -> list[TopicPartition]:
-    return [TopicPartition(t, p, watermarks(consumer, TopicPartition(t, p), timeout=10)[1])  # type: ignore[arg-type]
-            for t in topics for p in range(partitions)]  # fmt: skip
+    return [
+        TopicPartition(t, p, watermarks(consumer, TopicPartition(t, p), timeout=10)[1])  # type: ignore[arg-type]
+        for t in topics
+        for p in range(partitions)
+    ]
 
 
 def _with(definition: JobDefinition, **changes: object) -> JobDefinition:

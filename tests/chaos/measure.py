@@ -143,7 +143,8 @@ def _history(
             result.misfires += int(headers.get("slots", "1"))
             if "last_slot" in headers:
                 summaries.setdefault(headers.get("job_id", ""), []).append(
-                    (headers.get("scheduled_at", ""), headers["last_slot"]))  # fmt: skip
+                    (headers.get("scheduled_at", ""), headers["last_slot"])
+                )
         elif status == "DUPLICATE":
             result.worker_duplicates += 1
         elif status in ("FAILED", "TIMED_OUT", "DEAD_LETTERED") and record.value:
@@ -199,8 +200,16 @@ def _cassandra(settings: Settings, jobs: list[str], days: set[date]) -> set[str]
         cluster.shutdown()
 
 
-def measure(name: str, settings: Settings, *, jobs: list[str], every_ms: int,
-            manual: list[str], window: Window, target_log: Path) -> Result:  # fmt: skip
+def measure(
+    name: str,
+    settings: Settings,
+    *,
+    jobs: list[str],
+    every_ms: int,
+    manual: list[str],
+    window: Window,
+    target_log: Path,
+) -> Result:
     result = Result(name)
     slots = expected_slots(jobs, every_ms, window)
     from tests.chaos.load import MANUAL_JOB
@@ -247,8 +256,11 @@ def longest_gap(times: list[int]) -> tuple[int, int]:
 def recovery(slots: dict[str, tuple[str, int]], effects: dict[str, int], fault_end: float) -> float:
     """Seconds from ``fault_end`` until the last slot executed more than LATE_MS after
     its due time was executed (0 when none was late)."""
-    late = [(due, effects[r]) for r, (_, due) in slots.items()
-            if r in effects and effects[r] - due > LATE_MS]  # fmt: skip
+    late = [
+        (due, effects[r])
+        for r, (_, due) in slots.items()
+        if r in effects and effects[r] - due > LATE_MS
+    ]
     if not late:
         return 0.0
     _, done = max(late)

@@ -107,13 +107,15 @@ def registry_outage(p: Pipeline, s: Settings) -> tuple[float, float]:
         topic = p.topics.runs(Priority.NORMAL)
         for job_id in p.jobs[:200]:
             changed = replace(p.definition(job_id), payload="v2")
-            publisher.producer.produce(p.topics.jobs, key=job_id.encode(),
-                                       value=jobs_v2(changed.to_avro()))  # fmt: skip
+            publisher.producer.produce(
+                p.topics.jobs, key=job_id.encode(), value=jobs_v2(changed.to_avro())
+            )
         now = utc_now()
         ids = [manual_run_id(MANUAL_JOB, f"v2-{uuid.uuid4().hex}") for _ in range(20)]
         for run_id in ids:
-            run = manual.run_request(run_id=run_id, scheduled_at=now, fired_at=now,
-                                     trigger=Trigger.MANUAL)  # fmt: skip
+            run = manual.run_request(
+                run_id=run_id, scheduled_at=now, fired_at=now, trigger=Trigger.MANUAL
+            )
             publisher.producer.produce(topic, key=MANUAL_JOB.encode(), value=runs_v2(run.to_avro()))
         publisher.flush()
         p.triggered.extend((time.time(), r) for r in ids)
@@ -133,11 +135,14 @@ def _evolved(p: Pipeline) -> tuple[Callable[[dict[str, Any]], bytes], ...]:
     field), registered now under the jobs and runs subjects."""
     encoders = []
     with registry_client(p.settings, writer=True) as registry:
-        for topic, event in ((p.topics.jobs, JobDefinition),
-                             (p.topics.runs(Priority.NORMAL), RunRequest)):  # fmt: skip
+        for topic, event in (
+            (p.topics.jobs, JobDefinition),
+            (p.topics.runs(Priority.NORMAL), RunRequest),
+        ):
             schema = json.loads(schema_json(event.AVRO_NAME))
-            schema["fields"].append({"name": "chaos_note", "type": ["null", "string"],
-                                     "default": None})  # fmt: skip
+            schema["fields"].append(
+                {"name": "chaos_note", "type": ["null", "string"], "default": None}
+            )
             schema_id = registry.register(f"{topic}-value", json.dumps(schema))
             parsed = fastavro.parse_schema(schema)
 
@@ -155,8 +160,12 @@ def hostile_flood(p: Pipeline, _stack: Settings) -> tuple[float, float]:
     t = time.time()
     publisher = Publisher(p.settings, **{"message.max.bytes": 4_000_000})
     say("flooding the jobs topic with 2,000 malformed/hostile records")
-    jobs = flood(publisher, p.topics.jobs, job_records(publisher, p.topics, p.jobs, 2000, p.definition),
-                 per_s=1000)  # fmt: skip
+    jobs = flood(
+        publisher,
+        p.topics.jobs,
+        job_records(publisher, p.topics, p.jobs, 2000, p.definition),
+        per_s=1000,
+    )
     say(f"flooding the runs topics with 10,000 ({jobs} on jobs written)")
     runs = 0
     for priority in Priority:
@@ -178,9 +187,17 @@ def definitions_changed(p: Pipeline, _stack: Settings) -> tuple[float, float]:
     daily = 100_000 - firing
     say(f"rewriting {firing:,} firing and {daily:,} daily definitions")
     target = Target(type="http", url=p.url)
-    took = put_jobs(p.settings, 100_000, lambda i: (
-        p.definition(p.jobs[i], payload=f"changed-{i}") if i < firing else
-        job(f"chaos-daily-{i - firing}", cron=f"{i % 60} {i // 60 % 60} 4 * * *", target=target)))  # fmt: skip
+    took = put_jobs(
+        p.settings,
+        100_000,
+        lambda i: (
+            p.definition(p.jobs[i], payload=f"changed-{i}")
+            if i < firing
+            else job(
+                f"chaos-daily-{i - firing}", cron=f"{i % 60} {i // 60 % 60} 4 * * *", target=target
+            )
+        ),
+    )
     say(f"100,000 definitions rewritten in {took:.1f} s")
     return t, time.time()
 

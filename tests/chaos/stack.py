@@ -77,10 +77,15 @@ def chaos_environment(
     env.update(HEAPS if heaps is None else heaps)
     env["CRONSTREAM_HOME"] = str(Path(home).resolve())
     env["CRONSTREAM_CHAOS_JARS"] = str(main_home / "lib")
-    for inherited in ("CRONSTREAM_BOOTSTRAP_SERVERS", "CRONSTREAM_REGISTRY_URL",
-                      "CRONSTREAM_CASSANDRA_HOSTS", "CRONSTREAM_KAFKA_ADMIN_SERVERS",
-                      "CRONSTREAM_KAFKA_CA", "CRONSTREAM_KAFKA_PASSWORD_FILE",
-                      "CRONSTREAM_KAFKA_PASSWORD"):  # fmt: skip
+    for inherited in (
+        "CRONSTREAM_BOOTSTRAP_SERVERS",
+        "CRONSTREAM_REGISTRY_URL",
+        "CRONSTREAM_CASSANDRA_HOSTS",
+        "CRONSTREAM_KAFKA_ADMIN_SERVERS",
+        "CRONSTREAM_KAFKA_CA",
+        "CRONSTREAM_KAFKA_PASSWORD_FILE",
+        "CRONSTREAM_KAFKA_PASSWORD",
+    ):
         env[inherited] = ""  # derived from the ports above
     return env
 

@@ -27,8 +27,8 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from collections.abc import Iterator
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from confluent_kafka import KafkaError, KafkaException, Message
@@ -41,11 +41,11 @@ from runtime.kafka.publisher import Publisher
 from runtime.registry import registry_client
 from runtime.settings import Settings
 from schemas.catalog import Topics
-from schemas.events import IntervalSchedule, JobDefinition, Priority, Target, utc_now
+from schemas.events import Priority
 from schemas.serde import Codec
-from schemas.tenancy import TenantAction, TenantCommand, TenantResult
+from schemas.tenancy import TenantCommand, TenantResult
 from tests.bench.common import job
-from tests.chaos.hostile import HOSTILE_TARGETS, bad_updates, malformed
+from tests.chaos.flood_commands import Victims, hostile_commands, http_target
 from tests.chaos.load import Member, Pipeline, say
 from tests.integration.helpers import read_topic
 
@@ -56,111 +56,6 @@ ANSWER_TIMEOUT_S = 60.0  # one put of tenant B unanswered after this: counted un
 ANSWERS_WITHIN_S = 120.0  # after the flood, until every command of A is answered
 MAX_RESTARTS = 20
 YEARLY = "0 0 1 1 *"  # the tenants' own jobs do not fire during the scenario
-# A 400 KB job id: the command holds it twice (0.8 MB, under the broker's 1 MiB); an
-# answer that echoes it as key, header and value is over the producer's 1 MB limit.
-BIG = 400_000
-MALFORMED = ("random bytes", "magic byte not 0", "an unknown schema id", "a truncated command",
-             "the wire header alone", "a non-UTF-8 key (a valid trigger)",
-             "no key (a valid trigger)")  # fmt: skip
-CONTROL_IDS = ("x\n", "\x1b[2Jx", "a\x00b", "a\u202eb", "\u0085x")
-Kind = tuple[str, Callable[["Victims", int], TenantCommand]]
-
-
-@dataclass(frozen=True)
-class Victims:
-    """What tenant A aims at."""
-
-    other: str  # the other tenant
-    own: JobDefinition  # A's one valid job (the base of its hostile puts)
-    runs_topic: str  # cronstream's own runs topic
-    ports: tuple[int, ...]  # services listening on 127.0.0.1
-    registry_port: int
-
-
-def _cmd(action: TenantAction, job_id: str, **fields: object) -> TenantCommand:
-    return TenantCommand(command_id=uuid.uuid4().hex, action=action, job_id=job_id,
-                         issued_at=utc_now(), **fields)  # type: ignore[arg-type]  # fmt: skip
-
-
-def _put(v: Victims, job_id: str, target: Target | None = None, **changes: object) -> TenantCommand:
-    definition = replace(v.own, job_id=job_id, target=target or v.own.target, **changes)  # type: ignore[arg-type]
-    return _cmd(TenantAction.PUT, job_id, job=definition)
-
-
-def _http(url: str, method: str = "POST") -> Target:
-    return Target(type="http", url=url, method=method)
-
-
-def _sneaky(v: Victims, i: int) -> TenantCommand:
-    """A loopback address spelled as a host name (or in a NAT64 prefix): public to the
-    admission's policy; every 5 s, a GET of the chaos registry's subjects."""
-    host = ("127.1", "0x7f.0.0.1", "[64:ff9b::7f00:1]")[i % 3]
-    url = f"http://{host}:{v.registry_port}/apis/ccompat/v7/subjects"
-    return _put(v, f"sneak-{i % 3}", _http(url, "GET"),
-                schedule=IntervalSchedule(every_ms=5000, anchor=utc_now()))  # fmt: skip
-
-
-def _bad(v: Victims, i: int) -> TenantCommand:
-    bad = bad_updates(v.own, utc_now())[i % 8]
-    return _cmd(TenantAction.PUT, bad.job_id, job=bad)
-
-
-KINDS: list[Kind] = [
-    ("put http://[zz]/", lambda v, i: _put(v, "zz", _http("http://[zz]/"))),
-    ("put python os:system", lambda v, i: _put(v, "py", Target(type="python", callable="os:system"), payload="id")),
-    ("put shell sh -c id", lambda v, i: _put(v, "sh", Target(type="shell", command="sh -c id"))),
-    ("put kafka to cronstream's runs topic", lambda v, i: _put(v, "k", Target(type="kafka", topic=v.runs_topic))),
-    ("put kafka to the other tenant's topic", lambda v, i: _put(v, "k2", Target(type="kafka", topic=f"{v.other}.events"))),
-    ("put http 127.0.0.1:<a stack port>", lambda v, i: _put(v, "lo", _http(f"http://127.0.0.1:{v.ports[i % len(v.ports)]}/"))),
-    ("put http localhost / [::ffff:127.0.0.1]", lambda v, i: _put(v, "lo2", _http(
-        ("http://localhost:{}/", "http://[::ffff:127.0.0.1]:{}/")[i % 2].format(v.registry_port)))),
-    ("put http 169.254.169.254", lambda v, i: _put(v, "md", _http("http://169.254.169.254/latest/meta-data/"))),
-    ("put a target of hostile.HOSTILE_TARGETS", lambda v, i: _put(v, "ht", HOSTILE_TARGETS[i % 5])),
-    ("put an invalid definition (hostile.bad_updates)", _bad),
-    ("put a job id with control characters", lambda v, i: _put(v, CONTROL_IDS[i % 5])),
-    ("put without a definition", lambda v, i: _cmd(TenantAction.PUT, "empty")),
-    ("put naming the other tenant (id and tenant field)", lambda v, i: _put(
-        v, f"{v.other}/spoof", tenant=v.other)),
-    ("put http to a loopback spelled as a name", _sneaky),
-    ("trigger (over the quota)", lambda v, i: _cmd(TenantAction.TRIGGER, "victim")),
-    ("trigger (over the quota)", lambda v, i: _cmd(TenantAction.TRIGGER, "victim")),
-    ("trigger with a control character in its key", lambda v, i: _cmd(
-        TenantAction.TRIGGER, "victim", idempotency_key="k\x07")),
-    ("cancel the other tenant's job", lambda v, i: _cmd(
-        TenantAction.CANCEL, "probe-0", run_id="probe-0@manual-x")),
-    ("cancel the other tenant's run via its own job", lambda v, i: _cmd(
-        TenantAction.CANCEL, "victim", run_id=f"{v.other}/probe-0@manual-x")),
-    ("delete/pause the other tenant's job by path", lambda v, i: _cmd(
-        (TenantAction.DELETE, TenantAction.PAUSE)[i % 2], (f"../{v.other}/probe-0", f"{v.other}/probe-0")[i % 2])),
-]  # fmt: skip
-# Written near the end: the first 85 % show what each other kind gets if one of these
-# stops the admission.
-RARE: list[Kind] = [
-    ("put a 1 MB payload", lambda v, i: _put(v, "big", payload="x" * 1_000_000)),
-    ("cancel a 600 KB run id", lambda v, i: _cmd(TenantAction.CANCEL, "victim", run_id="r" * 600_000)),
-    ("put a 400 KB job id", lambda v, i: _put(v, "j" * BIG)),
-]  # fmt: skip
-
-
-def hostile_commands(v: Victims, prefix: bytes, encode: Callable[[TenantCommand], bytes],
-                     count: int) -> Iterator[tuple[str, bytes | None, bytes]]:  # fmt: skip
-    """``count`` (label, key, value) records for A's commands topic: the malformed kinds
-    of ``hostile.malformed`` (their valid value a trigger of A's job) and every kind of
-    ``KINDS`` in turn, the ``RARE`` ones every 30th record of the last 300."""
-    rare = iter(RARE * 4)
-    turn = len(MALFORMED) + len(KINDS)
-    for i in range(count):
-        kind = next(rare, None) if i >= count - 300 and i % 30 == 0 else None
-        if kind is None and i % turn < len(MALFORMED):
-            good = encode(_cmd(TenantAction.TRIGGER, "victim"))
-            record = malformed(prefix, good, i % turn)
-            assert record is not None  # kinds 0-6 are the generic ones
-            key, value = record
-            yield MALFORMED[i % turn], key, value or b""
-            continue
-        label, make = kind or KINDS[i % turn - len(MALFORMED)]
-        command = make(v, i // turn)  # the kind's own count: its variants in turn
-        yield label, command.job_id.encode()[:200], encode(command)
 
 
 @dataclass
@@ -170,8 +65,9 @@ class Sent:
     error: str | None = None  # Kafka refused it
 
 
-def write(publisher: Publisher, topic: str, records: Iterator[tuple[str, bytes | None, bytes]],
-          per_s: int) -> list[Sent]:  # fmt: skip
+def write(
+    publisher: Publisher, topic: str, records: Iterator[tuple[str, bytes | None, bytes]], per_s: int
+) -> list[Sent]:
     """Write ``records`` at about ``per_s`` a second; each one's offset or refusal."""
     sent: list[Sent] = []
     started = time.monotonic()
@@ -262,7 +158,7 @@ class Prober(threading.Thread):
     def _put(self, client: TenantClient, i: int) -> tuple[float, float | None, bool]:
         at, began = time.time(), time.monotonic()
         try:
-            result = client.put(job(f"probe-{i}", cron=YEARLY, target=_http(self.url)))
+            result = client.put(job(f"probe-{i}", cron=YEARLY, target=http_target(self.url)))
         except NoAnswer:
             return at, None, False
         if not result.accepted:
@@ -281,11 +177,13 @@ class Prober(threading.Thread):
         times = [s for _, s, _ in self.samples if s is not None]
         during = [s for at, s, _ in self.samples if s is not None and at >= since] or [0.0]
         accepted = sum(1 for *_, ok in self.samples if ok)
-        line = (f"tenant B ({self.tenant}): {len(self.samples)} puts, {len(times)} answered "
-                f"({accepted} accepted), {len(self.samples) - len(times)} unanswered in "
-                f"{ANSWER_TIMEOUT_S:.0f} s; answer latency max {max(times or [0.0]):.2f} s, "
-                f"median {statistics.median(times or [0.0]):.2f} s (from the flood on: max "
-                f"{max(during):.2f} s, median {statistics.median(during):.2f} s)")  # fmt: skip
+        line = (
+            f"tenant B ({self.tenant}): {len(self.samples)} puts, {len(times)} answered "
+            f"({accepted} accepted), {len(self.samples) - len(times)} unanswered in "
+            f"{ANSWER_TIMEOUT_S:.0f} s; answer latency max {max(times or [0.0]):.2f} s, "
+            f"median {statistics.median(times or [0.0]):.2f} s (from the flood on: max "
+            f"{max(during):.2f} s, median {statistics.median(during):.2f} s)"
+        )
         if self.refusals:
             line += f"; refused: {dict(self.refusals)}"
         return line + (f"; prober ended: {self.failure}" if self.failure else "")
@@ -317,13 +215,18 @@ def tally(sent: list[Sent], found: dict[int, TenantResult]) -> dict[str, Counter
 
 
 def print_kinds(kinds: dict[str, Counter[str]]) -> None:
-    say("tenant A's hostile commands by kind: written / refused / accepted / unanswered "
-        "(/ not written: Kafka refused them)")  # fmt: skip
+    say(
+        "tenant A's hostile commands by kind: written / refused / accepted / unanswered "
+        "(/ not written: Kafka refused them)"
+    )
     for label, c in kinds.items():
         example = next((k for k in c if k.startswith("e.g.")), "")
         late = f" / {c['not written']}" if c["not written"] else ""
-        print(f"    {label:52} {c['written']:5} {c['refused']:5} {c['accepted']:5} "
-              f"{c['unanswered']:5}{late}  {example}", flush=True)  # fmt: skip
+        print(
+            f"    {label:52} {c['written']:5} {c['refused']:5} {c['accepted']:5} "
+            f"{c['unanswered']:5}{late}  {example}",
+            flush=True,
+        )
 
 
 def runs_of(settings: Settings, tenant: str) -> dict[str, Counter[str]]:
@@ -385,33 +288,52 @@ class TenantFlood:
         return t, flood_end
 
     def _flood(self, p: Pipeline) -> list[Sent]:
-        own = job("victim", cron=YEARLY, target=_http(p.url))
+        own = job("victim", cron=YEARLY, target=http_target(p.url))
         with TenantClient(p.settings, self.a) as client:
             client.timeout = 120
             first = client.put(own)
         if not first.accepted:
             raise RuntimeError(f"tenant {self.a}'s valid put refused: {first.reason}")
         s = p.settings
-        victims = Victims(other=self.b, own=own, runs_topic=p.topics.runs(Priority.HIGH),
-                          ports=(s.kafka_port, s.kafka_admin_port, s.registry_port,
-                                 s.cassandra_port, 9092, 8081, 9190, 8083),
-                          registry_port=s.registry_port)  # fmt: skip
+        victims = Victims(
+            other=self.b,
+            own=own,
+            runs_topic=p.topics.runs(Priority.HIGH),
+            ports=(
+                s.kafka_port,
+                s.kafka_admin_port,
+                s.registry_port,
+                s.cassandra_port,
+                9092,
+                8081,
+                9190,
+                8083,
+            ),
+            registry_port=s.registry_port,
+        )
         publisher = Publisher(tenant_settings(s, self.a), **{"message.max.bytes": 1_048_576})
         topic = p.topics.tenant_commands(self.a)
         prefix = publisher.codec.wire_prefix(topic, TenantCommand)
         say(f"tenant {self.a} writes {FLOOD_RECORDS:,} hostile commands ({FLOOD_PER_S}/s)")
-        records = hostile_commands(victims, prefix, lambda c: publisher.codec.encode(topic, c),
-                                   FLOOD_RECORDS)  # fmt: skip
+        records = hostile_commands(
+            victims, prefix, lambda c: publisher.codec.encode(topic, c), FLOOD_RECORDS
+        )
         try:
             return write(publisher, topic, records, FLOOD_PER_S)
         finally:
             publisher.close()
 
-    def _report(self, p: Pipeline, kinds: dict[str, Counter[str]], b_line: str,
-                supervisor: Supervisor) -> None:  # fmt: skip
+    def _report(
+        self, p: Pipeline, kinds: dict[str, Counter[str]], b_line: str, supervisor: Supervisor
+    ) -> None:
         print_kinds(kinds)
-        total = sum((Counter({k: v for k, v in c.items() if not k.startswith("e.g.")})
-                     for c in kinds.values()), Counter[str]())  # fmt: skip
+        total = sum(
+            (
+                Counter({k: v for k, v in c.items() if not k.startswith("e.g.")})
+                for c in kinds.values()
+            ),
+            Counter[str](),
+        )
         accepted = {label: c["accepted"] for label, c in kinds.items() if c["accepted"]}
         p.notes.append(
             f"tenant A ({self.a}): {total['written']:,} hostile commands written "

@@ -31,8 +31,12 @@ def _killed(self: Any) -> Any:
 def main() -> None:
     settings = Settings.from_env().as_role("archiver")
     Transaction.commit_transaction = _killed  # type: ignore[method-assign]
-    config = ArchiverConfig(group=f"{settings.topic_prefix}.archiver", flush_rows=10**6,
-                            flush_s=2.0, compact_every_s=1e12)  # fmt: skip
+    config = ArchiverConfig(
+        group=f"{settings.topic_prefix}.archiver",
+        flush_rows=10**6,
+        flush_s=2.0,
+        compact_every_s=1e12,
+    )
     Archiver(settings, config).run(lambda: False)
 
 

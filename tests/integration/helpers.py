@@ -436,3 +436,13 @@ def kill_children() -> None:
             )
             if fields.get("PPid", "").strip() == me:
                 os.kill(int(status.parent.name), signal.SIGKILL)
+
+
+def ui_process(settings: Settings, procs: list[CronstreamProcess], tmp_path: Path) -> str:
+    """A `cronstream ui` process of ``settings`` on a free port, up: its URL."""
+    port = free_port()
+    ui = CronstreamProcess(settings, tmp_path, "ui", "--port", str(port), command="ui")
+    procs.append(ui)
+    url = f"http://127.0.0.1:{port}"
+    wait_http_up(url, 60, ui.log, path="/readyz", alive=lambda: ui.proc.poll() is None)
+    return url

@@ -22,8 +22,12 @@ class AdmissionThread:
     """An admission processor on a thread of the test."""
 
     def __init__(self, settings: Settings, quotas: Quotas, grants: tuple[str, ...] = ()) -> None:
-        config = AdmissionConfig(group=f"{settings.topic_prefix}.admission", name="adm-test",
-                                 quotas=quotas, grants=grants)  # fmt: skip
+        config = AdmissionConfig(
+            group=f"{settings.topic_prefix}.admission",
+            name="adm-test",
+            quotas=quotas,
+            grants=grants,
+        )
         self.processor = AdmissionProcessor(settings.as_role("admission"), config)
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self.processor.run, args=(self.stopping.is_set,))
@@ -40,8 +44,9 @@ class Api:
         self.backend.start()
         port = free_port()
         app = build_app(self.backend, TokenBook(book_path(settings)))
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                                    log_level="warning"))  # fmt: skip
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+        )
         self.thread = threading.Thread(target=self.server.run)
         self.thread.start()
         while not self.server.started:
@@ -50,8 +55,9 @@ class Api:
 
     def client(self, settings: Settings, holder: str) -> httpx.Client:
         token = token_path(settings, holder).read_text().strip()
-        return httpx.Client(base_url=self.url, timeout=60,
-                            headers={"Authorization": f"Bearer {token}"})  # fmt: skip
+        return httpx.Client(
+            base_url=self.url, timeout=60, headers={"Authorization": f"Bearer {token}"}
+        )
 
     def stop(self) -> None:
         self.server.should_exit = True

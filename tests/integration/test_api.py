@@ -39,7 +39,7 @@ def eventually(call: Any, check: Any, timeout: float = 30) -> Any:
         time.sleep(0.2)
 
 
-def test_tokens_scope_every_call_to_the_callers_tenant(
+def test_tokens_scope_every_call_to_the_callers_tenant(  # long: one story
     history_ns: Settings, two: tuple[str, str], api: Api
 ) -> None:
     a, b = two
@@ -59,11 +59,15 @@ def test_tokens_scope_every_call_to_the_callers_tenant(
         assert [j["job_id"] for j in ca.get("/v1/jobs").json()] == ["report"]
         # b: a's job does not exist for it, whatever it tries.
         assert cb.get("/v1/jobs").json() == []
-        for response in (cb.get("/v1/jobs/report"), cb.delete("/v1/jobs/report"),
-                         cb.post("/v1/jobs/report/pause"), cb.post("/v1/jobs/report/trigger"),
-                         cb.post("/v1/runs/report@manual:k/cancel"),
-                         cb.get("/v1/jobs/report/history"),
-                         cb.get(f"/v1/jobs/{a}/report")):  # fmt: skip
+        for response in (
+            cb.get("/v1/jobs/report"),
+            cb.delete("/v1/jobs/report"),
+            cb.post("/v1/jobs/report/pause"),
+            cb.post("/v1/jobs/report/trigger"),
+            cb.post("/v1/runs/report@manual:k/cancel"),
+            cb.get("/v1/jobs/report/history"),
+            cb.get(f"/v1/jobs/{a}/report"),
+        ):
             assert response.status_code == 404, response.text
             assert response.json()["error"].startswith("no job")
         trigger = ca.post("/v1/jobs/report/trigger", headers={"Idempotency-Key": "k1"})
@@ -108,8 +112,12 @@ def test_refusals_are_json_with_their_reason(
         bad = ca.put("/v1/jobs/x", json={**SPEC, "cron": "not cron"})
         assert bad.status_code == 422
         assert "not cron" in bad.json()["error"]
-        assert ca.put("/v1/jobs/x", content=b"[", headers={"content-type": "application/json"}
-                      ).status_code == 422  # fmt: skip
+        assert (
+            ca.put(
+                "/v1/jobs/x", content=b"[", headers={"content-type": "application/json"}
+            ).status_code
+            == 422
+        )
         for i in range(3):  # the fixture's quota: 3 jobs, 2 triggers a minute
             assert ca.put(f"/v1/jobs/j{i}", json=SPEC).status_code == 200
         over = ca.put("/v1/jobs/j3", json=SPEC)
@@ -129,15 +137,30 @@ def test_history_through_the_api_is_the_tenants_own(
     a, b = two
     now = utc_now()
     outcomes = [
-        RunOutcome(run_id=f"{t}/r@{i}", job_id=f"{t}/r", tenant=t, status=RunStatus.FAILED,
-                   scheduled_at=now - timedelta(minutes=i + 1),
-                   recorded_at=now - timedelta(minutes=i), error="HttpError: 500")
-        for t in (a, b) for i in range(3)
-    ]  # fmt: skip
+        RunOutcome(
+            run_id=f"{t}/r@{i}",
+            job_id=f"{t}/r",
+            tenant=t,
+            status=RunStatus.FAILED,
+            scheduled_at=now - timedelta(minutes=i + 1),
+            recorded_at=now - timedelta(minutes=i),
+            error="HttpError: 500",
+        )
+        for t in (a, b)
+        for i in range(3)
+    ]
     # An operator's job may be named like a tenant's: its run is not the tenant's.
-    outcomes.append(RunOutcome(run_id=f"{a}/op@9", job_id=f"{a}/op", tenant="default",
-                               status=RunStatus.FAILED, scheduled_at=now, recorded_at=now,
-                               error="operator's secret output"))  # fmt: skip
+    outcomes.append(
+        RunOutcome(
+            run_id=f"{a}/op@9",
+            job_id=f"{a}/op",
+            tenant="default",
+            status=RunStatus.FAILED,
+            scheduled_at=now,
+            recorded_at=now,
+            error="operator's secret output",
+        )
+    )
     cluster, session = cassandra_session(history_ns, keyspace=history_ns.keyspace)
     try:
         tables = HistoryTables(session, history_ns.keyspace, ttl_s=3600)
@@ -163,10 +186,13 @@ def test_history_through_the_api_is_the_tenants_own(
         }
 
 
-def test_a_runs_output_through_the_api_is_the_tenants_own(
-    history_ns: Settings, two: tuple[str, str], api: Api, tmp_path: Path,
+def test_a_runs_output_through_the_api_is_the_tenants_own(  # long: one story
+    history_ns: Settings,
+    two: tuple[str, str],
+    api: Api,
+    tmp_path: Path,
     procs: list[CronstreamProcess],
-) -> None:  # fmt: skip
+) -> None:
     """docs/run-output.md: a's python run executed by a worker, its return value through
     the sink to Cassandra, read by a with its own run id; b, asking the same id, gets its
     own run's output or a 404, never a's; an operator's job named under a is not a's."""
@@ -185,11 +211,23 @@ def test_a_runs_output_through_the_api_is_the_tenants_own(
     cluster, session = cassandra_session(history_ns, keyspace=history_ns.keyspace)
     try:
         table = OutputTable(session, history_ns.keyspace, ttl_s=3600)
-        for run_id, tenant, text in ((f"{b}/digest@manual:k", b, f"{b}'s own output"),
-                                     (f"{a}/op@1", "default", "operator's output")):  # fmt: skip
-            session.execute(table.row(RunOutput(
-                run_id=run_id, job_id=run_id.partition("@")[0], tenant=tenant, status="SUCCEEDED",
-                scheduled_at=now, recorded_at=now, output=text))[1])  # fmt: skip
+        for run_id, tenant, text in (
+            (f"{b}/digest@manual:k", b, f"{b}'s own output"),
+            (f"{a}/op@1", "default", "operator's output"),
+        ):
+            session.execute(
+                table.row(
+                    RunOutput(
+                        run_id=run_id,
+                        job_id=run_id.partition("@")[0],
+                        tenant=tenant,
+                        status="SUCCEEDED",
+                        scheduled_at=now,
+                        recorded_at=now,
+                        output=text,
+                    )
+                )[1]
+            )
         deadline = time.monotonic() + 90
         while not table.of(ran.run_id):
             assert time.monotonic() < deadline, "a's output never reached Cassandra"
@@ -200,8 +238,11 @@ def test_a_runs_output_through_the_api_is_the_tenants_own(
         mine = ca.get("/v1/runs/digest@manual:k/output")
         assert mine.status_code == 200, mine.text
         (item,) = mine.json()
-        assert (item["run_id"], item["job_id"], item["status"]) == ("digest@manual:k", "digest",
-                                                                    "SUCCEEDED")  # fmt: skip
+        assert (item["run_id"], item["job_id"], item["status"]) == (
+            "digest@manual:k",
+            "digest",
+            "SUCCEEDED",
+        )
         assert item["output"] == f"digest for run {a}/digest@manual:k"
         assert ca.get("/v1/runs/op@1/output").status_code == 404
     with api.client(history_ns, b) as cb:

@@ -58,19 +58,31 @@ def lake(ns: Settings) -> Iterator[Lakehouse]:
         table.close()
 
 
-def daily_runs(job: str, days: int, tenant: str = "default", *, first: int = 1
-               ) -> list[RunOutcome]:  # fmt: skip
+def daily_runs(job: str, days: int, tenant: str = "default", *, first: int = 1) -> list[RunOutcome]:
     """One run a day for ``days`` days up to ``first`` days ago, STARTED then SUCCEEDED."""
     today = datetime.now(UTC).replace(hour=3, minute=0, second=0, microsecond=0)
     out = []
     for i in range(first, first + days):
         at = today - i * DAY
-        base = dict(run_id=f"{job}@{iso(at)}", job_id=job, tenant=tenant, scheduled_at=at,
-                    target_type="http", worker="w1")  # fmt: skip
-        out.append(RunOutcome(**base, status=RunStatus.STARTED,
-                              recorded_at=at + timedelta(seconds=1)))  # fmt: skip
-        out.append(RunOutcome(**base, status=RunStatus.SUCCEEDED,
-                              recorded_at=at + timedelta(seconds=3), duration_ms=2000))  # fmt: skip
+        base = dict(
+            run_id=f"{job}@{iso(at)}",
+            job_id=job,
+            tenant=tenant,
+            scheduled_at=at,
+            target_type="http",
+            worker="w1",
+        )
+        out.append(
+            RunOutcome(**base, status=RunStatus.STARTED, recorded_at=at + timedelta(seconds=1))
+        )
+        out.append(
+            RunOutcome(
+                **base,
+                status=RunStatus.SUCCEEDED,
+                recorded_at=at + timedelta(seconds=3),
+                duration_ms=2000,
+            )
+        )
     return out
 
 
@@ -81,8 +93,9 @@ def stored(where: Lakehouse) -> Counter[tuple[str, str]]:
         rows = table.scan(columns=("run_id", "status"))
     finally:
         table.close()
-    return Counter(zip(rows.column("run_id").to_pylist(), rows.column("status").to_pylist(),
-                       strict=True))  # fmt: skip
+    return Counter(
+        zip(rows.column("run_id").to_pylist(), rows.column("status").to_pylist(), strict=True)
+    )
 
 
 def files_under(where: Lakehouse, suffix: str) -> set[str]:
@@ -99,8 +112,7 @@ def one_file_per_finished_day(where: Lakehouse) -> bool:
     table = ArchiveTable(where)
     try:
         yesterday = (datetime.now(UTC) - DAY).date()
-        return all(files == 1 for part, files in table.partitions().items()
-                   if part.end < yesterday)  # fmt: skip
+        return all(files == 1 for part, files in table.partitions().items() if part.end < yesterday)
     finally:
         table.close()
 
@@ -128,17 +140,22 @@ def test_a_kill_9_between_the_data_files_and_the_snapshot_archives_each_outcome_
     outcomes = [*daily_runs("nightly", 40), *daily_runs("acme/etl", 20, tenant="acme")]
     publish(ns, outcomes)
     crash = subprocess.run(
-        [sys.executable, "-m", "tests.integration.archiver_crash"], env=cli_env(ns),
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        [sys.executable, "-m", "tests.integration.archiver_crash"],
+        env=cli_env(ns),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert crash.returncode == -9, crash.stdout + crash.stderr
     assert "killed before the commit" in crash.stdout
     orphans = files_under(lake, ".parquet")
     assert orphans  # its data files reached the bucket ...
     assert stored(lake) == Counter()  # ... and no snapshot holds them
 
-    config = ArchiverConfig(group=f"{ns.topic_prefix}.archiver", flush_rows=50, flush_s=0.5,
-                            compact_every_s=1e12)  # fmt: skip
+    config = ArchiverConfig(
+        group=f"{ns.topic_prefix}.archiver", flush_rows=50, flush_s=0.5, compact_every_s=1e12
+    )
     catch_up(ns, lake, config)
     held = stored(lake)
     assert set(held.values()) == {1}  # each outcome once
@@ -162,8 +179,9 @@ def test_a_crash_between_the_snapshot_and_the_kafka_commit_writes_nothing_twice(
 ) -> None:
     outcomes = [*daily_runs("nightly", 30), *daily_runs("acme/etl", 10, tenant="acme")]
     publish(ns, outcomes)
-    config = ArchiverConfig(group=f"{ns.topic_prefix}.archiver", flush_rows=10**6, flush_s=3600,
-                            compact_every_s=1e12)  # fmt: skip
+    config = ArchiverConfig(
+        group=f"{ns.topic_prefix}.archiver", flush_rows=10**6, flush_s=3600, compact_every_s=1e12
+    )
     # A first archiver commits its snapshots, then "crashes" before its Kafka commits.
     first = Archiver(ns, config, lake)
     first.member.subscribe([first.topic], assigned=first._assigned)
@@ -172,8 +190,12 @@ def test_a_crash_between_the_snapshot_and_the_kafka_commit_writes_nothing_twice(
         assert time.monotonic() < deadline, "the first archiver never read everything"
         first.step()
     for partition, buffer in first.buffers.items():
-        first.table.write(partition, first.checkpoints.get(partition), buffer.next_offset,
-                          to_arrow(buffer.outcomes))  # fmt: skip
+        first.table.write(
+            partition,
+            first.checkpoints.get(partition),
+            buffer.next_offset,
+            to_arrow(buffer.outcomes),
+        )
     first.member.close()
     first.table.close()
     first.codec.registry.close()
@@ -259,8 +281,9 @@ def test_a_job_history_spanning_the_hot_and_cold_tiers_has_every_run_once(  # lo
     archiver = CronstreamProcess(ns, tmp_path, "archiver", "--flush-s", "1", command="archiver")
     procs.append(archiver)
     wait_until(lambda: archived(ns, f"{ns.topic_prefix}.archiver"), 120, "the archiver")
-    wait_until(lambda: group_caught_up(ns, f"{ns.topic_prefix}.sink", Topics(ns).history),
-               120, "the sink")  # fmt: skip
+    wait_until(
+        lambda: group_caught_up(ns, f"{ns.topic_prefix}.sink", Topics(ns).history), 120, "the sink"
+    )
 
     # Cassandra keeps 30 days (the default): older slots are read from the archive too
     # (the sink's rows of them are still in Cassandra here: each run is shown once).

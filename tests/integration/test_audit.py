@@ -35,13 +35,22 @@ def test_every_cli_change_is_in_the_jobs_log_with_who_and_the_diff(
     assert shown.returncode == 0, shown.stderr
     entries = [json.loads(line) for line in shown.stdout.splitlines()]
     assert [e["action"] for e in entries] == [
-        "PUT", "PUT", "PAUSE", "RESUME", "TRIGGER", "CANCEL", "DELETE"]  # fmt: skip
+        "PUT",
+        "PUT",
+        "PAUSE",
+        "RESUME",
+        "TRIGGER",
+        "CANCEL",
+        "DELETE",
+    ]
     assert {e["principal"] for e in entries} == {ns.kafka_user}
     assert {e["os_user"] for e in entries} == {getpass.getuser()}
     assert all(" pid " in e["origin"] for e in entries)
     changes = {c["field"]: (c["before"], c["after"]) for c in entries[1]["changes"]}
-    assert changes == {"schedule.every_ms": ("3600000", "7200000"),
-                       "retry.max_attempts": ("3", "5")}  # fmt: skip
+    assert changes == {
+        "schedule.every_ms": ("3600000", "7200000"),
+        "retry.max_attempts": ("3", "5"),
+    }
     assert entries[2]["changes"] == [{"field": "paused", "before": "false", "after": "true"}]
     assert entries[4]["detail"] == "audited@manual:k1"
     assert entries[5]["detail"] == "audited@manual:k1 (wrong day)"

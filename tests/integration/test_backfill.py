@@ -27,8 +27,9 @@ from tests.integration.helpers import CronstreamProcess, Target, cronstream
 pytestmark = pytest.mark.integration
 
 
-def _start(ns: Settings, tmp: Path, procs: list[CronstreamProcess], command: str,
-           *args: str) -> None:  # fmt: skip
+def _start(
+    ns: Settings, tmp: Path, procs: list[CronstreamProcess], command: str, *args: str
+) -> None:
     proc = CronstreamProcess(ns, tmp, command, *args, command=command)
     procs.append(proc)
     proc.wait_live(1, text="assigned")
@@ -36,8 +37,11 @@ def _start(ns: Settings, tmp: Path, procs: list[CronstreamProcess], command: str
 
 def _put(ns: Settings, job_id: str, url: str) -> None:
     with JobClient(ns) as client:
-        client.put(job_from_spec({"id": job_id, "every": "1s", "target": "http", "url": url},
-                                 max_payload_bytes=65536))  # fmt: skip
+        client.put(
+            job_from_spec(
+                {"id": job_id, "every": "1s", "target": "http", "url": url}, max_payload_bytes=65536
+            )
+        )
 
 
 def _stored(ns: Settings, job_id: str, start_ms: int, end_ms: int) -> int:
@@ -75,8 +79,12 @@ def test_a_backfill_of_1000_slots_run_twice_executes_1000_runs(
 
     first, run = _backfill(ns, job_id, *bounds, "--max-parallel", "200")
     assert run.returncode == 0, run.stderr
-    assert first == {"job_id": job_id, "slots_to_run": 1000, "already_ran": 0,
-                     "ended": {"SUCCEEDED": 1000}}  # fmt: skip
+    assert first == {
+        "job_id": job_id,
+        "slots_to_run": 1000,
+        "already_ran": 0,
+        "ended": {"SUCCEEDED": 1000},
+    }
     assert "backfill " + job_id + ": 1000/1000 ended (1000 succeeded)" in run.stderr
     deadline = time.monotonic() + 60
     while _stored(ns, job_id, start, end) < 1000:  # the sink catches up
@@ -109,15 +117,43 @@ def test_bad_backfills_are_refused_and_send_nothing(ns: Settings, target: Target
     assert future.returncode == 2, future.stderr
     assert "--to is in the future" in future.stderr
     assert "nothing was written" in future.stderr
-    parallel = cronstream(ns, "runs", "backfill", "bf", "--from", "2026-01-01T00:00:00Z",
-                          "--to", "2026-01-02T00:00:00Z", "--max-parallel", "0")  # fmt: skip
+    parallel = cronstream(
+        ns,
+        "runs",
+        "backfill",
+        "bf",
+        "--from",
+        "2026-01-01T00:00:00Z",
+        "--to",
+        "2026-01-02T00:00:00Z",
+        "--max-parallel",
+        "0",
+    )
     assert parallel.returncode == 2
     assert "--max-parallel must be 1 to 10,000" in parallel.stderr
-    unknown = cronstream(ns, "runs", "backfill", "nope", "--from", "2026-01-01T00:00:00Z",
-                         "--to", "2026-01-02T00:00:00Z")  # fmt: skip
+    unknown = cronstream(
+        ns,
+        "runs",
+        "backfill",
+        "nope",
+        "--from",
+        "2026-01-01T00:00:00Z",
+        "--to",
+        "2026-01-02T00:00:00Z",
+    )
     assert unknown.returncode == 4, unknown.stderr
-    dry = cronstream(ns, "runs", "backfill", "bf", "--from", "2026-01-01T00:00:00Z",
-                     "--to", "2026-01-01T00:01:00Z", "--dry-run", "--rerun")  # fmt: skip
+    dry = cronstream(
+        ns,
+        "runs",
+        "backfill",
+        "bf",
+        "--from",
+        "2026-01-01T00:00:00Z",
+        "--to",
+        "2026-01-01T00:01:00Z",
+        "--dry-run",
+        "--rerun",
+    )
     assert dry.returncode == 0, dry.stderr
     assert "60 slot(s) to run (2026-01-01T00:00:00.000Z .. 2026-01-01T00:00:59.000Z)" in dry.stderr
     assert target.calls == []
@@ -132,12 +168,21 @@ def test_ctrl_c_stops_sending_and_cancels_the_runs_in_flight(
     _put(ns, "slow", f"{target.url}/slow")
     _start(ns, tmp_path, procs, "worker", "--http-allow", "127.0.0.0/8")
     end = (int(time.time()) - 60) * 1000
-    args = ["--from", iso(from_ms(end - 30_000)), "--to", iso(from_ms(end)), "--max-parallel", "2",
-            "--rerun"]  # fmt: skip
+    args = [
+        "--from",
+        iso(from_ms(end - 30_000)),
+        "--to",
+        iso(from_ms(end)),
+        "--max-parallel",
+        "2",
+        "--rerun",
+    ]
     with subprocess.Popen(
         [sys.executable, "-m", "cronstream.cli", "runs", "backfill", "slow", *args],
-        env=cli_env(ns), stderr=subprocess.PIPE, text=True,
-    ) as proc:  # fmt: skip
+        env=cli_env(ns),
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
         assert proc.stderr is not None
         deadline = time.monotonic() + 60
         while "2 running" not in proc.stderr.readline():

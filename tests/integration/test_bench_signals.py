@@ -24,14 +24,23 @@ def _children(pid: int) -> dict[int, str]:
     found = {}
     for status in Path("/proc").glob("[0-9]*/status"):
         try:
-            ppid = next(int(line.split()[1]) for line in status.read_text().splitlines()
-                        if line.startswith("PPid:"))  # fmt: skip
+            ppid = next(
+                int(line.split()[1])
+                for line in status.read_text().splitlines()
+                if line.startswith("PPid:")
+            )
             env = (status.parent / "environ").read_bytes().split(b"\0")
         except (OSError, StopIteration):
             continue
         if ppid == pid:
-            prefix = next((e.split(b"=", 1)[1].decode() for e in env
-                           if e.startswith(b"CRONSTREAM_TOPIC_PREFIX=")), "")  # fmt: skip
+            prefix = next(
+                (
+                    e.split(b"=", 1)[1].decode()
+                    for e in env
+                    if e.startswith(b"CRONSTREAM_TOPIC_PREFIX=")
+                ),
+                "",
+            )
             found[int(status.parent.name)] = prefix
     return found
 
@@ -50,8 +59,11 @@ def test_a_bench_stopped_by_sigterm_stops_its_processes_and_deletes_its_topics(
     log = (tmp_path / "bench.log").open("w")
     bench = subprocess.Popen(
         [sys.executable, "-m", "tests.bench", "--quick", "--only", "drain"],
-        cwd=ROOT, env=os.environ.copy(), stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=os.environ.copy(),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.monotonic() + 120
         children: dict[int, str] = {}

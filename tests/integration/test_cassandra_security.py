@@ -33,9 +33,13 @@ def test_a_client_without_tls_gets_nothing(stack: Settings) -> None:
     from cassandra.auth import PlainTextAuthProvider
     from cassandra.cluster import Cluster
 
-    cluster = Cluster(list(stack.cassandra_hosts), port=stack.cassandra_port, protocol_version=5,
-                      auth_provider=PlainTextAuthProvider("cronstream_app", "x"),
-                      connect_timeout=5)  # fmt: skip
+    cluster = Cluster(
+        list(stack.cassandra_hosts),
+        port=stack.cassandra_port,
+        protocol_version=5,
+        auth_provider=PlainTextAuthProvider("cronstream_app", "x"),
+        connect_timeout=5,
+    )
     try:
         with pytest.raises(NoHostAvailable):
             cluster.connect()
@@ -52,8 +56,10 @@ def test_cronstreams_user_reads_and_writes_its_keyspace_and_changes_nothing_else
         with pytest.raises(Unauthorized):
             session.execute(f"DROP TABLE {history_ns.keyspace}.runs_by_id")
         with pytest.raises(Unauthorized):
-            session.execute("CREATE KEYSPACE cstest_nope WITH replication = "
-                            "{'class': 'SimpleStrategy', 'replication_factor': 1}")  # fmt: skip
+            session.execute(
+                "CREATE KEYSPACE cstest_nope WITH replication = "
+                "{'class': 'SimpleStrategy', 'replication_factor': 1}"
+            )
         with pytest.raises(Unauthorized):
             session.execute("CREATE ROLE someone WITH LOGIN = true AND PASSWORD = 'x'")
     finally:

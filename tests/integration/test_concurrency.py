@@ -25,8 +25,13 @@ pytestmark = pytest.mark.integration
 
 
 def _job(ns: Settings, job_id: str, policy: str, seconds: float) -> None:
-    spec: dict[str, Any] = {"id": job_id, "target": "python", "callable": "examples.tasks:slow",
-                            "payload": {"seconds": seconds}, "concurrency": policy}  # fmt: skip
+    spec: dict[str, Any] = {
+        "id": job_id,
+        "target": "python",
+        "callable": "examples.tasks:slow",
+        "payload": {"seconds": seconds},
+        "concurrency": policy,
+    }
     with JobClient(ns) as client:
         client.put(job_from_spec(spec, max_payload_bytes=65536))
 

@@ -53,12 +53,24 @@ def outcomes(count: int, start_ms: int, first: int = 0) -> list[RunOutcome]:
     out = []
     for i in range(first, first + count):
         at = start_ms + i * 60_000
-        base = dict(run_id=f"{JOB}@{i}", job_id=JOB, scheduled_at=from_ms(at),
-                    target_type="http", worker="w1")  # fmt: skip
+        base = dict(
+            run_id=f"{JOB}@{i}",
+            job_id=JOB,
+            scheduled_at=from_ms(at),
+            target_type="http",
+            worker="w1",
+        )
         out.append(RunOutcome(**base, status=RunStatus.STARTED, recorded_at=from_ms(at + 3)))
-        out.append(RunOutcome(**base, status=RunStatus.SUCCEEDED, recorded_at=from_ms(at + 250),
-                              started_at=from_ms(at + 3), finished_at=from_ms(at + 250),
-                              duration_ms=247))  # fmt: skip
+        out.append(
+            RunOutcome(
+                **base,
+                status=RunStatus.SUCCEEDED,
+                recorded_at=from_ms(at + 250),
+                started_at=from_ms(at + 3),
+                finished_at=from_ms(at + 250),
+                duration_ms=247,
+            )
+        )
     return out
 
 
@@ -93,8 +105,10 @@ def wait_rows(ns: Settings, name: str, table: str, wanted: int, timeout: float =
 
 def columns(ns: Settings, table: str) -> dict[str, str]:
     with closing(warehouse(ns)) as db:
-        rows = db.run("SELECT column_name, data_type FROM information_schema.columns "
-                      "WHERE table_name = :t", t=table)  # fmt: skip
+        rows = db.run(
+            "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = :t",
+            t=table,
+        )
     return {str(name): str(kind) for name, kind in rows}
 
 
@@ -131,15 +145,27 @@ def test_history_lands_as_typed_rows_through_a_compatible_schema_change(
     assert kinds["scheduled_at"].startswith("timestamp"), kinds
     assert kinds["recorded_at"].startswith("timestamp"), kinds
     assert (kinds["attempt"], kinds["duration_ms"], kinds["status"]) == (
-        "integer", "bigint", "text"), kinds  # fmt: skip
+        "integer",
+        "bigint",
+        "text",
+    ), kinds
     sample = first[1]
     with closing(warehouse(ns)) as db:
-        row = db.run(f"SELECT scheduled_at, finished_at, duration_ms, trigger FROM {table} "
-                     "WHERE run_id = :r AND status = 'SUCCEEDED'", r=sample.run_id)  # fmt: skip
-    assert row == [[sample.scheduled_at.astimezone(UTC).replace(tzinfo=None),
-                    sample.finished_at.astimezone(UTC).replace(tzinfo=None)  # type: ignore[union-attr]
-                    if sample.finished_at else None,
-                    247, "SCHEDULE"]]  # fmt: skip
+        row = db.run(
+            f"SELECT scheduled_at, finished_at, duration_ms, trigger FROM {table} "
+            "WHERE run_id = :r AND status = 'SUCCEEDED'",
+            r=sample.run_id,
+        )
+    assert row == [
+        [
+            sample.scheduled_at.astimezone(UTC).replace(tzinfo=None),
+            sample.finished_at.astimezone(UTC).replace(tzinfo=None)  # type: ignore[union-attr]
+            if sample.finished_at
+            else None,
+            247,
+            "SCHEDULE",
+        ]
+    ]
 
     # Delivered again (at least once): nothing changes. Then the newer producer.
     publish(ns, first[:AGAIN])

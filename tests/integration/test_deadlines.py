@@ -36,18 +36,24 @@ def test_a_missed_deadline_raises_one_alert_cleared_when_the_run_succeeds_late(
     start = utc_now() + timedelta(seconds=4)
     specs = [
         # works 3 s: running at its deadline, then succeeds: late, then cleared
-        {"id": "late", "callable": "examples.tasks:slow", "payload": {"seconds": 3},
-         "deadline": "1s"},
+        {
+            "id": "late",
+            "callable": "examples.tasks:slow",
+            "payload": {"seconds": 3},
+            "deadline": "1s",
+        },
         # dead-lettered at once: missed, never cleared
-        {"id": "never", "callable": "examples.tasks:hopeless", "max_attempts": 1,
-         "deadline": "1s"},
+        {"id": "never", "callable": "examples.tasks:hopeless", "max_attempts": 1, "deadline": "1s"},
         # succeeds at once: no alert
         {"id": "ontime", "callable": "examples.tasks:send_digest", "deadline": "5s"},
-    ]  # fmt: skip
+    ]
     with JobClient(ns) as client:
         for spec in specs:
-            client.put(job_from_spec({**spec, "at": iso(start), "target": "python"},
-                                     max_payload_bytes=65536))  # fmt: skip
+            client.put(
+                job_from_spec(
+                    {**spec, "at": iso(start), "target": "python"}, max_payload_bytes=65536
+                )
+            )
     deadline = time.monotonic() + 90
     while True:
         alerts = _alerts(ns)
@@ -59,8 +65,10 @@ def test_a_missed_deadline_raises_one_alert_cleared_when_the_run_succeeds_late(
     time.sleep(max(0.0, (start - utc_now()).total_seconds() + 8))
     alerts = _alerts(ns)
     assert sorted((a.job_id, a.kind.value) for a in alerts) == [
-        ("late", "DEADLINE_CLEARED"), ("late", "DEADLINE_MISSED"), ("never", "DEADLINE_MISSED"),
-    ]  # fmt: skip
+        ("late", "DEADLINE_CLEARED"),
+        ("late", "DEADLINE_MISSED"),
+        ("never", "DEADLINE_MISSED"),
+    ]
     by = {(a.job_id, a.kind.value): a for a in alerts}
     missed, cleared = by[("late", "DEADLINE_MISSED")], by[("late", "DEADLINE_CLEARED")]
     assert missed.last_status == "RUNNING"
@@ -77,25 +85,44 @@ def test_a_flow_run_past_its_deadline_raises_one_alert_cleared_when_it_ends(
     ns: Settings, tmp_path: Path, procs: list[CronstreamProcess]
 ) -> None:
     for name, command, ready, *more in (
-        ("s", "scheduler", " live: "), ("w", "worker", "assigned"),
+        ("s", "scheduler", " live: "),
+        ("w", "worker", "assigned"),
         ("c", "flows-coordinator", "Ready", "--log-level", "INFO"),
-    ):  # fmt: skip
+    ):
         proc = CronstreamProcess(ns, tmp_path, name, *more, command=command)
         procs.append(proc)
         proc.wait_live(1, text=ready, timeout=120)
-    spec = {"id": "slowflow", "at": iso(utc_now() + timedelta(seconds=4)), "deadline": "1s",
-            "nodes": [{"name": "a", "target": "python", "callable": "examples.tasks:slow",
-                       "payload": {"seconds": 3}},
-                      {"name": "b", "after": ["a"], "target": "python",
-                       "callable": "examples.tasks:send_digest"}]}  # fmt: skip
+    spec = {
+        "id": "slowflow",
+        "at": iso(utc_now() + timedelta(seconds=4)),
+        "deadline": "1s",
+        "nodes": [
+            {
+                "name": "a",
+                "target": "python",
+                "callable": "examples.tasks:slow",
+                "payload": {"seconds": 3},
+            },
+            {
+                "name": "b",
+                "after": ["a"],
+                "target": "python",
+                "callable": "examples.tasks:send_digest",
+            },
+        ],
+    }
     with JobClient(ns) as client:
-        client.put_flow(flow_from_spec(spec, max_payload_bytes=65536),
-                        flow_schedule(spec, max_payload_bytes=65536))  # fmt: skip
+        client.put_flow(
+            flow_from_spec(spec, max_payload_bytes=65536),
+            flow_schedule(spec, max_payload_bytes=65536),
+        )
     deadline = time.monotonic() + 90
     while True:
         kinds = [(a.kind.value, a.last_status, a.worker) for a in _alerts(ns)]
         if len(kinds) >= 2 or time.monotonic() > deadline:
             break
         time.sleep(1)
-    assert kinds == [("DEADLINE_MISSED", "RUNNING", "flows-coordinator"),
-                     ("DEADLINE_CLEARED", "SUCCEEDED", "flows-coordinator")]  # fmt: skip
+    assert kinds == [
+        ("DEADLINE_MISSED", "RUNNING", "flows-coordinator"),
+        ("DEADLINE_CLEARED", "SUCCEEDED", "flows-coordinator"),
+    ]

@@ -58,22 +58,40 @@ def processor(ns: Settings, log_dir: Path, name: str, *args: str) -> CronstreamP
     return proc
 
 
-def put_dependent(ns: Settings, url: str = "http://127.0.0.1:9/none", job_id: str = "dep",
-                  ) -> JobDefinition:  # fmt: skip
+def put_dependent(
+    ns: Settings,
+    url: str = "http://127.0.0.1:9/none",
+    job_id: str = "dep",
+) -> JobDefinition:
     with JobClient(ns) as client:
-        return client.put_spec({"id": job_id, "after": ["up1", "up2"], "target": "http",
-                                "url": url})  # fmt: skip
+        return client.put_spec(
+            {"id": job_id, "after": ["up1", "up2"], "target": "http", "url": url}
+        )
 
 
-def succeeded(publisher: Publisher, ns: Settings, job_id: str, *, day: date | None = None,
-              status: RunStatus = RunStatus.SUCCEEDED, attempt: int = 1) -> None:  # fmt: skip
+def succeeded(
+    publisher: Publisher,
+    ns: Settings,
+    job_id: str,
+    *,
+    day: date | None = None,
+    status: RunStatus = RunStatus.SUCCEEDED,
+    attempt: int = 1,
+) -> None:
     """An outcome of ``job_id`` scheduled on ``day`` (today) written to history, as a
     worker writes it."""
     now = utc_now()
     at = now if day is None else datetime(day.year, day.month, day.day, 3, tzinfo=UTC)
-    outcome = RunOutcome(run_id=f"{job_id}@{at.isoformat()}", job_id=job_id, status=status,
-                         scheduled_at=at, recorded_at=now, attempt=attempt,
-                         target_type="http", worker="w-test")  # fmt: skip
+    outcome = RunOutcome(
+        run_id=f"{job_id}@{at.isoformat()}",
+        job_id=job_id,
+        status=status,
+        scheduled_at=at,
+        recorded_at=now,
+        attempt=attempt,
+        target_type="http",
+        worker="w-test",
+    )
     publisher.publish(Topics(ns).history, outcome)
     publisher.flush()
 
@@ -86,20 +104,27 @@ def dep_runs(ns: Settings, job_id: str = "dep") -> list[RunRequest]:
 def metrics(port: int) -> dict[str, float]:
     """The dependency processor's figures (its /metrics), by series."""
     text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
-    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines() if line.startswith("cronstream_dependency")}  # fmt: skip
+    return {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("cronstream_dependency")
+    }
 
 
 def caught_up(ns: Settings) -> None:
     """Until the processor has committed every history record written so far (its
     commit follows the writing of what those records made due)."""
     group = f"{ns.topic_prefix}.dependencies"
-    eventually(lambda: group_caught_up(ns, group, Topics(ns).history), bool,
-               "the processor to commit all of history")  # fmt: skip
+    eventually(
+        lambda: group_caught_up(ns, group, Topics(ns).history),
+        bool,
+        "the processor to commit all of history",
+    )
 
 
-def eventually(read: Callable[[], T], check: Callable[[T], bool], what: str,
-               timeout: float = 90) -> T:  # fmt: skip
+def eventually(
+    read: Callable[[], T], check: Callable[[T], bool], what: str, timeout: float = 90
+) -> T:
     deadline = time.monotonic() + timeout
     while True:
         value = read()
@@ -118,8 +143,11 @@ def test_a_dependent_runs_once_both_upstream_jobs_succeeded_for_the_day_and_not_
     succeeded(publisher, ns, "up1")
     caught_up(ns)
     assert dep_runs(ns) == []  # one upstream job: nothing
-    eventually(lambda: metrics(port), lambda m: m.get("cronstream_dependency_waiting") == 1,
-               "one date waiting")  # fmt: skip
+    eventually(
+        lambda: metrics(port),
+        lambda m: m.get("cronstream_dependency_waiting") == 1,
+        "one date waiting",
+    )
     succeeded(publisher, ns, "up2", status=RunStatus.FAILED)
     caught_up(ns)
     assert dep_runs(ns) == []  # a failure counts for nothing
@@ -130,9 +158,11 @@ def test_a_dependent_runs_once_both_upstream_jobs_succeeded_for_the_day_and_not_
     assert (run.trigger, run.possible_duplicate) == (Trigger.DEPENDENCY, False)
     assert run.scheduled_at == datetime(today.year, today.month, today.day, tzinfo=UTC)
     assert json.loads(run.payload or "") == {"date": today.isoformat(), "after": ["up1", "up2"]}
-    figures = eventually(lambda: metrics(port),
-                         lambda m: m.get("cronstream_dependency_waiting") == 0,
-                         "no date waiting")  # fmt: skip
+    figures = eventually(
+        lambda: metrics(port),
+        lambda m: m.get("cronstream_dependency_waiting") == 0,
+        "no date waiting",
+    )
     assert figures["cronstream_dependency_dependents"] == 1
     assert figures["cronstream_dependency_lag"] == 0
     assert figures['cronstream_dependency_runs_total{possible_duplicate="false"}'] == 1
@@ -169,17 +199,23 @@ def test_a_run_emitted_just_before_a_crash_is_emitted_again_flagged_and_runs_onc
         assert [r.possible_duplicate for r in again] == [False, True]
         assert again[0].run_id == again[1].run_id
 
-        worker = CronstreamProcess(ns, tmp_path, "worker", "--http-allow", "127.0.0.0/8",
-                                   command="worker")  # fmt: skip
+        worker = CronstreamProcess(
+            ns, tmp_path, "worker", "--http-allow", "127.0.0.0/8", command="worker"
+        )
         procs.append(worker)
         run_id = again[0].run_id
 
         def outcomes() -> list[str]:
-            return sorted(o.status.value for o in decoded(ns, Topics(ns).history, RunOutcome)
-                          if o.run_id == run_id)  # fmt: skip
+            return sorted(
+                o.status.value
+                for o in decoded(ns, Topics(ns).history, RunOutcome)
+                if o.run_id == run_id
+            )
 
         assert eventually(outcomes, lambda s: len(s) >= 2, "both requests settled") == [
-            "DUPLICATE", "SUCCEEDED"]  # fmt: skip
+            "DUPLICATE",
+            "SUCCEEDED",
+        ]
         assert list(target.keys("/dep").elements()) == [run_id]  # called once
 
         second.kill9()  # its outcomes are in history now: nothing owed
@@ -215,14 +251,19 @@ def test_a_dependent_defined_after_its_upstream_jobs_succeeded_today_runs_at_onc
 def test_a_tenants_dependent_after_another_tenants_job_is_dead_lettered(
     ns: Settings, tmp_path: Path, publisher: Publisher, procs: list[CronstreamProcess]
 ) -> None:
-    stray = JobDefinition(job_id="acme/report", tenant="acme", after=("beta/extract",),
-                          target=Target(type="http", url="http://127.0.0.1:9/x"),
-                          updated_at=utc_now())  # fmt: skip
+    stray = JobDefinition(
+        job_id="acme/report",
+        tenant="acme",
+        after=("beta/extract",),
+        target=Target(type="http", url="http://127.0.0.1:9/x"),
+        updated_at=utc_now(),
+    )
     publisher.publish(Topics(ns).jobs, stray)  # past the admission (a producer of its own)
     publisher.flush()
     procs.append(processor(ns, tmp_path, "deps-1"))
-    (letter,) = eventually(lambda: decoded(ns, Topics(ns).dlq, DeadLetter), bool,
-                           "the refusal's dead letter")  # fmt: skip
+    (letter,) = eventually(
+        lambda: decoded(ns, Topics(ns).dlq, DeadLetter), bool, "the refusal's dead letter"
+    )
     assert (letter.stage, letter.job_id) == ("dependencies", "acme/report")
     assert "not the tenant's own: beta/extract" in letter.reason
     succeeded(publisher, ns, "beta/extract")

@@ -21,13 +21,23 @@ pytestmark = pytest.mark.integration
 
 def _diamond(url: str, b: str = "slow", **b_more: object) -> dict[str, object]:
     def node(name: str, path: str, *after: str, **more: object) -> dict[str, object]:
-        return {"name": name, "after": list(after), "target": "http",
-                "url": f"{url}/{path}/{name}", **more}  # fmt: skip
+        return {
+            "name": name,
+            "after": list(after),
+            "target": "http",
+            "url": f"{url}/{path}/{name}",
+            **more,
+        }
 
-    return {"id": "diamond", "nodes": [
-        node("a", "ok"), node("b", b, "a", **b_more), node("c", "ok", "a"),
-        node("d", "ok", "b", "c"),
-    ]}  # fmt: skip
+    return {
+        "id": "diamond",
+        "nodes": [
+            node("a", "ok"),
+            node("b", b, "a", **b_more),
+            node("c", "ok", "a"),
+            node("d", "ok", "b", "c"),
+        ],
+    }
 
 
 def _put(ns: Settings, tmp_path: Path, *flows: dict[str, object]) -> None:
@@ -37,18 +47,25 @@ def _put(ns: Settings, tmp_path: Path, *flows: dict[str, object]) -> None:
     assert put.returncode == 0, put.stderr
 
 
-def _start(ns: Settings, tmp: Path, procs: list[CronstreamProcess], name: str, command: str,
-           *args: str, ready: str) -> CronstreamProcess:  # fmt: skip
+def _start(
+    ns: Settings,
+    tmp: Path,
+    procs: list[CronstreamProcess],
+    name: str,
+    command: str,
+    *args: str,
+    ready: str,
+) -> CronstreamProcess:
     proc = CronstreamProcess(ns, tmp, name, *args, command=command)
     procs.append(proc)
     proc.wait_live(1, text=ready, timeout=120)
     return proc
 
 
-def _coordinator(ns: Settings, tmp: Path, procs: list[CronstreamProcess], name: str
-                 ) -> CronstreamProcess:  # fmt: skip
-    return _start(ns, tmp, procs, name, "flows-coordinator", "--log-level", "INFO",
-                  ready="Ready")  # fmt: skip
+def _coordinator(
+    ns: Settings, tmp: Path, procs: list[CronstreamProcess], name: str
+) -> CronstreamProcess:
+    return _start(ns, tmp, procs, name, "flows-coordinator", "--log-level", "INFO", ready="Ready")
 
 
 def _history(ns: Settings) -> list[RunOutcome]:
@@ -58,8 +75,9 @@ def _history(ns: Settings) -> list[RunOutcome]:
 def _flow_end(ns: Settings, flow_run_id: str, timeout: float = 120) -> RunOutcome:
     deadline = time.monotonic() + timeout
     while True:
-        ends = [o for o in _history(ns)
-                if o.run_id == flow_run_id and o.worker == "flows-coordinator"]  # fmt: skip
+        ends = [
+            o for o in _history(ns) if o.run_id == flow_run_id and o.worker == "flows-coordinator"
+        ]
         if ends:
             return ends[-1]
         if time.monotonic() > deadline:
@@ -76,9 +94,11 @@ def _story(ns: Settings, flow_run_id: str) -> str:
     from runtime.kafka.clients import kafka_consumer
 
     topics = Topics(ns)
-    lines = [f"{r.partition}@{r.timestamp_ms}: {r.headers}"
-             for r in read_topic(ns, topics.flow_events)
-             if r.headers.get("flow_run_id") == flow_run_id]  # fmt: skip
+    lines = [
+        f"{r.partition}@{r.timestamp_ms}: {r.headers}"
+        for r in read_topic(ns, topics.flow_events)
+        if r.headers.get("flow_run_id") == flow_run_id
+    ]
     changelog = f"{ns.topic_prefix}.{FLOWS_APP}-{FLOWS_TABLE}-changelog"
     keys = {flow_run_id.encode(), json.dumps(flow_run_id).encode()}  # faust's keys are JSON
     lines += [
@@ -90,8 +110,10 @@ def _story(ns: Settings, flow_run_id: str) -> str:
     try:
         tps = [TopicPartition(topics.flow_events, p) for p in range(ns.partitions)]
         committed = consumer.committed(tps, timeout=10)
-        lines.append("committed: " + ", ".join(
-            f"{tp.partition}:{tp.offset}" for tp in committed if tp.offset >= 0))  # fmt: skip
+        lines.append(
+            "committed: "
+            + ", ".join(f"{tp.partition}:{tp.offset}" for tp in committed if tp.offset >= 0)
+        )
     except Exception as exc:  # the story is a diagnosis: tell what it could
         lines.append(f"committed offsets unreadable: {exc!r}")
     finally:
@@ -138,8 +160,18 @@ def test_flow_runs_on_many_partitions_handled_in_one_batch_survive_a_kill9(
     flows = [{**_diamond(target.url), "id": f"many-{k}"} for k in range(12)]
     assert len({partition_for(str(f["id"]), ns.partitions) for f in flows}) >= 4
     _put(ns, tmp_path, *flows)
-    _start(ns, tmp_path, procs, "w", "worker", "--http-allow", "127.0.0.0/8",
-           "--concurrency", "32", ready="assigned")  # fmt: skip
+    _start(
+        ns,
+        tmp_path,
+        procs,
+        "w",
+        "worker",
+        "--http-allow",
+        "127.0.0.0/8",
+        "--concurrency",
+        "32",
+        ready="assigned",
+    )
     runs = {f"{flow['id']}@manual:k" for flow in flows}
     for flow in flows:
         run = cronstream(ns, "flows", "trigger", str(flow["id"]), "--idempotency-key", "k")
@@ -164,8 +196,9 @@ def test_flow_runs_on_many_partitions_handled_in_one_batch_survive_a_kill9(
     changelog = f"{ns.topic_prefix}.{FLOWS_APP}-{FLOWS_TABLE}-changelog"
     rows = [(r.partition, r.key.decode().strip('"')) for r in read_topic(ns, changelog) if r.key]
     assert {key for _, key in rows} >= runs
-    misplaced = [(p, key) for p, key in rows
-                 if p != partition_for(key.split("@")[0], ns.partitions)]  # fmt: skip
+    misplaced = [
+        (p, key) for p, key in rows if p != partition_for(key.split("@")[0], ns.partitions)
+    ]
     assert not misplaced, "rows not on their flow's partition"
 
 
@@ -202,14 +235,22 @@ def test_an_upstream_dead_letter_fails_the_flow_and_rerun_from_failed_finishes_i
     assert sum(target.keys("/ok/a").values()) == 1
 
     # `history --flow-run`: the flow run first, then every node run with its attempt.
-    want = {"(flow)": "SUCCEEDED", "a": "SUCCEEDED", "b": "DEAD_LETTERED", "c": "SUCCEEDED",
-            "d": "UPSTREAM_FAILED", "b~r1": "SUCCEEDED", "d~r1": "SUCCEEDED"}  # fmt: skip
+    want = {
+        "(flow)": "SUCCEEDED",
+        "a": "SUCCEEDED",
+        "b": "DEAD_LETTERED",
+        "c": "SUCCEEDED",
+        "d": "UPSTREAM_FAILED",
+        "b~r1": "SUCCEEDED",
+        "d~r1": "SUCCEEDED",
+    }
     deadline = time.monotonic() + 60
     while True:  # the sink writes Cassandra a moment after the history topic
         shown = cronstream(ns, "history", "--flow-run", flow_run, "--json")
         rows = [json.loads(line) for line in shown.stdout.splitlines()]
-        nodes = {r["run_id"].removeprefix(flow_run).lstrip("/") or "(flow)": r["status"]
-                 for r in rows}  # fmt: skip
+        nodes = {
+            r["run_id"].removeprefix(flow_run).lstrip("/") or "(flow)": r["status"] for r in rows
+        }
         if nodes == want or time.monotonic() > deadline:
             break
         time.sleep(1)
@@ -228,12 +269,27 @@ def test_a_node_that_succeeds_on_its_retry_lets_the_flow_go_on(
 ) -> None:
     """Found by `make run`: a node's retry came back with trigger RETRY, its success was
     not reported to the coordinator, and the flow run stopped there."""
-    _put(ns, tmp_path, {"id": "retrying", "nodes": [
-        {"name": "x", "target": "python", "callable": "examples.tasks:flaky",
-         "backoff": "1s..1s"},
-        {"name": "y", "after": ["x"], "target": "python",
-         "callable": "examples.tasks:send_digest"},
-    ]})  # fmt: skip
+    _put(
+        ns,
+        tmp_path,
+        {
+            "id": "retrying",
+            "nodes": [
+                {
+                    "name": "x",
+                    "target": "python",
+                    "callable": "examples.tasks:flaky",
+                    "backoff": "1s..1s",
+                },
+                {
+                    "name": "y",
+                    "after": ["x"],
+                    "target": "python",
+                    "callable": "examples.tasks:send_digest",
+                },
+            ],
+        },
+    )
     _start(ns, tmp_path, procs, "w", "worker", ready="assigned")
     _start(ns, tmp_path, procs, "s", "scheduler", ready=" live: ")  # it fires retries
     _coordinator(ns, tmp_path, procs, "c1")
@@ -252,10 +308,18 @@ def test_a_flows_concurrency_policy_holds_for_a_run_started_while_one_runs(
     # The second trigger is a `cronstream` command (about a second to start): node a must
     # outlast it by far, or the first run has ended when the second arrives.
     target.slow_s = 5.0
-    _put(ns, tmp_path, {"id": "one", "concurrency": policy, "nodes": [
-        {"name": "a", "target": "http", "url": f"{target.url}/slow/a"},  # takes 5 s
-        {"name": "b", "after": ["a"], "target": "http", "url": f"{target.url}/ok/b"},
-    ]})  # fmt: skip
+    _put(
+        ns,
+        tmp_path,
+        {
+            "id": "one",
+            "concurrency": policy,
+            "nodes": [
+                {"name": "a", "target": "http", "url": f"{target.url}/slow/a"},  # takes 5 s
+                {"name": "b", "after": ["a"], "target": "http", "url": f"{target.url}/ok/b"},
+            ],
+        },
+    )
     _start(ns, tmp_path, procs, "w", "worker", "--http-allow", "127.0.0.0/8", ready="assigned")
     _coordinator(ns, tmp_path, procs, "c1")
     assert cronstream(ns, "flows", "trigger", "one", "--idempotency-key", "k1").returncode == 0
@@ -284,10 +348,18 @@ def test_a_backfill_of_a_flow_runs_each_slots_flow_run_once(
     history_ns: Settings, tmp_path: Path, target: Target, procs: list[CronstreamProcess]
 ) -> None:
     ns = history_ns
-    _put(ns, tmp_path, {"id": "bfflow", "every": "1m", "nodes": [
-        {"name": "a", "target": "http", "url": f"{target.url}/ok/a"},
-        {"name": "b", "after": ["a"], "target": "http", "url": f"{target.url}/ok/b"},
-    ]})  # fmt: skip
+    _put(
+        ns,
+        tmp_path,
+        {
+            "id": "bfflow",
+            "every": "1m",
+            "nodes": [
+                {"name": "a", "target": "http", "url": f"{target.url}/ok/a"},
+                {"name": "b", "after": ["a"], "target": "http", "url": f"{target.url}/ok/b"},
+            ],
+        },
+    )
     _start(ns, tmp_path, procs, "w", "worker", "--http-allow", "127.0.0.0/8", ready="assigned")
     _start(ns, tmp_path, procs, "k", "sink", ready="assigned")
     _coordinator(ns, tmp_path, procs, "c1")

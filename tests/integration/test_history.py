@@ -48,8 +48,9 @@ pytestmark = pytest.mark.integration
 OUTAGE_S = float(os.environ.get("CRONSTREAM_TEST_CASSANDRA_OUTAGE_S", "30"))
 
 
-def start_sink(ns: Settings, tmp: Path, procs: list[CronstreamProcess], *args: str
-               ) -> CronstreamProcess:  # fmt: skip
+def start_sink(
+    ns: Settings, tmp: Path, procs: list[CronstreamProcess], *args: str
+) -> CronstreamProcess:
     proc = CronstreamProcess(ns, tmp, f"sink{len(procs)}", *args, command="sink")
     procs.append(proc)
     proc.wait_live(1, text="assigned")
@@ -102,7 +103,7 @@ def wait_until(check: Any, timeout: float, what: str) -> None:
         time.sleep(0.5)
 
 
-def test_every_outcome_lands_once_per_key_and_redelivery_rewrites(
+def test_every_outcome_lands_once_per_key_and_redelivery_rewrites(  # long: one story
     history_ns: Settings, session: Any, tmp_path: Path, procs: list[CronstreamProcess]
 ) -> None:
     ns = history_ns
@@ -120,8 +121,12 @@ def test_every_outcome_lands_once_per_key_and_redelivery_rewrites(
 
     # An attempt recorded STARTED and SUCCEEDED in one millisecond reads SUCCEEDED; the
     # attempt that failed keeps its own row; the DUPLICATE did not change the job view.
-    rows = {(r.run_id, r.attempt): r for r in session.execute(
-        "SELECT run_id, attempt, status, error, started_at FROM runs_by_job")}  # fmt: skip
+    rows = {
+        (r.run_id, r.attempt): r
+        for r in session.execute(
+            "SELECT run_id, attempt, status, error, started_at FROM runs_by_job"
+        )
+    }
     assert rows[("lands@0", 1)].status == "FAILED"
     assert rows[("lands@0", 1)].error == "HttpError: 500"
     assert rows[("lands@0", 2)].status == "SUCCEEDED"
@@ -142,7 +147,8 @@ def test_every_outcome_lands_once_per_key_and_redelivery_rewrites(
 
     # Redelivery: rewind the group to the beginning and run a sink again.
     stamp = session.execute(
-        "SELECT WRITETIME(tenant) FROM runs_by_id WHERE run_id = 'lands@3'").one()[0]  # fmt: skip
+        "SELECT WRITETIME(tenant) FROM runs_by_id WHERE run_id = 'lands@3'"
+    ).one()[0]
     sink.stop()
     group = f"{ns.topic_prefix}.sink"
     topic = Topics(ns).history
@@ -157,7 +163,8 @@ def test_every_outcome_lands_once_per_key_and_redelivery_rewrites(
     wait_until(lambda: sink_done(ns), 120, "the second sink to commit everything")
     assert table_counts(session) == expected
     again = session.execute(
-        "SELECT WRITETIME(tenant) FROM runs_by_id WHERE run_id = 'lands@3'").one()[0]  # fmt: skip
+        "SELECT WRITETIME(tenant) FROM runs_by_id WHERE run_id = 'lands@3'"
+    ).one()[0]
     assert again == stamp  # rewritten with the same timestamp: the same cells
     lands3 = [o for o in outcomes if o.run_id == "lands@3"]
     assert stamp == write_timestamp(to_ms(lands3[0].recorded_at), lands3[0].status.value)
@@ -241,8 +248,11 @@ def test_cassandra_down_for_half_a_minute_loses_nothing(
         time.sleep(8)
         cassandra.stop()
         went_down = time.monotonic()
-        wait_until(lambda: "cronstream_sink_cassandra_up 0.0" in _scrape(port), 60,
-                   "the sink to report cassandra down")  # fmt: skip
+        wait_until(
+            lambda: "cronstream_sink_cassandra_up 0.0" in _scrape(port),
+            60,
+            "the sink to report cassandra down",
+        )
         time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - went_down)))
     finally:
         stack_mod.up(ns, say=lambda _m: None)
@@ -274,8 +284,10 @@ def test_what_a_run_printed_is_kept_two_weeks_and_read_with_history_run_output(
     procs.append(worker)
     worker.wait_live(1, text="assigned")
     script = "echo hello from $CRONSTREAM_RUN_ID; echo oops >&2; exit 3"
-    specs = [{"id": "noisy", "target": "shell", "command": f"sh -c '{script}'", "max_attempts": 1},
-             {"id": "digest", "target": "python", "callable": "examples.tasks:send_digest"}]  # fmt: skip
+    specs = [
+        {"id": "noisy", "target": "shell", "command": f"sh -c '{script}'", "max_attempts": 1},
+        {"id": "digest", "target": "python", "callable": "examples.tasks:send_digest"},
+    ]
     with JobClient(ns) as client:
         client.put_many([job_from_spec(spec, max_payload_bytes=65536) for spec in specs])
         noisy, digest = (client.trigger_many(job, ["k"])[0].run_id for job in ("noisy", "digest"))
@@ -286,17 +298,22 @@ def test_what_a_run_printed_is_kept_two_weeks_and_read_with_history_run_output(
     lines = shown.stdout.splitlines()
     assert lines[0].startswith("--- attempt 1 DEAD_LETTERED ")  # its only attempt failed
     assert lines[1:] == ["hello from noisy@manual:k", "oops"]
-    (as_json,) = map(json.loads, cronstream(ns, "history", "--run", digest, "--output",
-                                           "--json").stdout.splitlines())  # fmt: skip
+    (as_json,) = map(
+        json.loads,
+        cronstream(ns, "history", "--run", digest, "--output", "--json").stdout.splitlines(),
+    )
     assert as_json["output"] == "digest for run digest@manual:k"
-    assert (as_json["status"], as_json["target_type"], as_json["dropped"]) == ("SUCCEEDED",
-                                                                               "python", None)  # fmt: skip
-    ttl = session.execute("SELECT TTL(output) FROM run_output WHERE run_id = %s",
-                          (noisy,)).one()[0]  # fmt: skip
+    assert (as_json["status"], as_json["target_type"], as_json["dropped"]) == (
+        "SUCCEEDED",
+        "python",
+        None,
+    )
+    ttl = session.execute("SELECT TTL(output) FROM run_output WHERE run_id = %s", (noisy,)).one()[0]
     assert 13 * 86400 < ttl <= 14 * 86400
     # the outcome holds no output: history's record of the run is as before
-    (failed,) = [r for r in History(session, ns.keyspace).run(noisy)
-                 if r.status.value == "DEAD_LETTERED"]  # fmt: skip
+    (failed,) = [
+        r for r in History(session, ns.keyspace).run(noisy) if r.status.value == "DEAD_LETTERED"
+    ]
     assert failed.error is not None
     assert "exit status 3" in failed.error
     missing = cronstream(ns, "history", "--run", "noisy@manual:none", "--output")

@@ -53,8 +53,10 @@ def test_tail_decodes_records_as_json_lines(ns: Settings) -> None:
     assert record["key"] == "report"
     assert record["type"] == "JobDefinition"
     assert record["value"]["schedule"] == {
-        "kind": "interval", "every_ms": 900_000, "anchor": "1970-01-01T00:00:00.000Z",
-    }  # fmt: skip
+        "kind": "interval",
+        "every_ms": 900_000,
+        "anchor": "1970-01-01T00:00:00.000Z",
+    }
     assert record["value"]["payload"] == '{"kind":"daily"}'
     assert record["value"]["priority"] == "HIGH"
     assert record["headers"]["job_id"] == "report"
@@ -90,21 +92,43 @@ def test_get_list_pause_and_resume(ns: Settings) -> None:
 
 def test_put_with_an_event_trigger_and_after_and_list_and_get_show_them(ns: Settings) -> None:
     """Issue 38: --on-topic and its companions, --after (docs/event-triggers.md)."""
-    put(ns, "big-orders", *HTTP, "--on-topic", "acme.orders", "--filter", "value.amount >= 100",
-        "--debounce", "5m", "--on-key", "value.customer", "--on-field", "order=value.id")  # fmt: skip
+    put(
+        ns,
+        "big-orders",
+        *HTTP,
+        "--on-topic",
+        "acme.orders",
+        "--filter",
+        "value.amount >= 100",
+        "--debounce",
+        "5m",
+        "--on-key",
+        "value.customer",
+        "--on-field",
+        "order=value.id",
+    )
     put(ns, "report", *HTTP, "--after", "big-orders", "--after", "extract")
     lines = cronstream(ns, "jobs", "list").stdout.splitlines()
     shown = {line.split()[0]: line for line in lines}
-    assert ("on acme.orders if value.amount >= 100 debounce 300000ms per value.customer"
-            in shown["big-orders"]), shown  # fmt: skip
+    assert (
+        "on acme.orders if value.amount >= 100 debounce 300000ms per value.customer"
+        in shown["big-orders"]
+    ), shown
     assert "after big-orders, extract" in shown["report"], shown
     got = json.loads(cronstream(ns, "jobs", "get", "big-orders").stdout)
-    assert got["on"] == {"topic": "acme.orders", "filter": "value.amount >= 100",
-                         "debounce_ms": 300_000, "batch": None, "key": "value.customer",
-                         "payload_fields": {"order": "value.id"}}  # fmt: skip
+    assert got["on"] == {
+        "topic": "acme.orders",
+        "filter": "value.amount >= 100",
+        "debounce_ms": 300_000,
+        "batch": None,
+        "key": "value.customer",
+        "payload_fields": {"order": "value.id"},
+    }
     assert got["schedule"] is None
     assert json.loads(cronstream(ns, "jobs", "get", "report").stdout)["after"] == [
-        "big-orders", "extract"]  # fmt: skip
+        "big-orders",
+        "extract",
+    ]
     refused = cronstream(ns, "jobs", "put", "bad", *HTTP, "--filter", "value.x > 1")
     assert refused.returncode != 0
     assert "on: a topic is required" in refused.stderr
@@ -127,27 +151,48 @@ def test_apply_writes_every_job_of_a_file(ns: Settings, tmp_path: Path) -> None:
 
 BAD_INPUT = {
     "bad cron": (["jobs", "put", "x", "--cron", "61 * * * *", *HTTP], 2, "not a valid cron"),
-    "unknown zone": (["jobs", "put", "x", "--cron", "* * * * *", "--tz", "Mars/Base", *HTTP], 2,
-                     "unknown time zone"),
+    "unknown zone": (
+        ["jobs", "put", "x", "--cron", "* * * * *", "--tz", "Mars/Base", *HTTP],
+        2,
+        "unknown time zone",
+    ),
     "bad duration": (["jobs", "put", "x", "--every", "often", *HTTP], 2, "not a duration"),
-    "bad timeout": (["jobs", "put", "x", "--every", "1m", "--timeout", "5 parsecs", *HTTP], 2,
-                    "not a duration"),
-    "missing url": (["jobs", "put", "x", "--every", "1m", "--target", "http"], 2,
-                    "target http needs a url"),
-    "missing topic": (["jobs", "put", "x", "--every", "1m", "--target", "kafka"], 2,
-                      "target kafka needs a topic"),
-    "unknown target": (["jobs", "put", "x", "--every", "1m", "--target", "ftp"], 2,
-                       "target type 'ftp'"),
-    "payload too big": (["jobs", "put", "x", "--every", "1m", *HTTP, "--payload",
-                         json.dumps({"blob": "x" * 300})], 2, "over the 256-byte limit"),
-    "payload not json": (["jobs", "put", "x", "--every", "1m", *HTTP, "--payload", "{oops"], 2,
-                         "--payload is not JSON"),
+    "bad timeout": (
+        ["jobs", "put", "x", "--every", "1m", "--timeout", "5 parsecs", *HTTP],
+        2,
+        "not a duration",
+    ),
+    "missing url": (
+        ["jobs", "put", "x", "--every", "1m", "--target", "http"],
+        2,
+        "target http needs a url",
+    ),
+    "missing topic": (
+        ["jobs", "put", "x", "--every", "1m", "--target", "kafka"],
+        2,
+        "target kafka needs a topic",
+    ),
+    "unknown target": (
+        ["jobs", "put", "x", "--every", "1m", "--target", "ftp"],
+        2,
+        "target type 'ftp'",
+    ),
+    "payload too big": (
+        ["jobs", "put", "x", "--every", "1m", *HTTP, "--payload", json.dumps({"blob": "x" * 300})],
+        2,
+        "over the 256-byte limit",
+    ),
+    "payload not json": (
+        ["jobs", "put", "x", "--every", "1m", *HTTP, "--payload", "{oops"],
+        2,
+        "--payload is not JSON",
+    ),
     "pause unknown": (["jobs", "pause", "ghost"], 4, "no job 'ghost'"),
     "resume unknown": (["jobs", "resume", "ghost"], 4, "no job 'ghost'"),
     "delete unknown": (["jobs", "delete", "ghost"], 4, "no job 'ghost'"),
     "trigger unknown": (["runs", "trigger", "ghost"], 4, "no job 'ghost'"),
     "cancel bad run id": (["runs", "cancel", "no-at-sign"], 2, "not a cronstream run id"),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("case", BAD_INPUT, ids=list(BAD_INPUT))
@@ -206,9 +251,19 @@ def test_cancel_publishes_a_control_command(ns: Settings) -> None:
 def test_get_and_tail_never_print_a_credential(ns: Settings) -> None:
     """Found by review: Authorization headers and URL credentials were printed by
     `jobs get`/`tail`."""
-    result = cronstream(ns, "jobs", "put", "hook", "--every", "1h", *HTTP,
-                        "--header", "Authorization: Bearer hunter2",
-                        "--header", "X-Api-Key: secret:billing-key")  # fmt: skip
+    result = cronstream(
+        ns,
+        "jobs",
+        "put",
+        "hook",
+        "--every",
+        "1h",
+        *HTTP,
+        "--header",
+        "Authorization: Bearer hunter2",
+        "--header",
+        "X-Api-Key: secret:billing-key",
+    )
     assert result.returncode == 0, result.stderr
     assert "header Authorization holds a literal value" in result.stderr
     assert "hunter2" not in result.stderr + result.stdout
@@ -218,8 +273,18 @@ def test_get_and_tail_never_print_a_credential(ns: Settings) -> None:
         headers = json.loads(text.splitlines()[0])
         headers = headers.get("value", headers)["target"]["headers"]
         assert headers == {"Authorization": "***", "X-Api-Key": "secret:billing-key"}
-    refused = cronstream(ns, "jobs", "put", "bad", "--every", "1h", "--target", "http",
-                         "--url", "https://bob:hunter2@example.com/")  # fmt: skip
+    refused = cronstream(
+        ns,
+        "jobs",
+        "put",
+        "bad",
+        "--every",
+        "1h",
+        "--target",
+        "http",
+        "--url",
+        "https://bob:hunter2@example.com/",
+    )
     assert refused.returncode == 2
     assert "secret:NAME" in refused.stderr
     assert "hunter2" not in refused.stderr
@@ -237,8 +302,14 @@ def test_one_client_reads_again_and_again_each_time_to_the_end(ns: Settings) -> 
     is read again from its beginning to its new end, on either topic."""
     with JobClient(ns) as client:
         for hours in range(1, 5):
-            client.put_spec({"id": "again", "every": f"{hours}h", "target": "http",
-                             "url": "https://example.com/h"})  # fmt: skip
+            client.put_spec(
+                {
+                    "id": "again",
+                    "every": f"{hours}h",
+                    "target": "http",
+                    "url": "https://example.com/h",
+                }
+            )
             job = client.get("again")  # put_spec read its partition just before
             assert job is not None
             assert job.describe_schedule().startswith(f"every {hours * 3_600_000}ms")
@@ -261,8 +332,11 @@ def test_successful_commands_print_no_librdkafka_line(ns: Settings, tmp_path: Pa
     node = {"name": "a", "target": "http", "url": "https://example.com/a"}
     path.write_text(yaml.safe_dump({"flows": [{"id": "hushed", "every": "1h", "nodes": [node]}]}))
     assert cronstream(ns, "flows", "put", "-f", str(path)).returncode == 0
-    commands = [("jobs", "list"), ("flows", "trigger", "hushed"),
-                ("tail", "jobs", "--from-beginning", "-n", "2", "--timeout", "20")]  # fmt: skip
+    commands = [
+        ("jobs", "list"),
+        ("flows", "trigger", "hushed"),
+        ("tail", "jobs", "--from-beginning", "-n", "2", "--timeout", "20"),
+    ]
     for command in commands * 3:
         done = cronstream(ns, *command)
         assert done.returncode == 0, done.stderr

@@ -26,7 +26,7 @@ def _outcomes(ns: Settings) -> list[RunOutcome]:
     return decoded(ns, Topics(ns).history, RunOutcome)
 
 
-def test_runs_leave_ahead_start_when_due_and_a_pause_skips_the_early_ones(
+def test_runs_leave_ahead_start_when_due_and_a_pause_skips_the_early_ones(  # long: one story
     ns: Settings, tmp_path: Path, procs: list[CronstreamProcess]
 ) -> None:
     for name, command, ready, more in (
@@ -38,9 +38,17 @@ def test_runs_leave_ahead_start_when_due_and_a_pause_skips_the_early_ones(
         proc.wait_live(1, text=ready, timeout=120)
     with JobClient(ns) as client:
         for job_id in ("a", "p"):
-            client.put(job_from_spec({"id": job_id, "every": "2s", "target": "python",
-                                      "callable": "examples.tasks:send_digest"},
-                                     max_payload_bytes=65536))  # fmt: skip
+            client.put(
+                job_from_spec(
+                    {
+                        "id": job_id,
+                        "every": "2s",
+                        "target": "python",
+                        "callable": "examples.tasks:send_digest",
+                    },
+                    max_payload_bytes=65536,
+                )
+            )
         time.sleep(8)
         client.pause("p")
         paused_ms = int(time.time() * 1000)
@@ -61,8 +69,11 @@ def test_runs_leave_ahead_start_when_due_and_a_pause_skips_the_early_ones(
     for record in a_runs:
         run_id = record.headers["run_id"]
         # Its end carries its start (a short run has no STARTED record of its own).
-        ended = [o for o in by_run.get(run_id, [])
-                 if o.status is not RunStatus.STARTED and o.started_at is not None]  # fmt: skip
+        ended = [
+            o
+            for o in by_run.get(run_id, [])
+            if o.status is not RunStatus.STARTED and o.started_at is not None
+        ]
         if not ended:
             continue  # due after the worker stopped being watched
         due = to_ms(ended[0].scheduled_at)  # no jitter: due at its slot
@@ -74,9 +85,13 @@ def test_runs_leave_ahead_start_when_due_and_a_pause_skips_the_early_ones(
     assert max(leads) > LOOKAHEAD_MS / 2, f"emitted only {max(leads)} ms ahead"
 
     # The pause cancels p's runs emitted ahead: each recorded SKIPPED by the worker.
-    p_after = [r.headers["run_id"] for r in requests
-               if r.headers["job_id"] == "p" and r.timestamp_ms < paused_ms
-               and to_ms(_slot(r.headers["run_id"])) > paused_ms + 200]  # fmt: skip
+    p_after = [
+        r.headers["run_id"]
+        for r in requests
+        if r.headers["job_id"] == "p"
+        and r.timestamp_ms < paused_ms
+        and to_ms(_slot(r.headers["run_id"])) > paused_ms + 200
+    ]
     assert p_after, "no run of p was emitted ahead of the pause"
     for run_id in p_after:
         statuses = [(o.status, o.error, o.worker) for o in by_run.get(run_id, [])]

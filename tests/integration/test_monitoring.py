@@ -99,16 +99,27 @@ def monitoring(
         receiver.server.server_close()
 
 
-def test_a_dead_lettered_job_reaches_the_webhook_through_prometheus_and_alertmanager(
-    ns: Settings, tmp_path: Path, target: Target, procs: list[CronstreamProcess],
+def test_a_dead_lettered_job_reaches_the_webhook_through_prometheus_and_alertmanager(  # long: one story
+    ns: Settings,
+    tmp_path: Path,
+    target: Target,
+    procs: list[CronstreamProcess],
     monitoring: Monitoring,
-) -> None:  # fmt: skip
+) -> None:
     """Prometheus scrapes the worker and logs in to Alertmanager over TLS (its config's
     basic_auth and tls_config): the alert reaches the webhook."""
     receiver, targets, prometheus = monitoring.receiver, monitoring.targets, monitoring
     port = free_port()
-    worker = CronstreamProcess(ns, tmp_path, "w", "--http-allow", "127.0.0.0/8",
-                               "--metrics-port", str(port), command="worker")  # fmt: skip
+    worker = CronstreamProcess(
+        ns,
+        tmp_path,
+        "w",
+        "--http-allow",
+        "127.0.0.0/8",
+        "--metrics-port",
+        str(port),
+        command="worker",
+    )
     procs.append(worker)
     worker.wait_live(1, text="assigned")
     base = f"http://127.0.0.1:{port}"
@@ -116,8 +127,20 @@ def test_a_dead_lettered_job_reaches_the_webhook_through_prometheus_and_alertman
     assert httpx.get(f"{base}/readyz").status_code == 200
     assert 'cronstream_dead_letters_total{stage="worker"} 0.0' in httpx.get(f"{base}/metrics").text
     write_targets(targets, "test", {"w": ("worker", port)})
-    put = cronstream(ns, "jobs", "put", "doomed", "--every", "1h", "--target", "http",
-                     "--url", f"{target.url}/fail/doomed", "--max-attempts", "1")  # fmt: skip
+    put = cronstream(
+        ns,
+        "jobs",
+        "put",
+        "doomed",
+        "--every",
+        "1h",
+        "--target",
+        "http",
+        "--url",
+        f"{target.url}/fail/doomed",
+        "--max-attempts",
+        "1",
+    )
     assert put.returncode == 0, put.stderr
     # Prometheus has seen the counter at 0 before the letter (increase needs both).
     deadline = time.monotonic() + 60
@@ -145,8 +168,13 @@ def test_a_dead_lettered_job_reaches_the_webhook_through_prometheus_and_alertman
     for _ in range(2):
         assert cronstream(ns, "runs", "trigger", "doomed").returncode == 0
     deadline = time.monotonic() + 90
-    while not (streak := [a for a in receiver.alerts
-                          if a["labels"]["alertname"] == "CronstreamJobFailingRepeatedly"]):  # fmt: skip
+    while not (
+        streak := [
+            a
+            for a in receiver.alerts
+            if a["labels"]["alertname"] == "CronstreamJobFailingRepeatedly"
+        ]
+    ):
         assert time.monotonic() < deadline, f"no streak alert: {receiver.alerts}"
         time.sleep(0.5)
     assert streak[0]["labels"]["job_id"] == "doomed"
@@ -162,8 +190,14 @@ def _query(monitoring: Monitoring, expr: str) -> list[Any]:
 def test_every_role_answers_healthz_readyz_and_metrics(
     history_ns: Settings, tmp_path: Path, procs: list[CronstreamProcess]
 ) -> None:
-    roles = {"scheduler": "scheduler", "worker": "worker", "sink": "sink",
-             "admission": "admission", "flows": "flows-coordinator", "api": "api"}  # fmt: skip
+    roles = {
+        "scheduler": "scheduler",
+        "worker": "worker",
+        "sink": "sink",
+        "admission": "admission",
+        "flows": "flows-coordinator",
+        "api": "api",
+    }
     started = {}
     for role, command in roles.items():
         port = free_port()
@@ -173,8 +207,14 @@ def test_every_role_answers_healthz_readyz_and_metrics(
         started[role] = (proc, f"http://127.0.0.1:{port}")
     for role, (proc, base) in started.items():
         for path in ("/healthz", "/readyz"):
-            wait_http_up(base, 120, lambda proc=proc: proc.log()[-3000:], path=path,
-                         alive=lambda proc=proc: proc.proc.poll() is None, every=0.3)  # fmt: skip
+            wait_http_up(
+                base,
+                120,
+                lambda proc=proc: proc.log()[-3000:],
+                path=path,
+                alive=lambda proc=proc: proc.proc.poll() is None,
+                every=0.3,
+            )
         text = httpx.get(f"{base}/metrics").text
         assert "cronstream_" in text if role != "api" else "# HELP" in text, role
     assert httpx.get(f"{started['worker'][1]}/nothing").status_code == 404

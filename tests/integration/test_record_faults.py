@@ -31,14 +31,20 @@ T0 = datetime(2026, 11, 27, tzinfo=UTC)
 
 
 def _job(job_id: str, url: str = "https://example.com/hook") -> JobDefinition:
-    return JobDefinition(job_id=job_id, updated_at=T0, schedule=CronSchedule(expression="0 2 * * *"),
-                         target=JobTarget(type="http", url=url))  # fmt: skip
+    return JobDefinition(
+        job_id=job_id,
+        updated_at=T0,
+        schedule=CronSchedule(expression="0 2 * * *"),
+        target=JobTarget(type="http", url=url),
+    )
 
 
 def test_a_command_the_admission_raises_on_is_refused_and_the_next_is_accepted(
-    ns: Settings, two: tuple[str, str], admission: AdmissionThread,
+    ns: Settings,
+    two: tuple[str, str],
+    admission: AdmissionThread,
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     decide = Admission.decide
 
     def poisoned(self: Admission, tenant: str, command: TenantCommand, **kw: Any) -> Any:
@@ -91,8 +97,12 @@ def test_a_run_the_worker_raises_on_is_dead_lettered_and_the_others_run(
 
     monkeypatch.setattr(attempts_module, "RunContext", poisoned)
     put(ns, id="hook", target="http", url=f"{target.url}/hook")
-    config = WorkerConfig(group=f"{ns.topic_prefix}.workers", name="w-faults",
-                          http_allow=("127.0.0.0/8",), concurrency=4)  # fmt: skip
+    config = WorkerConfig(
+        group=f"{ns.topic_prefix}.workers",
+        name="w-faults",
+        http_allow=("127.0.0.0/8",),
+        concurrency=4,
+    )
     worker = Worker(ns.as_role("worker"), config)
     stopping = threading.Event()
     thread = threading.Thread(target=worker.run, args=(stopping.is_set,))

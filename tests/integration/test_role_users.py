@@ -25,8 +25,7 @@ def _write_each(settings: Settings, topics: list[str]) -> dict[str, KafkaError |
 
     producer = kafka_producer(settings, **{"message.timeout.ms": 20_000})
     for topic in topics:
-        producer.produce(topic, value=b"probe", key=b"probe", partition=0,
-                         on_delivery=delivered)  # fmt: skip
+        producer.produce(topic, value=b"probe", key=b"probe", partition=0, on_delivery=delivered)
     producer.flush(30)
     return outcome
 

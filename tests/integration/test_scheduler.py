@@ -190,7 +190,7 @@ def test_one_time_job_fires_exactly_once_across_restarts(
 OUTAGE_S = int(os.environ.get("CRONSTREAM_TEST_OUTAGE_S", "54"))
 
 
-def test_outage_catches_up_by_each_jobs_policy_and_records_the_rest(
+def test_outage_catches_up_by_each_jobs_policy_and_records_the_rest(  # long: one story
     ns: Settings, tmp_path: Path, schedulers: list[CronstreamProcess]
 ) -> None:
     every = max(2, OUTAGE_S // 18)  # about 18 slots fall into the outage
@@ -200,9 +200,14 @@ def test_outage_catches_up_by_each_jobs_policy_and_records_the_rest(
         {"id": "skip", "every": f"{every}s", "misfire": "skip"},
         {"id": "once", "every": f"{every}s", "misfire": "once"},
         {"id": "all", "every": f"{every}s", "misfire": "all", "catchup": 5},
-        {"id": "all-window", "every": f"{every}s", "misfire": "all", "catchup": 100,
-         "catchup_window": window},
-    )  # fmt: skip
+        {
+            "id": "all-window",
+            "every": f"{every}s",
+            "misfire": "all",
+            "catchup": 100,
+            "catchup_window": window,
+        },
+    )
     threshold = ["--misfire-threshold-ms", str(every * 1000 // 2)]
     before = start(ns, tmp_path, schedulers, "before", *threshold)
     before.wait_live(1)
@@ -260,16 +265,21 @@ def test_bad_definitions_go_to_the_dlq_and_the_partition_keeps_firing(
     topics = Topics(ns)
     good = "good"
     # Two bad records on the good job's partition, before and after it.
-    same = [f"bad-{i}" for i in range(500) if partition_for(f"bad-{i}", ns.partitions)
-            == partition_for(good, ns.partitions)][:2]  # fmt: skip
+    same = [
+        f"bad-{i}"
+        for i in range(500)
+        if partition_for(f"bad-{i}", ns.partitions) == partition_for(good, ns.partitions)
+    ][:2]
     publisher = Publisher(ns)
     publisher.produce_raw(topics.jobs, same[0], b"\x00garbage", [])
     publisher.flush()
     put(ns, {"id": good, "every": "1s"})
     bad_cron = JobDefinition(
-        job_id=same[1], target=Target(type="http", url=URL), updated_at=utc_now(),
+        job_id=same[1],
+        target=Target(type="http", url=URL),
+        updated_at=utc_now(),
         schedule=CronSchedule(expression="61 * * * *"),
-    )  # fmt: skip
+    )
     sched = start(ns, tmp_path, schedulers, "s")
     sched.wait_live(12)
     publisher.publish(topics.jobs, bad_cron)  # live, after loading
@@ -312,15 +322,26 @@ def test_retry_timer_is_held_durably_across_a_kill9_and_fires_when_due(
     now = utc_now()
     due = now + timedelta(seconds=12)
     run = RunRequest(
-        run_id="r@manual:t1", job_id="r", scheduled_at=now, fired_at=now,
-        target=Target(type="http", url=URL), attempt=2, trigger=Trigger.RETRY,
-    )  # fmt: skip
+        run_id="r@manual:t1",
+        job_id="r",
+        scheduled_at=now,
+        fired_at=now,
+        target=Target(type="http", url=URL),
+        attempt=2,
+        trigger=Trigger.RETRY,
+    )
     publisher = Publisher(ns)
     publisher.publish(
         topics.timers,
-        TimerRequest(timer_id="r@manual:t1#2", job_id="r", due_at=due,
-                     reason=TimerReason.RETRY, created_at=now, run=run),
-    )  # fmt: skip
+        TimerRequest(
+            timer_id="r@manual:t1#2",
+            job_id="r",
+            due_at=due,
+            reason=TimerReason.RETRY,
+            created_at=now,
+            run=run,
+        ),
+    )
     publisher.close()
     time.sleep(3)  # read and checkpointed by the first scheduler
     first.kill9()
@@ -341,7 +362,7 @@ def test_retry_timer_is_held_durably_across_a_kill9_and_fires_when_due(
     assert headers["due_at"] == iso(due)
 
 
-def test_a_tenants_missed_and_skipped_slots_are_its_own_in_history(
+def test_a_tenants_missed_and_skipped_slots_are_its_own_in_history(  # long: one story
     history_ns: Settings, tmp_path: Path, schedulers: list[CronstreamProcess]
 ) -> None:
     """Issue 31: the scheduler wrote every MISSED/SKIPPED slot under tenant "default", so
@@ -352,14 +373,21 @@ def test_a_tenants_missed_and_skipped_slots_are_its_own_in_history(
     at = began - timedelta(minutes=10)
 
     def job(job_id: str, tenant: str, policy: MisfireKind, window_ms: int) -> JobDefinition:
-        return JobDefinition(job_id=job_id, tenant=tenant, target=Target(type="http", url=URL),
-                             updated_at=began, schedule=OnceSchedule(at=at),
-                             misfire=MisfirePolicy(policy=policy, catchup_window_ms=window_ms))  # fmt: skip
+        return JobDefinition(
+            job_id=job_id,
+            tenant=tenant,
+            target=Target(type="http", url=URL),
+            updated_at=began,
+            schedule=OnceSchedule(at=at),
+            misfire=MisfirePolicy(policy=policy, catchup_window_ms=window_ms),
+        )
 
     publisher = Publisher(ns)
-    for definition in (job("acme/x", "acme", MisfireKind.ONCE, 60_000),
-                       job("acme/y", "acme", MisfireKind.SKIP, 3_600_000),
-                       job("plain", "default", MisfireKind.ONCE, 60_000)):  # fmt: skip
+    for definition in (
+        job("acme/x", "acme", MisfireKind.ONCE, 60_000),
+        job("acme/y", "acme", MisfireKind.SKIP, 3_600_000),
+        job("plain", "default", MisfireKind.ONCE, 60_000),
+    ):
         publisher.publish(topics.jobs, definition)
     publisher.close()
     sched = start(ns, tmp_path, schedulers, "s")
@@ -372,8 +400,11 @@ def test_a_tenants_missed_and_skipped_slots_are_its_own_in_history(
         time.sleep(0.5)
     sched.stop()
     recorded = sorted((o.job_id, o.status.value, o.tenant) for o in history(ns))
-    assert recorded == [("acme/x", "MISSED", "acme"), ("acme/y", "SKIPPED", "acme"),
-                        ("plain", "MISSED", "default")]  # fmt: skip
+    assert recorded == [
+        ("acme/x", "MISSED", "acme"),
+        ("acme/y", "SKIPPED", "acme"),
+        ("plain", "MISSED", "default"),
+    ]
 
     while not group_caught_up(ns, f"{ns.topic_prefix}.sink", topics.history):
         assert time.monotonic() < deadline + 60, "the sink did not write the history"
@@ -381,9 +412,14 @@ def test_a_tenants_missed_and_skipped_slots_are_its_own_in_history(
     cluster, session = cassandra_session(ns, keyspace=ns.keyspace)
     try:
         found = History(session, ns.keyspace).by_status(
-            ["MISSED", "SKIPPED"], began - timedelta(minutes=1), utc_now() + timedelta(minutes=1),
-            tenant="acme")  # fmt: skip
-        assert sorted((o.job_id, o.status.value) for o in found) == [("acme/x", "MISSED"),
-                                                                     ("acme/y", "SKIPPED")]  # fmt: skip
+            ["MISSED", "SKIPPED"],
+            began - timedelta(minutes=1),
+            utc_now() + timedelta(minutes=1),
+            tenant="acme",
+        )
+        assert sorted((o.job_id, o.status.value) for o in found) == [
+            ("acme/x", "MISSED"),
+            ("acme/y", "SKIPPED"),
+        ]
     finally:
         cluster.shutdown()

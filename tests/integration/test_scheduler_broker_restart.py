@@ -49,8 +49,9 @@ def test_a_broker_restart_neither_kills_the_scheduler_nor_loses_or_floods_slots(
     publisher.close()
     # A delivery timeout shorter than the outage: what was queued when the broker went
     # away fails, and the partitions rewind to their checkpoint instead of dying.
-    config = ProcessorConfig(group=f"{ns.topic_prefix}.scheduler", session_timeout_ms=6000,
-                             delivery_timeout_ms=8000)  # fmt: skip
+    config = ProcessorConfig(
+        group=f"{ns.topic_prefix}.scheduler", session_timeout_ms=6000, delivery_timeout_ms=8000
+    )
     processor = Processor(ns.as_role("scheduler"), config)
     try:
         drive(processor, 10)

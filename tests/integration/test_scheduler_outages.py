@@ -27,9 +27,12 @@ pytestmark = pytest.mark.integration
 
 
 def every_second(job_id: str) -> JobDefinition:
-    return JobDefinition(job_id=job_id, target=Target(type="http", url="https://e.x/h"),
-                         updated_at=utc_now(),
-                         schedule=IntervalSchedule(every_ms=1000, anchor=EPOCH))  # fmt: skip
+    return JobDefinition(
+        job_id=job_id,
+        target=Target(type="http", url="https://e.x/h"),
+        updated_at=utc_now(),
+        schedule=IntervalSchedule(every_ms=1000, anchor=EPOCH),
+    )
 
 
 def evolved_encoder(settings: Settings) -> tuple[int, object]:
@@ -50,8 +53,11 @@ def drive(processor: Processor, seconds: float) -> None:
 
 def fired(settings: Settings, job_id: str, since_ms: int = 0) -> int:
     topic = Topics(settings).runs(Priority.NORMAL)
-    return sum(1 for r in read_topic(settings, topic)
-               if r.headers.get("job_id") == job_id and r.timestamp_ms >= since_ms)  # fmt: skip
+    return sum(
+        1
+        for r in read_topic(settings, topic)
+        if r.headers.get("job_id") == job_id and r.timestamp_ms >= since_ms
+    )
 
 
 def test_a_definition_needing_the_registry_while_it_is_down_waits_and_loaded_jobs_keep_firing(

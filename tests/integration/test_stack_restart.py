@@ -55,8 +55,18 @@ def test_subjects_ids_jobs_and_logins_survive_down_and_up(
     monkeypatch.setenv("CRONSTREAM_KAFKA_PASSWORD", old_password)  # its removed password
     assert not logs_in(retired)
     monkeypatch.delenv("CRONSTREAM_KAFKA_PASSWORD")
-    put = cronstream(ns, "jobs", "put", "survivor", "--cron", "0 3 * * *", "--target", "http",
-                     "--url", "https://example.com/h")  # fmt: skip
+    put = cronstream(
+        ns,
+        "jobs",
+        "put",
+        "survivor",
+        "--cron",
+        "0 3 * * *",
+        "--target",
+        "http",
+        "--url",
+        "https://example.com/h",
+    )
     assert put.returncode == 0, put.stderr
     subject = f"{Topics(ns).jobs}-value"
     schema = schema_json(JobDefinition.AVRO_NAME)

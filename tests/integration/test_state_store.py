@@ -32,8 +32,10 @@ URL = "https://example.com/hook"
 
 def _put(ns: Settings, specs: list[dict[str, Any]]) -> None:
     with JobClient(ns) as client:
-        client.put_many(job_from_spec({"target": "http", "url": URL, **spec},
-                                      max_payload_bytes=65536) for spec in specs)  # fmt: skip
+        client.put_many(
+            job_from_spec({"target": "http", "url": URL, **spec}, max_payload_bytes=65536)
+            for spec in specs
+        )
 
 
 def _slot_ms(run_id: str) -> int:
@@ -45,8 +47,10 @@ def _slot_ms(run_id: str) -> int:
 
 NEAR = [{"id": f"near-{i}", "every": "2s"} for i in range(150)]
 # Due every 90 s, spread over it: most are beyond the 60 s horizon (in the store only).
-FAR = [{"id": f"far-{i}", "every": "90s", "anchor": f"1970-01-01T00:00:{i % 60:02d}Z"}
-       for i in range(150)]  # fmt: skip
+FAR = [
+    {"id": f"far-{i}", "every": "90s", "anchor": f"1970-01-01T00:00:{i % 60:02d}Z"}
+    for i in range(150)
+]
 
 
 def _missed(ns: Settings, started_ms: int, ended_ms: int, killed_ms: int) -> list[tuple[str, int]]:
@@ -71,8 +75,9 @@ def test_a_kill9_takeover_on_the_same_store_reads_no_definition_and_misses_no_sl
 ) -> None:
     state = tmp_path / "state"
     _put(ns, NEAR + FAR)
-    first = CronstreamProcess(ns, tmp_path, "first", "--state-dir", str(state),
-                              "--checkpoint-ms", "500")  # fmt: skip
+    first = CronstreamProcess(
+        ns, tmp_path, "first", "--state-dir", str(state), "--checkpoint-ms", "500"
+    )
     procs.append(first)
     first.wait_live(ns.partitions, timeout=120)
     started_ms = int(time.time() * 1000)
@@ -106,13 +111,22 @@ def test_a_host_lost_with_its_disk_is_taken_over_from_a_standby_store(
     _put(ns, NEAR + FAR)
     session = ("--session-timeout-ms", "6000", "--checkpoint-ms", "500")
     lost_disk = tmp_path / "lost"
-    first = CronstreamProcess(ns, tmp_path, "first", "--state-dir", str(lost_disk),
-                              "--instance-id", "first", *session)  # fmt: skip
+    first = CronstreamProcess(
+        ns, tmp_path, "first", "--state-dir", str(lost_disk), "--instance-id", "first", *session
+    )
     procs.append(first)
     first.wait_live(ns.partitions, timeout=120)
     started_ms = int(time.time() * 1000)
-    second = CronstreamProcess(ns, tmp_path, "second", "--state-dir",
-                               str(tmp_path / "standby"), "--instance-id", "second", *session)  # fmt: skip
+    second = CronstreamProcess(
+        ns,
+        tmp_path,
+        "second",
+        "--state-dir",
+        str(tmp_path / "standby"),
+        "--instance-id",
+        "second",
+        *session,
+    )
     procs.append(second)
     _wait_log(second, r"standby stores warm", 120)
     time.sleep(20)  # it joined, and took its share from its standby stores
@@ -192,13 +206,16 @@ def test_the_store_kept_live_equals_the_one_rebuilt_from_the_jobs_topic(
 
     check = cronstream(ns, "scheduler", "--state-dir", str(kept), "--check-index")
     assert check.returncode == 0, check.stdout + check.stderr
-    assert f"{ns.partitions} partition stores checked against the jobs topic: 0 differences" \
-        in check.stdout  # fmt: skip
+    assert (
+        f"{ns.partitions} partition stores checked against the jobs topic: 0 differences"
+        in check.stdout
+    )
 
     rebuilt = tmp_path / "rebuilt"
     shutil.copytree(kept, rebuilt)
-    again = CronstreamProcess(ns, tmp_path, "rebuilt", "--state-dir", str(rebuilt),
-                              "--rebuild-index")  # fmt: skip
+    again = CronstreamProcess(
+        ns, tmp_path, "rebuilt", "--state-dir", str(rebuilt), "--rebuild-index"
+    )
     procs.append(again)
     again.wait_live(ns.partitions, timeout=120)
     again.stop()

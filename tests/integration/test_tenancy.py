@@ -44,17 +44,22 @@ E = TypeVar("E", JobDefinition, RunRequest, ControlCommand)
 
 def _job(job_id: str, tenant: str = "default") -> JobDefinition:
     return JobDefinition(
-        job_id=job_id, tenant=tenant, updated_at=T0, schedule=CronSchedule(expression="0 2 * * *"),
+        job_id=job_id,
+        tenant=tenant,
+        updated_at=T0,
+        schedule=CronSchedule(expression="0 2 * * *"),
         target=Target(type="http", url="https://example.com/hook"),
-    )  # fmt: skip
+    )
 
 
 def _decoded(ns: Settings, topic: str, kind: type[E]) -> list[tuple[str, E | None]]:
     """(the job_id header, the decoded value or None) of every record of ``topic``."""
     with registry_client(ns, writer=True) as registry:
         codec = Codec(registry)
-        return [(r.headers["job_id"], None if r.value is None else codec.decode(r.value, kind))
-                for r in read_topic(ns, topic)]  # fmt: skip
+        return [
+            (r.headers["job_id"], None if r.value is None else codec.decode(r.value, kind))
+            for r in read_topic(ns, topic)
+        ]
 
 
 def _stored(ns: Settings) -> dict[str, JobDefinition | None]:
@@ -74,8 +79,12 @@ def test_a_tenant_acts_on_its_own_jobs_only_and_its_tenant_comes_from_its_login(
         assert stored is not None
         assert (stored.tenant, stored.job_id) == (a, f"{a}/nightly")
         # b cannot reach a's job: in b's namespace there is no such job.
-        for refused in (cb.delete("nightly"), cb.pause("nightly"), cb.trigger("nightly"),
-                        cb.cancel("nightly@manual:k1")):  # fmt: skip
+        for refused in (
+            cb.delete("nightly"),
+            cb.pause("nightly"),
+            cb.trigger("nightly"),
+            cb.cancel("nightly@manual:k1"),
+        ):
             assert not refused.accepted
             assert refused.reason == "no job 'nightly'"
             assert refused.code is RefusalCode.NOT_FOUND
@@ -130,13 +139,23 @@ def test_a_tenant_cannot_write_cronstreams_topics_nor_touch_another_tenants(
     a, b = two
     topics = Topics(ns)
     as_a = tenant_settings(ns, a)
-    for topic in (topics.jobs, topics.runs(Priority.HIGH), topics.control, topics.history,
-                  topics.tenant_commands(b), topics.tenant_results(a)):  # fmt: skip
+    for topic in (
+        topics.jobs,
+        topics.runs(Priority.HIGH),
+        topics.control,
+        topics.history,
+        topics.tenant_commands(b),
+        topics.tenant_results(a),
+    ):
         error = _delivery(as_a, topic)
         assert error is not None, topic
         assert error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, (topic, error)
-    for topic in (topics.history, topics.runs(Priority.NORMAL), topics.jobs,
-                  topics.tenant_results(b)):  # fmt: skip
+    for topic in (
+        topics.history,
+        topics.runs(Priority.NORMAL),
+        topics.jobs,
+        topics.tenant_results(b),
+    ):
         # In a group of its own (a group outside it is refused first).
         error = _read_error(as_a, topic, f"{ns.topic_prefix}.t.{a}.probe")
         assert error is not None, topic
@@ -182,8 +201,12 @@ def test_an_unreadable_command_is_answered_and_changes_nothing(
     with TenantClient(ns, a) as ca:
         producer = ca.publisher.producer
         offsets: list[int] = []
-        producer.produce(ca.commands, value=b"\x00\x00\x00\x00\x01garbage", key=b"x",
-                         on_delivery=lambda _e, m: offsets.append(m.offset() or 0))  # fmt: skip
+        producer.produce(
+            ca.commands,
+            value=b"\x00\x00\x00\x00\x01garbage",
+            key=b"x",
+            on_delivery=lambda _e, m: offsets.append(m.offset() or 0),
+        )
         producer.flush(20)
         answer = ca.answer("-", offsets[0], 30)
     assert not answer.accepted
@@ -213,8 +236,10 @@ def test_the_cli_puts_a_tenants_jobs_through_the_admission(
     a, _ = two
     assert set(two) <= set(list_tenants(ns))
     jobs_file = tmp_path / "jobs.yaml"
-    jobs_file.write_text("- {id: x, cron: '0 2 * * *', target: http, url: https://e.x/h}\n"
-                         "- {id: y, cron: 'not cron', target: http, url: https://e.x/h}\n")  # fmt: skip
+    jobs_file.write_text(
+        "- {id: x, cron: '0 2 * * *', target: http, url: https://e.x/h}\n"
+        "- {id: y, cron: 'not cron', target: http, url: https://e.x/h}\n"
+    )
     run = cronstream(ns, "tenant", "--tenant", a, "put", str(jobs_file))
     assert run.returncode == 2, run.stderr  # the file has an invalid job: nothing is sent
     assert "nothing was written" in run.stderr
@@ -233,8 +258,11 @@ def test_a_tenants_kafka_quotas_are_set_and_the_broker_throttles_it(ns: Settings
     """Kafka client quotas per tenant principal, set by Kafka's own ConfigCommand; a
     tenant producing over its byte rate is throttled by the broker."""
     name = f"q{uuid.uuid4().hex[:8]}"
-    quotas = {"producer_byte_rate": 262_144, "consumer_byte_rate": 524_288,
-              "request_percentage": 10}  # fmt: skip
+    quotas = {
+        "producer_byte_rate": 262_144,
+        "consumer_byte_rate": 524_288,
+        "request_percentage": 10,
+    }
     add_tenant(ns, name, quotas=quotas)
     try:
         assert quotas_of(ns, tenant_user(name)) == {k: float(v) for k, v in quotas.items()}
@@ -245,8 +273,10 @@ def test_a_tenants_kafka_quotas_are_set_and_the_broker_throttles_it(ns: Settings
                 if broker.get("throttle", {}).get("max"):
                     throttles.append(broker["throttle"]["max"])
 
-        producer = kafka_producer(tenant_settings(ns, name), **{
-            "compression.type": "none", "statistics.interval.ms": 500, "stats_cb": stats})  # fmt: skip
+        producer = kafka_producer(
+            tenant_settings(ns, name),
+            **{"compression.type": "none", "statistics.interval.ms": 500, "stats_cb": stats},
+        )
         started = time.monotonic()
         for _ in range(40):  # 4 MB, well over what the quota window lets through at once
             producer.produce(Topics(ns).tenant_commands(name), value=os.urandom(100_000))

@@ -26,8 +26,13 @@ T0 = datetime(2026, 11, 27, tzinfo=UTC)
 
 
 def _job(job_id: str, target: Target) -> JobDefinition:
-    return JobDefinition(job_id=job_id, tenant="default", updated_at=T0, target=target,
-                         schedule=CronSchedule(expression="0 2 * * *"))  # fmt: skip
+    return JobDefinition(
+        job_id=job_id,
+        tenant="default",
+        updated_at=T0,
+        target=target,
+        schedule=CronSchedule(expression="0 2 * * *"),
+    )
 
 
 def test_a_record_the_admission_cannot_read_is_refused_and_the_next_one_accepted(

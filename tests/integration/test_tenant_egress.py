@@ -32,16 +32,21 @@ pytestmark = pytest.mark.integration
 
 def _context(tenant: str) -> RunContext:
     return RunContext(
-        run_id=f"{tenant}/j@1", job_id=f"{tenant}/j", attempt=1,
-        scheduled_at=datetime.now(UTC), payload='{"n": 1}', tenant=tenant,
+        run_id=f"{tenant}/j@1",
+        job_id=f"{tenant}/j",
+        attempt=1,
+        scheduled_at=datetime.now(UTC),
+        payload='{"n": 1}',
+        tenant=tenant,
         deadline=time.monotonic() + 20,
-    )  # fmt: skip
+    )
 
 
 def _keys(ns: Settings, topic: str) -> list[bytes | None]:
     """The record keys of a one-partition topic, read as the super user."""
-    consumer = Consumer({**admin_security(ns), "group.id": "cstest-egress",
-                         "enable.auto.commit": False})  # fmt: skip
+    consumer = Consumer(
+        {**admin_security(ns), "group.id": "cstest-egress", "enable.auto.commit": False}
+    )
     try:
         low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
         if high <= low:
@@ -76,13 +81,15 @@ def test_each_tenant_writes_its_own_topics_only(
     executor = KafkaExecutor(worker_producer, TopicPolicy(own=frozenset()), tenants)
     try:
         assert executor.execute(Target(type="kafka", topic=mine), _context(a)) == (
-            f"produced to {mine} partition 0 offset 0")  # fmt: skip
+            f"produced to {mine} partition 0 offset 0"
+        )
         with pytest.raises(TargetInvalid) as refused:
             executor.execute(Target(type="kafka", topic=theirs), _context(a))
         assert f"tenant {a!r} may not write to {theirs!r}" in str(refused.value)
         # Credentials elsewhere: a tenant without a file there is refused at once.
-        elsewhere = KafkaExecutor(worker_producer, TopicPolicy(own=frozenset()),
-                                  TenantProducers(ns, tmp_path))  # fmt: skip
+        elsewhere = KafkaExecutor(
+            worker_producer, TopicPolicy(own=frozenset()), TenantProducers(ns, tmp_path)
+        )
         with pytest.raises(TargetInvalid, match="no Kafka credentials for tenant"):
             elsewhere.execute(Target(type="kafka", topic=mine), _context(a))
     finally:

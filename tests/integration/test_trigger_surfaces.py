@@ -60,10 +60,12 @@ def test_a_tenant_triggers_from_its_own_topics_only_and_after_its_own_jobs(
     with api.client(history_ns, a) as ca:
         foreign = ca.put("/v1/jobs/foreign", json={**HOOK, "on": {"topic": f"{b}.orders"}})
         assert foreign.status_code == 403, foreign.text
-        assert foreign.json()["error"] == (f"trigger policy: on.topic '{b}.orders' is not one "
-                                           f"of the tenant's own topics ({a}.*)")  # fmt: skip
-        own = ca.put("/v1/jobs/own", json={**HOOK, "on": {"topic": f"{a}.orders",
-                                                          "filter": "value.n > 1"}})  # fmt: skip
+        assert foreign.json()["error"] == (
+            f"trigger policy: on.topic '{b}.orders' is not one of the tenant's own topics ({a}.*)"
+        )
+        own = ca.put(
+            "/v1/jobs/own", json={**HOOK, "on": {"topic": f"{a}.orders", "filter": "value.n > 1"}}
+        )
         assert own.status_code == 200, own.text
         after = ca.put("/v1/jobs/report", json={**HOOK, "after": ["own"]})
         assert after.status_code == 200, after.text
@@ -88,10 +90,14 @@ def _write(settings: Settings, outcomes: list[RunOutcome]) -> None:
         cluster.shutdown()
 
 
-def test_a_triggers_lag_last_match_and_upstream_day_through_the_api_and_the_dashboard(
-    history_ns: Settings, two: tuple[str, str], api: Api, orders: str,
-    procs: list[CronstreamProcess], tmp_path: Path,
-) -> None:  # fmt: skip
+def test_a_triggers_lag_last_match_and_upstream_day_through_the_api_and_the_dashboard(  # long: one story
+    history_ns: Settings,
+    two: tuple[str, str],
+    api: Api,
+    orders: str,
+    procs: list[CronstreamProcess],
+    tmp_path: Path,
+) -> None:
     a, _ = two
     group = triggers_group(history_ns.topic_prefix)
     # The trigger processor's commit, made here: partition 0 read to offset 6, 1 not yet.
@@ -102,18 +108,35 @@ def test_a_triggers_lag_last_match_and_upstream_day_through_the_api_and_the_dash
     now = utc_now().replace(microsecond=0)
     job, run_at = f"{a}/orders", now - timedelta(seconds=1)
     matched = event_run_id(job, orders, 1, 3)
-    _write(history_ns, [
-        RunOutcome(run_id=event_run_id(job, orders, 0, 2), job_id=job, tenant=a,
-                   status=RunStatus.SUCCEEDED, trigger=Trigger.EVENT,
-                   scheduled_at=now - timedelta(minutes=5), recorded_at=now),
-        RunOutcome(run_id=matched, job_id=job, tenant=a, status=RunStatus.SUCCEEDED,
-                   trigger=Trigger.EVENT, scheduled_at=run_at, recorded_at=now),
-    ])  # fmt: skip
+    _write(
+        history_ns,
+        [
+            RunOutcome(
+                run_id=event_run_id(job, orders, 0, 2),
+                job_id=job,
+                tenant=a,
+                status=RunStatus.SUCCEEDED,
+                trigger=Trigger.EVENT,
+                scheduled_at=now - timedelta(minutes=5),
+                recorded_at=now,
+            ),
+            RunOutcome(
+                run_id=matched,
+                job_id=job,
+                tenant=a,
+                status=RunStatus.SUCCEEDED,
+                trigger=Trigger.EVENT,
+                scheduled_at=run_at,
+                recorded_at=now,
+            ),
+        ],
+    )
     with api.client(history_ns, a) as ca:
         assert ca.put("/v1/jobs/orders", json={**HOOK, "on": orders}).status_code == 200
         assert ca.put("/v1/jobs/report", json={**HOOK, "after": ["orders"]}).status_code == 200
-        answer = eventually(lambda: ca.get("/v1/jobs/report/triggers"),
-                            lambda r: r.status_code == 200).json()  # fmt: skip
+        answer = eventually(
+            lambda: ca.get("/v1/jobs/report/triggers"), lambda r: r.status_code == 200
+        ).json()
         on = ca.get("/v1/jobs/orders/triggers").json()["on"]
     assert on["group"] == group
     assert on["lag_error"] is None
@@ -123,20 +146,30 @@ def test_a_triggers_lag_last_match_and_upstream_day_through_the_api_and_the_dash
     ]
     assert on["lag"] == 4
     assert on["last_matched"] == {
-        "run_id": f"orders@evt:{orders}:1:3", "topic": orders, "partition": 1, "offset": 3,
-        "record_time": run_at.strftime("%Y-%m-%dT%H:%M:%S.000Z"), "status": "SUCCEEDED",
-    }  # fmt: skip
+        "run_id": f"orders@evt:{orders}:1:3",
+        "topic": orders,
+        "partition": 1,
+        "offset": 3,
+        "record_time": run_at.strftime("%Y-%m-%dT%H:%M:%S.000Z"),
+        "status": "SUCCEEDED",
+    }
     assert answer["describe"] == f"after {a}/orders"
     assert answer["after"] == {
-        "date": run_at.date().isoformat(), "run": None,
-        "jobs": [{"job_id": "orders", "known": True, "succeeded": True,
-                  "run_id": f"orders@evt:{orders}:1:3"}],
-    }  # fmt: skip
+        "date": run_at.date().isoformat(),
+        "run": None,
+        "jobs": [
+            {
+                "job_id": "orders",
+                "known": True,
+                "succeeded": True,
+                "run_id": f"orders@evt:{orders}:1:3",
+            }
+        ],
+    }
     _dashboard(history_ns, a, procs, tmp_path)
 
 
-def _dashboard(settings: Settings, tenant: str, procs: list[CronstreamProcess], tmp: Path
-               ) -> None:  # fmt: skip
+def _dashboard(settings: Settings, tenant: str, procs: list[CronstreamProcess], tmp: Path) -> None:
     """The job pages (the dashboard's own Kafka user, ``ui``, reads the lag too)."""
     url = _ui(settings, procs, tmp)
     with _signed_in(url, token_path(settings, tenant).read_text().strip()) as client:

@@ -23,7 +23,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
-from infra.bootstrap import admin_acls, delete_acls
+from infra.kafka_access import admin_acls, delete_acls
 from infra.tenants import trigger_source_acls
 from producers.client import JobClient
 from runtime.kafka.clients import kafka_admin
@@ -43,11 +43,23 @@ from tests.integration.helpers import (
 )
 
 pytestmark = pytest.mark.integration
-ORDER = {"type": "record", "name": "Order", "namespace": "test.shop", "fields": [
-    {"name": "id", "type": "long"}, {"name": "amount", "type": "long"},
-    {"name": "customer", "type": {"type": "record", "name": "Customer",
-                                  "fields": [{"name": "name", "type": "string"}]}},
-]}  # fmt: skip
+ORDER = {
+    "type": "record",
+    "name": "Order",
+    "namespace": "test.shop",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "amount", "type": "long"},
+        {
+            "name": "customer",
+            "type": {
+                "type": "record",
+                "name": "Customer",
+                "fields": [{"name": "name", "type": "string"}],
+            },
+        },
+    ],
+}
 
 
 @pytest.fixture
@@ -62,11 +74,13 @@ def sources(ns: Settings) -> Iterator[list[str]]:
         delete_acls(admin, [b for t in made for b in trigger_source_acls(t)])
 
 
-def create(ns: Settings, made: list[str], topic: str, partitions: int, *, grant: bool = True
-           ) -> str:  # fmt: skip
+def create(
+    ns: Settings, made: list[str], topic: str, partitions: int, *, grant: bool = True
+) -> str:
     admin = kafka_admin(ns, superuser=True)
-    for future in admin.create_topics([NewTopic(topic, num_partitions=partitions,
-                                                replication_factor=1)]).values():  # fmt: skip
+    for future in admin.create_topics(
+        [NewTopic(topic, num_partitions=partitions, replication_factor=1)]
+    ).values():
         future.result(30)
     made.append(topic)
     if grant:
@@ -82,15 +96,17 @@ class Source:
         self.producer = Producer({**admin_security(ns), "partitioner": "murmur2_random"})
         self.landed: dict[int, tuple[int, int]] = {}  # sequence number -> (partition, offset)
 
-    def send(self, n: int, value: bytes, *, key: str | None = None,
-             timestamp_ms: int | None = None) -> None:  # fmt: skip
+    def send(
+        self, n: int, value: bytes, *, key: str | None = None, timestamp_ms: int | None = None
+    ) -> None:
         def done(err: Any, msg: Any) -> None:
             assert err is None, err
             self.landed[n] = (msg.partition(), msg.offset())
 
         # timestamp 0: the producer's clock
-        self.producer.produce(self.topic, value=value, key=key, on_delivery=done,
-                              timestamp=timestamp_ms or 0)  # fmt: skip
+        self.producer.produce(
+            self.topic, value=value, key=key, on_delivery=done, timestamp=timestamp_ms or 0
+        )
         self.producer.poll(0)
 
     def flush(self) -> None:
@@ -122,10 +138,12 @@ def put(ns: Settings, *specs: dict[str, Any]) -> None:
         client.put_many(job_from_spec(spec, max_payload_bytes=65536) for spec in specs)
 
 
-def processor(ns: Settings, tmp: Path, procs: list[CronstreamProcess], name: str, *args: str
-              ) -> CronstreamProcess:  # fmt: skip
-    proc = CronstreamProcess(ns, tmp, name, "--session-timeout-ms", "6000", *args,
-                             command="triggers")  # fmt: skip
+def processor(
+    ns: Settings, tmp: Path, procs: list[CronstreamProcess], name: str, *args: str
+) -> CronstreamProcess:
+    proc = CronstreamProcess(
+        ns, tmp, name, "--session-timeout-ms", "6000", *args, command="triggers"
+    )
     procs.append(proc)
     return proc
 
@@ -137,13 +155,20 @@ def runs(ns: Settings) -> list[tuple[dict[str, str], bytes | None]]:
 def caught_up(ns: Settings, topic: str) -> bool:
     """The trigger group has committed every record of ``topic`` written so far (read
     as the super user: the operators' user may not read the source topics)."""
-    consumer = Consumer({**admin_security(ns), "group.id": f"{ns.topic_prefix}.triggers",
-                         "enable.auto.commit": False})  # fmt: skip
+    consumer = Consumer(
+        {
+            **admin_security(ns),
+            "group.id": f"{ns.topic_prefix}.triggers",
+            "enable.auto.commit": False,
+        }
+    )
     try:
         meta = consumer.list_topics(topic, timeout=10).topics[topic]
         assert meta.partitions, meta.error
-        ends = [TopicPartition(topic, p, watermarks(consumer, TopicPartition(topic, p))[1])
-                for p in meta.partitions]  # fmt: skip
+        ends = [
+            TopicPartition(topic, p, watermarks(consumer, TopicPartition(topic, p))[1])
+            for p in meta.partitions
+        ]
         return group_lag(consumer, ends) == 0
     finally:
         consumer.close()
@@ -156,18 +181,29 @@ def wait_until(check: Any, timeout: float, what: str, log: Any = lambda: "") -> 
         time.sleep(0.5)
 
 
-def test_1000_records_100_matching_run_exactly_100_runs_once_across_a_kill9(
-    ns: Settings, tmp_path: Path, target: Target, sources: list[str],
+def test_1000_records_100_matching_run_exactly_100_runs_once_across_a_kill9(  # long: one story
+    ns: Settings,
+    tmp_path: Path,
+    target: Target,
+    sources: list[str],
     procs: list[CronstreamProcess],
-) -> None:  # fmt: skip
+) -> None:
     topic = create(ns, sources, f"cstest-src.{uuid.uuid4().hex[:8]}.orders", 3)
     encode = avro_writer(ns, topic)
-    put(ns, {"id": "big-orders", "target": "http", "url": f"{target.url}/hook",
-             "on": {"topic": topic, "filter": "value.amount >= 900"}})  # fmt: skip
+    put(
+        ns,
+        {
+            "id": "big-orders",
+            "target": "http",
+            "url": f"{target.url}/hook",
+            "on": {"topic": topic, "filter": "value.amount >= 900"},
+        },
+    )
     # 4 at once: the target's listen backlog is 5 (more reset connections: runs FAILED,
     # whose retries need a scheduler this test does not run)
-    worker = CronstreamProcess(ns, tmp_path, "w", "--http-allow", "127.0.0.0/8",
-                               "--concurrency", "4", command="worker")  # fmt: skip
+    worker = CronstreamProcess(
+        ns, tmp_path, "w", "--http-allow", "127.0.0.0/8", "--concurrency", "4", command="worker"
+    )
     procs.append(worker)
     first = processor(ns, tmp_path, procs, "t1", "--checkpoint-ms", "300")
     first.wait_live(1, text="assigned")
@@ -176,8 +212,11 @@ def test_1000_records_100_matching_run_exactly_100_runs_once_across_a_kill9(
     def write() -> None:
         for n in range(1000):
             amount = 900 + n if n % 10 == 0 else n % 10  # every tenth matches
-            source.send(n, encode({"id": n, "amount": amount, "customer": {"name": f"c{n % 7}"}}),
-                        key=f"k{n % 13}")  # fmt: skip
+            source.send(
+                n,
+                encode({"id": n, "amount": amount, "customer": {"name": f"c{n % 7}"}}),
+                key=f"k{n % 13}",
+            )
             time.sleep(0.004)
         source.flush()
 
@@ -187,12 +226,12 @@ def test_1000_records_100_matching_run_exactly_100_runs_once_across_a_kill9(
     first.kill9()
     second = processor(ns, tmp_path, procs, "t2")
     writer.join()
-    wait_until(lambda: caught_up(ns, topic), 90, "the trigger group to commit every record",
-               second.log)  # fmt: skip
+    wait_until(
+        lambda: caught_up(ns, topic), 90, "the trigger group to commit every record", second.log
+    )
     second.stop()
 
-    expected = {event_run_id("big-orders", topic, *source.landed[n]): n
-                for n in range(0, 1000, 10)}  # fmt: skip
+    expected = {event_run_id("big-orders", topic, *source.landed[n]): n for n in range(0, 1000, 10)}
     copies: dict[str, list[tuple[dict[str, str], bytes | None]]] = defaultdict(list)
     for headers, value in runs(ns):
         copies[headers["run_id"]].append((headers, value))
@@ -203,8 +242,9 @@ def test_1000_records_100_matching_run_exactly_100_runs_once_across_a_kill9(
         assert all(h.get("possible_duplicate") == "true" for h, _ in written[1:]), run_id
         assert len(set(payloads[run_id])) == 1, f"{run_id}: two payloads"
     # Each ran once: one success per run id, and the target called once per run id.
-    wait_until(lambda: len(_succeeded(ns)) >= 100, 90, "100 runs to succeed",
-               lambda: _unsucceeded(ns))  # fmt: skip
+    wait_until(
+        lambda: len(_succeeded(ns)) >= 100, 90, "100 runs to succeed", lambda: _unsucceeded(ns)
+    )
     succeeded = _succeeded(ns)
     assert Counter(succeeded) == Counter(set(expected)), "a run did not succeed exactly once"
     assert target.keys("/hook") == Counter(set(expected)), "the target was not called once each"
@@ -212,20 +252,27 @@ def test_1000_records_100_matching_run_exactly_100_runs_once_across_a_kill9(
         payload = json.loads(payloads[run_id][0])
         assert (payload["topic"], payload["key"]) == (topic, f"k{n % 13}")
         assert payload["value"] == {"id": n, "amount": 900 + n, "customer": {"name": f"c{n % 7}"}}
-    print(f"\nkill -9: 1000 records, {len(expected)} runs, each once; {len(again)} run "
-          "requests written again after the kill (flagged possible_duplicate)")  # fmt: skip
+    print(
+        f"\nkill -9: 1000 records, {len(expected)} runs, each once; {len(again)} run "
+        "requests written again after the kill (flagged possible_duplicate)"
+    )
 
 
 def _succeeded(ns: Settings) -> list[str]:
-    return [o.run_id for o in decoded(ns, Topics(ns).history, RunOutcome)
-            if o.status.value == "SUCCEEDED"]  # fmt: skip
+    return [
+        o.run_id
+        for o in decoded(ns, Topics(ns).history, RunOutcome)
+        if o.status.value == "SUCCEEDED"
+    ]
 
 
 def _unsucceeded(ns: Settings) -> str:
     """The outcomes that are no success, with their errors (what a failure shows)."""
-    return "\n".join(f"{o.status.value} {o.run_id} {o.error}"
-                     for o in decoded(ns, Topics(ns).history, RunOutcome)
-                     if o.status.value != "SUCCEEDED")  # fmt: skip
+    return "\n".join(
+        f"{o.status.value} {o.run_id} {o.error}"
+        for o in decoded(ns, Topics(ns).history, RunOutcome)
+        if o.status.value != "SUCCEEDED"
+    )
 
 
 def _payloads(ns: Settings) -> dict[str, list[str]]:
@@ -241,10 +288,16 @@ def test_debounce_gives_one_run_per_window_per_key(
 ) -> None:
     topic = create(ns, sources, f"cstest-src.{uuid.uuid4().hex[:8]}.clicks", 1)
     url = "https://example.com/hook"
-    put(ns, {"id": "quiet", "target": "http", "url": url,
-             "on": {"topic": topic, "debounce": "2s"}},
-        {"id": "per-user", "target": "http", "url": url,
-         "on": {"topic": topic, "debounce": "2s", "key": "value.user"}})  # fmt: skip
+    put(
+        ns,
+        {"id": "quiet", "target": "http", "url": url, "on": {"topic": topic, "debounce": "2s"}},
+        {
+            "id": "per-user",
+            "target": "http",
+            "url": url,
+            "on": {"topic": topic, "debounce": "2s", "key": "value.user"},
+        },
+    )
     proc = processor(ns, tmp_path, procs, "t")
     proc.wait_live(1, text="assigned")
     source = Source(ns, topic)
@@ -286,18 +339,30 @@ def test_a_trigger_added_to_a_topic_being_read_starts_at_its_definition(
     wait_until(lambda: caught_up(ns, topic), 60, "the trigger group to commit", proc.log)
     time.sleep(0.2)
     put(ns, {"id": "second", "target": "http", "url": url, "on": topic})
-    wait_until(lambda: sum(h["job_id"] == "second" for h, _ in runs(ns)) >= 3, 60,
-               "the second trigger's runs", proc.log)  # fmt: skip
+    wait_until(
+        lambda: sum(h["job_id"] == "second" for h, _ in runs(ns)) >= 3,
+        60,
+        "the second trigger's runs",
+        proc.log,
+    )
     proc.stop()
     got = Counter(h["run_id"] for h, _ in runs(ns))
-    assert got == Counter({event_run_id(job, topic, 0, o): 1 for job, offsets in
-                           (("first", range(5)), ("second", range(2, 5))) for o in offsets})  # fmt: skip
+    assert got == Counter(
+        {
+            event_run_id(job, topic, 0, o): 1
+            for job, offsets in (("first", range(5)), ("second", range(2, 5)))
+            for o in offsets
+        }
+    )
 
 
 def test_a_tenants_job_cannot_trigger_from_another_tenants_topic_and_keeps_its_rate(
-    ns: Settings, tmp_path: Path, two: tuple[str, str], sources: list[str],
+    ns: Settings,
+    tmp_path: Path,
+    two: tuple[str, str],
+    sources: list[str],
     procs: list[CronstreamProcess],
-) -> None:  # fmt: skip
+) -> None:
     a, b = two
     mine = create(ns, sources, f"{a}.orders", 1, grant=False)  # tenants add granted a.
     theirs = create(ns, sources, f"{b}.orders", 1, grant=False)

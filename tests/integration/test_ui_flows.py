@@ -42,17 +42,29 @@ QUOTAS = {"CRONSTREAM_TENANT_MAX_JOBS": "3", "CRONSTREAM_TENANT_TRIGGERS_PER_MIN
 
 def _diamond(url: str, flow_id: str = "diamond", tenant: str | None = None) -> dict[str, object]:
     def node(name: str, path: str, *after: str) -> dict[str, object]:
-        return {"name": name, "after": list(after), "target": "http", "max_attempts": 1,
-                "url": f"{url}/{path}/{name}"}  # fmt: skip
+        return {
+            "name": name,
+            "after": list(after),
+            "target": "http",
+            "max_attempts": 1,
+            "url": f"{url}/{path}/{name}",
+        }
 
-    spec: dict[str, object] = {"id": flow_id, "nodes": [
-        node("a", "ok"), node("b", "fail", "a"), node("c", "ok", "a"), node("d", "ok", "b", "c"),
-    ]}  # fmt: skip
+    spec: dict[str, object] = {
+        "id": flow_id,
+        "nodes": [
+            node("a", "ok"),
+            node("b", "fail", "a"),
+            node("c", "ok", "a"),
+            node("d", "ok", "b", "c"),
+        ],
+    }
     return spec if tenant is None else {**spec, "tenant": tenant}
 
 
-def _stack(settings: Settings, procs: list[CronstreamProcess], tmp: Path, scraped: Path,
-           target: Target) -> str:  # fmt: skip
+def _stack(
+    settings: Settings, procs: list[CronstreamProcess], tmp: Path, scraped: Path, target: Target
+) -> str:
     """Every role a flow run and the charts need, a job firing every second, the diamond
     flow put as an operator; the dashboard's URL."""
     tick = {"id": "tick", "every": "1s", "target": "http", "url": f"{target.url}/ok/tick"}
@@ -63,14 +75,19 @@ def _stack(settings: Settings, procs: list[CronstreamProcess], tmp: Path, scrape
     with JobClient(settings) as client:
         client.put(job_from_spec(tick, max_payload_bytes=settings.max_payload_bytes))
     ports = {}
-    for role, args in (("scheduler", ()), ("sink", ()),
-                       ("worker", ("--http-allow", "127.0.0.0/8"))):  # fmt: skip
+    for role, args in (
+        ("scheduler", ()),
+        ("sink", ()),
+        ("worker", ("--http-allow", "127.0.0.0/8")),
+    ):
         ports[f"{settings.topic_prefix}-{role}"] = (role, port := free_port())
-        procs.append(CronstreamProcess(settings, tmp, role, *args, "--metrics-port", str(port),
-                                       command=role))  # fmt: skip
+        procs.append(
+            CronstreamProcess(settings, tmp, role, *args, "--metrics-port", str(port), command=role)
+        )
     write_targets(scraped.parent, scraped.stem, ports)
-    coordinator = CronstreamProcess(settings, tmp, "flows", "--log-level", "INFO",
-                                    command="flows-coordinator")  # fmt: skip
+    coordinator = CronstreamProcess(
+        settings, tmp, "flows", "--log-level", "INFO", command="flows-coordinator"
+    )
     procs.append(coordinator)
     port = free_port()
     ui = CronstreamProcess(settings, tmp, "ui", "--port", str(port), command="ui", env=QUOTAS)
@@ -82,10 +99,15 @@ def _stack(settings: Settings, procs: list[CronstreamProcess], tmp: Path, scrape
 
 
 def test_a_diamond_flow_run_is_drawn_in_its_colours_rerun_and_audited_in_a_browser(
-    history_ns: Settings, two: tuple[str, str], admission: AdmissionThread,
-    procs: list[CronstreamProcess], browser: webdriver.Chrome, tmp_path: Path,
-    scraped: Path, target: Target,
-) -> None:  # fmt: skip
+    history_ns: Settings,
+    two: tuple[str, str],
+    admission: AdmissionThread,
+    procs: list[CronstreamProcess],
+    browser: webdriver.Chrome,
+    tmp_path: Path,
+    scraped: Path,
+    target: Target,
+) -> None:
     """(Screenshots: their paths in the test's output with ``-s``.)"""
     assert admission is not None  # the tenant's job is put through it
     url = _stack(history_ns, procs, tmp_path, scraped, target)
@@ -118,9 +140,13 @@ def _trigger(page: Page) -> str:
 
 def _fills(browser: webdriver.Chrome) -> dict[str, str]:
     """Node -> the fill of its box, as the DOM has the drawn SVG."""
-    return {g.get_attribute("data-node") or "": g.find_element(By.CSS_SELECTOR, "rect")
-            .get_attribute("fill") or "" for g in browser.find_elements(By.CSS_SELECTOR,
-                                                                       "svg.dag g.node")}  # fmt: skip
+    return {
+        g.get_attribute("data-node") or "": g.find_element(By.CSS_SELECTOR, "rect").get_attribute(
+            "fill"
+        )
+        or ""
+        for g in browser.find_elements(By.CSS_SELECTOR, "svg.dag g.node")
+    }
 
 
 def _diamond_drawn(page: Page, browser: webdriver.Chrome, flow_run: str) -> None:
@@ -150,8 +176,11 @@ def _rerun(page: Page, flow_run: str) -> None:
     assert "Confirm: rerun diamond" in page.text("h1")
     page.click("#confirm")
     assert "rerun of the failed part" in page.text("#flash"), page.text()
-    page.until(path, lambda: "b~r1" in page.text("#node-runs") and "rerun 1" in page.text(
-        "svg.dag"), timeout=120)  # fmt: skip
+    page.until(
+        path,
+        lambda: "b~r1" in page.text("#node-runs") and "rerun 1" in page.text("svg.dag"),
+        timeout=120,
+    )
     page.shot("flow-run-rerun")
 
 
@@ -172,8 +201,11 @@ def _audit(page: Page) -> None:
 def _overview_and_stuck(page: Page) -> None:
     """Five charts of the last hour on the overview, drawn from Prometheus once it has
     the job's fires and runs; the late-and-stuck list says what it covers."""
-    page.until("/ui", lambda: bool(page.driver.find_elements(
-        By.CSS_SELECTOR, "#chart-runs polyline")), timeout=120)  # fmt: skip
+    page.until(
+        "/ui",
+        lambda: bool(page.driver.find_elements(By.CSS_SELECTOR, "#chart-runs polyline")),
+        timeout=120,
+    )
     assert len(page.driver.find_elements(By.CSS_SELECTOR, "#charts figure.chart-box")) == 5
     assert page.driver.find_elements(By.CSS_SELECTOR, "#chart-fires polyline")
     page.shot("overview-charts")
@@ -185,8 +217,9 @@ def _overview_and_stuck(page: Page) -> None:
 
 def _tenant_page(page: Page, url: str, token: str) -> None:
     """A tenant's job put through the API; its page: its job, its quota used."""
-    put = httpx.put(f"{url}/v1/jobs/report", json=SPEC, timeout=60,
-                    headers={"Authorization": f"Bearer {token}"})  # fmt: skip
+    put = httpx.put(
+        f"{url}/v1/jobs/report", json=SPEC, timeout=60, headers={"Authorization": f"Bearer {token}"}
+    )
     assert put.status_code == 200, put.text
     page.sign_in(token)
     page.until("/ui/tenants", lambda: "report" in page.text("#tenant-jobs"))
@@ -201,16 +234,27 @@ def _flow_run_rows(settings: Settings, tenant: str) -> None:
     and the worker write it."""
     now = utc_now()
     run = f"{tenant}/etl@manual:k"
-    statuses = {"": "FAILED", "/a": "SUCCEEDED", "/b": "FAILED", "/c": "SUCCEEDED",
-                "/d": "UPSTREAM_FAILED"}  # fmt: skip
+    statuses = {
+        "": "FAILED",
+        "/a": "SUCCEEDED",
+        "/b": "FAILED",
+        "/c": "SUCCEEDED",
+        "/d": "UPSTREAM_FAILED",
+    }
     cluster, session = cassandra_session(settings, keyspace=settings.keyspace)
     try:
         tables = HistoryTables(session, settings.keyspace, ttl_s=3600)
         for node, status in statuses.items():
-            outcome = RunOutcome(run_id=run + node, job_id=f"{tenant}/etl", tenant=tenant,
-                                 status=RunStatus(status), scheduled_at=now - timedelta(minutes=1),
-                                 recorded_at=now, worker=FLOWS_APP if not node else "w",
-                                 error=f"flow-error-of-{tenant}" if not node else None)  # fmt: skip
+            outcome = RunOutcome(
+                run_id=run + node,
+                job_id=f"{tenant}/etl",
+                tenant=tenant,
+                status=RunStatus(status),
+                scheduled_at=now - timedelta(minutes=1),
+                recorded_at=now,
+                worker=FLOWS_APP if not node else "w",
+                error=f"flow-error-of-{tenant}" if not node else None,
+            )
             for _table, statement in tables.rows(outcome):
                 session.execute(statement)
     finally:
@@ -224,8 +268,10 @@ def test_a_tenant_cannot_open_another_tenants_flow_run_flow_or_tenant_page(
     with JobClient(history_ns) as client:
         for t in two:
             spec = _diamond("https://example.com", f"{t}/etl", t)
-            client.put_flow(flow_from_spec(spec, max_payload_bytes=65536),
-                            flow_schedule(spec, max_payload_bytes=65536))  # fmt: skip
+            client.put_flow(
+                flow_from_spec(spec, max_payload_bytes=65536),
+                flow_schedule(spec, max_payload_bytes=65536),
+            )
     for t in two:
         _flow_run_rows(history_ns, t)
     url = _ui(history_ns, procs, tmp_path)
@@ -239,8 +285,12 @@ def test_a_tenant_cannot_open_another_tenants_flow_run_flow_or_tenant_page(
         assert own.status_code == 200, own.text
         assert own.text.count('class="node"') == 4
         assert f"flow-error-of-{b}" in own.text
-        for path in (f"/ui/flow-runs/{a}/etl@manual:k", f"/ui/flows/{a}/etl",
-                     f"/ui/tenants/{a}", f"/ui/flow-confirm?action=trigger&flow={a}/etl"):  # fmt: skip
+        for path in (
+            f"/ui/flow-runs/{a}/etl@manual:k",
+            f"/ui/flows/{a}/etl",
+            f"/ui/tenants/{a}",
+            f"/ui/flow-confirm?action=trigger&flow={a}/etl",
+        ):
             other = cb.get(path)
             assert other.status_code == 404, path
             assert f"flow-error-of-{a}" not in other.text, path

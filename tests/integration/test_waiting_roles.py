@@ -79,13 +79,17 @@ def ready(port: int) -> int:
         return 0
 
 
-def start(ns: Settings, tmp_path: Path, procs: list[CronstreamProcess], env: dict[str, str],
-          roles: dict[str, tuple[str, ...]]) -> dict[str, CronstreamProcess]:  # fmt: skip
+def start(
+    ns: Settings,
+    tmp_path: Path,
+    procs: list[CronstreamProcess],
+    env: dict[str, str],
+    roles: dict[str, tuple[str, ...]],
+) -> dict[str, CronstreamProcess]:
     started = {}
     for name, args in roles.items():
         command = args[0]
-        started[name] = CronstreamProcess(ns, tmp_path, name, *args[1:], command=command,
-                                          env=env)  # fmt: skip
+        started[name] = CronstreamProcess(ns, tmp_path, name, *args[1:], command=command, env=env)
         procs.append(started[name])
     return started
 
@@ -120,18 +124,27 @@ def test_roles_started_while_the_registry_is_away_wait_then_start(
     url = urllib.parse.urlsplit(ns.registry_url)
     outage = Outage(url.hostname or "127.0.0.1", url.port or 80)
     outage.down()
-    env = {"CRONSTREAM_REGISTRY_URL": ns.registry_url.replace(
-        f"{url.hostname}:{url.port}", f"127.0.0.1:{outage.port}"),
-        **local_environment(tmp_path / "archive")}  # fmt: skip
+    env = {
+        "CRONSTREAM_REGISTRY_URL": ns.registry_url.replace(
+            f"{url.hostname}:{url.port}", f"127.0.0.1:{outage.port}"
+        ),
+        **local_environment(tmp_path / "archive"),
+    }
     sink_port, api_port = free_port(), free_port()
-    started = start(ns, tmp_path, procs, env, {
-        "sink": ("sink", "--metrics-port", str(sink_port)),
-        "scheduler": ("scheduler",),
-        "admission": ("admission",),
-        "archiver": ("archiver",),
-        "api": ("api", "--port", str(api_port)),
-        "flows": ("flows-coordinator", "--nice", "0"),
-    })  # fmt: skip
+    started = start(
+        ns,
+        tmp_path,
+        procs,
+        env,
+        {
+            "sink": ("sink", "--metrics-port", str(sink_port)),
+            "scheduler": ("scheduler",),
+            "admission": ("admission",),
+            "archiver": ("archiver",),
+            "api": ("api", "--port", str(api_port)),
+            "flows": ("flows-coordinator", "--nice", "0"),
+        },
+    )
     try:
         until(lambda: ready(sink_port) == 503, "the sink's /readyz", list(started.values()))
         waits_then_starts(started, outage, "the schema registry")
@@ -141,8 +154,11 @@ def test_roles_started_while_the_registry_is_away_wait_then_start(
         assert ready(sink_port) == 200
         until(lambda: ready(api_port) == 200, "the API's /readyz", live)
         runs_topic = Topics(ns).runs(Priority.NORMAL)
-        until(lambda: any(r.headers.get("job_id") == "waits" for r in read_topic(ns, runs_topic)),
-              "the scheduler to fire", live)  # fmt: skip
+        until(
+            lambda: any(r.headers.get("job_id") == "waits" for r in read_topic(ns, runs_topic)),
+            "the scheduler to fire",
+            live,
+        )
         stop_all(started)
     finally:
         outage.down()
@@ -157,10 +173,16 @@ def test_roles_started_while_cassandra_is_away_wait_then_start(
     outage.down()
     env = {"CRONSTREAM_CASSANDRA_PORT": str(outage.port)}
     sink_port, api_port = free_port(), free_port()
-    started = start(ns, tmp_path, procs, env, {
-        "sink": ("sink", "--metrics-port", str(sink_port)),
-        "api": ("api", "--port", str(api_port)),
-    })  # fmt: skip
+    started = start(
+        ns,
+        tmp_path,
+        procs,
+        env,
+        {
+            "sink": ("sink", "--metrics-port", str(sink_port)),
+            "api": ("api", "--port", str(api_port)),
+        },
+    )
     try:
         waits_then_starts(started, outage, "Cassandra")
         live = list(started.values())
@@ -183,19 +205,33 @@ def test_roles_started_while_kafka_is_away_wait_then_start(
     outage = Outage(host, int(port))
     outage.down()
     env = {"CRONSTREAM_BOOTSTRAP_SERVERS": f"127.0.0.1:{outage.port}"}
-    started = start(ns, tmp_path, procs, env, {
-        "scheduler": ("scheduler",),
-        "worker": ("worker",),
-        "admission": ("admission",),
-    })  # fmt: skip
+    started = start(
+        ns,
+        tmp_path,
+        procs,
+        env,
+        {
+            "scheduler": ("scheduler",),
+            "worker": ("worker",),
+            "admission": ("admission",),
+        },
+    )
     try:
         waits_then_starts(started, outage, "Kafka")
         runs_topic = Topics(ns).runs(Priority.NORMAL)
-        until(lambda: any(r.headers.get("job_id") == "waits" and r.timestamp_ms / 1000 > published_at
-                          for r in read_topic(ns, runs_topic)),
-              "the scheduler to fire", list(started.values()))  # fmt: skip
-        until(lambda: "assigned" in started["worker"].log(), "the worker to join",
-              list(started.values()))  # fmt: skip
+        until(
+            lambda: any(
+                r.headers.get("job_id") == "waits" and r.timestamp_ms / 1000 > published_at
+                for r in read_topic(ns, runs_topic)
+            ),
+            "the scheduler to fire",
+            list(started.values()),
+        )
+        until(
+            lambda: "assigned" in started["worker"].log(),
+            "the worker to join",
+            list(started.values()),
+        )
         stop_all(started)
     finally:
         outage.down()
@@ -211,17 +247,23 @@ def test_a_running_reader_of_history_waits_for_the_registry_when_a_new_schema_id
     ns = history_ns
     url = urllib.parse.urlsplit(ns.registry_url)
     outage = Outage(url.hostname or "127.0.0.1", url.port or 80)
-    env = {"CRONSTREAM_REGISTRY_URL": ns.registry_url.replace(
-        f"{url.hostname}:{url.port}", f"127.0.0.1:{outage.port}"),
-        **local_environment(tmp_path / "archive")}  # fmt: skip
+    env = {
+        "CRONSTREAM_REGISTRY_URL": ns.registry_url.replace(
+            f"{url.hostname}:{url.port}", f"127.0.0.1:{outage.port}"
+        ),
+        **local_environment(tmp_path / "archive"),
+    }
     args = ("--flush-s", "1") if role == "archiver" else ()
     reader = start(ns, tmp_path, procs, env, {role: (role, *args)})[role]
     try:
         until(lambda: "assigned" in reader.log(), f"the {role} to join", [reader])
         outage.down()
         runs = published(ns)
-        until(lambda: "is waiting for the schema registry" in reader.log(),
-              f"the {role} to wait", [reader])  # fmt: skip
+        until(
+            lambda: "is waiting for the schema registry" in reader.log(),
+            f"the {role} to wait",
+            [reader],
+        )
         time.sleep(3)
         caught_up = partial(group_caught_up, ns, f"{ns.topic_prefix}.{role}", Topics(ns).history)
         assert not caught_up()
@@ -245,12 +287,22 @@ def test_a_running_admission_and_api_wait_for_the_registry_for_a_first_definitio
     ns = history_ns
     url = urllib.parse.urlsplit(ns.registry_url)
     outage = Outage(url.hostname or "127.0.0.1", url.port or 80)
-    env = {"CRONSTREAM_REGISTRY_URL": ns.registry_url.replace(
-        f"{url.hostname}:{url.port}", f"127.0.0.1:{outage.port}")}  # fmt: skip
+    env = {
+        "CRONSTREAM_REGISTRY_URL": ns.registry_url.replace(
+            f"{url.hostname}:{url.port}", f"127.0.0.1:{outage.port}"
+        )
+    }
     api_port = free_port()
-    started = start(ns, tmp_path, procs, env, {
-        "admission": ("admission",), "api": ("api", "--port", str(api_port)),
-    })  # fmt: skip
+    started = start(
+        ns,
+        tmp_path,
+        procs,
+        env,
+        {
+            "admission": ("admission",),
+            "api": ("api", "--port", str(api_port)),
+        },
+    )
     live = list(started.values())
     try:
         until(lambda: "jobs topic read" in started["admission"].log(), "the admission", live)
@@ -264,8 +316,11 @@ def test_a_running_admission_and_api_wait_for_the_registry_for_a_first_definitio
         back = "the schema registry is back after"
         until(lambda: all(back in p.log() for p in live), "both to go on", live)
         token = token_path(ns, ADMIN).read_text().strip()
-        jobs = httpx.get(f"http://127.0.0.1:{api_port}/v1/jobs", timeout=10,
-                         headers={"Authorization": f"Bearer {token}"}).json()  # fmt: skip
+        jobs = httpx.get(
+            f"http://127.0.0.1:{api_port}/v1/jobs",
+            timeout=10,
+            headers={"Authorization": f"Bearer {token}"},
+        ).json()
         assert "waits" in str(jobs)
         assert ready(api_port) == 200
         stop_all(started)

@@ -101,10 +101,17 @@ def test_a_record_written_with_an_older_registered_schema_decodes_today(
     fastavro.schemaless_writer(
         buf,
         fastavro.parse_schema(OLD_JOB_SCHEMA),
-        {"job_id": "legacy", "tenant": "t", "schedule": None, "timezone": "UTC", "paused": True,
-         "target": Target(type="http", url="https://x.example").to_avro(), "payload": None,
-         "updated_at": utc_now()},
-    )  # fmt: skip
+        {
+            "job_id": "legacy",
+            "tenant": "t",
+            "schedule": None,
+            "timezone": "UTC",
+            "paused": True,
+            "target": Target(type="http", url="https://x.example").to_avro(),
+            "payload": None,
+            "updated_at": utc_now(),
+        },
+    )
     job = Codec(registry).decode(buf.getvalue(), JobDefinition)
     assert job.job_id == "legacy"
     assert job.paused is True

@@ -42,8 +42,9 @@ from tests.integration.helpers import (
 pytestmark = pytest.mark.integration
 
 
-def worker(ns: Settings, tmp: Path, procs: list[CronstreamProcess], name: str, *args: str
-           ) -> CronstreamProcess:  # fmt: skip
+def worker(
+    ns: Settings, tmp: Path, procs: list[CronstreamProcess], name: str, *args: str
+) -> CronstreamProcess:
     proc = CronstreamProcess(ns, tmp, name, "--http-allow", "127.0.0.0/8", *args, command="worker")
     procs.append(proc)
     proc.wait_live(1, text="assigned")
@@ -99,15 +100,16 @@ def test_kill9_of_a_worker_mid_run_completes_every_run_with_one_effect(
     seen = target.keys("/slow")
     assert set(run_ids) <= set(seen), "a run never reached the target"
     repeats = sum(n - 1 for n in seen.values())
-    print(f"\nkill -9: {len(run_ids)} runs, every one succeeded; {repeats} executions repeated "
-          "(runs in flight on the killed worker), each with the same Idempotency-Key")  # fmt: skip
+    print(
+        f"\nkill -9: {len(run_ids)} runs, every one succeeded; {repeats} executions repeated "
+        "(runs in flight on the killed worker), each with the same Idempotency-Key"
+    )
 
 
 def test_retries_stay_within_backoff_bounds_then_dead_letter(
     ns: Settings, tmp_path: Path, target: Target, procs: list[CronstreamProcess]
 ) -> None:
-    put(ns, id="bad", target="http", url=f"{target.url}/fail", max_attempts=3,
-        backoff="1s..2s")  # fmt: skip
+    put(ns, id="bad", target="http", url=f"{target.url}/fail", max_attempts=3, backoff="1s..2s")
     sched = CronstreamProcess(ns, tmp_path, "sched")
     procs.append(sched)
     sched.wait_live(12)
@@ -149,8 +151,9 @@ def test_retries_stay_within_backoff_bounds_then_dead_letter(
         assert failed[attempt].next_attempt_at is not None
     assert target.keys("/fail")[run_id] == 3
     with registry_client(ns, writer=True) as registry:
-        letters = [Codec(registry).decode(r.value, DeadLetter)
-                   for r in read_topic(ns, Topics(ns).dlq)]  # fmt: skip
+        letters = [
+            Codec(registry).decode(r.value, DeadLetter) for r in read_topic(ns, Topics(ns).dlq)
+        ]
     (letter,) = [d for d in letters if d.run_id == run_id]
     assert "HTTP 500" in letter.reason
     assert letter.attempt == 3
@@ -160,8 +163,7 @@ def _worker_metrics(port: int) -> dict[str, float]:
     """The run counters and histogram counts a worker serves, as 'name{labels}': value."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         text = response.read().decode()
-    wanted = ("_runs_started_total", "_runs_finished_total", "_tenant_runs_total",
-              "_seconds_count")  # fmt: skip
+    wanted = ("_runs_started_total", "_runs_finished_total", "_tenant_runs_total", "_seconds_count")
     out = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -272,12 +274,16 @@ def test_a_registry_outage_holds_runs_until_it_answers_then_runs_them(
     and killed the worker (and a worker started during the outage exited at once)."""
     registry = urllib.parse.urlsplit(ns.registry_url)
     outage = Outage(registry.hostname or "127.0.0.1", registry.port or 80)
-    env = {"CRONSTREAM_REGISTRY_URL": ns.registry_url.replace(
-        f"{registry.hostname}:{registry.port}", f"127.0.0.1:{outage.port}")}  # fmt: skip
+    env = {
+        "CRONSTREAM_REGISTRY_URL": ns.registry_url.replace(
+            f"{registry.hostname}:{registry.port}", f"127.0.0.1:{outage.port}"
+        )
+    }
     put(ns, id="reg", target="http", url=f"{target.url}/reg")
     outage.down()
-    w = CronstreamProcess(ns, tmp_path, "w", "--http-allow", "127.0.0.0/8", command="worker",
-                          env=env)  # fmt: skip
+    w = CronstreamProcess(
+        ns, tmp_path, "w", "--http-allow", "127.0.0.0/8", command="worker", env=env
+    )
     procs.append(w)
     time.sleep(4)
     assert w.proc.poll() is None, f"the worker exited:\n{w.log()[-3000:]}"
@@ -318,7 +324,7 @@ class _Echo(BaseHTTPRequestHandler):
         pass
 
 
-def test_secrets_stay_in_their_tenant_and_out_of_history_the_dlq_and_the_log(
+def test_secrets_stay_in_their_tenant_and_out_of_history_the_dlq_and_the_log(  # long: one story
     ns: Settings, tmp_path: Path, procs: list[CronstreamProcess]
 ) -> None:
     """Found by probing (issue 31): a tenant's job got the operators' secret, and a target
@@ -331,15 +337,31 @@ def test_secrets_stay_in_their_tenant_and_out_of_history_the_dlq_and_the_log(
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        spec = {"target": "http", "url": f"http://127.0.0.1:{server.server_address[1]}/hook",
-                "headers": {"Authorization": "secret:hook-token"}, "max_attempts": 1}  # fmt: skip
+        spec = {
+            "target": "http",
+            "url": f"http://127.0.0.1:{server.server_address[1]}/hook",
+            "headers": {"Authorization": "secret:hook-token"},
+            "max_attempts": 1,
+        }
         put(ns, id="echo", **spec)
         with JobClient(ns) as client:  # as the admission stores a tenant's job
-            client.put(replace(job_from_spec({"id": "acme/echo", **spec},
-                                             max_payload_bytes=65536), tenant="acme"))  # fmt: skip
+            client.put(
+                replace(
+                    job_from_spec({"id": "acme/echo", **spec}, max_payload_bytes=65536),
+                    tenant="acme",
+                )
+            )
         # the tenant may call the echo target (its grant): what stops it is the secret
-        w = worker(ns, tmp_path, procs, "w", "--secrets-dir", str(secrets),
-                   "--grant", "acme:http=127.0.0.1")  # fmt: skip
+        w = worker(
+            ns,
+            tmp_path,
+            procs,
+            "w",
+            "--secrets-dir",
+            str(secrets),
+            "--grant",
+            "acme:http=127.0.0.1",
+        )
         (ours,) = trigger(ns, "echo", ["once"])
         (theirs,) = trigger(ns, "acme/echo", ["once"])
         seen = wait_for(ns, settled([ours, theirs], "FAILED"), timeout=60)
@@ -352,11 +374,17 @@ def test_secrets_stay_in_their_tenant_and_out_of_history_the_dlq_and_the_log(
     assert "bad credentials: ***" in errors[ours]
     assert "secret 'hook-token' is not configured for tenant 'acme'" in errors[theirs]
     with registry_client(ns, writer=True) as registry:
-        letters = [Codec(registry).decode(r.value, DeadLetter)
-                   for r in read_topic(ns, Topics(ns).dlq)]  # fmt: skip
+        letters = [
+            Codec(registry).decode(r.value, DeadLetter) for r in read_topic(ns, Topics(ns).dlq)
+        ]
         # what the target answered is the attempt's output (docs/run-output.md)
-        outputs = {o.run_id: o.output for o in (Codec(registry).decode(r.value, RunOutput)
-                   for r in read_topic(ns, Topics(ns).run_output))}  # fmt: skip
+        outputs = {
+            o.run_id: o.output
+            for o in (
+                Codec(registry).decode(r.value, RunOutput)
+                for r in read_topic(ns, Topics(ns).run_output)
+            )
+        }
     reasons = [letter.reason for letter in letters if letter.run_id in (ours, theirs)]
     assert len(reasons) == 2
     assert outputs == {ours: "bad credentials: ***"}  # the tenant's run sent nothing

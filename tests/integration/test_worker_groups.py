@@ -49,12 +49,24 @@ def test_three_workers_share_one_priority_and_run_everything_once(
     target.slow_s = 0.1
     with JobClient(ns) as client:
         for job in jobs:
-            client.put(job_from_spec({"id": job, "target": "http", "url": f"{target.url}/slow"},
-                                     max_payload_bytes=65536))  # fmt: skip
+            client.put(
+                job_from_spec(
+                    {"id": job, "target": "http", "url": f"{target.url}/slow"},
+                    max_payload_bytes=65536,
+                )
+            )
 
         def worker(name: str) -> CronstreamProcess:
-            proc = CronstreamProcess(ns, tmp_path, name, "--http-allow", "127.0.0.0/8",
-                                     "--concurrency", "4", command="worker")  # fmt: skip
+            proc = CronstreamProcess(
+                ns,
+                tmp_path,
+                name,
+                "--http-allow",
+                "127.0.0.0/8",
+                "--concurrency",
+                "4",
+                command="worker",
+            )
             procs.append(proc)
             return proc
 
@@ -75,8 +87,13 @@ def test_three_workers_share_one_priority_and_run_everything_once(
         proc.stop()
     executed = target.keys("/slow")
     assert max(executed.values()) == 1, [k for k, n in executed.items() if n > 1]
-    by = Counter(o.worker for o in decoded(ns, topics.history, RunOutcome)
-                 if o.run_id in set(second) and o.status.value == "SUCCEEDED")  # fmt: skip
-    print(f"\n{normal} shared 4/4/4 {took:.1f} s after two workers joined; the second "
-          f"{len(second)} runs executed by {dict(by)}; {len(runs)} runs, each once")  # fmt: skip
+    by = Counter(
+        o.worker
+        for o in decoded(ns, topics.history, RunOutcome)
+        if o.run_id in set(second) and o.status.value == "SUCCEEDED"
+    )
+    print(
+        f"\n{normal} shared 4/4/4 {took:.1f} s after two workers joined; the second "
+        f"{len(second)} runs executed by {dict(by)}; {len(runs)} runs, each once"
+    )
     assert set(by) == {"a", "b", "c"}, by

@@ -44,8 +44,9 @@ def command(
 
 
 def put(admission: Admission, tenant: str, job_id: str, n: int = 0) -> TenantResult:
-    decision = admission.decide(tenant, command(TenantAction.PUT, job_id, n, job=JOB),
-                                offset=n, now=NOW)  # fmt: skip
+    decision = admission.decide(
+        tenant, command(TenantAction.PUT, job_id, n, job=JOB), offset=n, now=NOW
+    )
     return decision.result
 
 
@@ -84,8 +85,12 @@ def test_a_put_is_stored_under_the_topics_tenant_whatever_the_record_says() -> N
 def test_another_tenants_job_is_not_in_reach() -> None:
     admission = Admission(Quotas(), max_payload_bytes=65536)
     assert put(admission, "acme", "nightly").accepted
-    for action in (TenantAction.DELETE, TenantAction.PAUSE, TenantAction.RESUME,
-                   TenantAction.TRIGGER):  # fmt: skip
+    for action in (
+        TenantAction.DELETE,
+        TenantAction.PAUSE,
+        TenantAction.RESUME,
+        TenantAction.TRIGGER,
+    ):
         decision = admission.decide("beta", command(action), offset=1, now=NOW)
         assert decision.result.reason == "no job 'nightly'"
         assert (decision.job, decision.run, decision.cancel) == (None, None, None)
@@ -195,25 +200,48 @@ def test_a_tenant_command_survives_avro_with_its_nested_definition(with_job: boo
 NOT_CRON = replace(JOB, schedule=CronSchedule(expression="not cron"))
 PRIVATE = replace(JOB, target=Target(type="http", url="http://127.0.0.1:9190/-/quit"))
 REFUSALS: list[tuple[str, str, TenantCommand, RefusalCode]] = [
-    ("command id", "acme", replace(command(TenantAction.PUT, job=JOB), command_id="c\n"),
-     RefusalCode.INVALID),
+    (
+        "command id",
+        "acme",
+        replace(command(TenantAction.PUT, job=JOB), command_id="c\n"),
+        RefusalCode.INVALID,
+    ),
     ("job id", "acme", command(TenantAction.PUT, "bad\nid", job=JOB), RefusalCode.INVALID),
-    *[(f"no job to {a.value.lower()}", "acme", command(a, "missing", run_id="missing@manual:k"),
-       RefusalCode.NOT_FOUND)
-      for a in (TenantAction.DELETE, TenantAction.PAUSE, TenantAction.RESUME,
-                TenantAction.TRIGGER, TenantAction.CANCEL)],
+    *[
+        (
+            f"no job to {a.value.lower()}",
+            "acme",
+            command(a, "missing", run_id="missing@manual:k"),
+            RefusalCode.NOT_FOUND,
+        )
+        for a in (
+            TenantAction.DELETE,
+            TenantAction.PAUSE,
+            TenantAction.RESUME,
+            TenantAction.TRIGGER,
+            TenantAction.CANCEL,
+        )
+    ],
     ("another tenant's job", "beta", command(TenantAction.DELETE), RefusalCode.NOT_FOUND),
     ("put without a job", "acme", command(TenantAction.PUT), RefusalCode.INVALID),
     ("invalid definition", "acme", command(TenantAction.PUT, job=NOT_CRON), RefusalCode.INVALID),
     ("target policy", "acme", command(TenantAction.PUT, job=PRIVATE), RefusalCode.POLICY),
     ("job quota", "acme", command(TenantAction.PUT, "second", job=JOB), RefusalCode.QUOTA),
-    ("idempotency key", "acme", command(TenantAction.TRIGGER, idempotency_key="k\n"),
-     RefusalCode.INVALID),
+    (
+        "idempotency key",
+        "acme",
+        command(TenantAction.TRIGGER, idempotency_key="k\n"),
+        RefusalCode.INVALID,
+    ),
     ("trigger quota", "acme", command(TenantAction.TRIGGER, n=2), RefusalCode.QUOTA),
     ("run id", "acme", command(TenantAction.CANCEL), RefusalCode.INVALID),
-    ("run of another job", "acme", command(TenantAction.CANCEL, run_id="other@manual:k"),
-     RefusalCode.INVALID),
-]  # fmt: skip
+    (
+        "run of another job",
+        "acme",
+        command(TenantAction.CANCEL, run_id="other@manual:k"),
+        RefusalCode.INVALID,
+    ),
+]
 
 
 def _busy() -> Admission:
@@ -225,8 +253,9 @@ def _busy() -> Admission:
     return admission
 
 
-@pytest.mark.parametrize(("tenant", "sent", "code"), [r[1:] for r in REFUSALS],
-                         ids=[r[0] for r in REFUSALS])  # fmt: skip
+@pytest.mark.parametrize(
+    ("tenant", "sent", "code"), [r[1:] for r in REFUSALS], ids=[r[0] for r in REFUSALS]
+)
 def test_every_refusal_of_decide_carries_its_code(
     tenant: str, sent: TenantCommand, code: RefusalCode
 ) -> None:
@@ -241,8 +270,9 @@ def test_the_refusal_codes_are_decided_not_read_from_the_reasons_words() -> None
     """A reason echoes words the tenant chose: the API once gave 429 to any reason
     holding "quota" (here an invalid job id, and a topic the policy refuses)."""
     admission = _busy()
-    worded = admission.decide("acme", command(TenantAction.PUT, "quota\n", job=JOB), offset=9,
-                              now=NOW).result  # fmt: skip
+    worded = admission.decide(
+        "acme", command(TenantAction.PUT, "quota\n", job=JOB), offset=9, now=NOW
+    ).result
     assert "quota" in (worded.reason or "")
     assert worded.code is RefusalCode.INVALID  # 422, not the 429 its words once chose
     topic = replace(JOB, target=Target(type="kafka", topic="quota.x"))
@@ -253,9 +283,12 @@ def test_the_refusal_codes_are_decided_not_read_from_the_reasons_words() -> None
 
 def test_accepted_answers_carry_no_code() -> None:
     admission = _busy()
-    for sent in (command(TenantAction.PAUSE), command(TenantAction.RESUME),
-                 command(TenantAction.CANCEL, run_id="nightly@manual:k"),
-                 command(TenantAction.DELETE)):  # fmt: skip
+    for sent in (
+        command(TenantAction.PAUSE),
+        command(TenantAction.RESUME),
+        command(TenantAction.CANCEL, run_id="nightly@manual:k"),
+        command(TenantAction.DELETE),
+    ):
         result = admission.decide("acme", sent, offset=9, now=NOW).result
         assert (result.accepted, result.code) == (True, None), result.reason
 
@@ -264,7 +297,10 @@ def test_an_unreadable_record_and_a_fault_have_their_own_codes() -> None:
     admission = Admission(Quotas(), max_payload_bytes=65536)
     unreadable = admission.unreadable("k", 3, "undecodable command: x", NOW).result
     assert (unreadable.accepted, unreadable.code, unreadable.action) == (
-        False, RefusalCode.UNREADABLE, None)  # fmt: skip
+        False,
+        RefusalCode.UNREADABLE,
+        None,
+    )
     faulted = admission.faulted(command(TenantAction.PUT, job=JOB), 4, "internal error", NOW)
     assert (faulted.result.accepted, faulted.result.code) == (False, RefusalCode.INTERNAL)
     assert (faulted.result.reason, faulted.result.action) == ("internal error", TenantAction.PUT)
@@ -274,9 +310,13 @@ def test_every_code_has_its_http_status_and_a_policy_refusal_is_403() -> None:
     """The API's table (README, "The HTTP API"); an internal fault on one command is
     refused and answered like bad input, never a 500."""
     assert STATUS_OF == {
-        RefusalCode.NOT_FOUND: 404, RefusalCode.QUOTA: 429, RefusalCode.POLICY: 403,
-        RefusalCode.INVALID: 422, RefusalCode.UNREADABLE: 422, RefusalCode.INTERNAL: 422,
-    }  # fmt: skip
+        RefusalCode.NOT_FOUND: 404,
+        RefusalCode.QUOTA: 429,
+        RefusalCode.POLICY: 403,
+        RefusalCode.INVALID: 422,
+        RefusalCode.UNREADABLE: 422,
+        RefusalCode.INTERNAL: 422,
+    }
 
 
 @pytest.mark.parametrize(

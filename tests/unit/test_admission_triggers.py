@@ -47,11 +47,15 @@ def test_a_source_topic_not_the_tenants_own_is_a_policy_refusal_with_every_rule_
         other = replace(EVENT, on=EventTrigger(topic=topic))
         refused = put(admission, "acme", "orders", other)
         assert refused.code is RefusalCode.POLICY, topic
-        assert refused.reason == (f"trigger policy: on.topic '{topic}' is not one of the "
-                                  "tenant's own topics (acme.*)")  # fmt: skip
+        assert refused.reason == (
+            f"trigger policy: on.topic '{topic}' is not one of the tenant's own topics (acme.*)"
+        )
         assert admission.jobs["acme/orders"].on == EVENT.on  # unchanged
-    both = replace(EVENT, on=EventTrigger(topic="beta.orders"),
-                   target=Target(type="http", url="http://127.0.0.1:9/x"))  # fmt: skip
+    both = replace(
+        EVENT,
+        on=EventTrigger(topic="beta.orders"),
+        target=Target(type="http", url="http://127.0.0.1:9/x"),
+    )
     refused = put(admission, "acme", "both", both)
     assert refused.code is RefusalCode.POLICY
     assert refused.reason is not None

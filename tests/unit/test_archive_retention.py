@@ -22,8 +22,9 @@ TODAY = date(2026, 11, 26)
 
 def _outcome(day: date) -> RunOutcome:
     at = datetime(day.year, day.month, day.day, 3, tzinfo=UTC)
-    return RunOutcome(run_id=f"j@{day}", job_id="j", status=RunStatus.SUCCEEDED,
-                      scheduled_at=at, recorded_at=at)  # fmt: skip
+    return RunOutcome(
+        run_id=f"j@{day}", job_id="j", status=RunStatus.SUCCEEDED, scheduled_at=at, recorded_at=at
+    )
 
 
 def test_days_past_the_retention_go_whole_and_the_rest_stay(tmp_path: Path) -> None:
@@ -35,8 +36,7 @@ def test_days_past_the_retention_go_whole_and_the_rest_stay(tmp_path: Path) -> N
         table.write(0, None, 6, to_arrow([_outcome(TODAY - timedelta(days=b)) for b in backs]))
         later = datetime.now(UTC) + timedelta(days=2)  # the writing snapshots are old then
         gone = table.expire(TODAY, 366, now=later)
-        assert [p.start for p in gone] == [TODAY - timedelta(days=800),
-                                           TODAY - timedelta(days=367)]  # fmt: skip
+        assert [p.start for p in gone] == [TODAY - timedelta(days=800), TODAY - timedelta(days=367)]
         kept = sorted(p.start for p in table.partitions())
         assert kept == [TODAY - timedelta(days=b) for b in (366, 365, 1, 0)]
         parquet = sorted(tmp_path.rglob("*.parquet"))
@@ -68,8 +68,16 @@ def _daily(first: date, days: int, tenants: tuple[str, ...] = ("default",)) -> l
         at = datetime(day.year, day.month, day.day, 3, tzinfo=UTC)
         for tenant in tenants:
             for status in (RunStatus.STARTED, RunStatus.SUCCEEDED):
-                found.append(RunOutcome(run_id=f"j@{day}", job_id="j", status=status,
-                                        scheduled_at=at, recorded_at=at, tenant=tenant))  # fmt: skip
+                found.append(
+                    RunOutcome(
+                        run_id=f"j@{day}",
+                        job_id="j",
+                        status=status,
+                        scheduled_at=at,
+                        recorded_at=at,
+                        tenant=tenant,
+                    )
+                )
     return found
 
 
@@ -87,19 +95,24 @@ def test_finished_months_become_one_file_per_tenant_and_days_stay_days(tmp_path:
     try:
         outcomes = _daily(date(2026, 9, 20), 68, ("default", "acme"))  # .. 2026-11-26
         for i in range(0, len(outcomes), 40):  # several files a day and partition
-            table.write(0, i or None, i + 40, to_arrow(outcomes[i:i + 40]))  # fmt: skip
+            table.write(0, i or None, i + 40, to_arrow(outcomes[i : i + 40]))
         before = _rows(table)
         done = compact_finished(table, TODAY)
         months = {(p.label(), p.tenant) for p in done if p.month}
         assert months == {(m, t) for m in ("2026-09", "2026-10") for t in ("default", "acme")}
-        assert all(not p.month and p.start < TODAY - timedelta(days=1) for p in done
-                   if p.start.month == 11)  # fmt: skip
+        assert all(
+            not p.month and p.start < TODAY - timedelta(days=1) for p in done if p.start.month == 11
+        )
         parts = table.partitions()
         assert {p.label() for p in parts if p.month} == {"2026-09", "2026-10"}
-        assert all(files == 1 for p, files in parts.items() if p.month or p.start < TODAY
-                   - timedelta(days=1))  # fmt: skip
+        assert all(
+            files == 1
+            for p, files in parts.items()
+            if p.month or p.start < TODAY - timedelta(days=1)
+        )
         assert sorted(p.start for p in parts if not p.month and p.tenant == "acme") == [
-            date(2026, 11, d) for d in range(1, 27)]  # fmt: skip
+            date(2026, 11, d) for d in range(1, 27)
+        ]
         assert _rows(table) == before
         assert compact_finished(table, TODAY) == {}  # nothing left to merge
         late = _daily(date(2026, 10, 5), 1)  # a late outcome of a finished month: its
@@ -121,7 +134,11 @@ def test_a_month_goes_when_its_last_day_is_past_the_retention(tmp_path: Path) ->
         table.write(0, None, 1, to_arrow(_daily(date(2025, 9, 1), 120)))  # .. 2025-12-29
         compact_finished(table, TODAY)
         assert {p.label() for p in table.partitions()} == {
-            "2025-09", "2025-10", "2025-11", "2025-12"}  # fmt: skip
+            "2025-09",
+            "2025-10",
+            "2025-11",
+            "2025-12",
+        }
         gone = table.expire(TODAY, 366)  # the cutoff, 2025-11-25, is inside November
         assert [p.label() for p in gone] == ["2025-09", "2025-10"]
         assert {p.label() for p in table.partitions()} == {"2025-11", "2025-12"}
@@ -157,16 +174,20 @@ def test_a_partition_bigger_than_a_chunk_is_rewritten_in_files_of_disjoint_job_r
     where = lakehouse(Settings.from_env({}), local_environment(tmp_path))
     table = ArchiveTable(where)
     try:
-        outcomes = [replace(o, job_id=f"job-{j:02d}", run_id=f"job-{j:02d}@{o.scheduled_at}")
-                    for j in range(40) for o in _daily(date(2026, 9, 1), 10)]  # fmt: skip
+        outcomes = [
+            replace(o, job_id=f"job-{j:02d}", run_id=f"job-{j:02d}@{o.scheduled_at}")
+            for j in range(40)
+            for o in _daily(date(2026, 9, 1), 10)
+        ]
         for i in range(0, len(outcomes), 200):
-            table.write(0, i or None, i + 200, to_arrow(outcomes[i:i + 200]))  # fmt: skip
+            table.write(0, i or None, i + 200, to_arrow(outcomes[i : i + 200]))
         before = _rows(table)
         assert compact_finished(table, TODAY) == {Part(date(2026, 9, 1), "default", True): 40}
         files = compaction.partition_files(table, TODAY)[Part(date(2026, 9, 1), "default", True)]
         assert len(files) >= 4
-        assert compaction.settled(Part(date(2026, 9, 1), "default", True), files,
-                                  table.specs.months)  # fmt: skip
+        assert compaction.settled(
+            Part(date(2026, 9, 1), "default", True), files, table.specs.months
+        )
         assert sum(f.rows for f in files) == 800
         assert _rows(table) == before
         assert compact_finished(table, TODAY) == {}

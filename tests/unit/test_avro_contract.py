@@ -45,45 +45,138 @@ from schemas.tenancy import RefusalCode, TenantAction, TenantResult
 T0 = datetime(2026, 11, 22, 10, 0, 0, 123000, tzinfo=UTC)
 HTTP = Target(type="http", url="https://example.com/h", headers={"X-A": "1"})
 RUN = RunRequest(
-    run_id="j@2026-11-22T10:00:00.123Z", job_id="j", scheduled_at=T0, fired_at=T0,
-    target=HTTP, attempt=2, trigger=Trigger.RETRY, possible_duplicate=True, payload="{}",
-    priority=Priority.HIGH, timeout_ms=5000, retry=RetryPolicy(max_attempts=4),
-)  # fmt: skip
+    run_id="j@2026-11-22T10:00:00.123Z",
+    job_id="j",
+    scheduled_at=T0,
+    fired_at=T0,
+    target=HTTP,
+    attempt=2,
+    trigger=Trigger.RETRY,
+    possible_duplicate=True,
+    payload="{}",
+    priority=Priority.HIGH,
+    timeout_ms=5000,
+    retry=RetryPolicy(max_attempts=4),
+)
 
 EXAMPLES: list[Event | RunOutput] = [
-    JobDefinition(job_id="cron", target=HTTP, updated_at=T0, schedule=CronSchedule(expression="0 2 * * *"),
-                  timezone="Europe/Paris", start_at=T0, end_at=T0 + timedelta(days=1), jitter_ms=5,
-                  paused=True, payload='{"a":1}', priority=Priority.LOW,
-                  misfire=MisfirePolicy(policy=MisfireKind.ALL, max_catchup=4, catchup_window_ms=9)),
-    JobDefinition(job_id="every", target=Target(type="kafka", topic="out"), updated_at=T0,
-                  schedule=IntervalSchedule(every_ms=60_000, anchor=T0)),
-    JobDefinition(job_id="once", target=Target(type="python", callable="m:f"), updated_at=T0,
-                  schedule=OnceSchedule(at=T0)),
+    JobDefinition(
+        job_id="cron",
+        target=HTTP,
+        updated_at=T0,
+        schedule=CronSchedule(expression="0 2 * * *"),
+        timezone="Europe/Paris",
+        start_at=T0,
+        end_at=T0 + timedelta(days=1),
+        jitter_ms=5,
+        paused=True,
+        payload='{"a":1}',
+        priority=Priority.LOW,
+        misfire=MisfirePolicy(policy=MisfireKind.ALL, max_catchup=4, catchup_window_ms=9),
+    ),
+    JobDefinition(
+        job_id="every",
+        target=Target(type="kafka", topic="out"),
+        updated_at=T0,
+        schedule=IntervalSchedule(every_ms=60_000, anchor=T0),
+    ),
+    JobDefinition(
+        job_id="once",
+        target=Target(type="python", callable="m:f"),
+        updated_at=T0,
+        schedule=OnceSchedule(at=T0),
+    ),
     JobDefinition(job_id="manual", target=Target(type="shell", command="true"), updated_at=T0),
-    JobDefinition(job_id="on-orders", target=HTTP, updated_at=T0, schedule=CronSchedule(expression="0 3 * * *"),
-                  on=EventTrigger(topic="acme.orders", filter='value.amount > 100 and headers["src"] == "web"',
-                                  debounce_ms=60_000, key="value.customer.id",
-                                  payload_fields={"order": "value.id", "who": "key"})),
-    JobDefinition(job_id="batched", target=HTTP, updated_at=T0, on=EventTrigger(topic="clicks", batch=500)),
+    JobDefinition(
+        job_id="on-orders",
+        target=HTTP,
+        updated_at=T0,
+        schedule=CronSchedule(expression="0 3 * * *"),
+        on=EventTrigger(
+            topic="acme.orders",
+            filter='value.amount > 100 and headers["src"] == "web"',
+            debounce_ms=60_000,
+            key="value.customer.id",
+            payload_fields={"order": "value.id", "who": "key"},
+        ),
+    ),
+    JobDefinition(
+        job_id="batched", target=HTTP, updated_at=T0, on=EventTrigger(topic="clicks", batch=500)
+    ),
     JobDefinition(job_id="report", target=HTTP, updated_at=T0, after=("extract", "load")),
-    RunRequest(run_id="on-orders@evt:acme.orders:3:1042", job_id="on-orders", scheduled_at=T0,
-               fired_at=T0, target=HTTP, trigger=Trigger.EVENT, payload='{"order":7}'),
-    RunOutcome(run_id="report@dep:2026-11-22", job_id="report", status=RunStatus.SUCCEEDED,
-               scheduled_at=T0, recorded_at=T0, trigger=Trigger.DEPENDENCY),
+    RunRequest(
+        run_id="on-orders@evt:acme.orders:3:1042",
+        job_id="on-orders",
+        scheduled_at=T0,
+        fired_at=T0,
+        target=HTTP,
+        trigger=Trigger.EVENT,
+        payload='{"order":7}',
+    ),
+    RunOutcome(
+        run_id="report@dep:2026-11-22",
+        job_id="report",
+        status=RunStatus.SUCCEEDED,
+        scheduled_at=T0,
+        recorded_at=T0,
+        trigger=Trigger.DEPENDENCY,
+    ),
     RUN,
-    RunOutcome(run_id=RUN.run_id, job_id="j", status=RunStatus.FAILED, scheduled_at=T0,
-               recorded_at=T0, attempt=2, started_at=T0, finished_at=T0, duration_ms=12,
-               error="boom", next_attempt_at=T0, target_type="http", worker="w1"),
-    TimerRequest(timer_id=f"{RUN.run_id}#2", job_id="j", due_at=T0, reason=TimerReason.RETRY,
-                 created_at=T0, run=RUN),
-    ControlCommand(command_id="c1", action=ControlAction.CANCEL, run_id=RUN.run_id, job_id="j",
-                   issued_at=T0, reason="operator"),
-    DeadLetter(reason="bad bytes", stage="scheduler", source_topic="t", source_partition=3,
-               source_offset=42, dead_at=T0, source_key=b"k", source_value=b"\x00\x01"),
-    RunOutput(run_id=RUN.run_id, job_id="j", tenant="acme", attempt=2, status="FAILED",
-              scheduled_at=T0, recorded_at=T0, output="line 1\nexit 3 ✗\n", dropped="start",
-              target_type="shell", worker="w1"),
-]  # fmt: skip
+    RunOutcome(
+        run_id=RUN.run_id,
+        job_id="j",
+        status=RunStatus.FAILED,
+        scheduled_at=T0,
+        recorded_at=T0,
+        attempt=2,
+        started_at=T0,
+        finished_at=T0,
+        duration_ms=12,
+        error="boom",
+        next_attempt_at=T0,
+        target_type="http",
+        worker="w1",
+    ),
+    TimerRequest(
+        timer_id=f"{RUN.run_id}#2",
+        job_id="j",
+        due_at=T0,
+        reason=TimerReason.RETRY,
+        created_at=T0,
+        run=RUN,
+    ),
+    ControlCommand(
+        command_id="c1",
+        action=ControlAction.CANCEL,
+        run_id=RUN.run_id,
+        job_id="j",
+        issued_at=T0,
+        reason="operator",
+    ),
+    DeadLetter(
+        reason="bad bytes",
+        stage="scheduler",
+        source_topic="t",
+        source_partition=3,
+        source_offset=42,
+        dead_at=T0,
+        source_key=b"k",
+        source_value=b"\x00\x01",
+    ),
+    RunOutput(
+        run_id=RUN.run_id,
+        job_id="j",
+        tenant="acme",
+        attempt=2,
+        status="FAILED",
+        scheduled_at=T0,
+        recorded_at=T0,
+        output="line 1\nexit 3 ✗\n",
+        dropped="start",
+        target_type="shell",
+        worker="w1",
+    ),
+]
 
 
 def write(schema: Any, record: dict[str, Any]) -> bytes:
@@ -128,27 +221,45 @@ def test_keys_and_headers_are_readable_text() -> None:
 
 OLD_JOB_SCHEMA = {
     # JobDefinition as a first release might have had it: no jitter, misfire, start/end.
-    "type": "record", "name": "JobDefinition", "namespace": "cronstream",
+    "type": "record",
+    "name": "JobDefinition",
+    "namespace": "cronstream",
     "fields": [
         {"name": "job_id", "type": "string"},
         {"name": "tenant", "type": "string", "default": "default"},
-        {"name": "schedule", "default": None, "type": ["null",
-            {"type": "record", "name": "CronSchedule", "fields": [{"name": "expression", "type": "string"}]}]},
+        {
+            "name": "schedule",
+            "default": None,
+            "type": [
+                "null",
+                {
+                    "type": "record",
+                    "name": "CronSchedule",
+                    "fields": [{"name": "expression", "type": "string"}],
+                },
+            ],
+        },
         {"name": "timezone", "type": "string", "default": "UTC"},
         {"name": "paused", "type": "boolean", "default": False},
         {"name": "target", "type": json.loads(schema_json("cronstream.Target"))},
         {"name": "payload", "type": ["null", "string"], "default": None},
         {"name": "updated_at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
     ],
-}  # fmt: skip
+}
 
 
 def test_records_written_with_an_older_schema_read_with_defaults() -> None:
     old = fastavro.parse_schema(OLD_JOB_SCHEMA)
     record = {
-        "job_id": "legacy", "tenant": "t", "schedule": ("cronstream.CronSchedule", {"expression": "* * * * *"}),
-        "timezone": "UTC", "paused": False, "target": HTTP.to_avro(), "payload": None, "updated_at": T0,
-    }  # fmt: skip
+        "job_id": "legacy",
+        "tenant": "t",
+        "schedule": ("cronstream.CronSchedule", {"expression": "* * * * *"}),
+        "timezone": "UTC",
+        "paused": False,
+        "target": HTTP.to_avro(),
+        "payload": None,
+        "updated_at": T0,
+    }
     job = JobDefinition.from_avro(
         read(write(old, record), old, parsed_schema(JobDefinition.AVRO_NAME))
     )
@@ -169,9 +280,16 @@ def test_records_written_with_todays_schema_read_with_the_older_one() -> None:
     assert "jitter_ms" not in back
 
 
-REFUSED = TenantResult(command_id="c1", job_id="j", accepted=False, recorded_at=T0,
-                       source_offset=7, reason="job quota: ...", action=TenantAction.PUT,
-                       code=RefusalCode.QUOTA)  # fmt: skip
+REFUSED = TenantResult(
+    command_id="c1",
+    job_id="j",
+    accepted=False,
+    recorded_at=T0,
+    source_offset=7,
+    reason="job quota: ...",
+    action=TenantAction.PUT,
+    code=RefusalCode.QUOTA,
+)
 
 
 def _old_result_schema() -> dict[str, Any]:
@@ -273,8 +391,11 @@ def test_an_event_run_read_by_a_reader_before_the_new_symbols_is_a_scheduled_one
 ) -> None:
     old = fastavro.parse_schema(_before_event_triggers(name))
     current = parsed_schema(name)
-    event = next(e for e in EXAMPLES if name == e.AVRO_NAME and e.trigger in (
-        Trigger.EVENT, Trigger.DEPENDENCY))  # type: ignore[union-attr]  # fmt: skip
+    event = next(
+        e
+        for e in EXAMPLES
+        if name == e.AVRO_NAME and e.trigger in (Trigger.EVENT, Trigger.DEPENDENCY)
+    )  # type: ignore[union-attr]
     back = read(write(current, event.to_avro()), current, old)
     assert back["trigger"] == "SCHEDULE"  # the enum's default
     assert back["run_id"] == event.run_id  # type: ignore[union-attr]
@@ -284,8 +405,11 @@ def test_an_event_run_read_by_a_reader_before_the_new_symbols_is_a_scheduled_one
 def test_runs_written_before_the_new_symbols_read_unchanged(name: str) -> None:
     old = fastavro.parse_schema(_before_event_triggers(name))
     current = parsed_schema(name)
-    record = next(e for e in EXAMPLES if name == e.AVRO_NAME and e.trigger in (
-        Trigger.RETRY, Trigger.SCHEDULE)).to_avro()  # type: ignore[union-attr]  # fmt: skip
+    record = next(
+        e
+        for e in EXAMPLES
+        if name == e.AVRO_NAME and e.trigger in (Trigger.RETRY, Trigger.SCHEDULE)
+    ).to_avro()  # type: ignore[union-attr]
     assert read(write(old, record), old, current)["trigger"] == record["trigger"]
 
 
@@ -321,13 +445,27 @@ def test_a_run_output_is_its_own_record_and_its_optional_fields_have_defaults() 
     }
     current = json.loads(schema_json(RunOutput.AVRO_NAME))
     required = [f for f in current["fields"] if "default" not in f]
-    assert [f["name"] for f in required] == ["run_id", "job_id", "status", "scheduled_at",
-                                             "recorded_at", "output"]  # fmt: skip
+    assert [f["name"] for f in required] == [
+        "run_id",
+        "job_id",
+        "status",
+        "scheduled_at",
+        "recorded_at",
+        "output",
+    ]
     oldest = fastavro.parse_schema({**current, "fields": required})
-    record = {"run_id": "j@1", "job_id": "j", "status": "SUCCEEDED", "scheduled_at": T0,
-              "recorded_at": T0, "output": "ok"}  # fmt: skip
-    back = RunOutput.from_avro(read(write(oldest, record), oldest,
-                                    parsed_schema(RunOutput.AVRO_NAME)))  # fmt: skip
-    assert back == RunOutput(run_id="j@1", job_id="j", status="SUCCEEDED", scheduled_at=T0,
-                             recorded_at=T0, output="ok")  # fmt: skip
+    record = {
+        "run_id": "j@1",
+        "job_id": "j",
+        "status": "SUCCEEDED",
+        "scheduled_at": T0,
+        "recorded_at": T0,
+        "output": "ok",
+    }
+    back = RunOutput.from_avro(
+        read(write(oldest, record), oldest, parsed_schema(RunOutput.AVRO_NAME))
+    )
+    assert back == RunOutput(
+        run_id="j@1", job_id="j", status="SUCCEEDED", scheduled_at=T0, recorded_at=T0, output="ok"
+    )
     assert (back.tenant, back.attempt, back.dropped, back.worker) == ("default", 1, None, None)

@@ -38,8 +38,9 @@ HOUR = 3_600_000
 
 
 def job(**spec: object) -> JobDefinition:
-    return job_from_spec({"id": "j", "target": "python", "callable": "m:f", **spec},
-                         max_payload_bytes=65536)  # fmt: skip
+    return job_from_spec(
+        {"id": "j", "target": "python", "callable": "m:f", **spec}, max_payload_bytes=65536
+    )
 
 
 def test_the_range_holds_the_slots_the_scheduler_would_fire_start_included_end_not() -> None:

@@ -14,7 +14,10 @@ from runtime.settings import Settings
 def test_defaults_and_a_refused_mode(tmp_path: Path) -> None:
     s = Settings.from_env({"CRONSTREAM_HOME": str(tmp_path)})
     assert (s.cassandra_security, s.cassandra_user, s.cassandra_ca) == (
-        "password_tls", "cronstream_app", None)  # fmt: skip
+        "password_tls",
+        "cronstream_app",
+        None,
+    )
     with pytest.raises(SettingsError, match="use password_tls or none"):
         Settings.from_env({"CRONSTREAM_CASSANDRA_SECURITY": "kerberos"})
 

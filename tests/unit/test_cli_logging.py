@@ -14,9 +14,11 @@ from runtime.kafka import logs
 from runtime.kafka.clients import producer_config
 from runtime.settings import Settings
 
-CUT = ("[thrd:GroupCoordinator]: GroupCoordinator: SASL authentication error: "
-       "SaslAuthenticateRequest failed: Local: Broker transport failure (after 0ms in state "
-       "DOWN)")  # fmt: skip
+CUT = (
+    "[thrd:GroupCoordinator]: GroupCoordinator: SASL authentication error: "
+    "SaslAuthenticateRequest failed: Local: Broker transport failure (after 0ms in state "
+    "DOWN)"
+)
 REFUSED = "[thrd:sasl_ssl://127.0.0.1:9092/bootstrap]: Connect to ipv4#127.0.0.1:9092 failed: "
 
 

@@ -26,16 +26,31 @@ def put(*flags: str) -> JobDefinition:
 
 
 def test_on_flags_build_the_event_trigger() -> None:
-    job = put("--on-topic", "acme.orders", "--filter", 'value.amount >= 100 and key == "x"',
-              "--batch", "10", "--on-key", "value.customer.id",
-              "--on-field", "order=value.id", "--on-field", " who = value.customer.id ")  # fmt: skip
+    job = put(
+        "--on-topic",
+        "acme.orders",
+        "--filter",
+        'value.amount >= 100 and key == "x"',
+        "--batch",
+        "10",
+        "--on-key",
+        "value.customer.id",
+        "--on-field",
+        "order=value.id",
+        "--on-field",
+        " who = value.customer.id ",
+    )
     assert job.on == EventTrigger(
-        topic="acme.orders", filter='value.amount >= 100 and key == "x"', batch=10,
-        key="value.customer.id", payload_fields={"order": "value.id", "who": "value.customer.id"},
-    )  # fmt: skip
+        topic="acme.orders",
+        filter='value.amount >= 100 and key == "x"',
+        batch=10,
+        key="value.customer.id",
+        payload_fields={"order": "value.id", "who": "value.customer.id"},
+    )
     assert job.schedule is None
-    assert put("--on-topic", "t", "--debounce", "5m").on == EventTrigger(topic="t",
-                                                                         debounce_ms=300_000)  # fmt: skip
+    assert put("--on-topic", "t", "--debounce", "5m").on == EventTrigger(
+        topic="t", debounce_ms=300_000
+    )
     beside = put("--cron", "0 3 * * *", "--on-topic", "orders")
     assert beside.describe_schedule() == "cron 0 3 * * * + on orders"
     assert put("--after", "extract", "--after", "load").after == ("extract", "load")
@@ -52,9 +67,10 @@ def test_on_flags_build_the_event_trigger() -> None:
         (["--on-topic", "t", "--on-field", "no-path"], "--on-field 'no-path' is not NAME=PATH"),
         (["--on-topic", "t", "--debounce", "soon"], "on.debounce: "),
     ],
-)  # fmt: skip
-def test_a_bad_trigger_from_flags_is_refused_with_its_reason(flags: list[str], problem: str
-                                                             ) -> None:  # fmt: skip
+)
+def test_a_bad_trigger_from_flags_is_refused_with_its_reason(
+    flags: list[str], problem: str
+) -> None:
     with pytest.raises(SpecError) as caught:
         put(*flags)
     assert any(problem in p for p in caught.value.problems), caught.value.problems
@@ -70,14 +86,22 @@ def test_a_jobs_file_through_the_api_sends_its_trigger(tmp_path: Path) -> None:
     """Found while building: the file was read again with yaml.safe_load, which reads a
     bare ``on`` key as true, and the API was sent ``{"true": ...}`` (refused)."""
     path = tmp_path / "jobs.yaml"
-    path.write_text("- id: big-orders\n  target: http\n  url: https://example.com/h\n"
-                    "  on:\n    topic: acme.orders\n    debounce: 5m\n"
-                    "- id: report\n  target: http\n  url: https://example.com/h\n"
-                    "  after: [big-orders]\n  paused: on\n")  # fmt: skip
+    path.write_text(
+        "- id: big-orders\n  target: http\n  url: https://example.com/h\n"
+        "  on:\n    topic: acme.orders\n    debounce: 5m\n"
+        "- id: report\n  target: http\n  url: https://example.com/h\n"
+        "  after: [big-orders]\n  paused: on\n"
+    )
     args = argparse.Namespace(tenant_command="put", file=str(path))
     sent = _requests(Settings.from_env(), args)
-    assert [(m, p) for m, p, _ in sent] == [("PUT", "/v1/jobs/big-orders"),
-                                            ("PUT", "/v1/jobs/report")]  # fmt: skip
+    assert [(m, p) for m, p, _ in sent] == [
+        ("PUT", "/v1/jobs/big-orders"),
+        ("PUT", "/v1/jobs/report"),
+    ]
     assert sent[0][2]["on"] == {"topic": "acme.orders", "debounce": "5m"}
-    assert sent[1][2] == {"target": "http", "url": "https://example.com/h",
-                          "after": ["big-orders"], "paused": True}  # fmt: skip
+    assert sent[1][2] == {
+        "target": "http",
+        "url": "https://example.com/h",
+        "after": ["big-orders"],
+        "paused": True,
+    }

@@ -25,14 +25,24 @@ EXAMPLES = int(os.environ.get("CRONSTREAM_HYPOTHESIS_EXAMPLES", "150"))
 # No example database (nothing written to the work tree); no explain phase (it re-runs the
 # slow reference many times after a failure has been shrunk).
 SETTINGS = settings(
-    max_examples=EXAMPLES, deadline=None, database=None,
+    max_examples=EXAMPLES,
+    deadline=None,
+    database=None,
     phases=[Phase.explicit, Phase.generate, Phase.target, Phase.shrink],
-)  # fmt: skip
+)
 
 ZONES = [
-    "UTC", "Europe/Paris", "America/New_York", "Australia/Lord_Howe", "Pacific/Chatham",
-    "Africa/Casablanca", "Antarctica/Troll", "Pacific/Apia", "Asia/Kolkata", "America/Havana",
-]  # fmt: skip
+    "UTC",
+    "Europe/Paris",
+    "America/New_York",
+    "Australia/Lord_Howe",
+    "Pacific/Chatham",
+    "Africa/Casablanca",
+    "Antarctica/Troll",
+    "Pacific/Apia",
+    "Asia/Kolkata",
+    "America/Havana",
+]
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 FIRST_S = int((datetime(2011, 1, 1, tzinfo=UTC) - EPOCH).total_seconds())
 LAST_S = int((datetime(2030, 12, 31, tzinfo=UTC) - EPOCH).total_seconds())
@@ -87,9 +97,13 @@ def _plain_item(draw: st.DrawFn, field: str, kinds: tuple[str, ...] = PLAIN_KIND
     a, a_text = draw(_value(field))
     _, b_text = draw(_value(field, low=a))
     forms = {
-        "*": "*", "N": a_text, "A-B": f"{a_text}-{b_text}", "*/S": f"*/{step}",
-        "A-B/S": f"{a_text}-{b_text}/{step}", "A/S": f"{a_text}/{step}",
-    }  # fmt: skip
+        "*": "*",
+        "N": a_text,
+        "A-B": f"{a_text}-{b_text}",
+        "*/S": f"*/{step}",
+        "A-B/S": f"{a_text}-{b_text}/{step}",
+        "A/S": f"{a_text}/{step}",
+    }
     return forms[draw(st.sampled_from(kinds))]
 
 
@@ -129,8 +143,13 @@ def _field(field: str) -> st.SearchStrategy[str]:
 @st.composite
 def _joined(draw: st.DrawFn, fields: list[str]) -> str:
     """The fields separated by any whitespace, sometimes with some around them."""
-    gaps = draw(st.lists(st.sampled_from([" ", "  ", "\t", " \t "]), min_size=len(fields) - 1,
-                         max_size=len(fields) - 1))  # fmt: skip
+    gaps = draw(
+        st.lists(
+            st.sampled_from([" ", "  ", "\t", " \t "]),
+            min_size=len(fields) - 1,
+            max_size=len(fields) - 1,
+        )
+    )
     head, tail = draw(st.sampled_from(["", " ", "\t"])), draw(st.sampled_from(["", " ", "\n"]))
     return head + fields[0] + "".join(g + f for g, f in zip(gaps, fields[1:], strict=True)) + tail
 
@@ -153,11 +172,32 @@ def _odd_item(draw: st.DrawFn, field: str) -> str:
     out = draw(st.one_of(st.integers(high + 1, high + 30), st.just(low - 1)))
     name = draw(st.sampled_from(ref.MONTH_NAMES + ref.DAY_NAMES + ("MONDAY", "JANUARY")))
     forms = [
-        str(out), f"{a}-{out}", f"{b}-{a}", f"{b + 1 if b < high else b}-{a}", "*/0",
-        f"{a}-{b}/0", f"{a}/0", "?", f"?{a}", f"{a}W", "W", "LW", "L", f"{a}L", f"L{a}",
-        f"{a}#{draw(st.integers(0, 6))}", f"#{a}", f"{a}#", name, f"{name}-{a}", f"{a},",
-        f"-{a}", f"{a}-{b}-{high}", f"{a}/{b}/{high}", "L-2",
-    ]  # fmt: skip
+        str(out),
+        f"{a}-{out}",
+        f"{b}-{a}",
+        f"{b + 1 if b < high else b}-{a}",
+        "*/0",
+        f"{a}-{b}/0",
+        f"{a}/0",
+        "?",
+        f"?{a}",
+        f"{a}W",
+        "W",
+        "LW",
+        "L",
+        f"{a}L",
+        f"L{a}",
+        f"{a}#{draw(st.integers(0, 6))}",
+        f"#{a}",
+        f"{a}#",
+        name,
+        f"{name}-{a}",
+        f"{a},",
+        f"-{a}",
+        f"{a}-{b}-{high}",
+        f"{a}/{b}/{high}",
+        "L-2",
+    ]
     return draw(st.sampled_from(forms).flatmap(_cased))
 
 
@@ -196,8 +236,13 @@ def starts(draw: st.DrawFn, zone: str) -> int:
     changes = _changes(zone)
     if kind == "transition" and changes:
         at = draw(st.sampled_from(changes)) * 1000
-        return at - draw(st.one_of(st.integers(0, 2_000), st.integers(0, 3 * 3_600_000),
-                                   st.integers(-3_600_000, 2 * 86_400_000)))  # fmt: skip
+        return at - draw(
+            st.one_of(
+                st.integers(0, 2_000),
+                st.integers(0, 3 * 3_600_000),
+                st.integers(-3_600_000, 2 * 86_400_000),
+            )
+        )
     if kind == "month-end":
         year, month = draw(st.integers(2011, 2030)), draw(st.integers(1, 12))
         first = datetime(year + month // 12, month % 12 + 1, 1, tzinfo=UTC)
@@ -271,10 +316,11 @@ def test_next_five_fires_match_the_reference(expr: str, zone: str, data: st.Data
 @given(
     expr=st.one_of(expressions(), rare_days()),
     zone=st.sampled_from(ZONES),
-    jumps=st.lists(st.one_of(st.integers(0, 1_500), st.integers(0, 3 * 86_400_000)),
-                   min_size=12, max_size=12),
+    jumps=st.lists(
+        st.one_of(st.integers(0, 1_500), st.integers(0, 3 * 86_400_000)), min_size=12, max_size=12
+    ),
     data=st.data(),
-)  # fmt: skip
+)
 def test_next_after_matches_the_reference_after_random_jumps(
     expr: str, zone: str, jumps: list[int], data: st.DataObject
 ) -> None:

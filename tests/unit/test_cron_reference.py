@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import calendar
 from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -44,94 +45,30 @@ def _fire_days(expr: str, first: str, last: str) -> list[date]:
     return [(EPOCH + timedelta(milliseconds=t)).date() for t in fires]
 
 
-CALENDAR_CASES = [
-    # steps in day-of-month run 1, 11, 21, 31: March 1 is a fire after February 21
-    ("0 0 */10 * *", "2026-02-21T00:00:00Z",
-     ["2026-03-01T00:00:00Z", "2026-03-11T00:00:00Z", "2026-03-21T00:00:00Z", "2026-03-31T00:00:00Z"]),
-    # February has no 31st: the next fires are February 1 and March 1, not skipped
-    ("0 0 1,31 * *", "2027-01-31T00:00:00Z",
-     ["2027-02-01T00:00:00Z", "2027-03-01T00:00:00Z", "2027-03-31T00:00:00Z", "2027-04-01T00:00:00Z"]),
-    # L is the last day; with 31 in the list a 31-day month fires once
-    ("0 0 31,L * *", "2026-01-30T00:00:00Z",
-     ["2026-01-31T00:00:00Z", "2026-02-28T00:00:00Z", "2026-03-31T00:00:00Z", "2026-04-30T00:00:00Z"]),
-    ("0 0 L * *", "2028-02-01T00:00:00Z", ["2028-02-29T00:00:00Z", "2028-03-31T00:00:00Z"]),
-    # a starred day-of-month (*/2): Mondays that are odd days of the month
-    ("0 0 */2 * MON", "2026-01-01T00:00:00Z",
-     ["2026-01-05T00:00:00Z", "2026-01-19T00:00:00Z", "2026-02-09T00:00:00Z", "2026-02-23T00:00:00Z"]),
-    # 1-31/2 is not starred: odd days OR Mondays
-    ("0 0 1-31/2 * MON", "2026-01-01T00:00:00Z",
-     ["2026-01-03T00:00:00Z", "2026-01-05T00:00:00Z", "2026-01-07T00:00:00Z", "2026-01-09T00:00:00Z",
-      "2026-01-11T00:00:00Z", "2026-01-12T00:00:00Z", "2026-01-13T00:00:00Z"]),
-    # both restricted: the 1st, the 15th and every Monday
-    ("0 0 1,15 * MON", "2026-01-01T00:00:00Z",
-     ["2026-01-05T00:00:00Z", "2026-01-12T00:00:00Z", "2026-01-15T00:00:00Z", "2026-01-19T00:00:00Z",
-      "2026-01-26T00:00:00Z", "2026-02-01T00:00:00Z", "2026-02-02T00:00:00Z"]),
-    # both restricted: the 8th-14th OR the second Tuesday (always within them)
-    ("0 12 8-14 * 2#2", "2026-03-01T00:00:00Z",
-     ["2026-03-08T12:00:00Z", "2026-03-09T12:00:00Z", "2026-03-10T12:00:00Z", "2026-03-11T12:00:00Z",
-      "2026-03-12T12:00:00Z", "2026-03-13T12:00:00Z", "2026-03-14T12:00:00Z", "2026-04-08T12:00:00Z"]),
-    ("0 12 1 * 2#2", "2026-03-01T00:00:00Z",
-     ["2026-03-01T12:00:00Z", "2026-03-10T12:00:00Z", "2026-04-01T12:00:00Z", "2026-04-14T12:00:00Z"]),
-    ("0 12 * * 2#2", "2026-03-01T00:00:00Z", ["2026-03-10T12:00:00Z", "2026-04-14T12:00:00Z"]),
-    # starred is decided by the text: '5,*' is restricted (OR, so every day), '*,5' starred
-    ("0 0 5,* * MON", "2026-01-01T00:00:00Z", ["2026-01-02T00:00:00Z", "2026-01-03T00:00:00Z"]),
-    ("0 0 *,5 * MON", "2026-01-01T00:00:00Z", ["2026-01-05T00:00:00Z", "2026-01-12T00:00:00Z"]),
-    ("0 0 ? * MON", "2026-01-01T00:00:00Z", ["2026-01-05T00:00:00Z", "2026-01-12T00:00:00Z"]),
-    # last Fridays, and the K-th weekday (7 is Sunday too)
-    ("0 0 * * 5L", "2026-01-01T00:00:00Z",
-     ["2026-01-30T00:00:00Z", "2026-02-27T00:00:00Z", "2026-03-27T00:00:00Z", "2026-04-24T00:00:00Z"]),
-    ("0 0 * * FRI#2", "2026-01-01T00:00:00Z",
-     ["2026-01-09T00:00:00Z", "2026-02-13T00:00:00Z", "2026-03-13T00:00:00Z"]),
-    ("0 0 * * 7#1", "2026-01-01T00:00:00Z",
-     ["2026-01-04T00:00:00Z", "2026-02-01T00:00:00Z", "2026-03-01T00:00:00Z"]),
-    # a fifth Friday in February: leap years starting on a Friday, 28 years apart
-    ("0 0 * 2 5#5", "2026-01-01T00:00:00Z", ["2036-02-29T00:00:00Z", "2064-02-29T00:00:00Z"]),
-    # A/S runs to the field's maximum: in day-of-week that is 7, so 1/2 adds Sunday
-    ("0 0 * * 1/2", "2026-01-01T00:00:00Z",
-     ["2026-01-02T00:00:00Z", "2026-01-04T00:00:00Z", "2026-01-05T00:00:00Z", "2026-01-07T00:00:00Z"]),
-    # seconds first in 6 fields; a start inside a second
-    ("30 */10 * * * *", "2026-11-22T10:00:30Z", ["2026-11-22T10:10:30Z", "2026-11-22T10:20:30Z"]),
-    ("* * * * * *", "2026-11-22T10:00:00.400Z", ["2026-11-22T10:00:01Z", "2026-11-22T10:00:02Z"]),
-    ("@weekly", "2026-01-01T00:00:00Z", ["2026-01-04T00:00:00Z", "2026-01-11T00:00:00Z"]),
-    ("@ANNUALLY", "2026-01-01T00:00:00Z", ["2027-01-01T00:00:00Z", "2028-01-01T00:00:00Z"]),
-]  # fmt: skip
+CASES = Path(__file__).with_name("cron_cases.txt")
 
 
-@pytest.mark.parametrize(("expr", "after", "expected"), CALENDAR_CASES)
+def _cases(section: str) -> list[tuple[str, str, str, list[str]]]:
+    """The cases of one ``[section]`` of cron_cases.txt: (expr, zone, after, fires)."""
+    found: dict[str, list[tuple[str, str, str, list[str]]]] = {}
+    current: list[tuple[str, str, str, list[str]]] = []
+    for line in CASES.read_text().splitlines():
+        if line.startswith("["):
+            current = found.setdefault(line.strip("[]"), [])
+        elif line.strip() and not line.startswith("#"):
+            expr, zone, after, fires = (part.strip() for part in line.split("|"))
+            current.append((expr, zone, after, fires.split()))
+    return found[section]
+
+
+@pytest.mark.parametrize(("expr", "zone", "after", "expected"), _cases("calendar"))
 def test_reference_days_follow_the_vixie_day_rules(
-    expr: str, after: str, expected: list[str]
+    expr: str, zone: str, after: str, expected: list[str]
 ) -> None:
-    assert _walk(expr, "UTC", after, len(expected)) == expected
+    assert _walk(expr, zone, after, len(expected)) == expected
 
 
-DST_CASES = [
-    # New York: spring 2026-03-08 07:00Z (02:00 EST -> 03:00 EDT), fall 2026-11-01 06:00Z
-    ("30 2 * * *", "America/New_York", "2026-03-07T12:00:00Z",
-     ["2026-03-08T07:00:00Z", "2026-03-09T06:30:00Z"]),
-    ("30 1 * * *", "America/New_York", "2026-10-31T12:00:00Z",
-     ["2026-11-01T05:30:00Z", "2026-11-02T06:30:00Z"]),
-    ("*/30 * * * * *", "America/New_York", "2026-11-01T05:59:00Z",
-     ["2026-11-01T05:59:30Z", "2026-11-01T07:00:00Z"]),
-    # Paris: the skipped 02:00-02:45 and 03:00 collapse into one fire at 01:00Z
-    ("*/15 * * * *", "Europe/Paris", "2026-03-29T00:30:00Z",
-     ["2026-03-29T00:45:00Z", "2026-03-29T01:00:00Z", "2026-03-29T01:15:00Z"]),
-    ("0 * * * *", "Europe/Paris", "2026-10-24T23:30:00Z",
-     ["2026-10-25T00:00:00Z", "2026-10-25T02:00:00Z", "2026-10-25T03:00:00Z"]),
-    # Lord Howe shifts by 30 minutes: 02:00 -> 02:30 at 2026-10-03T15:30Z (+10:30 -> +11),
-    # 02:00 -> 01:30 at 2026-04-04T15:00Z (+11 -> +10:30)
-    ("15 2 * * *", "Australia/Lord_Howe", "2026-10-02T00:00:00Z",
-     ["2026-10-02T15:45:00Z", "2026-10-03T15:30:00Z", "2026-10-04T15:15:00Z"]),
-    ("45 1 * * *", "Australia/Lord_Howe", "2026-04-03T00:00:00Z",
-     ["2026-04-03T14:45:00Z", "2026-04-04T14:45:00Z", "2026-04-05T15:15:00Z"]),
-    ("*/20 * * * *", "Australia/Lord_Howe", "2026-04-04T14:00:00Z",
-     ["2026-04-04T14:20:00Z", "2026-04-04T14:40:00Z", "2026-04-04T15:30:00Z"]),
-    # Troll jumps two hours (+00 -> +02 at 2026-03-29T01:00Z): 01:00-02:59 collapse
-    ("0 * * * *", "Antarctica/Troll", "2026-03-28T23:30:00Z",
-     ["2026-03-29T00:00:00Z", "2026-03-29T01:00:00Z", "2026-03-29T02:00:00Z"]),
-]  # fmt: skip
-
-
-@pytest.mark.parametrize(("expr", "zone", "after", "expected"), DST_CASES)
+@pytest.mark.parametrize(("expr", "zone", "after", "expected"), _cases("dst"))
 def test_reference_wall_times_follow_the_dst_rule(
     expr: str, zone: str, after: str, expected: list[str]
 ) -> None:
@@ -144,17 +81,23 @@ def test_a_skipped_day_collapses_into_the_transition_instant() -> None:
     # 00:00); no fire has the local date 2011-12-30; then 2011-12-31 12:00 local (+14).
     fires = _walk("0 12 * * *", "Pacific/Apia", "2011-12-29T12:00:00Z", 4)
     assert fires == [
-        "2011-12-29T22:00:00Z", "2011-12-30T10:00:00Z", "2011-12-30T22:00:00Z",
+        "2011-12-29T22:00:00Z",
+        "2011-12-30T10:00:00Z",
+        "2011-12-30T22:00:00Z",
         "2011-12-31T22:00:00Z",
-    ]  # fmt: skip
+    ]
     apia = ref.load_zone("Pacific/Apia")
     local = [datetime.fromisoformat(f.replace("Z", "+00:00")).astimezone(apia) for f in fires]
     assert [t.date().isoformat() for t in local] == [
-        "2011-12-29", "2011-12-31", "2011-12-31", "2012-01-01",
-    ]  # fmt: skip
+        "2011-12-29",
+        "2011-12-31",
+        "2011-12-31",
+        "2012-01-01",
+    ]
     assert _walk("0 12 30 12 *", "Pacific/Apia", "2011-01-01T00:00:00Z", 2) == [
-        "2011-12-30T10:00:00Z", "2012-12-29T22:00:00Z",
-    ]  # fmt: skip
+        "2011-12-30T10:00:00Z",
+        "2012-12-29T22:00:00Z",
+    ]
 
 
 WALL_CASES = [
@@ -211,8 +154,14 @@ def test_reference_field_sets_are_unions_of_items(
     expr: str, field: str, expected: set[int]
 ) -> None:
     cron = ref.parse(expr)
-    sets = {"seconds": cron.seconds, "minutes": cron.minutes, "hours": cron.hours,
-            "dom": cron.dom.days, "months": cron.months, "dow": cron.dow.days}  # fmt: skip
+    sets = {
+        "seconds": cron.seconds,
+        "minutes": cron.minutes,
+        "hours": cron.hours,
+        "dom": cron.dom.days,
+        "months": cron.months,
+        "dow": cron.dow.days,
+    }
     assert sets[field] == expected
 
 
@@ -228,19 +177,61 @@ def test_reference_aliases_expand_whole_and_case_blind(alias: str, expansion: st
 
 
 REFUSED = [
-    "", "   ", "* * * *", "* * * * * * *", "@reboot", "@daily *",
-    "60 * * * *", "* 24 * * *", "* * 0 * *", "* * 32 * *", "* * * 0 *", "* * * 13 *",
-    "* * * * 8", "60 * * * * *", "1-60 * * * *",
-    "5-1 * * * *", "* * * DEC-JAN *", "* * * * SAT-SUN",
-    "*/0 * * * *", "1-5/0 * * * *", "*/ * * * *", "*/-1 * * * *",
-    "? * * * *", "* ? * * *", "* * * ? *", "0 ? * * * *", "0 0 ?/2 * *",
-    "0 0 15W * *", "0 0 LW * *", "0 0 W * *",
-    "0 0 * * L", "0 0 * * l", "0 0 L-3 * *", "0 0 * * 5#0", "0 0 * * 5#6", "0 0 * * 8L",
-    "0 0 * * 1#2/2", "0 0 * JAN-MON *", "0 0 * MON *", "0 0 * * JAN", "JAN * * * *",
-    "0 0 1, * *", "0 0 ,1 * *", "0 0 1,,2 * *", "0 0 * * 5#", "0 0 * * #2", "0 0 5L * *",
-    "0 0 1#2 * *", "0 0 * * MONDAY", "0 L * * *", "1-2-3 * * * *",
-    "+5 * * * *", "٥ * * * *", "0 0 * * ５",  # numbers are ASCII digits
-]  # fmt: skip
+    "",
+    "   ",
+    "* * * *",
+    "* * * * * * *",
+    "@reboot",
+    "@daily *",
+    "60 * * * *",
+    "* 24 * * *",
+    "* * 0 * *",
+    "* * 32 * *",
+    "* * * 0 *",
+    "* * * 13 *",
+    "* * * * 8",
+    "60 * * * * *",
+    "1-60 * * * *",
+    "5-1 * * * *",
+    "* * * DEC-JAN *",
+    "* * * * SAT-SUN",
+    "*/0 * * * *",
+    "1-5/0 * * * *",
+    "*/ * * * *",
+    "*/-1 * * * *",
+    "? * * * *",
+    "* ? * * *",
+    "* * * ? *",
+    "0 ? * * * *",
+    "0 0 ?/2 * *",
+    "0 0 15W * *",
+    "0 0 LW * *",
+    "0 0 W * *",
+    "0 0 * * L",
+    "0 0 * * l",
+    "0 0 L-3 * *",
+    "0 0 * * 5#0",
+    "0 0 * * 5#6",
+    "0 0 * * 8L",
+    "0 0 * * 1#2/2",
+    "0 0 * JAN-MON *",
+    "0 0 * MON *",
+    "0 0 * * JAN",
+    "JAN * * * *",
+    "0 0 1, * *",
+    "0 0 ,1 * *",
+    "0 0 1,,2 * *",
+    "0 0 * * 5#",
+    "0 0 * * #2",
+    "0 0 5L * *",
+    "0 0 1#2 * *",
+    "0 0 * * MONDAY",
+    "0 L * * *",
+    "1-2-3 * * * *",
+    "+5 * * * *",
+    "٥ * * * *",
+    "0 0 * * ５",  # numbers are ASCII digits
+]
 
 
 @pytest.mark.parametrize("expr", REFUSED)
@@ -295,10 +286,12 @@ def test_reference_fires_only_on_odd_mondays_for_a_starred_day_step() -> None:
     assert days
     assert all(d.weekday() == 0 and d.day % 2 == 1 for d in days)
     expected = [
-        date(y, m, d) for y in (2026, 2027, 2028) for m in range(1, 13)
+        date(y, m, d)
+        for y in (2026, 2027, 2028)
+        for m in range(1, 13)
         for d in range(1, calendar.monthrange(y, m)[1] + 1)
         if date(y, m, d).weekday() == 0 and d % 2 == 1
-    ]  # fmt: skip
+    ]
     assert days == expected
 
 

@@ -44,9 +44,19 @@ def test_valid_expressions_keep_their_text_with_whitespace_folded(expr: str, tex
 def test_spellings_of_the_same_schedule_read_the_same(a: str, b: str) -> None:
     x, y = parse_cron(a), parse_cron(b)
     assert (x.seconds, x.minutes, x.hours, x.months) == (y.seconds, y.minutes, y.hours, y.months)
-    assert (x.day.days, x.day.last_day, x.day.weekdays, x.day.last_weekdays, x.day.nth_weekdays) == (
-        y.day.days, y.day.last_day, y.day.weekdays, y.day.last_weekdays, y.day.nth_weekdays,
-    )  # fmt: skip
+    assert (
+        x.day.days,
+        x.day.last_day,
+        x.day.weekdays,
+        x.day.last_weekdays,
+        x.day.nth_weekdays,
+    ) == (
+        y.day.days,
+        y.day.last_day,
+        y.day.weekdays,
+        y.day.last_weekdays,
+        y.day.nth_weekdays,
+    )
 
 
 @pytest.mark.parametrize(

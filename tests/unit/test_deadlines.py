@@ -19,9 +19,14 @@ DEADLINE = SLOT + 60_000
 
 def _check(run_id: str = "j@1") -> RunRequest:
     return RunRequest(
-        run_id=run_id, job_id="j", scheduled_at=from_ms(SLOT), fired_at=from_ms(DEADLINE),
-        trigger=Trigger.DEADLINE, target=Target(type="python", callable="m:f"), tenant="acme",
-    )  # fmt: skip
+        run_id=run_id,
+        job_id="j",
+        scheduled_at=from_ms(SLOT),
+        fired_at=from_ms(DEADLINE),
+        trigger=Trigger.DEADLINE,
+        target=Target(type="python", callable="m:f"),
+        tenant="acme",
+    )
 
 
 def _deadlines() -> tuple[Deadlines, Dedup]:
@@ -51,10 +56,16 @@ def test_a_run_that_succeeded_raises_nothing() -> None:
     assert deadlines.check(_check(), DEADLINE + 5, running=False) is None
 
 
-@pytest.mark.parametrize(("noted", "running", "last"), [
-    (None, False, "NOT_STARTED"), (None, True, "RUNNING"), ("FAILED", False, "FAILED (retrying)"),
-    ("DEAD_LETTERED", False, "DEAD_LETTERED"), ("CANCELED", False, "CANCELED"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("noted", "running", "last"),
+    [
+        (None, False, "NOT_STARTED"),
+        (None, True, "RUNNING"),
+        ("FAILED", False, "FAILED (retrying)"),
+        ("DEAD_LETTERED", False, "DEAD_LETTERED"),
+        ("CANCELED", False, "CANCELED"),
+    ],
+)
 def test_a_run_not_succeeded_raises_one_alert_with_its_last_status(
     noted: str | None, running: bool, last: str
 ) -> None:
@@ -64,7 +75,11 @@ def test_a_run_not_succeeded_raises_one_alert_with_its_last_status(
     alert = deadlines.check(_check(), DEADLINE + 250, running=running)
     assert alert is not None
     assert (alert.kind, alert.last_status, alert.late_ms, alert.tenant) == (
-        AlertKind.DEADLINE_MISSED, last, 250, "acme")  # fmt: skip
+        AlertKind.DEADLINE_MISSED,
+        last,
+        250,
+        "acme",
+    )
     assert alert.deadline_at == from_ms(DEADLINE)
     assert alert.scheduled_at == from_ms(SLOT)
     assert deadlines.check(_check(), DEADLINE + 900, running=running) is None  # fired again
@@ -78,7 +93,11 @@ def test_a_late_success_clears_the_alert_once() -> None:
     assert missed is not None
     assert cleared is not None
     assert (cleared.kind, cleared.alert_id, cleared.late_ms, cleared.last_status) == (
-        AlertKind.DEADLINE_CLEARED, missed.alert_id, 3000, "SUCCEEDED")  # fmt: skip
+        AlertKind.DEADLINE_CLEARED,
+        missed.alert_id,
+        3000,
+        "SUCCEEDED",
+    )
     assert deadlines.succeeded("j@1", 2, DEADLINE + 4000) is None
 
 
@@ -95,7 +114,10 @@ def test_a_deadline_is_a_positive_duration_of_at_most_seven_days() -> None:
     base = {"id": "j", "every": "1m", "target": "python", "callable": "m:f"}
     assert job_from_spec({**base, "deadline": "90s"}, max_payload_bytes=100).deadline_ms == 90_000
     assert job_from_spec(base, max_payload_bytes=100).deadline_ms is None
-    for bad, problem in (("0s", "deadline 0 is out of range"), ("8d", "at most 7 days"),
-                         ("soon", "deadline")):  # fmt: skip
+    for bad, problem in (
+        ("0s", "deadline 0 is out of range"),
+        ("8d", "at most 7 days"),
+        ("soon", "deadline"),
+    ):
         with pytest.raises(SpecError, match=problem):
             job_from_spec({**base, "deadline": bad}, max_payload_bytes=100)

@@ -22,19 +22,40 @@ DAY = date(2026, 11, 22)
 DEFINED = datetime(2026, 11, 20, 9, tzinfo=UTC)
 
 
-def dependent(job_id: str = "report", after: tuple[str, ...] = ("a", "b"), *,
-              defined: datetime = DEFINED, payload: str | None = None) -> JobDefinition:  # fmt: skip
-    return JobDefinition(job_id=job_id, target=Target(type="http"), updated_at=defined,
-                         after=after, payload=payload)  # fmt: skip
+def dependent(
+    job_id: str = "report",
+    after: tuple[str, ...] = ("a", "b"),
+    *,
+    defined: datetime = DEFINED,
+    payload: str | None = None,
+) -> JobDefinition:
+    return JobDefinition(
+        job_id=job_id, target=Target(type="http"), updated_at=defined, after=after, payload=payload
+    )
 
 
-def outcome(job_id: str, day: date = DAY, status: RunStatus = RunStatus.SUCCEEDED, *,
-            hour: int = 2, trigger: Trigger = Trigger.SCHEDULE, run_id: str | None = None,
-            target_type: str | None = "http", worker: str | None = "w1") -> RunOutcome:  # fmt: skip
+def outcome(
+    job_id: str,
+    day: date = DAY,
+    status: RunStatus = RunStatus.SUCCEEDED,
+    *,
+    hour: int = 2,
+    trigger: Trigger = Trigger.SCHEDULE,
+    run_id: str | None = None,
+    target_type: str | None = "http",
+    worker: str | None = "w1",
+) -> RunOutcome:
     at = datetime(day.year, day.month, day.day, hour, tzinfo=UTC)
-    return RunOutcome(run_id=run_id or f"{job_id}@{at.isoformat()}", job_id=job_id,
-                      status=status, scheduled_at=at, recorded_at=at, trigger=trigger,
-                      target_type=target_type, worker=worker)  # fmt: skip
+    return RunOutcome(
+        run_id=run_id or f"{job_id}@{at.isoformat()}",
+        job_id=job_id,
+        status=status,
+        scheduled_at=at,
+        recorded_at=at,
+        trigger=trigger,
+        target_type=target_type,
+        worker=worker,
+    )
 
 
 def fed(deps: Dependencies, *outcomes: RunOutcome) -> list[DependencyRun]:
@@ -48,10 +69,12 @@ def test_a_dependent_runs_once_both_upstream_jobs_succeeded_for_the_day_and_not_
     assert fed(deps, outcome("b", status=RunStatus.DEAD_LETTERED)) == []
     (run,) = fed(deps, outcome("b", hour=23, trigger=Trigger.RETRY))
     assert run == DependencyRun(
-        job_id="report", run_id="report@dep:2026-11-22", day=DAY,
+        job_id="report",
+        run_id="report@dep:2026-11-22",
+        day=DAY,
         scheduled_ms=int(datetime(2026, 11, 22, tzinfo=UTC).timestamp() * 1000),
         payload='{"date":"2026-11-22","after":["a","b"]}',
-    )  # fmt: skip
+    )
     assert fed(deps, outcome("a", hour=5), outcome("b", hour=6)) == []  # once per date
 
 
@@ -66,8 +89,11 @@ def test_each_date_is_its_own() -> None:
 def test_any_trigger_of_an_upstream_success_counts_for_its_date() -> None:
     deps = Dependencies()
     deps.define(dependent())
-    runs = fed(deps, outcome("a", trigger=Trigger.CATCHUP),
-               outcome("b", trigger=Trigger.MANUAL, run_id="b@manual:k1"))  # fmt: skip
+    runs = fed(
+        deps,
+        outcome("a", trigger=Trigger.CATCHUP),
+        outcome("b", trigger=Trigger.MANUAL, run_id="b@manual:k1"),
+    )
     assert [r.run_id for r in runs] == ["report@dep:2026-11-22"]
 
 
@@ -123,9 +149,17 @@ def test_a_chain_of_dependents_shares_the_date() -> None:
 
 
 def test_state_rebuilt_from_history_does_not_fire_again_what_ran() -> None:
-    history = [outcome("a"), outcome("b"),
-               outcome("report", status=RunStatus.FAILED, run_id="report@dep:2026-11-22",
-                       trigger=Trigger.DEPENDENCY, hour=0)]  # fmt: skip
+    history = [
+        outcome("a"),
+        outcome("b"),
+        outcome(
+            "report",
+            status=RunStatus.FAILED,
+            run_id="report@dep:2026-11-22",
+            trigger=Trigger.DEPENDENCY,
+            hour=0,
+        ),
+    ]
     deps = Dependencies()
     deps.define(dependent())
     # read again from the start of the topic: the dependent's own outcome says it ran
@@ -169,10 +203,13 @@ def test_dates_kept_are_bounded() -> None:
 
 
 histories = st.lists(
-    st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 4),
-              st.sampled_from([RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.STARTED])),
+    st.tuples(
+        st.sampled_from(["a", "b", "c"]),
+        st.integers(0, 4),
+        st.sampled_from([RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.STARTED]),
+    ),
     max_size=40,
-)  # fmt: skip
+)
 
 
 @settings(max_examples=EXAMPLES, deadline=None, database=None)
@@ -182,8 +219,9 @@ def test_over_any_history_each_date_fires_once_and_only_when_complete(
 ) -> None:
     deps = Dependencies()
     start = DAY - timedelta(days=4)
-    deps.define(dependent(defined=datetime.combine(start + timedelta(days=since),
-                                                   datetime.min.time(), UTC)))  # fmt: skip
+    deps.define(
+        dependent(defined=datetime.combine(start + timedelta(days=since), datetime.min.time(), UTC))
+    )
     succeeded: set[tuple[str, date]] = set()
     fired: list[date] = []
     for job, offset, status in rows:

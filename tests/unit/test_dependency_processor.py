@@ -35,8 +35,13 @@ RUN_ID = "report@dep:2026-11-22"
 
 
 def dependent(job_id: str = "report", **changes: object) -> JobDefinition:
-    job = JobDefinition(job_id=job_id, target=Target(type="http", url="https://example.com/r"),
-                        updated_at=DEFINED, after=("a", "b"), priority=Priority.HIGH)  # fmt: skip
+    job = JobDefinition(
+        job_id=job_id,
+        target=Target(type="http", url="https://example.com/r"),
+        updated_at=DEFINED,
+        after=("a", "b"),
+        priority=Priority.HIGH,
+    )
     return replace(job, **changes)  # type: ignore[arg-type]
 
 
@@ -64,11 +69,17 @@ class Harness:
     def delete(self, job_id: str) -> None:
         self.processor._definition(self.message(TOPICS.jobs, job_id, None))
 
-    def history(self, job_id: str, run_id: str | None = None,
-                status: RunStatus = RunStatus.SUCCEEDED) -> None:  # fmt: skip
-        outcome = RunOutcome(run_id=run_id or f"{job_id}@{AT.isoformat()}", job_id=job_id,
-                             status=status, scheduled_at=AT, recorded_at=AT,
-                             target_type="http")  # fmt: skip
+    def history(
+        self, job_id: str, run_id: str | None = None, status: RunStatus = RunStatus.SUCCEEDED
+    ) -> None:
+        outcome = RunOutcome(
+            run_id=run_id or f"{job_id}@{AT.isoformat()}",
+            job_id=job_id,
+            status=status,
+            scheduled_at=AT,
+            recorded_at=AT,
+            target_type="http",
+        )
         value = self.codec.encode(TOPICS.history, outcome)
         self.processor._observed(self.message(TOPICS.history, job_id, value))
 
@@ -107,9 +118,13 @@ def test_a_refused_dependent_is_dead_lettered_and_its_last_good_definition_stays
     assert reasons == [
         ("dependencies", "report", "invalid dependent job: after names the job itself"),
         ("dependencies", "other", "record key 'other' differs from job_id 'report'"),
-        ("dependencies", "acme/report", "invalid dependent job: trigger policy: after names "
-         "jobs that are not the tenant's own: beta/b"),
-    ]  # fmt: skip
+        (
+            "dependencies",
+            "acme/report",
+            "invalid dependent job: trigger policy: after names "
+            "jobs that are not the tenant's own: beta/b",
+        ),
+    ]
     assert h.processor.jobs == {"report": dependent()}
     h.history("a")
     h.history("b")
@@ -168,8 +183,11 @@ def test_runs_are_written_as_dependency_run_requests_of_the_job() -> None:
     h.processor._emit(h.processor.pending.values(), flagged=True)
     h.processor.publisher.flush()
     (request,) = h.requests()
-    assert (request.run_id, request.job_id, request.trigger) == (RUN_ID, "report",
-                                                                 Trigger.DEPENDENCY)  # fmt: skip
+    assert (request.run_id, request.job_id, request.trigger) == (
+        RUN_ID,
+        "report",
+        Trigger.DEPENDENCY,
+    )
     assert request.scheduled_at == datetime(2026, 11, 22, tzinfo=UTC)
     assert request.possible_duplicate
     assert json.loads(request.payload or "") == {"date": "2026-11-22", "after": ["a", "b"]}

@@ -23,8 +23,18 @@ from schemas.catalog import cassandra_role_user
 
 DEPLOY = Path(__file__).resolve().parents[2] / "infra" / "deploy"
 KUBERNETES = "1.37.0"
-ROLES = {"scheduler", "worker", "sink", "admission", "flows", "api", "ui", "archiver",
-         "dependencies", "triggers"}  # fmt: skip
+ROLES = {
+    "scheduler",
+    "worker",
+    "sink",
+    "admission",
+    "flows",
+    "api",
+    "ui",
+    "archiver",
+    "dependencies",
+    "triggers",
+}
 HTTP = ("api", "ui")  # serve on --port; the others on --metrics-port
 
 
@@ -48,8 +58,10 @@ def test_every_manifest_validates_against_the_kubernetes_schemas() -> None:
 
 def _workloads() -> dict[str, dict[str, Any]]:
     """Each role's Deployment (the scheduler's StatefulSet), by role."""
-    return {d["metadata"]["labels"]["app.kubernetes.io/component"]: d
-            for d in _kind("Deployment") + _kind("StatefulSet")}  # fmt: skip
+    return {
+        d["metadata"]["labels"]["app.kubernetes.io/component"]: d
+        for d in _kind("Deployment") + _kind("StatefulSet")
+    }
 
 
 def test_the_scheduler_keeps_two_tiers_on_a_volume_of_its_own_with_a_stable_identity() -> None:
@@ -120,10 +132,14 @@ def test_every_systemd_unit_verifies_and_runs_a_command_the_cli_accepts(tmp_path
         # verify with the executable that exists here (it checks ExecStart's binary)
         local = tmp_path / unit.name
         local.write_text(text.replace(command[0], cronstream))
-        verified = subprocess.run([analyze, "verify", str(local)], capture_output=True,
-                                  text=True, check=False, timeout=60)  # fmt: skip
-        problems = [line for line in verified.stderr.splitlines()
-                    if unit.name in line or "Failed" in line or "Unknown" in line]  # fmt: skip
+        verified = subprocess.run(
+            [analyze, "verify", str(local)], capture_output=True, text=True, check=False, timeout=60
+        )
+        problems = [
+            line
+            for line in verified.stderr.splitlines()
+            if unit.name in line or "Failed" in line or "Unknown" in line
+        ]
         assert verified.returncode == 0, verified.stderr
         assert not problems, verified.stderr
 
@@ -150,8 +166,9 @@ def test_systemd_analyze_finds_a_broken_unit(tmp_path: Path) -> None:
     unit = _units()[0]
     local = tmp_path / unit.name
     local.write_text(unit.read_text().replace("Restart=always", "Restart=sometimes"))
-    verified = subprocess.run([analyze, "verify", str(local)], capture_output=True, text=True,
-                              check=False, timeout=60)  # fmt: skip
+    verified = subprocess.run(
+        [analyze, "verify", str(local)], capture_output=True, text=True, check=False, timeout=60
+    )
     assert "Failed to parse service restart specifier" in verified.stderr
 
 

@@ -28,10 +28,14 @@ def context(
     timeout: float = 5.0, payload: str | None = '{"x": 1}', tenant: str = "default"
 ) -> RunContext:
     return RunContext(
-        run_id="job@2026-11-22T10:00:00.000Z", job_id="job", attempt=2,
-        scheduled_at=datetime(2026, 11, 22, 10, tzinfo=UTC), payload=payload,
-        tenant=tenant, deadline=time.monotonic() + timeout,
-    )  # fmt: skip
+        run_id="job@2026-11-22T10:00:00.000Z",
+        job_id="job",
+        attempt=2,
+        scheduled_at=datetime(2026, 11, 22, 10, tzinfo=UTC),
+        payload=payload,
+        tenant=tenant,
+        deadline=time.monotonic() + timeout,
+    )
 
 
 SEEN: list[tuple[str, str, dict[str, str], bytes]] = []
@@ -145,8 +149,11 @@ def test_a_tenants_http_job_never_reaches_an_operators_secret(server: str, tmp_p
     """Found by probing (issue 31): Authorization: secret:billing-token in a tenant's job
     was sent with the operators' value."""
     (tmp_path / "billing-token").write_text("operators-value\n")
-    http = HttpExecutor(allow=["127.0.0.0/8"], secrets=Secrets(tmp_path, env={}),
-                        policy=lambda: TenantPolicy(["acme:http=127.0.0.0/8"]))  # fmt: skip
+    http = HttpExecutor(
+        allow=["127.0.0.0/8"],
+        secrets=Secrets(tmp_path, env={}),
+        policy=lambda: TenantPolicy(["acme:http=127.0.0.0/8"]),
+    )
     target = Target(type="http", url=f"{server}/ok", headers={"X-Key": "secret:billing-token"})
     try:
         with pytest.raises(TargetInvalid, match="not configured for tenant 'acme'") as caught:
@@ -198,9 +205,18 @@ def test_http_refuses_loopback_unless_allowed(server: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "address", ["10.1.2.3", "192.168.0.1", "172.16.0.1", "169.254.169.254", "::1", "fd00::1",
-                "0.0.0.0", "224.0.0.1"],
-)  # fmt: skip
+    "address",
+    [
+        "10.1.2.3",
+        "192.168.0.1",
+        "172.16.0.1",
+        "169.254.169.254",
+        "::1",
+        "fd00::1",
+        "0.0.0.0",
+        "224.0.0.1",
+    ],
+)
 def test_http_refuses_private_link_local_and_special_addresses(address: str) -> None:
     with pytest.raises(TargetInvalid):
         HttpExecutor().check_address(address)
@@ -208,9 +224,15 @@ def test_http_refuses_private_link_local_and_special_addresses(address: str) -> 
 
 @pytest.mark.parametrize(
     "address",
-    ["64:ff9b::7f00:1", "64:ff9b::a9fe:a9fe", "2002:7f00:1::", "2002:a00:1::1",
-     "::ffff:10.0.0.1", "2001:0:4136:e378:8000:63bf:80ff:fffe"],
-)  # fmt: skip
+    [
+        "64:ff9b::7f00:1",
+        "64:ff9b::a9fe:a9fe",
+        "2002:7f00:1::",
+        "2002:a00:1::1",
+        "::ffff:10.0.0.1",
+        "2001:0:4136:e378:8000:63bf:80ff:fffe",
+    ],
+)
 def test_http_refuses_private_ipv4_addresses_inside_ipv6_ones(address: str) -> None:
     """Found by review: NAT64 64:ff9b::7f00:1 and 6to4 2002:7f00:1:: passed the guard."""
     with pytest.raises(TargetInvalid):
@@ -218,8 +240,14 @@ def test_http_refuses_private_ipv4_addresses_inside_ipv6_ones(address: str) -> N
     HttpExecutor().check_address("64:ff9b::808:808")  # 8.8.8.8 through NAT64: public
 
 
-CREDENTIALS = ("Authorization", "Cookie", "Proxy-Authorization", "X-Api-Key", "Private-Token",
-               "X-Auth-Token")  # fmt: skip
+CREDENTIALS = (
+    "Authorization",
+    "Cookie",
+    "Proxy-Authorization",
+    "X-Api-Key",
+    "Private-Token",
+    "X-Auth-Token",
+)
 
 
 def test_http_drops_credentials_on_a_redirect_to_another_origin(server: str) -> None:
@@ -265,9 +293,15 @@ def test_http_checks_every_redirect(server: str, http: HttpExecutor) -> None:
 
 @pytest.mark.parametrize(
     "url",
-    ["http://example.com:abc/", "http://example.com:99999/", f"http://{'a' * 64}.example.com/",
-     "ftp://example.com/", "http://127.0.0.1\x00x/", "http://127.0.0.1 x/"],
-)  # fmt: skip
+    [
+        "http://example.com:abc/",
+        "http://example.com:99999/",
+        f"http://{'a' * 64}.example.com/",
+        "ftp://example.com/",
+        "http://127.0.0.1\x00x/",
+        "http://127.0.0.1 x/",
+    ],
+)
 def test_http_unusable_url_is_an_invalid_target_not_a_crash(http: HttpExecutor, url: str) -> None:
     with pytest.raises(TargetInvalid, match="not a usable http"):
         http.execute(Target(type="http", url=url), context())

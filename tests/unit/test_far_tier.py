@@ -95,8 +95,9 @@ def put_all(core: PartitionScheduler, defs: dict[str, dict[str, Any]], now: int)
 
 def hourly_defs(count: int) -> dict[str, dict[str, Any]]:
     rng = random.Random(7)
-    return {f"j{i}": {"every_ms": 60 * MIN, "anchor_ms": rng.randrange(60 * MIN)}
-            for i in range(count)}  # fmt: skip
+    return {
+        f"j{i}": {"every_ms": 60 * MIN, "anchor_ms": rng.randrange(60 * MIN)} for i in range(count)
+    }
 
 
 def test_memory_holds_only_the_jobs_due_within_the_horizon() -> None:
@@ -111,11 +112,18 @@ def test_memory_holds_only_the_jobs_due_within_the_horizon() -> None:
 
 
 @settings(max_examples=20, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from([5, 7, 30, 90, 600, 1800]), st.integers(0, 3600)),
-                min_size=1, max_size=20))  # fmt: skip
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([5, 7, 30, 90, 600, 1800]), st.integers(0, 3600)),
+        min_size=1,
+        max_size=20,
+    )
+)
 def test_the_far_tier_fires_exactly_what_memory_alone_fires(jobs: list[tuple[int, int]]) -> None:
-    defs = {f"j{i}": {"every_ms": every * 1000, "anchor_ms": anchor * 1000}
-            for i, (every, anchor) in enumerate(jobs)}  # fmt: skip
+    defs = {
+        f"j{i}": {"every_ms": every * 1000, "anchor_ms": anchor * 1000}
+        for i, (every, anchor) in enumerate(jobs)
+    }
     plain = PartitionScheduler(0, fired_through=T0, horizon_ms=MIN)
     tiered = PartitionScheduler(0, fired_through=T0, horizon_ms=MIN, far=MemoryFar(defs))
     put_all(plain, defs, T0)
@@ -169,18 +177,19 @@ def test_an_entry_is_deleted_only_once_the_checkpoint_covers_its_slot() -> None:
     """A tenant's fires deferred by its rate hold the checkpoint back: their jobs' old
     entries must outlive it, or a takeover before the deferred fires would lose them
     (their new entries point an hour later)."""
-    defs = {f"t{i}": {"every_ms": 60 * MIN, "anchor_ms": 30 * MIN, "tenant": "t"}
-            for i in range(10)}  # fmt: skip
+    defs = {
+        f"t{i}": {"every_ms": 60 * MIN, "anchor_ms": 30 * MIN, "tenant": "t"} for i in range(10)
+    }
     far = MemoryFar(defs)
-    first = PartitionScheduler(0, fired_through=T0, horizon_ms=MIN, far=far,
-                               rates=TenantRates(2.0))  # fmt: skip
+    first = PartitionScheduler(0, fired_through=T0, horizon_ms=MIN, far=far, rates=TenantRates(2.0))
     put_all(first, defs, T0)
     slot = T0 + 30 * MIN
     fired = run(first, T0, slot, 5000)
     assert 0 < len(fired) < 10  # the rest deferred, two a second
     far.flush(first.fired_through)  # the checkpoint, then the process is killed
     assert first.fired_through < slot
-    second = PartitionScheduler(0, fired_through=first.fired_through, horizon_ms=MIN,
-                                far=far.copy())  # fmt: skip
+    second = PartitionScheduler(
+        0, fired_through=first.fired_through, horizon_ms=MIN, far=far.copy()
+    )
     refired = run(second, slot + 1000, slot + MIN, 1000)
     assert {f.job_id for f in fired + refired} == set(defs), "a deferred slot was lost"

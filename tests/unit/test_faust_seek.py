@@ -47,8 +47,9 @@ def _thread(fake: FakeAiokafka) -> Any:
 def test_a_stream_partition_with_nothing_committed_is_read_again_from_its_beginning() -> None:
     fresh, zero, done, log = TP(EVENTS, 7), TP(EVENTS, 3), TP(EVENTS, 1), TP(CHANGELOG, 7)
     # The fetcher already went past offsets 0..3 of partition 7 (faust then cleared them).
-    fake = FakeAiokafka({fresh: None, zero: 0, done: 5, log: None},
-                        {fresh: 4, zero: 2, done: 9, log: 12})  # fmt: skip
+    fake = FakeAiokafka(
+        {fresh: None, zero: 0, done: 5, log: None}, {fresh: 4, zero: 2, done: 9, log: 12}
+    )
     committed = asyncio.run(_thread(fake)._seek_to_committed())
     assert committed == {fresh: None, zero: 0, done: 5, log: None}  # faust's read offsets
     assert fake.position == {fresh: 0, zero: 0, done: 5, log: 12}  # a changelog is left alone
@@ -65,8 +66,9 @@ def test_the_app_builds_its_consumer_with_the_seeking_thread(monkeypatch: Any) -
     monkeypatch.setattr(
         _SeekingThread, "__init__", lambda self, consumer, **_: made.append(consumer)
     )
-    app = SeekingApp("seek-test", broker="kafka://127.0.0.1:1", web_enabled=False,
-                     store="memory://")  # fmt: skip
+    app = SeekingApp(
+        "seek-test", broker="kafka://127.0.0.1:1", web_enabled=False, store="memory://"
+    )
     assert type(app.transport).Consumer is _Consumer
     consumer = SimpleNamespace(loop=None, beacon=None)
     assert isinstance(_Consumer._new_consumer_thread(consumer), _SeekingThread)  # type: ignore[arg-type]

@@ -118,8 +118,11 @@ def dags(draw: st.DrawFn) -> list[Node]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(dags(), st.lists(st.sampled_from(["SUCCEEDED", "DEAD_LETTERED"]), min_size=12,
-                        max_size=12), st.randoms(use_true_random=False))  # fmt: skip
+@given(
+    dags(),
+    st.lists(st.sampled_from(["SUCCEEDED", "DEAD_LETTERED"]), min_size=12, max_size=12),
+    st.randoms(use_true_random=False),
+)
 def test_any_dag_runs_each_node_at_most_once_after_its_upstream_and_ends_once(
     nodes: list[Node], outcomes: list[str], rnd: object
 ) -> None:
@@ -137,8 +140,10 @@ def test_any_dag_runs_each_node_at_most_once_after_its_upstream_and_ends_once(
         node = by_name[item.node]
         assert not item.possible_duplicate
         assert item.node not in started, "a node started twice"
-        assert all(u in ended_at or run.states[u] in (NodeState.UPSTREAM_FAILED, NodeState.SKIPPED)
-                   for u in node.after), "started before an upstream ended"  # fmt: skip
+        assert all(
+            u in ended_at or run.states[u] in (NodeState.UPSTREAM_FAILED, NodeState.SKIPPED)
+            for u in node.after
+        ), "started before an upstream ended"
         started.append(item.node)
         outcome = outcomes[int(item.node[1:])]
         before = dict(run.states)

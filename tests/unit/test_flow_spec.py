@@ -26,13 +26,25 @@ def refused(spec: dict[str, Any]) -> list[str]:
 
 
 def test_a_diamond_is_read_with_each_nodes_job_fields() -> None:
-    flow = flow_from_spec({"id": "etl", "nodes": [
-        node("a", priority="high", max_attempts=5, timeout="2m", payload={"day": 1}),
-        node("b", "a"), node("c", "a"), node("d", "b", "c", trigger="all_done"),
-    ]}, max_payload_bytes=65536)  # fmt: skip
+    flow = flow_from_spec(
+        {
+            "id": "etl",
+            "nodes": [
+                node("a", priority="high", max_attempts=5, timeout="2m", payload={"day": 1}),
+                node("b", "a"),
+                node("c", "a"),
+                node("d", "b", "c", trigger="all_done"),
+            ],
+        },
+        max_payload_bytes=65536,
+    )
     a, _, _, d = flow.nodes
     assert (a.priority, a.retry.max_attempts, a.timeout_ms, a.payload) == (
-        Priority.HIGH, 5, 120_000, '{"day":1}')  # fmt: skip
+        Priority.HIGH,
+        5,
+        120_000,
+        '{"day":1}',
+    )
     assert d.after == ("b", "c")
     assert d.trigger_rule is FlowTriggerRule.ALL_DONE
     codec = Codec(FakeRegistry())  # type: ignore[arg-type]
@@ -54,9 +66,16 @@ def test_dangling_edges_repeated_names_and_self_edges_are_each_named() -> None:
 
 
 def test_a_node_is_held_to_the_job_rules_and_has_no_schedule() -> None:
-    problems = refused({"id": "f", "nodes": [
-        node("a", cron="* * * * *"), {"name": "b/x", "target": "ftp"}, node("c", trigger="sometimes"),
-    ]})  # fmt: skip
+    problems = refused(
+        {
+            "id": "f",
+            "nodes": [
+                node("a", cron="* * * * *"),
+                {"name": "b/x", "target": "ftp"},
+                node("c", trigger="sometimes"),
+            ],
+        }
+    )
     assert "nodes[0] (a): unknown keys ['cron'] (a node has no schedule of its own)" in problems
     assert any(p.startswith("nodes[1] (b/x): node name 'b/x' must be") for p in problems)
     assert any(p.startswith("nodes[1] (b/x): target type 'ftp' is not one of") for p in problems)
@@ -94,12 +113,21 @@ def test_the_example_flows_file_is_valid_and_each_flow_has_its_schedule_job() ->
     assert schedule.target.type == "flow"
     # A flow's concurrency is its runs', kept by the coordinator (docs/concepts.md, Flows).
     assert schedule.concurrency is Concurrency.ALLOW
-    assert [n.name for n in flow.nodes] == ["extract", "transform", "validate", "load",
-                                            "page-oncall"]  # fmt: skip
+    assert [n.name for n in flow.nodes] == [
+        "extract",
+        "transform",
+        "validate",
+        "load",
+        "page-oncall",
+    ]
 
 
 def test_a_flows_deadline_is_its_schedule_jobs() -> None:
-    spec = {"id": "etl", "every": "1h", "deadline": "10m",
-            "nodes": [{"name": "a", "target": "python", "callable": "m:f"}]}  # fmt: skip
+    spec = {
+        "id": "etl",
+        "every": "1h",
+        "deadline": "10m",
+        "nodes": [{"name": "a", "target": "python", "callable": "m:f"}],
+    }
     assert flow_schedule(spec, max_payload_bytes=100).deadline_ms == 600_000
     flow_from_spec(spec, max_payload_bytes=100)  # a key of the flow's too

@@ -33,19 +33,33 @@ class Known:
 
 
 def _coordinator(registry: FakeRegistry | None = None) -> tuple[Coordinator, Codec]:
-    flow = flow_from_spec({"id": "etl", "nodes": [
-        {"name": "a", "target": "python", "callable": "m:f", "priority": "high"},
-        {"name": "b", "after": ["a"], "target": "python", "callable": "m:g"},
-        {"name": "c", "after": ["b"], "target": "python", "callable": "m:h"},
-    ]}, max_payload_bytes=65536)  # fmt: skip
+    flow = flow_from_spec(
+        {
+            "id": "etl",
+            "nodes": [
+                {"name": "a", "target": "python", "callable": "m:f", "priority": "high"},
+                {"name": "b", "after": ["a"], "target": "python", "callable": "m:g"},
+                {"name": "c", "after": ["b"], "target": "python", "callable": "m:h"},
+            ],
+        },
+        max_payload_bytes=65536,
+    )
     codec = Codec(registry or FakeRegistry())  # type: ignore[arg-type]
     return Coordinator(SETTINGS, codec, Known(etl=flow)), codec  # type: ignore[arg-type]
 
 
-def _event(kind: FlowEventKind, run_id: str | None = None, status: str | None = None,
-           flow_run: str = RUN) -> FlowEvent:  # fmt: skip
-    return FlowEvent(flow_id="etl", flow_run_id=flow_run, kind=kind, scheduled_at=SLOT, at=SLOT,
-                     run_id=run_id, status=status)  # fmt: skip
+def _event(
+    kind: FlowEventKind, run_id: str | None = None, status: str | None = None, flow_run: str = RUN
+) -> FlowEvent:
+    return FlowEvent(
+        flow_id="etl",
+        flow_run_id=flow_run,
+        kind=kind,
+        scheduled_at=SLOT,
+        at=SLOT,
+        run_id=run_id,
+        status=status,
+    )
 
 
 def test_a_start_sends_the_root_node_run_and_keeps_the_run() -> None:
@@ -57,7 +71,11 @@ def test_a_start_sends_the_root_node_run_and_keeps_the_run() -> None:
     assert (topic, key) == (TOPICS.runs(Priority.HIGH), "etl")
     run = codec.decode(value, RunRequest)
     assert (run.run_id, run.job_id, run.trigger, run.scheduled_at) == (
-        f"{RUN}/a", "etl", Trigger.FLOW, SLOT)  # fmt: skip
+        f"{RUN}/a",
+        "etl",
+        Trigger.FLOW,
+        SLOT,
+    )
     assert run.target.callable == "m:f"
     assert ("run_id", f"{RUN}/a".encode()) in headers
 
@@ -69,8 +87,10 @@ def test_a_dead_letter_records_the_rest_upstream_failed_and_the_flow_failed_once
     row, sends = coordinator.step(row, failed)
     records = [codec.decode(v, RunOutcome) for t, _, v, _ in sends if t == TOPICS.history]
     assert [(r.run_id, r.status.value) for r in records] == [
-        (f"{RUN}/b", "UPSTREAM_FAILED"), (f"{RUN}/c", "UPSTREAM_FAILED"), (RUN, "FAILED"),
-    ]  # fmt: skip
+        (f"{RUN}/b", "UPSTREAM_FAILED"),
+        (f"{RUN}/c", "UPSTREAM_FAILED"),
+        (RUN, "FAILED"),
+    ]
     assert records[-1].error == "flow run ended: 1 failed, 2 upstream_failed"
     replayed, again = coordinator.step(row, failed)  # a replay: the same records, again
     assert replayed == row
@@ -102,26 +122,43 @@ def test_an_outcome_replayed_after_its_row_was_written_records_the_flow_end_agai
 
 def test_a_start_for_a_flow_nobody_defined_records_the_flow_run_failed() -> None:
     coordinator, codec = _coordinator()
-    event = FlowEvent(flow_id="ghost", flow_run_id="ghost@manual:k", kind=FlowEventKind.START,
-                      scheduled_at=SLOT, at=SLOT)  # fmt: skip
+    event = FlowEvent(
+        flow_id="ghost",
+        flow_run_id="ghost@manual:k",
+        kind=FlowEventKind.START,
+        scheduled_at=SLOT,
+        at=SLOT,
+    )
     row, ((topic, _, value, _),) = coordinator.step(None, event)
     assert row is None
     record = codec.decode(value, RunOutcome)
     assert (topic, record.status.value, record.error) == (
-        TOPICS.history, "FAILED", "no flow 'ghost' is defined")  # fmt: skip
+        TOPICS.history,
+        "FAILED",
+        "no flow 'ghost' is defined",
+    )
 
 
 def test_an_outcome_of_a_run_it_never_started_is_ignored() -> None:
     coordinator, _ = _coordinator()
     assert coordinator.step(None, _event(FlowEventKind.OUTCOME, f"{RUN}/a", "SUCCEEDED")) == (
-        None, [])  # fmt: skip
+        None,
+        [],
+    )
 
 
 def _policy(policy: str) -> tuple[Coordinator, Codec, JsonRows]:
-    flow = flow_from_spec({"id": "etl", "concurrency": policy, "nodes": [
-        {"name": "a", "target": "python", "callable": "m:f"},
-        {"name": "b", "after": ["a"], "target": "python", "callable": "m:g"},
-    ]}, max_payload_bytes=65536)  # fmt: skip
+    flow = flow_from_spec(
+        {
+            "id": "etl",
+            "concurrency": policy,
+            "nodes": [
+                {"name": "a", "target": "python", "callable": "m:f"},
+                {"name": "b", "after": ["a"], "target": "python", "callable": "m:g"},
+            ],
+        },
+        max_payload_bytes=65536,
+    )
     codec = Codec(FakeRegistry())  # type: ignore[arg-type]
     coordinator = Coordinator(SETTINGS, codec, Known(etl=flow))  # type: ignore[arg-type]
     return coordinator, codec, JsonRows({})
@@ -153,16 +190,15 @@ def _done(key: str, node: str, status: str = "SUCCEEDED") -> FlowEvent:
 
 def test_forbid_records_a_run_that_starts_while_another_runs_skipped() -> None:
     coordinator, codec, rows = _policy("forbid")
-    assert _what(codec, coordinator.handle(rows, _start("k1"))) == [
-        ("run", "etl@manual:k1/a", "")]  # fmt: skip
+    assert _what(codec, coordinator.handle(rows, _start("k1"))) == [("run", "etl@manual:k1/a", "")]
     assert _what(codec, coordinator.handle(rows, _start("k2"))) == [
-        ("history", "etl@manual:k2", "SKIPPED")]  # fmt: skip
+        ("history", "etl@manual:k2", "SKIPPED")
+    ]
     assert coordinator.handle(rows, _start("k2")) == []  # its start again: still skipped
     coordinator.handle(rows, _done("k1", "a"))
     ended = _what(codec, coordinator.handle(rows, _done("k1", "b")))
     assert ended == [("history", "etl@manual:k1", "SUCCEEDED")]
-    assert _what(codec, coordinator.handle(rows, _start("k3"))) == [
-        ("run", "etl@manual:k3/a", "")]  # fmt: skip
+    assert _what(codec, coordinator.handle(rows, _start("k3"))) == [("run", "etl@manual:k3/a", "")]
 
 
 def test_queue_starts_a_waiting_run_when_the_one_before_ends() -> None:
@@ -173,10 +209,14 @@ def test_queue_starts_a_waiting_run_when_the_one_before_ends() -> None:
     assert rows.get("etl@manual:k2")["status"] == "QUEUED"  # type: ignore[index]
     coordinator.handle(rows, _done("k1", "a"))
     assert _what(codec, coordinator.handle(rows, _done("k1", "b", "DEAD_LETTERED"))) == [
-        ("history", "etl@manual:k1", "FAILED"), ("run", "etl@manual:k2/a", "")]  # fmt: skip
+        ("history", "etl@manual:k1", "FAILED"),
+        ("run", "etl@manual:k2/a", ""),
+    ]
     coordinator.handle(rows, _done("k2", "a"))
     assert _what(codec, coordinator.handle(rows, _done("k2", "b"))) == [
-        ("history", "etl@manual:k2", "SUCCEEDED"), ("run", "etl@manual:k3/a", "")]  # fmt: skip
+        ("history", "etl@manual:k2", "SUCCEEDED"),
+        ("run", "etl@manual:k3/a", ""),
+    ]
 
 
 def test_replace_cancels_the_running_run_and_starts_the_new_one() -> None:
@@ -186,18 +226,25 @@ def test_replace_cancels_the_running_run_and_starts_the_new_one() -> None:
         ("cancel", "etl@manual:k1/a", "replaced by flow run etl@manual:k2 (concurrency replace)"),
         ("history", "etl@manual:k1", "CANCELED"),
         ("run", "etl@manual:k2/a", ""),
-    ]  # fmt: skip
+    ]
     # The cancelled node's outcome comes back: the replaced run stays as it ended.
     assert coordinator.handle(rows, _done("k1", "a", "CANCELED")) == []
     coordinator.handle(rows, _done("k2", "a"))
     assert _what(codec, coordinator.handle(rows, _done("k2", "b"))) == [
-        ("history", "etl@manual:k2", "SUCCEEDED")]  # fmt: skip
+        ("history", "etl@manual:k2", "SUCCEEDED")
+    ]
 
 
 def test_a_flow_file_refuses_an_unknown_concurrency_policy() -> None:
     with pytest.raises(SpecError, match="concurrency 'sometimes' must be one of allow, forbid"):
-        flow_from_spec({"id": "x", "concurrency": "sometimes", "nodes": [
-            {"name": "a", "target": "python", "callable": "m:f"}]}, max_payload_bytes=100)  # fmt: skip
+        flow_from_spec(
+            {
+                "id": "x",
+                "concurrency": "sometimes",
+                "nodes": [{"name": "a", "target": "python", "callable": "m:f"}],
+            },
+            max_payload_bytes=100,
+        )
 
 
 def _alerts(codec: Codec, sends: list[Any]) -> list[tuple[str, str, str]]:
@@ -214,19 +261,21 @@ def test_a_flow_runs_deadline_alerts_once_and_clears_when_the_run_succeeds() -> 
     coordinator.handle(rows, _start("k1"))
     due = _event(FlowEventKind.DEADLINE, flow_run="etl@manual:k1")
     assert _alerts(codec, coordinator.handle(rows, due)) == [
-        ("DEADLINE_MISSED", "etl@manual:k1", "RUNNING")]  # fmt: skip
+        ("DEADLINE_MISSED", "etl@manual:k1", "RUNNING")
+    ]
     assert coordinator.handle(rows, due) == []  # a check fired again: quiet
     coordinator.handle(rows, _done("k1", "a"))
     assert _alerts(codec, coordinator.handle(rows, _done("k1", "b"))) == [
-        ("DEADLINE_CLEARED", "etl@manual:k1", "SUCCEEDED")]  # fmt: skip
+        ("DEADLINE_CLEARED", "etl@manual:k1", "SUCCEEDED")
+    ]
     # A run that succeeded in time, and one never started, are told apart.
     coordinator.handle(rows, _start("k2"))
     coordinator.handle(rows, _done("k2", "a"))
     coordinator.handle(rows, _done("k2", "b"))
     assert coordinator.handle(rows, _event(FlowEventKind.DEADLINE, flow_run="etl@manual:k2")) == []
-    assert _alerts(codec, coordinator.handle(rows, _event(
-        FlowEventKind.DEADLINE, flow_run="etl@manual:k9"))) == [
-        ("DEADLINE_MISSED", "etl@manual:k9", "NOT_STARTED")]  # fmt: skip
+    assert _alerts(
+        codec, coordinator.handle(rows, _event(FlowEventKind.DEADLINE, flow_run="etl@manual:k9"))
+    ) == [("DEADLINE_MISSED", "etl@manual:k9", "NOT_STARTED")]
 
 
 class _Table(dict[str, str]):
@@ -297,8 +346,10 @@ def test_a_failed_batch_is_handled_again_event_by_event(failure: str) -> None:
         coordinator.poison = other
     sent: list[tuple[str, bytes]] = []
     runner = _Runner(coordinator, codec, table, {t: _Out(sent, t) for t in TOPICS.names()})
-    events = [_FaustEvent(codec.encode(TOPICS.flow_events, _event(FlowEventKind.START, flow_run=r)))
-              for r in (first, other)]  # fmt: skip
+    events = [
+        _FaustEvent(codec.encode(TOPICS.flow_events, _event(FlowEventKind.START, flow_run=r)))
+        for r in (first, other)
+    ]
     asyncio.run(runner.handle_batch(events))
     requests = [codec.decode(v, RunRequest) for t, v in sent if t == TOPICS.runs(Priority.HIGH)]
     if failure == "refused once":
@@ -344,8 +395,9 @@ def test_an_event_waits_out_a_registry_outage_and_is_stepped_after_it(
     runner = _Runner(coordinator, reader, _Table(""), {t: _Out(sent, t) for t in TOPICS.names()})
     asyncio.run(runner.handle_batch([_FaustEvent(value)]))
     assert registry.down == 0
-    assert [reader.decode(v, RunRequest).run_id for t, v in sent
-            if t == TOPICS.runs(Priority.HIGH)] == [f"{RUN}/a"]  # fmt: skip
+    assert [
+        reader.decode(v, RunRequest).run_id for t, v in sent if t == TOPICS.runs(Priority.HIGH)
+    ] == [f"{RUN}/a"]
     assert [t for t, _ in sent if t == TOPICS.dlq] == []
 
 
@@ -362,8 +414,9 @@ def test_an_undecodable_flow_event_is_dead_lettered_and_the_batch_goes_on() -> N
     (letter,) = [codec.decode(v, DeadLetter) for t, v in sent if t == TOPICS.dlq]
     assert letter.reason.startswith("undecodable flow event: ")
     assert (letter.stage, letter.source_value) == ("flows", b"not avro at all")
-    assert [codec.decode(v, RunRequest).run_id for t, v in sent
-            if t == TOPICS.runs(Priority.HIGH)] == [f"{RUN}/a"]  # fmt: skip
+    assert [
+        codec.decode(v, RunRequest).run_id for t, v in sent if t == TOPICS.runs(Priority.HIGH)
+    ] == [f"{RUN}/a"]
 
 
 def test_a_tenants_node_runs_wait_for_its_fire_rate_and_none_is_dropped() -> None:

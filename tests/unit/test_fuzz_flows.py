@@ -14,12 +14,24 @@ from schemas.flows import FlowEvent
 from tests.hostile import FLOW_EVENTS, FUZZ
 from tests.processors import TOPICS, FlowsHarness
 
-ETL = flow_from_spec({"id": "etl", "concurrency": "queue", "nodes": [
-    {"name": "a", "target": "python", "callable": "m:f"},
-    {"name": "b", "after": ["a"], "target": "python", "callable": "m:g"},
-    {"name": "c", "after": ["a", "b"], "trigger": "any_failed", "target": "python",
-     "callable": "m:h"},
-]}, max_payload_bytes=65536)  # fmt: skip
+ETL = flow_from_spec(
+    {
+        "id": "etl",
+        "concurrency": "queue",
+        "nodes": [
+            {"name": "a", "target": "python", "callable": "m:f"},
+            {"name": "b", "after": ["a"], "target": "python", "callable": "m:g"},
+            {
+                "name": "c",
+                "after": ["a", "b"],
+                "trigger": "any_failed",
+                "target": "python",
+                "callable": "m:h",
+            },
+        ],
+    },
+    max_payload_bytes=65536,
+)
 
 
 @pytest.fixture(autouse=True)

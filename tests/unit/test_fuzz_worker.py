@@ -24,8 +24,9 @@ def worker() -> Iterator[WorkerHarness]:
 
 @FUZZ
 @given(run=run_requests())
-def test_a_hostile_run_request_is_run_or_dead_lettered(worker: WorkerHarness, run: RunRequest
-                                                       ) -> None:  # fmt: skip
+def test_a_hostile_run_request_is_run_or_dead_lettered(
+    worker: WorkerHarness, run: RunRequest
+) -> None:
     worker.read(worker.codec.encode(RUNS, run))
     worker.run_all()
     assert worker.intake.faults.streak == 0, [x.reason for x in worker.letters()[-1:]]

@@ -58,8 +58,7 @@ PLAIN = Settings.from_env({"CRONSTREAM_KAFKA_SECURITY": "plaintext"})
 def _config(monkeypatch: pytest.MonkeyPatch, balance: Balance) -> dict[str, Any]:
     built: dict[str, Any] = {}
     monkeypatch.setattr(clients, "Consumer", built.update)
-    clients.group_consumer(PLAIN, group="g", name="w", session_timeout_ms=10_000,
-                           balance=balance)  # fmt: skip
+    clients.group_consumer(PLAIN, group="g", name="w", session_timeout_ms=10_000, balance=balance)
     return built
 
 
@@ -116,7 +115,9 @@ def test_the_group_session_timeout_is_set_on_the_broker_with_a_tenth_heartbeat(
     (resource,) = admin.altered
     assert resource.name == "p.workers"
     assert {e.name: e.value for e in resource.incremental_configs} == {
-        "consumer.session.timeout.ms": "10000", "consumer.heartbeat.interval.ms": "1000"}  # fmt: skip
+        "consumer.session.timeout.ms": "10000",
+        "consumer.heartbeat.interval.ms": "1000",
+    }
 
 
 def test_a_refused_group_timeout_says_which_one_is_in_force(

@@ -39,16 +39,24 @@ async def _echo(scope: Scope, receive: Receive, send: Send, saw: list[str]) -> N
         if not message.get("more_body"):
             break
     body = str(size).encode()
-    await send({"type": "http.response.start", "status": 200,
-                "headers": [(b"content-type", b"text/plain")]})  # fmt: skip
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-type", b"text/plain")],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
 def exchange(
-    host: str | None = "127.0.0.1:8780", chunks: tuple[bytes, ...] = (b"",),
-    length: str | None = None, hosts: AllowedHosts | None = None, limit: int = MAX_BODY,
+    host: str | None = "127.0.0.1:8780",
+    chunks: tuple[bytes, ...] = (b"",),
+    length: str | None = None,
+    hosts: AllowedHosts | None = None,
+    limit: int = MAX_BODY,
     scheme: str = "http",
-) -> Exchange:  # fmt: skip
+) -> Exchange:
     got = Exchange()
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
@@ -85,24 +93,45 @@ def exchange(
     return got
 
 
-@pytest.mark.parametrize(("header", "host"), [
-    ("127.0.0.1:8780", "127.0.0.1"), ("LocalHost", "localhost"), ("localhost.:80", "localhost"),
-    ("[::1]:8780", "::1"), ("[::1]", "::1"), ("example.com", "example.com"),
-    ("[::1]x", None), ("a b", None), ("", None), ("[]:80", None),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("header", "host"),
+    [
+        ("127.0.0.1:8780", "127.0.0.1"),
+        ("LocalHost", "localhost"),
+        ("localhost.:80", "localhost"),
+        ("[::1]:8780", "::1"),
+        ("[::1]", "::1"),
+        ("example.com", "example.com"),
+        ("[::1]x", None),
+        ("a b", None),
+        ("", None),
+        ("[]:80", None),
+    ],
+)
 def test_host_header_is_read_without_its_port(header: str, host: str | None) -> None:
     assert parse_host(header) == host
 
 
-@pytest.mark.parametrize(("header", "allowed"), [
-    ("127.0.0.1:8780", True), ("localhost:8780", True), ("[::1]:8780", True),
-    ("dash.internal", True),  # the bound --host
-    ("ops.example.com", True), ("example.com", True),  # .example.com: domain and subdomains
-    ("cron.corp", True),  # --allowed-host cron.corp
-    ("10.1.2.3:8780", True), ("[fd00::5]", True),  # an address is no rebinding
-    ("evil.example", False), ("127.0.0.1.nip.io", False), ("badexample.com", False),
-    ("localhost.evil.example", False), (None, False), ("", False),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("header", "allowed"),
+    [
+        ("127.0.0.1:8780", True),
+        ("localhost:8780", True),
+        ("[::1]:8780", True),
+        ("dash.internal", True),  # the bound --host
+        ("ops.example.com", True),
+        ("example.com", True),  # .example.com: domain and subdomains
+        ("cron.corp", True),  # --allowed-host cron.corp
+        ("10.1.2.3:8780", True),
+        ("[fd00::5]", True),  # an address is no rebinding
+        ("evil.example", False),
+        ("127.0.0.1.nip.io", False),
+        ("badexample.com", False),
+        ("localhost.evil.example", False),
+        (None, False),
+        ("", False),
+    ],
+)
 def test_only_allowed_host_names_pass(header: str | None, allowed: bool) -> None:
     hosts = AllowedHosts.of("dash.internal", ["cron.corp,.example.com"])
     assert hosts.allows(header) is allowed

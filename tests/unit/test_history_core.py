@@ -102,7 +102,10 @@ def test_history_window_and_statuses() -> None:
     with pytest.raises(SpecError, match="not a duration"):
         history_window("yesterday", None, None, T)
     assert history_statuses(["failed,timed_out", "DEAD_LETTERED"]) == [
-        "FAILED", "TIMED_OUT", "DEAD_LETTERED"]  # fmt: skip
+        "FAILED",
+        "TIMED_OUT",
+        "DEAD_LETTERED",
+    ]
     with pytest.raises(SpecError, match="unknown status BOOM"):
         history_statuses(["boom"])
 

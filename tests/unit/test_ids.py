@@ -74,6 +74,14 @@ def test_an_event_run_id_gives_back_its_source_record() -> None:
         1042,
     )
     assert event_source(event_run_id("etl", "files.in", 0, 5) + "/extract") == ("files.in", 0, 5)
-    for other in ("j@2026-11-22T02:00:00.000Z", "j@manual:evt:t:0:1", "j@dep:2026-11-22",
-                  "j@evt:t:0", "j@evt::0:1", "j@evt:t:-1:5", "j@evt:t:0:x", "no-run-id"):  # fmt: skip
+    for other in (
+        "j@2026-11-22T02:00:00.000Z",
+        "j@manual:evt:t:0:1",
+        "j@dep:2026-11-22",
+        "j@evt:t:0",
+        "j@evt::0:1",
+        "j@evt:t:-1:5",
+        "j@evt:t:0:x",
+        "no-run-id",
+    ):
         assert event_source(other) is None, other

@@ -74,9 +74,14 @@ def test_an_authentication_error_is_raised_other_errors_are_left_to_librdkafka()
     on_error(KafkaError(KafkaError._TRANSPORT, "broker went away"))  # retried by librdkafka
     # A connection lost mid-handshake is reported as an authentication error: transient
     # (make bench: a client's close raised this and ended the benchmark).
-    on_error(KafkaError(KafkaError._AUTHENTICATION, "SASL SCRAM-SHA-512 mechanism handshake "
-                        "failed: Local: Broker transport failure: broker's supported "
-                        "mechanisms: (n/a) (after 0ms in state DOWN)"))  # fmt: skip
+    on_error(
+        KafkaError(
+            KafkaError._AUTHENTICATION,
+            "SASL SCRAM-SHA-512 mechanism handshake "
+            "failed: Local: Broker transport failure: broker's supported "
+            "mechanisms: (n/a) (after 0ms in state DOWN)",
+        )
+    )
     with pytest.raises(KafkaAuthError, match="Kafka refused user 'cronstream-app'"):
         on_error(KafkaError(KafkaError._AUTHENTICATION, "invalid credentials"))
     with pytest.raises(KafkaAuthError):
@@ -86,12 +91,17 @@ def test_an_authentication_error_is_raised_other_errors_are_left_to_librdkafka()
 def test_each_role_connects_as_its_own_user_unless_one_is_set(tmp_path: Path) -> None:
     s = settings(tmp_path)
     assert [s.as_role(r).kafka_user for r in ("scheduler", "worker", "sink")] == [
-        "cronstream-scheduler", "cronstream-worker", "cronstream-sink"
-    ]  # fmt: skip
+        "cronstream-scheduler",
+        "cronstream-worker",
+        "cronstream-sink",
+    ]
     assert s.kafka_user == "cronstream-app"  # the CLI, an operator's
     assert s.as_role("api").acting_as("tenant-a").kafka_user == "cronstream-api"
-    for env in ({"CRONSTREAM_KAFKA_USER": "ops"}, {"CRONSTREAM_KAFKA_PASSWORD": "x"},
-                {"CRONSTREAM_KAFKA_PASSWORD_FILE": "/p"}):  # fmt: skip
+    for env in (
+        {"CRONSTREAM_KAFKA_USER": "ops"},
+        {"CRONSTREAM_KAFKA_PASSWORD": "x"},
+        {"CRONSTREAM_KAFKA_PASSWORD_FILE": "/p"},
+    ):
         explicit = settings(tmp_path, **env)
         assert explicit.as_role("worker").kafka_user == explicit.kafka_user
         assert explicit.acting_as("tenant-a").kafka_user == explicit.kafka_user
@@ -103,9 +113,11 @@ def test_the_sink_and_the_api_use_their_own_cassandra_logins(tmp_path: Path) -> 
     s = settings(tmp_path)
     assert s.cassandra_user == "cronstream_app"
     assert {r: s.as_role(r).cassandra_user for r in ("sink", "api", "worker", "scheduler")} == {
-        "sink": "cronstream_sink", "api": "cronstream_api",
-        "worker": "cronstream_app", "scheduler": "cronstream_app",
-    }  # fmt: skip
+        "sink": "cronstream_sink",
+        "api": "cronstream_api",
+        "worker": "cronstream_app",
+        "scheduler": "cronstream_app",
+    }
     ops = settings(tmp_path, CRONSTREAM_CASSANDRA_USER="ops")
     assert ops.as_role("sink").cassandra_user == "ops"
     assert settings(tmp_path, CRONSTREAM_CASSANDRA_PASSWORD="x").as_role("api").cassandra_user == (

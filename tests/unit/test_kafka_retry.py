@@ -54,10 +54,15 @@ def test_a_fenced_leader_epoch_after_a_broker_restart_is_retried() -> None:
 
 @pytest.mark.parametrize(
     "code",
-    [KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError._TRANSPORT,
-     KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-     KafkaError._ALL_BROKERS_DOWN],
-)  # fmt: skip
+    [
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError._TRANSPORT,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError._ALL_BROKERS_DOWN,
+    ],
+)
 def test_refusals_that_pass_when_the_broker_is_back_are_transient(code: int) -> None:
     assert is_transient(refusal(code))
 
@@ -99,9 +104,13 @@ class ErrorEvent:
 
 @pytest.mark.parametrize(
     "code",
-    [KafkaError.FENCED_LEADER_EPOCH, KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError._TRANSPORT,
-     KafkaError._PARTITION_EOF],
-)  # fmt: skip
+    [
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError._TRANSPORT,
+        KafkaError._PARTITION_EOF,
+    ],
+)
 def test_a_transient_fetch_error_event_is_skipped_not_raised(code: int) -> None:
     """A fenced epoch reported as an error event while the broker restarts must not end
     the worker, scheduler or sink that reads it (librdkafka goes on fetching)."""
@@ -126,9 +135,14 @@ class StaleMetadataConsumer(FlakyConsumer):
 
 
 @pytest.mark.parametrize(
-    "code", [KafkaError._UNKNOWN_PARTITION, KafkaError.NOT_LEADER_FOR_PARTITION,
-             KafkaError.LEADER_NOT_AVAILABLE, KafkaError._DESTROY_BROKER],
-)  # fmt: skip
+    "code",
+    [
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError._DESTROY_BROKER,
+    ],
+)
 def test_a_stale_leader_refreshes_its_topic_and_is_retried(code: int) -> None:
     """Found on the 3-node cluster: a broker killed, a worker's watermarks of history
     (a topic it does not subscribe to) answered "Unknown partition" for two minutes, a

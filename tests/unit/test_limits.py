@@ -48,13 +48,19 @@ def definition(job_id: str = "j", **fields: Any) -> JobDefinition:
     [
         (definition("j\n"), "job id 'j\\n' must be"),
         (definition(schedule=CronSchedule(expression="0" + ",0" * 150 + " * * * *")), "over 256"),
-        (definition(misfire=MisfirePolicy(max_catchup=2**31 - 1, catchup_window_ms=10 * 365 * 86_400_000)),
-         "catchup 2147483647 is out of range"),
+        (
+            definition(
+                misfire=MisfirePolicy(
+                    max_catchup=2**31 - 1, catchup_window_ms=10 * 365 * 86_400_000
+                )
+            ),
+            "catchup 2147483647 is out of range",
+        ),
         (definition(jitter_ms=2**40), "jitter 1099511627776 is out of range"),
         (definition(schedule=IntervalSchedule(every_ms=2**60, anchor=T0)), "over 100 years"),
         (definition(payload="x" * 300_000), "definition of 3"),
     ],
-)  # fmt: skip
+)
 def test_the_scheduler_refuses_a_definition_over_the_limits(
     codec: Codec, job: JobDefinition, reason: str
 ) -> None:
@@ -79,15 +85,17 @@ def run(**fields: Any) -> RunRequest:
         (run(attempt=1000), "attempt 1000 is out of range"),
         (run(retry=RetryPolicy(max_attempts=10**6)), "max attempts 1000000 is out of range"),
         (run(timeout_ms=100_000 * 86_400_000), "timeout 8640000000000 is out of range"),
-        (run(target=Target(type="http", url="https://e.x", headers={"A": "x" * 5000})),
-         "at most 4096"),
+        (
+            run(target=Target(type="http", url="https://e.x", headers={"A": "x" * 5000})),
+            "at most 4096",
+        ),
         (run(tenant="t\n"), "tenant 't\\n' must be"),
         # found by the chaos suite: a 100 KB run id ran, then crashed the history sink
         (run(run_id="j@" + "x" * 100_000), "must be at most 512 printable characters"),
         (run(run_id="j@x\x1b[2J"), "must be at most 512 printable characters"),
         (run(run_id="other@x"), "is not its job's id followed by '@'"),
     ],
-)  # fmt: skip
+)
 def test_the_worker_refuses_a_run_request_over_the_limits(
     codec: Codec, bad: RunRequest, reason: str
 ) -> None:

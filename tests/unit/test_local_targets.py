@@ -224,8 +224,16 @@ def test_shell_path_patterns_match_the_real_path_and_never_dotdot(tmp_path: Path
     assert "ran ok.sh" in shell(f"{jobs}/ok.sh", allow)
     assert "ran ok.sh" in shell(f"{tmp_path}/alias/ok.sh", allow)  # a symlink to inside
     assert "ran ok.sh" in shell(f"{jobs}/ok.sh", f"{tmp_path}/alias/*.sh")  # the pattern's too
-    for command in (f"{jobs}/../evil.sh", f"{jobs}/sub/../../evil.sh", f"{jobs}/..",
-                    f"cat {jobs}/../evil.sh", "cat --file=../evil.sh", "cat ../x", "cat ..", "cat a/../b"):  # fmt: skip
+    for command in (
+        f"{jobs}/../evil.sh",
+        f"{jobs}/sub/../../evil.sh",
+        f"{jobs}/..",
+        f"cat {jobs}/../evil.sh",
+        "cat --file=../evil.sh",
+        "cat ../x",
+        "cat ..",
+        "cat a/../b",
+    ):
         with pytest.raises(TargetInvalid, match=r"'\.\.' path segment"):
             shell(command, allow, "cat *", "cat -*", "cat **")
     with pytest.raises(TargetInvalid, match="matches no"):
@@ -240,9 +248,14 @@ def test_shell_path_patterns_match_the_real_path_and_never_dotdot(tmp_path: Path
 
 def test_shell_options_must_be_spelled_out_by_the_pattern() -> None:
     """Found by probing (issue 31): `date *` ran `date --file=SECRET`."""
-    for command, allow in [("date --file=/etc/shadow", "date *"), ("date -f /etc/shadow", "date **"),
-                           ("echo -e x", "echo **"), ("echo x -n", "echo x **"),
-                           ("echo -n x", "echo * *"), ("echo -", "echo *")]:  # fmt: skip
+    for command, allow in [
+        ("date --file=/etc/shadow", "date *"),
+        ("date -f /etc/shadow", "date **"),
+        ("echo -e x", "echo **"),
+        ("echo x -n", "echo x **"),
+        ("echo -n x", "echo * *"),
+        ("echo -", "echo *"),
+    ]:
         with pytest.raises(TargetInvalid, match="an option matches only a pattern word"):
             shell(command, allow)
     assert shell("echo -n hi", "echo -n *") == "hi"
@@ -276,8 +289,7 @@ def test_shell_unknown_command_is_an_invalid_target() -> None:
 
 def test_shell_keeps_only_the_tail_of_a_huge_output() -> None:
     """Found by review: 300 MB of stdout cost +859 MB of worker memory."""
-    out = shell_output("sh -c 'head -c 50000000 /dev/zero | tr \"\\\\0\" x; echo END'",
-                       "sh -c *")  # fmt: skip
+    out = shell_output("sh -c 'head -c 50000000 /dev/zero | tr \"\\\\0\" x; echo END'", "sh -c *")
     assert out is not None
     assert out.dropped == "start"
     assert out.data == b"x" * (OUTPUT_CAP - 4) + b"END\n"  # its last bytes: the output kept
@@ -329,10 +341,12 @@ def test_shell_command_that_ignores_its_stdin_still_succeeds() -> None:
 
 @pytest.mark.parametrize(
     ("option", "value", "message"),
-    [("--shell-allow", "'unclosed", "shell allowlist pattern"),
-     ("--python-allow", "os.", "python allowlist entry"),
-     ("--http-allow", "not-a-network", "does not appear to be")],
-)  # fmt: skip
+    [
+        ("--shell-allow", "'unclosed", "shell allowlist pattern"),
+        ("--python-allow", "os.", "python allowlist entry"),
+        ("--http-allow", "not-a-network", "does not appear to be"),
+    ],
+)
 def test_worker_refuses_an_unusable_policy_before_starting(
     option: str, value: str, message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -52,8 +52,9 @@ def test_the_delay_queue_hands_over_exactly_what_is_due_in_due_order(
     for seq, (due, tag) in enumerate(items):
         queue.push(due, (due, seq, tag))
     out = queue.pop_due(now)
-    assert out == sorted(item for item in ((d, s, t) for s, (d, t) in enumerate(items))
-                         if item[0] <= now)  # fmt: skip
+    assert out == sorted(
+        item for item in ((d, s, t) for s, (d, t) in enumerate(items)) if item[0] <= now
+    )
     assert len(queue) == len(items) - len(out)
     assert queue.next_due() is None or queue.next_due() > now  # type: ignore[operator]
     queue.keep(lambda item: item[2] != 0)

@@ -7,6 +7,7 @@ import random
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
+import runtime.probes
 from runtime import metrics
 from runtime.metrics import LoopHistogram, Tally
 
@@ -15,9 +16,10 @@ BUCKETS = (0.001, 0.005, 0.01, 0.1, 1.0, 60.0)
 
 def _samples(registry: CollectorRegistry) -> list[str]:
     return [
-        line for line in generate_latest(registry).decode().splitlines()
+        line
+        for line in generate_latest(registry).decode().splitlines()
         if not line.startswith("#") and "_created" not in line
-    ]  # fmt: skip
+    ]
 
 
 def test_loop_histogram_exposes_what_a_histogram_would() -> None:
@@ -39,11 +41,16 @@ def test_loop_histogram_buckets_hold_their_upper_bound() -> None:
     for value in (0.001, 0.0011, 60.0, 61.0):
         histogram.observe(value)
     assert _samples(registry) == [
-        'y_seconds_bucket{le="0.001"} 1.0', 'y_seconds_bucket{le="0.005"} 2.0',
-        'y_seconds_bucket{le="0.01"} 2.0', 'y_seconds_bucket{le="0.1"} 2.0',
-        'y_seconds_bucket{le="1.0"} 2.0', 'y_seconds_bucket{le="60.0"} 3.0',
-        'y_seconds_bucket{le="+Inf"} 4.0', "y_seconds_count 4.0", "y_seconds_sum 121.0021",
-    ]  # fmt: skip
+        'y_seconds_bucket{le="0.001"} 1.0',
+        'y_seconds_bucket{le="0.005"} 2.0',
+        'y_seconds_bucket{le="0.01"} 2.0',
+        'y_seconds_bucket{le="0.1"} 2.0',
+        'y_seconds_bucket{le="1.0"} 2.0',
+        'y_seconds_bucket{le="60.0"} 3.0',
+        'y_seconds_bucket{le="+Inf"} 4.0',
+        "y_seconds_count 4.0",
+        "y_seconds_sum 121.0021",
+    ]
 
 
 def test_a_labelled_loop_histogram_exposes_what_a_labelled_histogram_would() -> None:
@@ -91,7 +98,7 @@ def test_probes_answer_live_until_the_loop_stops_going_round_and_ready_once_set(
     probes.beat()
     assert probes.live() == (True, "ok")
     assert probes.ready() == (True, "ok")
-    monkeypatch.setattr(metrics.time, "monotonic", lambda: probes.last_beat + 61)  # type: ignore[operator]
+    monkeypatch.setattr(runtime.probes.time, "monotonic", lambda: probes.last_beat + 61)  # type: ignore[operator]
     live, why = probes.live()
     assert not live
     assert "main loop stuck: last went round 61 s ago" in why

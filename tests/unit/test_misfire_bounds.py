@@ -25,8 +25,9 @@ MISFIRED = SLOTS - LATE
 
 
 def _settle(job: JobSchedule, owed_from: int = T0, now: int = NOW) -> list[Action]:
-    return settle(job, owed_from=owed_from, now=now, threshold_ms=THRESHOLD,
-                  possible_duplicate=True).actions  # fmt: skip
+    return settle(
+        job, owed_from=owed_from, now=now, threshold_ms=THRESHOLD, possible_duplicate=True
+    ).actions
 
 
 def _every_second(
@@ -92,8 +93,13 @@ def test_skip_once_and_paused_write_one_summary_for_a_30_day_outage(
 
 def test_misfire_once_without_a_late_slot_runs_the_latest_misfire() -> None:
     # A 500 ms threshold at NOW + 600: no slot is merely late.
-    actions = settle(_every_second("ONCE"), owed_from=T0, now=NOW + 600, threshold_ms=500,
-                     possible_duplicate=True).actions  # fmt: skip
+    actions = settle(
+        _every_second("ONCE"),
+        owed_from=T0,
+        now=NOW + 600,
+        threshold_ms=500,
+        possible_duplicate=True,
+    ).actions
     summary, fire = actions
     assert type(summary) is Record
     assert type(fire) is Fire
@@ -108,7 +114,9 @@ def test_too_old_and_in_window_slots_are_one_record_per_status() -> None:
     in_window = window // S - LATE  # misfired inside the window
     skip = _settle(_every_second("SKIP", window=window))
     assert [(a.status, a.slots) for a in skip if type(a) is Record] == [
-        ("MISSED", SLOTS - window // S), ("SKIPPED", in_window)]  # fmt: skip
+        ("MISSED", SLOTS - window // S),
+        ("SKIPPED", in_window),
+    ]
     assert _slots_of(skip) == SLOTS
     every = _settle(_every_second("ALL", window=window))
     (missed,) = [a for a in every if type(a) is Record]
@@ -126,10 +134,12 @@ def test_a_short_outage_lists_each_slot_and_a_longer_one_is_summarised() -> None
     owed = T0 + THRESHOLD + LIST_LIMIT * S  # exactly LIST_LIMIT misfires
     listed = [a for a in _settle(job, T0, owed) if type(a) is Record]
     assert [(a.slot_ms, a.slots, a.reason) for a in listed] == [
-        (T0 + k * S, 1, "misfire=skip") for k in range(1, LIST_LIMIT + 1)]  # fmt: skip
+        (T0 + k * S, 1, "misfire=skip") for k in range(1, LIST_LIMIT + 1)
+    ]
     summarised = [a for a in _settle(job, T0, owed + S) if type(a) is Record]
     assert [(a.slot_ms, a.slots, a.last_ms) for a in summarised] == [
-        (T0 + S, LIST_LIMIT + 1, T0 + (LIST_LIMIT + 1) * S)]  # fmt: skip
+        (T0 + S, LIST_LIMIT + 1, T0 + (LIST_LIMIT + 1) * S)
+    ]
 
 
 def test_jitter_shifts_what_is_owed_by_due_time() -> None:
@@ -148,21 +158,23 @@ def test_bounds_cut_what_an_outage_owes() -> None:
     job = _every_second("SKIP", start_ms=T0 + DAY + 1, end_ms=T0 + 2 * DAY)
     (summary,) = _settle(job)
     assert type(summary) is Record
-    assert (summary.slot_ms, summary.last_ms, summary.slots) == (T0 + DAY + S, T0 + 2 * DAY,
-                                                                 86_400)  # fmt: skip
+    assert (summary.slot_ms, summary.last_ms, summary.slots) == (T0 + DAY + S, T0 + 2 * DAY, 86_400)
 
 
 def test_a_cron_job_firing_every_second_is_settled_without_walking_its_slots() -> None:
     """Before: 2,592,000 records and 25 s of CPU (UTC; 30 s in Europe/Paris, whose
     30 days here hold no transition)."""
     for zone in ("UTC", "Europe/Paris"):
-        job = JobSchedule("c", cron="* * * * * *", timezone=zone,
-                          misfire=Misfire("ALL", 10, 30 * DAY))  # fmt: skip
+        job = JobSchedule(
+            "c", cron="* * * * * *", timezone=zone, misfire=Misfire("ALL", 10, 30 * DAY)
+        )
         started = time.process_time()
         actions = _settle(job)
         cpu = time.process_time() - started
         assert [(type(a).__name__, _slots_of([a])) for a in actions[:2]] == [
-            ("Record", MISFIRED - 10), ("Fire", 1)]  # fmt: skip
+            ("Record", MISFIRED - 10),
+            ("Fire", 1),
+        ]
         assert len(actions) == 1 + 10 + LATE
         assert _slots_of(actions) == SLOTS
         assert cpu < 0.5, f"{zone}: {cpu:.3f} s"
@@ -174,5 +186,6 @@ def test_a_summary_keeps_the_watermark_and_the_next_slot() -> None:
     actions = core.recover(_every_second("ALL"), now=NOW, known=True, arrived_ms=0)
     assert _slots_of(actions) == SLOTS
     assert [(a.slot_ms, a.trigger) for a in core.due(NOW + S) if type(a) is Fire] == [
-        (NOW + S, "SCHEDULE")]  # fmt: skip
+        (NOW + S, "SCHEDULE")
+    ]
     assert core.fired_through == NOW + S

@@ -46,10 +46,13 @@ class Harness:
         self.outbox = Outbox(
             fake_publisher(self.codec, self.producer, serve_each=False, track_acks=True),
             topics=TOPICS,
-            name="w1", consumer=self.consumer,  # type: ignore[arg-type]
-            trackers={(RUNS, 0): self.tracker}, dedup=self.dedup, tally=metrics.Tally(),
+            name="w1",
+            consumer=self.consumer,  # type: ignore[arg-type]
+            trackers={(RUNS, 0): self.tracker},
+            dedup=self.dedup,
+            tally=metrics.Tally(),
             observers=observers,
-        )  # fmt: skip
+        )
         self.offset = 0
 
     def pending(self, run: RunRequest) -> Pending:
@@ -62,17 +65,25 @@ class Harness:
 
 
 def _run(run_id: str, *, trigger: Trigger = Trigger.SCHEDULE, target: str = "python") -> RunRequest:
-    return RunRequest(run_id=run_id, job_id=run_id.partition("@")[0], scheduled_at=T0, fired_at=T0,
-                      target=Target(type=target), trigger=trigger)  # fmt: skip
+    return RunRequest(
+        run_id=run_id,
+        job_id=run_id.partition("@")[0],
+        scheduled_at=T0,
+        fired_at=T0,
+        target=Target(type=target),
+        trigger=trigger,
+    )
 
 
 def test_a_flow_nodes_end_reaches_the_coordinator_after_its_timer_and_before_its_outcome() -> None:
     h = Harness()
     node = _run("F@1/a", trigger=Trigger.FLOW)
-    timer = TimerRequest(timer_id="F@1/a#2", job_id="F", due_at=T0, reason=TimerReason.RETRY,
-                         created_at=T0, run=node)  # fmt: skip
-    h.outbox.finish(h.pending(node), RunStatus.FAILED, "boom", next_attempt_ms=5,
-                    extra=(TOPICS.timers, timer))  # fmt: skip
+    timer = TimerRequest(
+        timer_id="F@1/a#2", job_id="F", due_at=T0, reason=TimerReason.RETRY, created_at=T0, run=node
+    )
+    h.outbox.finish(
+        h.pending(node), RunStatus.FAILED, "boom", next_attempt_ms=5, extra=(TOPICS.timers, timer)
+    )
     h.outbox.settle(wait=True)
     assert h.topics_in_order() == [TOPICS.timers, TOPICS.flow_events, TOPICS.history]
     (event,) = decoded(h.codec, h.producer, TOPICS.flow_events, FlowEvent)
@@ -90,16 +101,18 @@ def test_a_missed_deadline_alerts_once_and_a_late_success_clears_it() -> None:
     h.outbox.settle(wait=True)
     alerts = decoded(h.codec, h.producer, TOPICS.alerts, Alert)
     assert [(a.kind, a.last_status) for a in alerts] == [
-        (AlertKind.DEADLINE_MISSED, "RUNNING"), (AlertKind.DEADLINE_CLEARED, "SUCCEEDED"),
-    ]  # fmt: skip
+        (AlertKind.DEADLINE_MISSED, "RUNNING"),
+        (AlertKind.DEADLINE_CLEARED, "SUCCEEDED"),
+    ]
     assert decoded(h.codec, h.producer, TOPICS.flow_events, FlowEvent) == []
     assert h.consumer.commits[-1][0] == [(RUNS, 0, 4, "1000")]  # all three settled
 
 
 def test_a_flows_deadline_check_goes_to_the_coordinator_not_to_the_alerts() -> None:
     h = Harness()
-    h.outbox.check_deadline(h.pending(_run("F@1", trigger=Trigger.DEADLINE, target="flow")),
-                            running=False)  # fmt: skip
+    h.outbox.check_deadline(
+        h.pending(_run("F@1", trigger=Trigger.DEADLINE, target="flow")), running=False
+    )
     h.outbox.settle(wait=True)
     (event,) = decoded(h.codec, h.producer, TOPICS.flow_events, FlowEvent)
     assert (event.kind, event.flow_run_id, event.at) == (FlowEventKind.DEADLINE, "F@1", T0)
@@ -112,13 +125,21 @@ class Letters:
     def written(self) -> Sequence[tuple[str, type[AnyEvent]]]:
         return [(TOPICS.dlq, DeadLetter)]
 
-    def settled(self, run: RunRequest, status: RunStatus, error: str | None, *,
-                retrying: bool, now_ms: int) -> Sequence[Record]:  # fmt: skip
+    def settled(
+        self, run: RunRequest, status: RunStatus, error: str | None, *, retrying: bool, now_ms: int
+    ) -> Sequence[Record]:
         if status is not RunStatus.FAILED:
             return ()
-        letter = DeadLetter(stage="test", reason=error or "", source_topic=RUNS,
-                            source_partition=0, source_offset=-1, dead_at=T0,
-                            job_id=run.job_id, run_id=run.run_id)  # fmt: skip
+        letter = DeadLetter(
+            stage="test",
+            reason=error or "",
+            source_topic=RUNS,
+            source_partition=0,
+            source_offset=-1,
+            dead_at=T0,
+            job_id=run.job_id,
+            run_id=run.run_id,
+        )
         return [(TOPICS.dlq, letter)]
 
     def checked(self, check: RunRequest, *, running: bool, now_ms: int) -> Sequence[Record]:

@@ -59,8 +59,10 @@ def test_with_a_lookahead_a_change_applies_from_the_first_slot_not_emitted() -> 
     slot emitted ahead was also recorded SKIPPED)."""
     core = PartitionScheduler(0, fired_through=T0)
     core.put(JobSchedule("j", every_ms=1000), now=T0)
-    assert fires(core.due(T0 + 2000)) == [(T0 + 1000, "SCHEDULE", False),
-                                          (T0 + 2000, "SCHEDULE", False)]  # fmt: skip
+    assert fires(core.due(T0 + 2000)) == [
+        (T0 + 1000, "SCHEDULE", False),
+        (T0 + 2000, "SCHEDULE", False),
+    ]
     # now = T0 + 500, lookahead 1.5 s: paused, the slots emitted ahead stay as they are
     assert core.put(JobSchedule("j", every_ms=1000, paused=True), now=T0 + 500) == []
     assert records(core.due(T0 + 3000)) == [(T0 + 3000, "SKIPPED")]
@@ -124,8 +126,10 @@ def test_a_long_outage_is_one_summary_record_per_status() -> None:
     job = JobSchedule("s", every_ms=1000, misfire=Misfire("SKIP", 1, 60_000))
     actions = core.recover(job, now=T0 + 20_000_000, known=True, arrived_ms=0)
     summaries = [(a.slot_ms, a.status, a.slots, a.last_ms) for a in actions if type(a) is Record]
-    assert summaries == [(T0 + 1000, "MISSED", 19_940, T0 + 19_940_000),
-                         (T0 + 19_941_000, "SKIPPED", 59, T0 + 19_999_000)]  # fmt: skip
+    assert summaries == [
+        (T0 + 1000, "MISSED", 19_940, T0 + 19_940_000),
+        (T0 + 19_941_000, "SKIPPED", 59, T0 + 19_999_000),
+    ]
     assert fires(actions) == [(T0 + 20_000_000, "SCHEDULE", True)]
 
 
@@ -188,7 +192,8 @@ def test_a_deadline_check_fires_for_a_paused_job_and_is_never_recorded() -> None
     core.add_timer(Timer(4, "gone", T0 + 5, body="check", check=True))
     out = core.due(T0 + 5)
     assert [(a.job_id, a.trigger, a.timer.body) for a in out if type(a) is Fire] == [
-        ("j", "DEADLINE", "check")]  # fmt: skip
+        ("j", "DEADLINE", "check")
+    ]
     assert records(out) == []  # a deleted job's check is dropped, a run is never SKIPPED
 
 

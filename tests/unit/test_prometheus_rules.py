@@ -82,8 +82,9 @@ def test_the_dashboards_due_to_start_query_is_the_one_the_precision_alert_reads(
 
 
 def test_every_dashboard_query_is_valid_promql(tmp_path: Path) -> None:
-    recorded = [{"record": f"dashboard:panel{i}", "expr": e}
-                for i, e in enumerate(_dashboard_exprs())]  # fmt: skip
+    recorded = [
+        {"record": f"dashboard:panel{i}", "expr": e} for i, e in enumerate(_dashboard_exprs())
+    ]
     path = tmp_path / "panels.yml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "panels", "rules": recorded}]}))
     check = _run(_tool("promtool"), "check", "rules", str(path))

@@ -149,13 +149,22 @@ def test_a_traceback_once_per_code_site(caplog: pytest.LogCaptureFixture) -> Non
 
 # -- the processors -------------------------------------------------------------------------
 def job(job_id: str = "x", url: str = "https://example.com/h") -> JobDefinition:
-    return JobDefinition(job_id=job_id, target=Target(type="http", url=url), updated_at=NOW,
-                         schedule=CronSchedule(expression="* * * * *"))  # fmt: skip
+    return JobDefinition(
+        job_id=job_id,
+        target=Target(type="http", url=url),
+        updated_at=NOW,
+        schedule=CronSchedule(expression="* * * * *"),
+    )
 
 
 def put(command_id: str, job_id: str = "x") -> TenantCommand:
-    return TenantCommand(command_id=command_id, action=TenantAction.PUT, job_id=job_id,
-                         job=job(job_id), issued_at=NOW)  # fmt: skip
+    return TenantCommand(
+        command_id=command_id,
+        action=TenantAction.PUT,
+        job_id=job_id,
+        job=job(job_id),
+        issued_at=NOW,
+    )
 
 
 def test_the_admission_refuses_a_command_it_raises_on_and_decides_the_next(
@@ -173,8 +182,11 @@ def test_the_admission_refuses_a_command_it_raises_on_and_decides_the_next(
     h = AdmissionHarness()
     before = faults_counted("admission")
     refused = h.send("acme", put("poison", "bad"))
-    assert (refused.accepted, refused.command_id, refused.action) == (False, "poison",
-                                                                      TenantAction.PUT)  # fmt: skip
+    assert (refused.accepted, refused.command_id, refused.action) == (
+        False,
+        "poison",
+        TenantAction.PUT,
+    )
     assert refused.reason == "internal error on this record: ValueError: Invalid IPv6 URL"
     assert refused.code is RefusalCode.INTERNAL
     assert "acme/bad" not in h.processor.admission.jobs  # the view as it was
@@ -229,9 +241,14 @@ def test_the_scheduler_dead_letters_a_definition_whose_reading_raises(
 
 
 def run_request(run_id: str, **fields: Any) -> RunRequest:
-    return RunRequest(run_id=run_id, job_id=run_id.split("@", maxsplit=1)[0], scheduled_at=NOW,
-                      fired_at=NOW, target=Target(type="python", callable="m:f"),
-                      **fields)  # fmt: skip
+    return RunRequest(
+        run_id=run_id,
+        job_id=run_id.split("@", maxsplit=1)[0],
+        scheduled_at=NOW,
+        fired_at=NOW,
+        target=Target(type="python", callable="m:f"),
+        **fields,
+    )
 
 
 def test_the_worker_dead_letters_a_run_request_reading_raises_on(
@@ -292,8 +309,14 @@ def test_the_worker_dead_letters_a_run_it_raises_on_before_its_executor(
 
 
 def outcome(run_id: str = "j@1", **fields: Any) -> RunOutcome:
-    return RunOutcome(run_id=run_id, job_id=run_id.split("@", maxsplit=1)[0], status=RunStatus.SUCCEEDED,
-                      scheduled_at=NOW, recorded_at=NOW, **fields)  # fmt: skip
+    return RunOutcome(
+        run_id=run_id,
+        job_id=run_id.split("@", maxsplit=1)[0],
+        status=RunStatus.SUCCEEDED,
+        scheduled_at=NOW,
+        recorded_at=NOW,
+        **fields,
+    )
 
 
 def test_the_sink_dead_letters_a_record_whose_rows_raise_but_not_cassandra_down(
@@ -336,8 +359,7 @@ def test_the_archiver_dead_letters_an_outcome_it_cannot_hold() -> None:
     assert h.archiver.letters  # acknowledged before the next flush commits
 
 
-def test_the_archiver_dead_letters_an_outcome_it_raises_on(monkeypatch: pytest.MonkeyPatch
-                                                           ) -> None:  # fmt: skip
+def test_the_archiver_dead_letters_an_outcome_it_raises_on(monkeypatch: pytest.MonkeyPatch) -> None:
     import consumers.archiver
 
     monkeypatch.setattr(consumers.archiver, "folder_problem", _raise_on("poison"))
@@ -368,18 +390,28 @@ class Poisoned(Coordinator):
 
 
 def flow_event(run: str) -> FlowEvent:
-    return FlowEvent(flow_id="etl", flow_run_id=run, kind=FlowEventKind.START, scheduled_at=NOW,
-                     at=NOW, tenant="acme")  # fmt: skip
+    return FlowEvent(
+        flow_id="etl",
+        flow_run_id=run,
+        kind=FlowEventKind.START,
+        scheduled_at=NOW,
+        at=NOW,
+        tenant="acme",
+    )
 
 
-ETL = flow_from_spec({"id": "etl", "nodes": [{"name": "a", "target": "python",
-                      "callable": "m:f"}]}, max_payload_bytes=65536)  # fmt: skip
+ETL = flow_from_spec(
+    {"id": "etl", "nodes": [{"name": "a", "target": "python", "callable": "m:f"}]},
+    max_payload_bytes=65536,
+)
 
 
 def test_the_flows_coordinator_dead_letters_an_event_it_raises_on_changing_no_row() -> None:
     h = FlowsHarness(ETL, coordinator=Poisoned)
-    poison, good = h.codec.encode(TOPICS.flow_events, flow_event("etl@poison")), h.codec.encode(
-        TOPICS.flow_events, flow_event("etl@good"))  # fmt: skip
+    poison, good = (
+        h.codec.encode(TOPICS.flow_events, flow_event("etl@poison")),
+        h.codec.encode(TOPICS.flow_events, flow_event("etl@good")),
+    )
     h.handle(poison, good)
     (letter,) = h.on(TOPICS.dlq, DeadLetter)
     assert (letter.stage, letter.source_offset, letter.run_id) == ("flows", 1, "etl@poison")

@@ -32,25 +32,40 @@ from tests.unit.test_executors import context
 
 @pytest.mark.parametrize(
     ("url", "shown"),
-    [("https://user:pw@example.com/hook", "https://***@example.com/hook"),
-     ("https://example.com/h?token=abc&x=1", "https://example.com/h?token=***&x=1"),
-     ("https://example.com/h?X-Amz-Signature=s&api_key=k&key=v&page=2",
-      "https://example.com/h?X-Amz-Signature=***&api_key=***&key=***&page=2"),
-     ("https://example.com/h?x=1", "https://example.com/h?x=1"),
-     ("http://[::1/broken", "http://***")],
-)  # fmt: skip
+    [
+        ("https://user:pw@example.com/hook", "https://***@example.com/hook"),
+        ("https://example.com/h?token=abc&x=1", "https://example.com/h?token=***&x=1"),
+        (
+            "https://example.com/h?X-Amz-Signature=s&api_key=k&key=v&page=2",
+            "https://example.com/h?X-Amz-Signature=***&api_key=***&key=***&page=2",
+        ),
+        ("https://example.com/h?x=1", "https://example.com/h?x=1"),
+        ("http://[::1/broken", "http://***"),
+    ],
+)
 def test_urls_lose_their_userinfo_and_sensitive_query_values(url: str, shown: str) -> None:
     assert redact_url(url) == shown
 
 
 def test_sensitive_headers_are_masked_but_secret_references_are_shown() -> None:
-    headers = {"Authorization": "Bearer abc", "X-Api-Key": "k", "Cookie": "s=1",
-               "X-Auth-Token": "t", "X-Team": "billing", "Proxy-Authorization": "secret:proxy",
-               "Idempotency-Key": "run-1"}  # fmt: skip
+    headers = {
+        "Authorization": "Bearer abc",
+        "X-Api-Key": "k",
+        "Cookie": "s=1",
+        "X-Auth-Token": "t",
+        "X-Team": "billing",
+        "Proxy-Authorization": "secret:proxy",
+        "Idempotency-Key": "run-1",
+    }
     assert redact_headers(headers) == {
-        "Authorization": MASK, "X-Api-Key": MASK, "Cookie": MASK, "X-Auth-Token": MASK,
-        "X-Team": "billing", "Proxy-Authorization": "secret:proxy", "Idempotency-Key": "run-1",
-    }  # fmt: skip
+        "Authorization": MASK,
+        "X-Api-Key": MASK,
+        "Cookie": MASK,
+        "X-Auth-Token": MASK,
+        "X-Team": "billing",
+        "Proxy-Authorization": "secret:proxy",
+        "Idempotency-Key": "run-1",
+    }
 
 
 def test_urls_inside_error_text_are_redacted() -> None:
@@ -68,28 +83,42 @@ def test_control_and_reordering_characters_are_escaped() -> None:
 
 
 def test_a_record_as_json_is_redacted_everywhere() -> None:
-    record = {"target": {"url": "https://a:b@h/x", "headers": {"Authorization": "x"}},
-              "error": "GET https://a:b@h/ failed", "payload": "{}"}  # fmt: skip
+    record = {
+        "target": {"url": "https://a:b@h/x", "headers": {"Authorization": "x"}},
+        "error": "GET https://a:b@h/ failed",
+        "payload": "{}",
+    }
     assert redact_jsonable(record) == {
         "target": {"url": "https://***@h/x", "headers": {"Authorization": MASK}},
-        "error": "GET https://***@h/ failed", "payload": "{}",
-    }  # fmt: skip
+        "error": "GET https://***@h/ failed",
+        "payload": "{}",
+    }
 
 
 def test_history_cells_show_no_control_characters_or_credentials() -> None:
     row = RunOutcome(
-        run_id="j@manual:1", job_id="j", attempt=1, status=RunStatus.FAILED,
-        scheduled_at=utc_now(), recorded_at=utc_now(),
+        run_id="j@manual:1",
+        job_id="j",
+        attempt=1,
+        status=RunStatus.FAILED,
+        scheduled_at=utc_now(),
+        recorded_at=utc_now(),
         error="exit status 1: \x1b]0;pwned\x07 https://u:p@h/",
-    )  # fmt: skip
+    )
     assert _cell(row, "error") == "exit status 1: \\x1b]0;pwned\\x07 https://***@h/"
 
 
 @pytest.mark.parametrize(
     ("value", "name"),
-    [("secret:db-token", "db-token"), ("secret:a.b_c", "a.b_c"), ("secret:../x", None),
-     ("secret:a/b", None), ("Bearer secret:x", None), ("secret:", None)],
-)  # fmt: skip
+    [
+        ("secret:db-token", "db-token"),
+        ("secret:a.b_c", "a.b_c"),
+        ("secret:../x", None),
+        ("secret:a/b", None),
+        ("Bearer secret:x", None),
+        ("secret:", None),
+    ],
+)
 def test_secret_references(value: str, name: str | None) -> None:
     assert secret_name(value) == name
 
@@ -148,10 +177,15 @@ def test_a_tenant_resolves_secrets_only_in_its_own_namespace(tmp_path: Path) -> 
 
 @pytest.mark.parametrize(
     ("name", "tenant", "why"),
-    [("../billing-token", "default", "not a secret name"), ("a/b", "default", "not a secret"),
-     ("x", "../etc", "not a tenant name"), ("x", "acme/..", "not a tenant name"),
-     ("x", "", "not a tenant name"), ("x", "ACME", "not a tenant name")],
-)  # fmt: skip
+    [
+        ("../billing-token", "default", "not a secret name"),
+        ("a/b", "default", "not a secret"),
+        ("x", "../etc", "not a tenant name"),
+        ("x", "acme/..", "not a tenant name"),
+        ("x", "", "not a tenant name"),
+        ("x", "ACME", "not a tenant name"),
+    ],
+)
 def test_a_secret_lookup_never_leaves_its_namespace(
     tmp_path: Path, name: str, tenant: str, why: str
 ) -> None:
@@ -183,16 +217,20 @@ def test_no_two_namespaces_share_a_variable() -> None:
 
 @pytest.mark.parametrize(
     ("text", "values", "scrubbed"),
-    [("401: you sent Bearer abc.def/ghi", ["Bearer abc.def/ghi"], "401: you sent ***"),
-     ("token abc.def/ghi is revoked", ["Bearer abc.def/ghi"], "token *** is revoked"),
-     ("GET /?auth=Bearer%20abc.def%2Fghi", ["Bearer abc.def/ghi"], "GET /?auth=***"),
-     ("q=Bearer+abc.def%2Fghi", ["Bearer abc.def/ghi"], "q=***"),
-     ('{"authorization": "p\\"w\\\\x1"}', ['p"w\\x1'], '{"authorization": "***"}'),
-     ("body cut: xx Bearer abc.d", ["Bearer abc.def/ghi"], "body cut: xx ***"),
-     ("ends with Bear", ["Bearer abc.def/ghi"], "ends with Bear"),  # under MIN_PART
-     ("ab then abc", ["ab", "abc"], "*** then ***"), ("nothing here", [], "nothing here"),
-     ("keep it", [""], "keep it"), ("Bearer x stays", ["Bearer x"], "*** stays")],
-)  # fmt: skip
+    [
+        ("401: you sent Bearer abc.def/ghi", ["Bearer abc.def/ghi"], "401: you sent ***"),
+        ("token abc.def/ghi is revoked", ["Bearer abc.def/ghi"], "token *** is revoked"),
+        ("GET /?auth=Bearer%20abc.def%2Fghi", ["Bearer abc.def/ghi"], "GET /?auth=***"),
+        ("q=Bearer+abc.def%2Fghi", ["Bearer abc.def/ghi"], "q=***"),
+        ('{"authorization": "p\\"w\\\\x1"}', ['p"w\\x1'], '{"authorization": "***"}'),
+        ("body cut: xx Bearer abc.d", ["Bearer abc.def/ghi"], "body cut: xx ***"),
+        ("ends with Bear", ["Bearer abc.def/ghi"], "ends with Bear"),  # under MIN_PART
+        ("ab then abc", ["ab", "abc"], "*** then ***"),
+        ("nothing here", [], "nothing here"),
+        ("keep it", [""], "keep it"),
+        ("Bearer x stays", ["Bearer x"], "*** stays"),
+    ],
+)
 def test_scrub_removes_a_value_in_every_form_a_target_may_echo(
     text: str, values: list[str], scrubbed: str
 ) -> None:
@@ -201,8 +239,17 @@ def test_scrub_removes_a_value_in_every_form_a_target_may_echo(
 
 def test_one_list_of_credential_header_names() -> None:
     """Masked when shown, and dropped when a redirect leaves the origin (http.py)."""
-    for name in ("Authorization", "Proxy-Authorization", "Cookie", "X-Api-Key",
-                 "Private-Token", "X-Auth-Token", "x-api-key", "Api_Key", "X-Session-Id"):  # fmt: skip
+    for name in (
+        "Authorization",
+        "Proxy-Authorization",
+        "Cookie",
+        "X-Api-Key",
+        "Private-Token",
+        "X-Auth-Token",
+        "x-api-key",
+        "Api_Key",
+        "X-Session-Id",
+    ):
         assert sensitive(name), name
     for name in ("Idempotency-Key", "X-Team", "Content-Type", "X-Cronstream-Run-Id"):
         assert not sensitive(name), name
@@ -221,10 +268,12 @@ def test_put_refuses_credentials_in_the_url_and_names_no_password() -> None:
 
 def test_put_warns_about_literal_credentials_in_headers() -> None:
     job = job_from_spec(
-        _spec(url="https://example.com/x",
-              headers={"Authorization": "Bearer abc", "X-Token": "secret:t", "X-Team": "b"}),
+        _spec(
+            url="https://example.com/x",
+            headers={"Authorization": "Bearer abc", "X-Token": "secret:t", "X-Team": "b"},
+        ),
         max_payload_bytes=65536,
-    )  # fmt: skip
+    )
     warnings = literal_secrets(job)
     assert len(warnings) == 1
     assert "Authorization" in warnings[0]

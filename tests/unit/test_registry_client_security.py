@@ -18,7 +18,10 @@ def test_reading_is_anonymous_unless_a_user_is_set_and_writing_takes_the_writer(
 ) -> None:
     s = Settings.from_env({"CRONSTREAM_HOME": str(tmp_path)})
     assert (s.registry_user, s.registry_writer, s.registry_ca) == (
-        None, "cronstream-bootstrap", None)  # fmt: skip
+        None,
+        "cronstream-bootstrap",
+        None,
+    )
     assert registry_login(s) is None
     with pytest.raises(SettingsError, match="no password for schema registry user"):
         registry_login(s, writer=True)
@@ -29,8 +32,9 @@ def test_reading_is_anonymous_unless_a_user_is_set_and_writing_takes_the_writer(
     monkeypatch.setenv("CRONSTREAM_REGISTRY_WRITER_PASSWORD", "env")
     assert registry_login(s, writer=True) == ("cronstream-bootstrap", "env")
     monkeypatch.setenv("CRONSTREAM_REGISTRY_PASSWORD", "reader")
-    reading = Settings.from_env({"CRONSTREAM_HOME": str(tmp_path),
-                                 "CRONSTREAM_REGISTRY_USER": "me"})  # fmt: skip
+    reading = Settings.from_env(
+        {"CRONSTREAM_HOME": str(tmp_path), "CRONSTREAM_REGISTRY_USER": "me"}
+    )
     assert registry_login(reading) == ("me", "reader")
     with registry_client(reading) as client:
         assert client.user == "me"
@@ -55,9 +59,15 @@ def test_the_access_file_lets_anyone_read_and_only_the_writer_change() -> None:
     # list: every path a rule names must let reads through, or it shadows them.
     for path, methods in rules.items():
         assert {methods.get(m) for m in ("GET", "HEAD", "OPTIONS")} == {"permit"}, path
-    assert rules["/apis/*"] == {"GET": "permit", "HEAD": "permit", "OPTIONS": "permit",
-                                "POST": "writer", "PUT": "writer", "DELETE": "writer",
-                                "PATCH": "writer"}  # fmt: skip
+    assert rules["/apis/*"] == {
+        "GET": "permit",
+        "HEAD": "permit",
+        "OPTIONS": "permit",
+        "POST": "writer",
+        "PUT": "writer",
+        "DELETE": "writer",
+        "PATCH": "writer",
+    }
     versions = "/apis/ccompat/v7/subjects/*/versions"
     assert rules[versions]["POST"] == "writer"  # registering
     assert rules["/apis/ccompat/v7/subjects/*"]["POST"] == "permit"  # looking up

@@ -32,8 +32,9 @@ def test_one_node_is_the_default_with_one_copy() -> None:
 
 
 def test_three_nodes_replicate_three_times_with_two_in_sync() -> None:
-    s = settings(CRONSTREAM_NODES="3", CRONSTREAM_KAFKA_PORT="19092",
-                 CRONSTREAM_KAFKA_ADMIN_PORT="19095")  # fmt: skip
+    s = settings(
+        CRONSTREAM_NODES="3", CRONSTREAM_KAFKA_PORT="19092", CRONSTREAM_KAFKA_ADMIN_PORT="19095"
+    )
     assert s.replication(3) == (3, 2)
     assert s.cassandra_replication == 3
     assert s.cassandra_hosts == ("127.0.0.1", "127.0.0.2", "127.0.0.3")
@@ -109,9 +110,12 @@ def test_keyspaces_use_network_topology_at_local_quorum() -> None:
 
 @pytest.mark.parametrize(
     ("env", "session", "heartbeat"),
-    [({}, 9000, 2250), ({"CRONSTREAM_NODES": "3"}, 4000, 1000),
-     ({"CRONSTREAM_NODES": "3", "CRONSTREAM_BROKER_SESSION_MS": "6000"}, 6000, 1500)],
-)  # fmt: skip
+    [
+        ({}, 9000, 2250),
+        ({"CRONSTREAM_NODES": "3"}, 4000, 1000),
+        ({"CRONSTREAM_NODES": "3", "CRONSTREAM_BROKER_SESSION_MS": "6000"}, 6000, 1500),
+    ],
+)
 def test_a_lost_broker_is_fenced_after_the_broker_session(
     env: dict[str, str], session: int, heartbeat: int
 ) -> None:

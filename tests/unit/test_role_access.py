@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from infra.bootstrap import _role_access
+from infra.kafka_access import _role_access
 from schemas.catalog import ROLES, Topics
 
 
@@ -14,8 +14,9 @@ class Namespace:
 def _grants(role: str) -> set[tuple[str, str, str, str]]:
     bindings = _role_access(Topics(Namespace()), ROLES[role], f"User:cronstream-{role}")
     assert {b.principal for b in bindings} == {f"User:cronstream-{role}"}
-    return {(b.restype.name, b.name, b.resource_pattern_type.name, b.operation.name)
-            for b in bindings}  # fmt: skip
+    return {
+        (b.restype.name, b.name, b.resource_pattern_type.name, b.operation.name) for b in bindings
+    }
 
 
 def test_the_sink_reads_history_and_run_output_writes_dead_letters_and_sets_its_group() -> None:
@@ -41,8 +42,11 @@ def test_only_the_admission_and_the_dashboard_write_jobs_and_reach_tenants() -> 
     assert writes_jobs == {"admission", "ui"}
     tenant_writes = {r for r in ROLES if ("TOPIC", "acme.t.", "PREFIXED", "WRITE") in _grants(r)}
     assert tenant_writes == {"admission", "api", "ui"}
-    own = {"flows": "acme.flows-coordinator-", "connect": "acme.connect-",
-           "triggers": "acme.triggers-"}  # fmt: skip
+    own = {
+        "flows": "acme.flows-coordinator-",
+        "connect": "acme.connect-",
+        "triggers": "acme.triggers-",
+    }
     for role in ROLES:  # literal names, the tenant prefix or a framework's own topics:
         for kind, name, pattern, _op in _grants(role):  # never the whole namespace
             if kind == "TOPIC" and pattern == "PREFIXED":
@@ -52,9 +56,15 @@ def test_only_the_admission_and_the_dashboard_write_jobs_and_reach_tenants() -> 
 def test_kafka_connect_reads_history_and_uses_its_own_topics_only() -> None:
     grants = _grants("connect")
     assert {(g[1], g[3]) for g in grants if g[0] == "TOPIC" and g[2] == "LITERAL"} == {
-        ("acme.history", "READ"), ("acme.history", "DESCRIBE")}  # fmt: skip
+        ("acme.history", "READ"),
+        ("acme.history", "DESCRIBE"),
+    }
     assert {g[3] for g in grants if g[1] == "acme.connect-"} == {
-        "READ", "WRITE", "DESCRIBE", "DESCRIBE_CONFIGS"}  # fmt: skip
+        "READ",
+        "WRITE",
+        "DESCRIBE",
+        "DESCRIBE_CONFIGS",
+    }
 
 
 def test_the_flows_coordinator_reaches_its_own_topics_and_writes_no_definition() -> None:
@@ -95,10 +105,22 @@ def test_the_trigger_processor_reads_jobs_writes_runs_and_reads_only_granted_sou
     assert ("acme.jobs", "READ") in literal
     assert ("acme.jobs", "WRITE") not in literal
     assert {t for t, op in literal if op == "WRITE"} == {
-        "acme.runs.high", "acme.runs.normal", "acme.runs.low", "acme.dlq"}  # fmt: skip
+        "acme.runs.high",
+        "acme.runs.normal",
+        "acme.runs.low",
+        "acme.dlq",
+    }
     assert {g[3] for g in grants if g[1] == "acme.triggers-"} == {
-        "READ", "WRITE", "DESCRIBE", "DESCRIBE_CONFIGS"}  # fmt: skip
-    sources = {(b.principal, b.name, b.resource_pattern_type.name, b.operation.name)
-               for b in trigger_source_acls("beta.")}  # fmt: skip
-    assert sources == {("User:cronstream-triggers", "beta.", "PREFIXED", "READ"),
-                       ("User:cronstream-triggers", "beta.", "PREFIXED", "DESCRIBE")}  # fmt: skip
+        "READ",
+        "WRITE",
+        "DESCRIBE",
+        "DESCRIBE_CONFIGS",
+    }
+    sources = {
+        (b.principal, b.name, b.resource_pattern_type.name, b.operation.name)
+        for b in trigger_source_acls("beta.")
+    }
+    assert sources == {
+        ("User:cronstream-triggers", "beta.", "PREFIXED", "READ"),
+        ("User:cronstream-triggers", "beta.", "PREFIXED", "DESCRIBE"),
+    }

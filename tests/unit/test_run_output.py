@@ -85,8 +85,15 @@ def worker() -> Iterator[WorkerHarness]:
 
 
 def run(run_id: str, payload: str | None, **fields: Any) -> RunRequest:
-    return RunRequest(run_id=run_id, job_id="j", scheduled_at=NOW, fired_at=NOW, payload=payload,
-                      target=Target(type="python", callable="m:f"), **fields)  # fmt: skip
+    return RunRequest(
+        run_id=run_id,
+        job_id="j",
+        scheduled_at=NOW,
+        fired_at=NOW,
+        payload=payload,
+        target=Target(type="python", callable="m:f"),
+        **fields,
+    )
 
 
 def test_a_run_that_prints_nothing_writes_no_output_record(worker: WorkerHarness) -> None:
@@ -104,7 +111,12 @@ def test_a_runs_output_is_published_with_its_outcome_redacted_and_cut(
     worker.run_all()
     (output,) = worker.outputs()
     assert (output.run_id, output.job_id, output.tenant, output.attempt, output.status) == (
-        "j@loud", "j", "default", 1, "SUCCEEDED")  # fmt: skip
+        "j@loud",
+        "j",
+        "default",
+        1,
+        "SUCCEEDED",
+    )
     assert SECRET not in output.output
     assert "user:pw" not in output.output
     assert "token=abc" not in output.output
@@ -125,15 +137,20 @@ def test_a_failed_attempts_output_is_kept_with_its_failure(worker: WorkerHarness
     worker.read(worker.codec.encode(RUNS, run("j@bad", f"fail: {SECRET} is wrong")))
     worker.run_all()
     (output,) = worker.outputs()
-    assert (output.status, output.output, output.dropped) == ("FAILED", "fail: *** is wrong",
-                                                              None)  # fmt: skip
+    assert (output.status, output.output, output.dropped) == ("FAILED", "fail: *** is wrong", None)
     assert [o.status for o in worker.outcomes()] == [RunStatus.FAILED]
 
 
 # -- the sink: a row with the output's TTL ------------------------------------------------
 def output_record(**fields: Any) -> RunOutput:
-    base: dict[str, Any] = {"run_id": "j@1", "job_id": "j", "status": "SUCCEEDED",
-                            "scheduled_at": NOW, "recorded_at": NOW, "output": "hello\n"}  # fmt: skip
+    base: dict[str, Any] = {
+        "run_id": "j@1",
+        "job_id": "j",
+        "status": "SUCCEEDED",
+        "scheduled_at": NOW,
+        "recorded_at": NOW,
+        "output": "hello\n",
+    }
     return RunOutput(**{**base, **fields})
 
 
@@ -152,10 +169,13 @@ def test_the_sink_writes_an_output_to_its_table_with_its_own_ttl() -> None:
 def test_the_sink_dead_letters_an_output_it_cannot_write_and_goes_on() -> None:
     h = SinkHarness()
     huge = h.codec.encode(TOPICS.run_output, output_record(output="x" * (512 * 1024 + 1)))
-    assert h.rows_of(huge, TOPICS.run_output) == ([], "over the limits: output of 524289 "
-                                                  "characters, over 524288")  # fmt: skip
-    outcome = RunOutcome(run_id="j@1", job_id="j", status=RunStatus.SUCCEEDED, scheduled_at=NOW,
-                         recorded_at=NOW)  # fmt: skip
+    assert h.rows_of(huge, TOPICS.run_output) == (
+        [],
+        "over the limits: output of 524289 characters, over 524288",
+    )
+    outcome = RunOutcome(
+        run_id="j@1", job_id="j", status=RunStatus.SUCCEEDED, scheduled_at=NOW, recorded_at=NOW
+    )
     built, reason = h.rows_of(h.codec.encode(TOPICS.history, outcome), TOPICS.run_output)
     assert built == []
     assert str(reason).startswith("not a RunOutput")

@@ -40,15 +40,24 @@ from schemas.templates import (
 from schemas.wire import avro_string, zigzag
 
 JOBS = [
-    JobDefinition(job_id="a", target=Target(type="http", url="https://x.test/h"),
-                  updated_at=utc_now(), schedule=CronSchedule(expression="* * * * *")),
-    JobDefinition(job_id="tenant-ü.job/with@signs" * 4, tenant="acme",
-                  target=Target(type="kafka", topic="out", headers={"k": "v", "é": "x"}),
-                  updated_at=utc_now(), payload='{"big": "' + "x" * 300 + '"}',
-                  priority=Priority.HIGH, timeout_ms=123_456_789_012,
-                  retry=RetryPolicy(max_attempts=9, initial_backoff_ms=1, max_backoff_ms=2**40),
-                  concurrency=Concurrency.QUEUE),
-]  # fmt: skip
+    JobDefinition(
+        job_id="a",
+        target=Target(type="http", url="https://x.test/h"),
+        updated_at=utc_now(),
+        schedule=CronSchedule(expression="* * * * *"),
+    ),
+    JobDefinition(
+        job_id="tenant-ü.job/with@signs" * 4,
+        tenant="acme",
+        target=Target(type="kafka", topic="out", headers={"k": "v", "é": "x"}),
+        updated_at=utc_now(),
+        payload='{"big": "' + "x" * 300 + '"}',
+        priority=Priority.HIGH,
+        timeout_ms=123_456_789_012,
+        retry=RetryPolicy(max_attempts=9, initial_backoff_ms=1, max_backoff_ms=2**40),
+        concurrency=Concurrency.QUEUE,
+    ),
+]
 
 
 @pytest.mark.parametrize("job", JOBS, ids=["plain", "unicode-big"])
@@ -60,17 +69,35 @@ def test_template_bytes_equal_fastavro(
 ) -> None:
     slot, fired = 1_795_320_000_000, 1_795_320_000_123
     run = RunRequest(
-        run_id=f"{job.job_id}@x", job_id=job.job_id, tenant=job.tenant,
-        scheduled_at=from_ms(slot), fired_at=from_ms(fired), target=job.target,
-        payload=job.payload, priority=job.priority, timeout_ms=job.timeout_ms,
-        retry=job.retry, attempt=70, trigger=trigger, possible_duplicate=dup,
-        concurrency=job.concurrency, due_at=None if due is None else from_ms(due),
-    )  # fmt: skip
+        run_id=f"{job.job_id}@x",
+        job_id=job.job_id,
+        tenant=job.tenant,
+        scheduled_at=from_ms(slot),
+        fired_at=from_ms(fired),
+        target=job.target,
+        payload=job.payload,
+        priority=job.priority,
+        timeout_ms=job.timeout_ms,
+        retry=job.retry,
+        attempt=70,
+        trigger=trigger,
+        possible_duplicate=dup,
+        concurrency=job.concurrency,
+        due_at=None if due is None else from_ms(due),
+    )
     buf = io.BytesIO()
     buf.write(struct.pack(">bI", 0, 4242))
     fastavro.schemaless_writer(buf, parsed_schema(RunRequest.AVRO_NAME), run.to_avro())
-    mine = RunTemplate(job).encode(4242, run.run_id, slot, fired, attempt=70, trigger=trigger,
-                                   possible_duplicate=dup, due_ms=due)  # fmt: skip
+    mine = RunTemplate(job).encode(
+        4242,
+        run.run_id,
+        slot,
+        fired,
+        attempt=70,
+        trigger=trigger,
+        possible_duplicate=dup,
+        due_ms=due,
+    )
     assert mine == buf.getvalue()
 
 
@@ -97,11 +124,22 @@ def test_run_request_reader_equals_fastavro(trigger: Trigger, dup: bool) -> None
         # The due time is in the head: runs of one definition due at different times
         # share its tail.
         for k, (slot, fired, attempt, due) in enumerate(
-            [(1_795_320_000_000, 1_795_320_000_123, 1, None), (0, 2**41, 70, 2**41 + 5),
-             (-1, 1, 2**30, -7)]
-        ):  # fmt: skip
-            body = template.encode(4242, f"{job.job_id}@{k}é", slot, fired, attempt=attempt,
-                                   trigger=trigger, possible_duplicate=dup, due_ms=due)[5:]  # fmt: skip
+            [
+                (1_795_320_000_000, 1_795_320_000_123, 1, None),
+                (0, 2**41, 70, 2**41 + 5),
+                (-1, 1, 2**30, -7),
+            ]
+        ):
+            body = template.encode(
+                4242,
+                f"{job.job_id}@{k}é",
+                slot,
+                fired,
+                attempt=attempt,
+                trigger=trigger,
+                possible_duplicate=dup,
+                due_ms=due,
+            )[5:]
             got = reader.read(body, lambda b=body: slow_for(b))
             assert got == _fastavro_run(body)
             assert (got.attempt, got.trigger, got.possible_duplicate) == (attempt, trigger, dup)
@@ -162,12 +200,18 @@ def test_a_varint_over_64_bits_is_refused() -> None:
 
 
 # Around every 7- and 14-bit boundary of the tables, and the ends of a long.
-EDGES = [n for k in range(0, 64, 7) for d in (-1, 0, 1) for sign in (1, -1)
-         if -(2**63) <= (n := sign * (2**k + d)) < 2**63]  # fmt: skip
+EDGES = [
+    n
+    for k in range(0, 64, 7)
+    for d in (-1, 0, 1)
+    for sign in (1, -1)
+    if -(2**63) <= (n := sign * (2**k + d)) < 2**63
+]
 
 
-@pytest.mark.parametrize("n", [0, 1, -1, 63, -64, 64, 2**31, -(2**40), 2**62, *EDGES,
-                               2**63 - 1, -(2**63)])  # fmt: skip
+@pytest.mark.parametrize(
+    "n", [0, 1, -1, 63, -64, 64, 2**31, -(2**40), 2**62, *EDGES, 2**63 - 1, -(2**63)]
+)
 def test_zigzag_matches_avro_long_encoding(n: int) -> None:
     buf = io.BytesIO()
     fastavro.schemaless_writer(buf, "long", n)
@@ -182,15 +226,31 @@ def test_zigzag_matches_avro_long_encoding_anywhere(n: int) -> None:
 
 
 OUTCOMES = [
-    RunOutcome(run_id="a@x", job_id="a", status=RunStatus.STARTED,
-               scheduled_at=from_ms(1_795_320_000_000), recorded_at=from_ms(1_795_320_000_001)),
-    RunOutcome(run_id="tenant-ü.job@1" * 9, job_id="tenant-ü.job" * 9, tenant="acme",
-               attempt=2**30, status=RunStatus.FAILED, trigger=Trigger.RETRY,
-               scheduled_at=from_ms(0), recorded_at=from_ms(2**41),
-               started_at=from_ms(1), finished_at=from_ms(-1), duration_ms=0,
-               error="boom é" * 400, next_attempt_at=from_ms(2**42),
-               target_type="http", worker="w-1"),
-]  # fmt: skip
+    RunOutcome(
+        run_id="a@x",
+        job_id="a",
+        status=RunStatus.STARTED,
+        scheduled_at=from_ms(1_795_320_000_000),
+        recorded_at=from_ms(1_795_320_000_001),
+    ),
+    RunOutcome(
+        run_id="tenant-ü.job@1" * 9,
+        job_id="tenant-ü.job" * 9,
+        tenant="acme",
+        attempt=2**30,
+        status=RunStatus.FAILED,
+        trigger=Trigger.RETRY,
+        scheduled_at=from_ms(0),
+        recorded_at=from_ms(2**41),
+        started_at=from_ms(1),
+        finished_at=from_ms(-1),
+        duration_ms=0,
+        error="boom é" * 400,
+        next_attempt_at=from_ms(2**42),
+        target_type="http",
+        worker="w-1",
+    ),
+]
 
 
 @pytest.mark.parametrize("base", OUTCOMES, ids=["bare", "every-field"])
@@ -206,16 +266,41 @@ def test_run_outcome_bytes_equal_fastavro(
 
 
 LETTERS = [
-    DeadLetter(reason="r", stage="worker", source_topic="t", source_partition=0,
-               source_offset=0, dead_at=from_ms(0)),
-    DeadLetter(reason="undecodable run: é" * 300, stage="scheduler", source_topic="x.runs",
-               source_partition=2**31 - 1, source_offset=2**62, dead_at=from_ms(4_102_444_799_999),
-               source_key=b"\x00\xff" * 70, source_value=bytes(range(256)) * 9,
-               job_id="j" * 200, run_id="j@1", attempt=-(2**31)),
-    DeadLetter(reason="", stage="", source_topic="", source_partition=-1, source_offset=-1,
-               dead_at=from_ms(-1), source_key=b"", source_value=b"", job_id="", run_id="",
-               attempt=0),
-]  # fmt: skip
+    DeadLetter(
+        reason="r",
+        stage="worker",
+        source_topic="t",
+        source_partition=0,
+        source_offset=0,
+        dead_at=from_ms(0),
+    ),
+    DeadLetter(
+        reason="undecodable run: é" * 300,
+        stage="scheduler",
+        source_topic="x.runs",
+        source_partition=2**31 - 1,
+        source_offset=2**62,
+        dead_at=from_ms(4_102_444_799_999),
+        source_key=b"\x00\xff" * 70,
+        source_value=bytes(range(256)) * 9,
+        job_id="j" * 200,
+        run_id="j@1",
+        attempt=-(2**31),
+    ),
+    DeadLetter(
+        reason="",
+        stage="",
+        source_topic="",
+        source_partition=-1,
+        source_offset=-1,
+        dead_at=from_ms(-1),
+        source_key=b"",
+        source_value=b"",
+        job_id="",
+        run_id="",
+        attempt=0,
+    ),
+]
 
 
 @pytest.mark.parametrize("letter", LETTERS, ids=["bare", "every-field", "empty"])
@@ -226,20 +311,34 @@ def test_dead_letter_bytes_equal_fastavro(letter: DeadLetter) -> None:
 
 
 @given(
-    reason=st.text(max_size=300), topic=st.text(max_size=40),
-    partition=st.integers(0, 2**31 - 1), offset=st.integers(0, 2**63 - 1),
-    key=st.none() | st.binary(max_size=40) | st.text(max_size=20).map(str.encode), value=st.none() | st.binary(max_size=300),
+    reason=st.text(max_size=300),
+    topic=st.text(max_size=40),
+    partition=st.integers(0, 2**31 - 1),
+    offset=st.integers(0, 2**63 - 1),
+    key=st.none() | st.binary(max_size=40) | st.text(max_size=20).map(str.encode),
+    value=st.none() | st.binary(max_size=300),
     dead_ms=st.integers(0, 4_102_444_799_999),
-)  # fmt: skip
+)
 def test_a_letter_written_from_its_parts_is_the_dead_letter_of_those_parts(
-    reason: str, topic: str, partition: int, offset: int, key: bytes | None,
-    value: bytes | None, dead_ms: int,
-) -> None:  # fmt: skip
+    reason: str,
+    topic: str,
+    partition: int,
+    offset: int,
+    key: bytes | None,
+    value: bytes | None,
+    dead_ms: int,
+) -> None:
     letter = DeadLetter(
-        reason=reason, stage="worker", source_topic=topic, source_partition=partition,
-        source_offset=offset, dead_at=from_ms(dead_ms), source_key=key, source_value=value,
+        reason=reason,
+        stage="worker",
+        source_topic=topic,
+        source_partition=partition,
+        source_offset=offset,
+        dead_at=from_ms(dead_ms),
+        source_key=key,
+        source_value=value,
         job_id=None if key is None else key.decode("utf-8", "replace"),
-    )  # fmt: skip
+    )
     written = LetterWriter("worker").write(reason, topic, partition, offset, key, value, dead_ms)
     assert written == (letter.key().encode(), encode_dead_letter(letter), letter.headers())
 

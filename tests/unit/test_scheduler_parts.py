@@ -50,8 +50,9 @@ def codec() -> Codec:
 
 def definition(job_id: str = "j", **fields: object) -> JobDefinition:
     fields.setdefault("schedule", CronSchedule(expression="*/5 * * * *"))
-    return JobDefinition(job_id=job_id, target=Target(type="http", url="https://e.x/h"),
-                         updated_at=T0, **fields)  # type: ignore[arg-type]  # fmt: skip
+    return JobDefinition(
+        job_id=job_id, target=Target(type="http", url="https://e.x/h"), updated_at=T0, **fields
+    )  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -66,8 +67,14 @@ def definition(job_id: str = "j", **fields: object) -> JobDefinition:
 def test_a_definition_reads_as_the_core_schedule(
     codec: Codec, schedule: object, kind: Kind, timing: dict[str, int]
 ) -> None:
-    job = definition(schedule=schedule, timezone="Europe/Paris", jitter_ms=7, paused=True,
-                     start_at=T0, misfire=MisfirePolicy(policy=MisfireKind.ALL, max_catchup=4))  # fmt: skip
+    job = definition(
+        schedule=schedule,
+        timezone="Europe/Paris",
+        jitter_ms=7,
+        paused=True,
+        start_at=T0,
+        misfire=MisfirePolicy(policy=MisfireKind.ALL, max_catchup=4),
+    )
     raw = codec.encode(TOPICS.jobs, job)
     core = Definitions(codec).schedule("j", raw)
     assert core.kind is kind
@@ -111,8 +118,14 @@ def test_a_fire_writes_the_run_request_with_the_events_own_headers(codec: Codec)
     producer = FakeProducer()
     job = definition(priority=Priority.HIGH, payload='{"a":1}')
     core = Definitions(codec).schedule("j", codec.encode(TOPICS.jobs, job))
-    fire = Fire(job_id="j", slot_ms=SLOT, due_ms=SLOT + 5, trigger="CATCHUP", job=core,
-                possible_duplicate=True)  # fmt: skip
+    fire = Fire(
+        job_id="j",
+        slot_ms=SLOT,
+        due_ms=SLOT + 5,
+        trigger="CATCHUP",
+        job=core,
+        possible_duplicate=True,
+    )
     emitter(codec, producer).emit([fire], SLOT + 20)
     (record,) = producer.on(TOPICS.runs(Priority.HIGH))
     run = codec.decode(record.value, RunRequest)
@@ -147,8 +160,11 @@ def test_a_misfire_record_is_a_history_outcome_with_the_slots_run_id(codec: Code
     emitter(codec, producer).emit([record], SLOT + 99)
     (written,) = producer.on(TOPICS.history)
     outcome = codec.decode(written.value, RunOutcome)
-    assert (outcome.run_id, outcome.status, outcome.error) == (run_id_for("j", T0),
-                                                               RunStatus.MISSED, "outage")  # fmt: skip
+    assert (outcome.run_id, outcome.status, outcome.error) == (
+        run_id_for("j", T0),
+        RunStatus.MISSED,
+        "outage",
+    )
     assert outcome.worker == "s1"
     assert written.headers == outcome.headers()
 
@@ -160,9 +176,22 @@ def test_a_misfire_record_carries_its_jobs_tenant(codec: Codec) -> None:
     raw = codec.encode(TOPICS.jobs, definition("acme/x", tenant="acme"))
     core = Definitions(codec).schedule("acme/x", raw)
     emitter(codec, producer).emit(
-        [Record(job_id="acme/x", slot_ms=SLOT, status="SKIPPED", reason="misfire=skip", job=core),
-         Record(job_id="acme/x", slot_ms=SLOT + 1000, status="MISSED", reason="old", job=core,
-                slots=5, last_ms=SLOT + 5000)], SLOT + 99)  # fmt: skip
+        [
+            Record(
+                job_id="acme/x", slot_ms=SLOT, status="SKIPPED", reason="misfire=skip", job=core
+            ),
+            Record(
+                job_id="acme/x",
+                slot_ms=SLOT + 1000,
+                status="MISSED",
+                reason="old",
+                job=core,
+                slots=5,
+                last_ms=SLOT + 5000,
+            ),
+        ],
+        SLOT + 99,
+    )
     outcomes = [codec.decode(r.value, RunOutcome) for r in producer.on(TOPICS.history)]
     assert [(o.job_id, o.status, o.tenant) for o in outcomes] == [
         ("acme/x", RunStatus.SKIPPED, "acme"),
@@ -174,10 +203,21 @@ def test_a_summary_record_names_its_count_and_first_and_last_slot(codec: Codec) 
     producer = FakeProducer()
     core = Definitions(codec).schedule("j", codec.encode(TOPICS.jobs, definition("j")))
     last = SLOT + 2_591_929_000
-    before = metrics.REGISTRY.get_sample_value("cronstream_scheduler_misfires_total",
-                                               {"status": "MISSED"}) or 0.0  # fmt: skip
-    summary = Record(job_id="j", slot_ms=SLOT, status="MISSED", job=core, slots=2_591_930,
-                     last_ms=last, reason="misfire=all ran the latest 10 (2,591,930)")  # fmt: skip
+    before = (
+        metrics.REGISTRY.get_sample_value(
+            "cronstream_scheduler_misfires_total", {"status": "MISSED"}
+        )
+        or 0.0
+    )
+    summary = Record(
+        job_id="j",
+        slot_ms=SLOT,
+        status="MISSED",
+        job=core,
+        slots=2_591_930,
+        last_ms=last,
+        reason="misfire=all ran the latest 10 (2,591,930)",
+    )
     emitter(codec, producer).emit([summary], last + 70_000)
     (written,) = producer.on(TOPICS.history)
     outcome = codec.decode(written.value, RunOutcome)
@@ -186,10 +226,14 @@ def test_a_summary_record_names_its_count_and_first_and_last_slot(codec: Codec) 
         "2,591,930 slots from 2026-11-22T10:00:00.000Z to 2026-12-22T09:58:49.000Z not run, "
         "recorded once here: misfire=all ran the latest 10 (2,591,930)"
     )
-    assert written.headers == [*outcome.headers(), ("slots", b"2591930"),
-                               ("last_slot", b"2026-12-22T09:58:49.000Z")]  # fmt: skip
-    after = metrics.REGISTRY.get_sample_value("cronstream_scheduler_misfires_total",
-                                              {"status": "MISSED"})  # fmt: skip
+    assert written.headers == [
+        *outcome.headers(),
+        ("slots", b"2591930"),
+        ("last_slot", b"2026-12-22T09:58:49.000Z"),
+    ]
+    after = metrics.REGISTRY.get_sample_value(
+        "cronstream_scheduler_misfires_total", {"status": "MISSED"}
+    )
     assert after == before + 2_591_930  # the metric counts slots, not records
 
 

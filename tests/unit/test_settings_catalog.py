@@ -20,9 +20,12 @@ def test_defaults_match_the_local_stack() -> None:
 
 def test_endpoints_can_point_elsewhere() -> None:
     s = Settings.from_env(
-        {"CRONSTREAM_BOOTSTRAP_SERVERS": "k1:9092,k2:9092",
-         "CRONSTREAM_REGISTRY_URL": "https://sr.example/", "CRONSTREAM_CASSANDRA_HOSTS": "c1, c2"}
-    )  # fmt: skip
+        {
+            "CRONSTREAM_BOOTSTRAP_SERVERS": "k1:9092,k2:9092",
+            "CRONSTREAM_REGISTRY_URL": "https://sr.example/",
+            "CRONSTREAM_CASSANDRA_HOSTS": "c1, c2",
+        }
+    )
     assert s.bootstrap_servers == "k1:9092,k2:9092"
     assert s.registry_url == "https://sr.example"
     assert s.cassandra_hosts == ("c1", "c2")
@@ -67,18 +70,31 @@ def test_catalog_names_partitions_and_configs() -> None:
         Settings.from_env({"CRONSTREAM_TOPIC_PREFIX": "acme", "CRONSTREAM_PARTITIONS": "6"})
     )
     assert [name for name, _ in topics.all()] == [
-        "acme.jobs", "acme.runs.high", "acme.runs.normal", "acme.runs.low", "acme.timers",
-        "acme.history", "acme.dlq", "acme.control", "acme.flows", "acme.flows.events",
-        "acme.alerts", "acme.audit", "acme.run-output",
-    ]  # fmt: skip
+        "acme.jobs",
+        "acme.runs.high",
+        "acme.runs.normal",
+        "acme.runs.low",
+        "acme.timers",
+        "acme.history",
+        "acme.dlq",
+        "acme.control",
+        "acme.flows",
+        "acme.flows.events",
+        "acme.alerts",
+        "acme.audit",
+        "acme.run-output",
+    ]
     assert topics.audit == "acme.audit"
     assert topics.run_output == "acme.run-output"
     assert AUDIT.config["retention.ms"] == str(365 * 86_400_000)  # kept as long as history
     assert [name for name, _ in topics.internal()] == [
-        "acme.flows-coordinator-__assignor-__leader", "acme.flows-coordinator-runs-changelog",
-        "acme.connect-configs", "acme.connect-offsets", "acme.connect-status",
+        "acme.flows-coordinator-__assignor-__leader",
+        "acme.flows-coordinator-runs-changelog",
+        "acme.connect-configs",
+        "acme.connect-offsets",
+        "acme.connect-status",
         "acme.triggers-checkpoints",
-    ]  # fmt: skip
+    ]
     assert dict(topics.layout())["acme.connect-configs"][0] == 1  # Connect demands one
     assert topics.runs(Priority.HIGH) == "acme.runs.high"
     assert JOBS.config["cleanup.policy"] == "compact"

@@ -85,10 +85,13 @@ def test_a_one_time_job_counts_its_instant_inside_the_range_only() -> None:
     assert JobSchedule("m").count_slots(0, 10**12) == 0  # manual: no slots
 
 
-@pytest.mark.parametrize("zone", ["Europe/Paris", "America/New_York", "Australia/Lord_Howe",
-                                  "Pacific/Apia", "Antarctica/Troll"])  # fmt: skip
-@pytest.mark.parametrize("expr", ["30 2 * * *", "* * * * *", "0,30 */10 * * * *", "15 0-3 * * *",
-                                  "0 0 * * *"])  # fmt: skip
+@pytest.mark.parametrize(
+    "zone",
+    ["Europe/Paris", "America/New_York", "Australia/Lord_Howe", "Pacific/Apia", "Antarctica/Troll"],
+)
+@pytest.mark.parametrize(
+    "expr", ["30 2 * * *", "* * * * *", "0,30 */10 * * * *", "15 0-3 * * *", "0 0 * * *"]
+)
 def test_counts_match_the_walk_from_every_side_of_each_transition(zone: str, expr: str) -> None:
     """Ranges 3 hours long starting every 11 minutes from 3 h before to 3 h after a
     transition (the gap's one slot, a start inside a repeated hour): the zone's first

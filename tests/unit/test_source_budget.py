@@ -9,8 +9,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("cronstream", "runtime", "schemas", "producers", "consumers", "streams", "infra",
-            "examples", "tests")  # fmt: skip
+PACKAGES = (
+    "cronstream",
+    "runtime",
+    "schemas",
+    "producers",
+    "consumers",
+    "streams",
+    "infra",
+    "examples",
+    "tests",
+)
 MAX_FILE_LINES = 500
 MAX_FUNCTION_LINES = 60
 

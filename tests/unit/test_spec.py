@@ -25,9 +25,17 @@ def build(**spec: object):  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize(
     ("text", "ms"),
-    [("500ms", 500), ("30s", 30_000), ("5m", 300_000), ("1h30m", 5_400_000), ("2d", 172_800_000),
-     ("1.5s", 1500), ("45", 45_000), (2, 2000)],
-)  # fmt: skip
+    [
+        ("500ms", 500),
+        ("30s", 30_000),
+        ("5m", 300_000),
+        ("1h30m", 5_400_000),
+        ("2d", 172_800_000),
+        ("1.5s", 1500),
+        ("45", 45_000),
+        (2, 2000),
+    ],
+)
 def test_durations(text: str | int, ms: int) -> None:
     assert parse_duration(text) == ms
 
@@ -52,17 +60,29 @@ def test_instant_without_offset_is_read_in_the_job_zone() -> None:
 
 def test_a_full_spec_builds_the_definition() -> None:
     job = build(
-        cron="0 2 * * *", tz="Europe/Paris", payload={"b": 2, "a": 1}, priority="high",
-        max_attempts=5, backoff="2s..1m", timeout="45s", misfire="all", catchup=3,
-        catchup_window="2h", jitter="10s", headers={"X-Team": "billing"}, method="put",
-    )  # fmt: skip
+        cron="0 2 * * *",
+        tz="Europe/Paris",
+        payload={"b": 2, "a": 1},
+        priority="high",
+        max_attempts=5,
+        backoff="2s..1m",
+        timeout="45s",
+        misfire="all",
+        catchup=3,
+        catchup_window="2h",
+        jitter="10s",
+        headers={"X-Team": "billing"},
+        method="put",
+    )
     assert job.schedule == CronSchedule(expression="0 2 * * *")
     assert job.timezone == "Europe/Paris"
     assert job.payload == '{"a":1,"b":2}'
     assert job.priority is Priority.HIGH
     assert (job.retry.max_attempts, job.retry.initial_backoff_ms, job.retry.max_backoff_ms) == (
-        5, 2000, 60_000,
-    )  # fmt: skip
+        5,
+        2000,
+        60_000,
+    )
     assert job.timeout_ms == 45_000
     assert job.misfire.policy is MisfireKind.ALL
     assert (job.misfire.max_catchup, job.misfire.catchup_window_ms) == (3, 7_200_000)

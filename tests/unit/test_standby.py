@@ -35,16 +35,20 @@ def test_entries_passed_by_a_newer_checkpoint_move_to_the_first_slot_after_it(
 ) -> None:
     copy = _copy(tmp_path, {"second": 1_000, "minute": 60_000, "hour": 3_600_000}, NOW)
     assert copy.state.all_entries() == [
-        (NOW + 1_000, "second"), (NOW + 60_000, "minute"), (NOW + 3_600_000, "hour")
-    ]  # fmt: skip
+        (NOW + 1_000, "second"),
+        (NOW + 60_000, "minute"),
+        (NOW + 3_600_000, "hour"),
+    ]
     copy.moving = (NOW + 90_500, None)  # the owner checkpointed through NOW + 90.5 s
     move_entries(copy, 10)
     assert copy.moving is None
     assert copy.fired == NOW + 90_500
     # each a lower bound of the job's next slot the owner has not emitted, none behind
     assert copy.state.all_entries() == [
-        (NOW + 91_000, "second"), (NOW + 120_000, "minute"), (NOW + 3_600_000, "hour")
-    ]  # fmt: skip
+        (NOW + 91_000, "second"),
+        (NOW + 120_000, "minute"),
+        (NOW + 3_600_000, "hour"),
+    ]
     meta = copy.state.meta()
     assert meta is not None
     assert (meta.fired_through, meta.jobs_offset) == (NOW + 90_500, 7)

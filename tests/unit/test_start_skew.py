@@ -32,23 +32,37 @@ def _late_by_1_to_2_5_s() -> dict[str, float]:
     def sample(suffix: str, **labels: str) -> float:
         return metrics.REGISTRY.get_sample_value(f"{NAME}{suffix}", labels) or 0.0
 
-    return {f"{p.value} {what}": value for p in Priority for what, value in (
-        ("late", sample("_bucket", priority=p.value, le="2.5")
-                 - sample("_bucket", priority=p.value, le="1.0")),
-        ("all", sample("_count", priority=p.value)),
-    )}  # fmt: skip
+    return {
+        f"{p.value} {what}": value
+        for p in Priority
+        for what, value in (
+            (
+                "late",
+                sample("_bucket", priority=p.value, le="2.5")
+                - sample("_bucket", priority=p.value, le="1.0"),
+            ),
+            ("all", sample("_count", priority=p.value)),
+        )
+    }
 
 
 def test_a_run_started_2_s_after_its_due_time_counts_in_its_priority_series_alone() -> None:
     parts = Parts()
     parts.own(TOPICS.runs(Priority.HIGH))
     # Plaintext settings: the attempts' producer needs no stack's password (a fresh clone).
-    attempts = Attempts(WORKER_SETTINGS, WorkerConfig(group="g", concurrency=2), outbox=parts.outbox,
-                        dedup=parts.dedup, cancels={}, tally=metrics.Tally())  # fmt: skip
+    attempts = Attempts(
+        WORKER_SETTINGS,
+        WorkerConfig(group="g", concurrency=2),
+        outbox=parts.outbox,
+        dedup=parts.dedup,
+        cancels={},
+        tally=metrics.Tally(),
+    )
     attempts.executors["python"] = _Done()
     before = _late_by_1_to_2_5_s()
-    late = replace(run("j@late", priority=Priority.HIGH),
-                   due_at=datetime.now(UTC) - timedelta(seconds=2))  # fmt: skip
+    late = replace(
+        run("j@late", priority=Priority.HIGH), due_at=datetime.now(UTC) - timedelta(seconds=2)
+    )
     manual = run("j@manual", priority=Priority.HIGH)  # no due time: not counted
     try:
         parts.intake.accept(parts.record(late, 0))

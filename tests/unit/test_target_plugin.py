@@ -82,8 +82,9 @@ def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *entries: str) -> N
     found on ``sys.path`` as an installed one is (importlib.metadata)."""
     info = tmp_path / "cronstream_log_target-1.0.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: cronstream-log-target\n"
-                                   "Version: 1.0\n")  # fmt: skip
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: cronstream-log-target\nVersion: 1.0\n"
+    )
     (info / "entry_points.txt").write_text("[cronstream.targets]\n" + "\n".join(entries) + "\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     targets.reload()
@@ -105,8 +106,9 @@ def spec(**fields: object) -> dict[str, object]:
 def test_without_the_plugin_log_is_no_target_type() -> None:
     targets.reload()
     assert targets.names() == ("http", "kafka", "python", "shell", "flow")
-    with pytest.raises(SpecError, match="target type 'log' is not one of http, kafka, python, "
-                                        "shell, flow"):  # fmt: skip
+    with pytest.raises(
+        SpecError, match="target type 'log' is not one of http, kafka, python, shell, flow"
+    ):
         job_from_spec(spec(), max_payload_bytes=1000)
     with pytest.raises(GrantError, match="kind 'log' is not one of"):
         TenantPolicy(["acme:log=*"])
@@ -130,10 +132,12 @@ def test_a_log_job_is_validated_by_the_rules_log_declares() -> None:
 
 
 def _put(job_id: str, target: Target) -> TenantCommand:
-    job = job_from_spec({"id": job_id, "every": "1m", "target": target.type},
-                        max_payload_bytes=1000)  # fmt: skip
-    return TenantCommand(command_id=f"c-{job_id}", action=TenantAction.PUT, job_id=job_id,
-                         issued_at=NOW, job=job)  # fmt: skip
+    job = job_from_spec(
+        {"id": job_id, "every": "1m", "target": target.type}, max_payload_bytes=1000
+    )
+    return TenantCommand(
+        command_id=f"c-{job_id}", action=TenantAction.PUT, job_id=job_id, issued_at=NOW, job=job
+    )
 
 
 @pytest.mark.usefixtures("installed")
@@ -152,9 +156,15 @@ def test_the_admission_applies_the_policy_log_declares() -> None:
 
 
 def _run(run_id: str, tenant: str, payload: str) -> RunRequest:
-    return RunRequest(run_id=run_id, job_id=run_id.split("@", maxsplit=1)[0], tenant=tenant,
-                      scheduled_at=NOW, fired_at=NOW, target=Target(type="log"),
-                      payload=payload)  # fmt: skip
+    return RunRequest(
+        run_id=run_id,
+        job_id=run_id.split("@", maxsplit=1)[0],
+        tenant=tenant,
+        scheduled_at=NOW,
+        fired_at=NOW,
+        target=Target(type="log"),
+        payload=payload,
+    )
 
 
 @pytest.mark.usefixtures("installed")
@@ -189,9 +199,12 @@ def test_a_worker_runs_a_log_target_with_the_executor_its_factory_built() -> Non
     ],
 )
 def test_a_plugin_that_cannot_be_registered_stops_every_command_at_start(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-    entry: str, why: str,
-) -> None:  # fmt: skip
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    entry: str,
+    why: str,
+) -> None:
     install(tmp_path, monkeypatch, entry)
     try:
         with pytest.raises(TargetTypeError, match=why):

@@ -79,8 +79,9 @@ def test_an_http_grant_names_exactly_a_host_and_port() -> None:
 
 
 def test_network_and_name_grants() -> None:
-    policy = TenantPolicy(["acme:http=10.0.0.0/8", "acme:http=billing.internal:8443",
-                           "acme:http=[fd00::/8]:443"])  # fmt: skip
+    policy = TenantPolicy(
+        ["acme:http=10.0.0.0/8", "acme:http=billing.internal:8443", "acme:http=[fd00::/8]:443"]
+    )
     assert policy.problems("acme", "acme/j", http("http://10.9.8.7:1234/")) == []
     assert policy.problems("acme", "acme/j", http("https://billing.internal:8443/")) == []
     assert policy.problems("acme", "acme/j", http("https://billing.internal/"))  # port 443
@@ -96,8 +97,14 @@ def test_network_and_name_grants() -> None:
 
 
 def test_python_shell_kafka_and_flow_grants() -> None:
-    policy = TenantPolicy(["acme:python=examples.jobs", "acme:shell=/opt/jobs/report.sh *",
-                           "acme:kafka=shared.*", "acme:flow=etl-*"])  # fmt: skip
+    policy = TenantPolicy(
+        [
+            "acme:python=examples.jobs",
+            "acme:shell=/opt/jobs/report.sh *",
+            "acme:kafka=shared.*",
+            "acme:flow=etl-*",
+        ]
+    )
     ok = [
         Target(type="python", callable="examples.jobs:ping"),
         Target(type="python", callable="examples.jobs.sub:f"),
@@ -141,9 +148,19 @@ def test_argv_patterns_spell_out_options_and_never_climb(
 
 @pytest.mark.parametrize(
     "text",
-    ["demo", "demo:http", "demo:http=", ":http=1.2.3.4", "demo:ftp=x", "demo:http=1.2.3.4:0",
-     "demo:http=1.2.3.4:99999", "demo:http=bad host", "demo:shell=", "demo:shell='unclosed"],
-)  # fmt: skip
+    [
+        "demo",
+        "demo:http",
+        "demo:http=",
+        ":http=1.2.3.4",
+        "demo:ftp=x",
+        "demo:http=1.2.3.4:0",
+        "demo:http=1.2.3.4:99999",
+        "demo:http=bad host",
+        "demo:shell=",
+        "demo:shell='unclosed",
+    ],
+)
 def test_a_grant_that_cannot_be_read_is_refused_naming_it(text: str) -> None:
     with pytest.raises(GrantError):
         TenantPolicy([text])
@@ -169,23 +186,31 @@ def test_the_policy_file_is_read_again_when_it_changes(tmp_path: Path) -> None:
 
 
 def _put(target: Target) -> TenantCommand:
-    job = JobDefinition(job_id="j", tenant="x", schedule=IntervalSchedule(every_ms=60_000, anchor=NOW),
-                        target=target, updated_at=NOW)  # fmt: skip
-    return TenantCommand(command_id="c1", action=TenantAction.PUT, job_id="j", issued_at=NOW,
-                         job=job)  # fmt: skip
+    job = JobDefinition(
+        job_id="j",
+        tenant="x",
+        schedule=IntervalSchedule(every_ms=60_000, anchor=NOW),
+        target=target,
+        updated_at=NOW,
+    )
+    return TenantCommand(
+        command_id="c1", action=TenantAction.PUT, job_id="j", issued_at=NOW, job=job
+    )
 
 
 def test_the_admission_refuses_a_target_the_tenant_is_not_granted() -> None:
     admission = Admission(Quotas(), max_payload_bytes=10_000)
-    decision = admission.decide("acme", _put(http("http://127.0.0.1:9190/-/quit")), offset=0,
-                                now=NOW)  # fmt: skip
+    decision = admission.decide(
+        "acme", _put(http("http://127.0.0.1:9190/-/quit")), offset=0, now=NOW
+    )
     assert not decision.result.accepted
     assert decision.job is None
     assert "127.0.0.1 port 9190 is not a public address" in (decision.result.reason or "")
     assert decision.result.code is RefusalCode.POLICY  # the API's 403
     admission.policy = TenantPolicy(["acme:http=127.0.0.1:9190"])
-    decision = admission.decide("acme", _put(http("http://127.0.0.1:9190/-/quit")), offset=1,
-                                now=NOW)  # fmt: skip
+    decision = admission.decide(
+        "acme", _put(http("http://127.0.0.1:9190/-/quit")), offset=1, now=NOW
+    )
     assert decision.result.accepted
     assert decision.job is not None
     assert decision.job[1] is not None
@@ -206,8 +231,9 @@ def test_an_answer_never_echoes_an_oversized_id_in_full() -> None:
     key, header and value made a 1.2 MB record the broker refused, and the admission
     stopped on it at every restart."""
     admission = Admission(Quotas(), max_payload_bytes=10_000)
-    huge = TenantCommand(command_id="c" * 300_000, action=TenantAction.DELETE,
-                         job_id="j" * 400_000, issued_at=NOW)  # fmt: skip
+    huge = TenantCommand(
+        command_id="c" * 300_000, action=TenantAction.DELETE, job_id="j" * 400_000, issued_at=NOW
+    )
     result = admission.decide("acme", huge, offset=7, now=NOW).result
     assert not result.accepted
     assert len(result.job_id) <= 200

@@ -81,22 +81,34 @@ def never() -> JobTiming:
 @pytest.mark.parametrize("schedule", SCHEDULES, ids=repr)
 @pytest.mark.parametrize("target", TARGETS, ids=["http", "kafka"])
 def test_the_fast_read_equals_fastavro(schedule: Schedule | None, target: Target) -> None:
-    tail = {"target": target, "payload": "p" * 300, "priority": Priority.HIGH,
-            "retry": RetryPolicy(max_attempts=9), "timeout_ms": 2**35,
-            "misfire": MisfirePolicy(policy=MisfireKind.ALL, max_catchup=3,
-                                     catchup_window_ms=123),
-            "on": EventTrigger(topic="t", filter="value.a == 1", payload_fields={"a": "value.a"}),
-            "after": ("x", "y")}  # fmt: skip
+    tail = {
+        "target": target,
+        "payload": "p" * 300,
+        "priority": Priority.HIGH,
+        "retry": RetryPolicy(max_attempts=9),
+        "timeout_ms": 2**35,
+        "misfire": MisfirePolicy(policy=MisfireKind.ALL, max_catchup=3, catchup_window_ms=123),
+        "on": EventTrigger(topic="t", filter="value.a == 1", payload_fields={"a": "value.a"}),
+        "after": ("x", "y"),
+    }
     reader = TimingReader()
     primer = body(definition("primer", **tail))
     assert reader.read(primer, lambda: fastavro_timing(primer)) == fastavro_timing(primer)
     for job in (
         definition("ü/é" * 50, schedule=schedule, tenant="acme", **tail),
-        definition("j", schedule=schedule, timezone="Australia/Lord_Howe", start_at=T0,
-                   end_at=from_ms(2**41), jitter_ms=2**33, paused=True,
-                   updated_at=from_ms(-62_135_596_800_000), **tail),
+        definition(
+            "j",
+            schedule=schedule,
+            timezone="Australia/Lord_Howe",
+            start_at=T0,
+            end_at=from_ms(2**41),
+            jitter_ms=2**33,
+            paused=True,
+            updated_at=from_ms(-62_135_596_800_000),
+            **tail,
+        ),
         definition("k", schedule=schedule, updated_at=from_ms(253_402_300_799_999), **tail),
-    ):  # fmt: skip
+    ):
         data = body(job)
         assert reader.read(data, never) == fastavro_timing(data)
 

@@ -37,16 +37,27 @@ T0 = 1_764_000_000_000
 
 
 def rule(**on: Any) -> Rule:
-    job = JobDefinition(job_id="j", target=Target(type="http"), updated_at=datetime.now(UTC),
-                        on=EventTrigger(topic="orders", **on))  # fmt: skip
+    job = JobDefinition(
+        job_id="j",
+        target=Target(type="http"),
+        updated_at=datetime.now(UTC),
+        on=EventTrigger(topic="orders", **on),
+    )
     return rule_of(job)
 
 
-def order(offset: int, *, at: int = 0, amount: int = 150, customer: str = "c1",
-          key: bytes | None = b"k") -> Record:  # fmt: skip
-    return source_record(topic="orders", partition=3, offset=offset, timestamp_ms=T0 + at,
-                         key=key, headers=[("source", b"web")],
-                         value={"amount": amount, "customer": {"id": customer}})  # fmt: skip
+def order(
+    offset: int, *, at: int = 0, amount: int = 150, customer: str = "c1", key: bytes | None = b"k"
+) -> Record:
+    return source_record(
+        topic="orders",
+        partition=3,
+        offset=offset,
+        timestamp_ms=T0 + at,
+        key=key,
+        headers=[("source", b"web")],
+        value={"amount": amount, "customer": {"id": customer}},
+    )
 
 
 def feed(trigger: PartitionTrigger, records: list[Record]) -> list[Any]:
@@ -63,18 +74,30 @@ def test_a_matching_record_runs_under_its_coordinates_with_the_record_as_payload
     assert ids(runs) == ["j@evt:orders:3:1", "j@evt:orders:3:3"]
     assert runs[0].scheduled_ms == T0 + 7
     assert json.loads(runs[0].payload) == {
-        "topic": "orders", "partition": 3, "offset": 1, "timestamp": T0 + 7, "key": "k",
-        "headers": {"source": "web"}, "value": {"amount": 150, "customer": {"id": "c1"}},
-    }  # fmt: skip
+        "topic": "orders",
+        "partition": 3,
+        "offset": 1,
+        "timestamp": T0 + 7,
+        "key": "k",
+        "headers": {"source": "web"},
+        "value": {"amount": 150, "customer": {"id": "c1"}},
+    }
     assert (runs[0].records, runs[0].possible_duplicate) == (1, False)
 
 
 def test_payload_fields_take_the_named_paths_and_null_for_none() -> None:
     trigger = PartitionTrigger(
-        rule(payload_fields={"who": "value.customer.id", "src": 'headers["source"]',
-                             "gone": "value.nope", "k": "key"}),
-        3, max_payload_bytes=LIMIT,
-    )  # fmt: skip
+        rule(
+            payload_fields={
+                "who": "value.customer.id",
+                "src": 'headers["source"]',
+                "gone": "value.nope",
+                "k": "key",
+            }
+        ),
+        3,
+        max_payload_bytes=LIMIT,
+    )
     (run,) = trigger.step(order(0))
     assert run.payload == '{"who":"c1","src":"web","gone":null,"k":"k"}'
 
@@ -87,10 +110,18 @@ def test_a_record_read_again_after_a_restore_runs_nothing_new() -> None:
     again = PartitionTrigger(rule(), 3, max_payload_bytes=LIMIT, checkpoint=point)
     # the processor commits the lowest offset of every trigger of the topic: it may
     # read from further back than this trigger's own resume offset
-    assert feed(again, [order(i) for i in range(7)]) == [EventRun(
-        run_id="j@evt:orders:3:5", scheduled_ms=T0, payload=first[0].payload.replace(
-            '"offset":0', '"offset":5')), EventRun(run_id="j@evt:orders:3:6", scheduled_ms=T0,
-        payload=first[0].payload.replace('"offset":0', '"offset":6'))]  # fmt: skip
+    assert feed(again, [order(i) for i in range(7)]) == [
+        EventRun(
+            run_id="j@evt:orders:3:5",
+            scheduled_ms=T0,
+            payload=first[0].payload.replace('"offset":0', '"offset":5'),
+        ),
+        EventRun(
+            run_id="j@evt:orders:3:6",
+            scheduled_ms=T0,
+            payload=first[0].payload.replace('"offset":0', '"offset":6'),
+        ),
+    ]
 
 
 def test_runs_read_again_up_to_the_replay_mark_are_flagged_possible_duplicates() -> None:
@@ -106,7 +137,7 @@ def test_runs_read_again_up_to_the_replay_mark_are_flagged_possible_duplicates()
         ([0, 20_000, 20_001], [0, 20_000]),
         ([5_000, 1_000, 14_999, 15_000], [5_000, 15_000]),  # a late stamp counts at the clock
     ],
-)  # fmt: skip
+)
 def test_debounce_runs_the_first_record_of_each_window(
     times: list[int], runs_at: list[int]
 ) -> None:
@@ -117,33 +148,58 @@ def test_debounce_runs_the_first_record_of_each_window(
 
 
 def test_debounce_by_key_keeps_a_window_per_group() -> None:
-    trigger = PartitionTrigger(rule(debounce_ms=10_000, key="value.customer.id"), 3,
-                               max_payload_bytes=LIMIT)  # fmt: skip
-    records = [order(0, customer="a"), order(1, customer="b"), order(2, at=5, customer="a"),
-               order(3, at=6, customer="c"), order(4, at=11_000, customer="a")]  # fmt: skip
+    trigger = PartitionTrigger(
+        rule(debounce_ms=10_000, key="value.customer.id"), 3, max_payload_bytes=LIMIT
+    )
+    records = [
+        order(0, customer="a"),
+        order(1, customer="b"),
+        order(2, at=5, customer="a"),
+        order(3, at=6, customer="c"),
+        order(4, at=11_000, customer="a"),
+    ]
     assert ids(feed(trigger, records)) == [
-        "j@evt:orders:3:0", "j@evt:orders:3:1", "j@evt:orders:3:3", "j@evt:orders:3:4",
-    ]  # fmt: skip
+        "j@evt:orders:3:0",
+        "j@evt:orders:3:1",
+        "j@evt:orders:3:3",
+        "j@evt:orders:3:4",
+    ]
 
 
 def test_debounce_windows_outlive_a_restore_and_ended_ones_are_forgotten() -> None:
-    trigger = PartitionTrigger(rule(debounce_ms=10_000, key="value.customer.id"), 3,
-                               max_payload_bytes=LIMIT)  # fmt: skip
+    trigger = PartitionTrigger(
+        rule(debounce_ms=10_000, key="value.customer.id"), 3, max_payload_bytes=LIMIT
+    )
     feed(trigger, [order(0, customer="a"), order(1, at=8_000, customer="b")])
     point = trigger.checkpoint()
     assert point.windows == (('"a"', T0 + 10_000), ('"b"', T0 + 18_000))
-    again = PartitionTrigger(trigger.rule, 3, max_payload_bytes=LIMIT,
-                             checkpoint=Checkpoint.from_json(json.loads(json.dumps(point.to_json()))))  # fmt: skip
-    assert ids(feed(again, [order(2, at=9_000, customer="a"), order(3, at=12_000, customer="b"),
-                            order(4, at=12_000, customer="a")])) == ["j@evt:orders:3:4"]  # fmt: skip
+    again = PartitionTrigger(
+        trigger.rule,
+        3,
+        max_payload_bytes=LIMIT,
+        checkpoint=Checkpoint.from_json(json.loads(json.dumps(point.to_json()))),
+    )
+    assert ids(
+        feed(
+            again,
+            [
+                order(2, at=9_000, customer="a"),
+                order(3, at=12_000, customer="b"),
+                order(4, at=12_000, customer="a"),
+            ],
+        )
+    ) == ["j@evt:orders:3:4"]
     assert again.checkpoint().windows == (('"a"', T0 + 22_000), ('"b"', T0 + 18_000))
     again.step(order(5, at=19_000, customer="a"))  # in a's window: the clock moves
     assert [g for g, _ in again.checkpoint().windows] == ['"a"']
 
 
 def test_a_batch_runs_per_n_records_named_by_its_first() -> None:
-    trigger = PartitionTrigger(rule(batch=3, filter="value.amount > 100",
-                                    payload_fields={"o": "offset"}), 3, max_payload_bytes=LIMIT)  # fmt: skip
+    trigger = PartitionTrigger(
+        rule(batch=3, filter="value.amount > 100", payload_fields={"o": "offset"}),
+        3,
+        max_payload_bytes=LIMIT,
+    )
     records = [order(i, at=i, amount=150 if i % 2 else 0) for i in range(12)]
     runs = feed(trigger, records)
     assert ids(runs) == ["j@evt:orders:3:1", "j@evt:orders:3:7"]
@@ -154,8 +210,13 @@ def test_a_batch_runs_per_n_records_named_by_its_first() -> None:
 
 def test_an_open_batch_holds_the_resume_offset_and_is_read_again() -> None:
     trigger = PartitionTrigger(rule(batch=2, key="value.customer.id"), 3, max_payload_bytes=LIMIT)
-    records = [order(0, customer="a"), order(1, customer="b"), order(2, customer="b"),
-               order(3, customer="c"), order(4, customer="a")]  # fmt: skip
+    records = [
+        order(0, customer="a"),
+        order(1, customer="b"),
+        order(2, customer="b"),
+        order(3, customer="c"),
+        order(4, customer="a"),
+    ]
     assert ids(feed(trigger, records)) == ["j@evt:orders:3:1", "j@evt:orders:3:0"]
     point = trigger.checkpoint()  # c's batch (3) is open: read again from there
     assert (point.resume_offset, point.through) == (3, (('"a"', 4),))
@@ -165,8 +226,9 @@ def test_an_open_batch_holds_the_resume_offset_and_is_read_again() -> None:
 
 
 def test_a_batch_closes_early_at_the_payload_limit() -> None:
-    trigger = PartitionTrigger(rule(batch=100, payload_fields={"o": "offset"}), 3,
-                               max_payload_bytes=60)  # fmt: skip
+    trigger = PartitionTrigger(
+        rule(batch=100, payload_fields={"o": "offset"}), 3, max_payload_bytes=60
+    )
     (run,) = feed(trigger, [order(i) for i in range(8)])  # a 5th item would make 63 bytes
     assert (run.run_id, run.records) == ("j@evt:orders:3:0", 4)
     assert len(run.payload) == 55
@@ -190,8 +252,14 @@ def test_an_oversized_record_is_refused_and_the_partition_goes_on() -> None:
 
 
 def test_source_records_decode_key_and_headers_as_text() -> None:
-    record = source_record(topic="t", partition=0, offset=0, timestamp_ms=-1, key=b"\xff",
-                           headers=[("h", b"1"), ("h", b"2"), ("n", None), ("bad", b"\xfe")])  # fmt: skip
+    record = source_record(
+        topic="t",
+        partition=0,
+        offset=0,
+        timestamp_ms=-1,
+        key=b"\xff",
+        headers=[("h", b"1"), ("h", b"2"), ("n", None), ("bad", b"\xfe")],
+    )
     assert record.key is MISSING
     assert dict(record.headers) == {"h": "2", "n": None, "bad": MISSING}
     assert record.value is MISSING
@@ -202,9 +270,9 @@ def test_source_records_decode_key_and_headers_as_text() -> None:
 
 def test_decoded_values_become_json_without_loss() -> None:
     when = datetime(2026, 11, 22, 10, tzinfo=UTC)
-    assert jsonable({"d": Decimal("19.90"), "b": b"\x00\xff", "t": when, "n": float("nan"),
-                     1: (1, 2)}) == {"d": "19.90", "b": "AP8=", "t": when.isoformat(),
-                                     "n": None, "1": [1, 2]}  # fmt: skip
+    assert jsonable(
+        {"d": Decimal("19.90"), "b": b"\x00\xff", "t": when, "n": float("nan"), 1: (1, 2)}
+    ) == {"d": "19.90", "b": "AP8=", "t": when.isoformat(), "n": None, "1": [1, 2]}
 
 
 def test_groups_tell_kinds_apart_and_keep_long_keys_short() -> None:
@@ -221,8 +289,7 @@ def test_a_trigger_whose_filter_does_not_parse_is_refused_when_loaded() -> None:
     with pytest.raises(FilterError):
         rule(filter="value.a ==")
     with pytest.raises(ValueError, match="no event trigger"):
-        rule_of(JobDefinition(job_id="j", target=Target(type="http"),
-                              updated_at=datetime.now(UTC)))  # fmt: skip
+        rule_of(JobDefinition(job_id="j", target=Target(type="http"), updated_at=datetime.now(UTC)))
 
 
 def test_too_many_open_batches_close_the_oldest_early() -> None:
@@ -232,16 +299,30 @@ def test_too_many_open_batches_close_the_oldest_early() -> None:
 
 
 # -- a crash anywhere -----------------------------------------------------------------
-MODES = [{}, {"debounce_ms": 3}, {"debounce_ms": 4, "key": "value.g"}, {"batch": 3},
-         {"batch": 2, "key": "value.g"}, {"batch": 4, "key": "value.g", "filter": "value.m"}]  # fmt: skip
+MODES = [
+    {},
+    {"debounce_ms": 3},
+    {"debounce_ms": 4, "key": "value.g"},
+    {"batch": 3},
+    {"batch": 2, "key": "value.g"},
+    {"batch": 4, "key": "value.g", "filter": "value.m"},
+]
 streams = st.lists(
     st.tuples(st.integers(0, 3), st.sampled_from(["a", "b", "c"]), st.booleans()),
     max_size=60,
-).map(lambda rows: [
-    source_record(topic="orders", partition=0, offset=i, timestamp_ms=sum(r[0] for r in rows[: i + 1]),
-                  key=None, value={"g": g, "m": m, "i": i})
-    for i, (_, g, m) in enumerate(rows)
-])  # fmt: skip
+).map(
+    lambda rows: [
+        source_record(
+            topic="orders",
+            partition=0,
+            offset=i,
+            timestamp_ms=sum(r[0] for r in rows[: i + 1]),
+            key=None,
+            value={"g": g, "m": m, "i": i},
+        )
+        for i, (_, g, m) in enumerate(rows)
+    ]
+)
 
 
 @pytest.mark.parametrize("mode", MODES, ids=lambda m: ",".join(m) or "each")
@@ -262,8 +343,9 @@ def test_crashes_anywhere_run_each_record_once_and_re_emit_the_same_runs(
         emitted += feed(trigger, records[position:saved])
         point = trigger.checkpoint()
         emitted += feed(trigger, records[saved:crash])
-        trigger = PartitionTrigger(one, 0, max_payload_bytes=LIMIT, checkpoint=point,
-                                   replay_until=crash)  # fmt: skip
+        trigger = PartitionTrigger(
+            one, 0, max_payload_bytes=LIMIT, checkpoint=point, replay_until=crash
+        )
         position = point.resume_offset
     emitted += feed(trigger, records[position:])
     seen: dict[str, EventRun] = {}

@@ -16,10 +16,11 @@ from schemas.definition import job_from_spec
 from schemas.events import DeadLetter, JobDefinition, Priority, RunRequest, Trigger
 from streams.core.rates import TenantRates
 from streams.core.triggers import Checkpoint, PartitionTrigger
+from streams.trigger_owned import Owned
 from streams.trigger_rules import TriggerDefinitions
 from streams.trigger_store import CheckpointStore
 from streams.trigger_values import SourceValues
-from streams.triggers import Owned, TriggerProcessor
+from streams.triggers import TriggerProcessor
 from tests.fakes import FakeMessage, FakeProducer, FakeRegistry
 from tests.processors import SETTINGS, TOPICS, decoded, fake_publisher, new_codec
 
@@ -38,13 +39,19 @@ class Member:
 
 
 def job(job_id: str, **on: Any) -> JobDefinition:
-    return job_from_spec({"id": job_id, "target": "http", "url": "https://x.example/h",
-                          "on": {"topic": SOURCE, **on}}, max_payload_bytes=65536)  # fmt: skip
+    return job_from_spec(
+        {
+            "id": job_id,
+            "target": "http",
+            "url": "https://x.example/h",
+            "on": {"topic": SOURCE, **on},
+        },
+        max_payload_bytes=65536,
+    )
 
 
 class Harness:
-    def __init__(self, *jobs: JobDefinition, max_payload: int = 400, replay_until: int = 0
-                 ) -> None:  # fmt: skip
+    def __init__(self, *jobs: JobDefinition, max_payload: int = 400, replay_until: int = 0) -> None:
         self.codec = new_codec()
         self.producer = FakeProducer()
         p = self.processor = object.__new__(TriggerProcessor)
@@ -62,9 +69,12 @@ class Harness:
         owned = Owned(SOURCE, 0, position=0, replay_until=replay_until)
         for j in jobs:
             owned.triggers[j.job_id] = PartitionTrigger(
-                definitions.active[j.job_id].rule, 0, max_payload_bytes=max_payload,
-                checkpoint=Checkpoint(resume_offset=0), replay_until=replay_until,
-            )  # fmt: skip
+                definitions.active[j.job_id].rule,
+                0,
+                max_payload_bytes=max_payload,
+                checkpoint=Checkpoint(resume_offset=0),
+                replay_until=replay_until,
+            )
         p.owned = {(SOURCE, 0): owned}
         self.offset = 0
 
@@ -72,8 +82,16 @@ class Harness:
         """Records of ``orders`` partition 0, each value as JSON, in offset order."""
         messages = []
         for value in values:
-            messages.append(FakeMessage(SOURCE, 0, self.offset, json.dumps(value).encode(),
-                                        b"cust-1", timestamp_ms=1_000 + self.offset))  # fmt: skip
+            messages.append(
+                FakeMessage(
+                    SOURCE,
+                    0,
+                    self.offset,
+                    json.dumps(value).encode(),
+                    b"cust-1",
+                    timestamp_ms=1_000 + self.offset,
+                )
+            )
             self.offset += 1
         self.processor._handle(messages)  # type: ignore[arg-type]
 
@@ -85,14 +103,22 @@ class Harness:
 
 
 def test_every_trigger_of_a_partition_decides_each_record_a_paused_job_runs_nothing() -> None:
-    h = Harness(job("big", filter="value.n >= 2"), replace(job("quiet"), paused=True),
-                job("picked", fields={"n": "value.n", "who": "key"}), replay_until=1)  # fmt: skip
+    h = Harness(
+        job("big", filter="value.n >= 2"),
+        replace(job("quiet"), paused=True),
+        job("picked", fields={"n": "value.n", "who": "key"}),
+        replay_until=1,
+    )
     h.read({"n": 0}, {"n": 1}, {"n": 2}, {"n": 3})
     runs = h.runs()
     assert [r.run_id for r in runs] == [
-        "picked@evt:orders:0:0", "picked@evt:orders:0:1", "big@evt:orders:0:2",
-        "picked@evt:orders:0:2", "big@evt:orders:0:3", "picked@evt:orders:0:3",
-    ]  # fmt: skip
+        "picked@evt:orders:0:0",
+        "picked@evt:orders:0:1",
+        "big@evt:orders:0:2",
+        "picked@evt:orders:0:2",
+        "big@evt:orders:0:3",
+        "picked@evt:orders:0:3",
+    ]
     assert {r.trigger for r in runs} == {Trigger.EVENT}
     assert [r.possible_duplicate for r in runs[:3]] == [True, False, False]  # before offset 1
     assert json.loads(runs[0].payload or "") == {"n": 0, "who": "cust-1"}
@@ -112,7 +138,9 @@ def test_refused_records_are_dead_lettered_and_the_other_triggers_go_on() -> Non
     h.read({"n": 1, "text": "x" * 500})  # the whole record is over the 400-byte limit
     letters = h.letters()
     assert {(d.job_id, d.stage, d.source_topic, d.source_offset) for d in letters} == {
-        ("small", "triggers", SOURCE, 0), ("boom", "triggers", SOURCE, 0)}  # fmt: skip
+        ("small", "triggers", SOURCE, 0),
+        ("boom", "triggers", SOURCE, 0),
+    }
     reasons = {d.job_id: d.reason for d in letters}
     assert "over the 400-byte limit" in reasons["small"]
     assert "ZeroDivisionError" in reasons["boom"]

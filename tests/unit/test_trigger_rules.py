@@ -14,13 +14,16 @@ SETTINGS = Settings.from_env({"CRONSTREAM_TOPIC_PREFIX": "cronstream"})
 
 
 def job(topic: str, **spec: object) -> JobDefinition:
-    return job_from_spec({"id": "big-orders", "target": "http", "url": "https://x.example/h",
-                          "on": topic, **spec}, max_payload_bytes=65536)  # fmt: skip
+    return job_from_spec(
+        {"id": "big-orders", "target": "http", "url": "https://x.example/h", "on": topic, **spec},
+        max_payload_bytes=65536,
+    )
 
 
 def refused(key: str, definition: JobDefinition, allow: tuple[str, ...] = ()) -> str | None:
-    return refusal_of(SETTINGS, key, definition, allow_topics=frozenset(allow),
-                      max_payload_bytes=65536)  # fmt: skip
+    return refusal_of(
+        SETTINGS, key, definition, allow_topics=frozenset(allow), max_payload_bytes=65536
+    )
 
 
 def test_an_operators_job_may_use_any_topic_but_cronstreams_own() -> None:

@@ -33,12 +33,22 @@ def refusals(**spec: Any) -> list[str]:
 
 
 def test_a_full_on_builds_the_event_trigger() -> None:
-    job = build(on={"topic": "acme.orders", "filter": "value.amount > 100", "debounce": "5m",
-                    "key": "value.customer.id", "fields": {"order": "value.id", "who": "key"}})  # fmt: skip
+    job = build(
+        on={
+            "topic": "acme.orders",
+            "filter": "value.amount > 100",
+            "debounce": "5m",
+            "key": "value.customer.id",
+            "fields": {"order": "value.id", "who": "key"},
+        }
+    )
     assert job.on == EventTrigger(
-        topic="acme.orders", filter="value.amount > 100", debounce_ms=300_000,
-        key="value.customer.id", payload_fields={"order": "value.id", "who": "key"},
-    )  # fmt: skip
+        topic="acme.orders",
+        filter="value.amount > 100",
+        debounce_ms=300_000,
+        key="value.customer.id",
+        payload_fields={"order": "value.id", "who": "key"},
+    )
     assert job.schedule is None  # runs only on records (and by hand)
     assert job.describe_schedule() == (
         "on acme.orders if value.amount > 100 debounce 300000ms per value.customer.id"
@@ -68,29 +78,68 @@ def test_after_names_the_jobs_a_dependent_job_waits_for() -> None:
 @pytest.mark.parametrize(
     ("spec", "reason"),
     [
-        ({"on": {"topic": "t", "every": 5}}, "on: unknown keys ['every'] (known: topic, filter, debounce, batch, key, fields)"),
-        ({"on": ["t"]}, "on must be a topic or a mapping of topic, filter, debounce, batch, key, fields"),
+        (
+            {"on": {"topic": "t", "every": 5}},
+            "on: unknown keys ['every'] (known: topic, filter, debounce, batch, key, fields)",
+        ),
+        (
+            {"on": ["t"]},
+            "on must be a topic or a mapping of topic, filter, debounce, batch, key, fields",
+        ),
         ({"on": {"filter": "true"}}, "on: a topic is required"),
-        ({"on": "orders/eu"}, "on.topic 'orders/eu' is not a Kafka topic name (1-249 letters, digits, '.', '_' and '-')"),
+        (
+            {"on": "orders/eu"},
+            "on.topic 'orders/eu' is not a Kafka topic name (1-249 letters, digits, '.', '_' and '-')",
+        ),
         ({"on": "t" * 250}, "is not a Kafka topic name"),
         ({"on": ".."}, "is not a Kafka topic name"),
-        ({"on": "__consumer_offsets"}, "on.topic '__consumer_offsets' is one of Kafka's internal topics"),
-        ({"on": {"topic": "t", "filter": "value.a =="}}, "on.filter: expected a literal or a path, found the end at column 11"),
+        (
+            {"on": "__consumer_offsets"},
+            "on.topic '__consumer_offsets' is one of Kafka's internal topics",
+        ),
+        (
+            {"on": {"topic": "t", "filter": "value.a =="}},
+            "on.filter: expected a literal or a path, found the end at column 11",
+        ),
         ({"on": {"topic": "t", "filter": "amount > 1"}}, "on.filter: unknown name 'amount'"),
         ({"on": {"topic": "t", "debounce": "soon"}}, "on.debounce: 'soon' is not a duration"),
-        ({"on": {"topic": "t", "debounce": "0s"}}, "on.debounce 0 ms is out of range (positive, at most 30 days)"),
+        (
+            {"on": {"topic": "t", "debounce": "0s"}},
+            "on.debounce 0 ms is out of range (positive, at most 30 days)",
+        ),
         ({"on": {"topic": "t", "debounce": "31d"}}, "on.debounce 2678400000 ms is out of range"),
         ({"on": {"topic": "t", "batch": 0}}, "on.batch 0 is out of range (1 to 10,000)"),
         ({"on": {"topic": "t", "batch": "10"}}, "on.batch '10' is not a whole number"),
         ({"on": {"topic": "t", "batch": True}}, "on.batch 'True' is not a whole number"),
-        ({"on": {"topic": "t", "batch": 5, "debounce": "1m"}}, "on: give debounce or batch, not both"),
+        (
+            {"on": {"topic": "t", "batch": 5, "debounce": "1m"}},
+            "on: give debounce or batch, not both",
+        ),
         ({"on": {"topic": "t", "key": "value.id"}}, "on.key groups records for debounce or batch"),
-        ({"on": {"topic": "t", "batch": 5, "key": "value.id == 1"}}, "on.key: expected the end of the path"),
-        ({"on": {"topic": "t", "fields": {"a": 1}}}, "on.fields must be a path, a list of paths or a mapping"),
-        ({"on": {"topic": "t", "fields": {"a": "value.a[x]"}}}, "on.fields['a']: expected a field name in quotes"),
-        ({"on": {"topic": "t", "fields": [f"value.f{i}" for i in range(65)]}}, "on.fields: 65 fields, over 64"),
-        ({"on": {"topic": "t", "fields": {"": "value.a"}}}, "on.fields: a name must be 1-128 characters"),
-        ({"after": ["a"], "cron": "0 3 * * *"}, "a job with after: runs when the jobs it names succeeded: give it no schedule (cron, every, at) and no on:"),
+        (
+            {"on": {"topic": "t", "batch": 5, "key": "value.id == 1"}},
+            "on.key: expected the end of the path",
+        ),
+        (
+            {"on": {"topic": "t", "fields": {"a": 1}}},
+            "on.fields must be a path, a list of paths or a mapping",
+        ),
+        (
+            {"on": {"topic": "t", "fields": {"a": "value.a[x]"}}},
+            "on.fields['a']: expected a field name in quotes",
+        ),
+        (
+            {"on": {"topic": "t", "fields": [f"value.f{i}" for i in range(65)]}},
+            "on.fields: 65 fields, over 64",
+        ),
+        (
+            {"on": {"topic": "t", "fields": {"": "value.a"}}},
+            "on.fields: a name must be 1-128 characters",
+        ),
+        (
+            {"after": ["a"], "cron": "0 3 * * *"},
+            "a job with after: runs when the jobs it names succeeded: give it no schedule (cron, every, at) and no on:",
+        ),
         ({"after": ["a"], "on": "t"}, "give it no schedule (cron, every, at) and no on:"),
         ({"after": ["a", "a"]}, "after names a job twice"),
         ({"after": ["job-1"]}, "after names the job itself"),
@@ -98,7 +147,7 @@ def test_after_names_the_jobs_a_dependent_job_waits_for() -> None:
         ({"after": [f"j{i}" for i in range(33)]}, "after names 33 jobs, over 32"),
         ({"after": {"a": 1}}, "after must be a job id or a list of job ids"),
     ],
-)  # fmt: skip
+)
 def test_a_bad_trigger_is_refused_with_its_reason(spec: dict[str, Any], reason: str) -> None:
     assert any(reason in p for p in refusals(**spec)), refusals(**spec)
 
@@ -106,14 +155,22 @@ def test_a_bad_trigger_is_refused_with_its_reason(spec: dict[str, Any], reason: 
 def test_every_problem_of_a_trigger_is_reported_at_once() -> None:
     found = refusals(on={"topic": "a b", "filter": "(", "debounce": "0s", "batch": 0}, after=["x"])
     assert [p.split(" ")[0] for p in found] == [
-        "on.topic", "on.filter:", "on:", "on.debounce", "on.batch", "a",  # (after with on:)
-    ]  # fmt: skip
+        "on.topic",
+        "on.filter:",
+        "on:",
+        "on.debounce",
+        "on.batch",
+        "a",  # (after with on:)
+    ]
 
 
 def test_a_definition_built_without_a_spec_is_judged_by_the_same_rules() -> None:
-    job = JobDefinition(job_id="j", target=Target(type="http", url="https://example.com/h"),
-                        updated_at=NOW, on=EventTrigger(topic="t", filter="value.a ==",
-                                                        debounce_ms=5, batch=2))  # fmt: skip
+    job = JobDefinition(
+        job_id="j",
+        target=Target(type="http", url="https://example.com/h"),
+        updated_at=NOW,
+        on=EventTrigger(topic="t", filter="value.a ==", debounce_ms=5, batch=2),
+    )
     found = problems(job, max_payload_bytes=1024)
     assert [p.split(":")[0] for p in found] == ["on.filter", "on"]
     assert problems(replace(job, on=None, after=("j",)), max_payload_bytes=1024) == [
@@ -124,14 +181,21 @@ def test_a_definition_built_without_a_spec_is_judged_by_the_same_rules() -> None
 def test_a_tenant_triggers_only_from_its_own_topics_and_jobs() -> None:
     def job(topic: str | None = None, after: tuple[str, ...] = ()) -> JobDefinition:
         on = EventTrigger(topic=topic) if topic else None
-        return JobDefinition(job_id="acme/j", tenant="acme", target=Target(type="http"),
-                             updated_at=NOW, on=on, after=after)  # fmt: skip
+        return JobDefinition(
+            job_id="acme/j",
+            tenant="acme",
+            target=Target(type="http"),
+            updated_at=NOW,
+            on=on,
+            after=after,
+        )
 
     assert source_problems("acme", job("acme.orders")) == []
     assert source_problems("acme", job(after=("acme/extract", "acme/load"))) == []
     (why,) = source_problems("acme", job("beta.orders"))
-    assert why == ("trigger policy: on.topic 'beta.orders' is not one of the tenant's own "
-                   "topics (acme.*)")  # fmt: skip
+    assert why == (
+        "trigger policy: on.topic 'beta.orders' is not one of the tenant's own topics (acme.*)"
+    )
     assert source_problems("acme", job("acmex.orders"))  # a prefix of another name: not its own
     assert source_problems("acme", job("cronstream.history"))
     (why,) = source_problems("acme", job(after=("acme/extract", "beta/load", "load")))
@@ -160,10 +224,16 @@ def test_a_spec_key_yaml_read_as_a_boolean_is_an_unknown_key() -> None:
 
 
 def test_a_flow_takes_triggers_on_its_schedule_job() -> None:
-    spec = {"id": "etl", "on": {"topic": "files", "filter": 'value.kind == "csv"'},
-            "nodes": [{"name": "a", "target": "http", "url": "https://example.com/h"}]}  # fmt: skip
+    spec = {
+        "id": "etl",
+        "on": {"topic": "files", "filter": 'value.kind == "csv"'},
+        "nodes": [{"name": "a", "target": "http", "url": "https://example.com/h"}],
+    }
     job = flow_schedule(spec, max_payload_bytes=1024)
     assert (job.job_id, job.target.type, job.on) == (
-        "etl", "flow", EventTrigger(topic="files", filter='value.kind == "csv"'))  # fmt: skip
+        "etl",
+        "flow",
+        EventTrigger(topic="files", filter='value.kind == "csv"'),
+    )
     after = flow_schedule({**spec, "on": None, "after": ["ingest"]}, max_payload_bytes=1024)
     assert after.after == ("ingest",)

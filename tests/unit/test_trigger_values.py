@@ -22,13 +22,29 @@ from streams.core.triggers import source_record
 from streams.trigger_values import SourceValues
 from tests.fakes import FakeMessage, FakeRegistry
 
-ORDER = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
-    {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 9,
-                                "scale": 2}},
-    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-    {"name": "customer", "type": ["null", {"type": "record", "name": "Customer",
-                                           "fields": [{"name": "id", "type": "string"}]}]},
-]}  # fmt: skip
+ORDER = {
+    "type": "record",
+    "name": "Order",
+    "namespace": "shop",
+    "fields": [
+        {
+            "name": "amount",
+            "type": {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2},
+        },
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {
+            "name": "customer",
+            "type": [
+                "null",
+                {
+                    "type": "record",
+                    "name": "Customer",
+                    "fields": [{"name": "id", "type": "string"}],
+                },
+            ],
+        },
+    ],
+}
 
 
 def wire(registry: FakeRegistry, schema: dict[str, Any], record: dict[str, Any]) -> bytes:
@@ -42,12 +58,12 @@ def wire(registry: FakeRegistry, schema: dict[str, Any], record: dict[str, Any])
 def test_avro_values_decode_to_plain_values_a_union_of_records_to_the_record() -> None:
     registry = FakeRegistry()
     at = datetime(2026, 11, 22, 8, 30, tzinfo=UTC)
-    data = wire(registry, ORDER, {"amount": Decimal("120.50"), "at": at,
-                                  "customer": {"id": "c-7"}})  # fmt: skip
+    data = wire(registry, ORDER, {"amount": Decimal("120.50"), "at": at, "customer": {"id": "c-7"}})
     value = SourceValues(registry).decode(data)  # type: ignore[arg-type]
     assert value == {"amount": Decimal("120.50"), "at": at, "customer": {"id": "c-7"}}
-    record = source_record(topic="orders", partition=0, offset=3, timestamp_ms=0, key=None,
-                           value=value)  # fmt: skip
+    record = source_record(
+        topic="orders", partition=0, offset=3, timestamp_ms=0, key=None, value=value
+    )
     assert matches(parse_filter('value.amount > 100 and value.customer.id == "c-7"'), record)
 
 

@@ -34,16 +34,31 @@ NOW = datetime(2026, 11, 24, 15, 30, tzinfo=UTC)
 TODAY = date(2026, 11, 24)
 
 
-def row(run_id: str, *, job: str = "acme/j", trigger: Trigger = Trigger.EVENT,
-        status: RunStatus = RunStatus.SUCCEEDED, at: datetime = NOW, **kw: object
-        ) -> RunOutcome:  # fmt: skip
-    return RunOutcome(run_id=run_id, job_id=job, tenant="acme", status=status, trigger=trigger,
-                      scheduled_at=at, recorded_at=at, **kw)  # type: ignore[arg-type]  # fmt: skip
+def row(
+    run_id: str,
+    *,
+    job: str = "acme/j",
+    trigger: Trigger = Trigger.EVENT,
+    status: RunStatus = RunStatus.SUCCEEDED,
+    at: datetime = NOW,
+    **kw: object,
+) -> RunOutcome:
+    return RunOutcome(
+        run_id=run_id,
+        job_id=job,
+        tenant="acme",
+        status=status,
+        trigger=trigger,
+        scheduled_at=at,
+        recorded_at=at,
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 def test_the_lag_is_the_high_watermark_minus_the_trigger_groups_committed_offset() -> None:
-    lags = partition_lags({1: (0, 10), 0: (0, 100), 2: (50, 80), 3: (0, 5)},
-                          {0: 40, 1: 10, 2: 20, 3: -1001})  # fmt: skip
+    lags = partition_lags(
+        {1: (0, 10), 0: (0, 100), 2: (50, 80), 3: (0, 5)}, {0: 40, 1: 10, 2: 20, 3: -1001}
+    )
     assert [(p.partition, p.lag) for p in lags] == [(0, 60), (1, 0), (2, 30), (3, None)]
     # Retention deleted past the committed offset: only what is left counts.
     assert lags[2] == PartitionLag(2, 50, 80, 20)
@@ -61,8 +76,9 @@ def test_the_last_record_matched_is_the_newest_event_run_with_its_coordinates() 
         row(first, status=RunStatus.FAILED, at=NOW - timedelta(minutes=1)),
         row(event_run_id("acme/j", "acme.orders", 0, 3), at=NOW - timedelta(minutes=2)),
     ]
-    assert last_matched(rows) == Matched(first, "acme.orders", 2, 17, NOW - timedelta(minutes=1),
-                                         "FAILED")  # fmt: skip
+    assert last_matched(rows) == Matched(
+        first, "acme.orders", 2, 17, NOW - timedelta(minutes=1), "FAILED"
+    )
     assert last_matched(rows[:2]) is None
     node = row(event_run_id("etl", "files", 0, 5) + "/extract", job="etl", trigger=Trigger.FLOW)
     assert last_matched([node]) is None  # a flow's node run is not the flow's match
@@ -70,10 +86,17 @@ def test_the_last_record_matched_is_the_newest_event_run_with_its_coordinates() 
 
 def test_an_upstream_succeeded_today_by_the_dependency_processors_rule() -> None:
     day, start, end = day_bounds(NOW)
-    assert (day, start, end) == (TODAY, datetime(2026, 11, 24, tzinfo=UTC),
-                                 datetime(2026, 11, 25, tzinfo=UTC))  # fmt: skip
-    ok = row("acme/x@2026-11-24T02:00:00.000Z", job="acme/x", trigger=Trigger.SCHEDULE,
-             at=start + timedelta(hours=2))  # fmt: skip
+    assert (day, start, end) == (
+        TODAY,
+        datetime(2026, 11, 24, tzinfo=UTC),
+        datetime(2026, 11, 25, tzinfo=UTC),
+    )
+    ok = row(
+        "acme/x@2026-11-24T02:00:00.000Z",
+        job="acme/x",
+        trigger=Trigger.SCHEDULE,
+        at=start + timedelta(hours=2),
+    )
     assert upstream_today("acme/x", True, [ok], TODAY) == Upstream("acme/x", True, True, ok.run_id)
     yesterday = replace(ok, scheduled_at=start - timedelta(hours=1))
     assert upstream_today("acme/x", True, [yesterday], TODAY).succeeded is False
@@ -93,16 +116,22 @@ def test_an_upstream_succeeded_today_by_the_dependency_processors_rule() -> None
     assert upstream_today("acme/etl", True, many, TODAY).succeeded is None
 
 
-def test_the_answer_names_every_id_as_the_caller_does() -> None:
-    job = JobDefinition(job_id="acme/j", tenant="acme", updated_at=NOW,
-                        target=Target(type="http", url="https://example.com/h"),
-                        on=EventTrigger(topic="acme.orders", filter="value.n > 1"))  # fmt: skip
+def test_the_answer_names_every_id_as_the_caller_does() -> None:  # long: one story
+    job = JobDefinition(
+        job_id="acme/j",
+        tenant="acme",
+        updated_at=NOW,
+        target=Target(type="http", url="https://example.com/h"),
+        on=EventTrigger(topic="acme.orders", filter="value.n > 1"),
+    )
     run_id = event_run_id("acme/j", "acme.orders", 1, 9)
     status = TriggerStatus(
-        job=job, lag=TopicLag("p.triggers", "acme.orders", [PartitionLag(0, 0, 5, 2),
-                                                            PartitionLag(1, 0, 10, None)]),
+        job=job,
+        lag=TopicLag(
+            "p.triggers", "acme.orders", [PartitionLag(0, 0, 5, 2), PartitionLag(1, 0, 10, None)]
+        ),
         matched=Matched(run_id, "acme.orders", 1, 9, NOW, "SUCCEEDED"),
-    )  # fmt: skip
+    )
 
     def own(stored: str) -> str:
         return unqualify("acme", stored) or stored
@@ -111,13 +140,23 @@ def test_the_answer_names_every_id_as_the_caller_does() -> None:
     assert answer["job_id"] == "j"
     assert answer["describe"] == "on acme.orders if value.n > 1"
     assert answer["on"] == {
-        "topic": "acme.orders", "group": "p.triggers", "lag": 3, "lag_error": None,
-        "partitions": [{"partition": 0, "start": 0, "end": 5, "committed": 2, "lag": 3},
-                       {"partition": 1, "start": 0, "end": 10, "committed": None, "lag": None}],
-        "last_matched": {"run_id": "j@evt:acme.orders:1:9", "topic": "acme.orders",
-                         "partition": 1, "offset": 9, "record_time": "2026-11-24T15:30:00.000Z",
-                         "status": "SUCCEEDED"},
-    }  # fmt: skip
+        "topic": "acme.orders",
+        "group": "p.triggers",
+        "lag": 3,
+        "lag_error": None,
+        "partitions": [
+            {"partition": 0, "start": 0, "end": 5, "committed": 2, "lag": 3},
+            {"partition": 1, "start": 0, "end": 10, "committed": None, "lag": None},
+        ],
+        "last_matched": {
+            "run_id": "j@evt:acme.orders:1:9",
+            "topic": "acme.orders",
+            "partition": 1,
+            "offset": 9,
+            "record_time": "2026-11-24T15:30:00.000Z",
+            "status": "SUCCEEDED",
+        },
+    }
     assert "after" not in answer
     dependent = replace(job, on=None, after=("acme/x", "acme/y"))
     today = row(dependency_run_id("acme/j", TODAY), trigger=Trigger.DEPENDENCY)
@@ -132,10 +171,12 @@ def test_the_answer_names_every_id_as_the_caller_does() -> None:
     )
     assert waiting.as_json(own)["after"] == {
         "date": "2026-11-24",
-        "jobs": [{"job_id": "x", "known": True, "succeeded": True, "run_id": "x@manual:k"},
-                 {"job_id": "y", "known": False, "succeeded": False, "run_id": None}],
+        "jobs": [
+            {"job_id": "x", "known": True, "succeeded": True, "run_id": "x@manual:k"},
+            {"job_id": "y", "known": False, "succeeded": False, "run_id": None},
+        ],
         "run": {"run_id": "j@dep:2026-11-24", "status": "SUCCEEDED"},
-    }  # fmt: skip
+    }
     assert "on" not in waiting.as_json(own)
     broken = replace(status, history_error="history unavailable (x)")
     assert broken.as_json(own)["history_error"] == "history unavailable (x)"

@@ -46,28 +46,60 @@ def _job(stored: str, tenant: str) -> JobDefinition:
 
 
 def _run(job_id: str, tenant: str, error: str) -> RunOutcome:
-    return RunOutcome(run_id=f"{job_id}@2026-11-26T10:00:00.000Z", job_id=job_id,
-                      status=RunStatus.FAILED, scheduled_at=NOW, recorded_at=NOW,
-                      tenant=tenant, error=error)  # fmt: skip
+    return RunOutcome(
+        run_id=f"{job_id}@2026-11-26T10:00:00.000Z",
+        job_id=job_id,
+        status=RunStatus.FAILED,
+        scheduled_at=NOW,
+        recorded_at=NOW,
+        tenant=tenant,
+        error=error,
+    )
 
 
 def _letter(offset: int, job_id: str | None, reason: str) -> Letter:
-    return Letter(0, offset, DeadLetter(reason=reason, stage="worker", source_topic="t",
-                                        source_partition=-1, source_offset=-1, dead_at=NOW,
-                                        job_id=job_id))  # fmt: skip
+    return Letter(
+        0,
+        offset,
+        DeadLetter(
+            reason=reason,
+            stage="worker",
+            source_topic="t",
+            source_partition=-1,
+            source_offset=-1,
+            dead_at=NOW,
+            job_id=job_id,
+        ),
+    )
 
 
 # acme's job, beta's, and an operator's (tenant default) whose id starts "acme/".
 JOBS = [_job("acme/report", "acme"), _job("beta/own", "beta"), _job("acme/ops", "default")]
-RUNS = [_run("acme/report", "acme", "acme-secret-error"), _run("beta/own", "beta", "beta-error"),
-        _run("acme/ops", "default", "operator-error")]  # fmt: skip
+RUNS = [
+    _run("acme/report", "acme", "acme-secret-error"),
+    _run("beta/own", "beta", "beta-error"),
+    _run("acme/ops", "default", "operator-error"),
+]
 # What each run printed (docs/run-output.md): "<its error>-printed".
-OUTPUTS = [RunOutput(run_id=r.run_id, job_id=r.job_id, tenant=r.tenant, status="FAILED",
-                     scheduled_at=NOW, recorded_at=NOW, output=f"{r.error}-printed")
-           for r in RUNS]  # fmt: skip
-LETTERS = [_letter(1, "acme/report", "acme-letter"), _letter(2, "beta/own", "beta-letter"),
-           _letter(3, "acme/ops", "operator-letter"), _letter(4, "acme/gone", "deleted-job-letter"),
-           Letter(0, 5, None, "unreadable-letter")]  # fmt: skip
+OUTPUTS = [
+    RunOutput(
+        run_id=r.run_id,
+        job_id=r.job_id,
+        tenant=r.tenant,
+        status="FAILED",
+        scheduled_at=NOW,
+        recorded_at=NOW,
+        output=f"{r.error}-printed",
+    )
+    for r in RUNS
+]
+LETTERS = [
+    _letter(1, "acme/report", "acme-letter"),
+    _letter(2, "beta/own", "beta-letter"),
+    _letter(3, "acme/ops", "operator-letter"),
+    _letter(4, "acme/gone", "deleted-job-letter"),
+    Letter(0, 5, None, "unreadable-letter"),
+]
 
 
 class FakeHistory:
@@ -76,8 +108,9 @@ class FakeHistory:
     def run(self, run_id: str) -> list[RunOutcome]:
         return [r for r in RUNS if r.run_id == run_id]
 
-    def by_status(self, statuses: Sequence[str], start: datetime, end: datetime,
-                  tenant: str | None = None) -> Iterator[RunOutcome]:  # fmt: skip
+    def by_status(
+        self, statuses: Sequence[str], start: datetime, end: datetime, tenant: str | None = None
+    ) -> Iterator[RunOutcome]:
         return iter(RUNS)
 
 
@@ -86,9 +119,15 @@ class FakeBackend:
     view: JobsView
     history: FakeHistory
 
-    def job_runs(self, job_id: str, start: datetime, end: datetime,
-                 statuses: Sequence[str] = (), *, limit: int | None = None,
-                 ) -> Iterator[RunOutcome]:  # fmt: skip
+    def job_runs(
+        self,
+        job_id: str,
+        start: datetime,
+        end: datetime,
+        statuses: Sequence[str] = (),
+        *,
+        limit: int | None = None,
+    ) -> Iterator[RunOutcome]:
         return iter(RUNS)  # ignoring the job, too
 
     def run_output(self, run_id: str) -> list[RunOutput]:
@@ -126,8 +165,7 @@ class Browser:
     def __init__(self, app: Any, base: str = "http://127.0.0.1:8780") -> None:
         guarded = Guard(app, AllowedHosts.of("127.0.0.1"))
         self.loop = asyncio.new_event_loop()
-        self.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=guarded),
-                                        base_url=base)  # fmt: skip
+        self.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=guarded), base_url=base)
 
     def get(self, path: str, **kw: Any) -> httpx.Response:
         return self.loop.run_until_complete(self.client.get(path, **kw))
@@ -170,8 +208,15 @@ def browser(book: TokenBook) -> Iterator[Browser]:
     b.close()
 
 
-PAGES = ["/ui", "/ui/jobs", "/ui/jobs/acme/report", "/ui/runs?status=failed", "/ui/dlq",
-         "/ui/overview.json", "/ui/confirm?action=pause&job=x"]  # fmt: skip
+PAGES = [
+    "/ui",
+    "/ui/jobs",
+    "/ui/jobs/acme/report",
+    "/ui/runs?status=failed",
+    "/ui/dlq",
+    "/ui/overview.json",
+    "/ui/confirm?action=pause&job=x",
+]
 
 
 @pytest.mark.parametrize("path", PAGES)
@@ -215,8 +260,9 @@ def test_the_cookie_holds_a_session_id_never_the_token(browser: Browser) -> None
     assert "not+valid" in bad.headers["location"]
 
 
-@pytest.mark.parametrize(("base", "secure_cookies"), [("https://127.0.0.1", False),
-                                                      ("http://127.0.0.1", True)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("base", "secure_cookies"), [("https://127.0.0.1", False), ("http://127.0.0.1", True)]
+)
 def test_the_cookie_is_secure_over_tls_or_when_told(
     book: TokenBook, base: str, secure_cookies: bool
 ) -> None:
@@ -239,8 +285,7 @@ def test_sign_out_revokes_the_session_on_the_server(browser: Browser) -> None:
     assert (replayed.status_code, replayed.headers["location"]) == (303, "/ui/login")
 
 
-def test_a_token_removed_from_the_book_ends_its_sessions(browser: Browser, book: TokenBook
-                                                         ) -> None:  # fmt: skip
+def test_a_token_removed_from_the_book_ends_its_sessions(browser: Browser, book: TokenBook) -> None:
     browser.sign_in("tok-beta")
     assert browser.get("/ui/jobs").status_code == 200
     book.path.write_text(json.dumps({"tokens": {digest("tok-acme"): "acme"}, "x": 1}))
@@ -260,8 +305,11 @@ def test_a_tenant_cannot_open_another_tenants_job_runs_or_letters(browser: Brows
     runs = browser.get("/ui/runs?job=report").text
     assert "no job" in runs
     assert "acme-secret-error" not in runs
-    for path in ("/ui/runs?status=failed", "/ui/runs?run_id=report@2026-11-26T10:00:00.000Z",
-                 "/ui/jobs/own"):  # fmt: skip
+    for path in (
+        "/ui/runs?status=failed",
+        "/ui/runs?run_id=report@2026-11-26T10:00:00.000Z",
+        "/ui/jobs/own",
+    ):
         text = browser.get(path).text
         assert "acme-secret-error" not in text, path
         assert "operator-error" not in text, path
@@ -328,9 +376,21 @@ def test_pages_carry_the_security_headers_and_no_inline_script(browser: Browser)
 
 
 def test_a_forged_topic_name_stays_text(book: TokenBook) -> None:
-    LETTERS.append(Letter(0, 9, DeadLetter(
-        reason="r", stage="sink", source_topic="x');alert(1);('", source_partition=0,
-        source_offset=1, dead_at=NOW + timedelta(seconds=1), source_value=b"v")))  # fmt: skip
+    LETTERS.append(
+        Letter(
+            0,
+            9,
+            DeadLetter(
+                reason="r",
+                stage="sink",
+                source_topic="x');alert(1);('",
+                source_partition=0,
+                source_offset=1,
+                dead_at=NOW + timedelta(seconds=1),
+                source_value=b"v",
+            ),
+        )
+    )
     try:
         b = Browser(dashboard(book)[0])
         b.sign_in("tok-admin")
@@ -342,14 +402,18 @@ def test_a_forged_topic_name_stays_text(book: TokenBook) -> None:
         LETTERS.pop()
 
 
-@pytest.mark.parametrize(("headers", "accepted"), [
-    ({"origin": "null", "sec-fetch-site": "same-origin"}, True),  # Chrome, no-referrer
-    ({"origin": "http://127.0.0.1:8780"}, True),  # a browser without Sec-Fetch-Site
-    ({}, True),  # not a browser (no cookie to ride on)
-    ({"origin": "null", "sec-fetch-site": "cross-site"}, False),
-    ({"origin": "https://evil.example", "sec-fetch-site": "same-site"}, False),
-    ({"origin": "https://evil.example"}, False), ({"origin": "null"}, False),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("headers", "accepted"),
+    [
+        ({"origin": "null", "sec-fetch-site": "same-origin"}, True),  # Chrome, no-referrer
+        ({"origin": "http://127.0.0.1:8780"}, True),  # a browser without Sec-Fetch-Site
+        ({}, True),  # not a browser (no cookie to ride on)
+        ({"origin": "null", "sec-fetch-site": "cross-site"}, False),
+        ({"origin": "https://evil.example", "sec-fetch-site": "same-site"}, False),
+        ({"origin": "https://evil.example"}, False),
+        ({"origin": "null"}, False),
+    ],
+)
 def test_forms_are_taken_from_the_dashboards_own_pages_only(
     browser: Browser, headers: dict[str, str], accepted: bool
 ) -> None:

@@ -12,8 +12,13 @@ DIAMOND = [DagNode("a"), DagNode("b", ("a",)), DagNode("c", ("a",)), DagNode("d"
 
 
 def _fills(svg: str) -> dict[str, str]:
-    return dict(re.findall(r'data-node="([^"]+)" data-status="[^"]+"><title>[^<]*</title>'
-                           r'<rect [^>]*fill="([^"]+)"', svg))  # fmt: skip
+    return dict(
+        re.findall(
+            r'data-node="([^"]+)" data-status="[^"]+"><title>[^<]*</title>'
+            r'<rect [^>]*fill="([^"]+)"',
+            svg,
+        )
+    )
 
 
 def test_a_nodes_layer_is_one_past_the_deepest_node_it_comes_after() -> None:
@@ -35,8 +40,12 @@ def test_a_cycle_or_an_unknown_edge_does_not_loop_or_fail() -> None:
 
 def test_each_node_is_filled_with_its_status_colour_and_links_to_its_run() -> None:
     statuses = {"a": "SUCCEEDED", "b": "FAILED", "c": "STARTED", "d": "UPSTREAM_FAILED"}
-    nodes = [DagNode(n.name, n.after, statuses[n.name], "1.2 s · 1 attempt",
-                     f"/ui/runs?run_id=f@1/{n.name}") for n in DIAMOND]  # fmt: skip
+    nodes = [
+        DagNode(
+            n.name, n.after, statuses[n.name], "1.2 s · 1 attempt", f"/ui/runs?run_id=f@1/{n.name}"
+        )
+        for n in DIAMOND
+    ]
     svg = dag_svg(nodes)
     assert _fills(svg) == {n: NODE_COLOURS[s] for n, s in statuses.items()}
     assert NODE_COLOURS["SUCCEEDED"] == COLOURS["SUCCEEDED"]
@@ -63,8 +72,13 @@ def test_a_line_chart_without_points_says_no_data() -> None:
 
 
 def test_a_line_chart_draws_a_line_per_series_in_its_status_colour() -> None:
-    svg = line_chart({"FAILED": [(0, 1.0), (30, 2.0)], "other": [(0, 0.0), (60, 4.0)]},
-                     title="runs/s", unit="/s", start=0, end=60)  # fmt: skip
+    svg = line_chart(
+        {"FAILED": [(0, 1.0), (30, 2.0)], "other": [(0, 0.0), (60, 4.0)]},
+        title="runs/s",
+        unit="/s",
+        start=0,
+        end=60,
+    )
     assert svg.count("<polyline") == 2
     failed = f'data-series="FAILED" points="28.0,98.5 230.0,75.0" fill="none" stroke="{COLOURS["FAILED"]}"'
     assert failed in svg

@@ -31,32 +31,47 @@ from schemas.flows import FlowDefinition
 from tests.unit.test_ui_access import Browser, FakeLetters, FakePrometheus, book
 
 NOW = utc_now()
-SPEC = {"nodes": [{"name": n, "after": after, "target": "http", "url": f"https://example.com/{n}"}
-                  for n, after in (("a", []), ("b", ["a"]), ("c", ["a"]), ("d", ["b", "c"]))]}  # fmt: skip
+SPEC = {
+    "nodes": [
+        {"name": n, "after": after, "target": "http", "url": f"https://example.com/{n}"}
+        for n, after in (("a", []), ("b", ["a"]), ("c", ["a"]), ("d", ["b", "c"]))
+    ]
+}
 STATUSES = {"a": "SUCCEEDED", "b": "FAILED", "c": "SUCCEEDED", "d": "UPSTREAM_FAILED"}
 _ = book  # the token book fixture
 
 
 def _flow(stored: str, tenant: str) -> tuple[FlowDefinition, Any]:
     spec = {**SPEC, "id": stored, "tenant": tenant}
-    return (flow_from_spec(spec, max_payload_bytes=65536),
-            flow_schedule(spec, max_payload_bytes=65536))  # fmt: skip
+    return (
+        flow_from_spec(spec, max_payload_bytes=65536),
+        flow_schedule(spec, max_payload_bytes=65536),
+    )
 
 
 # acme's flow, beta's, and an operator's (tenant default) whose id starts "acme/".
-PAIRS = [_flow(s, t) for s, t in (("acme/etl", "acme"), ("beta/etl", "beta"),
-                                  ("acme/ops", "default"))]  # fmt: skip
+PAIRS = [
+    _flow(s, t) for s, t in (("acme/etl", "acme"), ("beta/etl", "beta"), ("acme/ops", "default"))
+]
 FLOWS = [flow for flow, _ in PAIRS]
 
 
 def _rows(flow_run: str, tenant: str) -> list[RunOutcome]:
     def row(run_id: str, status: str, **kw: Any) -> RunOutcome:
-        return RunOutcome(run_id=run_id, job_id=flow_run.rpartition("@")[0], tenant=tenant,
-                          status=RunStatus(status), scheduled_at=NOW, recorded_at=NOW, **kw)  # fmt: skip
+        return RunOutcome(
+            run_id=run_id,
+            job_id=flow_run.rpartition("@")[0],
+            tenant=tenant,
+            status=RunStatus(status),
+            scheduled_at=NOW,
+            recorded_at=NOW,
+            **kw,
+        )
 
-    return [row(flow_run, "FAILED", worker=FLOWS_APP, error=f"flow-error-of-{tenant}"),
-            *(row(f"{flow_run}/{n}", s, duration_ms=1200, worker="w")
-              for n, s in STATUSES.items())]  # fmt: skip
+    return [
+        row(flow_run, "FAILED", worker=FLOWS_APP, error=f"flow-error-of-{tenant}"),
+        *(row(f"{flow_run}/{n}", s, duration_ms=1200, worker="w") for n, s in STATUSES.items()),
+    ]
 
 
 class FakeHistory:
@@ -69,10 +84,17 @@ class FakeHistory:
             found = FLOWS[:1]  # another tenant's answered: must not be shown
         return _rows(f"{found[0].flow_id}@manual:k", found[0].tenant) if found else []
 
-    def by_status(self, statuses: Sequence[str], start: datetime, end: datetime,
-                  tenant: str | None = None) -> Iterator[RunOutcome]:  # fmt: skip
-        return iter([r for f in FLOWS for r in _rows(f"{f.flow_id}@manual:k", f.tenant)
-                     if r.status.value in statuses])  # fmt: skip
+    def by_status(
+        self, statuses: Sequence[str], start: datetime, end: datetime, tenant: str | None = None
+    ) -> Iterator[RunOutcome]:
+        return iter(
+            [
+                r
+                for f in FLOWS
+                for r in _rows(f"{f.flow_id}@manual:k", f.tenant)
+                if r.status.value in statuses
+            ]
+        )
 
     def run(self, run_id: str) -> list[RunOutcome]:
         return []
@@ -83,9 +105,15 @@ class FakeBackend:
     view: JobsView
     history: FakeHistory
 
-    def job_runs(self, job_id: str, start: datetime, end: datetime,
-                 statuses: Sequence[str] = (), *, limit: int | None = None,
-                 ) -> Iterator[RunOutcome]:  # fmt: skip
+    def job_runs(
+        self,
+        job_id: str,
+        start: datetime,
+        end: datetime,
+        statuses: Sequence[str] = (),
+        *,
+        limit: int | None = None,
+    ) -> Iterator[RunOutcome]:
         return iter([r for f in FLOWS for r in _rows(f"{f.flow_id}@manual:k", f.tenant)])
 
 
@@ -97,10 +125,19 @@ class FakeBook:
 
 class FakeAudit:
     def last(self, limit: int) -> list[AuditRecord]:
-        return [AuditRecord(audit_id=str(i), action=AuditAction.FLOW_PUT, job_id=f.flow_id, at=NOW,
-                            principal="ops", origin="here", tenant=f.tenant,
-                            detail=f"entry-of-{f.flow_id}")
-                for i, f in enumerate(FLOWS)][:limit]  # fmt: skip
+        return [
+            AuditRecord(
+                audit_id=str(i),
+                action=AuditAction.FLOW_PUT,
+                job_id=f.flow_id,
+                at=NOW,
+                principal="ops",
+                origin="here",
+                tenant=f.tenant,
+                detail=f"entry-of-{f.flow_id}",
+            )
+            for i, f in enumerate(FLOWS)
+        ][:limit]
 
 
 class DeadPrometheus(FakePrometheus):
@@ -117,17 +154,25 @@ def browser(book: TokenBook) -> Iterator[Browser]:
     for _, job in PAIRS:
         view.observe(job.job_id, job)
     backend = cast(Backend, FakeBackend(view, FakeHistory()))
-    reads = Reads(cast(Prometheus, DeadPrometheus()), cast(DeadLetters, FakeLetters()),
-                  cast(FlowBook, FakeBook({f.flow_id: f for f in FLOWS})),
-                  cast(AuditTrail, FakeAudit()))  # fmt: skip
+    reads = Reads(
+        cast(Prometheus, DeadPrometheus()),
+        cast(DeadLetters, FakeLetters()),
+        cast(FlowBook, FakeBook({f.flow_id: f for f in FLOWS})),
+        cast(AuditTrail, FakeAudit()),
+    )
     b = Browser(build_ui_app(backend, book, reads))
     yield b
     b.close()
 
 
 def _fills(page: str) -> dict[str, str]:
-    return dict(re.findall(r'data-node="([^"]+)" data-status="[^"]+"><title>[^<]*</title>'
-                           r'<rect [^>]*fill="([^"]+)"', page))  # fmt: skip
+    return dict(
+        re.findall(
+            r'data-node="([^"]+)" data-status="[^"]+"><title>[^<]*</title>'
+            r'<rect [^>]*fill="([^"]+)"',
+            page,
+        )
+    )
 
 
 def test_a_flow_run_is_drawn_in_its_nodes_status_colours_each_linked_to_its_run(
@@ -137,8 +182,10 @@ def test_a_flow_run_is_drawn_in_its_nodes_status_colours_each_linked_to_its_run(
     page = browser.get("/ui/flow-runs/etl@manual:k")
     assert page.status_code == 200, page.text
     assert _fills(page.text) == {n: NODE_COLOURS[s] for n, s in STATUSES.items()}
-    assert (NODE_COLOURS["SUCCEEDED"], NODE_COLOURS["FAILED"]) == (COLOURS["SUCCEEDED"],
-                                                                   COLOURS["FAILED"])  # fmt: skip
+    assert (NODE_COLOURS["SUCCEEDED"], NODE_COLOURS["FAILED"]) == (
+        COLOURS["SUCCEEDED"],
+        COLOURS["FAILED"],
+    )
     assert '<a href="/ui/runs?run_id=etl%40manual%3Ak%2Fb">' in page.text
     assert "1.2 s · 1 attempt" in page.text
     assert "acme/" not in page.text  # the tenant's own ids
@@ -151,15 +198,19 @@ def test_a_tenant_sees_its_own_flows_and_flow_runs_only(browser: Browser) -> Non
     listed = browser.get("/ui/flows").text
     assert ">etl<" in listed
     assert "acme" not in listed
-    for path in ("/ui/flows/acme/etl", "/ui/flows/ops", "/ui/flow-runs/acme/etl@manual:k",
-                 "/ui/flow-runs/ops@manual:k", "/ui/flow-confirm?action=trigger&flow=acme/etl"):  # fmt: skip
+    for path in (
+        "/ui/flows/acme/etl",
+        "/ui/flows/ops",
+        "/ui/flow-runs/acme/etl@manual:k",
+        "/ui/flow-runs/ops@manual:k",
+        "/ui/flow-confirm?action=trigger&flow=acme/etl",
+    ):
         page = browser.get(path)
         assert page.status_code == 404, path
         assert "flow-error-of-acme" not in page.text, path
     own = browser.get("/ui/flow-runs/etl@manual:k")
     assert "flow-error-of-beta" in own.text
-    refused = browser.post("/ui/flow-act", {"action": "rerun", "job": "etl",
-                                            "run": "etl@manual:k"})  # fmt: skip
+    refused = browser.post("/ui/flow-act", {"action": "rerun", "job": "etl", "run": "etl@manual:k"})
     assert "needs+the+admin+token" in refused.headers["location"]
     other = browser.post("/ui/flow-act", {"action": "trigger", "job": "acme/etl"})
     assert "no+flow" in other.headers["location"]
@@ -208,8 +259,15 @@ def test_the_pages_render_without_prometheus_saying_no_data(browser: Browser) ->
 
 
 def _started(attempt: int = 1, **kw: Any) -> RunOutcome:
-    return RunOutcome(run_id="j@1", job_id="j", status=RunStatus.STARTED, attempt=attempt,
-                      scheduled_at=NOW, recorded_at=NOW - timedelta(minutes=10), **kw)  # fmt: skip
+    return RunOutcome(
+        run_id="j@1",
+        job_id="j",
+        status=RunStatus.STARTED,
+        attempt=attempt,
+        scheduled_at=NOW,
+        recorded_at=NOW - timedelta(minutes=10),
+        **kw,
+    )
 
 
 def test_an_attempt_open_past_its_timeout_and_grace_is_stuck() -> None:

@@ -49,13 +49,25 @@ def top(low: float, high: float) -> float:
     ],
 )
 def test_a_failed_attempt_is_retried_dead_lettered_or_cancelled(
-    ending: RunStatus, retriable: bool, cancel: bool, attempt: int, status: RunStatus,
-    retry_in: int | None, letter: bool, suffix: str,
-) -> None:  # fmt: skip
+    ending: RunStatus,
+    retriable: bool,
+    cancel: bool,
+    attempt: int,
+    status: RunStatus,
+    retry_in: int | None,
+    letter: bool,
+    suffix: str,
+) -> None:
     verdict = after_failure(
-        ending, "ExecutionFailed: boom", retriable=retriable, cancel_requested=cancel,
-        policy=POLICY, attempt=attempt, now_ms=NOW, uniform=top,
-    )  # fmt: skip
+        ending,
+        "ExecutionFailed: boom",
+        retriable=retriable,
+        cancel_requested=cancel,
+        policy=POLICY,
+        attempt=attempt,
+        now_ms=NOW,
+        uniform=top,
+    )
     assert verdict.status is status
     assert verdict.retry_at_ms == (None if retry_in is None else NOW + retry_in)
     assert verdict.dead_letter is letter
@@ -64,8 +76,16 @@ def test_a_failed_attempt_is_retried_dead_lettered_or_cancelled(
 
 def test_backoff_is_capped_by_the_policy() -> None:
     policy = RetryPolicy(max_attempts=50, initial_backoff_ms=1000, max_backoff_ms=60_000)
-    verdict = after_failure(F, "x", retriable=True, cancel_requested=False, policy=policy,
-                            attempt=40, now_ms=NOW, uniform=top)  # fmt: skip
+    verdict = after_failure(
+        F,
+        "x",
+        retriable=True,
+        cancel_requested=False,
+        policy=policy,
+        attempt=40,
+        now_ms=NOW,
+        uniform=top,
+    )
     assert verdict.retry_at_ms == NOW + 60_000
 
 
@@ -98,9 +118,15 @@ def test_a_run_cancelled_because_its_job_was_paused_is_skipped_as_its_slots_are(
 
 def test_the_retry_timer_keeps_the_run_id_and_counts_the_attempt() -> None:
     t0 = datetime(2026, 11, 22, 10, tzinfo=UTC)
-    run = RunRequest(run_id="j@x", job_id="j", scheduled_at=t0, fired_at=t0,
-                     target=Target(type="http", url="https://e.x"), attempt=2,
-                     possible_duplicate=True)  # fmt: skip
+    run = RunRequest(
+        run_id="j@x",
+        job_id="j",
+        scheduled_at=t0,
+        fired_at=t0,
+        target=Target(type="http", url="https://e.x"),
+        attempt=2,
+        possible_duplicate=True,
+    )
     timer = retry_timer(run, NOW + 5000, NOW)
     assert (timer.timer_id, timer.job_id, timer.reason) == ("j@x#3", "j", TimerReason.RETRY)
     assert timer.due_at == from_ms(NOW + 5000) == timer.run.fired_at
@@ -118,10 +144,24 @@ def test_a_backoff_of_any_size_gives_a_retry_timer_that_can_be_written() -> None
     """Found by review: ``--backoff 100000000d..100000000d`` (or such a policy from
     another producer) made the first failure raise in ``from_ms``; waits are capped."""
     huge = RetryPolicy(max_attempts=5, initial_backoff_ms=2**62, max_backoff_ms=2**62)
-    verdict = after_failure(RunStatus.FAILED, "boom", retriable=True, cancel_requested=False,
-                            policy=huge, attempt=1, now_ms=NOW, uniform=lambda _a, b: b)  # fmt: skip
+    verdict = after_failure(
+        RunStatus.FAILED,
+        "boom",
+        retriable=True,
+        cancel_requested=False,
+        policy=huge,
+        attempt=1,
+        now_ms=NOW,
+        uniform=lambda _a, b: b,
+    )
     assert verdict.retry_at_ms == NOW + MAX_BACKOFF_MS
     t0 = datetime(2026, 11, 22, 10, tzinfo=UTC)
-    run = RunRequest(run_id="j@x", job_id="j", scheduled_at=t0, fired_at=t0,
-                     target=Target(type="http", url="https://e.x"), retry=huge)  # fmt: skip
+    run = RunRequest(
+        run_id="j@x",
+        job_id="j",
+        scheduled_at=t0,
+        fired_at=t0,
+        target=Target(type="http", url="https://e.x"),
+        retry=huge,
+    )
     assert retry_timer(run, NOW + MAX_BACKOFF_MS, NOW).due_at == from_ms(NOW + MAX_BACKOFF_MS)

@@ -69,31 +69,39 @@ def no_host(reason: BaseException) -> NoHostAvailable:
     return NoHostAvailable("Unable to connect to any servers", {"127.0.0.1:9042": reason})
 
 
-@pytest.mark.parametrize(("exc", "dependency"), [
-    (DOWN, REGISTRY),
-    (kafka(KafkaError._TRANSPORT), KAFKA),
-    (kafka(KafkaError._TIMED_OUT), KAFKA),
-    (kafka(KafkaError._ALL_BROKERS_DOWN), KAFKA),
-    (kafka(KafkaError.COORDINATOR_LOAD_IN_PROGRESS), KAFKA),
-    (no_host(ConnectionRefusedError(111, "refused")), CASSANDRA),
-    (OperationTimedOut("timed out"), CASSANDRA),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("exc", "dependency"),
+    [
+        (DOWN, REGISTRY),
+        (kafka(KafkaError._TRANSPORT), KAFKA),
+        (kafka(KafkaError._TIMED_OUT), KAFKA),
+        (kafka(KafkaError._ALL_BROKERS_DOWN), KAFKA),
+        (kafka(KafkaError.COORDINATOR_LOAD_IN_PROGRESS), KAFKA),
+        (no_host(ConnectionRefusedError(111, "refused")), CASSANDRA),
+        (OperationTimedOut("timed out"), CASSANDRA),
+    ],
+)
 def test_unreachable_or_timing_out_is_away(exc: BaseException, dependency: str) -> None:
     assert away(exc) == dependency
 
 
-@pytest.mark.parametrize("exc", [
-    RegistryError("401: the registry did not accept the credentials", status=401, code=None),
-    kafka(KafkaError._AUTHENTICATION),
-    kafka(KafkaError._SSL),
-    kafka(KafkaError.UNKNOWN_TOPIC_OR_PART),
-    kafka(KafkaError._RESOLVE),
-    KafkaAuthError("Kafka refused user 'cronstream'"),
-    no_host(AuthenticationFailed("Provided username cronstream_app and/or password are incorrect")),
-    no_host(ssl.SSLError(1, "CERTIFICATE_VERIFY_FAILED")),
-    NoHostAvailable("Unable to connect to any servers using keyspace 'nosuch'", ["127.0.0.1"]),
-    ValueError("a bug"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "exc",
+    [
+        RegistryError("401: the registry did not accept the credentials", status=401, code=None),
+        kafka(KafkaError._AUTHENTICATION),
+        kafka(KafkaError._SSL),
+        kafka(KafkaError.UNKNOWN_TOPIC_OR_PART),
+        kafka(KafkaError._RESOLVE),
+        KafkaAuthError("Kafka refused user 'cronstream'"),
+        no_host(
+            AuthenticationFailed("Provided username cronstream_app and/or password are incorrect")
+        ),
+        no_host(ssl.SSLError(1, "CERTIFICATE_VERIFY_FAILED")),
+        NoHostAvailable("Unable to connect to any servers using keyspace 'nosuch'", ["127.0.0.1"]),
+        ValueError("a bug"),
+    ],
+)
 def test_a_refusal_or_a_bug_is_not_away(exc: BaseException) -> None:
     assert away(exc) is None
 
@@ -126,9 +134,11 @@ def test_each_dependency_away_in_turn_is_logged(caplog: pytest.LogCaptureFixture
         wait_for("worker w1", attempt, log=LOG, pause=pauses()[0])
     lines = [r.getMessage() for r in caplog.records]
     assert [line.split(" (")[0].split(" after")[0] for line in lines] == [
-        "worker w1 is waiting for Kafka", "worker w1: Kafka is back",
-        "worker w1 is waiting for the schema registry", "worker w1: the schema registry is back",
-    ]  # fmt: skip
+        "worker w1 is waiting for Kafka",
+        "worker w1: Kafka is back",
+        "worker w1 is waiting for the schema registry",
+        "worker w1: the schema registry is back",
+    ]
 
 
 def test_bad_configuration_raises_at_once(caplog: pytest.LogCaptureFixture) -> None:
@@ -197,8 +207,9 @@ def test_a_member_is_not_ready_while_it_waits_and_ready_once_started(
         return _Member(seen)
 
     settings = Settings.from_env({})
-    code = run_member("sink", name="s1", group="g", start=start, metrics_port=0,
-                      settings=settings, needs=())  # fmt: skip
+    code = run_member(
+        "sink", name="s1", group="g", start=start, metrics_port=0, settings=settings, needs=()
+    )
     assert code == 0
     assert seen == [False, False, False, True]
 
@@ -265,8 +276,15 @@ def test_a_members_loop_runs_with_the_collector_tuned_for_it() -> None:
     before = gc.get_threshold()
     member = _GcMember()
     try:
-        run_member("sink", name="s1", group="g", start=lambda: member, metrics_port=0,
-                   settings=Settings.from_env({}), needs=())  # fmt: skip
+        run_member(
+            "sink",
+            name="s1",
+            group="g",
+            start=lambda: member,
+            metrics_port=0,
+            settings=Settings.from_env({}),
+            needs=(),
+        )
     finally:
         gc.set_threshold(*before)
         gc.unfreeze()

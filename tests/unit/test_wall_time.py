@@ -48,8 +48,9 @@ def test_cron_and_at_agree_on_a_skipped_wall_time() -> None:
     cron = cron_times("30 2 * * *", NY).next_after(int(utc("2026-03-08T00:00").timestamp() * 1000))
     spec = {"id": "j", "target": "python", "callable": "m:f", "tz": NY}
     at = job_from_spec({**spec, "at": "2026-03-08T02:30"}, max_payload_bytes=100).schedule
-    anchor = job_from_spec({**spec, "every": "1d", "anchor": "2026-03-08T02:30"},
-                           max_payload_bytes=100).schedule  # fmt: skip
+    anchor = job_from_spec(
+        {**spec, "every": "1d", "anchor": "2026-03-08T02:30"}, max_payload_bytes=100
+    ).schedule
     assert isinstance(at, OnceSchedule)
     assert isinstance(anchor, IntervalSchedule)
     assert iso(at.at) == iso(anchor.anchor) == "2026-03-08T07:00:00.000Z"
@@ -57,8 +58,15 @@ def test_cron_and_at_agree_on_a_skipped_wall_time() -> None:
 
 
 def test_start_and_end_follow_the_same_rule() -> None:
-    spec = {"id": "j", "target": "python", "callable": "m:f", "tz": NY, "cron": "0 * * * *",
-            "start": "2026-03-08T02:10", "end": "2026-11-01T01:10"}  # fmt: skip
+    spec = {
+        "id": "j",
+        "target": "python",
+        "callable": "m:f",
+        "tz": NY,
+        "cron": "0 * * * *",
+        "start": "2026-03-08T02:10",
+        "end": "2026-11-01T01:10",
+    }
     job = job_from_spec(spec, max_payload_bytes=100)
     assert job.start_at == utc("2026-03-08T07:00")
     assert job.end_at == utc("2026-11-01T05:10")
@@ -78,8 +86,9 @@ def test_zones_come_from_the_pinned_tzdata_package() -> None:
 
 
 def test_the_checkpoint_carries_the_zone_database_version() -> None:
-    point = Checkpoint(fired_through=1, jobs_offset=2, timers_from=3, timers_offset=4,
-                       tzdata=TZDATA_VERSION)  # fmt: skip
+    point = Checkpoint(
+        fired_through=1, jobs_offset=2, timers_from=3, timers_offset=4, tzdata=TZDATA_VERSION
+    )
     assert Checkpoint.from_metadata(point.to_metadata()) == point
     older = '{"v":1,"w":1,"j":2,"tf":3,"t":4}'  # written before the field existed
     assert Checkpoint.from_metadata(older) == Checkpoint(1, 2, 3, 4, None)
@@ -88,8 +97,21 @@ def test_the_checkpoint_carries_the_zone_database_version() -> None:
 def test_preview_shows_the_cores_slots_in_utc_and_in_the_zone(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    code = main(["jobs", "preview", "--cron", "30 2 * * *", "--tz", NY,
-                 "--from", "2026-03-07T00:00", "--count", "3", "--json"])  # fmt: skip
+    code = main(
+        [
+            "jobs",
+            "preview",
+            "--cron",
+            "30 2 * * *",
+            "--tz",
+            NY,
+            "--from",
+            "2026-03-07T00:00",
+            "--count",
+            "3",
+            "--json",
+        ]
+    )
     assert code == 0
     assert json.loads(capsys.readouterr().out) == [
         {"utc": "2026-03-07T07:30:00.000Z", "local": "2026-03-07T02:30:00-05:00"},

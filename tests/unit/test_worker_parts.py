@@ -68,10 +68,15 @@ class Parts:
             track_acks=True,
         )
         self.outbox = Outbox(
-            publisher, topics=topics, name="w1", consumer=self.consumer,  # type: ignore[arg-type]
-            trackers=self.trackers, dedup=self.dedup, tally=metrics.Tally(),
+            publisher,
+            topics=topics,
+            name="w1",
+            consumer=self.consumer,  # type: ignore[arg-type]
+            trackers=self.trackers,
+            dedup=self.dedup,
+            tally=metrics.Tally(),
             observers=outcome_observers(topics, self.dedup, name="w1"),
-        )  # fmt: skip
+        )
         self.history = HistoryReplay(
             None,
             topic=TOPICS.history,
@@ -79,15 +84,22 @@ class Parts:
             lookup=None,  # type: ignore[arg-type]
         )
         self.intake = Intake(
-            WorkerConfig(group="g", **config), topics=topics, consumer=self.consumer,  # type: ignore[arg-type]
-            codec=self.codec, trackers=self.trackers, history=self.history, outbox=self.outbox,
+            WorkerConfig(group="g", **config),
+            topics=topics,
+            consumer=self.consumer,  # type: ignore[arg-type]
+            codec=self.codec,
+            trackers=self.trackers,
+            history=self.history,
+            outbox=self.outbox,
             lookups=self.lookups,
-        )  # fmt: skip
+        )
 
-    def own(self, topic: str = RUNS, partition: int = 0, *, runs_end: int = 0,
-            history_end: int = 0) -> None:  # fmt: skip
-        self.intake.assigned((topic, partition), committed=0, runs_end=runs_end,
-                             history_end=history_end)  # fmt: skip
+    def own(
+        self, topic: str = RUNS, partition: int = 0, *, runs_end: int = 0, history_end: int = 0
+    ) -> None:
+        self.intake.assigned(
+            (topic, partition), committed=0, runs_end=runs_end, history_end=history_end
+        )
 
     def record(self, run: RunRequest, offset: int, partition: int = 0) -> FakeMessage:
         topic = TOPICS.runs(run.priority)
@@ -103,9 +115,15 @@ class Parts:
 
 
 def run(run_id: str, *, priority: Priority = Priority.NORMAL, flagged: bool = False) -> RunRequest:
-    return RunRequest(run_id=run_id, job_id=run_id.split("@", maxsplit=1)[0], scheduled_at=T0, fired_at=T0,
-                      target=Target(type="python", callable="m:f"), priority=priority,
-                      possible_duplicate=flagged)  # fmt: skip
+    return RunRequest(
+        run_id=run_id,
+        job_id=run_id.split("@", maxsplit=1)[0],
+        scheduled_at=T0,
+        fired_at=T0,
+        target=Target(type="python", callable="m:f"),
+        priority=priority,
+        possible_duplicate=flagged,
+    )
 
 
 def test_an_undecodable_run_is_dead_lettered_with_its_place_and_the_partition_flows() -> None:
@@ -273,8 +291,17 @@ def test_starts_take_high_first_and_every_nth_start_goes_to_low() -> None:
         for priority in (Priority.LOW, Priority.NORMAL, Priority.HIGH):
             r = run(f"{priority.value.lower()}@{i}", priority=priority)
             parts.intake.accept(parts.record(r, i))
-    assert parts.take_all() == ["high@0", "high@1", "low@0", "high@2", "normal@0", "low@1",
-                                "normal@1", "normal@2", "low@2"]  # fmt: skip
+    assert parts.take_all() == [
+        "high@0",
+        "high@1",
+        "low@0",
+        "high@2",
+        "normal@0",
+        "low@1",
+        "normal@1",
+        "normal@2",
+        "low@2",
+    ]
 
 
 def test_an_overflowing_priority_is_paused_then_resumed() -> None:
@@ -334,11 +361,15 @@ def test_a_started_record_only_for_runs_that_outlast_started_after(after_ms: int
     finally:
         attempts.close()
     outcomes = [parts.codec.decode(r.value, RunOutcome) for r in parts.producer.on(TOPICS.history)]
-    statuses = {run_id: [o.status for o in outcomes if o.run_id == run_id]
-                for run_id in ("j@quick", "j@slow")}  # fmt: skip
+    statuses = {
+        run_id: [o.status for o in outcomes if o.run_id == run_id]
+        for run_id in ("j@quick", "j@slow")
+    }
     ok, started = RunStatus.SUCCEEDED, RunStatus.STARTED
-    assert statuses == {"j@quick": [started, ok] if after_ms == 0 else [ok],
-                        "j@slow": [started, ok]}  # fmt: skip
+    assert statuses == {
+        "j@quick": [started, ok] if after_ms == 0 else [ok],
+        "j@slow": [started, ok],
+    }
     for outcome in outcomes:
         assert outcome.started_at is not None
     final = {o.run_id: o for o in outcomes if o.status is ok}
@@ -354,8 +385,14 @@ def test_a_started_record_only_for_runs_that_outlast_started_after(after_ms: int
 def _attempts(parts: Parts, python: Any, tally: metrics.Tally, **config: Any) -> Attempts:
     """The attempts of a worker of concurrency 2 on ``parts``, python targets run by
     ``python``."""
-    attempts = Attempts(WORKER_SETTINGS, WorkerConfig(group="g", concurrency=2, **config),
-                        outbox=parts.outbox, dedup=parts.dedup, cancels={}, tally=tally)  # fmt: skip
+    attempts = Attempts(
+        WORKER_SETTINGS,
+        WorkerConfig(group="g", concurrency=2, **config),
+        outbox=parts.outbox,
+        dedup=parts.dedup,
+        cancels={},
+        tally=tally,
+    )
     attempts.executors["python"] = python
     return attempts
 

@@ -75,16 +75,22 @@ def settle_all(parts: Parts, secrets_dir: Path, *runs: tuple[str, str, Target]) 
     """Run ``(run_id, tenant, target)`` through a worker's attempts; the texts it
     published (final outcomes' errors and dead letters' reasons)."""
     parts.own()
-    config = WorkerConfig(group="g", concurrency=2, http_allow=("127.0.0.0/8",),
-                          grants=("acme:http=127.0.0.0/8",),
-                          secrets_dir=str(secrets_dir))  # fmt: skip
-    attempts = Attempts(SETTINGS, config, outbox=parts.outbox, dedup=parts.dedup, cancels={},
-                        tally=metrics.Tally())  # fmt: skip
+    config = WorkerConfig(
+        group="g",
+        concurrency=2,
+        http_allow=("127.0.0.0/8",),
+        grants=("acme:http=127.0.0.0/8",),
+        secrets_dir=str(secrets_dir),
+    )
+    attempts = Attempts(
+        SETTINGS, config, outbox=parts.outbox, dedup=parts.dedup, cancels={}, tally=metrics.Tally()
+    )
     attempts.executors["python"] = LeakyBug(Secrets(secrets_dir, env={}))  # type: ignore[assignment]
     try:
         for offset, (run_id, tenant, target) in enumerate(runs):
-            request = replace(run(run_id), tenant=tenant, target=target,
-                              retry=RetryPolicy(max_attempts=1))  # fmt: skip
+            request = replace(
+                run(run_id), tenant=tenant, target=target, retry=RetryPolicy(max_attempts=1)
+            )
             parts.intake.accept(parts.record(request, offset))
         run_taken(attempts, parts, len(runs))
     finally:
@@ -106,8 +112,9 @@ def test_an_echoed_secret_reaches_neither_history_nor_the_dlq_nor_the_log(
     http = Target(type="http", url=echo, headers=headers)
     bug = Target(type="python", callable="m:f", headers=headers)
     with caplog.at_level(logging.ERROR, logger="cronstream.worker"):
-        texts = settle_all(Parts(), tmp_path, ("j@echo", "default", http),
-                           ("j@bug", "default", bug))  # fmt: skip
+        texts = settle_all(
+            Parts(), tmp_path, ("j@echo", "default", http), ("j@bug", "default", bug)
+        )
     assert CALLS == [SECRET]  # the target did get it
     assert any("HTTP 401" in text and "rejected '***'" in text for text in texts), texts
     assert any("auth=***" in text for text in texts), texts

@@ -42,9 +42,14 @@ class OutcomeObserver(Protocol):
         ...
 
     def settled(
-        self, run: RunRequest, status: RunStatus, error: str | None, *, retrying: bool,
+        self,
+        run: RunRequest,
+        status: RunStatus,
+        error: str | None,
+        *,
+        retrying: bool,
         now_ms: int,
-    ) -> Sequence[Record]:  # fmt: skip
+    ) -> Sequence[Record]:
         """The records ``run``'s attempt leaves, ended with ``status`` (every final
         status, DUPLICATE and SKIPPED included; never STARTED). ``error``: its error text
         (None on success); ``retrying``: a retry timer goes with it. Empty: none."""

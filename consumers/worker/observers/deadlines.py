@@ -33,9 +33,14 @@ class DeadlineAlerts:
         return [(self.topic, Alert)]
 
     def settled(
-        self, run: RunRequest, status: RunStatus, error: str | None, *, retrying: bool,
+        self,
+        run: RunRequest,
+        status: RunStatus,
+        error: str | None,
+        *,
+        retrying: bool,
         now_ms: int,
-    ) -> Sequence[Record]:  # fmt: skip
+    ) -> Sequence[Record]:
         """A late success: its DEADLINE_MISSED alert, if this worker raised one, cleared."""
         if status is not RunStatus.SUCCEEDED or not self.deadlines.alerted:
             return ()
@@ -52,8 +57,12 @@ class DeadlineAlerts:
         alert = self.deadlines.check(check, now_ms, running=running)
         if alert is None:
             return ()
-        log.warning("run %s missed its deadline by %d ms (%s)", alert.run_id,
-                    alert.late_ms, alert.last_status)  # fmt: skip
+        log.warning(
+            "run %s missed its deadline by %d ms (%s)",
+            alert.run_id,
+            alert.late_ms,
+            alert.last_status,
+        )
         metrics.deadline_alerts.labels(alert.kind.value).inc()
         return [(self.topic, alert)]
 

@@ -24,18 +24,29 @@ class FlowNodes:
         return [(self.topic, FlowEvent)]
 
     def settled(
-        self, run: RunRequest, status: RunStatus, error: str | None, *, retrying: bool,
+        self,
+        run: RunRequest,
+        status: RunStatus,
+        error: str | None,
+        *,
+        retrying: bool,
         now_ms: int,
-    ) -> Sequence[Record]:  # fmt: skip
+    ) -> Sequence[Record]:
         """A flow node's attempt ending: an OUTCOME event (a retry that follows too)."""
         if run.trigger is not Trigger.FLOW:
             return ()
         event = FlowEvent(
-            flow_id=run.job_id, flow_run_id=run.run_id.rpartition("/")[0],
-            kind=FlowEventKind.OUTCOME, scheduled_at=run.scheduled_at, at=from_ms(now_ms),
-            tenant=run.tenant, run_id=run.run_id, status=status.value, retrying=retrying,
+            flow_id=run.job_id,
+            flow_run_id=run.run_id.rpartition("/")[0],
+            kind=FlowEventKind.OUTCOME,
+            scheduled_at=run.scheduled_at,
+            at=from_ms(now_ms),
+            tenant=run.tenant,
+            run_id=run.run_id,
+            status=status.value,
+            retrying=retrying,
             error=error[:2000] if error else None,
-        )  # fmt: skip
+        )
         return [(self.topic, event)]
 
     def checked(self, check: RunRequest, *, running: bool, now_ms: int) -> Sequence[Record]:
@@ -44,9 +55,13 @@ class FlowNodes:
         if check.target.type != "flow":
             return ()
         event = FlowEvent(
-            flow_id=check.job_id, flow_run_id=check.run_id, kind=FlowEventKind.DEADLINE,
-            scheduled_at=check.scheduled_at, at=check.fired_at, tenant=check.tenant,
-        )  # fmt: skip
+            flow_id=check.job_id,
+            flow_run_id=check.run_id,
+            kind=FlowEventKind.DEADLINE,
+            scheduled_at=check.scheduled_at,
+            at=check.fired_at,
+            tenant=check.tenant,
+        )
         return [(self.topic, event)]
 
     def forget(self, before: datetime) -> None:
