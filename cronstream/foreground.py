@@ -23,7 +23,7 @@ from runtime.waiting import KAFKA, REGISTRY, reach, wait_for
 # container objects, not every 700 (Python's default). A loop allocates a few objects per
 # record, nearly all freed by reference counting as soon as the record is done; each
 # collection walked whatever was alive. Measured on one worker draining no-op runs, side by
-# side: 16,795 runs/s with the default, 20,132 with 50,000, 19,308 with 10,000 (issue 35).
+# side: 16,795 runs/s with the default, 20,132 with 50,000, 19,308 with 10,000.
 GC_YOUNG = env_int("CRONSTREAM_GC_YOUNG", 50_000, minimum=1)
 
 

@@ -1,4 +1,4 @@
-"""Kafka client quotas per tenant principal (issue 16), through Kafka's own
+"""Kafka client quotas per tenant principal, through Kafka's own
 ``ConfigCommand`` as the super user: confluent-kafka has no ``alter_client_quotas``.
 
 A tenant's Kafka user gets ``producer_byte_rate`` and ``consumer_byte_rate`` (bytes per

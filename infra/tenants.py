@@ -19,7 +19,7 @@ Adding tenant ``acme`` makes, idempotently:
   topics, read runs, outcomes or history, or touch another tenant's topics: the
   authorizer refuses (``allow.everyone.if.no.acl.found`` is false);
 - READ on the topics ``acme.*`` for the trigger processor's user (``cronstream-triggers``,
-  ``trigger_source_acls``): its jobs' event triggers read there (issue 38).
+  ``trigger_source_acls``): its jobs' event triggers read there.
 
 Removing one retires its user (a random password nobody keeps replaces its own: the
 broker's user list still names it, but nobody can log in as it; see ``remove_tenant``

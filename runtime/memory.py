@@ -4,7 +4,7 @@ glibc's ``malloc`` serves a block over its mmap threshold (128 KiB at start) wit
 mapping, returned to the system on ``free``; but the first such block freed *raises* the
 threshold to its size (up to 32 MiB), so every later block of that size comes from the
 heap, whose freed space is kept. A record of 600 KB read by the admission (a batch of 500
-of them) left the process 256 MiB larger for good (issue 46); the same pattern in a bare
+of them) left the process 256 MiB larger for good; the same pattern in a bare
 Python process: +144 MiB after four batches of 250, +0.6 with the threshold held.
 
 ``return_large_allocations`` holds the threshold where it starts (setting it turns the

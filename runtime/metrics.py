@@ -451,7 +451,7 @@ dependency_runs = Counter(
     ["possible_duplicate"],
     registry=REGISTRY,
 )
-# -- trigger processor (issue 38): job_id labels name jobs with an event trigger only --------
+# -- trigger processor: job_id labels name jobs with an event trigger only --------
 triggers_records_read = Counter(
     "cronstream_triggers_records_read",
     "Source records read by the trigger processor, by topic",

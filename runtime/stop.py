@@ -3,7 +3,7 @@
 outlast a stop. A loop that retries while a broker is away (``runtime.kafka.offsets``
 ``retrying``: the committed offsets and watermarks a new owner asks for) gives up with
 ``StopWaiting`` once it is set, instead of retrying for two minutes: a role with its
-broker down stops when told to (a scheduler ignored SIGTERM for over 90 s, issue 48).
+broker down stops when told to (a scheduler ignored SIGTERM for over 90 s).
 What is not done is done again by the partition's next owner, as after a crash.
 
 **The stop budget.** Some waits cannot look at a flag: a client's close that leaves

@@ -6,7 +6,7 @@ target's idempotency key all agree on it::
 
     nightly-report@2026-11-22T02:00:00.000Z        a scheduled (or catch-up) slot
     nightly-report@manual:deploy-4711               a manual run with an idempotency key
-    on-orders@evt:acme.orders:3:1042                a record of a source topic (issue 38):
+    on-orders@evt:acme.orders:3:1042                a record of a source topic:
                                                     topic, partition, offset
     daily-report@dep:2026-11-22                     the day its upstream jobs succeeded
 

@@ -56,7 +56,7 @@ MAX_JITTER_MS = DAY_MS
 MAX_CATCHUP = 1000
 MAX_CATCHUP_WINDOW_MS = 30 * DAY_MS
 MAX_INTERVAL_MS = 100 * 366 * DAY_MS
-# An event trigger (issue 38): its filter's text and nesting (the parser recurses per
+# An event trigger: its filter's text and nesting (the parser recurses per
 # level: 32 keeps it far from Python's recursion limit), a path's steps, the jobs a
 # dependent job comes after, its payload fields, a batch's records.
 MAX_FILTER = 2000

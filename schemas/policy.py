@@ -1,4 +1,4 @@
-"""What a tenant's jobs may call: the target policy (issue 31).
+"""What a tenant's jobs may call: the target policy.
 
 The admission applies it to every tenant's definition (a refusal names the rule), and
 the worker applies it again to every tenant's run (a definition written some other way,

@@ -9,7 +9,7 @@ loop: it snapshots, then looks at each iteration whether the broker acknowledged
 was emitted up to the snapshot (``Publisher.acknowledged``), then sends the commit and
 learns its answer from the consumer's commit callback (``committed``). Firing goes on
 meanwhile: waiting for acknowledgements and a commit round trip on the loop put the
-fire skew p99 on the 3-node cluster at 141 ms (issue 48). A handover (revoke, close)
+fire skew p99 on the 3-node cluster at 141 ms. A handover (revoke, close)
 still waits for both (``checkpoint``): the partitions leave once it returns.
 """
 

@@ -1,4 +1,4 @@
-"""The dependency processor (issue 38, ``after:``): `cronstream dependencies`. A job
+"""The dependency processor (``after:``): `cronstream dependencies`. A job
 that comes after others runs once they all succeeded for a date, as ``JOB@dep:<date>``
 (what counts, and when, is the pure core's: ``streams.core.dependencies``).
 

@@ -7,7 +7,7 @@ to fetch them again. aiokafka's ``seek_to_committed`` seeks only a partition who
 committed offset is above 0; a partition with nothing committed yet (or 0) keeps its
 position, past the records just thrown away, and they are never read.
 
-Seen in the flows coordinator (issue 17): a coordinator killed before its first commit
+Seen in the flows coordinator: a coordinator killed before its first commit
 on a partition; the next one fetched that partition's START and three node outcomes
 while it finished its recovery, handled the START, lost the three outcomes when faust
 resumed, and the flow run waited forever (faust-streaming#216 reports the same kind of
@@ -74,7 +74,7 @@ class _Consumer(driver.Consumer):
         went with it and was never fetched again, and a read offset set by a record
         in flight when the seek reset it made the fetcher drop the record at the
         committed offset (a flow run left RUNNING after a graceful coordinator restart:
-        its node's outcome, at the committed offset, never handled; issue 48). So: the
+        its node's outcome, at the committed offset, never handled). So: the
         flow stopped and the fetcher idle first, the queues emptied, then the seek; the
         caller turns the flow on again (the recovery, after this), and what it fetches
         from then on is from the committed offsets."""
@@ -89,7 +89,7 @@ class _Consumer(driver.Consumer):
         the next one to read) and does not look at all when it is 0: with 10 committed
         and only 11 acknowledged it commits 12, and the event at 10, thrown away from a
         queue at a resume (``clear_on_resume``) or not yet handled, is never read again
-        (a flow run left RUNNING after a coordinator restart, issue 48)."""
+        (a flow run left RUNNING after a coordinator restart)."""
         if gap_at_head(self._committed_offset[tp], self._acked[tp], self._gap[tp]):
             return None
         offset: int | None = driver.Consumer._new_offset(self, tp)

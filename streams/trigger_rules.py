@@ -1,4 +1,4 @@
-"""The event triggers a trigger processor runs (issue 38): the jobs topic read from its
+"""The event triggers a trigger processor runs: the jobs topic read from its
 beginning and followed, every definition with ``on:`` checked again and its rule parsed.
 
 Every trigger processor follows the whole jobs topic (it is partitioned by source

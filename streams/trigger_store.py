@@ -1,4 +1,4 @@
-"""Where the trigger processor keeps each trigger's ``Checkpoint`` (issue 38): the
+"""Where the trigger processor keeps each trigger's ``Checkpoint``: the
 compacted topic ``<prefix>.triggers-checkpoints``, keyed ``<job>|<topic>|<partition>``,
 its value the checkpoint as JSON (``Checkpoint.to_json``), a tombstone for a trigger
 that stopped. The debounce windows and emitted batches do not fit in a commit's

@@ -1,4 +1,4 @@
-"""Source records' values as filters see them (issue 38, docs/event-triggers.md): the
+"""Source records' values as filters see them (docs/event-triggers.md): the
 trigger processor's decoding of any producer's records.
 
 - A value in the Confluent wire format (magic byte 0, a 4-byte schema id, the Avro body)

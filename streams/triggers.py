@@ -1,4 +1,4 @@
-"""The trigger processor (issue 38, docs/event-triggers.md): jobs run on the records of
+"""The trigger processor (docs/event-triggers.md): jobs run on the records of
 any Kafka topic (``on:``).
 
 One process runs one ``TriggerProcessor``, a member of the consumer group

@@ -4,7 +4,7 @@ A worker has ``--concurrency`` run slots. An attempt to a destination that takes
 records or never answers (a partition without a leader, an http server that accepts and
 stays silent) holds its slot until its timeout, and at tens of runs a second such
 attempts took every slot in seconds: the worker then started nothing, for any
-destination (issue 50). A ``Bulkhead`` gives each destination (a kafka target's topic
+destination. A ``Bulkhead`` gives each destination (a kafka target's topic
 partition, an http target's origin: ``consumers.executors.base.Destined``) at most
 ``slots`` attempts in flight. A run whose destination holds them all waits, without a
 slot, in its destination's queue (first in, first out) until one of them ends, or its

@@ -1,4 +1,4 @@
-"""Fair share of one priority's backlog among tenants (issue 16).
+"""Fair share of one priority's backlog among tenants.
 
 One FIFO per tenant; starts go round the tenants that have runs waiting, ``weight``
 starts per turn (1 unless configured), so a tenant with 100,000 runs waiting takes one

@@ -3,7 +3,7 @@
 A worker steps (fetch, start, collect, publish) whenever something happens. At a
 moderate rate that is once per event: each run's arrival and its completion woke the
 loop apart, and a step's fixed costs (the consumer's poll, the publisher's service, the
-commit check, the control feed) were paid per run. Measured (issue 47): one worker at
+commit check, the control feed) were paid per run. Measured: one worker at
 2,000 no-op runs a second spent ~400 us of CPU a run, the same as an http run, against
 57 us a run when 15,000 a second arrive and every step takes a batch.
 

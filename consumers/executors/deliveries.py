@@ -3,7 +3,7 @@ acknowledgements served by one poller thread.
 
 A kafka attempt on a run thread produced its record and then polled the producer until
 its own acknowledgement came: 64 threads polling one producer, each woken by the others'
-callbacks (issue 47: 402-516 us of the worker's CPU per run). Here ``produce`` queues the
+callbacks (402-516 us of the worker's CPU per run). Here ``produce`` queues the
 record with a callback that puts ``(token, output, error)`` on the worker's ``done``
 queue, as a finished run thread does; one thread serves every producer that has records
 in flight (``poll``), and fails each record whose run's deadline passed before its

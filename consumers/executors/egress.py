@@ -1,4 +1,4 @@
-"""Kafka producers that log in as a job's tenant, for its ``kafka`` targets (issue 16).
+"""Kafka producers that log in as a job's tenant, for its ``kafka`` targets.
 
 A tenant's job writes with the tenant's own Kafka user (``tenant-<name>``), so the
 broker's ACLs decide where it may write: ``tenants add`` grants WRITE on the topics

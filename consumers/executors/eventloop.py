@@ -2,7 +2,7 @@
 
 A run thread per attempt in flight costs the worker a thread switch, a request object
 and a blocking socket call per run; an attempt on this loop is a coroutine beside the
-others (issue 47: an http run cost the worker 1,362 us of CPU on a thread). The worker's
+others (an http run cost the worker 1,362 us of CPU on a thread). The worker's
 loop hands an attempt over with ``submit``: one append to a deque, and a wake-up of the
 event loop only when it is not already due to look (so a batch of starts costs one
 wake-up, not one each). A finished attempt puts ``(token, result, error)`` on the

@@ -85,7 +85,7 @@ class Intake:
         # Partitions waiting for a schema lookup: (the schema id, their records from the
         # one that needs it on, in order). Such a partition is paused only once it has
         # kept ``limit`` records: pausing drops what librdkafka prefetched for it, which
-        # is then fetched and decompressed again (issue 15's flood bench paused
+        # is then fetched and decompressed again (the malformed-records bench paused
         # partitions 40 times in 40,000 records); a lookup takes ~5 ms, a slow
         # registry's more.
         self.waiting: dict[Key, tuple[int, list[ConsumedMessage]]] = {}

@@ -3,7 +3,8 @@
 A run request written with a schema id the worker has not seen needs one registry call
 before it can be read (about 5 ms here, 12 ms under load). Made in the loop, each call
 stops every partition: a flood of records with made-up ids cost the good runs around
-it 15 % of their rate (issue 15's bench). Instead the record's partition waits alone
+it 15 % of their rate (the malformed-records bench, docs/benchmarks.md). Instead the
+record's partition waits alone
 (``Intake``: the record and those read after it are kept in order; the partition
 is paused only if a slow answer lets many pile up)
 while a thread asks the registry; the other partitions keep flowing. Once the answer

@@ -80,7 +80,7 @@ class Worker:
             "fetch.wait.max.ms": 50,
         }
         # Per topic: each worker gets its share of every priority's partitions (with
-        # count balance one of three workers kept all of runs.normal, issue 34).
+        # count balance one of three workers kept all of runs.normal).
         self.member = GroupMember(
             settings,
             group=config.group,

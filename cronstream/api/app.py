@@ -57,7 +57,7 @@ STATUS_OF: dict[RefusalCode, int] = {
     # A bug of ours this one command reached (runtime.faults), yet 422, not 500: the
     # admission answered, refused this command only and went on (no outage: retrying
     # the same request fails the same way, so nothing should retry it as a 5xx
-    # invites), and the inputs that reach such bugs are unusual ones, which issue 31
+    # invites), and the inputs that reach such bugs are unusual ones, which the API
     # answers with a 422 and the reason, never a 500. Operators see it in
     # cronstream_record_faults_total and the CronstreamRecordFaults alert.
     RefusalCode.INTERNAL: 422,

@@ -51,7 +51,7 @@ __all__ = [
 # cut off for 30 s, its produce requests, the group coordinator's commits and heartbeats
 # waited for the link to heal, though the controller had moved the leadership after 4 s;
 # firing, executions and commits stood still for the whole cut and 25 s after (the
-# leader-isolated row, issue 48). A request is sent again under the idempotent producer's
+# leader-isolated row). A request is sent again under the idempotent producer's
 # sequence numbers: a write is not doubled.
 REQUEST_TIMEOUT: dict[str, Any] = {"socket.timeout.ms": 10_000}
 
@@ -126,8 +126,8 @@ def group_consumer(
     - ``per-topic`` (KIP-848's consumer protocol, the broker's ``range`` assignor):
       every member gets its share of each topic. Several topics of many partitions that
       are not equally busy need it: the workers' three runs topics, where count
-      balance once gave one of three workers all 12 partitions of ``runs.normal``
-      (issue 34). The broker keeps the session timeout and heartbeat interval as the
+      balance once gave one of three workers all 12 partitions of ``runs.normal``.
+      The broker keeps the session timeout and heartbeat interval as the
       group's configs (librdkafka refuses them here): ``set_group_timeouts`` sets them.
     """
     if balance == "per-topic":

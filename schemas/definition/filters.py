@@ -1,4 +1,4 @@
-"""The filter language of event triggers (issue 38): which records of a topic run a job.
+"""The filter language of event triggers: which records of a topic run a job.
 
 A filter is an expression over one record, read by this module's own tokenizer and
 parser (never ``eval``, ``exec`` or Python's ``ast``: user text is data here)::

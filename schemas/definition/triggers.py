@@ -1,4 +1,4 @@
-"""What makes a job run besides its schedule (issue 38, docs/event-triggers.md): the
+"""What makes a job run besides its schedule (docs/event-triggers.md): the
 records of a topic (``on:``) or other jobs having succeeded (``after:``)::
 
     on:                               # or just  on: acme.orders

@@ -1,4 +1,4 @@
-"""Dependent jobs' core (issue 38, ``after:``): a job that runs once each job (or flow) it
+"""Dependent jobs' core (``after:``): a job that runs once each job (or flow) it
 names has succeeded for one logical date. Pure: the processor gives it the dependent
 jobs' definitions and the history topic's outcomes, and emits the runs it returns.
 

@@ -1,4 +1,4 @@
-"""What an event run carries (issue 38): a source record, or the fields its trigger
+"""What an event run carries: a source record, or the fields its trigger
 names, as JSON text. Pure.
 
 A record's payload item is, without ``fields``, the whole record::

@@ -1,4 +1,4 @@
-"""Per-tenant fire rates (issue 16): a tenant's fires beyond its rate are deferred, not
+"""Per-tenant fire rates: a tenant's fires beyond its rate are deferred, not
 dropped.
 
 One ``TenantRates`` per scheduler processor, shared by its partitions. A tenant's rate

@@ -1,4 +1,4 @@
-"""Event triggers' core (issue 38, docs/event-triggers.md): which records of one source
+"""Event triggers' core (docs/event-triggers.md): which records of one source
 partition run a job, under which run id, with which payload. Pure: the trigger processor
 feeds it records in offset order, emits what it decides, and checkpoints its state.
 
