@@ -291,8 +291,29 @@ class Namespace(Protocol):
     def partitions(self) -> int: ...
 
 
+class _Named:
+    """An attribute of ``Topics`` that is one catalog topic's full name."""
+
+    def __init__(self, spec: TopicSpec) -> None:
+        self.spec = spec
+
+    def __get__(self, topics: Topics, owner: object = None) -> str:
+        return topics.name(self.spec)
+
+
 class Topics:
     """The catalog resolved against one namespace: concrete names and partition counts."""
+
+    jobs = _Named(JOBS)
+    timers = _Named(TIMERS)
+    history = _Named(HISTORY)
+    dlq = _Named(DLQ)
+    run_output = _Named(RUN_OUTPUT)
+    control = _Named(CONTROL)
+    alerts = _Named(ALERTS)
+    flows = _Named(FLOWS)
+    flow_events = _Named(FLOW_EVENTS)
+    audit = _Named(AUDIT)
 
     def __init__(self, settings: Namespace) -> None:
         self.prefix = settings.topic_prefix
@@ -312,48 +333,8 @@ class Topics:
     def subject(self, spec: TopicSpec) -> str:
         return f"{self.name(spec)}-value"
 
-    @property
-    def jobs(self) -> str:
-        return self.name(JOBS)
-
     def runs(self, priority: Priority) -> str:
         return self.name(RUNS[priority])
-
-    @property
-    def timers(self) -> str:
-        return self.name(TIMERS)
-
-    @property
-    def history(self) -> str:
-        return self.name(HISTORY)
-
-    @property
-    def dlq(self) -> str:
-        return self.name(DLQ)
-
-    @property
-    def run_output(self) -> str:
-        return self.name(RUN_OUTPUT)
-
-    @property
-    def control(self) -> str:
-        return self.name(CONTROL)
-
-    @property
-    def alerts(self) -> str:
-        return self.name(ALERTS)
-
-    @property
-    def flows(self) -> str:
-        return self.name(FLOWS)
-
-    @property
-    def flow_events(self) -> str:
-        return self.name(FLOW_EVENTS)
-
-    @property
-    def audit(self) -> str:
-        return self.name(AUDIT)
 
     def internal(self) -> list[tuple[str, InternalTopic]]:
         return [(f"{self.prefix}.{t.suffix}", t) for t in INTERNAL]
