@@ -159,7 +159,7 @@ INTERNAL: tuple[InternalTopic, ...] = (
     InternalTopic(suffix=f"{CONNECT}-offsets", config=_COMPACT),
     InternalTopic(suffix=f"{CONNECT}-status", config=_COMPACT),
     # the trigger processor's checkpoints, key <job>|<topic>|<partition>, JSON
-    # (streams.trigger_store): debounce windows and emitted batches per source partition
+    # (streams.triggers.store): debounce windows and emitted batches per source partition
     InternalTopic(suffix=f"{TRIGGERS}checkpoints", config=_COMPACT),
 )
 
@@ -255,7 +255,7 @@ ROLES: Mapping[str, RoleAccess] = MappingProxyType(
         "dependencies": RoleAccess(reads=(JOBS, HISTORY), writes=(*_RUNS, DLQ)),
         # the Kafka Connect worker (infra.connect): its own topics; its sinks read history
         "connect": RoleAccess(reads=(HISTORY,), internal=f"{CONNECT}-"),
-        # event triggers (streams.triggers): definitions with on: -> run requests; refused
+        # event triggers (streams.triggers.processor): definitions with on: -> run requests; refused
         # definitions and records to the dead letters; its checkpoints. The source topics
         # it reads are granted apart: each tenant's <tenant>. (infra.tenants), operators'
         # with `python -m infra trigger-sources add` (docs/event-triggers.md, "Access")

@@ -44,17 +44,17 @@ from schemas.flows import FlowDefinition
 from schemas.output import RunOutput
 from schemas.serde import Codec
 from schemas.tenancy import TenantCommand, TenantResult, commands_topic
-from streams.applying import Applier
-from streams.config import ProcessorConfig
 from streams.core.partition import PartitionScheduler
-from streams.definitions import Definitions
-from streams.emitter import Emitter
-from streams.flow_coordinator import Coordinator
-from streams.flow_rows import JsonRows
-from streams.flows import _Runner
-from streams.intake import Intake as SchedulerIntake
-from streams.loading import Loader
-from streams.owned import Owned
+from streams.flows.app import _Runner
+from streams.flows.coordinator import Coordinator
+from streams.flows.rows import JsonRows
+from streams.scheduler.applying import Applier
+from streams.scheduler.config import ProcessorConfig
+from streams.scheduler.definitions import Definitions
+from streams.scheduler.emitter import Emitter
+from streams.scheduler.intake import Intake as SchedulerIntake
+from streams.scheduler.loading import Loader
+from streams.scheduler.owned import Owned
 from tests.fakes import FakeConsumer, FakeMessage, FakeProducer, FakeRegistry
 
 SETTINGS = Settings.from_env({"CRONSTREAM_PARTITIONS": "1"})  # every job at home on 0
@@ -106,8 +106,8 @@ class AdmissionHarness:
 
 # -- scheduler ------------------------------------------------------------------------------
 class SchedulerHarness:
-    """The scheduler's intake on one live partition (``streams.intake``), wired as
-    ``streams.processor.Processor`` wires it."""
+    """The scheduler's intake on one live partition (``streams.scheduler.intake``), wired as
+    ``streams.scheduler.processor.Processor`` wires it."""
 
     def __init__(self, now_ms: int = NOW_MS) -> None:
         self.topics, self.codec = TOPICS, new_codec()
@@ -360,7 +360,7 @@ class ArchiverHarness:
 
 # -- flows coordinator ----------------------------------------------------------------------
 class Known:
-    """The flow definitions a coordinator knows (``streams.flow_definitions``'s dict)."""
+    """The flow definitions a coordinator knows (``streams.flows.definitions``'s dict)."""
 
     def __init__(self, *flows: FlowDefinition) -> None:
         self.flows = {f.flow_id: f for f in flows}

@@ -1,4 +1,4 @@
-"""`cronstream dependencies`: the dependency processor (``streams.dependencies``), which
+"""`cronstream dependencies`: the dependency processor (``streams.dependencies.processor``), which
 runs the jobs that come after others (``after:``) once those succeeded for a date."""
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def register(sub: Any) -> None:
 
 def cmd_dependencies(settings: Settings, args: argparse.Namespace) -> int:
     from cronstream.foreground import run_member
-    from streams.dependencies import DependencyConfig, DependencyProcessor
+    from streams.dependencies.processor import DependencyConfig, DependencyProcessor
 
     settings = settings.as_role("dependencies")  # its own Kafka user and ACLs
     rate, rates = fire_rates(args)

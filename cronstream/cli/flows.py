@@ -1,5 +1,5 @@
 """`cronstream flows ...` (define, inspect, trigger and rerun flows) and
-`cronstream flows-coordinator` (the role that runs them: ``streams.flows``)."""
+`cronstream flows-coordinator` (the role that runs them: ``streams.flows.app``)."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def cmd_flows_coordinator(settings: Settings, args: argparse.Namespace) -> int:
     from runtime.stop import StopWaiting, requested
     from runtime.waiting import KAFKA, REGISTRY, reach, wait_for
     from streams.core.rates import TenantRates
-    from streams.flows import build_app
+    from streams.flows.app import build_app
 
     rate, overrides = fire_rates(args)  # a bad flag: refused before anything starts
     rates = TenantRates(rate, overrides=overrides)

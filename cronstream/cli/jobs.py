@@ -209,7 +209,7 @@ def cmd_jobs_resume(client: JobClient, args: argparse.Namespace) -> int:
 def cmd_jobs_preview(settings: Settings, args: argparse.Namespace) -> int:
     """The next fire instants of a schedule, computed by the scheduler's own core
     (``JobSchedule.slot_after``): check an expression before putting it."""
-    from streams.definitions import preview_slots  # the scheduler's: only this command's
+    from streams.scheduler.definitions import preview_slots  # the scheduler's: only this command's
 
     spec = {"id": "preview", "target": "python", "callable": "preview:preview"}
     for name in ("cron", "every", "at", "anchor", "tz"):

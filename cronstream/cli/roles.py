@@ -129,7 +129,7 @@ def _register_scheduler(sub: Any) -> None:
 
 
 def _register_store(p: Any) -> None:
-    """The scheduler's two tiers (``streams.state``) and its static membership."""
+    """The scheduler's two tiers (``streams.scheduler.state``) and its static membership."""
     p.add_argument(
         "--state-dir",
         default=os.environ.get("CRONSTREAM_SCHEDULER_STATE_DIR") or None,
@@ -215,8 +215,8 @@ def _register_admission(sub: Any) -> None:
 
 def cmd_scheduler(settings: Settings, args: argparse.Namespace) -> int:
     from cronstream.foreground import run_member
-    from streams.config import ProcessorConfig
-    from streams.processor import MAX_LOOKAHEAD_MS, Processor
+    from streams.scheduler.config import ProcessorConfig
+    from streams.scheduler.processor import MAX_LOOKAHEAD_MS, Processor
 
     settings = settings.as_role("scheduler")  # its own Kafka user and ACLs
     rate, rates = fire_rates(args)
@@ -255,8 +255,8 @@ def cmd_scheduler(settings: Settings, args: argparse.Namespace) -> int:
 def check_index(settings: Settings, state_dir: str) -> int:
     from runtime.registry import registry_client
     from schemas.serde import Codec
-    from streams.definitions import Definitions
-    from streams.index_check import check_stores
+    from streams.scheduler.definitions import Definitions
+    from streams.scheduler.index_check import check_stores
 
     with registry_client(settings) as registry:
         checked, problems = check_stores(settings, state_dir, Definitions(Codec(registry)))

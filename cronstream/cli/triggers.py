@@ -55,7 +55,7 @@ def register(sub: Any) -> None:
 def cmd_triggers(settings: Settings, args: argparse.Namespace) -> int:
     from cronstream.foreground import run_member
     from schemas.catalog import triggers_group
-    from streams.triggers import TriggerConfig, TriggerProcessor
+    from streams.triggers.processor import TriggerConfig, TriggerProcessor
 
     settings = settings.as_role("triggers")  # its own Kafka user and ACLs
     config = TriggerConfig(

@@ -45,7 +45,7 @@ from schemas.output import RunOutput
 from schemas.redact import redact_jsonable, redact_text
 from schemas.targets import names as target_names
 from schemas.tenancy import qualify
-from streams.definitions import preview_slots
+from streams.scheduler.definitions import preview_slots
 
 COOKIE = "cronstream_session"
 PAGE = 50  # jobs per page

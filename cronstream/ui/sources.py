@@ -26,7 +26,7 @@ from schemas.errors import DecodeError
 from schemas.events import DeadLetter
 from schemas.flows import FlowDefinition
 from schemas.serde import Codec
-from streams.flow_definitions import Definitions
+from streams.flows.definitions import Definitions
 
 log = logging.getLogger("cronstream.ui")
 

@@ -1,7 +1,7 @@
 """The rules every job definition keeps, however it was built: ``problems`` is the one
 check, called by the client (``jobs put``, ``jobs apply``, ``JobClient``), the API, the
 admission and the flows' schedules; ``loading_problems`` is its part the scheduler
-checks on a stored record's timing head (``streams.definitions``: records may come from
+checks on a stored record's timing head (``streams.scheduler.definitions``: records may come from
 any producer)."""
 
 from __future__ import annotations

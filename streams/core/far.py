@@ -6,7 +6,7 @@ within the horizon. Every job has a durable *entry* (due time, job id) in the fa
 a lower bound of its next slot not emitted yet. Entries come within the horizon in
 order (``entries``), each job is loaded then (``load``) and settled from the
 fired-through point, so a stale entry (one left behind by a crash, or by a change of
-the definition) costs a load and nothing else. The adapter (``streams.state``) writes
+the definition) costs a load and nothing else. The adapter (``streams.scheduler.state``) writes
 an entry at once and deletes the one it replaces (``hold``'s ``previous``) only once the
 checkpoint covers that slot: a crash never leaves a job without an entry at or before
 its next slot.

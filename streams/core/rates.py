@@ -83,7 +83,8 @@ class TenantRates:
 
     def ready_at(self, tenant: str, now_ms: int) -> int:
         """When ``tenant``'s next fire may happen (``now_ms``: at once), not booked: the
-        trigger processor holds a source partition back until then (``streams.triggers``)."""
+        trigger processor holds a source partition back until then
+        (``streams.triggers.processor``)."""
         at = self._next(tenant, now_ms)
         return now_ms if at <= now_ms else int(at + 0.999)
 

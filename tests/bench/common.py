@@ -35,9 +35,9 @@ from schemas.events import (
 )
 from schemas.serde import Codec
 from schemas.wire import avro_string
-from streams.config import ProcessorConfig
 from streams.core.schedule import jitter_offset
-from streams.processor import Processor
+from streams.scheduler.config import ProcessorConfig
+from streams.scheduler.processor import Processor
 from tests.conftest import cli_env
 from tests.integration.helpers import (
     Record,

@@ -57,7 +57,7 @@ from schemas.events import (
     utc_now,
 )
 from schemas.serde import Codec
-from streams.triggers import TriggerConfig, TriggerProcessor
+from streams.triggers.processor import TriggerConfig, TriggerProcessor
 from tests.bench.common import NOOP_TARGET, namespace, pct, row
 from tests.integration.helpers import CronstreamProcess, read_topic
 

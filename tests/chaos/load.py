@@ -34,7 +34,7 @@ from runtime.settings import Settings, registry_host
 from schemas.catalog import Topics
 from schemas.events import CronSchedule, JobDefinition, Priority, Target, Trigger, utc_now
 from schemas.ids import manual_run_id
-from streams.checkpoint import Checkpoint
+from streams.scheduler.checkpoint import Checkpoint
 from tests.bench.common import job, put_jobs
 from tests.integration.helpers import terminate
 

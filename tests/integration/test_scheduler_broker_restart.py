@@ -20,8 +20,8 @@ from runtime.settings import Settings
 from schemas.catalog import Topics
 from schemas.events import Priority
 from schemas.ids import slot_run_id
-from streams.config import ProcessorConfig
-from streams.processor import Processor
+from streams.scheduler.config import ProcessorConfig
+from streams.scheduler.processor import Processor
 from tests.integration.helpers import read_topic
 from tests.integration.test_scheduler_outages import drive, every_second
 

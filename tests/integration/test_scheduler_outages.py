@@ -19,8 +19,8 @@ from runtime.settings import Settings
 from schemas.avro import schema_json
 from schemas.catalog import Topics
 from schemas.events import EPOCH, IntervalSchedule, JobDefinition, Priority, Target, utc_now
-from streams.config import ProcessorConfig
-from streams.processor import Processor
+from streams.scheduler.config import ProcessorConfig
+from streams.scheduler.processor import Processor
 from tests.integration.helpers import Outage, read_topic
 
 pytestmark = pytest.mark.integration

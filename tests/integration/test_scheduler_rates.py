@@ -32,7 +32,7 @@ from schemas.events import (
     utc_now,
 )
 from schemas.schedules import IntervalSchedule
-from streams.checkpoint import Checkpoint
+from streams.scheduler.checkpoint import Checkpoint
 from tests.integration.helpers import CronstreamProcess, read_topic
 
 pytestmark = pytest.mark.integration

@@ -22,8 +22,8 @@ from schemas.catalog import Topics
 from schemas.definition import job_from_spec
 from schemas.events import Priority
 from schemas.serde import Codec
-from streams.definitions import Definitions
-from streams.state import PartitionState, index_view
+from streams.scheduler.definitions import Definitions
+from streams.scheduler.state import PartitionState, index_view
 from tests.integration.helpers import CronstreamProcess, cronstream, read_topic
 
 pytestmark = pytest.mark.integration

@@ -18,10 +18,10 @@ from runtime.errors import PublishError
 from runtime.kafka.publisher import Publisher
 from runtime.settings import Settings
 from schemas.serde import Codec
-from streams import checkpointer as module
-from streams.checkpoint import Checkpoint
-from streams.checkpointer import Checkpointer
-from streams.owned import Owned
+from streams.scheduler import checkpointer as module
+from streams.scheduler.checkpoint import Checkpoint
+from streams.scheduler.checkpointer import Checkpointer
+from streams.scheduler.owned import Owned
 from tests.fakes import FakeProducer, FakeRegistry
 
 SETTINGS = Settings.from_env({})
@@ -30,7 +30,7 @@ JOBS = "cs.jobs"
 
 @dataclass
 class Part:
-    """An owned partition as the checkpointer sees it (``streams.owned.Owned``)."""
+    """An owned partition as the checkpointer sees it (``streams.scheduler.owned.Owned``)."""
 
     partition: int
     fired_through: int = 0

@@ -1,4 +1,4 @@
-"""The dependency processor's handling of records (``streams.dependencies``), on fakes:
+"""The dependency processor's handling of records (``streams.dependencies.processor``), on fakes:
 jobs records judged (a refusal dead-lettered, the last good definition kept, a paused or
 deleted dependent forgotten), history read again (a run found with its own outcome is
 not owed, whichever is read first), and the run requests it writes. Its reading of the
@@ -23,8 +23,8 @@ from schemas.events import (
     Target,
     Trigger,
 )
-from streams.dependencies import DependencyConfig, DependencyProcessor, read_from_ms
-from streams.dependency_reading import judge
+from streams.dependencies.processor import DependencyConfig, DependencyProcessor, read_from_ms
+from streams.dependencies.reading import judge
 from tests.fakes import FakeMessage, FakeProducer
 from tests.hostile import FUZZ, INSTANTS, NAMES, OUTCOMES, jobs
 from tests.processors import SETTINGS, TOPICS, decoded, fake_publisher, new_codec

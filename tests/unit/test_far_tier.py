@@ -22,7 +22,7 @@ T0 = 1_800_000_000_000 - (1_800_000_000_000 % MIN)
 
 
 class MemoryFar:
-    """What ``streams.state.PartitionState`` does, in memory."""
+    """What ``streams.scheduler.state.PartitionState`` does, in memory."""
 
     def __init__(self, defs: dict[str, dict[str, Any]]) -> None:
         self.defs = defs  # job id -> JobSchedule keyword arguments

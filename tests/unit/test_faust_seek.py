@@ -1,4 +1,4 @@
-"""The flows coordinator's seek back to committed offsets (streams.faust_seek): a stream
+"""The flows coordinator's seek back to committed offsets (streams.flows.faust_seek): a stream
 partition with nothing committed is sought to its beginning, so that the records faust
 threw away on resuming are read again (issue 17's kill -9 stall); and the offset it
 commits never passes an event it has not handled."""
@@ -13,7 +13,7 @@ from faust.transport.drivers import aiokafka as driver
 from faust.types import TP
 from intervaltree import IntervalTree
 
-from streams.faust_seek import SeekingApp, _Consumer, _SeekingThread, never_committed
+from streams.flows.faust_seek import SeekingApp, _Consumer, _SeekingThread, never_committed
 
 EVENTS, CHANGELOG = "acme.flows.events", "acme.flows-coordinator-runs-changelog"
 

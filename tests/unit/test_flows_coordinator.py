@@ -1,4 +1,4 @@
-"""The flows coordinator's step (streams.flow_coordinator.Coordinator) on a fake
+"""The flows coordinator's step (streams.flows.coordinator.Coordinator) on a fake
 registry: what it keeps in its table and what it sends for each event."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from schemas.errors import RegistryUnavailable, SpecError
 from schemas.events import ControlCommand, DeadLetter, Priority, RunOutcome, RunRequest, Trigger
 from schemas.flows import FlowEvent, FlowEventKind
 from schemas.serde import Codec
-from streams.flow_coordinator import Coordinator
-from streams.flow_rows import JsonRows
+from streams.flows.coordinator import Coordinator
+from streams.flows.rows import JsonRows
 from tests.fakes import FakeRegistry
 
 SETTINGS = Settings.from_env({"CRONSTREAM_TOPIC_PREFIX": "acme"})
@@ -335,7 +335,7 @@ def test_a_failed_batch_is_handled_again_event_by_event(failure: str) -> None:
     others go on."""
     import asyncio
 
-    from streams.flows import _Runner
+    from streams.flows.app import _Runner
 
     flow = _coordinator()[0].definitions
     codec = Codec(FakeRegistry())  # type: ignore[arg-type]
@@ -383,7 +383,7 @@ def test_an_event_waits_out_a_registry_outage_and_is_stepped_after_it(
     import asyncio
 
     from runtime.kafka import stall
-    from streams.flows import _Runner
+    from streams.flows.app import _Runner
 
     monkeypatch.setattr(stall, "FIRST_DELAY_S", 0.01)
     registry = _Outage(down=0)
@@ -404,7 +404,7 @@ def test_an_event_waits_out_a_registry_outage_and_is_stepped_after_it(
 def test_an_undecodable_flow_event_is_dead_lettered_and_the_batch_goes_on() -> None:
     import asyncio
 
-    from streams.flows import _Runner
+    from streams.flows.app import _Runner
 
     coordinator, codec = _coordinator()
     sent: list[tuple[str, bytes]] = []
@@ -427,7 +427,7 @@ def test_a_tenants_node_runs_wait_for_its_fire_rate_and_none_is_dropped() -> Non
     import asyncio
 
     from streams.core.rates import TenantRates
-    from streams.flows import _Runner
+    from streams.flows.app import _Runner
 
     wide = flow_from_spec(
         {

@@ -36,7 +36,7 @@ ETL = flow_from_spec(
 
 @pytest.fixture(autouse=True)
 def no_wait_for_definitions(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("streams.flows.DEFINITION_WAIT_S", 0.0)
+    monkeypatch.setattr("streams.flows.app.DEFINITION_WAIT_S", 0.0)
 
 
 @FUZZ

@@ -25,7 +25,7 @@ from schemas.events import (
 )
 from schemas.limits import carried, unencodable
 from schemas.serde import Codec
-from streams.definitions import Definitions
+from streams.scheduler.definitions import Definitions
 from tests.fakes import FakeRegistry
 
 TOPICS = Topics(Settings.from_env({}))

@@ -1,4 +1,4 @@
-"""A partition's RocksDB store (``streams.state``), on a temporary directory: entry order
+"""A partition's RocksDB store (``streams.scheduler.state``), on a temporary directory: entry order
 (negative dues too), the budget, deletes held until the checkpoint covers them, what a
 reopened store still holds, and a stale store rebuilt."""
 
@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from streams.core.schedule import JobSchedule
-from streams.state import STALE_AFTER_MS, PartitionState, StoredDefinition, index_view
+from streams.scheduler.state import STALE_AFTER_MS, PartitionState, StoredDefinition, index_view
 
 NOW = 1_800_000_000_000
 

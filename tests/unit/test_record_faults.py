@@ -32,7 +32,7 @@ from schemas.events import (
 from schemas.flows import FlowEvent, FlowEventKind
 from schemas.tenancy import RefusalCode, TenantAction, TenantCommand
 from streams.core.partition import PartitionScheduler
-from streams.flow_coordinator import Coordinator
+from streams.flows.coordinator import Coordinator
 from tests.processors import (
     NOW,
     NOW_MS,

@@ -30,11 +30,11 @@ from schemas.events import (
 )
 from schemas.ids import run_id_for, slot_run_id
 from schemas.serde import Codec
-from streams.checkpoint import Checkpoint
 from streams.core.misfire import Fire, Record
 from streams.core.schedule import Kind, jitter_offset
-from streams.definitions import Definitions, Prepared
-from streams.emitter import Emitter
+from streams.scheduler.checkpoint import Checkpoint
+from streams.scheduler.definitions import Definitions, Prepared
+from streams.scheduler.emitter import Emitter
 from tests.fakes import FakeProducer, FakeRegistry
 
 SETTINGS = Settings.from_env({})

@@ -1,4 +1,4 @@
-"""A standby store's entries (``streams.standby``) on a temporary RocksDB store: moved
+"""A standby store's entries (``streams.scheduler.standby``) on a temporary RocksDB store: moved
 past a newer checkpoint of the owner to each job's first slot after it, a batch at a
 time, and what a deleted job leaves dropped."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from streams.core.schedule import JobSchedule
-from streams.standby import StandbyCopy, move_entries
-from streams.state import PartitionState, StoredDefinition
+from streams.scheduler.standby import StandbyCopy, move_entries
+from streams.scheduler.state import PartitionState, StoredDefinition
 
 NOW = 1_800_000_000_000
 

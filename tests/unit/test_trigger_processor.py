@@ -16,11 +16,11 @@ from schemas.definition import job_from_spec
 from schemas.events import DeadLetter, JobDefinition, Priority, RunRequest, Trigger
 from streams.core.rates import TenantRates
 from streams.core.triggers import Checkpoint, PartitionTrigger
-from streams.trigger_owned import Owned
-from streams.trigger_rules import TriggerDefinitions
-from streams.trigger_store import CheckpointStore
-from streams.trigger_values import SourceValues
-from streams.triggers import TriggerProcessor
+from streams.triggers.owned import Owned
+from streams.triggers.processor import TriggerProcessor
+from streams.triggers.rules import TriggerDefinitions
+from streams.triggers.store import CheckpointStore
+from streams.triggers.values import SourceValues
 from tests.fakes import FakeMessage, FakeProducer, FakeRegistry
 from tests.processors import SETTINGS, TOPICS, decoded, fake_publisher, new_codec
 

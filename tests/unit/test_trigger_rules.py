@@ -8,7 +8,7 @@ from dataclasses import replace
 from runtime.settings import Settings
 from schemas.definition import job_from_spec
 from schemas.events import EventTrigger, JobDefinition
-from streams.trigger_rules import own_topic, refusal_of
+from streams.triggers.rules import own_topic, refusal_of
 
 SETTINGS = Settings.from_env({"CRONSTREAM_TOPIC_PREFIX": "cronstream"})
 

@@ -19,7 +19,7 @@ from schemas.definition.filters import parse_filter
 from schemas.definition.matching import MISSING, matches
 from schemas.errors import RegistryUnavailable
 from streams.core.triggers import source_record
-from streams.trigger_values import SourceValues
+from streams.triggers.values import SourceValues
 from tests.fakes import FakeMessage, FakeRegistry
 
 ORDER = {

@@ -1,5 +1,5 @@
 """A flow's nodes run as runs (trigger FLOW, run id ``FLOW@<slot>/NODE``): each attempt's
-end, and the flow's deadline check, go to the flows coordinator (``streams.flows``) on
+end, and the flow's deadline check, go to the flows coordinator (``streams.flows.app``) on
 ``flows.events``, keyed by the flow id."""
 
 from __future__ import annotations

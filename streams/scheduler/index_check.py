@@ -18,8 +18,8 @@ from runtime.kafka.offsets import watermarks
 from runtime.kafka.records import is_record
 from runtime.settings import Settings
 from schemas.catalog import Topics
-from streams.definitions import Definitions
-from streams.state import PartitionState, index_view
+from streams.scheduler.definitions import Definitions
+from streams.scheduler.state import PartitionState, index_view
 
 
 def latest_definitions(

@@ -4,7 +4,7 @@ that when a partition's owner is lost with its disk, a process that already has 
 partition's store on its own disk takes it over as fast as a restart on the owner's disk
 (the standby replicas of Kafka Streams' state stores).
 
-A standby store has an owner's format (``streams.state``), so the owner's path for a
+A standby store has an owner's format (``streams.scheduler.state``), so the owner's path for a
 store found on its disk applies unchanged when the partition is assigned here:
 
 - **definitions**, read from the jobs topic as the owner reads them (``applying.store``);
@@ -54,11 +54,11 @@ from runtime.kafka.offsets import watermarks
 from runtime.kafka.records import ConsumedMessage, is_record, text_key
 from runtime.settings import Settings
 from schemas.errors import CronError, DecodeError, RegistryUnavailable, ZoneError
-from streams.applying import store
-from streams.checkpoint import Checkpoint
-from streams.config import ProcessorConfig
-from streams.definitions import Definitions
-from streams.state import PartitionState, Stores
+from streams.scheduler.applying import store
+from streams.scheduler.checkpoint import Checkpoint
+from streams.scheduler.config import ProcessorConfig
+from streams.scheduler.definitions import Definitions
+from streams.scheduler.state import PartitionState, Stores
 
 log = logging.getLogger("cronstream.scheduler")
 REFRESH_S = 5.0  # how often the owners' checkpoints are read

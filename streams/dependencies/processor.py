@@ -72,7 +72,7 @@ from schemas.events import (
 from schemas.serde import Codec
 from streams.core.dependencies import Dependencies, DependencyRun
 from streams.core.rates import Held, TenantRates
-from streams.dependency_reading import STAGE, Range, judge, read_range
+from streams.dependencies.reading import STAGE, Range, judge, read_range
 
 log = logging.getLogger("cronstream.dependencies")
 GAUGES_EVERY_S = 5.0

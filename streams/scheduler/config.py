@@ -26,11 +26,11 @@ class ProcessorConfig:
     # scheduler before the boundary. 0: emitted when due.
     lookahead_ms: int = 1_000
     # Two tiers: a RocksDB store per partition under this directory holds every job,
-    # memory only what is due within the horizon (``streams.state``). None: all in memory.
+    # memory only what is due within the horizon (``streams.scheduler.state``). None: all in memory.
     state_dir: str | None = None
     rebuild_index: bool = False  # rebuild each store from the jobs topic (once per partition)
     # With a state directory: keep standby stores of the partitions owned elsewhere warm,
-    # and join the group once they are (``streams.standby``).
+    # and join the group once they are (``streams.scheduler.standby``).
     standby: bool = True
     # Static group membership: a process started again under the same id gets its
     # partitions back at once, not after the session timeout (see the README).

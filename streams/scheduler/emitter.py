@@ -37,7 +37,7 @@ from schemas.ids import run_id_for, slot_run_id
 from schemas.tenancy import OPERATORS
 from streams.core.ahead import AheadRuns
 from streams.core.misfire import Action, Fire, Record
-from streams.definitions import Definitions, Prepared
+from streams.scheduler.definitions import Definitions, Prepared
 
 log = logging.getLogger("cronstream.scheduler")
 _TRIGGER_BYTES = {t: t.value.encode() for t in Trigger}

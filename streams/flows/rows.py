@@ -1,5 +1,5 @@
 """The flows coordinator's table as its decisions see it: rows of JSON values, and one
-event's view of them (``EventRows``). The faust table under them is ``streams.flows.Rows``."""
+event's view of them (``EventRows``). The faust table under them is ``streams.flows.app.Rows``."""
 
 from __future__ import annotations
 

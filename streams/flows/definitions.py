@@ -1,5 +1,5 @@
 """The flows topic (flow definitions), followed by a thread for the flows coordinator
-(``streams.flows``): a run keeps the nodes it started with, a new run takes the latest."""
+(``streams.flows.app``): a run keeps the nodes it started with, a new run takes the latest."""
 
 from __future__ import annotations
 

@@ -84,7 +84,7 @@ class Definitions:
         )
 
     def stored_schedule(self, key: str, raw: bytes) -> JobSchedule | None:
-        """``schedule`` of a definition from a partition's store (``streams.state``);
+        """``schedule`` of a definition from a partition's store (``streams.scheduler.state``);
         None if it cannot be used. While the registry is unreachable (only a process
         that never read this schema asks it) this waits for it: a job taken for
         deleted would be lost."""

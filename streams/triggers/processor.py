@@ -4,10 +4,10 @@ any Kafka topic (``on:``).
 One process runs one ``TriggerProcessor``, a member of the consumer group
 ``<prefix>.triggers`` on the source topics of every trigger (partitioned by source
 partition: start as many as there are source partitions to share). It follows the jobs
-topic whole (``streams.trigger_rules``: every definition with ``on:``, checked again,
+topic whole (``streams.triggers.rules``: every definition with ``on:``, checked again,
 a refused one dead-lettered) and keeps, for every source partition it owns, one
 ``PartitionTrigger`` (``streams.core.triggers``) per job on that topic. Each record
-read is decoded once (``streams.trigger_values``) and stepped through every trigger of
+read is decoded once (``streams.triggers.values``) and stepped through every trigger of
 its partition; the run requests they decide go to ``runs.<priority>`` (trigger EVENT,
 the record as payload), the records they refuse to the DLQ.
 
@@ -20,7 +20,7 @@ partition moves away:
    later round; at a handover it waits up to 30 s);
 3. store the checkpoint of every trigger that changed since it was last stored, on the
    compacted ``<prefix>.triggers-checkpoints`` keyed ``<job>|<topic>|<partition>``
-   (``streams.trigger_store``);
+   (``streams.triggers.store``);
 4. flush: the checkpoints acknowledged;
 5. commit, per source partition, the lowest ``resume_offset`` of its triggers to the
    group (what the group's lag per source partition measures).
@@ -76,10 +76,10 @@ from schemas.limits import MAX_PAYLOAD_BYTES
 from schemas.serde import Codec
 from streams.core.rates import TenantRates
 from streams.core.triggers import Checkpoint, EventRun, PartitionTrigger, source_record
-from streams.trigger_owned import TOPIC_ERRORS, Owned
-from streams.trigger_rules import STAGE, Active, TriggerDefinitions
-from streams.trigger_store import CheckpointStore, checkpoint_key
-from streams.trigger_values import SourceValues
+from streams.triggers.owned import TOPIC_ERRORS, Owned
+from streams.triggers.rules import STAGE, Active, TriggerDefinitions
+from streams.triggers.store import CheckpointStore, checkpoint_key
+from streams.triggers.values import SourceValues
 
 log = logging.getLogger("cronstream.triggers")
 Key = tuple[str, int]  # (topic, partition)

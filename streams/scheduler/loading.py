@@ -21,14 +21,14 @@ from runtime.kafka.stall import Backoff
 from schemas.definition.zones import TZDATA_VERSION
 from schemas.errors import RegistryUnavailable
 from schemas.events import from_ms, iso
-from streams.applying import Applier, store
-from streams.checkpoint import Checkpoint
-from streams.config import ProcessorConfig
 from streams.core.partition import Deferred, PartitionScheduler
 from streams.core.rates import TenantRates
-from streams.definitions import Definitions
-from streams.owned import Owned
-from streams.state import PartitionState, StoredDefinition, Stores, resume_point
+from streams.scheduler.applying import Applier, store
+from streams.scheduler.checkpoint import Checkpoint
+from streams.scheduler.config import ProcessorConfig
+from streams.scheduler.definitions import Definitions
+from streams.scheduler.owned import Owned
+from streams.scheduler.state import PartitionState, StoredDefinition, Stores, resume_point
 
 log = logging.getLogger("cronstream.scheduler")
 # Definitions settled per loop iteration while a partition loads (a few tens of
@@ -133,8 +133,8 @@ class Loader:
         standby: PartitionState | None = None,
     ) -> tuple[PartitionState | None, int, int | None]:
         """With ``--state-dir``: the partition's store (its standby store, already open,
-        ``streams.standby``, or opened now), the jobs offset to read definitions from and
-        the store's fired-through point (``streams.state.resume_point``)."""
+        ``streams.scheduler.standby``, or opened now), the jobs offset to read definitions from and
+        the store's fired-through point (``streams.scheduler.state.resume_point``)."""
         if self.stores is None:
             return None, low, None
         state = standby or self.stores.open(partition, self.now_ms())

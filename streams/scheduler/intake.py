@@ -19,10 +19,10 @@ from runtime.kafka.stall import Backoff, Held
 from schemas.errors import DecodeError, RegistryUnavailable
 from schemas.events import TimerReason, TimerRequest, to_ms
 from schemas.serde import Codec
-from streams.applying import Applier
 from streams.core.partition import NEVER, Timer
-from streams.loading import Loader
-from streams.owned import Owned
+from streams.scheduler.applying import Applier
+from streams.scheduler.loading import Loader
+from streams.scheduler.owned import Owned
 
 log = logging.getLogger("cronstream.scheduler")
 # While the registry is unavailable (``runtime.kafka.stall``): what waits, what goes on.

@@ -15,10 +15,10 @@ from schemas.catalog import Topics
 from schemas.errors import CronError, DecodeError, ZoneError
 from schemas.events import JOB_DELETED, JOB_PAUSED
 from streams.core.schedule import JobSchedule
-from streams.definitions import Definitions
-from streams.emitter import Emitter
-from streams.owned import Owned
-from streams.state import PartitionState, StoredDefinition
+from streams.scheduler.definitions import Definitions
+from streams.scheduler.emitter import Emitter
+from streams.scheduler.owned import Owned
+from streams.scheduler.state import PartitionState, StoredDefinition
 
 STAGE = "scheduler"
 

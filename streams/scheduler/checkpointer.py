@@ -2,7 +2,7 @@
 must wait for it: while the broker has not acknowledged what was emitted, and after the
 loop stood still long enough for the group to have moved the partitions. The
 checkpoint itself (what is stored as the committed offsets' metadata) is
-``streams.checkpoint.Checkpoint``.
+``streams.scheduler.checkpoint.Checkpoint``.
 
 The loop's periodic checkpoint (``step``) takes the same steps without holding the
 loop: it snapshots, then looks at each iteration whether the broker acknowledged what
@@ -24,8 +24,8 @@ from runtime import metrics
 from runtime.kafka.clients import KafkaError, KafkaException, TopicPartition
 from runtime.kafka.member import GroupMember
 from runtime.kafka.publisher import Mark, Publisher
-from streams.checkpoint import Checkpoint
-from streams.owned import Owned
+from streams.scheduler.checkpoint import Checkpoint
+from streams.scheduler.owned import Owned
 
 log = logging.getLogger("cronstream.scheduler")
 # How long a checkpoint waits for the broker to acknowledge what was emitted. Normally

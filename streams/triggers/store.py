@@ -3,7 +3,7 @@ compacted topic ``<prefix>.triggers-checkpoints``, keyed ``<job>|<topic>|<partit
 its value the checkpoint as JSON (``Checkpoint.to_json``), a tombstone for a trigger
 that stopped. The debounce windows and emitted batches do not fit in a commit's
 metadata, so they live here, written (and acknowledged) before the offset they go with
-is committed (``streams.triggers``, the commit procedure).
+is committed (``streams.triggers.processor``, the commit procedure).
 
 Every processor reads the whole topic (it is small: one record per trigger and source
 partition, compacted) and, when partitions are assigned to it, reads on to the end

@@ -1,5 +1,5 @@
 """What a partition's owner had done, stored as the committed offset's metadata (the
-procedure that writes it is ``streams.checkpointer.Checkpointer.checkpoint``)."""
+procedure that writes it is ``streams.scheduler.checkpointer.Checkpointer.checkpoint``)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The flows coordinator: a faust-streaming app (``cronstream flows-coordinator``). This
 module assembles and runs it (``build_app``, the agent's body ``_Runner``, the table
-``Rows``); what each event decides is ``streams.flow_coordinator.Coordinator``'s.
+``Rows``); what each event decides is ``streams.flows.coordinator.Coordinator``'s.
 
 One agent reads ``flows.events`` (key: the flow id, so every event of a flow run is on
 one partition): flow run starts (the worker executing a flow's schedule), node run
@@ -33,7 +33,7 @@ crash while it waits processes it again (its starts sent again, flagged). The ev
 behind it on the partition wait too: a flow has at most 5,000 nodes, an operator's.
 
 Flow definitions come from the compacted ``flows`` topic, read by a thread
-(``streams.flow_definitions``); a run keeps the nodes it started with. Faust's traps
+(``streams.flows.definitions``); a run keeps the nodes it started with. Faust's traps
 avoided: its topics are created by the bootstrap (``topic_allow_declare=False``), raw
 topics say so, table types are explicit, and no timer decides anything.
 """
@@ -71,10 +71,10 @@ from schemas.events import (
 from schemas.flows import FlowEvent, FlowEventKind
 from schemas.serde import Codec
 from streams.core.rates import TenantRates
-from streams.faust_seek import SeekingApp
-from streams.flow_coordinator import Coordinator, Send
-from streams.flow_definitions import Definitions
-from streams.flow_rows import EventRows, JsonRows
+from streams.flows.coordinator import Coordinator, Send
+from streams.flows.definitions import Definitions
+from streams.flows.faust_seek import SeekingApp
+from streams.flows.rows import EventRows, JsonRows
 
 log = logging.getLogger("cronstream.flows")
 STAGE = "flows"

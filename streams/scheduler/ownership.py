@@ -16,13 +16,13 @@ from runtime.kafka.clients import OFFSET_BEGINNING, Consumer, TopicPartition
 from runtime.kafka.member import GroupMember
 from runtime.kafka.offsets import committed, watermarks
 from schemas.catalog import JOBS, Topics
-from streams.checkpoint import Checkpoint
-from streams.checkpointer import HANDOVER_ACK_WAIT_S, Checkpointer
-from streams.intake import Intake
-from streams.loading import Loader, check_zone_database
-from streams.owned import Owned
-from streams.standby import Standby
-from streams.state import resume_point
+from streams.scheduler.checkpoint import Checkpoint
+from streams.scheduler.checkpointer import HANDOVER_ACK_WAIT_S, Checkpointer
+from streams.scheduler.intake import Intake
+from streams.scheduler.loading import Loader, check_zone_database
+from streams.scheduler.owned import Owned
+from streams.scheduler.standby import Standby
+from streams.scheduler.state import resume_point
 
 log = logging.getLogger("cronstream.scheduler")
 
@@ -52,7 +52,7 @@ class Ownership:
         # Snapshots of partitions lost before their progress was committed: taken back
         # when the same partition comes back with the checkpoint it had (``_take_back``).
         self._retained: dict[int, tuple[Checkpoint | None, Checkpoint]] = {}
-        # Standby stores (``streams.standby``): a partition assigned is taken from its
+        # Standby stores (``streams.scheduler.standby``): a partition assigned is taken from its
         # standby store; one handed over becomes one again.
         self.standby: Standby | None = None
 

@@ -1,4 +1,4 @@
-"""What the trigger processor (``streams.triggers``) keeps of each source partition it
+"""What the trigger processor (``streams.triggers.processor``) keeps of each source partition it
 owns (``Owned``), and the errors that drop a source topic (``TOPIC_ERRORS``)."""
 
 from __future__ import annotations

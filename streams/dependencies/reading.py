@@ -1,4 +1,4 @@
-"""What the dependency processor (``streams.dependencies``) reads: a jobs record judged
+"""What the dependency processor (``streams.dependencies.processor``) reads: a jobs record judged
 (``judge``: a dependent to define, one to forget, a refusal), and ranges of a topic read
 with a filter on the record key (``read_range``: the history topic read again from its
 start for some jobs, without decoding the records of the others)."""

@@ -14,7 +14,7 @@ iteration so that partitions already live keep firing on time. Then it is *live*
 definitions apply within one loop iteration (well under a second) and due runs fire.
 
 Run requests go out through a confluent-kafka producer with pre-encoded templates
-(``streams.emitter``); MISSED/SKIPPED slots go to the history topic; records that
+(``streams.scheduler.emitter``); MISSED/SKIPPED slots go to the history topic; records that
 cannot be read go to the DLQ with topic/partition/offset and the partition keeps flowing.
 
 The processor is the loop and the wiring; its parts, each with its own state:
@@ -49,16 +49,16 @@ from runtime.settings import Settings
 from schemas.catalog import JOBS, Topics
 from schemas.definition.zones import TZDATA_VERSION
 from schemas.serde import Codec
-from streams.applying import Applier
-from streams.checkpointer import HANDOVER_ACK_WAIT_S, Checkpointer
-from streams.config import ProcessorConfig
-from streams.definitions import Definitions
-from streams.emitter import Emitter
-from streams.intake import READING_HELD, Intake
-from streams.loading import Loader
-from streams.owned import Owned
-from streams.ownership import Ownership
-from streams.standby import Standby
+from streams.scheduler.applying import Applier
+from streams.scheduler.checkpointer import HANDOVER_ACK_WAIT_S, Checkpointer
+from streams.scheduler.config import ProcessorConfig
+from streams.scheduler.definitions import Definitions
+from streams.scheduler.emitter import Emitter
+from streams.scheduler.intake import READING_HELD, Intake
+from streams.scheduler.loading import Loader
+from streams.scheduler.owned import Owned
+from streams.scheduler.ownership import Ownership
+from streams.scheduler.standby import Standby
 
 log = logging.getLogger("cronstream.scheduler")
 # Wheel entries fired per partition per loop iteration at most: under overload the loop
@@ -158,7 +158,7 @@ class Processor:
 
     def _join(self) -> None:
         """Join the scheduler group: at once, or with standby stores once they are warm
-        (``streams.standby``)."""
+        (``streams.scheduler.standby``)."""
         if self.joined or (self.standby is not None and not self.standby.warm):
             return
         ownership = self.ownership

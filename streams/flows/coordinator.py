@@ -4,8 +4,8 @@ and the runs it queues, starts or cancels) in, the rows it changes and the recor
 send out: node run requests to ``runs.<priority>``, to ``history`` the nodes decided
 without running (UPSTREAM_FAILED, SKIPPED) and the flow run's end, cancel commands to
 ``control``, deadline alerts to ``alerts``. Each flow run moves through the pure core
-``streams.core.flow``; the rows are JSON (``streams.flow_rows``). No faust here: the
-app that feeds it events and writes what it decides is ``streams.flows``.
+``streams.core.flow``; the rows are JSON (``streams.flows.rows``). No faust here: the
+app that feeds it events and writes what it decides is ``streams.flows.app``.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from schemas.events import (
 from schemas.flows import FlowDefinition, FlowEvent, FlowEventKind, FlowNode
 from schemas.serde import Codec
 from streams.core import flow as core
-from streams.flow_definitions import Definitions
-from streams.flow_rows import JsonRows
+from streams.flows.definitions import Definitions
+from streams.flows.rows import JsonRows
 
 log = logging.getLogger("cronstream.flows")
 

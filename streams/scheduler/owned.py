@@ -1,6 +1,6 @@
 """One partition the scheduler processor owns: its core, where its reading stands, and
 (while it loads) the definitions read and not yet settled. Each collaborator of the
-processor (``streams.processor``) reads and moves the fields of its own step."""
+processor (``streams.scheduler.processor``) reads and moves the fields of its own step."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import time
 from dataclasses import dataclass, field
 
 from schemas.definition.zones import TZDATA_VERSION
-from streams.checkpoint import Checkpoint
 from streams.core.partition import PartitionScheduler
-from streams.state import PartitionState
+from streams.scheduler.checkpoint import Checkpoint
+from streams.scheduler.state import PartitionState
 
 
 @dataclass(slots=True)
