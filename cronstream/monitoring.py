@@ -19,16 +19,15 @@ from typing import Any
 
 from runtime.scrape import targets_dir, write_targets
 from runtime.settings import Settings, env_int
+from schemas.catalog import ROLES as CATALOG_ROLES
 
-ROLES = (
-    "scheduler",
-    "worker",
-    "sink",
-    "admission",
-    "flows",
-    "archiver",
-    "dependencies",
-    "triggers",
+# The roles with a metrics port of their own under ``make run``, in port order
+# (``schemas.catalog.ROLES``: each one's ``metrics_slot``).
+ROLES = tuple(
+    sorted(
+        (name for name, role in CATALOG_ROLES.items() if role.metrics_slot is not None),
+        key=lambda name: CATALOG_ROLES[name].metrics_slot or 0,
+    )
 )
 API_PORT = 8780
 
@@ -45,7 +44,7 @@ DUE_TO_START_P99_BY_PRIORITY = (
 
 def metrics_ports() -> dict[str, int]:
     base = env_int("CRONSTREAM_METRICS_BASE_PORT", 9301, minimum=1)
-    return {role: base + i for i, role in enumerate(ROLES)}
+    return {role: base + (CATALOG_ROLES[role].metrics_slot or 0) for role in ROLES}
 
 
 def publish_targets(settings: Settings, ports: dict[str, int]) -> None:

@@ -38,7 +38,7 @@ from runtime.health import cassandra_health, kafka_health, registry_health
 from runtime.kafka.clients import OFFSET_END, TopicPartition, kafka_consumer
 from runtime.kafka.offsets import group_lag
 from runtime.settings import REPO_ROOT, Settings, env_int
-from schemas.catalog import Topics
+from schemas.catalog import ROLES, Topics
 from schemas.events import Priority, text_headers
 
 FAILURES = frozenset({"FAILED", "TIMED_OUT", "DEAD_LETTERED"})
@@ -231,30 +231,29 @@ def start_roles(
     publish_targets(settings, ports)
 
     def scraped(role: str, *args: str) -> list[str]:
-        return [*args, "--metrics-port", str(ports[role])]
+        """The command of ``role`` (``schemas.catalog.ROLES``), ``args``, its metrics port."""
+        command = ROLES[role].command or role
+        return [command, *args, "--metrics-port", str(ports[role])]
 
     # two tiers: every job in a store on disk, in memory only what is due soon
     state = ("--state-dir", str(settings.home / "data" / "scheduler"))
     grant = ("--grant", f"demo:http=127.0.0.1:{target_port}")
 
     return {
-        "scheduler": start("scheduler", scraped("scheduler", "scheduler", *state), logs, console),
+        "scheduler": start("scheduler", scraped("scheduler", *state), logs, console),
         "worker": start(
-            "worker",
-            scraped("worker", "worker", "--http-allow", "127.0.0.1/32", *grant),
-            logs,
-            console,
+            "worker", scraped("worker", "--http-allow", "127.0.0.1/32", *grant), logs, console
         ),
-        "sink": start("sink", scraped("sink", "sink"), logs, console),
-        "admission": start("admission", scraped("admission", "admission", *grant), logs, console),
+        "sink": start("sink", scraped("sink"), logs, console),
+        "admission": start("admission", scraped("admission", *grant), logs, console),
         # the dashboard at /ui, the HTTP API beside it (one process: `cronstream ui`)
         "api": start("api", ["ui"], logs, console),
-        "flows": start("flows", scraped("flows", "flows-coordinator"), logs, console),
-        "archiver": start("archiver", scraped("archiver", "archiver"), logs, console),
+        "flows": start("flows", scraped("flows"), logs, console),
+        "archiver": start("archiver", scraped("archiver"), logs, console),
         # jobs with after: run once the jobs they name succeeded for a date
-        "deps": start("deps", scraped("dependencies", "dependencies"), logs, console),
+        "dependencies": start("dependencies", scraped("dependencies"), logs, console),
         # jobs run on the records of a topic (docs/event-triggers.md)
-        "triggers": start("triggers", scraped("triggers", "triggers"), logs, console),
+        "triggers": start("triggers", scraped("triggers"), logs, console),
     }
 
 

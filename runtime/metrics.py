@@ -24,6 +24,7 @@ from prometheus_client.metrics_core import HistogramMetricFamily, Metric
 
 from runtime.cardinality import FailureStreaks, TenantLabels
 from runtime.probes import Probes
+from schemas.catalog import ROLES
 from schemas.targets import names as target_types
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -182,16 +183,7 @@ record_faults = Counter(
     ["role"],
     registry=REGISTRY,
 )
-FAULT_ROLES = (
-    "admission",
-    "scheduler",
-    "worker",
-    "sink",
-    "archiver",
-    "flows",
-    "dependencies",
-    "triggers",
-)
+FAULT_ROLES = tuple(name for name, role in ROLES.items() if role.faults)
 
 
 member_ready = Gauge(
@@ -219,7 +211,7 @@ def zero_counters(role: str) -> None:
     """Create a role's labelled counters at 0 when it starts: Prometheus's ``increase``
     cannot see a series that first appears at 1 (the alerts on dead letters and failures
     would miss the first one)."""
-    if role in ("scheduler", "worker", "sink", "archiver", "flows", "dependencies", "triggers"):
+    if role in ROLES and ROLES[role].dead_letters:
         labelled(dead_letters, role)
     if role in FAULT_ROLES:
         labelled(record_faults, role)

@@ -183,7 +183,8 @@ TENANT_TOPICS = "t."  # after "<prefix>.": every tenant's command and result top
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RoleAccess:
-    """What one of cronstream's processes does on Kafka, and so all the bootstrap lets
+    """One of cronstream's processes, the one list of them (``ROLES``): what it does on
+    Kafka, and so all the bootstrap lets
     its user (``cronstream-<role>``) do: read (and describe) ``reads``, write
     ``writes``; ``tenant_topics``: read and write every tenant's command and result
     topics (``<prefix>.t.``); ``group_configs``: describe and alter the configs of the
@@ -199,6 +200,13 @@ class RoleAccess:
     # "write" (SELECT and MODIFY), "read" (SELECT), "" (no login of its own).
     history: str = ""
     group_configs: bool = False
+    # Beyond Kafka and Cassandra: ``make run``'s metrics port for it is the base port
+    # (CRONSTREAM_METRICS_BASE_PORT) plus this (None: no port of its own there); it
+    # counts its record faults (``runtime.faults``) and dead letters under its name.
+    metrics_slot: int | None = None
+    faults: bool = False
+    dead_letters: bool = False
+    command: str = ""  # the `cronstream` command that runs it ("": the role's name)
 
 
 _RUNS = tuple(RUNS.values())
@@ -209,7 +217,11 @@ ROLES: Mapping[str, RoleAccess] = MappingProxyType(
         # fires due runs; records skipped slots and refused definitions; cancels the runs
         # it emitted ahead (--lookahead-ms) of a job paused or deleted before they were due
         "scheduler": RoleAccess(
-            reads=(JOBS, TIMERS), writes=(*_RUNS, HISTORY, DLQ, TIMERS, CONTROL)
+            reads=(JOBS, TIMERS),
+            writes=(*_RUNS, HISTORY, DLQ, TIMERS, CONTROL),
+            metrics_slot=0,
+            faults=True,
+            dead_letters=True,
         ),
         # executes runs; replays history for dedup; retries go to timers; deadline alerts;
         # what runs printed; sets its group's session timeout (a KIP-848 group keeps it on
@@ -218,18 +230,33 @@ ROLES: Mapping[str, RoleAccess] = MappingProxyType(
             reads=(*_RUNS, CONTROL, HISTORY),
             writes=(HISTORY, TIMERS, DLQ, FLOW_EVENTS, ALERTS, RUN_OUTPUT),
             group_configs=True,
+            metrics_slot=1,
+            faults=True,
+            dead_letters=True,
         ),
         # history and run-output topics -> Cassandra; undecodable records to the dead letters;
         # sets its group's session timeout (each sink its share of each topic: KIP-848)
         "sink": RoleAccess(
-            reads=(HISTORY, RUN_OUTPUT), writes=(DLQ,), history="write", group_configs=True
+            reads=(HISTORY, RUN_OUTPUT),
+            writes=(DLQ,),
+            history="write",
+            group_configs=True,
+            metrics_slot=2,
+            faults=True,
+            dead_letters=True,
         ),
         # history topic -> the Parquet archive (files; undecodable records skipped, records
         # it cannot archive to the dead letters)
-        "archiver": RoleAccess(reads=(HISTORY,), writes=(DLQ,)),
+        "archiver": RoleAccess(
+            reads=(HISTORY,), writes=(DLQ,), metrics_slot=5, faults=True, dead_letters=True
+        ),
         # tenants' commands -> jobs, triggers and cancels; answers to each tenant
         "admission": RoleAccess(
-            reads=(JOBS,), writes=(JOBS, *_RUNS, CONTROL, AUDIT), tenant_topics=True
+            reads=(JOBS,),
+            writes=(JOBS, *_RUNS, CONTROL, AUDIT),
+            tenant_topics=True,
+            metrics_slot=3,
+            faults=True,
         ),
         # the HTTP API: a tenant's commands go through the admission like the tenant's own
         "api": RoleAccess(reads=(JOBS,), tenant_topics=True, history="read"),
@@ -249,17 +276,34 @@ ROLES: Mapping[str, RoleAccess] = MappingProxyType(
             reads=(FLOWS, FLOW_EVENTS),
             writes=(*_RUNS, HISTORY, DLQ, CONTROL, ALERTS),
             internal=f"{FLOWS_APP}-",
+            command="flows-coordinator",  # `cronstream flows` is the flows' own commands
+            metrics_slot=4,
+            faults=True,
+            dead_letters=True,
         ),
         # dependent jobs (after:): definitions and history in, their runs out; refused
         # dependents to the dead letters
-        "dependencies": RoleAccess(reads=(JOBS, HISTORY), writes=(*_RUNS, DLQ)),
+        "dependencies": RoleAccess(
+            reads=(JOBS, HISTORY),
+            writes=(*_RUNS, DLQ),
+            metrics_slot=6,
+            faults=True,
+            dead_letters=True,
+        ),
         # the Kafka Connect worker (infra.connect): its own topics; its sinks read history
         "connect": RoleAccess(reads=(HISTORY,), internal=f"{CONNECT}-"),
         # event triggers (streams.triggers.processor): definitions with on: -> run requests; refused
         # definitions and records to the dead letters; its checkpoints. The source topics
         # it reads are granted apart: each tenant's <tenant>. (infra.tenants), operators'
         # with `python -m infra trigger-sources add` (docs/event-triggers.md, "Access")
-        "triggers": RoleAccess(reads=(JOBS,), writes=(*_RUNS, DLQ), internal=TRIGGERS),
+        "triggers": RoleAccess(
+            reads=(JOBS,),
+            writes=(*_RUNS, DLQ),
+            internal=TRIGGERS,
+            metrics_slot=7,
+            faults=True,
+            dead_letters=True,
+        ),
     }
 )
 

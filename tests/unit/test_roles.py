@@ -1,0 +1,38 @@
+"""The roles' one list (``schemas.catalog.ROLES``): what the monitoring, the metrics and
+``make run`` know of each role is derived from it, so a new role is one entry there (and
+its own module with its command)."""
+
+from __future__ import annotations
+
+import argparse
+
+from cronstream.cli import build_parser
+from cronstream.monitoring import ROLES as SCRAPED
+from cronstream.monitoring import metrics_ports
+from runtime.metrics import FAULT_ROLES
+from schemas.catalog import ROLES
+
+
+def _commands() -> set[str]:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return set(sub.choices)
+
+
+def test_each_role_with_a_metrics_port_has_its_own_and_a_command() -> None:
+    slots = [role.metrics_slot for role in ROLES.values() if role.metrics_slot is not None]
+    assert sorted(slots) == list(range(len(slots)))  # one port each, no gap
+    assert set(SCRAPED) == {name for name, role in ROLES.items() if role.metrics_slot is not None}
+    assert len(set(metrics_ports().values())) == len(SCRAPED)
+    commands = _commands()
+    for name in SCRAPED:
+        assert (ROLES[name].command or name) in commands, name
+
+
+def test_the_metrics_lists_are_the_registrys() -> None:
+    assert set(FAULT_ROLES) == {name for name, role in ROLES.items() if role.faults}
+    assert "admission" in FAULT_ROLES
+    assert not ROLES["admission"].dead_letters
+    assert {"scheduler", "worker", "sink", "archiver", "flows", "dependencies", "triggers"} == {
+        name for name, role in ROLES.items() if role.dead_letters
+    }
