@@ -35,6 +35,7 @@ from typing import Any
 
 from producers.spec import yaml_entries
 from schemas.definition import job_from_spec
+from schemas.definition.spec import TARGET_KEYS
 from schemas.errors import SpecError
 from schemas.events import Concurrency, JobDefinition, utc_now
 from schemas.flows import FlowDefinition, FlowNode, FlowTriggerRule
@@ -44,22 +45,7 @@ MAX_NODES = 5_000
 MAX_NODE_NAME = 100
 _NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")  # no '/', '@', '~': run ids
 # What a node may say besides its name, edges and trigger rule: a job's target part.
-NODE_JOB_KEYS = frozenset(
-    {
-        "target",
-        "url",
-        "method",
-        "headers",
-        "topic",
-        "callable",
-        "command",
-        "payload",
-        "priority",
-        "max_attempts",
-        "backoff",
-        "timeout",
-    }
-)
+NODE_JOB_KEYS = TARGET_KEYS
 NODE_KEYS = NODE_JOB_KEYS | {"name", "after", "trigger"}
 # A flow's schedule: what a job says about when it runs (the flow's job, target flow),
 # its triggers too: a record of its source topic or its upstream jobs' day starts a flow

@@ -13,6 +13,7 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
+from schemas.definition.spec import KNOWN_KEYS
 from schemas.events import (
     Concurrency,
     CronSchedule,
@@ -374,36 +375,9 @@ JSON_VALUES = st.recursive(
     lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(TEXT, inner, max_size=3)),
     max_leaves=6,
 )
-SPEC_KEYS = [
-    "id",
-    "cron",
-    "every",
-    "anchor",
-    "at",
-    "tz",
-    "target",
-    "url",
-    "method",
-    "headers",
-    "topic",
-    "callable",
-    "command",
-    "payload",
-    "priority",
-    "max_attempts",
-    "backoff",
-    "timeout",
-    "misfire",
-    "concurrency",
-    "catchup",
-    "catchup_window",
-    "jitter",
-    "start",
-    "end",
-    "paused",
-    "tenant",
-    "deadline",
-]
+# Every key a job spec may have (``schemas.definition.spec``), the event trigger and
+# dependency ones (``on``, ``after``) too
+SPEC_KEYS = sorted(KNOWN_KEYS)
 SPECS = st.fixed_dictionaries(
     {"id": st.one_of(st.just("job"), JSON_VALUES)},
     optional={

@@ -62,14 +62,9 @@ from schemas.events import (
 )
 
 T = TypeVar("T")
-KNOWN_KEYS = frozenset(
+# A job's target part: what it runs and how (a flow's node says these too).
+TARGET_KEYS = frozenset(
     {
-        "id",
-        "cron",
-        "every",
-        "anchor",
-        "at",
-        "tz",
         "target",
         "url",
         "method",
@@ -82,6 +77,16 @@ KNOWN_KEYS = frozenset(
         "max_attempts",
         "backoff",
         "timeout",
+    }
+)
+KNOWN_KEYS = TARGET_KEYS | frozenset(
+    {
+        "id",
+        "cron",
+        "every",
+        "anchor",
+        "at",
+        "tz",
         "misfire",
         "concurrency",
         "catchup",
