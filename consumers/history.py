@@ -83,9 +83,7 @@ class HistoryTables:
         # hour -> the (status, tenant) pairs indexed in history_tenants by this process
         self._indexed: dict[datetime, set[tuple[str, str]]] = {}
 
-    def rows(
-        self, o: RunOutcome
-    ) -> list[tuple[str, Any]]:  # long: three tables' bound statements, one value a line
+    def rows(self, o: RunOutcome) -> list[tuple[str, Any]]:
         """The (table, bound statement) pairs that record one outcome. Missing values
         are unset, not null: no tombstones, and a later record of the same attempt
         leaves the earlier one's cells (started_at, say) in place."""
@@ -102,83 +100,23 @@ class HistoryTables:
         target, worker = v(o.target_type), v(o.worker)
         hour = hour_of(o.recorded_at)
         st = self.statements
+        # The attempt's cells, last in runs_by_id's and runs_by_job's rows alike
+        attempt = (v(o.started_at), v(o.finished_at), duration, error, v(o.next_attempt_at))
+        written = (target, worker, stamp, ttl)
+        by_id = (o.run_id, o.attempt, o.recorded_at, status, o.job_id, o.tenant, trigger)
+        by_status = (o.tenant, status, hour, shard_of(o.run_id), o.recorded_at, o.run_id)
+        outcome = (o.attempt, o.job_id, trigger, o.scheduled_at, duration, error)
         out = [
-            (
-                "runs_by_id",
-                st["insert_by_id"].bind(
-                    (
-                        o.run_id,
-                        o.attempt,
-                        o.recorded_at,
-                        status,
-                        o.job_id,
-                        o.tenant,
-                        trigger,
-                        o.scheduled_at,
-                        v(o.started_at),
-                        v(o.finished_at),
-                        duration,
-                        error,
-                        v(o.next_attempt_at),
-                        target,
-                        worker,
-                        stamp,
-                        ttl,
-                    )
-                ),
-            ),
+            ("runs_by_id", st["insert_by_id"].bind((*by_id, o.scheduled_at, *attempt, *written))),
             (
                 "runs_by_tenant_status",
-                st["insert_by_tenant_status"].bind(
-                    (
-                        o.tenant,
-                        status,
-                        hour,
-                        shard_of(o.run_id),
-                        o.recorded_at,
-                        o.run_id,
-                        o.attempt,
-                        o.job_id,
-                        trigger,
-                        o.scheduled_at,
-                        duration,
-                        error,
-                        target,
-                        worker,
-                        stamp,
-                        ttl,
-                    )
-                ),
+                st["insert_by_tenant_status"].bind((*by_status, *outcome, *written)),
             ),
         ]
         if o.status not in NOT_IN_JOB_VIEW:
-            out.append(
-                (
-                    "runs_by_job",
-                    st["insert_by_job"].bind(
-                        (
-                            o.job_id,
-                            day_of(o.scheduled_at),
-                            o.scheduled_at,
-                            o.run_id,
-                            o.attempt,
-                            status,
-                            trigger,
-                            o.tenant,
-                            o.recorded_at,
-                            v(o.started_at),
-                            v(o.finished_at),
-                            duration,
-                            error,
-                            v(o.next_attempt_at),
-                            target,
-                            worker,
-                            stamp,
-                            ttl,
-                        )
-                    ),
-                )
-            )
+            slot = (o.job_id, day_of(o.scheduled_at), o.scheduled_at, o.run_id, o.attempt)
+            by_job = (*slot, status, trigger, o.tenant, o.recorded_at, *attempt, *written)
+            out.append(("runs_by_job", st["insert_by_job"].bind(by_job)))
         if (status, o.tenant) not in self._indexed.get(hour, ()):
             # last: an outcome whose rows cannot be built (dead-lettered) indexes nothing
             out.append(self._index(hour, status, o.tenant))
