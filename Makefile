@@ -101,12 +101,13 @@ test-integration: up ## integration tests only (real services)
 test-acceptance: up ## acceptance tests only (cronstream processes end to end)
 	@$(PY) -m pytest tests/acceptance $(PYTEST_ARGS)
 
-lint: deps ## ruff (lint, complexity budget, format check), mypy --strict, layering, size budget, deployment files
+lint: deps ## ruff (lint, complexity budget, format check), mypy --strict, layering, size budget, deployment files, every test module imports
 	@$(VENV)/bin/ruff check .
 	@$(VENV)/bin/ruff format --check .
 	@$(VENV)/bin/mypy
 	@$(VENV)/bin/lint-imports --no-logo --no-cache
 	@$(PY) -m pytest -q -p no:cacheprovider tests/unit/test_source_budget.py tests/unit/test_deploy.py
+	@$(PY) -m pytest -q -p no:cacheprovider --collect-only tests >/dev/null  # a test module that cannot import
 
 typecheck: deps ## mypy --strict on every package
 	@$(VENV)/bin/mypy

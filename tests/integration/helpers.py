@@ -20,6 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
+import httpx
 from confluent_kafka import TopicPartition
 
 from infra.security import write_private
@@ -446,3 +447,17 @@ def ui_process(settings: Settings, procs: list[CronstreamProcess], tmp_path: Pat
     url = f"http://127.0.0.1:{port}"
     wait_http_up(url, 60, ui.log, path="/readyz", alive=lambda: ui.proc.poll() is None)
     return url
+
+
+# A tenant's job as the dashboard's tests put it through the API
+UI_JOB_SPEC = {"cron": "0 3 * * *", "target": "http", "url": "https://example.com/report"}
+
+
+@contextmanager
+def signed_in(url: str, token: str) -> Iterator[httpx.Client]:
+    """A browser-like client with a dashboard session (the cookie the sign-in set)."""
+    with httpx.Client(base_url=url, timeout=60) as client:
+        reply = client.post("/ui/login", data={"token": token})
+        assert (reply.status_code, reply.headers["location"]) == (303, "/ui?done=signed+in")
+        assert token not in reply.headers["set-cookie"]
+        yield client

@@ -25,10 +25,9 @@ from schemas.catalog import Topics, triggers_group
 from schemas.events import RunOutcome, RunStatus, Trigger, utc_now
 from schemas.ids import event_run_id
 from schemas.tenancy import tenant_user
-from tests.integration.helpers import CronstreamProcess, read_topic
+from tests.integration.helpers import CronstreamProcess, read_topic, signed_in, ui_process
 from tests.integration.tenants import Api
 from tests.integration.test_api import eventually
-from tests.integration.test_ui import _signed_in, _ui
 
 pytestmark = pytest.mark.integration
 
@@ -171,8 +170,8 @@ def test_a_triggers_lag_last_match_and_upstream_day_through_the_api_and_the_dash
 
 def _dashboard(settings: Settings, tenant: str, procs: list[CronstreamProcess], tmp: Path) -> None:
     """The job pages (the dashboard's own Kafka user, ``ui``, reads the lag too)."""
-    url = _ui(settings, procs, tmp)
-    with _signed_in(url, token_path(settings, tenant).read_text().strip()) as client:
+    url = ui_process(settings, procs, tmp)
+    with signed_in(url, token_path(settings, tenant).read_text().strip()) as client:
         page = _page(client, "/ui/jobs/orders", "trigger-partitions")
         assert 'id="last-matched">1@3</span>' in page
         assert 'id="trigger-lag">4</span>' in page

@@ -31,9 +31,18 @@ from runtime.tokens import ADMIN, token_path
 from schemas.catalog import FLOWS_APP
 from schemas.definition import job_from_spec
 from schemas.events import RunOutcome, RunStatus, utc_now
-from tests.integration.helpers import CronstreamProcess, Target, cronstream, free_port, wait_http_up
+from tests.integration.helpers import (
+    UI_JOB_SPEC,
+    CronstreamProcess,
+    Target,
+    cronstream,
+    free_port,
+    signed_in,
+    ui_process,
+    wait_http_up,
+)
 from tests.integration.tenants import AdmissionThread
-from tests.integration.test_ui import SPEC, Page, _signed_in, _ui, browser, scraped
+from tests.integration.test_ui import Page, browser, scraped
 
 pytestmark = pytest.mark.integration
 _ = (browser, scraped)  # fixtures
@@ -218,7 +227,10 @@ def _overview_and_stuck(page: Page) -> None:
 def _tenant_page(page: Page, url: str, token: str) -> None:
     """A tenant's job put through the API; its page: its job, its quota used."""
     put = httpx.put(
-        f"{url}/v1/jobs/report", json=SPEC, timeout=60, headers={"Authorization": f"Bearer {token}"}
+        f"{url}/v1/jobs/report",
+        json=UI_JOB_SPEC,
+        timeout=60,
+        headers={"Authorization": f"Bearer {token}"},
     )
     assert put.status_code == 200, put.text
     page.sign_in(token)
@@ -274,8 +286,8 @@ def test_a_tenant_cannot_open_another_tenants_flow_run_flow_or_tenant_page(
             )
     for t in two:
         _flow_run_rows(history_ns, t)
-    url = _ui(history_ns, procs, tmp_path)
-    with _signed_in(url, token_path(history_ns, b).read_text().strip()) as cb:
+    url = ui_process(history_ns, procs, tmp_path)
+    with signed_in(url, token_path(history_ns, b).read_text().strip()) as cb:
         deadline = time.monotonic() + 60
         while ">etl<" not in (flows := cb.get("/ui/flows").text):
             assert time.monotonic() < deadline, flows
@@ -298,7 +310,7 @@ def test_a_tenant_cannot_open_another_tenants_flow_run_flow_or_tenant_page(
         assert f"{a}/etl" not in feed
         assert "FLOW_PUT" in feed  # its own flow's entry, by its own id
         assert cb.get("/ui/tenants").headers["location"] == f"/ui/tenants/{b}"
-    with _signed_in(url, token_path(history_ns, ADMIN).read_text().strip()) as admin:
+    with signed_in(url, token_path(history_ns, ADMIN).read_text().strip()) as admin:
         for t in two:
             page = admin.get(f"/ui/flow-runs/{t}/etl@manual:k")
             assert f"flow-error-of-{t}" in page.text

@@ -7,8 +7,6 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
@@ -22,22 +20,10 @@ from runtime.settings import Settings
 from runtime.tokens import token_path
 from schemas.catalog import Topics
 from schemas.events import DeadLetter, RunOutcome, RunStatus, utc_now
-from tests.integration.helpers import CronstreamProcess, ui_process
+from tests.integration.helpers import UI_JOB_SPEC, CronstreamProcess, signed_in, ui_process
 from tests.integration.tenants import AdmissionThread
 
 pytestmark = pytest.mark.integration
-
-SPEC = {"cron": "0 3 * * *", "target": "http", "url": "https://example.com/report"}
-
-
-@contextmanager
-def _signed_in(url: str, token: str) -> Iterator[httpx.Client]:
-    """A browser-like client with a dashboard session (the cookie the sign-in set)."""
-    with httpx.Client(base_url=url, timeout=60) as client:
-        reply = client.post("/ui/login", data={"token": token})
-        assert (reply.status_code, reply.headers["location"]) == (303, "/ui?done=signed+in")
-        assert token not in reply.headers["set-cookie"]
-        yield client
 
 
 def _their_work(settings: Settings, tenants: tuple[str, str]) -> None:
@@ -94,13 +80,13 @@ def test_a_tenant_signed_in_sees_only_its_own_jobs_runs_and_dead_letters(
     for t in two:
         put = httpx.put(
             f"{url}/v1/jobs/report",
-            json=SPEC,
+            json=UI_JOB_SPEC,
             timeout=60,
             headers={"Authorization": f"Bearer {token_path(history_ns, t).read_text().strip()}"},
         )
         assert put.status_code == 200, put.text
     _their_work(history_ns, two)
-    with _signed_in(url, token_path(history_ns, a).read_text().strip()) as ca:
+    with signed_in(url, token_path(history_ns, a).read_text().strip()) as ca:
         page = ca.get("/ui/jobs/report")  # a's own: its job, its run, its letter
         assert page.status_code == 200, page.text
         assert f"run-error-of-{a}" in page.text, page.text
@@ -109,7 +95,7 @@ def test_a_tenant_signed_in_sees_only_its_own_jobs_runs_and_dead_letters(
             assert time.monotonic() < deadline, letters
             time.sleep(1)
         assert f"letter-of-{b}" not in letters
-    with _signed_in(url, token_path(history_ns, b).read_text().strip()) as cb:
+    with signed_in(url, token_path(history_ns, b).read_text().strip()) as cb:
         mine = cb.get("/ui/runs", params={"status": "failed", "since": "1h"}).text
         assert f"run-error-of-{b}" in mine
         assert f"run-error-of-{a}" not in mine
