@@ -38,7 +38,7 @@ from consumers.lakehouse import (
 )
 from runtime.lakehouse import Lakehouse
 from schemas.events import RunOutcome, RunStatus, Trigger, from_ms
-from schemas.ids import job_id_of
+from schemas.ids import slot_of
 
 REFRESH_S = 5.0  # how stale the table's snapshot a query plans from may be
 # A year is about 40 files (12 months and this month's days) read at once: pyarrow's own
@@ -72,8 +72,8 @@ class Archive:
         if self.table is not None:
             self.table.close()
 
-    def _read(self, where: BooleanExpression, wanted: _Wanted) -> pa.Table:
-        """The rows ``wanted`` of the files the table's snapshot plans for ``where``.
+    def _read(self, wanted: _Wanted) -> pa.Table:
+        """The rows ``wanted`` of the files the table's snapshot plans for them.
 
         pyiceberg plans the files (day and tenant partitions, then the files' column
         bounds, from the manifests); each file's row groups that may hold wanted rows
@@ -93,9 +93,7 @@ class Archive:
             table = self.table
         if table is None:
             return ARROW.empty_table()
-        if wanted.tenant is not None:
-            where = And(eq("tenant", wanted.tenant), where)
-        scan = table.table.scan(row_filter=where)
+        scan = table.table.scan(row_filter=wanted.where())
         tasks = list(scan.plan_files())
         if any(task.delete_files for task in tasks):
             return wanted.of(scan.to_arrow())
@@ -136,8 +134,7 @@ class Archive:
         return latest(self._read_job(job_id, start, end, tenant))
 
     def _read_job(self, job: str, start: datetime, end: datetime, tenant: str | None) -> pa.Table:
-        wanted = _Wanted("scheduled_at", start, end, tenant=tenant, job=job)
-        return self._read(wanted.where(), wanted)
+        return self._read(_Wanted("scheduled_at", start, end, tenant=tenant, job=job))
 
     def job_runs(
         self,
@@ -165,8 +162,7 @@ class Archive:
         are ordered by job. An outcome the history topic carried twice is one row, as
         Cassandra's upsert makes it."""
         names = tuple(sorted({s.upper() for s in statuses}))
-        wanted = _Wanted("recorded_at", start, end, tenant=tenant, statuses=names)
-        rows = self._read(wanted.where(), wanted)
+        rows = self._read(_Wanted("recorded_at", start, end, tenant=tenant, statuses=names))
         return _each(_distinct(rows, _BY_RECORDED, _RECORD))
 
     def run(self, run_id: str, slot: datetime | None = None) -> list[RunOutcome]:
@@ -184,8 +180,7 @@ class Archive:
             wanted = _Wanted("scheduled_at", EARLIEST, LATEST, job=job, run=run_id)
         else:
             wanted = _Wanted("scheduled_at", slot, slot + _MS, job=job, run=run_id)
-        rows = self._read(wanted.where(), wanted)
-        return list(_each(_distinct(rows, _BY_ATTEMPT, _BY_ATTEMPT_KEYS)))
+        return list(_each(_distinct(self._read(wanted), _BY_ATTEMPT, _BY_ATTEMPT_KEYS)))
 
 
 def _existing(where: Lakehouse) -> ArchiveTable | None:
@@ -197,20 +192,6 @@ def _existing(where: Lakehouse) -> ArchiveTable | None:
         return None
 
 
-def slot_of(run_id: str) -> tuple[str, datetime | None]:
-    """The job a run id belongs to and, for a scheduled run's id (a flow's node run's
-    too: ``FLOW@<slot>/NODE``), its slot. ValueError: not a cronstream run id."""
-    job = job_id_of(run_id)
-    part = run_id[len(job) + 1 :].partition("/")[0]
-    if not part[:1].isdigit():  # manual:, evt:, dep:
-        return job, None
-    try:
-        slot = datetime.fromisoformat(part)
-    except ValueError:
-        return job, None
-    return job, slot if slot.tzinfo is not None else None
-
-
 def _each(found: pa.Table) -> Iterator[RunOutcome]:
     """The rows of ``found`` (instants as epoch milliseconds) as outcomes, in order."""
     for at in range(0, found.num_rows, BATCH):
@@ -220,8 +201,8 @@ def _each(found: pa.Table) -> Iterator[RunOutcome]:
 
 
 def _distinct(rows: pa.Table, order: list[tuple[str, str]], keys: tuple[str, ...]) -> pa.Table:
-    """``rows`` sorted by ``order``, a row equal to the one before it on ``keys`` once,
-    instants as epoch milliseconds (the table's columns)."""
+    """``rows`` sorted by ``order``, then only the first of the rows alike on ``keys``
+    (adjacent once sorted), in the table's columns, instants as epoch milliseconds."""
     rows = rows.take(pc.sort_indices(rows, sort_keys=order)).combine_chunks()
     if rows.num_rows > 1:
         same = None
@@ -241,13 +222,7 @@ def latest(found: pa.Table) -> pa.Table:
     80 ms, DuckDB's window over the same rows 120-140 ms)."""
     rows = found.filter(pc.not_equal(found["status"], "DUPLICATE"))
     rank = pc.fill_null(pc.take(_RANKS, pc.index_in(rows["status"], value_set=_RANKED)), 0)
-    order = pc.sort_indices(rows.append_column("_rank", rank), sort_keys=_ORDER)
-    rows = rows.take(order).combine_chunks()
-    if rows.num_rows > 1:
-        run, attempt = rows["run_id"].chunk(0), rows["attempt"].chunk(0)
-        later = pc.and_(pc.equal(run[1:], run[:-1]), pc.equal(attempt[1:], attempt[:-1]))
-        rows = rows.filter(pa.concat_arrays([pa.array([True]), pc.invert(later)]))
-    return _in_ms(rows)
+    return _distinct(rows.append_column("_rank", rank), _ORDER, ("run_id", "attempt"))
 
 
 def _in_ms(rows: pa.Table) -> pa.Table:
@@ -277,12 +252,11 @@ class _Wanted:
     statuses: tuple[str, ...] = ()
 
     def where(self) -> BooleanExpression:
-        """The rows as an Iceberg filter (the files are planned with it; the tenant is
-        added by ``Archive._read``)."""
+        """The rows as an Iceberg filter (the files are planned with it)."""
         where: BooleanExpression = And(
             ge(self.column, self.start.isoformat()), lt(self.column, self.end.isoformat())
         )
-        for name, value in (("job_id", self.job), ("run_id", self.run)):
+        for name, value in (("job_id", self.job), ("run_id", self.run), ("tenant", self.tenant)):
             if value is not None:
                 where = And(eq(name, value), where)
         if self.statuses:

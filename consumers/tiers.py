@@ -26,17 +26,18 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from itertools import groupby, islice
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from consumers.archive import Archive, slot_of
-from consumers.core.buckets import STATUS_RANK, day_of
+from consumers.archive import Archive
+from consumers.core.buckets import day_of, write_timestamp
 from consumers.errors import ArchiveUnavailable
 from consumers.history import History, flow_rows
 from runtime.lakehouse import lakehouse
 from runtime.settings import Settings
 from schemas.events import RunOutcome, to_ms, utc_now
+from schemas.ids import slot_of
 
 # A run's first record is not recorded before its slot but by a clock this much behind
 # the scheduler's: a run whose slot is this far inside the hot window has all its records
@@ -70,10 +71,6 @@ class Tiers:
         self.clock = clock
         self._archive = archive
         self._lock = threading.Lock()
-
-    @property
-    def session(self) -> Any:
-        return self.hot.session
 
     def cold(self, ask: Callable[[Archive], T]) -> T:
         """``ask``'s answer from the archive table (opened at the first call); its
@@ -170,14 +167,13 @@ def across(
     end: datetime,
     statuses: Sequence[str] = (),
 ) -> Iterator[RunOutcome]:
-    """A job's runs over [start, end) across the tiers, latest first: slots from
-    ``boundary`` on from Cassandra (``hot``), earlier ones from both, merged (an attempt
-    in both once, as it was recorded last: ``latest_of``); ``cold``: the archive's
-    attempts scheduled in [start, boundary), asked for when the iteration reaches them."""
+    """A job's runs over [start, end), ``start`` before ``boundary``, across the tiers,
+    latest first: slots from ``boundary`` on from Cassandra (``hot``), earlier ones from
+    both, merged (an attempt in both once, as it was recorded last: ``latest_of``);
+    ``cold``: the archive's attempts scheduled in [start, boundary), asked for when the
+    iteration reaches them."""
     if end > boundary:
-        yield from hot.job_runs(job_id, max(start, boundary), end, statuses)
-    if start >= boundary:
-        return
+        yield from hot.job_runs(job_id, boundary, end, statuses)
     older = min(end, boundary)
     merged = heapq.merge(hot.job_runs(job_id, start, older), cold(), key=_slot_order)
     wanted = {s.upper() for s in statuses}
@@ -188,14 +184,15 @@ def across(
 
 
 def latest_of(rows: list[RunOutcome]) -> RunOutcome:
-    """One attempt's row as the tier that recorded it last has it (by recorded time,
-    then the status's rank; a tie: the archive's, whose cells have not expired)."""
-    return max(reversed(rows), key=_recency)
+    """One attempt's row as the tier that recorded it last has it: the later write, as
+    Cassandra orders them (``write_timestamp``: recorded time, then the status's rank);
+    a tie: the archive's, whose cells have not expired."""
+    return max(reversed(rows), key=_written)
 
 
-def _recency(row: RunOutcome) -> tuple[int, int]:
+def _written(row: RunOutcome) -> int:
     at = row.recorded_at
-    return (to_ms(at) if at is not None else 0, STATUS_RANK.get(row.status.value, 0))
+    return write_timestamp(to_ms(at) if at is not None else 0, row.status.value)
 
 
 def _slot_order(row: RunOutcome) -> tuple[int, str, int]:

@@ -21,14 +21,17 @@ from runtime.scrape import targets_dir, write_targets
 from runtime.settings import Settings, env_int
 from schemas.catalog import ROLES as CATALOG_ROLES
 
-# The roles with a metrics port of their own under ``make run``, in port order
-# (``schemas.catalog.ROLES``: each one's ``metrics_slot``).
-ROLES = tuple(
-    sorted(
-        (name for name, role in CATALOG_ROLES.items() if role.metrics_slot is not None),
-        key=lambda name: CATALOG_ROLES[name].metrics_slot or 0,
+# Each role with a metrics port of its own under ``make run``: its slot after the base
+# port, in port order (``schemas.catalog.ROLES``: its ``metrics_slot``).
+SLOTS: dict[str, int] = {
+    name: slot
+    for slot, name in sorted(
+        (role.metrics_slot, name)
+        for name, role in CATALOG_ROLES.items()
+        if role.metrics_slot is not None
     )
-)
+}
+ROLES = tuple(SLOTS)
 API_PORT = 8780
 
 # Due-to-start p99 per priority over 5 minutes, in seconds, one series per `priority` label
@@ -44,7 +47,7 @@ DUE_TO_START_P99_BY_PRIORITY = (
 
 def metrics_ports() -> dict[str, int]:
     base = env_int("CRONSTREAM_METRICS_BASE_PORT", 9301, minimum=1)
-    return {role: base + (CATALOG_ROLES[role].metrics_slot or 0) for role in ROLES}
+    return {role: base + slot for role, slot in SLOTS.items()}
 
 
 def publish_targets(settings: Settings, ports: dict[str, int]) -> None:

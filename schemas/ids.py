@@ -82,6 +82,20 @@ def job_id_of(run_id: str) -> str:
     return job_id
 
 
+def slot_of(run_id: str) -> tuple[str, datetime | None]:
+    """The job a run id belongs to and, for a scheduled run's id (a flow's node run's
+    too: ``FLOW@<slot>/NODE``), its slot. ValueError: not a cronstream run id."""
+    job = job_id_of(run_id)
+    part = run_id[len(job) + 1 :].partition("/")[0]
+    if not part[:1].isdigit():  # manual:, evt:, dep:
+        return job, None
+    try:
+        slot = datetime.fromisoformat(part)
+    except ValueError:
+        return job, None
+    return job, slot if slot.tzinfo is not None else None
+
+
 def murmur2(data: bytes) -> int:
     """Kafka's murmur2 hash (the Java client's and aiokafka's default partitioner), as
     an unsigned 32-bit int. Once per run of a kafka target (the worker's destination of

@@ -228,7 +228,8 @@ def job_history(
 ) -> list[dict[str, Any]]:
     job = job_of(backend, who, job_id)
     start, end = window_of(since)
-    rows = backend.job_runs(
+    assert backend.history is not None
+    rows = backend.history.job_runs(
         job.job_id, start, end, statuses_of(status), limit=limit, tenant=job.tenant
     )
     return _outcomes_json(who, rows, limit)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
 from contextlib import suppress
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -48,7 +47,7 @@ from runtime.stop import StopWaiting
 from runtime.waiting import learn_writers, sleeping
 from schemas.catalog import Topics
 from schemas.errors import DecodeError
-from schemas.events import JobDefinition, RunOutcome, utc_now
+from schemas.events import JobDefinition, utc_now
 from schemas.ids import dependency_run_id
 from schemas.limits import require_encodable
 from schemas.output import RunOutput
@@ -94,21 +93,6 @@ class Backend:
             thread = threading.Thread(target=target, daemon=True, name=target.__name__)
             thread.start()
             self._threads.append(thread)
-
-    def job_runs(
-        self,
-        job_id: str,
-        start: datetime,
-        end: datetime,
-        statuses: Sequence[str] = (),
-        *,
-        limit: int | None = None,
-        tenant: str | None = None,
-    ) -> Iterator[RunOutcome]:
-        """A job's runs over [start, end), latest first, across the hot and cold tiers
-        (``consumers.tiers``: the archive read only for days Cassandra may not hold)."""
-        assert self.history is not None
-        return self.history.job_runs(job_id, start, end, statuses, limit=limit, tenant=tenant)
 
     def run_output(self, run_id: str) -> list[RunOutput]:
         """What each attempt of ``run_id`` printed or returned (docs/run-output.md), by

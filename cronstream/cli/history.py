@@ -279,7 +279,7 @@ def _show_run(history: Tiers, keyspace: str, args: argparse.Namespace) -> int:
     if args.output:
         from consumers.output import OutputTable
 
-        return _show_output(OutputTable(history.session, keyspace), args)
+        return _show_output(OutputTable(history.hot.session, keyspace), args)
     rows = history.run(args.run)
     if not rows:
         print(f"no records for run {args.run}", file=sys.stderr)

@@ -111,7 +111,8 @@ def flow_page(request: Request, who: Who, backend: Back, flow_id: str) -> HTMLRe
     flow = visible_flow(request, who, flow_id)
     job = backend.view.jobs.get(flow.flow_id)
     now = utc_now()
-    rows = backend.job_runs(flow.flow_id, now - timedelta(days=7), now, limit=2000)
+    assert backend.history is not None
+    rows = backend.history.job_runs(flow.flow_id, now - timedelta(days=7), now, limit=2000)
     runs = [_row(who, r) for r in flow_run_rows(flow.flow_id, list(mine(who, rows)))[:50]]
     graph = dag_svg([DagNode(n.name, n.after, "PENDING", n.target.type) for n in flow.nodes])
     return render(

@@ -262,7 +262,8 @@ def job_page(
         {"local": local_time(ms, job.timezone), "utc": local_time(ms, "UTC")} for ms in upcoming
     ]
     start, end = window_of(since)
-    runs = list(mine(who, backend.job_runs(job.job_id, start, end, [], limit=200)))
+    assert backend.history is not None
+    runs = list(mine(who, backend.history.job_runs(job.job_id, start, end, [], limit=200)))
     finals = [r for r in runs if r.status.value in FINAL]
     failures = [r for r in finals if r.status.value not in ("SUCCEEDED", "DUPLICATE")][:20]
     chart = duration_chart(
@@ -331,7 +332,7 @@ def runs(
             ]
         elif job:
             found = visible_job(backend, who, job)
-            found_rows = backend.job_runs(found.job_id, start, end, statuses, limit=200)
+            found_rows = backend.history.job_runs(found.job_id, start, end, statuses, limit=200)
             rows = list(mine(who, found_rows))
         elif statuses:
             found_rows = backend.history.by_status(statuses, start, end, who.tenant)

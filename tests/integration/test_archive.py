@@ -351,12 +351,12 @@ def status_and_run_span_the_tiers(ns: Settings, outcomes: list[RunOutcome]) -> N
         backend.hot = History(session, ns.keyspace)
         backend.history = Tiers(backend.hot, ns)
         now = datetime.now(UTC)
-        shown = [r.run_id for r in backend.job_runs("spans", now - 70 * DAY, now)]
+        shown = [r.run_id for r in backend.history.job_runs("spans", now - 70 * DAY, now)]
         assert sorted(shown) == sorted({o.run_id for o in outcomes})
-        latest = [r.run_id for r in backend.job_runs("spans", now - 70 * DAY, now, limit=5)]
+        latest = [r.run_id for r in backend.history.job_runs("spans", now - 70 * DAY, now, limit=5)]
         assert latest == shown[:5]
         midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
-        recent = backend.job_runs("spans", midnight - 3 * DAY, now)  # Cassandra's alone
+        recent = backend.history.job_runs("spans", midnight - 3 * DAY, now)  # Cassandra's alone
         assert [r.run_id for r in recent] == shown[:3]
         assert [r.status for r in backend.history.run(oldest)] == [
             RunStatus.STARTED,

@@ -54,8 +54,6 @@ class Cassandra:
     """What Cassandra holds (its rows not yet expired), answering ``History``'s queries
     in its tables' orders, each query noted."""
 
-    session = None
-
     def __init__(self, rows: Sequence[RunOutcome]) -> None:
         self.rows = list(rows)
         self.asked: list[tuple[str, datetime | str, datetime | None]] = []

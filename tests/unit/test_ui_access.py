@@ -113,12 +113,6 @@ class FakeHistory:
     ) -> Iterator[RunOutcome]:
         return iter(RUNS)
 
-
-@dataclass
-class FakeBackend:
-    view: JobsView
-    history: FakeHistory
-
     def job_runs(
         self,
         job_id: str,
@@ -129,6 +123,12 @@ class FakeBackend:
         limit: int | None = None,
     ) -> Iterator[RunOutcome]:
         return iter(RUNS)  # ignoring the job, too
+
+
+@dataclass
+class FakeBackend:
+    view: JobsView
+    history: FakeHistory
 
     def run_output(self, run_id: str) -> list[RunOutput]:
         return [o for o in OUTPUTS if o.run_id == run_id]

@@ -99,12 +99,6 @@ class FakeHistory:
     def run(self, run_id: str) -> list[RunOutcome]:
         return []
 
-
-@dataclass
-class FakeBackend:
-    view: JobsView
-    history: FakeHistory
-
     def job_runs(
         self,
         job_id: str,
@@ -115,6 +109,12 @@ class FakeBackend:
         limit: int | None = None,
     ) -> Iterator[RunOutcome]:
         return iter([r for f in FLOWS for r in _rows(f"{f.flow_id}@manual:k", f.tenant)])
+
+
+@dataclass
+class FakeBackend:
+    view: JobsView
+    history: FakeHistory
 
 
 @dataclass
