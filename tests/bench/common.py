@@ -227,12 +227,17 @@ def wait_all_live(proc: subprocess.Popen[bytes], log: Path, timeout: float) -> f
     return time.time() - started
 
 
-def cpu_s(pid: int) -> float:
+def cpu_s(pid: int, children: bool = False) -> float:
+    """CPU seconds ``pid`` used so far (user + system), with ``children`` those of its
+    children it has waited for too (a worker's shell commands)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    ticks = int(fields[11]) + int(fields[12])
+    if children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def rss_mib(pid: int) -> float:

@@ -91,7 +91,8 @@ class Pipeline:
             "scheduler": cpu_s(self.scheduler.proc.pid),
             "broker": sum(cpu_s(pid or 0) for pid in brokers),
         }
-        out["workers"] = sum(cpu_s(w.proc.pid) for w in self.workers)
+        # with the commands a worker ran and waited for (shell targets)
+        out["workers"] = sum(cpu_s(w.proc.pid, children=True) for w in self.workers)
         return out
 
     def stop(self) -> None:
