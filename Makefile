@@ -47,32 +47,32 @@ debs: ## install the Debian packages used here when missing: kcat, prometheus, p
 deps: debs $(STAMP) ## install Python packages into .venv and Debian packages; check Java/Maven
 
 up: deps ## start Kafka, the registry, Cassandra, PostgreSQL, Prometheus, Alertmanager; create topics, schemas, keyspace; then Kafka Connect and its history sink
-	@$(PY) -m infra up
+	@$(PY) -m cronstream.infra up
 
 down: ## stop every service (data is kept)
-	@test -x $(PY) && $(PY) -m infra down || true
+	@test -x $(PY) && $(PY) -m cronstream.infra down || true
 
 status: deps ## one line per service: state, pid, memory, endpoint
-	@$(PY) -m infra status
+	@$(PY) -m cronstream.infra status
 
 logs: deps ## the tail of every service's log
-	@$(PY) -m infra logs
+	@$(PY) -m cronstream.infra logs
 
 bootstrap: deps ## create topics, register schemas, apply migrations (idempotent)
-	@$(PY) -m infra bootstrap
+	@$(PY) -m cronstream.infra bootstrap
 
 tenant: deps ## onboard tenant(s) NAME="acme beta": Kafka user, topics, ACLs (idempotent)
 	@test -n "$(NAME)" || { echo 'usage: make tenant NAME="acme [more]"'; exit 2; }
-	@$(PY) -m infra tenants add $(NAME)
+	@$(PY) -m cronstream.infra tenants add $(NAME)
 
 clean: ## stop the stack and delete its data, logs and config (keeps downloads)
-	@test -x $(PY) && $(PY) -m infra clean || rm -rf .stack/data .stack/logs .stack/run .stack/conf
+	@test -x $(PY) && $(PY) -m cronstream.infra clean || rm -rf .stack/data .stack/logs .stack/run .stack/conf
 
 clean-all: clean ## also delete downloaded jars and the virtualenv
 	rm -rf .stack $(VENV)
 
 run: up ## the whole local stack, then cronstream's own processes in the foreground
-	@$(PY) -m infra tenants add demo --if-secured
+	@$(PY) -m cronstream.infra tenants add demo --if-secured
 	@$(PY) -m cronstream.run
 
 # Tests that leave the shared services up run two at a time (they wait on Kafka far more than

@@ -24,8 +24,8 @@ import pyarrow.parquet as pq
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.expressions import And, BooleanExpression
 
-from consumers.core.buckets import STATUS_RANK
-from consumers.lakehouse import (
+from cronstream.consumers.core.buckets import STATUS_RANK
+from cronstream.consumers.lakehouse import (
     ARROW,
     COLUMNS,
     ArchiveTable,
@@ -36,9 +36,9 @@ from consumers.lakehouse import (
     lt,
     path_of,
 )
-from runtime.lakehouse import Lakehouse
-from schemas.events import RunOutcome, RunStatus, Trigger, from_ms
-from schemas.ids import slot_of
+from cronstream.runtime.lakehouse import Lakehouse
+from cronstream.schemas.events import RunOutcome, RunStatus, Trigger, from_ms
+from cronstream.schemas.ids import slot_of
 
 REFRESH_S = 5.0  # how stale the table's snapshot a query plans from may be
 # A year is about 40 files (12 months and this month's days) read at once: pyarrow's own

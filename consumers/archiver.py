@@ -41,25 +41,25 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote_plus
 
-from consumers.compaction import compact_finished
-from consumers.core.buckets import day_of
-from consumers.lakehouse import ArchiveTable, Fenced, to_arrow
-from runtime import metrics
-from runtime.faults import RecordFaults
-from runtime.kafka.clients import TopicPartition
-from runtime.kafka.member import GroupMember
-from runtime.kafka.publisher import Publisher
-from runtime.kafka.records import ConsumedMessage, dead_letter_for, is_record
-from runtime.kafka.stall import Held
-from runtime.lakehouse import Lakehouse, lakehouse
-from runtime.registry import registry_client
-from runtime.settings import Settings
-from runtime.stop import StopWaiting
-from runtime.waiting import learn_writers
-from schemas.catalog import Topics
-from schemas.errors import DecodeError
-from schemas.events import DeadLetter, RunOutcome
-from schemas.serde import Codec
+from cronstream.consumers.compaction import compact_finished
+from cronstream.consumers.core.buckets import day_of
+from cronstream.consumers.lakehouse import ArchiveTable, Fenced, to_arrow
+from cronstream.runtime import metrics
+from cronstream.runtime.faults import RecordFaults
+from cronstream.runtime.kafka.clients import TopicPartition
+from cronstream.runtime.kafka.member import GroupMember
+from cronstream.runtime.kafka.publisher import Publisher
+from cronstream.runtime.kafka.records import ConsumedMessage, dead_letter_for, is_record
+from cronstream.runtime.kafka.stall import Held
+from cronstream.runtime.lakehouse import Lakehouse, lakehouse
+from cronstream.runtime.registry import registry_client
+from cronstream.runtime.settings import Settings
+from cronstream.runtime.stop import StopWaiting
+from cronstream.runtime.waiting import learn_writers
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.errors import DecodeError
+from cronstream.schemas.events import DeadLetter, RunOutcome
+from cronstream.schemas.serde import Codec
 
 log = logging.getLogger("cronstream.archiver")
 STAGE = "archiver"

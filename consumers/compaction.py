@@ -31,7 +31,7 @@ from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression
 from pyiceberg.manifest import DataFile as IcebergFile
 
-from consumers.lakehouse import (
+from cronstream.consumers.lakehouse import (
     ARROW,
     COMMIT_TRIES,
     ArchiveTable,

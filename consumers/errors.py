@@ -4,7 +4,7 @@ plugin raises these), and the history store's files (statements, migrations)."""
 
 from __future__ import annotations
 
-from consumers.core.output import Result
+from cronstream.consumers.core.output import Result
 
 
 # -- the executors' contract (``consumers.executors.base``) -------------------------

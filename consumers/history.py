@@ -34,11 +34,18 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from consumers.core.buckets import SHARDS, day_of, days_desc, hour_of, hours_desc, shard_of
-from consumers.core.buckets import write_timestamp as _write_timestamp
-from consumers.errors import StatementsError
-from schemas.catalog import FLOWS_APP
-from schemas.events import RunOutcome, RunStatus, Trigger, to_ms
+from cronstream.consumers.core.buckets import (
+    SHARDS,
+    day_of,
+    days_desc,
+    hour_of,
+    hours_desc,
+    shard_of,
+)
+from cronstream.consumers.core.buckets import write_timestamp as _write_timestamp
+from cronstream.consumers.errors import StatementsError
+from cronstream.schemas.catalog import FLOWS_APP
+from cronstream.schemas.events import RunOutcome, RunStatus, Trigger, to_ms
 
 STATEMENTS_FILE = Path(__file__).resolve().parent / "cql" / "history.cql"
 _NAMED = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.M)

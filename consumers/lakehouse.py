@@ -52,8 +52,8 @@ from pyiceberg.table.update import SetDefaultSpecUpdate
 from pyiceberg.transforms import DayTransform, IdentityTransform, MonthTransform
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType, TimestamptzType
 
-from runtime.lakehouse import Lakehouse
-from schemas.events import RunOutcome
+from cronstream.runtime.lakehouse import Lakehouse
+from cronstream.schemas.events import RunOutcome
 
 log = logging.getLogger("cronstream.lakehouse")
 # pyiceberg's predicates are pydantic models taking (term, literal) positionally, which

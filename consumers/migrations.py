@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from consumers.errors import MigrationError
+from cronstream.consumers.errors import MigrationError
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "cql" / "migrations"
 _NAME = re.compile(r"^(\d{3})_([a-z0-9_]+)\.cql$")

@@ -14,10 +14,10 @@ from datetime import UTC
 from pathlib import Path
 from typing import Any
 
-from consumers.core.buckets import write_timestamp
-from consumers.history import load_statements
-from schemas.instants import to_ms
-from schemas.output import RunOutput
+from cronstream.consumers.core.buckets import write_timestamp
+from cronstream.consumers.history import load_statements
+from cronstream.schemas.instants import to_ms
+from cronstream.schemas.output import RunOutput
 
 STATEMENTS_FILE = Path(__file__).resolve().parent / "cql" / "output.cql"
 TABLE = "run_output"

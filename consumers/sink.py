@@ -39,28 +39,28 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, TypeVar
 
-from consumers.history import HistoryTables
-from consumers.output import OutputTable
-from runtime import metrics
-from runtime.cassandra import cassandra_session
-from runtime.faults import RecordFaults
-from runtime.kafka.clients import TopicPartition
-from runtime.kafka.member import GroupMember
-from runtime.kafka.offsets import consumer_lag
-from runtime.kafka.publisher import Publisher
-from runtime.kafka.records import ConsumedMessage, dead_letter_for, is_record
-from runtime.kafka.stall import Held
-from runtime.registry import registry_client
-from runtime.settings import Settings
-from runtime.stop import StopWaiting
-from runtime.waiting import learn_writers, wait_for
-from schemas.catalog import Topics
-from schemas.errors import DecodeError
-from schemas.events import DeadLetter, RunOutcome
-from schemas.limits import outcome_problems, output_problems, refusal
-from schemas.output import RunOutput
-from schemas.serde import Codec
-from schemas.tenancy import AnyEvent
+from cronstream.consumers.history import HistoryTables
+from cronstream.consumers.output import OutputTable
+from cronstream.runtime import metrics
+from cronstream.runtime.cassandra import cassandra_session
+from cronstream.runtime.faults import RecordFaults
+from cronstream.runtime.kafka.clients import TopicPartition
+from cronstream.runtime.kafka.member import GroupMember
+from cronstream.runtime.kafka.offsets import consumer_lag
+from cronstream.runtime.kafka.publisher import Publisher
+from cronstream.runtime.kafka.records import ConsumedMessage, dead_letter_for, is_record
+from cronstream.runtime.kafka.stall import Held
+from cronstream.runtime.registry import registry_client
+from cronstream.runtime.settings import Settings
+from cronstream.runtime.stop import StopWaiting
+from cronstream.runtime.waiting import learn_writers, wait_for
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.errors import DecodeError
+from cronstream.schemas.events import DeadLetter, RunOutcome
+from cronstream.schemas.limits import outcome_problems, output_problems, refusal
+from cronstream.schemas.output import RunOutput
+from cronstream.schemas.serde import Codec
+from cronstream.schemas.tenancy import AnyEvent
 
 log = logging.getLogger("cronstream.sink")
 STAGE = "sink"

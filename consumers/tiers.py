@@ -30,14 +30,14 @@ from typing import TypeVar
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from consumers.archive import Archive
-from consumers.core.buckets import day_of, write_timestamp
-from consumers.errors import ArchiveUnavailable
-from consumers.history import History, flow_rows
-from runtime.lakehouse import lakehouse
-from runtime.settings import Settings
-from schemas.events import RunOutcome, to_ms, utc_now
-from schemas.ids import slot_of
+from cronstream.consumers.archive import Archive
+from cronstream.consumers.core.buckets import day_of, write_timestamp
+from cronstream.consumers.errors import ArchiveUnavailable
+from cronstream.consumers.history import History, flow_rows
+from cronstream.runtime.lakehouse import lakehouse
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.events import RunOutcome, to_ms, utc_now
+from cronstream.schemas.ids import slot_of
 
 # A run's first record is not recorded before its slot but by a clock this much behind
 # the scheduler's: a run whose slot is this far inside the hot window has all its records

@@ -19,37 +19,37 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from producers.client import JobClient as Client
-    from producers.flows import flow_from_spec
-    from producers.tenant import TenantClient
-    from runtime.settings import Settings
-    from schemas.definition import SpecError, job_from_spec, parse_duration
-    from schemas.events import JobDefinition as Job
-    from schemas.events import Priority, RetryPolicy, RunOutcome, RunStatus, Target
-    from schemas.flows import FlowDefinition as Flow
-    from schemas.flows import FlowNode
-    from schemas.schedules import CronSchedule, IntervalSchedule, OnceSchedule
+    from cronstream.producers.client import JobClient as Client
+    from cronstream.producers.flows import flow_from_spec
+    from cronstream.producers.tenant import TenantClient
+    from cronstream.runtime.settings import Settings
+    from cronstream.schemas.definition import SpecError, job_from_spec, parse_duration
+    from cronstream.schemas.events import JobDefinition as Job
+    from cronstream.schemas.events import Priority, RetryPolicy, RunOutcome, RunStatus, Target
+    from cronstream.schemas.flows import FlowDefinition as Flow
+    from cronstream.schemas.flows import FlowNode
+    from cronstream.schemas.schedules import CronSchedule, IntervalSchedule, OnceSchedule
 
 # name -> (module, its name there)
 _API = {
-    "Client": ("producers.client", "JobClient"),
-    "TenantClient": ("producers.tenant", "TenantClient"),
-    "Settings": ("runtime.settings", "Settings"),
-    "Job": ("schemas.events", "JobDefinition"),
-    "Target": ("schemas.events", "Target"),
-    "RetryPolicy": ("schemas.events", "RetryPolicy"),
-    "Priority": ("schemas.events", "Priority"),
-    "RunOutcome": ("schemas.events", "RunOutcome"),
-    "RunStatus": ("schemas.events", "RunStatus"),
-    "CronSchedule": ("schemas.schedules", "CronSchedule"),
-    "IntervalSchedule": ("schemas.schedules", "IntervalSchedule"),
-    "OnceSchedule": ("schemas.schedules", "OnceSchedule"),
-    "Flow": ("schemas.flows", "FlowDefinition"),
-    "FlowNode": ("schemas.flows", "FlowNode"),
-    "job_from_spec": ("schemas.definition", "job_from_spec"),
-    "flow_from_spec": ("producers.flows", "flow_from_spec"),
-    "parse_duration": ("schemas.definition", "parse_duration"),
-    "SpecError": ("schemas.definition", "SpecError"),
+    "Client": ("cronstream.producers.client", "JobClient"),
+    "TenantClient": ("cronstream.producers.tenant", "TenantClient"),
+    "Settings": ("cronstream.runtime.settings", "Settings"),
+    "Job": ("cronstream.schemas.events", "JobDefinition"),
+    "Target": ("cronstream.schemas.events", "Target"),
+    "RetryPolicy": ("cronstream.schemas.events", "RetryPolicy"),
+    "Priority": ("cronstream.schemas.events", "Priority"),
+    "RunOutcome": ("cronstream.schemas.events", "RunOutcome"),
+    "RunStatus": ("cronstream.schemas.events", "RunStatus"),
+    "CronSchedule": ("cronstream.schemas.schedules", "CronSchedule"),
+    "IntervalSchedule": ("cronstream.schemas.schedules", "IntervalSchedule"),
+    "OnceSchedule": ("cronstream.schemas.schedules", "OnceSchedule"),
+    "Flow": ("cronstream.schemas.flows", "FlowDefinition"),
+    "FlowNode": ("cronstream.schemas.flows", "FlowNode"),
+    "job_from_spec": ("cronstream.schemas.definition", "job_from_spec"),
+    "flow_from_spec": ("cronstream.producers.flows", "flow_from_spec"),
+    "parse_duration": ("cronstream.schemas.definition", "parse_duration"),
+    "SpecError": ("cronstream.schemas.definition", "SpecError"),
 }
 __all__ = [
     "Client",

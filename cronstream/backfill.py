@@ -27,11 +27,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from producers.client import JobClient
-from runtime.kafka.clients import TopicPartition, consume_ready, kafka_consumer
-from runtime.kafka.offsets import watermarks
-from schemas.errors import SpecError
-from schemas.events import (
+from cronstream.producers.client import JobClient
+from cronstream.runtime.kafka.clients import TopicPartition, consume_ready, kafka_consumer
+from cronstream.runtime.kafka.offsets import watermarks
+from cronstream.schemas.errors import SpecError
+from cronstream.schemas.events import (
     JobDefinition,
     Priority,
     RunOutcome,
@@ -41,10 +41,10 @@ from schemas.events import (
     text_headers,
     utc_now,
 )
-from schemas.ids import partition_for, slot_run_id
-from schemas.timing import schedule_args
-from streams.core.rates import TenantRates
-from streams.core.schedule import JobSchedule
+from cronstream.schemas.ids import partition_for, slot_run_id
+from cronstream.schemas.timing import schedule_args
+from cronstream.streams.core.rates import TenantRates
+from cronstream.streams.core.schedule import JobSchedule
 
 MAX_SLOTS = 100_000
 MAX_PARALLEL = 10_000

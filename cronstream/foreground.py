@@ -9,14 +9,14 @@ import signal
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from runtime import metrics
-from runtime.memory import return_large_allocations
-from runtime.metrics_server import serve as serve_metrics
-from runtime.settings import Settings, env_int
-from runtime.stop import REQUESTED, STOP_BUDGET_S, StopWaiting
-from runtime.stop import arm as arm_stop_deadline
-from runtime.stop import requested as stop_requested
-from runtime.waiting import KAFKA, REGISTRY, reach, wait_for
+from cronstream.runtime import metrics
+from cronstream.runtime.memory import return_large_allocations
+from cronstream.runtime.metrics_server import serve as serve_metrics
+from cronstream.runtime.settings import Settings, env_int
+from cronstream.runtime.stop import REQUESTED, STOP_BUDGET_S, StopWaiting
+from cronstream.runtime.stop import arm as arm_stop_deadline
+from cronstream.runtime.stop import requested as stop_requested
+from cronstream.runtime.waiting import KAFKA, REGISTRY, reach, wait_for
 
 # Python's cyclic garbage collector in a member's loop: what startup built is frozen (never
 # scanned again) and the youngest generation is collected every this many allocations of

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from runtime.scrape import targets_dir, write_targets
-from runtime.settings import Settings, env_int
-from schemas.catalog import ROLES as CATALOG_ROLES
+from cronstream.runtime.scrape import targets_dir, write_targets
+from cronstream.runtime.settings import Settings, env_int
+from cronstream.schemas.catalog import ROLES as CATALOG_ROLES
 
 # Each role with a metrics port of its own under ``make run``: its slot after the base
 # port, in port order (``schemas.catalog.ROLES``: its ``metrics_slot``).

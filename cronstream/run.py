@@ -34,12 +34,12 @@ from cronstream.monitoring import (
     serve_posts,
     withdraw_targets,
 )
-from runtime.health import cassandra_health, kafka_health, registry_health
-from runtime.kafka.clients import OFFSET_END, TopicPartition, kafka_consumer
-from runtime.kafka.offsets import group_lag
-from runtime.settings import REPO_ROOT, Settings, env_int
-from schemas.catalog import ROLES, Topics
-from schemas.events import Priority, text_headers
+from cronstream.runtime.health import cassandra_health, kafka_health, registry_health
+from cronstream.runtime.kafka.clients import OFFSET_END, TopicPartition, kafka_consumer
+from cronstream.runtime.kafka.offsets import group_lag
+from cronstream.runtime.settings import REPO_ROOT, Settings, env_int
+from cronstream.schemas.catalog import ROLES, Topics
+from cronstream.schemas.events import Priority, text_headers
 
 FAILURES = frozenset({"FAILED", "TIMED_OUT", "DEAD_LETTERED"})
 STARTED = (
@@ -108,10 +108,10 @@ def serve_example_target(console: Console, port: int) -> ThreadingHTTPServer:
 
 
 def apply_examples(settings: Settings, console: Console) -> None:
-    from producers.client import JobClient
-    from producers.flows import load_flows_file
-    from producers.spec import load_jobs_file
-    from runtime.kafka.publisher import Publisher
+    from cronstream.producers.client import JobClient
+    from cronstream.producers.flows import load_flows_file
+    from cronstream.producers.spec import load_jobs_file
+    from cronstream.runtime.kafka.publisher import Publisher
 
     path = REPO_ROOT / "examples" / "jobs.yaml"
     jobs = load_jobs_file(path, max_payload_bytes=settings.max_payload_bytes)

@@ -1,4 +1,4 @@
-"""``python -m infra up|down|status|logs|clean|fetch|bootstrap|tenants``: what the Makefile
+"""``python -m cronstream.infra up|down|status|logs|clean|fetch|bootstrap|tenants``: what the Makefile
 calls."""
 
 from __future__ import annotations
@@ -8,20 +8,20 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 
-from infra import stack
-from infra.bootstrap import bootstrap
-from infra.connect import ensure_history_sink, history_table
-from infra.errors import BootstrapError, StackError, TenantError
-from infra.tenants import tenants_command, trigger_sources_command
-from runtime.errors import SettingsError
-from runtime.settings import Settings
-from schemas.errors import RegistryUnavailable
+from cronstream.infra import stack
+from cronstream.infra.bootstrap import bootstrap
+from cronstream.infra.connect import ensure_history_sink, history_table
+from cronstream.infra.errors import BootstrapError, StackError, TenantError
+from cronstream.infra.tenants import tenants_command, trigger_sources_command
+from cronstream.runtime.errors import SettingsError
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.errors import RegistryUnavailable
 
 ALLOW_RF1 = "keep replication factor 1 on a cluster of 3+ brokers (CRONSTREAM_ALLOW_RF1=1)"
 
 
 def main(argv: list[str] | None = None) -> int:  # long: every stack command's parser
-    parser = argparse.ArgumentParser(prog="python -m infra", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m cronstream.infra", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
     up = sub.add_parser("up", help="fetch, start and bootstrap the local stack")
     up.add_argument("--no-bootstrap", action="store_true")

@@ -23,32 +23,32 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from consumers.migrations import migrate
-from infra.cassandra_access import admin_session, ensure_cassandra_access, grant_keyspace
-from infra.errors import BootstrapError
-from infra.growth import grow_keyspace, grow_topics
-from infra.kafka_access import ensure_access
-from infra.objects import ensure_lakehouse
-from infra.replication import (
+from cronstream.consumers.migrations import migrate
+from cronstream.infra.cassandra_access import admin_session, ensure_cassandra_access, grant_keyspace
+from cronstream.infra.errors import BootstrapError
+from cronstream.infra.growth import grow_keyspace, grow_topics
+from cronstream.infra.kafka_access import ensure_access
+from cronstream.infra.objects import ensure_lakehouse
+from cronstream.infra.replication import (
     new_topic,
     replicate_system_keyspaces,
     topic_replication,
     under_replicated,
 )
-from runtime.cassandra import cassandra_session
-from runtime.errors import KafkaAuthError
-from runtime.kafka.clients import kafka_admin, kafka_consumer
-from runtime.lakehouse import lakehouse
-from runtime.registry import registry_client
-from runtime.settings import Settings
-from schemas.avro import schema_json
-from schemas.catalog import (
+from cronstream.runtime.cassandra import cassandra_session
+from cronstream.runtime.errors import KafkaAuthError
+from cronstream.runtime.kafka.clients import kafka_admin, kafka_consumer
+from cronstream.runtime.lakehouse import lakehouse
+from cronstream.runtime.registry import registry_client
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.avro import schema_json
+from cronstream.schemas.catalog import (
     TENANT_COMMANDS,
     TENANT_RESULTS,
     Topics,
 )
-from schemas.serde import Codec
-from schemas.tenancy import tenant_of_topic
+from cronstream.schemas.serde import Codec
+from cronstream.schemas.tenancy import tenant_of_topic
 
 COMPATIBILITY = "BACKWARD"
 

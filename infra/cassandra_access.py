@@ -14,9 +14,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from infra.errors import CassandraAccessError
-from infra.security import ensure_secret_file
-from runtime.cassandra import (
+from cronstream.infra.errors import CassandraAccessError
+from cronstream.infra.security import ensure_secret_file
+from cronstream.runtime.cassandra import (
     CASSANDRA_ADMIN,
     CASSANDRA_DEFAULT_ROLE,
     cassandra_password,
@@ -24,9 +24,9 @@ from runtime.cassandra import (
     cassandra_session,
     login_refused,
 )
-from runtime.errors import SettingsError
-from runtime.settings import Settings
-from schemas.catalog import ROLES, cassandra_role_user
+from cronstream.runtime.errors import SettingsError
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import ROLES, cassandra_role_user
 
 TAKEOVER_S = 60.0  # how long a fresh node may take to create its default role
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from infra.errors import StackError
-from infra.security import ensure_tls
-from infra.service import CASSANDRA_JPMS, CONF_DIR, INFRA_DIR, NodeService
-from runtime.cassandra import CASSANDRA_DEFAULT_ROLE
-from runtime.health import cassandra_health
-from runtime.settings import Settings, cassandra_node_host, node_name
+from cronstream.infra.errors import StackError
+from cronstream.infra.security import ensure_tls
+from cronstream.infra.service import CASSANDRA_JPMS, CONF_DIR, INFRA_DIR, NodeService
+from cronstream.runtime.cassandra import CASSANDRA_DEFAULT_ROLE
+from cronstream.runtime.health import cassandra_health
+from cronstream.runtime.settings import Settings, cassandra_node_host, node_name
 
 
 class Cassandra(NodeService):

@@ -45,15 +45,20 @@ from typing import Any
 import httpx
 import pg8000.native
 
-from infra.errors import StackError
-from infra.security import ensure_secret, ensure_secret_file, private_dir, write_private
-from infra.service import CONF_DIR, INFRA_DIR, JVM_COMMON, Service
-from runtime.consoles import CONSOLE_USER, console_port, console_secret_path, stack_console
-from runtime.credentials import security_dir
-from runtime.kafka.security import SCRAM, ca_location
-from runtime.lakehouse import CATALOG_USER, postgres_port, postgres_secret_path
-from runtime.settings import Settings, env_int
-from schemas.catalog import CONNECT, Topics, role_user
+from cronstream.infra.errors import StackError
+from cronstream.infra.security import ensure_secret, ensure_secret_file, private_dir, write_private
+from cronstream.infra.service import CONF_DIR, INFRA_DIR, JVM_COMMON, Service
+from cronstream.runtime.consoles import (
+    CONSOLE_USER,
+    console_port,
+    console_secret_path,
+    stack_console,
+)
+from cronstream.runtime.credentials import security_dir
+from cronstream.runtime.kafka.security import SCRAM, ca_location
+from cronstream.runtime.lakehouse import CATALOG_USER, postgres_port, postgres_secret_path
+from cronstream.runtime.settings import Settings, env_int
+from cronstream.schemas.catalog import CONNECT, Topics, role_user
 
 PLUGINS = INFRA_DIR / "kafka-connect"
 REST_AUTH_POM = INFRA_DIR / "connect-rest-auth" / "pom.xml"

@@ -31,11 +31,11 @@ from typing import Any
 
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
-from consumers.migrations import keyspace_replication, replication_of
-from infra import hosts
-from infra.cassandra_node import Cassandra
-from infra.errors import BootstrapError, StackError
-from infra.quorum import (
+from cronstream.consumers.migrations import keyspace_replication, replication_of
+from cronstream.infra import hosts
+from cronstream.infra.cassandra_node import Cassandra
+from cronstream.infra.errors import BootstrapError, StackError
+from cronstream.infra.quorum import (
     FEATURE_COMMAND,
     add_controller,
     formatted,
@@ -45,9 +45,9 @@ from infra.quorum import (
     static,
     voters,
 )
-from infra.service import CASSANDRA_JPMS
-from infra.services import Kafka
-from runtime.settings import Settings
+from cronstream.infra.service import CASSANDRA_JPMS
+from cronstream.infra.services import Kafka
+from cronstream.runtime.settings import Settings
 
 # How long a new controller may take to copy the metadata log before add-controller is
 # given up (it is refused until the node has caught up).

@@ -31,8 +31,13 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from infra.errors import StackError
-from runtime.settings import NETNS_SUBNET, cassandra_node_host, kafka_node_host, node_name
+from cronstream.infra.errors import StackError
+from cronstream.runtime.settings import (
+    NETNS_SUBNET,
+    cassandra_node_host,
+    kafka_node_host,
+    node_name,
+)
 
 BRIDGE = "csbr0"
 GATEWAY = f"{NETNS_SUBNET}.1"  # the machine's own address on the bridge

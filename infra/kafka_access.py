@@ -18,13 +18,17 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from infra.errors import BootstrapError
-from infra.security import ensure_client_certificate, ensure_secret, write_private
-from runtime.credentials import security_dir, tls_dir
-from runtime.kafka.security import BENCH_PLAIN_PREFIX, client_properties, kafka_secret_path
-from runtime.settings import Settings
-from runtime.tokens import ADMIN, issue_token
-from schemas.catalog import (
+from cronstream.infra.errors import BootstrapError
+from cronstream.infra.security import ensure_client_certificate, ensure_secret, write_private
+from cronstream.runtime.credentials import security_dir, tls_dir
+from cronstream.runtime.kafka.security import (
+    BENCH_PLAIN_PREFIX,
+    client_properties,
+    kafka_secret_path,
+)
+from cronstream.runtime.settings import Settings
+from cronstream.runtime.tokens import ADMIN, issue_token
+from cronstream.schemas.catalog import (
     ROLES,
     TENANT_TOPICS,
     RoleAccess,

@@ -22,11 +22,11 @@ from pathlib import Path
 import httpx
 from pyarrow.fs import FileType
 
-from infra.connect import ensure_database
-from infra.security import ensure_secret_file, write_private
-from infra.service import INFRA_DIR, JVM_COMMON, Service
-from runtime.lakehouse import CATALOG_DB, S3_IDENTITY, lakehouse, s3_secret_path
-from runtime.settings import Settings, env_int
+from cronstream.infra.connect import ensure_database
+from cronstream.infra.security import ensure_secret_file, write_private
+from cronstream.infra.service import INFRA_DIR, JVM_COMMON, Service
+from cronstream.runtime.lakehouse import CATALOG_DB, S3_IDENTITY, lakehouse, s3_secret_path
+from cronstream.runtime.settings import Settings, env_int
 
 ARTIFACT = INFRA_DIR / "s3proxy" / "artifact"  # one coordinate: the jar with dependencies
 

@@ -32,12 +32,17 @@ import bcrypt
 import httpx
 import yaml
 
-from infra.security import ensure_secret_file, ensure_tls, write_private
-from infra.service import INFRA_DIR, Service, require_tool
-from runtime.consoles import CONSOLE_USER, console_port, console_secret_path, stack_console
-from runtime.credentials import stack_ca
-from runtime.scrape import targets_dir
-from runtime.settings import Settings, env_int
+from cronstream.infra.security import ensure_secret_file, ensure_tls, write_private
+from cronstream.infra.service import INFRA_DIR, Service, require_tool
+from cronstream.runtime.consoles import (
+    CONSOLE_USER,
+    console_port,
+    console_secret_path,
+    stack_console,
+)
+from cronstream.runtime.credentials import stack_ca
+from cronstream.runtime.scrape import targets_dir
+from cronstream.runtime.settings import Settings, env_int
 
 RULES = INFRA_DIR / "prometheus" / "rules.yml"
 DEFAULT_WEBHOOK = "http://127.0.0.1:8790/alerts"

@@ -31,8 +31,8 @@ import uuid
 from pathlib import Path
 from typing import Protocol
 
-from infra.errors import StackError
-from runtime.settings import Settings, kafka_node_host, node_name, node_port
+from cronstream.infra.errors import StackError
+from cronstream.runtime.settings import Settings, kafka_node_host, node_name, node_port
 
 
 class Kafka(Protocol):

@@ -15,11 +15,11 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from infra.errors import BootstrapError
-from infra.security import write_private
-from infra.services import Kafka
-from runtime.credentials import security_dir
-from runtime.settings import Settings
+from cronstream.infra.errors import BootstrapError
+from cronstream.infra.security import write_private
+from cronstream.infra.services import Kafka
+from cronstream.runtime.credentials import security_dir
+from cronstream.runtime.settings import Settings
 
 CONFIG_COMMAND = "kafka.admin.ConfigCommand"
 # What `tenants add` gives a tenant unless told otherwise (0: none).

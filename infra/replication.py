@@ -25,10 +25,10 @@ from typing import Any
 
 from confluent_kafka.admin import NewTopic
 
-from consumers.migrations import keyspace_replication
-from infra.errors import BootstrapError
-from runtime.cassandra import CASSANDRA_ADMIN, cassandra_password
-from runtime.settings import CLUSTER_NODES, Settings
+from cronstream.consumers.migrations import keyspace_replication
+from cronstream.infra.errors import BootstrapError
+from cronstream.runtime.cassandra import CASSANDRA_ADMIN, cassandra_password
+from cronstream.runtime.settings import CLUSTER_NODES, Settings
 
 # Cassandra's own keyspaces that must outlive a node: logins and roles, and the
 # bookkeeping of repairs and views.

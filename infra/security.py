@@ -33,15 +33,20 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from runtime.credentials import security_dir, stack_ca, tls_dir
-from runtime.kafka.security import (
+from cronstream.runtime.credentials import security_dir, stack_ca, tls_dir
+from cronstream.runtime.kafka.security import (
     ADMIN_PRINCIPAL,
     BROKER_PRINCIPAL,
     admin_certificate,
     client_certificate,
     kafka_secret_path,
 )
-from runtime.settings import Settings, cassandra_node_host, kafka_node_host, registry_host
+from cronstream.runtime.settings import (
+    Settings,
+    cassandra_node_host,
+    kafka_node_host,
+    registry_host,
+)
 
 RENEW_WITHIN = dt.timedelta(days=30)  # re-issue a leaf certificate this close to expiry
 

@@ -18,11 +18,11 @@ import time
 from abc import ABC, abstractmethod
 from pathlib import Path
 
-from infra import hosts
-from infra.errors import StackError
-from infra.hosts import Host
-from runtime.health import port_open
-from runtime.settings import Settings, node_name
+from cronstream.infra import hosts
+from cronstream.infra.errors import StackError
+from cronstream.infra.hosts import Host
+from cronstream.runtime.health import port_open
+from cronstream.runtime.settings import Settings, node_name
 
 INFRA_DIR = Path(__file__).resolve().parent
 CONF_DIR = INFRA_DIR / "conf"

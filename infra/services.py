@@ -22,18 +22,23 @@ import tarfile
 from dataclasses import replace
 from pathlib import Path
 
-from infra.cassandra_node import Cassandra
-from infra.connect import connect_services
-from infra.errors import StackError
-from infra.objects import object_services
-from infra.ops import ops_services
-from infra.quorum import format_flags, formatted, kafka_uuid, mark_dynamic, quorum_line
-from infra.security import admin_java_properties, ensure_secret_file, ensure_tls, write_private
-from infra.service import CONF_DIR, INFRA_DIR, JVM_COMMON, NodeService, Service
-from runtime.health import kafka_health, registry_health
-from runtime.kafka.security import ADMIN_PRINCIPAL, BROKER_PRINCIPAL, SCRAM
-from runtime.registry import registry_secret_path
-from runtime.settings import (
+from cronstream.infra.cassandra_node import Cassandra
+from cronstream.infra.connect import connect_services
+from cronstream.infra.errors import StackError
+from cronstream.infra.objects import object_services
+from cronstream.infra.ops import ops_services
+from cronstream.infra.quorum import format_flags, formatted, kafka_uuid, mark_dynamic, quorum_line
+from cronstream.infra.security import (
+    admin_java_properties,
+    ensure_secret_file,
+    ensure_tls,
+    write_private,
+)
+from cronstream.infra.service import CONF_DIR, INFRA_DIR, JVM_COMMON, NodeService, Service
+from cronstream.runtime.health import kafka_health, registry_health
+from cronstream.runtime.kafka.security import ADMIN_PRINCIPAL, BROKER_PRINCIPAL, SCRAM
+from cronstream.runtime.registry import registry_secret_path
+from cronstream.runtime.settings import (
     Settings,
     kafka_node_host,
     node_port,

@@ -15,12 +15,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
-from infra.cassandra_node import Cassandra
-from infra.errors import StackError
-from infra.growth import check_shape, grow, upgrade_static
-from infra.service import Service, log_tail
-from infra.services import Kafka, all_services
-from runtime.settings import Settings
+from cronstream.infra.cassandra_node import Cassandra
+from cronstream.infra.errors import StackError
+from cronstream.infra.growth import check_shape, grow, upgrade_static
+from cronstream.infra.service import Service, log_tail
+from cronstream.infra.services import Kafka, all_services
+from cronstream.runtime.settings import Settings
 
 
 def _say(msg: str) -> None:

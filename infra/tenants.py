@@ -1,4 +1,4 @@
-"""Onboarding tenants: ``python -m infra tenants add|list|remove NAME`` (``make tenant``),
+"""Onboarding tenants: ``python -m cronstream.infra tenants add|list|remove NAME`` (``make tenant``),
 an operator acting as the super user.
 
 Adding tenant ``acme`` makes, idempotently:
@@ -42,25 +42,25 @@ from confluent_kafka.admin import (
 )
 from confluent_kafka.admin import AclPermissionType as Permission
 
-from infra.bootstrap import create_topics, wait_until_usable
-from infra.errors import TenantError
-from infra.kafka_access import (
+from cronstream.infra.bootstrap import create_topics, wait_until_usable
+from cronstream.infra.errors import TenantError
+from cronstream.infra.kafka_access import (
     admin_acls,
     delete_acls,
     ensure_scram_user,
     scram_user_known,
     set_scram_password,
 )
-from infra.quotas import default_quotas, drop_quotas, set_quotas
-from infra.replication import new_topic, topic_replication
-from runtime.kafka.clients import kafka_admin
-from runtime.kafka.security import kafka_secret_path
-from runtime.registry import registry_client
-from runtime.settings import Settings
-from runtime.tokens import issue_token, revoke_tokens, token_path
-from schemas.catalog import TENANT_COMMANDS, TENANT_RESULTS, Topics, role_user
-from schemas.serde import Codec
-from schemas.tenancy import tenant_of_topic, tenant_problems, tenant_user
+from cronstream.infra.quotas import default_quotas, drop_quotas, set_quotas
+from cronstream.infra.replication import new_topic, topic_replication
+from cronstream.runtime.kafka.clients import kafka_admin
+from cronstream.runtime.kafka.security import kafka_secret_path
+from cronstream.runtime.registry import registry_client
+from cronstream.runtime.settings import Settings
+from cronstream.runtime.tokens import issue_token, revoke_tokens, token_path
+from cronstream.schemas.catalog import TENANT_COMMANDS, TENANT_RESULTS, Topics, role_user
+from cronstream.schemas.serde import Codec
+from cronstream.schemas.tenancy import tenant_of_topic, tenant_problems, tenant_user
 
 
 def _checked(settings: Settings, tenant: str) -> None:
@@ -137,7 +137,7 @@ def trigger_source_acls(prefix: str) -> list[AclBinding]:
 
 
 def trigger_sources_command(settings: Settings, action: str, prefixes: list[str]) -> int:
-    """``python -m infra trigger-sources add|remove PREFIX...``: let the trigger processor
+    """``python -m cronstream.infra trigger-sources add|remove PREFIX...``: let the trigger processor
     read an operator's source topics (a topic name, or a prefix ending in '.')."""
     if settings.kafka_security == "plaintext":
         raise TenantError("ACLs need authenticated clients: CRONSTREAM_KAFKA_SECURITY=sasl_ssl")
@@ -229,7 +229,7 @@ def remove_tenant(settings: Settings, tenant: str, *, timeout: float = 30.0) -> 
 
 
 def tenants_command(settings: Settings, action: str, names: list[str]) -> int:
-    """``python -m infra tenants ACTION NAMES``: one line per tenant, no secret printed."""
+    """``python -m cronstream.infra tenants ACTION NAMES``: one line per tenant, no secret printed."""
     if action == "list":
         for name in list_tenants(settings):
             print(name)

@@ -17,9 +17,9 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from schemas.audit import AuditAction, AuditRecord, field_changes
-from schemas.events import JobDefinition, utc_now
-from schemas.tenancy import TenantCommand
+from cronstream.schemas.audit import AuditAction, AuditRecord, field_changes
+from cronstream.schemas.events import JobDefinition, utc_now
+from cronstream.schemas.tenancy import TenantCommand
 
 
 def _os_user() -> str | None:

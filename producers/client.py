@@ -18,9 +18,9 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar
 
-from producers.audit import Auditor
-from producers.errors import UnknownJob
-from runtime.kafka.clients import (
+from cronstream.producers.audit import Auditor
+from cronstream.producers.errors import UnknownJob
+from cronstream.runtime.kafka.clients import (
     OFFSET_BEGINNING,
     Consumer,
     KafkaError,
@@ -28,13 +28,13 @@ from runtime.kafka.clients import (
     consume_ready,
     kafka_consumer,
 )
-from runtime.kafka.publisher import Publisher
-from runtime.settings import Settings
-from schemas.audit import AuditAction, AuditRecord
-from schemas.catalog import Topics
-from schemas.definition import job_from_spec, problems
-from schemas.errors import DecodeError, SpecError
-from schemas.events import (
+from cronstream.runtime.kafka.publisher import Publisher
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.audit import AuditAction, AuditRecord
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.definition import job_from_spec, problems
+from cronstream.schemas.errors import DecodeError, SpecError
+from cronstream.schemas.events import (
     ControlAction,
     ControlCommand,
     JobDefinition,
@@ -43,10 +43,10 @@ from schemas.events import (
     job_headers,
     utc_now,
 )
-from schemas.flows import FlowDefinition, FlowEvent, FlowEventKind
-from schemas.ids import job_id_of, manual_run_id, partition_for
-from schemas.limits import idempotency_key_problems, require_encodable, unencodable
-from schemas.tenancy import AnyEvent
+from cronstream.schemas.flows import FlowDefinition, FlowEvent, FlowEventKind
+from cronstream.schemas.ids import job_id_of, manual_run_id, partition_for
+from cronstream.schemas.limits import idempotency_key_problems, require_encodable, unencodable
+from cronstream.schemas.tenancy import AnyEvent
 
 E = TypeVar("E", bound=AnyEvent)
 

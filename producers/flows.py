@@ -33,13 +33,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from producers.spec import yaml_entries
-from schemas.definition import job_from_spec
-from schemas.definition.spec import TARGET_KEYS
-from schemas.errors import SpecError
-from schemas.events import Concurrency, JobDefinition, utc_now
-from schemas.flows import FlowDefinition, FlowNode, FlowTriggerRule
-from schemas.limits import MAX_JOB_ID, name_problems
+from cronstream.producers.spec import yaml_entries
+from cronstream.schemas.definition import job_from_spec
+from cronstream.schemas.definition.spec import TARGET_KEYS
+from cronstream.schemas.errors import SpecError
+from cronstream.schemas.events import Concurrency, JobDefinition, utc_now
+from cronstream.schemas.flows import FlowDefinition, FlowNode, FlowTriggerRule
+from cronstream.schemas.limits import MAX_JOB_ID, name_problems
 
 MAX_NODES = 5_000
 MAX_NODE_NAME = 100

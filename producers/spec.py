@@ -8,9 +8,9 @@ from typing import Any
 
 import yaml
 
-from schemas.definition import job_from_spec
-from schemas.errors import SpecError
-from schemas.events import JobDefinition
+from cronstream.schemas.definition import job_from_spec
+from cronstream.schemas.errors import SpecError
+from cronstream.schemas.events import JobDefinition
 
 
 class _SpecLoader(yaml.SafeLoader):

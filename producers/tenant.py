@@ -17,19 +17,19 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from producers.audit import here
-from producers.errors import NoAnswer
-from runtime.errors import PublishError
-from runtime.kafka.clients import TopicPartition, consume_ready, kafka_consumer
-from runtime.kafka.offsets import watermarks
-from runtime.kafka.publisher import Publisher
-from runtime.kafka.records import ConsumedMessage
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.errors import DecodeError
-from schemas.events import JobDefinition, utc_now
-from schemas.limits import require_encodable
-from schemas.tenancy import TenantAction, TenantCommand, TenantResult, tenant_user
+from cronstream.producers.audit import here
+from cronstream.producers.errors import NoAnswer
+from cronstream.runtime.errors import PublishError
+from cronstream.runtime.kafka.clients import TopicPartition, consume_ready, kafka_consumer
+from cronstream.runtime.kafka.offsets import watermarks
+from cronstream.runtime.kafka.publisher import Publisher
+from cronstream.runtime.kafka.records import ConsumedMessage
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.errors import DecodeError
+from cronstream.schemas.events import JobDefinition, utc_now
+from cronstream.schemas.limits import require_encodable
+from cronstream.schemas.tenancy import TenantAction, TenantCommand, TenantResult, tenant_user
 
 
 def tenant_settings(settings: Settings, tenant: str) -> Settings:

@@ -24,8 +24,8 @@ import ssl
 from pathlib import Path
 from typing import Any
 
-from runtime.credentials import credentials_dir, read_password, stack_ca
-from runtime.settings import Settings
+from cronstream.runtime.credentials import credentials_dir, read_password, stack_ca
+from cronstream.runtime.settings import Settings
 
 CASSANDRA_ADMIN = "cronstream_admin"
 CASSANDRA_DEFAULT_ROLE = ("cassandra", "cassandra")  # a fresh node's, disabled by bootstrap

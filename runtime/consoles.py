@@ -24,8 +24,8 @@ from pathlib import Path
 
 import httpx
 
-from runtime.credentials import credentials_dir, read_password, stack_ca
-from runtime.settings import Settings, env_int
+from cronstream.runtime.credentials import credentials_dir, read_password, stack_ca
+from cronstream.runtime.settings import Settings, env_int
 
 CONSOLE_USER = "operator"
 

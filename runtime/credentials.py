@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from runtime.errors import SettingsError
-from runtime.settings import Settings
+from cronstream.runtime.errors import SettingsError
+from cronstream.runtime.settings import Settings
 
 
 def security_dir(settings: Settings) -> Path:

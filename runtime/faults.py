@@ -47,14 +47,14 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from runtime import metrics
-from runtime.errors import PublishError, RepeatedFault
-from runtime.kafka.clients import KafkaException
-from runtime.kafka.records import ConsumedMessage, dead_letter
-from schemas.errors import RegistryUnavailable
-from schemas.events import DeadLetter
-from schemas.redact import clip, escape_controls, redact_text
-from schemas.tenancy import OPERATORS
+from cronstream.runtime import metrics
+from cronstream.runtime.errors import PublishError, RepeatedFault
+from cronstream.runtime.kafka.clients import KafkaException
+from cronstream.runtime.kafka.records import ConsumedMessage, dead_letter
+from cronstream.schemas.errors import RegistryUnavailable
+from cronstream.schemas.events import DeadLetter
+from cronstream.schemas.redact import clip, escape_controls, redact_text
+from cronstream.schemas.tenancy import OPERATORS
 
 log = logging.getLogger("cronstream.faults")
 STREAK = 20

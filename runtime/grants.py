@@ -16,10 +16,10 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from runtime.credentials import security_dir
-from runtime.settings import Settings
-from schemas.errors import GrantError
-from schemas.policy import TenantPolicy
+from cronstream.runtime.credentials import security_dir
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.errors import GrantError
+from cronstream.schemas.policy import TenantPolicy
 
 log = logging.getLogger("cronstream.grants")
 CHECK_EVERY_S = 1.0

@@ -9,10 +9,10 @@ from urllib.parse import urlparse
 
 import httpx
 
-from runtime.errors import SettingsError
-from runtime.kafka.clients import kafka_admin
-from runtime.kafka.security import admin_certificate
-from runtime.settings import Settings
+from cronstream.runtime.errors import SettingsError
+from cronstream.runtime.kafka.clients import kafka_admin
+from cronstream.runtime.kafka.security import admin_certificate
+from cronstream.runtime.settings import Settings
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,7 +108,7 @@ def cassandra_health(
         return Health(ok=False, detail=f"nothing listens on port {port} of {hosts}", latency_ms=0)
     from cassandra.cluster import NoHostAvailable
 
-    from runtime.cassandra import cassandra_cluster, login_refused
+    from cronstream.runtime.cassandra import cassandra_cluster, login_refused
 
     try:
         cluster = cassandra_cluster(settings, timeout=timeout, login=login)

@@ -30,9 +30,9 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from pyarrow.fs import S3FileSystem
 
-from runtime.credentials import credentials_dir
-from runtime.errors import SettingsError
-from runtime.settings import Settings, env_int
+from cronstream.runtime.credentials import credentials_dir
+from cronstream.runtime.errors import SettingsError
+from cronstream.runtime.settings import Settings, env_int
 
 BUCKET = "cronstream-archive"  # the local stack's bucket (made by the bootstrap)
 S3_IDENTITY = "archive"  # the local stack's object store login

@@ -22,10 +22,10 @@ from prometheus_client import (
 )
 from prometheus_client.metrics_core import HistogramMetricFamily, Metric
 
-from runtime.cardinality import FailureStreaks, TenantLabels
-from runtime.probes import Probes
-from schemas.catalog import ROLES
-from schemas.targets import names as target_types
+from cronstream.runtime.cardinality import FailureStreaks, TenantLabels
+from cronstream.runtime.probes import Probes
+from cronstream.schemas.catalog import ROLES
+from cronstream.schemas.targets import names as target_types
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 M = TypeVar("M", Counter, Gauge, Histogram)

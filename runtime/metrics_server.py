@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from runtime.errors import SettingsError
-from runtime.metrics import PROBES, exposition
+from cronstream.runtime.errors import SettingsError
+from cronstream.runtime.metrics import PROBES, exposition
 
 LOOPBACK = "127.0.0.1"
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from runtime.credentials import credentials_dir, read_password
-from runtime.settings import Settings
-from schemas.registry import RegistryClient
+from cronstream.runtime.credentials import credentials_dir, read_password
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.registry import RegistryClient
 
 
 def registry_secret_path(settings: Settings, user: str) -> Path:

@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from runtime.settings import Settings
+from cronstream.runtime.settings import Settings
 
 
 def targets_dir(settings: Settings) -> Path:

@@ -13,8 +13,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from runtime.errors import SettingsError
-from schemas.catalog import ROLES, cassandra_role_user, role_user
+from cronstream.runtime.errors import SettingsError
+from cronstream.schemas.catalog import ROLES, cassandra_role_user, role_user
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -17,8 +17,8 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from runtime.credentials import credentials_dir, security_dir
-from runtime.settings import Settings
+from cronstream.runtime.credentials import credentials_dir, security_dir
+from cronstream.runtime.settings import Settings
 
 ADMIN = "*"
 

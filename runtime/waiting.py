@@ -31,15 +31,15 @@ from contextlib import contextmanager
 from functools import partial
 from typing import Any, TypeVar
 
-from runtime import metrics
-from runtime.errors import ServiceRefused
-from runtime.kafka.clients import KafkaError, KafkaException, kafka_admin
-from runtime.kafka.records import ConsumedMessage
-from runtime.registry import registry_client
-from runtime.settings import Settings
-from runtime.stop import StopWaiting
-from schemas.errors import RegistryUnavailable
-from schemas.serde import Codec
+from cronstream.runtime import metrics
+from cronstream.runtime.errors import ServiceRefused
+from cronstream.runtime.kafka.clients import KafkaError, KafkaException, kafka_admin
+from cronstream.runtime.kafka.records import ConsumedMessage
+from cronstream.runtime.registry import registry_client
+from cronstream.runtime.settings import Settings
+from cronstream.runtime.stop import StopWaiting
+from cronstream.schemas.errors import RegistryUnavailable
+from cronstream.schemas.serde import Codec
 
 T = TypeVar("T")
 FIRST_DELAY_S = 0.5
@@ -256,7 +256,7 @@ def _ask_cassandra(settings: Settings) -> None:
     from cassandra import InvalidRequest  # the driver: ~0.3 s to import
     from cassandra.cluster import NoHostAvailable
 
-    from runtime.cassandra import cassandra_session
+    from cronstream.runtime.cassandra import cassandra_session
 
     try:
         cluster, _session = cassandra_session(settings, keyspace=settings.keyspace, timeout=5.0)

@@ -8,7 +8,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import ClassVar
 
-from schemas.events import AvroRecord
+from cronstream.schemas.events import AvroRecord
 
 
 class AlertKind(StrEnum):

@@ -20,8 +20,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from schemas.events import AvroRecord, to_jsonable
-from schemas.redact import redact_jsonable
+from cronstream.schemas.events import AvroRecord, to_jsonable
+from cronstream.schemas.redact import redact_jsonable
 
 
 class AuditAction(StrEnum):

@@ -15,7 +15,7 @@ from typing import Any
 
 import fastavro
 
-from schemas.errors import SchemaFileError
+from cronstream.schemas.errors import SchemaFileError
 
 AVRO_DIR = Path(__file__).resolve().parent / "avro"
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol
 
-from schemas.alerts import Alert
-from schemas.audit import AuditRecord
-from schemas.events import (
+from cronstream.schemas.alerts import Alert
+from cronstream.schemas.audit import AuditRecord
+from cronstream.schemas.events import (
     ControlCommand,
     DeadLetter,
     JobDefinition,
@@ -24,9 +24,15 @@ from schemas.events import (
     RunRequest,
     TimerRequest,
 )
-from schemas.flows import FlowDefinition, FlowEvent
-from schemas.output import RunOutput
-from schemas.tenancy import AnyEvent, TenantCommand, TenantResult, commands_topic, results_topic
+from cronstream.schemas.flows import FlowDefinition, FlowEvent
+from cronstream.schemas.output import RunOutput
+from cronstream.schemas.tenancy import (
+    AnyEvent,
+    TenantCommand,
+    TenantResult,
+    commands_topic,
+    results_topic,
+)
 
 DAY_MS = 86_400_000
 
@@ -295,7 +301,7 @@ ROLES: Mapping[str, RoleAccess] = MappingProxyType(
         # event triggers (streams.triggers.processor): definitions with on: -> run requests; refused
         # definitions and records to the dead letters; its checkpoints. The source topics
         # it reads are granted apart: each tenant's <tenant>. (infra.tenants), operators'
-        # with `python -m infra trigger-sources add` (docs/event-triggers.md, "Access")
+        # with `python -m cronstream.infra trigger-sources add` (docs/event-triggers.md, "Access")
         "triggers": RoleAccess(
             reads=(JOBS,),
             writes=(*_RUNS, DLQ),

@@ -19,9 +19,9 @@ from functools import partial
 from operator import attrgetter, methodcaller
 from typing import Any, ClassVar, Self, get_args, get_origin, get_type_hints
 
-from schemas.headers import job_headers, run_headers, run_request_headers, text_headers
-from schemas.instants import EPOCH, aware, from_ms, iso, to_ms, utc_now
-from schemas.schedules import (
+from cronstream.schemas.headers import job_headers, run_headers, run_request_headers, text_headers
+from cronstream.schemas.instants import EPOCH, aware, from_ms, iso, to_ms, utc_now
+from cronstream.schemas.schedules import (
     CronSchedule,
     IntervalSchedule,
     OnceSchedule,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from schemas.instants import iso
+from cronstream.schemas.instants import iso
 
 
 def job_headers(job_id: str, *, op: str, detail: str | None = None) -> list[tuple[str, bytes]]:

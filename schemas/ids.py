@@ -23,7 +23,7 @@ import struct
 from datetime import date, datetime
 from functools import lru_cache
 
-from schemas.events import from_ms, iso
+from cronstream.schemas.events import from_ms, iso
 
 MANUAL = "manual:"
 EVENT = "evt:"

@@ -23,9 +23,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import fields, is_dataclass
 from functools import lru_cache
 
-from schemas.errors import SpecError
-from schemas.events import RetryPolicy, RunOutcome, RunRequest, Target
-from schemas.output import RunOutput
+from cronstream.schemas.errors import SpecError
+from cronstream.schemas.events import RetryPolicy, RunOutcome, RunRequest, Target
+from cronstream.schemas.output import RunOutput
 
 DAY_MS = 86_400_000
 MAX_JOB_ID = 200

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import ClassVar
 
-from schemas.events import AvroRecord
-from schemas.headers import run_headers
+from cronstream.schemas.events import AvroRecord
+from cronstream.schemas.headers import run_headers
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

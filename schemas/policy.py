@@ -24,10 +24,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from schemas.errors import GrantError
-from schemas.events import Target
-from schemas.targets import PolicyRule, names, target_type
-from schemas.tenancy import OPERATORS
+from cronstream.schemas.errors import GrantError
+from cronstream.schemas.events import Target
+from cronstream.schemas.targets import PolicyRule, names, target_type
+from cronstream.schemas.tenancy import OPERATORS
 
 
 @dataclass(frozen=True, slots=True)

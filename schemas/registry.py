@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 import httpx
 
-from schemas.errors import RegistryError, RegistryUnavailable
+from cronstream.schemas.errors import RegistryError, RegistryUnavailable
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 

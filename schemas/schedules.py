@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from schemas.instants import aware, iso
+from cronstream.schemas.instants import aware, iso
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -22,17 +22,17 @@ from typing import Any, TypeVar
 
 import fastavro
 
-from schemas.alerts import Alert
-from schemas.audit import AuditRecord
-from schemas.avro import parsed_schema, schema_json
-from schemas.errors import (
+from cronstream.schemas.alerts import Alert
+from cronstream.schemas.audit import AuditRecord
+from cronstream.schemas.avro import parsed_schema, schema_json
+from cronstream.schemas.errors import (
     DecodeError,
     HeadError,
     InvalidTiming,
     LimitError,
     RegistryError,
 )
-from schemas.events import (
+from cronstream.schemas.events import (
     ControlCommand,
     DeadLetter,
     JobDefinition,
@@ -40,13 +40,13 @@ from schemas.events import (
     RunRequest,
     TimerRequest,
 )
-from schemas.flows import FlowDefinition, FlowEvent
-from schemas.limits import refusal, run_problems
-from schemas.output import RunOutput
-from schemas.registry import RegistryClient
-from schemas.templates import RunRequestReader, encode_dead_letter, encode_run_outcome
-from schemas.tenancy import AnyEvent, TenantCommand, TenantResult
-from schemas.timing import JobTiming, TimingReader
+from cronstream.schemas.flows import FlowDefinition, FlowEvent
+from cronstream.schemas.limits import refusal, run_problems
+from cronstream.schemas.output import RunOutput
+from cronstream.schemas.registry import RegistryClient
+from cronstream.schemas.templates import RunRequestReader, encode_dead_letter, encode_run_outcome
+from cronstream.schemas.tenancy import AnyEvent, TenantCommand, TenantResult
+from cronstream.schemas.timing import JobTiming, TimingReader
 
 MAGIC = 0
 # A schema id the registry refused is refused again without asking for this long.

@@ -29,9 +29,9 @@ from datetime import datetime
 
 import fastavro
 
-from schemas.avro import parsed_schema
-from schemas.errors import HeadError, LimitError
-from schemas.events import (
+from cronstream.schemas.avro import parsed_schema
+from cronstream.schemas.errors import HeadError, LimitError
+from cronstream.schemas.events import (
     EPOCH,
     DeadLetter,
     JobDefinition,
@@ -42,8 +42,16 @@ from schemas.events import (
     from_ms,
     to_ms,
 )
-from schemas.limits import head_problems, refusal, tail_problems
-from schemas.wire import Tails, avro_string, read_instant, read_int, read_long, read_string, zigzag
+from cronstream.schemas.limits import head_problems, refusal, tail_problems
+from cronstream.schemas.wire import (
+    Tails,
+    avro_string,
+    read_instant,
+    read_int,
+    read_long,
+    read_string,
+    zigzag,
+)
 
 _HEADER = struct.Struct(">bI")
 TRIGGER_INDEX = {trigger: index for index, trigger in enumerate(Trigger)}

@@ -18,11 +18,11 @@ from datetime import datetime
 from enum import StrEnum
 from typing import ClassVar
 
-from schemas.alerts import Alert
-from schemas.audit import AuditRecord
-from schemas.events import AvroRecord, Event, JobDefinition
-from schemas.flows import FlowDefinition, FlowEvent
-from schemas.output import RunOutput
+from cronstream.schemas.alerts import Alert
+from cronstream.schemas.audit import AuditRecord
+from cronstream.schemas.events import AvroRecord, Event, JobDefinition
+from cronstream.schemas.flows import FlowDefinition, FlowEvent
+from cronstream.schemas.output import RunOutput
 
 # Lower-case letters, digits and '-', no dots: a prefixed ACL on ``<prefix>.t.<tenant>.``
 # then never reaches another tenant whose name merely starts the same.

@@ -23,11 +23,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from schemas.errors import HeadError, InvalidTiming
-from schemas.instants import to_ms
-from schemas.schedules import CronSchedule, IntervalSchedule, OnceSchedule, Schedule
-from schemas.schedules import schedule_from_avro as _schedule_from_avro
-from schemas.wire import Tails, last_varint_start, read_instant, read_long, read_string
+from cronstream.schemas.errors import HeadError, InvalidTiming
+from cronstream.schemas.instants import to_ms
+from cronstream.schemas.schedules import CronSchedule, IntervalSchedule, OnceSchedule, Schedule
+from cronstream.schemas.schedules import schedule_from_avro as _schedule_from_avro
+from cronstream.schemas.wire import Tails, last_varint_start, read_instant, read_long, read_string
 
 _CRON, _INTERVAL, _ONCE = 1, 2, 3  # the schedule union's branches (0: null, manual)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Generic, TypeVar
 
-from schemas.errors import HeadError
+from cronstream.schemas.errors import HeadError
 
 V = TypeVar("V")
 

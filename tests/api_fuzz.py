@@ -39,8 +39,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from runtime.settings import Settings
-from runtime.tokens import ADMIN, token_path
+from cronstream.runtime.settings import Settings
+from cronstream.runtime.tokens import ADMIN, token_path
 
 # Which responses must be as the document says (besides not_a_server_error, counted
 # apart): the status codes, the content types and the bodies it describes.
@@ -140,8 +140,8 @@ def fuzz_stack(settings: Settings) -> Iterator[tuple[str, list[Caller]]]:
     admission and the API behind its front door on threads of this process: the API's
     URL and its callers (tenant a, the admin, the admin acting for a). Everything is
     stopped and the tenants removed afterwards."""
-    from infra.tenants import add_tenant, remove_tenant
-    from producers.admission.core import Quotas
+    from cronstream.infra.tenants import add_tenant, remove_tenant
+    from cronstream.producers.admission.core import Quotas
     from tests.integration.tenants import AdmissionThread, Api
 
     names = (f"fa{uuid.uuid4().hex[:8]}", f"fb{uuid.uuid4().hex[:8]}")

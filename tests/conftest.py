@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from runtime.registry import registry_client
-from runtime.settings import Settings
-from schemas.registry import RegistryClient
+from cronstream.runtime.registry import registry_client
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.registry import RegistryClient
 
 if TYPE_CHECKING:
     from tests.integration.helpers import CronstreamProcess, Target
@@ -72,7 +72,7 @@ def stack(base_settings: Settings) -> Settings:
     """The running local stack. A service that cannot start fails the tests (never skips).
     Under pytest-xdist every worker asks; a lock file lets one start what is missing while
     the others wait (two would start the same service twice)."""
-    from infra import stack as stack_mod
+    from cronstream.infra import stack as stack_mod
 
     base_settings.home.mkdir(parents=True, exist_ok=True)
     with open(base_settings.home / "tests-up.lock", "w") as lock:
@@ -86,10 +86,10 @@ def stack(base_settings: Settings) -> Settings:
 @pytest.fixture
 def ns(stack: Settings) -> Iterator[Settings]:
     """Settings under a fresh topic prefix, with the catalog's topics and subjects created."""
-    from infra.bootstrap import ensure_subjects, ensure_topics
-    from infra.kafka_access import delete_acls, namespace_acls
-    from runtime.kafka.clients import kafka_admin
-    from schemas.catalog import Topics
+    from cronstream.infra.bootstrap import ensure_subjects, ensure_topics
+    from cronstream.infra.kafka_access import delete_acls, namespace_acls
+    from cronstream.runtime.kafka.clients import kafka_admin
+    from cronstream.schemas.catalog import Topics
 
     settings = stack.with_namespace(topic_prefix=f"cstest.{uuid.uuid4().hex[:10]}")
     ensure_topics(settings)

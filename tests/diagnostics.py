@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from runtime.settings import Settings
+from cronstream.runtime.settings import Settings
 
 if TYPE_CHECKING:
     from tests.integration.helpers import CronstreamProcess
@@ -23,7 +23,7 @@ LOG_TAIL_CHARS = 6000
 
 
 def caused_by_kafka_auth(exc: BaseException | None) -> bool:
-    from runtime.errors import KafkaAuthError
+    from cronstream.runtime.errors import KafkaAuthError
 
     seen = 0
     while exc is not None and seen < 20:
@@ -34,9 +34,9 @@ def caused_by_kafka_auth(exc: BaseException | None) -> bool:
 
 
 def kafka_credentials_report(settings: Settings) -> str:
-    from infra.services import Kafka
-    from runtime.kafka.clients import kafka_admin
-    from runtime.kafka.security import kafka_secret_path
+    from cronstream.infra.services import Kafka
+    from cronstream.runtime.kafka.clients import kafka_admin
+    from cronstream.runtime.kafka.security import kafka_secret_path
 
     lines = []
     stored = kafka_secret_path(settings, settings.kafka_user)

@@ -14,8 +14,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError, TopicPartition
 
-from runtime.kafka.records import AnyHeaders
-from schemas.errors import RegistryError
+from cronstream.runtime.kafka.records import AnyHeaders
+from cronstream.schemas.errors import RegistryError
 
 
 @dataclass

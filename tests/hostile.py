@@ -13,8 +13,8 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
-from schemas.definition.spec import KNOWN_KEYS
-from schemas.events import (
+from cronstream.schemas.definition.spec import KNOWN_KEYS
+from cronstream.schemas.events import (
     Concurrency,
     CronSchedule,
     IntervalSchedule,
@@ -30,8 +30,8 @@ from schemas.events import (
     Target,
     Trigger,
 )
-from schemas.flows import FlowEvent, FlowEventKind
-from schemas.tenancy import TenantAction, TenantCommand
+from cronstream.schemas.flows import FlowEvent, FlowEventKind
+from cronstream.schemas.tenancy import TenantAction, TenantCommand
 
 # Each property: about 150 records, no deadline (the first example imports and warms up),
 # no shrinking (a failure is printed as found: shrinking one took minutes of `make test`).

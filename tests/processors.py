@@ -17,44 +17,44 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
-from consumers.archiver import Archiver
-from consumers.core.dedup import Dedup
-from consumers.core.offsets import OffsetTracker
-from consumers.errors import ExecutionFailed
-from consumers.executors.base import RunContext
-from consumers.history import HistoryTables
-from consumers.output import OutputTable
-from consumers.sink import Sink, transient_errors
-from consumers.worker.attempts import Attempts
-from consumers.worker.config import WorkerConfig
-from consumers.worker.intake import Intake
-from consumers.worker.loop import outcome_observers
-from consumers.worker.outbox import Outbox
-from consumers.worker.replay import HistoryReplay
-from producers.admission.core import Admission, Quotas
-from producers.admission.processor import AdmissionConfig, AdmissionProcessor
-from runtime import metrics
-from runtime.faults import RecordFaults
-from runtime.kafka.publisher import Publisher
-from runtime.kafka.stall import Backoff
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.events import DeadLetter, Priority, RunOutcome, Target
-from schemas.flows import FlowDefinition
-from schemas.output import RunOutput
-from schemas.serde import Codec
-from schemas.tenancy import TenantCommand, TenantResult, commands_topic
-from streams.core.partition import PartitionScheduler
-from streams.flows.app import _Runner
-from streams.flows.coordinator import Coordinator
-from streams.flows.rows import JsonRows
-from streams.scheduler.applying import Applier
-from streams.scheduler.config import ProcessorConfig
-from streams.scheduler.definitions import Definitions
-from streams.scheduler.emitter import Emitter
-from streams.scheduler.intake import Intake as SchedulerIntake
-from streams.scheduler.loading import Loader
-from streams.scheduler.owned import Owned
+from cronstream.consumers.archiver import Archiver
+from cronstream.consumers.core.dedup import Dedup
+from cronstream.consumers.core.offsets import OffsetTracker
+from cronstream.consumers.errors import ExecutionFailed
+from cronstream.consumers.executors.base import RunContext
+from cronstream.consumers.history import HistoryTables
+from cronstream.consumers.output import OutputTable
+from cronstream.consumers.sink import Sink, transient_errors
+from cronstream.consumers.worker.attempts import Attempts
+from cronstream.consumers.worker.config import WorkerConfig
+from cronstream.consumers.worker.intake import Intake
+from cronstream.consumers.worker.loop import outcome_observers
+from cronstream.consumers.worker.outbox import Outbox
+from cronstream.consumers.worker.replay import HistoryReplay
+from cronstream.producers.admission.core import Admission, Quotas
+from cronstream.producers.admission.processor import AdmissionConfig, AdmissionProcessor
+from cronstream.runtime import metrics
+from cronstream.runtime.faults import RecordFaults
+from cronstream.runtime.kafka.publisher import Publisher
+from cronstream.runtime.kafka.stall import Backoff
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.events import DeadLetter, Priority, RunOutcome, Target
+from cronstream.schemas.flows import FlowDefinition
+from cronstream.schemas.output import RunOutput
+from cronstream.schemas.serde import Codec
+from cronstream.schemas.tenancy import TenantCommand, TenantResult, commands_topic
+from cronstream.streams.core.partition import PartitionScheduler
+from cronstream.streams.flows.app import _Runner
+from cronstream.streams.flows.coordinator import Coordinator
+from cronstream.streams.flows.rows import JsonRows
+from cronstream.streams.scheduler.applying import Applier
+from cronstream.streams.scheduler.config import ProcessorConfig
+from cronstream.streams.scheduler.definitions import Definitions
+from cronstream.streams.scheduler.emitter import Emitter
+from cronstream.streams.scheduler.intake import Intake as SchedulerIntake
+from cronstream.streams.scheduler.loading import Loader
+from cronstream.streams.scheduler.owned import Owned
 from tests.fakes import FakeConsumer, FakeMessage, FakeProducer, FakeRegistry
 
 SETTINGS = Settings.from_env({"CRONSTREAM_PARTITIONS": "1"})  # every job at home on 0

@@ -10,12 +10,12 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from schemas.events import RetryPolicy
+from cronstream.schemas.events import RetryPolicy
 
 # No wait is longer than the documented limit, whatever a definition says (one written
 # by another producer is not checked by ``jobs put``): a retry due past year 9999
 # cannot even be written.
-from schemas.limits import MAX_BACKOFF_MS
+from cronstream.schemas.limits import MAX_BACKOFF_MS
 
 
 def backoff_ceiling_ms(policy: RetryPolicy, attempt: int) -> int:

@@ -22,9 +22,9 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
-from consumers.core.dedup import Dedup
-from schemas.alerts import Alert, AlertKind, deadline_alert_id
-from schemas.events import RunRequest, from_ms, to_ms
+from cronstream.consumers.core.dedup import Dedup
+from cronstream.schemas.alerts import Alert, AlertKind, deadline_alert_id
+from cronstream.schemas.events import RunRequest, from_ms, to_ms
 
 
 class Deadlines:

@@ -21,8 +21,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from consumers.core.backoff import next_attempt_due
-from schemas.events import (
+from cronstream.consumers.core.backoff import next_attempt_due
+from cronstream.schemas.events import (
     JOB_PAUSED,
     RetryPolicy,
     RunRequest,

@@ -18,12 +18,12 @@ from datetime import datetime
 from queue import SimpleQueue
 from typing import Any, Protocol, runtime_checkable
 
-from consumers.core.output import Output, Result
-from consumers.errors import TargetInvalid
-from consumers.executors.pool import Done
-from schemas.events import Target
-from schemas.redact import scrub
-from schemas.tenancy import OPERATORS
+from cronstream.consumers.core.output import Output, Result
+from cronstream.consumers.errors import TargetInvalid
+from cronstream.consumers.executors.pool import Done
+from cronstream.schemas.events import Target
+from cronstream.schemas.redact import scrub
+from cronstream.schemas.tenancy import OPERATORS
 
 __all__ = [
     "CancelFlag",

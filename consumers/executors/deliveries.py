@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from consumers.errors import ExecutionFailed
-from consumers.executors.base import Finished
-from runtime.kafka.clients import KafkaError, Producer
+from cronstream.consumers.errors import ExecutionFailed
+from cronstream.consumers.executors.base import Finished
+from cronstream.runtime.kafka.clients import KafkaError, Producer
 
 # What an acknowledgement or its absence means for the attempt: (output, error).
 Judge = Callable[[KafkaError | None, Any], tuple[str | None, ExecutionFailed | None]]

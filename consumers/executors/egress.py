@@ -18,10 +18,10 @@ from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
-from consumers.errors import TargetInvalid
-from runtime.kafka.clients import KafkaError, Producer, kafka_producer
-from runtime.settings import Settings
-from schemas.tenancy import tenant_user
+from cronstream.consumers.errors import TargetInvalid
+from cronstream.runtime.kafka.clients import KafkaError, Producer, kafka_producer
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.tenancy import tenant_user
 
 
 class TenantProducers:

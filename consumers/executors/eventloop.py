@@ -22,7 +22,7 @@ from collections.abc import Coroutine
 from queue import SimpleQueue
 from typing import Any, Generic, TypeVar
 
-from consumers.executors.pool import Done
+from cronstream.consumers.executors.pool import Done
 
 T = TypeVar("T")
 R = TypeVar("R")

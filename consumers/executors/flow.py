@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from consumers.errors import ExecutionFailed
-from consumers.executors.base import RunContext
-from consumers.executors.kafka import deliver
-from consumers.executors.setup import ExecutorSetup
-from runtime.kafka.clients import Producer
-from schemas.events import Target, utc_now
-from schemas.flows import FlowEvent, FlowEventKind
+from cronstream.consumers.errors import ExecutionFailed
+from cronstream.consumers.executors.base import RunContext
+from cronstream.consumers.executors.kafka import deliver
+from cronstream.consumers.executors.setup import ExecutorSetup
+from cronstream.runtime.kafka.clients import Producer
+from cronstream.schemas.events import Target, utc_now
+from cronstream.schemas.flows import FlowEvent, FlowEventKind
 
 
 def executor(setup: ExecutorSetup) -> FlowExecutor:

@@ -45,16 +45,16 @@ from functools import lru_cache, partial
 from typing import Any, NamedTuple
 from urllib.parse import SplitResult, quote, urljoin, urlsplit
 
-from consumers.errors import (
+from cronstream.consumers.errors import (
     Cancelled,
     ExecutionFailed,
     PermanentFailure,
     TargetInvalid,
     TimedOut,
 )
-from consumers.executors.base import Finished, Output, RunContext
-from consumers.executors.eventloop import LoopThread
-from consumers.executors.http_wire import (
+from cronstream.consumers.executors.base import Finished, Output, RunContext
+from cronstream.consumers.executors.eventloop import LoopThread
+from cronstream.consumers.executors.http_wire import (
     Connection,
     Pool,
     Response,
@@ -62,13 +62,13 @@ from consumers.executors.http_wire import (
     WireError,
     request_head,
 )
-from consumers.executors.secrets import Secrets
-from consumers.executors.setup import ExecutorSetup
-from schemas.events import Target
-from schemas.policy import TenantPolicy
-from schemas.redact import secret_name, sensitive
-from schemas.targets.http import connect_allowed, embedded_ipv4
-from schemas.tenancy import OPERATORS
+from cronstream.consumers.executors.secrets import Secrets
+from cronstream.consumers.executors.setup import ExecutorSetup
+from cronstream.schemas.events import Target
+from cronstream.schemas.policy import TenantPolicy
+from cronstream.schemas.redact import secret_name, sensitive
+from cronstream.schemas.targets.http import connect_allowed, embedded_ipv4
+from cronstream.schemas.tenancy import OPERATORS
 
 MAX_REDIRECTS = 5
 RETRIABLE_STATUS = frozenset({408, 425, 429})

@@ -25,7 +25,7 @@ from typing import Any
 
 import httptools
 
-from schemas.limits import FRAMING_HEADERS
+from cronstream.schemas.limits import FRAMING_HEADERS
 
 # An idle connection is closed after this long: under the 5 s idle timeout of common
 # servers (uvicorn, Node, Apache), so a kept connection is rarely one they close as it

@@ -29,15 +29,15 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from consumers.errors import ExecutionFailed, TargetInvalid, TimedOut
-from consumers.executors.base import Finished, RunContext
-from consumers.executors.deliveries import DeliveryPoller, Record
-from consumers.executors.egress import TenantProducers
-from consumers.executors.setup import ExecutorSetup
-from runtime.kafka.clients import KafkaError, KafkaException, Producer
-from schemas.events import Target
-from schemas.ids import partition_for
-from schemas.tenancy import OPERATORS
+from cronstream.consumers.errors import ExecutionFailed, TargetInvalid, TimedOut
+from cronstream.consumers.executors.base import Finished, RunContext
+from cronstream.consumers.executors.deliveries import DeliveryPoller, Record
+from cronstream.consumers.executors.egress import TenantProducers
+from cronstream.consumers.executors.setup import ExecutorSetup
+from cronstream.runtime.kafka.clients import KafkaError, KafkaException, Producer
+from cronstream.schemas.events import Target
+from cronstream.schemas.ids import partition_for
+from cronstream.schemas.tenancy import OPERATORS
 
 # How long the broker's answer on a topic's existence is trusted.
 TOPIC_KNOWN_S = 60.0

@@ -27,10 +27,10 @@ import sys
 import traceback
 from collections.abc import Iterable
 
-from consumers.errors import ExecutionFailed, TargetInvalid
-from consumers.executors.base import RunContext, told
-from consumers.executors.setup import ExecutorSetup
-from schemas.events import Target
+from cronstream.consumers.errors import ExecutionFailed, TargetInvalid
+from cronstream.consumers.executors.base import RunContext, told
+from cronstream.consumers.executors.setup import ExecutorSetup
+from cronstream.schemas.events import Target
 
 DEFAULT_ALLOW = ("examples",)
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")

@@ -28,10 +28,10 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from consumers.errors import TargetInvalid
-from consumers.executors.base import RunContext
-from schemas.redact import secret_name
-from schemas.tenancy import OPERATORS, TENANT_NAME
+from cronstream.consumers.errors import TargetInvalid
+from cronstream.consumers.executors.base import RunContext
+from cronstream.schemas.redact import secret_name
+from cronstream.schemas.tenancy import OPERATORS, TENANT_NAME
 
 log = logging.getLogger("cronstream.worker")
 

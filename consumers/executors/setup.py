@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from pkgutil import resolve_name
 from typing import Any, Protocol
 
-from consumers.executors.base import Executor
-from consumers.executors.egress import TenantProducers
-from runtime.kafka.clients import Producer
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.policy import TenantPolicy
-from schemas.targets import registered
+from cronstream.consumers.executors.base import Executor
+from cronstream.consumers.executors.egress import TenantProducers
+from cronstream.runtime.kafka.clients import Producer
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.policy import TenantPolicy
+from cronstream.schemas.targets import registered
 
 
 class WorkerOptions(Protocol):

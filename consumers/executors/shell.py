@@ -44,12 +44,12 @@ from collections.abc import Iterable
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-from consumers.core.output import Dropped
-from consumers.errors import Cancelled, ExecutionFailed, TargetInvalid, TimedOut
-from consumers.executors.base import Output, RunContext, told
-from consumers.executors.setup import ExecutorSetup
-from schemas.events import Target
-from schemas.targets.shell import DOTDOT, argv_matches, option_glob, shell_words
+from cronstream.consumers.core.output import Dropped
+from cronstream.consumers.errors import Cancelled, ExecutionFailed, TargetInvalid, TimedOut
+from cronstream.consumers.executors.base import Output, RunContext, told
+from cronstream.consumers.executors.setup import ExecutorSetup
+from cronstream.schemas.events import Target
+from cronstream.schemas.targets.shell import DOTDOT, argv_matches, option_glob, shell_words
 
 KILL_GRACE_S = 2.0
 OUTPUT_CAP = 64 * 1024

@@ -13,7 +13,7 @@ time; the retry itself is a TimerRequest on ``timers``, held by the scheduler),
 TIMED_OUT, CANCELED, DEAD_LETTERED (+ a DLQ record) or DUPLICATE.
 """
 
-from consumers.worker.config import WorkerConfig
-from consumers.worker.loop import Worker
+from cronstream.consumers.worker.config import WorkerConfig
+from cronstream.consumers.worker.loop import Worker
 
 __all__ = ["Worker", "WorkerConfig"]

@@ -15,22 +15,28 @@ from collections import deque
 from collections.abc import Callable
 from queue import Empty, SimpleQueue
 
-from consumers.core.bulkhead import Admission
-from consumers.core.concurrency import ConcurrencyGate
-from consumers.core.dedup import Dedup
-from consumers.core.output import Dropped, Output, fit, kept
-from consumers.core.verdict import after_failure, before_start, retry_timer
-from consumers.errors import Cancelled, ExecutionFailed, InternalError, TargetInvalid, TimedOut
-from consumers.executors.base import Executor, Result, RunContext
-from consumers.executors.pool import Done, RunPool
-from consumers.worker.config import WorkerConfig
-from consumers.worker.outbox import Outbox
-from consumers.worker.pending import Pending
-from consumers.worker.runners import Runners
-from runtime import metrics
-from runtime.faults import RecordFaults
-from runtime.settings import Settings
-from schemas.events import (
+from cronstream.consumers.core.bulkhead import Admission
+from cronstream.consumers.core.concurrency import ConcurrencyGate
+from cronstream.consumers.core.dedup import Dedup
+from cronstream.consumers.core.output import Dropped, Output, fit, kept
+from cronstream.consumers.core.verdict import after_failure, before_start, retry_timer
+from cronstream.consumers.errors import (
+    Cancelled,
+    ExecutionFailed,
+    InternalError,
+    TargetInvalid,
+    TimedOut,
+)
+from cronstream.consumers.executors.base import Executor, Result, RunContext
+from cronstream.consumers.executors.pool import Done, RunPool
+from cronstream.consumers.worker.config import WorkerConfig
+from cronstream.consumers.worker.outbox import Outbox
+from cronstream.consumers.worker.pending import Pending
+from cronstream.consumers.worker.runners import Runners
+from cronstream.runtime import metrics
+from cronstream.runtime.faults import RecordFaults
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.events import (
     Concurrency,
     DeadLetter,
     Priority,
@@ -41,8 +47,8 @@ from schemas.events import (
     Trigger,
     to_ms,
 )
-from schemas.redact import redact_text
-from schemas.tenancy import OPERATORS
+from cronstream.schemas.redact import redact_text
+from cronstream.schemas.tenancy import OPERATORS
 
 log = logging.getLogger("cronstream.worker")
 STAGE = "worker"

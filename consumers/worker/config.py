@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from consumers.executors.python import DEFAULT_ALLOW as PYTHON_DEFAULT_ALLOW
+from cronstream.consumers.executors.python import DEFAULT_ALLOW as PYTHON_DEFAULT_ALLOW
 
 DAY_MS = 86_400_000
 

@@ -22,10 +22,10 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping
 
-from consumers.core.bulkhead import Admission, Bulkhead
-from consumers.executors.base import Destined, Executor
-from consumers.worker.config import WorkerConfig
-from consumers.worker.pending import Pending
+from cronstream.consumers.core.bulkhead import Admission, Bulkhead
+from cronstream.consumers.executors.base import Destined, Executor
+from cronstream.consumers.worker.config import WorkerConfig
+from cronstream.consumers.worker.pending import Pending
 
 log = logging.getLogger("cronstream.worker")
 WARN_EVERY_S = 60.0  # a destination whose slots are all held is logged this often at most

@@ -30,22 +30,22 @@ from __future__ import annotations
 import functools
 import time
 
-from consumers.core.delay import DelayQueue
-from consumers.core.fair import FairQueue
-from consumers.core.offsets import OffsetTracker
-from consumers.worker.config import WorkerConfig
-from consumers.worker.lookups import SchemaLookups
-from consumers.worker.outbox import Outbox
-from consumers.worker.pending import Pending
-from consumers.worker.replay import HistoryReplay
-from runtime.faults import RecordFaults
-from runtime.kafka.clients import Consumer, TopicPartition
-from runtime.kafka.records import ConsumedMessage, is_record
-from schemas.catalog import Topics
-from schemas.errors import DecodeError
-from schemas.events import Priority, RunRequest, to_ms
-from schemas.ids import partition_for
-from schemas.serde import Codec
+from cronstream.consumers.core.delay import DelayQueue
+from cronstream.consumers.core.fair import FairQueue
+from cronstream.consumers.core.offsets import OffsetTracker
+from cronstream.consumers.worker.config import WorkerConfig
+from cronstream.consumers.worker.lookups import SchemaLookups
+from cronstream.consumers.worker.outbox import Outbox
+from cronstream.consumers.worker.pending import Pending
+from cronstream.consumers.worker.replay import HistoryReplay
+from cronstream.runtime.faults import RecordFaults
+from cronstream.runtime.kafka.clients import Consumer, TopicPartition
+from cronstream.runtime.kafka.records import ConsumedMessage, is_record
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.errors import DecodeError
+from cronstream.schemas.events import Priority, RunRequest, to_ms
+from cronstream.schemas.ids import partition_for
+from cronstream.schemas.serde import Codec
 
 Key = tuple[str, int]  # (topic, partition)
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from schemas.errors import RegistryUnavailable
-from schemas.registry import RegistryClient
-from schemas.serde import Codec
+from cronstream.schemas.errors import RegistryUnavailable
+from cronstream.schemas.registry import RegistryClient
+from cronstream.schemas.serde import Codec
 
 
 class SchemaLookups:

@@ -21,32 +21,32 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from consumers.core.dedup import Dedup
-from consumers.core.offsets import OffsetTracker
-from consumers.core.pacing import pause_s
-from consumers.worker.attempts import Attempts
-from consumers.worker.config import WorkerConfig
-from consumers.worker.intake import Intake, Key
-from consumers.worker.lookups import SchemaLookups
-from consumers.worker.observers import OutcomeObserver
-from consumers.worker.observers.deadlines import DeadlineAlerts
-from consumers.worker.observers.flows import FlowNodes
-from consumers.worker.outbox import Outbox, outbox_publisher
-from consumers.worker.replay import ControlFeed, HistoryReplay, side_consumer
-from runtime import metrics, stop
-from runtime.kafka.clients import TopicPartition
-from runtime.kafka.member import GroupMember
-from runtime.kafka.offsets import committed, consumer_lag, watermarks
-from runtime.kafka.records import ConsumedMessage
-from runtime.kafka.stall import Backoff, Held
-from runtime.registry import registry_client
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.errors import RegistryUnavailable
-from schemas.events import DeadLetter, RunOutcome, TimerRequest, from_ms
-from schemas.output import RunOutput
-from schemas.serde import Codec
-from schemas.tenancy import AnyEvent
+from cronstream.consumers.core.dedup import Dedup
+from cronstream.consumers.core.offsets import OffsetTracker
+from cronstream.consumers.core.pacing import pause_s
+from cronstream.consumers.worker.attempts import Attempts
+from cronstream.consumers.worker.config import WorkerConfig
+from cronstream.consumers.worker.intake import Intake, Key
+from cronstream.consumers.worker.lookups import SchemaLookups
+from cronstream.consumers.worker.observers import OutcomeObserver
+from cronstream.consumers.worker.observers.deadlines import DeadlineAlerts
+from cronstream.consumers.worker.observers.flows import FlowNodes
+from cronstream.consumers.worker.outbox import Outbox, outbox_publisher
+from cronstream.consumers.worker.replay import ControlFeed, HistoryReplay, side_consumer
+from cronstream.runtime import metrics, stop
+from cronstream.runtime.kafka.clients import TopicPartition
+from cronstream.runtime.kafka.member import GroupMember
+from cronstream.runtime.kafka.offsets import committed, consumer_lag, watermarks
+from cronstream.runtime.kafka.records import ConsumedMessage
+from cronstream.runtime.kafka.stall import Backoff, Held
+from cronstream.runtime.registry import registry_client
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.errors import RegistryUnavailable
+from cronstream.schemas.events import DeadLetter, RunOutcome, TimerRequest, from_ms
+from cronstream.schemas.output import RunOutput
+from cronstream.schemas.serde import Codec
+from cronstream.schemas.tenancy import AnyEvent
 
 log = logging.getLogger("cronstream.worker")
 # History is read from this long before the oldest run an earlier owner left uncommitted

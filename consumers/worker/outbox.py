@@ -12,22 +12,22 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from consumers.core.dedup import Dedup
-from consumers.core.offsets import OffsetTracker
-from consumers.core.output import Dropped
-from consumers.worker.observers import OutcomeObserver, Record
-from consumers.worker.pending import UNDECODABLE, Pending, outcome_headers
-from runtime import metrics
-from runtime.kafka.clients import Consumer, TopicPartition
-from runtime.kafka.member import commit
-from runtime.kafka.publisher import Mark, Publisher
-from runtime.kafka.records import ConsumedMessage, dead_letter
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.events import DeadLetter, RunOutcome, RunRequest, RunStatus, from_ms, to_ms
-from schemas.output import RunOutput
-from schemas.serde import Codec
-from schemas.templates import LetterWriter, OutcomeTemplate
+from cronstream.consumers.core.dedup import Dedup
+from cronstream.consumers.core.offsets import OffsetTracker
+from cronstream.consumers.core.output import Dropped
+from cronstream.consumers.worker.observers import OutcomeObserver, Record
+from cronstream.consumers.worker.pending import UNDECODABLE, Pending, outcome_headers
+from cronstream.runtime import metrics
+from cronstream.runtime.kafka.clients import Consumer, TopicPartition
+from cronstream.runtime.kafka.member import commit
+from cronstream.runtime.kafka.publisher import Mark, Publisher
+from cronstream.runtime.kafka.records import ConsumedMessage, dead_letter
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.events import DeadLetter, RunOutcome, RunRequest, RunStatus, from_ms, to_ms
+from cronstream.schemas.output import RunOutput
+from cronstream.schemas.serde import Codec
+from cronstream.schemas.templates import LetterWriter, OutcomeTemplate
 
 log = logging.getLogger("cronstream.worker")
 STAGE = "worker"

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from consumers.core.offsets import OffsetTracker
-from consumers.executors.base import RunContext
-from consumers.worker.observers import Record
-from runtime.kafka.records import Headers
-from schemas.events import EPOCH, RunRequest, RunStatus, Target
-from schemas.headers import run_headers
-from schemas.templates import OutcomeTemplate
+from cronstream.consumers.core.offsets import OffsetTracker
+from cronstream.consumers.executors.base import RunContext
+from cronstream.consumers.worker.observers import Record
+from cronstream.runtime.kafka.records import Headers
+from cronstream.schemas.events import EPOCH, RunRequest, RunStatus, Target
+from cronstream.schemas.headers import run_headers
+from cronstream.schemas.templates import OutcomeTemplate
 
 
 @dataclass(slots=True, eq=False)

@@ -17,16 +17,16 @@ import logging
 import time
 from collections.abc import Callable
 
-from consumers.core.dedup import Dedup
-from consumers.worker.config import WorkerConfig
-from consumers.worker.pending import Pending
-from runtime.kafka.clients import Consumer, TopicPartition, kafka_consumer
-from runtime.kafka.offsets import offset_since, watermarks
-from runtime.kafka.records import is_record
-from runtime.settings import Settings
-from schemas.errors import DecodeError
-from schemas.events import ControlCommand, text_headers, to_ms
-from schemas.serde import Codec
+from cronstream.consumers.core.dedup import Dedup
+from cronstream.consumers.worker.config import WorkerConfig
+from cronstream.consumers.worker.pending import Pending
+from cronstream.runtime.kafka.clients import Consumer, TopicPartition, kafka_consumer
+from cronstream.runtime.kafka.offsets import offset_since, watermarks
+from cronstream.runtime.kafka.records import is_record
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.errors import DecodeError
+from cronstream.schemas.events import ControlCommand, text_headers, to_ms
+from cronstream.schemas.serde import Codec
 
 log = logging.getLogger("cronstream.worker")
 

@@ -11,16 +11,16 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from consumers.executors.base import Executor, LoopExecutor, Starter
-from consumers.executors.egress import TenantProducers
-from consumers.executors.setup import ExecutorSetup, build_executors
-from consumers.worker.config import WorkerConfig
-from consumers.worker.destinations import Destinations
-from runtime.credentials import credentials_dir
-from runtime.grants import PolicyBook
-from runtime.kafka.clients import kafka_producer
-from runtime.settings import Settings
-from schemas.catalog import Topics
+from cronstream.consumers.executors.base import Executor, LoopExecutor, Starter
+from cronstream.consumers.executors.egress import TenantProducers
+from cronstream.consumers.executors.setup import ExecutorSetup, build_executors
+from cronstream.consumers.worker.config import WorkerConfig
+from cronstream.consumers.worker.destinations import Destinations
+from cronstream.runtime.credentials import credentials_dir
+from cronstream.runtime.grants import PolicyBook
+from cronstream.runtime.kafka.clients import kafka_producer
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
 
 CLOSE_FLUSH_S = 2.0  # the kafka targets' producers sent what they hold within this at a stop
 

@@ -24,19 +24,19 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from consumers.errors import ArchiveUnavailable
 from cronstream.api.backend import Backend, UnknownTenant
 from cronstream.api.document import BEARER, ERRORS, PUT_BODY, CancelBody, TriggerBody
-from producers.errors import NoAnswer
-from runtime.metrics import exposition
-from runtime.metrics_server import authorized
-from runtime.tokens import ADMIN, TokenBook
-from schemas.definition import job_from_spec, parse_duration
-from schemas.errors import SpecError
-from schemas.events import JobDefinition, RunOutcome, RunStatus, to_jsonable, utc_now
-from schemas.limits import carried
-from schemas.redact import redact_jsonable
-from schemas.tenancy import (
+from cronstream.consumers.errors import ArchiveUnavailable
+from cronstream.producers.errors import NoAnswer
+from cronstream.runtime.metrics import exposition
+from cronstream.runtime.metrics_server import authorized
+from cronstream.runtime.tokens import ADMIN, TokenBook
+from cronstream.schemas.definition import job_from_spec, parse_duration
+from cronstream.schemas.errors import SpecError
+from cronstream.schemas.events import JobDefinition, RunOutcome, RunStatus, to_jsonable, utc_now
+from cronstream.schemas.limits import carried
+from cronstream.schemas.redact import redact_jsonable
+from cronstream.schemas.tenancy import (
     RefusalCode,
     TenantAction,
     TenantResult,

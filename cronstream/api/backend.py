@@ -22,9 +22,6 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from consumers.history import History
-from consumers.output import OutputTable
-from consumers.tiers import Tiers
 from cronstream.api.triggers import (
     SCAN_DAYS,
     SCAN_ROWS,
@@ -35,24 +32,27 @@ from cronstream.api.triggers import (
     last_matched,
     upstream_today,
 )
-from producers.admission.core import JobsView
-from producers.admission.processor import JobsFollower
-from producers.errors import NoAnswer
-from runtime.cassandra import cassandra_session
-from runtime.kafka.member import GroupMember
-from runtime.kafka.publisher import Publisher
-from runtime.registry import registry_client
-from runtime.settings import Settings
-from runtime.stop import StopWaiting
-from runtime.waiting import learn_writers, sleeping
-from schemas.catalog import Topics
-from schemas.errors import DecodeError
-from schemas.events import JobDefinition, utc_now
-from schemas.ids import dependency_run_id
-from schemas.limits import require_encodable
-from schemas.output import RunOutput
-from schemas.serde import Codec
-from schemas.tenancy import TenantAction, TenantCommand, TenantResult, commands_pattern
+from cronstream.consumers.history import History
+from cronstream.consumers.output import OutputTable
+from cronstream.consumers.tiers import Tiers
+from cronstream.producers.admission.core import JobsView
+from cronstream.producers.admission.processor import JobsFollower
+from cronstream.producers.errors import NoAnswer
+from cronstream.runtime.cassandra import cassandra_session
+from cronstream.runtime.kafka.member import GroupMember
+from cronstream.runtime.kafka.publisher import Publisher
+from cronstream.runtime.registry import registry_client
+from cronstream.runtime.settings import Settings
+from cronstream.runtime.stop import StopWaiting
+from cronstream.runtime.waiting import learn_writers, sleeping
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.errors import DecodeError
+from cronstream.schemas.events import JobDefinition, utc_now
+from cronstream.schemas.ids import dependency_run_id
+from cronstream.schemas.limits import require_encodable
+from cronstream.schemas.output import RunOutput
+from cronstream.schemas.serde import Codec
+from cronstream.schemas.tenancy import TenantAction, TenantCommand, TenantResult, commands_pattern
 
 log = logging.getLogger("cronstream.api")
 

@@ -13,7 +13,7 @@ from typing import Any
 from fastapi.security import HTTPBearer
 from pydantic import BaseModel
 
-from schemas.definition.triggers import ON_KEYS
+from cronstream.schemas.definition.triggers import ON_KEYS
 
 BEARER = HTTPBearer(auto_error=False, description="a tenant's token, or the admin's")
 

@@ -18,13 +18,13 @@ from cronstream.api.app import build_app
 from cronstream.api.backend import Backend
 from cronstream.api.guard import AllowedHosts, Guard
 from cronstream.foreground import setup_process, stop_on_signals
-from runtime import metrics
-from runtime.metrics_server import metrics_token
-from runtime.settings import Settings
-from runtime.stop import STOP_BUDGET_S, StopWaiting, requested
-from runtime.stop import arm as arm_stop_deadline
-from runtime.tokens import TokenBook, book_path
-from runtime.waiting import CASSANDRA, KAFKA, REGISTRY, reach, wait_for
+from cronstream.runtime import metrics
+from cronstream.runtime.metrics_server import metrics_token
+from cronstream.runtime.settings import Settings
+from cronstream.runtime.stop import STOP_BUDGET_S, StopWaiting, requested
+from cronstream.runtime.stop import arm as arm_stop_deadline
+from cronstream.runtime.tokens import TokenBook, book_path
+from cronstream.runtime.waiting import CASSANDRA, KAFKA, REGISTRY, reach, wait_for
 
 log = logging.getLogger("cronstream.api")
 

@@ -29,13 +29,13 @@ from dataclasses import dataclass, replace
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from runtime.kafka.clients import KafkaException, TopicPartition, kafka_consumer
-from runtime.kafka.offsets import committed, watermarks
-from runtime.settings import Settings
-from schemas.catalog import FLOWS_APP, triggers_group
-from schemas.events import JobDefinition, RunOutcome, Trigger, iso
-from schemas.ids import event_source
-from streams.core.dependencies import success_of
+from cronstream.runtime.kafka.clients import KafkaException, TopicPartition, kafka_consumer
+from cronstream.runtime.kafka.offsets import committed, watermarks
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import FLOWS_APP, triggers_group
+from cronstream.schemas.events import JobDefinition, RunOutcome, Trigger, iso
+from cronstream.schemas.ids import event_source
+from cronstream.streams.core.dependencies import success_of
 
 SCAN_DAYS = 7  # how far back the last record matched is looked for
 SCAN_ROWS = 500  # of the job's newest runs

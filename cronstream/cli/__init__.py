@@ -16,14 +16,14 @@ from cronstream.cli.common import (
     add_verbosity,
     command_logging,
 )
-from producers.client import JobClient
-from producers.errors import UnknownJob
-from runtime.errors import KafkaAuthError, PublishError, ServiceRefused, SettingsError
-from runtime.health import cassandra_health, kafka_health, registry_health
-from runtime.settings import Settings
-from schemas.definition.zones import TZDATA_VERSION
-from schemas.errors import RegistryError, RegistryUnavailable, SpecError, TargetTypeError
-from schemas.targets import registered
+from cronstream.producers.client import JobClient
+from cronstream.producers.errors import UnknownJob
+from cronstream.runtime.errors import KafkaAuthError, PublishError, ServiceRefused, SettingsError
+from cronstream.runtime.health import cassandra_health, kafka_health, registry_health
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.definition.zones import TZDATA_VERSION
+from cronstream.schemas.errors import RegistryError, RegistryUnavailable, SpecError, TargetTypeError
+from cronstream.schemas.targets import registered
 
 
 def cmd_status(settings: Settings, args: argparse.Namespace) -> int:

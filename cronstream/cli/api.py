@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 
 from cronstream.cli.common import EXIT_INVALID, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_UNAVAILABLE
-from producers.spec import load_jobs_file, yaml_entries
-from runtime.settings import Settings
+from cronstream.producers.spec import load_jobs_file, yaml_entries
+from cronstream.runtime.settings import Settings
 
 # HTTP status -> exit code (README, "Exit codes").
 EXIT_FOR = {401: EXIT_REFUSED, 404: EXIT_NOT_FOUND, 503: EXIT_UNAVAILABLE}

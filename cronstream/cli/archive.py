@@ -13,7 +13,7 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 from cronstream.cli.common import EXIT_INVALID, at_least
-from runtime.settings import Settings, env_int
+from cronstream.runtime.settings import Settings, env_int
 
 
 def register(sub: Any) -> None:
@@ -67,8 +67,8 @@ def register(sub: Any) -> None:
 
 
 def cmd_archiver(settings: Settings, args: argparse.Namespace) -> int:
-    from consumers.archiver import Archiver, ArchiverConfig
-    from consumers.lakehouse import keep_days
+    from cronstream.consumers.archiver import Archiver, ArchiverConfig
+    from cronstream.consumers.lakehouse import keep_days
     from cronstream.foreground import run_member
 
     settings = settings.as_role("archiver")  # its own Kafka user and ACLs
@@ -98,9 +98,9 @@ def cmd_archiver(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_compact(settings: Settings, args: argparse.Namespace) -> int:
-    from consumers.compaction import compact, compact_finished
-    from consumers.lakehouse import ArchiveTable
-    from runtime.lakehouse import lakehouse
+    from cronstream.consumers.compaction import compact, compact_finished
+    from cronstream.consumers.lakehouse import ArchiveTable
+    from cronstream.runtime.lakehouse import lakehouse
 
     table = ArchiveTable(lakehouse(settings))
     try:
@@ -126,8 +126,8 @@ def cmd_compact(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_expire(settings: Settings, args: argparse.Namespace) -> int:
-    from consumers.lakehouse import ArchiveTable, keep_days
-    from runtime.lakehouse import lakehouse
+    from cronstream.consumers.lakehouse import ArchiveTable, keep_days
+    from cronstream.runtime.lakehouse import lakehouse
 
     try:
         keep = keep_days()
@@ -153,8 +153,8 @@ def cmd_expire(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_info(settings: Settings, args: argparse.Namespace) -> int:
-    from consumers.lakehouse import ArchiveTable
-    from runtime.lakehouse import lakehouse
+    from cronstream.consumers.lakehouse import ArchiveTable
+    from cronstream.runtime.lakehouse import lakehouse
 
     where = lakehouse(settings)
     table = ArchiveTable(where)

@@ -17,15 +17,15 @@ from cronstream.backfill import (
 )
 from cronstream.cli.common import EXIT_UNAVAILABLE
 from cronstream.cli.tenant_flags import fire_rates, register_fire_rates
-from producers.client import JobClient
-from producers.errors import UnknownJob
-from runtime.cassandra import cassandra_session
-from runtime.errors import SettingsError
-from schemas.definition import parse_instant
-from schemas.errors import SpecError
-from schemas.events import Priority, from_ms, iso, to_ms, utc_now
-from schemas.ids import slot_run_id
-from streams.core.rates import TenantRates
+from cronstream.producers.client import JobClient
+from cronstream.producers.errors import UnknownJob
+from cronstream.runtime.cassandra import cassandra_session
+from cronstream.runtime.errors import SettingsError
+from cronstream.schemas.definition import parse_instant
+from cronstream.schemas.errors import SpecError
+from cronstream.schemas.events import Priority, from_ms, iso, to_ms, utc_now
+from cronstream.schemas.ids import slot_run_id
+from cronstream.streams.core.rates import TenantRates
 
 
 def cmd_runs_backfill(client: JobClient, args: argparse.Namespace) -> int:
@@ -88,8 +88,8 @@ def cmd_runs_backfill(client: JobClient, args: argparse.Namespace) -> int:
 def _ran(client: JobClient, job_id: str, slots: list[int]) -> set[str]:
     """The run ids of the range that ran: Cassandra's and, for slots older than it
     keeps, the archive table's (``consumers.tiers``)."""
-    from consumers.history import History
-    from consumers.tiers import Tiers
+    from cronstream.consumers.history import History
+    from cronstream.consumers.tiers import Tiers
 
     cluster, session = cassandra_session(client.settings)
     history = Tiers(History(session, client.settings.keyspace), client.settings)

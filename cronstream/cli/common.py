@@ -10,7 +10,7 @@ import argparse
 import logging
 from collections.abc import Callable
 
-from runtime.kafka import logs
+from cronstream.runtime.kafka import logs
 
 EXIT_INVALID = 2
 EXIT_UNAVAILABLE = 3

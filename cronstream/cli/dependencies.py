@@ -9,7 +9,7 @@ import socket
 from typing import Any
 
 from cronstream.cli.tenant_flags import fire_rates, register_fire_rates
-from runtime.settings import Settings, env_int
+from cronstream.runtime.settings import Settings, env_int
 
 
 def register(sub: Any) -> None:
@@ -44,7 +44,7 @@ def register(sub: Any) -> None:
 
 def cmd_dependencies(settings: Settings, args: argparse.Namespace) -> int:
     from cronstream.foreground import run_member
-    from streams.dependencies.processor import DependencyConfig, DependencyProcessor
+    from cronstream.streams.dependencies.processor import DependencyConfig, DependencyProcessor
 
     settings = settings.as_role("dependencies")  # its own Kafka user and ACLs
     rate, rates = fire_rates(args)

@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from cronstream.cli.tenant_flags import fire_rates, register_fire_rates
-from producers.client import JobClient
-from producers.errors import UnknownJob
-from producers.flows import load_flows_file
-from runtime.settings import Settings, env_int
-from schemas.errors import SpecError
-from schemas.events import to_jsonable
+from cronstream.producers.client import JobClient
+from cronstream.producers.errors import UnknownJob
+from cronstream.producers.flows import load_flows_file
+from cronstream.runtime.settings import Settings, env_int
+from cronstream.schemas.errors import SpecError
+from cronstream.schemas.events import to_jsonable
 
 log = logging.getLogger("cronstream.flows")
 CATCH_UP_S = 60.0
@@ -79,11 +79,11 @@ def cmd_flows_rerun(client: JobClient, args: argparse.Namespace) -> int:
 def cmd_flows_coordinator(settings: Settings, args: argparse.Namespace) -> int:
 
     from cronstream.foreground import setup_process, stop_on_signals
-    from runtime.metrics_server import serve as serve_metrics
-    from runtime.stop import StopWaiting, requested
-    from runtime.waiting import KAFKA, REGISTRY, reach, wait_for
-    from streams.core.rates import TenantRates
-    from streams.flows.app import build_app
+    from cronstream.runtime.metrics_server import serve as serve_metrics
+    from cronstream.runtime.stop import StopWaiting, requested
+    from cronstream.runtime.waiting import KAFKA, REGISTRY, reach, wait_for
+    from cronstream.streams.core.rates import TenantRates
+    from cronstream.streams.flows.app import build_app
 
     rate, overrides = fire_rates(args)  # a bad flag: refused before anything starts
     rates = TenantRates(rate, overrides=overrides)
@@ -126,7 +126,7 @@ def cmd_flows_coordinator(settings: Settings, args: argparse.Namespace) -> int:
 def _worker_class() -> Any:
     import faust
 
-    from runtime.stop import arm
+    from cronstream.runtime.stop import arm
 
     class Worker(faust.Worker):
         """faust's worker whose stop signal also arms the process's stop deadline

@@ -13,17 +13,17 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from cronstream.cli.common import EXIT_NOT_FOUND, EXIT_UNAVAILABLE
-from runtime.settings import Settings
-from schemas.definition import parse_duration, parse_instant
-from schemas.errors import SpecError
-from schemas.events import RunOutcome, RunStatus, iso, to_jsonable, utc_now
-from schemas.output import RunOutput
-from schemas.redact import escape_controls, redact_jsonable, redact_text
-from schemas.tenancy import qualify, tenant_problems
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.definition import parse_duration, parse_instant
+from cronstream.schemas.errors import SpecError
+from cronstream.schemas.events import RunOutcome, RunStatus, iso, to_jsonable, utc_now
+from cronstream.schemas.output import RunOutput
+from cronstream.schemas.redact import escape_controls, redact_jsonable, redact_text
+from cronstream.schemas.tenancy import qualify, tenant_problems
 
 if TYPE_CHECKING:  # the command imports them itself (the Cassandra driver, the archive's)
-    from consumers.output import OutputTable
-    from consumers.tiers import Tiers
+    from cronstream.consumers.output import OutputTable
+    from cronstream.consumers.tiers import Tiers
 
 
 def register(sub: Any) -> None:
@@ -146,10 +146,10 @@ def _checked(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_history(settings: Settings, args: argparse.Namespace) -> int:
-    from consumers.errors import ArchiveUnavailable
-    from consumers.history import History
-    from consumers.tiers import Tiers
-    from runtime.cassandra import cassandra_session
+    from cronstream.consumers.errors import ArchiveUnavailable
+    from cronstream.consumers.history import History
+    from cronstream.consumers.tiers import Tiers
+    from cronstream.runtime.cassandra import cassandra_session
 
     statuses = _checked(args)
     try:
@@ -277,7 +277,7 @@ def _print_rows(
 def _show_run(history: Tiers, keyspace: str, args: argparse.Namespace) -> int:
     """``--run ID``: every record of the run, or with ``--output`` what it printed."""
     if args.output:
-        from consumers.output import OutputTable
+        from cronstream.consumers.output import OutputTable
 
         return _show_output(OutputTable(history.hot.session, keyspace), args)
     rows = history.run(args.run)

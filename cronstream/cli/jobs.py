@@ -14,20 +14,33 @@ from zoneinfo import ZoneInfo
 
 from cronstream.cli.backfill import add_backfill
 from cronstream.cli.common import EXIT_INVALID, EXIT_UNAVAILABLE
-from producers.client import JobClient
-from producers.errors import UnknownJob
-from producers.spec import load_jobs_file
-from runtime.kafka.clients import OFFSET_BEGINNING, OFFSET_END, TopicPartition, kafka_consumer
-from runtime.registry import registry_client
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.definition import job_from_spec, literal_secrets, parse_instant
-from schemas.definition.zones import load_zone
-from schemas.errors import DecodeError, SpecError
-from schemas.events import JobDefinition, from_ms, iso, text_headers, to_jsonable, to_ms, utc_now
-from schemas.redact import escape_controls, redact_jsonable
-from schemas.serde import Codec
-from schemas.targets import names as target_names
+from cronstream.producers.client import JobClient
+from cronstream.producers.errors import UnknownJob
+from cronstream.producers.spec import load_jobs_file
+from cronstream.runtime.kafka.clients import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    TopicPartition,
+    kafka_consumer,
+)
+from cronstream.runtime.registry import registry_client
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.definition import job_from_spec, literal_secrets, parse_instant
+from cronstream.schemas.definition.zones import load_zone
+from cronstream.schemas.errors import DecodeError, SpecError
+from cronstream.schemas.events import (
+    JobDefinition,
+    from_ms,
+    iso,
+    text_headers,
+    to_jsonable,
+    to_ms,
+    utc_now,
+)
+from cronstream.schemas.redact import escape_controls, redact_jsonable
+from cronstream.schemas.serde import Codec
+from cronstream.schemas.targets import names as target_names
 
 
 def _print_json(value: Any) -> None:
@@ -209,7 +222,9 @@ def cmd_jobs_resume(client: JobClient, args: argparse.Namespace) -> int:
 def cmd_jobs_preview(settings: Settings, args: argparse.Namespace) -> int:
     """The next fire instants of a schedule, computed by the scheduler's own core
     (``JobSchedule.slot_after``): check an expression before putting it."""
-    from streams.scheduler.definitions import preview_slots  # the scheduler's: only this command's
+    from cronstream.streams.scheduler.definitions import (
+        preview_slots,  # the scheduler's: only this command's
+    )
 
     spec = {"id": "preview", "target": "python", "callable": "preview:preview"}
     for name in ("cron", "every", "at", "anchor", "tz"):

@@ -25,8 +25,8 @@ from typing import Any
 from cronstream.cli.common import EXIT_INVALID, at_least
 from cronstream.cli.tenant_flags import add_grant_flags, fire_rates, register_fire_rates
 from cronstream.cli.worker import register_worker
-from runtime.consoles import console_port
-from runtime.settings import Settings, env_int, env_list
+from cronstream.runtime.consoles import console_port
+from cronstream.runtime.settings import Settings, env_int, env_list
 
 
 def register(sub: Any) -> None:
@@ -215,8 +215,8 @@ def _register_admission(sub: Any) -> None:
 
 def cmd_scheduler(settings: Settings, args: argparse.Namespace) -> int:
     from cronstream.foreground import run_member
-    from streams.scheduler.config import ProcessorConfig
-    from streams.scheduler.processor import MAX_LOOKAHEAD_MS, Processor
+    from cronstream.streams.scheduler.config import ProcessorConfig
+    from cronstream.streams.scheduler.processor import MAX_LOOKAHEAD_MS, Processor
 
     settings = settings.as_role("scheduler")  # its own Kafka user and ACLs
     rate, rates = fire_rates(args)
@@ -253,10 +253,10 @@ def cmd_scheduler(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def check_index(settings: Settings, state_dir: str) -> int:
-    from runtime.registry import registry_client
-    from schemas.serde import Codec
-    from streams.scheduler.definitions import Definitions
-    from streams.scheduler.index_check import check_stores
+    from cronstream.runtime.registry import registry_client
+    from cronstream.schemas.serde import Codec
+    from cronstream.streams.scheduler.definitions import Definitions
+    from cronstream.streams.scheduler.index_check import check_stores
 
     with registry_client(settings) as registry:
         checked, problems = check_stores(settings, state_dir, Definitions(Codec(registry)))
@@ -267,9 +267,9 @@ def check_index(settings: Settings, state_dir: str) -> int:
 
 
 def cmd_sink(settings: Settings, args: argparse.Namespace) -> int:
-    from consumers.sink import Sink, SinkConfig
+    from cronstream.consumers.sink import Sink, SinkConfig
     from cronstream.foreground import run_member
-    from runtime.waiting import CASSANDRA, KAFKA, REGISTRY
+    from cronstream.runtime.waiting import CASSANDRA, KAFKA, REGISTRY
 
     settings = settings.as_role("sink")  # its own Kafka user and ACLs
     config = SinkConfig(
@@ -291,9 +291,9 @@ def cmd_sink(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_admission(settings: Settings, args: argparse.Namespace) -> int:
     from cronstream.foreground import run_member
-    from producers.admission.core import Quotas
-    from producers.admission.processor import AdmissionConfig, AdmissionProcessor
-    from runtime.grants import PolicyBook, policy_path
+    from cronstream.producers.admission.core import Quotas
+    from cronstream.producers.admission.processor import AdmissionConfig, AdmissionProcessor
+    from cronstream.runtime.grants import PolicyBook, policy_path
 
     settings = settings.as_role("admission")  # its own Kafka user and ACLs
     config = AdmissionConfig(

@@ -9,8 +9,8 @@ import argparse
 import os
 from typing import Any
 
-from runtime.errors import SettingsError
-from runtime.settings import env_list
+from cronstream.runtime.errors import SettingsError
+from cronstream.runtime.settings import env_list
 
 
 def register_fire_rates(p: Any) -> None:

@@ -1,5 +1,5 @@
 """`cronstream tenant`: a tenant acting on its own jobs through the admission (an
-operator onboards tenants with ``python -m infra tenants add NAME``)."""
+operator onboards tenants with ``python -m cronstream.infra tenants add NAME``)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from typing import Any
 
 from cronstream.cli.api import over_http
 from cronstream.cli.common import EXIT_INVALID, EXIT_UNAVAILABLE
-from producers.errors import NoAnswer
-from producers.spec import load_jobs_file
-from producers.tenant import TenantClient
-from runtime.settings import Settings
-from schemas.events import to_jsonable
-from schemas.redact import redact_jsonable
-from schemas.tenancy import TenantResult
+from cronstream.producers.errors import NoAnswer
+from cronstream.producers.spec import load_jobs_file
+from cronstream.producers.tenant import TenantClient
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.events import to_jsonable
+from cronstream.schemas.redact import redact_jsonable
+from cronstream.schemas.tenancy import TenantResult
 
 
 def register(sub: Any) -> None:

@@ -9,7 +9,7 @@ import os
 import socket
 from typing import Any
 
-from runtime.settings import Settings, env_int, env_list
+from cronstream.runtime.settings import Settings, env_int, env_list
 
 
 def register(sub: Any) -> None:
@@ -54,8 +54,8 @@ def register(sub: Any) -> None:
 
 def cmd_triggers(settings: Settings, args: argparse.Namespace) -> int:
     from cronstream.foreground import run_member
-    from schemas.catalog import triggers_group
-    from streams.triggers.processor import TriggerConfig, TriggerProcessor
+    from cronstream.schemas.catalog import triggers_group
+    from cronstream.streams.triggers.processor import TriggerConfig, TriggerProcessor
 
     settings = settings.as_role("triggers")  # its own Kafka user and ACLs
     config = TriggerConfig(

@@ -15,8 +15,8 @@ from typing import Any
 
 from cronstream.cli.common import EXIT_INVALID, at_least
 from cronstream.cli.tenant_flags import add_grant_flags, tenant_values
-from runtime.settings import Settings, env_int, env_list
-from schemas.limits import MAX_OUTPUT_BYTES
+from cronstream.runtime.settings import Settings, env_int, env_list
+from cronstream.schemas.limits import MAX_OUTPUT_BYTES
 
 
 def register_worker(sub: Any) -> None:  # long: the worker's flags, one call each
@@ -138,14 +138,14 @@ def _add_worker_membership(p: Any) -> None:
 
 
 def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
-    from consumers.executors.http import HttpExecutor
-    from consumers.executors.python import DEFAULT_ALLOW as PYTHON_DEFAULT_ALLOW
-    from consumers.executors.python import PythonPolicy
-    from consumers.executors.shell import ShellPolicy
-    from consumers.worker import Worker, WorkerConfig
+    from cronstream.consumers.executors.http import HttpExecutor
+    from cronstream.consumers.executors.python import DEFAULT_ALLOW as PYTHON_DEFAULT_ALLOW
+    from cronstream.consumers.executors.python import PythonPolicy
+    from cronstream.consumers.executors.shell import ShellPolicy
+    from cronstream.consumers.worker import Worker, WorkerConfig
     from cronstream.foreground import run_member
-    from runtime.grants import PolicyBook, policy_path
-    from runtime.stop import STOP_BUDGET_S
+    from cronstream.runtime.grants import PolicyBook, policy_path
+    from cronstream.runtime.stop import STOP_BUDGET_S
 
     settings = settings.as_role("worker")  # its own Kafka user and ACLs
     python_allow = tuple(env_list("CRONSTREAM_PYTHON_ALLOW") + (args.python_allow or []))

@@ -21,13 +21,13 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 
 from cronstream.api.app import send
 from cronstream.api.backend import Backend
+from cronstream.producers.audit import Auditor
+from cronstream.producers.client import JobClient
+from cronstream.producers.errors import UnknownJob
+from cronstream.runtime.tokens import ADMIN, TokenBook
+from cronstream.schemas.tenancy import TenantAction, unqualify
 from cronstream.ui.pages import COOKIE, Back, Viewer, Who, render, visible_job
 from cronstream.ui.sessions import Sessions
-from producers.audit import Auditor
-from producers.client import JobClient
-from producers.errors import UnknownJob
-from runtime.tokens import ADMIN, TokenBook
-from schemas.tenancy import TenantAction, unqualify
 
 router = APIRouter(prefix="/ui")
 ACTIONS = {

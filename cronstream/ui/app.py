@@ -15,11 +15,11 @@ from fastapi.staticfiles import StaticFiles
 from cronstream.api.app import build_app, error_response
 from cronstream.api.backend import Backend
 from cronstream.api.serve import AppFactory
+from cronstream.runtime.consoles import ConsoleAccess, console_access
+from cronstream.runtime.tokens import TokenBook
 from cronstream.ui import actions, audit_pages, flow_pages, pages, stuck_pages, tenant_pages
 from cronstream.ui.sessions import Sessions
 from cronstream.ui.sources import AuditTrail, DeadLetters, FlowBook, Prometheus, Reads
-from runtime.consoles import ConsoleAccess, console_access
-from runtime.tokens import TokenBook
 
 STATIC = Path(__file__).parent / "static"
 log = logging.getLogger("cronstream.ui")

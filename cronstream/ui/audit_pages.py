@@ -11,12 +11,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
+from cronstream.producers.client import JobClient
+from cronstream.runtime.kafka.clients import KafkaException
+from cronstream.schemas.audit import AuditAction, AuditRecord
+from cronstream.schemas.tenancy import qualify
 from cronstream.ui.pages import Back, Viewer, Who, own_id, render, shows
 from cronstream.ui.sources import AuditTrail
-from producers.client import JobClient
-from runtime.kafka.clients import KafkaException
-from schemas.audit import AuditAction, AuditRecord
-from schemas.tenancy import qualify
 
 router = APIRouter(prefix="/ui")
 

@@ -22,19 +22,19 @@ from fastapi import APIRouter, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from cronstream.api.backend import Backend
+from cronstream.producers.audit import Auditor
+from cronstream.producers.client import JobClient
+from cronstream.producers.errors import UnknownJob
+from cronstream.runtime.tokens import ADMIN
+from cronstream.schemas.events import RunOutcome, utc_now
+from cronstream.schemas.flows import FlowDefinition
+from cronstream.schemas.redact import redact_text
+from cronstream.schemas.tenancy import qualify
 from cronstream.ui import actions
 from cronstream.ui.dag import DagNode, dag_legend, dag_svg
 from cronstream.ui.flow_view import dag_nodes, flow_run_rows, flow_status, latest_runs
 from cronstream.ui.pages import Back, Viewer, Who, mine, own_id, render, shows
 from cronstream.ui.sources import FlowBook
-from producers.audit import Auditor
-from producers.client import JobClient
-from producers.errors import UnknownJob
-from runtime.tokens import ADMIN
-from schemas.events import RunOutcome, utc_now
-from schemas.flows import FlowDefinition
-from schemas.redact import redact_text
-from schemas.tenancy import qualify
 
 router = APIRouter(prefix="/ui")
 FLOW_ACTIONS = ("trigger", "rerun")

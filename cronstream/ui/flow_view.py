@@ -11,10 +11,10 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from cronstream.schemas.catalog import FLOWS_APP
+from cronstream.schemas.events import RunOutcome
+from cronstream.schemas.flows import FlowDefinition
 from cronstream.ui.dag import DagNode
-from schemas.catalog import FLOWS_APP
-from schemas.events import RunOutcome
-from schemas.flows import FlowDefinition
 
 _NODE_RUN = re.compile(r"(?P<node>.+?)(?:~r(?P<rerun>[0-9]+))?")
 

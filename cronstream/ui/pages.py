@@ -25,14 +25,10 @@ from fastapi.templating import Jinja2Templates
 
 from cronstream.api.app import Caller, job_of, statuses_of, window_of
 from cronstream.api.backend import Backend
-from cronstream.ui import prom
-from cronstream.ui.charts import duration_chart
-from cronstream.ui.sessions import Sessions
-from cronstream.ui.sources import replayable
-from runtime.kafka.clients import KafkaException
-from runtime.tokens import ADMIN, TokenBook
-from schemas.definition.zones import load_zone
-from schemas.events import (
+from cronstream.runtime.kafka.clients import KafkaException
+from cronstream.runtime.tokens import ADMIN, TokenBook
+from cronstream.schemas.definition.zones import load_zone
+from cronstream.schemas.events import (
     DeadLetter,
     JobDefinition,
     RunOutcome,
@@ -41,11 +37,15 @@ from schemas.events import (
     to_ms,
     utc_now,
 )
-from schemas.output import RunOutput
-from schemas.redact import redact_jsonable, redact_text
-from schemas.targets import names as target_names
-from schemas.tenancy import qualify
-from streams.scheduler.definitions import preview_slots
+from cronstream.schemas.output import RunOutput
+from cronstream.schemas.redact import redact_jsonable, redact_text
+from cronstream.schemas.targets import names as target_names
+from cronstream.schemas.tenancy import qualify
+from cronstream.streams.scheduler.definitions import preview_slots
+from cronstream.ui import prom
+from cronstream.ui.charts import duration_chart
+from cronstream.ui.sessions import Sessions
+from cronstream.ui.sources import replayable
 
 COOKIE = "cronstream_session"
 PAGE = 50  # jobs per page

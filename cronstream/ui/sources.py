@@ -15,18 +15,18 @@ from typing import Any
 import httpx
 
 from cronstream.monitoring import DUE_TO_START_P99_BY_PRIORITY
-from runtime.consoles import ConsoleAccess
-from runtime.kafka.clients import TopicPartition, consume_ready, kafka_consumer
-from runtime.kafka.offsets import watermarks
-from runtime.kafka.publisher import Publisher
-from runtime.settings import Settings
-from schemas.audit import AuditRecord
-from schemas.catalog import AUDIT, DLQ, Topics
-from schemas.errors import DecodeError
-from schemas.events import DeadLetter
-from schemas.flows import FlowDefinition
-from schemas.serde import Codec
-from streams.flows.definitions import Definitions
+from cronstream.runtime.consoles import ConsoleAccess
+from cronstream.runtime.kafka.clients import TopicPartition, consume_ready, kafka_consumer
+from cronstream.runtime.kafka.offsets import watermarks
+from cronstream.runtime.kafka.publisher import Publisher
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.audit import AuditRecord
+from cronstream.schemas.catalog import AUDIT, DLQ, Topics
+from cronstream.schemas.errors import DecodeError
+from cronstream.schemas.events import DeadLetter
+from cronstream.schemas.flows import FlowDefinition
+from cronstream.schemas.serde import Codec
+from cronstream.streams.flows.definitions import Definitions
 
 log = logging.getLogger("cronstream.ui")
 

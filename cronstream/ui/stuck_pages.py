@@ -28,11 +28,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
 from cronstream.api.backend import Backend
+from cronstream.schemas.events import RunOutcome, to_ms, utc_now
 from cronstream.ui.flow_view import node_of
 from cronstream.ui.pages import Back, Viewer, Who, mine, own_id, render
 from cronstream.ui.prom import STUCK_QUERIES, ask, one
 from cronstream.ui.sources import FlowBook
-from schemas.events import RunOutcome, to_ms, utc_now
 
 router = APIRouter(prefix="/ui")
 WINDOW_H = 6  # hours of STARTED records looked through

@@ -24,13 +24,13 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from cronstream.api.backend import Backend
+from cronstream.runtime.settings import env_int, env_list
+from cronstream.schemas.events import RunOutcome, utc_now
+from cronstream.schemas.redact import redact_text
+from cronstream.schemas.tenancy import tenant_problems
 from cronstream.ui.pages import Back, Viewer, Who, mine, own_id, render
 from cronstream.ui.prom import ask, one, tenant_queries
 from cronstream.ui.sources import FlowBook
-from runtime.settings import env_int, env_list
-from schemas.events import RunOutcome, utc_now
-from schemas.redact import redact_text
-from schemas.tenancy import tenant_problems
 
 router = APIRouter(prefix="/ui")
 FAILURES = ("FAILED", "TIMED_OUT", "DEAD_LETTERED")

@@ -39,21 +39,27 @@ from collections import Counter, deque
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from schemas.definition import problems as definition_problems
-from schemas.definition.triggers import source_problems
-from schemas.events import ControlAction, ControlCommand, JobDefinition, RunRequest, Trigger
-from schemas.ids import job_id_of, manual_run_id
-from schemas.instants import to_ms
-from schemas.limits import (
+from cronstream.schemas.definition import problems as definition_problems
+from cronstream.schemas.definition.triggers import source_problems
+from cronstream.schemas.events import (
+    ControlAction,
+    ControlCommand,
+    JobDefinition,
+    RunRequest,
+    Trigger,
+)
+from cronstream.schemas.ids import job_id_of, manual_run_id
+from cronstream.schemas.instants import to_ms
+from cronstream.schemas.limits import (
     MAX_JOB_ID,
     carried,
     idempotency_key_problems,
     name_problems,
     unencodable,
 )
-from schemas.policy import TenantPolicy
-from schemas.redact import clip
-from schemas.tenancy import (
+from cronstream.schemas.policy import TenantPolicy
+from cronstream.schemas.redact import clip
+from cronstream.schemas.tenancy import (
     RefusalCode,
     TenantAction,
     TenantCommand,

@@ -36,31 +36,31 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from producers.admission.core import Admission, Decision, JobsView, Quotas
-from producers.audit import command_record
-from runtime import metrics
-from runtime.faults import RecordFaults
-from runtime.grants import PolicyBook
-from runtime.kafka.clients import (
+from cronstream.producers.admission.core import Admission, Decision, JobsView, Quotas
+from cronstream.producers.audit import command_record
+from cronstream.runtime import metrics
+from cronstream.runtime.faults import RecordFaults
+from cronstream.runtime.grants import PolicyBook
+from cronstream.runtime.kafka.clients import (
     Consumer,
     TopicPartition,
     consume_ready,
     kafka_consumer,
 )
-from runtime.kafka.member import GroupMember
-from runtime.kafka.offsets import assign_whole
-from runtime.kafka.publisher import Publisher
-from runtime.kafka.records import ConsumedMessage
-from runtime.registry import registry_client
-from runtime.settings import Settings
-from runtime.stop import StopWaiting
-from runtime.waiting import learn_writers, sleeping
-from schemas.audit import AuditRecord
-from schemas.catalog import Topics
-from schemas.errors import DecodeError
-from schemas.events import JobDefinition, job_headers, utc_now
-from schemas.serde import Codec
-from schemas.tenancy import TenantCommand, commands_pattern, qualify, tenant_of_topic
+from cronstream.runtime.kafka.member import GroupMember
+from cronstream.runtime.kafka.offsets import assign_whole
+from cronstream.runtime.kafka.publisher import Publisher
+from cronstream.runtime.kafka.records import ConsumedMessage
+from cronstream.runtime.registry import registry_client
+from cronstream.runtime.settings import Settings
+from cronstream.runtime.stop import StopWaiting
+from cronstream.runtime.waiting import learn_writers, sleeping
+from cronstream.schemas.audit import AuditRecord
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.errors import DecodeError
+from cronstream.schemas.events import JobDefinition, job_headers, utc_now
+from cronstream.schemas.serde import Codec
+from cronstream.schemas.tenancy import TenantCommand, commands_pattern, qualify, tenant_of_topic
 
 log = logging.getLogger("cronstream.admission")
 

@@ -22,9 +22,9 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
-from runtime.kafka.logs import routed
-from runtime.kafka.security import admin_security, client_security
-from runtime.settings import Settings
+from cronstream.runtime.kafka.logs import routed
+from cronstream.runtime.kafka.security import admin_security, client_security
+from cronstream.runtime.settings import Settings
 
 __all__ = [
     "OFFSET_BEGINNING",

@@ -29,8 +29,8 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from runtime.kafka.clients import kafka_admin
-from runtime.settings import Settings
+from cronstream.runtime.kafka.clients import kafka_admin
+from cronstream.runtime.settings import Settings
 
 SESSION = "consumer.session.timeout.ms"
 HEARTBEAT = "consumer.heartbeat.interval.ms"

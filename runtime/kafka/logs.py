@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from runtime.kafka.security import handshake_cut
+from cronstream.runtime.kafka.security import handshake_cut
 
 LOG = logging.getLogger("librdkafka")
 _ROUTED: dict[str, Any] = {}  # config entries every client built from now on gets

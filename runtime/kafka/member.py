@@ -15,11 +15,11 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from runtime.kafka.clients import Balance, consume_ready, group_consumer
-from runtime.kafka.groups import set_group_timeouts
-from runtime.kafka.offsets import is_transient, partition_names
-from runtime.kafka.records import ConsumedMessage
-from runtime.settings import Settings
+from cronstream.runtime.kafka.clients import Balance, consume_ready, group_consumer
+from cronstream.runtime.kafka.groups import set_group_timeouts
+from cronstream.runtime.kafka.offsets import is_transient, partition_names
+from cronstream.runtime.kafka.records import ConsumedMessage
+from cronstream.runtime.settings import Settings
 
 Partitions = list[TopicPartition]
 # What to load for partitions just assigned; may return where to start reading them

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-from runtime import stop
+from cronstream.runtime import stop
 
 log = logging.getLogger("cronstream.kafka")
 

@@ -15,12 +15,12 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from runtime.errors import PublishError
-from runtime.kafka.clients import kafka_producer
-from runtime.registry import registry_client
-from runtime.settings import Settings
-from schemas.serde import Codec
-from schemas.tenancy import AnyEvent
+from cronstream.runtime.errors import PublishError
+from cronstream.runtime.kafka.clients import kafka_producer
+from cronstream.runtime.registry import registry_client
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.serde import Codec
+from cronstream.schemas.tenancy import AnyEvent
 
 # A producer that answers someone (the CLI, the API, the dashboard): librdkafka gives
 # each record ANSWER_WITHIN_S (``message.timeout.ms``) to be acknowledged or failed, and

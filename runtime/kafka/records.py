@@ -11,9 +11,9 @@ from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException
 
-from runtime import metrics
-from runtime.kafka.offsets import is_transient
-from schemas.events import DeadLetter, utc_now
+from cronstream.runtime import metrics
+from cronstream.runtime.kafka.offsets import is_transient
+from cronstream.schemas.events import DeadLetter, utc_now
 
 log = logging.getLogger("cronstream.kafka")
 

@@ -27,9 +27,9 @@ from typing import Any
 
 from confluent_kafka import KafkaError
 
-from runtime.credentials import credentials_dir, read_password, stack_ca, tls_dir
-from runtime.errors import KafkaAuthError
-from runtime.settings import Settings
+from cronstream.runtime.credentials import credentials_dir, read_password, stack_ca, tls_dir
+from cronstream.runtime.errors import KafkaAuthError
+from cronstream.runtime.settings import Settings
 
 BROKER_PRINCIPAL = "cronstream-broker"
 ADMIN_PRINCIPAL = "cronstream-admin"

@@ -16,8 +16,8 @@ from __future__ import annotations
 import logging
 import time
 
-from runtime.kafka.clients import Consumer, TopicPartition
-from runtime.kafka.records import ConsumedMessage
+from cronstream.runtime.kafka.clients import Consumer, TopicPartition
+from cronstream.runtime.kafka.records import ConsumedMessage
 
 FIRST_DELAY_S = 0.5
 MAX_DELAY_S = 30.0

@@ -24,10 +24,10 @@ declaration's (``schemas.targets``). Pure: no client, no I/O (import-linter
 
 from __future__ import annotations
 
-from schemas.definition.rules import literal_secrets, loading_problems, problems
-from schemas.definition.spec import job_from_spec
-from schemas.definition.values import parse_backoff, parse_duration, parse_instant
-from schemas.errors import SpecError
+from cronstream.schemas.definition.rules import literal_secrets, loading_problems, problems
+from cronstream.schemas.definition.spec import job_from_spec
+from cronstream.schemas.definition.values import parse_backoff, parse_duration, parse_instant
+from cronstream.schemas.errors import SpecError
 
 __all__ = [
     "SpecError",

@@ -46,10 +46,15 @@ from functools import lru_cache
 from typing import TypeVar
 from zoneinfo import ZoneInfo
 
-from schemas.definition.memo import Memo
-from schemas.definition.zones import load_zone, plus_second, second_after, wall_instant_ms
-from schemas.errors import CronError
-from schemas.limits import cron_problems
+from cronstream.schemas.definition.memo import Memo
+from cronstream.schemas.definition.zones import (
+    load_zone,
+    plus_second,
+    second_after,
+    wall_instant_ms,
+)
+from cronstream.schemas.errors import CronError
+from cronstream.schemas.limits import cron_problems
 
 T = TypeVar("T")
 ALIASES = {

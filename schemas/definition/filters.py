@@ -41,8 +41,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from schemas.errors import FilterError
-from schemas.limits import MAX_FILTER, MAX_FILTER_DEPTH, MAX_PATH_STEPS
+from cronstream.schemas.errors import FilterError
+from cronstream.schemas.limits import MAX_FILTER, MAX_FILTER_DEPTH, MAX_PATH_STEPS
 
 ROOTS = ("value", "key", "headers", "topic", "partition", "offset", "timestamp")
 TEXT_OPS = ("startswith", "endswith", "contains")

@@ -11,7 +11,7 @@ from decimal import Decimal
 from enum import Enum
 from typing import Any, Final
 
-from schemas.definition.filters import (
+from cronstream.schemas.definition.filters import (
     And,
     Compare,
     Expr,

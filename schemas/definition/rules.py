@@ -6,12 +6,12 @@ any producer)."""
 
 from __future__ import annotations
 
-from schemas.definition.cron import parse_cron
-from schemas.definition.triggers import trigger_problems
-from schemas.definition.zones import load_zone
-from schemas.errors import CronError, ZoneError
-from schemas.events import CronSchedule, IntervalSchedule, JobDefinition, OnceSchedule
-from schemas.limits import (
+from cronstream.schemas.definition.cron import parse_cron
+from cronstream.schemas.definition.triggers import trigger_problems
+from cronstream.schemas.definition.zones import load_zone
+from cronstream.schemas.errors import CronError, ZoneError
+from cronstream.schemas.events import CronSchedule, IntervalSchedule, JobDefinition, OnceSchedule
+from cronstream.schemas.limits import (
     MAX_DEFINITION_BYTES,
     MAX_JOB_ID,
     MAX_TENANT,
@@ -22,9 +22,9 @@ from schemas.limits import (
     timing_problems,
     unencodable,
 )
-from schemas.redact import secret_name, sensitive
-from schemas.targets import target_problems
-from schemas.timing import JobTiming
+from cronstream.schemas.redact import secret_name, sensitive
+from cronstream.schemas.targets import target_problems
+from cronstream.schemas.timing import JobTiming
 
 MIN_INTERVAL_MS = 1000
 

@@ -40,12 +40,12 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, TypeVar
 
-from schemas.definition.cron import parse_cron
-from schemas.definition.rules import problems, zone_problem
-from schemas.definition.triggers import read_after, read_on
-from schemas.definition.values import parse_backoff, parse_duration, parse_instant
-from schemas.errors import CronError, SpecError
-from schemas.events import (
+from cronstream.schemas.definition.cron import parse_cron
+from cronstream.schemas.definition.rules import problems, zone_problem
+from cronstream.schemas.definition.triggers import read_after, read_on
+from cronstream.schemas.definition.values import parse_backoff, parse_duration, parse_instant
+from cronstream.schemas.errors import CronError, SpecError
+from cronstream.schemas.events import (
     EPOCH,
     Concurrency,
     CronSchedule,

@@ -34,11 +34,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from schemas.definition.filters import parse_filter, parse_path
-from schemas.definition.values import parse_duration
-from schemas.errors import FilterError
-from schemas.events import EventTrigger, JobDefinition
-from schemas.limits import (
+from cronstream.schemas.definition.filters import parse_filter, parse_path
+from cronstream.schemas.definition.values import parse_duration
+from cronstream.schemas.errors import FilterError
+from cronstream.schemas.events import EventTrigger, JobDefinition
+from cronstream.schemas.limits import (
     MAX_AFTER,
     MAX_BATCH,
     MAX_JOB_ID,
@@ -46,7 +46,7 @@ from schemas.limits import (
     MAX_TOPIC,
     name_problems,
 )
-from schemas.tenancy import OPERATORS, unqualify
+from cronstream.schemas.tenancy import OPERATORS, unqualify
 
 ON_KEYS = ("topic", "filter", "debounce", "batch", "key", "fields")
 MAX_DEBOUNCE_MS = 30 * 86_400_000

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 
-from schemas.definition.zones import load_zone, wall_instant_ms
-from schemas.limits import MAX_DURATION_TEXT, MAX_INTERVAL_MS
+from cronstream.schemas.definition.zones import load_zone, wall_instant_ms
+from cronstream.schemas.limits import MAX_DURATION_TEXT, MAX_INTERVAL_MS
 
 MAX_DURATION_MS = MAX_INTERVAL_MS
 # Read part by part with ``match`` at the end of the last part, never ``finditer``: a

@@ -20,8 +20,8 @@ from zoneinfo import ZoneInfo
 
 import tzdata
 
-from schemas.definition.memo import Memo
-from schemas.errors import ZoneError
+from cronstream.schemas.definition.memo import Memo
+from cronstream.schemas.errors import ZoneError
 
 TZDATA_VERSION: str = tzdata.IANA_VERSION
 _MISSING = object()

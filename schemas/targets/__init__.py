@@ -36,13 +36,13 @@ from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
-from schemas.errors import TargetTypeError
-from schemas.events import Target
-from schemas.limits import target_limit_problems
+from cronstream.schemas.errors import TargetTypeError
+from cronstream.schemas.events import Target
+from cronstream.schemas.limits import target_limit_problems
 
 GROUP = "cronstream.targets"
 BUILTIN = tuple(
-    EntryPoint(name, f"schemas.targets.{name}:TARGET", GROUP)
+    EntryPoint(name, f"cronstream.schemas.targets.{name}:TARGET", GROUP)
     for name in ("http", "kafka", "python", "shell", "flow")
 )
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from fnmatch import fnmatchcase
 
-from schemas.events import Target
-from schemas.targets import TargetType
+from cronstream.schemas.events import Target
+from cronstream.schemas.targets import TargetType
 
 
 def problems(_target: Target) -> list[str]:
@@ -25,5 +25,8 @@ def why_not(_tenant: str, job_id: str, _target: Target, grants: tuple[str, ...])
 
 
 TARGET = TargetType(
-    name="flow", problems=problems, policy=why_not, executor="consumers.executors.flow:executor"
+    name="flow",
+    problems=problems,
+    policy=why_not,
+    executor="cronstream.consumers.executors.flow:executor",
 )

@@ -16,9 +16,9 @@ import socket
 from dataclasses import dataclass
 from urllib.parse import urlparse, urlsplit
 
-from schemas.events import Target
-from schemas.redact import redact_url
-from schemas.targets import TargetType
+from cronstream.schemas.events import Target
+from cronstream.schemas.redact import redact_url
+from cronstream.schemas.targets import TargetType
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -160,5 +160,5 @@ TARGET = TargetType(
     problems=problems,
     policy=why_not,
     grant=http_grant,
-    executor="consumers.executors.http:executor",
+    executor="cronstream.consumers.executors.http:executor",
 )

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from fnmatch import fnmatchcase
 
-from schemas.events import Target
-from schemas.targets import TargetType
+from cronstream.schemas.events import Target
+from cronstream.schemas.targets import TargetType
 
 
 def problems(target: Target) -> list[str]:
@@ -26,5 +26,8 @@ def why_not(tenant: str, _job_id: str, target: Target, grants: tuple[str, ...]) 
 
 
 TARGET = TargetType(
-    name="kafka", problems=problems, policy=why_not, executor="consumers.executors.kafka:executor"
+    name="kafka",
+    problems=problems,
+    policy=why_not,
+    executor="cronstream.consumers.executors.kafka:executor",
 )

@@ -9,8 +9,8 @@ grant never widens the worker's own ``--python-allow``: a run needs both.
 
 from __future__ import annotations
 
-from schemas.events import Target
-from schemas.targets import TargetType
+from cronstream.schemas.events import Target
+from cronstream.schemas.targets import TargetType
 
 
 def problems(target: Target) -> list[str]:
@@ -32,5 +32,5 @@ TARGET = TargetType(
     name="python",
     problems=problems,
     policy=why_not,
-    executor="consumers.executors.python:executor",
+    executor="cronstream.consumers.executors.python:executor",
 )

@@ -16,8 +16,8 @@ import shlex
 from collections.abc import Callable
 from fnmatch import fnmatchcase
 
-from schemas.events import Target
-from schemas.targets import TargetType
+from cronstream.schemas.events import Target
+from cronstream.schemas.targets import TargetType
 
 DOTDOT = re.compile(r"(?:^|[/=])\.\.(?:/|\Z)")  # a '..' path segment, also after --opt=
 
@@ -80,5 +80,5 @@ TARGET = TargetType(
     problems=problems,
     policy=why_not,
     grant=shell_words,
-    executor="consumers.executors.shell:executor",
+    executor="cronstream.consumers.executors.shell:executor",
 )

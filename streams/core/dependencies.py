@@ -31,10 +31,10 @@ import json
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 
-from schemas.catalog import FLOWS_APP
-from schemas.events import JobDefinition, RunOutcome, RunStatus, Trigger
-from schemas.ids import DEPENDENCY, dependency_run_id
-from schemas.instants import to_ms
+from cronstream.schemas.catalog import FLOWS_APP
+from cronstream.schemas.events import JobDefinition, RunOutcome, RunStatus, Trigger
+from cronstream.schemas.ids import DEPENDENCY, dependency_run_id
+from cronstream.schemas.instants import to_ms
 
 MAX_DATES = 400
 

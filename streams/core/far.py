@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from streams.core.schedule import JobSchedule
+from cronstream.streams.core.schedule import JobSchedule
 
 
 class FarTier(Protocol):

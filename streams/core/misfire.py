@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from streams.core.schedule import JobSchedule
+from cronstream.streams.core.schedule import JobSchedule
 
 # A group of slots not run up to this size is listed slot by slot (a short outage shows
 # each missed run under its own id); a larger one is one summary record.

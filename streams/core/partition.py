@@ -54,11 +54,11 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from streams.core.far import FarTier
-from streams.core.misfire import Action, Fire, Record, settle
-from streams.core.rates import TenantRates
-from streams.core.schedule import JobSchedule, Kind
-from streams.core.wheel import TimingWheel
+from cronstream.streams.core.far import FarTier
+from cronstream.streams.core.misfire import Action, Fire, Record, settle
+from cronstream.streams.core.rates import TenantRates
+from cronstream.streams.core.schedule import JobSchedule, Kind
+from cronstream.streams.core.wheel import TimingWheel
 
 NEVER = -(2**62)
 # Dead wheel entries tolerated whatever few jobs are held (a purge visits every entry).

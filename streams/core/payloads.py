@@ -27,8 +27,8 @@ from collections.abc import Mapping
 from datetime import date, datetime, time
 from typing import Any
 
-from schemas.definition.filters import Path
-from schemas.definition.matching import MISSING, Record, resolve
+from cronstream.schemas.definition.filters import Path
+from cronstream.schemas.definition.matching import MISSING, Record, resolve
 
 # A group's key longer than this (a whole map, a long text) is kept as its digest: the
 # groups are the keys of a trigger's checkpointed state.

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from schemas.definition.cron import CronTimes, cron_times
-from streams.core.span import cron_count, cron_latest
+from cronstream.schemas.definition.cron import CronTimes, cron_times
+from cronstream.streams.core.span import cron_count, cron_latest
 
 
 class Kind(StrEnum):

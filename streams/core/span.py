@@ -26,7 +26,7 @@ from calendar import monthrange
 from datetime import date, datetime
 from zoneinfo import ZoneInfo
 
-from schemas.definition.cron import CronExpr, CronTimes
+from cronstream.schemas.definition.cron import CronExpr, CronTimes
 
 DAY_S = 86_400
 _EPOCH_ORDINAL = date(1970, 1, 1).toordinal()

@@ -40,12 +40,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from schemas.definition.filters import Expr, Path, parse_filter, parse_path
-from schemas.definition.matching import MISSING, Record, matches
-from schemas.events import JobDefinition
-from schemas.ids import event_run_id
-from schemas.wire import LAST_MS
-from streams.core import payloads
+from cronstream.schemas.definition.filters import Expr, Path, parse_filter, parse_path
+from cronstream.schemas.definition.matching import MISSING, Record, matches
+from cronstream.schemas.events import JobDefinition
+from cronstream.schemas.ids import event_run_id
+from cronstream.schemas.wire import LAST_MS
+from cronstream.streams.core import payloads
 
 MAX_WINDOWS = 100_000  # debounce windows kept per partition (the soonest to end goes)
 MAX_OPEN_BATCHES = 1_000  # open batches per partition, each under the payload limit

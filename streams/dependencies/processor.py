@@ -46,19 +46,19 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from runtime import metrics
-from runtime.faults import RecordFaults
-from runtime.kafka.clients import TopicPartition, consume_ready, kafka_consumer
-from runtime.kafka.member import commit
-from runtime.kafka.offsets import committed, consumer_lag, offset_since, watermarks
-from runtime.kafka.records import ConsumedMessage, dead_letter_for, is_record, text_key
-from runtime.registry import registry_client
-from runtime.settings import Settings
-from runtime.stop import StopWaiting
-from runtime.waiting import learn_writers, sleeping
-from schemas.catalog import Topics
-from schemas.errors import DecodeError
-from schemas.events import (
+from cronstream.runtime import metrics
+from cronstream.runtime.faults import RecordFaults
+from cronstream.runtime.kafka.clients import TopicPartition, consume_ready, kafka_consumer
+from cronstream.runtime.kafka.member import commit
+from cronstream.runtime.kafka.offsets import committed, consumer_lag, offset_since, watermarks
+from cronstream.runtime.kafka.records import ConsumedMessage, dead_letter_for, is_record, text_key
+from cronstream.runtime.registry import registry_client
+from cronstream.runtime.settings import Settings
+from cronstream.runtime.stop import StopWaiting
+from cronstream.runtime.waiting import learn_writers, sleeping
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.errors import DecodeError
+from cronstream.schemas.events import (
     DeadLetter,
     JobDefinition,
     Priority,
@@ -69,10 +69,10 @@ from schemas.events import (
     to_ms,
     utc_now,
 )
-from schemas.serde import Codec
-from streams.core.dependencies import Dependencies, DependencyRun
-from streams.core.rates import Held, TenantRates
-from streams.dependencies.reading import STAGE, Range, judge, read_range
+from cronstream.schemas.serde import Codec
+from cronstream.streams.core.dependencies import Dependencies, DependencyRun
+from cronstream.streams.core.rates import Held, TenantRates
+from cronstream.streams.dependencies.reading import STAGE, Range, judge, read_range
 
 log = logging.getLogger("cronstream.dependencies")
 GAUGES_EVERY_S = 5.0
@@ -97,7 +97,7 @@ class DependencyProcessor:
     clock: Callable[[], datetime] = staticmethod(utc_now)  # a test's virtual clock
 
     def __init__(self, settings: Settings, config: DependencyConfig) -> None:
-        from runtime.kafka.publisher import Publisher
+        from cronstream.runtime.kafka.publisher import Publisher
 
         self.settings, self.config = settings, config
         self.topics = Topics(settings)

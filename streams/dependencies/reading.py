@@ -9,15 +9,15 @@ import logging
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
-from runtime.kafka.clients import Consumer, TopicPartition
-from runtime.kafka.records import ConsumedMessage, is_record
-from runtime.stop import StopWaiting
-from runtime.waiting import learn_writers
-from schemas.definition import problems
-from schemas.definition.triggers import source_problems
-from schemas.errors import DecodeError
-from schemas.events import JobDefinition
-from schemas.serde import Codec
+from cronstream.runtime.kafka.clients import Consumer, TopicPartition
+from cronstream.runtime.kafka.records import ConsumedMessage, is_record
+from cronstream.runtime.stop import StopWaiting
+from cronstream.runtime.waiting import learn_writers
+from cronstream.schemas.definition import problems
+from cronstream.schemas.definition.triggers import source_problems
+from cronstream.schemas.errors import DecodeError
+from cronstream.schemas.events import JobDefinition
+from cronstream.schemas.serde import Codec
 
 log = logging.getLogger("cronstream.dependencies")
 STAGE = "dependencies"  # the dead letters' stage, the metrics' role

@@ -50,31 +50,31 @@ from typing import Any, NoReturn
 import faust
 from faust.streams import _current_event
 
-from runtime import metrics
-from runtime.errors import RepeatedFault
-from runtime.faults import RecordFaults
-from runtime.kafka.records import dead_letter
-from runtime.kafka.security import aiokafka_security
-from runtime.kafka.stall import Backoff
-from runtime.registry import registry_client
-from runtime.settings import Settings
-from schemas.alerts import Alert
-from schemas.catalog import FLOWS_APP, FLOWS_TABLE, Topics
-from schemas.errors import DecodeError, RegistryUnavailable
-from schemas.events import (
+from cronstream.runtime import metrics
+from cronstream.runtime.errors import RepeatedFault
+from cronstream.runtime.faults import RecordFaults
+from cronstream.runtime.kafka.records import dead_letter
+from cronstream.runtime.kafka.security import aiokafka_security
+from cronstream.runtime.kafka.stall import Backoff
+from cronstream.runtime.registry import registry_client
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.alerts import Alert
+from cronstream.schemas.catalog import FLOWS_APP, FLOWS_TABLE, Topics
+from cronstream.schemas.errors import DecodeError, RegistryUnavailable
+from cronstream.schemas.events import (
     ControlCommand,
     DeadLetter,
     Priority,
     RunOutcome,
     RunRequest,
 )
-from schemas.flows import FlowEvent, FlowEventKind
-from schemas.serde import Codec
-from streams.core.rates import TenantRates
-from streams.flows.coordinator import Coordinator, Send
-from streams.flows.definitions import Definitions
-from streams.flows.faust_seek import SeekingApp
-from streams.flows.rows import EventRows, JsonRows
+from cronstream.schemas.flows import FlowEvent, FlowEventKind
+from cronstream.schemas.serde import Codec
+from cronstream.streams.core.rates import TenantRates
+from cronstream.streams.flows.coordinator import Coordinator, Send
+from cronstream.streams.flows.definitions import Definitions
+from cronstream.streams.flows.faust_seek import SeekingApp
+from cronstream.streams.flows.rows import EventRows, JsonRows
 
 log = logging.getLogger("cronstream.flows")
 STAGE = "flows"

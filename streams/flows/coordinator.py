@@ -14,10 +14,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from runtime.settings import Settings
-from schemas.alerts import Alert, AlertKind, deadline_alert_id
-from schemas.catalog import FLOWS_APP, Topics
-from schemas.events import (
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.alerts import Alert, AlertKind, deadline_alert_id
+from cronstream.schemas.catalog import FLOWS_APP, Topics
+from cronstream.schemas.events import (
     Concurrency,
     ControlAction,
     ControlCommand,
@@ -29,11 +29,11 @@ from schemas.events import (
     to_ms,
     utc_now,
 )
-from schemas.flows import FlowDefinition, FlowEvent, FlowEventKind, FlowNode
-from schemas.serde import Codec
-from streams.core import flow as core
-from streams.flows.definitions import Definitions
-from streams.flows.rows import JsonRows
+from cronstream.schemas.flows import FlowDefinition, FlowEvent, FlowEventKind, FlowNode
+from cronstream.schemas.serde import Codec
+from cronstream.streams.core import flow as core
+from cronstream.streams.flows.definitions import Definitions
+from cronstream.streams.flows.rows import JsonRows
 
 log = logging.getLogger("cronstream.flows")
 

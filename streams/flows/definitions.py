@@ -6,14 +6,14 @@ from __future__ import annotations
 import logging
 import threading
 
-from runtime.kafka.clients import OFFSET_BEGINNING, TopicPartition, kafka_consumer
-from runtime.settings import Settings
-from runtime.stop import StopWaiting
-from runtime.waiting import learn_writers, sleeping
-from schemas.catalog import Topics
-from schemas.errors import DecodeError
-from schemas.flows import FlowDefinition
-from schemas.serde import Codec
+from cronstream.runtime.kafka.clients import OFFSET_BEGINNING, TopicPartition, kafka_consumer
+from cronstream.runtime.settings import Settings
+from cronstream.runtime.stop import StopWaiting
+from cronstream.runtime.waiting import learn_writers, sleeping
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.errors import DecodeError
+from cronstream.schemas.flows import FlowDefinition
+from cronstream.schemas.serde import Codec
 
 log = logging.getLogger("cronstream.flows")
 

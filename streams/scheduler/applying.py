@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from runtime.kafka.records import ConsumedMessage, dead_letter, dead_letter_for
-from schemas.catalog import Topics
-from schemas.errors import CronError, DecodeError, ZoneError
-from schemas.events import JOB_DELETED, JOB_PAUSED
-from streams.core.schedule import JobSchedule
-from streams.scheduler.definitions import Definitions
-from streams.scheduler.emitter import Emitter
-from streams.scheduler.owned import Owned
-from streams.scheduler.state import PartitionState, StoredDefinition
+from cronstream.runtime.kafka.records import ConsumedMessage, dead_letter, dead_letter_for
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.errors import CronError, DecodeError, ZoneError
+from cronstream.schemas.events import JOB_DELETED, JOB_PAUSED
+from cronstream.streams.core.schedule import JobSchedule
+from cronstream.streams.scheduler.definitions import Definitions
+from cronstream.streams.scheduler.emitter import Emitter
+from cronstream.streams.scheduler.owned import Owned
+from cronstream.streams.scheduler.state import PartitionState, StoredDefinition
 
 STAGE = "scheduler"
 

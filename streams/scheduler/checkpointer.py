@@ -20,12 +20,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from runtime import metrics
-from runtime.kafka.clients import KafkaError, KafkaException, TopicPartition
-from runtime.kafka.member import GroupMember
-from runtime.kafka.publisher import Mark, Publisher
-from streams.scheduler.checkpoint import Checkpoint
-from streams.scheduler.owned import Owned
+from cronstream.runtime import metrics
+from cronstream.runtime.kafka.clients import KafkaError, KafkaException, TopicPartition
+from cronstream.runtime.kafka.member import GroupMember
+from cronstream.runtime.kafka.publisher import Mark, Publisher
+from cronstream.streams.scheduler.checkpoint import Checkpoint
+from cronstream.streams.scheduler.owned import Owned
 
 log = logging.getLogger("cronstream.scheduler")
 # How long a checkpoint waits for the broker to acknowledge what was emitted. Normally

@@ -13,17 +13,17 @@ import logging
 import time
 from dataclasses import dataclass
 
-from runtime.faults import RecordFaults
-from schemas.definition import loading_problems
-from schemas.definition.memo import Memo
-from schemas.definition.zones import load_zone
-from schemas.errors import CronError, DecodeError, RegistryUnavailable, ZoneError
-from schemas.events import JobDefinition, RunRequest, Trigger, from_ms
-from schemas.limits import deadline_problems, refusal
-from schemas.serde import Codec
-from schemas.templates import RunTemplate
-from schemas.timing import schedule_args
-from streams.core.schedule import JobSchedule, Misfire
+from cronstream.runtime.faults import RecordFaults
+from cronstream.schemas.definition import loading_problems
+from cronstream.schemas.definition.memo import Memo
+from cronstream.schemas.definition.zones import load_zone
+from cronstream.schemas.errors import CronError, DecodeError, RegistryUnavailable, ZoneError
+from cronstream.schemas.events import JobDefinition, RunRequest, Trigger, from_ms
+from cronstream.schemas.limits import deadline_problems, refusal
+from cronstream.schemas.serde import Codec
+from cronstream.schemas.templates import RunTemplate
+from cronstream.schemas.timing import schedule_args
+from cronstream.streams.core.schedule import JobSchedule, Misfire
 
 log = logging.getLogger("cronstream.scheduler")
 EPOCH = from_ms(0)  # a placeholder: each fire fills in its own times

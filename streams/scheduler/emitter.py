@@ -14,10 +14,10 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from runtime import metrics
-from runtime.kafka.publisher import Publisher
-from schemas.catalog import Topics
-from schemas.events import (
+from cronstream.runtime import metrics
+from cronstream.runtime.kafka.publisher import Publisher
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.events import (
     JOB_PAUSED,
     ControlAction,
     ControlCommand,
@@ -32,12 +32,12 @@ from schemas.events import (
     from_ms,
     iso,
 )
-from schemas.headers import run_request_headers
-from schemas.ids import run_id_for, slot_run_id
-from schemas.tenancy import OPERATORS
-from streams.core.ahead import AheadRuns
-from streams.core.misfire import Action, Fire, Record
-from streams.scheduler.definitions import Definitions, Prepared
+from cronstream.schemas.headers import run_request_headers
+from cronstream.schemas.ids import run_id_for, slot_run_id
+from cronstream.schemas.tenancy import OPERATORS
+from cronstream.streams.core.ahead import AheadRuns
+from cronstream.streams.core.misfire import Action, Fire, Record
+from cronstream.streams.scheduler.definitions import Definitions, Prepared
 
 log = logging.getLogger("cronstream.scheduler")
 _TRIGGER_BYTES = {t: t.value.encode() for t in Trigger}

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runtime.kafka.clients import TopicPartition, consume_ready, kafka_consumer
-from runtime.kafka.offsets import watermarks
-from runtime.kafka.records import is_record
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from streams.scheduler.definitions import Definitions
-from streams.scheduler.state import PartitionState, index_view
+from cronstream.runtime.kafka.clients import TopicPartition, consume_ready, kafka_consumer
+from cronstream.runtime.kafka.offsets import watermarks
+from cronstream.runtime.kafka.records import is_record
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.streams.scheduler.definitions import Definitions
+from cronstream.streams.scheduler.state import PartitionState, index_view
 
 
 def latest_definitions(

@@ -12,17 +12,17 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from runtime.kafka.clients import Consumer
-from runtime.kafka.member import GroupMember
-from runtime.kafka.records import ConsumedMessage, is_record, text_key
-from runtime.kafka.stall import Backoff, Held
-from schemas.errors import DecodeError, RegistryUnavailable
-from schemas.events import TimerReason, TimerRequest, to_ms
-from schemas.serde import Codec
-from streams.core.partition import NEVER, Timer
-from streams.scheduler.applying import Applier
-from streams.scheduler.loading import Loader
-from streams.scheduler.owned import Owned
+from cronstream.runtime.kafka.clients import Consumer
+from cronstream.runtime.kafka.member import GroupMember
+from cronstream.runtime.kafka.records import ConsumedMessage, is_record, text_key
+from cronstream.runtime.kafka.stall import Backoff, Held
+from cronstream.schemas.errors import DecodeError, RegistryUnavailable
+from cronstream.schemas.events import TimerReason, TimerRequest, to_ms
+from cronstream.schemas.serde import Codec
+from cronstream.streams.core.partition import NEVER, Timer
+from cronstream.streams.scheduler.applying import Applier
+from cronstream.streams.scheduler.loading import Loader
+from cronstream.streams.scheduler.owned import Owned
 
 log = logging.getLogger("cronstream.scheduler")
 # While the registry is unavailable (``runtime.kafka.stall``): what waits, what goes on.

@@ -16,19 +16,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from runtime.kafka.records import ConsumedMessage
-from runtime.kafka.stall import Backoff
-from schemas.definition.zones import TZDATA_VERSION
-from schemas.errors import RegistryUnavailable
-from schemas.events import from_ms, iso
-from streams.core.partition import Deferred, PartitionScheduler
-from streams.core.rates import TenantRates
-from streams.scheduler.applying import Applier, store
-from streams.scheduler.checkpoint import Checkpoint
-from streams.scheduler.config import ProcessorConfig
-from streams.scheduler.definitions import Definitions
-from streams.scheduler.owned import Owned
-from streams.scheduler.state import PartitionState, StoredDefinition, Stores, resume_point
+from cronstream.runtime.kafka.records import ConsumedMessage
+from cronstream.runtime.kafka.stall import Backoff
+from cronstream.schemas.definition.zones import TZDATA_VERSION
+from cronstream.schemas.errors import RegistryUnavailable
+from cronstream.schemas.events import from_ms, iso
+from cronstream.streams.core.partition import Deferred, PartitionScheduler
+from cronstream.streams.core.rates import TenantRates
+from cronstream.streams.scheduler.applying import Applier, store
+from cronstream.streams.scheduler.checkpoint import Checkpoint
+from cronstream.streams.scheduler.config import ProcessorConfig
+from cronstream.streams.scheduler.definitions import Definitions
+from cronstream.streams.scheduler.owned import Owned
+from cronstream.streams.scheduler.state import (
+    PartitionState,
+    StoredDefinition,
+    Stores,
+    resume_point,
+)
 
 log = logging.getLogger("cronstream.scheduler")
 # Definitions settled per loop iteration while a partition loads (a few tens of

@@ -7,10 +7,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from schemas.definition.zones import TZDATA_VERSION
-from streams.core.partition import PartitionScheduler
-from streams.scheduler.checkpoint import Checkpoint
-from streams.scheduler.state import PartitionState
+from cronstream.schemas.definition.zones import TZDATA_VERSION
+from cronstream.streams.core.partition import PartitionScheduler
+from cronstream.streams.scheduler.checkpoint import Checkpoint
+from cronstream.streams.scheduler.state import PartitionState
 
 
 @dataclass(slots=True)

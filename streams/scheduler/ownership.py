@@ -10,19 +10,19 @@ from __future__ import annotations
 
 import logging
 
-from runtime import metrics
-from runtime.errors import PublishError
-from runtime.kafka.clients import OFFSET_BEGINNING, Consumer, TopicPartition
-from runtime.kafka.member import GroupMember
-from runtime.kafka.offsets import committed, watermarks
-from schemas.catalog import JOBS, Topics
-from streams.scheduler.checkpoint import Checkpoint
-from streams.scheduler.checkpointer import HANDOVER_ACK_WAIT_S, Checkpointer
-from streams.scheduler.intake import Intake
-from streams.scheduler.loading import Loader, check_zone_database
-from streams.scheduler.owned import Owned
-from streams.scheduler.standby import Standby
-from streams.scheduler.state import resume_point
+from cronstream.runtime import metrics
+from cronstream.runtime.errors import PublishError
+from cronstream.runtime.kafka.clients import OFFSET_BEGINNING, Consumer, TopicPartition
+from cronstream.runtime.kafka.member import GroupMember
+from cronstream.runtime.kafka.offsets import committed, watermarks
+from cronstream.schemas.catalog import JOBS, Topics
+from cronstream.streams.scheduler.checkpoint import Checkpoint
+from cronstream.streams.scheduler.checkpointer import HANDOVER_ACK_WAIT_S, Checkpointer
+from cronstream.streams.scheduler.intake import Intake
+from cronstream.streams.scheduler.loading import Loader, check_zone_database
+from cronstream.streams.scheduler.owned import Owned
+from cronstream.streams.scheduler.standby import Standby
+from cronstream.streams.scheduler.state import resume_point
 
 log = logging.getLogger("cronstream.scheduler")
 

@@ -38,27 +38,27 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from runtime import metrics
-from runtime.errors import PublishError
-from runtime.kafka.clients import Consumer, KafkaError, TopicPartition, kafka_consumer
-from runtime.kafka.member import GroupMember
-from runtime.kafka.publisher import Publisher
-from runtime.kafka.stall import Backoff
-from runtime.registry import registry_client
-from runtime.settings import Settings
-from schemas.catalog import JOBS, Topics
-from schemas.definition.zones import TZDATA_VERSION
-from schemas.serde import Codec
-from streams.scheduler.applying import Applier
-from streams.scheduler.checkpointer import HANDOVER_ACK_WAIT_S, Checkpointer
-from streams.scheduler.config import ProcessorConfig
-from streams.scheduler.definitions import Definitions
-from streams.scheduler.emitter import Emitter
-from streams.scheduler.intake import READING_HELD, Intake
-from streams.scheduler.loading import Loader
-from streams.scheduler.owned import Owned
-from streams.scheduler.ownership import Ownership
-from streams.scheduler.standby import Standby
+from cronstream.runtime import metrics
+from cronstream.runtime.errors import PublishError
+from cronstream.runtime.kafka.clients import Consumer, KafkaError, TopicPartition, kafka_consumer
+from cronstream.runtime.kafka.member import GroupMember
+from cronstream.runtime.kafka.publisher import Publisher
+from cronstream.runtime.kafka.stall import Backoff
+from cronstream.runtime.registry import registry_client
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import JOBS, Topics
+from cronstream.schemas.definition.zones import TZDATA_VERSION
+from cronstream.schemas.serde import Codec
+from cronstream.streams.scheduler.applying import Applier
+from cronstream.streams.scheduler.checkpointer import HANDOVER_ACK_WAIT_S, Checkpointer
+from cronstream.streams.scheduler.config import ProcessorConfig
+from cronstream.streams.scheduler.definitions import Definitions
+from cronstream.streams.scheduler.emitter import Emitter
+from cronstream.streams.scheduler.intake import READING_HELD, Intake
+from cronstream.streams.scheduler.loading import Loader
+from cronstream.streams.scheduler.owned import Owned
+from cronstream.streams.scheduler.ownership import Ownership
+from cronstream.streams.scheduler.standby import Standby
 
 log = logging.getLogger("cronstream.scheduler")
 # Wheel entries fired per partition per loop iteration at most: under overload the loop

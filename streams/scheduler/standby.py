@@ -42,23 +42,23 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from runtime import metrics
-from runtime.kafka.clients import (
+from cronstream.runtime import metrics
+from cronstream.runtime.kafka.clients import (
     OFFSET_BEGINNING,
     KafkaError,
     KafkaException,
     TopicPartition,
     kafka_consumer,
 )
-from runtime.kafka.offsets import watermarks
-from runtime.kafka.records import ConsumedMessage, is_record, text_key
-from runtime.settings import Settings
-from schemas.errors import CronError, DecodeError, RegistryUnavailable, ZoneError
-from streams.scheduler.applying import store
-from streams.scheduler.checkpoint import Checkpoint
-from streams.scheduler.config import ProcessorConfig
-from streams.scheduler.definitions import Definitions
-from streams.scheduler.state import PartitionState, Stores
+from cronstream.runtime.kafka.offsets import watermarks
+from cronstream.runtime.kafka.records import ConsumedMessage, is_record, text_key
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.errors import CronError, DecodeError, RegistryUnavailable, ZoneError
+from cronstream.streams.scheduler.applying import store
+from cronstream.streams.scheduler.checkpoint import Checkpoint
+from cronstream.streams.scheduler.config import ProcessorConfig
+from cronstream.streams.scheduler.definitions import Definitions
+from cronstream.streams.scheduler.state import PartitionState, Stores
 
 log = logging.getLogger("cronstream.scheduler")
 REFRESH_S = 5.0  # how often the owners' checkpoints are read

@@ -38,8 +38,8 @@ from pathlib import Path
 
 from rocksdict import Options, Rdict, WriteBatch
 
-from streams.core.schedule import JobSchedule
-from streams.scheduler.checkpoint import Checkpoint
+from cronstream.streams.core.schedule import JobSchedule
+from cronstream.streams.scheduler.checkpoint import Checkpoint
 
 log = logging.getLogger("cronstream.scheduler")
 _SHIFT = 1 << 63

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from runtime.kafka.clients import KafkaError, TopicPartition
-from streams.core.triggers import Checkpoint, PartitionTrigger
+from cronstream.runtime.kafka.clients import KafkaError, TopicPartition
+from cronstream.streams.core.triggers import Checkpoint, PartitionTrigger
 
 # Errors a consumer reports for a topic it subscribed to: gone, or not readable (its
 # ACL removed): logged, and the topic is dropped at the next look at the topics.

@@ -58,28 +58,28 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from runtime import metrics
-from runtime.errors import PublishError
-from runtime.faults import RecordFaults
-from runtime.kafka.clients import KafkaException, TopicPartition
-from runtime.kafka.member import GroupMember
-from runtime.kafka.offsets import retrying, watermarks
-from runtime.kafka.publisher import FAILURES_ONLY, Publisher
-from runtime.kafka.records import ConsumedMessage, dead_letter_for, is_record
-from runtime.registry import registry_client
-from runtime.settings import Settings
-from runtime.stop import StopWaiting
-from runtime.waiting import learn_writers, sleeping
-from schemas.catalog import Topics
-from schemas.events import DeadLetter, from_ms
-from schemas.limits import MAX_PAYLOAD_BYTES
-from schemas.serde import Codec
-from streams.core.rates import TenantRates
-from streams.core.triggers import Checkpoint, EventRun, PartitionTrigger, source_record
-from streams.triggers.owned import TOPIC_ERRORS, Owned
-from streams.triggers.rules import STAGE, Active, TriggerDefinitions
-from streams.triggers.store import CheckpointStore, checkpoint_key
-from streams.triggers.values import SourceValues
+from cronstream.runtime import metrics
+from cronstream.runtime.errors import PublishError
+from cronstream.runtime.faults import RecordFaults
+from cronstream.runtime.kafka.clients import KafkaException, TopicPartition
+from cronstream.runtime.kafka.member import GroupMember
+from cronstream.runtime.kafka.offsets import retrying, watermarks
+from cronstream.runtime.kafka.publisher import FAILURES_ONLY, Publisher
+from cronstream.runtime.kafka.records import ConsumedMessage, dead_letter_for, is_record
+from cronstream.runtime.registry import registry_client
+from cronstream.runtime.settings import Settings
+from cronstream.runtime.stop import StopWaiting
+from cronstream.runtime.waiting import learn_writers, sleeping
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.events import DeadLetter, from_ms
+from cronstream.schemas.limits import MAX_PAYLOAD_BYTES
+from cronstream.schemas.serde import Codec
+from cronstream.streams.core.rates import TenantRates
+from cronstream.streams.core.triggers import Checkpoint, EventRun, PartitionTrigger, source_record
+from cronstream.streams.triggers.owned import TOPIC_ERRORS, Owned
+from cronstream.streams.triggers.rules import STAGE, Active, TriggerDefinitions
+from cronstream.streams.triggers.store import CheckpointStore, checkpoint_key
+from cronstream.streams.triggers.values import SourceValues
 
 log = logging.getLogger("cronstream.triggers")
 Key = tuple[str, int]  # (topic, partition)

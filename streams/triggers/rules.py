@@ -25,18 +25,18 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from runtime.kafka.clients import Consumer, kafka_consumer
-from runtime.kafka.offsets import assign_whole
-from runtime.kafka.records import ConsumedMessage, dead_letter, is_record, text_key
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.definition import problems as definition_problems
-from schemas.definition.triggers import source_problems
-from schemas.errors import DecodeError
-from schemas.events import EPOCH, DeadLetter, JobDefinition, RunRequest, Trigger, to_ms
-from schemas.limits import refusal
-from schemas.serde import Codec
-from streams.core.triggers import Rule, rule_of
+from cronstream.runtime.kafka.clients import Consumer, kafka_consumer
+from cronstream.runtime.kafka.offsets import assign_whole
+from cronstream.runtime.kafka.records import ConsumedMessage, dead_letter, is_record, text_key
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.definition import problems as definition_problems
+from cronstream.schemas.definition.triggers import source_problems
+from cronstream.schemas.errors import DecodeError
+from cronstream.schemas.events import EPOCH, DeadLetter, JobDefinition, RunRequest, Trigger, to_ms
+from cronstream.schemas.limits import refusal
+from cronstream.schemas.serde import Codec
+from cronstream.streams.core.triggers import Rule, rule_of
 
 log = logging.getLogger("cronstream.triggers")
 STAGE = "triggers"

@@ -16,13 +16,13 @@ from __future__ import annotations
 import json
 import logging
 
-from runtime.kafka.clients import OFFSET_BEGINNING, TopicPartition, kafka_consumer
-from runtime.kafka.offsets import watermarks
-from runtime.kafka.publisher import Publisher
-from runtime.kafka.records import is_record, text_key
-from runtime.settings import Settings
-from schemas.catalog import TRIGGERS
-from streams.core.triggers import Checkpoint
+from cronstream.runtime.kafka.clients import OFFSET_BEGINNING, TopicPartition, kafka_consumer
+from cronstream.runtime.kafka.offsets import watermarks
+from cronstream.runtime.kafka.publisher import Publisher
+from cronstream.runtime.kafka.records import is_record, text_key
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import TRIGGERS
+from cronstream.streams.core.triggers import Checkpoint
 
 log = logging.getLogger("cronstream.triggers")
 CHECKPOINTS = f"{TRIGGERS}checkpoints"  # after "<prefix>." (schemas.catalog.INTERNAL)

@@ -28,11 +28,11 @@ from typing import Any
 
 import fastavro
 
-from runtime.kafka.records import ConsumedMessage
-from runtime.waiting import wait_for
-from schemas.definition.matching import MISSING
-from schemas.errors import RegistryError
-from schemas.registry import RegistryClient
+from cronstream.runtime.kafka.records import ConsumedMessage
+from cronstream.runtime.waiting import wait_for
+from cronstream.schemas.definition.matching import MISSING
+from cronstream.schemas.errors import RegistryError
+from cronstream.schemas.registry import RegistryClient
 
 log = logging.getLogger("cronstream.triggers")
 _HEADER = struct.Struct(">bI")

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from runtime.settings import Settings
-from schemas.events import utc_now
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.events import utc_now
 from tests.integration.helpers import CronstreamProcess, Target, cronstream
 
 pytestmark = pytest.mark.acceptance

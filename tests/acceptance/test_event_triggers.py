@@ -16,11 +16,11 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 
-from infra.kafka_access import admin_acls, delete_acls
-from infra.tenants import trigger_source_acls
-from runtime.kafka.clients import kafka_admin
-from runtime.kafka.security import admin_security
-from runtime.settings import Settings
+from cronstream.infra.kafka_access import admin_acls, delete_acls
+from cronstream.infra.tenants import trigger_source_acls
+from cronstream.runtime.kafka.clients import kafka_admin
+from cronstream.runtime.kafka.security import admin_security
+from cronstream.runtime.settings import Settings
 from tests.acceptance.test_pipeline import eventually, history_json, ok
 from tests.integration.helpers import CronstreamProcess, Target, cronstream
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from runtime.settings import Settings
+from cronstream.runtime.settings import Settings
 from tests.integration.helpers import CronstreamProcess, Target, cronstream
 
 pytestmark = pytest.mark.acceptance

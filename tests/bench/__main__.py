@@ -18,7 +18,7 @@ import signal
 import sys
 from collections.abc import Callable
 
-from runtime.settings import Settings
+from cronstream.runtime.settings import Settings
 from tests.bench.api import bench_api
 from tests.bench.archive import bench_archive
 from tests.bench.boundary import bench_boundary

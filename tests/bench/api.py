@@ -12,9 +12,9 @@ import uuid
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from infra.tenants import add_tenant, remove_tenant
-from runtime.settings import Settings
-from runtime.tokens import token_path
+from cronstream.infra.tenants import add_tenant, remove_tenant
+from cronstream.runtime.settings import Settings
+from cronstream.runtime.tokens import token_path
 from tests.bench.common import namespace, pct, row
 from tests.integration.helpers import CronstreamProcess, free_port, wait_http_up
 

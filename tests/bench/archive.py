@@ -28,14 +28,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyarrow.fs import FileSelector
 
-from consumers import archive
-from consumers.archiver import Archiver, ArchiverConfig
-from consumers.compaction import compact_finished
-from consumers.lakehouse import ARROW, ArchiveTable, Part, filesystem, sort
-from infra.objects import ensure_lakehouse
-from runtime.lakehouse import lakehouse
-from runtime.settings import Settings
-from schemas.catalog import Topics
+from cronstream.consumers import archive
+from cronstream.consumers.archiver import Archiver, ArchiverConfig
+from cronstream.consumers.compaction import compact_finished
+from cronstream.consumers.lakehouse import ARROW, ArchiveTable, Part, filesystem, sort
+from cronstream.infra.objects import ensure_lakehouse
+from cronstream.runtime.lakehouse import lakehouse
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
 from tests.bench.archive_tiers import bench_tier_queries
 from tests.bench.common import checkout, namespace, pct, row
 from tests.bench.history import finished_outcomes
@@ -228,7 +228,7 @@ _BASELINE_PROBE = """
 import json, shutil, sys, tempfile, time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from consumers import archive
+from cronstream.consumers import archive
 from tests.bench.archive import PROBE, build_year
 total, samples = int(sys.argv[1]), int(sys.argv[2])
 root = Path(tempfile.mkdtemp(prefix="cs-archive-baseline-"))

@@ -16,12 +16,12 @@ from datetime import UTC, datetime, timedelta
 from itertools import islice
 from typing import Any
 
-from consumers.archive import Archive
-from consumers.history import History
-from consumers.tiers import Tiers, hot_from
-from runtime.cassandra import cassandra_session
-from runtime.lakehouse import Lakehouse
-from runtime.settings import Settings
+from cronstream.consumers.archive import Archive
+from cronstream.consumers.history import History
+from cronstream.consumers.tiers import Tiers, hot_from
+from cronstream.runtime.cassandra import cassandra_session
+from cronstream.runtime.lakehouse import Lakehouse
+from cronstream.runtime.settings import Settings
 from tests.bench.common import row
 from tests.integration.helpers import history_keyspace
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import statistics
 import time
 
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.events import Priority, from_ms, iso
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.events import Priority, from_ms, iso
 from tests.bench.common import NOOP_TARGET, job, namespace, pct, put_jobs, row, started_ms
 from tests.bench.workers import Pipeline
 from tests.integration.helpers import read_topic

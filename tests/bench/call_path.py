@@ -20,7 +20,7 @@ from types import FrameType
 from typing import Any
 from unittest import mock
 
-OURS = ("cronstream", "producers", "schemas", "streams", "consumers", "runtime", "infra")
+OURS = ("cronstream",)
 ARGV = [
     "jobs",
     "put",
@@ -130,15 +130,15 @@ class PathCounter:
 @contextmanager
 def _fakes() -> Iterator[FakePublisher]:
     publisher = FakePublisher()
-    with mock.patch("producers.client.kafka_consumer", return_value=FakeConsumer()):
+    with mock.patch("cronstream.producers.client.kafka_consumer", return_value=FakeConsumer()):
         yield publisher
 
 
 def measure() -> str:
     from cronstream.cli import build_parser
     from cronstream.cli.jobs import cmd_jobs_put
-    from producers.client import JobClient
-    from runtime.settings import Settings
+    from cronstream.producers.client import JobClient
+    from cronstream.runtime.settings import Settings
 
     args: argparse.Namespace = build_parser().parse_args(ARGV)
     out = []

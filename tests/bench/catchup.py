@@ -23,10 +23,10 @@ from tests.bench.common import run_in
 
 def _measure() -> dict[str, Any]:
     """Runs in the checkout measured (imports from its working directory)."""
-    from streams.core.misfire import Fire
-    from streams.core.partition import PartitionScheduler
-    from streams.core.rates import TenantRates
-    from streams.core.schedule import JobSchedule, Misfire
+    from cronstream.streams.core.misfire import Fire
+    from cronstream.streams.core.partition import PartitionScheduler
+    from cronstream.streams.core.rates import TenantRates
+    from cronstream.streams.core.schedule import JobSchedule, Misfire
 
     second, hour, jobs, rate = 1000, 3_600_000, 100, 10.0
     start = 1_800_000_000_000 - 1_800_000_000_000 % hour

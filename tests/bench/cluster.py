@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 
-from infra.services import all_services
+from cronstream.infra.services import all_services
 from tests.bench.common import namespace, pct, row
 from tests.bench.scheduler import fire_skews
 from tests.bench.workers import end_to_end

@@ -16,13 +16,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from infra.bootstrap import ensure_subjects, ensure_topics
-from runtime.kafka.clients import kafka_admin
-from runtime.kafka.publisher import Publisher
-from runtime.registry import registry_client
-from runtime.settings import REPO_ROOT, Settings
-from schemas.catalog import Topics
-from schemas.events import (
+from cronstream.infra.bootstrap import ensure_subjects, ensure_topics
+from cronstream.runtime.kafka.clients import kafka_admin
+from cronstream.runtime.kafka.publisher import Publisher
+from cronstream.runtime.registry import registry_client
+from cronstream.runtime.settings import REPO_ROOT, Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.events import (
     EPOCH,
     CronSchedule,
     IntervalSchedule,
@@ -33,11 +33,11 @@ from schemas.events import (
     to_ms,
     utc_now,
 )
-from schemas.serde import Codec
-from schemas.wire import avro_string
-from streams.core.schedule import jitter_offset
-from streams.scheduler.config import ProcessorConfig
-from streams.scheduler.processor import Processor
+from cronstream.schemas.serde import Codec
+from cronstream.schemas.wire import avro_string
+from cronstream.streams.core.schedule import jitter_offset
+from cronstream.streams.scheduler.config import ProcessorConfig
+from cronstream.streams.scheduler.processor import Processor
 from tests.conftest import cli_env
 from tests.integration.helpers import (
     Record,

@@ -15,9 +15,9 @@ import time
 from dataclasses import replace
 from datetime import timedelta
 
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.events import OnceSchedule, utc_now
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.events import OnceSchedule, utc_now
 from tests.bench.common import (
     NOOP_TARGET,
     header_due_ms,

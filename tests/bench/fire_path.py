@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from infra.services import all_services
-from runtime.settings import Settings
+from cronstream.infra.services import all_services
+from cronstream.runtime.settings import Settings
 from tests.bench.common import (
     checkout,
     cpu_s,

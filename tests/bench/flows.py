@@ -24,12 +24,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from infra.services import all_services
-from producers.client import JobClient
-from producers.flows import flow_from_spec, flow_schedule
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.events import Priority
+from cronstream.infra.services import all_services
+from cronstream.producers.client import JobClient
+from cronstream.producers.flows import flow_from_spec, flow_schedule
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.events import Priority
 from tests.bench.common import (
     NOOP_TARGET,
     cpu_s,

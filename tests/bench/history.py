@@ -12,10 +12,10 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from runtime.kafka.publisher import Publisher
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.events import (
+from cronstream.runtime.kafka.publisher import Publisher
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.events import (
     RunOutcome,
     RunStatus,
     from_ms,
@@ -137,8 +137,8 @@ def store_runs(
     """Write ``outcomes`` straight into ``keyspace``'s history tables the sink's way
     (``HistoryTables.rows``, ``RowWriter`` batches, 16 in flight), ``chunk_rows`` rows
     at a time; the seconds it took."""
-    from consumers.history import HistoryTables
-    from consumers.sink import RowWriter
+    from cronstream.consumers.history import HistoryTables
+    from cronstream.consumers.sink import RowWriter
 
     tables = HistoryTables(session, keyspace, ttl_s=86400 * 7)
     writer = RowWriter(session)
@@ -200,8 +200,8 @@ def bench_queries(base: Settings, runs: int, stored: int, samples: int) -> None:
     Cassandra, then the three history queries, ``samples`` times each per run."""
     import random
 
-    from consumers.history import History
-    from runtime.cassandra import cassandra_session
+    from cronstream.consumers.history import History
+    from cronstream.runtime.cassandra import cassandra_session
 
     with history_keyspace(base, prefix="csbench") as settings:
         cluster, session = cassandra_session(settings)

@@ -21,9 +21,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.events import Priority
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.events import Priority
 from tests.bench.common import checkout, namespace, row
 from tests.bench.profiles import SAMPLES_PER_S, can_spy, spy, top_functions
 from tests.bench.workers import Pipeline, put_noop_jobs

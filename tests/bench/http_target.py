@@ -23,7 +23,7 @@ from contextlib import contextmanager
 
 from confluent_kafka import Producer
 
-from runtime.settings import REPO_ROOT
+from cronstream.runtime.settings import REPO_ROOT
 
 PAYLOAD = b'{"x": 1}'
 

@@ -45,14 +45,14 @@ from pathlib import Path
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
-from infra.tenants import add_tenant, remove_tenant
-from runtime.kafka.publisher import Publisher
-from runtime.settings import REPO_ROOT, Settings
-from runtime.tokens import token_path
-from schemas.catalog import Topics
-from schemas.events import CronSchedule, JobDefinition, Priority, Target, utc_now
-from schemas.tenancy import TenantAction, TenantCommand
-from schemas.wire import avro_string
+from cronstream.infra.tenants import add_tenant, remove_tenant
+from cronstream.runtime.kafka.publisher import Publisher
+from cronstream.runtime.settings import REPO_ROOT, Settings
+from cronstream.runtime.tokens import token_path
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.events import CronSchedule, JobDefinition, Priority, Target, utc_now
+from cronstream.schemas.tenancy import TenantAction, TenantCommand
+from cronstream.schemas.wire import avro_string
 from tests.api_fuzz import callers, fuzz
 from tests.bench.catchup import catchup_first_second
 from tests.bench.common import (
@@ -90,7 +90,7 @@ def _redact_ms() -> dict[str, float]:
     import statistics
     import time
 
-    from schemas.redact import redact_text
+    from cronstream.schemas.redact import redact_text
 
     text = "://" + "a." * 32768
     took = []

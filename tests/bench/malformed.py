@@ -24,14 +24,14 @@ from pathlib import Path
 
 import httpx
 
-from runtime.kafka.clients import kafka_producer
-from runtime.registry import registry_client
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.errors import DecodeError
-from schemas.events import Priority, RunRequest, utc_now
-from schemas.serde import Codec
-from schemas.wire import zigzag
+from cronstream.runtime.kafka.clients import kafka_producer
+from cronstream.runtime.registry import registry_client
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.errors import DecodeError
+from cronstream.schemas.events import Priority, RunRequest, utc_now
+from cronstream.schemas.serde import Codec
+from cronstream.schemas.wire import zigzag
 from tests.bench.common import NOOP_TARGET, cpu_s, job, namespace, row
 from tests.integration.helpers import CronstreamProcess, free_port, read_topic, record_count
 

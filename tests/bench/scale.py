@@ -21,9 +21,9 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.events import JobDefinition, Priority
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.events import JobDefinition, Priority
 from tests.bench.common import NOOP_TARGET, cpu_s, job, namespace, put_jobs, row
 from tests.bench.workers import Pipeline
 from tests.integration.helpers import read_topic

@@ -8,11 +8,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import schemas.definition.cron as cron_module
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.definition.cron import cron_times
-from schemas.events import (
+import cronstream.schemas.definition.cron as cron_module
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.definition.cron import cron_times
+from cronstream.schemas.events import (
     JobDefinition,
     Priority,
 )

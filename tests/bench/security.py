@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import statistics
 
-from runtime.kafka.security import BENCH_PLAIN_PREFIX
-from runtime.settings import Settings
+from cronstream.runtime.kafka.security import BENCH_PLAIN_PREFIX
+from cronstream.runtime.settings import Settings
 from tests.bench.common import namespace, pct, row
 from tests.bench.scheduler import fire_skews
 from tests.bench.workers import end_to_end

@@ -36,12 +36,12 @@ from pathlib import Path
 
 from confluent_kafka.admin import NewTopic
 
-from infra.tenants import add_tenant, remove_tenant
-from runtime.kafka.clients import kafka_admin, kafka_producer
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.events import JobDefinition, Target
-from schemas.tenancy import qualify
+from cronstream.infra.tenants import add_tenant, remove_tenant
+from cronstream.runtime.kafka.clients import kafka_admin, kafka_producer
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.events import JobDefinition, Target
+from cronstream.schemas.tenancy import qualify
 from tests.bench.common import (
     NOOP_TARGET,
     checkout,

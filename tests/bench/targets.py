@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from consumers.executors.base import RunContext
+from cronstream.consumers.executors.base import RunContext
 
 
 def noop(context: RunContext) -> None:

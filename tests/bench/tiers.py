@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runtime.settings import Settings
-from schemas.events import JobDefinition
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.events import JobDefinition
 from tests.bench.common import (
     job,
     namespace,

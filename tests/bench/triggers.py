@@ -38,15 +38,15 @@ import fastavro
 from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 
-from infra.kafka_access import admin_acls, delete_acls
-from infra.tenants import trigger_source_acls
-from producers.client import JobClient
-from runtime.kafka.clients import kafka_admin
-from runtime.kafka.security import admin_security
-from runtime.registry import registry_client
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.events import (
+from cronstream.infra.kafka_access import admin_acls, delete_acls
+from cronstream.infra.tenants import trigger_source_acls
+from cronstream.producers.client import JobClient
+from cronstream.runtime.kafka.clients import kafka_admin
+from cronstream.runtime.kafka.security import admin_security
+from cronstream.runtime.registry import registry_client
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.events import (
     EPOCH,
     EventTrigger,
     JobDefinition,
@@ -56,8 +56,8 @@ from schemas.events import (
     to_ms,
     utc_now,
 )
-from schemas.serde import Codec
-from streams.triggers.processor import TriggerConfig, TriggerProcessor
+from cronstream.schemas.serde import Codec
+from cronstream.streams.triggers.processor import TriggerConfig, TriggerProcessor
 from tests.bench.common import NOOP_TARGET, namespace, pct, row
 from tests.integration.helpers import CronstreamProcess, read_topic
 

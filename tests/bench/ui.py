@@ -18,10 +18,10 @@ from pathlib import Path
 
 import httpx
 
-from runtime.cassandra import cassandra_session
-from runtime.settings import Settings
-from schemas.events import JobDefinition, RunOutcome, RunStatus, from_ms
-from schemas.ids import run_id_for
+from cronstream.runtime.cassandra import cassandra_session
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.events import JobDefinition, RunOutcome, RunStatus, from_ms
+from cronstream.schemas.ids import run_id_for
 from tests.bench.common import job, namespace, pct, put_jobs, row, rss_mib
 from tests.bench.history import settle, store_runs
 from tests.integration.helpers import CronstreamProcess, free_port, history_keyspace, wait_http_up

@@ -9,10 +9,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from infra.services import Kafka, all_services
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.events import (
+from cronstream.infra.services import Kafka, all_services
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.events import (
     Priority,
 )
 from tests.bench.common import (

@@ -24,7 +24,7 @@ import traceback
 from contextlib import suppress
 from pathlib import Path
 
-from runtime.settings import Settings
+from cronstream.runtime.settings import Settings
 from tests.chaos import stack
 from tests.chaos.cluster import CLUSTER_SCENARIOS
 from tests.chaos.load import Pipeline, say

@@ -16,11 +16,11 @@ import time
 from collections.abc import Callable
 from functools import partial
 
-from infra import hosts
-from runtime.kafka.clients import kafka_admin
-from runtime.settings import Settings, node_name
-from schemas.catalog import Topics
-from schemas.events import Priority
+from cronstream.infra import hosts
+from cronstream.runtime.kafka.clients import kafka_admin
+from cronstream.runtime.settings import Settings, node_name
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.events import Priority
 from tests.chaos import link_delay, stack
 from tests.chaos.load import Pipeline, say
 from tests.chaos.scenarios import Fault, Scenario

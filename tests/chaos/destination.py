@@ -36,14 +36,14 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 
-from runtime.errors import PublishError
-from runtime.kafka.clients import kafka_admin
-from runtime.kafka.security import admin_security
-from runtime.settings import Settings, node_name
-from schemas.catalog import Topics
-from schemas.events import JobDefinition, Priority, RunOutcome, RunStatus, Target
-from schemas.ids import partition_for
-from schemas.tenancy import qualify
+from cronstream.runtime.errors import PublishError
+from cronstream.runtime.kafka.clients import kafka_admin
+from cronstream.runtime.kafka.security import admin_security
+from cronstream.runtime.settings import Settings, node_name
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.events import JobDefinition, Priority, RunOutcome, RunStatus, Target
+from cronstream.schemas.ids import partition_for
+from cronstream.schemas.tenancy import qualify
 from tests.bench.common import checkout, header_due_ms, job, namespace, pct, put_jobs
 from tests.bench.target_rows import tenant_topic
 from tests.bench.workers import Pipeline

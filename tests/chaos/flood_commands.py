@@ -8,8 +8,8 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
-from schemas.events import IntervalSchedule, JobDefinition, Target, utc_now
-from schemas.tenancy import TenantAction, TenantCommand
+from cronstream.schemas.events import IntervalSchedule, JobDefinition, Target, utc_now
+from cronstream.schemas.tenancy import TenantAction, TenantCommand
 from tests.chaos.hostile import HOSTILE_TARGETS, bad_updates, malformed
 
 # A 400 KB job id: the command holds it twice (0.8 MB, under the broker's 1 MiB); an

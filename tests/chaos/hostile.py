@@ -21,10 +21,10 @@ from typing import Any
 
 import fastavro
 
-from runtime.kafka.publisher import Publisher
-from schemas.avro import parsed_schema
-from schemas.catalog import Topics
-from schemas.events import (
+from cronstream.runtime.kafka.publisher import Publisher
+from cronstream.schemas.avro import parsed_schema
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.events import (
     CronSchedule,
     IntervalSchedule,
     JobDefinition,
@@ -34,7 +34,7 @@ from schemas.events import (
     Trigger,
     utc_now,
 )
-from schemas.wire import avro_string, zigzag
+from cronstream.schemas.wire import avro_string, zigzag
 
 Record = tuple[bytes | None, bytes | None]  # key, value
 HOSTILE_TARGETS = (
@@ -121,7 +121,7 @@ def job_records(
 
 def run_records(publisher: Publisher, topics: Topics, count: int, url: str) -> Iterator[Record]:
     """``count`` hostile records for a runs topic."""
-    from schemas.events import RunRequest
+    from cronstream.schemas.events import RunRequest
 
     prefix = publisher.codec.wire_prefix(topics.runs(Priority.NORMAL), RunRequest)
     name = RunRequest.AVRO_NAME

@@ -25,7 +25,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from infra import hosts
+from cronstream.infra import hosts
 from tests.integration.helpers import terminate
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -24,17 +24,24 @@ from pathlib import Path
 
 from confluent_kafka import TopicPartition
 
-from infra import hosts
-from infra.bootstrap import ensure_subjects, ensure_topics
-from infra.hosts import Host
-from runtime.kafka.clients import kafka_admin, kafka_consumer
-from runtime.kafka.offsets import committed, group_lag, watermarks
-from runtime.kafka.publisher import Publisher
-from runtime.settings import Settings, registry_host
-from schemas.catalog import Topics
-from schemas.events import CronSchedule, JobDefinition, Priority, Target, Trigger, utc_now
-from schemas.ids import manual_run_id
-from streams.scheduler.checkpoint import Checkpoint
+from cronstream.infra import hosts
+from cronstream.infra.bootstrap import ensure_subjects, ensure_topics
+from cronstream.infra.hosts import Host
+from cronstream.runtime.kafka.clients import kafka_admin, kafka_consumer
+from cronstream.runtime.kafka.offsets import committed, group_lag, watermarks
+from cronstream.runtime.kafka.publisher import Publisher
+from cronstream.runtime.settings import Settings, registry_host
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.events import (
+    CronSchedule,
+    JobDefinition,
+    Priority,
+    Target,
+    Trigger,
+    utc_now,
+)
+from cronstream.schemas.ids import manual_run_id
+from cronstream.streams.scheduler.checkpoint import Checkpoint
 from tests.bench.common import job, put_jobs
 from tests.integration.helpers import terminate
 
@@ -403,7 +410,7 @@ class Pipeline:
 
     def drop(self) -> None:
         """Delete the scenario's topics and keyspace (its figures are taken)."""
-        from infra.cassandra_access import admin_session
+        from cronstream.infra.cassandra_access import admin_session
 
         for undo in self.on_drop:
             undo()
@@ -433,6 +440,6 @@ def _with(definition: JobDefinition, **changes: object) -> JobDefinition:
 
 
 def _migrate(settings: Settings) -> None:
-    from infra.bootstrap import ensure_keyspace
+    from cronstream.infra.bootstrap import ensure_keyspace
 
     ensure_keyspace(settings)

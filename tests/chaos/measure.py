@@ -23,13 +23,13 @@ from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 
-from runtime.registry import registry_client
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.events import Priority, RunOutcome, from_ms
-from schemas.ids import slot_run_id
-from schemas.serde import Codec
-from streams.core.schedule import jitter_offset
+from cronstream.runtime.registry import registry_client
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.events import Priority, RunOutcome, from_ms
+from cronstream.schemas.ids import slot_run_id
+from cronstream.schemas.serde import Codec
+from cronstream.streams.core.schedule import jitter_offset
 from tests.integration.helpers import read_topic
 
 LATE_MS = 3000  # an effect later than this after its due time is "not yet recovered"
@@ -181,7 +181,7 @@ def _cassandra(settings: Settings, jobs: list[str], days: set[date]) -> set[str]
     """Run ids with a SUCCEEDED row in the sink's ``runs_by_job``."""
     from cassandra.concurrent import execute_concurrent_with_args
 
-    from runtime.cassandra import cassandra_session
+    from cronstream.runtime.cassandra import cassandra_session
 
     cluster, session = cassandra_session(settings, timeout=60)
     try:

@@ -15,12 +15,12 @@ from typing import Any
 
 import fastavro
 
-from runtime.kafka.publisher import Publisher
-from runtime.registry import registry_client
-from runtime.settings import Settings
-from schemas.avro import schema_json
-from schemas.events import JobDefinition, Priority, RunRequest, Trigger, utc_now
-from schemas.ids import manual_run_id
+from cronstream.runtime.kafka.publisher import Publisher
+from cronstream.runtime.registry import registry_client
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.avro import schema_json
+from cronstream.schemas.events import JobDefinition, Priority, RunRequest, Trigger, utc_now
+from cronstream.schemas.ids import manual_run_id
 from tests.bench.common import job
 from tests.chaos import stack
 from tests.chaos.hostile import flood, job_records, run_records
@@ -179,7 +179,7 @@ def hostile_flood(p: Pipeline, _stack: Settings) -> tuple[float, float]:
 def definitions_changed(p: Pipeline, _stack: Settings) -> tuple[float, float]:
     """Every one of the 100,000 definitions rewritten while they fire: the firing jobs
     with a new payload (same schedule), the daily ones at another time."""
-    from schemas.events import Target
+    from cronstream.schemas.events import Target
     from tests.bench.common import put_jobs
 
     t = time.time()

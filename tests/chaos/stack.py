@@ -18,10 +18,10 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from infra import stack as stack_mod
-from infra.service import Service
-from infra.services import all_services
-from runtime.settings import REPO_ROOT, Settings
+from cronstream.infra import stack as stack_mod
+from cronstream.infra.service import Service
+from cronstream.infra.services import all_services
+from cronstream.runtime.settings import REPO_ROOT, Settings
 
 PORT_OFFSET = 100
 PORTS = {
@@ -141,7 +141,7 @@ def link_jars(settings: Settings) -> None:
 
 
 def up(settings: Settings) -> None:
-    from infra.bootstrap import bootstrap
+    from cronstream.infra.bootstrap import bootstrap
 
     link_jars(settings)
     took = stack_mod.up(settings, say=_say)

@@ -33,17 +33,17 @@ from urllib.parse import urlsplit
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
-from infra.quotas import default_quotas
-from infra.tenants import add_tenant, remove_tenant
-from producers.errors import NoAnswer
-from producers.tenant import TenantClient, tenant_settings
-from runtime.kafka.publisher import Publisher
-from runtime.registry import registry_client
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.events import Priority
-from schemas.serde import Codec
-from schemas.tenancy import TenantCommand, TenantResult
+from cronstream.infra.quotas import default_quotas
+from cronstream.infra.tenants import add_tenant, remove_tenant
+from cronstream.producers.errors import NoAnswer
+from cronstream.producers.tenant import TenantClient, tenant_settings
+from cronstream.runtime.kafka.publisher import Publisher
+from cronstream.runtime.registry import registry_client
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.events import Priority
+from cronstream.schemas.serde import Codec
+from cronstream.schemas.tenancy import TenantCommand, TenantResult
 from tests.bench.common import job
 from tests.chaos.flood_commands import Victims, hostile_commands, http_target
 from tests.chaos.load import Member, Pipeline, say

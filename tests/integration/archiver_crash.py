@@ -12,8 +12,8 @@ from typing import Any
 from pyiceberg.table import Transaction
 from pyiceberg.table.update import AddSnapshotUpdate
 
-from consumers.archiver import Archiver, ArchiverConfig
-from runtime.settings import Settings
+from cronstream.consumers.archiver import Archiver, ArchiverConfig
+from cronstream.runtime.settings import Settings
 
 _commit = Transaction.commit_transaction
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from infra.tenants import add_tenant, remove_tenant
-from producers.admission.core import Quotas
-from runtime.cassandra import cassandra_session
-from runtime.settings import Settings
+from cronstream.infra.tenants import add_tenant, remove_tenant
+from cronstream.producers.admission.core import Quotas
+from cronstream.runtime.cassandra import cassandra_session
+from cronstream.runtime.settings import Settings
 from tests.integration.tenants import AdmissionThread, Api
 
 

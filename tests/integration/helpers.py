@@ -23,12 +23,12 @@ from typing import Any, NamedTuple, TypeVar
 import httpx
 from confluent_kafka import TopicPartition
 
-from infra.security import write_private
-from runtime.kafka.clients import kafka_consumer
-from runtime.kafka.offsets import group_lag, watermarks
-from runtime.kafka.security import client_properties
-from runtime.settings import Settings
-from schemas.tenancy import AnyEvent
+from cronstream.infra.security import write_private
+from cronstream.runtime.kafka.clients import kafka_consumer
+from cronstream.runtime.kafka.offsets import group_lag, watermarks
+from cronstream.runtime.kafka.security import client_properties
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.tenancy import AnyEvent
 from tests.conftest import cli_env
 
 E = TypeVar("E", bound=AnyEvent)
@@ -157,8 +157,8 @@ class Record(NamedTuple):
 
 def decoded(settings: Settings, topic: str, event_type: type[E]) -> list[E]:
     """Every record of ``topic`` decoded as ``event_type`` (through the registry)."""
-    from runtime.registry import registry_client
-    from schemas.serde import Codec
+    from cronstream.runtime.registry import registry_client
+    from cronstream.schemas.serde import Codec
 
     with registry_client(settings, writer=True) as registry:
         codec = Codec(registry)
@@ -172,7 +172,7 @@ def read_topic(settings: Settings, topic: str) -> list[Record]:
     A consumer that stops fetching a partition (seen once: librdkafka returned nothing
     for minutes after the assignment moved on from the previous partition) is replaced;
     after three stalls the read fails instead of hanging."""
-    from schemas.events import text_headers
+    from cronstream.schemas.events import text_headers
 
     out: list[Record] = []
     consumer = kafka_consumer(settings)
@@ -396,8 +396,8 @@ def history_keyspace(settings: Settings, prefix: str = "cstest") -> Iterator[Set
     """``settings`` with a fresh, migrated Cassandra keyspace (dropped afterwards)."""
     import uuid
 
-    from infra.bootstrap import ensure_keyspace
-    from infra.cassandra_access import admin_session
+    from cronstream.infra.bootstrap import ensure_keyspace
+    from cronstream.infra.cassandra_access import admin_session
 
     scoped = settings.with_namespace(
         topic_prefix=settings.topic_prefix, keyspace=f"{prefix}_{uuid.uuid4().hex[:10]}"

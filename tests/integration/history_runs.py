@@ -3,7 +3,7 @@ schedulers publish (STARTED, FAILED and retried, SUCCEEDED, DUPLICATE, MISSED)."
 
 from __future__ import annotations
 
-from schemas.events import RunOutcome, RunStatus, Trigger, from_ms
+from cronstream.schemas.events import RunOutcome, RunStatus, Trigger, from_ms
 
 
 def runs_of(job: str, count: int, start_ms: int, step_ms: int = 1000) -> list[RunOutcome]:

@@ -11,10 +11,10 @@ import uvicorn
 
 from cronstream.api.app import build_app
 from cronstream.api.backend import Backend
-from producers.admission.core import Quotas
-from producers.admission.processor import AdmissionConfig, AdmissionProcessor
-from runtime.settings import Settings
-from runtime.tokens import TokenBook, book_path, token_path
+from cronstream.producers.admission.core import Quotas
+from cronstream.producers.admission.processor import AdmissionConfig, AdmissionProcessor
+from cronstream.runtime.settings import Settings
+from cronstream.runtime.tokens import TokenBook, book_path, token_path
 from tests.integration.helpers import free_port
 
 

@@ -13,15 +13,15 @@ from typing import Any
 import httpx
 import pytest
 
-from consumers.history import HistoryTables
-from consumers.output import OutputTable
-from producers.client import JobClient
-from runtime.cassandra import cassandra_session
-from runtime.settings import Settings
-from runtime.tokens import ADMIN, token_path
-from schemas.definition import job_from_spec
-from schemas.events import RunOutcome, RunStatus, utc_now
-from schemas.output import RunOutput
+from cronstream.consumers.history import HistoryTables
+from cronstream.consumers.output import OutputTable
+from cronstream.producers.client import JobClient
+from cronstream.runtime.cassandra import cassandra_session
+from cronstream.runtime.settings import Settings
+from cronstream.runtime.tokens import ADMIN, token_path
+from cronstream.schemas.definition import job_from_spec
+from cronstream.schemas.events import RunOutcome, RunStatus, utc_now
+from cronstream.schemas.output import RunOutput
 from tests.integration.helpers import CronstreamProcess, cronstream, free_port, wait_http_up
 from tests.integration.tenants import Api
 

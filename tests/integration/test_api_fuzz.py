@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.settings import Settings
+from cronstream.runtime.settings import Settings
 from tests.api_fuzz import callers, fuzz
 from tests.integration.tenants import Api
 

@@ -10,10 +10,10 @@ from typing import Any
 import httpx
 import pytest
 
-from producers.tenant import TenantClient
-from runtime.settings import Settings
-from schemas.events import utc_now
-from schemas.tenancy import RefusalCode, TenantAction, TenantCommand
+from cronstream.producers.tenant import TenantClient
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.events import utc_now
+from cronstream.schemas.tenancy import RefusalCode, TenantAction, TenantCommand
 from tests.integration.tenants import AdmissionThread, Api
 from tests.integration.test_api import SPEC, eventually
 
@@ -106,6 +106,6 @@ def test_the_admission_refuses_a_raw_command_whose_text_is_not_utf8_and_goes_on(
 
 
 def _spec_job(url: str) -> Any:
-    from schemas.definition import job_from_spec
+    from cronstream.schemas.definition import job_from_spec
 
     return job_from_spec({**SPEC, "id": "raw", "url": url}, max_payload_bytes=65536)

@@ -22,18 +22,18 @@ import pyarrow as pa
 import pytest
 from pyarrow.fs import FileSelector, FileType
 
-from consumers import archive
-from consumers.archiver import Archiver, ArchiverConfig
-from consumers.history import History
-from consumers.lakehouse import ArchiveTable, filesystem, iceberg_schema, to_arrow
-from consumers.tiers import Tiers, hot_from
 from cronstream.api.backend import Backend
-from infra.objects import ensure_lakehouse
-from runtime.cassandra import cassandra_session
-from runtime.lakehouse import Lakehouse, lakehouse
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.events import RunOutcome, RunStatus, iso, to_ms
+from cronstream.consumers import archive
+from cronstream.consumers.archiver import Archiver, ArchiverConfig
+from cronstream.consumers.history import History
+from cronstream.consumers.lakehouse import ArchiveTable, filesystem, iceberg_schema, to_arrow
+from cronstream.consumers.tiers import Tiers, hot_from
+from cronstream.infra.objects import ensure_lakehouse
+from cronstream.runtime.cassandra import cassandra_session
+from cronstream.runtime.lakehouse import Lakehouse, lakehouse
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.events import RunOutcome, RunStatus, iso, to_ms
 from tests.conftest import cli_env
 from tests.integration.helpers import CronstreamProcess, cronstream, group_caught_up
 from tests.integration.test_history import publish, start_sink, wait_until

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.settings import Settings
+from cronstream.runtime.settings import Settings
 from tests.integration.helpers import cronstream
 
 pytestmark = pytest.mark.integration

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from consumers.history import History
-from producers.client import JobClient
-from runtime.cassandra import cassandra_session
-from runtime.settings import Settings
-from schemas.definition import job_from_spec
-from schemas.events import from_ms, iso
+from cronstream.consumers.history import History
+from cronstream.producers.client import JobClient
+from cronstream.runtime.cassandra import cassandra_session
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.definition import job_from_spec
+from cronstream.schemas.events import from_ms, iso
 from tests.conftest import cli_env
 from tests.integration.helpers import CronstreamProcess, Target, cronstream
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.kafka.clients import kafka_admin
-from runtime.settings import Settings
+from cronstream.runtime.kafka.clients import kafka_admin
+from cronstream.runtime.settings import Settings
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

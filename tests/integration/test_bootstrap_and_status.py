@@ -9,13 +9,13 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka.cimpl import NewTopic
 
-from consumers.migrations import load_migrations, migrate
-from infra.bootstrap import ensure_topics
-from infra.cassandra_access import admin_session
-from infra.services import Kafka
-from runtime.kafka.clients import kafka_admin
-from runtime.settings import Settings
-from schemas.catalog import Topics
+from cronstream.consumers.migrations import load_migrations, migrate
+from cronstream.infra.bootstrap import ensure_topics
+from cronstream.infra.cassandra_access import admin_session
+from cronstream.infra.services import Kafka
+from cronstream.runtime.kafka.clients import kafka_admin
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
 from tests.integration.helpers import cronstream
 
 pytestmark = pytest.mark.integration

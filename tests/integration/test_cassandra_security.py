@@ -9,8 +9,8 @@ import pytest
 from cassandra import AuthenticationFailed, Unauthorized
 from cassandra.cluster import NoHostAvailable
 
-from runtime.cassandra import CASSANDRA_DEFAULT_ROLE, cassandra_session
-from runtime.settings import Settings
+from cronstream.runtime.cassandra import CASSANDRA_DEFAULT_ROLE, cassandra_session
+from cronstream.runtime.settings import Settings
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ from dataclasses import replace
 
 import pytest
 
-from runtime.settings import Settings
+from cronstream.runtime.settings import Settings
 from tests.chaos import stack
 from tests.chaos.__main__ import run
 from tests.chaos.cluster import CLUSTER_SCENARIOS, under_replicated

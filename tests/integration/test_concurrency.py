@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from producers.client import JobClient
-from runtime.registry import registry_client
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.definition import job_from_spec
-from schemas.events import RunOutcome
-from schemas.serde import Codec
+from cronstream.producers.client import JobClient
+from cronstream.runtime.registry import registry_client
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.definition import job_from_spec
+from cronstream.schemas.events import RunOutcome
+from cronstream.schemas.serde import Codec
 from tests.integration.helpers import CronstreamProcess, read_topic
 
 pytestmark = pytest.mark.integration

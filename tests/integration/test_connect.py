@@ -20,7 +20,7 @@ import fastavro
 import httpx
 import pytest
 
-from infra.connect import (
+from cronstream.infra.connect import (
     HISTORY_SINK,
     JDBC_SINK,
     connect_client,
@@ -32,15 +32,15 @@ from infra.connect import (
     put_connector,
     warehouse,
 )
-from runtime.consoles import stack_console
-from runtime.credentials import credentials_dir
-from runtime.kafka.clients import kafka_producer
-from runtime.registry import registry_client
-from runtime.settings import Settings
-from schemas.avro import schema_json
-from schemas.catalog import Topics
-from schemas.events import RunOutcome, RunStatus, from_ms
-from schemas.serde import MAGIC
+from cronstream.runtime.consoles import stack_console
+from cronstream.runtime.credentials import credentials_dir
+from cronstream.runtime.kafka.clients import kafka_producer
+from cronstream.runtime.registry import registry_client
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.avro import schema_json
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.events import RunOutcome, RunStatus, from_ms
+from cronstream.schemas.serde import MAGIC
 from tests.integration.test_history import publish  # cronstream's own publisher
 
 pytestmark = pytest.mark.integration

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from producers.client import JobClient
-from producers.flows import flow_from_spec, flow_schedule
-from runtime.settings import Settings
-from schemas.alerts import Alert
-from schemas.catalog import Topics
-from schemas.definition import job_from_spec
-from schemas.events import iso, utc_now
+from cronstream.producers.client import JobClient
+from cronstream.producers.flows import flow_from_spec, flow_schedule
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.alerts import Alert
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.definition import job_from_spec
+from cronstream.schemas.events import iso, utc_now
 from tests.integration.helpers import CronstreamProcess, decoded
 
 pytestmark = pytest.mark.integration

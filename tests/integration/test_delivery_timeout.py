@@ -10,11 +10,16 @@ import time
 
 import pytest
 
-from runtime.errors import PublishError
-from runtime.kafka.publisher import ANSWER_WITHIN_S, FLUSH_WAIT_S, REPORT_MARGIN_S, Publisher
-from runtime.settings import Settings
-from schemas.registry import RegistryClient
-from schemas.serde import Codec
+from cronstream.runtime.errors import PublishError
+from cronstream.runtime.kafka.publisher import (
+    ANSWER_WITHIN_S,
+    FLUSH_WAIT_S,
+    REPORT_MARGIN_S,
+    Publisher,
+)
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.registry import RegistryClient
+from cronstream.schemas.serde import Codec
 
 pytestmark = pytest.mark.integration
 

@@ -17,11 +17,11 @@ from typing import TypeVar
 import httpx
 import pytest
 
-from producers.client import JobClient
-from runtime.kafka.publisher import Publisher
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.events import (
+from cronstream.producers.client import JobClient
+from cronstream.runtime.kafka.publisher import Publisher
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.events import (
     DeadLetter,
     JobDefinition,
     Priority,

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.settings import Settings
-from schemas.events import RunStatus
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.events import RunStatus
 from tests.integration.helpers import CronstreamProcess, Target
 from tests.integration.test_worker import put, settled, trigger, wait_for, worker
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from runtime.settings import Settings
-from schemas.catalog import FLOWS_APP, FLOWS_TABLE, Topics
-from schemas.events import RunOutcome, from_ms, iso
-from schemas.ids import partition_for
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import FLOWS_APP, FLOWS_TABLE, Topics
+from cronstream.schemas.events import RunOutcome, from_ms, iso
+from cronstream.schemas.ids import partition_for
 from tests.integration.helpers import CronstreamProcess, Target, cronstream, decoded, read_topic
 
 pytestmark = pytest.mark.integration
@@ -91,7 +91,7 @@ def _story(ns: Settings, flow_run_id: str) -> str:
     rows and the group's committed offsets (the message of a failed wait)."""
     from confluent_kafka import TopicPartition
 
-    from runtime.kafka.clients import kafka_consumer
+    from cronstream.runtime.kafka.clients import kafka_consumer
 
     topics = Topics(ns)
     lines = [

@@ -27,15 +27,15 @@ from cassandra.cluster import NoHostAvailable
 from confluent_kafka import Producer
 from confluent_kafka.admin import ConfigResource
 
-from infra.cassandra_access import admin_session
-from infra.cassandra_node import Cassandra
-from infra.growth import nodetool
-from infra.quorum import voters
-from infra.services import Kafka
-from runtime.kafka.clients import kafka_admin
-from runtime.kafka.security import admin_security
-from runtime.settings import REPO_ROOT, Settings
-from schemas.catalog import Topics
+from cronstream.infra.cassandra_access import admin_session
+from cronstream.infra.cassandra_node import Cassandra
+from cronstream.infra.growth import nodetool
+from cronstream.infra.quorum import voters
+from cronstream.infra.services import Kafka
+from cronstream.runtime.kafka.clients import kafka_admin
+from cronstream.runtime.kafka.security import admin_security
+from cronstream.runtime.settings import REPO_ROOT, Settings
+from cronstream.schemas.catalog import Topics
 from tests.chaos import stack
 from tests.integration.helpers import read_topic
 

@@ -18,21 +18,21 @@ from typing import Any
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
-from consumers.core.buckets import hour_of, write_timestamp
-from consumers.history import History
-from consumers.output import OutputTable
-from infra import stack as stack_mod
-from infra.cassandra_node import Cassandra
-from producers.client import JobClient
-from runtime.cassandra import cassandra_session
-from runtime.kafka.clients import kafka_admin, kafka_producer
-from runtime.kafka.publisher import Publisher
-from runtime.registry import registry_client
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.definition import job_from_spec
-from schemas.events import DeadLetter, RunOutcome, RunStatus, to_ms
-from schemas.serde import Codec
+from cronstream.consumers.core.buckets import hour_of, write_timestamp
+from cronstream.consumers.history import History
+from cronstream.consumers.output import OutputTable
+from cronstream.infra import stack as stack_mod
+from cronstream.infra.cassandra_node import Cassandra
+from cronstream.producers.client import JobClient
+from cronstream.runtime.cassandra import cassandra_session
+from cronstream.runtime.kafka.clients import kafka_admin, kafka_producer
+from cronstream.runtime.kafka.publisher import Publisher
+from cronstream.runtime.registry import registry_client
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.definition import job_from_spec
+from cronstream.schemas.events import DeadLetter, RunOutcome, RunStatus, to_ms
+from cronstream.schemas.serde import Codec
 from tests.integration.helpers import (
     CronstreamProcess,
     cronstream,

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from consumers.core.buckets import hour_of, shard_of
-from consumers.history import History, HistoryTables
-from runtime.settings import Settings
-from schemas.events import RunStatus, to_ms
+from cronstream.consumers.core.buckets import hour_of, shard_of
+from cronstream.consumers.history import History, HistoryTables
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.events import RunStatus, to_ms
 from tests.integration.helpers import cronstream
 from tests.integration.history_runs import runs_of
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from producers.client import JobClient
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.events import Priority
+from cronstream.producers.client import JobClient
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.events import Priority
 from tests.integration.helpers import cronstream, kcat, record_count
 
 pytestmark = pytest.mark.integration

@@ -13,12 +13,12 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import NewTopic
 
-from runtime.credentials import credentials_dir
-from runtime.errors import KafkaAuthError
-from runtime.kafka.clients import kafka_admin, kafka_consumer, kafka_producer
-from runtime.kafka.security import BENCH_PLAIN_PREFIX
-from runtime.settings import Settings
-from schemas.catalog import Topics
+from cronstream.runtime.credentials import credentials_dir
+from cronstream.runtime.errors import KafkaAuthError
+from cronstream.runtime.kafka.clients import kafka_admin, kafka_consumer, kafka_producer
+from cronstream.runtime.kafka.security import BENCH_PLAIN_PREFIX
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
 from tests.integration.helpers import cronstream, kcat, plaintext_listener, record_count
 
 pytestmark = pytest.mark.integration

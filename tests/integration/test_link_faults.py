@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from infra import hosts
+from cronstream.infra import hosts
 from tests.chaos.link_delay import Delayer
 
 pytestmark = pytest.mark.integration

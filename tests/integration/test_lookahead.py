@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from producers.client import JobClient
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.definition import job_from_spec
-from schemas.events import JOB_PAUSED, Priority, RunOutcome, RunStatus, to_ms
+from cronstream.producers.client import JobClient
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.definition import job_from_spec
+from cronstream.schemas.events import JOB_PAUSED, Priority, RunOutcome, RunStatus, to_ms
 from tests.integration.helpers import CronstreamProcess, decoded, read_topic
 
 pytestmark = pytest.mark.integration

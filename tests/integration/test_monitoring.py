@@ -17,13 +17,13 @@ from typing import Any
 import httpx
 import pytest
 
+from cronstream.infra.ops import ops_services
+from cronstream.infra.service import log_tail
+from cronstream.runtime.consoles import ConsoleAccess, stack_console
+from cronstream.runtime.metrics_server import serve as serve_metrics
+from cronstream.runtime.scrape import targets_dir, write_targets
+from cronstream.runtime.settings import Settings
 from cronstream.ui.sources import Prometheus
-from infra.ops import ops_services
-from infra.service import log_tail
-from runtime.consoles import ConsoleAccess, stack_console
-from runtime.metrics_server import serve as serve_metrics
-from runtime.scrape import targets_dir, write_targets
-from runtime.settings import Settings
 from tests.integration.helpers import (
     CronstreamProcess,
     Target,

@@ -13,15 +13,15 @@ from typing import Any
 
 import pytest
 
-from consumers.worker import Worker, WorkerConfig
-from consumers.worker import attempts as attempts_module
-from producers.admission.core import Admission, Quotas
-from producers.tenant import TenantClient
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.events import CronSchedule, DeadLetter, JobDefinition, Priority, RunStatus
-from schemas.events import Target as JobTarget
-from schemas.tenancy import TenantCommand, TenantResult
+from cronstream.consumers.worker import Worker, WorkerConfig
+from cronstream.consumers.worker import attempts as attempts_module
+from cronstream.producers.admission.core import Admission, Quotas
+from cronstream.producers.tenant import TenantClient
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.events import CronSchedule, DeadLetter, JobDefinition, Priority, RunStatus
+from cronstream.schemas.events import Target as JobTarget
+from cronstream.schemas.tenancy import TenantCommand, TenantResult
 from tests.integration.helpers import Target, decoded, read_topic
 from tests.integration.tenants import AdmissionThread
 from tests.integration.test_worker import put, settled, trigger, wait_for

@@ -13,14 +13,14 @@ from dataclasses import replace
 import httpx
 import pytest
 
-from infra.services import Registry
-from runtime.registry import registry_client, registry_secret_path
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.errors import RegistryError
-from schemas.events import JobDefinition
-from schemas.registry import RegistryClient
-from schemas.serde import schema_json
+from cronstream.infra.services import Registry
+from cronstream.runtime.registry import registry_client, registry_secret_path
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.errors import RegistryError
+from cronstream.schemas.events import JobDefinition
+from cronstream.schemas.registry import RegistryClient
+from cronstream.schemas.serde import schema_json
 
 pytestmark = pytest.mark.integration
 

@@ -9,9 +9,9 @@ import time
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
 
-from runtime.kafka.clients import kafka_consumer, kafka_producer
-from runtime.settings import Settings
-from schemas.catalog import ROLES, Topics
+from cronstream.runtime.kafka.clients import kafka_consumer, kafka_producer
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import ROLES, Topics
 
 pytestmark = pytest.mark.integration
 

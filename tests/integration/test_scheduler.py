@@ -17,15 +17,15 @@ from typing import Any
 
 import pytest
 
-from consumers.history import History
-from producers.client import JobClient
-from runtime.cassandra import cassandra_session
-from runtime.kafka.publisher import Publisher
-from runtime.registry import registry_client
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.definition import job_from_spec
-from schemas.events import (
+from cronstream.consumers.history import History
+from cronstream.producers.client import JobClient
+from cronstream.runtime.cassandra import cassandra_session
+from cronstream.runtime.kafka.publisher import Publisher
+from cronstream.runtime.registry import registry_client
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.definition import job_from_spec
+from cronstream.schemas.events import (
     JobDefinition,
     MisfireKind,
     MisfirePolicy,
@@ -36,8 +36,8 @@ from schemas.events import (
     iso,
     utc_now,
 )
-from schemas.serde import Codec
-from streams.core.misfire import LIST_LIMIT
+from cronstream.schemas.serde import Codec
+from cronstream.streams.core.misfire import LIST_LIMIT
 from tests.integration.helpers import CronstreamProcess, decoded, group_caught_up, read_topic
 
 pytestmark = pytest.mark.integration
@@ -122,7 +122,7 @@ def test_kill9_failover_leaves_no_slot_without_a_run_request(
 
 
 def iso_s(epoch_s: int) -> str:
-    from schemas.events import from_ms
+    from cronstream.schemas.events import from_ms
 
     return iso(from_ms(epoch_s * 1000))
 
@@ -258,9 +258,9 @@ def test_outage_catches_up_by_each_jobs_policy_and_records_the_rest(  # long: on
 def test_bad_definitions_go_to_the_dlq_and_the_partition_keeps_firing(
     ns: Settings, tmp_path: Path, schedulers: list[CronstreamProcess]
 ) -> None:
-    from runtime.kafka.publisher import Publisher
-    from schemas.events import CronSchedule, DeadLetter, JobDefinition, Target, utc_now
-    from schemas.ids import partition_for
+    from cronstream.runtime.kafka.publisher import Publisher
+    from cronstream.schemas.events import CronSchedule, DeadLetter, JobDefinition, Target, utc_now
+    from cronstream.schemas.ids import partition_for
 
     topics = Topics(ns)
     good = "good"
@@ -305,8 +305,8 @@ def test_retry_timer_is_held_durably_across_a_kill9_and_fires_when_due(
 ) -> None:
     from datetime import timedelta
 
-    from runtime.kafka.publisher import Publisher
-    from schemas.events import (
+    from cronstream.runtime.kafka.publisher import Publisher
+    from cronstream.schemas.events import (
         RunRequest,
         Target,
         TimerReason,

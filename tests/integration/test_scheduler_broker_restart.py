@@ -14,14 +14,14 @@ from collections import Counter
 
 import pytest
 
-from infra.services import Kafka
-from runtime.kafka.publisher import Publisher
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.events import Priority
-from schemas.ids import slot_run_id
-from streams.scheduler.config import ProcessorConfig
-from streams.scheduler.processor import Processor
+from cronstream.infra.services import Kafka
+from cronstream.runtime.kafka.publisher import Publisher
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.events import Priority
+from cronstream.schemas.ids import slot_run_id
+from cronstream.streams.scheduler.config import ProcessorConfig
+from cronstream.streams.scheduler.processor import Processor
 from tests.integration.helpers import read_topic
 from tests.integration.test_scheduler_outages import drive, every_second
 

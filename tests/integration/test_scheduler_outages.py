@@ -13,14 +13,21 @@ from dataclasses import replace
 import fastavro
 import pytest
 
-from runtime.kafka.publisher import Publisher
-from runtime.registry import registry_client
-from runtime.settings import Settings
-from schemas.avro import schema_json
-from schemas.catalog import Topics
-from schemas.events import EPOCH, IntervalSchedule, JobDefinition, Priority, Target, utc_now
-from streams.scheduler.config import ProcessorConfig
-from streams.scheduler.processor import Processor
+from cronstream.runtime.kafka.publisher import Publisher
+from cronstream.runtime.registry import registry_client
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.avro import schema_json
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.events import (
+    EPOCH,
+    IntervalSchedule,
+    JobDefinition,
+    Priority,
+    Target,
+    utc_now,
+)
+from cronstream.streams.scheduler.config import ProcessorConfig
+from cronstream.streams.scheduler.processor import Processor
 from tests.integration.helpers import Outage, read_topic
 
 pytestmark = pytest.mark.integration

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from runtime.kafka.clients import TopicPartition, kafka_consumer
-from runtime.kafka.offsets import watermarks
-from runtime.kafka.publisher import Publisher
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.events import (
+from cronstream.runtime.kafka.clients import TopicPartition, kafka_consumer
+from cronstream.runtime.kafka.offsets import watermarks
+from cronstream.runtime.kafka.publisher import Publisher
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.events import (
     JobDefinition,
     MisfireKind,
     MisfirePolicy,
@@ -31,8 +31,8 @@ from schemas.events import (
     to_ms,
     utc_now,
 )
-from schemas.schedules import IntervalSchedule
-from streams.scheduler.checkpoint import Checkpoint
+from cronstream.schemas.schedules import IntervalSchedule
+from cronstream.streams.scheduler.checkpoint import Checkpoint
 from tests.integration.helpers import CronstreamProcess, read_topic
 
 pytestmark = pytest.mark.integration

@@ -14,18 +14,18 @@ import uuid
 import pytest
 from confluent_kafka import KafkaException
 
-from infra import stack as stack_mod
-from infra.tenants import add_tenant, remove_tenant
-from producers.client import JobClient
-from producers.tenant import tenant_settings
-from runtime.errors import KafkaAuthError
-from runtime.kafka.clients import kafka_admin
-from runtime.kafka.security import kafka_password
-from runtime.registry import registry_client
-from runtime.settings import Settings
-from schemas.avro import schema_json
-from schemas.catalog import Topics
-from schemas.events import JobDefinition
+from cronstream.infra import stack as stack_mod
+from cronstream.infra.tenants import add_tenant, remove_tenant
+from cronstream.producers.client import JobClient
+from cronstream.producers.tenant import tenant_settings
+from cronstream.runtime.errors import KafkaAuthError
+from cronstream.runtime.kafka.clients import kafka_admin
+from cronstream.runtime.kafka.security import kafka_password
+from cronstream.runtime.registry import registry_client
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.avro import schema_json
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.events import JobDefinition
 from tests.integration.helpers import cronstream
 
 pytestmark = [pytest.mark.integration, pytest.mark.restarts_stack]

@@ -15,15 +15,15 @@ from typing import Any
 
 import pytest
 
-from producers.client import JobClient
-from runtime.registry import registry_client
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.definition import job_from_spec
-from schemas.events import Priority
-from schemas.serde import Codec
-from streams.scheduler.definitions import Definitions
-from streams.scheduler.state import PartitionState, index_view
+from cronstream.producers.client import JobClient
+from cronstream.runtime.registry import registry_client
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.definition import job_from_spec
+from cronstream.schemas.events import Priority
+from cronstream.schemas.serde import Codec
+from cronstream.streams.scheduler.definitions import Definitions
+from cronstream.streams.scheduler.state import PartitionState, index_view
 from tests.integration.helpers import CronstreamProcess, cronstream, read_topic
 
 pytestmark = pytest.mark.integration

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from runtime.lakehouse import local_environment
-from runtime.settings import Settings
-from runtime.stop import EXIT_STOP_OVERRUN, STOP_BUDGET_S
+from cronstream.runtime.lakehouse import local_environment
+from cronstream.runtime.settings import Settings
+from cronstream.runtime.stop import EXIT_STOP_OVERRUN, STOP_BUDGET_S
 from tests.chaos import stack
 from tests.integration.helpers import CronstreamProcess, free_port
 from tests.integration.test_waiting_roles import ready, start, until

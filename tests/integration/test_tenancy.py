@@ -14,15 +14,15 @@ from typing import TypeVar
 import pytest
 from confluent_kafka import KafkaError, Message
 
-from infra.errors import TenantError
-from infra.quotas import quota_record, quotas_of, set_quotas
-from infra.tenants import add_tenant, list_tenants, remove_tenant
-from producers.tenant import TenantClient, tenant_settings
-from runtime.kafka.clients import kafka_consumer, kafka_producer
-from runtime.registry import registry_client
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.events import (
+from cronstream.infra.errors import TenantError
+from cronstream.infra.quotas import quota_record, quotas_of, set_quotas
+from cronstream.infra.tenants import add_tenant, list_tenants, remove_tenant
+from cronstream.producers.tenant import TenantClient, tenant_settings
+from cronstream.runtime.kafka.clients import kafka_consumer, kafka_producer
+from cronstream.runtime.registry import registry_client
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.events import (
     ControlCommand,
     CronSchedule,
     JobDefinition,
@@ -31,8 +31,8 @@ from schemas.events import (
     Target,
     Trigger,
 )
-from schemas.serde import Codec
-from schemas.tenancy import RefusalCode, tenant_user
+from cronstream.schemas.serde import Codec
+from cronstream.schemas.tenancy import RefusalCode, tenant_user
 from tests.integration.helpers import cronstream, read_topic, record_count
 from tests.integration.tenants import AdmissionThread
 

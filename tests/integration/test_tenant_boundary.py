@@ -11,12 +11,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from producers.admission.core import Quotas
-from producers.tenant import TenantClient
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.events import CronSchedule, JobDefinition, Priority, Target
-from schemas.tenancy import RefusalCode
+from cronstream.producers.admission.core import Quotas
+from cronstream.producers.tenant import TenantClient
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.events import CronSchedule, JobDefinition, Priority, Target
+from cronstream.schemas.tenancy import RefusalCode
 from tests.integration.tenants import AdmissionThread, Api
 from tests.integration.test_api import SPEC
 

@@ -13,19 +13,19 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
-from consumers.errors import TargetInvalid
-from consumers.executors.base import RunContext
-from consumers.executors.egress import TenantProducers
-from consumers.executors.kafka import KafkaExecutor, TopicPolicy
-from infra.bootstrap import wait_until_usable
-from infra.errors import TenantError
-from infra.tenants import add_tenant
-from runtime.credentials import credentials_dir
-from runtime.kafka.clients import kafka_admin, kafka_producer
-from runtime.kafka.security import admin_security
-from runtime.settings import Settings
-from schemas.events import Target
-from schemas.tenancy import tenant_user
+from cronstream.consumers.errors import TargetInvalid
+from cronstream.consumers.executors.base import RunContext
+from cronstream.consumers.executors.egress import TenantProducers
+from cronstream.consumers.executors.kafka import KafkaExecutor, TopicPolicy
+from cronstream.infra.bootstrap import wait_until_usable
+from cronstream.infra.errors import TenantError
+from cronstream.infra.tenants import add_tenant
+from cronstream.runtime.credentials import credentials_dir
+from cronstream.runtime.kafka.clients import kafka_admin, kafka_producer
+from cronstream.runtime.kafka.security import admin_security
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.events import Target
+from cronstream.schemas.tenancy import tenant_user
 
 pytestmark = pytest.mark.integration
 

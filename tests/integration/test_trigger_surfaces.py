@@ -15,16 +15,16 @@ import httpx
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
-from consumers.history import HistoryTables
-from infra.replication import new_topic, topic_replication
-from runtime.cassandra import cassandra_session
-from runtime.kafka.clients import kafka_admin, kafka_producer
-from runtime.settings import Settings
-from runtime.tokens import token_path
-from schemas.catalog import Topics, triggers_group
-from schemas.events import RunOutcome, RunStatus, Trigger, utc_now
-from schemas.ids import event_run_id
-from schemas.tenancy import tenant_user
+from cronstream.consumers.history import HistoryTables
+from cronstream.infra.replication import new_topic, topic_replication
+from cronstream.runtime.cassandra import cassandra_session
+from cronstream.runtime.kafka.clients import kafka_admin, kafka_producer
+from cronstream.runtime.settings import Settings
+from cronstream.runtime.tokens import token_path
+from cronstream.schemas.catalog import Topics, triggers_group
+from cronstream.schemas.events import RunOutcome, RunStatus, Trigger, utc_now
+from cronstream.schemas.ids import event_run_id
+from cronstream.schemas.tenancy import tenant_user
 from tests.integration.helpers import CronstreamProcess, read_topic, signed_in, ui_process
 from tests.integration.tenants import Api
 from tests.integration.test_api import eventually

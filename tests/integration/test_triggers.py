@@ -23,18 +23,18 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
-from infra.kafka_access import admin_acls, delete_acls
-from infra.tenants import trigger_source_acls
-from producers.client import JobClient
-from runtime.kafka.clients import kafka_admin
-from runtime.kafka.offsets import group_lag, watermarks
-from runtime.kafka.security import admin_security
-from runtime.registry import registry_client
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.definition import job_from_spec
-from schemas.events import DeadLetter, Priority, RunOutcome, RunRequest
-from schemas.ids import event_run_id
+from cronstream.infra.kafka_access import admin_acls, delete_acls
+from cronstream.infra.tenants import trigger_source_acls
+from cronstream.producers.client import JobClient
+from cronstream.runtime.kafka.clients import kafka_admin
+from cronstream.runtime.kafka.offsets import group_lag, watermarks
+from cronstream.runtime.kafka.security import admin_security
+from cronstream.runtime.registry import registry_client
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.definition import job_from_spec
+from cronstream.schemas.events import DeadLetter, Priority, RunOutcome, RunRequest
+from cronstream.schemas.ids import event_run_id
 from tests.integration.helpers import (
     CronstreamProcess,
     Target,

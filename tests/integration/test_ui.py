@@ -21,18 +21,18 @@ from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.wait import WebDriverWait
 
-from consumers.history import HistoryTables
-from consumers.output import OutputTable
-from producers.client import JobClient
-from runtime.cassandra import cassandra_session
-from runtime.kafka.clients import kafka_producer
-from runtime.scrape import targets_dir, write_targets
-from runtime.settings import REPO_ROOT, Settings
-from runtime.tokens import ADMIN, token_path
-from schemas.catalog import Topics
-from schemas.definition import job_from_spec
-from schemas.events import Priority, RunOutcome, RunStatus, utc_now
-from schemas.output import RunOutput
+from cronstream.consumers.history import HistoryTables
+from cronstream.consumers.output import OutputTable
+from cronstream.producers.client import JobClient
+from cronstream.runtime.cassandra import cassandra_session
+from cronstream.runtime.kafka.clients import kafka_producer
+from cronstream.runtime.scrape import targets_dir, write_targets
+from cronstream.runtime.settings import REPO_ROOT, Settings
+from cronstream.runtime.tokens import ADMIN, token_path
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.definition import job_from_spec
+from cronstream.schemas.events import Priority, RunOutcome, RunStatus, utc_now
+from cronstream.schemas.output import RunOutput
 from tests.integration.helpers import CronstreamProcess, free_port, ui_process, wait_http_up
 from tests.integration.tenants import AdmissionThread
 

@@ -20,17 +20,17 @@ import yaml
 from selenium import webdriver
 from selenium.webdriver.common.by import By
 
-from consumers.history import HistoryTables
+from cronstream.consumers.history import HistoryTables
+from cronstream.producers.client import JobClient
+from cronstream.producers.flows import flow_from_spec, flow_schedule
+from cronstream.runtime.cassandra import cassandra_session
+from cronstream.runtime.scrape import write_targets
+from cronstream.runtime.settings import Settings
+from cronstream.runtime.tokens import ADMIN, token_path
+from cronstream.schemas.catalog import FLOWS_APP
+from cronstream.schemas.definition import job_from_spec
+from cronstream.schemas.events import RunOutcome, RunStatus, utc_now
 from cronstream.ui.dag import NODE_COLOURS
-from producers.client import JobClient
-from producers.flows import flow_from_spec, flow_schedule
-from runtime.cassandra import cassandra_session
-from runtime.scrape import write_targets
-from runtime.settings import Settings
-from runtime.tokens import ADMIN, token_path
-from schemas.catalog import FLOWS_APP
-from schemas.definition import job_from_spec
-from schemas.events import RunOutcome, RunStatus, utc_now
 from tests.integration.helpers import (
     UI_JOB_SPEC,
     CronstreamProcess,

@@ -13,13 +13,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from consumers.history import HistoryTables
-from runtime.cassandra import cassandra_session
-from runtime.kafka.publisher import Publisher
-from runtime.settings import Settings
-from runtime.tokens import token_path
-from schemas.catalog import Topics
-from schemas.events import DeadLetter, RunOutcome, RunStatus, utc_now
+from cronstream.consumers.history import HistoryTables
+from cronstream.runtime.cassandra import cassandra_session
+from cronstream.runtime.kafka.publisher import Publisher
+from cronstream.runtime.settings import Settings
+from cronstream.runtime.tokens import token_path
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.events import DeadLetter, RunOutcome, RunStatus, utc_now
 from tests.integration.helpers import UI_JOB_SPEC, CronstreamProcess, signed_in, ui_process
 from tests.integration.tenants import AdmissionThread
 

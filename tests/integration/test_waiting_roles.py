@@ -16,13 +16,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from runtime.cassandra import cassandra_session
-from runtime.kafka.publisher import Publisher
-from runtime.lakehouse import local_environment
-from runtime.settings import Settings
-from runtime.tokens import ADMIN, token_path
-from schemas.catalog import Topics
-from schemas.events import Priority
+from cronstream.runtime.cassandra import cassandra_session
+from cronstream.runtime.kafka.publisher import Publisher
+from cronstream.runtime.lakehouse import local_environment
+from cronstream.runtime.settings import Settings
+from cronstream.runtime.tokens import ADMIN, token_path
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.events import Priority
 from tests.integration.helpers import (
     CronstreamProcess,
     Outage,

@@ -13,17 +13,17 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from confluent_kafka import KafkaError, Message
 
-from runtime.kafka.clients import kafka_producer
-from runtime.kafka.security import aiokafka_security
-from runtime.settings import Settings
-from schemas.avro import schema_json
-from schemas.catalog import Topics
-from schemas.errors import DecodeError
-from schemas.events import JobDefinition, MisfirePolicy, Target, utc_now
-from schemas.ids import partition_for
-from schemas.output import RunOutput
-from schemas.registry import RegistryClient
-from schemas.serde import Codec
+from cronstream.runtime.kafka.clients import kafka_producer
+from cronstream.runtime.kafka.security import aiokafka_security
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.avro import schema_json
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.errors import DecodeError
+from cronstream.schemas.events import JobDefinition, MisfirePolicy, Target, utc_now
+from cronstream.schemas.ids import partition_for
+from cronstream.schemas.output import RunOutput
+from cronstream.schemas.registry import RegistryClient
+from cronstream.schemas.serde import Codec
 from tests.unit.test_avro_contract import EXAMPLES, OLD_JOB_SCHEMA
 
 pytestmark = pytest.mark.integration

@@ -19,16 +19,16 @@ from typing import Any, ClassVar
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from producers.client import JobClient
-from runtime.kafka.publisher import Publisher
-from runtime.registry import registry_client
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.definition import job_from_spec
-from schemas.events import DeadLetter, Priority, RunOutcome
-from schemas.events import Target as RunTarget
-from schemas.output import RunOutput
-from schemas.serde import Codec
+from cronstream.producers.client import JobClient
+from cronstream.runtime.kafka.publisher import Publisher
+from cronstream.runtime.registry import registry_client
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.definition import job_from_spec
+from cronstream.schemas.events import DeadLetter, Priority, RunOutcome
+from cronstream.schemas.events import Target as RunTarget
+from cronstream.schemas.output import RunOutput
+from cronstream.schemas.serde import Codec
 from tests.bench.malformed import hostile_values, malformed
 from tests.integration.helpers import (
     CronstreamProcess,

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from producers.client import JobClient
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.definition import job_from_spec
-from schemas.events import Priority, RunOutcome
-from schemas.ids import partition_for
+from cronstream.producers.client import JobClient
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.definition import job_from_spec
+from cronstream.schemas.events import Priority, RunOutcome
+from cronstream.schemas.ids import partition_for
 from tests.integration.helpers import CronstreamProcess, Target, decoded, wait_shares
 
 pytestmark = pytest.mark.integration

@@ -12,10 +12,10 @@ import fastavro
 import pytest
 
 from cronstream.api.app import STATUS_OF
-from producers.admission.core import Admission, Quotas
-from schemas.avro import parsed_schema
-from schemas.events import CronSchedule, JobDefinition, Target, Trigger
-from schemas.tenancy import (
+from cronstream.producers.admission.core import Admission, Quotas
+from cronstream.schemas.avro import parsed_schema
+from cronstream.schemas.events import CronSchedule, JobDefinition, Target, Trigger
+from cronstream.schemas.tenancy import (
     RefusalCode,
     TenantAction,
     TenantCommand,

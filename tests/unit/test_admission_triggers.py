@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from producers.admission.core import Admission, Quotas
-from schemas.events import EventTrigger, JobDefinition, Target
-from schemas.tenancy import RefusalCode, TenantAction, TenantResult
+from cronstream.producers.admission.core import Admission, Quotas
+from cronstream.schemas.events import EventTrigger, JobDefinition, Target
+from cronstream.schemas.tenancy import RefusalCode, TenantAction, TenantResult
 from tests.unit.test_admission import JOB, NOW, command
 
 EVENT = replace(JOB, schedule=None, on=EventTrigger(topic="acme.orders", filter="value.n > 1"))

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from cronstream.api.document import JOB_SPEC, SPEC_PROPERTIES
-from schemas.definition.spec import KNOWN_KEYS
+from cronstream.schemas.definition.spec import KNOWN_KEYS
 
 
 def test_the_documented_job_spec_has_exactly_the_keys_a_spec_may_have() -> None:

@@ -8,12 +8,12 @@ from pathlib import Path
 
 from pyiceberg.catalog.sql import SqlCatalog
 
-from consumers.archive import REFRESH_S, Archive
-from consumers.lakehouse import ArchiveTable, to_arrow
-from runtime.lakehouse import lakehouse, local_environment
-from runtime.settings import Settings
-from schemas.events import RunOutcome, RunStatus, Trigger
-from schemas.ids import run_id_for
+from cronstream.consumers.archive import REFRESH_S, Archive
+from cronstream.consumers.lakehouse import ArchiveTable, to_arrow
+from cronstream.runtime.lakehouse import lakehouse, local_environment
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.events import RunOutcome, RunStatus, Trigger
+from cronstream.schemas.ids import run_id_for
 
 T0 = datetime(2026, 3, 10, 4, tzinfo=UTC)
 S = RunStatus

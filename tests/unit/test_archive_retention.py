@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from consumers import compaction
-from consumers.compaction import compact, compact_finished
-from consumers.lakehouse import ArchiveTable, Part, keep_days, to_arrow
-from runtime.lakehouse import lakehouse, local_environment
-from runtime.settings import Settings
-from schemas.events import RunOutcome, RunStatus
+from cronstream.consumers import compaction
+from cronstream.consumers.compaction import compact, compact_finished
+from cronstream.consumers.lakehouse import ArchiveTable, Part, keep_days, to_arrow
+from cronstream.runtime.lakehouse import lakehouse, local_environment
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.events import RunOutcome, RunStatus
 
 TODAY = date(2026, 11, 26)
 

@@ -7,14 +7,14 @@ import json
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from producers.audit import Auditor, command_record
-from runtime.settings import Settings
-from schemas.audit import AuditAction, AuditRecord, field_changes
-from schemas.catalog import Topics
-from schemas.definition import job_from_spec
-from schemas.events import JobDefinition
-from schemas.serde import Codec
-from schemas.tenancy import TenantAction, TenantCommand
+from cronstream.producers.audit import Auditor, command_record
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.audit import AuditAction, AuditRecord, field_changes
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.definition import job_from_spec
+from cronstream.schemas.events import JobDefinition
+from cronstream.schemas.serde import Codec
+from cronstream.schemas.tenancy import TenantAction, TenantCommand
 from tests.fakes import FakeRegistry
 
 AT = datetime(2026, 11, 25, 18, tzinfo=UTC)

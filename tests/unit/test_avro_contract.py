@@ -14,8 +14,8 @@ from typing import Any
 import fastavro
 import pytest
 
-from schemas.avro import AVRO_DIR, parsed_schema, schema_json
-from schemas.events import (
+from cronstream.schemas.avro import AVRO_DIR, parsed_schema, schema_json
+from cronstream.schemas.events import (
     ControlAction,
     ControlCommand,
     CronSchedule,
@@ -39,8 +39,8 @@ from schemas.events import (
     iso,
     to_jsonable,
 )
-from schemas.output import RunOutput
-from schemas.tenancy import RefusalCode, TenantAction, TenantResult
+from cronstream.schemas.output import RunOutput
+from cronstream.schemas.tenancy import RefusalCode, TenantAction, TenantResult
 
 T0 = datetime(2026, 11, 22, 10, 0, 0, 123000, tzinfo=UTC)
 HTTP = Target(type="http", url="https://example.com/h", headers={"X-A": "1"})
@@ -415,12 +415,10 @@ def test_runs_written_before_the_new_symbols_read_unchanged(name: str) -> None:
 
 def _enums() -> list[type[StrEnum]]:
     """Every StrEnum of the wire contract that has an .avsc file of its own."""
-    import schemas.events
-    import schemas.flows
-    import schemas.tenancy
+    from cronstream.schemas import events, flows, tenancy
 
     found = []
-    for module in (schemas.events, schemas.flows, schemas.tenancy):
+    for module in (events, flows, tenancy):
         for value in vars(module).values():
             enum = isinstance(value, type) and issubclass(value, StrEnum) and value is not StrEnum
             if enum and (AVRO_DIR / f"cronstream.{value.__name__}.avsc").exists():
@@ -430,7 +428,7 @@ def _enums() -> list[type[StrEnum]]:
 
 @pytest.mark.parametrize("enum", _enums(), ids=lambda e: e.__name__)
 def test_python_enums_list_their_avro_symbols_in_order(enum: type[StrEnum]) -> None:
-    """schemas.templates writes a trigger by its index in the Python enum: a symbol
+    """cronstream.schemas.templates writes a trigger by its index in the Python enum: a symbol
     added to one side only, or in another place, would write another trigger."""
     symbols = json.loads(schema_json(f"cronstream.{enum.__name__}"))["symbols"]
     assert [m.value for m in enum] == symbols

@@ -18,9 +18,9 @@ from cronstream.backfill import (
     backfill_slots,
     ran_already,
 )
-from schemas.definition import job_from_spec
-from schemas.errors import SpecError
-from schemas.events import (
+from cronstream.schemas.definition import job_from_spec
+from cronstream.schemas.errors import SpecError
+from cronstream.schemas.events import (
     JobDefinition,
     Priority,
     RunOutcome,
@@ -29,7 +29,7 @@ from schemas.events import (
     from_ms,
     to_ms,
 )
-from streams.core.rates import TenantRates
+from cronstream.streams.core.rates import TenantRates
 from tests.fakes import FakeProducer
 from tests.processors import TOPICS, decoded, fake_publisher, new_codec
 

@@ -22,12 +22,16 @@ from pathlib import Path
 
 import pytest
 
-from runtime.kafka.records import text_key
-from schemas.definition import job_from_spec, problems
-from schemas.errors import SpecError
-from schemas.events import CronSchedule, JobDefinition, Target, utc_now
+from cronstream.runtime.kafka.records import text_key
+from cronstream.schemas.definition import job_from_spec, problems
+from cronstream.schemas.errors import SpecError
+from cronstream.schemas.events import CronSchedule, JobDefinition, Target, utc_now
 
-PACKAGES = ("schemas", "runtime", "streams", "consumers", "producers", "cronstream", "infra")
+PACKAGES = tuple(
+    f"cronstream.{name}"
+    for name in ("schemas", "runtime", "streams", "consumers", "producers", "infra")
+) + ("cronstream",)
+ROOT = Path(__file__).resolve().parents[2]
 
 # (module path, name) -> why it cannot grow with what tenants send.
 REVIEWED = {
@@ -64,10 +68,12 @@ GROWING_METHODS = frozenset(
 
 
 def _modules() -> Iterator[tuple[str, ast.Module]]:
-    root = Path(importlib.import_module("schemas").__path__[0]).parent
     for package in PACKAGES:
-        for path in sorted(Path(importlib.import_module(package).__path__[0]).rglob("*.py")):
-            yield path.relative_to(root).as_posix(), ast.parse(path.read_text(), str(path))
+        # resolved: cronstream/<folder> is a symlink to the folder at the root, which
+        # rglob does not follow from cronstream itself (each module read once)
+        folder = Path(importlib.import_module(package).__path__[0]).resolve()
+        for path in sorted(folder.rglob("*.py")):
+            yield path.relative_to(ROOT).as_posix(), ast.parse(path.read_text(), str(path))
 
 
 def _name(node: ast.expr) -> str:

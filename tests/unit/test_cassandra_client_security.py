@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from runtime.cassandra import CASSANDRA_ADMIN, cassandra_password
-from runtime.errors import SettingsError
-from runtime.settings import Settings
+from cronstream.runtime.cassandra import CASSANDRA_ADMIN, cassandra_password
+from cronstream.runtime.errors import SettingsError
+from cronstream.runtime.settings import Settings
 
 
 def test_defaults_and_a_refused_mode(tmp_path: Path) -> None:

@@ -13,15 +13,15 @@ from typing import Any, cast
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from runtime import metrics
-from runtime.errors import PublishError
-from runtime.kafka.publisher import Publisher
-from runtime.settings import Settings
-from schemas.serde import Codec
-from streams.scheduler import checkpointer as module
-from streams.scheduler.checkpoint import Checkpoint
-from streams.scheduler.checkpointer import Checkpointer
-from streams.scheduler.owned import Owned
+from cronstream.runtime import metrics
+from cronstream.runtime.errors import PublishError
+from cronstream.runtime.kafka.publisher import Publisher
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.serde import Codec
+from cronstream.streams.scheduler import checkpointer as module
+from cronstream.streams.scheduler.checkpoint import Checkpoint
+from cronstream.streams.scheduler.checkpointer import Checkpointer
+from cronstream.streams.scheduler.owned import Owned
 from tests.fakes import FakeProducer, FakeRegistry
 
 SETTINGS = Settings.from_env({})

@@ -10,9 +10,9 @@ import pytest
 
 from cronstream.cli import build_parser
 from cronstream.cli.common import KAFKA_DEBUG, command_logging
-from runtime.kafka import logs
-from runtime.kafka.clients import producer_config
-from runtime.settings import Settings
+from cronstream.runtime.kafka import logs
+from cronstream.runtime.kafka.clients import producer_config
+from cronstream.runtime.settings import Settings
 
 CUT = (
     "[thrd:GroupCoordinator]: GroupCoordinator: SASL authentication error: "
@@ -97,7 +97,7 @@ def test_the_roles_take_no_v(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_a_handshake_that_timed_out_is_not_a_refused_login() -> None:
-    from runtime.kafka.security import handshake_cut
+    from cronstream.runtime.kafka.security import handshake_cut
 
     timed_out = "GroupCoordinator: 127.0.0.1:19112: SASL SCRAM-SHA-512 mechanism handshake "
     assert handshake_cut(timed_out + "failed: Local: Timed out: broker's supported mechanisms")

@@ -12,10 +12,10 @@ import pytest
 from cronstream.cli import build_parser
 from cronstream.cli.api import _requests
 from cronstream.cli.jobs import _spec_from_args
-from runtime.settings import Settings
-from schemas.definition import job_from_spec
-from schemas.errors import SpecError
-from schemas.events import EventTrigger, JobDefinition
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.definition import job_from_spec
+from cronstream.schemas.errors import SpecError
+from cronstream.schemas.events import EventTrigger, JobDefinition
 
 HTTP = ["--target", "http", "--url", "https://example.com/hook"]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from consumers.core.concurrency import START, ConcurrencyGate
+from cronstream.consumers.core.concurrency import START, ConcurrencyGate
 
 
 def gate_with(policy: str, *running: str) -> ConcurrencyGate[str]:

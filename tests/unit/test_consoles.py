@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from infra.connect import Connect, connector_secrets_dir, history_sink_config
-from infra.ops import ops_services
-from runtime.consoles import CONSOLE_USER, console_access, console_secret_path
-from runtime.credentials import stack_ca
-from runtime.settings import Settings
+from cronstream.infra.connect import Connect, connector_secrets_dir, history_sink_config
+from cronstream.infra.ops import ops_services
+from cronstream.runtime.consoles import CONSOLE_USER, console_access, console_secret_path
+from cronstream.runtime.credentials import stack_ca
+from cronstream.runtime.settings import Settings
 
 
 @pytest.fixture

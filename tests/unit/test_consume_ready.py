@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runtime.kafka.clients import consume_ready
+from cronstream.runtime.kafka.clients import consume_ready
 
 
 class Queue:

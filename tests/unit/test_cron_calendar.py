@@ -9,7 +9,7 @@ from functools import cache
 
 import pytest
 
-from schemas.definition.cron import cron_times
+from cronstream.schemas.definition.cron import cron_times
 from tests import cron_reference as ref
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -16,9 +16,9 @@ import pytest
 from hypothesis import Phase, assume, given, settings
 from hypothesis import strategies as st
 
-from schemas.definition.cron import cron_times, parse_cron
-from schemas.definition.zones import load_zone, wall_instant_ms
-from schemas.errors import CronError
+from cronstream.schemas.definition.cron import cron_times, parse_cron
+from cronstream.schemas.definition.zones import load_zone, wall_instant_ms
+from cronstream.schemas.errors import CronError
 from tests import cron_reference as ref
 
 EXAMPLES = int(os.environ.get("CRONSTREAM_HYPOTHESIS_EXAMPLES", "150"))

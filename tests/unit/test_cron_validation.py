@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from schemas.definition.cron import parse_cron
-from schemas.errors import CronError
+from cronstream.schemas.definition.cron import parse_cron
+from cronstream.schemas.errors import CronError
 
 
 @pytest.mark.parametrize(

@@ -6,12 +6,12 @@ from datetime import timedelta
 
 import pytest
 
-from consumers.core.deadlines import Deadlines
-from consumers.core.dedup import Dedup
-from schemas.alerts import AlertKind
-from schemas.definition import job_from_spec
-from schemas.errors import SpecError
-from schemas.events import RunRequest, Target, Trigger, from_ms
+from cronstream.consumers.core.deadlines import Deadlines
+from cronstream.consumers.core.dedup import Dedup
+from cronstream.schemas.alerts import AlertKind
+from cronstream.schemas.definition import job_from_spec
+from cronstream.schemas.errors import SpecError
+from cronstream.schemas.events import RunRequest, Target, Trigger, from_ms
 
 SLOT = 1_800_000_000_000
 DEADLINE = SLOT + 60_000

@@ -13,9 +13,9 @@ from datetime import UTC, date, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.catalog import FLOWS_APP
-from schemas.events import JobDefinition, RunOutcome, RunStatus, Target, Trigger
-from streams.core.dependencies import MAX_DATES, Dependencies, DependencyRun, success_of
+from cronstream.schemas.catalog import FLOWS_APP
+from cronstream.schemas.events import JobDefinition, RunOutcome, RunStatus, Target, Trigger
+from cronstream.streams.core.dependencies import MAX_DATES, Dependencies, DependencyRun, success_of
 
 EXAMPLES = int(os.environ.get("CRONSTREAM_HYPOTHESIS_EXAMPLES", "200"))
 DAY = date(2026, 11, 22)

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schemas.events import (
+from cronstream.schemas.events import (
     DeadLetter,
     JobDefinition,
     Priority,
@@ -23,8 +23,12 @@ from schemas.events import (
     Target,
     Trigger,
 )
-from streams.dependencies.processor import DependencyConfig, DependencyProcessor, read_from_ms
-from streams.dependencies.reading import judge
+from cronstream.streams.dependencies.processor import (
+    DependencyConfig,
+    DependencyProcessor,
+    read_from_ms,
+)
+from cronstream.streams.dependencies.reading import judge
 from tests.fakes import FakeMessage, FakeProducer
 from tests.hostile import FUZZ, INSTANTS, NAMES, OUTCOMES, jobs
 from tests.processors import SETTINGS, TOPICS, decoded, fake_publisher, new_codec

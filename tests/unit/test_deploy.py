@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from cronstream.cli import build_parser
-from runtime.metrics_server import is_loopback
-from schemas.catalog import ROLES as CATALOG_ROLES
-from schemas.catalog import cassandra_role_user
+from cronstream.runtime.metrics_server import is_loopback
+from cronstream.schemas.catalog import ROLES as CATALOG_ROLES
+from cronstream.schemas.catalog import cassandra_role_user
 
 DEPLOY = Path(__file__).resolve().parents[2] / "infra" / "deploy"
 KUBERNETES = "1.37.0"

@@ -12,16 +12,16 @@ from typing import Any
 
 import pytest
 
-from consumers.core.bulkhead import Admission, Bulkhead
-from consumers.errors import TimedOut
-from consumers.executors.base import RunContext
-from consumers.executors.http import HttpExecutor
-from consumers.executors.kafka import KafkaExecutor, TopicPolicy
-from consumers.worker.attempts import Attempts
-from consumers.worker.config import WorkerConfig
-from runtime import metrics
-from schemas.events import RunOutcome, RunRequest, RunStatus, Target
-from schemas.ids import partition_for
+from cronstream.consumers.core.bulkhead import Admission, Bulkhead
+from cronstream.consumers.errors import TimedOut
+from cronstream.consumers.executors.base import RunContext
+from cronstream.consumers.executors.http import HttpExecutor
+from cronstream.consumers.executors.kafka import KafkaExecutor, TopicPolicy
+from cronstream.consumers.worker.attempts import Attempts
+from cronstream.consumers.worker.config import WorkerConfig
+from cronstream.runtime import metrics
+from cronstream.schemas.events import RunOutcome, RunRequest, RunStatus, Target
+from cronstream.schemas.ids import partition_for
 from tests.processors import WORKER_SETTINGS
 from tests.unit.test_executors import _Metadata
 from tests.unit.test_worker_parts import RUNS, T0, TOPICS, Parts

@@ -1,4 +1,4 @@
-"""consumers.executors.egress.TenantProducers without a broker: which password, the
+"""cronstream.consumers.executors.egress.TenantProducers without a broker: which password, the
 refusal without one, and the bound on producers kept."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from consumers.errors import TargetInvalid
-from consumers.executors.egress import TenantProducers
-from infra.security import ensure_tls
-from runtime.settings import Settings
+from cronstream.consumers.errors import TargetInvalid
+from cronstream.consumers.executors.egress import TenantProducers
+from cronstream.infra.security import ensure_tls
+from cronstream.runtime.settings import Settings
 
 
 def _settings(tmp_path: Path) -> Settings:

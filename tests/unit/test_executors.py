@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError
 
-from consumers.errors import ExecutionFailed, PermanentFailure, TargetInvalid, TimedOut
-from consumers.executors.base import CancelFlag, Output, RunContext
-from consumers.executors.http import BODY_CAP, HttpExecutor
-from consumers.executors.kafka import KafkaExecutor, TopicPolicy
-from consumers.executors.secrets import Secrets
-from schemas.events import Target
-from schemas.policy import TenantPolicy
+from cronstream.consumers.errors import ExecutionFailed, PermanentFailure, TargetInvalid, TimedOut
+from cronstream.consumers.executors.base import CancelFlag, Output, RunContext
+from cronstream.consumers.executors.http import BODY_CAP, HttpExecutor
+from cronstream.consumers.executors.kafka import KafkaExecutor, TopicPolicy
+from cronstream.consumers.executors.secrets import Secrets
+from cronstream.schemas.events import Target
+from cronstream.schemas.policy import TenantPolicy
 
 
 def context(

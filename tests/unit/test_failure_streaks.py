@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from runtime.cardinality import FailureStreaks
+from cronstream.runtime.cardinality import FailureStreaks
 
 
 def _series(registry: CollectorRegistry) -> dict[str, float]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumers.core.fair import FairQueue
+from cronstream.consumers.core.fair import FairQueue
 
 
 def tenant(item: tuple[str, int]) -> str:

@@ -12,10 +12,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.core.misfire import Fire
-from streams.core.partition import PartitionScheduler
-from streams.core.rates import TenantRates
-from streams.core.schedule import JobSchedule
+from cronstream.streams.core.misfire import Fire
+from cronstream.streams.core.partition import PartitionScheduler
+from cronstream.streams.core.rates import TenantRates
+from cronstream.streams.core.schedule import JobSchedule
 
 MIN = 60_000
 T0 = 1_800_000_000_000 - (1_800_000_000_000 % MIN)

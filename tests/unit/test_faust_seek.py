@@ -13,7 +13,12 @@ from faust.transport.drivers import aiokafka as driver
 from faust.types import TP
 from intervaltree import IntervalTree
 
-from streams.flows.faust_seek import SeekingApp, _Consumer, _SeekingThread, never_committed
+from cronstream.streams.flows.faust_seek import (
+    SeekingApp,
+    _Consumer,
+    _SeekingThread,
+    never_committed,
+)
 
 EVENTS, CHANGELOG = "acme.flows.events", "acme.flows-coordinator-runs-changelog"
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.definition.filters import (
+from cronstream.schemas.definition.filters import (
     ROOTS,
     And,
     Compare,
@@ -29,9 +29,9 @@ from schemas.definition.filters import (
     parse_path,
     unparse,
 )
-from schemas.definition.matching import MISSING, Record, matches, resolve
-from schemas.errors import FilterError
-from schemas.limits import MAX_FILTER, MAX_FILTER_DEPTH
+from cronstream.schemas.definition.matching import MISSING, Record, matches, resolve
+from cronstream.schemas.errors import FilterError
+from cronstream.schemas.limits import MAX_FILTER, MAX_FILTER_DEPTH
 
 EXAMPLES = int(os.environ.get("CRONSTREAM_HYPOTHESIS_EXAMPLES", "200"))
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, database=None)

@@ -9,9 +9,9 @@ from datetime import datetime
 
 import pytest
 
-from schemas.definition.cron import cron_times
-from schemas.events import from_ms, iso, to_ms
-from streams.core.schedule import JobSchedule, Misfire, jitter_offset
+from cronstream.schemas.definition.cron import cron_times
+from cronstream.schemas.events import from_ms, iso, to_ms
+from cronstream.streams.core.schedule import JobSchedule, Misfire, jitter_offset
 
 
 def _ms(text: str) -> int:

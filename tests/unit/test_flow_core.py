@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.core.flow import (
+from cronstream.streams.core.flow import (
     ALL_DONE,
     ANY_FAILED,
     FlowRun,

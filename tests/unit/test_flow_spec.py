@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from producers.flows import MAX_NODES, find_cycle, flow_from_spec, flow_schedule
-from schemas.errors import SpecError
-from schemas.events import Priority
-from schemas.flows import FlowDefinition, FlowTriggerRule
-from schemas.serde import Codec
+from cronstream.producers.flows import MAX_NODES, find_cycle, flow_from_spec, flow_schedule
+from cronstream.schemas.errors import SpecError
+from cronstream.schemas.events import Priority
+from cronstream.schemas.flows import FlowDefinition, FlowTriggerRule
+from cronstream.schemas.serde import Codec
 from tests.fakes import FakeRegistry
 
 
@@ -102,9 +102,9 @@ def test_a_5000_node_chain_is_checked_without_recursion() -> None:
 
 
 def test_the_example_flows_file_is_valid_and_each_flow_has_its_schedule_job() -> None:
-    from producers.flows import load_flows_file
-    from runtime.settings import REPO_ROOT
-    from schemas.events import Concurrency
+    from cronstream.producers.flows import load_flows_file
+    from cronstream.runtime.settings import REPO_ROOT
+    from cronstream.schemas.events import Concurrency
 
     ((flow, schedule),) = load_flows_file(
         REPO_ROOT / "examples" / "flows.yaml", max_payload_bytes=65536

@@ -9,16 +9,23 @@ from typing import Any
 
 import pytest
 
-from producers.flows import flow_from_spec
-from runtime.settings import Settings
-from schemas.alerts import Alert
-from schemas.catalog import Topics
-from schemas.errors import RegistryUnavailable, SpecError
-from schemas.events import ControlCommand, DeadLetter, Priority, RunOutcome, RunRequest, Trigger
-from schemas.flows import FlowEvent, FlowEventKind
-from schemas.serde import Codec
-from streams.flows.coordinator import Coordinator
-from streams.flows.rows import JsonRows
+from cronstream.producers.flows import flow_from_spec
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.alerts import Alert
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.errors import RegistryUnavailable, SpecError
+from cronstream.schemas.events import (
+    ControlCommand,
+    DeadLetter,
+    Priority,
+    RunOutcome,
+    RunRequest,
+    Trigger,
+)
+from cronstream.schemas.flows import FlowEvent, FlowEventKind
+from cronstream.schemas.serde import Codec
+from cronstream.streams.flows.coordinator import Coordinator
+from cronstream.streams.flows.rows import JsonRows
 from tests.fakes import FakeRegistry
 
 SETTINGS = Settings.from_env({"CRONSTREAM_TOPIC_PREFIX": "acme"})
@@ -335,7 +342,7 @@ def test_a_failed_batch_is_handled_again_event_by_event(failure: str) -> None:
     others go on."""
     import asyncio
 
-    from streams.flows.app import _Runner
+    from cronstream.streams.flows.app import _Runner
 
     flow = _coordinator()[0].definitions
     codec = Codec(FakeRegistry())  # type: ignore[arg-type]
@@ -382,8 +389,8 @@ def test_an_event_waits_out_a_registry_outage_and_is_stepped_after_it(
     was skipped, and its flow run never went on)."""
     import asyncio
 
-    from runtime.kafka import stall
-    from streams.flows.app import _Runner
+    from cronstream.runtime.kafka import stall
+    from cronstream.streams.flows.app import _Runner
 
     monkeypatch.setattr(stall, "FIRST_DELAY_S", 0.01)
     registry = _Outage(down=0)
@@ -404,7 +411,7 @@ def test_an_event_waits_out_a_registry_outage_and_is_stepped_after_it(
 def test_an_undecodable_flow_event_is_dead_lettered_and_the_batch_goes_on() -> None:
     import asyncio
 
-    from streams.flows.app import _Runner
+    from cronstream.streams.flows.app import _Runner
 
     coordinator, codec = _coordinator()
     sent: list[tuple[str, bytes]] = []
@@ -426,8 +433,8 @@ def test_a_tenants_node_runs_wait_for_its_fire_rate_and_none_is_dropped() -> Non
     operator's flow run (tenant default) does not wait."""
     import asyncio
 
-    from streams.core.rates import TenantRates
-    from streams.flows.app import _Runner
+    from cronstream.streams.core.rates import TenantRates
+    from cronstream.streams.flows.app import _Runner
 
     wide = flow_from_spec(
         {

@@ -8,10 +8,10 @@ from typing import Any
 
 from hypothesis import example, given
 
-from schemas.definition import job_from_spec
-from schemas.errors import SpecError
-from schemas.events import JobDefinition, Target
-from schemas.tenancy import TenantAction, TenantCommand
+from cronstream.schemas.definition import job_from_spec
+from cronstream.schemas.errors import SpecError
+from cronstream.schemas.events import JobDefinition, Target
+from cronstream.schemas.tenancy import TenantAction, TenantCommand
 from tests.hostile import COMMANDS, FUZZ, SPECS
 from tests.processors import NOW, SETTINGS, AdmissionHarness
 

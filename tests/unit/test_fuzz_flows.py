@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from producers.flows import flow_from_spec
-from schemas.events import DeadLetter
-from schemas.flows import FlowEvent
+from cronstream.producers.flows import flow_from_spec
+from cronstream.schemas.events import DeadLetter
+from cronstream.schemas.flows import FlowEvent
 from tests.hostile import FLOW_EVENTS, FUZZ
 from tests.processors import TOPICS, FlowsHarness
 
@@ -36,7 +36,7 @@ ETL = flow_from_spec(
 
 @pytest.fixture(autouse=True)
 def no_wait_for_definitions(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("streams.flows.app.DEFINITION_WAIT_S", 0.0)
+    monkeypatch.setattr("cronstream.streams.flows.app.DEFINITION_WAIT_S", 0.0)
 
 
 @FUZZ

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from hypothesis import example, given
 
-from consumers.lakehouse import ArchiveTable, eq, to_arrow
-from runtime.lakehouse import lakehouse, local_environment
-from runtime.settings import Settings
-from schemas.events import RunOutcome, RunStatus
+from cronstream.consumers.lakehouse import ArchiveTable, eq, to_arrow
+from cronstream.runtime.lakehouse import lakehouse, local_environment
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.events import RunOutcome, RunStatus
 from tests.hostile import FUZZ, OUTCOMES
 from tests.processors import NOW, TOPICS, ArchiverHarness, SinkHarness
 

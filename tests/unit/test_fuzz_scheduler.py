@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from hypothesis import given
 
-from schemas.events import JobDefinition
+from cronstream.schemas.events import JobDefinition
 from tests.hostile import FUZZ, jobs
 from tests.processors import NOW_MS, TOPICS, SchedulerHarness
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import given
 
-from schemas.events import RunRequest
+from cronstream.schemas.events import RunRequest
 from tests.hostile import FUZZ, run_requests
 from tests.processors import RUNS, WorkerHarness
 

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from runtime.kafka import clients, groups
-from runtime.kafka.clients import Balance
-from runtime.kafka.member import commit
-from runtime.settings import Settings
+from cronstream.runtime.kafka import clients, groups
+from cronstream.runtime.kafka.clients import Balance
+from cronstream.runtime.kafka.member import commit
+from cronstream.runtime.settings import Settings
 
 log = logging.getLogger("test")
 OFFSETS = [TopicPartition("t", 0, 5)]

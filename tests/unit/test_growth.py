@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from infra.errors import StackError
-from infra.growth import check_shape, plan
-from infra.quorum import (
+from cronstream.infra.errors import StackError
+from cronstream.infra.growth import check_shape, plan
+from cronstream.infra.quorum import (
     format_flags,
     mark_dynamic,
     parse_voters,
@@ -21,8 +21,8 @@ from infra.quorum import (
     recorded_voters,
     static,
 )
-from infra.services import Kafka
-from runtime.settings import Settings
+from cronstream.infra.services import Kafka
+from cronstream.runtime.settings import Settings
 
 
 @dataclass

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from consumers.core.buckets import (
+from cronstream.cli.history import _checked, history_statuses, history_window, register
+from cronstream.consumers.core.buckets import (
     SHARDS,
     day_of,
     days_desc,
@@ -20,10 +21,9 @@ from consumers.core.buckets import (
     shard_of,
     write_timestamp,
 )
-from consumers.errors import StatementsError
-from consumers.history import load_statements
-from cronstream.cli.history import _checked, history_statuses, history_window, register
-from schemas.errors import SpecError
+from cronstream.consumers.errors import StatementsError
+from cronstream.consumers.history import load_statements
+from cronstream.schemas.errors import SpecError
 
 T = datetime(2026, 11, 22, 23, 30, tzinfo=UTC)
 
@@ -128,8 +128,8 @@ def test_a_flow_run_query_takes_nothing_else_and_is_made_the_tenants() -> None:
 
 
 def test_an_outcome_is_three_rows_and_a_tenants_hour_is_indexed_once() -> None:
-    from consumers.history import INDEX_TTL_MARGIN_S, TENANT_HOURS_KEPT, HistoryTables
-    from schemas.events import RunOutcome, RunStatus
+    from cronstream.consumers.history import INDEX_TTL_MARGIN_S, TENANT_HOURS_KEPT, HistoryTables
+    from cronstream.schemas.events import RunOutcome, RunStatus
     from tests.processors import SchemaSession
 
     tables = HistoryTables(SchemaSession(), "ks", ttl_s=3600)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from infra.hosts import GATEWAY, cassandra_host, kafka_host, prefix, role_host
-from infra.services import all_services
-from runtime.settings import Settings
+from cronstream.infra.hosts import GATEWAY, cassandra_host, kafka_host, prefix, role_host
+from cronstream.infra.services import all_services
+from cronstream.runtime.settings import Settings
 
 
 def test_every_node_gets_a_host_of_its_own_with_a_link_name_linux_accepts() -> None:

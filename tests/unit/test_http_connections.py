@@ -16,12 +16,18 @@ from typing import Any
 
 import pytest
 
-from consumers.errors import TargetInvalid
-from consumers.executors.base import Output
-from consumers.executors.http import HttpExecutor
-from consumers.executors.http_wire import Connection, Pool, Response, Unanswered, WireError
-from schemas.events import Target
-from schemas.policy import TenantPolicy
+from cronstream.consumers.errors import TargetInvalid
+from cronstream.consumers.executors.base import Output
+from cronstream.consumers.executors.http import HttpExecutor
+from cronstream.consumers.executors.http_wire import (
+    Connection,
+    Pool,
+    Response,
+    Unanswered,
+    WireError,
+)
+from cronstream.schemas.events import Target
+from cronstream.schemas.policy import TenantPolicy
 from tests.unit.test_executors import context
 
 

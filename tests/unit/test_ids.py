@@ -2,7 +2,7 @@ from datetime import UTC, date, datetime
 
 import pytest
 
-from schemas.ids import (
+from cronstream.schemas.ids import (
     dependency_run_id,
     event_run_id,
     event_source,
@@ -12,7 +12,7 @@ from schemas.ids import (
     partition_for,
     run_id_for,
 )
-from schemas.limits import MAX_JOB_ID, MAX_TOPIC, run_id_problems
+from cronstream.schemas.limits import MAX_JOB_ID, MAX_TOPIC, run_id_problems
 
 # Vectors from Apache Kafka's UtilsTest.testMurmur2 (Java ints, i.e. signed 32-bit).
 KAFKA_MURMUR2 = {

@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaError
 
-from runtime.errors import KafkaAuthError, SettingsError
-from runtime.kafka.security import (
+from cronstream.runtime.errors import KafkaAuthError, SettingsError
+from cronstream.runtime.kafka.security import (
     admin_security,
     client_properties,
     client_security,
     kafka_password,
     refuse_bad_credentials,
 )
-from runtime.settings import Settings
+from cronstream.runtime.settings import Settings
 
 
 def settings(tmp_path: Path, **env: str) -> Settings:

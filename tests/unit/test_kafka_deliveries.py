@@ -9,9 +9,9 @@ from dataclasses import replace
 from queue import SimpleQueue
 from typing import Any
 
-from consumers.errors import TargetInvalid, TimedOut
-from consumers.executors.kafka import KafkaExecutor, TopicPolicy
-from schemas.events import Target
+from cronstream.consumers.errors import TargetInvalid, TimedOut
+from cronstream.consumers.executors.kafka import KafkaExecutor, TopicPolicy
+from cronstream.schemas.events import Target
 from tests.unit.test_executors import _Delivered, _Metadata, context
 
 POLICY = TopicPolicy(own=frozenset({"cronstream.jobs"}), allow=("orders.*",))

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from runtime import stop
-from runtime.kafka.offsets import committed, is_transient, retrying, watermarks
-from runtime.kafka.records import is_record
+from cronstream.runtime import stop
+from cronstream.runtime.kafka.offsets import committed, is_transient, retrying, watermarks
+from cronstream.runtime.kafka.records import is_record
 
 
 def refusal(code: int) -> KafkaException:

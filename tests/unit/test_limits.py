@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.errors import DecodeError
-from schemas.events import (
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.errors import DecodeError
+from cronstream.schemas.events import (
     CronSchedule,
     IntervalSchedule,
     JobDefinition,
@@ -23,9 +23,9 @@ from schemas.events import (
     RunRequest,
     Target,
 )
-from schemas.limits import carried, unencodable
-from schemas.serde import Codec
-from streams.scheduler.definitions import Definitions
+from cronstream.schemas.limits import carried, unencodable
+from cronstream.schemas.serde import Codec
+from cronstream.streams.scheduler.definitions import Definitions
 from tests.fakes import FakeRegistry
 
 TOPICS = Topics(Settings.from_env({}))

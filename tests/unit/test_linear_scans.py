@@ -22,8 +22,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.definition.values import parse_duration
-from schemas.redact import (
+from cronstream.schemas.definition.values import parse_duration
+from cronstream.schemas.redact import (
     FULL_URLS,
     MASK,
     MAX_PARSED_QUERY,
@@ -169,8 +169,8 @@ def test_scrub_cuts_what_it_cut_on_every_shape(text: str, values: list[str], bea
 # second together, even on a busy machine.
 _SHAPES = textwrap.dedent(
     """
-    from schemas.definition.values import parse_duration
-    from schemas.redact import redact_text, scrub
+    from cronstream.schemas.definition.values import parse_duration
+    from cronstream.schemas.redact import redact_text, scrub
 
     n = 1 << 20
     for text in ("://" + "a." * (n // 2), "a." * (n // 2) + ":// ", "1a." * (n // 3),
@@ -205,7 +205,7 @@ def test_a_text_of_thousands_of_urls_takes_apart_only_the_first_ones(
 ) -> None:
     """Each URL taken apart costs Python work (~4-30 us); 4,096 URLs of an output held the
     worker's loop ~50 ms. Past ``FULL_URLS`` the regex engine masks the rest."""
-    from schemas import redact
+    from cronstream.schemas import redact
 
     calls = []
     whole = redact.redact_url

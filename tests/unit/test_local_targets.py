@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from consumers.errors import Cancelled, ExecutionFailed, TargetInvalid, TimedOut
-from consumers.executors.base import Output, RunContext
-from consumers.executors.python import PythonExecutor, PythonPolicy
-from consumers.executors.shell import OUTPUT_CAP, ShellExecutor, ShellPolicy
 from cronstream.cli import main
-from schemas.events import Target
+from cronstream.consumers.errors import Cancelled, ExecutionFailed, TargetInvalid, TimedOut
+from cronstream.consumers.executors.base import Output, RunContext
+from cronstream.consumers.executors.python import PythonExecutor, PythonPolicy
+from cronstream.consumers.executors.shell import OUTPUT_CAP, ShellExecutor, ShellPolicy
+from cronstream.schemas.events import Target
 from tests.unit.test_executors import context
 
 HERE = "tests.unit.test_local_targets"

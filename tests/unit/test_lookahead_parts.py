@@ -6,8 +6,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumers.core.delay import DelayQueue
-from streams.core.ahead import AheadRuns
+from cronstream.consumers.core.delay import DelayQueue
+from cronstream.streams.core.ahead import AheadRuns
 
 
 def test_a_pause_takes_only_the_jobs_runs_not_yet_due() -> None:

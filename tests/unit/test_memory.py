@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.memory import return_large_allocations
+from cronstream.runtime.memory import return_large_allocations
 
 # A batch of 250 records of 600 KB alive at once, four times, with small objects kept
 # between them (as a decision's answers are), then the RSS growth in MiB.
@@ -17,7 +17,7 @@ BATCHES = """
 import gc, os, sys
 sys.path.insert(0, {root!r})
 if {held}:
-    from runtime.memory import return_large_allocations
+    from cronstream.runtime.memory import return_large_allocations
     assert return_large_allocations()
 def rss():
     with open("/proc/self/statm") as f:

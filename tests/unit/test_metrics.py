@@ -7,9 +7,9 @@ import random
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-import runtime.probes
-from runtime import metrics
-from runtime.metrics import LoopHistogram, Tally
+from cronstream.runtime import metrics
+from cronstream.runtime import probes as probes_module
+from cronstream.runtime.metrics import LoopHistogram, Tally
 
 BUCKETS = (0.001, 0.005, 0.01, 0.1, 1.0, 60.0)
 
@@ -98,7 +98,7 @@ def test_probes_answer_live_until_the_loop_stops_going_round_and_ready_once_set(
     probes.beat()
     assert probes.live() == (True, "ok")
     assert probes.ready() == (True, "ok")
-    monkeypatch.setattr(runtime.probes.time, "monotonic", lambda: probes.last_beat + 61)  # type: ignore[operator]
+    monkeypatch.setattr(probes_module.time, "monotonic", lambda: probes.last_beat + 61)  # type: ignore[operator]
     live, why = probes.live()
     assert not live
     assert "main loop stuck: last went round 61 s ago" in why

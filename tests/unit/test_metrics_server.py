@@ -11,9 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from runtime import metrics
-from runtime.errors import SettingsError
-from runtime.metrics_server import authorized, is_loopback, metrics_token, serve
+from cronstream.runtime import metrics
+from cronstream.runtime.errors import SettingsError
+from cronstream.runtime.metrics_server import authorized, is_loopback, metrics_token, serve
 
 
 def _free_port() -> int:

@@ -9,9 +9,9 @@ from itertools import pairwise
 
 import pytest
 
-from streams.core.misfire import LIST_LIMIT, Action, Fire, Record, settle
-from streams.core.partition import PartitionScheduler
-from streams.core.schedule import JobSchedule, Misfire
+from cronstream.streams.core.misfire import LIST_LIMIT, Action, Fire, Record, settle
+from cronstream.streams.core.partition import PartitionScheduler
+from cronstream.streams.core.schedule import JobSchedule, Misfire
 
 S = 1000
 DAY = 86_400 * S

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from consumers.worker.outbox import OUTBOX_PRODUCER
-from schemas.events import RunOutcome, RunStatus, TimerReason, TimerRequest
+from cronstream.consumers.worker.outbox import OUTBOX_PRODUCER
+from cronstream.schemas.events import RunOutcome, RunStatus, TimerReason, TimerRequest
 from tests.unit.test_worker_parts import RUNS, T0, TOPICS, Parts, pending_at, run
 
 

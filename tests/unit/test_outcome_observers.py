@@ -8,15 +8,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from consumers.core.dedup import Dedup
-from consumers.core.offsets import OffsetTracker
-from consumers.worker.loop import outcome_observers
-from consumers.worker.observers import OutcomeObserver, Record
-from consumers.worker.outbox import Outbox
-from consumers.worker.pending import Pending
-from runtime import metrics
-from schemas.alerts import Alert, AlertKind
-from schemas.events import (
+from cronstream.consumers.core.dedup import Dedup
+from cronstream.consumers.core.offsets import OffsetTracker
+from cronstream.consumers.worker.loop import outcome_observers
+from cronstream.consumers.worker.observers import OutcomeObserver, Record
+from cronstream.consumers.worker.outbox import Outbox
+from cronstream.consumers.worker.pending import Pending
+from cronstream.runtime import metrics
+from cronstream.schemas.alerts import Alert, AlertKind
+from cronstream.schemas.events import (
     DeadLetter,
     RunOutcome,
     RunRequest,
@@ -26,8 +26,8 @@ from schemas.events import (
     TimerRequest,
     Trigger,
 )
-from schemas.flows import FlowEvent, FlowEventKind
-from schemas.tenancy import AnyEvent
+from cronstream.schemas.flows import FlowEvent, FlowEventKind
+from cronstream.schemas.tenancy import AnyEvent
 from tests.fakes import FakeConsumer, FakeProducer
 from tests.processors import TOPICS, decoded, fake_publisher, new_codec
 

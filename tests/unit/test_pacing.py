@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from consumers.core.pacing import PACE_BATCH, PACE_S, pause_s
+from cronstream.consumers.core.pacing import PACE_BATCH, PACE_S, pause_s
 
 
 def test_a_step_with_a_few_events_pauses_until_pace_s_after_it_began() -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-from streams.core.misfire import Fire, Record
-from streams.core.partition import DEAD_FLOOR, PartitionScheduler, Timer
-from streams.core.schedule import JobSchedule, Misfire
-from streams.core.wheel import TimingWheel
+from cronstream.streams.core.misfire import Fire, Record
+from cronstream.streams.core.partition import DEAD_FLOOR, PartitionScheduler, Timer
+from cronstream.streams.core.schedule import JobSchedule, Misfire
+from cronstream.streams.core.wheel import TimingWheel
 
 MIN = 60_000
 T0 = 1_800_000_000_000 - (1_800_000_000_000 % MIN)  # a minute boundary

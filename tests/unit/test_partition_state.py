@@ -7,8 +7,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from streams.core.schedule import JobSchedule
-from streams.scheduler.state import STALE_AFTER_MS, PartitionState, StoredDefinition, index_view
+from cronstream.streams.core.schedule import JobSchedule
+from cronstream.streams.scheduler.state import (
+    STALE_AFTER_MS,
+    PartitionState,
+    StoredDefinition,
+    index_view,
+)
 
 NOW = 1_800_000_000_000
 

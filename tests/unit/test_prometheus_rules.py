@@ -15,11 +15,11 @@ import bcrypt
 import pytest
 import yaml
 
+from cronstream.infra.ops import RULES, alertmanager_config, prometheus_config, web_config
 from cronstream.monitoring import DUE_TO_START_P99_BY_PRIORITY
-from infra.ops import RULES, alertmanager_config, prometheus_config, web_config
-from runtime import metrics
-from runtime.consoles import CONSOLE_USER, console_secret_path
-from runtime.settings import Settings
+from cronstream.runtime import metrics
+from cronstream.runtime.consoles import CONSOLE_USER, console_secret_path
+from cronstream.runtime.settings import Settings
 
 GRAFANA = Path(__file__).resolve().parents[2] / "infra" / "grafana" / "cronstream-dashboard.json"
 SUFFIXES = ("_total", "_bucket", "_sum", "_count")

@@ -10,9 +10,9 @@ import sys
 import pytest
 
 import cronstream
-from producers.client import JobClient
-from schemas.events import JobDefinition
-from schemas.flows import FlowDefinition
+from cronstream.producers.client import JobClient
+from cronstream.schemas.events import JobDefinition
+from cronstream.schemas.flows import FlowDefinition
 
 ROOT = __file__.rsplit("/tests/", 1)[0]
 
@@ -36,7 +36,7 @@ def test_a_job_built_from_a_spec_through_the_api() -> None:
 
 
 def test_importing_cronstream_imports_no_client() -> None:
-    code = "import sys, cronstream; print(sorted(m for m in sys.modules if m.split('.')[0] in ('producers', 'confluent_kafka', 'schemas')))"
+    code = "import sys, cronstream; print(sorted(m for m in sys.modules if m.startswith(('cronstream.', 'confluent_kafka'))))"
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )

@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from consumers.worker import attempts as attempts_module
-from producers.admission.core import Admission
-from producers.flows import flow_from_spec
-from runtime import metrics
-from runtime.errors import PublishError, RepeatedFault
-from runtime.faults import REASON_CHARS, RecordFaults
-from schemas.errors import RegistryUnavailable
-from schemas.events import (
+from cronstream.consumers.worker import attempts as attempts_module
+from cronstream.producers.admission.core import Admission
+from cronstream.producers.flows import flow_from_spec
+from cronstream.runtime import metrics
+from cronstream.runtime.errors import PublishError, RepeatedFault
+from cronstream.runtime.faults import REASON_CHARS, RecordFaults
+from cronstream.schemas.errors import RegistryUnavailable
+from cronstream.schemas.events import (
     CronSchedule,
     DeadLetter,
     JobDefinition,
@@ -29,10 +29,10 @@ from schemas.events import (
     Target,
     Trigger,
 )
-from schemas.flows import FlowEvent, FlowEventKind
-from schemas.tenancy import RefusalCode, TenantAction, TenantCommand
-from streams.core.partition import PartitionScheduler
-from streams.flows.coordinator import Coordinator
+from cronstream.schemas.flows import FlowEvent, FlowEventKind
+from cronstream.schemas.tenancy import RefusalCode, TenantAction, TenantCommand
+from cronstream.streams.core.partition import PartitionScheduler
+from cronstream.streams.flows.coordinator import Coordinator
 from tests.processors import (
     NOW,
     NOW_MS,
@@ -360,9 +360,9 @@ def test_the_archiver_dead_letters_an_outcome_it_cannot_hold() -> None:
 
 
 def test_the_archiver_dead_letters_an_outcome_it_raises_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    import consumers.archiver
+    from cronstream.consumers import archiver
 
-    monkeypatch.setattr(consumers.archiver, "folder_problem", _raise_on("poison"))
+    monkeypatch.setattr(archiver, "folder_problem", _raise_on("poison"))
     h = ArchiverHarness()
     assert h.accept(h.codec.encode(TOPICS.history, outcome(tenant="poison"))) is None
     assert h.accept(h.codec.encode(TOPICS.history, outcome(tenant="acme"))) is not None

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from consumers.errors import TargetInvalid
-from consumers.executors.secrets import Secrets, env_name, tenant_env_name
 from cronstream.cli.history import _cell
-from schemas.definition import job_from_spec, literal_secrets
-from schemas.errors import SpecError
-from schemas.events import RunOutcome, RunStatus, utc_now
-from schemas.redact import (
+from cronstream.consumers.errors import TargetInvalid
+from cronstream.consumers.executors.secrets import Secrets, env_name, tenant_env_name
+from cronstream.schemas.definition import job_from_spec, literal_secrets
+from cronstream.schemas.errors import SpecError
+from cronstream.schemas.events import RunOutcome, RunStatus, utc_now
+from cronstream.schemas.redact import (
     MASK,
     escape_controls,
     redact_headers,

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from infra.services import registry_access
-from runtime.errors import SettingsError
-from runtime.registry import registry_client, registry_login
-from runtime.settings import Settings
+from cronstream.infra.services import registry_access
+from cronstream.runtime.errors import SettingsError
+from cronstream.runtime.registry import registry_client, registry_login
+from cronstream.runtime.settings import Settings
 
 
 def test_reading_is_anonymous_unless_a_user_is_set_and_writing_takes_the_writer(

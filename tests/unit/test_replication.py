@@ -7,13 +7,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from consumers.migrations import keyspace_replication
-from infra.errors import BootstrapError
-from infra.replication import new_topic, topic_replication, under_replicated
-from runtime.cassandra import CONSISTENCY
-from runtime.errors import SettingsError
-from runtime.kafka.clients import PRODUCER_DEFAULTS, consumer_config, producer_config
-from runtime.settings import Settings
+from cronstream.consumers.migrations import keyspace_replication
+from cronstream.infra.errors import BootstrapError
+from cronstream.infra.replication import new_topic, topic_replication, under_replicated
+from cronstream.runtime.cassandra import CONSISTENCY
+from cronstream.runtime.errors import SettingsError
+from cronstream.runtime.kafka.clients import PRODUCER_DEFAULTS, consumer_config, producer_config
+from cronstream.runtime.settings import Settings
 
 
 def settings(**env: str) -> Settings:
@@ -121,7 +121,7 @@ def test_a_lost_broker_is_fenced_after_the_broker_session(
 ) -> None:
     """Every write waits for a broker killed -9 until the controller fences it (its
     leaderships and ISR places given up): 4 s on a cluster, Kafka's 9 s on one node."""
-    from infra.services import Kafka
+    from cronstream.infra.services import Kafka
 
     lines = Kafka(settings(**env), 1)._replication_lines()
     assert f"broker.session.timeout.ms={session}" in lines

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from infra.kafka_access import _role_access
-from schemas.catalog import ROLES, Topics
+from cronstream.infra.kafka_access import _role_access
+from cronstream.schemas.catalog import ROLES, Topics
 
 
 class Namespace:
@@ -98,7 +98,7 @@ def test_only_the_worker_writes_run_output_and_only_the_sink_reads_it() -> None:
 def test_the_trigger_processor_reads_jobs_writes_runs_and_reads_only_granted_sources() -> None:
     """Issue 38: its source topics are granted apart (a tenant's ``<tenant>.`` when it is
     added, an operator's by name): never cronstream's own, nor the whole namespace."""
-    from infra.tenants import trigger_source_acls
+    from cronstream.infra.tenants import trigger_source_acls
 
     grants = _grants("triggers")
     literal = {(g[1], g[3]) for g in grants if g[0] == "TOPIC" and g[2] == "LITERAL"}

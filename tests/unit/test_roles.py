@@ -9,8 +9,8 @@ import argparse
 from cronstream.cli import build_parser
 from cronstream.monitoring import ROLES as SCRAPED
 from cronstream.monitoring import metrics_ports
-from runtime.metrics import FAULT_ROLES
-from schemas.catalog import ROLES
+from cronstream.runtime.metrics import FAULT_ROLES
+from cronstream.schemas.catalog import ROLES
 
 
 def _commands() -> set[str]:

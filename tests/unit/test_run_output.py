@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from consumers.core.output import Output, fit, head, kept, tail
-from consumers.errors import ExecutionFailed
-from consumers.executors.base import RunContext
 from cronstream.cli import main
 from cronstream.cli.history import _shown
-from schemas.events import RunOutcome, RunRequest, RunStatus, Target
-from schemas.output import RunOutput
-from schemas.redact import scrub
+from cronstream.consumers.core.output import Output, fit, head, kept, tail
+from cronstream.consumers.errors import ExecutionFailed
+from cronstream.consumers.executors.base import RunContext
+from cronstream.schemas.events import RunOutcome, RunRequest, RunStatus, Target
+from cronstream.schemas.output import RunOutput
+from cronstream.schemas.redact import scrub
 from tests.processors import NOW, RUNS, TOPICS, SinkHarness, WorkerHarness
 
 SECRET = "op-s3cret-value-0042"  # a value resolved for the attempt (secret:NAME)
@@ -76,7 +76,7 @@ class Printing:
 
 @pytest.fixture
 def worker() -> Iterator[WorkerHarness]:
-    from consumers.worker.config import WorkerConfig
+    from cronstream.consumers.worker.config import WorkerConfig
 
     h = WorkerHarness(WorkerConfig(group="g", concurrency=4, output_limit=64))
     h.attempts.executors = dict.fromkeys(h.attempts.executors, Printing())  # type: ignore[arg-type]

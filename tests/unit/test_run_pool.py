@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from queue import SimpleQueue
 
-from consumers.executors.pool import Done, RunPool
+from cronstream.consumers.executors.pool import Done, RunPool
 
 
 def _boom(n: int) -> int:

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schemas.avro import parsed_schema
-from schemas.errors import HeadError
-from schemas.events import (
+from cronstream.schemas.avro import parsed_schema
+from cronstream.schemas.errors import HeadError
+from cronstream.schemas.events import (
     Concurrency,
     CronSchedule,
     DeadLetter,
@@ -30,14 +30,14 @@ from schemas.events import (
     iso,
     utc_now,
 )
-from schemas.templates import (
+from cronstream.schemas.templates import (
     LetterWriter,
     RunRequestReader,
     RunTemplate,
     encode_dead_letter,
     encode_run_outcome,
 )
-from schemas.wire import avro_string, zigzag
+from cronstream.schemas.wire import avro_string, zigzag
 
 JOBS = [
     JobDefinition(

@@ -7,13 +7,13 @@ from datetime import UTC, datetime
 
 import pytest
 
-from runtime import metrics
-from runtime.kafka.publisher import Publisher
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.definition.cron import cron_times
-from schemas.errors import DecodeError
-from schemas.events import (
+from cronstream.runtime import metrics
+from cronstream.runtime.kafka.publisher import Publisher
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.definition.cron import cron_times
+from cronstream.schemas.errors import DecodeError
+from cronstream.schemas.events import (
     CronSchedule,
     IntervalSchedule,
     JobDefinition,
@@ -28,13 +28,13 @@ from schemas.events import (
     Trigger,
     to_ms,
 )
-from schemas.ids import run_id_for, slot_run_id
-from schemas.serde import Codec
-from streams.core.misfire import Fire, Record
-from streams.core.schedule import Kind, jitter_offset
-from streams.scheduler.checkpoint import Checkpoint
-from streams.scheduler.definitions import Definitions, Prepared
-from streams.scheduler.emitter import Emitter
+from cronstream.schemas.ids import run_id_for, slot_run_id
+from cronstream.schemas.serde import Codec
+from cronstream.streams.core.misfire import Fire, Record
+from cronstream.streams.core.schedule import Kind, jitter_offset
+from cronstream.streams.scheduler.checkpoint import Checkpoint
+from cronstream.streams.scheduler.definitions import Definitions, Prepared
+from cronstream.streams.scheduler.emitter import Emitter
 from tests.fakes import FakeProducer, FakeRegistry
 
 SETTINGS = Settings.from_env({})
@@ -246,7 +246,7 @@ def test_the_checkpoint_survives_its_metadata_and_a_bad_one_is_ignored() -> None
 
 def test_a_definition_with_an_unknown_zone_is_refused_whatever_its_schedule(codec: Codec) -> None:
     """Found by make chaos: an interval job took an update naming the zone "America"."""
-    from schemas.definition.zones import ZoneError
+    from cronstream.schemas.definition.zones import ZoneError
 
     every = IntervalSchedule(every_ms=60_000, anchor=T0)
     raw = codec.encode(TOPICS.jobs, definition(schedule=every, timezone="America"))

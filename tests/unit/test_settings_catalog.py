@@ -2,12 +2,12 @@ from pathlib import Path
 
 import pytest
 
-from consumers.migrations import MIGRATIONS_DIR, load_migrations, split_statements
-from runtime.errors import SettingsError
-from runtime.kafka.clients import producer_config
-from runtime.settings import Settings
-from schemas.catalog import AUDIT, CATALOG, JOBS, Topics
-from schemas.events import Priority
+from cronstream.consumers.migrations import MIGRATIONS_DIR, load_migrations, split_statements
+from cronstream.runtime.errors import SettingsError
+from cronstream.runtime.kafka.clients import producer_config
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import AUDIT, CATALOG, JOBS, Topics
+from cronstream.schemas.events import Priority
 
 
 def test_defaults_match_the_local_stack() -> None:

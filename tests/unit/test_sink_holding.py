@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 from confluent_kafka import TopicPartition
 
-from consumers.sink import Sink
-from runtime.kafka.records import ConsumedMessage
+from cronstream.consumers.sink import Sink
+from cronstream.runtime.kafka.records import ConsumedMessage
 from tests.fakes import FakeMessage
 
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schemas.errors import CronError
-from streams.core.schedule import JobSchedule
+from cronstream.schemas.errors import CronError
+from cronstream.streams.core.schedule import JobSchedule
 from tests.unit.test_cron_properties import (
     SETTINGS,
     ZONES,

@@ -3,10 +3,15 @@ from pathlib import Path
 
 import pytest
 
-from producers.spec import load_jobs_file
-from schemas.definition import job_from_spec, parse_backoff, parse_duration, parse_instant
-from schemas.errors import SpecError
-from schemas.events import (
+from cronstream.producers.spec import load_jobs_file
+from cronstream.schemas.definition import (
+    job_from_spec,
+    parse_backoff,
+    parse_duration,
+    parse_instant,
+)
+from cronstream.schemas.errors import SpecError
+from cronstream.schemas.events import (
     CronSchedule,
     IntervalSchedule,
     MisfireKind,

@@ -11,11 +11,11 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from infra.cassandra_node import Cassandra
-from infra.service import Service
-from infra.services import Kafka
-from infra.stack import down, nodes_started
-from runtime.settings import Settings
+from cronstream.infra.cassandra_node import Cassandra
+from cronstream.infra.service import Service
+from cronstream.infra.services import Kafka
+from cronstream.infra.stack import down, nodes_started
+from cronstream.runtime.settings import Settings
 
 
 @contextmanager

@@ -10,9 +10,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from infra import security
-from infra.security import ensure_secret, ensure_tls
-from runtime.settings import Settings
+from cronstream.infra import security
+from cronstream.infra.security import ensure_secret, ensure_tls
+from cronstream.runtime.settings import Settings
 
 
 def _certs(path: Path) -> list[x509.Certificate]:

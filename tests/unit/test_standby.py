@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from streams.core.schedule import JobSchedule
-from streams.scheduler.standby import StandbyCopy, move_entries
-from streams.scheduler.state import PartitionState, StoredDefinition
+from cronstream.streams.core.schedule import JobSchedule
+from cronstream.streams.scheduler.standby import StandbyCopy, move_entries
+from cronstream.streams.scheduler.state import PartitionState, StoredDefinition
 
 NOW = 1_800_000_000_000
 

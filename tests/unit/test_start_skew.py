@@ -8,11 +8,11 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from consumers.executors.base import RunContext
-from consumers.worker.attempts import Attempts
-from consumers.worker.config import WorkerConfig
-from runtime import metrics
-from schemas.events import Priority, Target
+from cronstream.consumers.executors.base import RunContext
+from cronstream.consumers.worker.attempts import Attempts
+from cronstream.consumers.worker.config import WorkerConfig
+from cronstream.runtime import metrics
+from cronstream.schemas.events import Priority, Target
 from tests.processors import WORKER_SETTINGS
 from tests.unit.test_worker_parts import TOPICS, Parts, run, run_taken
 

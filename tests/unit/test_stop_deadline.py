@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from runtime.stop import EXIT_STOP_OVERRUN
+from cronstream.runtime.stop import EXIT_STOP_OVERRUN
 
 
 def _run(code: str) -> tuple[int, float, str]:
@@ -21,7 +21,7 @@ def _run(code: str) -> tuple[int, float, str]:
 STUCK = """
 import logging, time
 logging.basicConfig(level=logging.INFO)
-from runtime import stop
+from cronstream.runtime import stop
 {arming}
 def frozen_broker_call():
     time.sleep(30)

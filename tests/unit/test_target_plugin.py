@@ -19,20 +19,20 @@ from pathlib import Path
 
 import pytest
 
-from consumers.executors.base import RunContext
-from consumers.executors.setup import ExecutorSetup
-from consumers.worker.config import WorkerConfig
 from cronstream.cli import main
 from cronstream.cli.common import EXIT_INVALID
-from producers.admission.core import Admission, Quotas
-from runtime import metrics
-from schemas import targets
-from schemas.definition import job_from_spec
-from schemas.errors import GrantError, SpecError, TargetTypeError
-from schemas.events import RunRequest, RunStatus, Target
-from schemas.policy import TenantPolicy
-from schemas.targets import TargetType
-from schemas.tenancy import TenantAction, TenantCommand
+from cronstream.consumers.executors.base import RunContext
+from cronstream.consumers.executors.setup import ExecutorSetup
+from cronstream.consumers.worker.config import WorkerConfig
+from cronstream.producers.admission.core import Admission, Quotas
+from cronstream.runtime import metrics
+from cronstream.schemas import targets
+from cronstream.schemas.definition import job_from_spec
+from cronstream.schemas.errors import GrantError, SpecError, TargetTypeError
+from cronstream.schemas.events import RunRequest, RunStatus, Target
+from cronstream.schemas.policy import TenantPolicy
+from cronstream.schemas.targets import TargetType
+from cronstream.schemas.tenancy import TenantAction, TenantCommand
 from tests.processors import RUNS, WorkerHarness
 
 NOW = datetime(2026, 11, 28, tzinfo=UTC)

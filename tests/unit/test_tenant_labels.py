@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runtime.cardinality import TenantLabels
+from cronstream.runtime.cardinality import TenantLabels
 
 
 def test_the_first_tenants_keep_their_names_and_later_ones_are_other() -> None:

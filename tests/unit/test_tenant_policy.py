@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from producers.admission.core import Admission, Quotas
-from runtime.grants import PolicyBook, read_grants
-from schemas.errors import GrantError
-from schemas.events import IntervalSchedule, JobDefinition, Target
-from schemas.policy import TenantPolicy, parse_grant
-from schemas.targets.http import connect_allowed
-from schemas.targets.shell import argv_matches
-from schemas.tenancy import RefusalCode, TenantAction, TenantCommand
+from cronstream.producers.admission.core import Admission, Quotas
+from cronstream.runtime.grants import PolicyBook, read_grants
+from cronstream.schemas.errors import GrantError
+from cronstream.schemas.events import IntervalSchedule, JobDefinition, Target
+from cronstream.schemas.policy import TenantPolicy, parse_grant
+from cronstream.schemas.targets.http import connect_allowed
+from cronstream.schemas.targets.shell import argv_matches
+from cronstream.schemas.tenancy import RefusalCode, TenantAction, TenantCommand
 
 NOW = datetime(2026, 11, 27, tzinfo=UTC)
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections import Counter
 from operator import attrgetter
 
-from streams.core.misfire import Fire, Record
-from streams.core.partition import PartitionScheduler
-from streams.core.rates import TenantRates
-from streams.core.schedule import JobSchedule, Misfire
+from cronstream.streams.core.misfire import Fire, Record
+from cronstream.streams.core.partition import PartitionScheduler
+from cronstream.streams.core.rates import TenantRates
+from cronstream.streams.core.schedule import JobSchedule, Misfire
 
 MIN = 60_000
 T0 = 1_800_000_000_000 - (1_800_000_000_000 % MIN)

@@ -12,15 +12,15 @@ from typing import Any, cast
 
 import pytest
 
-from consumers.archive import Archive
-from consumers.errors import ArchiveUnavailable
-from consumers.history import History, flow_rows
-from consumers.lakehouse import ArchiveTable, to_arrow
-from consumers.tiers import Tiers, hot_from
-from runtime.lakehouse import lakehouse, local_environment
-from runtime.settings import Settings
-from schemas.events import RunOutcome, RunStatus, Trigger
-from schemas.ids import manual_run_id, run_id_for
+from cronstream.consumers.archive import Archive
+from cronstream.consumers.errors import ArchiveUnavailable
+from cronstream.consumers.history import History, flow_rows
+from cronstream.consumers.lakehouse import ArchiveTable, to_arrow
+from cronstream.consumers.tiers import Tiers, hot_from
+from cronstream.runtime.lakehouse import lakehouse, local_environment
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.events import RunOutcome, RunStatus, Trigger
+from cronstream.schemas.ids import manual_run_id, run_id_for
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
 DAY = timedelta(days=1)

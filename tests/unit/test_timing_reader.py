@@ -14,11 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.settings import Settings
-from schemas.avro import parsed_schema, schema_json
-from schemas.catalog import Topics
-from schemas.errors import DecodeError
-from schemas.events import (
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.avro import parsed_schema, schema_json
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.errors import DecodeError
+from cronstream.schemas.events import (
     CronSchedule,
     EventTrigger,
     IntervalSchedule,
@@ -33,9 +33,9 @@ from schemas.events import (
     from_ms,
     to_ms,
 )
-from schemas.serde import Codec
-from schemas.timing import JobTiming, TimingReader
-from schemas.wire import zigzag
+from cronstream.schemas.serde import Codec
+from cronstream.schemas.timing import JobTiming, TimingReader
+from cronstream.schemas.wire import zigzag
 from tests.fakes import FakeRegistry
 
 TOPIC = Topics(Settings.from_env({})).jobs

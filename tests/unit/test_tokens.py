@@ -8,8 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from runtime.settings import Settings
-from runtime.tokens import ADMIN, TokenBook, book_path, issue_token, revoke_tokens, token_path
+from cronstream.runtime.settings import Settings
+from cronstream.runtime.tokens import (
+    ADMIN,
+    TokenBook,
+    book_path,
+    issue_token,
+    revoke_tokens,
+    token_path,
+)
 
 
 @pytest.fixture

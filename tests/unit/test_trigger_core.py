@@ -16,11 +16,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.definition.matching import MISSING, Record
-from schemas.errors import FilterError
-from schemas.events import EventTrigger, JobDefinition, Target
-from streams.core.payloads import MAX_GROUP_TEXT, group_of, jsonable
-from streams.core.triggers import (
+from cronstream.schemas.definition.matching import MISSING, Record
+from cronstream.schemas.errors import FilterError
+from cronstream.schemas.events import EventTrigger, JobDefinition, Target
+from cronstream.streams.core.payloads import MAX_GROUP_TEXT, group_of, jsonable
+from cronstream.streams.core.triggers import (
     MAX_OPEN_BATCHES,
     Checkpoint,
     EventRun,

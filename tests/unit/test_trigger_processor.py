@@ -9,18 +9,18 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from runtime import metrics
-from runtime.faults import RecordFaults
-from runtime.kafka.clients import TopicPartition
-from schemas.definition import job_from_spec
-from schemas.events import DeadLetter, JobDefinition, Priority, RunRequest, Trigger
-from streams.core.rates import TenantRates
-from streams.core.triggers import Checkpoint, PartitionTrigger
-from streams.triggers.owned import Owned
-from streams.triggers.processor import TriggerProcessor
-from streams.triggers.rules import TriggerDefinitions
-from streams.triggers.store import CheckpointStore
-from streams.triggers.values import SourceValues
+from cronstream.runtime import metrics
+from cronstream.runtime.faults import RecordFaults
+from cronstream.runtime.kafka.clients import TopicPartition
+from cronstream.schemas.definition import job_from_spec
+from cronstream.schemas.events import DeadLetter, JobDefinition, Priority, RunRequest, Trigger
+from cronstream.streams.core.rates import TenantRates
+from cronstream.streams.core.triggers import Checkpoint, PartitionTrigger
+from cronstream.streams.triggers.owned import Owned
+from cronstream.streams.triggers.processor import TriggerProcessor
+from cronstream.streams.triggers.rules import TriggerDefinitions
+from cronstream.streams.triggers.store import CheckpointStore
+from cronstream.streams.triggers.values import SourceValues
 from tests.fakes import FakeMessage, FakeProducer, FakeRegistry
 from tests.processors import SETTINGS, TOPICS, decoded, fake_publisher, new_codec
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from runtime.settings import Settings
-from schemas.definition import job_from_spec
-from schemas.events import EventTrigger, JobDefinition
-from streams.triggers.rules import own_topic, refusal_of
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.definition import job_from_spec
+from cronstream.schemas.events import EventTrigger, JobDefinition
+from cronstream.streams.triggers.rules import own_topic, refusal_of
 
 SETTINGS = Settings.from_env({"CRONSTREAM_TOPIC_PREFIX": "cronstream"})
 

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from producers.flows import flow_schedule
-from producers.spec import load_jobs_file
-from schemas.definition import job_from_spec, problems
-from schemas.definition.triggers import source_problems
-from schemas.errors import SpecError
-from schemas.events import CronSchedule, EventTrigger, JobDefinition, Target
+from cronstream.producers.flows import flow_schedule
+from cronstream.producers.spec import load_jobs_file
+from cronstream.schemas.definition import job_from_spec, problems
+from cronstream.schemas.definition.triggers import source_problems
+from cronstream.schemas.errors import SpecError
+from cronstream.schemas.events import CronSchedule, EventTrigger, JobDefinition, Target
 
 NOW = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
 BASE: dict[str, Any] = {"id": "job-1", "target": "http", "url": "https://example.com/h"}

@@ -14,12 +14,12 @@ from typing import Any
 import fastavro
 import pytest
 
-from runtime.stop import StopWaiting
-from schemas.definition.filters import parse_filter
-from schemas.definition.matching import MISSING, matches
-from schemas.errors import RegistryUnavailable
-from streams.core.triggers import source_record
-from streams.triggers.values import SourceValues
+from cronstream.runtime.stop import StopWaiting
+from cronstream.schemas.definition.filters import parse_filter
+from cronstream.schemas.definition.matching import MISSING, matches
+from cronstream.schemas.errors import RegistryUnavailable
+from cronstream.streams.core.triggers import source_record
+from cronstream.streams.triggers.values import SourceValues
 from tests.fakes import FakeMessage, FakeRegistry
 
 ORDER = {

@@ -18,8 +18,8 @@ from cronstream.api.triggers import (
     partition_lags,
     upstream_today,
 )
-from schemas.catalog import FLOWS_APP, triggers_group
-from schemas.events import (
+from cronstream.schemas.catalog import FLOWS_APP, triggers_group
+from cronstream.schemas.events import (
     EventTrigger,
     JobDefinition,
     RunOutcome,
@@ -27,8 +27,8 @@ from schemas.events import (
     Target,
     Trigger,
 )
-from schemas.ids import dependency_run_id, event_run_id
-from schemas.tenancy import unqualify
+from cronstream.schemas.ids import dependency_run_id, event_run_id
+from cronstream.schemas.tenancy import unqualify
 
 NOW = datetime(2026, 11, 24, 15, 30, tzinfo=UTC)
 TODAY = date(2026, 11, 24)

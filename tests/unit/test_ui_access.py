@@ -20,6 +20,11 @@ import pytest
 
 from cronstream.api.backend import Backend
 from cronstream.api.guard import AllowedHosts, Guard
+from cronstream.producers.admission.core import JobsView
+from cronstream.runtime.tokens import ADMIN, TokenBook, digest
+from cronstream.schemas.definition import job_from_spec
+from cronstream.schemas.events import DeadLetter, JobDefinition, RunOutcome, RunStatus, utc_now
+from cronstream.schemas.output import RunOutput
 from cronstream.ui.app import build_ui_app
 from cronstream.ui.sources import (
     QUERIES,
@@ -30,11 +35,6 @@ from cronstream.ui.sources import (
     Reads,
     tenant_queries,
 )
-from producers.admission.core import JobsView
-from runtime.tokens import ADMIN, TokenBook, digest
-from schemas.definition import job_from_spec
-from schemas.events import DeadLetter, JobDefinition, RunOutcome, RunStatus, utc_now
-from schemas.output import RunOutput
 
 TOKENS = {"tok-acme": "acme", "tok-beta": "beta", "tok-admin": ADMIN}
 NOW = utc_now()

@@ -16,18 +16,18 @@ import httpx
 import pytest
 
 from cronstream.api.backend import Backend
+from cronstream.producers.admission.core import JobsView
+from cronstream.producers.flows import flow_from_spec, flow_schedule
+from cronstream.runtime.tokens import TokenBook
+from cronstream.schemas.audit import AuditAction, AuditRecord
+from cronstream.schemas.catalog import FLOWS_APP
+from cronstream.schemas.events import RunOutcome, RunStatus, utc_now
+from cronstream.schemas.flows import FlowDefinition
 from cronstream.ui.app import build_ui_app
 from cronstream.ui.charts import COLOURS
 from cronstream.ui.dag import NODE_COLOURS
 from cronstream.ui.sources import AuditTrail, DeadLetters, FlowBook, Prometheus, Reads
 from cronstream.ui.stuck_pages import GRACE_S, overdue
-from producers.admission.core import JobsView
-from producers.flows import flow_from_spec, flow_schedule
-from runtime.tokens import TokenBook
-from schemas.audit import AuditAction, AuditRecord
-from schemas.catalog import FLOWS_APP
-from schemas.events import RunOutcome, RunStatus, utc_now
-from schemas.flows import FlowDefinition
 from tests.unit.test_ui_access import Browser, FakeLetters, FakePrometheus, book
 
 NOW = utc_now()

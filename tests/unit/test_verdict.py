@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from consumers.core.backoff import MAX_BACKOFF_MS
-from consumers.core.verdict import after_failure, before_start, retry_timer
-from schemas.events import (
+from cronstream.consumers.core.backoff import MAX_BACKOFF_MS
+from cronstream.consumers.core.verdict import after_failure, before_start, retry_timer
+from cronstream.schemas.events import (
     JOB_DELETED,
     JOB_PAUSED,
     RetryPolicy,

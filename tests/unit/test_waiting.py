@@ -16,10 +16,10 @@ from cassandra.cluster import NoHostAvailable
 from confluent_kafka import KafkaError, KafkaException
 
 from cronstream.foreground import GC_YOUNG, run_member
-from runtime import metrics
-from runtime.errors import KafkaAuthError
-from runtime.settings import Settings
-from runtime.waiting import (
+from cronstream.runtime import metrics
+from cronstream.runtime.errors import KafkaAuthError
+from cronstream.runtime.settings import Settings
+from cronstream.runtime.waiting import (
     CASSANDRA,
     KAFKA,
     REGISTRY,
@@ -28,10 +28,10 @@ from runtime.waiting import (
     learn_writers,
     wait_for,
 )
-from schemas.avro import schema_json
-from schemas.errors import RegistryError, RegistryUnavailable
-from schemas.events import RunOutcome
-from schemas.serde import Codec
+from cronstream.schemas.avro import schema_json
+from cronstream.schemas.errors import RegistryError, RegistryUnavailable
+from cronstream.schemas.events import RunOutcome
+from cronstream.schemas.serde import Codec
 from tests.fakes import FakeMessage
 
 LOG = logging.getLogger("test.waiting")

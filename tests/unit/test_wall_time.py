@@ -11,12 +11,12 @@ from datetime import UTC, datetime
 import pytest
 
 from cronstream.cli import main
-from schemas.definition import job_from_spec, parse_instant
-from schemas.definition.cron import cron_times
-from schemas.definition.zones import TZDATA_VERSION, load_zone, wall_instant_ms
-from schemas.errors import ZoneError
-from schemas.events import IntervalSchedule, OnceSchedule, iso
-from streams.scheduler.checkpoint import Checkpoint
+from cronstream.schemas.definition import job_from_spec, parse_instant
+from cronstream.schemas.definition.cron import cron_times
+from cronstream.schemas.definition.zones import TZDATA_VERSION, load_zone, wall_instant_ms
+from cronstream.schemas.errors import ZoneError
+from cronstream.schemas.events import IntervalSchedule, OnceSchedule, iso
+from cronstream.streams.scheduler.checkpoint import Checkpoint
 
 NY = "America/New_York"  # spring 2026-03-08 07:00Z (02:00 EST -> 03:00 EDT); fall 2026-11-01 06:00Z
 
@@ -150,7 +150,7 @@ def test_preview_refuses_bad_input_with_a_message(
 def test_a_takeover_from_another_zone_database_is_logged_loudly(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from streams.scheduler.loading import check_zone_database
+    from cronstream.streams.scheduler.loading import check_zone_database
 
     same = Checkpoint(1, 2, 3, 4, TZDATA_VERSION)
     check_zone_database(7, same)

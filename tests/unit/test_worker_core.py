@@ -6,10 +6,10 @@ import random
 
 import pytest
 
-from consumers.core.backoff import backoff_ceiling_ms, next_attempt_due
-from consumers.core.dedup import Dedup
-from consumers.core.offsets import OffsetTracker
-from schemas.events import RetryPolicy
+from cronstream.consumers.core.backoff import backoff_ceiling_ms, next_attempt_due
+from cronstream.consumers.core.dedup import Dedup
+from cronstream.consumers.core.offsets import OffsetTracker
+from cronstream.schemas.events import RetryPolicy
 
 POLICY = RetryPolicy(max_attempts=5, initial_backoff_ms=1000, max_backoff_ms=5000)
 

@@ -11,24 +11,24 @@ from typing import Any
 
 import pytest
 
-from consumers.core.dedup import Dedup
-from consumers.core.offsets import OffsetTracker
-from consumers.errors import ExecutionFailed
-from consumers.executors.base import RunContext
-from consumers.worker.attempts import Attempts
-from consumers.worker.config import WorkerConfig
-from consumers.worker.intake import Intake
-from consumers.worker.lookups import SchemaLookups
-from consumers.worker.loop import outcome_observers
-from consumers.worker.outbox import Outbox
-from consumers.worker.pending import Pending
-from consumers.worker.replay import HistoryReplay
-from runtime import metrics
-from runtime.kafka.publisher import Publisher
-from runtime.settings import Settings
-from schemas.catalog import Topics
-from schemas.errors import RegistryUnavailable
-from schemas.events import (
+from cronstream.consumers.core.dedup import Dedup
+from cronstream.consumers.core.offsets import OffsetTracker
+from cronstream.consumers.errors import ExecutionFailed
+from cronstream.consumers.executors.base import RunContext
+from cronstream.consumers.worker.attempts import Attempts
+from cronstream.consumers.worker.config import WorkerConfig
+from cronstream.consumers.worker.intake import Intake
+from cronstream.consumers.worker.lookups import SchemaLookups
+from cronstream.consumers.worker.loop import outcome_observers
+from cronstream.consumers.worker.outbox import Outbox
+from cronstream.consumers.worker.pending import Pending
+from cronstream.consumers.worker.replay import HistoryReplay
+from cronstream.runtime import metrics
+from cronstream.runtime.kafka.publisher import Publisher
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.errors import RegistryUnavailable
+from cronstream.schemas.events import (
     DeadLetter,
     Priority,
     RunOutcome,
@@ -36,8 +36,8 @@ from schemas.events import (
     RunStatus,
     Target,
 )
-from schemas.ids import partition_for
-from schemas.serde import Codec
+from cronstream.schemas.ids import partition_for
+from cronstream.schemas.serde import Codec
 from tests.fakes import FakeConsumer, FakeMessage, FakeProducer, FakeRegistry
 from tests.processors import WORKER_SETTINGS
 

@@ -14,13 +14,13 @@ from urllib.parse import quote
 
 import pytest
 
-from consumers.executors.base import RunContext
-from consumers.executors.secrets import Secrets
-from consumers.worker.attempts import Attempts
-from consumers.worker.config import WorkerConfig
-from runtime import metrics
-from runtime.settings import Settings
-from schemas.events import DeadLetter, RetryPolicy, RunOutcome, RunStatus, Target
+from cronstream.consumers.executors.base import RunContext
+from cronstream.consumers.executors.secrets import Secrets
+from cronstream.consumers.worker.attempts import Attempts
+from cronstream.consumers.worker.config import WorkerConfig
+from cronstream.runtime import metrics
+from cronstream.runtime.settings import Settings
+from cronstream.schemas.events import DeadLetter, RetryPolicy, RunOutcome, RunStatus, Target
 from tests.unit.test_worker_parts import TOPICS, Parts, run, run_taken
 
 # Plaintext: the worker's target producer needs no password (it never connects here).

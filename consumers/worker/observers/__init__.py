@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
-from schemas.events import RunRequest, RunStatus
-from schemas.tenancy import AnyEvent
+from cronstream.schemas.events import RunRequest, RunStatus
+from cronstream.schemas.tenancy import AnyEvent
 
 Record = tuple[str, AnyEvent]
 """A record to publish: its topic and its event (keyed and headed by the event)."""

@@ -9,14 +9,14 @@ import logging
 from collections.abc import Sequence
 from datetime import datetime
 
-from consumers.core.deadlines import Deadlines
-from consumers.core.dedup import Dedup
-from consumers.worker.observers import Record
-from runtime import metrics
-from schemas.alerts import Alert
-from schemas.catalog import Topics
-from schemas.events import RunRequest, RunStatus
-from schemas.tenancy import AnyEvent
+from cronstream.consumers.core.deadlines import Deadlines
+from cronstream.consumers.core.dedup import Dedup
+from cronstream.consumers.worker.observers import Record
+from cronstream.runtime import metrics
+from cronstream.schemas.alerts import Alert
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.events import RunRequest, RunStatus
+from cronstream.schemas.tenancy import AnyEvent
 
 log = logging.getLogger("cronstream.worker")
 

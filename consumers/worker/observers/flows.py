@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from consumers.worker.observers import Record
-from schemas.catalog import Topics
-from schemas.events import RunRequest, RunStatus, Trigger, from_ms
-from schemas.flows import FlowEvent, FlowEventKind
-from schemas.tenancy import AnyEvent
+from cronstream.consumers.worker.observers import Record
+from cronstream.schemas.catalog import Topics
+from cronstream.schemas.events import RunRequest, RunStatus, Trigger, from_ms
+from cronstream.schemas.flows import FlowEvent, FlowEventKind
+from cronstream.schemas.tenancy import AnyEvent
 
 
 class FlowNodes:
