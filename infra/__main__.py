@@ -1,5 +1,5 @@
-"""``python -m cronstream.infra up|down|status|logs|clean|fetch|bootstrap|tenants``: what the Makefile
-calls."""
+"""``python -m cronstream.infra up|down|status|logs|clean|fetch|bootstrap|tenants``: what
+the Makefile calls."""
 
 from __future__ import annotations
 

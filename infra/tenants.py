@@ -1,5 +1,5 @@
-"""Onboarding tenants: ``python -m cronstream.infra tenants add|list|remove NAME`` (``make tenant``),
-an operator acting as the super user.
+"""Onboarding tenants: ``python -m cronstream.infra tenants add|list|remove NAME``
+(``make tenant``), an operator acting as the super user.
 
 Adding tenant ``acme`` makes, idempotently:
 
@@ -137,8 +137,8 @@ def trigger_source_acls(prefix: str) -> list[AclBinding]:
 
 
 def trigger_sources_command(settings: Settings, action: str, prefixes: list[str]) -> int:
-    """``python -m cronstream.infra trigger-sources add|remove PREFIX...``: let the trigger processor
-    read an operator's source topics (a topic name, or a prefix ending in '.')."""
+    """``python -m cronstream.infra trigger-sources add|remove PREFIX...``: let the trigger
+    processor read an operator's source topics (a topic name, or a prefix ending in '.')."""
     if settings.kafka_security == "plaintext":
         raise TenantError("ACLs need authenticated clients: CRONSTREAM_KAFKA_SECURITY=sasl_ssl")
     if not prefixes:
@@ -229,7 +229,8 @@ def remove_tenant(settings: Settings, tenant: str, *, timeout: float = 30.0) -> 
 
 
 def tenants_command(settings: Settings, action: str, names: list[str]) -> int:
-    """``python -m cronstream.infra tenants ACTION NAMES``: one line per tenant, no secret printed."""
+    """``python -m cronstream.infra tenants ACTION NAMES``: one line per tenant, no secret
+    printed."""
     if action == "list":
         for name in list_tenants(settings):
             print(name)

@@ -27,10 +27,8 @@ from cronstream.schemas.definition import job_from_spec, problems
 from cronstream.schemas.errors import SpecError
 from cronstream.schemas.events import CronSchedule, JobDefinition, Target, utc_now
 
-PACKAGES = tuple(
-    f"cronstream.{name}"
-    for name in ("schemas", "runtime", "streams", "consumers", "producers", "infra")
-) + ("cronstream",)
+FOLDERS = ("schemas", "runtime", "streams", "consumers", "producers", "infra")
+PACKAGES = (*(f"cronstream.{name}" for name in FOLDERS), "cronstream")
 ROOT = Path(__file__).resolve().parents[2]
 
 # (module path, name) -> why it cannot grow with what tenants send.
