@@ -37,7 +37,7 @@ from cronstream.runtime.lakehouse import lakehouse
 from cronstream.runtime.settings import Settings
 from cronstream.schemas.catalog import Topics
 from tests.bench.archive_tiers import bench_tier_queries
-from tests.bench.common import checkout, namespace, pct, row
+from tests.bench.common import checkout, for_checkout, namespace, pct, row
 from tests.bench.history import finished_outcomes
 from tests.integration.helpers import group_caught_up
 from tests.integration.test_history import publish
@@ -256,7 +256,7 @@ def _baseline(total: int, samples: int) -> dict[str, list[float]] | None:
         if where is None:
             return None
         done = subprocess.run(
-            [sys.executable, "-c", _BASELINE_PROBE, str(total), str(samples)],
+            [sys.executable, "-c", for_checkout(where, _BASELINE_PROBE), str(total), str(samples)],
             cwd=where,
             capture_output=True,
             text=True,

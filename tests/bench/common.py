@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -247,12 +248,24 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
+_INSTALLED_NAME = re.compile(r"\bcronstream\.(schemas|runtime|streams|consumers|producers|infra)\b")
+
+
+def for_checkout(code_root: str | Path, source: str) -> str:
+    """``source`` (Python importing ``cronstream.<folder>``) as a checkout imports it: as
+    is, or with the folders' top-level names in a revision from before they were
+    packages of cronstream (docs/design.md, "One installed name")."""
+    if (Path(code_root) / "cronstream" / "schemas").exists():
+        return source
+    return _INSTALLED_NAME.sub(r"\1", source)
+
+
 def run_in(code_root: str | Path, measure: Callable[[], Any], timeout: float = 900) -> Any:
     """``measure`` run in a child python whose working directory is ``code_root`` (a
     checkout: the modules it imports are that checkout's, so one driver measures this
     code and a baseline alike); its JSON answer. ``measure`` imports what it uses inside
     its own body: only its source goes to the child."""
-    source = textwrap.dedent(inspect.getsource(measure))
+    source = for_checkout(code_root, textwrap.dedent(inspect.getsource(measure)))
     script = (
         f"from typing import Any\n{source}\nimport json\nprint(json.dumps({measure.__name__}()))\n"
     )

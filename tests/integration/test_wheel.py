@@ -59,6 +59,26 @@ def _run(*command: str | Path, **kwargs: object) -> subprocess.CompletedProcess[
     )
 
 
+def _data_files() -> list[str]:
+    """The files beside the modules (not Python) as the wheel must hold them: .avsc,
+    .cql, templates, static files, the services' configs and Maven files. Not the
+    deployment files (infra/deploy/: read by whoever deploys, from the repository)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "cronstream", *FOLDERS],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    return [
+        path if path.startswith("cronstream/") else f"cronstream/{path}"
+        for path in listed
+        if not path.endswith(".py")
+        and not path.startswith("infra/deploy/")
+        and not (ROOT / path).is_symlink()
+    ]
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     source = _tree(tmp_path_factory.mktemp("source"))
@@ -88,13 +108,7 @@ def test_the_wheel_claims_only_the_cronstream_name(wheel: Path) -> None:
     }
     for folder in FOLDERS:  # each folder installed, as a package of cronstream's
         assert f"cronstream/{folder}/__init__.py" in names
-    for data in (  # the files the processes read beside their modules
-        "cronstream/consumers/cql/history.cql",
-        "cronstream/consumers/cql/output.cql",
-        "cronstream/schemas/avro/cronstream.JobDefinition.avsc",
-        "cronstream/ui/templates/base.html",
-    ):
-        assert data in names
+    assert set(_data_files()) - set(names) == set()  # what the processes read beside them
     assert not any(name.startswith(("examples/", "tests/")) for name in names)
 
 

@@ -194,7 +194,7 @@ def test_a_worker_runs_a_log_target_with_the_executor_its_factory_built() -> Non
         ("log = tests.unit.no_such_module:TARGET", "cannot be loaded: ModuleNotFoundError"),
         (f"log = {__name__}:log_executor", "is not the TargetType named 'log'"),
         (f"logger = {__name__}:TARGET", "is not the TargetType named 'logger'"),
-        ("http = schemas.targets.kafka:TARGET", "is not the TargetType named 'http'"),
+        ("http = cronstream.schemas.targets.kafka:TARGET", "is not the TargetType named 'http'"),
         (f"http = {__name__}:AN_HTTP", "target type 'http' is declared twice"),
     ],
 )
