@@ -38,7 +38,7 @@ def setup_process() -> None:
 
 
 class Member(Protocol):
-    """A long-lived group member: the scheduler's Processor, a Worker."""
+    """A long-lived group member: the Scheduler, a Worker."""
 
     def run(self, should_stop: Callable[[], bool]) -> None: ...
 

@@ -38,7 +38,7 @@ from cronstream.runtime.health import cassandra_health, kafka_health, registry_h
 from cronstream.runtime.kafka.clients import OFFSET_END, TopicPartition, kafka_consumer
 from cronstream.runtime.kafka.offsets import group_lag
 from cronstream.runtime.settings import REPO_ROOT, Settings, env_int
-from cronstream.schemas.catalog import ROLES, Topics
+from cronstream.schemas.catalog import Topics
 from cronstream.schemas.events import Priority, text_headers
 
 FAILURES = frozenset({"FAILED", "TIMED_OUT", "DEAD_LETTERED"})
@@ -231,9 +231,9 @@ def start_roles(
     publish_targets(settings, ports)
 
     def scraped(role: str, *args: str) -> list[str]:
-        """The command of ``role`` (``schemas.catalog.ROLES``), ``args``, its metrics port."""
-        command = ROLES[role].command or role
-        return [command, *args, "--metrics-port", str(ports[role])]
+        """The command of ``role`` (``schemas.catalog.ROLES``: the `cronstream` command is
+        the role's name), ``args``, its metrics port."""
+        return [role, *args, "--metrics-port", str(ports[role])]
 
     # two tiers: every job in a store on disk, in memory only what is due soon
     state = ("--state-dir", str(settings.home / "data" / "scheduler"))
@@ -248,7 +248,9 @@ def start_roles(
         "admission": start("admission", scraped("admission", *grant), logs, console),
         # the dashboard at /ui, the HTTP API beside it (one process: `cronstream ui`)
         "api": start("api", ["ui"], logs, console),
-        "flows": start("flows", scraped("flows"), logs, console),
+        "flows-coordinator": start(
+            "flows-coordinator", scraped("flows-coordinator"), logs, console
+        ),
         "archiver": start("archiver", scraped("archiver"), logs, console),
         # jobs with after: run once the jobs they name succeeded for a date
         "dependencies": start("dependencies", scraped("dependencies"), logs, console),

@@ -3,7 +3,8 @@
 Whoever starts processes with a ``--metrics-port`` (``make run``, a test) writes one
 JSON file of targets into ``targets_dir``; the stack's Prometheus (``infra.ops``) reads
 every ``*.json`` there and notices changes within seconds. Each target carries the
-labels ``role`` (scheduler, worker, sink, admission, api, flows) and ``process``.
+labels ``role`` (scheduler, worker, sink, admission, api, flows-coordinator, ...) and
+``process``.
 """
 
 from __future__ import annotations

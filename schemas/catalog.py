@@ -212,7 +212,6 @@ class RoleAccess:
     metrics_slot: int | None = None
     faults: bool = False
     dead_letters: bool = False
-    command: str = ""  # the `cronstream` command that runs it ("": the role's name)
 
 
 _RUNS = tuple(RUNS.values())
@@ -278,11 +277,10 @@ ROLES: Mapping[str, RoleAccess] = MappingProxyType(
         ),
         # flow runs: starts and node outcomes -> node run requests; flows' outcomes recorded;
         # a flow run replaced (concurrency replace) cancels its node runs; flow deadlines
-        "flows": RoleAccess(
+        "flows-coordinator": RoleAccess(
             reads=(FLOWS, FLOW_EVENTS),
             writes=(*_RUNS, HISTORY, DLQ, CONTROL, ALERTS),
             internal=f"{FLOWS_APP}-",
-            command="flows-coordinator",  # `cronstream flows` is the flows' own commands
             metrics_slot=4,
             faults=True,
             dead_letters=True,

@@ -49,7 +49,7 @@ from cronstream.streams.flows.app import _Runner
 from cronstream.streams.flows.coordinator import Coordinator
 from cronstream.streams.flows.rows import JsonRows
 from cronstream.streams.scheduler.applying import Applier
-from cronstream.streams.scheduler.config import ProcessorConfig
+from cronstream.streams.scheduler.config import SchedulerConfig
 from cronstream.streams.scheduler.definitions import Definitions
 from cronstream.streams.scheduler.emitter import Emitter
 from cronstream.streams.scheduler.intake import Intake as SchedulerIntake
@@ -107,7 +107,7 @@ class AdmissionHarness:
 # -- scheduler ------------------------------------------------------------------------------
 class SchedulerHarness:
     """The scheduler's intake on one live partition (``streams.scheduler.intake``), wired as
-    ``streams.scheduler.processor.Processor`` wires it."""
+    ``streams.scheduler.processor.Scheduler`` wires it."""
 
     def __init__(self, now_ms: int = NOW_MS) -> None:
         self.topics, self.codec = TOPICS, new_codec()
@@ -124,7 +124,7 @@ class SchedulerHarness:
         backoff = Backoff(logging.getLogger("test"), "held")
         applier = Applier(self.definitions, self.emitter, topics=TOPICS, now_ms=self._now_ms)
         loader = Loader(
-            ProcessorConfig(group="g"),
+            SchedulerConfig(group="g"),
             definitions=self.definitions,
             applier=applier,
             owned=self.owned,

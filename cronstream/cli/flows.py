@@ -94,7 +94,7 @@ def cmd_flows_coordinator(settings: Settings, args: argparse.Namespace) -> int:
         # 0, 14/13 at nice 10; the flows' rate and node hop p99 (45 ms) unchanged.
         os.nice(args.nice)
     serve_metrics(args.metrics_port)
-    settings = settings.as_role("flows")  # its own Kafka user and ACLs
+    settings = settings.as_role("flows-coordinator")  # its own Kafka user and ACLs
     stop_on_signals()  # until faust's own handlers: a stop while waiting
 
     def built() -> tuple[Any, Any]:  # resolves its writer schemas

@@ -215,8 +215,8 @@ def _register_admission(sub: Any) -> None:
 
 def cmd_scheduler(settings: Settings, args: argparse.Namespace) -> int:
     from cronstream.foreground import run_member
-    from cronstream.streams.scheduler.config import ProcessorConfig
-    from cronstream.streams.scheduler.processor import MAX_LOOKAHEAD_MS, Processor
+    from cronstream.streams.scheduler.config import SchedulerConfig
+    from cronstream.streams.scheduler.processor import MAX_LOOKAHEAD_MS, Scheduler
 
     settings = settings.as_role("scheduler")  # its own Kafka user and ACLs
     rate, rates = fire_rates(args)
@@ -228,7 +228,7 @@ def cmd_scheduler(settings: Settings, args: argparse.Namespace) -> int:
         return EXIT_INVALID
     if args.check_index:
         return check_index(settings, args.state_dir)
-    config = ProcessorConfig(
+    config = SchedulerConfig(
         tenant_fire_rate=rate,
         tenant_fire_rates=rates,
         group=args.group or f"{settings.topic_prefix}.scheduler",
@@ -246,7 +246,7 @@ def cmd_scheduler(settings: Settings, args: argparse.Namespace) -> int:
         "scheduler",
         name=config.name,
         group=config.group,
-        start=lambda: Processor(settings, config),
+        start=lambda: Scheduler(settings, config),
         metrics_port=args.metrics_port,
         settings=settings,
     )

@@ -1,7 +1,7 @@
 """Runs emitted ahead of their due time, remembered until it comes.
 
 With a lookahead of L ms the scheduler emits each run request up to L ms before it is
-due (``ProcessorConfig.lookahead_ms``); the worker holds it until its due time. A job
+due (``SchedulerConfig.lookahead_ms``); the worker holds it until its due time. A job
 paused or deleted in between would still run: the processor asks ``AheadRuns`` for the
 job's runs not yet due and cancels them through the control topic (the worker records
 a paused job's run SKIPPED, as the scheduler would have).

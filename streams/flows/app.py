@@ -77,7 +77,7 @@ from cronstream.streams.flows.faust_seek import SeekingApp
 from cronstream.streams.flows.rows import EventRows, JsonRows
 
 log = logging.getLogger("cronstream.flows")
-STAGE = "flows"
+STAGE = "flows-coordinator"  # its role's name: its record faults and dead letters
 SESSION_TIMEOUT_S = 10.0  # as the other roles' consumer groups
 PROBE_EVERY_S = 2.0  # liveness and readiness of the coordinator (nothing else is timed)
 DEFINITION_WAIT_S = 5.0  # a start whose flow is not known yet waits this long for it

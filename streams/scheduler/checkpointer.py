@@ -182,7 +182,7 @@ class Checkpointer:
            firing pauses until the broker acknowledges again (what is emitted meanwhile
            is what a next owner would re-emit), and the next checkpoint tries again, so
            progress is committed as soon as the broker is back. A record Kafka refused
-           for good raises PublishError (the caller rewinds: ``Processor.step``).
+           for good raises PublishError (the caller rewinds: ``Scheduler.step``).
         3. With ``--state-dir``, each store deletes the entries the snapshot covers (a
            store ahead of the commit lacks only entries of acknowledged slots).
         4. Commit the snapshot as the jobs partitions' offsets with the checkpoint as

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
-class ProcessorConfig:
+class SchedulerConfig:
     group: str
     threshold_ms: int = 60_000
     checkpoint_ms: int = 1_000

@@ -211,7 +211,7 @@ class Emitter:
 
     def flag_through(self, due_ms: int) -> None:
         """Every fire due at or before ``due_ms`` is flagged ``possible_duplicate`` from
-        now on. A rewind (``Processor._rewind``) reloads the partitions from their last
+        now on. A rewind (``Scheduler._rewind``) reloads the partitions from their last
         checkpoint while runs emitted ahead (the lookahead) may already be out: the
         catch-up flags the slots due by now, and this the ones due within the lookahead,
         which the wheel fires again (a broker restart test saw the 40 runs of one slot

@@ -25,7 +25,7 @@ from cronstream.streams.core.partition import Deferred, PartitionScheduler
 from cronstream.streams.core.rates import TenantRates
 from cronstream.streams.scheduler.applying import Applier, store
 from cronstream.streams.scheduler.checkpoint import Checkpoint
-from cronstream.streams.scheduler.config import ProcessorConfig
+from cronstream.streams.scheduler.config import SchedulerConfig
 from cronstream.streams.scheduler.definitions import Definitions
 from cronstream.streams.scheduler.owned import Owned
 from cronstream.streams.scheduler.state import (
@@ -95,7 +95,7 @@ class Loader:
 
     def __init__(
         self,
-        config: ProcessorConfig,
+        config: SchedulerConfig,
         *,
         definitions: Definitions,
         applier: Applier,

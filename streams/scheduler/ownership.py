@@ -162,7 +162,7 @@ class Ownership:
 
     def rewind(self) -> None:
         """Every owned partition loaded again from its last committed checkpoint, and
-        read again from there (``Processor.step``: Kafka refused a record for good)."""
+        read again from there (``Scheduler.step``: Kafka refused a record for good)."""
         self._retained.clear()
         self.intake.forget(set(self.owned))
         for old in list(self.owned.values()):

@@ -1,6 +1,6 @@
 """The scheduler processor: owns partitions of cronstream.jobs and fires their runs.
 
-One process runs one ``Processor``. It joins the scheduler consumer group on the jobs
+One process runs one ``Scheduler``. It joins the scheduler consumer group on the jobs
 topic (cooperative-sticky, so a membership change moves only the partitions it must);
 for every jobs partition it owns it also reads the same partition of the timers topic
 (co-partitioned by job id), and keeps a ``PartitionScheduler`` (the pure core). The loop
@@ -51,7 +51,7 @@ from cronstream.schemas.definition.zones import TZDATA_VERSION
 from cronstream.schemas.serde import Codec
 from cronstream.streams.scheduler.applying import Applier
 from cronstream.streams.scheduler.checkpointer import HANDOVER_ACK_WAIT_S, Checkpointer
-from cronstream.streams.scheduler.config import ProcessorConfig
+from cronstream.streams.scheduler.config import SchedulerConfig
 from cronstream.streams.scheduler.definitions import Definitions
 from cronstream.streams.scheduler.emitter import Emitter
 from cronstream.streams.scheduler.intake import READING_HELD, Intake
@@ -69,9 +69,9 @@ FIRE_BATCH = 1000
 MAX_LOOKAHEAD_MS = 60_000
 
 
-class Processor:
+class Scheduler:
     def __init__(  # long: the scheduler's parts, wired in the order they use each other
-        self, settings: Settings, config: ProcessorConfig, *, clock: Callable[[], float] = time.time
+        self, settings: Settings, config: SchedulerConfig, *, clock: Callable[[], float] = time.time
     ) -> None:
         self.settings = settings
         self.config = config

@@ -56,7 +56,7 @@ from cronstream.runtime.settings import Settings
 from cronstream.schemas.errors import CronError, DecodeError, RegistryUnavailable, ZoneError
 from cronstream.streams.scheduler.applying import store
 from cronstream.streams.scheduler.checkpoint import Checkpoint
-from cronstream.streams.scheduler.config import ProcessorConfig
+from cronstream.streams.scheduler.config import SchedulerConfig
 from cronstream.streams.scheduler.definitions import Definitions
 from cronstream.streams.scheduler.state import PartitionState, Stores
 
@@ -90,7 +90,7 @@ class Standby:
     def __init__(
         self,
         settings: Settings,
-        config: ProcessorConfig,
+        config: SchedulerConfig,
         *,
         definitions: Definitions,
         stores: Stores,

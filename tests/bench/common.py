@@ -37,8 +37,8 @@ from cronstream.schemas.events import (
 from cronstream.schemas.serde import Codec
 from cronstream.schemas.wire import avro_string
 from cronstream.streams.core.schedule import jitter_offset
-from cronstream.streams.scheduler.config import ProcessorConfig
-from cronstream.streams.scheduler.processor import Processor
+from cronstream.streams.scheduler.config import SchedulerConfig
+from cronstream.streams.scheduler.processor import Scheduler
 from tests.conftest import cli_env
 from tests.integration.helpers import (
     Record,
@@ -177,13 +177,13 @@ def pct(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def drive(processor: Processor, seconds: float) -> None:
+def drive(processor: Scheduler, seconds: float) -> None:
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         processor.step()
 
 
-def live(processor: Processor, timeout: float = 300) -> float:
+def live(processor: Scheduler, timeout: float = 300) -> float:
     started = time.monotonic()
     while time.monotonic() - started < timeout:
         processor.step()
@@ -194,13 +194,13 @@ def live(processor: Processor, timeout: float = 300) -> float:
     raise RuntimeError("processor never went live")
 
 
-def processor(settings: Settings) -> Processor:
+def processor(settings: Settings) -> Scheduler:
     """An in-process scheduler without a lookahead: the skew and burst benchmarks
     measure the emission path itself (a run emitted when it is due); with the default
     lookahead (1 s) every run would be emitted ahead and its skew say nothing."""
-    return Processor(
+    return Scheduler(
         settings.as_role("scheduler"),
-        ProcessorConfig(group=f"{settings.topic_prefix}.scheduler", lookahead_ms=0),
+        SchedulerConfig(group=f"{settings.topic_prefix}.scheduler", lookahead_ms=0),
     )
 
 

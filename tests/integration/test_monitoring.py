@@ -195,7 +195,7 @@ def test_every_role_answers_healthz_readyz_and_metrics(
         "worker": "worker",
         "sink": "sink",
         "admission": "admission",
-        "flows": "flows-coordinator",
+        "flows-coordinator": "flows-coordinator",
         "api": "api",
     }
     started = {}

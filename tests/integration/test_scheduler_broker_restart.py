@@ -20,8 +20,8 @@ from cronstream.runtime.settings import Settings
 from cronstream.schemas.catalog import Topics
 from cronstream.schemas.events import Priority
 from cronstream.schemas.ids import slot_run_id
-from cronstream.streams.scheduler.config import ProcessorConfig
-from cronstream.streams.scheduler.processor import Processor
+from cronstream.streams.scheduler.config import SchedulerConfig
+from cronstream.streams.scheduler.processor import Scheduler
 from tests.integration.helpers import read_topic
 from tests.integration.test_scheduler_outages import drive, every_second
 
@@ -49,10 +49,10 @@ def test_a_broker_restart_neither_kills_the_scheduler_nor_loses_or_floods_slots(
     publisher.close()
     # A delivery timeout shorter than the outage: what was queued when the broker went
     # away fails, and the partitions rewind to their checkpoint instead of dying.
-    config = ProcessorConfig(
+    config = SchedulerConfig(
         group=f"{ns.topic_prefix}.scheduler", session_timeout_ms=6000, delivery_timeout_ms=8000
     )
-    processor = Processor(ns.as_role("scheduler"), config)
+    processor = Scheduler(ns.as_role("scheduler"), config)
     try:
         drive(processor, 10)
         first = (int(time.time()) + 1) * 1000

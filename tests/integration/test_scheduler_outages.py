@@ -26,8 +26,8 @@ from cronstream.schemas.events import (
     Target,
     utc_now,
 )
-from cronstream.streams.scheduler.config import ProcessorConfig
-from cronstream.streams.scheduler.processor import Processor
+from cronstream.streams.scheduler.config import SchedulerConfig
+from cronstream.streams.scheduler.processor import Scheduler
 from tests.integration.helpers import Outage, read_topic
 
 pytestmark = pytest.mark.integration
@@ -52,7 +52,7 @@ def evolved_encoder(settings: Settings) -> tuple[int, object]:
     return schema_id, fastavro.parse_schema(schema)
 
 
-def drive(processor: Processor, seconds: float) -> None:
+def drive(processor: Scheduler, seconds: float) -> None:
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         processor.step()
@@ -76,8 +76,8 @@ def test_a_definition_needing_the_registry_while_it_is_down_waits_and_loaded_job
     publisher.publish(Topics(ns).jobs, every_second("loaded"))
     publisher.flush()
     schema_id, evolved = evolved_encoder(ns)
-    processor = Processor(
-        through.as_role("scheduler"), ProcessorConfig(group=f"{ns.topic_prefix}.scheduler")
+    processor = Scheduler(
+        through.as_role("scheduler"), SchedulerConfig(group=f"{ns.topic_prefix}.scheduler")
     )
     try:
         drive(processor, 8)  # assigned, loaded, live

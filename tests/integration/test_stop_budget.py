@@ -33,7 +33,7 @@ ROLES: dict[str, tuple[str, ...]] = {
     "triggers": ("triggers",),
     "dependencies": ("dependencies",),
     "archiver": ("archiver", "--flush-s", "1"),
-    "flows": ("flows-coordinator", "--nice", "0"),
+    "flows-coordinator": ("flows-coordinator", "--nice", "0"),
 }
 
 

@@ -142,7 +142,7 @@ def test_roles_started_while_the_registry_is_away_wait_then_start(
             "admission": ("admission",),
             "archiver": ("archiver",),
             "api": ("api", "--port", str(api_port)),
-            "flows": ("flows-coordinator", "--nice", "0"),
+            "flows-coordinator": ("flows-coordinator", "--nice", "0"),
         },
     )
     try:

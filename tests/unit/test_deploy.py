@@ -28,7 +28,7 @@ ROLES = {
     "worker",
     "sink",
     "admission",
-    "flows",
+    "flows-coordinator",
     "api",
     "ui",
     "archiver",

@@ -420,7 +420,7 @@ def test_an_undecodable_flow_event_is_dead_lettered_and_the_batch_goes_on() -> N
     asyncio.run(runner.handle_batch([_FaustEvent(b"not avro at all"), _FaustEvent(good)]))
     (letter,) = [codec.decode(v, DeadLetter) for t, v in sent if t == TOPICS.dlq]
     assert letter.reason.startswith("undecodable flow event: ")
-    assert (letter.stage, letter.source_value) == ("flows", b"not avro at all")
+    assert (letter.stage, letter.source_value) == ("flows-coordinator", b"not avro at all")
     assert [
         codec.decode(v, RunRequest).run_id for t, v in sent if t == TOPICS.runs(Priority.HIGH)
     ] == [f"{RUN}/a"]

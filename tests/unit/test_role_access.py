@@ -43,7 +43,7 @@ def test_only_the_admission_and_the_dashboard_write_jobs_and_reach_tenants() -> 
     tenant_writes = {r for r in ROLES if ("TOPIC", "acme.t.", "PREFIXED", "WRITE") in _grants(r)}
     assert tenant_writes == {"admission", "api", "ui"}
     own = {
-        "flows": "acme.flows-coordinator-",
+        "flows-coordinator": "acme.flows-coordinator-",
         "connect": "acme.connect-",
         "triggers": "acme.triggers-",
     }
@@ -68,7 +68,7 @@ def test_kafka_connect_reads_history_and_uses_its_own_topics_only() -> None:
 
 
 def test_the_flows_coordinator_reaches_its_own_topics_and_writes_no_definition() -> None:
-    grants = _grants("flows")
+    grants = _grants("flows-coordinator")
     assert ("TOPIC", "acme.flows-coordinator-", "PREFIXED", "WRITE") in grants
     assert ("TOPIC", "acme.flows.events", "LITERAL", "READ") in grants
     assert ("TOPIC", "acme.runs.low", "LITERAL", "WRITE") in grants
