@@ -414,7 +414,11 @@ def test_the_flows_coordinator_dead_letters_an_event_it_raises_on_changing_no_ro
     )
     h.handle(poison, good)
     (letter,) = h.on(TOPICS.dlq, DeadLetter)
-    assert (letter.stage, letter.source_offset, letter.run_id) == ("flows-coordinator", 1, "etl@poison")
+    assert (letter.stage, letter.source_offset, letter.run_id) == (
+        "flows-coordinator",
+        1,
+        "etl@poison",
+    )
     assert letter.reason == "internal error on this record: ValueError: a bug"
     assert letter.source_value == poison
     assert h.rows().get("etl@poison") is None  # no row half changed
