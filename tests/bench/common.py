@@ -44,6 +44,7 @@ from tests.integration.helpers import (
     Record,
     read_topic,
 )
+from tests.layout import FOLDERS
 
 ROWS: list[tuple[str, str, str, str]] = []
 
@@ -248,7 +249,7 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
-_INSTALLED_NAME = re.compile(r"\bcronstream\.(schemas|runtime|streams|consumers|producers|infra)\b")
+_INSTALLED_NAME = re.compile(rf"\bcronstream\.({'|'.join(FOLDERS)})\b")
 
 
 def for_checkout(code_root: str | Path, source: str) -> str:

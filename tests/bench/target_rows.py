@@ -186,41 +186,32 @@ def _kafka_round(
 Round = Callable[[Settings, int, Path | None, Path | None], tuple[Measured, float | None]]
 
 
-def _python_round(
-    base: Settings, demand: int, code: Path | None, profile: Path | None = None
-) -> tuple[Measured, float | None]:
-    """The python row: a no-op callable a run (no reference: there is nothing to do)."""
-    with namespace(base) as settings:
+def _plain_round(
+    target: Target, *worker_args: str
+) -> Callable[[Settings, int, Path | None, Path | None], tuple[Measured, None]]:
+    """A row of runs of ``target`` with no reference client (``worker_args``: what the
+    worker needs to run it)."""
 
-        def noop(i: int) -> JobDefinition:
-            return job(f"p-{i}", every_ms=1000, jitter_ms=999, target=NOOP_TARGET)
+    def measure(
+        base: Settings, demand: int, code: Path | None, profile: Path | None = None
+    ) -> tuple[Measured, None]:
+        with namespace(base) as settings:
 
-        return _measure(settings, demand, noop, code=code, profile=profile), None
+            def make(i: int) -> JobDefinition:
+                return job(f"{target.type[0]}-{i}", every_ms=1000, jitter_ms=999, target=target)
 
+            return _measure(settings, demand, make, *worker_args, code=code, profile=profile), None
 
-def _shell_round(
-    base: Settings, demand: int, code: Path | None, profile: Path | None = None
-) -> tuple[Measured, float | None]:
-    """The shell row: ``true`` a run, allowed by the worker's ``--shell-allow``."""
-    with namespace(base) as settings:
-        command = Target(type="shell", command="true")
-
-        def shell(i: int, command: Target = command) -> JobDefinition:
-            return job(f"s-{i}", every_ms=1000, jitter_ms=999, target=command)
-
-        measured = _measure(
-            settings, demand, shell, "--shell-allow", "true", code=code, profile=profile
-        )
-        return measured, None
+    return measure
 
 
 # Each kind's demand above what one worker carries here (a no-op run is ~4x cheaper).
 FLOOD = {"python": 24_000, "http": 8_000, "kafka": 8_000, "shell": 8_000}
 ROUNDS: dict[str, Round] = {
-    "python": _python_round,
+    "python": _plain_round(NOOP_TARGET),  # a no-op callable: nothing to compare with
     "http": _http_round,
     "kafka": _kafka_round,
-    "shell": _shell_round,
+    "shell": _plain_round(Target(type="shell", command="true"), "--shell-allow", "true"),
 }
 PACED = ("http", "kafka")  # measured at the paced demand too: do they keep up
 LIMITS = {"http": "<= 150", "kafka": "<= 60"}

@@ -20,11 +20,11 @@ import pytest
 
 from cronstream.runtime.settings import Settings
 from tests.conftest import cli_env
+from tests.layout import FOLDERS
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[2]
-FOLDERS = ("schemas", "runtime", "streams", "consumers", "producers", "infra")
 
 
 def _tree(into: Path) -> Path:

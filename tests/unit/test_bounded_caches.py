@@ -26,8 +26,8 @@ from cronstream.runtime.kafka.records import text_key
 from cronstream.schemas.definition import job_from_spec, problems
 from cronstream.schemas.errors import SpecError
 from cronstream.schemas.events import CronSchedule, JobDefinition, Target, utc_now
+from tests.layout import FOLDERS
 
-FOLDERS = ("schemas", "runtime", "streams", "consumers", "producers", "infra")
 PACKAGES = (*(f"cronstream.{name}" for name in FOLDERS), "cronstream")
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,8 +11,9 @@ import re
 import subprocess
 from pathlib import Path
 
+from tests.layout import FOLDERS
+
 ROOT = Path(__file__).resolve().parents[2]
-FOLDERS = ("schemas", "runtime", "streams", "consumers", "producers", "infra")
 _NAMES = "|".join(FOLDERS)
 # a whole string that is a dotted path under a folder, or a ``module:attr`` inside one
 DOTTED = re.compile(rf"({_NAMES})(\.\w+)+(:\w+)?")
