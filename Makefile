@@ -15,7 +15,7 @@ export CRONSTREAM_NODES := $(NODES)
 endif
 
 .PHONY: help debs deps up down status logs clean clean-all bootstrap run test test-unit \
-        test-integration test-cluster test-acceptance lint fmt typecheck layers bench chaos chaos-cluster \
+        test-integration test-cluster test-acceptance lint fmt docs typecheck layers bench chaos chaos-cluster \
         chaos-destination
 
 help: ## list the targets
@@ -106,8 +106,11 @@ lint: deps ## ruff (lint, complexity budget, format check), mypy --strict, layer
 	@$(VENV)/bin/ruff format --check .
 	@$(VENV)/bin/mypy
 	@$(VENV)/bin/lint-imports --no-logo --no-cache
-	@$(PY) -m pytest -q -p no:cacheprovider tests/unit/test_source_budget.py tests/unit/test_deploy.py
+	@$(PY) -m pytest -q -p no:cacheprovider tests/unit/test_source_budget.py tests/unit/test_deploy.py tests/unit/test_options.py
 	@$(PY) -m pytest -q -p no:cacheprovider --collect-only tests >/dev/null  # a test module that cannot import
+
+docs: deps ## write docs/configuration.md from the settings' declarations (runtime/options/)
+	@$(PY) -m cronstream.runtime.options.doc
 
 typecheck: deps ## mypy --strict on every package
 	@$(VENV)/bin/mypy

@@ -1,7 +1,7 @@
 """History's queries over the cold tier (the Iceberg table of ``consumers.lakehouse``),
 and across the hot/cold boundary.
 
-Cassandra keeps the hot window (its rows live ``CRONSTREAM_HISTORY_TTL_DAYS``); the
+Cassandra keeps the hot window (its rows live ``o.HISTORY_TTL``, whole days); the
 archive table keeps every outcome, for a year or longer. A query plans its files through
 the catalog (Iceberg's manifests prune by day, month and tenant partitions, and by the
 files' job ranges), reads the row groups whose job range holds the job (Parquet statistics),

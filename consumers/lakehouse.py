@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from collections.abc import Iterable, Sequence
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -53,6 +52,7 @@ from pyiceberg.transforms import DayTransform, IdentityTransform, MonthTransform
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType, TimestamptzType
 
 from cronstream.runtime.lakehouse import Lakehouse
+from cronstream.runtime.options import services as o
 from cronstream.schemas.events import RunOutcome
 
 log = logging.getLogger("cronstream.lakehouse")
@@ -172,12 +172,10 @@ class Fenced(Exception):
 
 
 def keep_days() -> int:
-    """How many days the archive keeps (``$CRONSTREAM_ARCHIVE_KEEP_DAYS``, default 366:
-    a year, whatever the day of the year); 0 keeps everything."""
-    raw = os.environ.get("CRONSTREAM_ARCHIVE_KEEP_DAYS") or "366"
-    if not raw.isdigit():
-        raise ValueError(f"CRONSTREAM_ARCHIVE_KEEP_DAYS={raw!r} is not a whole number of days")
-    return int(raw)
+    """How many days the archive keeps (``o.ARCHIVE_KEEP``, default 366: a year, whatever
+    the day of the year); 0 keeps everything. SettingsError (a ValueError) naming the
+    variable for a value that is not whole days."""
+    return int(o.ARCHIVE_KEEP.get())
 
 
 def iceberg_schema() -> Schema:

@@ -3,7 +3,7 @@
 
 One table, ``run_output`` (``cql/migrations/003_run_output.cql``): one partition per
 run, one row per attempt. The sink (``consumers.sink``) writes each ``RunOutput`` of the
-``run-output`` topic with ``OutputTable.row``, TTL ``CRONSTREAM_OUTPUT_TTL_DAYS`` (14
+``run-output`` topic with ``OutputTable.row``, TTL ``o.OUTPUT_TTL`` (14
 days by default; history keeps a year); ``cronstream history --run ID --output``, the
 API and the dashboard read it with ``OutputTable.of``.
 """

@@ -1,6 +1,6 @@
 """History's queries across its two tiers: Cassandra (the hot days) and the archive table.
 
-Cassandra's rows live ``CRONSTREAM_HISTORY_TTL_DAYS`` (30 by default) from the moment
+Cassandra's rows live ``o.HISTORY_TTL`` (30 days by default) from the moment
 the sink writes them; the archive (``consumers.archive``) keeps every outcome for a year
 or longer. ``Tiers`` answers ``History``'s queries over any window, reading the archive
 only for what Cassandra may no longer hold:

@@ -2,7 +2,7 @@
 
     from cronstream import Client, Settings, job_from_spec
 
-    with Client(Settings.from_env()) as client:  # CRONSTREAM_* says where the stack is
+    with Client(Settings.from_env()) as client:  # the environment says where the stack is
         client.put_spec({"id": "nightly-report", "cron": "0 2 * * *",
                          "target": "http", "url": "https://reports.example.com/run"})
         client.trigger("nightly-report", idempotency_key="deploy-4711")

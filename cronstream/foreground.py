@@ -12,7 +12,8 @@ from typing import Any, Protocol
 from cronstream.runtime import metrics
 from cronstream.runtime.memory import return_large_allocations
 from cronstream.runtime.metrics_server import serve as serve_metrics
-from cronstream.runtime.settings import Settings, env_int
+from cronstream.runtime.options import services as o
+from cronstream.runtime.settings import Settings
 from cronstream.runtime.stop import REQUESTED, STOP_BUDGET_S, StopWaiting
 from cronstream.runtime.stop import arm as arm_stop_deadline
 from cronstream.runtime.stop import requested as stop_requested
@@ -24,7 +25,7 @@ from cronstream.runtime.waiting import KAFKA, REGISTRY, reach, wait_for
 # record, nearly all freed by reference counting as soon as the record is done; each
 # collection walked whatever was alive. Measured on one worker draining no-op runs, side by
 # side: 16,795 runs/s with the default, 20,132 with 50,000, 19,308 with 10,000.
-GC_YOUNG = env_int("CRONSTREAM_GC_YOUNG", 50_000, minimum=1)
+GC_YOUNG: int = o.GC_YOUNG.get()
 
 
 def setup_process() -> None:

@@ -3,10 +3,10 @@ stack's Prometheus discovers them by (``runtime.scrape``), and the webhook Alert
 delivers alerts to, printed on the console; and the PromQL of figures a dashboard shares
 with the alert rules.
 
-Ports (environment): ``CRONSTREAM_METRICS_BASE_PORT`` (9301: scheduler, then worker,
-sink, admission, the flows coordinator, the archiver, the dependency processor and the
-trigger processor; the API serves /metrics on its own port) and
-``CRONSTREAM_ALERT_RECEIVER_PORT`` (8790, the port of Alertmanager's default webhook).
+Ports (environment): ``r.METRICS_BASE_PORT`` (9301: scheduler, then worker, sink,
+admission, the flows coordinator, the archiver, the dependency processor and the trigger
+processor; the API serves /metrics on its own port) and ``r.ALERT_RECEIVER_PORT`` (8790,
+the port of Alertmanager's default webhook); docs/configuration.md.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from cronstream.runtime.options import roles as r
 from cronstream.runtime.scrape import targets_dir, write_targets
-from cronstream.runtime.settings import Settings, env_int
+from cronstream.runtime.settings import Settings
 from cronstream.schemas.catalog import ROLES as CATALOG_ROLES
 
 # Each role with a metrics port of its own under ``make run``: its slot after the base
@@ -46,7 +47,7 @@ DUE_TO_START_P99_BY_PRIORITY = (
 
 
 def metrics_ports() -> dict[str, int]:
-    base = env_int("CRONSTREAM_METRICS_BASE_PORT", 9301, minimum=1)
+    base: int = r.METRICS_BASE_PORT.get()
     return {role: base + slot for role, slot in SLOTS.items()}
 
 

@@ -10,13 +10,12 @@ with its process) under a live status line: fires/s, runs/s, failures, and the w
 and sink's lag. Logs are also appended to ``.stack/logs/<name>.log``. Ctrl-C stops every
 process (each finishes its own clean handover); `make down` stops the services.
 
-Environment: ``CRONSTREAM_RUN_EXAMPLES=0`` skips applying the examples;
-``CRONSTREAM_EXAMPLE_TARGET_PORT`` moves the example target (default 8787).
+Environment: ``r.RUN_EXAMPLES`` 0 skips applying the examples; ``r.EXAMPLE_TARGET_PORT``
+moves the example target (default 8787); docs/configuration.md.
 """
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -37,7 +36,8 @@ from cronstream.monitoring import (
 from cronstream.runtime.health import cassandra_health, kafka_health, registry_health
 from cronstream.runtime.kafka.clients import OFFSET_END, TopicPartition, kafka_consumer
 from cronstream.runtime.kafka.offsets import group_lag
-from cronstream.runtime.settings import REPO_ROOT, Settings, env_int
+from cronstream.runtime.options import roles as r
+from cronstream.runtime.settings import REPO_ROOT, Settings
 from cronstream.schemas.catalog import Topics
 from cronstream.schemas.events import Priority, text_headers
 
@@ -273,13 +273,13 @@ def main() -> int:
         ),
     ):
         console.line(f"  {'ok  ' if health.ok else 'DOWN'} {name:<16} {where:<42} {health.detail}")
-    port = env_int("CRONSTREAM_EXAMPLE_TARGET_PORT", 8787)
+    port: int = r.EXAMPLE_TARGET_PORT.get()
     target = serve_example_target(console, port)
-    if os.environ.get("CRONSTREAM_RUN_EXAMPLES", "1") != "0":
+    if r.RUN_EXAMPLES.get():
         apply_examples(settings, console)
     alerts = serve_alert_receiver(
         lambda text: console.line(f"{'alert':<9}| {text}"),
-        env_int("CRONSTREAM_ALERT_RECEIVER_PORT", 8790),
+        r.ALERT_RECEIVER_PORT.get(),
     )
     children = start_roles(settings, console, port)
     console.line(STARTED)

@@ -14,10 +14,11 @@ from cronstream.infra.connect import ensure_history_sink, history_table
 from cronstream.infra.errors import BootstrapError, StackError, TenantError
 from cronstream.infra.tenants import tenants_command, trigger_sources_command
 from cronstream.runtime.errors import SettingsError
+from cronstream.runtime.options import services as o
 from cronstream.runtime.settings import Settings
 from cronstream.schemas.errors import RegistryUnavailable
 
-ALLOW_RF1 = "keep replication factor 1 on a cluster of 3+ brokers (CRONSTREAM_ALLOW_RF1=1)"
+ALLOW_RF1 = f"keep replication factor 1 on a cluster of 3+ brokers ({o.ALLOW_RF1.env}=1)"
 
 
 def main(argv: list[str] | None = None) -> int:  # long: every stack command's parser

@@ -39,6 +39,7 @@ from cronstream.runtime.cassandra import cassandra_session
 from cronstream.runtime.errors import KafkaAuthError
 from cronstream.runtime.kafka.clients import kafka_admin, kafka_consumer
 from cronstream.runtime.lakehouse import lakehouse
+from cronstream.runtime.options import services as o
 from cronstream.runtime.registry import registry_client
 from cronstream.runtime.settings import Settings
 from cronstream.schemas.avro import schema_json
@@ -167,7 +168,7 @@ def _mismatches(
         if have != want:
             mismatches.append(
                 f"{name} has {have} partitions, the catalog wants {want} "
-                f"(CRONSTREAM_PARTITIONS={settings.partitions})"
+                f"({o.PARTITIONS.env}={settings.partitions})"
             )
     # Cleanup policy matters for the jobs topic (compaction is what makes it the source
     # of truth); check every configured key of the topics that already existed.
@@ -288,7 +289,7 @@ def bootstrap(settings: Settings, say: Callable[[str], None] = _say) -> None:
     if report.mismatches:
         raise BootstrapError(
             "existing topics differ from the catalog (schemas/catalog.py); fix them by hand "
-            "or use another CRONSTREAM_TOPIC_PREFIX:\n  " + "\n  ".join(report.mismatches)
+            f"or use another {o.TOPIC_PREFIX.env}:\n  " + "\n  ".join(report.mismatches)
         )
     ids = ensure_subjects(settings)
     say(f"schemas: {len(ids)} subjects registered ({COMPATIBILITY} compatibility)")

@@ -3,7 +3,7 @@
 A fresh node has only the default role ``cassandra``/``cassandra``. The bootstrap logs in
 with it once, creates the super user ``cronstream_admin`` with the stack's password for
 it, and disables the default role (no login, no super user). Then, as
-``cronstream_admin``: cronstream's user (``CRONSTREAM_CASSANDRA_USER``) exists, and may
+``cronstream_admin``: cronstream's user (``o.CASSANDRA_USER``) exists, and may
 SELECT and MODIFY in each keyspace the bootstrap migrates (``grant_keyspace``); so does
 the sink's ``cronstream_sink``; the API's ``cronstream_api`` may SELECT only. None can
 create, alter or drop anything. Idempotent.

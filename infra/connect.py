@@ -26,8 +26,8 @@ stack's credentials). ``ensure_history_sink`` makes the ``warehouse`` database a
 puts the connector that writes ``<prefix>.history`` into ``cronstream_history`` there
 (README, "Sinking history into your warehouse").
 
-Configuration (environment): ``CRONSTREAM_CONNECT_PORT`` (8083, the REST API),
-``CRONSTREAM_POSTGRES_PORT`` (5442), ``CRONSTREAM_CONNECT_HEAP_MB`` (384).
+Configuration (environment): ``o.CONNECT_PORT`` (8083, the REST API),
+``o.POSTGRES_PORT`` (5442), ``o.CONNECT_HEAP_MB`` (384); docs/configuration.md.
 """
 
 from __future__ import annotations
@@ -57,7 +57,8 @@ from cronstream.runtime.consoles import (
 from cronstream.runtime.credentials import security_dir
 from cronstream.runtime.kafka.security import SCRAM, ca_location
 from cronstream.runtime.lakehouse import CATALOG_USER, postgres_port, postgres_secret_path
-from cronstream.runtime.settings import Settings, env_int
+from cronstream.runtime.options import services as o
+from cronstream.runtime.settings import Settings
 from cronstream.schemas.catalog import CONNECT, Topics, role_user
 
 PLUGINS = INFRA_DIR / "kafka-connect"
@@ -320,7 +321,7 @@ class Connect(Service):
         ]
 
     def command(self) -> list[str]:
-        heap = f"{env_int('CRONSTREAM_CONNECT_HEAP_MB', 384, minimum=128)}m"
+        heap = f"{o.CONNECT_HEAP_MB.get()}m"
         kafka_jars = self.settings.home / "lib" / "kafka" / "jars"
         return [
             "java",

@@ -47,6 +47,7 @@ from cronstream.infra.quorum import (
 )
 from cronstream.infra.service import CASSANDRA_JPMS
 from cronstream.infra.services import Kafka
+from cronstream.runtime.options import services as o
 from cronstream.runtime.settings import Settings
 
 # How long a new controller may take to copy the metadata log before add-controller is
@@ -260,7 +261,7 @@ def check_shape(settings: Settings) -> None:
     if grown and grown[-1] > settings.nodes:
         raise StackError(
             f"this stack has the data of {grown[-1]} Kafka nodes (it was grown): start it "
-            f"with NODES={grown[-1]} (CRONSTREAM_NODES), not {settings.nodes}; a cluster "
+            f"with NODES={grown[-1]} ({o.NODES.env}), not {settings.nodes}; a cluster "
             "is not shrunk by starting fewer nodes"
         )
 

@@ -1,4 +1,4 @@
-"""Hosts you can cut apart: the 3-node stack with ``CRONSTREAM_NETNS=1`` runs each broker
+"""Hosts you can cut apart: the 3-node stack with ``o.NETNS`` set runs each broker
 and each Cassandra node in a Linux network namespace of its own (``cs-kafka-2``), joined
 to the machine by a veth pair whose machine end is on one bridge (``csbr0``, the machine
 at ``10.89.0.1``; brokers at ``.11``-``.13``, Cassandra nodes at ``.21``-``.23``:
@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cronstream.infra.errors import StackError
+from cronstream.runtime.options import services as o
 from cronstream.runtime.settings import (
     NETNS_SUBNET,
     cassandra_node_host,
@@ -88,7 +89,7 @@ def _run(
         where = f" on {on.netns}" if on is not None else ""
         raise StackError(
             f"{' '.join(command)}{where} failed (exit {done.returncode}): "
-            f"{done.stderr.strip()}. The hosts of CRONSTREAM_NETNS need root."
+            f"{done.stderr.strip()}. The hosts of {o.NETNS.env} need root."
         )
     return done
 

@@ -11,8 +11,8 @@ pyiceberg send), and is one process with no master/volume/filer roles to start.
 
 One identity (``archive``), its secret made at first use in the stack's credentials
 (``s3-archive.secret``); the bucket is made by the bootstrap (``ensure_bucket``).
-Configuration (environment): ``CRONSTREAM_S3_PORT`` (9311), ``CRONSTREAM_S3_HEAP_MB``
-(256).
+Configuration (environment): ``o.S3_PORT`` (9311), ``o.S3_HEAP_MB`` (256);
+docs/configuration.md.
 """
 
 from __future__ import annotations
@@ -26,13 +26,14 @@ from cronstream.infra.connect import ensure_database
 from cronstream.infra.security import ensure_secret_file, write_private
 from cronstream.infra.service import INFRA_DIR, JVM_COMMON, Service
 from cronstream.runtime.lakehouse import CATALOG_DB, S3_IDENTITY, lakehouse, s3_secret_path
-from cronstream.runtime.settings import Settings, env_int
+from cronstream.runtime.options import services as o
+from cronstream.runtime.settings import Settings
 
 ARTIFACT = INFRA_DIR / "s3proxy" / "artifact"  # one coordinate: the jar with dependencies
 
 
 def s3_port() -> int:
-    return env_int("CRONSTREAM_S3_PORT", 9311, minimum=1)
+    return int(o.S3_PORT.get())
 
 
 class ObjectStore(Service):
@@ -69,7 +70,7 @@ class ObjectStore(Service):
         write_private(self.properties, ("\n".join(lines) + "\n").encode())
 
     def command(self) -> list[str]:
-        heap = env_int("CRONSTREAM_S3_HEAP_MB", 256, minimum=64)
+        heap = o.S3_HEAP_MB.get()
         return [
             "java",
             self.marker,

@@ -3,7 +3,7 @@
 Prometheus scrapes every cronstream process listed in the file-based targets
 (``runtime.scrape``: ``make run`` writes them), evaluates the rules shipped in
 ``infra/prometheus/rules.yml`` and sends firing alerts to Alertmanager, which routes
-them to one webhook (``CRONSTREAM_ALERT_WEBHOOK``; ``make run`` serves it and prints
+them to one webhook (``o.ALERT_WEBHOOK``; ``make run`` serves it and prints
 each alert). Both are ordinary ``Service``s of the stack (``make up`` starts them,
 ``make down`` stops them), identified by their data directory on the command line.
 
@@ -16,15 +16,15 @@ a changed config is a restart); Alertmanager's ``/-/reload`` wants the login.
 Prometheus logs in to Alertmanager the same way (``alerting``: basic auth and the
 stack's CA).
 
-Configuration (environment): ``CRONSTREAM_PROMETHEUS_PORT`` (9190),
-``CRONSTREAM_ALERTMANAGER_PORT`` (9193; Alertmanager's own 9093 is Kafka's controller
-port here), ``CRONSTREAM_SCRAPE_INTERVAL_S`` (5), ``CRONSTREAM_ALERT_WEBHOOK``
-(http://127.0.0.1:8790/alerts).
+Configuration (environment): ``o.PROMETHEUS_PORT`` (9190), ``o.ALERTMANAGER_PORT``
+(9193; Alertmanager's own 9093 is Kafka's controller port here), ``o.SCRAPE_INTERVAL``
+(5s; whole seconds, at least one), ``o.ALERT_WEBHOOK`` (http://127.0.0.1:8790/alerts);
+docs/configuration.md.
 """
 
 from __future__ import annotations
 
-import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +41,10 @@ from cronstream.runtime.consoles import (
     stack_console,
 )
 from cronstream.runtime.credentials import stack_ca
+from cronstream.runtime.errors import SettingsError
+from cronstream.runtime.options import services as o
 from cronstream.runtime.scrape import targets_dir
-from cronstream.runtime.settings import Settings, env_int
+from cronstream.runtime.settings import Settings
 
 RULES = INFRA_DIR / "prometheus" / "rules.yml"
 DEFAULT_WEBHOOK = "http://127.0.0.1:8790/alerts"
@@ -65,6 +67,16 @@ def web_config(settings: Settings, console: str) -> dict[str, Any]:
         },
         "basic_auth_users": {CONSOLE_USER: hashed},
     }
+
+
+def scrape_interval_s(env: Mapping[str, str] | None = None) -> int:
+    """``o.SCRAPE_INTERVAL`` in whole seconds (rounded down), what the scrape and rule
+    evaluation intervals are written in (the scrape timeout a second less); SettingsError
+    below one second."""
+    ms: int = o.SCRAPE_INTERVAL.get(env)
+    if ms < 1000:
+        raise SettingsError(f"{o.SCRAPE_INTERVAL.env}: at least 1s")
+    return ms // 1000
 
 
 def prometheus_config(
@@ -191,7 +203,7 @@ class Prometheus(_Binary):
                 targets=targets_dir(self.settings),
                 rules=RULES,
                 alertmanager_port=Alertmanager(self.settings).port,
-                interval_s=env_int("CRONSTREAM_SCRAPE_INTERVAL_S", 5, minimum=1),
+                interval_s=scrape_interval_s(),
                 settings=self.settings,
             ),
         )
@@ -209,7 +221,7 @@ class Alertmanager(_Binary):
     def prepare(self) -> None:
         self.data.mkdir(parents=True, exist_ok=True)
         self.write_web_config()
-        webhook = os.environ.get("CRONSTREAM_ALERT_WEBHOOK") or DEFAULT_WEBHOOK
+        webhook = o.ALERT_WEBHOOK.get(default=DEFAULT_WEBHOOK)
         self.write("alertmanager.yml", alertmanager_config(webhook=webhook))
 
     def command(self) -> list[str]:

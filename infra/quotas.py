@@ -11,7 +11,6 @@ librdkafka reports as throttle time. One JVM start per call (a few seconds), so
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -19,32 +18,23 @@ from cronstream.infra.errors import BootstrapError
 from cronstream.infra.security import write_private
 from cronstream.infra.services import Kafka
 from cronstream.runtime.credentials import security_dir
+from cronstream.runtime.options import roles as r
 from cronstream.runtime.settings import Settings
 
 CONFIG_COMMAND = "kafka.admin.ConfigCommand"
-# What `tenants add` gives a tenant unless told otherwise (0: none).
-DEFAULTS = {
-    "producer_byte_rate": 1_048_576,
-    "consumer_byte_rate": 4_194_304,
-    "request_percentage": 25,
-}
-ENV = {
-    "producer_byte_rate": "CRONSTREAM_TENANT_PRODUCE_BYTES_PER_S",
-    "consumer_byte_rate": "CRONSTREAM_TENANT_FETCH_BYTES_PER_S",
-    "request_percentage": "CRONSTREAM_TENANT_REQUEST_PERCENTAGE",
+# What `tenants add` gives a tenant: each quota's setting (its default unless told
+# otherwise; 0: none).
+SETTINGS = {
+    "producer_byte_rate": r.TENANT_PRODUCE_BYTES_PER_S,
+    "consumer_byte_rate": r.TENANT_FETCH_BYTES_PER_S,
+    "request_percentage": r.TENANT_REQUEST_PERCENTAGE,
 }
 
 
 def default_quotas(env: Mapping[str, str] | None = None) -> dict[str, int]:
-    env = os.environ if env is None else env
-    out = {}
-    for key, default in DEFAULTS.items():
-        text = env.get(ENV[key])
-        value = int(text) if text else default
-        if value < 0:
-            raise BootstrapError(f"{ENV[key]} must be 0 or more, not {value}")
-        out[key] = value
-    return out
+    """A new tenant's quotas; SettingsError naming the variable for a value that is not
+    a whole number of 0 or more."""
+    return {key: int(option.get(env)) for key, option in SETTINGS.items()}
 
 
 def _config_command(settings: Settings, *args: str) -> str:

@@ -8,11 +8,11 @@ each topic (``new_topic``), so a broker's own defaults never decide. Producers s
 two replicas have it, and a lost broker loses no acknowledged write.
 
 The bootstrap refuses factor 1 on a cluster of three or more brokers unless told to
-(``CRONSTREAM_ALLOW_RF1=1`` or ``--allow-rf1``): one broker's disk would again be a
+(``o.ALLOW_RF1`` or ``--allow-rf1``): one broker's disk would again be a
 single point of failure, which on a cluster is a mistake rather than a choice.
 
 Cassandra: cronstream's keyspaces with NetworkTopologyStrategy and
-``CRONSTREAM_CASSANDRA_REPLICATION`` replicas (3 on the 3-node stack), read and written at
+``o.CASSANDRA_REPLICATION`` replicas (3 on the 3-node stack), read and written at
 LOCAL_QUORUM (``runtime.cassandra``); on more than one replica the logins' keyspace
 ``system_auth`` gets the same replication (``replicate_system_keyspaces``), or a login
 would fail while the one node holding it is down.
@@ -28,6 +28,7 @@ from confluent_kafka.admin import NewTopic
 from cronstream.consumers.migrations import keyspace_replication
 from cronstream.infra.errors import BootstrapError
 from cronstream.runtime.cassandra import CASSANDRA_ADMIN, cassandra_password
+from cronstream.runtime.options import services as o
 from cronstream.runtime.settings import CLUSTER_NODES, Settings
 
 # Cassandra's own keyspaces that must outlive a node: logins and roles, and the
@@ -42,18 +43,18 @@ def topic_replication(settings: Settings, brokers: int) -> tuple[int, int]:
     if factor > brokers:
         raise BootstrapError(
             f"replication factor {factor} needs {factor} brokers; the cluster has {brokers} "
-            "(CRONSTREAM_REPLICATION)"
+            f"({o.REPLICATION.env})"
         )
     if insync > factor:
         raise BootstrapError(
             f"min.insync.replicas {insync} is more than the replication factor {factor}: "
-            "no write could ever succeed (CRONSTREAM_MIN_INSYNC)"
+            f"no write could ever succeed ({o.MIN_INSYNC.env})"
         )
     if factor == 1 and brokers >= CLUSTER_NODES and not settings.allow_rf1:
         raise BootstrapError(
             f"replication factor 1 on a cluster of {brokers} brokers: losing any one of "
-            "them would lose data. Unset CRONSTREAM_REPLICATION (3 with min.insync.replicas "
-            "2 is the default here), or say it is meant: CRONSTREAM_ALLOW_RF1=1 or "
+            f"them would lose data. Unset {o.REPLICATION.env} (3 with min.insync.replicas "
+            f"2 is the default here), or say it is meant: {o.ALLOW_RF1.env}=1 or "
             "--allow-rf1"
         )
     return factor, insync

@@ -9,7 +9,7 @@ ever printed::
     tls/server.pem          the broker's key + certificate + CA (a PEM keystore);
                             CN=cronstream-broker, for 127.0.0.1-3, ::1 and localhost
                             (127.0.0.2 and .3: the 3-node stack's Cassandra nodes),
-                            and the addresses of the hosts of CRONSTREAM_NETNS
+                            and the addresses of the hosts of o.NETNS
                             (infra.hosts: re-issued when one is missing)
     tls/server-key.pem      the same key and certificate apart (Cassandra, the registry)
     tls/server-cert.pem
@@ -110,7 +110,7 @@ def _new_ca(tls: Path) -> tuple[x509.Certificate, rsa.RSAPrivateKey]:
 
 
 # Every address a node of the local stack listens on, on the loopback (three nodes, ::1)
-# and on the hosts of CRONSTREAM_NETNS (each node's, and the machine's: the registry's).
+# and on the hosts of o.NETNS (each node's, and the machine's: the registry's).
 _NODES = [
     node_host(n, netns)
     for node_host in (kafka_node_host, cassandra_node_host)

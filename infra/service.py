@@ -161,7 +161,7 @@ class Service(ABC):
     # started after the bootstrap (its Kafka login, ACLs and topics): Kafka Connect
     after_bootstrap: bool = False
     host: str = "127.0.0.1"  # the address it listens on
-    net_host: Host | None = None  # its own network namespace (CRONSTREAM_NETNS), if any
+    net_host: Host | None = None  # its own network namespace (o.NETNS), if any
     after: str | None = None  # the service that must answer before this one starts
 
     def __init__(self, settings: Settings) -> None:
@@ -341,10 +341,10 @@ class Service(ABC):
 
 
 class NodeService(Service):
-    """A service the 3-node stack runs once per node (``CRONSTREAM_NODES``): node ``n``
+    """A service the 3-node stack runs once per node (``o.NODES``): node ``n``
     is ``<kind>-<n>`` (node 1 keeps the plain name), all share the kind's jars, and each
     listens on its node's address (``node_host``), on a test host of its own with
-    ``CRONSTREAM_NETNS`` (``infra.hosts``)."""
+    ``o.NETNS`` (``infra.hosts``)."""
 
     kind: str
 

@@ -48,9 +48,9 @@ from cronstream.runtime.settings import (
 
 class Kafka(NodeService):
     """Broker and controller in one process (KRaft combined mode). On the 3-node stack
-    (``CRONSTREAM_NODES=3``) node ``n`` is ``kafka-<n>`` (node 1 stays ``kafka``),
+    (``o.NODES`` 3) node ``n`` is ``kafka-<n>`` (node 1 stays ``kafka``),
     listening on each base port + 10 per node, one of the three controller voters; all
-    share the jars and the cluster id. With ``CRONSTREAM_NETNS`` each node is on a host
+    share the jars and the cluster id. With ``o.NETNS`` each node is on a host
     of its own (``infra.hosts``)."""
 
     name = kind = "kafka"
@@ -400,7 +400,7 @@ class Registry(Service):
 
 def all_services(settings: Settings) -> list[Service]:
     """In start order: Cassandra is slowest, so it goes first; Kafka Connect after
-    Kafka (whose jars it runs) and its warehouse; monitoring last. ``CRONSTREAM_NODES``
+    Kafka (whose jars it runs) and its warehouse; monitoring last. ``o.NODES``
     Kafka and Cassandra nodes (``kafka``, ``kafka-2``, ...)."""
     nodes = range(1, settings.nodes + 1)
     return [

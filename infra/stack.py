@@ -149,7 +149,7 @@ def nodes_started(settings: Settings) -> int:
 
 def started_services(settings: Settings) -> list[Service]:
     """``all_services`` with every node that runs (``nodes_started``), whatever
-    ``CRONSTREAM_NODES`` says now."""
+    ``o.NODES`` says now."""
     return all_services(replace(settings, nodes=nodes_started(settings)))
 
 

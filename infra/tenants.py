@@ -11,7 +11,7 @@ Adding tenant ``acme`` makes, idempotently:
 - an API token for `cronstream api` (``credentials/api-token-acme.secret``; its digest
   in ``api-tokens.json``, ``runtime.tokens``);
 - Kafka client quotas for that user (``infra.quotas``: produce and fetch bytes per
-  second, request time), from ``CRONSTREAM_TENANT_*`` or the defaults;
+  second, request time), from their settings (``infra.quotas``) or the defaults;
 - ACLs: WRITE on its commands topic, READ on its answers topic and on consumer groups
   under ``<prefix>.t.acme.`` (literal topics, a prefixed group), and WRITE on the
   topics named ``acme.*`` (its own, which an operator creates: its jobs' kafka targets
@@ -55,6 +55,7 @@ from cronstream.infra.quotas import default_quotas, drop_quotas, set_quotas
 from cronstream.infra.replication import new_topic, topic_replication
 from cronstream.runtime.kafka.clients import kafka_admin
 from cronstream.runtime.kafka.security import kafka_secret_path
+from cronstream.runtime.options import services as o
 from cronstream.runtime.registry import registry_client
 from cronstream.runtime.settings import Settings
 from cronstream.runtime.tokens import issue_token, revoke_tokens, token_path
@@ -68,7 +69,7 @@ def _checked(settings: Settings, tenant: str) -> None:
     if problems:
         raise TenantError("; ".join(problems))
     if settings.kafka_security == "plaintext":
-        raise TenantError("tenants need authenticated clients: CRONSTREAM_KAFKA_SECURITY=sasl_ssl")
+        raise TenantError(f"tenants need authenticated clients: {o.KAFKA_SECURITY.env}=sasl_ssl")
     if settings.topic_prefix.split(".")[0] == tenant:
         # The tenant's own topics are <tenant>.* (tenant_acls): never cronstream's.
         raise TenantError(f"tenant {tenant!r} would own the topic prefix {settings.topic_prefix!r}")
@@ -140,7 +141,7 @@ def trigger_sources_command(settings: Settings, action: str, prefixes: list[str]
     """``python -m cronstream.infra trigger-sources add|remove PREFIX...``: let the trigger
     processor read an operator's source topics (a topic name, or a prefix ending in '.')."""
     if settings.kafka_security == "plaintext":
-        raise TenantError("ACLs need authenticated clients: CRONSTREAM_KAFKA_SECURITY=sasl_ssl")
+        raise TenantError(f"ACLs need authenticated clients: {o.KAFKA_SECURITY.env}=sasl_ssl")
     if not prefixes:
         raise TenantError(f"trigger-sources {action} needs at least one topic or prefix")
     admin = kafka_admin(settings, superuser=True)

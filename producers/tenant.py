@@ -4,10 +4,10 @@ It writes ``TenantCommand`` records to the tenant's commands topic and waits for
 admission's answer on the tenant's results topic (matched by command id). Job ids are
 the tenant's own (``nightly``); cronstream stores them as ``tenant/nightly``.
 
-Settings: the tenant's Kafka user is ``tenant-<name>`` (``CRONSTREAM_KAFKA_USER``
-otherwise), its password from ``CRONSTREAM_KAFKA_PASSWORD(_FILE)`` or the local stack's
-credentials. Kafka refusing the user, or the user writing where its ACLs do not reach,
-raises ``KafkaAuthError`` / ``PublishError`` with the broker's reason.
+Settings: the tenant's Kafka user is ``tenant-<name>`` (the Kafka user setting
+otherwise), its password from the Kafka password settings (``runtime.kafka.security``)
+or the local stack's credentials. Kafka refusing the user, or the user writing where its
+ACLs do not reach, raises ``KafkaAuthError`` / ``PublishError`` with the broker's reason.
 """
 
 from __future__ import annotations

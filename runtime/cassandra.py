@@ -3,13 +3,13 @@ the bootstrap's migrations, health checks).
 
 The local stack's Cassandra takes TLS clients only and checks passwords
 (PasswordAuthenticator, CassandraAuthorizer). Cronstream's processes log in as
-``CRONSTREAM_CASSANDRA_USER`` (``cronstream_app``: SELECT and MODIFY on cronstream's
-keyspaces, granted by the bootstrap); the bootstrap and tests' keyspace set-up as the
-super user ``cronstream_admin``. A password comes from ``CRONSTREAM_CASSANDRA_PASSWORD``,
-the file named by ``CRONSTREAM_CASSANDRA_PASSWORD_FILE`` (the configured user only), or
-the stack's ``credentials/cassandra-<user>.secret``; it is never logged.
-``CRONSTREAM_CASSANDRA_SECURITY=none`` connects without TLS or a login (a cluster that
-asks for neither).
+``o.CASSANDRA_USER`` (``cronstream_app``: SELECT and MODIFY on cronstream's keyspaces,
+granted by the bootstrap); the bootstrap and tests' keyspace set-up as the super user
+``cronstream_admin``. A password comes from ``o.CASSANDRA_PASSWORD``, the file named by
+``o.CASSANDRA_PASSWORD_FILE`` (the configured user only), or the stack's
+``credentials/cassandra-<user>.secret``; it is never logged. ``o.CASSANDRA_SECURITY``
+``none`` connects without TLS or a login (a cluster that asks for neither); the settings
+are in docs/configuration.md.
 
 Every read and write is at LOCAL_QUORUM (``CONSISTENCY``): on the keyspace's replication
 factor 3 a write is acknowledged by two replicas of the local data centre and a read asks
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from cronstream.runtime.credentials import credentials_dir, read_password, stack_ca
+from cronstream.runtime.options import services as o
 from cronstream.runtime.settings import Settings
 
 CASSANDRA_ADMIN = "cronstream_admin"
@@ -42,7 +43,8 @@ def cassandra_password(settings: Settings, user: str) -> str:
         user,
         cassandra_secret_path(settings, user),
         os.environ,
-        "CRONSTREAM_CASSANDRA_PASSWORD",
+        o.CASSANDRA_PASSWORD,
+        o.CASSANDRA_PASSWORD_FILE,
         from_env=user == settings.cassandra_user,
     )
 

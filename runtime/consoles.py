@@ -7,10 +7,10 @@ local stack keeps in ``credentials/<console>-operator.secret`` (made by
 HTTPS only, with the stack's server certificate; Connect's REST API listens on the
 loopback over HTTP with basic auth (``infra.connect``).
 
-A client elsewhere names its console with ``CRONSTREAM_<CONSOLE>_URL``, its login with
-``CRONSTREAM_<CONSOLE>_USER`` and ``CRONSTREAM_<CONSOLE>_PASSWORD`` (or ``..._FILE``),
-and the CA that signed the console's certificate with ``CRONSTREAM_<CONSOLE>_CA``
-(default: the local stack's). A console whose password is configured nowhere is asked
+A client elsewhere names its console with the family ``o.CONSOLE``: ``<CONSOLE>_URL``,
+its login with ``<CONSOLE>_USER`` and ``<CONSOLE>_PASSWORD`` (or ``..._FILE``), and the
+CA that signed the console's certificate with ``<CONSOLE>_CA`` (default: the local
+stack's; docs/configuration.md). A console whose password is configured nowhere is asked
 anonymously: it answers 401, which the caller reports like any refusal.
 """
 
@@ -25,22 +25,23 @@ from pathlib import Path
 import httpx
 
 from cronstream.runtime.credentials import credentials_dir, read_password, stack_ca
-from cronstream.runtime.settings import Settings, env_int
+from cronstream.runtime.options import services as o
+from cronstream.runtime.settings import Settings
 
 CONSOLE_USER = "operator"
 
-# console -> (its port's variable, default port, scheme on the local stack). 9193, not
+# console -> (its port's setting, scheme on the local stack). 9193 by default, not
 # Alertmanager's own 9093: that is Kafka's controller port here.
 CONSOLES = {
-    "prometheus": ("CRONSTREAM_PROMETHEUS_PORT", 9190, "https"),
-    "alertmanager": ("CRONSTREAM_ALERTMANAGER_PORT", 9193, "https"),
-    "connect": ("CRONSTREAM_CONNECT_PORT", 8083, "http"),
+    "prometheus": (o.PROMETHEUS_PORT, "https"),
+    "alertmanager": (o.ALERTMANAGER_PORT, "https"),
+    "connect": (o.CONNECT_PORT, "http"),
 }
 
 
 def console_port(console: str, env: Mapping[str, str] | None = None) -> int:
-    variable, default, _ = CONSOLES[console]
-    return env_int(variable, default, env=env, minimum=1)
+    port, _ = CONSOLES[console]
+    return int(port.get(env))
 
 
 def console_secret_path(settings: Settings, console: str) -> Path:
@@ -75,7 +76,7 @@ def stack_console(
     settings: Settings, console: str, env: Mapping[str, str] | None = None
 ) -> ConsoleAccess:
     """The local stack's own ``console``: its port, the stored password, the stack's CA."""
-    _, _, scheme = CONSOLES[console]
+    _, scheme = CONSOLES[console]
     stored = console_secret_path(settings, console)
     return ConsoleAccess(
         url=f"{scheme}://127.0.0.1:{console_port(console, env)}",
@@ -90,16 +91,17 @@ def console_access(
 ) -> ConsoleAccess:
     """``console``'s access as the environment names it, the local stack's by default."""
     env = os.environ if env is None else env
-    name = f"CRONSTREAM_{console.upper()}"
+    name = console.upper()
     stack = stack_console(settings, console, env)
-    user = env.get(f"{name}_USER") or CONSOLE_USER
+    user = env.get(o.CONSOLE.name(f"{name}_USER")) or CONSOLE_USER
     password = stack.password
-    if env.get(f"{name}_PASSWORD") or env.get(f"{name}_PASSWORD_FILE"):
+    given, given_file = o.CONSOLE.name(f"{name}_PASSWORD"), o.CONSOLE.name(f"{name}_PASSWORD_FILE")
+    if env.get(given) or env.get(given_file):
         stored = console_secret_path(settings, console)
-        password = read_password(console, user, stored, env, f"{name}_PASSWORD")
-    ca = env.get(f"{name}_CA")
+        password = read_password(console, user, stored, env, given, given_file)
+    ca = env.get(o.CONSOLE.name(f"{name}_CA"))
     return ConsoleAccess(
-        url=(env.get(f"{name}_URL") or stack.url).rstrip("/"),
+        url=(env.get(o.CONSOLE.name(f"{name}_URL")) or stack.url).rstrip("/"),
         user=user,
         password=password,
         ca=Path(ca) if ca else stack.ca,

@@ -1,8 +1,8 @@
 """Where the admission and the workers find the tenants' grants (``schemas.policy``).
 
 Two sources, added together: the ``--grant TENANT:KIND=VALUE`` flags a process was
-started with, and the policy file (``--policy FILE``, ``$CRONSTREAM_TENANT_POLICY``, by
-default the stack's ``security/tenant-grants``): one grant a line, ``#`` starts a
+started with, and the policy file (``--policy FILE``, ``r.TENANT_POLICY``, by default
+the stack's ``security/tenant-grants``): one grant a line, ``#`` starts a
 comment. The file is re-read when it changes (checked at most once a second), so a
 grant added or withdrawn takes effect without a restart; a file that cannot be read
 whole keeps the grants read before and logs why once.
@@ -11,12 +11,12 @@ whole keeps the grants read before and logs why once.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Iterable
 from pathlib import Path
 
 from cronstream.runtime.credentials import security_dir
+from cronstream.runtime.options import roles as r
 from cronstream.runtime.settings import Settings
 from cronstream.schemas.errors import GrantError
 from cronstream.schemas.policy import TenantPolicy
@@ -26,7 +26,7 @@ CHECK_EVERY_S = 1.0
 
 
 def policy_path(settings: Settings, named: str | None = None) -> Path:
-    given = named or os.environ.get("CRONSTREAM_TENANT_POLICY")
+    given = named or r.TENANT_POLICY.get()
     return Path(given) if given else security_dir(settings) / "tenant-grants"
 
 

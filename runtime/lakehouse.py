@@ -7,13 +7,13 @@ JDBC catalog reads too) and keeps its data and metadata files under a warehouse 
 - **the local stack** (the default): the catalog in the stack's PostgreSQL (database
   ``lakehouse``, the ``cronstream`` login), the files in the stack's S3-compatible object
   store (``infra.objects``: bucket ``cronstream-archive``, identity ``archive``);
-- **a single machine without object storage**: ``CRONSTREAM_ARCHIVE_WAREHOUSE=file:///dir``
-  and ``CRONSTREAM_ARCHIVE_CATALOG=sqlite:////dir/catalog.db``;
-- **production**: ``CRONSTREAM_ARCHIVE_CATALOG``, the SQLAlchemy URI of a PostgreSQL
+- **a single machine without object storage**: ``o.ARCHIVE_WAREHOUSE`` ``file:///dir``
+  and ``o.ARCHIVE_CATALOG`` ``sqlite:////dir/catalog.db`` (``local_environment``);
+- **production**: ``o.ARCHIVE_CATALOG``, the SQLAlchemy URI of a PostgreSQL
   (``postgresql+pg8000://user@host:5432/db``; its password in the file
-  ``CRONSTREAM_ARCHIVE_CATALOG_PASSWORD_FILE``), and an ``s3://bucket/path`` warehouse with
-  ``CRONSTREAM_S3_ENDPOINT`` (unset: the local stack's; empty: AWS itself),
-  ``CRONSTREAM_S3_ACCESS_KEY``, ``CRONSTREAM_S3_SECRET_FILE`` and ``CRONSTREAM_S3_REGION``.
+  ``o.ARCHIVE_CATALOG_PASSWORD_FILE``), and an ``s3://bucket/path`` warehouse with
+  ``o.S3_ENDPOINT`` (unset: the local stack's; empty: AWS itself), ``o.S3_ACCESS_KEY``,
+  ``o.S3_SECRET_FILE`` and ``o.S3_REGION`` (docs/configuration.md).
 
 Each namespace (topic prefix) has its own Iceberg namespace, so tests and tenants of a
 shared stack never see each other's tables.
@@ -32,7 +32,8 @@ from pyarrow.fs import S3FileSystem
 
 from cronstream.runtime.credentials import credentials_dir
 from cronstream.runtime.errors import SettingsError
-from cronstream.runtime.settings import Settings, env_int
+from cronstream.runtime.options import services as o
+from cronstream.runtime.settings import Settings
 
 BUCKET = "cronstream-archive"  # the local stack's bucket (made by the bootstrap)
 S3_IDENTITY = "archive"  # the local stack's object store login
@@ -52,8 +53,8 @@ def postgres_secret_path(settings: Settings) -> Path:
 
 
 def postgres_port(env: Mapping[str, str] | None = None) -> int:
-    """The local stack's PostgreSQL port (``CRONSTREAM_POSTGRES_PORT``, 5442)."""
-    return env_int("CRONSTREAM_POSTGRES_PORT", 5442, env=env, minimum=1)
+    """The local stack's PostgreSQL port (``o.POSTGRES_PORT``, 5442)."""
+    return int(o.POSTGRES_PORT.get(env))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -118,11 +119,11 @@ def namespace_of(topic_prefix: str) -> str:
 def lakehouse(settings: Settings, env: Mapping[str, str] | None = None) -> Lakehouse:
     """The archive table's catalog and storage, from the environment (module docstring)."""
     env = os.environ if env is None else env
-    warehouse = env.get("CRONSTREAM_ARCHIVE_WAREHOUSE") or f"s3://{BUCKET}/warehouse"
-    catalog = env.get("CRONSTREAM_ARCHIVE_CATALOG") or _stack_catalog(settings, env)
-    password_file = env.get("CRONSTREAM_ARCHIVE_CATALOG_PASSWORD_FILE")
+    warehouse: str = o.ARCHIVE_WAREHOUSE.get(env) or f"s3://{BUCKET}/warehouse"
+    catalog: str = o.ARCHIVE_CATALOG.get(env) or _stack_catalog(settings, env)
+    password_file: Path | None = o.ARCHIVE_CATALOG_PASSWORD_FILE.get(env)
     if password_file:  # the URI names the login; its password is kept out of the config
-        catalog = with_password(catalog, Path(password_file).read_text().strip())
+        catalog = with_password(catalog, password_file.read_text().strip())
     s3 = _s3(settings, env) if warehouse.startswith("s3://") else None
     return Lakehouse(
         catalog_uri=catalog,
@@ -137,8 +138,8 @@ def with_password(uri: str, password: str) -> str:
     parts = urlsplit(uri)
     if not parts.username:
         raise SettingsError(
-            "CRONSTREAM_ARCHIVE_CATALOG names no user for the password "
-            f"in CRONSTREAM_ARCHIVE_CATALOG_PASSWORD_FILE: {uri}"
+            f"{o.ARCHIVE_CATALOG.env} names no user for the password "
+            f"in {o.ARCHIVE_CATALOG_PASSWORD_FILE.env}: {uri}"
         )
     host = parts.netloc.rpartition("@")[2]
     netloc = f"{parts.username}:{quote(password, safe='')}@{host}"
@@ -152,15 +153,15 @@ def _stack_catalog(settings: Settings, env: Mapping[str, str]) -> str:
 
 
 def _s3(settings: Settings, env: Mapping[str, str]) -> S3:
-    endpoint = env.get("CRONSTREAM_S3_ENDPOINT")
+    endpoint = env.get(o.S3_ENDPOINT.env)  # set empty: AWS's own
     if endpoint is None:  # the local stack's
-        endpoint = f"http://127.0.0.1:{env_int('CRONSTREAM_S3_PORT', 9311, env=env, minimum=1)}"
-    secret_file = env.get("CRONSTREAM_S3_SECRET_FILE") or str(s3_secret_path(settings))
+        endpoint = f"http://127.0.0.1:{o.S3_PORT.get(env)}"
+    secret_file: Path = o.S3_SECRET_FILE.get(env) or s3_secret_path(settings)
     return S3(
         endpoint=endpoint or None,
-        access_key=env.get("CRONSTREAM_S3_ACCESS_KEY") or S3_IDENTITY,
-        secret_key=Path(secret_file).read_text().strip(),
-        region=env.get("CRONSTREAM_S3_REGION") or "us-east-1",
+        access_key=o.S3_ACCESS_KEY.get(env, S3_IDENTITY),
+        secret_key=secret_file.read_text().strip(),
+        region=o.S3_REGION.get(env),
     )
 
 
@@ -169,6 +170,6 @@ def local_environment(folder: Path) -> dict[str, str]:
     no PostgreSQL): its files in ``folder/warehouse``, its catalog in SQLite."""
     folder = folder.resolve()
     return {
-        "CRONSTREAM_ARCHIVE_WAREHOUSE": f"file://{folder / 'warehouse'}",
-        "CRONSTREAM_ARCHIVE_CATALOG": f"sqlite:///{folder / 'catalog.db'}",
+        o.ARCHIVE_WAREHOUSE.env: f"file://{folder / 'warehouse'}",
+        o.ARCHIVE_CATALOG.env: f"sqlite:///{folder / 'catalog.db'}",
     }

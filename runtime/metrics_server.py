@@ -1,10 +1,10 @@
 """The HTTP server of a process's metrics and probes: ``/metrics``, ``/healthz`` and
 ``/readyz`` on ``--metrics-port``, in a daemon thread.
 
-Where it listens: ``CRONSTREAM_METRICS_HOST``, the loopback (127.0.0.1) unless set.
+Where it listens: ``o.METRICS_HOST``, the loopback (127.0.0.1) unless set.
 ``/metrics`` names tenants and jobs in its labels, so on any address that is not a
 loopback one it answers only ``Authorization: Bearer <token>``, the token read once
-from the file ``CRONSTREAM_METRICS_TOKEN_FILE`` names (Prometheus sends it with
+from the file ``o.METRICS_TOKEN_FILE`` names (Prometheus sends it with
 ``authorization: {credentials_file: ...}``); a process asked to listen there without
 a token refuses to start. A token configured on the loopback is required there too.
 ``/healthz`` and ``/readyz`` answer anyone: the kubelet probes the pod's address
@@ -23,8 +23,7 @@ from pathlib import Path
 
 from cronstream.runtime.errors import SettingsError
 from cronstream.runtime.metrics import PROBES, exposition
-
-LOOPBACK = "127.0.0.1"
+from cronstream.runtime.options import services as o
 
 
 def is_loopback(host: str) -> bool:
@@ -42,21 +41,22 @@ def metrics_token(host: str, env: Mapping[str, str] | None = None) -> bytes | No
     the loopback. Raises SettingsError for a non-loopback host without one, or a file
     that cannot be read or is empty."""
     env = os.environ if env is None else env
-    named = env.get("CRONSTREAM_METRICS_TOKEN_FILE")
+    named: Path | None = o.METRICS_TOKEN_FILE.get(env)
+    variable = o.METRICS_TOKEN_FILE.env
     if not named:
         if is_loopback(host):
             return None
         raise SettingsError(
-            f"metrics on {host} (CRONSTREAM_METRICS_HOST) would answer anyone who reaches "
-            "it: set CRONSTREAM_METRICS_TOKEN_FILE to a file holding the token Prometheus "
-            "sends, or listen on 127.0.0.1"
+            f"metrics on {host} ({o.METRICS_HOST.env}) would answer anyone who reaches "
+            f"it: set {variable} to a file holding the token Prometheus sends, or listen "
+            "on 127.0.0.1"
         )
     try:
-        token = Path(named).read_text().strip().encode()
+        token = named.read_text().strip().encode()
     except OSError as exc:
-        raise SettingsError(f"cannot read CRONSTREAM_METRICS_TOKEN_FILE ({exc.strerror})") from None
+        raise SettingsError(f"cannot read {variable} ({exc.strerror})") from None
     if not token:
-        raise SettingsError("CRONSTREAM_METRICS_TOKEN_FILE names an empty file")
+        raise SettingsError(f"{variable} names an empty file")
     return token
 
 
@@ -100,11 +100,11 @@ def _handler(token: bytes | None) -> type[BaseHTTPRequestHandler]:
 
 def serve(port: int, host: str | None = None) -> ThreadingHTTPServer | None:
     """Serve /metrics, /healthz and /readyz on host:port in a daemon thread (port 0: do
-    nothing). The host: ``host``, else ``CRONSTREAM_METRICS_HOST``, else 127.0.0.1.
+    nothing). The host: ``host``, else ``o.METRICS_HOST``, else 127.0.0.1.
     Raises SettingsError when that host is exposed without a token (``metrics_token``)."""
     if not port:
         return None
-    host = host or os.environ.get("CRONSTREAM_METRICS_HOST") or LOOPBACK
+    host = host or o.METRICS_HOST.get()
     server = ThreadingHTTPServer((host, port), _handler(metrics_token(host)))
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()

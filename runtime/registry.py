@@ -3,11 +3,11 @@
 Reading (looking up and fetching schemas) is what every process does; in the local
 stack anyone on the loopback may read, since the schemas are the published contract
 tenants encode against (``infra.services.Registry``). A deployment whose registry wants
-a login for reads too sets ``CRONSTREAM_REGISTRY_USER`` and its password
-(``CRONSTREAM_REGISTRY_PASSWORD`` or ``..._FILE``). Registering schemas and changing
-compatibility is the bootstrap's alone: ``settings.registry_writer`` with the password
-the stack keeps for it (``credentials/registry-<user>.secret``) or
-``CRONSTREAM_REGISTRY_WRITER_PASSWORD`` (or ``..._FILE``).
+a login for reads too sets ``o.REGISTRY_USER`` and its password (``o.REGISTRY_PASSWORD``
+or ``o.REGISTRY_PASSWORD_FILE``). Registering schemas and changing compatibility is the
+bootstrap's alone: ``settings.registry_writer`` with the password the stack keeps for it
+(``credentials/registry-<user>.secret``) or ``o.REGISTRY_WRITER_PASSWORD`` (or
+``o.REGISTRY_WRITER_PASSWORD_FILE``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 
 from cronstream.runtime.credentials import credentials_dir, read_password
+from cronstream.runtime.options import services as o
 from cronstream.runtime.settings import Settings
 from cronstream.schemas.registry import RegistryClient
 
@@ -29,9 +30,13 @@ def registry_login(settings: Settings, *, writer: bool = False) -> tuple[str, st
     user = settings.registry_writer if writer else settings.registry_user
     if user is None:
         return None
-    variable = "CRONSTREAM_REGISTRY_WRITER_PASSWORD" if writer else "CRONSTREAM_REGISTRY_PASSWORD"
+    password, password_file = (
+        (o.REGISTRY_WRITER_PASSWORD, o.REGISTRY_WRITER_PASSWORD_FILE)
+        if writer
+        else (o.REGISTRY_PASSWORD, o.REGISTRY_PASSWORD_FILE)
+    )
     stored = registry_secret_path(settings, user)
-    return user, read_password("schema registry", user, stored, os.environ, variable)
+    return user, read_password("schema registry", user, stored, os.environ, password, password_file)
 
 
 def registry_client(settings: Settings, *, writer: bool = False) -> RegistryClient:

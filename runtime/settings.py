@@ -1,8 +1,8 @@
 """Settings shared by every cronstream process, read once from the environment.
 
-Every knob has a ``CRONSTREAM_*`` environment variable and a default that matches the
-local stack started by ``make up``. The README's "Configuration" table lists them all;
-keep the two in step.
+Every knob is a setting declared in ``runtime.options`` (its environment variable,
+type, default and help; docs/configuration.md is written from them), with a default
+that matches the local stack started by ``make up``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from cronstream.runtime.errors import SettingsError
+from cronstream.runtime.options import services as o
 from cronstream.schemas.catalog import ROLES, cassandra_role_user, role_user
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -21,17 +22,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 DEFAULT_KAFKA_USER = "cronstream-app"  # the operators' user (CLI, bootstrap's kcat file)
 # Any of these set: every process connects as that user (Settings.as_role keeps it).
-EXPLICIT_KAFKA_USER = (
-    "CRONSTREAM_KAFKA_USER",
-    "CRONSTREAM_KAFKA_PASSWORD",
-    "CRONSTREAM_KAFKA_PASSWORD_FILE",
-)
+EXPLICIT_KAFKA_USER = (o.KAFKA_USER, o.KAFKA_PASSWORD, o.KAFKA_PASSWORD_FILE)
 DEFAULT_CASSANDRA_USER = "cronstream_app"
-EXPLICIT_CASSANDRA_USER = (
-    "CRONSTREAM_CASSANDRA_USER",
-    "CRONSTREAM_CASSANDRA_PASSWORD",
-    "CRONSTREAM_CASSANDRA_PASSWORD_FILE",
-)
+EXPLICIT_CASSANDRA_USER = (o.CASSANDRA_USER, o.CASSANDRA_PASSWORD, o.CASSANDRA_PASSWORD_FILE)
 
 
 CLUSTER_NODES = 3  # from this many brokers on, replication defaults to 3 / min ISR 2
@@ -49,7 +42,7 @@ def node_port(base: int, node: int) -> int:
     return base + (node - 1) * NODE_PORT_STEP
 
 
-# The hosts of the 3-node stack with CRONSTREAM_NETNS=1 (``infra.hosts``): each node in
+# The hosts of the 3-node stack with o.NETNS (``infra.hosts``): each node in
 # a network namespace of its own, with an address on one bridge (the machine is .1).
 NETNS_SUBNET = "10.89.0"
 
@@ -74,56 +67,18 @@ def cassandra_node_host(node: int, netns: bool = False) -> str:
     return f"{NETNS_SUBNET}.{20 + node}" if netns else f"127.0.0.{node}"
 
 
-def env_int(
-    name: str, default: int, *, minimum: int = 1, env: Mapping[str, str] | None = None
-) -> int:
-    """A whole-number ``CRONSTREAM_*`` variable (``default`` when unset or empty)."""
-    raw = (os.environ if env is None else env).get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise SettingsError(f"{name}={raw!r} is not a whole number") from None
-    if value < minimum:
-        bound = "positive" if minimum == 1 else f"at least {minimum}"
-        raise SettingsError(f"{name}={raw!r} must be {bound}")
-    return value
-
-
-def env_flag(name: str, env: Mapping[str, str]) -> bool:
-    """A yes/no ``CRONSTREAM_*`` variable: 1, true or yes (any case) is yes."""
-    return (env.get(name) or "").lower() in ("1", "true", "yes")
-
-
-def env_list(name: str, env: Mapping[str, str] | None = None) -> list[str]:
-    """A comma-separated ``CRONSTREAM_*`` variable, empty items dropped."""
-    raw = (os.environ if env is None else env).get(name) or ""
-    return [item for item in raw.split(",") if item]
-
-
-def env_choice(name: str, choices: tuple[str, ...], env: Mapping[str, str]) -> str:
-    """One of ``choices`` (any case; the first when unset or empty)."""
-    value = (env.get(name) or choices[0]).lower()
-    if value not in choices:
-        raise SettingsError(f"{name}={value!r}: use {' or '.join(choices)}")
-    return value
-
-
 def _shape(env: Mapping[str, str], *, kafka_port: int, admin_port: int) -> dict[str, Any]:
-    """The settings that follow the local stack's size (``CRONSTREAM_NODES``): where its
-    nodes are, their heaps (smaller on a cluster: six JVMs share the machine), and how
-    many copies of everything the bootstrap makes."""
-    nodes = env_int("CRONSTREAM_NODES", 1, env=env)
+    """The settings that follow the local stack's size (``o.NODES``): where its nodes
+    are, their heaps (smaller on a cluster: six JVMs share the machine), and how many
+    copies of everything the bootstrap makes."""
+    nodes = o.NODES.get(env)
     cluster, numbers = nodes >= CLUSTER_NODES, range(1, nodes + 1)
-    netns = env_flag("CRONSTREAM_NETNS", env)
-    hosts = env.get("CRONSTREAM_CASSANDRA_HOSTS") or ",".join(
-        cassandra_node_host(n, netns) for n in numbers
-    )
-    servers = env.get("CRONSTREAM_BOOTSTRAP_SERVERS") or ",".join(
+    netns = o.NETNS.get(env)
+    hosts = o.CASSANDRA_HOSTS.get(env) or [cassandra_node_host(n, netns) for n in numbers]
+    servers = o.BOOTSTRAP_SERVERS.get(env) or ",".join(
         f"{kafka_node_host(n, netns)}:{node_port(kafka_port, n)}" for n in numbers
     )
-    admins = env.get("CRONSTREAM_KAFKA_ADMIN_SERVERS") or ",".join(
+    admins = o.KAFKA_ADMIN_SERVERS.get(env) or ",".join(
         f"{kafka_node_host(n, netns)}:{node_port(admin_port, n)}" for n in numbers
     )
     return {
@@ -131,24 +86,18 @@ def _shape(env: Mapping[str, str], *, kafka_port: int, admin_port: int) -> dict[
         "netns": netns,
         "bootstrap_servers": servers,
         "admin_servers": admins,
-        "cassandra_hosts": tuple(h.strip() for h in hosts.split(",") if h.strip()),
-        "kafka_heap_mb": env_int("CRONSTREAM_KAFKA_HEAP_MB", 512 if cluster else 768, env=env),
-        "cassandra_heap_mb": env_int(
-            "CRONSTREAM_CASSANDRA_HEAP_MB", 768 if cluster else 1024, env=env
-        ),
-        "cassandra_replication": env_int(
-            "CRONSTREAM_CASSANDRA_REPLICATION", min(nodes, CLUSTER_NODES), env=env
-        ),
-        "cassandra_datacenter": env.get("CRONSTREAM_CASSANDRA_DC") or "datacenter1",
-        "topic_replication": env_int("CRONSTREAM_REPLICATION", 0, env=env) or None,
-        "min_insync": env_int("CRONSTREAM_MIN_INSYNC", 0, env=env) or None,
-        "allow_rf1": env_flag("CRONSTREAM_ALLOW_RF1", env),
+        "cassandra_hosts": tuple(hosts),
+        "kafka_heap_mb": o.KAFKA_HEAP_MB.get(env, 512 if cluster else 768),
+        "cassandra_heap_mb": o.CASSANDRA_HEAP_MB.get(env, 768 if cluster else 1024),
+        "cassandra_replication": o.CASSANDRA_REPLICATION.get(env, min(nodes, CLUSTER_NODES)),
+        "cassandra_datacenter": o.CASSANDRA_DC.get(env),
+        "topic_replication": o.REPLICATION.get(env) or None,
+        "min_insync": o.MIN_INSYNC.get(env) or None,
+        "allow_rf1": o.ALLOW_RF1.get(env),
         # How long a broker that stopped heartbeating keeps its leaderships and its place
         # in the ISRs before the controller fences it: every write stalls that long
         # after a broker's loss (Kafka's default 9 s; 4 s on a cluster, README "A cluster")
-        "broker_session_ms": env_int(
-            "CRONSTREAM_BROKER_SESSION_MS", 4000 if cluster else 9000, env=env
-        ),
+        "broker_session_ms": o.BROKER_SESSION_TIMEOUT.get(env, 4000 if cluster else 9000),
     }
 
 
@@ -176,11 +125,11 @@ class Settings:
     output_ttl_days: int
     cassandra_replication: int
     cassandra_datacenter: str
-    # The local stack's shape (CRONSTREAM_NODES: brokers and Cassandra nodes), and the
+    # The local stack's shape (o.NODES: brokers and Cassandra nodes), and the
     # replication of every topic the bootstrap makes: None picks by the brokers found
     # (``replication``); allow_rf1 lets a cluster of 3+ brokers keep factor 1.
     nodes: int
-    # Each node in a network namespace of its own (CRONSTREAM_NETNS, ``infra.hosts``):
+    # Each node in a network namespace of its own (o.NETNS, ``infra.hosts``):
     # the chaos suite's cluster, whose faults cut or slow a node's link.
     netns: bool
     topic_replication: int | None
@@ -218,64 +167,55 @@ class Settings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
-        prefix = env.get("CRONSTREAM_TOPIC_PREFIX", "cronstream") or "cronstream"
-        keyspace = env.get("CRONSTREAM_KEYSPACE", "cronstream") or "cronstream"
+        prefix, keyspace = o.TOPIC_PREFIX.get(env), o.KEYSPACE.get(env)
         if not keyspace.replace("_", "").isalnum() or not keyspace[0].isalpha():
             raise SettingsError(
-                f"CRONSTREAM_KEYSPACE={keyspace!r}: use letters, digits and '_', "
+                f"{o.KEYSPACE.env}={keyspace!r}: use letters, digits and '_', "
                 "starting with a letter"
             )
         if not all(c.isalnum() or c in "._-" for c in prefix):
             raise SettingsError(
-                f"CRONSTREAM_TOPIC_PREFIX={prefix!r}: use letters, digits, '.', '_' and '-'"
+                f"{o.TOPIC_PREFIX.env}={prefix!r}: use letters, digits, '.', '_' and '-'"
             )
-        kafka_port = env_int("CRONSTREAM_KAFKA_PORT", 9092, env=env)
-        admin_port = env_int("CRONSTREAM_KAFKA_ADMIN_PORT", 9095, env=env)
-        ca = env.get("CRONSTREAM_KAFKA_CA")
-        cassandra_ca = env.get("CRONSTREAM_CASSANDRA_CA")
-        registry_port = env_int("CRONSTREAM_REGISTRY_PORT", 8081, env=env)
-        registry_ca = env.get("CRONSTREAM_REGISTRY_CA")
+        kafka_port, admin_port = o.KAFKA_PORT.get(env), o.KAFKA_ADMIN_PORT.get(env)
+        registry_port = o.REGISTRY_PORT.get(env)
         shape = _shape(env, kafka_port=kafka_port, admin_port=admin_port)
+        stack_registry = f"http://{registry_host(shape['netns'])}:{registry_port}/apis/ccompat/v7"
         return cls(
             **shape,
-            home=Path(env.get("CRONSTREAM_HOME") or REPO_ROOT / ".stack").resolve(),
+            home=(o.HOME.get(env) or REPO_ROOT / ".stack").resolve(),
             kafka_port=kafka_port,
-            kafka_controller_port=env_int("CRONSTREAM_KAFKA_CONTROLLER_PORT", 9093, env=env),
+            kafka_controller_port=o.KAFKA_CONTROLLER_PORT.get(env),
             registry_port=registry_port,
-            cassandra_port=env_int("CRONSTREAM_CASSANDRA_PORT", 9042, env=env),
-            cassandra_storage_port=env_int("CRONSTREAM_CASSANDRA_STORAGE_PORT", 7000, env=env),
-            cassandra_jmx_port=env_int("CRONSTREAM_CASSANDRA_JMX_PORT", 7199, env=env),
-            registry_heap_mb=env_int("CRONSTREAM_REGISTRY_HEAP_MB", 384, env=env),
+            cassandra_port=o.CASSANDRA_PORT.get(env),
+            cassandra_storage_port=o.CASSANDRA_STORAGE_PORT.get(env),
+            cassandra_jmx_port=o.CASSANDRA_JMX_PORT.get(env),
+            registry_heap_mb=o.REGISTRY_HEAP_MB.get(env),
             topic_prefix=prefix,
-            partitions=env_int("CRONSTREAM_PARTITIONS", 12, env=env),
+            partitions=o.PARTITIONS.get(env),
             keyspace=keyspace,
-            max_payload_bytes=env_int("CRONSTREAM_MAX_PAYLOAD_BYTES", 65536, env=env),
-            history_ttl_days=env_int("CRONSTREAM_HISTORY_TTL_DAYS", 30, env=env),
-            output_ttl_days=env_int("CRONSTREAM_OUTPUT_TTL_DAYS", 14, env=env),
-            kafka_security=env_choice("CRONSTREAM_KAFKA_SECURITY", ("sasl_ssl", "plaintext"), env),
-            kafka_user=env.get("CRONSTREAM_KAFKA_USER") or DEFAULT_KAFKA_USER,
-            kafka_user_explicit=any(env.get(k) for k in EXPLICIT_KAFKA_USER),
-            kafka_ca=Path(ca).resolve() if ca else None,
+            max_payload_bytes=o.MAX_PAYLOAD_BYTES.get(env),
+            history_ttl_days=o.HISTORY_TTL.get(env),
+            output_ttl_days=o.OUTPUT_TTL.get(env),
+            kafka_security=o.KAFKA_SECURITY.get(env),
+            kafka_user=o.KAFKA_USER.get(env) or DEFAULT_KAFKA_USER,
+            kafka_user_explicit=any(v.is_set(env) for v in EXPLICIT_KAFKA_USER),
+            kafka_ca=_resolved(o.KAFKA_CA.get(env)),
             kafka_admin_port=admin_port,
-            kafka_plaintext_port=env_int("CRONSTREAM_KAFKA_PLAINTEXT_PORT", 9094, env=env),
-            registry_url=(
-                env.get("CRONSTREAM_REGISTRY_URL")
-                or f"http://{registry_host(shape['netns'])}:{registry_port}/apis/ccompat/v7"
-            ).rstrip("/"),
-            registry_user=env.get("CRONSTREAM_REGISTRY_USER") or None,
-            registry_writer=env.get("CRONSTREAM_REGISTRY_WRITER") or "cronstream-bootstrap",
-            registry_ca=Path(registry_ca).resolve() if registry_ca else None,
-            cassandra_security=env_choice(
-                "CRONSTREAM_CASSANDRA_SECURITY", ("password_tls", "none"), env
-            ),
-            cassandra_user=env.get("CRONSTREAM_CASSANDRA_USER") or DEFAULT_CASSANDRA_USER,
-            cassandra_user_explicit=any(env.get(k) for k in EXPLICIT_CASSANDRA_USER),
-            cassandra_ca=Path(cassandra_ca).resolve() if cassandra_ca else None,
+            kafka_plaintext_port=o.KAFKA_PLAINTEXT_PORT.get(env),
+            registry_url=(o.REGISTRY_URL.get(env) or stack_registry).rstrip("/"),
+            registry_user=o.REGISTRY_USER.get(env),
+            registry_writer=o.REGISTRY_WRITER.get(env),
+            registry_ca=_resolved(o.REGISTRY_CA.get(env)),
+            cassandra_security=o.CASSANDRA_SECURITY.get(env),
+            cassandra_user=o.CASSANDRA_USER.get(env) or DEFAULT_CASSANDRA_USER,
+            cassandra_user_explicit=any(v.is_set(env) for v in EXPLICIT_CASSANDRA_USER),
+            cassandra_ca=_resolved(o.CASSANDRA_CA.get(env)),
         )
 
     def replication(self, brokers: int) -> tuple[int, int]:
         """(replication factor, ``min.insync.replicas``) of the topics made on a cluster
-        of ``brokers``: CRONSTREAM_REPLICATION / CRONSTREAM_MIN_INSYNC when set, else 3
+        of ``brokers``: ``o.REPLICATION`` / ``o.MIN_INSYNC`` when set, else 3
         and 2 from three brokers up (a write survives one broker lost, and acks=all
         waits for two copies), 1 and 1 on a single broker."""
         factor = self.topic_replication or min(max(brokers, 1), CLUSTER_NODES)
@@ -306,3 +246,7 @@ class Settings:
     def with_namespace(self, *, topic_prefix: str, keyspace: str | None = None) -> Settings:
         """The same services under another topic prefix (and keyspace): test isolation."""
         return replace(self, topic_prefix=topic_prefix, keyspace=keyspace or self.keyspace)
+
+
+def _resolved(path: Path | None) -> Path | None:
+    return path.resolve() if path else None

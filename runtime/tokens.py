@@ -1,6 +1,6 @@
 """API tokens: who a caller of `cronstream api` is.
 
-The book is a JSON file (``CRONSTREAM_API_TOKENS_FILE``, by default the stack's
+The book is a JSON file (``r.API_TOKENS_FILE``, by default the stack's
 ``security/api-tokens.json``, 0600) mapping the SHA-256 of each token to its holder: a
 tenant, or ``*`` for an admin. Tokens themselves are never stored in the book; the
 stack keeps each one issued in ``credentials/api-token-<holder>.secret`` for the
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cronstream.runtime.credentials import credentials_dir, security_dir
+from cronstream.runtime.options import roles as r
 from cronstream.runtime.settings import Settings
 
 ADMIN = "*"
@@ -28,7 +29,7 @@ def digest(token: str) -> str:
 
 
 def book_path(settings: Settings) -> Path:
-    named = os.environ.get("CRONSTREAM_API_TOKENS_FILE")
+    named = r.API_TOKENS_FILE.get()
     return Path(named) if named else security_dir(settings) / "api-tokens.json"
 
 

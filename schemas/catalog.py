@@ -1,9 +1,10 @@
 """Every topic cronstream owns: name, partitions, configs and the event it carries.
 
-Names are ``<prefix>.<suffix>`` with the prefix from ``CRONSTREAM_TOPIC_PREFIX``
-(``cronstream`` by default), so tests and side-by-side deployments stay apart. The
-bootstrap step creates exactly these topics and registers one value subject per topic
-(``<topic>-value``, the registry's TopicNameStrategy, which Kafka Connect uses too).
+Names are ``<prefix>.<suffix>`` with the prefix from the topic prefix setting
+(``cronstream`` by default; docs/configuration.md), so tests and side-by-side
+deployments stay apart. The bootstrap step creates exactly these topics and registers
+one value subject per topic (``<topic>-value``, the registry's TopicNameStrategy, which
+Kafka Connect uses too).
 """
 
 from __future__ import annotations
@@ -207,7 +208,7 @@ class RoleAccess:
     history: str = ""
     group_configs: bool = False
     # Beyond Kafka and Cassandra: ``make run``'s metrics port for it is the base port
-    # (CRONSTREAM_METRICS_BASE_PORT) plus this (None: no port of its own there); it
+    # (the metrics base port setting) plus this (None: no port of its own there); it
     # counts its record faults (``runtime.faults``) and dead letters under its name.
     metrics_slot: int | None = None
     faults: bool = False

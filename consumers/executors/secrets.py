@@ -4,9 +4,9 @@ A job names a secret with a header value ``secret:NAME`` (``schemas.redact``). E
 tenant has a namespace of its own, and a job resolves NAME only in its tenant's:
 
 - the operators' jobs (tenant ``default``): the file ``<secrets-dir>/NAME``, else the
-  variable ``CRONSTREAM_SECRET_<NAME>``;
-- a job of tenant T: the file ``<secrets-dir>/T/NAME``, else the variable
-  ``CRONSTREAM_TENANT_SECRET_<T>__<NAME>``.
+  variable ``<NAME>`` of the family ``r.SECRET``;
+- a job of tenant T: the file ``<secrets-dir>/T/NAME``, else the variable ``<T>__<NAME>``
+  of the family ``r.TENANT_SECRET`` (docs/configuration.md).
 
 So a tenant's job naming an operators' secret finds nothing, and fails. Files are laid out
 as a Kubernetes secret volume or a Docker secrets mount lays them out (one trailing newline
@@ -30,14 +30,15 @@ from pathlib import Path
 
 from cronstream.consumers.errors import TargetInvalid
 from cronstream.consumers.executors.base import RunContext
+from cronstream.runtime.options import roles as r
 from cronstream.schemas.redact import secret_name
 from cronstream.schemas.tenancy import OPERATORS, TENANT_NAME
 
 log = logging.getLogger("cronstream.worker")
 
 MAX_SECRET_BYTES = 16 * 1024
-ENV_PREFIX = "CRONSTREAM_SECRET_"
-TENANT_ENV_PREFIX = "CRONSTREAM_TENANT_SECRET_"
+ENV_PREFIX = r.SECRET.prefix
+TENANT_ENV_PREFIX = r.TENANT_SECRET.prefix
 
 
 def _upper(text: str) -> str:

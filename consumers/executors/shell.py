@@ -20,8 +20,8 @@ matches any one argument); a last word ``**`` matches any number of further argu
 
 The command runs under ``reaper.py`` in a session of its own, with a scrubbed
 environment: ``PATH``, ``HOME``, ``LANG``, ``LC_ALL``, ``TZ``, ``TMPDIR`` when the worker
-has them, the variables named by ``--shell-env``, and ``CRONSTREAM_RUN_ID`` (the
-idempotency key), ``CRONSTREAM_JOB_ID``, ``CRONSTREAM_ATTEMPT``. Its payload is on
+has them, the variables named by ``--shell-env``, and the run's own (``r.SHELL_RUN_ENV``:
+its run id, the idempotency key, its job id and its attempt). Its payload is on
 stdin. When the command exits, or at a timeout or a cancel, every process it started
 (also one that called ``setsid``) gets SIGTERM, then SIGKILL after a grace period.
 Exit status 0 is success. Of its output (stdout and stderr together, in the order the
@@ -48,6 +48,7 @@ from cronstream.consumers.core.output import Dropped
 from cronstream.consumers.errors import Cancelled, ExecutionFailed, TargetInvalid, TimedOut
 from cronstream.consumers.executors.base import Output, RunContext, told
 from cronstream.consumers.executors.setup import ExecutorSetup
+from cronstream.runtime.options import roles as r
 from cronstream.schemas.events import Target
 from cronstream.schemas.targets.shell import DOTDOT, argv_matches, option_glob, shell_words
 
@@ -83,11 +84,8 @@ class ShellPolicy:
 
     def environment(self, context: RunContext) -> dict[str, str]:
         env = {k: os.environ[k] for k in (*PASSED_ENV, *self.env) if k in os.environ}
-        env.update(
-            CRONSTREAM_RUN_ID=context.run_id,
-            CRONSTREAM_JOB_ID=context.job_id,
-            CRONSTREAM_ATTEMPT=str(context.attempt),
-        )
+        run_id, job_id, attempt = r.SHELL_RUN_ENV
+        env.update({run_id: context.run_id, job_id: context.job_id, attempt: str(context.attempt)})
         return env
 
 

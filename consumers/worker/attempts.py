@@ -382,7 +382,7 @@ class Attempts:
         return count
 
     def _announce(self) -> None:
-        """The STARTED outcome of each attempt executing for ``--started-after-ms``:
+        """The STARTED outcome of each attempt executing for ``--started-after``:
         what runs longer is seen running within 100 ms of that."""
         if not self.started_after_ms:
             return

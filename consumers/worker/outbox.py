@@ -104,7 +104,7 @@ class Outbox:
     # -- what a run leaves ------------------------------------------------------------
     def announce(self, pending: Pending, now_ms: int) -> None:
         """Publish the STARTED outcome of ``pending``'s attempt (not a settlement): at
-        its start, or once it has run ``--started-after-ms`` (``Attempts``)."""
+        its start, or once it has run ``--started-after`` (``Attempts``)."""
         pending.announced = True
         self._outcome(pending, RunStatus.STARTED, None, now_ms, final=False)
 

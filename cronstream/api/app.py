@@ -309,7 +309,7 @@ def cancel(
 @router.get("/v1/runs/{run_id:path}/output")
 def run_output(who: Who, backend: Back, run_id: str) -> list[dict[str, Any]]:
     """What each attempt of the run printed or returned (docs/run-output.md), oldest
-    first; 404 when none is kept (nothing printed, past CRONSTREAM_OUTPUT_TTL_DAYS, or
+    first; 404 when none is kept (nothing printed, past the output TTL setting, or
     another tenant's run: indistinguishable, as for its records)."""
     stored = run_id if who.tenant is None else qualify(who.tenant, run_id)
     found = []

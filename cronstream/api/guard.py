@@ -90,7 +90,7 @@ class AllowedHosts:
     @classmethod
     def of(cls, bound: str, extra: Iterable[str] = ()) -> AllowedHosts:
         """The defaults (the loopback names and ``bound``, the ``--host``) and ``extra``
-        (``--allowed-host``, ``CRONSTREAM_ALLOWED_HOSTS``)."""
+        (``--allowed-host``, the setting ``runtime.options.roles.ALLOWED_HOSTS``)."""
         given = [item.strip().lower() for text in extra for item in text.split(",")]
         names, domains = set(), []
         for item in (*LOCAL_HOSTS, bound, *(g for g in given if g not in ("", "*"))):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ import httpx
 
 from cronstream.cli.common import EXIT_INVALID, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_UNAVAILABLE
 from cronstream.producers.spec import load_jobs_file, yaml_entries
+from cronstream.runtime.options import roles as r
 from cronstream.runtime.settings import Settings
 
 # HTTP status -> exit code (README, "Exit codes").
@@ -21,10 +21,11 @@ EXIT_FOR = {401: EXIT_REFUSED, 404: EXIT_NOT_FOUND, 503: EXIT_UNAVAILABLE}
 
 
 def _token(args: argparse.Namespace) -> str:
-    if os.environ.get("CRONSTREAM_API_TOKEN"):
-        return os.environ["CRONSTREAM_API_TOKEN"]
+    token = r.API_TOKEN.get()
+    if token:
+        return str(token)
     if not args.token_file:
-        raise ValueError("--api needs a token: --token-file F or $CRONSTREAM_API_TOKEN")
+        raise ValueError(f"--api needs a token: --token-file F or ${r.API_TOKEN.env}")
     try:
         return Path(args.token_file).read_text().strip()
     except OSError as exc:
@@ -60,7 +61,7 @@ def over_http(settings: Settings, args: argparse.Namespace) -> int:
         return EXIT_INVALID
     worst = 0
     headers = {"Authorization": f"Bearer {token}"}
-    with httpx.Client(base_url=args.api, headers=headers, timeout=args.timeout + 5) as http:
+    with httpx.Client(base_url=args.api, headers=headers, timeout=args.timeout / 1000 + 5) as http:
         for method, path, body in _requests(settings, args):
             try:
                 response = http.request(method, path, json=body)

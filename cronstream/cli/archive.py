@@ -12,8 +12,10 @@ import sys
 from datetime import UTC, date, datetime
 from typing import Any
 
-from cronstream.cli.common import EXIT_INVALID, at_least
-from cronstream.runtime.settings import Settings, env_int
+from cronstream.cli.common import EXIT_INVALID, at_least, duration_flag, old_seconds_flag
+from cronstream.runtime.options import roles as r
+from cronstream.runtime.options.services import ARCHIVE_KEEP
+from cronstream.runtime.settings import Settings
 
 
 def register(sub: Any) -> None:
@@ -29,16 +31,15 @@ def register(sub: Any) -> None:
         help="commit a partition's outcomes once it buffers this many",
     )
     p.add_argument(
-        "--flush-s",
-        type=float,
-        default=60.0,
-        help="... or once its oldest buffered outcome waited this long",
+        "--flush-interval",
+        type=duration_flag,
+        default=60_000,
+        help="... or once its oldest buffered outcome waited this long (60s)",
     )
     p.add_argument(
-        "--metrics-port",
-        type=int,
-        default=env_int("CRONSTREAM_ARCHIVER_METRICS_PORT", 0, minimum=0),
+        "--flush-s", dest="flush_interval", type=old_seconds_flag, help=argparse.SUPPRESS
     )
+    r.METRICS_PORTS["archiver"].add_to(p)
     p.set_defaults(handler=cmd_archiver, needs="role")
     a = sub.add_parser("archive", help="the archive table of history: compact, expire, info")
     verbs = a.add_subparsers(dest="verb", required=True)
@@ -56,8 +57,7 @@ def register(sub: Any) -> None:
     e = verbs.add_parser(
         "expire",
         help="delete the days and months wholly past the retention "
-        "($CRONSTREAM_ARCHIVE_KEEP_DAYS, default 366; the archiver does "
-        "it hourly)",
+        f"(${ARCHIVE_KEEP.env}, default 366d; the archiver does it hourly)",
     )
     e.set_defaults(handler=cmd_expire, needs="settings")
     i = verbs.add_parser(
@@ -72,8 +72,8 @@ def cmd_archiver(settings: Settings, args: argparse.Namespace) -> int:
     from cronstream.foreground import run_member
 
     settings = settings.as_role("archiver")  # its own Kafka user and ACLs
-    if args.flush_s <= 0:
-        print("error: --flush-s must be above 0", file=sys.stderr)
+    if args.flush_interval <= 0:
+        print("error: --flush-interval must be above 0", file=sys.stderr)
         return EXIT_INVALID
     try:
         keep = keep_days()
@@ -84,7 +84,7 @@ def cmd_archiver(settings: Settings, args: argparse.Namespace) -> int:
         group=args.group or f"{settings.topic_prefix}.archiver",
         name=args.name,
         flush_rows=args.flush_rows,
-        flush_s=args.flush_s,
+        flush_s=args.flush_interval / 1000,
         keep_days=keep,
     )
     return run_member(

@@ -18,6 +18,36 @@ EXIT_NOT_FOUND = 4
 EXIT_REFUSED = 5  # Kafka refused the credentials (runtime.kafka.security)
 
 
+def per_minute(per_second: float) -> int:
+    """A rate per second (every rate setting's unit) as the whole number per minute
+    a limiter counting in a 60 s window takes (0 stays 0: no limit)."""
+    return round(per_second * 60)
+
+
+def duration_flag(text: str) -> int:
+    """An argparse type: a duration (``500ms``, ``30s``, ``5m``; a bare number is
+    seconds), in milliseconds."""
+    from cronstream.schemas.definition.values import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def old_seconds_flag(text: str) -> int:
+    """An argparse type for an older flag given in seconds (``--flush-s``): its value
+    in milliseconds, with a warning that the flag goes."""
+    from cronstream.runtime.options.option import deprecated
+
+    deprecated("a flag in seconds (--flush-s)", "--flush-interval with a duration (60s)")
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    return round(seconds * 1000)
+
+
 def at_least(minimum: int) -> Callable[[str], int]:
     """An argparse type: a whole number no smaller than ``minimum``."""
 

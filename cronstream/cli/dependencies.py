@@ -9,7 +9,8 @@ import socket
 from typing import Any
 
 from cronstream.cli.tenant_flags import fire_rates, register_fire_rates
-from cronstream.runtime.settings import Settings, env_int
+from cronstream.runtime.options import roles as r
+from cronstream.runtime.settings import Settings
 
 
 def register(sub: Any) -> None:
@@ -25,19 +26,8 @@ def register(sub: Any) -> None:
         "--group", help="consumer group of its commits (default <topic prefix>.dependencies)"
     )
     p.add_argument("--name", default=f"dependencies-{socket.gethostname()}-{os.getpid()}")
-    p.add_argument(
-        "--commit-ms",
-        type=int,
-        default=env_int("CRONSTREAM_DEPENDENCIES_COMMIT_MS", 1000, minimum=1),
-        help="how often its offsets are committed (what a start reads again: the runs of "
-        "those records are emitted again, flagged)",
-    )
-    p.add_argument(
-        "--metrics-port",
-        type=int,
-        default=env_int("CRONSTREAM_DEPENDENCIES_METRICS_PORT", 0, minimum=0),
-        help="serve /metrics, /healthz, /readyz on this port (0: off)",
-    )
+    r.DEPENDENCIES_COMMIT_INTERVAL.add_to(p, old_flags=("--commit-ms",))
+    r.METRICS_PORTS["dependencies"].add_to(p)
     register_fire_rates(p)
     p.set_defaults(handler=cmd_dependencies, needs="role")
 
@@ -51,7 +41,7 @@ def cmd_dependencies(settings: Settings, args: argparse.Namespace) -> int:
     config = DependencyConfig(
         group=args.group or f"{settings.topic_prefix}.dependencies",
         name=args.name,
-        commit_ms=max(1, args.commit_ms),
+        commit_ms=max(1, args.commit_interval),
         tenant_fire_rate=rate,
         tenant_fire_rates=rates,
     )

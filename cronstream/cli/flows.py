@@ -15,7 +15,8 @@ from cronstream.cli.tenant_flags import fire_rates, register_fire_rates
 from cronstream.producers.client import JobClient
 from cronstream.producers.errors import UnknownJob
 from cronstream.producers.flows import load_flows_file
-from cronstream.runtime.settings import Settings, env_int
+from cronstream.runtime.options import roles as r
+from cronstream.runtime.settings import Settings
 from cronstream.schemas.errors import SpecError
 from cronstream.schemas.events import to_jsonable
 
@@ -173,18 +174,7 @@ def register(sub: Any) -> None:
     coord = sub.add_parser("flows-coordinator", help="run a flows coordinator (faust-streaming)")
     coord.add_argument("--name", default=f"flows-{socket.gethostname()}-{os.getpid()}")
     coord.add_argument("--log-level", default="WARNING", help="faust's log level (WARNING)")
-    coord.add_argument(
-        "--nice",
-        type=int,
-        choices=range(20),
-        default=env_int("CRONSTREAM_FLOWS_NICE", 10, minimum=0),
-        help="run at this CPU niceness, below the scheduler's (10; 0: as is)",
-    )
-    coord.add_argument(
-        "--metrics-port",
-        type=int,
-        default=env_int("CRONSTREAM_FLOWS_METRICS_PORT", 0, minimum=0),
-        help="serve /metrics, /healthz, /readyz on this port (0: off)",
-    )
+    r.FLOWS_COORDINATOR_NICE.add_to(coord, type=int, choices=range(20))
+    r.METRICS_PORTS["flows-coordinator"].add_to(coord)
     register_fire_rates(coord)  # a tenant's node runs at most at its fire rate
     coord.set_defaults(handler=cmd_flows_coordinator, needs="role")

@@ -13,6 +13,7 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from cronstream.cli.common import EXIT_NOT_FOUND, EXIT_UNAVAILABLE
+from cronstream.runtime.options.services import HISTORY_TTL, OUTPUT_TTL
 from cronstream.runtime.settings import Settings
 from cronstream.schemas.definition import parse_duration, parse_instant
 from cronstream.schemas.errors import SpecError
@@ -33,10 +34,10 @@ def register(sub: Any) -> None:
         description="JOB_ID: the job's attempts (latest status each) in the window. "
         "--status without JOB_ID: outcomes with that status recorded in the window. "
         "--run: every record of one run, attempt by attempt (with --output: what each "
-        "attempt printed or returned, kept CRONSTREAM_OUTPUT_TTL_DAYS). --flow-run: a flow run's "
+        f"attempt printed or returned, kept ${OUTPUT_TTL.env}). --flow-run: a flow run's "
         "status and each node run's attempts and timings. With --tenant T, ids are "
         "T's own (T/JOB_ID is stored); --status across jobs needs --tenant or "
-        "--all-tenants. Windows older than Cassandra keeps (CRONSTREAM_HISTORY_TTL_DAYS) "
+        f"--all-tenants. Windows older than Cassandra keeps (${HISTORY_TTL.env}) "
         "are read from the archive table too, in one answer.",
     )
     h.add_argument("job_id", nargs="?", metavar="JOB_ID")
@@ -166,7 +167,7 @@ def cmd_history(settings: Settings, args: argparse.Namespace) -> int:
     except ArchiveUnavailable as exc:
         print(
             f"error: {exc} (needed for what is older than the {settings.history_ttl_days} "
-            "days Cassandra keeps: CRONSTREAM_HISTORY_TTL_DAYS)",
+            f"days Cassandra keeps: {HISTORY_TTL.env})",
             file=sys.stderr,
         )
         return EXIT_UNAVAILABLE
@@ -296,7 +297,7 @@ def _show_output(table: OutputTable, args: argparse.Namespace) -> int:
     if not found:
         print(
             f"no output kept for run {args.run} (it printed nothing, or it is older than "
-            "CRONSTREAM_OUTPUT_TTL_DAYS)",
+            f"{OUTPUT_TTL.env})",
             file=sys.stderr,
         )
         return EXIT_NOT_FOUND

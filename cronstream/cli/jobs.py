@@ -13,7 +13,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from cronstream.cli.backfill import add_backfill
-from cronstream.cli.common import EXIT_INVALID, EXIT_UNAVAILABLE
+from cronstream.cli.common import EXIT_INVALID, EXIT_UNAVAILABLE, duration_flag
 from cronstream.producers.client import JobClient
 from cronstream.producers.errors import UnknownJob
 from cronstream.producers.spec import load_jobs_file
@@ -293,7 +293,8 @@ def cmd_tail(settings: Settings, args: argparse.Namespace) -> int:
         while args.n is None or printed < args.n:
             msg = consumer.poll(0.5)
             if msg is None:
-                if args.timeout is not None and time.monotonic() - idle_since > args.timeout:
+                idle = time.monotonic() - idle_since
+                if args.timeout is not None and idle > args.timeout / 1000:
                     break
                 continue
             if msg.error():
@@ -471,5 +472,7 @@ def register(sub: Any) -> None:
     tail.add_argument("topic", help="full name, or a catalog name such as jobs, runs.high")
     tail.add_argument("--from-beginning", action="store_true")
     tail.add_argument("-n", type=int, help="stop after N records")
-    tail.add_argument("--timeout", type=float, help="stop after S seconds without a record")
+    tail.add_argument(
+        "--timeout", type=duration_flag, help="stop after this long without a record (e.g. 30s)"
+    )
     tail.set_defaults(handler=cmd_tail, needs="settings")

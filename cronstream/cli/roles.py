@@ -22,11 +22,13 @@ import socket
 import sys
 from typing import Any
 
-from cronstream.cli.common import EXIT_INVALID, at_least
+from cronstream.cli.common import EXIT_INVALID, per_minute
 from cronstream.cli.tenant_flags import add_grant_flags, fire_rates, register_fire_rates
 from cronstream.cli.worker import register_worker
 from cronstream.runtime.consoles import console_port
-from cronstream.runtime.settings import Settings, env_int, env_list
+from cronstream.runtime.options import roles as r
+from cronstream.runtime.options.services import CONSOLE
+from cronstream.runtime.settings import Settings
 
 
 def register(sub: Any) -> None:
@@ -35,8 +37,8 @@ def register(sub: Any) -> None:
     _register_sink(sub)
     _register_admission(sub)
     p = sub.add_parser("api", help="serve the tenant-facing HTTP API (tokens: runtime.tokens)")
-    p.add_argument("--host", default=os.environ.get("CRONSTREAM_API_HOST", "127.0.0.1"))
-    p.add_argument("--port", type=int, default=env_int("CRONSTREAM_API_PORT", 8780, minimum=1))
+    r.API_HOST.add_to(p, "--host")
+    r.API_PORT.add_to(p, "--port")
     p.add_argument("--name", default=f"api-{socket.gethostname()}-{os.getpid()}")
     _register_hosts(p)
     p.set_defaults(handler=cmd_api, needs="role")
@@ -47,16 +49,16 @@ def register(sub: Any) -> None:
         "job's page with actions, run search, dead letters with replay. Sign in at /ui/login "
         "with an API token (a tenant's sees only that tenant).",
     )
-    p.add_argument("--host", default=os.environ.get("CRONSTREAM_UI_HOST", "127.0.0.1"))
-    p.add_argument("--port", type=int, default=env_int("CRONSTREAM_UI_PORT", 8780, minimum=1))
+    r.UI_HOST.add_to(p, "--host")
+    r.UI_PORT.add_to(p, "--port")
     p.add_argument("--name", default=f"ui-{socket.gethostname()}-{os.getpid()}")
     stack = f"https://127.0.0.1:{console_port('prometheus')}"
     p.add_argument(
         "--prometheus",
         metavar="URL",
-        default=os.environ.get("CRONSTREAM_PROMETHEUS_URL", stack),
-        help="the Prometheus scraping cronstream (the overview's figures; its "
-        "login: CRONSTREAM_PROMETHEUS_USER, _PASSWORD(_FILE), _CA)",
+        default=os.environ.get(CONSOLE.name("PROMETHEUS_URL")) or stack,
+        help="the Prometheus scraping cronstream (the overview's figures; its login and CA: "
+        "the console settings, docs/configuration.md)",
     )
     p.add_argument(
         "--anonymous",
@@ -76,14 +78,13 @@ def register(sub: Any) -> None:
 
 
 def _register_hosts(p: Any) -> None:
-    p.add_argument(
-        "--allowed-host",
+    r.ALLOWED_HOSTS.add_to(
+        p,
         action="append",
         metavar="NAME",
-        default=env_list("CRONSTREAM_ALLOWED_HOSTS"),
         help="a Host name requests may be addressed to besides 127.0.0.1, localhost, ::1, "
         "--host and any IP address (.example.com: the domain and its subdomains; *: any); "
-        "repeatable; others are refused with 400 (DNS rebinding)",
+        f"repeatable; others are refused with 400 (DNS rebinding) (${r.ALLOWED_HOSTS.env})",
     )
 
 
@@ -91,58 +92,32 @@ def _register_scheduler(sub: Any) -> None:
     p = sub.add_parser("scheduler", help="run a scheduler processor (fires due runs)")
     p.add_argument("--group", help="consumer group (default <topic prefix>.scheduler)")
     p.add_argument("--name", default=f"scheduler-{socket.gethostname()}-{os.getpid()}")
-    p.add_argument(
-        "--metrics-port",
-        type=int,
-        default=env_int("CRONSTREAM_SCHEDULER_METRICS_PORT", 0, minimum=0),
-        help="serve Prometheus metrics on this port (0: off)",
-    )
-    p.add_argument(
-        "--misfire-threshold-ms",
-        type=int,
-        default=env_int("CRONSTREAM_MISFIRE_THRESHOLD_MS", 60_000, minimum=0),
-        help="a slot later than this is a misfire (its job's policy applies)",
-    )
-    p.add_argument(
-        "--checkpoint-ms",
-        type=int,
-        default=env_int("CRONSTREAM_CHECKPOINT_MS", 1000),
-        help="how often progress is committed (bounds re-emits after a crash)",
-    )
-    p.add_argument(
-        "--session-timeout-ms",
-        type=int,
-        default=env_int("CRONSTREAM_SCHEDULER_SESSION_TIMEOUT_MS", 10_000),
-        help="how long a silent scheduler keeps its partitions",
-    )
+    r.METRICS_PORTS["scheduler"].add_to(p)
+    r.MISFIRE_THRESHOLD.add_to(p, old_flags=("--misfire-threshold-ms",))
+    r.COMMIT_INTERVAL.add_to(p, old_flags=("--checkpoint-ms",))
+    r.SCHEDULER_SESSION_TIMEOUT.add_to(p, old_flags=("--session-timeout-ms",))
     _register_store(p)
-    p.add_argument(
-        "--lookahead-ms",
-        type=int,
-        default=env_int("CRONSTREAM_LOOKAHEAD_MS", 1000, minimum=0),
-        help="emit run requests up to this long before they are due (the worker holds "
-        "each until its due time), so a boundary burst has left before the boundary; 0: "
-        "emit when due; at most 60000",
-    )
+    r.LOOKAHEAD.add_to(p, old_flags=("--lookahead-ms",))
     register_fire_rates(p)
     p.set_defaults(handler=cmd_scheduler, needs="role")
 
 
 def _register_store(p: Any) -> None:
     """The scheduler's two tiers (``streams.scheduler.state``) and its static membership."""
-    p.add_argument(
-        "--state-dir",
-        default=os.environ.get("CRONSTREAM_SCHEDULER_STATE_DIR") or None,
+    r.SCHEDULER_STATE_DIR.add_to(
+        p,
+        metavar="DIR",
         help="two tiers: keep every job in a RocksDB store per partition under DIR and in "
         "memory only what is due within the next minute; a restart on the same disk "
-        "takes its partitions back without replaying the jobs topic",
+        "takes its partitions back without replaying the jobs topic "
+        f"(${r.SCHEDULER_STATE_DIR.env})",
     )
-    p.add_argument(
-        "--instance-id",
-        default=os.environ.get("CRONSTREAM_SCHEDULER_INSTANCE_ID") or None,
+    r.SCHEDULER_INSTANCE_ID.add_to(
+        p,
         help="static group membership: a scheduler started again with the same id (after a "
         "crash, on the same --state-dir) takes its partitions back at once instead of after "
-        "--session-timeout-ms; a stopped one keeps them that long unless it comes back",
+        "--session-timeout; a stopped one keeps them that long unless it comes back "
+        f"(${r.SCHEDULER_INSTANCE_ID.env})",
     )
     p.add_argument(
         "--rebuild-index",
@@ -154,11 +129,11 @@ def _register_store(p: Any) -> None:
         "--no-standby",
         dest="standby",
         action="store_false",
-        default=os.environ.get("CRONSTREAM_SCHEDULER_STANDBY", "1") != "0",
+        default=r.SCHEDULER_STANDBY.get(),
         help="with --state-dir: keep no standby stores of the partitions other schedulers "
         "own (by default every scheduler keeps all of them warm on its disk, joins the "
         "group once they are, and takes a partition over from its standby store in "
-        "seconds when the owner's host is lost)",
+        f"seconds when the owner's host is lost; ${r.SCHEDULER_STANDBY.env}=0 says the same)",
     )
     p.add_argument(
         "--check-index",
@@ -176,9 +151,7 @@ def _register_sink(sub: Any) -> None:
         "--batch-rows", type=int, default=64, help="rows per unlogged batch (1: no batches)"
     )
     p.add_argument("--in-flight", type=int, default=16, help="batches written at once")
-    p.add_argument(
-        "--metrics-port", type=int, default=env_int("CRONSTREAM_SINK_METRICS_PORT", 0, minimum=0)
-    )
+    r.METRICS_PORTS["sink"].add_to(p)
     p.set_defaults(handler=cmd_sink, needs="role")
 
 
@@ -186,29 +159,10 @@ def _register_admission(sub: Any) -> None:
     p = sub.add_parser("admission", help="run an admission (tenants' commands -> jobs)")
     p.add_argument("--group", help="consumer group (default <topic prefix>.admission)")
     p.add_argument("--name", default=f"admission-{socket.gethostname()}-{os.getpid()}")
-    p.add_argument(
-        "--max-jobs",
-        type=at_least(0),
-        default=env_int("CRONSTREAM_TENANT_MAX_JOBS", 1000, minimum=0),
-        help="jobs one tenant may have (a put of a new one over it is refused)",
-    )
-    p.add_argument(
-        "--max-event-jobs",
-        type=at_least(0),
-        default=env_int("CRONSTREAM_TENANT_MAX_EVENT_JOBS", 100, minimum=0),
-        help="of those, jobs with an event trigger (on:) one tenant may have",
-    )
-    p.add_argument(
-        "--triggers-per-minute",
-        type=at_least(0),
-        default=env_int("CRONSTREAM_TENANT_TRIGGERS_PER_MINUTE", 600, minimum=0),
-        help="manual runs one tenant may start in any 60 s (more are refused)",
-    )
-    p.add_argument(
-        "--metrics-port",
-        type=int,
-        default=env_int("CRONSTREAM_ADMISSION_METRICS_PORT", 0, minimum=0),
-    )
+    r.TENANT_MAX_JOBS.add_to(p)
+    r.TENANT_MAX_EVENT_JOBS.add_to(p)
+    r.TENANT_TRIGGERS_PER_SECOND.add_to(p, old_flags=("--triggers-per-minute",))
+    r.METRICS_PORTS["admission"].add_to(p)
     add_grant_flags(p)
     p.set_defaults(handler=cmd_admission, needs="role")
 
@@ -220,8 +174,8 @@ def cmd_scheduler(settings: Settings, args: argparse.Namespace) -> int:
 
     settings = settings.as_role("scheduler")  # its own Kafka user and ACLs
     rate, rates = fire_rates(args)
-    if not 0 <= args.lookahead_ms <= MAX_LOOKAHEAD_MS:
-        print(f"error: --lookahead-ms must be 0 to {MAX_LOOKAHEAD_MS}", file=sys.stderr)
+    if not 0 <= args.lookahead <= MAX_LOOKAHEAD_MS:
+        print(f"error: --lookahead must be 0 to {MAX_LOOKAHEAD_MS // 1000}s", file=sys.stderr)
         return EXIT_INVALID
     if (args.rebuild_index or args.check_index) and not args.state_dir:
         print("error: --rebuild-index and --check-index need --state-dir", file=sys.stderr)
@@ -232,10 +186,10 @@ def cmd_scheduler(settings: Settings, args: argparse.Namespace) -> int:
         tenant_fire_rate=rate,
         tenant_fire_rates=rates,
         group=args.group or f"{settings.topic_prefix}.scheduler",
-        threshold_ms=args.misfire_threshold_ms,
-        checkpoint_ms=args.checkpoint_ms,
-        session_timeout_ms=args.session_timeout_ms,
-        lookahead_ms=args.lookahead_ms,
+        threshold_ms=args.misfire_threshold,
+        checkpoint_ms=args.commit_interval,
+        session_timeout_ms=args.session_timeout,
+        lookahead_ms=args.lookahead,
         state_dir=args.state_dir,
         rebuild_index=args.rebuild_index,
         standby=args.standby,
@@ -302,7 +256,7 @@ def cmd_admission(settings: Settings, args: argparse.Namespace) -> int:
         quotas=Quotas(
             max_jobs=args.max_jobs,
             max_event_jobs=args.max_event_jobs,
-            triggers_per_minute=args.triggers_per_minute,
+            triggers_per_minute=per_minute(args.triggers_per_second),
         ),
         grants=tuple(args.grant),
         policy_file=policy_path(settings, args.policy),

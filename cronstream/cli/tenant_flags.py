@@ -6,30 +6,23 @@ backfill``)."""
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
 from cronstream.runtime.errors import SettingsError
-from cronstream.runtime.settings import env_list
+from cronstream.runtime.options import roles as r
 
 
 def register_fire_rates(p: Any) -> None:
     """A tenant's fire rate (``streams.core.rates``), read by the scheduler, the
     dependency processor, the flows coordinator and ``runs backfill``: give them the
     same."""
-    p.add_argument(
-        "--tenant-fires-per-second",
-        type=float,
-        default=float(os.environ.get("CRONSTREAM_TENANT_FIRES_PER_SECOND") or 1000),
-        help="runs fired per second per tenant (0: no limit); the excess is deferred at "
-        "the rate, never dropped; tenant 'default' is never limited",
-    )
-    p.add_argument(
-        "--tenant-fire-rate",
+    r.TENANT_FIRES_PER_SECOND.add_to(p)
+    r.TENANT_FIRE_RATES.add_to(
+        p,
         action="append",
         metavar="TENANT=N",
-        default=env_list("CRONSTREAM_TENANT_FIRE_RATES"),
-        help="a tenant's own fires per second; repeatable",
+        help="a tenant's own fires per second; repeatable "
+        f"(${r.TENANT_FIRE_RATES.env}, comma-separated)",
     )
 
 
@@ -60,19 +53,19 @@ def tenant_values(items: list[str], flag: str, most: int) -> tuple[tuple[str, in
 def add_grant_flags(p: Any) -> None:
     """The tenants' target policy (``schemas.policy``): the admission and every worker
     must be given the same grants."""
-    p.add_argument(
-        "--grant",
+    r.TENANT_GRANTS.add_to(
+        p,
         action="append",
         metavar="TENANT:KIND=VALUE",
-        default=env_list("CRONSTREAM_TENANT_GRANTS"),
         help="let TENANT's jobs use a target beyond public http and its own <tenant>.* "
         "topics: http=HOST[:PORT] (a private address, network or name), kafka=PATTERN, "
-        "python=MODULE[:FUNCTION], shell=PATTERN, flow=PATTERN; repeatable",
+        "python=MODULE[:FUNCTION], shell=PATTERN, flow=PATTERN; repeatable "
+        f"(${r.TENANT_GRANTS.env}, comma-separated)",
     )
     p.add_argument(
         "--policy",
         metavar="FILE",
         default=None,
         help="a file of grants, one TENANT:KIND=VALUE a line, re-read when it changes "
-        "(default $CRONSTREAM_TENANT_POLICY, else the stack's security/tenant-grants)",
+        f"(default ${r.TENANT_POLICY.env}, else the stack's security/tenant-grants)",
     )

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from cronstream.cli.api import over_http
-from cronstream.cli.common import EXIT_INVALID, EXIT_UNAVAILABLE
+from cronstream.cli.common import EXIT_INVALID, EXIT_UNAVAILABLE, duration_flag
 from cronstream.producers.errors import NoAnswer
 from cronstream.producers.spec import load_jobs_file
 from cronstream.producers.tenant import TenantClient
+from cronstream.runtime.options import roles as r
 from cronstream.runtime.settings import Settings
 from cronstream.schemas.events import to_jsonable
 from cronstream.schemas.redact import redact_jsonable
@@ -23,24 +23,23 @@ from cronstream.schemas.tenancy import TenantResult
 
 def register(sub: Any) -> None:
     tenant = sub.add_parser("tenant", help="act on your own jobs as a tenant (via admission)")
+    r.TENANT.add_to(tenant)
     tenant.add_argument(
-        "--tenant",
-        default=os.environ.get("CRONSTREAM_TENANT"),
-        help="your tenant name (default $CRONSTREAM_TENANT)",
+        "--timeout",
+        type=duration_flag,
+        default=30_000,
+        help="how long to wait for each answer (30s)",
     )
-    tenant.add_argument(
-        "--timeout", type=float, default=30.0, help="seconds to wait for each answer"
-    )
-    tenant.add_argument(
-        "--api",
+    r.API_URL.add_to(
+        tenant,
         metavar="URL",
-        default=os.environ.get("CRONSTREAM_API_URL"),
-        help="through `cronstream api` at URL instead of Kafka (the tenant is the token's)",
+        help="through `cronstream api` at URL instead of Kafka (the tenant is the token's) "
+        f"(${r.API_URL.env})",
     )
-    tenant.add_argument(
-        "--token-file",
-        default=os.environ.get("CRONSTREAM_API_TOKEN_FILE"),
-        help="the API token (default $CRONSTREAM_API_TOKEN)",
+    r.API_TOKEN_FILE.add_to(
+        tenant,
+        help=f"a file holding the API token (${r.API_TOKEN_FILE.env}; or the token itself "
+        f"in ${r.API_TOKEN.env})",
     )
     acts = tenant.add_subparsers(dest="tenant_command", required=True)
     put = acts.add_parser("put", help="create or change the jobs of a jobs YAML file")
@@ -61,7 +60,7 @@ def cmd_tenant(settings: Settings, args: argparse.Namespace) -> int:
     if args.api:
         return over_http(settings, args)
     if not args.tenant:
-        print("error: --tenant (or $CRONSTREAM_TENANT) is required", file=sys.stderr)
+        print(f"error: --tenant (or ${r.TENANT.env}) is required", file=sys.stderr)
         return EXIT_INVALID
     with TenantClient(settings, args.tenant) as client:
         try:
@@ -76,7 +75,7 @@ def cmd_tenant(settings: Settings, args: argparse.Namespace) -> int:
 
 def _act(client: TenantClient, args: argparse.Namespace) -> list[TenantResult]:
     command = args.tenant_command
-    client.timeout = args.timeout
+    client.timeout = args.timeout / 1000
     if command == "put":
         max_bytes = client.settings.max_payload_bytes
         jobs = load_jobs_file(Path(args.file), max_payload_bytes=max_bytes)

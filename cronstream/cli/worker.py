@@ -15,7 +15,8 @@ from typing import Any
 
 from cronstream.cli.common import EXIT_INVALID, at_least
 from cronstream.cli.tenant_flags import add_grant_flags, tenant_values
-from cronstream.runtime.settings import Settings, env_int, env_list
+from cronstream.runtime.options import roles as r
+from cronstream.runtime.settings import Settings
 from cronstream.schemas.limits import MAX_OUTPUT_BYTES
 
 
@@ -25,34 +26,31 @@ def register_worker(sub: Any) -> None:  # long: the worker's flags, one call eac
     p.add_argument("--name", default=f"worker-{socket.gethostname()}-{os.getpid()}")
     _add_worker_slots(p)
     _add_worker_membership(p)
-    p.add_argument(
-        "--metrics-port", type=int, default=env_int("CRONSTREAM_WORKER_METRICS_PORT", 0, minimum=0)
-    )
-    p.add_argument(
-        "--http-allow",
+    r.METRICS_PORTS["worker"].add_to(p)
+    r.HTTP_ALLOW.add_to(
+        p,
         action="append",
-        default=env_list("CRONSTREAM_HTTP_ALLOW"),
-        help="a network (CIDR) http targets may call although not public; repeatable",
+        help="a network (CIDR) http targets may call although not public; repeatable "
+        f"(${r.HTTP_ALLOW.env}, comma-separated)",
     )
-    p.add_argument(
-        "--shell-allow",
+    r.SHELL_ALLOW.add_to(
+        p,
         action="append",
-        default=env_list("CRONSTREAM_SHELL_ALLOW"),
         help="a pattern of whole commands shell targets may run, one fnmatch pattern per "
-        "argument, a last '**' for any further ones (shell is off without one); repeatable",
+        "argument, a last '**' for any further ones (shell is off without one); repeatable "
+        f"(${r.SHELL_ALLOW.env}, comma-separated)",
     )
-    p.add_argument(
-        "--shell-env",
+    r.SHELL_ENV.add_to(
+        p,
         action="append",
-        default=env_list("CRONSTREAM_SHELL_ENV"),
-        help="a variable of the worker's environment shell targets also get; repeatable",
+        help="a variable of the worker's environment shell targets also get; repeatable "
+        f"(${r.SHELL_ENV.env}, comma-separated)",
     )
-    p.add_argument(
-        "--secrets-dir",
-        default=os.environ.get("CRONSTREAM_SECRETS_DIR") or None,
+    r.SECRETS_DIR.add_to(
+        p,
         help="a directory of secret files: a header value secret:NAME is the file NAME, "
-        "TENANT/NAME for a tenant's job (else $CRONSTREAM_SECRET_<NAME>, "
-        "$CRONSTREAM_TENANT_SECRET_<TENANT>__<NAME>)",
+        f"TENANT/NAME for a tenant's job (else ${r.SECRET.pattern}, "
+        f"${r.TENANT_SECRET.pattern}; ${r.SECRETS_DIR.env})",
     )
     p.add_argument(
         "--python-allow",
@@ -61,27 +59,19 @@ def register_worker(sub: Any) -> None:  # long: the worker's flags, one call eac
         help="a module prefix (pkg.mod) or callable (pkg.mod:function) python targets may "
         "call; repeatable (default: examples)",
     )
-    p.add_argument(
-        "--kafka-allow",
+    r.KAFKA_ALLOW.add_to(
+        p,
         action="append",
-        default=env_list("CRONSTREAM_KAFKA_ALLOW"),
         help="a topic pattern (fnmatch) kafka targets may write to; repeatable; none: any "
-        "topic but cronstream's own and Kafka's internal ones",
+        f"topic but cronstream's own and Kafka's internal ones (${r.KAFKA_ALLOW.env})",
     )
-    p.add_argument(
-        "--tenant-credentials",
-        metavar="DIR",
-        default=os.environ.get("CRONSTREAM_TENANT_CREDENTIALS") or None,
-        help="where tenant-<name>.secret files are: a tenant's kafka targets write as the "
-        "tenant (default: the local stack's credentials)",
-    )
-    p.add_argument(
-        "--tenant-weight",
+    r.TENANT_CREDENTIALS.add_to(p, metavar="DIR")
+    r.TENANT_WEIGHTS.add_to(
+        p,
         action="append",
         metavar="TENANT=N",
-        default=env_list("CRONSTREAM_TENANT_WEIGHTS"),
         help="starts per turn of TENANT in each priority's round among tenants (default 1); "
-        "repeatable",
+        f"repeatable (${r.TENANT_WEIGHTS.env}, comma-separated)",
     )
     add_grant_flags(p)
     p.set_defaults(handler=cmd_worker, needs="role")
@@ -89,15 +79,14 @@ def register_worker(sub: Any) -> None:  # long: the worker's flags, one call eac
 
 def _add_worker_slots(p: Any) -> None:
     """How many attempts a worker runs at once, and how many of them to one destination."""
-    p.add_argument(
-        "--concurrency", type=at_least(1), default=env_int("CRONSTREAM_WORKER_CONCURRENCY", 32)
-    )
-    p.add_argument(
-        "--destination-slots",
+    r.WORKER_CONCURRENCY.add_to(p)
+    r.WORKER_DESTINATION_SLOTS.add_to(
+        p,
         type=at_least(1),
-        default=env_int("CRONSTREAM_WORKER_DESTINATION_SLOTS", 0, minimum=0) or None,
+        default=r.WORKER_DESTINATION_SLOTS.get() or None,
         help="of the --concurrency slots, at most this many for one destination (a kafka "
-        "topic partition, an http origin); default half of --concurrency",
+        "topic partition, an http origin); default half of --concurrency "
+        f"(${r.WORKER_DESTINATION_SLOTS.env})",
     )
 
 
@@ -105,36 +94,11 @@ def _add_worker_membership(p: Any) -> None:
     """How a worker leaves (``--grace``), how long its group waits for a silent one,
     what it remembers of runs its partitions' earlier owners executed, when a run is
     recorded STARTED, and how much of what it printed is kept."""
-    p.add_argument("--grace", type=float, default=30.0, help="seconds to drain on SIGTERM")
-    p.add_argument(
-        "--session-timeout-ms",
-        type=int,
-        default=env_int("CRONSTREAM_WORKER_SESSION_TIMEOUT_MS", 10_000),
-        help="how long a silent worker keeps its partitions: its group's, set on the "
-        "broker at start (one value per group; the broker's bounds apply)",
-    )
-    p.add_argument(
-        "--dedup-capacity",
-        type=at_least(1000),
-        default=env_int("CRONSTREAM_WORKER_DEDUP_CAPACITY", 2_000_000, minimum=1000),
-        help="run ids remembered for dedup at most (~130 bytes each; the oldest go first)",
-    )
-    p.add_argument(
-        "--started-after-ms",
-        type=at_least(0),
-        metavar="MS",
-        default=env_int("CRONSTREAM_WORKER_STARTED_AFTER_MS", 1000, minimum=0),
-        help="publish a run's STARTED record once it has executed this long; a run that ends "
-        "sooner records its final outcome alone, with its start (0: every run; default 1000)",
-    )
-    p.add_argument(
-        "--output-limit",
-        type=at_least(0),
-        metavar="BYTES",
-        default=env_int("CRONSTREAM_WORKER_OUTPUT_LIMIT", 64 * 1024, minimum=0),
-        help="bytes kept of what each attempt printed or returned, its last (docs/run-output.md; "
-        f"default 65536, at most {MAX_OUTPUT_BYTES}; 0: keep none)",
-    )
+    r.WORKER_GRACE.add_to(p)
+    r.WORKER_SESSION_TIMEOUT.add_to(p, old_flags=("--session-timeout-ms",))
+    r.WORKER_DEDUP_CAPACITY.add_to(p)
+    r.WORKER_STARTED_AFTER.add_to(p, old_flags=("--started-after-ms",))
+    r.WORKER_OUTPUT_LIMIT.add_to(p, metavar="BYTES")
 
 
 def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
@@ -148,7 +112,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     from cronstream.runtime.stop import STOP_BUDGET_S
 
     settings = settings.as_role("worker")  # its own Kafka user and ACLs
-    python_allow = tuple(env_list("CRONSTREAM_PYTHON_ALLOW") + (args.python_allow or []))
+    python_allow = tuple((*r.PYTHON_ALLOW.get(), *(args.python_allow or [])))
     try:  # the policies refuse what they cannot use before anything starts
         ShellPolicy(args.shell_allow)
         PythonPolicy(python_allow or PYTHON_DEFAULT_ALLOW)
@@ -167,9 +131,9 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
         name=args.name,
         concurrency=args.concurrency,
         destination_slots=args.destination_slots or 0,
-        grace_s=args.grace,
-        session_timeout_ms=args.session_timeout_ms,
-        started_after_ms=args.started_after_ms,
+        grace_s=args.grace / 1000,
+        session_timeout_ms=args.session_timeout,
+        started_after_ms=args.started_after,
         dedup_capacity=args.dedup_capacity,
         output_limit=args.output_limit,
         http_allow=tuple(args.http_allow),

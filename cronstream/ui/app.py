@@ -75,7 +75,7 @@ class UiOptions:
 
 
 def prometheus_access(backend: Backend, options: UiOptions) -> ConsoleAccess:
-    """``--prometheus`` with its login and CA (``CRONSTREAM_PROMETHEUS_*``)."""
+    """``--prometheus`` with its login and CA (the console settings, ``runtime.consoles``)."""
     access = console_access(backend.settings, "prometheus")
     return replace(access, url=options.prometheus_url.rstrip("/"))
 

@@ -2,7 +2,7 @@
 late or stuck, and what it cannot (the page says both).
 
 - **Running past its timeout**, from history: attempts whose STARTED record (a worker
-  writes one once an attempt has run ``--started-after-ms``, 1 s by default) has no
+  writes one once an attempt has run ``--started-after``, 1 s by default) has no
   final outcome and no later attempt, and began longer ago than its timeout plus
   ``GRACE_S`` (the worker ends an attempt at its timeout: one still open is a worker
   that died or hangs). Looked for among the STARTED records of the last

@@ -8,12 +8,11 @@ minute, commands refused and fires deferred from Prometheus (the admission's and
 schedulers' counters); failing jobs from history (failed, timed-out and dead-lettered
 attempts in the last 24 hours) and the workers' failure streaks. The quotas' limits are
 the admission's and the scheduler's flags: the dashboard cannot ask them, so it shows
-the values their environment variables give in its own environment (the defaults
-unless the deployment sets them for every role alike)."""
+the values their settings (``runtime.options.roles``) have in its own environment (the
+defaults unless the deployment sets them for every role alike)."""
 
 from __future__ import annotations
 
-import os
 import time
 from collections import Counter
 from datetime import timedelta
@@ -24,7 +23,13 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from cronstream.api.backend import Backend
-from cronstream.runtime.settings import env_int, env_list
+from cronstream.runtime.options.roles import (
+    TENANT_FIRE_RATES,
+    TENANT_FIRES_PER_SECOND,
+    TENANT_MAX_EVENT_JOBS,
+    TENANT_MAX_JOBS,
+    TENANT_TRIGGERS_PER_SECOND,
+)
 from cronstream.schemas.events import RunOutcome, utc_now
 from cronstream.schemas.redact import redact_text
 from cronstream.schemas.tenancy import tenant_problems
@@ -38,17 +43,17 @@ FAILURE_ROWS = 1000  # of the last 24 hours read for the failing jobs
 
 
 def limits(tenant: str) -> dict[str, float]:
-    """The tenant's quotas as this process's environment gives them (``CRONSTREAM_*``,
-    the admission's and the scheduler's defaults otherwise)."""
-    rate = float(os.environ.get("CRONSTREAM_TENANT_FIRES_PER_SECOND") or 1000)
-    for item in env_list("CRONSTREAM_TENANT_FIRE_RATES"):
+    """The tenant's quotas as this process's environment gives them (the tenant limits'
+    settings, the admission's and the scheduler's defaults otherwise); rates per second."""
+    rate = float(TENANT_FIRES_PER_SECOND.get())
+    for item in TENANT_FIRE_RATES.get():
         name, _, value = item.partition("=")
         if name.strip() == tenant:
             rate = float(value)
     return {
-        "max_jobs": env_int("CRONSTREAM_TENANT_MAX_JOBS", 1000, minimum=0),
-        "max_event_jobs": env_int("CRONSTREAM_TENANT_MAX_EVENT_JOBS", 100, minimum=0),
-        "triggers_per_minute": env_int("CRONSTREAM_TENANT_TRIGGERS_PER_MINUTE", 600, minimum=0),
+        "max_jobs": TENANT_MAX_JOBS.get(),
+        "max_event_jobs": TENANT_MAX_EVENT_JOBS.get(),
+        "triggers_per_second": TENANT_TRIGGERS_PER_SECOND.get(),
         "fires_per_second": 0.0 if tenant == "default" else rate,
     }
 

@@ -2,18 +2,18 @@
 
 The local stack's broker (``infra.services.Kafka``) has three client listeners:
 
-- ``CRONSTREAM_KAFKA_PORT`` (9092): SASL_SSL, SCRAM-SHA-512 over TLS. Every cronstream
-  process and operator connects here as a Kafka user (``CRONSTREAM_KAFKA_USER``, by
-  default ``cronstream-app``) with its password.
-- ``CRONSTREAM_KAFKA_ADMIN_PORT`` (9095): TLS with client certificates, the certificate's
+- ``o.KAFKA_PORT`` (9092): SASL_SSL, SCRAM-SHA-512 over TLS. Every cronstream process
+  and operator connects here as a Kafka user (``o.KAFKA_USER``, by default
+  ``cronstream-app``) with its password.
+- ``o.KAFKA_ADMIN_PORT`` (9095): TLS with client certificates, the certificate's
   CN the user. The bootstrap and the readiness probe act here as the super user
   ``cronstream-admin`` (the stack's ``tls/admin.pem``), which creates users, ACLs and
   topics; kcat as cronstream's user (``tls/<user>.pem``, the same ACLs).
-- ``CRONSTREAM_KAFKA_PLAINTEXT_PORT`` (9094): no authentication, and no rights but on
+- ``o.KAFKA_PLAINTEXT_PORT`` (9094): no authentication, and no rights but on
   the ``bench-plain.`` topics: the secured-vs-plaintext benchmark.
 
-The password comes from ``CRONSTREAM_KAFKA_PASSWORD``, else the file named by
-``CRONSTREAM_KAFKA_PASSWORD_FILE``, else the stack's ``credentials/<user>.secret``. It
+The password comes from ``o.KAFKA_PASSWORD``, else the file named by
+``o.KAFKA_PASSWORD_FILE``, else the stack's ``credentials/<user>.secret``. It
 is read when a client is built and never logged. Kafka refusing it ends the process with
 ``KafkaAuthError`` (librdkafka alone would retry forever, saying nothing).
 """
@@ -29,6 +29,7 @@ from confluent_kafka import KafkaError
 
 from cronstream.runtime.credentials import credentials_dir, read_password, stack_ca, tls_dir
 from cronstream.runtime.errors import KafkaAuthError
+from cronstream.runtime.options import services as o
 from cronstream.runtime.settings import Settings
 
 BROKER_PRINCIPAL = "cronstream-broker"
@@ -49,7 +50,7 @@ def kafka_password(settings: Settings, env: Mapping[str, str] | None = None) -> 
     """The password of ``settings.kafka_user`` (see the module's text for where)."""
     user, env = settings.kafka_user, os.environ if env is None else env
     stored = kafka_secret_path(settings, user)
-    return read_password("Kafka", user, stored, env, "CRONSTREAM_KAFKA_PASSWORD")
+    return read_password("Kafka", user, stored, env, o.KAFKA_PASSWORD, o.KAFKA_PASSWORD_FILE)
 
 
 # librdkafka reports a connection lost during the SASL handshake as an authentication

@@ -85,7 +85,7 @@ def _policy_problems(job: JobDefinition, max_payload_bytes: int) -> list[str]:
         if size > max_payload_bytes:
             problems.append(
                 f"payload is {size} bytes, over the {max_payload_bytes}-byte limit "
-                "(CRONSTREAM_MAX_PAYLOAD_BYTES)"
+                "(the max payload setting)"
             )
     return problems + retry_problems(job.retry, job.timeout_ms) + deadline_problems(job.deadline_ms)
 

@@ -40,11 +40,12 @@ partition already read past its start moves the partition back to it (the other
 triggers skip what they decided).
 
 **Tenants' rates.** A tenant's event runs are limited like its manual triggers:
-``tenant_runs_per_minute`` (the admission's ``--triggers-per-minute`` by default),
-a sliding one-second window per tenant (``streams.core.rates``). A source partition whose tenant has
-reached its rate is held (paused, its position kept at the record not yet read) until
-the rate allows the next run: nothing is dropped, the tenant's lag grows. Operators'
-jobs (tenant ``default``) are not limited.
+``tenant_runs_per_minute`` (by default the rate of the admission's
+``--triggers-per-second``, a minute's worth), a sliding one-second window per tenant
+(``streams.core.rates``). A source partition whose tenant has reached its rate is held
+(paused, its position kept at the record not yet read) until the rate allows the next
+run: nothing is dropped, the tenant's lag grows. Operators' jobs (tenant ``default``)
+are not limited.
 
 **Paused jobs** read on and run nothing: the records of the pause are passed.
 """

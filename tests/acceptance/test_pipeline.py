@@ -167,7 +167,7 @@ def test_put_fire_execute_and_read_back_through_the_cli(  # long: one end-to-end
         )
         finals = [(r["attempt"], r["status"]) for r in flaky if r["status"] != "STARTED"]
         assert finals == [(1, "FAILED"), (2, "SUCCEEDED")]
-        # (No STARTED rows for attempts this short: --started-after-ms.)
+        # (No STARTED rows for attempts this short: --started-after.)
         failed = next(r for r in flaky if r["status"] == "FAILED")
         assert "first attempts of this example always fail" in failed["error"]
         assert failed["next_attempt_at"] is not None

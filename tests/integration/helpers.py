@@ -229,7 +229,7 @@ class CronstreamProcess:
         self.name = name
         self.log_path = log_dir / f"{name}.log"
         self._log = self.log_path.open("w")
-        extra = ["--session-timeout-ms", "6000"] if command == "scheduler" else []
+        extra = ["--session-timeout", "6s"] if command == "scheduler" else []
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cronstream.cli", command, "--name", name, *extra, *args],
             env={**cli_env(settings), **(env or {})},

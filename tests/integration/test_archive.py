@@ -278,7 +278,9 @@ def test_a_job_history_spanning_the_hot_and_cold_tiers_has_every_run_once(  # lo
     outcomes = daily_runs("spans", 60)
     publish(ns, outcomes)
     start_sink(ns, tmp_path, procs)
-    archiver = CronstreamProcess(ns, tmp_path, "archiver", "--flush-s", "1", command="archiver")
+    archiver = CronstreamProcess(
+        ns, tmp_path, "archiver", "--flush-interval", "1s", command="archiver"
+    )
     procs.append(archiver)
     wait_until(lambda: archived(ns, f"{ns.topic_prefix}.archiver"), 120, "the archiver")
     wait_until(

@@ -182,18 +182,18 @@ def test_a_dependent_runs_once_both_upstream_jobs_succeeded_for_the_day_and_not_
 def test_a_run_emitted_just_before_a_crash_is_emitted_again_flagged_and_runs_once(
     ns: Settings, tmp_path: Path, publisher: Publisher, procs: list[CronstreamProcess]
 ) -> None:
-    """The processor commits only at its start here (--commit-ms 10 min): killed after
+    """The processor commits only at its start here (--commit-interval 10m): killed after
     emitting, its next start reads the upstream successes again, finds no outcome of the
     run yet and emits it again, flagged; the worker that gets both runs it once."""
     target = HttpTarget()
     try:
         put_dependent(ns, f"{target.url}/dep")
-        procs.append(first := processor(ns, tmp_path, "deps-1", "--commit-ms", "600000"))
+        procs.append(first := processor(ns, tmp_path, "deps-1", "--commit-interval", "10m"))
         succeeded(publisher, ns, "up1")
         succeeded(publisher, ns, "up2")
         eventually(lambda: dep_runs(ns), bool, "the dependency run")
         first.kill9()
-        procs.append(second := processor(ns, tmp_path, "deps-2", "--commit-ms", "600000"))
+        procs.append(second := processor(ns, tmp_path, "deps-2", "--commit-interval", "10m"))
         assert "1 runs owed at start emitted" in second.log()
         again = dep_runs(ns)
         assert [r.possible_duplicate for r in again] == [False, True]
@@ -219,7 +219,7 @@ def test_a_run_emitted_just_before_a_crash_is_emitted_again_flagged_and_runs_onc
         assert list(target.keys("/dep").elements()) == [run_id]  # called once
 
         second.kill9()  # its outcomes are in history now: nothing owed
-        procs.append(third := processor(ns, tmp_path, "deps-3", "--commit-ms", "600000"))
+        procs.append(third := processor(ns, tmp_path, "deps-3", "--commit-interval", "10m"))
         assert "0 runs owed at start emitted" in third.log()
         assert len(dep_runs(ns)) == 2
         assert list(target.keys("/dep").elements()) == [run_id]

@@ -133,7 +133,7 @@ def test_every_outcome_lands_once_per_key_and_redelivery_rewrites(  # long: one 
     assert rows[("lands@7", 1)].status == "SUCCEEDED"
     assert rows[("lands@missed", 1)].status == "MISSED"
 
-    # The configured TTL (CRONSTREAM_HISTORY_TTL_DAYS, default 30) is on every table.
+    # The configured TTL (CRONSTREAM_HISTORY_TTL, default 30d) is on every table.
     ttl = ns.history_ttl_days * 86400
     for table in TABLES:
         (left,) = session.execute(f"SELECT TTL(trigger) FROM {table} LIMIT 1").one()
@@ -277,7 +277,7 @@ def test_what_a_run_printed_is_kept_two_weeks_and_read_with_history_run_output(
 ) -> None:
     """docs/run-output.md: a failing shell command's output (stdout and stderr) and a
     python callable's return value go from the worker through the sink into run_output,
-    with CRONSTREAM_OUTPUT_TTL_DAYS (14) as their TTL, not history's year."""
+    with CRONSTREAM_OUTPUT_TTL (14d) as their TTL, not history's year."""
     ns = history_ns
     start_sink(ns, tmp_path, procs)
     worker = CronstreamProcess(ns, tmp_path, "w", "--shell-allow", "sh -c *", command="worker")

@@ -1,5 +1,5 @@
 """Lookahead on the real stack: the scheduler emits run requests ahead of their due time
-(``--lookahead-ms``), the worker holds each until it is due, and a job paused in
+(``--lookahead``), the worker holds each until it is due, and a job paused in
 between has its early runs cancelled: the worker records them SKIPPED, never runs them.
 """
 
@@ -30,7 +30,7 @@ def test_runs_leave_ahead_start_when_due_and_a_pause_skips_the_early_ones(  # lo
     ns: Settings, tmp_path: Path, procs: list[CronstreamProcess]
 ) -> None:
     for name, command, ready, more in (
-        ("s", "scheduler", " live: ", ("--lookahead-ms", str(LOOKAHEAD_MS))),
+        ("s", "scheduler", " live: ", ("--lookahead", f"{LOOKAHEAD_MS}ms")),
         ("w", "worker", "assigned", ()),
     ):
         proc = CronstreamProcess(ns, tmp_path, name, *more, command=command)

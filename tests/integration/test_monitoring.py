@@ -79,7 +79,7 @@ def monitoring(
     receiver = Receiver()
     monkeypatch.setenv("CRONSTREAM_PROMETHEUS_PORT", str(free_port()))
     monkeypatch.setenv("CRONSTREAM_ALERTMANAGER_PORT", str(free_port()))
-    monkeypatch.setenv("CRONSTREAM_SCRAPE_INTERVAL_S", "1")
+    monkeypatch.setenv("CRONSTREAM_SCRAPE_INTERVAL", "1s")
     monkeypatch.setenv("CRONSTREAM_ALERT_WEBHOOK", receiver.url)
     home = replace(base_settings, home=tmp_path / "home")  # none of the stack's services
     services = ops_services(home)

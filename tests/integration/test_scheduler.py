@@ -208,7 +208,7 @@ def test_outage_catches_up_by_each_jobs_policy_and_records_the_rest(  # long: on
             "catchup_window": window,
         },
     )
-    threshold = ["--misfire-threshold-ms", str(every * 1000 // 2)]
+    threshold = ["--misfire-threshold", f"{every * 1000 // 2}ms"]
     before = start(ns, tmp_path, schedulers, "before", *threshold)
     before.wait_live(1)
     time.sleep(every + 1)

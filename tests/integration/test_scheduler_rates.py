@@ -82,7 +82,7 @@ def test_a_catchup_after_an_outage_is_deferred_by_the_tenants_rate(
 ) -> None:
     _outage(ns, hours=2)
     sched = CronstreamProcess(
-        ns, tmp_path, "s", "--tenant-fires-per-second", str(RATE), "--lookahead-ms", "0"
+        ns, tmp_path, "s", "--tenant-fires-per-second", str(RATE), "--lookahead", "0"
     )
     try:
         sched.wait_live(1)

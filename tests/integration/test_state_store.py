@@ -76,7 +76,7 @@ def test_a_kill9_takeover_on_the_same_store_reads_no_definition_and_misses_no_sl
     state = tmp_path / "state"
     _put(ns, NEAR + FAR)
     first = CronstreamProcess(
-        ns, tmp_path, "first", "--state-dir", str(state), "--checkpoint-ms", "500"
+        ns, tmp_path, "first", "--state-dir", str(state), "--commit-interval", "500ms"
     )
     procs.append(first)
     first.wait_live(ns.partitions, timeout=120)
@@ -109,7 +109,7 @@ def test_a_host_lost_with_its_disk_is_taken_over_from_a_standby_store(
     and disk are gone); a second scheduler that kept standby stores takes every
     partition over from them: no definition read again, no slot missed."""
     _put(ns, NEAR + FAR)
-    session = ("--session-timeout-ms", "6000", "--checkpoint-ms", "500")
+    session = ("--session-timeout", "6s", "--commit-interval", "500ms")
     lost_disk = tmp_path / "lost"
     first = CronstreamProcess(
         ns, tmp_path, "first", "--state-dir", str(lost_disk), "--instance-id", "first", *session

@@ -32,7 +32,7 @@ ROLES: dict[str, tuple[str, ...]] = {
     "admission": ("admission",),
     "triggers": ("triggers",),
     "dependencies": ("dependencies",),
-    "archiver": ("archiver", "--flush-s", "1"),
+    "archiver": ("archiver", "--flush-interval", "1s"),
     "flows-coordinator": ("flows-coordinator", "--nice", "0"),
 }
 

@@ -141,9 +141,7 @@ def put(ns: Settings, *specs: dict[str, Any]) -> None:
 def processor(
     ns: Settings, tmp: Path, procs: list[CronstreamProcess], name: str, *args: str
 ) -> CronstreamProcess:
-    proc = CronstreamProcess(
-        ns, tmp, name, "--session-timeout-ms", "6000", *args, command="triggers"
-    )
+    proc = CronstreamProcess(ns, tmp, name, "--session-timeout", "6s", *args, command="triggers")
     procs.append(proc)
     return proc
 
@@ -205,7 +203,7 @@ def test_1000_records_100_matching_run_exactly_100_runs_once_across_a_kill9(  # 
         ns, tmp_path, "w", "--http-allow", "127.0.0.0/8", "--concurrency", "4", command="worker"
     )
     procs.append(worker)
-    first = processor(ns, tmp_path, procs, "t1", "--checkpoint-ms", "300")
+    first = processor(ns, tmp_path, procs, "t1", "--commit-interval", "300ms")
     first.wait_live(1, text="assigned")
     source = Source(ns, topic)
 
@@ -372,7 +370,7 @@ def test_a_tenants_job_cannot_trigger_from_another_tenants_topic_and_keeps_its_r
             spec = {"id": job_id, "target": "http", "url": url, "on": topic}
             client.put(replace(job_from_spec(spec, max_payload_bytes=65536), tenant=a))
     # 2 runs a second (a burst of 2): 6 records' runs take 2 s at least
-    proc = processor(ns, tmp_path, procs, "t", "--tenant-runs-per-minute", "120")
+    proc = processor(ns, tmp_path, procs, "t", "--triggers-per-second", "2")
     proc.wait_live(1, text="assigned")
     for topic in (mine, theirs):
         source = Source(ns, topic)

@@ -46,7 +46,7 @@ from tests.integration.test_ui import Page, browser, scraped
 
 pytestmark = pytest.mark.integration
 _ = (browser, scraped)  # fixtures
-QUOTAS = {"CRONSTREAM_TENANT_MAX_JOBS": "3", "CRONSTREAM_TENANT_TRIGGERS_PER_MINUTE": "2"}
+QUOTAS = {"CRONSTREAM_TENANT_MAX_JOBS": "3", "CRONSTREAM_TENANT_TRIGGERS_PER_SECOND": "0.5"}
 
 
 def _diamond(url: str, flow_id: str = "diamond", tenant: str | None = None) -> dict[str, object]:
@@ -236,7 +236,7 @@ def _tenant_page(page: Page, url: str, token: str) -> None:
     page.sign_in(token)
     page.until("/ui/tenants", lambda: "report" in page.text("#tenant-jobs"))
     assert page.text("#quota-jobs") == "1 / 3"
-    assert page.text("#quota-triggers").endswith("/ 2")
+    assert page.text("#quota-triggers").endswith("/ 0.5")
     assert "diamond" not in page.text()
     page.shot("tenant")
 

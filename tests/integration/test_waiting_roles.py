@@ -253,7 +253,7 @@ def test_a_running_reader_of_history_waits_for_the_registry_when_a_new_schema_id
         ),
         **local_environment(tmp_path / "archive"),
     }
-    args = ("--flush-s", "1") if role == "archiver" else ()
+    args = ("--flush-interval", "1s") if role == "archiver" else ()
     reader = start(ns, tmp_path, procs, env, {role: (role, *args)})[role]
     try:
         until(lambda: "assigned" in reader.log(), f"the {role} to join", [reader])

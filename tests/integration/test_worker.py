@@ -138,7 +138,7 @@ def test_retries_stay_within_backoff_bounds_then_dead_letter(
     }
     mine = sorted((o for o in seen if o.run_id == run_id), key=lambda o: o.recorded_at)
     # Each attempt's end carries its start (a STARTED record only for one that ran
-    # longer than --started-after-ms).
+    # longer than --started-after).
     ended = {o.attempt: o for o in mine if o.status.value in ("FAILED", "DEAD_LETTERED")}
     assert sorted(ended) == [1, 2, 3]
     assert all(o.started_at is not None for o in ended.values())

@@ -51,12 +51,21 @@ def test_days_past_the_retention_go_whole_and_the_rest_stay(tmp_path: Path) -> N
 
 
 def test_the_retention_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CRONSTREAM_ARCHIVE_KEEP", raising=False)
     monkeypatch.delenv("CRONSTREAM_ARCHIVE_KEEP_DAYS", raising=False)
     assert keep_days() == 366
-    monkeypatch.setenv("CRONSTREAM_ARCHIVE_KEEP_DAYS", "30")
+    monkeypatch.setenv("CRONSTREAM_ARCHIVE_KEEP", "30d")
     assert keep_days() == 30
-    monkeypatch.setenv("CRONSTREAM_ARCHIVE_KEEP_DAYS", "a year")
-    with pytest.raises(ValueError, match="whole number"):
+    monkeypatch.setenv("CRONSTREAM_ARCHIVE_KEEP", "0")
+    assert keep_days() == 0  # keeps all
+    monkeypatch.delenv("CRONSTREAM_ARCHIVE_KEEP")
+    monkeypatch.setenv("CRONSTREAM_ARCHIVE_KEEP_DAYS", "45")  # the older spelling, a release
+    assert keep_days() == 45
+    monkeypatch.setenv("CRONSTREAM_ARCHIVE_KEEP", "a year")
+    with pytest.raises(ValueError, match="CRONSTREAM_ARCHIVE_KEEP="):
+        keep_days()
+    monkeypatch.setenv("CRONSTREAM_ARCHIVE_KEEP", "36h")
+    with pytest.raises(ValueError, match="whole days"):
         keep_days()
 
 

@@ -15,10 +15,17 @@ import bcrypt
 import pytest
 import yaml
 
-from cronstream.infra.ops import RULES, alertmanager_config, prometheus_config, web_config
+from cronstream.infra.ops import (
+    RULES,
+    alertmanager_config,
+    prometheus_config,
+    scrape_interval_s,
+    web_config,
+)
 from cronstream.monitoring import DUE_TO_START_P99_BY_PRIORITY
 from cronstream.runtime import metrics
 from cronstream.runtime.consoles import CONSOLE_USER, console_secret_path
+from cronstream.runtime.errors import SettingsError
 from cronstream.runtime.settings import Settings
 
 GRAFANA = Path(__file__).resolve().parents[2] / "infra" / "grafana" / "cronstream-dashboard.json"
@@ -90,6 +97,15 @@ def test_every_dashboard_query_is_valid_promql(tmp_path: Path) -> None:
     check = _run(_tool("promtool"), "check", "rules", str(path))
     assert check.returncode == 0, check.stdout + check.stderr
     assert f"{len(recorded)} rules found" in check.stdout
+
+
+def test_the_scrape_interval_is_whole_seconds() -> None:
+    assert scrape_interval_s({}) == 5
+    assert scrape_interval_s({"CRONSTREAM_SCRAPE_INTERVAL": "1s"}) == 1
+    assert scrape_interval_s({"CRONSTREAM_SCRAPE_INTERVAL": "1m"}) == 60
+    assert scrape_interval_s({"CRONSTREAM_SCRAPE_INTERVAL_S": "2"}) == 2  # the older name
+    with pytest.raises(SettingsError, match="CRONSTREAM_SCRAPE_INTERVAL: at least 1s"):
+        scrape_interval_s({"CRONSTREAM_SCRAPE_INTERVAL": "500ms"})
 
 
 def test_the_generated_configs_are_valid_for_prometheus_and_alertmanager(tmp_path: Path) -> None:

@@ -267,7 +267,7 @@ def test_the_worker_dead_letters_a_run_request_reading_raises_on(
     (letter,) = h.letters()
     assert (letter.source_topic, letter.source_offset) == (RUNS, 1)
     assert letter.reason == "internal error on this record: KeyError: 'schema'"
-    # A short run: its final outcome alone (no STARTED record: --started-after-ms).
+    # A short run: its final outcome alone (no STARTED record: --started-after).
     assert [(o.run_id, o.status) for o in h.outcomes()] == [("j@good", RunStatus.SUCCEEDED)]
     assert h.consumer.commits[-1][0][0][:3] == (RUNS, 0, 3)  # past both
 

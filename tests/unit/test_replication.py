@@ -113,7 +113,7 @@ def test_keyspaces_use_network_topology_at_local_quorum() -> None:
     [
         ({}, 9000, 2250),
         ({"CRONSTREAM_NODES": "3"}, 4000, 1000),
-        ({"CRONSTREAM_NODES": "3", "CRONSTREAM_BROKER_SESSION_MS": "6000"}, 6000, 1500),
+        ({"CRONSTREAM_NODES": "3", "CRONSTREAM_BROKER_SESSION_TIMEOUT": "6s"}, 6000, 1500),
     ],
 )
 def test_a_lost_broker_is_fenced_after_the_broker_session(

@@ -163,7 +163,7 @@ def test_the_sink_writes_an_output_to_its_table_with_its_own_ttl() -> None:
     assert table == "run_output"
     assert values[:8] == ("j@1", 1, "j", "default", "SUCCEEDED", NOW, NOW, "hello\n")
     assert values[8] == "start"
-    assert values[-1] == 14 * 86_400  # CRONSTREAM_OUTPUT_TTL_DAYS, not history's year
+    assert values[-1] == 14 * 86_400  # CRONSTREAM_OUTPUT_TTL, not history's year
 
 
 def test_the_sink_dead_letters_an_output_it_cannot_write_and_goes_on() -> None:

@@ -106,7 +106,7 @@ def test_before_start_a_cancel_or_a_duplicate_never_reaches_the_target(
 
 
 def test_a_run_cancelled_because_its_job_was_paused_is_skipped_as_its_slots_are() -> None:
-    """The scheduler cancels the runs it emitted ahead of a pause (``--lookahead-ms``)."""
+    """The scheduler cancels the runs it emitted ahead of a pause (``--lookahead``)."""
     paused = before_start(cancelled=True, duplicate=False, reason=JOB_PAUSED)
     assert paused is not None
     assert (paused.status, paused.error) == (RunStatus.SKIPPED, JOB_PAUSED)

@@ -348,7 +348,7 @@ class _Sleepy:
 
 @pytest.mark.parametrize("after_ms", [0, 200])
 def test_a_started_record_only_for_runs_that_outlast_started_after(after_ms: int) -> None:
-    """``--started-after-ms``: a run that ends sooner leaves its final outcome alone (with
+    """``--started-after``: a run that ends sooner leaves its final outcome alone (with
     its start); one that runs longer is seen STARTED once it has run that long. 0: every
     run's STARTED at its start (issue 35: a third of the records of a short run)."""
     parts = Parts()
