@@ -47,7 +47,7 @@ from cronstream.consumers.lakehouse import ArchiveTable, Fenced, to_arrow
 from cronstream.runtime import metrics
 from cronstream.runtime.faults import RecordFaults
 from cronstream.runtime.kafka.clients import TopicPartition
-from cronstream.runtime.kafka.member import GroupMember
+from cronstream.runtime.kafka.member import GroupMember, MemberConfig
 from cronstream.runtime.kafka.publisher import Publisher
 from cronstream.runtime.kafka.records import ConsumedMessage, dead_letter_for, is_record
 from cronstream.runtime.kafka.stall import Held
@@ -69,15 +69,13 @@ STAGE = "archiver"
 FOLDER_NAME_MAX = 255
 
 
-@dataclass(frozen=True, slots=True)
-class ArchiverConfig:
-    group: str
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArchiverConfig(MemberConfig):
     name: str = "archiver"
     flush_rows: int = 200_000
     flush_s: float = 60.0
     compact_every_s: float = 3600.0
     read_max: int = 5000
-    session_timeout_ms: int = 10_000
     keep_days: int = 366  # days before today the archive keeps (0: all)
 
 
@@ -97,13 +95,7 @@ class Archiver:
         self.table = ArchiveTable(where or lakehouse(settings))
         self.topic = Topics(settings).history
         self.codec = Codec(registry_client(settings))
-        self.member = GroupMember(
-            settings,
-            group=config.group,
-            name=config.name,
-            session_timeout_ms=config.session_timeout_ms,
-            log=log,
-        )
+        self.member = GroupMember(settings, config, log=log)
         self.consumer = self.member.consumer
         self.dlq = Topics(settings).dlq
         # A broker outage never fails a dead letter: librdkafka keeps trying (no limit).

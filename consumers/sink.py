@@ -45,7 +45,7 @@ from cronstream.runtime import metrics
 from cronstream.runtime.cassandra import cassandra_session
 from cronstream.runtime.faults import RecordFaults
 from cronstream.runtime.kafka.clients import TopicPartition
-from cronstream.runtime.kafka.member import GroupMember
+from cronstream.runtime.kafka.member import GroupMember, MemberConfig
 from cronstream.runtime.kafka.offsets import consumer_lag
 from cronstream.runtime.kafka.publisher import Publisher
 from cronstream.runtime.kafka.records import ConsumedMessage, dead_letter_for, is_record
@@ -69,16 +69,14 @@ E = TypeVar("E", RunOutcome, RunOutput)
 Rows = list[tuple[str, Any]]
 
 
-@dataclass(frozen=True, slots=True)
-class SinkConfig:
-    group: str
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SinkConfig(MemberConfig):
     name: str = "sink"
     read_max: int = 2000
     batch_rows: int = 64
     batch_bytes: int = 32_768
     in_flight: int = 16
     backoff_max_s: float = 10.0
-    session_timeout_ms: int = 10_000
 
 
 class _QuietBatchWarnings(logging.Filter):
@@ -231,9 +229,7 @@ class Sink:
         # run-output.
         self.member = GroupMember(
             settings,
-            group=config.group,
-            name=config.name,
-            session_timeout_ms=config.session_timeout_ms,
+            config,
             balance="per-topic",
             log=log,
         )

@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cronstream.consumers.executors.python import DEFAULT_ALLOW as PYTHON_DEFAULT_ALLOW
+from cronstream.runtime.kafka.member import MemberConfig
 
 DAY_MS = 86_400_000
 
 
-@dataclass(frozen=True, slots=True)
-class WorkerConfig:
-    group: str
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerConfig(MemberConfig):
     name: str = "worker"
     concurrency: int = 32
     # Of those run slots, at most this many per destination (a kafka topic partition,
@@ -29,7 +29,6 @@ class WorkerConfig:
     # Where tenant-<name>.secret files are: a tenant's kafka targets write as the tenant
     # (consumers.executors.egress). None: the local stack's credentials.
     tenant_credentials: str | None = None
-    session_timeout_ms: int = 10_000
     # A run's STARTED record is published once it has executed this long; a run that
     # ends sooner leaves its final outcome alone, which carries its start (0: always).
     started_after_ms: int = 1000

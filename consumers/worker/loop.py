@@ -83,10 +83,8 @@ class Worker:
         # count balance one of three workers kept all of runs.normal).
         self.member = GroupMember(
             settings,
-            group=config.group,
-            name=config.name,
+            config,
             balance="per-topic",
-            session_timeout_ms=config.session_timeout_ms,
             log=log,
             **prefetch,
         )

@@ -39,7 +39,7 @@ from cronstream.producers.admission.core import JobsView
 from cronstream.producers.admission.processor import JobsFollower
 from cronstream.producers.errors import NoAnswer
 from cronstream.runtime.cassandra import cassandra_session
-from cronstream.runtime.kafka.member import GroupMember
+from cronstream.runtime.kafka.member import GroupMember, MemberConfig
 from cronstream.runtime.kafka.publisher import Publisher
 from cronstream.runtime.registry import registry_client
 from cronstream.runtime.settings import Settings
@@ -171,13 +171,9 @@ class Backend:
     def _read_answers(self) -> None:
         prefix = self.settings.topic_prefix
         refresh: dict[str, Any] = {"topic.metadata.refresh.interval.ms": 2000}
+        group = f"{prefix}.api.{uuid.uuid4().hex[:12]}"
         member = GroupMember(
-            self.settings,
-            group=f"{prefix}.api.{uuid.uuid4().hex[:12]}",
-            name="api-answers",
-            session_timeout_ms=10_000,
-            log=log,
-            **refresh,
+            self.settings, MemberConfig(group=group, name="api-answers"), log=log, **refresh
         )
         member.subscribe([commands_pattern(prefix, "out")])
         try:

@@ -47,7 +47,7 @@ from cronstream.runtime.kafka.clients import (
     consume_ready,
     kafka_consumer,
 )
-from cronstream.runtime.kafka.member import GroupMember
+from cronstream.runtime.kafka.member import GroupMember, MemberConfig
 from cronstream.runtime.kafka.offsets import assign_whole
 from cronstream.runtime.kafka.publisher import Publisher
 from cronstream.runtime.kafka.records import ConsumedMessage
@@ -66,13 +66,10 @@ log = logging.getLogger("cronstream.admission")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class AdmissionConfig:
-    group: str
-    name: str
+class AdmissionConfig(MemberConfig):
     quotas: Quotas
     grants: tuple[str, ...] = ()  # TENANT:KIND=VALUE (schemas.policy), beside the file's
     policy_file: Path | None = None  # runtime.grants; None: no file
-    session_timeout_ms: int = 10_000
     batch: int = 500
 
 
@@ -144,9 +141,7 @@ class AdmissionProcessor:
         # has one partition, and range would give each one's partition 0 to one member.
         self.member = GroupMember(
             settings,
-            group=config.group,
-            name=config.name,
-            session_timeout_ms=config.session_timeout_ms,
+            config,
             log=log,
             **refresh,
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -33,6 +34,17 @@ RETRY_FETCH_S = 0.1  # after a transient refusal to fetch (a broker restarting)
 
 def _nothing(partitions: Partitions) -> None:
     return None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemberConfig:
+    """Who a role is in its consumer group: the group, its member name (the client id
+    the broker and the logs show) and its session timeout (how fast a killed member's
+    partitions move to another). Each role's config extends it with its own settings."""
+
+    group: str
+    name: str
+    session_timeout_ms: int = 10_000
 
 
 def commit(
@@ -63,13 +75,13 @@ def commit(
 class GroupMember:
     """One process's membership of a consumer group.
 
-    **Joining.** ``group_consumer`` settings (manual commits, the role's session
-    timeout, partitions divided by ``balance``: ``count``, cooperative-sticky on the
-    classic protocol, or ``per-topic``, the broker's range assignor on KIP-848's: then
-    the member first sets its group's session timeout on the broker,
-    ``runtime.kafka.groups``); ``instance_id`` makes the membership static
-    (``group.instance.id``: a process started again under the same id gets its
-    partitions back at once, not after the session timeout).
+    **Joining.** As ``config`` says (``MemberConfig``), with ``group_consumer`` settings
+    (manual commits, the role's session timeout, partitions divided by ``balance``:
+    ``count``, cooperative-sticky on the classic protocol, or ``per-topic``, the
+    broker's range assignor on KIP-848's: then the member first sets its group's
+    session timeout on the broker, ``runtime.kafka.groups``); ``instance_id`` makes the
+    membership static (``group.instance.id``: a process started again under the same
+    id gets its partitions back at once, not after the session timeout).
 
     **Partitions moving.** The role passes hooks; each runs inside ``consume``/``poll``
     (or ``close``), on this thread:
@@ -107,10 +119,8 @@ class GroupMember:
     def __init__(
         self,
         settings: Settings,
+        config: MemberConfig,
         *,
-        group: str,
-        name: str,
-        session_timeout_ms: int,
         log: logging.Logger,
         instance_id: str | None = None,
         balance: Balance = "count",
@@ -118,12 +128,12 @@ class GroupMember:
     ) -> None:
         static = {"group.instance.id": instance_id} if instance_id else {}
         if balance == "per-topic":
-            set_group_timeouts(settings, group, session_timeout_ms, log=log)
+            set_group_timeouts(settings, config.group, config.session_timeout_ms, log=log)
         self.consumer: Consumer = group_consumer(
             settings,
-            group=group,
-            name=name,
-            session_timeout_ms=session_timeout_ms,
+            group=config.group,
+            name=config.name,
+            session_timeout_ms=config.session_timeout_ms,
             balance=balance,
             **static,
             **overrides,

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cronstream.runtime.kafka.member import MemberConfig
 
-@dataclass(frozen=True, slots=True)
-class SchedulerConfig:
-    group: str
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SchedulerConfig(MemberConfig):
+    name: str = "scheduler"
     threshold_ms: int = 60_000
     checkpoint_ms: int = 1_000
     horizon_ms: int = 60_000
     tick_ms: int = 10
-    session_timeout_ms: int = 10_000
     # How long librdkafka keeps trying to deliver a run request (its message.timeout.ms):
     # past it the record fails and the partitions rewind to their checkpoint.
     delivery_timeout_ms: int = 300_000
-    name: str = "scheduler"
     # Fires per second per tenant (0: no limit), and per-tenant exceptions; the excess
     # is deferred (``streams.core.rates``). Tenant "default" is never limited.
     tenant_fire_rate: float = 0.0

@@ -92,9 +92,7 @@ class Scheduler:
         eof: dict[str, Any] = {"enable.partition.eof": True}  # it ends a partition's loading
         self.member = GroupMember(
             settings,
-            group=config.group,
-            name=config.name,
-            session_timeout_ms=config.session_timeout_ms,
+            config,
             log=log,
             instance_id=config.instance_id,
             on_commit=self._on_commit,  # the checkpoint's commits are answered there

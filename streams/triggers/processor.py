@@ -63,7 +63,7 @@ from cronstream.runtime import metrics
 from cronstream.runtime.errors import PublishError
 from cronstream.runtime.faults import RecordFaults
 from cronstream.runtime.kafka.clients import KafkaException, TopicPartition
-from cronstream.runtime.kafka.member import GroupMember
+from cronstream.runtime.kafka.member import GroupMember, MemberConfig
 from cronstream.runtime.kafka.offsets import retrying, watermarks
 from cronstream.runtime.kafka.publisher import FAILURES_ONLY, Publisher
 from cronstream.runtime.kafka.records import ConsumedMessage, dead_letter_for, is_record
@@ -87,11 +87,9 @@ Key = tuple[str, int]  # (topic, partition)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TriggerConfig:
-    group: str
+class TriggerConfig(MemberConfig):
     name: str = "triggers"
     checkpoint_ms: int = 1000
-    session_timeout_ms: int = 10_000
     tenant_runs_per_minute: int = 600  # 0: no limit
     allow_topics: tuple[str, ...] = ()  # cronstream's own topics operators' jobs may read
     read_max: int = 5000
@@ -110,13 +108,7 @@ class TriggerProcessor:
         self.codec = Codec(registry)
         self.values = SourceValues(registry)
         self.publisher = Publisher(settings, codec=self.codec, **FAILURES_ONLY)
-        self.member = GroupMember(
-            settings,
-            group=config.group,
-            name=config.name,
-            session_timeout_ms=config.session_timeout_ms,
-            log=log,
-        )
+        self.member = GroupMember(settings, config, log=log)
         self.consumer = self.member.consumer
         self.max_payload = min(settings.max_payload_bytes, MAX_PAYLOAD_BYTES)
         self.definitions = TriggerDefinitions(
