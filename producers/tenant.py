@@ -32,6 +32,35 @@ from cronstream.schemas.limits import require_encodable
 from cronstream.schemas.tenancy import TenantAction, TenantCommand, TenantResult, tenant_user
 
 
+def issue(
+    action: TenantAction,
+    job_id: str,
+    *,
+    job: JobDefinition | None = None,
+    idempotency_key: str | None = None,
+    run_id: str | None = None,
+    reason: str | None = None,
+    issued_by: str | None = None,
+    now: datetime | None = None,
+) -> TenantCommand:
+    """A new command (its own id, issued ``now`` or at once), as every sender writes it
+    (this client, the API). Raises SpecError for text no topic can carry
+    (``require_encodable``: the field named): refused before it is written."""
+    command = TenantCommand(
+        command_id=uuid.uuid4().hex,
+        action=action,
+        job_id=job_id,
+        issued_at=now or utc_now(),
+        job=job,
+        idempotency_key=idempotency_key,
+        run_id=run_id,
+        reason=reason,
+        issued_by=issued_by,
+    )
+    require_encodable(f"{action.value} {job_id!r}", command)
+    return command
+
+
 def tenant_settings(settings: Settings, tenant: str) -> Settings:
     """``settings`` as tenant ``tenant``'s Kafka user (unless one was set explicitly)."""
     return settings.acting_as(tenant_user(tenant))
@@ -85,31 +114,10 @@ class TenantClient:
         job_id = run_id.rpartition("@")[0] or run_id
         return self.send(TenantAction.CANCEL, job_id, run_id=run_id, reason=reason)
 
-    def send(
-        self,
-        action: TenantAction,
-        job_id: str,
-        *,
-        job: JobDefinition | None = None,
-        idempotency_key: str | None = None,
-        run_id: str | None = None,
-        reason: str | None = None,
-        now: datetime | None = None,
-    ) -> TenantResult:
-        """Write one command and wait for its answer (NoAnswer after ``self.timeout`` s)."""
-        command = TenantCommand(
-            command_id=uuid.uuid4().hex,
-            action=action,
-            job_id=job_id,
-            issued_at=now or utc_now(),
-            job=job,
-            idempotency_key=idempotency_key,
-            run_id=run_id,
-            reason=reason,
-            issued_by=self.issued_by,
-        )
-        # a command line's undecodable byte: refused here
-        require_encodable(f"{action.value} {job_id!r}", command)
+    def send(self, action: TenantAction, job_id: str, **fields: Any) -> TenantResult:
+        """Write one command (``fields``: ``issue``'s; a command line's undecodable byte
+        is refused there) and wait for its answer (NoAnswer after ``self.timeout`` s)."""
+        command = issue(action, job_id, issued_by=self.issued_by, **fields)
         offset = self._write(command)
         return self.answer(command.command_id, offset, self.timeout)
 

@@ -28,6 +28,7 @@ from cronstream.api.backend import Backend, UnknownTenant
 from cronstream.api.document import BEARER, ERRORS, PUT_BODY, CancelBody, TriggerBody
 from cronstream.consumers.errors import ArchiveUnavailable
 from cronstream.producers.errors import NoAnswer
+from cronstream.producers.tenant import issue
 from cronstream.runtime.metrics import exposition
 from cronstream.runtime.metrics_server import authorized
 from cronstream.runtime.tokens import ADMIN, TokenBook
@@ -178,7 +179,8 @@ def send(
     backend: Backend, who: Caller, action: TenantAction, job_id: str, **kw: Any
 ) -> dict[str, Any]:
     try:
-        return _answered(backend.command(who.acting(), action, job_id, issued_by=who.by, **kw))
+        command = issue(action, job_id, issued_by=who.by, **kw)
+        return _answered(backend.command(who.acting(), command))
     except NoAnswer as exc:
         raise HTTPException(503, str(exc)) from None
     except UnknownTenant as exc:  # an admin's ?tenant= naming none onboarded here

@@ -47,12 +47,11 @@ from cronstream.runtime.stop import StopWaiting
 from cronstream.runtime.waiting import learn_writers, sleeping
 from cronstream.schemas.catalog import Topics
 from cronstream.schemas.errors import DecodeError
-from cronstream.schemas.events import JobDefinition, utc_now
+from cronstream.schemas.events import JobDefinition
 from cronstream.schemas.ids import dependency_run_id
-from cronstream.schemas.limits import require_encodable
 from cronstream.schemas.output import RunOutput
 from cronstream.schemas.serde import Codec
-from cronstream.schemas.tenancy import TenantAction, TenantCommand, TenantResult, commands_pattern
+from cronstream.schemas.tenancy import TenantCommand, TenantResult, commands_pattern
 
 log = logging.getLogger("cronstream.api")
 
@@ -200,33 +199,10 @@ class Backend:
             waiting[0].set()
 
     # -- commands -----------------------------------------------------------------------
-    def command(
-        self,
-        tenant: str,
-        action: TenantAction,
-        job_id: str,
-        *,
-        job: JobDefinition | None = None,
-        idempotency_key: str | None = None,
-        run_id: str | None = None,
-        reason: str | None = None,
-        issued_by: str | None = None,
-    ) -> TenantResult:
-        """Send one command as ``tenant`` and wait for the admission's answer. Raises
-        SpecError for text no topic can carry (``require_encodable``: the field named),
-        UnknownTenant for a tenant not onboarded here, NoAnswer after the timeout."""
-        command = TenantCommand(
-            command_id=uuid.uuid4().hex,
-            action=action,
-            job_id=job_id,
-            issued_at=utc_now(),
-            job=job,
-            idempotency_key=idempotency_key,
-            run_id=run_id,
-            reason=reason,
-            issued_by=issued_by,
-        )
-        require_encodable(f"{action.value} {job_id!r}", command)
+    def command(self, tenant: str, command: TenantCommand) -> TenantResult:
+        """Send ``command`` (``producers.tenant.issue``'s) as ``tenant`` and wait for the
+        admission's answer. Raises UnknownTenant for a tenant not onboarded here,
+        NoAnswer after the timeout."""
         topic = self.topics.tenant_commands(tenant)
         if not self._exists(topic):
             raise UnknownTenant(f"no tenant {tenant!r}")
