@@ -13,6 +13,7 @@ https (or with ``--secure-cookies``); signing out ends the session on the server
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Annotated
 from urllib.parse import quote, urlencode
 
@@ -55,6 +56,39 @@ def same_origin(request: Request) -> None:
 
 def back_to(path: str, **query: str) -> RedirectResponse:
     return RedirectResponse(f"{path}?{urlencode(query)}" if query else path, status_code=303)
+
+
+def carried_out(
+    request: Request,
+    who: Viewer,
+    page: str,
+    action: str,
+    do: Callable[[], str],
+    *,
+    known: bool = True,
+) -> RedirectResponse:
+    """A form's action as every action form is answered: from our own origin only
+    (``same_origin``), signed in with a token, an action the form has (``known``), then
+    ``do()``; back to ``page`` with what was done (its words) or why it was refused."""
+    same_origin(request)
+    if not who.can_act:
+        return back_to(page, error="sign in with a token to act")
+    if not known:
+        return back_to(page, error=f"no action {action!r}")
+    try:
+        done = do()
+    except (HTTPException, UnknownJob, LookupError, ValueError) as exc:
+        detail = exc.detail if isinstance(exc, HTTPException) else str(exc)
+        return back_to(page, error=f"{action} refused: {detail}")
+    return back_to(page, done=done)
+
+
+def admin_client(backend: Backend, viewer: Viewer) -> JobClient:
+    """A ``JobClient`` for the admin token's holder: its changes audited with the
+    browser's address."""
+    client = JobClient(backend.settings)
+    client.auditor = Auditor(f"ui admin token from {viewer.address}", local=False)
+    return client
 
 
 @router.get("/login", response_class=HTMLResponse)
@@ -107,18 +141,14 @@ def act(
     run: Annotated[str, Form()] = "",
     reason: Annotated[str, Form()] = "",
 ) -> RedirectResponse:
-    same_origin(request)
-    page = f"/ui/jobs/{quote(job)}"
-    if not who.can_act:
-        return back_to(page, error="sign in with a token to act")
-    if action not in ACTIONS:
-        return back_to(page, error=f"no action {action!r}")
-    try:
-        done = perform(backend, who, action, job, run, reason)
-    except (HTTPException, UnknownJob, LookupError, ValueError) as exc:
-        detail = exc.detail if isinstance(exc, HTTPException) else str(exc)
-        return back_to(page, error=f"{action} refused: {detail}")
-    return back_to(page, done=done)
+    return carried_out(
+        request,
+        who,
+        f"/ui/jobs/{quote(job)}",
+        action,
+        lambda: perform(backend, who, action, job, run, reason),
+        known=action in ACTIONS,
+    )
 
 
 def perform(backend: Backend, viewer: Viewer, action: str, job: str, run: str, reason: str) -> str:
@@ -134,8 +164,7 @@ def perform(backend: Backend, viewer: Viewer, action: str, job: str, run: str, r
         return f"{action}: accepted ({result.get('run_id') or own})"
     if viewer.holder != ADMIN:
         raise LookupError("an operator's job is changed with the admin token only")
-    with JobClient(backend.settings) as client:
-        client.auditor = Auditor(f"ui admin token from {viewer.address}", local=False)
+    with admin_client(backend, viewer) as client:
         if action == "trigger":
             return f"triggered {client.trigger(job).run_id}"
         if action == "pause":

@@ -22,9 +22,6 @@ from fastapi import APIRouter, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from cronstream.api.backend import Backend
-from cronstream.producers.audit import Auditor
-from cronstream.producers.client import JobClient
-from cronstream.producers.errors import UnknownJob
 from cronstream.runtime.tokens import ADMIN
 from cronstream.schemas.events import RunOutcome, utc_now
 from cronstream.schemas.flows import FlowDefinition
@@ -196,22 +193,17 @@ def act(
 ) -> RedirectResponse:
     """Trigger ``job`` (a flow, the viewer's own id), or rerun the failed part of its
     run ``run``; back to the page it was asked from."""
-    actions.same_origin(request)
     page = f"/ui/flow-runs/{quote(run)}" if run else f"/ui/flows/{quote(job)}"
-    if not who.can_act:
-        return actions.back_to(page, error="sign in with a token to act")
-    try:
+
+    def do() -> str:
         flow = visible_flow(request, who, job)
         if action == "trigger":
-            done = actions.perform(backend, who, "trigger", job, "", "")
-        elif action == "rerun":
-            done = _rerun(backend, who, flow, run)
-        else:
-            raise LookupError(f"no action {action!r}")
-    except (HTTPException, UnknownJob, LookupError, ValueError) as exc:
-        detail = exc.detail if isinstance(exc, HTTPException) else str(exc)
-        return actions.back_to(page, error=f"{action} refused: {detail}")
-    return actions.back_to(page, done=done)
+            return actions.perform(backend, who, "trigger", job, "", "")
+        if action == "rerun":
+            return _rerun(backend, who, flow, run)
+        raise LookupError(f"no action {action!r}")
+
+    return actions.carried_out(request, who, page, action, do)
 
 
 def _rerun(backend: Backend, who: Viewer, flow: FlowDefinition, run: str) -> str:
@@ -224,7 +216,6 @@ def _rerun(backend: Backend, who: Viewer, flow: FlowDefinition, run: str) -> str
     run_id = stored(who, run)
     if not run_id.startswith(flow.flow_id + "@") or "/" in run_id[len(flow.flow_id) + 1 :]:
         raise ValueError(f"{run!r} is no run of flow {flow.flow_id!r}")
-    with JobClient(backend.settings) as client:
-        client.auditor = Auditor(f"ui admin token from {who.address}", local=False)
+    with actions.admin_client(backend, who) as client:
         event = client.rerun_flow(run_id)
     return f"rerun of the failed part of {event.flow_run_id} requested"
