@@ -7,7 +7,7 @@ import gc
 import logging
 import signal
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from cronstream.runtime import metrics
 from cronstream.runtime.memory import return_large_allocations
@@ -94,6 +94,43 @@ def run_member(
     except StopWaiting as exc:  # told to stop while Kafka was away: the next owner redoes
         log.warning("%s %s stopped before it was done: %s", role, name, exc)
     return 0
+
+
+class Named(Protocol):
+    """A role's config as ``run_role`` reads it: its consumer group and member name."""
+
+    @property
+    def group(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+
+C = TypeVar("C", bound=Named)
+
+
+def run_role(
+    role: str,
+    config: C,
+    start: Callable[[Settings, C], Member],
+    settings: Settings,
+    metrics_port: int,
+    *,
+    needs: tuple[str, ...] = (KAFKA, REGISTRY),
+    stop_budget_s: float = STOP_BUDGET_S,
+) -> int:
+    """``run_member`` for a role's processor built as ``start(settings, config)``, named
+    and grouped as its config says: how every role's command runs it."""
+    return run_member(
+        role,
+        name=config.name,
+        group=config.group,
+        start=lambda: start(settings, config),
+        metrics_port=metrics_port,
+        settings=settings,
+        needs=needs,
+        stop_budget_s=stop_budget_s,
+    )
 
 
 def stop_on_signals(budget_s: float = STOP_BUDGET_S) -> None:

@@ -69,7 +69,7 @@ def register(sub: Any) -> None:
 def cmd_archiver(settings: Settings, args: argparse.Namespace) -> int:
     from cronstream.consumers.archiver import Archiver, ArchiverConfig
     from cronstream.consumers.lakehouse import keep_days
-    from cronstream.foreground import run_member
+    from cronstream.foreground import run_role
 
     settings = settings.as_role("archiver")  # its own Kafka user and ACLs
     if args.flush_interval <= 0:
@@ -87,14 +87,7 @@ def cmd_archiver(settings: Settings, args: argparse.Namespace) -> int:
         flush_s=args.flush_interval / 1000,
         keep_days=keep,
     )
-    return run_member(
-        "archiver",
-        name=config.name,
-        group=config.group,
-        start=lambda: Archiver(settings, config),
-        metrics_port=args.metrics_port,
-        settings=settings,
-    )
+    return run_role("archiver", config, Archiver, settings, args.metrics_port)
 
 
 def cmd_compact(settings: Settings, args: argparse.Namespace) -> int:

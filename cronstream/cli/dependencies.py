@@ -33,7 +33,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_dependencies(settings: Settings, args: argparse.Namespace) -> int:
-    from cronstream.foreground import run_member
+    from cronstream.foreground import run_role
     from cronstream.streams.dependencies.processor import DependencyConfig, DependencyProcessor
 
     settings = settings.as_role("dependencies")  # its own Kafka user and ACLs
@@ -45,11 +45,4 @@ def cmd_dependencies(settings: Settings, args: argparse.Namespace) -> int:
         tenant_fire_rate=rate,
         tenant_fire_rates=rates,
     )
-    return run_member(
-        "dependencies",
-        name=config.name,
-        group=config.group,
-        start=lambda: DependencyProcessor(settings, config),
-        metrics_port=args.metrics_port,
-        settings=settings,
-    )
+    return run_role("dependencies", config, DependencyProcessor, settings, args.metrics_port)

@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -201,22 +202,23 @@ def cmd_jobs_list(client: JobClient, args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_jobs_delete(client: JobClient, args: argparse.Namespace) -> int:
-    client.delete(args.job_id)
-    print(f"deleted {args.job_id}")
-    return 0
+def _to_the_job(
+    act: Callable[[JobClient, str], object], done: str
+) -> Callable[[JobClient, argparse.Namespace], int]:
+    """The command that does ``act`` to the job named and says so (``done``: the verb's
+    past tense): deleting, pausing and resuming a job."""
+
+    def command(client: JobClient, args: argparse.Namespace) -> int:
+        act(client, args.job_id)
+        print(f"{done} {args.job_id}")
+        return 0
+
+    return command
 
 
-def cmd_jobs_pause(client: JobClient, args: argparse.Namespace) -> int:
-    client.pause(args.job_id)
-    print(f"paused {args.job_id}")
-    return 0
-
-
-def cmd_jobs_resume(client: JobClient, args: argparse.Namespace) -> int:
-    client.resume(args.job_id)
-    print(f"resumed {args.job_id}")
-    return 0
+cmd_jobs_delete = _to_the_job(lambda client, job: client.delete(job), "deleted")
+cmd_jobs_pause = _to_the_job(lambda client, job: client.pause(job), "paused")
+cmd_jobs_resume = _to_the_job(lambda client, job: client.resume(job), "resumed")
 
 
 def cmd_jobs_preview(settings: Settings, args: argparse.Namespace) -> int:

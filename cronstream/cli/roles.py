@@ -168,7 +168,7 @@ def _register_admission(sub: Any) -> None:
 
 
 def cmd_scheduler(settings: Settings, args: argparse.Namespace) -> int:
-    from cronstream.foreground import run_member
+    from cronstream.foreground import run_role
     from cronstream.streams.scheduler.config import SchedulerConfig
     from cronstream.streams.scheduler.processor import MAX_LOOKAHEAD_MS, Scheduler
 
@@ -196,14 +196,7 @@ def cmd_scheduler(settings: Settings, args: argparse.Namespace) -> int:
         instance_id=args.instance_id,
         name=args.name,
     )
-    return run_member(
-        "scheduler",
-        name=config.name,
-        group=config.group,
-        start=lambda: Scheduler(settings, config),
-        metrics_port=args.metrics_port,
-        settings=settings,
-    )
+    return run_role("scheduler", config, Scheduler, settings, args.metrics_port)
 
 
 def check_index(settings: Settings, state_dir: str) -> int:
@@ -222,7 +215,7 @@ def check_index(settings: Settings, state_dir: str) -> int:
 
 def cmd_sink(settings: Settings, args: argparse.Namespace) -> int:
     from cronstream.consumers.sink import Sink, SinkConfig
-    from cronstream.foreground import run_member
+    from cronstream.foreground import run_role
     from cronstream.runtime.waiting import CASSANDRA, KAFKA, REGISTRY
 
     settings = settings.as_role("sink")  # its own Kafka user and ACLs
@@ -232,19 +225,13 @@ def cmd_sink(settings: Settings, args: argparse.Namespace) -> int:
         batch_rows=max(1, args.batch_rows),
         in_flight=max(1, args.in_flight),
     )
-    return run_member(
-        "sink",
-        name=config.name,
-        group=config.group,
-        start=lambda: Sink(settings, config),
-        metrics_port=args.metrics_port,
-        settings=settings,
-        needs=(KAFKA, REGISTRY, CASSANDRA),
+    return run_role(
+        "sink", config, Sink, settings, args.metrics_port, needs=(KAFKA, REGISTRY, CASSANDRA)
     )
 
 
 def cmd_admission(settings: Settings, args: argparse.Namespace) -> int:
-    from cronstream.foreground import run_member
+    from cronstream.foreground import run_role
     from cronstream.producers.admission.core import Quotas
     from cronstream.producers.admission.processor import AdmissionConfig, AdmissionProcessor
     from cronstream.runtime.grants import PolicyBook, policy_path
@@ -266,14 +253,7 @@ def cmd_admission(settings: Settings, args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
-    return run_member(
-        "admission",
-        name=config.name,
-        group=config.group,
-        start=lambda: AdmissionProcessor(settings, config),
-        metrics_port=args.metrics_port,
-        settings=settings,
-    )
+    return run_role("admission", config, AdmissionProcessor, settings, args.metrics_port)
 
 
 def cmd_api(settings: Settings, args: argparse.Namespace) -> int:

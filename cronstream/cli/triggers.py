@@ -41,7 +41,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_triggers(settings: Settings, args: argparse.Namespace) -> int:
-    from cronstream.foreground import run_member
+    from cronstream.foreground import run_role
     from cronstream.schemas.catalog import triggers_group
     from cronstream.streams.triggers.processor import TriggerConfig, TriggerProcessor
 
@@ -57,11 +57,4 @@ def cmd_triggers(settings: Settings, args: argparse.Namespace) -> int:
         tenant_runs_per_minute=per_minute(args.triggers_per_second),
         allow_topics=tuple(args.allow_topic),
     )
-    return run_member(
-        "triggers",
-        name=config.name,
-        group=config.group,
-        start=lambda: TriggerProcessor(settings, config),
-        metrics_port=args.metrics_port,
-        settings=settings,
-    )
+    return run_role("triggers", config, TriggerProcessor, settings, args.metrics_port)

@@ -107,7 +107,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     from cronstream.consumers.executors.python import PythonPolicy
     from cronstream.consumers.executors.shell import ShellPolicy
     from cronstream.consumers.worker import Worker, WorkerConfig
-    from cronstream.foreground import run_member
+    from cronstream.foreground import run_role
     from cronstream.runtime.grants import PolicyBook, policy_path
     from cronstream.runtime.stop import STOP_BUDGET_S
 
@@ -147,12 +147,11 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
         grants=tuple(args.grant),
         policy_file=str(policy_path(settings, args.policy)),
     )
-    return run_member(
+    return run_role(
         "worker",
-        name=config.name,
-        group=config.group,
-        start=lambda: Worker(settings, config),
-        metrics_port=args.metrics_port,
-        settings=settings,
+        config,
+        Worker,
+        settings,
+        args.metrics_port,
         stop_budget_s=config.grace_s + STOP_BUDGET_S,
     )
