@@ -140,6 +140,7 @@ class _Binary(Service):
 
     binary: str
     package: str
+    start_timeout = 60.0
 
     @property
     def port(self) -> int:
@@ -186,16 +187,23 @@ class _Binary(Service):
         text = yaml.safe_dump(web_config(self.settings, self.name), sort_keys=False)
         write_private(self.conf / f"{self.name}-web.yml", text.encode())
 
+    def prepare(self) -> None:
+        """Its data folder and its web config, then its own configuration."""
+        self.data.mkdir(parents=True, exist_ok=True)
+        self.write_web_config()
+        self.configure()
+
+    def configure(self) -> None:
+        """Write its config file (``write``) and what that file names."""
+        raise NotImplementedError
+
 
 class Prometheus(_Binary):
     name = "prometheus"
     binary, package = "prometheus", "prometheus"
-    start_timeout = 60.0
 
-    def prepare(self) -> None:
-        self.data.mkdir(parents=True, exist_ok=True)
+    def configure(self) -> None:
         targets_dir(self.settings).mkdir(parents=True, exist_ok=True)
-        self.write_web_config()
         ensure_secret_file(self.settings, console_secret_path(self.settings, "alertmanager"))
         self.write(
             "prometheus.yml",
@@ -216,11 +224,8 @@ class Prometheus(_Binary):
 class Alertmanager(_Binary):
     name = "alertmanager"
     binary, package = "prometheus-alertmanager", "prometheus-alertmanager"
-    start_timeout = 60.0
 
-    def prepare(self) -> None:
-        self.data.mkdir(parents=True, exist_ok=True)
-        self.write_web_config()
+    def configure(self) -> None:
         webhook = o.ALERT_WEBHOOK.get(default=DEFAULT_WEBHOOK)
         self.write("alertmanager.yml", alertmanager_config(webhook=webhook))
 
