@@ -227,12 +227,7 @@ class Sink:
         # Each sink its share of each topic (``balance="per-topic"``): counting
         # partitions gave one of two sinks all of history and the other all of
         # run-output.
-        self.member = GroupMember(
-            settings,
-            config,
-            balance="per-topic",
-            log=log,
-        )
+        self.member = GroupMember(settings, config, balance="per-topic", log=log)
         self.consumer = self.member.consumer
         self.written: dict[tuple[str, int], int] = {}  # next offset, written, per partition
         self.step_offsets: dict[tuple[str, int], int] = {}  # the step being written

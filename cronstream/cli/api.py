@@ -11,7 +11,13 @@ from typing import Any
 
 import httpx
 
-from cronstream.cli.common import EXIT_INVALID, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_UNAVAILABLE
+from cronstream.cli.common import (
+    EXIT_INVALID,
+    EXIT_NOT_FOUND,
+    EXIT_REFUSED,
+    EXIT_UNAVAILABLE,
+    invalid,
+)
 from cronstream.producers.spec import load_jobs_file, yaml_entries
 from cronstream.runtime.options import roles as r
 from cronstream.runtime.settings import Settings
@@ -57,8 +63,7 @@ def over_http(settings: Settings, args: argparse.Namespace) -> int:
     try:
         token = _token(args)
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_INVALID
+        return invalid(str(exc))
     worst = 0
     headers = {"Authorization": f"Bearer {token}"}
     with httpx.Client(base_url=args.api, headers=headers, timeout=args.timeout / 1000 + 5) as http:

@@ -8,11 +8,10 @@ from __future__ import annotations
 import argparse
 import os
 import socket
-import sys
 from datetime import UTC, date, datetime
 from typing import Any
 
-from cronstream.cli.common import EXIT_INVALID, at_least, duration_flag, old_seconds_flag
+from cronstream.cli.common import at_least, duration_flag, invalid, old_seconds_flag
 from cronstream.runtime.options import roles as r
 from cronstream.runtime.options.services import ARCHIVE_KEEP
 from cronstream.runtime.settings import Settings
@@ -73,13 +72,11 @@ def cmd_archiver(settings: Settings, args: argparse.Namespace) -> int:
 
     settings = settings.as_role("archiver")  # its own Kafka user and ACLs
     if args.flush_interval <= 0:
-        print("error: --flush-interval must be above 0", file=sys.stderr)
-        return EXIT_INVALID
+        return invalid("--flush-interval must be above 0")
     try:
         keep = keep_days()
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_INVALID
+        return invalid(str(exc))
     config = ArchiverConfig(
         group=args.group or f"{settings.topic_prefix}.archiver",
         name=args.name,
@@ -101,8 +98,7 @@ def cmd_compact(settings: Settings, args: argparse.Namespace) -> int:
             try:
                 day = date.fromisoformat(args.day)
             except ValueError:
-                print(f"error: --day {args.day!r} is not YYYY-MM-DD", file=sys.stderr)
-                return EXIT_INVALID
+                return invalid(f"--day {args.day!r} is not YYYY-MM-DD")
             done = {day.isoformat(): compact(table, day)}
         else:
             done = {
@@ -125,8 +121,7 @@ def cmd_expire(settings: Settings, args: argparse.Namespace) -> int:
     try:
         keep = keep_days()
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_INVALID
+        return invalid(str(exc))
     table = ArchiveTable(lakehouse(settings))
     try:
         gone = table.expire(datetime.now(UTC).date(), keep)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from collections.abc import Callable
 
 from cronstream.runtime.kafka import logs
@@ -16,6 +17,13 @@ EXIT_INVALID = 2
 EXIT_UNAVAILABLE = 3
 EXIT_NOT_FOUND = 4
 EXIT_REFUSED = 5  # Kafka refused the credentials (runtime.kafka.security)
+
+
+def invalid(why: str) -> int:
+    """Refuse a command's input: ``error: <why>`` on stderr, and the exit code of
+    invalid input (nothing was written)."""
+    print(f"error: {why}", file=sys.stderr)
+    return EXIT_INVALID
 
 
 def per_minute(per_second: float) -> int:

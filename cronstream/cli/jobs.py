@@ -14,7 +14,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from cronstream.cli.backfill import add_backfill
-from cronstream.cli.common import EXIT_INVALID, EXIT_UNAVAILABLE, duration_flag
+from cronstream.cli.common import EXIT_UNAVAILABLE, duration_flag, invalid
 from cronstream.producers.client import JobClient
 from cronstream.producers.errors import UnknownJob
 from cronstream.producers.spec import load_jobs_file
@@ -287,8 +287,7 @@ def cmd_tail(settings: Settings, args: argparse.Namespace) -> int:
     try:
         meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
         if meta is None or meta.error is not None:
-            print(f"error: topic {topic!r} does not exist", file=sys.stderr)
-            return EXIT_INVALID
+            return invalid(f"topic {topic!r} does not exist")
         start = OFFSET_BEGINNING if args.from_beginning else OFFSET_END
         consumer.assign([TopicPartition(topic, p, start) for p in meta.partitions])
         printed, idle_since = 0, time.monotonic()

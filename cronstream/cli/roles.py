@@ -22,7 +22,7 @@ import socket
 import sys
 from typing import Any
 
-from cronstream.cli.common import EXIT_INVALID, per_minute
+from cronstream.cli.common import EXIT_INVALID, invalid, per_minute
 from cronstream.cli.tenant_flags import add_grant_flags, fire_rates, register_fire_rates
 from cronstream.cli.worker import register_worker
 from cronstream.runtime.consoles import console_port
@@ -175,11 +175,9 @@ def cmd_scheduler(settings: Settings, args: argparse.Namespace) -> int:
     settings = settings.as_role("scheduler")  # its own Kafka user and ACLs
     rate, rates = fire_rates(args)
     if not 0 <= args.lookahead <= MAX_LOOKAHEAD_MS:
-        print(f"error: --lookahead must be 0 to {MAX_LOOKAHEAD_MS // 1000}s", file=sys.stderr)
-        return EXIT_INVALID
+        return invalid(f"--lookahead must be 0 to {MAX_LOOKAHEAD_MS // 1000}s")
     if (args.rebuild_index or args.check_index) and not args.state_dir:
-        print("error: --rebuild-index and --check-index need --state-dir", file=sys.stderr)
-        return EXIT_INVALID
+        return invalid("--rebuild-index and --check-index need --state-dir")
     if args.check_index:
         return check_index(settings, args.state_dir)
     config = SchedulerConfig(
@@ -251,8 +249,7 @@ def cmd_admission(settings: Settings, args: argparse.Namespace) -> int:
     try:  # a grant that cannot be read is refused before anything starts
         PolicyBook(config.grants, config.policy_file)
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_INVALID
+        return invalid(str(exc))
     return run_role("admission", config, AdmissionProcessor, settings, args.metrics_port)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from cronstream.cli.api import over_http
-from cronstream.cli.common import EXIT_INVALID, EXIT_UNAVAILABLE, duration_flag
+from cronstream.cli.common import EXIT_INVALID, EXIT_UNAVAILABLE, duration_flag, invalid
 from cronstream.producers.errors import NoAnswer
 from cronstream.producers.spec import load_jobs_file
 from cronstream.producers.tenant import TenantClient
@@ -60,8 +60,7 @@ def cmd_tenant(settings: Settings, args: argparse.Namespace) -> int:
     if args.api:
         return over_http(settings, args)
     if not args.tenant:
-        print(f"error: --tenant (or ${r.TENANT.env}) is required", file=sys.stderr)
-        return EXIT_INVALID
+        return invalid(f"--tenant (or ${r.TENANT.env}) is required")
     with TenantClient(settings, args.tenant) as client:
         try:
             results = _act(client, args)

@@ -10,10 +10,9 @@ from __future__ import annotations
 import argparse
 import os
 import socket
-import sys
 from typing import Any
 
-from cronstream.cli.common import EXIT_INVALID, at_least
+from cronstream.cli.common import at_least, invalid
 from cronstream.cli.tenant_flags import add_grant_flags, tenant_values
 from cronstream.runtime.options import roles as r
 from cronstream.runtime.settings import Settings
@@ -124,8 +123,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
             raise ValueError(f"--output-limit {args.output_limit} is over {MAX_OUTPUT_BYTES}")
         PolicyBook(args.grant, policy_path(settings, args.policy))
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_INVALID
+        return invalid(str(exc))
     config = WorkerConfig(
         group=args.group or f"{settings.topic_prefix}.workers",
         name=args.name,
