@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from pyiceberg.catalog.sql import SqlCatalog
 
@@ -19,18 +20,20 @@ T0 = datetime(2026, 3, 10, 4, tzinfo=UTC)
 S = RunStatus
 
 
-def _o(
-    run: int,
+def _slot_run(
+    job: str,
+    hour: int,
     status: RunStatus,
     recorded_s: int,
     *,
     attempt: int = 1,
-    job: str = "j",
+    run_id: str | None = None,
     tenant: str = "default",
+    worker: str | None = None,
 ) -> RunOutcome:
-    slot = T0 + timedelta(hours=run)
+    slot = T0 + timedelta(hours=hour)
     return RunOutcome(
-        run_id=f"{job}@{run}",
+        run_id=run_id or run_id_for(job, slot),
         job_id=job,
         status=status,
         scheduled_at=slot,
@@ -38,8 +41,13 @@ def _o(
         attempt=attempt,
         trigger=Trigger.SCHEDULE,
         tenant=tenant,
-        worker="w1",
+        worker=worker,
     )
+
+
+def _o(run: int, status: RunStatus, recorded_s: int, *, job: str = "j", **more: Any) -> RunOutcome:
+    """Run ``run`` of ``job`` (its run id ``job@run``), by worker w1."""
+    return _slot_run(job, run, status, recorded_s, run_id=f"{job}@{run}", worker="w1", **more)
 
 
 def test_each_attempt_is_its_latest_outcome_newest_slot_first(tmp_path: Path) -> None:
@@ -88,29 +96,6 @@ def test_each_attempt_is_its_latest_outcome_newest_slot_first(tmp_path: Path) ->
         assert [o.run_id for o in cold.job_runs("j", *window)] == ["j@2", "j@1", "j@1"]
     finally:
         cold.close()
-
-
-def _slot_run(
-    job: str,
-    hour: int,
-    status: RunStatus,
-    recorded_s: int,
-    *,
-    attempt: int = 1,
-    run_id: str | None = None,
-    tenant: str = "default",
-) -> RunOutcome:
-    slot = T0 + timedelta(hours=hour)
-    return RunOutcome(
-        run_id=run_id or run_id_for(job, slot),
-        job_id=job,
-        status=status,
-        scheduled_at=slot,
-        recorded_at=slot + timedelta(seconds=recorded_s),
-        attempt=attempt,
-        trigger=Trigger.SCHEDULE,
-        tenant=tenant,
-    )
 
 
 def test_outcomes_by_status_and_a_runs_records_each_once(tmp_path: Path) -> None:

@@ -20,11 +20,12 @@ from cronstream.consumers.executors.kafka import KafkaExecutor, TopicPolicy
 from cronstream.consumers.worker.attempts import Attempts
 from cronstream.consumers.worker.config import WorkerConfig
 from cronstream.runtime import metrics
-from cronstream.schemas.events import RunOutcome, RunRequest, RunStatus, Target
+from cronstream.schemas.events import RunOutcome, RunStatus, Target
 from cronstream.schemas.ids import partition_for
+from tests.factories import run_request
 from tests.processors import WORKER_SETTINGS
 from tests.unit.test_executors import _Metadata
-from tests.unit.test_worker_parts import RUNS, T0, TOPICS, Parts
+from tests.unit.test_worker_parts import RUNS, TOPICS, Parts
 
 
 def test_the_bulkhead_starts_within_the_slots_queues_then_refuses() -> None:
@@ -104,17 +105,6 @@ class _Stalled:
         return "ok"
 
 
-def _run(run_id: str, timeout_ms: int = 30_000) -> RunRequest:
-    return RunRequest(
-        run_id=run_id,
-        job_id=run_id.split("@", maxsplit=1)[0],
-        scheduled_at=T0,
-        fired_at=T0,
-        target=Target(type="python", callable="m:f"),
-        timeout_ms=timeout_ms,
-    )
-
-
 @contextmanager
 def _worker(executor: Any) -> Iterator[tuple[Parts, Attempts]]:
     """A worker's parts and its attempts (4 slots, 2 per destination), python targets
@@ -161,7 +151,7 @@ def test_runs_to_a_stalled_destination_leave_the_other_slots_to_the_others() -> 
     with _worker(executor) as (parts, attempts):
         run_ids = [*(f"stalled@{i}" for i in range(5)), *(f"fine@{i}" for i in range(6))]
         for offset, run_id in enumerate(run_ids):
-            parts.intake.accept(parts.record(_run(run_id), offset))
+            parts.intake.accept(parts.record(run_request(run_id), offset))
         _step(attempts, parts, time.monotonic() + 0.5)
         seen = _statuses(parts)
         # Two stalled attempts hold their destination's two slots; three wait, unstarted.
@@ -189,12 +179,12 @@ def test_a_waiting_run_times_out_by_its_own_timeout_and_cancel_and_revoke_end_wa
     executor = _Stalled()
     with _worker(executor) as (parts, attempts):
         runs = [
-            _run("stalled@0"),
-            _run("stalled@1"),  # hold the two slots
-            _run("stalled@2", timeout_ms=400),
-            _run("stalled@3", timeout_ms=400),
-            _run("stalled@4"),
-            _run("stalled@5"),
+            run_request("stalled@0"),
+            run_request("stalled@1"),  # hold the two slots
+            run_request("stalled@2", timeout_ms=400),
+            run_request("stalled@3", timeout_ms=400),
+            run_request("stalled@4"),
+            run_request("stalled@5"),
         ]
         for offset, request in enumerate(runs):
             parts.intake.accept(parts.record(request, offset))
@@ -249,7 +239,7 @@ def test_runs_wait_on_for_a_slow_destination_that_answers() -> None:
     waits as long as its destination answers; its attempt then gets its whole timeout."""
     with _worker(_Slow()) as (parts, attempts):
         for offset in range(8):  # 8 x 150 ms in 2 slots: 600 ms, twice the timeout
-            parts.intake.accept(parts.record(_run(f"slow@{offset}", timeout_ms=300), offset))
+            parts.intake.accept(parts.record(run_request(f"slow@{offset}", timeout_ms=300), offset))
         _step(attempts, parts, time.monotonic() + 1.2)
         seen = _statuses(parts)
         assert {run_id: statuses[-1] for run_id, statuses in seen.items()} == {
@@ -266,7 +256,7 @@ def test_runs_waiting_for_their_destination_count_as_read_ahead() -> None:
     parts.own()
     limit = parts.intake.limit
     for offset in range(limit):
-        parts.intake.accept(parts.record(_run(f"j@{offset}"), offset))
+        parts.intake.accept(parts.record(run_request(f"j@{offset}"), offset))
     parts.intake.flow_control(waiting=limit)  # the other half waits for a destination
     assert parts.consumer.paused == [(RUNS, 0)]
     parts.intake.take()

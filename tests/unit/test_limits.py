@@ -5,7 +5,6 @@ the scheduler refuses a definition over them, the worker a run request
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -26,21 +25,15 @@ from cronstream.schemas.events import (
 from cronstream.schemas.limits import carried, unencodable
 from cronstream.schemas.serde import Codec
 from cronstream.streams.scheduler.definitions import Definitions
+from tests.factories import HTTP, T0, definition
 from tests.fakes import FakeRegistry
 
 TOPICS = Topics(Settings.from_env({}))
-T0 = datetime(2026, 11, 22, 10, tzinfo=UTC)
-TARGET = Target(type="http", url="https://e.x/h")
 
 
 @pytest.fixture
 def codec() -> Codec:
     return Codec(FakeRegistry())  # type: ignore[arg-type]
-
-
-def definition(job_id: str = "j", **fields: Any) -> JobDefinition:
-    fields.setdefault("schedule", CronSchedule(expression="*/5 * * * *"))
-    return JobDefinition(job_id=job_id, target=TARGET, updated_at=T0, **fields)
 
 
 @pytest.mark.parametrize(
@@ -74,7 +67,7 @@ def test_the_scheduler_refuses_a_definition_over_the_limits(
 
 
 def run(**fields: Any) -> RunRequest:
-    fields.setdefault("target", TARGET)
+    fields.setdefault("target", HTTP)
     fields.setdefault("run_id", "j@x")
     return RunRequest(job_id="j", scheduled_at=T0, fired_at=T0, **fields)
 

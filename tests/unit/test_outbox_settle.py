@@ -8,7 +8,8 @@ import pytest
 
 from cronstream.consumers.worker.outbox import OUTBOX_PRODUCER
 from cronstream.schemas.events import RunOutcome, RunStatus, TimerReason, TimerRequest
-from tests.unit.test_worker_parts import RUNS, T0, TOPICS, Parts, pending_at, run
+from tests.factories import T0
+from tests.unit.test_worker_parts import RUNS, TOPICS, Parts, pending_at, run
 
 
 def _retry_timer(run_id: str) -> TimerRequest:

@@ -26,13 +26,13 @@ from cronstream.schemas.events import (
     RunOutcome,
     RunRequest,
     RunStatus,
-    Target,
     Trigger,
 )
 from cronstream.schemas.flows import FlowEvent, FlowEventKind
 from cronstream.schemas.tenancy import RefusalCode, TenantAction, TenantCommand
 from cronstream.streams.core.partition import PartitionScheduler
 from cronstream.streams.flows.coordinator import Coordinator
+from tests.factories import definition, run_request
 from tests.processors import (
     NOW,
     NOW_MS,
@@ -148,13 +148,9 @@ def test_a_traceback_once_per_code_site(caplog: pytest.LogCaptureFixture) -> Non
 
 
 # -- the processors -------------------------------------------------------------------------
-def job(job_id: str = "x", url: str = "https://example.com/h") -> JobDefinition:
-    return JobDefinition(
-        job_id=job_id,
-        target=Target(type="http", url=url),
-        updated_at=NOW,
-        schedule=CronSchedule(expression="* * * * *"),
-    )
+def job(job_id: str) -> JobDefinition:
+    """Due every minute: the scheduler fires it within ``fire_until``'s two minutes."""
+    return definition(job_id, schedule=CronSchedule(expression="* * * * *"))
 
 
 def put(command_id: str, job_id: str = "x") -> TenantCommand:
@@ -238,17 +234,6 @@ def test_the_scheduler_dead_letters_a_definition_whose_reading_raises(
     assert "IndexError: list index out of range" in letter.reason
     assert set(h.owned[0].core.jobs) == {"x"}
     assert h.definitions.faults.sources == set()  # the next definition ended the streak
-
-
-def run_request(run_id: str, **fields: Any) -> RunRequest:
-    return RunRequest(
-        run_id=run_id,
-        job_id=run_id.split("@", maxsplit=1)[0],
-        scheduled_at=NOW,
-        fired_at=NOW,
-        target=Target(type="python", callable="m:f"),
-        **fields,
-    )
 
 
 def test_the_worker_dead_letters_a_run_request_reading_raises_on(

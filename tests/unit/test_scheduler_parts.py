@@ -3,8 +3,6 @@ emitter writes for a fire and a misfire record, and the checkpoint's metadata.""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import pytest
 
 from cronstream.runtime import metrics
@@ -24,7 +22,6 @@ from cronstream.schemas.events import (
     RunOutcome,
     RunRequest,
     RunStatus,
-    Target,
     Trigger,
     to_ms,
 )
@@ -35,24 +32,17 @@ from cronstream.streams.core.schedule import Kind, jitter_offset
 from cronstream.streams.scheduler.checkpoint import Checkpoint
 from cronstream.streams.scheduler.definitions import Definitions, Prepared
 from cronstream.streams.scheduler.emitter import Emitter
+from tests.factories import T0, definition
 from tests.fakes import FakeProducer, FakeRegistry
 
 SETTINGS = Settings.from_env({})
 TOPICS = Topics(SETTINGS)
-T0 = datetime(2026, 11, 22, 10, tzinfo=UTC)
 SLOT = to_ms(T0)
 
 
 @pytest.fixture
 def codec() -> Codec:
     return Codec(FakeRegistry())  # type: ignore[arg-type]
-
-
-def definition(job_id: str = "j", **fields: object) -> JobDefinition:
-    fields.setdefault("schedule", CronSchedule(expression="*/5 * * * *"))
-    return JobDefinition(
-        job_id=job_id, target=Target(type="http", url="https://e.x/h"), updated_at=T0, **fields
-    )  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime
 
 import pytest
 
@@ -13,13 +12,12 @@ from cronstream.schemas.events import (
     JOB_DELETED,
     JOB_PAUSED,
     RetryPolicy,
-    RunRequest,
     RunStatus,
-    Target,
     TimerReason,
     Trigger,
     from_ms,
 )
+from tests.factories import T0, run_request
 
 NOW = 1_800_000_000_000
 POLICY = RetryPolicy(max_attempts=3, initial_backoff_ms=1000, max_backoff_ms=60_000)
@@ -117,16 +115,7 @@ def test_a_run_cancelled_because_its_job_was_paused_is_skipped_as_its_slots_are(
 
 
 def test_the_retry_timer_keeps_the_run_id_and_counts_the_attempt() -> None:
-    t0 = datetime(2026, 11, 22, 10, tzinfo=UTC)
-    run = RunRequest(
-        run_id="j@x",
-        job_id="j",
-        scheduled_at=t0,
-        fired_at=t0,
-        target=Target(type="http", url="https://e.x"),
-        attempt=2,
-        possible_duplicate=True,
-    )
+    run = run_request("j@x", attempt=2, possible_duplicate=True)
     timer = retry_timer(run, NOW + 5000, NOW)
     assert (timer.timer_id, timer.job_id, timer.reason) == ("j@x#3", "j", TimerReason.RETRY)
     assert timer.due_at == from_ms(NOW + 5000) == timer.run.fired_at
@@ -135,7 +124,7 @@ def test_the_retry_timer_keeps_the_run_id_and_counts_the_attempt() -> None:
     assert timer.run.attempt == 3
     assert timer.run.trigger is Trigger.RETRY
     assert not timer.run.possible_duplicate
-    assert timer.run.scheduled_at == t0
+    assert timer.run.scheduled_at == T0
     node = replace(run, run_id="f@x/a", job_id="f", trigger=Trigger.FLOW)
     assert retry_timer(node, NOW + 5000, NOW).run.trigger is Trigger.FLOW  # still a flow node
 
@@ -155,13 +144,5 @@ def test_a_backoff_of_any_size_gives_a_retry_timer_that_can_be_written() -> None
         uniform=lambda _a, b: b,
     )
     assert verdict.retry_at_ms == NOW + MAX_BACKOFF_MS
-    t0 = datetime(2026, 11, 22, 10, tzinfo=UTC)
-    run = RunRequest(
-        run_id="j@x",
-        job_id="j",
-        scheduled_at=t0,
-        fired_at=t0,
-        target=Target(type="http", url="https://e.x"),
-        retry=huge,
-    )
+    run = run_request("j@x", retry=huge)
     assert retry_timer(run, NOW + MAX_BACKOFF_MS, NOW).due_at == from_ms(NOW + MAX_BACKOFF_MS)

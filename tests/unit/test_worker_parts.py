@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -38,12 +37,12 @@ from cronstream.schemas.events import (
 )
 from cronstream.schemas.ids import partition_for
 from cronstream.schemas.serde import Codec
+from tests.factories import run_request
 from tests.fakes import FakeConsumer, FakeMessage, FakeProducer, FakeRegistry
 from tests.processors import WORKER_SETTINGS
 
 SETTINGS = Settings.from_env({"CRONSTREAM_PARTITIONS": "1"})  # every job at home on 0
 TOPICS = Topics(SETTINGS)
-T0 = datetime(2026, 11, 22, 10, tzinfo=UTC)
 RUNS = TOPICS.runs(Priority.NORMAL)
 
 
@@ -115,15 +114,7 @@ class Parts:
 
 
 def run(run_id: str, *, priority: Priority = Priority.NORMAL, flagged: bool = False) -> RunRequest:
-    return RunRequest(
-        run_id=run_id,
-        job_id=run_id.split("@", maxsplit=1)[0],
-        scheduled_at=T0,
-        fired_at=T0,
-        target=Target(type="python", callable="m:f"),
-        priority=priority,
-        possible_duplicate=flagged,
-    )
+    return run_request(run_id, priority=priority, possible_duplicate=flagged)
 
 
 def test_an_undecodable_run_is_dead_lettered_with_its_place_and_the_partition_flows() -> None:
