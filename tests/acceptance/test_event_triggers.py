@@ -21,8 +21,8 @@ from cronstream.infra.tenants import trigger_source_acls
 from cronstream.runtime.kafka.clients import kafka_admin
 from cronstream.runtime.kafka.security import admin_security
 from cronstream.runtime.settings import Settings
-from tests.acceptance.test_pipeline import eventually, history_json, ok
-from tests.integration.helpers import CronstreamProcess, Target, cronstream
+from tests.acceptance.test_pipeline import history_json, ok
+from tests.integration.helpers import CronstreamProcess, Target, cronstream, eventually
 
 pytestmark = pytest.mark.acceptance
 

@@ -6,15 +6,14 @@ back a success, a retry that succeeded, a dead letter and a cancel."""
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cronstream.runtime.settings import Settings
-from tests.integration.helpers import CronstreamProcess, Target, cronstream
+from tests.integration.helpers import CronstreamProcess, Target, cronstream, eventually
 
 pytestmark = pytest.mark.acceptance
 
@@ -51,21 +50,6 @@ def history_json(ns: Settings, *args: str) -> list[dict[str, Any]]:
     if out.returncode == 4:  # --run of a run not recorded yet
         return []
     return [json.loads(line) for line in ok(out).splitlines()]
-
-
-def eventually(
-    read: Callable[[], list[dict[str, Any]]],
-    check: Callable[[list[Any]], bool],
-    what: str,
-    timeout: float = 120,
-) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + timeout
-    while True:
-        rows = read()
-        if check(rows):
-            return rows
-        assert time.monotonic() < deadline, f"timed out waiting for {what}; last read: {rows}"
-        time.sleep(1)
 
 
 def test_put_fire_execute_and_read_back_through_the_cli(  # long: one end-to-end scenario, read top to bottom

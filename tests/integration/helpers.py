@@ -32,6 +32,7 @@ from cronstream.schemas.tenancy import AnyEvent
 from tests.conftest import cli_env
 
 E = TypeVar("E", bound=AnyEvent)
+T = TypeVar("T")
 
 
 def cronstream(
@@ -77,6 +78,20 @@ def wait_http_up(
         assert alive(), f"{url} died: {log()}"
         assert time.monotonic() < deadline, f"{url}{path} never answered 200: {log()}"
         time.sleep(every)
+
+
+def eventually(
+    read: Callable[[], T], check: Callable[[T], bool], what: str, timeout: float = 120
+) -> T:
+    """What ``read()`` answers once ``check`` accepts it; AssertionError naming ``what``
+    and the last answer after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = read()
+        if check(value):
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}; last: {value!r}"
+        time.sleep(0.5)
 
 
 def plaintext_listener(settings: Settings) -> Settings:
@@ -439,18 +454,29 @@ def kill_children() -> None:
                 os.kill(int(status.parent.name), signal.SIGKILL)
 
 
-def ui_process(settings: Settings, procs: list[CronstreamProcess], tmp_path: Path) -> str:
+def ui_process(
+    settings: Settings,
+    procs: list[CronstreamProcess],
+    tmp_path: Path,
+    env: dict[str, str] | None = None,
+    timeout: float = 60,
+) -> str:
     """A `cronstream ui` process of ``settings`` on a free port, up: its URL."""
     port = free_port()
-    ui = CronstreamProcess(settings, tmp_path, "ui", "--port", str(port), command="ui")
+    ui = CronstreamProcess(settings, tmp_path, "ui", "--port", str(port), command="ui", env=env)
     procs.append(ui)
     url = f"http://127.0.0.1:{port}"
-    wait_http_up(url, 60, ui.log, path="/readyz", alive=lambda: ui.proc.poll() is None)
+    wait_http_up(url, timeout, ui.log, path="/readyz", alive=lambda: ui.proc.poll() is None)
     return url
 
 
-# A tenant's job as the dashboard's tests put it through the API
-UI_JOB_SPEC = {"cron": "0 3 * * *", "target": "http", "url": "https://example.com/report"}
+def put_ui_job(url: str, token: str, hook: str = "https://example.com/report") -> None:
+    """A tenant's job ``report`` (to ``hook``) put through the dashboard's API with
+    ``token``."""
+    spec = {"cron": "0 3 * * *", "target": "http", "url": hook}
+    headers = {"Authorization": f"Bearer {token}"}
+    put = httpx.put(f"{url}/v1/jobs/report", json=spec, timeout=60, headers=headers)
+    assert put.status_code == 200, put.text
 
 
 @contextmanager

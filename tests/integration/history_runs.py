@@ -1,9 +1,27 @@
 """Outcomes as the history tests write them: a job's runs with the records workers and
-schedulers publish (STARTED, FAILED and retried, SUCCEEDED, DUPLICATE, MISSED)."""
+schedulers publish (STARTED, FAILED and retried, SUCCEEDED, DUPLICATE, MISSED), and how
+they are written to the history tables."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from cronstream.consumers.history import HistoryTables
+from cronstream.runtime.cassandra import cassandra_session
+from cronstream.runtime.settings import Settings
 from cronstream.schemas.events import RunOutcome, RunStatus, Trigger, from_ms
+
+
+def write_history(settings: Settings, outcomes: Iterable[RunOutcome]) -> None:
+    """``outcomes`` in the history tables, through the sink's own path
+    (``HistoryTables.rows``)."""
+    cluster, session = cassandra_session(settings, keyspace=settings.keyspace)
+    try:
+        tables = HistoryTables(session, settings.keyspace, ttl_s=3600)
+        for _table, statement in (row for o in outcomes for row in tables.rows(o)):
+            session.execute(statement)
+    finally:
+        cluster.shutdown()
 
 
 def runs_of(job: str, count: int, start_ms: int, step_ms: int = 1000) -> list[RunOutcome]:

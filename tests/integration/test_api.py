@@ -13,7 +13,6 @@ from typing import Any
 import httpx
 import pytest
 
-from cronstream.consumers.history import HistoryTables
 from cronstream.consumers.output import OutputTable
 from cronstream.producers.client import JobClient
 from cronstream.runtime.cassandra import cassandra_session
@@ -23,6 +22,7 @@ from cronstream.schemas.definition import job_from_spec
 from cronstream.schemas.events import RunOutcome, RunStatus, utc_now
 from cronstream.schemas.output import RunOutput
 from tests.integration.helpers import CronstreamProcess, cronstream, free_port, wait_http_up
+from tests.integration.history_runs import write_history
 from tests.integration.tenants import Api
 
 pytestmark = pytest.mark.integration
@@ -161,13 +161,7 @@ def test_history_through_the_api_is_the_tenants_own(
             error="operator's secret output",
         )
     )
-    cluster, session = cassandra_session(history_ns, keyspace=history_ns.keyspace)
-    try:
-        tables = HistoryTables(session, history_ns.keyspace, ttl_s=3600)
-        for _table, statement in (row for o in outcomes for row in tables.rows(o)):
-            session.execute(statement)
-    finally:
-        cluster.shutdown()
+    write_history(history_ns, outcomes)
     with api.client(history_ns, a) as ca:
         assert ca.put("/v1/jobs/r", json=SPEC).status_code == 200
         runs = eventually(lambda: ca.get("/v1/jobs/r/history"), lambda r: r.status_code == 200)

@@ -108,52 +108,30 @@ def test_a_backfill_of_1000_slots_run_twice_executes_1000_runs(
     assert all(k.startswith(f"{job_id}@") for k in reruns)
 
 
+NEW_YEAR = "2026-01-01T00:00:00Z"
+
+
+def _backfill_text(
+    ns: Settings, job_id: str, start: str, end: str, *more: str
+) -> subprocess.CompletedProcess[str]:
+    """`cronstream runs backfill` of ``job_id`` from ``start`` to ``end``, answering in
+    text (a refusal, a dry run's plan), not --json as ``_backfill``."""
+    return cronstream(ns, "runs", "backfill", job_id, "--from", start, "--to", end, *more)
+
+
 def test_bad_backfills_are_refused_and_send_nothing(ns: Settings, target: Target) -> None:
     _put(ns, "bf", f"{target.url}/ok")
     now = datetime.now(UTC)
-    future = cronstream(
-        ns, "runs", "backfill", "bf", "--from", iso(now), "--to", "2999-01-01T00:00:00Z"
-    )
+    future = _backfill_text(ns, "bf", iso(now), "2999-01-01T00:00:00Z")
     assert future.returncode == 2, future.stderr
     assert "--to is in the future" in future.stderr
     assert "nothing was written" in future.stderr
-    parallel = cronstream(
-        ns,
-        "runs",
-        "backfill",
-        "bf",
-        "--from",
-        "2026-01-01T00:00:00Z",
-        "--to",
-        "2026-01-02T00:00:00Z",
-        "--max-parallel",
-        "0",
-    )
+    parallel = _backfill_text(ns, "bf", NEW_YEAR, "2026-01-02T00:00:00Z", "--max-parallel", "0")
     assert parallel.returncode == 2
     assert "--max-parallel must be 1 to 10,000" in parallel.stderr
-    unknown = cronstream(
-        ns,
-        "runs",
-        "backfill",
-        "nope",
-        "--from",
-        "2026-01-01T00:00:00Z",
-        "--to",
-        "2026-01-02T00:00:00Z",
-    )
+    unknown = _backfill_text(ns, "nope", NEW_YEAR, "2026-01-02T00:00:00Z")
     assert unknown.returncode == 4, unknown.stderr
-    dry = cronstream(
-        ns,
-        "runs",
-        "backfill",
-        "bf",
-        "--from",
-        "2026-01-01T00:00:00Z",
-        "--to",
-        "2026-01-01T00:01:00Z",
-        "--dry-run",
-        "--rerun",
-    )
+    dry = _backfill_text(ns, "bf", NEW_YEAR, "2026-01-01T00:01:00Z", "--dry-run", "--rerun")
     assert dry.returncode == 0, dry.stderr
     assert "60 slot(s) to run (2026-01-01T00:00:00.000Z .. 2026-01-01T00:00:59.000Z)" in dry.stderr
     assert target.calls == []

@@ -8,11 +8,9 @@ dependent after another tenant's job is dead-lettered."""
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import TypeVar
 
 import httpx
 import pytest
@@ -35,13 +33,13 @@ from cronstream.schemas.events import (
 from tests.integration.helpers import (
     CronstreamProcess,
     decoded,
+    eventually,
     free_port,
     group_caught_up,
 )
 from tests.integration.helpers import Target as HttpTarget
 
 pytestmark = pytest.mark.integration
-T = TypeVar("T")
 
 
 @pytest.fixture
@@ -120,18 +118,6 @@ def caught_up(ns: Settings) -> None:
         bool,
         "the processor to commit all of history",
     )
-
-
-def eventually(
-    read: Callable[[], T], check: Callable[[T], bool], what: str, timeout: float = 90
-) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = read()
-        if check(value):
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}; last: {value!r}"
-        time.sleep(0.5)
 
 
 def test_a_dependent_runs_once_both_upstream_jobs_succeeded_for_the_day_and_not_before(

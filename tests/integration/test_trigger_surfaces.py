@@ -15,9 +15,7 @@ import httpx
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
-from cronstream.consumers.history import HistoryTables
 from cronstream.infra.replication import new_topic, topic_replication
-from cronstream.runtime.cassandra import cassandra_session
 from cronstream.runtime.kafka.clients import kafka_admin, kafka_producer
 from cronstream.runtime.settings import Settings
 from cronstream.runtime.tokens import token_path
@@ -26,6 +24,7 @@ from cronstream.schemas.events import RunOutcome, RunStatus, Trigger, utc_now
 from cronstream.schemas.ids import event_run_id
 from cronstream.schemas.tenancy import tenant_user
 from tests.integration.helpers import CronstreamProcess, read_topic, signed_in, ui_process
+from tests.integration.history_runs import write_history
 from tests.integration.tenants import Api
 from tests.integration.test_api import eventually
 
@@ -78,17 +77,6 @@ def test_a_tenant_triggers_from_its_own_topics_only_and_after_its_own_jobs(
     assert api.backend.view.jobs[f"{a}/report"].after == (f"{a}/own",)
 
 
-def _write(settings: Settings, outcomes: list[RunOutcome]) -> None:
-    """Through the history path of the sink (``HistoryTables.rows``)."""
-    cluster, session = cassandra_session(settings, keyspace=settings.keyspace)
-    try:
-        tables = HistoryTables(session, settings.keyspace, ttl_s=3600)
-        for _table, statement in (row for o in outcomes for row in tables.rows(o)):
-            session.execute(statement)
-    finally:
-        cluster.shutdown()
-
-
 def test_a_triggers_lag_last_match_and_upstream_day_through_the_api_and_the_dashboard(  # long: one story
     history_ns: Settings,
     two: tuple[str, str],
@@ -107,7 +95,7 @@ def test_a_triggers_lag_last_match_and_upstream_day_through_the_api_and_the_dash
     now = utc_now().replace(microsecond=0)
     job, run_at = f"{a}/orders", now - timedelta(seconds=1)
     matched = event_run_id(job, orders, 1, 3)
-    _write(
+    write_history(
         history_ns,
         [
             RunOutcome(

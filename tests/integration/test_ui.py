@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 
-import httpx
 import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
@@ -33,7 +32,7 @@ from cronstream.schemas.catalog import Topics
 from cronstream.schemas.definition import job_from_spec
 from cronstream.schemas.events import Priority, RunOutcome, RunStatus, utc_now
 from cronstream.schemas.output import RunOutput
-from tests.integration.helpers import CronstreamProcess, free_port, ui_process, wait_http_up
+from tests.integration.helpers import CronstreamProcess, free_port, put_ui_job, ui_process
 from tests.integration.tenants import AdmissionThread
 
 pytestmark = pytest.mark.integration
@@ -158,15 +157,17 @@ def scraped(history_ns: Settings) -> Iterator[Path]:
     path.unlink(missing_ok=True)
 
 
-def _stack(
-    settings: Settings, procs: list[CronstreamProcess], tmp_path: Path, scraped: Path
-) -> str:
-    with JobClient(settings) as client:
-        client.put_many(
-            [job_from_spec(spec, max_payload_bytes=settings.max_payload_bytes) for spec in JOBS]
-        )
+def scraped_roles(
+    settings: Settings,
+    procs: list[CronstreamProcess],
+    tmp_path: Path,
+    scraped: Path,
+    worker_args: tuple[str, ...],
+) -> None:
+    """A scheduler, a sink and a worker (given ``worker_args``), each with a metrics port
+    named in ``scraped`` for the stack's Prometheus."""
     ports = {}
-    for role, args in (("scheduler", ()), ("sink", ()), ("worker", ("--python-allow", "examples"))):
+    for role, args in (("scheduler", ()), ("sink", ()), ("worker", worker_args)):
         ports[f"{settings.topic_prefix}-{role}"] = (role, port := free_port())
         procs.append(
             CronstreamProcess(
@@ -174,12 +175,17 @@ def _stack(
             )
         )
     write_targets(scraped.parent, scraped.stem, ports)
-    port = free_port()
-    ui = CronstreamProcess(settings, tmp_path, "ui", "--port", str(port), command="ui")
-    procs.append(ui)
-    url = f"http://127.0.0.1:{port}"
-    wait_http_up(url, 60, ui.log, path="/readyz", alive=lambda: ui.proc.poll() is None)
-    return url
+
+
+def _stack(
+    settings: Settings, procs: list[CronstreamProcess], tmp_path: Path, scraped: Path
+) -> str:
+    with JobClient(settings) as client:
+        client.put_many(
+            [job_from_spec(spec, max_payload_bytes=settings.max_payload_bytes) for spec in JOBS]
+        )
+    scraped_roles(settings, procs, tmp_path, scraped, ("--python-allow", "examples"))
+    return ui_process(settings, procs, tmp_path)
 
 
 def test_every_page_loads_shows_the_jobs_and_their_runs_and_one_action_each_works(
@@ -303,11 +309,7 @@ def _tenant_trigger(page: Page, browser: webdriver.Chrome, url: str, token: str)
     """Trigger a tenant's job as that tenant (through the admission, as the API does);
     the operators' dead letters are not the tenant's, and replay is the admin's."""
     # a target the tenant may use without a grant (public http: schemas.policy)
-    spec = {"cron": "0 3 * * *", "target": "http", "url": "https://hooks.example.com/digest"}
-    put = httpx.put(
-        f"{url}/v1/jobs/report", json=spec, timeout=60, headers={"Authorization": f"Bearer {token}"}
-    )
-    assert put.status_code == 200, put.text
+    put_ui_job(url, token, hook="https://hooks.example.com/digest")
     page.sign_in(token)
     page.until("/ui/jobs", lambda: "report" in page.text("#jobs"))
     assert "hello-python" not in page.text("#jobs")  # a tenant sees its own jobs only

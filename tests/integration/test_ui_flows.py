@@ -14,17 +14,13 @@ from datetime import timedelta
 from pathlib import Path
 from urllib.parse import quote
 
-import httpx
 import pytest
 import yaml
 from selenium import webdriver
 from selenium.webdriver.common.by import By
 
-from cronstream.consumers.history import HistoryTables
 from cronstream.producers.client import JobClient
 from cronstream.producers.flows import flow_from_spec, flow_schedule
-from cronstream.runtime.cassandra import cassandra_session
-from cronstream.runtime.scrape import write_targets
 from cronstream.runtime.settings import Settings
 from cronstream.runtime.tokens import ADMIN, token_path
 from cronstream.schemas.catalog import FLOWS_APP
@@ -32,17 +28,16 @@ from cronstream.schemas.definition import job_from_spec
 from cronstream.schemas.events import RunOutcome, RunStatus, utc_now
 from cronstream.ui.dag import NODE_COLOURS
 from tests.integration.helpers import (
-    UI_JOB_SPEC,
     CronstreamProcess,
     Target,
     cronstream,
-    free_port,
+    put_ui_job,
     signed_in,
     ui_process,
-    wait_http_up,
 )
+from tests.integration.history_runs import write_history
 from tests.integration.tenants import AdmissionThread
-from tests.integration.test_ui import Page, browser, scraped
+from tests.integration.test_ui import Page, browser, scraped, scraped_roles
 
 pytestmark = pytest.mark.integration
 _ = (browser, scraped)  # fixtures
@@ -83,26 +78,12 @@ def _stack(
     assert put.returncode == 0, put.stderr
     with JobClient(settings) as client:
         client.put(job_from_spec(tick, max_payload_bytes=settings.max_payload_bytes))
-    ports = {}
-    for role, args in (
-        ("scheduler", ()),
-        ("sink", ()),
-        ("worker", ("--http-allow", "127.0.0.0/8")),
-    ):
-        ports[f"{settings.topic_prefix}-{role}"] = (role, port := free_port())
-        procs.append(
-            CronstreamProcess(settings, tmp, role, *args, "--metrics-port", str(port), command=role)
-        )
-    write_targets(scraped.parent, scraped.stem, ports)
+    scraped_roles(settings, procs, tmp, scraped, ("--http-allow", "127.0.0.0/8"))
     coordinator = CronstreamProcess(
         settings, tmp, "flows", "--log-level", "INFO", command="flows-coordinator"
     )
     procs.append(coordinator)
-    port = free_port()
-    ui = CronstreamProcess(settings, tmp, "ui", "--port", str(port), command="ui", env=QUOTAS)
-    procs.append(ui)
-    url = f"http://127.0.0.1:{port}"
-    wait_http_up(url, 90, ui.log, path="/readyz", alive=lambda: ui.proc.poll() is None)
+    url = ui_process(settings, procs, tmp, env=QUOTAS, timeout=90)
     coordinator.wait_live(1, text="Ready", timeout=120)
     return url
 
@@ -226,13 +207,7 @@ def _overview_and_stuck(page: Page) -> None:
 
 def _tenant_page(page: Page, url: str, token: str) -> None:
     """A tenant's job put through the API; its page: its job, its quota used."""
-    put = httpx.put(
-        f"{url}/v1/jobs/report",
-        json=UI_JOB_SPEC,
-        timeout=60,
-        headers={"Authorization": f"Bearer {token}"},
-    )
-    assert put.status_code == 200, put.text
+    put_ui_job(url, token)
     page.sign_in(token)
     page.until("/ui/tenants", lambda: "report" in page.text("#tenant-jobs"))
     assert page.text("#quota-jobs") == "1 / 3"
@@ -253,11 +228,10 @@ def _flow_run_rows(settings: Settings, tenant: str) -> None:
         "/c": "SUCCEEDED",
         "/d": "UPSTREAM_FAILED",
     }
-    cluster, session = cassandra_session(settings, keyspace=settings.keyspace)
-    try:
-        tables = HistoryTables(session, settings.keyspace, ttl_s=3600)
-        for node, status in statuses.items():
-            outcome = RunOutcome(
+    write_history(
+        settings,
+        (
+            RunOutcome(
                 run_id=run + node,
                 job_id=f"{tenant}/etl",
                 tenant=tenant,
@@ -267,10 +241,9 @@ def _flow_run_rows(settings: Settings, tenant: str) -> None:
                 worker=FLOWS_APP if not node else "w",
                 error=f"flow-error-of-{tenant}" if not node else None,
             )
-            for _table, statement in tables.rows(outcome):
-                session.execute(statement)
-    finally:
-        cluster.shutdown()
+            for node, status in statuses.items()
+        ),
+    )
 
 
 def test_a_tenant_cannot_open_another_tenants_flow_run_flow_or_tenant_page(

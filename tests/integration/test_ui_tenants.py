@@ -13,14 +13,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cronstream.consumers.history import HistoryTables
-from cronstream.runtime.cassandra import cassandra_session
 from cronstream.runtime.kafka.publisher import Publisher
 from cronstream.runtime.settings import Settings
 from cronstream.runtime.tokens import token_path
 from cronstream.schemas.catalog import Topics
 from cronstream.schemas.events import DeadLetter, RunOutcome, RunStatus, utc_now
-from tests.integration.helpers import UI_JOB_SPEC, CronstreamProcess, signed_in, ui_process
+from tests.integration.helpers import CronstreamProcess, put_ui_job, signed_in, ui_process
+from tests.integration.history_runs import write_history
 from tests.integration.tenants import AdmissionThread
 
 pytestmark = pytest.mark.integration
@@ -30,11 +29,10 @@ def _their_work(settings: Settings, tenants: tuple[str, str]) -> None:
     """Each tenant's failed runs in history and a dead letter of its job, as the sink
     and the worker write them."""
     now = utc_now()
-    cluster, session = cassandra_session(settings, keyspace=settings.keyspace)
-    try:
-        tables = HistoryTables(session, settings.keyspace, ttl_s=3600)
-        for t in tenants:
-            outcome = RunOutcome(
+    write_history(
+        settings,
+        (
+            RunOutcome(
                 run_id=f"{t}/report@1",
                 job_id=f"{t}/report",
                 tenant=t,
@@ -43,10 +41,9 @@ def _their_work(settings: Settings, tenants: tuple[str, str]) -> None:
                 recorded_at=now,
                 error=f"run-error-of-{t}",
             )
-            for _table, statement in tables.rows(outcome):
-                session.execute(statement)
-    finally:
-        cluster.shutdown()
+            for t in tenants
+        ),
+    )
     publisher = Publisher(settings)
     try:
         for t in tenants:
@@ -78,13 +75,7 @@ def test_a_tenant_signed_in_sees_only_its_own_jobs_runs_and_dead_letters(
     a, b = two
     url = ui_process(history_ns, procs, tmp_path)
     for t in two:
-        put = httpx.put(
-            f"{url}/v1/jobs/report",
-            json=UI_JOB_SPEC,
-            timeout=60,
-            headers={"Authorization": f"Bearer {token_path(history_ns, t).read_text().strip()}"},
-        )
-        assert put.status_code == 200, put.text
+        put_ui_job(url, token_path(history_ns, t).read_text().strip())
     _their_work(history_ns, two)
     with signed_in(url, token_path(history_ns, a).read_text().strip()) as ca:
         page = ca.get("/ui/jobs/report")  # a's own: its job, its run, its letter

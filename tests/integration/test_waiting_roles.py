@@ -94,6 +94,31 @@ def start(
     return started
 
 
+def start_with_sink_and_api(
+    ns: Settings,
+    tmp_path: Path,
+    procs: list[CronstreamProcess],
+    env: dict[str, str],
+    roles: dict[str, tuple[str, ...]],
+) -> tuple[dict[str, CronstreamProcess], int, int]:
+    """``roles`` with a sink and an API (each on a free port of its own) started with
+    ``env``; the processes, the sink's metrics port, the API's port."""
+    sink_port, api_port = free_port(), free_port()
+    sink = {"sink": ("sink", "--metrics-port", str(sink_port))}
+    api = {"api": ("api", "--port", str(api_port))}
+    return start(ns, tmp_path, procs, env, sink | roles | api), sink_port, api_port
+
+
+def history_and_api_back(
+    ns: Settings, started: dict[str, CronstreamProcess], api_port: int, runs: int
+) -> None:
+    """The sink wrote the ``runs`` published before it started, and the API is ready."""
+    live = list(started.values())
+    until(lambda: sink_done(ns), "the sink to write the history", live)
+    until(lambda: ready(api_port) == 200, "the API's /readyz", live)
+    assert rows_written(ns) == runs
+
+
 def waits_then_starts(
     started: dict[str, CronstreamProcess], outage: Outage, dependency: str
 ) -> None:
@@ -130,29 +155,19 @@ def test_roles_started_while_the_registry_is_away_wait_then_start(
         ),
         **local_environment(tmp_path / "archive"),
     }
-    sink_port, api_port = free_port(), free_port()
-    started = start(
-        ns,
-        tmp_path,
-        procs,
-        env,
-        {
-            "sink": ("sink", "--metrics-port", str(sink_port)),
-            "scheduler": ("scheduler",),
-            "admission": ("admission",),
-            "archiver": ("archiver",),
-            "api": ("api", "--port", str(api_port)),
-            "flows-coordinator": ("flows-coordinator", "--nice", "0"),
-        },
-    )
+    roles = {
+        "scheduler": ("scheduler",),
+        "admission": ("admission",),
+        "archiver": ("archiver",),
+        "flows-coordinator": ("flows-coordinator", "--nice", "0"),
+    }
+    started, sink_port, api_port = start_with_sink_and_api(ns, tmp_path, procs, env, roles)
+    live = list(started.values())
     try:
-        until(lambda: ready(sink_port) == 503, "the sink's /readyz", list(started.values()))
+        until(lambda: ready(sink_port) == 503, "the sink's /readyz", live)
         waits_then_starts(started, outage, "the schema registry")
-        live = list(started.values())
-        until(lambda: sink_done(ns), "the sink to write the history", live)
-        assert rows_written(ns) == runs
+        history_and_api_back(ns, started, api_port, runs)
         assert ready(sink_port) == 200
-        until(lambda: ready(api_port) == 200, "the API's /readyz", live)
         runs_topic = Topics(ns).runs(Priority.NORMAL)
         until(
             lambda: any(r.headers.get("job_id") == "waits" for r in read_topic(ns, runs_topic)),
@@ -172,23 +187,10 @@ def test_roles_started_while_cassandra_is_away_wait_then_start(
     outage = Outage(ns.cassandra_hosts[0], ns.cassandra_port)
     outage.down()
     env = {"CRONSTREAM_CASSANDRA_PORT": str(outage.port)}
-    sink_port, api_port = free_port(), free_port()
-    started = start(
-        ns,
-        tmp_path,
-        procs,
-        env,
-        {
-            "sink": ("sink", "--metrics-port", str(sink_port)),
-            "api": ("api", "--port", str(api_port)),
-        },
-    )
+    started, _, api_port = start_with_sink_and_api(ns, tmp_path, procs, env, {})
     try:
         waits_then_starts(started, outage, "Cassandra")
-        live = list(started.values())
-        until(lambda: sink_done(ns), "the sink to write the history", live)
-        until(lambda: ready(api_port) == 200, "the API's /readyz", live)
-        assert rows_written(ns) == runs
+        history_and_api_back(ns, started, api_port, runs)
         stop_all(started)
     finally:
         outage.down()
