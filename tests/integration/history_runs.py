@@ -5,6 +5,7 @@ they are written to the history tables."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from cronstream.consumers.history import HistoryTables
 from cronstream.runtime.cassandra import cassandra_session
@@ -41,6 +42,26 @@ def runs_of(job: str, count: int, start_ms: int, step_ms: int = 1000) -> list[Ru
     return out
 
 
+def attempt_records(
+    base: dict[str, Any], status: RunStatus, started_ms: int, finished_ms: int, **more: Any
+) -> list[RunOutcome]:
+    """An attempt's two records, as a worker writes them: STARTED at ``started_ms``, then
+    ``status`` at ``finished_ms`` with its start, end and duration (and ``more``)."""
+    started, finished = from_ms(started_ms), from_ms(finished_ms)
+    return [
+        RunOutcome(**base, status=RunStatus.STARTED, recorded_at=started),
+        RunOutcome(
+            **base,
+            status=status,
+            recorded_at=finished,
+            started_at=started,
+            finished_at=finished,
+            duration_ms=finished_ms - started_ms,
+            **more,
+        ),
+    ]
+
+
 def _one_run(job: str, i: int, at: int) -> list[RunOutcome]:
     """The records of run ``i`` of ``runs_of``, scheduled at ``at`` (ms)."""
     base = dict(
@@ -49,34 +70,12 @@ def _one_run(job: str, i: int, at: int) -> list[RunOutcome]:
     out = []
     attempt = 1
     if i % 5 == 0:
-        out.append(RunOutcome(**base, status=RunStatus.STARTED, recorded_at=from_ms(at + 1)))
-        out.append(
-            RunOutcome(
-                **base,
-                status=RunStatus.FAILED,
-                recorded_at=from_ms(at + 5),
-                started_at=from_ms(at + 1),
-                finished_at=from_ms(at + 5),
-                duration_ms=4,
-                error="HttpError: 500",
-                next_attempt_at=from_ms(at + 50),
-            )
-        )
+        failed = {"error": "HttpError: 500", "next_attempt_at": from_ms(at + 50)}
+        out += attempt_records(base, RunStatus.FAILED, at + 1, at + 5, **failed)
         attempt = 2
-    rec = from_ms(at + 60)
     trigger = Trigger.RETRY if attempt == 2 else Trigger.SCHEDULE
     again = dict(base, attempt=attempt, trigger=trigger)
-    out.append(RunOutcome(**again, status=RunStatus.STARTED, recorded_at=rec))
-    out.append(
-        RunOutcome(
-            **again,
-            status=RunStatus.SUCCEEDED,
-            recorded_at=rec,
-            started_at=rec,
-            finished_at=rec,
-            duration_ms=0,
-        )
-    )
+    out += attempt_records(again, RunStatus.SUCCEEDED, at + 60, at + 60)
     if i % 7 == 0:
         out.append(
             RunOutcome(

@@ -41,6 +41,7 @@ from cronstream.schemas.avro import schema_json
 from cronstream.schemas.catalog import Topics
 from cronstream.schemas.events import RunOutcome, RunStatus, from_ms
 from cronstream.schemas.serde import MAGIC
+from tests.integration.history_runs import attempt_records
 from tests.integration.test_history import publish  # cronstream's own publisher
 
 pytestmark = pytest.mark.integration
@@ -60,17 +61,7 @@ def outcomes(count: int, start_ms: int, first: int = 0) -> list[RunOutcome]:
             target_type="http",
             worker="w1",
         )
-        out.append(RunOutcome(**base, status=RunStatus.STARTED, recorded_at=from_ms(at + 3)))
-        out.append(
-            RunOutcome(
-                **base,
-                status=RunStatus.SUCCEEDED,
-                recorded_at=from_ms(at + 250),
-                started_at=from_ms(at + 3),
-                finished_at=from_ms(at + 250),
-                duration_ms=247,
-            )
-        )
+        out += attempt_records(base, RunStatus.SUCCEEDED, at + 3, at + 250)
     return out
 
 

@@ -94,19 +94,15 @@ def start(
     return started
 
 
-def start_with_sink_and_api(
-    ns: Settings,
-    tmp_path: Path,
-    procs: list[CronstreamProcess],
-    env: dict[str, str],
-    roles: dict[str, tuple[str, ...]],
-) -> tuple[dict[str, CronstreamProcess], int, int]:
-    """``roles`` with a sink and an API (each on a free port of its own) started with
-    ``env``; the processes, the sink's metrics port, the API's port."""
+def sink_and_api() -> tuple[dict[str, tuple[str, ...]], int, int]:
+    """The roles of a sink and an API for ``start``, each on a free port of its own; the
+    sink's metrics port, the API's port."""
     sink_port, api_port = free_port(), free_port()
-    sink = {"sink": ("sink", "--metrics-port", str(sink_port))}
-    api = {"api": ("api", "--port", str(api_port))}
-    return start(ns, tmp_path, procs, env, sink | roles | api), sink_port, api_port
+    roles = {
+        "sink": ("sink", "--metrics-port", str(sink_port)),
+        "api": ("api", "--port", str(api_port)),
+    }
+    return roles, sink_port, api_port
 
 
 def history_and_api_back(
@@ -161,7 +157,8 @@ def test_roles_started_while_the_registry_is_away_wait_then_start(
         "archiver": ("archiver",),
         "flows-coordinator": ("flows-coordinator", "--nice", "0"),
     }
-    started, sink_port, api_port = start_with_sink_and_api(ns, tmp_path, procs, env, roles)
+    history_roles, sink_port, api_port = sink_and_api()
+    started = start(ns, tmp_path, procs, env, history_roles | roles)
     live = list(started.values())
     try:
         until(lambda: ready(sink_port) == 503, "the sink's /readyz", live)
@@ -187,7 +184,8 @@ def test_roles_started_while_cassandra_is_away_wait_then_start(
     outage = Outage(ns.cassandra_hosts[0], ns.cassandra_port)
     outage.down()
     env = {"CRONSTREAM_CASSANDRA_PORT": str(outage.port)}
-    started, _, api_port = start_with_sink_and_api(ns, tmp_path, procs, env, {})
+    roles, _, api_port = sink_and_api()
+    started = start(ns, tmp_path, procs, env, roles)
     try:
         waits_then_starts(started, outage, "Cassandra")
         history_and_api_back(ns, started, api_port, runs)

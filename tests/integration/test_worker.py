@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import os
 import random
-import threading
 import time
 import urllib.parse
 import urllib.request
 from collections import Counter, defaultdict
 from dataclasses import replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -30,6 +28,7 @@ from cronstream.schemas.events import Target as RunTarget
 from cronstream.schemas.output import RunOutput
 from cronstream.schemas.serde import Codec
 from tests.bench.malformed import hostile_values, malformed
+from tests.echo import echo_target
 from tests.integration.helpers import (
     CronstreamProcess,
     Outage,
@@ -305,25 +304,6 @@ def test_a_registry_outage_holds_runs_until_it_answers_then_runs_them(
     outage.down()
 
 
-class _Echo(BaseHTTPRequestHandler):
-    """401 with the Authorization header it got in the body (a target that echoes)."""
-
-    got: ClassVar[list[str]] = []
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        auth = self.headers.get("Authorization", "")
-        _Echo.got.append(auth)
-        body = f"bad credentials: {auth}".encode()
-        self.send_response(401)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 def test_secrets_stay_in_their_tenant_and_out_of_history_the_dlq_and_the_log(  # long: one story
     ns: Settings, tmp_path: Path, procs: list[CronstreamProcess]
 ) -> None:
@@ -333,13 +313,10 @@ def test_secrets_stay_in_their_tenant_and_out_of_history_the_dlq_and_the_log(  #
     secrets = tmp_path / "secrets"
     secrets.mkdir()
     (secrets / "hook-token").write_text(value + "\n")
-    _Echo.got = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with echo_target(lambda auth: f"bad credentials: {auth}") as (url, got):
         spec = {
             "target": "http",
-            "url": f"http://127.0.0.1:{server.server_address[1]}/hook",
+            "url": url,
             "headers": {"Authorization": "secret:hook-token"},
             "max_attempts": 1,
         }
@@ -365,10 +342,7 @@ def test_secrets_stay_in_their_tenant_and_out_of_history_the_dlq_and_the_log(  #
         (ours,) = trigger(ns, "echo", ["once"])
         (theirs,) = trigger(ns, "acme/echo", ["once"])
         seen = wait_for(ns, settled([ours, theirs], "FAILED"), timeout=60)
-    finally:
-        server.shutdown()
-        server.server_close()
-    assert _Echo.got == [value]  # the operators' run sent it; the tenant's run sent nothing
+    assert got == [value]  # the operators' run sent it; the tenant's run sent nothing
     errors = {o.run_id: o.error or "" for o in seen if o.status.value == "FAILED"}
     assert "HTTP 401" in errors[ours]
     assert "bad credentials: ***" in errors[ours]

@@ -14,7 +14,7 @@ from cronstream.consumers.worker.config import WorkerConfig
 from cronstream.runtime import metrics
 from cronstream.schemas.events import Priority, Target
 from tests.processors import WORKER_SETTINGS
-from tests.unit.test_worker_parts import TOPICS, Parts, run, run_taken
+from tests.unit.test_worker_parts import TOPICS, Parts, outcomes_of, run
 
 NAME = "cronstream_worker_start_skew_seconds"
 
@@ -64,12 +64,7 @@ def test_a_run_started_2_s_after_its_due_time_counts_in_its_priority_series_alon
         run("j@late", priority=Priority.HIGH), due_at=datetime.now(UTC) - timedelta(seconds=2)
     )
     manual = run("j@manual", priority=Priority.HIGH)  # no due time: not counted
-    try:
-        parts.intake.accept(parts.record(late, 0))
-        parts.intake.accept(parts.record(manual, 1))
-        run_taken(attempts, parts, 2)
-    finally:
-        attempts.close()
+    outcomes_of(attempts, parts, late, manual)
     after = _late_by_1_to_2_5_s()
     changed = {key: after[key] - before[key] for key in after if after[key] != before[key]}
     assert changed == {"HIGH late": 1.0, "HIGH all": 1.0}

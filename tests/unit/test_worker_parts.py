@@ -345,13 +345,7 @@ def test_a_started_record_only_for_runs_that_outlast_started_after(after_ms: int
     parts = Parts()
     parts.own()
     attempts = _attempts(parts, _Sleepy(), metrics.Tally(), started_after_ms=after_ms)
-    try:
-        parts.intake.accept(parts.record(run("j@quick"), 0))
-        parts.intake.accept(parts.record(run("j@slow"), 1))
-        run_taken(attempts, parts, 2)
-    finally:
-        attempts.close()
-    outcomes = [parts.codec.decode(r.value, RunOutcome) for r in parts.producer.on(TOPICS.history)]
+    outcomes = outcomes_of(attempts, parts, run("j@quick"), run("j@slow"))
     statuses = {
         run_id: [o.status for o in outcomes if o.run_id == run_id]
         for run_id in ("j@quick", "j@slow")
@@ -398,6 +392,18 @@ def run_taken(attempts: Attempts, parts: Parts, count: int) -> None:
     parts.outbox.settle(wait=True)
 
 
+def outcomes_of(attempts: Attempts, parts: Parts, *runs: RunRequest) -> list[RunOutcome]:
+    """``runs`` read by ``parts`` (offsets 0, 1, ...) and run by ``attempts`` (closed
+    after): every outcome published."""
+    try:
+        for offset, request in enumerate(runs):
+            parts.intake.accept(parts.record(request, offset))
+        run_taken(attempts, parts, len(runs))
+    finally:
+        attempts.close()
+    return [parts.codec.decode(r.value, RunOutcome) for r in parts.producer.on(TOPICS.history)]
+
+
 def test_an_error_escaping_an_executor_fails_that_run_not_the_worker() -> None:
     """Found by review: ``collect`` re-raised anything but ExecutionFailed, so one broken
     run (e.g. a job leaving a trace function on its thread) killed the worker, and every
@@ -407,14 +413,7 @@ def test_an_error_escaping_an_executor_fails_that_run_not_the_worker() -> None:
     tally = metrics.Tally()
     attempts = _attempts(parts, _Broken(), tally)
     letters_before = _worker_letters()
-    try:
-        parts.intake.accept(parts.record(run("j@bad"), 0))
-        parts.intake.accept(parts.record(run("j@next"), 1))
-        parts.intake.accept(parts.record(run("j@leaky"), 2))
-        run_taken(attempts, parts, 3)
-    finally:
-        attempts.close()
-    outcomes = [parts.codec.decode(r.value, RunOutcome) for r in parts.producer.on(TOPICS.history)]
+    outcomes = outcomes_of(attempts, parts, run("j@bad"), run("j@next"), run("j@leaky"))
     final = {o.run_id: o for o in outcomes if o.status is not RunStatus.STARTED}
     assert set(final) == {"j@bad", "j@next", "j@leaky"}
     assert final["j@leaky"].error is not None
