@@ -94,6 +94,15 @@ def start(
     return started
 
 
+def registry_outage(ns: Settings) -> tuple[Outage, dict[str, str]]:
+    """A forwarder standing for the schema registry (up), and the environment that sends
+    a role's registry calls through it."""
+    url = urllib.parse.urlsplit(ns.registry_url)
+    outage = Outage(url.hostname or "127.0.0.1", url.port or 80)
+    through = ns.registry_url.replace(f"{url.hostname}:{url.port}", f"127.0.0.1:{outage.port}")
+    return outage, {"CRONSTREAM_REGISTRY_URL": through}
+
+
 def sink_and_api() -> tuple[dict[str, tuple[str, ...]], int, int]:
     """The roles of a sink and an API for ``start``, each on a free port of its own; the
     sink's metrics port, the API's port."""
@@ -142,15 +151,9 @@ def test_roles_started_while_the_registry_is_away_wait_then_start(
 ) -> None:
     ns = history_ns
     runs = published(ns)
-    url = urllib.parse.urlsplit(ns.registry_url)
-    outage = Outage(url.hostname or "127.0.0.1", url.port or 80)
+    outage, env = registry_outage(ns)
     outage.down()
-    env = {
-        "CRONSTREAM_REGISTRY_URL": ns.registry_url.replace(
-            f"{url.hostname}:{url.port}", f"127.0.0.1:{outage.port}"
-        ),
-        **local_environment(tmp_path / "archive"),
-    }
+    env |= local_environment(tmp_path / "archive")
     roles = {
         "scheduler": ("scheduler",),
         "admission": ("admission",),
@@ -245,14 +248,8 @@ def test_a_running_reader_of_history_waits_for_the_registry_when_a_new_schema_id
     yet: the first ones arrive while the registry is away. Before: RegistryUnavailable
     escaped its step and it exited (``error: schema registry ... unreachable``)."""
     ns = history_ns
-    url = urllib.parse.urlsplit(ns.registry_url)
-    outage = Outage(url.hostname or "127.0.0.1", url.port or 80)
-    env = {
-        "CRONSTREAM_REGISTRY_URL": ns.registry_url.replace(
-            f"{url.hostname}:{url.port}", f"127.0.0.1:{outage.port}"
-        ),
-        **local_environment(tmp_path / "archive"),
-    }
+    outage, env = registry_outage(ns)
+    env |= local_environment(tmp_path / "archive")
     args = ("--flush-interval", "1s") if role == "archiver" else ()
     reader = start(ns, tmp_path, procs, env, {role: (role, *args)})[role]
     try:
@@ -285,13 +282,7 @@ def test_a_running_admission_and_api_wait_for_the_registry_for_a_first_definitio
     while the registry is away. Before: the admission exited, the API's thread following
     the jobs died (its /readyz 503 for good)."""
     ns = history_ns
-    url = urllib.parse.urlsplit(ns.registry_url)
-    outage = Outage(url.hostname or "127.0.0.1", url.port or 80)
-    env = {
-        "CRONSTREAM_REGISTRY_URL": ns.registry_url.replace(
-            f"{url.hostname}:{url.port}", f"127.0.0.1:{outage.port}"
-        )
-    }
+    outage, env = registry_outage(ns)
     api_port = free_port()
     started = start(
         ns,
