@@ -114,10 +114,29 @@ class TenantClient:
         job_id = run_id.rpartition("@")[0] or run_id
         return self.send(TenantAction.CANCEL, job_id, run_id=run_id, reason=reason)
 
-    def send(self, action: TenantAction, job_id: str, **fields: Any) -> TenantResult:
-        """Write one command (``fields``: ``issue``'s; a command line's undecodable byte
-        is refused there) and wait for its answer (NoAnswer after ``self.timeout`` s)."""
-        command = issue(action, job_id, issued_by=self.issued_by, **fields)
+    def send(
+        self,
+        action: TenantAction,
+        job_id: str,
+        *,
+        job: JobDefinition | None = None,
+        idempotency_key: str | None = None,
+        run_id: str | None = None,
+        reason: str | None = None,
+        now: datetime | None = None,
+    ) -> TenantResult:
+        """Write one command (``issue``: a command line's undecodable byte is refused
+        there) and wait for its answer (NoAnswer after ``self.timeout`` s)."""
+        command = issue(
+            action,
+            job_id,
+            job=job,
+            idempotency_key=idempotency_key,
+            run_id=run_id,
+            reason=reason,
+            issued_by=self.issued_by,
+            now=now,
+        )
         offset = self._write(command)
         return self.answer(command.command_id, offset, self.timeout)
 

@@ -9,7 +9,7 @@ import os
 import socket
 from typing import Any
 
-from cronstream.cli.common import EXIT_INVALID, per_minute
+from cronstream.cli.common import invalid, per_minute
 from cronstream.runtime.options import roles as r
 from cronstream.runtime.settings import Settings
 
@@ -47,8 +47,7 @@ def cmd_triggers(settings: Settings, args: argparse.Namespace) -> int:
 
     settings = settings.as_role("triggers")  # its own Kafka user and ACLs
     if args.commit_interval < 10 or args.session_timeout < 1000:
-        print("error: --commit-interval must be 10ms or more, --session-timeout 1s or more")
-        return EXIT_INVALID
+        return invalid("--commit-interval must be 10ms or more, --session-timeout 1s or more")
     config = TriggerConfig(
         group=args.group or triggers_group(settings.topic_prefix),
         name=args.name,
