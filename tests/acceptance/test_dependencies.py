@@ -1,4 +1,4 @@
-"""A dependent job end to end (issue 38's ``after:``): two upstream jobs fire on their
+"""A dependent job end to end (a job's ``after:``): two upstream jobs fire on their
 schedule and run on a worker against a real HTTP target; once both succeeded for the day,
 the dependency processor emits ``report@dep:<date>`` and the worker runs it, once."""
 

@@ -1,4 +1,4 @@
-"""Event triggers end to end through the CLI (issue 38): a job applied from a jobs file
+"""Event triggers end to end through the CLI: a job applied from a jobs file
 with `on:`, a trigger processor, a worker and the sink; a matching record on the source
 topic becomes a run the worker executes with the record's fields as its payload, and
 `cronstream history` reads back its success; a record the filter refuses runs nothing.

@@ -1,4 +1,4 @@
-"""`cronstream api` under 200 concurrent requests (issue 16): jobs put (through the real
+"""`cronstream api` under 200 concurrent requests: jobs put (through the real
 admission) and history queries, latency p50/p99. One admission and one API process."""
 
 from __future__ import annotations

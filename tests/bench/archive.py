@@ -1,4 +1,4 @@
-"""The cold tier (issues 19, 37): one job's runs over a year from an archive table of at
+"""The cold tier: one job's runs over a year from an archive table of at
 least 100,000,000 outcomes, side by side with the local Parquet day files of the
 baseline revision, and the archiver's rate into the table.
 
@@ -9,7 +9,7 @@ finished months compacted into one file each (``compact_finished``, as the archi
 hourly: a year is then about 40 files, not 365); the baseline's
 year is the same columns (same generator, same seed) written by its own code in a
 worktree of ``CRONSTREAM_BENCH_ARCHIVE_BASELINE`` (default 9ba235a: the local-file archive
-before issue 37), queried there by its own ``Archive``. The export row measures the
+before the Iceberg table), queried there by its own ``Archive``. The export row measures the
 archiver itself: outcomes on the history topic -> snapshots, commit."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The call path of `cronstream jobs put`, counted (issue 32): from ``cmd_jobs_put`` to
+"""The call path of `cronstream jobs put`, counted: from ``cmd_jobs_put`` to
 the record handed to the producer, which module groups the calls stay in and how often
 they climb back into a module they had left.
 

@@ -1,4 +1,4 @@
-"""Fair share between tenants (issue 16): tenant A bursts 100,000 runs on one instant
+"""Fair share between tenants: tenant A bursts 100,000 runs on one instant
 while tenant B has 100 jobs every second; B's due-to-start latency during the burst.
 
 Side by side in one run: the scheduler without a per-tenant fire rate (A's burst enters

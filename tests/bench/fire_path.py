@@ -1,4 +1,4 @@
-"""The scheduler's fire path with its checkpoint off it (issue 48): fire skew at a steady
+"""The scheduler's fire path with its checkpoint off it: fire skew at a steady
 1,000 fires/s without the lookahead, and the scheduler's CPU per fire, this code side by
 side with a baseline (``CRONSTREAM_BENCH_FIRE_BASELINE``, default 4e35e3f: the last
 revision whose checkpoint waited in the loop for acknowledgements and a synchronous

@@ -1,4 +1,4 @@
-"""Flow benchmarks (issue 17): a worker, the flows coordinator (faust-streaming) and, for
+"""Flow benchmarks: a worker, the flows coordinator (faust-streaming) and, for
 the last row, a scheduler firing 5,000 no-op jobs per second, in a fresh namespace.
 
 - **Node to node**: a 10-node chain triggered one run at a time; for each edge, the

@@ -1,4 +1,4 @@
-"""Every hop's cost (issue 35): one worker behind a scheduler firing more no-op runs than
+"""Every hop's cost: one worker behind a scheduler firing more no-op runs than
 the box can carry, this code side by side with a baseline version.
 
 Per round, this code and then the baseline (``CRONSTREAM_BENCH_BASELINE``, a git revision,

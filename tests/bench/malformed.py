@@ -1,4 +1,4 @@
-"""A worker fed hostile run records among good ones keeps its rate (issue 15).
+"""A worker fed hostile run records among good ones keeps its rate.
 
 Side by side in one run, in pairs: one worker drains ``good`` no-op run requests
 alone (clean), and the same ``good`` interleaved with ``bad`` malformed records
@@ -207,7 +207,7 @@ def _flood_row(base: Settings, pairs: int, good: int, bad: int, target: str) -> 
 
 
 def bench_scrape(base: Settings, pairs: int, good: int = 30_000) -> None:
-    """The cost of being scraped (issue 18): the same drain of no-op runs by one worker,
+    """The cost of being scraped: the same drain of no-op runs by one worker,
     with a scraper reading its /metrics every second and without, side by side in pairs
     alternating which goes first."""
     rates: dict[bool, list[float]] = {True: [], False: []}

@@ -11,7 +11,7 @@ share ``runs.high``, ``runs.normal`` and ``runs.low`` in one consumer group with
 broker's range assignor (KIP-848), so each gets 12/``wide`` partitions of every topic
 and one priority alone divides too. With the cooperative-sticky assignor they had
 before (count balance, not per topic) one worker kept all of ``runs.normal`` and the
-others idled with every job at normal priority (found by this simulation, issue 34)."""
+others idled with every job at normal priority (found by this simulation)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The secured listener's cost (issue 16): the same end-to-end pipeline on SASL_SSL
+"""The secured listener's cost: the same end-to-end pipeline on SASL_SSL
 (SCRAM-SHA-512 over TLS, as cronstream's user) and on the broker's anonymous plaintext
 listener (topics under ``bench-plain.``, the only ones it may use), side by side in one
 run. Which arm goes first alternates from pair to pair; the row is the median of the

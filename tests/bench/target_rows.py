@@ -1,6 +1,6 @@
-"""What a run costs by target type (issues 35, 47): the same pipeline (one scheduler, one
+"""What a run costs by target type: the same pipeline (one scheduler, one
 worker, 64 slots) with the targets users run, this code beside a baseline revision
-(``BASELINE``, c4846ca: what issue 47's outside review measured) in each round.
+(``BASELINE``, c4846ca: the revision an outside review measured) in each round.
 
 - **python**: a no-op callable (``tests.bench.targets:noop``): what is left is the cost
   of scheduling, executing and recording a run.

@@ -7,7 +7,7 @@ the kill on was missed. Every process runs as the same static group member
 (``--instance-id``): the fresh one takes the partitions at once, without waiting for the
 killed one's session to time out.
 
-Then a host is lost (issue 34): a second scheduler on its own state directory warms
+Then a host is lost: a second scheduler on its own state directory warms
 standby stores of every partition (``streams.scheduler.standby``) and joins (taking its share from
 them); the first is killed with -9 and its state directory deleted; the second takes the
 rest over from its standby stores once the first's session (SESSION_MS) times out: the

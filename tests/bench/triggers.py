@@ -1,4 +1,4 @@
-"""Event triggers (issue 38): a matching record to its run STARTED, at 1,000 records a
+"""Event triggers: a matching record to its run STARTED, at 1,000 records a
 second, and the trigger processor's records per second with a filter on a decoded Avro
 field.
 

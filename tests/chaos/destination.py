@@ -1,4 +1,4 @@
-"""The cluster chaos row ``destination-leaderless`` (issue 50), this code beside a
+"""The cluster chaos row ``destination-leaderless``, this code beside a
 baseline revision in the same run:
 
     python -m tests.chaos.destination [--baseline REV] [--jobs 40] [--rounds 1]

@@ -1,4 +1,4 @@
-"""The tenant-flood scenario (issue 31): a tenant floods its commands topic with hostile
+"""The tenant-flood scenario: a tenant floods its commands topic with hostile
 records while another tenant puts a valid job every second, under the usual load.
 
 ``prepare`` onboards two tenants of the scenario's prefix as ``make tenant`` does

@@ -1,7 +1,8 @@
 """An archiver killed with SIGKILL at its first snapshot commit: after its data files and
-manifests are in the bucket, before the catalog points at them (the moment issue 37 asks
-to prove). ``tests/integration/test_archive.py`` runs it as a process of its own, in the
-test's namespace (``cli_env``): ``python -m tests.integration.archiver_crash``."""
+manifests are in the bucket, before the catalog points at them (the moment at which a
+crash must still leave each outcome archived once). ``tests/integration/test_archive.py``
+runs it as a process of its own, in the test's namespace (``cli_env``):
+``python -m tests.integration.archiver_crash``."""
 
 from __future__ import annotations
 

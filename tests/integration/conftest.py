@@ -1,4 +1,4 @@
-"""Fixtures of the integration tests that need tenants (issue 16)."""
+"""Fixtures of the integration tests that need tenants."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`cronstream api` on the real stack (issue 16): tokens, tenant scoping, errors as JSON,
+"""`cronstream api` on the real stack: tokens, tenant scoping, errors as JSON,
 writes through the real admission, history from Cassandra, what a run printed."""
 
 from __future__ import annotations

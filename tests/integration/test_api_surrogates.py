@@ -1,6 +1,6 @@
 """Text no topic can carry (a lone surrogate, ``"\\udcff"``: valid JSON, not Unicode) is
 bad input, through the real API and through a tenant's own Kafka client: 422 naming the
-field, a refusal from the admission, never a 500 or a stopped admission (issue 46)."""
+field, a refusal from the admission, never a 500 or a stopped admission."""
 
 from __future__ import annotations
 

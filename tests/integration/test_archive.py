@@ -1,4 +1,4 @@
-"""The cold tier on the real stack (issues 19, 37): the archiver writes every outcome of
+"""The cold tier on the real stack: the archiver writes every outcome of
 the history topic once into the Iceberg table (S3Proxy's bucket, the catalog in the stack's
 PostgreSQL), across a kill -9 between its data files and its snapshot, and across a crash
 between its snapshot and its Kafka commit; a job's history that spans the hot

@@ -1,4 +1,4 @@
-"""The secured Cassandra (issue 16): TLS only, passwords checked, the default role
+"""The secured Cassandra: TLS only, passwords checked, the default role
 disabled, and cronstream's user limited to reading and writing its keyspaces."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Kafka Connect on the real stack (issue 18): the stack's Connect worker (distributed
+"""Kafka Connect on the real stack: the stack's Connect worker (distributed
 mode, as the ``connect`` role) sinks a namespace's history into the warehouse
 (PostgreSQL) with Debezium's JDBC sink connector, reading our Confluent-wire-format
 Avro through the registry with Apicurio's AvroConverter. N outcomes produced, N typed

@@ -1,7 +1,7 @@
 """A producer that answers someone (``Publisher(answering=True)``: the CLI, the API, the
 dashboard) has each record acknowledged or failed within its delivery timeout, and its
 flush waits for that verdict: a record it reports failed is failed in librdkafka too
-(not kept and written after its caller was told), issue 48. Against a broker address
+(not kept and written after its caller was told). Against a broker address
 nothing listens on: no service needed, librdkafka real."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The dependency processor (`cronstream dependencies`, issue 38's ``after:``) on the real
+"""The dependency processor (`cronstream dependencies`, a job's ``after:``) on the real
 stack: a dependent runs once both jobs it comes after succeeded for the day, and not
 before; a failure counts for nothing; a restart (clean or kill -9) does not run it again;
 a run emitted just before a crash is emitted again, flagged, and a real worker runs it

@@ -1,4 +1,4 @@
-"""A destination that takes no calls stalls only the runs that go to it (issue 50): one
+"""A destination that takes no calls stalls only the runs that go to it: one
 worker, an http server that accepts every call and never answers, and a healthy one;
 the healthy server's runs keep starting at once while the silent one's hold their
 destination's slots (``--destination-slots``, half of ``--concurrency``) and end by

@@ -123,7 +123,7 @@ def _story(ns: Settings, flow_run_id: str) -> str:
 
 # After a graceful stop about one run in 30 on a loaded box once never ended: the new
 # coordinator lost the event at its committed offset in faust's recovery / seek / clear
-# window (streams.flows.faust_seek._Consumer.perform_seek, issue 48; 200 in a row since). If a
+# window (streams.flows.faust_seek._Consumer.perform_seek; 200 in a row since its fix). If a
 # flow run never ends, the story it prints (events, rows, committed offsets) tells why.
 @pytest.mark.parametrize("end", ["stop", "kill9"])
 def test_a_diamond_runs_each_node_once_in_order_across_a_coordinator_restart(

@@ -141,7 +141,7 @@ def test_an_operators_status_query_reads_every_tenant_and_older_sinks_rows(
 def test_a_tenants_history_is_its_own_and_status_queries_need_a_tenant(
     history_ns: Settings, session: Any
 ) -> None:
-    """Issue 16: the tenant is part of every history query: a tenant's job ids are
+    """The tenant is part of every history query: a tenant's job ids are
     stored as tenant/id, and --status across jobs needs --tenant or --all-tenants."""
     ns = history_ns
     tables = HistoryTables(session, ns.keyspace, ttl_s=3600)

@@ -91,7 +91,7 @@ def test_get_list_pause_and_resume(ns: Settings) -> None:
 
 
 def test_put_with_an_event_trigger_and_after_and_list_and_get_show_them(ns: Settings) -> None:
-    """Issue 38: --on-topic and its companions, --after (docs/event-triggers.md)."""
+    """Event triggers: --on-topic and its companions, --after (docs/event-triggers.md)."""
     put(
         ns,
         "big-orders",
@@ -298,7 +298,7 @@ def test_trigger_refuses_an_idempotency_key_over_the_limit(ns: Settings) -> None
 
 
 def test_one_client_reads_again_and_again_each_time_to_the_end(ns: Settings) -> None:
-    """A JobClient keeps one reader for all its reads (issue 36): a partition read before
+    """A JobClient keeps one reader for all its reads: a partition read before
     is read again from its beginning to its new end, on either topic."""
     with JobClient(ns) as client:
         for hours in range(1, 5):
@@ -325,7 +325,7 @@ def test_successful_commands_print_no_librdkafka_line(ns: Settings, tmp_path: Pa
     """librdkafka's lines go through logging, shown by default only for errors that are
     not connection churn (runtime.kafka.logs). A correct `flows trigger` printed
     "%3|...|FAIL|rdkafka#consumer-3| ... SASL authentication error: ... Broker transport
-    failure": its reader closed while logging in to the group coordinator (issue 36).
+    failure": its reader closed while logging in to the group coordinator.
     Each command three times: that close is a race."""
     put(ns, "quiet", "--every", "1h", *HTTP)
     path = tmp_path / "flows.yaml"

@@ -1,4 +1,4 @@
-"""The secured broker (issue 16): who may connect, and what cronstream's user may touch.
+"""The secured broker: who may connect, and what cronstream's user may touch.
 
 Every other test already runs on the SASL_SSL listener as ``cronstream-app``; these are
 the refusals, each a clear error with nothing written."""

@@ -1,4 +1,4 @@
-"""The link faults of the cluster's test hosts (infra.hosts, issue 48), on a real network
+"""The link faults of the cluster's test hosts (infra.hosts), on a real network
 namespace of their own: a host held 200 ms answers each round trip 200 ms later
 (``tests.chaos.link_delay``: no netem in this kernel); a host losing every packet does
 not answer; restored, it answers at once again."""

@@ -1,4 +1,4 @@
-"""One record cannot stop a processor, on the real stack (issue 31): a record that makes
+"""One record cannot stop a processor, on the real stack: a record that makes
 the admission or the worker raise is refused or dead-lettered with the error, its offset
 committed, and the next record is handled within seconds. The faults are injected into
 a processor running on a thread of the test (``Admission.decide``, the worker's

@@ -1,4 +1,4 @@
-"""The schema registry's doors (issue 16): anyone on the loopback may read and look up
+"""The schema registry's doors: anyone on the loopback may read and look up
 schemas; registering and changing compatibility take the bootstrap's login, and a
 refusal is a clear error that names the user, never the password, with nothing
 written."""

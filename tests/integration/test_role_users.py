@@ -1,4 +1,4 @@
-"""Each of cronstream's processes connects as its own Kafka user (issue 16), and the
+"""Each of cronstream's processes connects as its own Kafka user, and the
 broker lets it touch only the topics ``schemas.catalog.ROLES`` gives it: a compromised
 worker cannot rewrite job definitions, a sink can write nothing but dead letters."""
 

@@ -365,7 +365,7 @@ def test_retry_timer_is_held_durably_across_a_kill9_and_fires_when_due(
 def test_a_tenants_missed_and_skipped_slots_are_its_own_in_history(  # long: one story
     history_ns: Settings, tmp_path: Path, schedulers: list[CronstreamProcess]
 ) -> None:
-    """Issue 31: the scheduler wrote every MISSED/SKIPPED slot under tenant "default", so
+    """The scheduler once wrote every MISSED/SKIPPED slot under tenant "default", so
     a tenant never saw its own. One-time jobs 10 minutes in the past, written as the
     admission stores a tenant's job (``<tenant>/<id>``, tenant stamped): too old for a
     60 s window (MISSED), or skipped by their policy (SKIPPED)."""

@@ -105,7 +105,7 @@ def test_a_kill9_takeover_on_the_same_store_reads_no_definition_and_misses_no_sl
 def test_a_host_lost_with_its_disk_is_taken_over_from_a_standby_store(
     ns: Settings, tmp_path: Path, procs: list[CronstreamProcess]
 ) -> None:
-    """Issue 34: the owner is killed with -9 and its state directory deleted (its host
+    """The owner is killed with -9 and its state directory deleted (its host
     and disk are gone); a second scheduler that kept standby stores takes every
     partition over from them: no definition read again, no slot missed."""
     _put(ns, NEAR + FAR)

@@ -1,4 +1,4 @@
-"""Every role stops within 10 s of SIGTERM with its broker frozen (issue 48). A frozen
+"""Every role stops within 10 s of SIGTERM with its broker frozen. A frozen
 broker (SIGSTOP: a long GC pause, a paused VM) answers nothing and closes nothing: a
 client's flush, commit or group leave waits for its socket to time out, a minute later,
 and a scheduler once ignored SIGTERM for over 90 s with its broker down. Each role is

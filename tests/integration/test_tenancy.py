@@ -1,4 +1,4 @@
-"""Tenants on the secured broker (issue 16): identity from authentication, isolation
+"""Tenants on the secured broker: identity from authentication, isolation
 by ACLs and by the admission, quotas with their reasons visible to the tenant."""
 
 from __future__ import annotations

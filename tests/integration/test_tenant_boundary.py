@@ -1,4 +1,4 @@
-"""Issue 31: no tenant's record stops the admission, and a tenant may put only the
+"""No tenant's record stops the admission, and a tenant may put only the
 targets its grants allow (public http and its own topics by default), through its own
 Kafka client and through the HTTP API alike."""
 
@@ -109,7 +109,7 @@ def test_the_api_answers_unreadable_specs_with_422_an_ungranted_target_with_403(
         key = ca.post("/v1/jobs/x/trigger", json={"idempotency_key": 5})
         assert key.status_code == 422, key.text
         private = ca.put("/v1/jobs/p", json={**SPEC, "url": "http://127.0.0.1:9190/-/quit"})
-        assert private.status_code == 403, private.text  # readable, but not granted (issue 32)
+        assert private.status_code == 403, private.text  # readable, but not granted (policy)
         assert private.json()["error"].startswith("target policy: ")
         good = ca.put("/v1/jobs/good", json=SPEC)
         assert good.status_code == 200, good.text

@@ -1,4 +1,4 @@
-"""A tenant's kafka targets write as the tenant (issue 16): on the real broker, tenant A's
+"""A tenant's kafka targets write as the tenant: on the real broker, tenant A's
 job produces to A's own topics (``a.*``) and is refused B's, the worker's own rights
 never lent; a tenant without credentials is refused before anything is written."""
 

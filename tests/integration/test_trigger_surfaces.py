@@ -1,4 +1,4 @@
-"""Event triggers and dependent jobs where tenants and operators meet them (issue 38):
+"""Event triggers and dependent jobs where tenants and operators meet them:
 through the real API and admission a tenant defines triggers on its own topics only
 (another tenant's: 403, nothing written to the jobs topic); the API and the dashboard
 show a trigger's lag (the trigger group's committed offsets against the high

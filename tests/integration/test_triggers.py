@@ -1,4 +1,4 @@
-"""The trigger processor on the real stack (issue 38): records of a source topic run
+"""The trigger processor on the real stack: records of a source topic run
 jobs, each matching record once across a kill -9 of the processor, debounce gives one
 run per window, and a tenant cannot trigger from another tenant's topic.
 

@@ -1,5 +1,5 @@
 """`cronstream ui` in a real headless Chromium (Debian's chromium + chromedriver, driven
-by Selenium) on the real stack (issue 18): a scheduler, a worker and a sink running
+by Selenium) on the real stack: a scheduler, a worker and a sink running
 example jobs in the test's namespace, the admission for a tenant's job, the stack's
 Prometheus for the overview. Each page loads and shows the jobs and their runs; one
 action of each kind works (pause an operator's job as the admin, trigger a tenant's
@@ -323,7 +323,7 @@ def _tenant_trigger(page: Page, browser: webdriver.Chrome, url: str, token: str)
     page.shot("tenant-triggered")
 
 
-# -- the tenant boundary and the front door (issue 31) ------------------------------------
+# -- the tenant boundary and the front door -----------------------------------------------
 def test_a_runs_page_shows_what_each_attempt_printed(  # long: one story
     history_ns: Settings,
     procs: list[CronstreamProcess],

@@ -1,4 +1,4 @@
-"""The dashboard's flow, audit, tenant, late-and-stuck pages and overview charts (issue 36)
+"""The dashboard's flow, audit, tenant, late-and-stuck pages and overview charts
 in a real headless Chromium on the real stack (``test_ui``'s browser and pages): a
 scheduler firing a job every second, a worker, a sink, a flows coordinator and the
 stack's Prometheus. A diamond flow run (a -> b, a -> c, b & c -> d; b's target

@@ -1,4 +1,4 @@
-"""`cronstream ui` as tenants and strangers see it (issue 18), over HTTP on the real
+"""`cronstream ui` as tenants and strangers see it, over HTTP on the real
 stack: a tenant signed in sees only its own jobs, runs and dead letters; a stranger gets
 the sign-in page, a foreign Host 400 and a big body 413 without the process growing."""
 

@@ -307,7 +307,7 @@ def test_a_registry_outage_holds_runs_until_it_answers_then_runs_them(
 def test_secrets_stay_in_their_tenant_and_out_of_history_the_dlq_and_the_log(  # long: one story
     ns: Settings, tmp_path: Path, procs: list[CronstreamProcess]
 ) -> None:
-    """Found by probing (issue 31): a tenant's job got the operators' secret, and a target
+    """Found by probing: a tenant's job got the operators' secret, and a target
     echoing it put the value into the history outcome and the DLQ reason."""
     value = "Bearer op-s3cret-value"
     secrets = tmp_path / "secrets"

@@ -1,4 +1,4 @@
-"""Workers dividing the runs topics (issue 34): each worker of a group gets its share of
+"""Workers dividing the runs topics: each worker of a group gets its share of
 every priority's partitions, so that with every job at one priority a second and a
 third worker take work; and no run is lost or executed twice while they join."""
 

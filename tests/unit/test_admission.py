@@ -1,4 +1,4 @@
-"""The admission's decisions (pure) and the tenancy names (issue 16)."""
+"""The admission's decisions (pure) and the tenancy names."""
 
 from __future__ import annotations
 

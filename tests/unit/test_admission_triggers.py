@@ -1,4 +1,4 @@
-"""The admission on a tenant's triggers (issue 38, docs/event-triggers.md "Tenants"): the
+"""The admission on a tenant's triggers (docs/event-triggers.md "Tenants"): the
 jobs it comes after are qualified as its own id is, a source topic not its own is a
 policy refusal (403), and its jobs with ``on:`` have a quota of their own."""
 

@@ -293,7 +293,7 @@ REFUSED = TenantResult(
 
 
 def _old_result_schema() -> dict[str, Any]:
-    """TenantResult as it was before refusal codes (issue 32): no ``code``."""
+    """TenantResult as it was before refusal codes: no ``code``."""
     current = json.loads(schema_json(TenantResult.AVRO_NAME))
     return {**current, "fields": [f for f in current["fields"] if f["name"] != "code"]}
 
@@ -338,20 +338,20 @@ def test_events_render_as_json() -> None:
     json.dumps([to_jsonable(e) for e in EXAMPLES])
 
 
-# -- issue 38: a job's triggers (``on``, ``after``) and two Trigger symbols -------------
+# -- event triggers: a job's triggers (``on``, ``after``) and two Trigger symbols -------
 TRIGGERED = EXAMPLES[4]
 assert isinstance(TRIGGERED, JobDefinition)
 assert TRIGGERED.on is not None
 
 
 def _without_triggers() -> dict[str, Any]:
-    """JobDefinition as it was before issue 38: no ``on``, no ``after``."""
+    """JobDefinition as it was before event triggers: no ``on``, no ``after``."""
     current = json.loads(schema_json(JobDefinition.AVRO_NAME))
     return {**current, "fields": [f for f in current["fields"] if f["name"] not in ("on", "after")]}
 
 
 def _before_event_triggers(fullname: str) -> dict[str, Any]:
-    """A schema whose Trigger enum is the one before issue 38 (no EVENT, DEPENDENCY)."""
+    """A schema whose Trigger enum is the one before event triggers (no EVENT, DEPENDENCY)."""
     schema = json.loads(schema_json(fullname))
     (trigger,) = [f for f in schema["fields"] if f["name"] == "trigger"]
     trigger["type"]["symbols"] = ["SCHEDULE", "CATCHUP", "RETRY", "MANUAL", "FLOW", "DEADLINE"]
@@ -376,7 +376,7 @@ def test_a_definition_written_before_triggers_reads_without_any() -> None:
 
 
 def test_a_triggered_definition_reads_with_the_schema_before_triggers() -> None:
-    """A scheduler older than issue 38 loads the job by its schedule and ignores
+    """A scheduler older than event triggers loads the job by its schedule and ignores
     ``on``/``after`` (BACKWARD on the registry; this direction is what the enum's and
     the fields' defaults give older readers)."""
     old = fastavro.parse_schema(_without_triggers())

@@ -1,4 +1,4 @@
-"""The scheduler's checkpoint off the fire path (issue 48): the loop's checkpoint never
+"""The scheduler's checkpoint off the fire path: the loop's checkpoint never
 waits for the broker. It commits once everything emitted up to its snapshot is
 acknowledged, learns the commit's answer from the consumer's callback, and moves a
 partition's base only on a commit that succeeded; a commit sent before a stall or a

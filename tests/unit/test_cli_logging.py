@@ -1,4 +1,4 @@
-"""A quiet CLI (issue 36): librdkafka's lines go through logging (``runtime.kafka.logs``),
+"""A quiet CLI: librdkafka's lines go through logging (``runtime.kafka.logs``),
 a SASL handshake cut short counts as connection churn (INFO), and ``-v``/``-vv`` show
 more, before or after the command's name; the roles log as services and take no -v."""
 

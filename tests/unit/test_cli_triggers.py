@@ -1,4 +1,4 @@
-"""A job's triggers from the CLI (issue 38): ``jobs put --on-topic ...`` builds the spec's
+"""A job's triggers from the CLI: ``jobs put --on-topic ...`` builds the spec's
 ``on:`` and ``after:`` and the definition rules judge them; ``tenant --api put`` sends a
 jobs file's ``on:`` as the trigger, not as YAML 1.1's ``true``."""
 

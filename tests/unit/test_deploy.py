@@ -65,7 +65,7 @@ def _workloads() -> dict[str, dict[str, Any]]:
 
 
 def test_the_scheduler_keeps_two_tiers_on_a_volume_of_its_own_with_a_stable_identity() -> None:
-    """Issue 34: two tiers by default wherever cronstream is deployed."""
+    """Two tiers by default wherever cronstream is deployed."""
     (scheduler,) = _kind("StatefulSet")
     args = _container(scheduler)["args"]
     state = args[args.index("--state-dir") + 1]

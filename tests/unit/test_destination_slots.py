@@ -1,4 +1,4 @@
-"""Run slots per destination (issue 50): a destination that holds its attempts until
+"""Run slots per destination: a destination that holds its attempts until
 their timeout takes only its own share of the worker's slots; the runs to every other
 destination start as before (``consumers.core.bulkhead``, ``consumers.worker.destinations``)."""
 

@@ -146,7 +146,7 @@ def test_http_resolves_secret_headers_on_the_worker(server: str, tmp_path: Path)
 
 
 def test_a_tenants_http_job_never_reaches_an_operators_secret(server: str, tmp_path: Path) -> None:
-    """Found by probing (issue 31): Authorization: secret:billing-token in a tenant's job
+    """Found by probing: Authorization: secret:billing-token in a tenant's job
     was sent with the operators' value."""
     (tmp_path / "billing-token").write_text("operators-value\n")
     http = HttpExecutor(
@@ -171,7 +171,7 @@ def test_a_tenants_http_job_never_reaches_an_operators_secret(server: str, tmp_p
 
 
 def test_a_tenants_http_job_reaches_a_private_address_only_by_its_own_grant(server: str) -> None:
-    """Found by probing (issue 31): every tenant's job had the worker's --http-allow, which
+    """Found by probing: every tenant's job had the worker's --http-allow, which
     on the local stack reached Prometheus' lifecycle API and the Connect REST API."""
     port = int(server.rpartition(":")[2])
     grants = TenantPolicy([f"acme:http=127.0.0.1:{port}"])
@@ -252,7 +252,7 @@ CREDENTIALS = (
 
 def test_http_drops_credentials_on_a_redirect_to_another_origin(server: str) -> None:
     """Found by review: Authorization, Cookie and the body went to the redirect's origin;
-    found by probing (issue 31): X-Api-Key, Private-Token and X-Auth-Token still did."""
+    found by probing: X-Api-Key, Private-Token and X-Auth-Token still did."""
     http = HttpExecutor(
         allow=["127.0.0.0/8", "::1/128"], secrets=Secrets(env={"CRONSTREAM_SECRET_HOOK": "c1"})
     )
@@ -419,7 +419,7 @@ POLICY = TopicPolicy(own=frozenset({"cronstream.runs.normal", "cronstream.jobs"}
         ("__consumer_offsets", POLICY, "internal to Kafka"),
         ("__anything", POLICY, "internal to Kafka"),
         ("billing.events", replace(POLICY, allow=("orders.*",)), "matches no --kafka-allow"),
-        # A tenant's commands topic: a job there would act as that tenant (issue 16).
+        # A tenant's commands topic: a job there would act as that tenant.
         ("cronstream.t.acme.in", replace(POLICY, prefix="cronstream"), "one of cronstream's own"),
     ],
 )

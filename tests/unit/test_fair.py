@@ -1,4 +1,4 @@
-"""FairQueue: one tenant's burst does not hold back another's runs (issue 16)."""
+"""FairQueue: one tenant's burst does not hold back another's runs."""
 
 from __future__ import annotations
 

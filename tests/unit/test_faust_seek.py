@@ -1,7 +1,7 @@
 """The flows coordinator's seek back to committed offsets (streams.flows.faust_seek): a stream
 partition with nothing committed is sought to its beginning, so that the records faust
-threw away on resuming are read again (issue 17's kill -9 stall); and the offset it
-commits never passes an event it has not handled."""
+threw away on resuming are read again (a flow run stalled after a kill -9 of the
+coordinator); and the offset it commits never passes an event it has not handled."""
 
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ def test_the_seek_happens_with_the_flow_stopped_and_the_queues_emptied_first(
 ) -> None:
     """After a recovery faust resumes the stream partitions with its flow on, seeks, and
     only then empties the streams' queues: records fetched on either side of the seek
-    were thrown away and the one at the committed offset never read again (issue 48).
+    were thrown away and the one at the committed offset never read again.
     Ours stops the flow, waits for the fetcher, empties the queues, then seeks; the
     flow stays off for the recovery to turn on after the seek."""
     steps: list[str] = []

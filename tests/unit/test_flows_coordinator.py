@@ -110,7 +110,7 @@ def test_an_outcome_replayed_after_its_row_was_written_records_the_flow_end_agai
     """A coordinator stopped (gracefully: faust cancels the agent) or killed after the
     event's row reached the changelog and before its sends did: the next one handles the
     event again and must send what it caused, though the row says it happened (the flow
-    run was left RUNNING in history after a graceful coordinator restart, issue 48)."""
+    run was left RUNNING in history after a graceful coordinator restart)."""
     coordinator, codec = _coordinator()
     row, _ = coordinator.step(None, _event(FlowEventKind.START))
     for node in "ab":

@@ -1,4 +1,4 @@
-"""Fuzz (issue 31): the admission answers every schema-valid tenant command, however
+"""Fuzz: the admission answers every schema-valid tenant command, however
 hostile its job definition, with a result (accepted or refused with a reason), never by
 raising; a JSON job spec (the API's and YAML's path) is a job or a SpecError."""
 

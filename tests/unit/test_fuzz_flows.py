@@ -1,4 +1,4 @@
-"""Fuzz (issue 31): the flows coordinator steps any sequence of schema-valid flow events,
+"""Fuzz: the flows coordinator steps any sequence of schema-valid flow events,
 however hostile (unknown runs and nodes, strange statuses, reruns and deadlines out of
 order), without raising, dead-lettering or counting a record fault."""
 

@@ -1,4 +1,4 @@
-"""Fuzz (issue 31): the history sink builds the rows of any schema-valid outcome,
+"""Fuzz: the history sink builds the rows of any schema-valid outcome,
 however hostile, as Cassandra's driver would bind them, or dead-letters it as over the
 limits; the archiver archives it (its data file written inside the archive table's
 folder, the row read back as written) or dead-letters it. Neither raises nor counts a record fault."""

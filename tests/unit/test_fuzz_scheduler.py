@@ -1,4 +1,4 @@
-"""Fuzz (issue 31): the scheduler loads any schema-valid definition, however hostile, or
+"""Fuzz: the scheduler loads any schema-valid definition, however hostile, or
 dead-letters it as invalid; loading it, and firing what it schedules for two minutes,
 never raises (nor counts as a record fault)."""
 

@@ -1,4 +1,4 @@
-"""Fuzz (issue 31): the worker reads, starts and settles any schema-valid run request,
+"""Fuzz: the worker reads, starts and settles any schema-valid run request,
 however hostile (template of its outcome, verdicts on its retry policy and timeout, its
 concurrency policy), or dead-letters it as bad input; no step raises or counts as a
 record fault. No executor reaches a target (``tests.processors.Recording``)."""

@@ -51,7 +51,7 @@ def test_nothing_to_commit_asks_nothing() -> None:
     assert consumer.calls == []
 
 
-# -- how a group divides its partitions (issue 34) ----------------------------------------
+# -- how a group divides its partitions --------------------------------------------------
 PLAIN = Settings.from_env({"CRONSTREAM_KAFKA_SECURITY": "plaintext"})
 
 

@@ -65,7 +65,8 @@ def keepalive() -> Iterator[str]:
 
 def test_calls_at_once_each_keep_a_connection_the_next_calls_reuse(keepalive: str) -> None:
     """Thirty attempts started at once on the event loop open thirty connections, kept
-    alive and taken again by the next thirty (no DNS, no connect: issue 47's cost)."""
+    alive and taken again by the next thirty (no DNS, no connect: what an outside review
+    measured each http run paying)."""
     http = HttpExecutor(allow=["127.0.0.0/8"], connections=30)
     done: SimpleQueue[tuple[Any, Any, BaseException | None]] = SimpleQueue()
     try:

@@ -155,7 +155,7 @@ def test_a_stale_leader_refreshes_its_topic_and_is_retried(code: int) -> None:
 def test_a_process_asked_to_stop_does_not_retry_a_refusal(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Issue 48: a scheduler with a broker down ignored SIGTERM for over 90 s, retrying
+    """A scheduler with a broker down once ignored SIGTERM for over 90 s, retrying
     the committed-offset fetch (30 s tries for 120 s) in its assignment callback. Asked
     to stop, the retry gives up at the first refusal with StopWaiting, which the
     foreground answers by exiting (the partition's next owner does the work again)."""

@@ -1,5 +1,5 @@
 """Large freed blocks go back to the system (``runtime.memory``): a process that read
-batches of 600 KB records (the admission, issue 46) does not keep them as heap."""
+batches of 600 KB records (the admission) does not keep them as heap."""
 
 from __future__ import annotations
 

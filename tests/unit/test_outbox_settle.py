@@ -1,5 +1,5 @@
 """The worker's commit procedure (``Outbox.settle``): a run's records durable before
-its offset moves, a retry timer before its outcome, and (issue 50) no round waiting in
+its offset moves, a retry timer before its outcome, and no round waiting in
 the loop for the broker."""
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def test_a_broker_outage_holds_the_commit_and_ends_nothing() -> None:
 
 
 def test_settle_commits_what_kafka_answered_without_waiting_for_the_rest() -> None:
-    """Issue 50: settle never waits in the loop for acknowledgements. A round closes a
+    """Settle never waits in the loop for acknowledgements. A round closes a
     mark over what was published; runs are committed once their mark is answered in
     full, the rest at a later round; a retry timer's outcome is published only once the
     timer is acknowledged, and committed once the outcome is."""

@@ -1,4 +1,4 @@
-"""One record cannot stop a processor (issue 31): the rule of ``runtime.faults``, and each
+"""One record cannot stop a processor: the rule of ``runtime.faults``, and each
 processor refusing or dead-lettering a record its handling raised on while the next
 record goes on. Faults are injected (a handler patched to raise for one record): the
 fuzz suite (``test_fuzz_*``) looks for real ones."""

@@ -145,7 +145,7 @@ def test_secrets_come_from_the_directory_then_the_environment(tmp_path: Path) ->
 
 
 def test_a_tenant_resolves_secrets_only_in_its_own_namespace(tmp_path: Path) -> None:
-    """Found by probing (issue 31): a tenant's job naming secret:billing-token got the
+    """Found by probing: a tenant's job naming secret:billing-token got the
     operators' secret."""
     (tmp_path / "billing-token").write_text("operators-value\n")
     env = {env_name("billing-token"): "operators-env", env_name("shared"): "operators-shared"}

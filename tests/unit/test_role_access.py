@@ -96,8 +96,9 @@ def test_only_the_worker_writes_run_output_and_only_the_sink_reads_it() -> None:
 
 
 def test_the_trigger_processor_reads_jobs_writes_runs_and_reads_only_granted_sources() -> None:
-    """Issue 38: its source topics are granted apart (a tenant's ``<tenant>.`` when it is
-    added, an operator's by name): never cronstream's own, nor the whole namespace."""
+    """The trigger processor's source topics are granted apart (a tenant's ``<tenant>.``
+    when it is added, an operator's by name): never cronstream's own, nor the whole
+    namespace."""
     from cronstream.infra.tenants import trigger_source_acls
 
     grants = _grants("triggers")

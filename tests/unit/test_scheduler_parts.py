@@ -160,7 +160,7 @@ def test_a_misfire_record_is_a_history_outcome_with_the_slots_run_id(codec: Code
 
 
 def test_a_misfire_record_carries_its_jobs_tenant(codec: Codec) -> None:
-    """The tenant's history lists its own MISSED/SKIPPED slots (issue 31: they were all
+    """The tenant's history lists its own MISSED/SKIPPED slots (they were once all
     written under tenant "default")."""
     producer = FakeProducer()
     raw = codec.encode(TOPICS.jobs, definition("acme/x", tenant="acme"))

@@ -1,4 +1,4 @@
-"""The precision metric (issue 36): a worker counts each started run's lateness, its start
+"""The precision metric: a worker counts each started run's lateness, its start
 minus its due time, in its priority's series of ``cronstream_worker_start_skew_seconds``,
 on which the precision alert pages (infra/prometheus/rules_test.yml: runs started 2 s
 after their due time raise it)."""

@@ -1,4 +1,4 @@
-"""The stop deadline (``runtime.stop.arm``, issue 48): a process asked to stop is gone
+"""The stop deadline (``runtime.stop.arm``): a process asked to stop is gone
 within its budget whatever it waits for, with ``EXIT_STOP_OVERRUN`` and a log line
 naming where its main thread was stuck; armed again, the earlier deadline holds."""
 

@@ -1,4 +1,4 @@
-"""Per-tenant fire rates in the scheduling core (issue 16): excess fires are deferred
+"""Per-tenant fire rates in the scheduling core: excess fires are deferred
 at the rate, never dropped, and the checkpoint stays before the earliest one."""
 
 from __future__ import annotations

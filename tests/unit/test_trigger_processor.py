@@ -1,4 +1,4 @@
-"""The trigger processor's handling of records and its commit procedure (issue 38), on
+"""The trigger processor's handling of records and its commit procedure, on
 fakes (``tests.fakes``): built without Kafka (``object.__new__``, as
 ``tests.processors`` builds the others), the parts a record and a checkpoint use set by
 hand. The real broker's side is ``tests/integration/test_triggers.py``."""

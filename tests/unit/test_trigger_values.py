@@ -1,4 +1,4 @@
-"""What the trigger processor's filters see of a source record's value (issue 38): Avro
+"""What the trigger processor's filters see of a source record's value: Avro
 in the Confluent wire format as plain values, else UTF-8 JSON, else missing; a writer
 schema the registry cannot be asked for is waited for, never taken for missing."""
 

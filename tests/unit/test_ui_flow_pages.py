@@ -1,4 +1,4 @@
-"""The dashboard's flow, audit, tenant and late-and-stuck pages (issue 36) with the
+"""The dashboard's flow, audit, tenant and late-and-stuck pages with the
 backend's reads faked as in ``test_ui_access``: a flow run drawn in its nodes' colours,
 and a tenant that sees its own flows, flow runs, audit entries and tenant page only,
 whatever the fakes answered (they ignore who asks). The real stack runs them in

@@ -271,7 +271,7 @@ class _GcMember:
 
 
 def test_a_members_loop_runs_with_the_collector_tuned_for_it() -> None:
-    """Issue 35: the loop's short-lived objects are collected every GC_YOUNG allocations
+    """The loop's short-lived objects are collected every GC_YOUNG allocations
     (Python's 700 cost a worker a sixth of its runs/s), what startup built frozen."""
     before = gc.get_threshold()
     member = _GcMember()

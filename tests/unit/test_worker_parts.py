@@ -180,9 +180,10 @@ def _answered(parts: Parts) -> list[Any]:
 
 
 def test_an_unknown_schema_id_holds_its_partition_alone_while_a_thread_asks() -> None:
-    """Issue 15's flood bench: each unknown id was a registry call in the loop, which
-    stopped every partition (12 ms under load). Now only the record's partition waits,
-    its records kept in order, while the others flow."""
+    """Found by the malformed-record flood bench (``tests/bench/malformed.py``): each
+    unknown id was a registry call in the loop, which stopped every partition (12 ms
+    under load). Now only the record's partition waits, its records kept in order, while
+    the others flow."""
     parts = Parts(lookups=True)
     registry = parts.gated
     high = TOPICS.runs(Priority.HIGH)
@@ -341,7 +342,7 @@ class _Sleepy:
 def test_a_started_record_only_for_runs_that_outlast_started_after(after_ms: int) -> None:
     """``--started-after``: a run that ends sooner leaves its final outcome alone (with
     its start); one that runs longer is seen STARTED once it has run that long. 0: every
-    run's STARTED at its start (issue 35: a third of the records of a short run)."""
+    run's STARTED at its start (a third of the records of a short run)."""
     parts = Parts()
     parts.own()
     attempts = _attempts(parts, _Sleepy(), metrics.Tally(), started_after_ms=after_ms)

@@ -1,6 +1,6 @@
 """A secret value a worker resolved for a run never leaves the worker: not in the run's
 outcome (history), its dead letter, nor a log line, however the target echoes it back;
-and a tenant's run never resolves the operators' secrets (issue 31)."""
+and a tenant's run never resolves the operators' secrets."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def settle_all(parts: Parts, secrets_dir: Path, *runs: tuple[str, str, Target]) 
 def test_an_echoed_secret_reaches_neither_history_nor_the_dlq_nor_the_log(
     echo: tuple[str, list[str]], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Found by probing (issue 31): a target echoing the Authorization header put the
+    """Found by probing: a target echoing the Authorization header put the
     resolved value into the history outcome and the DLQ reason."""
     url, calls = echo
     (tmp_path / "hook-token").write_text(SECRET + "\n")
