@@ -163,7 +163,7 @@ class Kafka(NodeService):
         ``runtime.kafka.clients``): the broker keeps their session timeout and heartbeat
         interval, each group's own config within these bounds (``runtime.kafka.groups``).
         Kafka's bounds start at 45 s and 5 s: a killed worker's partitions would wait
-        45 s, whatever its ``--session-timeout-ms``, and a joining worker gets its
+        45 s, whatever its ``--session-timeout``, and a joining worker gets its
         partitions a few heartbeats late. These allow what the classic protocol allows
         (6 s, as ``group.min.session.timeout.ms``) and default to the roles' 10 s, with
         a 1 s heartbeat."""

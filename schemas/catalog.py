@@ -213,6 +213,10 @@ class RoleAccess:
     metrics_slot: int | None = None
     faults: bool = False
     dead_letters: bool = False
+    # A cronstream process: a command of its name, deployed by a Kubernetes manifest and
+    # a systemd unit of its own (``infra/deploy/``). Not so: a user another program
+    # connects as (Kafka Connect's worker).
+    deployed: bool = True
 
 
 _RUNS = tuple(RUNS.values())
@@ -296,7 +300,7 @@ ROLES: Mapping[str, RoleAccess] = MappingProxyType(
             dead_letters=True,
         ),
         # the Kafka Connect worker (infra.connect): its own topics; its sinks read history
-        "connect": RoleAccess(reads=(HISTORY,), internal=f"{CONNECT}-"),
+        "connect": RoleAccess(reads=(HISTORY,), internal=f"{CONNECT}-", deployed=False),
         # event triggers (streams.triggers.processor): definitions with on: -> run requests; refused
         # definitions and records to the dead letters; its checkpoints. The source topics
         # it reads are granted apart: each tenant's <tenant>. (infra.tenants), operators'

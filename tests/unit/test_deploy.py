@@ -23,18 +23,7 @@ from cronstream.schemas.catalog import cassandra_role_user
 
 DEPLOY = Path(__file__).resolve().parents[2] / "infra" / "deploy"
 KUBERNETES = "1.37.0"
-ROLES = {
-    "scheduler",
-    "worker",
-    "sink",
-    "admission",
-    "flows-coordinator",
-    "api",
-    "ui",
-    "archiver",
-    "dependencies",
-    "triggers",
-}
+ROLES = {name for name, role in CATALOG_ROLES.items() if role.deployed}
 HTTP = ("api", "ui")  # serve on --port; the others on --metrics-port
 
 

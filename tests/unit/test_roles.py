@@ -42,3 +42,12 @@ def test_the_metrics_lists_are_the_registrys() -> None:
         "dependencies",
         "triggers",
     } == {name for name, role in ROLES.items() if role.dead_letters}
+
+
+def test_every_deployed_role_is_a_command_of_its_name_and_the_others_are_not() -> None:
+    """A role the catalog says is deployed is a `cronstream` command of its name (and
+    tests/unit/test_deploy.py wants its manifest and unit); Kafka Connect's user is not."""
+    commands = _commands()
+    deployed = {name for name, role in ROLES.items() if role.deployed}
+    assert deployed <= commands
+    assert not (set(ROLES) - deployed) & commands
