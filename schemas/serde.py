@@ -18,7 +18,7 @@ import io
 import json
 import struct
 import time
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import fastavro
 
@@ -62,10 +62,27 @@ EVENT_TYPES: dict[str, type[AnyEvent]] = {
 E = TypeVar("E", bound=AnyEvent)
 
 
+class WriterSchemas(Protocol):
+    """What decoding asks of a schema registry: a writer's schema by its id, as (text,
+    kind). ``schemas.registry.RegistryClient`` is one; unit tests pass in-memory fakes."""
+
+    def schema_by_id(self, schema_id: int) -> tuple[str, str]: ...
+
+
+class SchemaRegistry(WriterSchemas, Protocol):
+    """What a ``Codec`` asks of its registry client: ids of the schemas it writes with
+    (registering them or looking them up), writers' schemas, and ``close`` (the
+    ``Publisher`` that owns the codec releases the client)."""
+
+    def register(self, subject: str, schema: str) -> int: ...
+    def lookup(self, subject: str, schema: str) -> int | None: ...
+    def close(self) -> None: ...
+
+
 class Codec:
     """Encode and decode cronstream events for one schema registry."""
 
-    def __init__(self, registry: RegistryClient) -> None:
+    def __init__(self, registry: SchemaRegistry) -> None:
         self.registry = registry
         self._writer_ids: dict[tuple[str, str], int] = {}
         self._writers: dict[int, tuple[str, Any, bool]] = {}
@@ -132,13 +149,13 @@ class Codec:
             return None
         return int(schema_id)
 
-    def learn(self, schema_id: int, registry: RegistryClient) -> None:
+    def learn(self, schema_id: int, registry: WriterSchemas) -> None:
         """Ask ``registry`` for ``schema_id`` (off a hot loop: ``unknown_id``); it is
         known or refused afterwards. RegistryUnavailable propagates."""
         with contextlib.suppress(DecodeError):  # remembered in _refused
             self._fetch_writer(schema_id, registry)
 
-    def _fetch_writer(self, schema_id: int, registry: RegistryClient) -> tuple[str, Any, bool]:
+    def _fetch_writer(self, schema_id: int, registry: WriterSchemas) -> tuple[str, Any, bool]:
         try:
             text, kind = registry.schema_by_id(schema_id)
         except RegistryError as exc:
@@ -272,4 +289,4 @@ class Codec:
         return event_type, record
 
 
-__all__ = ["Codec", "RegistryClient"]
+__all__ = ["Codec", "RegistryClient", "SchemaRegistry", "WriterSchemas"]

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import time
+from typing import Protocol
 
 from cronstream.consumers.core.delay import DelayQueue
 from cronstream.consumers.core.fair import FairQueue
@@ -39,7 +40,7 @@ from cronstream.consumers.worker.outbox import Outbox
 from cronstream.consumers.worker.pending import Pending
 from cronstream.consumers.worker.replay import HistoryReplay
 from cronstream.runtime.faults import RecordFaults
-from cronstream.runtime.kafka.clients import Consumer, TopicPartition
+from cronstream.runtime.kafka.clients import TopicPartition
 from cronstream.runtime.kafka.records import ConsumedMessage, is_record
 from cronstream.schemas.catalog import Topics
 from cronstream.schemas.errors import DecodeError
@@ -67,13 +68,22 @@ ORDER = (Priority.HIGH, Priority.NORMAL, Priority.LOW)
 REVERSED = ORDER[::-1]
 
 
+class Pausing(Protocol):
+    """What the intake asks of the worker's group consumer (confluent-kafka's ``Consumer``
+    is one; unit tests pass a fake that records the pauses): pause and resume the
+    fetching of partitions."""
+
+    def pause(self, partitions: list[TopicPartition], /) -> None: ...
+    def resume(self, partitions: list[TopicPartition], /) -> None: ...
+
+
 class Intake:
     def __init__(
         self,
         config: WorkerConfig,
         *,
         topics: Topics,
-        consumer: Consumer,
+        consumer: Pausing,
         codec: Codec,
         trackers: dict[Key, OffsetTracker],
         history: HistoryReplay,

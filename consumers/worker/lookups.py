@@ -20,12 +20,11 @@ from __future__ import annotations
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from cronstream.schemas.errors import RegistryUnavailable
-from cronstream.schemas.registry import RegistryClient
-from cronstream.schemas.serde import Codec
+from cronstream.schemas.serde import Codec, SchemaRegistry
 
 
 class SchemaLookups:
-    def __init__(self, codec: Codec, registry: RegistryClient) -> None:
+    def __init__(self, codec: Codec, registry: SchemaRegistry) -> None:
         self.codec = codec
         self.registry = registry  # its own client: the loop's is not shared with a thread
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="schema-lookup")

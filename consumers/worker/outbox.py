@@ -10,7 +10,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple, Protocol, overload
 
 from cronstream.consumers.core.dedup import Dedup
 from cronstream.consumers.core.offsets import OffsetTracker
@@ -18,7 +18,7 @@ from cronstream.consumers.core.output import Dropped
 from cronstream.consumers.worker.observers import OutcomeObserver, Record
 from cronstream.consumers.worker.pending import UNDECODABLE, Pending, outcome_headers
 from cronstream.runtime import metrics
-from cronstream.runtime.kafka.clients import Consumer, TopicPartition
+from cronstream.runtime.kafka.clients import TopicPartition
 from cronstream.runtime.kafka.member import commit
 from cronstream.runtime.kafka.publisher import Mark, Publisher
 from cronstream.runtime.kafka.records import ConsumedMessage, dead_letter
@@ -63,6 +63,19 @@ def outbox_publisher(settings: Settings, codec: Codec) -> Publisher:
     return Publisher(settings, codec=codec, serve_each=False, track_acks=True, **OUTBOX_PRODUCER)
 
 
+class OffsetCommitter(Protocol):
+    """What the outbox asks of the worker's group consumer (confluent-kafka's ``Consumer``
+    is one; unit tests pass a fake that records the commits): commit offsets, without
+    waiting or waiting for the answer (through ``runtime.kafka.member.commit``)."""
+
+    @overload
+    def commit(self, *, offsets: list[TopicPartition], asynchronous: Literal[True]) -> None: ...
+    @overload
+    def commit(
+        self, *, offsets: list[TopicPartition], asynchronous: Literal[False]
+    ) -> list[TopicPartition]: ...
+
+
 class Outbox:
     def __init__(
         self,
@@ -70,7 +83,7 @@ class Outbox:
         *,
         topics: Topics,
         name: str,
-        consumer: Consumer,
+        consumer: OffsetCommitter,
         trackers: dict[tuple[str, int], OffsetTracker],
         dedup: Dedup,
         tally: metrics.Tally,

@@ -6,7 +6,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -76,8 +76,27 @@ def retrying(call: Callable[[], T], *, timeout: float = 120.0) -> T:
             time.sleep(0.1)
 
 
+class WatermarkSource(Protocol):
+    """What ``watermarks`` asks of a consumer (confluent-kafka's ``Consumer`` is one; unit
+    tests pass fakes): a partition's low and high offsets, and its topic's metadata
+    asked again when the client's idea of the leader is stale (the answer unused)."""
+
+    def get_watermark_offsets(
+        self, partition: TopicPartition, /, *, timeout: float
+    ) -> tuple[int, int]: ...
+    def list_topics(self, topic: str, /, *, timeout: float) -> object: ...
+
+
+class CommittedSource(Protocol):
+    """What ``committed`` asks of a consumer: its group's committed offsets."""
+
+    def committed(
+        self, partitions: list[TopicPartition], /, *, timeout: float
+    ) -> list[TopicPartition]: ...
+
+
 def watermarks(
-    consumer: Consumer, tp: TopicPartition, *, timeout: float = 120.0
+    consumer: WatermarkSource, tp: TopicPartition, *, timeout: float = 120.0
 ) -> tuple[int, int]:
     """(low, high) offsets of a partition, retrying the broker's transient refusals
     (just after a broker restart a partition's leader can answer NOT_LEADER or a fenced
@@ -89,7 +108,7 @@ def watermarks(
     return int(low), int(high)
 
 
-def _watermarks(consumer: Consumer, tp: TopicPartition) -> Any:
+def _watermarks(consumer: WatermarkSource, tp: TopicPartition) -> Any:
     """One try. A partition whose leader the client's metadata does not know, or knows
     wrong (a topic the consumer does not subscribe to, as a worker's history, whose
     leader was on a broker that was killed), has its topic's metadata asked again: the
@@ -120,7 +139,7 @@ def assign_whole(consumer: Consumer, topic: str) -> dict[int, int]:
     return ends
 
 
-def committed(consumer: Consumer, partitions: list[TopicPartition]) -> list[TopicPartition]:
+def committed(consumer: CommittedSource, partitions: list[TopicPartition]) -> list[TopicPartition]:
     """The group's committed offsets (and metadata) of ``partitions``, retrying
     transient refusals."""
     return list(retrying(lambda: consumer.committed(partitions, timeout=CALL_TIMEOUT_S)))

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, Message
 
 from cronstream.runtime.errors import PublishError
 from cronstream.runtime.kafka.clients import kafka_producer
@@ -40,6 +40,27 @@ FLUSH_WAIT_S = 30.0
 FAILURES_ONLY: dict[str, Any] = {"delivery.report.only.error": True}
 
 
+class Producing(Protocol):
+    """What a ``Publisher`` asks of its producer (confluent-kafka's ``Producer`` is one;
+    unit tests pass a fake): produce with a delivery callback, serve the reports, wait
+    for them, drop the queue (``renew``); and the metadata request its owners make
+    through it (the API's backend asks whether a topic exists)."""
+
+    def produce(
+        self,
+        topic: str,
+        *,
+        value: bytes | None,
+        key: str | bytes | None,
+        headers: list[tuple[str, str | bytes | None]],
+        on_delivery: Callable[[KafkaError | None, Message], None],
+    ) -> None: ...
+    def poll(self, timeout: float, /) -> int: ...
+    def flush(self, timeout: float, /) -> int: ...
+    def purge(self) -> None: ...
+    def list_topics(self, topic: str, /, *, timeout: float) -> Any: ...
+
+
 class Mark:
     """The records produced between two ``Publisher.mark`` calls: how many were sent,
     how many Kafka answered (acknowledged or failed). Its delivery callback is made
@@ -59,7 +80,7 @@ class Publisher:
         settings: Settings,
         *,
         codec: Codec | None = None,
-        producer: Producer | None = None,
+        producer: Producing | None = None,
         serve_each: bool = True,
         track_acks: bool = False,
         answering: bool = False,
@@ -77,7 +98,7 @@ class Publisher:
                 raise ValueError(f"an answering producer's delivery timeout is 1-{most} ms")
             self.flush_wait_s = delivery_ms / 1000 + REPORT_MARGIN_S
         self.codec = codec or Codec(registry_client(settings))
-        self.producer = producer or kafka_producer(settings, **producer_overrides)
+        self.producer: Producing = producer or kafka_producer(settings, **producer_overrides)
         self._settings, self._overrides = settings, producer_overrides
         self.fatal = False  # librdkafka said the producer cannot go on (``renew``)
         self.serve_each = serve_each  # poll(0) after each produce; False: the owner flushes

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from cronstream.runtime.settings import Settings
 from cronstream.schemas.alerts import Alert, AlertKind, deadline_alert_id
@@ -32,7 +32,6 @@ from cronstream.schemas.events import (
 from cronstream.schemas.flows import FlowDefinition, FlowEvent, FlowEventKind, FlowNode
 from cronstream.schemas.serde import Codec
 from cronstream.streams.core import flow as core
-from cronstream.streams.flows.definitions import Definitions
 from cronstream.streams.flows.rows import JsonRows
 
 log = logging.getLogger("cronstream.flows")
@@ -48,10 +47,19 @@ def _ended(row: Mapping[str, Any]) -> bool:
     return row["status"] not in core.GOING
 
 
+class KnownFlows(Protocol):
+    """What the coordinator asks of its flow definitions (``streams.flows.definitions.
+    Definitions`` is one, following the flows topic; unit tests pass a fixed dict): the
+    definition of a flow id, read only."""
+
+    @property
+    def flows(self) -> Mapping[str, FlowDefinition]: ...
+
+
 class Coordinator:
     """One event at a time: the table row in, the row and what to send out."""
 
-    def __init__(self, settings: Settings, codec: Codec, definitions: Definitions) -> None:
+    def __init__(self, settings: Settings, codec: Codec, definitions: KnownFlows) -> None:
         self.topics = Topics(settings)
         self.codec = codec
         self.definitions = definitions

@@ -19,10 +19,10 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from cronstream.runtime import metrics
 from cronstream.runtime.kafka.clients import KafkaError, KafkaException, TopicPartition
-from cronstream.runtime.kafka.member import GroupMember
 from cronstream.runtime.kafka.publisher import Mark, Publisher
 from cronstream.streams.scheduler.checkpoint import Checkpoint
 from cronstream.streams.scheduler.owned import Owned
@@ -54,11 +54,19 @@ class _Pending:
     answer: object = field(default=_NO_ANSWER)
 
 
+class Committer(Protocol):
+    """What the checkpointer asks of its group member (``runtime.kafka.member.GroupMember``
+    is one; unit tests pass a fake): commit offsets, waiting or not, with what happens
+    after a refusal (``then``, for the log); False when the commit was refused."""
+
+    def commit(self, offsets: Sequence[TopicPartition], *, wait: bool, then: str) -> bool: ...
+
+
 class Checkpointer:
     def __init__(
         self,
         *,
-        member: GroupMember,
+        member: Committer,
         publisher: Publisher,
         jobs_topic: str,
         checkpoint_ms: int,

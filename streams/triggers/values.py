@@ -32,7 +32,7 @@ from cronstream.runtime.kafka.records import ConsumedMessage
 from cronstream.runtime.waiting import wait_for
 from cronstream.schemas.definition.matching import MISSING
 from cronstream.schemas.errors import RegistryError
-from cronstream.schemas.registry import RegistryClient
+from cronstream.schemas.serde import WriterSchemas
 
 log = logging.getLogger("cronstream.triggers")
 _HEADER = struct.Struct(">bI")
@@ -42,7 +42,7 @@ MAX_SCHEMAS = 10_000  # writer schemas kept (a topic has a few; past it: forgott
 class SourceValues:
     """Decodes source values for one processor, writer schemas kept by id."""
 
-    def __init__(self, registry: RegistryClient) -> None:
+    def __init__(self, registry: WriterSchemas) -> None:
         self.registry = registry
         self._schemas: dict[int, Any] = {}  # id -> parsed writer schema, or None: refused
 
