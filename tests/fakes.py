@@ -88,7 +88,7 @@ class Produced:
     topic: str
     key: bytes | None
     value: bytes | None
-    headers: list[tuple[str, bytes]]
+    headers: list[tuple[str, str | bytes | None]]
     flushed: bool = False
 
 
@@ -111,16 +111,25 @@ class FakeProducer:
         topic: str,
         *,
         value: bytes | None,
-        key: bytes | None,
-        headers: list[tuple[str, bytes]],
+        key: str | bytes | None,
+        headers: list[tuple[str, str | bytes | None]],
         on_delivery: Callable[..., None],
     ) -> None:
+        key = key.encode() if isinstance(key, str) else key
         record = Produced(topic, key, value, list(headers))
         self.produced.append(record)
         self._waiting.append((record, on_delivery))
 
     def poll(self, _timeout: float = 0) -> int:
         return 0
+
+    def purge(self) -> None:
+        """Drop what waits for an acknowledgement (``Publisher.renew``)."""
+        self._waiting = []
+
+    def list_topics(self, topic: str, /, *, timeout: float) -> Any:
+        """No broker metadata here: a test that needs it fakes it."""
+        raise NotImplementedError("FakeProducer has no topic metadata")
 
     def flush(self, timeout: float = 0) -> int:
         self.flushes += 1

@@ -190,7 +190,7 @@ def _cassandra(settings: Settings, jobs: list[str], days: set[date]) -> set[str]
             "WHERE job_id = ? AND day = ?"
         )
         args = [(j, d) for j in jobs for d in days]
-        succeeded = set()
+        succeeded: set[str] = set()
         for ok, rows in execute_concurrent_with_args(session, statement, args, concurrency=64):
             if not ok:
                 raise RuntimeError(f"history query failed: {rows}")

@@ -37,10 +37,8 @@ JOB = JobDefinition(
 )
 
 
-def command(
-    action: TenantAction, job_id: str = "nightly", n: int = 0, **kw: object
-) -> TenantCommand:
-    return TenantCommand(command_id=f"c{n}", action=action, job_id=job_id, issued_at=NOW, **kw)  # type: ignore[arg-type]
+def command(action: TenantAction, job_id: str = "nightly", n: int = 0, **kw: Any) -> TenantCommand:
+    return TenantCommand(command_id=f"c{n}", action=action, job_id=job_id, issued_at=NOW, **kw)
 
 
 def put(admission: Admission, tenant: str, job_id: str, n: int = 0) -> TenantResult:

@@ -89,7 +89,7 @@ def test_a_creation_and_a_deletion_list_every_field_that_has_a_value() -> None:
 
 
 def test_a_record_goes_over_the_wire_and_back() -> None:
-    codec = Codec(FakeRegistry())  # type: ignore[arg-type]
+    codec = Codec(FakeRegistry())
     topic = Topics(Settings.from_env({})).audit
     record = Auditor("cronstream-app").record(
         AuditAction.PUT, "nightly", before=_job(), after=_job(cron="0 4 * * *"), at=AT

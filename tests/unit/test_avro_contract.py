@@ -339,8 +339,8 @@ def test_events_render_as_json() -> None:
 
 
 # -- event triggers: a job's triggers (``on``, ``after``) and two Trigger symbols -------
-TRIGGERED = EXAMPLES[4]
-assert isinstance(TRIGGERED, JobDefinition)
+TRIGGERED = next(e for e in EXAMPLES if isinstance(e, JobDefinition) and e.on is not None)
+assert TRIGGERED is EXAMPLES[4]
 assert TRIGGERED.on is not None
 
 
@@ -352,7 +352,7 @@ def _without_triggers() -> dict[str, Any]:
 
 def _before_event_triggers(fullname: str) -> dict[str, Any]:
     """A schema whose Trigger enum is the one before event triggers (no EVENT, DEPENDENCY)."""
-    schema = json.loads(schema_json(fullname))
+    schema: dict[str, Any] = json.loads(schema_json(fullname))
     (trigger,) = [f for f in schema["fields"] if f["name"] == "trigger"]
     trigger["type"]["symbols"] = ["SCHEDULE", "CATCHUP", "RETRY", "MANUAL", "FLOW", "DEADLINE"]
     return schema
@@ -394,11 +394,13 @@ def test_an_event_run_read_by_a_reader_before_the_new_symbols_is_a_scheduled_one
     event = next(
         e
         for e in EXAMPLES
-        if name == e.AVRO_NAME and e.trigger in (Trigger.EVENT, Trigger.DEPENDENCY)
-    )  # type: ignore[union-attr]
+        if isinstance(e, RunRequest | RunOutcome)
+        and name == e.AVRO_NAME
+        and e.trigger in (Trigger.EVENT, Trigger.DEPENDENCY)
+    )
     back = read(write(current, event.to_avro()), current, old)
     assert back["trigger"] == "SCHEDULE"  # the enum's default
-    assert back["run_id"] == event.run_id  # type: ignore[union-attr]
+    assert back["run_id"] == event.run_id
 
 
 @pytest.mark.parametrize("name", [RunRequest.AVRO_NAME, RunOutcome.AVRO_NAME])
@@ -408,8 +410,10 @@ def test_runs_written_before_the_new_symbols_read_unchanged(name: str) -> None:
     record = next(
         e
         for e in EXAMPLES
-        if name == e.AVRO_NAME and e.trigger in (Trigger.RETRY, Trigger.SCHEDULE)
-    ).to_avro()  # type: ignore[union-attr]
+        if isinstance(e, RunRequest | RunOutcome)
+        and name == e.AVRO_NAME
+        and e.trigger in (Trigger.RETRY, Trigger.SCHEDULE)
+    ).to_avro()
     assert read(write(old, record), old, current)["trigger"] == record["trigger"]
 
 

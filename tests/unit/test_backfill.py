@@ -127,7 +127,7 @@ def _paced(definition: JobDefinition) -> list[int]:
     slots = [T0 + i * HOUR for i in range(100)]
     b.todo, b.progress = deque(slots), Progress(total=100, left_alone=0)
     clock = [T0 + 200 * HOUR]
-    b.clock = lambda: clock[0]  # type: ignore[method-assign]
+    b.clock = lambda: clock[0]
     sent: list[int] = []
     for tick in range(0, 10_001, 100):
         clock[0] = T0 + 200 * HOUR + tick

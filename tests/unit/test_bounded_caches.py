@@ -108,7 +108,7 @@ def _caches(tree: ast.Module) -> Iterator[str]:
 
 
 def _module_containers(tree: ast.Module) -> set[str]:
-    names = set()
+    names: set[str] = set()
     for node in tree.body:
         value = node.value if isinstance(node, ast.Assign | ast.AnnAssign) else None
         targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
@@ -142,7 +142,7 @@ def _grown(tree: ast.Module, names: set[str]) -> Iterator[str]:
 
 
 def test_no_unbounded_cache_in_the_code() -> None:
-    found = set()
+    found: set[tuple[str, str]] = set()
     for path, tree in _modules():
         found.update((path, name) for name in _caches(tree))
         found.update((path, name) for name in _grown(tree, _module_containers(tree)))
@@ -201,7 +201,8 @@ def test_a_refused_cron_expression_leaves_nothing_behind() -> None:
         )
         assert any("over 256" in p for p in problems(job, max_payload_bytes=1024))
 
-    put(0), admit(0)  # first use: imports, compiled patterns
+    put(0)  # first use: imports, compiled patterns
+    admit(0)
     assert _retained(20, put) < 256 * 1024  # was 52 MB
     assert _retained(20, admit) < 256 * 1024
 

@@ -6,7 +6,7 @@ handover confirms nothing."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -46,7 +46,7 @@ class Member:
     commits: list[tuple[list[TopicPartition], bool]] = field(default_factory=list)
     refuse: bool = False
 
-    def commit(self, offsets: list[TopicPartition], *, wait: bool, then: str = "") -> bool:
+    def commit(self, offsets: Sequence[TopicPartition], *, wait: bool, then: str = "") -> bool:
         self.commits.append((list(offsets), wait))
         return not self.refuse
 
@@ -70,11 +70,11 @@ def _parts(
     clock: Clock, *parts: Part
 ) -> tuple[Checkpointer, Publisher, FakeProducer, Member, list[Part]]:
     producer = FakeProducer()
-    codec = Codec(FakeRegistry())  # type: ignore[arg-type]
-    publisher = Publisher(SETTINGS, codec=codec, producer=producer, track_acks=True)  # type: ignore[arg-type]
+    codec = Codec(FakeRegistry())
+    publisher = Publisher(SETTINGS, codec=codec, producer=producer, track_acks=True)
     member = Member()
     cp = Checkpointer(
-        member=member,  # type: ignore[arg-type]
+        member=member,
         publisher=publisher,
         jobs_topic=JOBS,
         checkpoint_ms=500,
@@ -235,8 +235,8 @@ def test_a_commit_never_answered_is_given_up(clock: Clock) -> None:
 
 def test_marks_count_what_kafka_answered_in_order() -> None:
     producer = FakeProducer()
-    codec = Codec(FakeRegistry())  # type: ignore[arg-type]
-    publisher = Publisher(SETTINGS, codec=codec, producer=producer, track_acks=True)  # type: ignore[arg-type]
+    codec = Codec(FakeRegistry())
+    publisher = Publisher(SETTINGS, codec=codec, producer=producer, track_acks=True)
     _emit(publisher, 2)
     first = publisher.mark()
     _emit(publisher, 2)
@@ -249,7 +249,7 @@ def test_marks_count_what_kafka_answered_in_order() -> None:
     assert publisher.acknowledged(second)
     failures_only = {"delivery.report.only.error": True}
     with pytest.raises(ValueError, match="report per record"):
-        Publisher(SETTINGS, codec=codec, producer=producer, track_acks=True, **failures_only)  # type: ignore[arg-type]
+        Publisher(SETTINGS, codec=codec, producer=producer, track_acks=True, **failures_only)
 
 
 def test_records_written_off_by_a_rewind_raise_no_second_rewind() -> None:
@@ -257,8 +257,8 @@ def test_records_written_off_by_a_rewind_raise_no_second_rewind() -> None:
     partition re-emits from its checkpoint), the later failures of records produced
     before that rewind raise nothing; a record produced after it still does."""
     producer = FakeProducer()
-    codec = Codec(FakeRegistry())  # type: ignore[arg-type]
-    publisher = Publisher(SETTINGS, codec=codec, producer=producer, track_acks=True)  # type: ignore[arg-type]
+    codec = Codec(FakeRegistry())
+    publisher = Publisher(SETTINGS, codec=codec, producer=producer, track_acks=True)
     _emit(publisher, 3)
     producer.fail_next = True
     producer.answer(0)

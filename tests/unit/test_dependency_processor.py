@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -38,7 +39,7 @@ AT = datetime(2026, 11, 22, 3, tzinfo=UTC)
 RUN_ID = "report@dep:2026-11-22"
 
 
-def dependent(job_id: str = "report", **changes: object) -> JobDefinition:
+def dependent(job_id: str = "report", **changes: Any) -> JobDefinition:
     job = JobDefinition(
         job_id=job_id,
         target=Target(type="http", url="https://example.com/r"),
@@ -46,7 +47,7 @@ def dependent(job_id: str = "report", **changes: object) -> JobDefinition:
         after=("a", "b"),
         priority=Priority.HIGH,
     )
-    return replace(job, **changes)  # type: ignore[arg-type]
+    return replace(job, **changes)
 
 
 class Harness:

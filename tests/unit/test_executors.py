@@ -53,9 +53,9 @@ class Recorder(BaseHTTPRequestHandler):
             self.send_header("Location", "http://169.254.169.254/latest/meta-data")
         elif self.path.startswith("/redirect-cross"):  # same server, another origin
             self.send_response(307)
-            self.send_header(
-                "Location", f"http://localhost:{self.server.server_address[1]}/landing"
-            )
+            address = self.server.server_address
+            assert isinstance(address, tuple)
+            self.send_header("Location", f"http://localhost:{address[1]}/landing")
         elif self.path == "/redirect-bad-port":
             self.send_response(302)
             self.send_header("Location", "http://127.0.0.1:abc/")
@@ -395,7 +395,8 @@ class _Producer:
     """What KafkaExecutor asks of its producer: topic metadata, and produce/poll."""
 
     def __init__(self, existing: set[str]) -> None:
-        self.existing, self.produced, self.lookups = existing, [], 0
+        self.existing, self.lookups = existing, 0
+        self.produced: list[str] = []
 
     def list_topics(self, topic: str, timeout: float) -> _Metadata:
         self.lookups += 1

@@ -63,7 +63,7 @@ class MemoryFar:
     def load(self, job_id: str) -> JobSchedule | None:
         self.loads += 1
         kwargs = self.defs.get(job_id)
-        return None if kwargs is None else JobSchedule(job_id, **kwargs)  # type: ignore[arg-type]
+        return None if kwargs is None else JobSchedule(job_id, **kwargs)
 
     def copy(self) -> MemoryFar:
         twin = MemoryFar(self.defs)
@@ -73,7 +73,7 @@ class MemoryFar:
 
 def slots(defs: dict[str, dict[str, Any]], start: int, end: int) -> set[tuple[str, int]]:
     """Every (job, slot) of interval ``defs`` in (start, end]."""
-    out = set()
+    out: set[tuple[str, int]] = set()
     for job_id, kw in defs.items():
         every, anchor = kw["every_ms"], kw.get("anchor_ms", 0)
         first = anchor + ((start - anchor) // every + 1) * every
@@ -90,7 +90,7 @@ def run(core: PartitionScheduler, start: int, end: int, step: int = 1000) -> lis
 
 def put_all(core: PartitionScheduler, defs: dict[str, dict[str, Any]], now: int) -> None:
     for job_id, kwargs in defs.items():
-        core.put(JobSchedule(job_id, **kwargs), now=now)  # type: ignore[arg-type]
+        core.put(JobSchedule(job_id, **kwargs), now=now)
 
 
 def hourly_defs(count: int) -> dict[str, dict[str, Any]]:

@@ -158,6 +158,7 @@ def test_jobs_sharing_an_expression_share_one_computation() -> None:
     assert a.times is b.times
     t = _ms("2026-11-22T10:01:00Z")
     assert a.slot_after(t) == b.slot_after(t) == _ms("2026-11-22T10:05:00Z")
+    assert a.times is not None
     assert a.times._last_after == t  # the second job reused the first one's answer
 
 

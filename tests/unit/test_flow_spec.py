@@ -47,7 +47,7 @@ def test_a_diamond_is_read_with_each_nodes_job_fields() -> None:
     )
     assert d.after == ("b", "c")
     assert d.trigger_rule is FlowTriggerRule.ALL_DONE
-    codec = Codec(FakeRegistry())  # type: ignore[arg-type]
+    codec = Codec(FakeRegistry())
     assert codec.decode(codec.encode("cstest.flows", flow), FlowDefinition) == flow
 
 

@@ -51,8 +51,8 @@ def _coordinator(registry: FakeRegistry | None = None) -> tuple[Coordinator, Cod
         },
         max_payload_bytes=65536,
     )
-    codec = Codec(registry or FakeRegistry())  # type: ignore[arg-type]
-    return Coordinator(SETTINGS, codec, Known(etl=flow)), codec  # type: ignore[arg-type]
+    codec = Codec(registry or FakeRegistry())
+    return Coordinator(SETTINGS, codec, Known(etl=flow)), codec
 
 
 def _event(
@@ -166,8 +166,8 @@ def _policy(policy: str) -> tuple[Coordinator, Codec, JsonRows]:
         },
         max_payload_bytes=65536,
     )
-    codec = Codec(FakeRegistry())  # type: ignore[arg-type]
-    coordinator = Coordinator(SETTINGS, codec, Known(etl=flow))  # type: ignore[arg-type]
+    codec = Codec(FakeRegistry())
+    coordinator = Coordinator(SETTINGS, codec, Known(etl=flow))
     return coordinator, codec, JsonRows({})
 
 
@@ -345,7 +345,7 @@ def test_a_failed_batch_is_handled_again_event_by_event(failure: str) -> None:
     from cronstream.streams.flows.app import _Runner
 
     flow = _coordinator()[0].definitions
-    codec = Codec(FakeRegistry())  # type: ignore[arg-type]
+    codec = Codec(FakeRegistry())
     coordinator = _Poisoned(SETTINGS, codec, flow)
     first, other = "etl@2026-11-25T01:00:00.000Z", "etl@2026-11-25T03:00:00.000Z"
     table = _Table(other if failure == "refused once" else "")
@@ -397,7 +397,7 @@ def test_an_event_waits_out_a_registry_outage_and_is_stepped_after_it(
     coordinator, writer = _coordinator(registry)
     value = writer.encode(TOPICS.flow_events, _event(FlowEventKind.START))
     registry.down = 3
-    reader = Codec(registry)  # type: ignore[arg-type]
+    reader = Codec(registry)
     sent: list[tuple[str, bytes]] = []
     runner = _Runner(coordinator, reader, _Table(""), {t: _Out(sent, t) for t in TOPICS.names()})
     asyncio.run(runner.handle_batch([_FaustEvent(value)]))
@@ -443,8 +443,8 @@ def test_a_tenants_node_runs_wait_for_its_fire_rate_and_none_is_dropped() -> Non
         },
         max_payload_bytes=65536,
     )
-    codec = Codec(FakeRegistry())  # type: ignore[arg-type]
-    coordinator = Coordinator(SETTINGS, codec, Known(etl=wide))  # type: ignore[arg-type]
+    codec = Codec(FakeRegistry())
+    coordinator = Coordinator(SETTINGS, codec, Known(etl=wide))
     sent: list[tuple[str, bytes]] = []
     runner = _Runner(
         coordinator,
@@ -459,8 +459,8 @@ def test_a_tenants_node_runs_wait_for_its_fire_rate_and_none_is_dropped() -> Non
         waits.append(seconds)
         clock[0] += int(seconds * 1000)
 
-    runner.clock = lambda: clock[0]  # type: ignore[method-assign]
-    runner.sleep = sleep  # type: ignore[method-assign]
+    runner.clock = lambda: clock[0]
+    runner.sleep = sleep
 
     def start(flow_run: str, tenant: str) -> None:
         event = FlowEvent(

@@ -9,6 +9,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from cronstream.runtime import stop
 from cronstream.runtime.kafka.offsets import committed, is_transient, retrying, watermarks
 from cronstream.runtime.kafka.records import is_record
+from tests.fakes import FakeMessage
 
 
 def refusal(code: int) -> KafkaException:
@@ -45,10 +46,10 @@ def test_a_fenced_leader_epoch_after_a_broker_restart_is_retried() -> None:
     FENCED_LEADER_EPOCH ("Failed to get offsets: Leader epoch is older than broker
     epoch") raised out of its assignment callback."""
     consumer = FlakyConsumer(KafkaError.FENCED_LEADER_EPOCH, failures=2)
-    assert watermarks(consumer, TopicPartition("t", 0)) == (3, 42)  # type: ignore[arg-type]
+    assert watermarks(consumer, TopicPartition("t", 0)) == (3, 42)
     assert consumer.calls == 3
     consumer = FlakyConsumer(KafkaError.NOT_COORDINATOR, failures=1)
-    (tp,) = committed(consumer, [TopicPartition("t", 1)])  # type: ignore[arg-type]
+    (tp,) = committed(consumer, [TopicPartition("t", 1)])
     assert (tp.partition, tp.offset, consumer.calls) == (1, 7, 2)
 
 
@@ -70,7 +71,7 @@ def test_refusals_that_pass_when_the_broker_is_back_are_transient(code: int) -> 
 def test_other_errors_are_raised_at_once() -> None:
     consumer = FlakyConsumer(KafkaError.TOPIC_AUTHORIZATION_FAILED, failures=5)
     with pytest.raises(KafkaException):
-        watermarks(consumer, TopicPartition("t", 0))  # type: ignore[arg-type]
+        watermarks(consumer, TopicPartition("t", 0))
     assert consumer.calls == 1
 
 
@@ -86,20 +87,9 @@ def test_a_refusal_that_outlasts_the_timeout_is_raised() -> None:
     assert 2 <= len(calls) <= 3
 
 
-class ErrorEvent:
+def error_event(code: int) -> FakeMessage:
     """What consume() hands back for a partition-level error instead of a record."""
-
-    def __init__(self, code: int) -> None:
-        self._error = KafkaError(code, "from the broker")
-
-    def error(self) -> KafkaError:
-        return self._error
-
-    def topic(self) -> str:
-        return "t"
-
-    def partition(self) -> int:
-        return 0
+    return FakeMessage("t", 0, 0, None, None, error_=KafkaError(code, "from the broker"))
 
 
 @pytest.mark.parametrize(
@@ -114,12 +104,12 @@ class ErrorEvent:
 def test_a_transient_fetch_error_event_is_skipped_not_raised(code: int) -> None:
     """A fenced epoch reported as an error event while the broker restarts must not end
     the worker, scheduler or sink that reads it (librdkafka goes on fetching)."""
-    assert is_record(ErrorEvent(code)) is False  # type: ignore[arg-type]
+    assert is_record(error_event(code)) is False
 
 
 def test_a_lasting_fetch_error_event_raises() -> None:
     with pytest.raises(KafkaException):
-        is_record(ErrorEvent(KafkaError.TOPIC_AUTHORIZATION_FAILED))  # type: ignore[arg-type]
+        is_record(error_event(KafkaError.TOPIC_AUTHORIZATION_FAILED))
 
 
 class StaleMetadataConsumer(FlakyConsumer):
@@ -148,7 +138,7 @@ def test_a_stale_leader_refreshes_its_topic_and_is_retried(code: int) -> None:
     (a topic it does not subscribe to) answered "Unknown partition" for two minutes, a
     scheduler's "Not leader for partition" again and again."""
     consumer = StaleMetadataConsumer(code)
-    assert watermarks(consumer, TopicPartition("cs.history", 3), timeout=5) == (3, 42)  # type: ignore[arg-type]
+    assert watermarks(consumer, TopicPartition("cs.history", 3), timeout=5) == (3, 42)
     assert consumer.asked == ["cs.history"]
 
 
@@ -161,12 +151,12 @@ def test_a_process_asked_to_stop_does_not_retry_a_refusal(
     foreground answers by exiting (the partition's next owner does the work again)."""
     monkeypatch.setattr(stop.REQUESTED, "is_set", lambda: False)
     consumer = FlakyConsumer(KafkaError._TIMED_OUT, failures=3)
-    committed(consumer, [TopicPartition("t", 0)])  # type: ignore[arg-type]
+    committed(consumer, [TopicPartition("t", 0)])
     assert consumer.calls == 4  # not asked to stop: retried until it answered
     monkeypatch.setattr(stop.REQUESTED, "is_set", lambda: True)
     consumer = FlakyConsumer(KafkaError._TIMED_OUT, failures=3)
     with pytest.raises(stop.StopWaiting, match="stopped while Kafka refused"):
-        committed(consumer, [TopicPartition("t", 0)])  # type: ignore[arg-type]
+        committed(consumer, [TopicPartition("t", 0)])
     assert consumer.calls == 1
     consumer = FlakyConsumer(KafkaError._TIMED_OUT, failures=0)  # answers: no stop needed
-    assert committed(consumer, [TopicPartition("t", 0)])[0].offset == 7  # type: ignore[arg-type]
+    assert committed(consumer, [TopicPartition("t", 0)])[0].offset == 7

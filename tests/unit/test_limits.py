@@ -33,7 +33,7 @@ TOPICS = Topics(Settings.from_env({}))
 
 @pytest.fixture
 def codec() -> Codec:
-    return Codec(FakeRegistry())  # type: ignore[arg-type]
+    return Codec(FakeRegistry())
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,7 @@ def _releasing(delay: Delay) -> threading.Thread:
 
 
 def test_each_packet_is_released_its_delay_after_it_came_in_arrival_order() -> None:
-    delay, released = Delay(0.2), []
+    delay, released = Delay(0.2), list[tuple[int, float]]()
     releaser = _releasing(delay)
     came = []
     try:
@@ -45,7 +45,7 @@ def test_each_packet_is_released_its_delay_after_it_came_in_arrival_order() -> N
 
 
 def test_a_stop_releases_every_packet_held_at_once() -> None:
-    delay, released = Delay(60.0), []
+    delay, released = Delay(60.0), list[tuple[int, float]]()
     releaser = _releasing(delay)
     try:
         for n in range(3):

@@ -49,7 +49,9 @@ def shell(
 
 # -- python ---------------------------------------------------------------------------
 def test_python_calls_the_function_with_the_context() -> None:
-    assert "job@2026-11-22T10:00:00.000Z" in python("examples.tasks:send_digest", PythonExecutor())
+    said = python("examples.tasks:send_digest", PythonExecutor())
+    assert isinstance(said, str)
+    assert "job@2026-11-22T10:00:00.000Z" in said
 
 
 @pytest.mark.parametrize(

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from cronstream.runtime import metrics
-from cronstream.runtime import probes as probes_module
 from cronstream.runtime.metrics import LoopHistogram, Tally
+from cronstream.runtime.probes import Probes
 
 BUCKETS = (0.001, 0.005, 0.01, 0.1, 1.0, 60.0)
 
@@ -91,14 +91,16 @@ def test_tally_applies_counts_in_bulk() -> None:
 def test_probes_answer_live_until_the_loop_stops_going_round_and_ready_once_set(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    probes = metrics.Probes()
+    probes = Probes()
     assert probes.live() == (True, "starting")
     assert probes.ready()[0] is False  # not set ready yet
     probes.set_ready(True)
     probes.beat()
     assert probes.live() == (True, "ok")
     assert probes.ready() == (True, "ok")
-    monkeypatch.setattr(probes_module.time, "monotonic", lambda: probes.last_beat + 61)  # type: ignore[operator]
+    beat = probes.last_beat
+    assert beat is not None
+    monkeypatch.setattr(time, "monotonic", lambda: beat + 61)
     live, why = probes.live()
     assert not live
     assert "main loop stuck: last went round 61 s ago" in why

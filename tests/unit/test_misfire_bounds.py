@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from itertools import pairwise
+from typing import Any
 
 import pytest
 
@@ -30,10 +31,8 @@ def _settle(job: JobSchedule, owed_from: int = T0, now: int = NOW) -> list[Actio
     ).actions
 
 
-def _every_second(
-    policy: str, *, cap: int = 10, window: int = 30 * DAY, **kw: object
-) -> JobSchedule:
-    return JobSchedule("j", every_ms=S, misfire=Misfire(policy, cap, window), **kw)  # type: ignore[arg-type]
+def _every_second(policy: str, *, cap: int = 10, window: int = 30 * DAY, **kw: Any) -> JobSchedule:
+    return JobSchedule("j", every_ms=S, misfire=Misfire(policy, cap, window), **kw)
 
 
 def _covered(actions: list[Action]) -> list[tuple[int, int]]:

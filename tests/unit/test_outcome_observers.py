@@ -47,7 +47,7 @@ class Harness:
             fake_publisher(self.codec, self.producer, serve_each=False, track_acks=True),
             topics=TOPICS,
             name="w1",
-            consumer=self.consumer,  # type: ignore[arg-type]
+            consumer=self.consumer,
             trackers={(RUNS, 0): self.tracker},
             dedup=self.dedup,
             tally=metrics.Tally(),

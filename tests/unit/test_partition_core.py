@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
-from cronstream.streams.core.misfire import Fire, Record
+from cronstream.streams.core.misfire import Action, Fire, Record
 from cronstream.streams.core.partition import DEAD_FLOOR, PartitionScheduler, Timer
 from cronstream.streams.core.schedule import JobSchedule, Misfire
 from cronstream.streams.core.wheel import TimingWheel
@@ -13,15 +14,15 @@ MIN = 60_000
 T0 = 1_800_000_000_000 - (1_800_000_000_000 % MIN)  # a minute boundary
 
 
-def every_minute(job_id: str = "j", **kw: object) -> JobSchedule:
-    return JobSchedule(job_id, every_ms=MIN, **kw)  # type: ignore[arg-type]
+def every_minute(job_id: str = "j", **kw: Any) -> JobSchedule:
+    return JobSchedule(job_id, every_ms=MIN, **kw)
 
 
-def fires(actions: list) -> list[tuple[int, str, bool]]:
+def fires(actions: list[Action]) -> list[tuple[int, str, bool]]:
     return [(a.slot_ms, a.trigger, a.possible_duplicate) for a in actions if type(a) is Fire]
 
 
-def records(actions: list) -> list[tuple[int, str]]:
+def records(actions: list[Action]) -> list[tuple[int, str]]:
     return [(a.slot_ms, a.status) for a in actions if type(a) is Record]
 
 
@@ -91,7 +92,7 @@ def test_recovery_within_the_threshold_re_emits_every_slot_flagged() -> None:
     assert records(actions) == []
 
 
-def _outage(policy: str, **kw: int) -> list:
+def _outage(policy: str, **kw: int) -> list[Action]:
     core = PartitionScheduler(0, fired_through=T0, threshold_ms=MIN // 2)
     job = every_minute(misfire=Misfire(policy, kw.get("cap", 10), kw.get("window", 60 * MIN)))
     return core.recover(job, now=T0 + 5 * MIN + 40_000, known=True, arrived_ms=0)

@@ -45,4 +45,4 @@ def test_importing_cronstream_imports_no_client() -> None:
 
 def test_an_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no attribute 'JobClient'"):
-        _ = cronstream.JobClient  # type: ignore[attr-defined]
+        _ = cronstream.JobClient

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
+from cronstream.consumers.executors.base import RunContext
 from cronstream.consumers.worker import attempts as attempts_module
 from cronstream.producers.admission.core import Admission
 from cronstream.producers.flows import flow_from_spec
@@ -269,7 +270,7 @@ def _raising_for(call: Any, poison: bytes, exc: Exception) -> Any:
 def test_the_worker_dead_letters_a_run_it_raises_on_before_its_executor(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    context = attempts_module.RunContext
+    context = RunContext
 
     def poisoned(**fields: Any) -> Any:
         if fields["run_id"] == "j@poison":

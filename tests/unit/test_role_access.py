@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from enum import Enum
+
 from cronstream.infra.kafka_access import _role_access
 from cronstream.schemas.catalog import ROLES, Topics
 
@@ -11,11 +13,18 @@ class Namespace:
     partitions = 3
 
 
+def _name(value: Enum | str | int) -> str:
+    """The name of an ACL binding's enum field (typed as also a str or int)."""
+    assert isinstance(value, Enum)
+    return value.name
+
+
 def _grants(role: str) -> set[tuple[str, str, str, str]]:
     bindings = _role_access(Topics(Namespace()), ROLES[role], f"User:cronstream-{role}")
     assert {b.principal for b in bindings} == {f"User:cronstream-{role}"}
     return {
-        (b.restype.name, b.name, b.resource_pattern_type.name, b.operation.name) for b in bindings
+        (_name(b.restype), b.name, _name(b.resource_pattern_type), _name(b.operation))
+        for b in bindings
     }
 
 
@@ -118,7 +127,7 @@ def test_the_trigger_processor_reads_jobs_writes_runs_and_reads_only_granted_sou
         "DESCRIBE_CONFIGS",
     }
     sources = {
-        (b.principal, b.name, b.resource_pattern_type.name, b.operation.name)
+        (b.principal, b.name, _name(b.resource_pattern_type), _name(b.operation))
         for b in trigger_source_acls("beta.")
     }
     assert sources == {

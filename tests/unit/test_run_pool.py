@@ -39,7 +39,8 @@ def test_results_and_errors_come_back_with_their_token() -> None:
 def test_shutdown_drops_the_calls_not_started() -> None:
     done: SimpleQueue[Done[int]] = SimpleQueue()
     pool: RunPool[int] = RunPool(1, done)
-    started, release, ran = threading.Event(), threading.Event(), []
+    started, release = threading.Event(), threading.Event()
+    ran: list[int] = []
 
     def hold() -> bool:
         started.set()

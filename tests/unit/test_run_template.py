@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import struct
 from dataclasses import replace
+from functools import partial
 from zoneinfo import ZoneInfo
 
 import fastavro
@@ -105,6 +106,7 @@ def _fastavro_run(body: bytes) -> RunRequest:
     record = fastavro.schemaless_reader(
         io.BytesIO(body), parsed_schema(RunRequest.AVRO_NAME), None, return_record_name=True
     )
+    assert isinstance(record, dict)
     return RunRequest.from_avro(record)
 
 
@@ -140,7 +142,7 @@ def test_run_request_reader_equals_fastavro(trigger: Trigger, dup: bool) -> None
                 possible_duplicate=dup,
                 due_ms=due,
             )[5:]
-            got = reader.read(body, lambda b=body: slow_for(b))
+            got = reader.read(body, partial(slow_for, body))
             assert got == _fastavro_run(body)
             assert (got.attempt, got.trigger, got.possible_duplicate) == (attempt, trigger, dup)
             assert got.due_at == (None if due is None else from_ms(due))

@@ -42,7 +42,7 @@ SLOT = to_ms(T0)
 
 @pytest.fixture
 def codec() -> Codec:
-    return Codec(FakeRegistry())  # type: ignore[arg-type]
+    return Codec(FakeRegistry())
 
 
 @pytest.mark.parametrize(
@@ -100,7 +100,7 @@ def test_a_definition_the_core_cannot_use_is_refused(
 
 
 def emitter(codec: Codec, producer: FakeProducer) -> Emitter:
-    publisher = Publisher(SETTINGS, codec=codec, producer=producer)  # type: ignore[arg-type]
+    publisher = Publisher(SETTINGS, codec=codec, producer=producer)
     return Emitter(publisher, topics=TOPICS, definitions=Definitions(codec), name="s1")
 
 
@@ -136,7 +136,9 @@ def test_after_a_rewind_fires_due_within_the_lookahead_are_flagged(codec: Codec)
     out = emitter(codec, producer)
     out.flag_through(SLOT + 1000)  # rewound at SLOT with a 1 s lookahead
     due = (SLOT + 1000, SLOT + 2000)
-    fires = [Fire(job_id="j", slot_ms=at, due_ms=at, trigger="SCHEDULE", job=core) for at in due]
+    fires: list[Fire | Record] = [
+        Fire(job_id="j", slot_ms=at, due_ms=at, trigger="SCHEDULE", job=core) for at in due
+    ]
     out.emit(fires, SLOT)
     records = producer.on(TOPICS.runs(Priority.NORMAL))
     flags = [codec.decode(r.value, RunRequest).possible_duplicate for r in records]
@@ -236,7 +238,7 @@ def test_the_checkpoint_survives_its_metadata_and_a_bad_one_is_ignored() -> None
 
 def test_a_definition_with_an_unknown_zone_is_refused_whatever_its_schedule(codec: Codec) -> None:
     """Found by make chaos: an interval job took an update naming the zone "America"."""
-    from cronstream.schemas.definition.zones import ZoneError
+    from cronstream.schemas.errors import ZoneError
 
     every = IntervalSchedule(every_ms=60_000, anchor=T0)
     raw = codec.encode(TOPICS.jobs, definition(schedule=every, timezone="America"))

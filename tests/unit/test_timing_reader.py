@@ -130,7 +130,7 @@ def test_an_unseen_tail_is_decoded_whole_once() -> None:
 
 @pytest.fixture
 def codec() -> Codec:
-    return Codec(FakeRegistry())  # type: ignore[arg-type]
+    return Codec(FakeRegistry())
 
 
 def test_every_truncation_is_a_decode_error(codec: Codec) -> None:
@@ -150,7 +150,7 @@ def test_every_truncation_is_a_decode_error(codec: Codec) -> None:
 def test_a_corrupted_record_reads_as_fastavro_reads_it_or_is_refused(
     schedule: Schedule | None, position: int, byte: int
 ) -> None:
-    codec = Codec(FakeRegistry())  # type: ignore[arg-type]
+    codec = Codec(FakeRegistry())
     whole = codec.encode(TOPIC, definition("job-1", schedule=schedule, start_at=T0))
     codec.decode_timing(whole)
     at = 5 + position % (len(whole) - 5)  # the body, after the wire-format header
@@ -167,7 +167,7 @@ def test_a_record_of_another_schema_version_goes_through_fastavro() -> None:
     after the tenant) is resolved by fastavro; read by hand, the new field would be
     taken for the schedule."""
     registry = FakeRegistry()
-    codec = Codec(registry)  # type: ignore[arg-type]
+    codec = Codec(registry)
     newer = json.loads(schema_json(JobDefinition.AVRO_NAME))
     newer["fields"].insert(2, {"name": "note", "type": "long", "default": 0})
     schema_id = registry.register(f"{TOPIC}-value", json.dumps(newer))

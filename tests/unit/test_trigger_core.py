@@ -99,6 +99,7 @@ def test_payload_fields_take_the_named_paths_and_null_for_none() -> None:
         max_payload_bytes=LIMIT,
     )
     (run,) = trigger.step(order(0))
+    assert isinstance(run, EventRun)
     assert run.payload == '{"who":"c1","src":"web","gone":null,"k":"k"}'
 
 
@@ -264,6 +265,7 @@ def test_source_records_decode_key_and_headers_as_text() -> None:
     assert dict(record.headers) == {"h": "2", "n": None, "bad": MISSING}
     assert record.value is MISSING
     (run,) = PartitionTrigger(rule(), 0, max_payload_bytes=LIMIT).step(record)
+    assert isinstance(run, EventRun)
     assert run.scheduled_ms == 0  # no timestamp (-1): the epoch
     assert json.loads(run.payload)["key"] is None
 

@@ -57,7 +57,7 @@ class Harness:
         p = self.processor = object.__new__(TriggerProcessor)
         p.settings, p.topics, p.codec = SETTINGS, TOPICS, self.codec
         p.publisher = fake_publisher(self.codec, self.producer)
-        p.values = SourceValues(FakeRegistry())  # type: ignore[arg-type]
+        p.values = SourceValues(FakeRegistry())
         p.max_payload = max_payload
         definitions = p.definitions = object.__new__(TriggerDefinitions)
         definitions.active = {j.job_id: TriggerDefinitions._active(j) for j in jobs}

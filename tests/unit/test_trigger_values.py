@@ -59,7 +59,7 @@ def test_avro_values_decode_to_plain_values_a_union_of_records_to_the_record() -
     registry = FakeRegistry()
     at = datetime(2026, 11, 22, 8, 30, tzinfo=UTC)
     data = wire(registry, ORDER, {"amount": Decimal("120.50"), "at": at, "customer": {"id": "c-7"}})
-    value = SourceValues(registry).decode(data)  # type: ignore[arg-type]
+    value = SourceValues(registry).decode(data)
     assert value == {"amount": Decimal("120.50"), "at": at, "customer": {"id": "c-7"}}
     record = source_record(
         topic="orders", partition=0, offset=3, timestamp_ms=0, key=None, value=value
@@ -68,7 +68,7 @@ def test_avro_values_decode_to_plain_values_a_union_of_records_to_the_record() -
 
 
 def test_json_and_anything_else() -> None:
-    values = SourceValues(FakeRegistry())  # type: ignore[arg-type]
+    values = SourceValues(FakeRegistry())
     assert values.decode(b'{"a": [1, 2.5, "x"]}') == {"a": [1, 2.5, "x"]}
     assert values.decode(b"12") == 12
     assert values.decode(None) is None  # a tombstone: null
@@ -87,7 +87,7 @@ def test_an_unknown_schema_id_or_a_corrupt_body_is_missing_and_asked_once() -> N
         return real(schema_id)
 
     registry.schema_by_id = counting  # type: ignore[method-assign]
-    values = SourceValues(registry)  # type: ignore[arg-type]
+    values = SourceValues(registry)
     unknown = struct.pack(">bI", 0, 999) + b"\x02"
     assert values.decode(unknown) is MISSING
     assert values.decode(unknown) is MISSING
@@ -108,7 +108,7 @@ def test_learning_waits_for_the_registry_while_it_is_away() -> None:
         return real(schema_id)
 
     registry.schema_by_id = flaky  # type: ignore[method-assign]
-    values = SourceValues(registry)  # type: ignore[arg-type]
+    values = SourceValues(registry)
     message = FakeMessage(topic_="orders", partition_=0, offset_=0, value_=data)
     assert values.unknown(data) == 1
     values.learn([message], what="test", pause=lambda _s: True)
@@ -117,6 +117,6 @@ def test_learning_waits_for_the_registry_while_it_is_away() -> None:
     assert values.decode(data)["customer"] is None  # decoded without asking again
     assert len(calls) == 3
     calls.clear()  # away for good, and a stop comes: StopWaiting
-    fresh = SourceValues(registry)  # type: ignore[arg-type]
+    fresh = SourceValues(registry)
     with pytest.raises(StopWaiting):
         fresh.learn([message], what="test", pause=lambda _s: False)

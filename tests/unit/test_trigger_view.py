@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
+from typing import Any
 
 from cronstream.api.triggers import (
     UPSTREAM_ROWS,
@@ -41,7 +42,7 @@ def row(
     trigger: Trigger = Trigger.EVENT,
     status: RunStatus = RunStatus.SUCCEEDED,
     at: datetime = NOW,
-    **kw: object,
+    **kw: Any,
 ) -> RunOutcome:
     return RunOutcome(
         run_id=run_id,
@@ -52,7 +53,7 @@ def row(
         scheduled_at=at,
         recorded_at=at,
         **kw,
-    )  # type: ignore[arg-type]
+    )
 
 
 def test_the_lag_is_the_high_watermark_minus_the_trigger_groups_committed_offset() -> None:

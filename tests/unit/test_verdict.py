@@ -6,7 +6,6 @@ from dataclasses import replace
 
 import pytest
 
-from cronstream.consumers.core.backoff import MAX_BACKOFF_MS
 from cronstream.consumers.core.verdict import after_failure, before_start, retry_timer
 from cronstream.schemas.events import (
     JOB_DELETED,
@@ -17,6 +16,7 @@ from cronstream.schemas.events import (
     Trigger,
     from_ms,
 )
+from cronstream.schemas.limits import MAX_BACKOFF_MS
 from tests.factories import T0, run_request
 
 NOW = 1_800_000_000_000

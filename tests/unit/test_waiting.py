@@ -18,12 +18,13 @@ from confluent_kafka import KafkaError, KafkaException
 from cronstream.foreground import GC_YOUNG, run_member
 from cronstream.runtime import metrics
 from cronstream.runtime.errors import KafkaAuthError
+from cronstream.runtime.probes import Probes
 from cronstream.runtime.settings import Settings
+from cronstream.runtime.stop import StopWaiting
 from cronstream.runtime.waiting import (
     CASSANDRA,
     KAFKA,
     REGISTRY,
-    StopWaiting,
     away,
     learn_writers,
     wait_for,
@@ -197,7 +198,7 @@ class _Member:
 def test_a_member_is_not_ready_while_it_waits_and_ready_once_started(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(metrics, "PROBES", metrics.Probes())
+    monkeypatch.setattr(metrics, "PROBES", Probes())
     seen: list[bool] = []
     attempt, _ = failing(DOWN, DOWN)
 

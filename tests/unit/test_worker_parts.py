@@ -51,10 +51,10 @@ class Parts:
 
     def __init__(self, topics: Topics = TOPICS, *, lookups: bool = False, **config: Any) -> None:
         self.registry = FakeRegistry()
-        self.codec = Codec(self.registry)  # type: ignore[arg-type]
+        self.codec = Codec(self.registry)
         # The lookup thread's registry: the same schemas, answering when let through.
         self.gated = GatedRegistry(self.registry)
-        self.lookups = SchemaLookups(self.codec, self.gated) if lookups else None  # type: ignore[arg-type]
+        self.lookups = SchemaLookups(self.codec, self.gated) if lookups else None
         self.producer = FakeProducer()
         self.consumer = FakeConsumer(producer=self.producer)
         self.trackers: dict[tuple[str, int], OffsetTracker] = {}
@@ -62,7 +62,7 @@ class Parts:
         publisher = Publisher(
             SETTINGS,
             codec=self.codec,
-            producer=self.producer,  # type: ignore[arg-type]
+            producer=self.producer,
             serve_each=False,
             track_acks=True,
         )
@@ -70,14 +70,15 @@ class Parts:
             publisher,
             topics=topics,
             name="w1",
-            consumer=self.consumer,  # type: ignore[arg-type]
+            consumer=self.consumer,
             trackers=self.trackers,
             dedup=self.dedup,
             tally=metrics.Tally(),
             observers=outcome_observers(topics, self.dedup, name="w1"),
         )
+        # No history is read here (no run is a possible duplicate): no consumers.
         self.history = HistoryReplay(
-            None,
+            None,  # type: ignore[arg-type]
             topic=TOPICS.history,
             dedup=self.dedup,
             lookup=None,  # type: ignore[arg-type]
@@ -85,7 +86,7 @@ class Parts:
         self.intake = Intake(
             WorkerConfig(group="g", **config),
             topics=topics,
-            consumer=self.consumer,  # type: ignore[arg-type]
+            consumer=self.consumer,
             codec=self.codec,
             trackers=self.trackers,
             history=self.history,
@@ -190,7 +191,9 @@ def test_an_unknown_schema_id_holds_its_partition_alone_while_a_thread_asks() ->
     parts.own()
     parts.own(high)
     parts.codec.decode_run(parts.record(run("h@warm", priority=Priority.HIGH), 0).value())
-    unknown = b"\x00" + (900_001).to_bytes(4, "big") + parts.record(run("x@y"), 0).value()[5:]
+    known = parts.record(run("x@y"), 0).value()
+    assert known is not None
+    unknown = b"\x00" + (900_001).to_bytes(4, "big") + known[5:]
     parts.intake.accept(FakeMessage(RUNS, 0, 7, unknown, b"j"))
     parts.intake.accept(parts.record(run("j@after"), 8))
     parts.intake.accept(parts.record(run("h@1", priority=Priority.HIGH), 1))
@@ -359,11 +362,14 @@ def test_a_started_record_only_for_runs_that_outlast_started_after(after_ms: int
     for outcome in outcomes:
         assert outcome.started_at is not None
     final = {o.run_id: o for o in outcomes if o.status is ok}
-    assert final["j@quick"].finished_at is not None
-    assert final["j@quick"].started_at <= final["j@quick"].finished_at
+    quick_started, quick_finished = final["j@quick"].started_at, final["j@quick"].finished_at
+    assert quick_started is not None
+    assert quick_finished is not None
+    assert quick_started <= quick_finished
     (slow_started,) = [o for o in outcomes if o.run_id == "j@slow" and o.status is started]
     assert slow_started.started_at == final["j@slow"].started_at  # the same start, to the ms
     # Published once it had run ``after_ms`` (the check runs every 100 ms).
+    assert slow_started.started_at is not None
     seen_after = (slow_started.recorded_at - slow_started.started_at).total_seconds()
     assert after_ms / 1000 <= seen_after < after_ms / 1000 + 0.15 + 0.1
 

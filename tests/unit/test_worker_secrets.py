@@ -66,7 +66,7 @@ def settle_all(parts: Parts, secrets_dir: Path, *runs: tuple[str, str, Target]) 
     attempts = Attempts(
         SETTINGS, config, outbox=parts.outbox, dedup=parts.dedup, cancels={}, tally=metrics.Tally()
     )
-    attempts.executors["python"] = LeakyBug(Secrets(secrets_dir, env={}))  # type: ignore[assignment]
+    attempts.executors["python"] = LeakyBug(Secrets(secrets_dir, env={}))
     requests = [
         replace(run(run_id), tenant=tenant, target=target, retry=RetryPolicy(max_attempts=1))
         for run_id, tenant, target in runs
