@@ -193,3 +193,50 @@ class FakeConsumer:
     def resume(self, partitions: list[TopicPartition]) -> None:
         gone = {(tp.topic, tp.partition) for tp in partitions}
         self.paused = [p for p in self.paused if p not in gone]
+
+
+class Unread:
+    """A consumer a unit test never reads: the history of worker parts whose runs are
+    never possible duplicates (its offset look-ups too), the timers of a scheduler intake
+    fed directly. Every call fails, as it would have on the ``None`` it replaces."""
+
+    def _unread(self) -> AssertionError:
+        return AssertionError("this consumer is never read in this test")
+
+    def seek(self, partition: TopicPartition) -> None:
+        raise self._unread()
+
+    def incremental_assign(self, partitions: list[TopicPartition]) -> None:
+        raise self._unread()
+
+    def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
+        raise self._unread()
+
+    def assignment(self) -> list[TopicPartition]:
+        raise self._unread()
+
+    def pause(self, partitions: list[TopicPartition]) -> None:
+        raise self._unread()
+
+    def resume(self, partitions: list[TopicPartition]) -> None:
+        raise self._unread()
+
+    def poll(self, timeout: float) -> FakeMessage | None:
+        raise self._unread()
+
+    def consume(self, num_messages: int, timeout: float) -> list[FakeMessage]:
+        raise self._unread()
+
+    def offsets_for_times(
+        self, partitions: list[TopicPartition], timeout: float
+    ) -> list[TopicPartition]:
+        raise self._unread()
+
+    def get_watermark_offsets(self, partition: TopicPartition, timeout: float) -> tuple[int, int]:
+        raise self._unread()
+
+    def list_topics(self, topic: str, timeout: float) -> object:
+        raise self._unread()
+
+    def close(self) -> None:
+        raise self._unread()

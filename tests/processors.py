@@ -55,7 +55,7 @@ from cronstream.streams.scheduler.emitter import Emitter
 from cronstream.streams.scheduler.intake import Intake as SchedulerIntake
 from cronstream.streams.scheduler.loading import Loader
 from cronstream.streams.scheduler.owned import Owned
-from tests.fakes import FakeConsumer, FakeMessage, FakeProducer, FakeRegistry
+from tests.fakes import FakeConsumer, FakeMessage, FakeProducer, FakeRegistry, Unread
 
 SETTINGS = Settings.from_env({"CRONSTREAM_PARTITIONS": "1"})  # every job at home on 0
 TOPICS = Topics(SETTINGS)
@@ -139,7 +139,7 @@ class SchedulerHarness:
         member = type("Member", (), {"consumer": consumer})()
         self.intake = SchedulerIntake(
             member=member,
-            timers=consumer,  # type: ignore[arg-type]  # put/fire_until never read timers
+            timers=Unread(),  # put/fire_until never read timers
             owned=self.owned,
             applier=applier,
             loader=loader,
@@ -209,7 +209,8 @@ class WorkerHarness:
             tally=tally,
             observers=outcome_observers(TOPICS, self.dedup, name="w1"),
         )
-        history = HistoryReplay(None, topic=TOPICS.history, dedup=self.dedup, lookup=None)  # type: ignore[arg-type]
+        unread = Unread()  # no history is read here
+        history = HistoryReplay(unread, topic=TOPICS.history, dedup=self.dedup, lookup=unread)
         config = config or WorkerConfig(group="g", concurrency=4)
         self.intake = Intake(
             config,

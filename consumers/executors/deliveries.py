@@ -16,17 +16,33 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from cronstream.consumers.errors import ExecutionFailed
 from cronstream.consumers.executors.base import Finished
-from cronstream.runtime.kafka.clients import KafkaError, Producer
+from cronstream.runtime.kafka.clients import KafkaError
 
 # What an acknowledgement or its absence means for the attempt: (output, error).
 Judge = Callable[[KafkaError | None, Any], tuple[str | None, ExecutionFailed | None]]
 Expired = Callable[[], ExecutionFailed]
 EXPIRY_EVERY_S = 0.05
 log = logging.getLogger("cronstream.worker")
+
+
+class Acknowledging(Protocol):
+    """What the poller asks of a producer (confluent-kafka's ``Producer`` is one; unit
+    tests pass a fake): produce a record with a delivery callback, serve the callbacks."""
+
+    def produce(
+        self,
+        topic: str,
+        *,
+        key: bytes,
+        value: bytes,
+        headers: list[tuple[str, str | bytes | None]],
+        on_delivery: Callable[[KafkaError | None, Any], None],
+    ) -> None: ...
+    def poll(self, timeout: float, /) -> int: ...
 
 
 class Record(NamedTuple):
@@ -40,7 +56,7 @@ class _InFlight:
     __slots__ = ("deadline", "done", "expired", "producer", "token")
 
     def __init__(
-        self, producer: Producer, token: Any, deadline: float, done: Finished, expired: Expired
+        self, producer: Acknowledging, token: Any, deadline: float, done: Finished, expired: Expired
     ) -> None:
         self.producer, self.token, self.deadline = producer, token, deadline
         self.done, self.expired = done, expired
@@ -57,7 +73,7 @@ class DeliveryPoller:
 
     def produce(
         self,
-        producer: Producer,
+        producer: Acknowledging,
         record: Record,
         token: Any,
         done: Finished,

@@ -27,20 +27,36 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from cronstream.consumers.errors import ExecutionFailed, TargetInvalid, TimedOut
 from cronstream.consumers.executors.base import Finished, RunContext
-from cronstream.consumers.executors.deliveries import DeliveryPoller, Record
-from cronstream.consumers.executors.egress import TenantProducers
+from cronstream.consumers.executors.deliveries import Acknowledging, DeliveryPoller, Record
 from cronstream.consumers.executors.setup import ExecutorSetup
-from cronstream.runtime.kafka.clients import KafkaError, KafkaException, Producer
+from cronstream.runtime.kafka.clients import KafkaError, KafkaException
 from cronstream.schemas.events import Target
 from cronstream.schemas.ids import partition_for
 from cronstream.schemas.tenancy import OPERATORS
 
 # How long the broker's answer on a topic's existence is trusted.
 TOPIC_KNOWN_S = 60.0
+
+
+class TargetProducer(Acknowledging, Protocol):
+    """What a ``KafkaExecutor`` asks of a producer (confluent-kafka's ``Producer`` is
+    one; unit tests pass a fake): produce and serve the acknowledgements, and the
+    metadata of the topic it writes to."""
+
+    def list_topics(self, topic: str, timeout: float) -> Any: ...
+
+
+class Tenants(Protocol):
+    """The tenants' producers a ``KafkaExecutor`` writes with (``TenantProducers``)."""
+
+    def producer(self, tenant: str) -> TargetProducer: ...
+    def made(self, tenant: str) -> TargetProducer | None: ...
+    def refusal(self, tenant: str) -> str | None: ...
+    def forget_refusal(self, tenant: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -82,7 +98,7 @@ class KafkaExecutor:
     kind = "kafka"
 
     def __init__(
-        self, producer: Producer, policy: TopicPolicy, tenants: TenantProducers | None = None
+        self, producer: TargetProducer, policy: TopicPolicy, tenants: Tenants | None = None
     ) -> None:
         self.producer = producer  # the worker's own: the default tenant's jobs
         self.policy = policy
@@ -110,7 +126,7 @@ class KafkaExecutor:
             raise self._timed_out(topic, tenant) from None
         return self._verdict(err, place, producer, target, context)
 
-    def _producer_for(self, topic: str, tenant: str, *, wait: bool) -> Producer | None:
+    def _producer_for(self, topic: str, tenant: str, *, wait: bool) -> TargetProducer | None:
         """The producer a record to ``topic`` for ``tenant`` goes through; TargetInvalid
         when refused. ``wait``: the broker asked and a tenant's producer made when need
         be; else None when that would be needed (it blocks)."""
@@ -118,7 +134,7 @@ class KafkaExecutor:
         if refusal is not None:
             raise TargetInvalid(refusal)
         if self.tenants is None or tenant == OPERATORS:
-            producer: Producer | None = self.producer
+            producer: TargetProducer | None = self.producer
         else:
             producer = self.tenants.producer(tenant) if wait else self.tenants.made(tenant)
         if producer is None:
@@ -136,7 +152,7 @@ class KafkaExecutor:
         self,
         err: KafkaError | None,
         place: str,
-        producer: Producer,
+        producer: TargetProducer,
         target: Target,
         context: RunContext,
     ) -> str:
@@ -183,7 +199,7 @@ class KafkaExecutor:
             return known[1]
         return None
 
-    def _topic_exists(self, topic: str, asker: Producer) -> bool:
+    def _topic_exists(self, topic: str, asker: TargetProducer) -> bool:
         """From the broker's metadata as ``asker`` sees it (a lookup failure counts as
         existing: producing then decides)."""
         known = self._known(topic)
@@ -205,7 +221,7 @@ class KafkaExecutor:
         return exists
 
     def _failure(
-        self, err: KafkaError | None, producer: Producer, target: Target, context: RunContext
+        self, err: KafkaError | None, producer: TargetProducer, target: Target, context: RunContext
     ) -> ExecutionFailed | None:
         """What the broker's answer to the record means for the attempt."""
         if err is None:
@@ -276,7 +292,7 @@ def _headers(context: RunContext) -> list[tuple[str, str | bytes | None]]:
 
 
 def deliver(
-    producer: Producer,
+    producer: TargetProducer,
     topic: str,
     context: RunContext,
     *,

@@ -16,12 +16,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Any, Protocol
 
 from cronstream.consumers.core.dedup import Dedup
 from cronstream.consumers.worker.config import WorkerConfig
 from cronstream.consumers.worker.pending import Pending
 from cronstream.runtime.kafka.clients import Consumer, TopicPartition, kafka_consumer
-from cronstream.runtime.kafka.offsets import offset_since, watermarks
+from cronstream.runtime.kafka.offsets import TimeIndexSource, offset_since, watermarks
 from cronstream.runtime.kafka.records import is_record
 from cronstream.runtime.settings import Settings
 from cronstream.schemas.errors import DecodeError
@@ -36,8 +37,22 @@ def side_consumer(settings: Settings, config: WorkerConfig, role: str) -> Consum
     return kafka_consumer(settings, **{"group.id": f"{config.group}.{role}"})
 
 
+class HistoryReading(Protocol):
+    """What ``HistoryReplay`` asks of its history consumer (confluent-kafka's
+    ``Consumer`` is one; unit tests pass a fake): partitions assigned, moved and let go
+    one by one, batches of records."""
+
+    def seek(self, partition: TopicPartition, /) -> None: ...
+    def incremental_assign(self, partitions: list[TopicPartition], /) -> None: ...
+    def incremental_unassign(self, partitions: list[TopicPartition], /) -> None: ...
+    def consume(self, num_messages: int, timeout: float) -> list[Any]: ...
+    def close(self) -> None: ...
+
+
 class HistoryReplay:
-    def __init__(self, consumer: Consumer, *, topic: str, dedup: Dedup, lookup: Consumer) -> None:
+    def __init__(
+        self, consumer: HistoryReading, *, topic: str, dedup: Dedup, lookup: TimeIndexSource
+    ) -> None:
         self.consumer = consumer  # assigned the history partitions being read
         self.topic = topic
         self.dedup = dedup

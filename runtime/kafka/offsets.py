@@ -95,6 +95,15 @@ class CommittedSource(Protocol):
     ) -> list[TopicPartition]: ...
 
 
+class TimeIndexSource(WatermarkSource, Protocol):
+    """What ``offset_since`` asks of a consumer: the offsets written since a time, and
+    a partition's end (``watermarks``)."""
+
+    def offsets_for_times(
+        self, partitions: list[TopicPartition], /, *, timeout: float
+    ) -> list[TopicPartition]: ...
+
+
 def watermarks(
     consumer: WatermarkSource, tp: TopicPartition, *, timeout: float = 120.0
 ) -> tuple[int, int]:
@@ -176,7 +185,7 @@ def consumer_lag(
     return out
 
 
-def offset_since(consumer: Consumer, topic: str, partition: int, since_ms: int) -> int:
+def offset_since(consumer: TimeIndexSource, topic: str, partition: int, since_ms: int) -> int:
     """The first offset of ``topic``/``partition`` written at or after ``since_ms`` (the
     end of the partition if none was)."""
     wanted = TopicPartition(topic, partition, since_ms)

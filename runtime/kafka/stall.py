@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Protocol
 
-from cronstream.runtime.kafka.clients import Consumer, TopicPartition
+from cronstream.runtime.kafka.clients import TopicPartition
 from cronstream.runtime.kafka.records import ConsumedMessage
 
 FIRST_DELAY_S = 0.5
@@ -63,11 +64,21 @@ class Backoff:
             self.since = 0.0
 
 
+class Holding(Protocol):
+    """What ``Held`` asks of its consumer (confluent-kafka's ``Consumer`` is one; unit
+    tests pass fakes): pause and resume partitions, the ones assigned, one poll."""
+
+    def pause(self, partitions: list[TopicPartition], /) -> None: ...
+    def resume(self, partitions: list[TopicPartition], /) -> None: ...
+    def assignment(self) -> list[TopicPartition]: ...
+    def poll(self, timeout: float, /) -> ConsumedMessage | None: ...
+
+
 class Held:
     """Records of one consumer waiting for the registry, in the order they were read;
     their partitions are paused meanwhile."""
 
-    def __init__(self, consumer: Consumer) -> None:
+    def __init__(self, consumer: Holding) -> None:
         self.consumer = consumer
         self.records: list[ConsumedMessage] = []
         self.paused: set[Key] = set()

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
-from cronstream.runtime.kafka.clients import Consumer
 from cronstream.runtime.kafka.member import GroupMember
 from cronstream.runtime.kafka.records import ConsumedMessage, is_record, text_key
-from cronstream.runtime.kafka.stall import Backoff, Held
+from cronstream.runtime.kafka.stall import Backoff, Held, Holding
 from cronstream.schemas.errors import DecodeError, RegistryUnavailable
 from cronstream.schemas.events import TimerReason, TimerRequest, to_ms
 from cronstream.schemas.serde import Codec
@@ -29,12 +28,19 @@ log = logging.getLogger("cronstream.scheduler")
 READING_HELD = "reading definitions and timers paused until it answers; loaded jobs keep firing"
 
 
+class TimersSource(Holding, Protocol):
+    """What the intake asks of the timers consumer (confluent-kafka's ``Consumer`` is
+    one; unit tests pass a fake): batches of records, and what ``Held`` asks."""
+
+    def consume(self, num_messages: int, timeout: float) -> list[Any]: ...
+
+
 class Intake:
     def __init__(
         self,
         *,
         member: GroupMember,
-        timers: Consumer,
+        timers: TimersSource,
         owned: dict[int, Owned],
         applier: Applier,
         loader: Loader,

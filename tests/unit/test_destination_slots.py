@@ -24,7 +24,7 @@ from cronstream.schemas.events import RunOutcome, RunStatus, Target
 from cronstream.schemas.ids import partition_for
 from tests.factories import run_request
 from tests.processors import WORKER_SETTINGS
-from tests.unit.test_executors import _Metadata
+from tests.unit.test_executors import _Producer
 from tests.unit.test_worker_parts import RUNS, TOPICS, Parts
 
 
@@ -56,11 +56,7 @@ def test_the_bulkhead_starts_within_the_slots_queues_then_refuses() -> None:
 
 
 def test_a_kafka_attempts_destination_is_its_topic_partition() -> None:
-    class _Asked:
-        def list_topics(self, topic: str, timeout: float) -> _Metadata:
-            return _Metadata(topic, True)
-
-    kafka = KafkaExecutor(_Asked(), TopicPolicy(own=frozenset()))  # type: ignore[arg-type]
+    kafka = KafkaExecutor(_Producer({"orders"}), TopicPolicy(own=frozenset()))
     try:
         target = Target(type="kafka", topic="orders")
         assert kafka.destination(target, "j@1") == "kafka orders"  # partitions not known yet

@@ -432,7 +432,7 @@ def test_kafka_targets_never_write_into_cronstreams_or_kafkas_own_topics(
     __consumer_offsets."""
     producer = _Producer({topic})
     with pytest.raises(TargetInvalid, match=why):
-        KafkaExecutor(producer, policy).execute(Target(type="kafka", topic=topic), context())  # type: ignore[arg-type]
+        KafkaExecutor(producer, policy).execute(Target(type="kafka", topic=topic), context())
     assert producer.produced == []
 
 
@@ -440,7 +440,7 @@ def test_a_kafka_target_topic_that_does_not_exist_fails_at_once_and_is_remembere
     """Found by review: it waited 30 s for an acknowledgement, ended TIMED_OUT and was
     retried, holding a run slot each time."""
     producer = _Producer({"orders.created"})
-    executor = KafkaExecutor(producer, replace(POLICY, allow=("orders.*",)))  # type: ignore[arg-type]
+    executor = KafkaExecutor(producer, replace(POLICY, allow=("orders.*",)))
     started = time.monotonic()
     for _ in range(3):
         with pytest.raises(TargetInvalid, match="does not exist") as caught:

@@ -56,7 +56,7 @@ class _Broker:
 
 def test_a_kafka_attempt_is_produced_from_the_loop_and_acknowledged_on_the_poller() -> None:
     broker = _Broker({"orders.created"})
-    executor = KafkaExecutor(broker, POLICY)  # type: ignore[arg-type]
+    executor = KafkaExecutor(broker, POLICY)
     done: Done = SimpleQueue()
     target = Target(type="kafka", topic="orders.created")
     try:
@@ -80,7 +80,7 @@ def test_a_kafka_attempt_is_produced_from_the_loop_and_acknowledged_on_the_polle
 
 def test_a_refused_or_missing_topic_fails_at_once_without_producing() -> None:
     broker = _Broker({"orders.created"})
-    executor = KafkaExecutor(broker, POLICY)  # type: ignore[arg-type]
+    executor = KafkaExecutor(broker, POLICY)
     done: Done = SimpleQueue()
     try:
         assert executor.start(1, Target(type="kafka", topic="cronstream.jobs"), context(), done)
@@ -102,7 +102,7 @@ def test_a_refused_or_missing_topic_fails_at_once_without_producing() -> None:
 def test_no_acknowledgement_before_the_deadline_times_the_attempt_out() -> None:
     broker = _Broker({"orders.created"})
     broker.holding = True
-    executor = KafkaExecutor(broker, POLICY)  # type: ignore[arg-type]
+    executor = KafkaExecutor(broker, POLICY)
     executor._topic_exists("orders.created", executor.producer)
     done: Done = SimpleQueue()
     try:
@@ -125,15 +125,21 @@ def test_a_tenants_first_record_takes_a_thread_its_producer_made_there() -> None
         def __init__(self) -> None:
             self.made_for: dict[str, _Broker] = {}
 
+        def producer(self, tenant: str) -> _Broker:
+            raise AssertionError("a tenant's producer is not made on the worker's loop")
+
         def made(self, tenant: str) -> _Broker | None:
             return self.made_for.get(tenant)
+
+        def refusal(self, tenant: str) -> str | None:
+            return None
 
         def forget_refusal(self, tenant: str) -> None:
             pass
 
     broker, tenants = _Broker({"acme.orders"}), _Tenants()
     policy = replace(POLICY, allow=("acme.*",))
-    executor = KafkaExecutor(broker, policy, tenants)  # type: ignore[arg-type]
+    executor = KafkaExecutor(broker, policy, tenants)
     executor._topic_exists("acme.orders", executor.producer)
     done: Done = SimpleQueue()
     try:

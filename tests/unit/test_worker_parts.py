@@ -38,7 +38,7 @@ from cronstream.schemas.events import (
 from cronstream.schemas.ids import partition_for
 from cronstream.schemas.serde import Codec
 from tests.factories import run_request
-from tests.fakes import FakeConsumer, FakeMessage, FakeProducer, FakeRegistry
+from tests.fakes import FakeConsumer, FakeMessage, FakeProducer, FakeRegistry, Unread
 from tests.processors import WORKER_SETTINGS
 
 SETTINGS = Settings.from_env({"CRONSTREAM_PARTITIONS": "1"})  # every job at home on 0
@@ -77,12 +77,8 @@ class Parts:
             observers=outcome_observers(topics, self.dedup, name="w1"),
         )
         # No history is read here (no run is a possible duplicate): no consumers.
-        self.history = HistoryReplay(
-            None,  # type: ignore[arg-type]
-            topic=TOPICS.history,
-            dedup=self.dedup,
-            lookup=None,  # type: ignore[arg-type]
-        )
+        unread = Unread()
+        self.history = HistoryReplay(unread, topic=TOPICS.history, dedup=self.dedup, lookup=unread)
         self.intake = Intake(
             WorkerConfig(group="g", **config),
             topics=topics,
