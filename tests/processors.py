@@ -177,6 +177,8 @@ class Recording:
     """An executor that runs nothing: succeeds, or fails as told by the payload; prints
     what follows ``print:`` in it (its output), nothing otherwise."""
 
+    kind = "recording"
+
     def execute(self, target: Target, context: RunContext) -> str | None:
         payload = context.payload or ""
         printed = payload.partition("print:")[2] or None
@@ -230,7 +232,7 @@ class WorkerHarness:
                 close = getattr(executor, "close", None)
                 if close is not None:
                     close()
-            self.attempts.executors = dict.fromkeys(self.attempts.executors, Recording())  # type: ignore[arg-type]
+            self.attempts.executors = dict.fromkeys(self.attempts.executors, Recording())
         self.intake.assigned((RUNS, 0), committed=0, runs_end=0, history_end=0)
         self.offset = 0
 

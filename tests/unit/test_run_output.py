@@ -66,6 +66,8 @@ class Printing:
     """An executor whose attempts print their payload, after resolving a secret; one whose
     payload starts with "fail" fails with that output."""
 
+    kind = "printing"
+
     def execute(self, target: Target, context: RunContext) -> str | None:
         context.revealed.add(SECRET)
         payload = context.payload or ""
@@ -79,7 +81,7 @@ def worker() -> Iterator[WorkerHarness]:
     from cronstream.consumers.worker.config import WorkerConfig
 
     h = WorkerHarness(WorkerConfig(group="g", concurrency=4, output_limit=64))
-    h.attempts.executors = dict.fromkeys(h.attempts.executors, Printing())  # type: ignore[arg-type]
+    h.attempts.executors = dict.fromkeys(h.attempts.executors, Printing())
     yield h
     h.close()
 
