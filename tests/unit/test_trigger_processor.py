@@ -12,6 +12,7 @@ from typing import Any
 from cronstream.runtime import metrics
 from cronstream.runtime.faults import RecordFaults
 from cronstream.runtime.kafka.clients import TopicPartition
+from cronstream.runtime.kafka.records import ConsumedMessage
 from cronstream.schemas.definition import job_from_spec
 from cronstream.schemas.events import DeadLetter, JobDefinition, Priority, RunRequest, Trigger
 from cronstream.streams.core.rates import TenantRates
@@ -80,7 +81,7 @@ class Harness:
 
     def read(self, *values: Any) -> None:
         """Records of ``orders`` partition 0, each value as JSON, in offset order."""
-        messages = []
+        messages: list[ConsumedMessage] = []
         for value in values:
             messages.append(
                 FakeMessage(
@@ -93,7 +94,7 @@ class Harness:
                 )
             )
             self.offset += 1
-        self.processor._handle(messages)  # type: ignore[arg-type]
+        self.processor._handle(messages)
 
     def runs(self) -> list[RunRequest]:
         return decoded(self.codec, self.producer, TOPICS.runs(Priority.NORMAL), RunRequest)
