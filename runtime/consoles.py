@@ -95,8 +95,11 @@ def console_access(
     stack = stack_console(settings, console, env)
     user = env.get(o.CONSOLE.name(f"{name}_USER")) or CONSOLE_USER
     password = stack.password
-    given, given_file = o.CONSOLE.name(f"{name}_PASSWORD"), o.CONSOLE.name(f"{name}_PASSWORD_FILE")
-    if env.get(given) or env.get(given_file):
+    given, given_file = (
+        o.CONSOLE.option(f"{name}_PASSWORD"),
+        o.CONSOLE.option(f"{name}_PASSWORD_FILE"),
+    )
+    if given.is_set(env) or given_file.is_set(env):
         stored = console_secret_path(settings, console)
         password = read_password(console, user, stored, env, given, given_file)
     ca = env.get(o.CONSOLE.name(f"{name}_CA"))

@@ -6,14 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from cronstream.runtime.errors import SettingsError
 from cronstream.runtime.options.option import Option
 from cronstream.runtime.settings import Settings
-
-# A password's setting: its declaration, or a family's variable (``o.CONSOLE.name(...)``)
-Variable = Option[Any] | str
 
 
 def security_dir(settings: Settings) -> Path:
@@ -38,34 +34,23 @@ def read_password(
     user: str,
     stored: Path,
     env: Mapping[str, str],
-    password: Variable,
-    password_file: Variable,
+    password: Option[str],
+    password_file: Option[str] | Option[Path],
     *,
     from_env: bool = True,
 ) -> str:
     """The password of ``service``'s ``user``: ``password``'s variable, else the file
     named by ``password_file``'s, else ``stored`` (the stack's). Without ``from_env`` (a
     user the variables are not for) only ``stored``."""
-    given = _read(password, env) if from_env else None
+    given = password.get(env) if from_env else None
     if given:
         return str(given)
-    named = _read(password_file, env) if from_env else None
+    named = password_file.get(env) if from_env else None
     path = Path(named) if named else stored
     try:
         return path.read_text().strip()
     except OSError as exc:
         raise SettingsError(
             f"no password for {service} user {user!r}: cannot read {path} ({exc.strerror}); "
-            f"set {_name(password_file)} or run `make bootstrap`"
+            f"set {password_file.env} or run `make bootstrap`"
         ) from None
-
-
-def _read(variable: Variable, env: Mapping[str, str]) -> Any:
-    """The variable's value (a declaration's as it reads it); None when unset or empty."""
-    if isinstance(variable, str):
-        return env.get(variable) or None
-    return variable.get(env)
-
-
-def _name(variable: Variable) -> str:
-    return variable if isinstance(variable, str) else variable.env

@@ -91,8 +91,8 @@ def _shape(env: Mapping[str, str], *, kafka_port: int, admin_port: int) -> dict[
         "cassandra_heap_mb": o.CASSANDRA_HEAP_MB.get(env, 768 if cluster else 1024),
         "cassandra_replication": o.CASSANDRA_REPLICATION.get(env, min(nodes, CLUSTER_NODES)),
         "cassandra_datacenter": o.CASSANDRA_DC.get(env),
-        "topic_replication": o.REPLICATION.get(env) or None,
-        "min_insync": o.MIN_INSYNC.get(env) or None,
+        "topic_replication": o.REPLICATION.get(env),
+        "min_insync": o.MIN_INSYNC.get(env),
         "allow_rf1": o.ALLOW_RF1.get(env),
         # How long a broker that stopped heartbeating keeps its leaderships and its place
         # in the ISRs before the controller fences it: every write stalls that long

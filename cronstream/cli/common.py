@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable
 
 from cronstream.runtime.kafka import logs
+from cronstream.runtime.options.option import duration, flag_type, old_seconds
 
 EXIT_INVALID = 2
 EXIT_UNAVAILABLE = 3
@@ -32,28 +33,11 @@ def per_minute(per_second: float) -> int:
     return round(per_second * 60)
 
 
-def duration_flag(text: str) -> int:
-    """An argparse type: a duration (``500ms``, ``30s``, ``5m``; a bare number is
-    seconds), in milliseconds."""
-    from cronstream.schemas.definition.values import parse_duration
-
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def old_seconds_flag(text: str) -> int:
-    """An argparse type for an older flag given in seconds (``--flush-s``): its value
-    in milliseconds, with a warning that the flag goes."""
-    from cronstream.runtime.options.option import deprecated
-
-    deprecated("a flag in seconds (--flush-s)", "--flush-interval with a duration (60s)")
-    try:
-        seconds = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    return round(seconds * 1000)
+# Argument types of flags that have no variable, read as the settings' are: a duration
+# (``500ms``, ``30s``, ``5m``; a bare number is seconds) in milliseconds, and an older
+# flag given in seconds (``--flush-s``) in milliseconds, said to go.
+duration_flag = flag_type(duration)
+old_seconds_flag = flag_type(old_seconds, replaced=("--flush-s", "--flush-interval"))
 
 
 def at_least(minimum: int) -> Callable[[str], int]:

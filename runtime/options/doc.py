@@ -3,14 +3,10 @@ says when the file is not what this writes)."""
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
-from typing import Any
 
-from cronstream.runtime.options import roles, services
-from cronstream.runtime.options.option import Family, Option
+from cronstream.runtime.options import declared_in, roles, services
+from cronstream.runtime.options.option import Family
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 SECTIONS = (
@@ -22,7 +18,7 @@ HEAD = """# Configuration
 Every setting of cronstream is an environment variable, declared once in
 `runtime/options/` with its type, default, help and the roles that read it. This page,
 the commands' flags and `--help`, and `Settings.from_env` are made from those
-declarations: **this file is generated** (`make docs`; `tests/unit/test_options_doc.py`
+declarations: **this file is generated** (`make docs`; `tests/unit/test_options.py`
 fails when it is not current). A flag, where a setting has one, wins over its variable.
 
 - **Durations** have one syntax everywhere, variables and flags alike: `500ms`, `30s`,
@@ -35,14 +31,6 @@ fails when it is not current). A flag, where a setting has one, wins over its va
 """
 
 
-def _declared_in(module: ModuleType) -> Iterator[Option[Any] | Family]:
-    for value in vars(module).values():
-        if isinstance(value, Option | Family):
-            yield value
-        elif hasattr(value, "values") and not isinstance(value, type):
-            yield from (v for v in value.values() if isinstance(v, Option))
-
-
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -52,7 +40,7 @@ def render() -> str:
     for title, module in SECTIONS:
         lines += [f"## {title}", "", "| Variable | Default | Read by | Flag | What it is | Was |"]
         lines.append("|---|---|---|---|---|---|")
-        for item in _declared_in(module):
+        for item in declared_in(module):
             if isinstance(item, Family):
                 row = (f"`{item.pattern}`", "none", item.who, "", item.help, "")
             else:
@@ -64,19 +52,10 @@ def render() -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str]) -> int:
-    """``--check``: exit 1 when docs/configuration.md is not what ``render`` writes."""
-    text = render()
-    if "--check" in argv:
-        current = DOC.read_text() if DOC.exists() else ""
-        if current != text:
-            print(f"{DOC} is not current: run `make docs`", file=sys.stderr)
-            return 1
-        return 0
-    DOC.write_text(text)
+def main() -> None:
+    DOC.write_text(render())
     print(f"wrote {DOC}")
-    return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    main()

@@ -2,8 +2,9 @@
 help, who reads it, the command-line flag that overrides it, and the older spellings
 still accepted for one release.
 
-A setting is declared once (``runtime.options.services`` and ``runtime.options.roles``)
-and read through its declaration: ``PARTITIONS.get(env)``. The flags of the commands
+A setting is declared once (``runtime.options.services`` and ``runtime.options.roles``:
+``runtime.options.declared`` finds them there) and read through its declaration:
+``PARTITIONS.get(env)``. The flags of the commands
 (``Option.add_to``), ``Settings.from_env`` and docs/configuration.md
 (``runtime.options.doc``) are made from the declarations, so a setting's name, default
 and help are written in one place.
@@ -30,8 +31,6 @@ from cronstream.schemas.definition.values import parse_duration
 
 log = logging.getLogger("cronstream.settings")
 T = TypeVar("T")
-_DECLARED: dict[str, Option[Any]] = {}
-_FAMILIES: dict[str, Family] = {}
 _WARNED: set[str] = set()
 
 
@@ -66,17 +65,11 @@ class Option(Generic[T]):
     flag: str | None = None
     default_doc: str | None = None
     old: tuple[Old, ...] = ()
-    secret: bool = False
-
-    def __post_init__(self) -> None:
-        if self.env in _DECLARED:
-            raise ValueError(f"{self.env} is declared twice")
-        _DECLARED[self.env] = self
 
     @property
     def kind(self) -> str:
         """What its text is: the reader's name (``whole``, ``duration``, ...)."""
-        return str(getattr(self.parse, "kind", self.parse.__name__))
+        return self.parse.__name__
 
     @property
     def default_text(self) -> str:
@@ -94,12 +87,9 @@ class Option(Generic[T]):
             return f"{value}d"
         return f"{value:g}" if isinstance(value, float) else str(value)
 
-    def raw(self, env: Mapping[str, str] | None = None) -> str | None:
-        """The variable's text; None when unset or empty."""
-        return (os.environ if env is None else env).get(self.env) or None
-
     def is_set(self, env: Mapping[str, str] | None = None) -> bool:
-        return self.raw(env) is not None
+        """Whether the variable has a text (unset and empty are alike)."""
+        return bool((os.environ if env is None else env).get(self.env))
 
     def get(self, env: Mapping[str, str] | None = None, default: Any = ...) -> Any:
         """The value: the variable read, else an older spelling's (with a warning),
@@ -143,13 +133,14 @@ class Option(Generic[T]):
         if self.kind == "path":
             kwargs.setdefault("type", str)
         elif self.kind not in ("switch", "names"):
-            kwargs.setdefault("type", _flag_type(self))
+            kwargs.setdefault("type", flag_type(self.parse))
         action = parser.add_argument(*flags, **kwargs)
+        old_parse = self.old[0].parse if self.old else self.parse  # the old variable's unit
         for old_flag in old_flags:
             parser.add_argument(
                 old_flag,
                 dest=action.dest,
-                type=_old_flag_type(self, old_flag, flags[0]),
+                type=flag_type(old_parse, replaced=(old_flag, flags[0])),
                 help=argparse.SUPPRESS,
             )
         return action
@@ -172,27 +163,21 @@ def duration_text(ms: int) -> str:
     return f"{ms}ms"
 
 
-def _flag_type(option: Option[Any]) -> Callable[[str], Any]:
-    def read(text: str) -> Any:
-        try:
-            return option.parse(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
+def flag_type(
+    parse: Callable[[str], T], *, replaced: tuple[str, str] | None = None
+) -> Callable[[str], T]:
+    """A reader of a variable's text as an argparse type (what is wrong said as argparse
+    says it); ``replaced``: (an older flag, the flag to use) said once when given."""
 
-    read.__name__ = option.kind  # argparse names it in "invalid <kind> value"
-    return read
-
-
-def _old_flag_type(option: Option[Any], old_flag: str, new_flag: str) -> Callable[[str], Any]:
-    parse = option.old[0].parse if option.old else option.parse
-
-    def read(text: str) -> Any:
-        deprecated(old_flag, new_flag)
+    def read(text: str) -> T:
+        if replaced:
+            deprecated(*replaced)
         try:
             return parse(text)
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
 
+    read.__name__ = parse.__name__  # argparse names it in "invalid <kind> value"
     return read
 
 
@@ -205,11 +190,13 @@ class Family:
     who: str
     pattern: str
 
-    def __post_init__(self) -> None:
-        _FAMILIES[self.prefix] = self
-
     def name(self, part: str) -> str:
         return self.prefix + part
+
+    def option(self, part: str) -> Option[str]:
+        """The variable ``<prefix><part>`` read as a text setting (not declared apart:
+        the family's line in docs/configuration.md says it)."""
+        return Option(self.name(part), text, None, self.help, self.who)
 
 
 # Readers of a variable's text: each raises ValueError saying what is wrong.
@@ -249,6 +236,10 @@ def switch(raw: str) -> bool:
     if word in ("0", "false", "no", "off"):
         return False
     raise ValueError("use 1 or 0 (true/false, yes/no, on/off)")
+
+
+PORT = whole(1)  # a port number
+SIZE = whole(0)  # a count, a size or a rate where 0 means "none" or "off"
 
 
 NOTHING: tuple[str, ...] = ()  # a ``names`` setting's default: none

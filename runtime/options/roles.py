@@ -9,6 +9,8 @@ from types import MappingProxyType
 
 from cronstream.runtime.options.option import (
     NOTHING,
+    PORT,
+    SIZE,
     Family,
     Old,
     Option,
@@ -24,8 +26,6 @@ from cronstream.runtime.options.option import (
 )
 from cronstream.schemas.catalog import ROLES
 
-PORT = whole(1)
-SIZE = whole(0)
 RUN_BY = "`make run`"
 FIRING = "scheduler, dependencies, flows-coordinator, `runs backfill`"
 TENANT_CLI = "`cronstream tenant`"
@@ -384,7 +384,7 @@ API_URL = Option(
     TENANT_CLI,
     flag="--api",
 )
-API_TOKEN = Option("CRONSTREAM_API_TOKEN", text, None, "the API token", TENANT_CLI, secret=True)
+API_TOKEN = Option("CRONSTREAM_API_TOKEN", text, None, "the API token", TENANT_CLI)
 API_TOKEN_FILE = Option(
     "CRONSTREAM_API_TOKEN_FILE",
     path,

@@ -10,6 +10,7 @@ them (``make docs``).
 from __future__ import annotations
 
 from cronstream.runtime.options.option import (
+    PORT,
     Family,
     Old,
     Option,
@@ -28,8 +29,6 @@ from cronstream.runtime.options.option import (
 
 CLIENTS = "every process and command"
 STACK = "the local stack (`make up`)"
-PORT = whole(1)
-SIZE = whole(0)
 
 # Where the services are, and the local stack's shape
 
@@ -249,7 +248,6 @@ KAFKA_PASSWORD = Option(
     "its password (never printed)",
     CLIENTS,
     default_doc="the stack's `credentials/<user>.secret`",
-    secret=True,
 )
 KAFKA_PASSWORD_FILE = Option(
     "CRONSTREAM_KAFKA_PASSWORD_FILE", path, None, "a file holding its password", CLIENTS
@@ -270,9 +268,7 @@ REGISTRY_USER = Option(
     CLIENTS,
     default_doc="none (anonymous reads)",
 )
-REGISTRY_PASSWORD = Option(
-    "CRONSTREAM_REGISTRY_PASSWORD", text, None, "its password", CLIENTS, secret=True
-)
+REGISTRY_PASSWORD = Option("CRONSTREAM_REGISTRY_PASSWORD", text, None, "its password", CLIENTS)
 REGISTRY_PASSWORD_FILE = Option(
     "CRONSTREAM_REGISTRY_PASSWORD_FILE", path, None, "a file holding its password", CLIENTS
 )
@@ -290,7 +286,6 @@ REGISTRY_WRITER_PASSWORD = Option(
     "its password",
     "bootstrap, `tenants add`",
     default_doc="the stack's `credentials/registry-<user>.secret`",
-    secret=True,
 )
 REGISTRY_WRITER_PASSWORD_FILE = Option(
     "CRONSTREAM_REGISTRY_WRITER_PASSWORD_FILE",
@@ -329,7 +324,6 @@ CASSANDRA_PASSWORD = Option(
     "its password (never printed)",
     CLIENTS,
     default_doc="the stack's `credentials/cassandra-<user>.secret`",
-    secret=True,
 )
 CASSANDRA_PASSWORD_FILE = Option(
     "CRONSTREAM_CASSANDRA_PASSWORD_FILE", path, None, "a file holding its password", CLIENTS

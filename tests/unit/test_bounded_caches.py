@@ -43,8 +43,6 @@ REVIEWED = {
     ),
     ("schemas/definition/cron.py", "_SHARED"): "bounded by _shared: 100,000 values at most",
     ("runtime/kafka/logs.py", "_ROUTED"): "two fixed keys, set once by route()",
-    ("runtime/options/option.py", "_DECLARED"): "the settings declared: written at import",
-    ("runtime/options/option.py", "_FAMILIES"): "the families declared: written at import",
     ("runtime/options/option.py", "_WARNED"): "the older spellings declared, once each",
 }
 

@@ -123,6 +123,8 @@ def test_a_flag_refuses_a_bad_duration() -> None:
 
 def test_every_declaration_has_help_and_a_reader_named() -> None:
     assert all(f.prefix.startswith("CRONSTREAM_") for f in families())
+    envs = [each.env for each in declared()]
+    assert len(envs) == len(set(envs)), "a variable declared twice"
     for each in declared():
         assert each.env.startswith("CRONSTREAM_"), each.env
         assert each.help, each.env
