@@ -96,47 +96,38 @@ class TenantClient:
 
     # -- commands ---------------------------------------------------------------------
     def put(self, job: JobDefinition) -> TenantResult:
-        return self.send(TenantAction.PUT, job.job_id, job=job)
+        return self.send(issue(TenantAction.PUT, job.job_id, job=job, issued_by=self.issued_by))
 
     def delete(self, job_id: str) -> TenantResult:
-        return self.send(TenantAction.DELETE, job_id)
+        return self.send(issue(TenantAction.DELETE, job_id, issued_by=self.issued_by))
 
     def pause(self, job_id: str) -> TenantResult:
-        return self.send(TenantAction.PAUSE, job_id)
+        return self.send(issue(TenantAction.PAUSE, job_id, issued_by=self.issued_by))
 
     def resume(self, job_id: str) -> TenantResult:
-        return self.send(TenantAction.RESUME, job_id)
+        return self.send(issue(TenantAction.RESUME, job_id, issued_by=self.issued_by))
 
     def trigger(self, job_id: str, idempotency_key: str | None = None) -> TenantResult:
-        return self.send(TenantAction.TRIGGER, job_id, idempotency_key=idempotency_key)
+        return self.send(
+            issue(
+                TenantAction.TRIGGER,
+                job_id,
+                idempotency_key=idempotency_key,
+                issued_by=self.issued_by,
+            )
+        )
 
     def cancel(self, run_id: str, reason: str | None = None) -> TenantResult:
         job_id = run_id.rpartition("@")[0] or run_id
-        return self.send(TenantAction.CANCEL, job_id, run_id=run_id, reason=reason)
-
-    def send(
-        self,
-        action: TenantAction,
-        job_id: str,
-        *,
-        job: JobDefinition | None = None,
-        idempotency_key: str | None = None,
-        run_id: str | None = None,
-        reason: str | None = None,
-        now: datetime | None = None,
-    ) -> TenantResult:
-        """Write one command (``issue``: a command line's undecodable byte is refused
-        there) and wait for its answer (NoAnswer after ``self.timeout`` s)."""
-        command = issue(
-            action,
-            job_id,
-            job=job,
-            idempotency_key=idempotency_key,
-            run_id=run_id,
-            reason=reason,
-            issued_by=self.issued_by,
-            now=now,
+        return self.send(
+            issue(
+                TenantAction.CANCEL, job_id, run_id=run_id, reason=reason, issued_by=self.issued_by
+            )
         )
+
+    def send(self, command: TenantCommand) -> TenantResult:
+        """Write one command (``issue`` makes it: a command line's undecodable byte is
+        refused there) and wait for its answer (NoAnswer after ``self.timeout`` s)."""
         offset = self._write(command)
         return self.answer(command.command_id, offset, self.timeout)
 

@@ -27,12 +27,6 @@ def invalid(why: str) -> int:
     return EXIT_INVALID
 
 
-def per_minute(per_second: float) -> int:
-    """A rate per second (every rate setting's unit) as the whole number per minute
-    a limiter counting in a 60 s window takes (0 stays 0: no limit)."""
-    return round(per_second * 60)
-
-
 # Argument types of flags that have no variable, read as the settings' are: a duration
 # (``500ms``, ``30s``, ``5m``; a bare number is seconds) in milliseconds, and an older
 # flag given in seconds (``--flush-s``) in milliseconds, said to go.

@@ -22,7 +22,7 @@ import socket
 import sys
 from typing import Any
 
-from cronstream.cli.common import EXIT_INVALID, invalid, per_minute
+from cronstream.cli.common import EXIT_INVALID, invalid
 from cronstream.cli.tenant_flags import add_grant_flags, fire_rates, register_fire_rates
 from cronstream.cli.worker import register_worker
 from cronstream.runtime.consoles import console_port
@@ -241,7 +241,8 @@ def cmd_admission(settings: Settings, args: argparse.Namespace) -> int:
         quotas=Quotas(
             max_jobs=args.max_jobs,
             max_event_jobs=args.max_event_jobs,
-            triggers_per_minute=per_minute(args.triggers_per_second),
+            # the admission counts a tenant's triggers in any 60 s
+            triggers_per_minute=round(args.triggers_per_second * 60),
         ),
         grants=tuple(args.grant),
         policy_file=policy_path(settings, args.policy),

@@ -9,7 +9,7 @@ import os
 import socket
 from typing import Any
 
-from cronstream.cli.common import invalid, per_minute
+from cronstream.cli.common import invalid
 from cronstream.runtime.options import roles as r
 from cronstream.runtime.settings import Settings
 
@@ -53,7 +53,7 @@ def cmd_triggers(settings: Settings, args: argparse.Namespace) -> int:
         name=args.name,
         checkpoint_ms=args.commit_interval,
         session_timeout_ms=args.session_timeout,
-        tenant_runs_per_minute=per_minute(args.triggers_per_second),
+        tenant_runs_per_second=args.triggers_per_second,
         allow_topics=tuple(args.allow_topic),
     )
     return run_role("triggers", config, TriggerProcessor, settings, args.metrics_port)

@@ -40,8 +40,8 @@ partition already read past its start moves the partition back to it (the other
 triggers skip what they decided).
 
 **Tenants' rates.** A tenant's event runs are limited like its manual triggers:
-``tenant_runs_per_minute`` (by default the rate of the admission's
-``--triggers-per-second``, a minute's worth), a sliding one-second window per tenant
+``tenant_runs_per_second`` (by default the rate of the admission's
+``--triggers-per-second``), a sliding one-second window per tenant
 (``streams.core.rates``). A source partition whose tenant has reached its rate is held
 (paused, its position kept at the record not yet read) until the rate allows the next
 run: nothing is dropped, the tenant's lag grows. Operators' jobs (tenant ``default``)
@@ -90,7 +90,7 @@ Key = tuple[str, int]  # (topic, partition)
 class TriggerConfig(MemberConfig):
     name: str = "triggers"
     checkpoint_ms: int = 1000
-    tenant_runs_per_minute: int = 600  # 0: no limit
+    tenant_runs_per_second: float = 10.0  # 0: no limit
     allow_topics: tuple[str, ...] = ()  # cronstream's own topics operators' jobs may read
     read_max: int = 5000
     topics_every_s: float = 5.0  # how often the source topics are looked for
@@ -119,7 +119,7 @@ class TriggerProcessor:
             max_payload_bytes=self.max_payload,
         )
         self.store = CheckpointStore(settings, self.publisher)
-        self.rates = TenantRates(config.tenant_runs_per_minute / 60)
+        self.rates = TenantRates(config.tenant_runs_per_second)
         self.faults = RecordFaults(STAGE)
         self.tally = metrics.Tally()
         self.owned: dict[Key, Owned] = {}

@@ -212,7 +212,7 @@ def _throughput(settings: Settings, records: int) -> float:
             EPOCH,
         )
         config = TriggerConfig(
-            group=f"{settings.topic_prefix}.triggers", name="bench", tenant_runs_per_minute=0
+            group=f"{settings.topic_prefix}.triggers", name="bench", tenant_runs_per_second=0
         )
         processor = TriggerProcessor(settings.as_role("triggers"), config)
         try:
