@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Protocol
 
 from cronstream.consumers.core.delay import DelayQueue
 from cronstream.consumers.core.fair import FairQueue
@@ -42,6 +41,7 @@ from cronstream.consumers.worker.replay import HistoryReplay
 from cronstream.runtime.faults import RecordFaults
 from cronstream.runtime.kafka.clients import TopicPartition
 from cronstream.runtime.kafka.records import ConsumedMessage, is_record
+from cronstream.runtime.kafka.stall import Pausing
 from cronstream.schemas.catalog import Topics
 from cronstream.schemas.errors import DecodeError
 from cronstream.schemas.events import Priority, RunRequest, to_ms
@@ -66,15 +66,6 @@ def _tenant(pending: Pending) -> str:
 
 ORDER = (Priority.HIGH, Priority.NORMAL, Priority.LOW)
 REVERSED = ORDER[::-1]
-
-
-class Pausing(Protocol):
-    """What the intake asks of the worker's group consumer (confluent-kafka's ``Consumer``
-    is one; unit tests pass a fake that records the pauses): pause and resume the
-    fetching of partitions."""
-
-    def pause(self, partitions: list[TopicPartition], /) -> None: ...
-    def resume(self, partitions: list[TopicPartition], /) -> None: ...
 
 
 class Intake:

@@ -64,12 +64,18 @@ class Backoff:
             self.since = 0.0
 
 
-class Holding(Protocol):
-    """What ``Held`` asks of its consumer (confluent-kafka's ``Consumer`` is one; unit
-    tests pass fakes): pause and resume partitions, the ones assigned, one poll."""
+class Pausing(Protocol):
+    """A consumer that pauses and resumes the fetching of partitions (confluent-kafka's
+    ``Consumer`` is one; unit tests pass fakes that record it): what ``Held`` and the
+    worker's intake ask of theirs."""
 
     def pause(self, partitions: list[TopicPartition], /) -> None: ...
     def resume(self, partitions: list[TopicPartition], /) -> None: ...
+
+
+class Holding(Pausing, Protocol):
+    """What ``Held`` asks of its consumer: pausing, the partitions assigned, one poll."""
+
     def assignment(self) -> list[TopicPartition]: ...
     def poll(self, timeout: float, /) -> ConsumedMessage | None: ...
 
