@@ -1,4 +1,5 @@
-"""Fakes of the Kafka and registry clients, for unit tests of the roles' decisions.
+"""Fakes of the Kafka and registry clients, and of the history's queries, for unit tests
+of the roles' decisions.
 
 Each fake keeps what the real client would have done as plain lists, so a test reads
 what was produced, flushed, committed or paused in order. Integration tests use the
@@ -8,14 +9,17 @@ real services; these are for logic that does not need them.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from confluent_kafka import KafkaError, TopicPartition
 
+from cronstream.consumers.history import flow_rows
 from cronstream.runtime.kafka.records import AnyHeaders
 from cronstream.schemas.errors import RegistryError
+from cronstream.schemas.events import RunOutcome
 
 
 @dataclass
@@ -240,3 +244,60 @@ class Unread:
 
     def close(self) -> None:
         raise self._unread()
+
+
+class FakeHistory:
+    """``consumers.history.History``'s queries answered from ``rows`` (what Cassandra
+    holds, its rows not expired) in its tables' orders, each query noted in ``asked``.
+
+    The tenant a query names is ignored: a status query answers every tenant's rows, so
+    only the caller's own check stands between tenants. ``every_job``: a job's runs are
+    every job's too, for the same reason."""
+
+    def __init__(self, rows: Sequence[RunOutcome] = (), *, every_job: bool = False) -> None:
+        self.rows = list(rows)
+        self.every_job = every_job
+        self.asked: list[tuple[str, datetime | str, datetime | None]] = []
+
+    def job_runs(
+        self,
+        job_id: str,
+        start: datetime,
+        end: datetime,
+        statuses: Sequence[str] = (),
+        *,
+        limit: int | None = None,
+    ) -> Iterator[RunOutcome]:
+        """The job's attempts scheduled in [start, end), each as its last row has it."""
+        self.asked.append(("job_runs", start, end))
+        wanted = {s.upper() for s in statuses}
+        latest: dict[tuple[str, int], RunOutcome] = {}
+        for row in self.rows:
+            if (self.every_job or row.job_id == job_id) and start <= row.scheduled_at < end:
+                latest[(row.run_id, row.attempt)] = row
+        found = sorted(
+            latest.values(), key=lambda r: (-r.scheduled_at.timestamp(), r.run_id, -r.attempt)
+        )
+        return iter([r for r in found if not wanted or r.status.value in wanted][:limit])
+
+    def by_status(
+        self, statuses: Sequence[str], start: datetime, end: datetime, tenant: str | None = None
+    ) -> Iterator[RunOutcome]:
+        """The rows of ``statuses`` recorded in [start, end), latest first, whoever's."""
+        self.asked.append(("by_status", start, end))
+        wanted = {s.upper() for s in statuses}
+        found = [
+            r
+            for r in self.rows
+            if r.status.value in wanted
+            and r.recorded_at is not None
+            and start <= r.recorded_at < end
+        ]
+        return iter(sorted(found, key=lambda r: r.recorded_at or start, reverse=True))
+
+    def run(self, run_id: str) -> list[RunOutcome]:
+        self.asked.append(("run", run_id, None))
+        return [r for r in self.rows if r.run_id == run_id]
+
+    def flow_run(self, flow_run_id: str) -> list[RunOutcome]:
+        return flow_rows(self.run, self.job_runs, flow_run_id)

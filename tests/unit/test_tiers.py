@@ -1,6 +1,6 @@
 """History across its tiers (``consumers.tiers.Tiers``): Cassandra's part played by a
-list of outcomes answering as ``History`` does, the archive a real table on a local
-warehouse. What is tested is where each query reads and how the tiers' rows merge."""
+list of outcomes answering as ``History`` does (``tests.fakes.FakeHistory``), the
+archive a real table on a local warehouse. What is tested is where each query reads and how the tiers' rows merge."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from cronstream.runtime.lakehouse import lakehouse, local_environment
 from cronstream.runtime.settings import Settings
 from cronstream.schemas.events import RunOutcome, RunStatus, Trigger
 from cronstream.schemas.ids import manual_run_id, run_id_for
+from tests.fakes import FakeHistory
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -50,62 +51,17 @@ def outcome(
     )
 
 
-class Cassandra:
-    """What Cassandra holds (its rows not yet expired), answering ``History``'s queries
-    in its tables' orders, each query noted."""
-
-    def __init__(self, rows: Sequence[RunOutcome]) -> None:
-        self.rows = list(rows)
-        self.asked: list[tuple[str, datetime | str, datetime | None]] = []
-
-    def job_runs(
-        self,
-        job_id: str,
-        start: datetime,
-        end: datetime,
-        statuses: Sequence[str] = (),
-        *,
-        limit: int | None = None,
-    ) -> Iterator[RunOutcome]:
-        self.asked.append(("job_runs", start, end))
-        latest: dict[tuple[str, int], RunOutcome] = {}
-        for row in self.rows:  # one row an attempt: its last write
-            if row.job_id == job_id and start <= row.scheduled_at < end:
-                latest[(row.run_id, row.attempt)] = row
-        found = sorted(
-            latest.values(), key=lambda r: (-r.scheduled_at.timestamp(), r.run_id, -r.attempt)
-        )
-        return iter([r for r in found if not statuses or r.status.value in statuses][:limit])
-
-    def by_status(
-        self, statuses: Sequence[str], start: datetime, end: datetime, tenant: str | None = None
-    ) -> Iterator[RunOutcome]:
-        self.asked.append(("by_status", start, end))
-        found = [
-            r
-            for r in self.rows
-            if r.status.value in statuses
-            and r.recorded_at is not None
-            and start <= r.recorded_at < end
-        ]
-        return iter(sorted(found, key=lambda r: r.recorded_at or NOW, reverse=True))
-
-    def run(self, run_id: str) -> list[RunOutcome]:
-        self.asked.append(("run", run_id, None))
-        return [r for r in self.rows if r.run_id == run_id]
-
-
 def tiers(
     tmp_path: Path,
     hot: Sequence[RunOutcome],
     cold: Sequence[RunOutcome],
-) -> tuple[Tiers, Cassandra]:
+) -> tuple[Tiers, FakeHistory]:
     where = lakehouse(SETTINGS, local_environment(tmp_path))
     if cold:
         table = ArchiveTable(where)
         table.write(0, None, 1, to_arrow(list(cold)))
         table.close()
-    cassandra = Cassandra(hot)
+    cassandra = FakeHistory(hot)
     found = Tiers(cast(History, cassandra), SETTINGS, archive=Archive(where), clock=lambda: NOW)
     return found, cassandra
 

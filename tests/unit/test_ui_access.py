@@ -1,7 +1,7 @@
 """Who sees what on the dashboard (``cronstream.ui``), with the backend's reads faked:
 sign-in required by default, the session cookie, sign-out, and a tenant's pages that
 hold only its own rows, whatever a query returned (the fake history ignores the tenant
-it is asked for, so only the pages' own check stands between tenants). The real stack
+and the job it is asked for, so only the pages' own check stands between tenants). The real stack
 runs the same in ``tests/integration/test_ui.py``."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, cast
 
@@ -35,6 +35,7 @@ from cronstream.ui.sources import (
     Reads,
     tenant_queries,
 )
+from tests.fakes import FakeHistory
 
 TOKENS = {"tok-acme": "acme", "tok-beta": "beta", "tok-admin": ADMIN}
 NOW = utc_now()
@@ -100,29 +101,6 @@ LETTERS = [
     _letter(4, "acme/gone", "deleted-job-letter"),
     Letter(0, 5, None, "unreadable-letter"),
 ]
-
-
-class FakeHistory:
-    """Every query answers every row that matches the id, ignoring the tenant asked for."""
-
-    def run(self, run_id: str) -> list[RunOutcome]:
-        return [r for r in RUNS if r.run_id == run_id]
-
-    def by_status(
-        self, statuses: Sequence[str], start: datetime, end: datetime, tenant: str | None = None
-    ) -> Iterator[RunOutcome]:
-        return iter(RUNS)
-
-    def job_runs(
-        self,
-        job_id: str,
-        start: datetime,
-        end: datetime,
-        statuses: Sequence[str] = (),
-        *,
-        limit: int | None = None,
-    ) -> Iterator[RunOutcome]:
-        return iter(RUNS)  # ignoring the job, too
 
 
 @dataclass
@@ -194,7 +172,7 @@ def dashboard(book: TokenBook, **options: Any) -> tuple[Any, FakePrometheus]:
     view = JobsView()
     for job in JOBS:
         view.observe(job.job_id, job)
-    backend = cast(Backend, FakeBackend(view, FakeHistory()))
+    backend = cast(Backend, FakeBackend(view, FakeHistory(RUNS, every_job=True)))
     prometheus = FakePrometheus()
     reads = Reads(cast(Prometheus, prometheus), cast(DeadLetters, FakeLetters()))
     app = build_ui_app(backend, book, reads, **options)

@@ -11,7 +11,8 @@ from cronstream.ui.dag import MAX_DRAWN, NODE_COLOURS, DagNode, columns, dag_svg
 DIAMOND = [DagNode("a"), DagNode("b", ("a",)), DagNode("c", ("a",)), DagNode("d", ("b", "c"))]
 
 
-def _fills(svg: str) -> dict[str, str]:
+def node_fills(svg: str) -> dict[str, str]:
+    """Each drawn node's fill colour, by its name (a page holding a drawing will do)."""
     return dict(
         re.findall(
             r'data-node="([^"]+)" data-status="[^"]+"><title>[^<]*</title>'
@@ -47,7 +48,7 @@ def test_each_node_is_filled_with_its_status_colour_and_links_to_its_run() -> No
         for n in DIAMOND
     ]
     svg = dag_svg(nodes)
-    assert _fills(svg) == {n: NODE_COLOURS[s] for n, s in statuses.items()}
+    assert node_fills(svg) == {n: NODE_COLOURS[s] for n, s in statuses.items()}
     assert NODE_COLOURS["SUCCEEDED"] == COLOURS["SUCCEEDED"]
     assert NODE_COLOURS["FAILED"] == COLOURS["FAILED"]
     assert svg.count('<path class="edge"') == 4

@@ -6,10 +6,9 @@ whatever the fakes answered (they ignore who asks). The real stack runs them in
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, cast
 
 import httpx
@@ -28,7 +27,9 @@ from cronstream.ui.charts import COLOURS
 from cronstream.ui.dag import NODE_COLOURS
 from cronstream.ui.sources import AuditTrail, DeadLetters, FlowBook, Prometheus, Reads
 from cronstream.ui.stuck_pages import GRACE_S, overdue
+from tests.fakes import FakeHistory
 from tests.unit.test_ui_access import Browser, FakeLetters, FakePrometheus, book
+from tests.unit.test_ui_drawing import node_fills
 
 NOW = utc_now()
 SPEC = {
@@ -74,47 +75,25 @@ def _rows(flow_run: str, tenant: str) -> list[RunOutcome]:
     ]
 
 
-class FakeHistory:
-    """A flow run's rows by the end of its id (``etl@manual:k``), whoever's it is:
-    only the pages' own check stands between tenants."""
+ROWS = [r for f in FLOWS for r in _rows(f"{f.flow_id}@manual:k", f.tenant)]
+
+
+class FlowHistory(FakeHistory):
+    """Every flow's runs, whoever's they are; a flow run asked for by an id that ends as
+    acme's does (``etl@manual:k``) answers acme's: only the pages' own check stands
+    between tenants."""
 
     def flow_run(self, flow_run_id: str) -> list[RunOutcome]:
-        found = [f for f in FLOWS if flow_run_id == f"{f.flow_id}@manual:k"]
+        found = super().flow_run(flow_run_id)
         if not found and flow_run_id.endswith("etl@manual:k"):
-            found = FLOWS[:1]  # another tenant's answered: must not be shown
-        return _rows(f"{found[0].flow_id}@manual:k", found[0].tenant) if found else []
-
-    def by_status(
-        self, statuses: Sequence[str], start: datetime, end: datetime, tenant: str | None = None
-    ) -> Iterator[RunOutcome]:
-        return iter(
-            [
-                r
-                for f in FLOWS
-                for r in _rows(f"{f.flow_id}@manual:k", f.tenant)
-                if r.status.value in statuses
-            ]
-        )
-
-    def run(self, run_id: str) -> list[RunOutcome]:
-        return []
-
-    def job_runs(
-        self,
-        job_id: str,
-        start: datetime,
-        end: datetime,
-        statuses: Sequence[str] = (),
-        *,
-        limit: int | None = None,
-    ) -> Iterator[RunOutcome]:
-        return iter([r for f in FLOWS for r in _rows(f"{f.flow_id}@manual:k", f.tenant)])
+            return super().flow_run(f"{FLOWS[0].flow_id}@manual:k")  # must not be shown
+        return found
 
 
 @dataclass
 class FakeBackend:
     view: JobsView
-    history: FakeHistory
+    history: FlowHistory
 
 
 @dataclass
@@ -153,7 +132,7 @@ def browser(book: TokenBook) -> Iterator[Browser]:
     view = JobsView()
     for _, job in PAIRS:
         view.observe(job.job_id, job)
-    backend = cast(Backend, FakeBackend(view, FakeHistory()))
+    backend = cast(Backend, FakeBackend(view, FlowHistory(ROWS, every_job=True)))
     reads = Reads(
         cast(Prometheus, DeadPrometheus()),
         cast(DeadLetters, FakeLetters()),
@@ -165,23 +144,13 @@ def browser(book: TokenBook) -> Iterator[Browser]:
     b.close()
 
 
-def _fills(page: str) -> dict[str, str]:
-    return dict(
-        re.findall(
-            r'data-node="([^"]+)" data-status="[^"]+"><title>[^<]*</title>'
-            r'<rect [^>]*fill="([^"]+)"',
-            page,
-        )
-    )
-
-
 def test_a_flow_run_is_drawn_in_its_nodes_status_colours_each_linked_to_its_run(
     browser: Browser,
 ) -> None:
     browser.sign_in("tok-acme")
     page = browser.get("/ui/flow-runs/etl@manual:k")
     assert page.status_code == 200, page.text
-    assert _fills(page.text) == {n: NODE_COLOURS[s] for n, s in STATUSES.items()}
+    assert node_fills(page.text) == {n: NODE_COLOURS[s] for n, s in STATUSES.items()}
     assert (NODE_COLOURS["SUCCEEDED"], NODE_COLOURS["FAILED"]) == (
         COLOURS["SUCCEEDED"],
         COLOURS["FAILED"],
