@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import os
@@ -15,7 +16,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from cronstream.infra.bootstrap import ensure_subjects, ensure_topics
 from cronstream.runtime.kafka.clients import kafka_admin
@@ -35,6 +36,7 @@ from cronstream.schemas.events import (
     utc_now,
 )
 from cronstream.schemas.serde import Codec
+from cronstream.schemas.tenancy import qualify
 from cronstream.schemas.wire import avro_string
 from cronstream.streams.core.schedule import jitter_offset
 from cronstream.streams.scheduler.config import SchedulerConfig
@@ -115,6 +117,26 @@ def job(
     )
 
 
+def every_second(
+    prefix: str, *, target: Target = HTTP_TARGET, tenant: str | None = None
+) -> Callable[[int], JobDefinition]:
+    """The i-th of the jobs ``<prefix>-<i>`` due every second, spread over the second by
+    their jitter (999 ms): ``count`` of them (``put_jobs``) are a steady ``count`` fires a
+    second; ``tenant``'s jobs (their ids qualified) when given."""
+
+    def make(i: int) -> JobDefinition:
+        job_id = f"{prefix}-{i}" if tenant is None else qualify(tenant, f"{prefix}-{i}")
+        made = job(job_id, every_ms=1000, jitter_ms=999, target=target)
+        return made if tenant is None else dataclasses.replace(made, tenant=tenant)
+
+    return make
+
+
+def put_noop_jobs(settings: Settings, count: int, prefix: str, tenant: str | None = None) -> None:
+    """``count`` no-op python jobs every second (``every_second``), ``tenant``'s if given."""
+    put_jobs(settings, count, every_second(prefix, target=NOOP_TARGET, tenant=tenant))
+
+
 def run_records(settings: Settings) -> list[tuple[str, int, int]]:
     """(job_id, produce timestamp ms, slot ms) of every run request, from the topic."""
     return [
@@ -164,6 +186,37 @@ def started_ms(settings: Settings, records: Sequence[Record] | None = None) -> d
             if outcome.started_at is not None:
                 out[outcome.run_id] = to_ms(outcome.started_at)
     return out
+
+
+class Run(NamedTuple):
+    """A run request read back from the runs topic (the latest of its run id) and when
+    its run started."""
+
+    job_id: str
+    emitted_ms: int  # the request's record timestamp
+    slot_ms: int
+    due_ms: int  # its slot plus its job's jitter offset (``due_ms``)
+    started_ms: int | None  # its latest attempt's start (``started_ms``); None: never
+
+
+def read_runs(settings: Settings, history: Sequence[Record] | None = None) -> list[Run]:
+    """Every run requested on the runs topic (normal priority) with its start, read from
+    the outcomes on history (``history``, else all of it): what due-to-start and
+    fire-to-start lateness are measured from."""
+    started = started_ms(settings, history)
+    latest = {
+        r.headers["run_id"]: r for r in read_topic(settings, Topics(settings).runs(Priority.NORMAL))
+    }
+    return [
+        Run(
+            job_id=r.headers["job_id"],
+            emitted_ms=r.timestamp_ms,
+            slot_ms=iso_ms(r.headers["scheduled_at"]),
+            due_ms=header_due_ms(r.headers),
+            started_ms=started.get(run_id),
+        )
+        for run_id, r in latest.items()
+    ]
 
 
 def pct(values: Sequence[float], q: float) -> float:
@@ -227,6 +280,58 @@ def wait_all_live(proc: subprocess.Popen[bytes], log: Path, timeout: float) -> f
             raise RuntimeError(log.read_text()[-3000:])
         time.sleep(0.2)
     return time.time() - started
+
+
+PROBES = 100  # every-second jobs beside a benchmark's own: is it firing on time
+
+
+def put_probed(settings: Settings, jobs: int, make: Callable[[int], JobDefinition]) -> None:
+    """PROBES jobs ``probe-<i>`` every second, then ``jobs`` more made by ``make`` (its i
+    from PROBES on); the time their writing took said."""
+
+    def made(i: int) -> JobDefinition:
+        return job(f"probe-{i}", every_ms=1000) if i < PROBES else make(i)
+
+    wrote = put_jobs(settings, jobs + PROBES, made)
+    print(f"  wrote {jobs + PROBES:,} definitions in {wrote:.1f}s", flush=True)
+
+
+def on_time_probes(settings: Settings, since_s: float) -> dict[str, int]:
+    """Each probe's first fire (its record's timestamp, ms) from ``since_s`` (wall clock
+    s) on that was on time: emitted within 50 ms of its slot."""
+    firsts: dict[str, int] = {}
+    for job_id, ts, slot in run_records(settings):
+        if job_id.startswith("probe-") and ts >= since_s * 1000 and ts - slot <= 50:
+            firsts[job_id] = min(ts, firsts.get(job_id, ts))
+    return firsts
+
+
+class Up(NamedTuple):
+    """A scheduler process's start, measured from ``since_s`` (its start, or the kill of
+    the one it replaces)."""
+
+    live_s: float  # until all 12 partitions live (from its own start)
+    rss_mib: float  # its RSS once settled
+    first_fire_s: float  # from since_s to the first on-time probe fire (inf: none)
+
+
+def scheduler_up(
+    settings: Settings,
+    proc: subprocess.Popen[bytes],
+    log: Path,
+    since_s: float,
+    *,
+    timeout: float,
+    settle_s: float,
+) -> Up:
+    """``proc`` (a `cronstream scheduler` logging to ``log``, PROBES among its jobs) once
+    all its partitions are live and ``settle_s`` more have passed."""
+    live_s = wait_all_live(proc, log, timeout)
+    time.sleep(settle_s)
+    rss = rss_mib(proc.pid)
+    firsts = on_time_probes(settings, since_s)
+    first = min(firsts.values()) / 1000 - since_s if firsts else float("inf")
+    return Up(live_s, rss, first)
 
 
 def cpu_s(pid: int, children: bool = False) -> float:

@@ -16,21 +16,18 @@ from dataclasses import replace
 from datetime import timedelta
 
 from cronstream.runtime.settings import Settings
-from cronstream.schemas.catalog import Topics
 from cronstream.schemas.events import OnceSchedule, utc_now
 from tests.bench.common import (
     NOOP_TARGET,
-    header_due_ms,
-    iso_ms,
     job,
     namespace,
     pct,
     put_jobs,
+    put_noop_jobs,
+    read_runs,
     row,
-    started_ms,
 )
 from tests.bench.workers import Pipeline
-from tests.integration.helpers import read_topic
 
 B_JOBS = 100
 
@@ -38,10 +35,7 @@ B_JOBS = 100
 def one_burst(base: Settings, burst: int, rate: int) -> tuple[float, float, float, int]:
     """(B's p50, p99 due-to-start in ms over the burst, A's drain s, B's runs seen)."""
     with namespace(base) as settings:
-        beta = replace(
-            job("beta/b", every_ms=1000, jitter_ms=999, target=NOOP_TARGET), tenant="beta"
-        )
-        put_jobs(settings, B_JOBS, lambda i: replace(beta, job_id=f"beta/b-{i}"))
+        put_noop_jobs(settings, B_JOBS, "b", tenant="beta")
         at = utc_now() + timedelta(seconds=60)
         acme = replace(
             job("acme/a", target=NOOP_TARGET), tenant="acme", schedule=OnceSchedule(at=at)
@@ -57,28 +51,22 @@ def one_burst(base: Settings, burst: int, rate: int) -> tuple[float, float, floa
         finally:
             pipeline.stop()
         # Starts from the outcomes' started_at: a quick run writes no STARTED record.
-        history = read_topic(settings, Topics(settings).history)
-        started = started_ms(settings, history)
-        finals = {
-            r.headers["run_id"]: r.headers
-            for r in history
-            if r.headers.get("status") not in (None, "STARTED")
-        }
+        runs = read_runs(settings)
         acme_done = [
-            started[run]
-            for run, h in finals.items()
-            if h["job_id"].startswith("acme/") and run in started
+            run.started_ms
+            for run in runs
+            if run.job_id.startswith("acme/") and run.started_ms is not None
         ]
         if len(acme_done) < burst:
             raise RuntimeError(f"only {len(acme_done)} of {burst} burst runs started")
         drain_end = max(acme_done)
         # From each B run's due time: its slot plus its job's jitter offset.
         beta_lat = [
-            started[run] - header_due_ms(h)
-            for run, h in finals.items()
-            if h["job_id"].startswith("beta/")
-            and run in started
-            and t_burst - 1000 <= iso_ms(h["scheduled_at"]) <= drain_end
+            run.started_ms - run.due_ms
+            for run in runs
+            if run.job_id.startswith("beta/")
+            and run.started_ms is not None
+            and t_burst - 1000 <= run.slot_ms <= drain_end
         ]
         return pct(beta_lat, 0.5), pct(beta_lat, 0.99), (drain_end - t_burst) / 1000, len(beta_lat)
 

@@ -33,7 +33,7 @@ from tests.bench.common import (
     checkout,
     cpu_s,
     due_ms,
-    job,
+    every_second,
     namespace,
     pct,
     put_jobs,
@@ -55,7 +55,7 @@ class Measure(NamedTuple):
 
 def skews_and_cpu(settings: Settings, code: Path | None) -> Measure:
     """One scheduler process's fires over the window, and the machine's floor beside it."""
-    put_jobs(settings, JOBS, lambda i: job(f"s-{i}", every_ms=1000, jitter_ms=999))
+    put_jobs(settings, JOBS, every_second("s"))
     logdir = Path(tempfile.mkdtemp(prefix="csbench-fire-"))
     proc = CronstreamProcess(settings, logdir, "fire", "--lookahead-ms", "0", code=code)
     try:

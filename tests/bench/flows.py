@@ -30,19 +30,7 @@ from cronstream.producers.flows import flow_from_spec, flow_schedule
 from cronstream.runtime.settings import Settings
 from cronstream.schemas.catalog import Topics
 from cronstream.schemas.events import Priority
-from tests.bench.common import (
-    NOOP_TARGET,
-    cpu_s,
-    due_ms,
-    header_due_ms,
-    job,
-    namespace,
-    pct,
-    put_jobs,
-    row,
-    run_records,
-    started_ms,
-)
+from tests.bench.common import cpu_s, namespace, pct, put_noop_jobs, read_runs, row, started_ms
 from tests.integration.helpers import CronstreamProcess, read_topic
 
 NOOP = {"target": "python", "callable": "tests.bench.targets:noop"}
@@ -192,9 +180,7 @@ def beside_scheduler(settings: Settings, flows: int) -> Beside:
     """5,000 no-op jobs every second and ``flows`` 10-node chains every second, one
     scheduler (the default lookahead), one worker, one coordinator; measured over 20 s
     after a 10 s warm-up."""
-    put_jobs(
-        settings, 5000, lambda i: job(f"j-{i}", every_ms=1000, jitter_ms=999, target=NOOP_TARGET)
-    )
+    put_noop_jobs(settings, 5000, "j")
     put_flows(settings, *(chain(f"f{k}", 10, every="1s") for k in range(flows)))
     stack = FlowStack(settings, scheduler=True)
     broker = next(s for s in all_services(settings) if s.name == "kafka").pid() or 0
@@ -211,21 +197,21 @@ def beside_scheduler(settings: Settings, flows: int) -> Beside:
         used = {role: (cpu_s(pid) - used[role]) / ((t1 - t0) / 1000) for role, pid in pids.items()}
     finally:
         stack.stop()
-    ended, starts, history = 0, [], read_topic(settings, Topics(settings).history)
-    started = started_ms(settings, history)
-    for r in history:
-        run_id, status = r.headers.get("run_id", ""), r.headers.get("status")
-        if run_id.endswith("/n9") and status == "SUCCEEDED" and t0 <= r.timestamp_ms < t1:
-            ended += 1
-        elif run_id.startswith("j-") and status == "SUCCEEDED" and run_id in started:
-            due = header_due_ms(r.headers)
-            if t0 <= due < t1:
-                starts.append(started[run_id] - due)
-    emits = [
-        ts - due_ms(job_id, slot)
-        for job_id, ts, slot in run_records(settings)
-        if job_id.startswith("j-") and t0 <= slot < t1
+    history = read_topic(settings, Topics(settings).history)
+    ended = sum(
+        1
+        for r in history
+        if r.headers.get("run_id", "").endswith("/n9")
+        and r.headers.get("status") == "SUCCEEDED"
+        and t0 <= r.timestamp_ms < t1
+    )
+    jobs = [run for run in read_runs(settings, history) if run.job_id.startswith("j-")]
+    starts = [
+        run.started_ms - run.due_ms
+        for run in jobs
+        if run.started_ms is not None and t0 <= run.due_ms < t1
     ]
+    emits = [run.emitted_ms - run.due_ms for run in jobs if t0 <= run.slot_ms < t1]
     return Beside(ended / ((t1 - t0) / 1000), emits, starts, used)
 
 

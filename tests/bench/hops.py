@@ -24,9 +24,9 @@ from typing import NamedTuple
 from cronstream.runtime.settings import Settings
 from cronstream.schemas.catalog import Topics
 from cronstream.schemas.events import Priority
-from tests.bench.common import checkout, namespace, row
+from tests.bench.common import checkout, namespace, put_noop_jobs, row
 from tests.bench.profiles import SAMPLES_PER_S, can_spy, spy, top_functions
-from tests.bench.workers import Pipeline, put_noop_jobs
+from tests.bench.workers import Pipeline
 from tests.integration.helpers import read_topic
 
 BASELINE = os.environ.get("CRONSTREAM_BENCH_BASELINE", "813f47f")

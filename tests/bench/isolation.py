@@ -50,7 +50,7 @@ from cronstream.runtime.kafka.publisher import Publisher
 from cronstream.runtime.settings import REPO_ROOT, Settings
 from cronstream.runtime.tokens import token_path
 from cronstream.schemas.catalog import Topics
-from cronstream.schemas.events import CronSchedule, JobDefinition, Priority, Target, utc_now
+from cronstream.schemas.events import CronSchedule, JobDefinition, Target, utc_now
 from cronstream.schemas.tenancy import TenantAction, TenantCommand
 from cronstream.schemas.wire import avro_string
 from tests.api_fuzz import callers, fuzz
@@ -59,15 +59,16 @@ from tests.bench.common import (
     NOOP_TARGET,
     checkout,
     cpu_s,
-    header_due_ms,
+    every_second,
     job,
     namespace,
     pct,
     put_jobs,
+    put_noop_jobs,
+    read_runs,
     row,
     rss_mib,
     run_in,
-    started_ms,
 )
 from tests.bench.target_rows import http_server
 from tests.bench.workers import Pipeline
@@ -75,7 +76,6 @@ from tests.integration.helpers import (
     CronstreamProcess,
     free_port,
     history_keyspace,
-    read_topic,
     wait_http_up,
 )
 
@@ -289,18 +289,10 @@ def hostile_target(base: Settings, code: Path | None, hostile: bool) -> float:
     beside (``hostile``) tenant hostile's 10 http jobs a second to a server answering
     the 64 KiB text."""
     with namespace(base) as settings, http_server(_Adversarial) as url:
-        quiet = dataclasses.replace(
-            job("quiet/q", every_ms=1000, jitter_ms=999, target=NOOP_TARGET), tenant="quiet"
-        )
-        put_jobs(settings, QUIET_JOBS, lambda i: dataclasses.replace(quiet, job_id=f"quiet/q-{i}"))
+        put_noop_jobs(settings, QUIET_JOBS, "q", tenant="quiet")
         if hostile:
             hook = Target(type="http", url=url)
-            bad = dataclasses.replace(
-                job("hostile/h", every_ms=1000, jitter_ms=999, target=hook), tenant="hostile"
-            )
-            put_jobs(
-                settings, HOSTILE_JOBS, lambda i: dataclasses.replace(bad, job_id=f"hostile/h-{i}")
-            )
+            put_jobs(settings, HOSTILE_JOBS, every_second("h", target=hook, tenant="hostile"))
         grants = (
             "--grant",
             f"hostile:http={urlsplit(url).netloc}",
@@ -319,18 +311,15 @@ def hostile_target(base: Settings, code: Path | None, hostile: bool) -> float:
             # A worker whose loop is held ignores SIGTERM: it is killed then.
             with contextlib.suppress(AssertionError):
                 pipeline.stop()
-        ended = time.time() * 1000
-        history = read_topic(settings, Topics(settings).history)
-        started = started_ms(settings, history)
+        ended = int(time.time() * 1000)
         if hostile and _Adversarial.calls == calls_before:
             raise RuntimeError("the hostile target was never called")
         # Every quiet run due in the window: one never started counts as late as the end
         # of the observation (a lower bound of its lateness).
         late = [
-            started.get(r.headers["run_id"], ended) - due
-            for r in read_topic(settings, Topics(settings).runs(Priority.NORMAL))
-            if r.headers.get("job_id", "").startswith("quiet/")
-            and t0 <= (due := header_due_ms(r.headers)) < t1
+            (ended if run.started_ms is None else run.started_ms) - run.due_ms
+            for run in read_runs(settings)
+            if run.job_id.startswith("quiet/") and t0 <= run.due_ms < t1
         ]
         return pct(late, 0.99)
 

@@ -24,7 +24,7 @@ from typing import Any
 from cronstream.runtime.settings import Settings
 from cronstream.schemas.catalog import Topics
 from cronstream.schemas.events import JobDefinition, Priority
-from tests.bench.common import NOOP_TARGET, cpu_s, job, namespace, put_jobs, row
+from tests.bench.common import NOOP_TARGET, cpu_s, every_second, namespace, put_jobs, row
 from tests.bench.workers import Pipeline
 from tests.integration.helpers import read_topic
 
@@ -103,9 +103,10 @@ def _bench_scale(base: Settings, runs: int, demand: int, wide: int, *, spread: b
     label = "3 priorities" if spread else "normal priority"
     print(f"  {label}", flush=True)
 
+    noop = every_second("x", target=NOOP_TARGET)
+
     def make(i: int) -> JobDefinition:
-        made = job(f"x-{i}", every_ms=1000, jitter_ms=999, target=NOOP_TARGET)
-        return replace(made, priority=PRIORITIES[i % 3]) if spread else made
+        return replace(noop(i), priority=PRIORITIES[i % 3]) if spread else noop(i)
 
     for k in range(runs):
         for count in (1, wide) if k % 2 == 0 else (wide, 1):

@@ -19,17 +19,18 @@ from cronstream.schemas.events import (
 from tests.bench.common import (
     drive,
     due_ms,
+    every_second,
     job,
     live,
     namespace,
     pct,
     processor,
     put_jobs,
+    put_probed,
     row,
-    rss_mib,
     run_records,
     scheduler_process,
-    wait_all_live,
+    scheduler_up,
 )
 from tests.integration.helpers import record_count
 
@@ -39,7 +40,7 @@ def bench_throughput(base: Settings, runs: int, jobs: int) -> None:
     rates = []
     for _ in range(runs):
         with namespace(base) as settings:
-            put_jobs(settings, jobs, lambda i: job(f"t-{i}", every_ms=1000, jitter_ms=999))
+            put_jobs(settings, jobs, every_second("t"))
             proc = processor(settings)
             live(proc)
             drive(proc, 3)
@@ -63,7 +64,7 @@ def fire_skews(settings: Settings) -> list[int]:
     """1,000 jobs every second, jitter spreading them (a steady 1,000 fires/s) for 15 s
     in ``settings``' namespace: each fire's skew (produce time minus due time), ms.
     Without the lookahead (``processor``): runs emitted when due."""
-    put_jobs(settings, 1000, lambda i: job(f"s-{i}", every_ms=1000, jitter_ms=999))
+    put_jobs(settings, 1000, every_second("s"))
     proc = processor(settings)
     live(proc)
     drive(proc, 2)
@@ -144,33 +145,24 @@ def bench_million(base: Settings, runs: int, jobs: int, *, distinct: bool = Fals
     with namespace(base) as settings:
 
         def make(i: int) -> JobDefinition:
-            if i < 100:
-                return job(f"probe-{i}", every_ms=1000)
             cron = distinct_cron(i) if distinct else f"{i % 60} {(i // 60) % 24} * * *"
             return job(f"m-{i}", cron=cron, zone=ZONES[i % 4])
 
-        wrote = put_jobs(settings, jobs + 100, make)
-        print(f"  wrote {jobs + 100:,} definitions in {wrote:.1f}s", flush=True)
+        put_probed(settings, jobs, make)
         rss, first_fire, all_live = [], [], []
         logdir = Path(tempfile.mkdtemp(prefix="csbench-"))
         for k in range(runs + 1):
             log = logdir / f"s{k}.log"
             started = time.time()
             proc = scheduler_process(settings, log, f"m{k}")
-            live_s = wait_all_live(proc, log, 240)
-            time.sleep(10)
-            rss.append(rss_mib(proc.pid))
+            up = scheduler_up(settings, proc, log, started, timeout=240, settle_s=10)
+            rss.append(up.rss_mib)
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=120)
-            on_time = [
-                ts
-                for job_id, ts, slot in run_records(settings)
-                if job_id.startswith("probe-") and ts >= started * 1000 and ts - slot <= 50
-            ]
             if k == 0:
                 continue  # the first start builds the checkpoint; restarts are measured
-            all_live.append(live_s)
-            first_fire.append(min(on_time) / 1000 - started if on_time else float("inf"))
+            all_live.append(up.live_s)
+            first_fire.append(up.first_fire_s)
     row(
         f"RSS with {jobs:,} {label} (MiB)",
         f"{statistics.median(rss[1:]):.0f}",

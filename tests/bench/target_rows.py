@@ -41,13 +41,12 @@ from cronstream.runtime.kafka.clients import kafka_admin, kafka_producer
 from cronstream.runtime.settings import Settings
 from cronstream.schemas.catalog import Topics
 from cronstream.schemas.events import JobDefinition, Target
-from cronstream.schemas.tenancy import qualify
 from tests.bench.common import (
     NOOP_TARGET,
     checkout,
     cpu_s,
+    every_second,
     header_due_ms,
-    job,
     namespace,
     pct,
     put_jobs,
@@ -146,15 +145,10 @@ def _http_round(
     """The http row of ``code`` (None: this checkout) and, against the same server just
     after, the reference client's CPU us per request."""
     with namespace(base) as settings, http_target() as (url, pid):
-        hook = Target(type="http", url=url)
-
-        def web(i: int, hook: Target = hook) -> JobDefinition:
-            return job(f"h-{i}", every_ms=1000, jitter_ms=999, target=hook)
-
         measured = _measure(
             settings,
             demand,
-            web,
+            every_second("h", target=Target(type="http", url=url)),
             "--http-allow",
             "127.0.0.1/32",
             code=code,
@@ -170,12 +164,7 @@ def _kafka_round(
     """The kafka row of ``code``, then a bare producer writing the same records as the
     tenant: its CPU us per record."""
     with namespace(base) as settings, tenant_topic(settings) as (tenant, topic):
-        target = Target(type="kafka", topic=topic)
-
-        def make(i: int, tenant: str = tenant, target: Target = target) -> JobDefinition:
-            definition = job(qualify(tenant, f"k-{i}"), every_ms=1000, jitter_ms=999, target=target)
-            return dataclasses.replace(definition, tenant=tenant)
-
+        make = every_second("k", target=Target(type="kafka", topic=topic), tenant=tenant)
         # the tenant's fire rate (1,000/s by default) above the demand: the worker measured
         rate = ("--tenant-fire-rate", f"{tenant}={4 * demand}")
         measured = _measure(settings, demand, make, code=code, profile=profile, scheduler_args=rate)
@@ -196,10 +185,7 @@ def _plain_round(
         base: Settings, demand: int, code: Path | None, profile: Path | None = None
     ) -> tuple[Measured, None]:
         with namespace(base) as settings:
-
-            def make(i: int) -> JobDefinition:
-                return job(f"{target.type[0]}-{i}", every_ms=1000, jitter_ms=999, target=target)
-
+            make = every_second(target.type[0], target=target)
             return _measure(settings, demand, make, *worker_args, code=code, profile=profile), None
 
     return measure

@@ -25,19 +25,19 @@ from pathlib import Path
 from typing import Any
 
 from cronstream.runtime.settings import Settings
-from cronstream.schemas.events import JobDefinition
 from tests.bench.common import (
+    PROBES,
     job,
     namespace,
-    put_jobs,
+    on_time_probes,
+    put_probed,
     row,
     rss_mib,
     run_records,
     scheduler_process,
+    scheduler_up,
     wait_all_live,
 )
-
-PROBES = 100
 
 
 def daily(i: int) -> str:
@@ -45,7 +45,10 @@ def daily(i: int) -> str:
     return f"{second % 60} {second // 60 % 60} {second // 3600} * * *"
 
 
-def _start(settings: Settings, state: Path, log: Path, name: str) -> subprocess.Popen[bytes]:
+def _start(
+    settings: Settings, state: Path, log: Path, name: str, instance: str = "tiers-bench"
+) -> subprocess.Popen[bytes]:
+    """A scheduler on the stores under ``state``, the static group member ``instance``."""
     return scheduler_process(
         settings,
         log,
@@ -53,7 +56,7 @@ def _start(settings: Settings, state: Path, log: Path, name: str) -> subprocess.
         "--state-dir",
         str(state),
         "--instance-id",
-        "tiers-bench",
+        instance,
         "--session-timeout-ms",
         str(SESSION_MS),
     )
@@ -63,14 +66,7 @@ def bench_tiers(
     base: Settings, restarts: int, jobs: int
 ) -> None:  # long: one bench: restarts, then a host lost
     with namespace(base) as settings:
-
-        def make(i: int) -> JobDefinition:
-            if i < PROBES:
-                return job(f"probe-{i}", every_ms=1000)
-            return job(f"d-{i}", cron=daily(i))
-
-        wrote = put_jobs(settings, jobs + PROBES, make)
-        print(f"  wrote {jobs + PROBES:,} definitions in {wrote:.1f}s", flush=True)
+        put_probed(settings, jobs, lambda i: job(f"d-{i}", cron=daily(i)))
         logdir = Path(tempfile.mkdtemp(prefix="csbench-"))
         state = logdir / "state"
         proc = _start(settings, state, logdir / "build.log", "t0")
@@ -85,16 +81,11 @@ def bench_tiers(
             killed = time.time()
             log = logdir / f"r{k}.log"
             proc = _start(settings, state, log, f"t{k}")
-            live.append(wait_all_live(proc, log, 600))
-            time.sleep(20)
-            rss.append(rss_mib(proc.pid))
+            up = scheduler_up(settings, proc, log, killed, timeout=600, settle_s=20)
+            live.append(up.live_s)
+            rss.append(up.rss_mib)
+            first.append(up.first_fire_s)
             windows.append((killed, time.time() - 2))
-            on_time = [
-                ts
-                for job_id, ts, slot in run_records(settings)
-                if job_id.startswith("probe-") and ts >= killed * 1000 and ts - slot <= 50
-            ]
-            first.append(min(on_time) / 1000 - killed if on_time else float("inf"))
             print(
                 f"  restart {k}: live {live[-1]:.1f}s, first on-time fire {first[-1]:.1f}s, "
                 f"RSS {rss[-1]:.0f} MiB",
@@ -145,17 +136,7 @@ def _host_lost(
     killed with -9 and its state directory deleted (its host is gone): the time from the
     kill to the second's first on-time probe fire, and to all its partitions live."""
     log = logdir / "standby.log"
-    standby = scheduler_process(
-        settings,
-        log,
-        "standby",
-        "--state-dir",
-        str(logdir / "standby"),
-        "--instance-id",
-        "tiers-standby",
-        "--session-timeout-ms",
-        str(SESSION_MS),
-    )
+    standby = _start(settings, logdir / "standby", log, "standby", instance="tiers-standby")
     started = time.time()
     while "standby stores warm" not in log.read_text():
         if standby.poll() is not None or time.time() - started > 3600:
@@ -177,10 +158,7 @@ def _host_lost(
     rss = rss_mib(standby.pid)
     # Each probe's first on-time fire after the kill; the last of them: every partition
     # (the standby's own and the ones it took over) fires on time again.
-    firsts: dict[str, int] = {}
-    for job_id, ts, slot in run_records(settings):
-        if job_id.startswith("probe-") and ts >= killed * 1000 and ts - slot <= 50:
-            firsts[job_id] = min(ts, firsts.get(job_id, ts))
+    firsts = on_time_probes(settings, killed)
     standby.send_signal(signal.SIGTERM)
     standby.wait(timeout=120)
     first = max(firsts.values()) / 1000 - killed if len(firsts) == PROBES else float("inf")

@@ -12,34 +12,9 @@ from typing import Any, NamedTuple
 from cronstream.infra.services import Kafka, all_services
 from cronstream.runtime.settings import Settings
 from cronstream.schemas.catalog import Topics
-from cronstream.schemas.events import (
-    Priority,
-)
-from tests.bench.common import (
-    NOOP_TARGET,
-    cpu_s,
-    header_due_ms,
-    job,
-    namespace,
-    pct,
-    put_jobs,
-    row,
-    started_ms,
-)
-from tests.integration.helpers import (
-    CronstreamProcess,
-    read_topic,
-    record_count,
-)
-
-
-def put_noop_jobs(settings: Settings, count: int, prefix: str) -> None:
-    """``count`` no-op python jobs every second, spread over the second by jitter."""
-    put_jobs(
-        settings,
-        count,
-        lambda i: job(f"{prefix}-{i}", every_ms=1000, jitter_ms=999, target=NOOP_TARGET),
-    )
+from cronstream.schemas.events import Priority
+from tests.bench.common import cpu_s, namespace, pct, put_noop_jobs, read_runs, row
+from tests.integration.helpers import CronstreamProcess, read_topic, record_count
 
 
 class Pipeline:
@@ -217,26 +192,13 @@ def _starts(settings: Settings, lookahead_ms: int) -> tuple[list[int], list[int]
     due-to-start), ms."""
     put_noop_jobs(settings, 1000, "l")
     pipeline = Pipeline(settings, 1, 32, "--lookahead-ms", str(lookahead_ms))
-    try:
-        pipeline.wait_live()
-        time.sleep(5)
-        t0 = time.time() * 1000
-        time.sleep(15)
-        t1 = time.time() * 1000
-    finally:
-        pipeline.stop()
-    fired = {
-        r.headers["run_id"]: (
-            r.timestamp_ms,
-            header_due_ms(r.headers),
-        )
-        for r in read_topic(settings, Topics(settings).runs(Priority.NORMAL))
-        if t0 <= r.timestamp_ms < t1
-    }
+    t0, t1, _ = pipeline.measure(warmup=5.0, window=15.0)
     started = [
-        (ts, fired[run_id]) for run_id, ts in started_ms(settings).items() if run_id in fired
+        (run.started_ms, run)
+        for run in read_runs(settings)
+        if run.started_ms is not None and t0 <= run.emitted_ms < t1
     ]
-    return [ts - emit for ts, (emit, _) in started], [ts - due for ts, (_, due) in started]
+    return [ts - run.emitted_ms for ts, run in started], [ts - run.due_ms for ts, run in started]
 
 
 def bench_fire_to_start(base: Settings, runs: int) -> None:
