@@ -6,23 +6,22 @@ a second of every command's start when imported here)."""
 from __future__ import annotations
 
 import argparse
-import os
-import socket
 from datetime import UTC, date, datetime
 from typing import Any
 
-from cronstream.cli.common import at_least, duration_flag, invalid, old_seconds_flag
-from cronstream.runtime.options import roles as r
+from cronstream.cli.common import add_role, at_least, duration_flag, invalid, old_seconds_flag
 from cronstream.runtime.options.services import ARCHIVE_KEEP
 from cronstream.runtime.settings import Settings
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser(
-        "archiver", help="run an archiver (history topic -> the archive's Iceberg table)"
+    p = add_role(
+        sub,
+        "archiver",
+        cmd_archiver,
+        help="run an archiver (history topic -> the archive's Iceberg table)",
+        group="archiver",
     )
-    p.add_argument("--group", help="consumer group (default <topic prefix>.archiver)")
-    p.add_argument("--name", default=f"archiver-{socket.gethostname()}-{os.getpid()}")
     p.add_argument(
         "--flush-rows",
         type=at_least(1),
@@ -38,8 +37,6 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--flush-s", dest="flush_interval", type=old_seconds_flag, help=argparse.SUPPRESS
     )
-    r.METRICS_PORTS["archiver"].add_to(p)
-    p.set_defaults(handler=cmd_archiver, needs="role")
     a = sub.add_parser("archive", help="the archive table of history: compact, expire, info")
     verbs = a.add_subparsers(dest="verb", required=True)
     c = verbs.add_parser(

@@ -15,10 +15,9 @@ from cronstream.backfill import (
     describe,
     ran_already,
 )
-from cronstream.cli.common import EXIT_UNAVAILABLE
+from cronstream.cli.common import EXIT_UNAVAILABLE, known
 from cronstream.cli.tenant_flags import fire_rates, register_fire_rates
 from cronstream.producers.client import JobClient
-from cronstream.producers.errors import UnknownJob
 from cronstream.runtime.cassandra import cassandra_session
 from cronstream.runtime.errors import SettingsError
 from cronstream.schemas.definition import parse_instant
@@ -29,9 +28,7 @@ from cronstream.streams.core.rates import TenantRates
 
 
 def cmd_runs_backfill(client: JobClient, args: argparse.Namespace) -> int:
-    job = client.get(args.job_id)
-    if job is None:
-        raise UnknownJob(args.job_id)
+    job = known(client.get(args.job_id), args.job_id)
     problems = []
     bounds = []
     for flag, text in (("--from", args.start), ("--to", args.end)):

@@ -8,16 +8,57 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import socket
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from cronstream.producers.errors import UnknownJob
 from cronstream.runtime.kafka import logs
+from cronstream.runtime.options import roles as r
 from cronstream.runtime.options.option import duration, flag_type, old_seconds
+
+if TYPE_CHECKING:
+    from cronstream.runtime.settings import Settings
+
+T = TypeVar("T")
 
 EXIT_INVALID = 2
 EXIT_UNAVAILABLE = 3
 EXIT_NOT_FOUND = 4
 EXIT_REFUSED = 5  # Kafka refused the credentials (runtime.kafka.security)
+
+
+def add_role(
+    sub: Any,
+    command: str,
+    handler: Callable[[Settings, argparse.Namespace], int],
+    *,
+    help: str,
+    description: str | None = None,
+    name: str | None = None,
+    group: str | None = None,
+) -> argparse.ArgumentParser:
+    """The parser of a role that runs as a consumer group's member (``command``, run by
+    ``handler``): its --name (default ``<name>-<host>-<pid>``, ``name`` the command's
+    unless told), its --group when it has one (default ``<topic prefix>.<group>``) and its
+    --metrics-port (``METRICS_PORTS``); its own flags are the caller's to add."""
+    p: argparse.ArgumentParser = sub.add_parser(command, help=help, description=description)
+    if group is not None:
+        p.add_argument("--group", help=f"consumer group (default <topic prefix>.{group})")
+    p.add_argument("--name", default=f"{name or command}-{socket.gethostname()}-{os.getpid()}")
+    r.METRICS_PORTS[command].add_to(p)
+    p.set_defaults(handler=handler, needs="role")
+    return p
+
+
+def known(found: T | None, job_id: str) -> T:
+    """``found``, the job (or flow) a command names, read back: UnknownJob (exit 4) when
+    there is none."""
+    if found is None:
+        raise UnknownJob(job_id)
+    return found
 
 
 def invalid(why: str) -> int:

@@ -4,32 +4,28 @@ runs the jobs that come after others (``after:``) once those succeeded for a dat
 from __future__ import annotations
 
 import argparse
-import os
-import socket
 from typing import Any
 
+from cronstream.cli.common import add_role
 from cronstream.cli.tenant_flags import fire_rates, register_fire_rates
 from cronstream.runtime.options import roles as r
 from cronstream.runtime.settings import Settings
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser(
+    p = add_role(
+        sub,
         "dependencies",
+        cmd_dependencies,
         help="run the dependency processor (jobs with after: run once the "
         "jobs they name succeeded for a date)",
         description="Reads the jobs topic and the history topic whole and emits JOB@dep:<date> "
         "runs (docs/event-triggers.md). One is enough; a second emits the same run ids (the "
-        "workers run each once).",
+        "workers run each once; the group only keeps its commits).",
+        group="dependencies",
     )
-    p.add_argument(
-        "--group", help="consumer group of its commits (default <topic prefix>.dependencies)"
-    )
-    p.add_argument("--name", default=f"dependencies-{socket.gethostname()}-{os.getpid()}")
     r.DEPENDENCIES_COMMIT_INTERVAL.add_to(p, old_flags=("--commit-ms",))
-    r.METRICS_PORTS["dependencies"].add_to(p)
     register_fire_rates(p)
-    p.set_defaults(handler=cmd_dependencies, needs="role")
 
 
 def cmd_dependencies(settings: Settings, args: argparse.Namespace) -> int:

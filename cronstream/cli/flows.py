@@ -7,13 +7,12 @@ import argparse
 import json
 import logging
 import os
-import socket
 from pathlib import Path
 from typing import Any
 
+from cronstream.cli.common import add_role, known
 from cronstream.cli.tenant_flags import fire_rates, register_fire_rates
 from cronstream.producers.client import JobClient
-from cronstream.producers.errors import UnknownJob
 from cronstream.producers.flows import load_flows_file
 from cronstream.runtime.options import roles as r
 from cronstream.runtime.settings import Settings
@@ -33,9 +32,7 @@ def cmd_flows_put(client: JobClient, args: argparse.Namespace) -> int:
 
 
 def cmd_flows_get(client: JobClient, args: argparse.Namespace) -> int:
-    flow = client.get_flow(args.flow_id)
-    if flow is None:
-        raise UnknownJob(args.flow_id)
+    flow = known(client.get_flow(args.flow_id), args.flow_id)
     schedule = client.get(args.flow_id)
     out = to_jsonable(flow)
     out["schedule"] = schedule.describe_schedule() if schedule else "none (deleted)"
@@ -62,8 +59,7 @@ def cmd_flows_delete(client: JobClient, args: argparse.Namespace) -> int:
 
 
 def cmd_flows_trigger(client: JobClient, args: argparse.Namespace) -> int:
-    if client.get_flow(args.flow_id) is None:
-        raise UnknownJob(args.flow_id)
+    known(client.get_flow(args.flow_id), args.flow_id)
     run = client.trigger(args.flow_id, idempotency_key=args.idempotency_key)
     print(f"triggered flow run {run.run_id}")
     return 0
@@ -171,10 +167,13 @@ def register(sub: Any) -> None:
     )
     rerun.set_defaults(handler=cmd_flows_rerun, needs="client")
 
-    coord = sub.add_parser("flows-coordinator", help="run a flows coordinator (faust-streaming)")
-    coord.add_argument("--name", default=f"flows-{socket.gethostname()}-{os.getpid()}")
+    coord = add_role(
+        sub,
+        "flows-coordinator",
+        cmd_flows_coordinator,
+        help="run a flows coordinator (faust-streaming)",
+        name="flows",
+    )
     coord.add_argument("--log-level", default="WARNING", help="faust's log level (WARNING)")
     r.FLOWS_COORDINATOR_NICE.add_to(coord, type=int, choices=range(20))
-    r.METRICS_PORTS["flows-coordinator"].add_to(coord)
     register_fire_rates(coord)  # a tenant's node runs at most at its fire rate
-    coord.set_defaults(handler=cmd_flows_coordinator, needs="role")

@@ -14,9 +14,13 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from cronstream.cli.backfill import add_backfill
-from cronstream.cli.common import EXIT_UNAVAILABLE, duration_flag, invalid
+from cronstream.cli.common import (
+    EXIT_UNAVAILABLE,
+    duration_flag,
+    invalid,
+    known,
+)
 from cronstream.producers.client import JobClient
-from cronstream.producers.errors import UnknownJob
 from cronstream.producers.spec import load_jobs_file
 from cronstream.runtime.kafka.clients import (
     OFFSET_BEGINNING,
@@ -28,6 +32,7 @@ from cronstream.runtime.registry import registry_client
 from cronstream.runtime.settings import Settings
 from cronstream.schemas.catalog import Topics
 from cronstream.schemas.definition import job_from_spec, literal_secrets, parse_instant
+from cronstream.schemas.definition.spec import KNOWN_KEYS
 from cronstream.schemas.definition.zones import load_zone
 from cronstream.schemas.errors import DecodeError, SpecError
 from cronstream.schemas.events import (
@@ -64,33 +69,14 @@ def _warn_literal_secrets(jobs: list[JobDefinition]) -> None:
 
 
 # -- jobs -------------------------------------------------------------------------------
+# The spec's keys whose flag gives the value as it is (``--catchup-window`` the key
+# ``catchup_window``); the others are read below, or are the command's positionals.
+_PLAIN_KEYS = sorted(KNOWN_KEYS - {"id", "target", "headers", "payload", "paused", "on", "after"})
+
+
 def _spec_from_args(args: argparse.Namespace) -> dict[str, Any]:
     spec: dict[str, Any] = {"id": args.job_id, "target": args.target}
-    for name in (
-        "cron",
-        "every",
-        "at",
-        "anchor",
-        "tz",
-        "url",
-        "method",
-        "topic",
-        "callable",
-        "command",
-        "priority",
-        "backoff",
-        "timeout",
-        "misfire",
-        "concurrency",
-        "catchup",
-        "catchup_window",
-        "jitter",
-        "start",
-        "end",
-        "tenant",
-        "max_attempts",
-        "deadline",
-    ):
+    for name in _PLAIN_KEYS:
         value = getattr(args, name)
         if value is not None:
             spec[name] = value
@@ -155,10 +141,7 @@ def cmd_jobs_apply(client: JobClient, args: argparse.Namespace) -> int:
 
 
 def cmd_jobs_get(client: JobClient, args: argparse.Namespace) -> int:
-    job = client.get(args.job_id)
-    if job is None:
-        raise UnknownJob(args.job_id)
-    _print_json(job)
+    _print_json(known(client.get(args.job_id), args.job_id))
     return 0
 
 

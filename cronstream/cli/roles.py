@@ -22,7 +22,7 @@ import socket
 import sys
 from typing import Any
 
-from cronstream.cli.common import EXIT_INVALID, invalid
+from cronstream.cli.common import EXIT_INVALID, add_role, invalid
 from cronstream.cli.tenant_flags import add_grant_flags, fire_rates, register_fire_rates
 from cronstream.cli.worker import register_worker
 from cronstream.runtime.consoles import console_port
@@ -89,17 +89,19 @@ def _register_hosts(p: Any) -> None:
 
 
 def _register_scheduler(sub: Any) -> None:
-    p = sub.add_parser("scheduler", help="run a scheduler processor (fires due runs)")
-    p.add_argument("--group", help="consumer group (default <topic prefix>.scheduler)")
-    p.add_argument("--name", default=f"scheduler-{socket.gethostname()}-{os.getpid()}")
-    r.METRICS_PORTS["scheduler"].add_to(p)
+    p = add_role(
+        sub,
+        "scheduler",
+        cmd_scheduler,
+        help="run a scheduler processor (fires due runs)",
+        group="scheduler",
+    )
     r.MISFIRE_THRESHOLD.add_to(p, old_flags=("--misfire-threshold-ms",))
     r.COMMIT_INTERVAL.add_to(p, old_flags=("--checkpoint-ms",))
     r.SCHEDULER_SESSION_TIMEOUT.add_to(p, old_flags=("--session-timeout-ms",))
     _register_store(p)
     r.LOOKAHEAD.add_to(p, old_flags=("--lookahead-ms",))
     register_fire_rates(p)
-    p.set_defaults(handler=cmd_scheduler, needs="role")
 
 
 def _register_store(p: Any) -> None:
@@ -144,27 +146,27 @@ def _register_store(p: Any) -> None:
 
 
 def _register_sink(sub: Any) -> None:
-    p = sub.add_parser("sink", help="run a history sink (history topic -> Cassandra)")
-    p.add_argument("--group", help="consumer group (default <topic prefix>.sink)")
-    p.add_argument("--name", default=f"sink-{socket.gethostname()}-{os.getpid()}")
+    p = add_role(
+        sub, "sink", cmd_sink, help="run a history sink (history topic -> Cassandra)", group="sink"
+    )
     p.add_argument(
         "--batch-rows", type=int, default=64, help="rows per unlogged batch (1: no batches)"
     )
     p.add_argument("--in-flight", type=int, default=16, help="batches written at once")
-    r.METRICS_PORTS["sink"].add_to(p)
-    p.set_defaults(handler=cmd_sink, needs="role")
 
 
 def _register_admission(sub: Any) -> None:
-    p = sub.add_parser("admission", help="run an admission (tenants' commands -> jobs)")
-    p.add_argument("--group", help="consumer group (default <topic prefix>.admission)")
-    p.add_argument("--name", default=f"admission-{socket.gethostname()}-{os.getpid()}")
+    p = add_role(
+        sub,
+        "admission",
+        cmd_admission,
+        help="run an admission (tenants' commands -> jobs)",
+        group="admission",
+    )
     r.TENANT_MAX_JOBS.add_to(p)
     r.TENANT_MAX_EVENT_JOBS.add_to(p)
     r.TENANT_TRIGGERS_PER_SECOND.add_to(p, old_flags=("--triggers-per-minute",))
-    r.METRICS_PORTS["admission"].add_to(p)
     add_grant_flags(p)
-    p.set_defaults(handler=cmd_admission, needs="role")
 
 
 def cmd_scheduler(settings: Settings, args: argparse.Namespace) -> int:

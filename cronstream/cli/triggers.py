@@ -5,20 +5,21 @@ be shared by: they form the group ``<topic prefix>.triggers``."""
 from __future__ import annotations
 
 import argparse
-import os
-import socket
 from typing import Any
 
-from cronstream.cli.common import invalid
+from cronstream.cli.common import add_role, invalid
 from cronstream.runtime.options import roles as r
 from cronstream.runtime.settings import Settings
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("triggers", help="run a trigger processor (source records -> event runs)")
-    p.add_argument("--group", help="consumer group (default <topic prefix>.triggers)")
-    p.add_argument("--name", default=f"triggers-{socket.gethostname()}-{os.getpid()}")
-    r.METRICS_PORTS["triggers"].add_to(p)
+    p = add_role(
+        sub,
+        "triggers",
+        cmd_triggers,
+        help="run a trigger processor (source records -> event runs)",
+        group="triggers",
+    )
     r.TRIGGERS_COMMIT_INTERVAL.add_to(p, old_flags=("--checkpoint-ms",))
     r.TRIGGERS_SESSION_TIMEOUT.add_to(p, old_flags=("--session-timeout-ms",))
     r.TENANT_TRIGGERS_PER_SECOND.add_to(
@@ -37,7 +38,6 @@ def register(sub: Any) -> None:
         "otherwise: a job run by the history records of its own runs loops); repeatable "
         f"(${r.TRIGGERS_ALLOW_TOPICS.env}, comma-separated)",
     )
-    p.set_defaults(handler=cmd_triggers, needs="role")
 
 
 def cmd_triggers(settings: Settings, args: argparse.Namespace) -> int:

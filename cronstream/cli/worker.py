@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 from typing import Any
 
-from cronstream.cli.common import at_least, invalid
+from cronstream.cli.common import add_role, at_least, invalid
 from cronstream.cli.tenant_flags import add_grant_flags, tenant_values
 from cronstream.runtime.options import roles as r
 from cronstream.runtime.settings import Settings
@@ -20,12 +19,11 @@ from cronstream.schemas.limits import MAX_OUTPUT_BYTES
 
 
 def register_worker(sub: Any) -> None:  # long: the worker's flags, one call each
-    p = sub.add_parser("worker", help="run a worker (executes run requests)")
-    p.add_argument("--group", help="consumer group (default <topic prefix>.workers)")
-    p.add_argument("--name", default=f"worker-{socket.gethostname()}-{os.getpid()}")
+    p = add_role(
+        sub, "worker", cmd_worker, help="run a worker (executes run requests)", group="workers"
+    )
     _add_worker_slots(p)
     _add_worker_membership(p)
-    r.METRICS_PORTS["worker"].add_to(p)
     r.HTTP_ALLOW.add_to(
         p,
         action="append",
@@ -73,7 +71,6 @@ def register_worker(sub: Any) -> None:  # long: the worker's flags, one call eac
         f"repeatable (${r.TENANT_WEIGHTS.env}, comma-separated)",
     )
     add_grant_flags(p)
-    p.set_defaults(handler=cmd_worker, needs="role")
 
 
 def _add_worker_slots(p: Any) -> None:
