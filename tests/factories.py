@@ -1,13 +1,21 @@
-"""Records for unit tests, with the fields a test does not look at filled in the same way
+"""Records for tests, with the fields a test does not look at filled in the same way
 everywhere: a test passes what it checks (``definition(paused=True)``,
-``run_request("j@1", priority=Priority.HIGH)``)."""
+``run_request("j@1", priority=Priority.HIGH)``,
+``outcome("j@1", status=RunStatus.FAILED)``)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
 
-from cronstream.schemas.events import CronSchedule, JobDefinition, RunRequest, Target
+from cronstream.schemas.events import (
+    CronSchedule,
+    JobDefinition,
+    RunOutcome,
+    RunRequest,
+    RunStatus,
+    Target,
+)
 
 T0 = datetime(2026, 11, 22, 10, tzinfo=UTC)
 HTTP = Target(type="http", url="https://e.x/h")
@@ -30,3 +38,13 @@ def run_request(run_id: str, **fields: Any) -> RunRequest:
     fields.setdefault("fired_at", fields["scheduled_at"])
     fields.setdefault("target", PYTHON)
     return RunRequest(run_id=run_id, **fields)
+
+
+def outcome(run_id: str, **fields: Any) -> RunOutcome:
+    """Run ``run_id`` of the job named before its ``@`` SUCCEEDED: scheduled at ``T0``
+    and recorded when it was scheduled."""
+    fields.setdefault("job_id", run_id.split("@", maxsplit=1)[0])
+    fields.setdefault("status", RunStatus.SUCCEEDED)
+    fields.setdefault("scheduled_at", T0)
+    fields.setdefault("recorded_at", fields["scheduled_at"])
+    return RunOutcome(run_id=run_id, **fields)

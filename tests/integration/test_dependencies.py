@@ -26,18 +26,18 @@ from cronstream.schemas.events import (
     RunOutcome,
     RunRequest,
     RunStatus,
-    Target,
     Trigger,
     utc_now,
 )
+from tests.factories import definition, outcome
 from tests.integration.helpers import (
     CronstreamProcess,
+    Target,
     decoded,
     eventually,
     free_port,
     group_caught_up,
 )
-from tests.integration.helpers import Target as HttpTarget
 
 pytestmark = pytest.mark.integration
 
@@ -80,9 +80,8 @@ def succeeded(
     worker writes it."""
     now = utc_now()
     at = now if day is None else datetime(day.year, day.month, day.day, 3, tzinfo=UTC)
-    outcome = RunOutcome(
-        run_id=f"{job_id}@{at.isoformat()}",
-        job_id=job_id,
+    ran = outcome(
+        f"{job_id}@{at.isoformat()}",
         status=status,
         scheduled_at=at,
         recorded_at=now,
@@ -90,7 +89,7 @@ def succeeded(
         target_type="http",
         worker="w-test",
     )
-    publisher.publish(Topics(ns).history, outcome)
+    publisher.publish(Topics(ns).history, ran)
     publisher.flush()
 
 
@@ -171,7 +170,7 @@ def test_a_run_emitted_just_before_a_crash_is_emitted_again_flagged_and_runs_onc
     """The processor commits only at its start here (--commit-interval 10m): killed after
     emitting, its next start reads the upstream successes again, finds no outcome of the
     run yet and emits it again, flagged; the worker that gets both runs it once."""
-    target = HttpTarget()
+    target = Target()
     try:
         put_dependent(ns, f"{target.url}/dep")
         procs.append(first := processor(ns, tmp_path, "deps-1", "--commit-interval", "10m"))
@@ -237,11 +236,11 @@ def test_a_dependent_defined_after_its_upstream_jobs_succeeded_today_runs_at_onc
 def test_a_tenants_dependent_after_another_tenants_job_is_dead_lettered(
     ns: Settings, tmp_path: Path, publisher: Publisher, procs: list[CronstreamProcess]
 ) -> None:
-    stray = JobDefinition(
-        job_id="acme/report",
+    stray = definition(
+        "acme/report",
         tenant="acme",
+        schedule=None,
         after=("beta/extract",),
-        target=Target(type="http", url="http://127.0.0.1:9/x"),
         updated_at=utc_now(),
     )
     publisher.publish(Topics(ns).jobs, stray)  # past the admission (a producer of its own)

@@ -26,18 +26,17 @@ from cronstream.runtime.settings import Settings
 from cronstream.schemas.catalog import Topics
 from cronstream.schemas.definition import job_from_spec
 from cronstream.schemas.events import (
-    JobDefinition,
     MisfireKind,
     MisfirePolicy,
     OnceSchedule,
     Priority,
     RunOutcome,
-    Target,
     iso,
     utc_now,
 )
 from cronstream.schemas.serde import Codec
 from cronstream.streams.core.misfire import LIST_LIMIT
+from tests.factories import definition, run_request
 from tests.integration.helpers import CronstreamProcess, decoded, group_caught_up, read_topic
 
 pytestmark = pytest.mark.integration
@@ -259,7 +258,7 @@ def test_bad_definitions_go_to_the_dlq_and_the_partition_keeps_firing(
     ns: Settings, tmp_path: Path, schedulers: list[CronstreamProcess]
 ) -> None:
     from cronstream.runtime.kafka.publisher import Publisher
-    from cronstream.schemas.events import CronSchedule, DeadLetter, JobDefinition, Target, utc_now
+    from cronstream.schemas.events import CronSchedule, DeadLetter
     from cronstream.schemas.ids import partition_for
 
     topics = Topics(ns)
@@ -274,11 +273,8 @@ def test_bad_definitions_go_to_the_dlq_and_the_partition_keeps_firing(
     publisher.produce_raw(topics.jobs, same[0], b"\x00garbage", [])
     publisher.flush()
     put(ns, {"id": good, "every": "1s"})
-    bad_cron = JobDefinition(
-        job_id=same[1],
-        target=Target(type="http", url=URL),
-        updated_at=utc_now(),
-        schedule=CronSchedule(expression="61 * * * *"),
+    bad_cron = definition(
+        same[1], updated_at=utc_now(), schedule=CronSchedule(expression="61 * * * *")
     )
     sched = start(ns, tmp_path, schedulers, "s")
     sched.wait_live(12)
@@ -306,14 +302,7 @@ def test_retry_timer_is_held_durably_across_a_kill9_and_fires_when_due(
     from datetime import timedelta
 
     from cronstream.runtime.kafka.publisher import Publisher
-    from cronstream.schemas.events import (
-        RunRequest,
-        Target,
-        TimerReason,
-        TimerRequest,
-        Trigger,
-        utc_now,
-    )
+    from cronstream.schemas.events import TimerReason, TimerRequest, Trigger
 
     topics = Topics(ns)
     put(ns, {"id": "r"})  # manual-only job: only the timer makes it run
@@ -321,15 +310,7 @@ def test_retry_timer_is_held_durably_across_a_kill9_and_fires_when_due(
     first.wait_live(12)
     now = utc_now()
     due = now + timedelta(seconds=12)
-    run = RunRequest(
-        run_id="r@manual:t1",
-        job_id="r",
-        scheduled_at=now,
-        fired_at=now,
-        target=Target(type="http", url=URL),
-        attempt=2,
-        trigger=Trigger.RETRY,
-    )
+    run = run_request("r@manual:t1", scheduled_at=now, attempt=2, trigger=Trigger.RETRY)
     publisher = Publisher(ns)
     publisher.publish(
         topics.timers,
@@ -372,23 +353,20 @@ def test_a_tenants_missed_and_skipped_slots_are_its_own_in_history(  # long: one
     ns, topics, began = history_ns, Topics(history_ns), utc_now()
     at = began - timedelta(minutes=10)
 
-    def job(job_id: str, tenant: str, policy: MisfireKind, window_ms: int) -> JobDefinition:
-        return JobDefinition(
-            job_id=job_id,
+    publisher = Publisher(ns)
+    for job_id, tenant, policy, window_ms in (
+        ("acme/x", "acme", MisfireKind.ONCE, 60_000),
+        ("acme/y", "acme", MisfireKind.SKIP, 3_600_000),
+        ("plain", "default", MisfireKind.ONCE, 60_000),
+    ):
+        job = definition(
+            job_id,
             tenant=tenant,
-            target=Target(type="http", url=URL),
             updated_at=began,
             schedule=OnceSchedule(at=at),
             misfire=MisfirePolicy(policy=policy, catchup_window_ms=window_ms),
         )
-
-    publisher = Publisher(ns)
-    for definition in (
-        job("acme/x", "acme", MisfireKind.ONCE, 60_000),
-        job("acme/y", "acme", MisfireKind.SKIP, 3_600_000),
-        job("plain", "default", MisfireKind.ONCE, 60_000),
-    ):
-        publisher.publish(topics.jobs, definition)
+        publisher.publish(topics.jobs, job)
     publisher.close()
     sched = start(ns, tmp_path, schedulers, "s")
     sink = CronstreamProcess(ns, tmp_path, "sink", command="sink")

@@ -21,7 +21,6 @@ from cronstream.schemas.events import (
     RunOutcome,
     RunRequest,
     RunStatus,
-    Target,
     Trigger,
 )
 from cronstream.streams.dependencies.processor import (
@@ -30,6 +29,7 @@ from cronstream.streams.dependencies.processor import (
     read_from_ms,
 )
 from cronstream.streams.dependencies.reading import judge
+from tests.factories import definition, outcome
 from tests.fakes import FakeMessage, FakeProducer
 from tests.hostile import FUZZ, INSTANTS, NAMES, OUTCOMES, jobs
 from tests.processors import SETTINGS, TOPICS, decoded, fake_publisher, new_codec
@@ -40,14 +40,14 @@ RUN_ID = "report@dep:2026-11-22"
 
 
 def dependent(job_id: str = "report", **changes: Any) -> JobDefinition:
-    job = JobDefinition(
-        job_id=job_id,
-        target=Target(type="http", url="https://example.com/r"),
-        updated_at=DEFINED,
-        after=("a", "b"),
-        priority=Priority.HIGH,
-    )
-    return replace(job, **changes)
+    """A job run after ``a`` and ``b`` (no schedule of its own), defined at ``DEFINED``."""
+    fields: dict[str, Any] = {
+        "schedule": None,
+        "after": ("a", "b"),
+        "priority": Priority.HIGH,
+        "updated_at": DEFINED,
+    }
+    return definition(job_id, **fields | changes)
 
 
 class Harness:
@@ -77,15 +77,13 @@ class Harness:
     def history(
         self, job_id: str, run_id: str | None = None, status: RunStatus = RunStatus.SUCCEEDED
     ) -> None:
-        outcome = RunOutcome(
-            run_id=run_id or f"{job_id}@{AT.isoformat()}",
-            job_id=job_id,
+        ran = outcome(
+            run_id or f"{job_id}@{AT.isoformat()}",
             status=status,
             scheduled_at=AT,
-            recorded_at=AT,
             target_type="http",
         )
-        value = self.codec.encode(TOPICS.history, outcome)
+        value = self.codec.encode(TOPICS.history, ran)
         self.processor._observed(self.message(TOPICS.history, job_id, value))
 
     def letters(self) -> list[DeadLetter]:

@@ -16,8 +16,9 @@ from cronstream.consumers.lakehouse import ArchiveTable, eq, to_arrow
 from cronstream.runtime.lakehouse import lakehouse, local_environment
 from cronstream.runtime.settings import Settings
 from cronstream.schemas.events import RunOutcome, RunStatus
+from tests import factories
 from tests.hostile import FUZZ, OUTCOMES
-from tests.processors import NOW, TOPICS, ArchiverHarness, SinkHarness
+from tests.processors import TOPICS, ArchiverHarness, SinkHarness
 
 
 @FUZZ
@@ -41,16 +42,8 @@ def local_table() -> Iterator[tuple[ArchiveTable, Path]]:
 
 @FUZZ
 @given(OUTCOMES)
-@example(
-    RunOutcome(
-        run_id="j@1",
-        job_id="j",
-        status=RunStatus.STARTED,
-        scheduled_at=NOW,
-        recorded_at=NOW,
-        tenant="é" * 125,
-    )
-)  # found: 250 bytes, a name too long (its folder name URL-encoded: 757 bytes)
+# found: a tenant of 250 bytes, a name too long (its folder name URL-encoded: 757 bytes)
+@example(factories.outcome("j@1", status=RunStatus.STARTED, tenant="é" * 125))
 def test_a_hostile_outcome_is_archived_inside_the_archive_or_dead_lettered(
     local_table: tuple[ArchiveTable, Path], outcome: RunOutcome
 ) -> None:

@@ -6,7 +6,7 @@ deadline alerts."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 
 from cronstream.consumers.core.dedup import Dedup
 from cronstream.consumers.core.offsets import OffsetTracker
@@ -28,10 +28,10 @@ from cronstream.schemas.events import (
 )
 from cronstream.schemas.flows import FlowEvent, FlowEventKind
 from cronstream.schemas.tenancy import AnyEvent
+from tests.factories import T0, run_request
 from tests.fakes import FakeConsumer, FakeProducer
 from tests.processors import TOPICS, decoded, fake_publisher, new_codec
 
-T0 = datetime(2026, 11, 22, 10, tzinfo=UTC)
 RUNS = "runs"
 
 
@@ -65,14 +65,7 @@ class Harness:
 
 
 def _run(run_id: str, *, trigger: Trigger = Trigger.SCHEDULE, target: str = "python") -> RunRequest:
-    return RunRequest(
-        run_id=run_id,
-        job_id=run_id.partition("@")[0],
-        scheduled_at=T0,
-        fired_at=T0,
-        target=Target(type=target),
-        trigger=trigger,
-    )
+    return run_request(run_id, target=Target(type=target), trigger=trigger)
 
 
 def test_a_flow_nodes_end_reaches_the_coordinator_after_its_timer_and_before_its_outcome() -> None:

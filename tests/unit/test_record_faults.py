@@ -33,7 +33,7 @@ from cronstream.schemas.flows import FlowEvent, FlowEventKind
 from cronstream.schemas.tenancy import RefusalCode, TenantAction, TenantCommand
 from cronstream.streams.core.partition import PartitionScheduler
 from cronstream.streams.flows.coordinator import Coordinator
-from tests.factories import definition, run_request
+from tests.factories import definition, outcome, run_request
 from tests.processors import (
     NOW,
     NOW_MS,
@@ -294,17 +294,6 @@ def test_the_worker_dead_letters_a_run_it_raises_on_before_its_executor(
     assert h.consumer.commits[-1][0][0][:3] == (RUNS, 0, 3)
 
 
-def outcome(run_id: str = "j@1", **fields: Any) -> RunOutcome:
-    return RunOutcome(
-        run_id=run_id,
-        job_id=run_id.split("@", maxsplit=1)[0],
-        status=RunStatus.SUCCEEDED,
-        scheduled_at=NOW,
-        recorded_at=NOW,
-        **fields,
-    )
-
-
 def test_the_sink_dead_letters_a_record_whose_rows_raise_but_not_cassandra_down(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -334,9 +323,9 @@ def test_the_sink_dead_letters_a_record_whose_rows_raise_but_not_cassandra_down(
 
 def test_the_archiver_dead_letters_an_outcome_it_cannot_hold() -> None:
     h = ArchiverHarness()
-    assert h.accept(h.codec.encode(TOPICS.history, outcome(tenant="é" * 125))) is None
+    assert h.accept(h.codec.encode(TOPICS.history, outcome("j@1", tenant="é" * 125))) is None
     assert h.accept(b"\x00garbage") is None  # skipped: the sink dead-letters it
-    kept = h.accept(h.codec.encode(TOPICS.history, outcome(tenant="acme")))
+    kept = h.accept(h.codec.encode(TOPICS.history, outcome("j@1", tenant="acme")))
     assert kept is not None
     assert kept.tenant == "acme"
     (letter,) = h.letters()
@@ -350,8 +339,8 @@ def test_the_archiver_dead_letters_an_outcome_it_raises_on(monkeypatch: pytest.M
 
     monkeypatch.setattr(archiver, "folder_problem", _raise_on("poison"))
     h = ArchiverHarness()
-    assert h.accept(h.codec.encode(TOPICS.history, outcome(tenant="poison"))) is None
-    assert h.accept(h.codec.encode(TOPICS.history, outcome(tenant="acme"))) is not None
+    assert h.accept(h.codec.encode(TOPICS.history, outcome("j@1", tenant="poison"))) is None
+    assert h.accept(h.codec.encode(TOPICS.history, outcome("j@1", tenant="acme"))) is not None
     (letter,) = h.letters()
     assert letter.reason == "internal error on this record: ZeroDivisionError: division by zero"
 

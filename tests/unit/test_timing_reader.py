@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import json
 import struct
-from datetime import UTC, datetime
 from typing import Any
 
 import fastavro
@@ -36,12 +35,12 @@ from cronstream.schemas.events import (
 from cronstream.schemas.serde import Codec
 from cronstream.schemas.timing import JobTiming, TimingReader
 from cronstream.schemas.wire import zigzag
+from tests.factories import HTTP, T0, definition
 from tests.fakes import FakeRegistry
 
 TOPIC = Topics(Settings.from_env({})).jobs
-T0 = datetime(2026, 11, 22, 10, tzinfo=UTC)
 TARGETS = [
-    Target(type="http", url="https://e.x/h"),
+    HTTP,
     Target(type="kafka", topic="out", headers={"k": "v", "é": "x" * 200}),
 ]
 SCHEDULES: list[Schedule | None] = [
@@ -66,12 +65,6 @@ def fastavro_timing(data: bytes) -> JobTiming:
         io.BytesIO(data), parsed_schema(JobDefinition.AVRO_NAME), None, return_record_name=True
     )
     return JobTiming.from_record(record)
-
-
-def definition(job_id: str = "j", **fields: Any) -> JobDefinition:
-    fields.setdefault("target", TARGETS[0])
-    fields.setdefault("updated_at", T0)
-    return JobDefinition(job_id=job_id, **fields)
 
 
 def never() -> JobTiming:
