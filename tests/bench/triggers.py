@@ -22,10 +22,7 @@ processor refuses cronstream's own), readable by the processor through
 
 from __future__ import annotations
 
-import io
-import json
 import statistics
-import struct
 import tempfile
 import time
 import uuid
@@ -34,7 +31,6 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
-import fastavro
 from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 
@@ -60,26 +56,7 @@ from cronstream.schemas.serde import Codec
 from cronstream.streams.triggers.processor import TriggerConfig, TriggerProcessor
 from tests.bench.common import NOOP_TARGET, namespace, pct, row
 from tests.integration.helpers import CronstreamProcess, read_topic
-
-ORDER = {
-    "type": "record",
-    "name": "Order",
-    "namespace": "bench.shop",
-    "fields": [
-        {"name": "id", "type": "long"},
-        {"name": "amount", "type": "long"},
-        {"name": "currency", "type": "string"},
-        {
-            "name": "customer",
-            "type": {
-                "type": "record",
-                "name": "Customer",
-                "fields": [{"name": "id", "type": "string"}, {"name": "tier", "type": "string"}],
-            },
-        },
-        {"name": "lines", "type": {"type": "array", "items": "string"}},
-    ],
-}
+from tests.orders import order, order_writer
 
 
 @contextmanager
@@ -92,26 +69,11 @@ def source(settings: Settings, partitions: int) -> Iterator[tuple[str, Callable[
     ).values():
         future.result(30)
     admin_acls(admin, trigger_source_acls(topic), 30)
-    with registry_client(settings, writer=True) as registry:
-        schema_id = registry.register(f"{topic}-value", json.dumps(ORDER))
-    parsed, head = fastavro.parse_schema(ORDER), struct.pack(">bI", 0, schema_id)
+    write = order_writer(settings, topic)
 
     def encode(n: int) -> bytes:
-        buf = io.BytesIO()
-        buf.write(head)
         tier = "gold" if n % 2 == 0 else "basic"  # with amount >= 9800: 1 record in 100
-        fastavro.schemaless_writer(
-            buf,
-            parsed,
-            {
-                "id": n,
-                "amount": n % 10_000,
-                "currency": "EUR",
-                "customer": {"id": f"c-{n % 997}", "tier": tier},
-                "lines": ["a", "b"],
-            },
-        )
-        return buf.getvalue()
+        return write(order(n, n % 10_000, tier))
 
     try:
         yield topic, encode

@@ -29,7 +29,6 @@ from cronstream.producers.client import JobClient
 from cronstream.runtime.kafka.clients import kafka_admin
 from cronstream.runtime.kafka.offsets import group_lag, watermarks
 from cronstream.runtime.kafka.security import admin_security
-from cronstream.runtime.registry import registry_client
 from cronstream.runtime.settings import Settings
 from cronstream.schemas.catalog import Topics
 from cronstream.schemas.definition import job_from_spec
@@ -41,25 +40,9 @@ from tests.integration.helpers import (
     decoded,
     read_topic,
 )
+from tests.orders import order, order_writer
 
 pytestmark = pytest.mark.integration
-ORDER = {
-    "type": "record",
-    "name": "Order",
-    "namespace": "test.shop",
-    "fields": [
-        {"name": "id", "type": "long"},
-        {"name": "amount", "type": "long"},
-        {
-            "name": "customer",
-            "type": {
-                "type": "record",
-                "name": "Customer",
-                "fields": [{"name": "name", "type": "string"}],
-            },
-        },
-    ],
-}
 
 
 @pytest.fixture
@@ -111,26 +94,6 @@ class Source:
 
     def flush(self) -> None:
         assert self.producer.flush(30) == 0
-
-
-def avro_writer(ns: Settings, topic: str) -> Any:
-    """A function encoding an Order in the Confluent wire format (schema registered)."""
-    import io
-    import struct
-
-    import fastavro
-
-    with registry_client(ns, writer=True) as registry:
-        schema_id = registry.register(f"{topic}-value", json.dumps(ORDER))
-    parsed = fastavro.parse_schema(ORDER)
-
-    def encode(record: dict[str, Any]) -> bytes:
-        buf = io.BytesIO()
-        buf.write(struct.pack(">bI", 0, schema_id))
-        fastavro.schemaless_writer(buf, parsed, record)
-        return buf.getvalue()
-
-    return encode
 
 
 def put(ns: Settings, *specs: dict[str, Any]) -> None:
@@ -187,7 +150,7 @@ def test_1000_records_100_matching_run_exactly_100_runs_once_across_a_kill9(  # 
     procs: list[CronstreamProcess],
 ) -> None:
     topic = create(ns, sources, f"cstest-src.{uuid.uuid4().hex[:8]}.orders", 3)
-    encode = avro_writer(ns, topic)
+    encode = order_writer(ns, topic)
     put(
         ns,
         {
@@ -212,7 +175,7 @@ def test_1000_records_100_matching_run_exactly_100_runs_once_across_a_kill9(  # 
             amount = 900 + n if n % 10 == 0 else n % 10  # every tenth matches
             source.send(
                 n,
-                encode({"id": n, "amount": amount, "customer": {"name": f"c{n % 7}"}}),
+                encode(order(n, amount)),
                 key=f"k{n % 13}",
             )
             time.sleep(0.004)
@@ -249,7 +212,7 @@ def test_1000_records_100_matching_run_exactly_100_runs_once_across_a_kill9(  # 
     for run_id, n in expected.items():  # the record, its Avro value decoded
         payload = json.loads(payloads[run_id][0])
         assert (payload["topic"], payload["key"]) == (topic, f"k{n % 13}")
-        assert payload["value"] == {"id": n, "amount": 900 + n, "customer": {"name": f"c{n % 7}"}}
+        assert payload["value"] == order(n, 900 + n)
     print(
         f"\nkill -9: 1000 records, {len(expected)} runs, each once; {len(again)} run "
         "requests written again after the kill (flagged possible_duplicate)"
