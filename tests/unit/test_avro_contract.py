@@ -385,19 +385,23 @@ def test_a_triggered_definition_reads_with_the_schema_before_triggers() -> None:
     assert (back["job_id"], "on" in back, "after" in back) == ("on-orders", False, False)
 
 
+def _example_run(name: str, *triggers: Trigger) -> RunRequest | RunOutcome:
+    """The first run request or outcome of ``EXAMPLES`` with the schema ``name`` and one of
+    ``triggers``."""
+    return next(
+        e
+        for e in EXAMPLES
+        if isinstance(e, RunRequest | RunOutcome) and name == e.AVRO_NAME and e.trigger in triggers
+    )
+
+
 @pytest.mark.parametrize("name", [RunRequest.AVRO_NAME, RunOutcome.AVRO_NAME])
 def test_an_event_run_read_by_a_reader_before_the_new_symbols_is_a_scheduled_one(
     name: str,
 ) -> None:
     old = fastavro.parse_schema(_before_event_triggers(name))
     current = parsed_schema(name)
-    event = next(
-        e
-        for e in EXAMPLES
-        if isinstance(e, RunRequest | RunOutcome)
-        and name == e.AVRO_NAME
-        and e.trigger in (Trigger.EVENT, Trigger.DEPENDENCY)
-    )
+    event = _example_run(name, Trigger.EVENT, Trigger.DEPENDENCY)
     back = read(write(current, event.to_avro()), current, old)
     assert back["trigger"] == "SCHEDULE"  # the enum's default
     assert back["run_id"] == event.run_id
@@ -407,13 +411,7 @@ def test_an_event_run_read_by_a_reader_before_the_new_symbols_is_a_scheduled_one
 def test_runs_written_before_the_new_symbols_read_unchanged(name: str) -> None:
     old = fastavro.parse_schema(_before_event_triggers(name))
     current = parsed_schema(name)
-    record = next(
-        e
-        for e in EXAMPLES
-        if isinstance(e, RunRequest | RunOutcome)
-        and name == e.AVRO_NAME
-        and e.trigger in (Trigger.RETRY, Trigger.SCHEDULE)
-    ).to_avro()
+    record = _example_run(name, Trigger.RETRY, Trigger.SCHEDULE).to_avro()
     assert read(write(old, record), old, current)["trigger"] == record["trigger"]
 
 
