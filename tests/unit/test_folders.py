@@ -10,17 +10,9 @@ import re
 import subprocess
 from pathlib import Path
 
+from tests.layout import CODE
+
 ROOT = Path(__file__).resolve().parents[2]
-CODE = (
-    "cronstream",
-    "infra",
-    "streams",
-    "consumers",
-    "producers",
-    "runtime",
-    "schemas",
-    "examples",
-)
 ROW = re.compile(r"^\| `([^`]+/)` \| (.*) \|$")
 NAMED = re.compile(r"`([\w/]+\.py)`")
 

@@ -8,18 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.layout import CODE
+
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = (
-    "cronstream",
-    "runtime",
-    "schemas",
-    "producers",
-    "consumers",
-    "streams",
-    "infra",
-    "examples",
-    "tests",
-)
+PACKAGES = (*CODE, "tests")
 MAX_FILE_LINES = 500
 MAX_FUNCTION_LINES = 60
 
