@@ -31,17 +31,44 @@ FIRING = "scheduler, dependencies, flows-coordinator, `runs backfill`"
 TENANT_CLI = "`cronstream tenant`"
 
 
+def _variable(role: str, name: str) -> str:
+    """A role's own variable: ``CRONSTREAM_<ROLE>_<NAME>``."""
+    return f"CRONSTREAM_{role.upper().replace('-', '_')}_{name}"
+
+
 def _metrics_port(role: str) -> Option[int]:
-    word = role.upper().replace("-", "_")
     old = (Old("CRONSTREAM_FLOWS_METRICS_PORT", SIZE),) if role == "flows-coordinator" else ()
     return Option(
-        f"CRONSTREAM_{word}_METRICS_PORT",
+        _variable(role, "METRICS_PORT"),
         SIZE,
         0,
         "serve `/metrics`, `/healthz` and `/readyz` on this port (0: off)",
         role,
         flag="--metrics-port",
         old=old,
+    )
+
+
+def _session_timeout(role: str, help: str) -> Option[int]:
+    """How long a silent member of ``role``'s consumer group keeps its partitions (its
+    older variable ``..._MS`` in milliseconds)."""
+    env = _variable(role, "SESSION_TIMEOUT")
+    return Option(
+        env,
+        duration,
+        10_000,
+        help,
+        role,
+        flag="--session-timeout",
+        old=(Old(f"{env}_MS", old_ms),),
+    )
+
+
+def _commit_interval(env: str, role: str, help: str, *, old: str) -> Option[int]:
+    """How often ``role`` commits its progress (``old``: its older variable, in
+    milliseconds)."""
+    return Option(
+        env, duration, 1000, help, role, flag="--commit-interval", old=(Old(old, old_ms),)
     )
 
 
@@ -62,23 +89,14 @@ MISFIRE_THRESHOLD = Option(
     flag="--misfire-threshold",
     old=(Old("CRONSTREAM_MISFIRE_THRESHOLD_MS", old_ms),),
 )
-COMMIT_INTERVAL = Option(
+COMMIT_INTERVAL = _commit_interval(
     "CRONSTREAM_COMMIT_INTERVAL",
-    duration,
-    1000,
+    "scheduler",
     "how often progress is committed (bounds the runs emitted again after a crash)",
-    "scheduler",
-    flag="--commit-interval",
-    old=(Old("CRONSTREAM_CHECKPOINT_MS", old_ms),),
+    old="CRONSTREAM_CHECKPOINT_MS",
 )
-SCHEDULER_SESSION_TIMEOUT = Option(
-    "CRONSTREAM_SCHEDULER_SESSION_TIMEOUT",
-    duration,
-    10_000,
-    "how long a silent (killed) scheduler keeps its partitions",
-    "scheduler",
-    flag="--session-timeout",
-    old=(Old("CRONSTREAM_SCHEDULER_SESSION_TIMEOUT_MS", old_ms),),
+SCHEDULER_SESSION_TIMEOUT = _session_timeout(
+    "scheduler", "how long a silent (killed) scheduler keeps its partitions"
 )
 LOOKAHEAD = Option(
     "CRONSTREAM_LOOKAHEAD",
@@ -155,15 +173,10 @@ WORKER_DESTINATION_SLOTS = Option(
     flag="--destination-slots",
     default_doc="half the concurrency",
 )
-WORKER_SESSION_TIMEOUT = Option(
-    "CRONSTREAM_WORKER_SESSION_TIMEOUT",
-    duration,
-    10_000,
+WORKER_SESSION_TIMEOUT = _session_timeout(
+    "worker",
     "how long a silent (killed) worker keeps its partitions: its group's, set on the "
     "broker at start",
-    "worker",
-    flag="--session-timeout",
-    old=(Old("CRONSTREAM_WORKER_SESSION_TIMEOUT_MS", old_ms),),
 )
 WORKER_GRACE = Option(
     "CRONSTREAM_WORKER_GRACE",
@@ -405,33 +418,21 @@ FLOWS_COORDINATOR_NICE = Option(
     flag="--nice",
     old=(Old("CRONSTREAM_FLOWS_NICE", SIZE),),
 )
-DEPENDENCIES_COMMIT_INTERVAL = Option(
+DEPENDENCIES_COMMIT_INTERVAL = _commit_interval(
     "CRONSTREAM_DEPENDENCIES_COMMIT_INTERVAL",
-    duration,
-    1000,
+    "dependencies",
     "how often its offsets are committed (the runs of the records a start reads again are "
     "emitted again, flagged)",
-    "dependencies",
-    flag="--commit-interval",
-    old=(Old("CRONSTREAM_DEPENDENCIES_COMMIT_MS", old_ms),),
+    old="CRONSTREAM_DEPENDENCIES_COMMIT_MS",
 )
-TRIGGERS_COMMIT_INTERVAL = Option(
+TRIGGERS_COMMIT_INTERVAL = _commit_interval(
     "CRONSTREAM_TRIGGERS_COMMIT_INTERVAL",
-    duration,
-    1000,
+    "triggers",
     "how often progress is committed (bounds the runs written again after a crash)",
-    "triggers",
-    flag="--commit-interval",
-    old=(Old("CRONSTREAM_TRIGGERS_CHECKPOINT_MS", old_ms),),
+    old="CRONSTREAM_TRIGGERS_CHECKPOINT_MS",
 )
-TRIGGERS_SESSION_TIMEOUT = Option(
-    "CRONSTREAM_TRIGGERS_SESSION_TIMEOUT",
-    duration,
-    10_000,
-    "how long a silent trigger processor keeps its source partitions",
-    "triggers",
-    flag="--session-timeout",
-    old=(Old("CRONSTREAM_TRIGGERS_SESSION_TIMEOUT_MS", old_ms),),
+TRIGGERS_SESSION_TIMEOUT = _session_timeout(
+    "triggers", "how long a silent trigger processor keeps its source partitions"
 )
 TRIGGERS_ALLOW_TOPICS = Option(
     "CRONSTREAM_TRIGGERS_ALLOW_TOPICS",

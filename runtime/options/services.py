@@ -9,6 +9,8 @@ them (``make docs``).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from cronstream.runtime.options.option import (
     PORT,
     Family,
@@ -29,6 +31,27 @@ from cronstream.runtime.options.option import (
 
 CLIENTS = "every process and command"
 STACK = "the local stack (`make up`)"
+
+
+def _heap_mb(
+    env: str, whose: str, default: int | None, *, least: int = 1, default_doc: str | None = None
+) -> Option[int]:
+    """The JVM heap of one of the local stack's services, in MiB (at least ``least``)."""
+    return Option(
+        env, whole(least), default, f"{whose} JVM heap, MiB", STACK, default_doc=default_doc
+    )
+
+
+def _kept_days(env: str, default: int, help: str, who: str) -> Option[int]:
+    """How long something is kept, in whole days (its older variable ``..._DAYS`` a
+    number of days)."""
+    return Option(env, days, default, help, who, old=(Old(f"{env}_DAYS", old_days),))
+
+
+def _password_file(password: Option[str]) -> Option[Path]:
+    """``password``'s ``..._FILE`` beside it: a file holding it, for the same readers."""
+    return Option(f"{password.env}_FILE", path, None, "a file holding its password", password.who)
+
 
 # Where the services are, and the local stack's shape
 
@@ -111,23 +134,17 @@ CASSANDRA_STORAGE_PORT = Option(
 CASSANDRA_JMX_PORT = Option(
     "CRONSTREAM_CASSANDRA_JMX_PORT", PORT, 7199, "local Cassandra: JMX", STACK
 )
-KAFKA_HEAP_MB = Option(
+KAFKA_HEAP_MB = _heap_mb(
     "CRONSTREAM_KAFKA_HEAP_MB",
-    whole(1),
+    "a local broker's",
     None,
-    "a local broker's JVM heap, MiB",
-    STACK,
     default_doc="768 (512 a node with 3 nodes)",
 )
-REGISTRY_HEAP_MB = Option(
-    "CRONSTREAM_REGISTRY_HEAP_MB", whole(1), 384, "the local registry's JVM heap, MiB", STACK
-)
-CASSANDRA_HEAP_MB = Option(
+REGISTRY_HEAP_MB = _heap_mb("CRONSTREAM_REGISTRY_HEAP_MB", "the local registry's", 384)
+CASSANDRA_HEAP_MB = _heap_mb(
     "CRONSTREAM_CASSANDRA_HEAP_MB",
-    whole(1),
+    "a local Cassandra node's",
     None,
-    "a local Cassandra node's JVM heap, MiB",
-    STACK,
     default_doc="1024 (768 a node with 3 nodes)",
 )
 BROKER_SESSION_TIMEOUT = Option(
@@ -206,22 +223,18 @@ MAX_PAYLOAD_BYTES = Option(
     "largest job payload accepted (at most 1048576)",
     CLIENTS,
 )
-HISTORY_TTL = Option(
+HISTORY_TTL = _kept_days(
     "CRONSTREAM_HISTORY_TTL",
-    days,
     30,
     "how long Cassandra keeps history (whole days); older days are read from the archive "
     "table (docs/lakehouse.md)",
     "sink, history queries",
-    old=(Old("CRONSTREAM_HISTORY_TTL_DAYS", old_days),),
 )
-OUTPUT_TTL = Option(
+OUTPUT_TTL = _kept_days(
     "CRONSTREAM_OUTPUT_TTL",
-    days,
     14,
     "how long the sink keeps a run's output (whole days)",
     "sink, history queries",
-    old=(Old("CRONSTREAM_OUTPUT_TTL_DAYS", old_days),),
 )
 
 # Kafka, the registry and Cassandra: security and logins
@@ -249,9 +262,7 @@ KAFKA_PASSWORD = Option(
     CLIENTS,
     default_doc="the stack's `credentials/<user>.secret`",
 )
-KAFKA_PASSWORD_FILE = Option(
-    "CRONSTREAM_KAFKA_PASSWORD_FILE", path, None, "a file holding its password", CLIENTS
-)
+KAFKA_PASSWORD_FILE = _password_file(KAFKA_PASSWORD)
 KAFKA_CA = Option(
     "CRONSTREAM_KAFKA_CA",
     path,
@@ -269,9 +280,7 @@ REGISTRY_USER = Option(
     default_doc="none (anonymous reads)",
 )
 REGISTRY_PASSWORD = Option("CRONSTREAM_REGISTRY_PASSWORD", text, None, "its password", CLIENTS)
-REGISTRY_PASSWORD_FILE = Option(
-    "CRONSTREAM_REGISTRY_PASSWORD_FILE", path, None, "a file holding its password", CLIENTS
-)
+REGISTRY_PASSWORD_FILE = _password_file(REGISTRY_PASSWORD)
 REGISTRY_WRITER = Option(
     "CRONSTREAM_REGISTRY_WRITER",
     text,
@@ -287,13 +296,7 @@ REGISTRY_WRITER_PASSWORD = Option(
     "bootstrap, `tenants add`",
     default_doc="the stack's `credentials/registry-<user>.secret`",
 )
-REGISTRY_WRITER_PASSWORD_FILE = Option(
-    "CRONSTREAM_REGISTRY_WRITER_PASSWORD_FILE",
-    path,
-    None,
-    "a file holding its password",
-    "bootstrap, `tenants add`",
-)
+REGISTRY_WRITER_PASSWORD_FILE = _password_file(REGISTRY_WRITER_PASSWORD)
 REGISTRY_CA = Option(
     "CRONSTREAM_REGISTRY_CA",
     path,
@@ -325,9 +328,7 @@ CASSANDRA_PASSWORD = Option(
     CLIENTS,
     default_doc="the stack's `credentials/cassandra-<user>.secret`",
 )
-CASSANDRA_PASSWORD_FILE = Option(
-    "CRONSTREAM_CASSANDRA_PASSWORD_FILE", path, None, "a file holding its password", CLIENTS
-)
+CASSANDRA_PASSWORD_FILE = _password_file(CASSANDRA_PASSWORD)
 CASSANDRA_CA = Option(
     "CRONSTREAM_CASSANDRA_CA",
     path,
@@ -389,13 +390,11 @@ ARCHIVE_CATALOG_PASSWORD_FILE = Option(
     "a file holding the catalog user's password",
     "archiver, history queries",
 )
-ARCHIVE_KEEP = Option(
+ARCHIVE_KEEP = _kept_days(
     "CRONSTREAM_ARCHIVE_KEEP",
-    days,
     366,
     "how long the archive keeps history (whole days; older ones are deleted hourly; 0 keeps all)",
     "archiver, `archive expire`",
-    old=(Old("CRONSTREAM_ARCHIVE_KEEP_DAYS", old_days),),
 )
 S3_ENDPOINT = Option(
     "CRONSTREAM_S3_ENDPOINT",
@@ -420,7 +419,7 @@ S3_REGION = Option(
     "CRONSTREAM_S3_REGION", text, "us-east-1", "its region", "archiver, history queries"
 )
 S3_PORT = Option("CRONSTREAM_S3_PORT", PORT, 9311, "the local S3Proxy", STACK)
-S3_HEAP_MB = Option("CRONSTREAM_S3_HEAP_MB", whole(64), 256, "its JVM heap, MiB", STACK)
+S3_HEAP_MB = _heap_mb("CRONSTREAM_S3_HEAP_MB", "its", 256, least=64)
 POSTGRES_PORT = Option(
     "CRONSTREAM_POSTGRES_PORT",
     PORT,
@@ -444,12 +443,8 @@ ALERTMANAGER_PORT = Option(
 CONNECT_PORT = Option(
     "CRONSTREAM_CONNECT_PORT", PORT, 8083, "the local Kafka Connect REST API", STACK
 )
-CONNECT_HEAP_MB = Option(
-    "CRONSTREAM_CONNECT_HEAP_MB",
-    whole(128),
-    384,
-    "the Kafka Connect worker's JVM heap, MiB",
-    STACK,
+CONNECT_HEAP_MB = _heap_mb(
+    "CRONSTREAM_CONNECT_HEAP_MB", "the Kafka Connect worker's", 384, least=128
 )
 SCRAPE_INTERVAL = Option(
     "CRONSTREAM_SCRAPE_INTERVAL",
