@@ -42,6 +42,15 @@ def _cfg(**kv: str) -> Mapping[str, str]:
     return MappingProxyType({k.replace("_", "."): v for k, v in kv.items()})
 
 
+def _kept(days: int) -> Mapping[str, str]:
+    """The configs of a topic whose records are deleted after ``days``."""
+    return _cfg(retention_ms=str(days * DAY_MS))
+
+
+# a topic of definitions: the last record of each key kept forever, a tombstone deletes it
+_DEFINITIONS = _cfg(cleanup_policy="compact", retention_ms="-1", min_cleanable_dirty_ratio="0.1")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TopicSpec:
     suffix: str
@@ -55,14 +64,14 @@ JOBS = TopicSpec(
     suffix="jobs",
     value_type=JobDefinition,
     doc="job definitions, key=job_id, compacted, kept forever; a tombstone deletes a job",
-    config=_cfg(cleanup_policy="compact", retention_ms="-1", min_cleanable_dirty_ratio="0.1"),
+    config=_DEFINITIONS,
 )
 RUNS = {
     priority: TopicSpec(
         suffix=f"runs.{priority.value.lower()}",
         value_type=RunRequest,
         doc=f"run requests of {priority.value} priority for the workers, key=job_id",
-        config=_cfg(retention_ms=str(7 * DAY_MS)),
+        config=_kept(7),
     )
     for priority in Priority
 }
@@ -70,38 +79,38 @@ TIMERS = TopicSpec(
     suffix="timers",
     value_type=TimerRequest,
     doc="retry/delay requests, key=job_id, co-partitioned with jobs",
-    config=_cfg(retention_ms=str(7 * DAY_MS)),
+    config=_kept(7),
 )
 HISTORY = TopicSpec(
     suffix="history",
     value_type=RunOutcome,
     doc="every outcome of every attempt, key=job_id; the sink writes it to Cassandra",
-    config=_cfg(retention_ms=str(7 * DAY_MS)),
+    config=_kept(7),
 )
 RUN_OUTPUT = TopicSpec(
     suffix="run-output",
     value_type=RunOutput,
     doc="what attempts printed or returned (docs/run-output.md), key=job_id; the sink "
     "writes it to Cassandra with a shorter TTL than history",
-    config=_cfg(retention_ms=str(7 * DAY_MS)),
+    config=_kept(7),
 )
 DLQ = TopicSpec(
     suffix="dlq",
     value_type=DeadLetter,
     doc="undecodable/invalid records and runs that exhausted their retries",
-    config=_cfg(retention_ms=str(30 * DAY_MS)),
+    config=_kept(30),
 )
 ALERTS = TopicSpec(
     suffix="alerts",
     value_type=Alert,
     doc="alerts: scheduled runs not succeeded by their deadline, and their clearing; key=job_id",
-    config=_cfg(retention_ms=str(30 * DAY_MS)),
+    config=_kept(30),
 )
 CONTROL = TopicSpec(
     suffix="control",
     value_type=ControlCommand,
     doc="cancel commands, key=run_id; every worker reads all of it",
-    config=_cfg(retention_ms=str(7 * DAY_MS)),
+    config=_kept(7),
     fixed_partitions=1,
 )
 
@@ -109,13 +118,13 @@ FLOWS = TopicSpec(
     suffix="flows",
     value_type=FlowDefinition,
     doc="flow definitions, key=flow_id, compacted, kept forever; a tombstone deletes a flow",
-    config=_cfg(cleanup_policy="compact", retention_ms="-1", min_cleanable_dirty_ratio="0.1"),
+    config=_DEFINITIONS,
 )
 FLOW_EVENTS = TopicSpec(
     suffix="flows.events",
     value_type=FlowEvent,
     doc="flow run starts, node run outcomes and reruns for the flows coordinator, key=flow_id",
-    config=_cfg(retention_ms=str(7 * DAY_MS)),
+    config=_kept(7),
 )
 
 AUDIT = TopicSpec(
@@ -123,7 +132,7 @@ AUDIT = TopicSpec(
     value_type=AuditRecord,
     doc="the audit trail: every definition change and run command, who, when, from where, "
     "the field-level diff; key=job_id, append-only, kept 365 days (as history)",
-    config=_cfg(retention_ms=str(365 * DAY_MS)),
+    config=_kept(365),
 )
 
 CATALOG: tuple[TopicSpec, ...] = (
@@ -175,13 +184,13 @@ TENANT_COMMANDS = TopicSpec(
     suffix="t.{tenant}.in",
     value_type=TenantCommand,
     doc="a tenant's commands on its own jobs, key=job_id; only that tenant may write",
-    config=_cfg(retention_ms=str(7 * DAY_MS)),
+    config=_kept(7),
 )
 TENANT_RESULTS = TopicSpec(
     suffix="t.{tenant}.out",
     value_type=TenantResult,
     doc="the admission's answer to each command, key=job_id; only that tenant may read",
-    config=_cfg(retention_ms=str(7 * DAY_MS)),
+    config=_kept(7),
 )
 
 
