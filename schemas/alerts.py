@@ -8,7 +8,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import ClassVar
 
-from cronstream.schemas.events import AvroRecord
+from cronstream.schemas.headers import record_headers
+from cronstream.schemas.record import KeyedByJob
 
 
 class AlertKind(StrEnum):
@@ -17,7 +18,7 @@ class AlertKind(StrEnum):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Alert(AvroRecord):
+class Alert(KeyedByJob):
     """A scheduled run's deadline missed, or that alert cleared (``cronstream.alerts``)."""
 
     AVRO_NAME: ClassVar[str] = "cronstream.Alert"
@@ -35,17 +36,14 @@ class Alert(AvroRecord):
     attempt: int = 0
     worker: str | None = None
 
-    def key(self) -> str:
-        return self.job_id
-
     def headers(self) -> list[tuple[str, bytes]]:
-        return [
-            ("event", b"Alert"),
-            ("kind", self.kind.value.encode()),
-            ("job_id", self.job_id.encode()),
-            ("run_id", self.run_id.encode()),
-            ("late_ms", str(self.late_ms).encode()),
-        ]
+        return record_headers(
+            "Alert",
+            ("kind", self.kind.value),
+            ("job_id", self.job_id),
+            ("run_id", self.run_id),
+            ("late_ms", str(self.late_ms)),
+        )
 
 
 def deadline_alert_id(run_id: str) -> str:

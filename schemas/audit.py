@@ -20,7 +20,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from cronstream.schemas.events import AvroRecord, to_jsonable
+from cronstream.schemas.events import to_jsonable
+from cronstream.schemas.headers import record_headers
+from cronstream.schemas.record import AvroRecord, KeyedByJob
 from cronstream.schemas.redact import redact_jsonable
 
 
@@ -49,7 +51,7 @@ class FieldChange(AvroRecord):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class AuditRecord(AvroRecord):
+class AuditRecord(KeyedByJob):
     AVRO_NAME: ClassVar[str] = "cronstream.AuditRecord"
 
     audit_id: str
@@ -63,16 +65,13 @@ class AuditRecord(AvroRecord):
     changes: tuple[FieldChange, ...] = ()
     detail: str | None = None
 
-    def key(self) -> str:
-        return self.job_id
-
     def headers(self) -> list[tuple[str, bytes]]:
-        return [
-            ("event", b"AuditRecord"),
-            ("action", self.action.value.encode()),
-            ("job_id", self.job_id.encode()),
-            ("principal", self.principal.encode()),
-        ]
+        return record_headers(
+            "AuditRecord",
+            ("action", self.action.value),
+            ("job_id", self.job_id),
+            ("principal", self.principal),
+        )
 
 
 IGNORED = frozenset({"updated_at"})  # changes on every write: not a change of the job

@@ -11,23 +11,26 @@ Instants are timezone-aware UTC ``datetime`` values; Avro carries them as
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from datetime import datetime
 from enum import StrEnum
-from functools import partial
-from operator import attrgetter, methodcaller
-from typing import Any, ClassVar, Self, get_args, get_origin, get_type_hints
+from typing import Any, ClassVar, Protocol, TypedDict
 
-from cronstream.schemas.headers import job_headers, run_headers, run_request_headers, text_headers
-from cronstream.schemas.instants import EPOCH, aware, from_ms, iso, to_ms, utc_now
+from cronstream.schemas.headers import (
+    job_headers,
+    record_headers,
+    run_headers,
+    run_request_headers,
+    text_headers,
+)
+from cronstream.schemas.instants import EPOCH, from_ms, iso, to_ms, utc_now
+from cronstream.schemas.record import AvroRecord, KeyedByJob
 from cronstream.schemas.schedules import (
     CronSchedule,
     IntervalSchedule,
     OnceSchedule,
     Schedule,
-    schedule_from_avro,
-    schedule_to_avro,
 )
 
 
@@ -92,76 +95,6 @@ class ControlAction(StrEnum):
 
 
 # -- Avro conversion --------------------------------------------------------------------
-# Each record class converts to and from fastavro's dicts by its field types, worked out
-# once per class: enums travel as their symbol, instants as aware datetimes, nested
-# records recursively, the schedule union as (record name, fields) so fastavro picks the
-# branch without guessing.
-Convert = Callable[[Any], Any]
-
-
-def _same(value: Any) -> Any:
-    return value
-
-
-def _optional(convert: Convert) -> Convert:
-    return lambda value: None if value is None else convert(value)
-
-
-def _record_from_avro(from_avro: Convert, value: Any) -> Any:
-    # A record in a union (["null", Record]) comes as (name, fields) from codecs, which
-    # read with return_record_name (for the schedule union).
-    return from_avro(value[1] if isinstance(value, tuple) else value)
-
-
-def _converters(hint: Any) -> tuple[Convert, Convert]:
-    """(to_avro, from_avro) for a value of type ``hint``."""
-    args = get_args(hint)
-    if CronSchedule in args:
-        return schedule_to_avro, schedule_from_avro
-    if type(None) in args:
-        (inner,) = [a for a in args if a is not type(None)]
-        to_inner, from_inner = _converters(inner)
-        return _optional(to_inner), _optional(from_inner)
-    if hint is datetime:
-        return _same, aware
-    if isinstance(hint, type) and issubclass(hint, StrEnum):
-        return attrgetter("value"), hint
-    if isinstance(hint, type) and issubclass(hint, AvroRecord):
-        return methodcaller("to_avro"), partial(_record_from_avro, hint.from_avro)
-    if get_origin(hint) is dict:
-        return dict, dict
-    if get_origin(hint) is tuple:  # tuple[X, ...]: an Avro array
-        to_item, from_item = _converters(args[0])
-        return (lambda seq: [to_item(x) for x in seq]), (lambda seq: tuple(map(from_item, seq)))
-    return _same, _same
-
-
-class AvroRecord:
-    """Mixin for the dataclasses that are Avro records: ``to_avro`` and ``from_avro``."""
-
-    __slots__ = ()
-
-    @classmethod
-    def _fields(cls) -> tuple[tuple[str, Convert, Convert], ...]:
-        try:
-            return cls.__dict__["_avro_fields_cache"]  # type: ignore[no-any-return]
-        except KeyError:
-            hints = get_type_hints(cls)
-            table = tuple(
-                (f.name, *_converters(hints[f.name]))
-                for f in fields(cls)  # type: ignore[arg-type]
-            )
-            type.__setattr__(cls, "_avro_fields_cache", table)
-            return table
-
-    def to_avro(self) -> dict[str, Any]:
-        return {name: to(getattr(self, name)) for name, to, _ in self._fields()}
-
-    @classmethod
-    def from_avro(cls, d: Mapping[str, Any]) -> Self:
-        return cls(**{name: back(d[name]) for name, _, back in cls._fields()})
-
-
 # -- nested values ----------------------------------------------------------------------
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Target(AvroRecord):
@@ -179,6 +112,43 @@ class RetryPolicy(AvroRecord):
     max_attempts: int = 3
     initial_backoff_ms: int = 1000
     max_backoff_ms: int = 300_000
+
+
+class Execution(TypedDict):
+    """What a run executes and how, the same for every run of one job or flow node:
+    ``execution`` copies it from a job, a flow node or a run into a run or a flow node."""
+
+    target: Target
+    payload: str | None
+    priority: Priority
+    timeout_ms: int
+    retry: RetryPolicy
+
+
+class Executes(Protocol):
+    """A job, a flow node or a run request: each says what its runs execute."""
+
+    @property
+    def target(self) -> Target: ...
+    @property
+    def payload(self) -> str | None: ...
+    @property
+    def priority(self) -> Priority: ...
+    @property
+    def timeout_ms(self) -> int: ...
+    @property
+    def retry(self) -> RetryPolicy: ...
+
+
+def execution(of: Executes) -> Execution:
+    """What ``of``'s runs execute, to give a run (``RunRequest(..., **execution(job))``)."""
+    return Execution(
+        target=of.target,
+        payload=of.payload,
+        priority=of.priority,
+        timeout_ms=of.timeout_ms,
+        retry=of.retry,
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -215,7 +185,7 @@ class EventTrigger(AvroRecord):
 
 # -- top-level events -------------------------------------------------------------------
 @dataclass(frozen=True, slots=True, kw_only=True)
-class JobDefinition(AvroRecord):
+class JobDefinition(KeyedByJob):
     AVRO_NAME: ClassVar[str] = "cronstream.JobDefinition"
 
     job_id: str
@@ -237,9 +207,6 @@ class JobDefinition(AvroRecord):
     deadline_ms: int | None = None  # slot -> success, else an alert
     on: EventTrigger | None = None  # runs caused by a topic's records, beside the schedule
     after: tuple[str, ...] = ()  # runs once these jobs succeeded for a date (no schedule)
-
-    def key(self) -> str:
-        return self.job_id
 
     def headers(self) -> list[tuple[str, bytes]]:
         return job_headers(self.job_id, op="put", detail=self.describe_schedule())
@@ -265,17 +232,13 @@ class JobDefinition(AvroRecord):
             scheduled_at=scheduled_at,
             fired_at=fired_at,
             trigger=trigger,
-            target=self.target,
-            payload=self.payload,
-            priority=self.priority,
-            timeout_ms=self.timeout_ms,
-            retry=self.retry,
             concurrency=self.concurrency,
+            **execution(self),
         )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunRequest(AvroRecord):
+class RunRequest(KeyedByJob):
     AVRO_NAME: ClassVar[str] = "cronstream.RunRequest"
 
     run_id: str
@@ -294,9 +257,6 @@ class RunRequest(AvroRecord):
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     concurrency: Concurrency = Concurrency.ALLOW
 
-    def key(self) -> str:
-        return self.job_id
-
     def headers(self) -> list[tuple[str, bytes]]:
         due = self.due_at
         return run_request_headers(
@@ -311,7 +271,7 @@ class RunRequest(AvroRecord):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunOutcome(AvroRecord):
+class RunOutcome(KeyedByJob):
     AVRO_NAME: ClassVar[str] = "cronstream.RunOutcome"
 
     run_id: str
@@ -330,9 +290,6 @@ class RunOutcome(AvroRecord):
     target_type: str | None = None
     worker: str | None = None
 
-    def key(self) -> str:
-        return self.job_id
-
     def headers(self) -> list[tuple[str, bytes]]:
         return run_headers(
             "RunOutcome",
@@ -345,7 +302,7 @@ class RunOutcome(AvroRecord):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TimerRequest(AvroRecord):
+class TimerRequest(KeyedByJob):
     AVRO_NAME: ClassVar[str] = "cronstream.TimerRequest"
 
     timer_id: str
@@ -354,9 +311,6 @@ class TimerRequest(AvroRecord):
     reason: TimerReason
     created_at: datetime
     run: RunRequest
-
-    def key(self) -> str:
-        return self.job_id
 
     def headers(self) -> list[tuple[str, bytes]]:
         headers = run_headers(
@@ -386,14 +340,8 @@ class ControlCommand(AvroRecord):
         return self.run_id
 
     def headers(self) -> list[tuple[str, bytes]]:
-        headers = [
-            ("event", b"ControlCommand"),
-            ("action", self.action.value.encode()),
-            ("run_id", self.run_id.encode()),
-        ]
-        if self.job_id:
-            headers.append(("job_id", self.job_id.encode()))
-        return headers
+        always = (("action", self.action.value), ("run_id", self.run_id))
+        return record_headers("ControlCommand", *always, job_id=self.job_id)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -416,22 +364,15 @@ class DeadLetter(AvroRecord):
         return self.job_id or (self.source_key or b"").decode("utf-8", "replace")
 
     def headers(self) -> list[tuple[str, bytes]]:
-        headers = [
-            ("event", b"DeadLetter"),
-            ("stage", self.stage.encode()),
-            (
-                "source",
-                f"{self.source_topic}/{self.source_partition}@{self.source_offset}".encode(),
-            ),
-            ("reason", self.reason[:200].encode()),
-        ]
-        if self.job_id:
-            headers.append(("job_id", self.job_id.encode()))
-        if self.run_id:
-            headers.append(("run_id", self.run_id.encode()))
-        if self.attempt is not None:
-            headers.append(("attempt", str(self.attempt).encode()))
-        return headers
+        return record_headers(
+            "DeadLetter",
+            ("stage", self.stage),
+            ("source", f"{self.source_topic}/{self.source_partition}@{self.source_offset}"),
+            ("reason", self.reason[:200]),
+            job_id=self.job_id,
+            run_id=self.run_id,
+            attempt=None if self.attempt is None else str(self.attempt),
+        )
 
 
 Event = JobDefinition | RunRequest | RunOutcome | TimerRequest | ControlCommand | DeadLetter
@@ -445,6 +386,7 @@ __all__ = [
     "DeadLetter",
     "Event",
     "EventTrigger",
+    "Execution",
     "IntervalSchedule",
     "JobDefinition",
     "MisfireKind",
@@ -460,6 +402,7 @@ __all__ = [
     "TimerReason",
     "TimerRequest",
     "Trigger",
+    "execution",
     "from_ms",
     "iso",
     "job_headers",

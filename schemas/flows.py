@@ -8,7 +8,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import ClassVar
 
-from cronstream.schemas.events import AvroRecord, Concurrency, Priority, RetryPolicy, Target
+from cronstream.schemas.events import Concurrency, Priority, RetryPolicy, Target
+from cronstream.schemas.headers import record_headers
+from cronstream.schemas.record import AvroRecord
 
 
 class FlowTriggerRule(StrEnum):
@@ -45,11 +47,9 @@ class FlowDefinition(AvroRecord):
         return self.flow_id
 
     def headers(self) -> list[tuple[str, bytes]]:
-        return [
-            ("event", b"FlowDefinition"),
-            ("flow_id", self.flow_id.encode()),
-            ("nodes", str(len(self.nodes)).encode()),
-        ]
+        return record_headers(
+            "FlowDefinition", ("flow_id", self.flow_id), ("nodes", str(len(self.nodes)))
+        )
 
 
 class FlowEventKind(StrEnum):
@@ -80,14 +80,11 @@ class FlowEvent(AvroRecord):
         return self.flow_id
 
     def headers(self) -> list[tuple[str, bytes]]:
-        headers = [
-            ("event", b"FlowEvent"),
-            ("kind", self.kind.value.encode()),
-            ("flow_id", self.flow_id.encode()),
-            ("flow_run_id", self.flow_run_id.encode()),
-        ]
-        if self.run_id is not None:
-            headers.append(("run_id", self.run_id.encode()))
-        if self.status is not None:
-            headers.append(("status", self.status.encode()))
-        return headers
+        return record_headers(
+            "FlowEvent",
+            ("kind", self.kind.value),
+            ("flow_id", self.flow_id),
+            ("flow_run_id", self.flow_run_id),
+            run_id=self.run_id,
+            status=self.status,
+        )

@@ -17,6 +17,17 @@ def job_headers(job_id: str, *, op: str, detail: str | None = None) -> list[tupl
     return headers
 
 
+def record_headers(
+    event: str, *always: tuple[str, str], **if_set: str | None
+) -> list[tuple[str, bytes]]:
+    """A record's readable headers, UTF-8: ``("event", event)``, each of ``always``, then
+    each of ``if_set`` that has a text (None and "" are left out), in that order."""
+    headers = [("event", event.encode())]
+    headers += [(name, text.encode()) for name, text in always]
+    headers += [(name, text.encode()) for name, text in if_set.items() if text]
+    return headers
+
+
 def run_headers(
     event: str,
     *,

@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import ClassVar
 
-from cronstream.schemas.events import AvroRecord
 from cronstream.schemas.headers import run_headers
+from cronstream.schemas.record import KeyedByJob
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunOutput(AvroRecord):
+class RunOutput(KeyedByJob):
     """The output of one attempt of one run, keyed by its job id (as its outcome)."""
 
     AVRO_NAME: ClassVar[str] = "cronstream.RunOutput"
@@ -39,9 +39,6 @@ class RunOutput(AvroRecord):
         if self.dropped is not None:
             return "its start was not kept: its last bytes are shown"
         return None
-
-    def key(self) -> str:
-        return self.job_id
 
     def headers(self) -> list[tuple[str, bytes]]:
         return run_headers(

@@ -20,9 +20,11 @@ from typing import ClassVar
 
 from cronstream.schemas.alerts import Alert
 from cronstream.schemas.audit import AuditRecord
-from cronstream.schemas.events import AvroRecord, Event, JobDefinition
+from cronstream.schemas.events import Event, JobDefinition
 from cronstream.schemas.flows import FlowDefinition, FlowEvent
+from cronstream.schemas.headers import record_headers
 from cronstream.schemas.output import RunOutput
+from cronstream.schemas.record import KeyedByJob
 
 # Lower-case letters, digits and '-', no dots: a prefixed ACL on ``<prefix>.t.<tenant>.``
 # then never reaches another tenant whose name merely starts the same.
@@ -108,7 +110,7 @@ def commands_pattern(prefix: str, suffix: str = "in") -> str:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TenantCommand(AvroRecord):
+class TenantCommand(KeyedByJob):
     AVRO_NAME: ClassVar[str] = "cronstream.TenantCommand"
 
     command_id: str
@@ -121,19 +123,14 @@ class TenantCommand(AvroRecord):
     reason: str | None = None
     issued_by: str | None = None  # who and from where, for the audit trail
 
-    def key(self) -> str:
-        return self.job_id
-
     def headers(self) -> list[tuple[str, bytes]]:
-        return [
-            ("event", b"TenantCommand"),
-            ("action", self.action.value.encode()),
-            ("job_id", self.job_id.encode()),
-        ]
+        return record_headers(
+            "TenantCommand", ("action", self.action.value), ("job_id", self.job_id)
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TenantResult(AvroRecord):
+class TenantResult(KeyedByJob):
     AVRO_NAME: ClassVar[str] = "cronstream.TenantResult"
 
     command_id: str
@@ -146,23 +143,15 @@ class TenantResult(AvroRecord):
     action: TenantAction | None = None
     code: RefusalCode | None = None  # a refusal's (None: accepted, or an older admission)
 
-    def key(self) -> str:
-        return self.job_id
-
     def headers(self) -> list[tuple[str, bytes]]:
-        verdict = b"accepted" if self.accepted else b"refused"
-        action = self.action.value.encode() if self.action else b""
-        headers = [
-            ("event", b"TenantResult"),
-            ("action", action),
-            ("job_id", self.job_id.encode()),
-            ("verdict", verdict),
-        ]
-        if self.code:
-            headers.append(("code", self.code.value.encode()))
-        if self.reason:
-            headers.append(("reason", self.reason[:200].encode()))
-        return headers
+        return record_headers(
+            "TenantResult",
+            ("action", self.action.value if self.action else ""),
+            ("job_id", self.job_id),
+            ("verdict", "accepted" if self.accepted else "refused"),
+            code=self.code.value if self.code else None,
+            reason=self.reason[:200] if self.reason else None,
+        )
 
 
 AnyEvent = (
