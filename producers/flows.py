@@ -37,7 +37,7 @@ from cronstream.producers.spec import yaml_entries
 from cronstream.schemas.definition import job_from_spec
 from cronstream.schemas.definition.spec import TARGET_KEYS
 from cronstream.schemas.errors import SpecError
-from cronstream.schemas.events import Concurrency, JobDefinition, utc_now
+from cronstream.schemas.events import Concurrency, JobDefinition, execution, utc_now
 from cronstream.schemas.flows import FlowDefinition, FlowNode, FlowTriggerRule
 from cronstream.schemas.limits import MAX_JOB_ID, name_problems
 
@@ -177,11 +177,7 @@ def _node(
         return None, problems
     return FlowNode(
         name=name,
-        target=job.target,
-        payload=job.payload,
-        priority=job.priority,
-        timeout_ms=job.timeout_ms,
-        retry=job.retry,
+        **execution(job),
         after=tuple(after),
         trigger_rule=FlowTriggerRule[text],
     ), []

@@ -39,6 +39,7 @@ from cronstream.schemas.events import (
     RunRequest,
     RunStatus,
     Trigger,
+    execution,
     from_ms,
     to_ms,
 )
@@ -176,12 +177,8 @@ class RunRequestReader:
             trigger=TRIGGERS[trigger],
             possible_duplicate=duplicate == 1,
             due_at=None if due is None else from_ms(due),
-            target=known.target,
-            payload=known.payload,
-            priority=known.priority,
-            timeout_ms=known.timeout_ms,
-            retry=known.retry,
             concurrency=known.concurrency,
+            **execution(known),
         )
 
 

@@ -25,6 +25,7 @@ from cronstream.schemas.events import (
     RunRequest,
     RunStatus,
     Trigger,
+    execution,
     from_ms,
     to_ms,
     utc_now,
@@ -365,11 +366,7 @@ class Coordinator:
             fired_at=now,
             trigger=Trigger.FLOW,
             possible_duplicate=item.possible_duplicate,
-            target=spec.target,
-            payload=spec.payload,
-            priority=spec.priority,
-            timeout_ms=spec.timeout_ms,
-            retry=spec.retry,
+            **execution(spec),
         )
         topic = self.topics.runs(spec.priority)
         return topic, run.flow_id, self.codec.encode(topic, request), request.headers()
