@@ -72,6 +72,25 @@ def _commit_interval(env: str, role: str, help: str, *, old: str) -> Option[int]
     )
 
 
+def _allowed(target: str, help: str, *, default_doc: str | None = None) -> Option[tuple[str, ...]]:
+    """What the worker lets ``target``'s jobs reach (a target type's allow list)."""
+    return Option(
+        f"CRONSTREAM_{target.upper()}_ALLOW",
+        names,
+        NOTHING,
+        help,
+        "worker",
+        flag=f"--{target}-allow",
+        default_doc=default_doc,
+    )
+
+
+def _listening(role: str, port: int) -> tuple[Option[str], Option[int]]:
+    """The address and the port ``role`` serves HTTP on."""
+    host = Option(_variable(role, "HOST"), text, "127.0.0.1", "the address it listens on", role)
+    return host, Option(_variable(role, "PORT"), PORT, port, "the port it listens on", role)
+
+
 # role -> its metrics port, for every role ``make run`` gives one
 METRICS_PORTS = MappingProxyType(
     {role: _metrics_port(role) for role, access in ROLES.items() if access.metrics_slot is not None}
@@ -211,21 +230,11 @@ WORKER_OUTPUT_LIMIT = Option(
     "worker",
     flag="--output-limit",
 )
-HTTP_ALLOW = Option(
-    "CRONSTREAM_HTTP_ALLOW",
-    names,
-    NOTHING,
-    "networks (CIDR), comma-separated, http targets may call although not public",
-    "worker",
-    flag="--http-allow",
+HTTP_ALLOW = _allowed(
+    "http", "networks (CIDR), comma-separated, http targets may call although not public"
 )
-SHELL_ALLOW = Option(
-    "CRONSTREAM_SHELL_ALLOW",
-    names,
-    NOTHING,
-    "patterns of whole commands shell targets may run, comma-separated (none: shell off)",
-    "worker",
-    flag="--shell-allow",
+SHELL_ALLOW = _allowed(
+    "shell", "patterns of whole commands shell targets may run, comma-separated (none: shell off)"
 )
 SHELL_ENV = Option(
     "CRONSTREAM_SHELL_ENV",
@@ -244,13 +253,9 @@ PYTHON_ALLOW = Option(
     "worker",
     default_doc="`examples` (the repository's)",
 )
-KAFKA_ALLOW = Option(
-    "CRONSTREAM_KAFKA_ALLOW",
-    names,
-    NOTHING,
+KAFKA_ALLOW = _allowed(
+    "kafka",
     "topic patterns (fnmatch), comma-separated, kafka targets may write to",
-    "worker",
-    flag="--kafka-allow",
     default_doc="none: any topic but cronstream's and `__*`",
 )
 SECRETS_DIR = Option(
@@ -365,10 +370,8 @@ TENANT_REQUEST_PERCENTAGE = Option(
 
 # The API and the dashboard
 
-API_HOST = Option("CRONSTREAM_API_HOST", text, "127.0.0.1", "the address it listens on", "api")
-API_PORT = Option("CRONSTREAM_API_PORT", PORT, 8780, "the port it listens on", "api")
-UI_HOST = Option("CRONSTREAM_UI_HOST", text, "127.0.0.1", "the address it listens on", "ui")
-UI_PORT = Option("CRONSTREAM_UI_PORT", PORT, 8780, "the port it listens on", "ui")
+API_HOST, API_PORT = _listening("api", 8780)
+UI_HOST, UI_PORT = _listening("ui", 8780)
 ALLOWED_HOSTS = Option(
     "CRONSTREAM_ALLOWED_HOSTS",
     names,
