@@ -8,8 +8,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import ClassVar
 
+from cronstream.schemas.avro import KeyedByJob
 from cronstream.schemas.headers import record_headers
-from cronstream.schemas.record import KeyedByJob
 
 
 class AlertKind(StrEnum):

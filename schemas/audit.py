@@ -20,9 +20,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, ClassVar
 
+from cronstream.schemas.avro import AvroRecord, KeyedByJob
 from cronstream.schemas.events import to_jsonable
 from cronstream.schemas.headers import record_headers
-from cronstream.schemas.record import AvroRecord, KeyedByJob
 from cronstream.schemas.redact import redact_jsonable
 
 

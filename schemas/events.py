@@ -17,6 +17,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, ClassVar, Protocol, TypedDict
 
+from cronstream.schemas.avro import AvroRecord, KeyedByJob
 from cronstream.schemas.headers import (
     job_headers,
     record_headers,
@@ -25,7 +26,6 @@ from cronstream.schemas.headers import (
     text_headers,
 )
 from cronstream.schemas.instants import EPOCH, from_ms, iso, to_ms, utc_now
-from cronstream.schemas.record import AvroRecord, KeyedByJob
 from cronstream.schemas.schedules import (
     CronSchedule,
     IntervalSchedule,

@@ -8,9 +8,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import ClassVar
 
+from cronstream.schemas.avro import AvroRecord
 from cronstream.schemas.events import Concurrency, Priority, RetryPolicy, Target
 from cronstream.schemas.headers import record_headers
-from cronstream.schemas.record import AvroRecord
 
 
 class FlowTriggerRule(StrEnum):

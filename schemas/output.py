@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import ClassVar
 
+from cronstream.schemas.avro import KeyedByJob
 from cronstream.schemas.headers import run_headers
-from cronstream.schemas.record import KeyedByJob
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

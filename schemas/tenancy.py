@@ -20,11 +20,11 @@ from typing import ClassVar
 
 from cronstream.schemas.alerts import Alert
 from cronstream.schemas.audit import AuditRecord
+from cronstream.schemas.avro import KeyedByJob
 from cronstream.schemas.events import Event, JobDefinition
 from cronstream.schemas.flows import FlowDefinition, FlowEvent
 from cronstream.schemas.headers import record_headers
 from cronstream.schemas.output import RunOutput
-from cronstream.schemas.record import KeyedByJob
 
 # Lower-case letters, digits and '-', no dots: a prefixed ACL on ``<prefix>.t.<tenant>.``
 # then never reaches another tenant whose name merely starts the same.
