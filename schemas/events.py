@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Protocol, TypedDict
 
 from cronstream.schemas.avro import AvroRecord, KeyedByJob
 from cronstream.schemas.headers import (
+    NamesRun,
     job_headers,
     record_headers,
     run_headers,
@@ -148,6 +149,36 @@ def execution(of: Executes) -> Execution:
         priority=of.priority,
         timeout_ms=of.timeout_ms,
         retry=of.retry,
+    )
+
+
+class RunIdentity(TypedDict):
+    """Which attempt of which run a record is about: ``run_identity`` copies it from a
+    run into each record about it (its context, its outcomes, its output)."""
+
+    run_id: str
+    job_id: str
+    tenant: str
+    attempt: int
+    scheduled_at: datetime
+
+
+class IdentifiesRun(NamesRun, Protocol):
+    """A run request, outcome or output: each says which attempt of which run it is."""
+
+    @property
+    def tenant(self) -> str: ...
+
+
+def run_identity(of: IdentifiesRun) -> RunIdentity:
+    """Which attempt of which run ``of`` is, to give a record about it
+    (``RunOutput(..., **run_identity(run))``)."""
+    return RunIdentity(
+        run_id=of.run_id,
+        job_id=of.job_id,
+        tenant=of.tenant,
+        attempt=of.attempt,
+        scheduled_at=of.scheduled_at,
     )
 
 
@@ -291,14 +322,7 @@ class RunOutcome(KeyedByJob):
     worker: str | None = None
 
     def headers(self) -> list[tuple[str, bytes]]:
-        return run_headers(
-            "RunOutcome",
-            run_id=self.run_id,
-            job_id=self.job_id,
-            scheduled_at=self.scheduled_at,
-            attempt=self.attempt,
-            status=self.status.value,
-        )
+        return run_headers("RunOutcome", self, status=self.status.value)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -313,14 +337,7 @@ class TimerRequest(KeyedByJob):
     run: RunRequest
 
     def headers(self) -> list[tuple[str, bytes]]:
-        headers = run_headers(
-            "TimerRequest",
-            run_id=self.run.run_id,
-            job_id=self.job_id,
-            scheduled_at=self.run.scheduled_at,
-            attempt=self.run.attempt,
-            status=f"{self.reason.value}_PENDING",
-        )
+        headers = run_headers("TimerRequest", self.run, status=f"{self.reason.value}_PENDING")
         headers.append(("due_at", iso(self.due_at).encode()))
         return headers
 
@@ -387,6 +404,7 @@ __all__ = [
     "Event",
     "EventTrigger",
     "Execution",
+    "IdentifiesRun",
     "IntervalSchedule",
     "JobDefinition",
     "MisfireKind",
@@ -394,6 +412,7 @@ __all__ = [
     "OnceSchedule",
     "Priority",
     "RetryPolicy",
+    "RunIdentity",
     "RunOutcome",
     "RunRequest",
     "RunStatus",
@@ -406,6 +425,7 @@ __all__ = [
     "from_ms",
     "iso",
     "job_headers",
+    "run_identity",
     "text_headers",
     "to_jsonable",
     "to_ms",

@@ -4,7 +4,7 @@ that `kcat -f '%k %h'` shows what flows), and reading them back."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from cronstream.schemas.instants import iso
 
@@ -28,22 +28,29 @@ def record_headers(
     return headers
 
 
-def run_headers(
-    event: str,
-    *,
-    run_id: str,
-    job_id: str,
-    scheduled_at: datetime,
-    attempt: int,
-    status: str,
-) -> list[tuple[str, bytes]]:
-    """The readable headers every run-related record carries (kcat shows them)."""
+class NamesRun(Protocol):
+    """A record about one attempt of one run (its request, outcome or output): what its
+    readable headers name it by."""
+
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def job_id(self) -> str: ...
+    @property
+    def scheduled_at(self) -> datetime: ...
+    @property
+    def attempt(self) -> int: ...
+
+
+def run_headers(event: str, run: NamesRun, *, status: str) -> list[tuple[str, bytes]]:
+    """The readable headers every run-related record carries (kcat shows them): those
+    naming ``run``'s attempt, then ``status``."""
     return encoded_run_headers(
         event.encode(),
-        job_id.encode(),
-        run_id.encode(),
-        iso(scheduled_at).encode(),
-        attempt=str(attempt).encode(),
+        run.job_id.encode(),
+        run.run_id.encode(),
+        iso(run.scheduled_at).encode(),
+        attempt=str(run.attempt).encode(),
         status=status.encode(),
     )
 

@@ -41,11 +41,4 @@ class RunOutput(KeyedByJob):
         return None
 
     def headers(self) -> list[tuple[str, bytes]]:
-        return run_headers(
-            "RunOutput",
-            run_id=self.run_id,
-            job_id=self.job_id,
-            scheduled_at=self.scheduled_at,
-            attempt=self.attempt,
-            status=self.status,
-        )
+        return run_headers("RunOutput", self, status=self.status)

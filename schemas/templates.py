@@ -41,6 +41,7 @@ from cronstream.schemas.events import (
     Trigger,
     execution,
     from_ms,
+    run_identity,
     to_ms,
 )
 from cronstream.schemas.limits import head_problems, refusal, tail_problems
@@ -205,14 +206,14 @@ class OutcomeTemplate:
         job_id: str,
         tenant: str,
         attempt: int,
+        scheduled_at: datetime,
         trigger: Trigger,
-        scheduled_ms: int,
         target_type: str | None,
         worker: str | None,
     ) -> None:
         self._head = avro_string(run_id) + avro_string(job_id) + avro_string(tenant)
         self._head += zigzag(attempt)
-        self._middle = TRIGGER_BYTE[trigger] + zigzag(scheduled_ms)
+        self._middle = TRIGGER_BYTE[trigger] + zigzag(to_ms(scheduled_at))
         self._tail = _opt_string(target_type) + _opt_string(worker)
 
     def encode(
@@ -252,14 +253,7 @@ def encode_run_outcome(outcome: RunOutcome) -> bytes:
     """The Avro body (no wire-format header) of ``outcome``, as fastavro writes it."""
     o = outcome
     template = OutcomeTemplate(
-        run_id=o.run_id,
-        job_id=o.job_id,
-        tenant=o.tenant,
-        attempt=o.attempt,
-        trigger=o.trigger,
-        scheduled_ms=to_ms(o.scheduled_at),
-        target_type=o.target_type,
-        worker=o.worker,
+        **run_identity(o), trigger=o.trigger, target_type=o.target_type, worker=o.worker
     )
     return template.encode(
         o.status,

@@ -45,6 +45,7 @@ from cronstream.schemas.events import (
     Target,
     TimerRequest,
     Trigger,
+    run_identity,
     to_ms,
 )
 from cronstream.schemas.redact import redact_text
@@ -283,12 +284,8 @@ class Attempts:
         now_ms, now = int(time.time() * 1000), time.monotonic()
         executor = self.executors.get(run.target.type)
         context = RunContext(
-            run_id=run.run_id,
-            job_id=run.job_id,
-            attempt=run.attempt,
-            scheduled_at=run.scheduled_at,
+            **run_identity(run),
             payload=run.payload,
-            tenant=run.tenant,
             deadline=now + run.timeout_ms / 1000 if deadline is None else deadline,
         )
         pending.context = context

@@ -24,7 +24,14 @@ from cronstream.runtime.kafka.publisher import Mark, Publisher
 from cronstream.runtime.kafka.records import ConsumedMessage, dead_letter
 from cronstream.runtime.settings import Settings
 from cronstream.schemas.catalog import Topics
-from cronstream.schemas.events import DeadLetter, RunOutcome, RunRequest, RunStatus, from_ms, to_ms
+from cronstream.schemas.events import (
+    DeadLetter,
+    RunOutcome,
+    RunRequest,
+    RunStatus,
+    from_ms,
+    run_identity,
+)
 from cronstream.schemas.output import RunOutput
 from cronstream.schemas.serde import Codec
 from cronstream.schemas.templates import LetterWriter, OutcomeTemplate
@@ -199,12 +206,8 @@ class Outbox:
         template = pending.template
         if template is None:
             template = pending.template = OutcomeTemplate(
-                run_id=run.run_id,
-                job_id=run.job_id,
-                tenant=run.tenant,
-                attempt=run.attempt,
+                **run_identity(run),
                 trigger=run.trigger,
-                scheduled_ms=to_ms(run.scheduled_at),
                 target_type=run.target.type,
                 worker=self.name,
             )
@@ -240,12 +243,8 @@ class Outbox:
         """The encoded RunOutput of ``pending``'s attempt (its value and headers)."""
         run = pending.run
         record = RunOutput(
-            run_id=run.run_id,
-            job_id=run.job_id,
-            tenant=run.tenant,
-            attempt=run.attempt,
+            **run_identity(run),
             status=status.value,
-            scheduled_at=run.scheduled_at,
             recorded_at=from_ms(now_ms),
             output=output[0],
             dropped=output[1],

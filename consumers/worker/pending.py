@@ -40,15 +40,7 @@ def outcome_headers(pending: Pending, status: RunStatus) -> Headers:
     """The readable headers of an outcome of ``pending``'s attempt (``run_headers``; all
     but the status, which comes last, are built once per attempt)."""
     if pending.headers is None:
-        run = pending.run
-        headers = run_headers(
-            "RunOutcome",
-            run_id=run.run_id,
-            job_id=run.job_id,
-            scheduled_at=run.scheduled_at,
-            attempt=run.attempt,
-            status=status.value,
-        )
+        headers = run_headers("RunOutcome", pending.run, status=status.value)
         assert headers[-1][0] == "status", headers
         pending.headers = headers[:-1]
         return headers
