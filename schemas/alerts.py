@@ -10,6 +10,7 @@ from typing import ClassVar
 
 from cronstream.schemas.avro import KeyedByJob
 from cronstream.schemas.headers import record_headers
+from cronstream.schemas.instants import to_ms
 
 
 class AlertKind(StrEnum):
@@ -50,3 +51,34 @@ def deadline_alert_id(run_id: str) -> str:
     """The ``alert_id`` of a run's deadline alerts: one per run, missed and cleared alike
     (whoever raises them: the worker for a job, the flows coordinator for a flow)."""
     return f"{run_id}:deadline"
+
+
+def deadline_alert(  # noqa: PLR0913 - the Alert record's fields but the two it derives
+    kind: AlertKind,
+    *,
+    job_id: str,
+    run_id: str,
+    tenant: str,
+    scheduled_at: datetime,
+    deadline_at: datetime,
+    raised_at: datetime,
+    last_status: str,
+    worker: str,
+    attempt: int = 0,
+) -> Alert:
+    """A run's deadline alert, missed or cleared, raised at ``raised_at``: its run's
+    ``alert_id``, late by the time from the deadline to then (0 when not late)."""
+    return Alert(
+        alert_id=deadline_alert_id(run_id),
+        kind=kind,
+        job_id=job_id,
+        run_id=run_id,
+        tenant=tenant,
+        scheduled_at=scheduled_at,
+        deadline_at=deadline_at,
+        raised_at=raised_at,
+        late_ms=max(0, to_ms(raised_at) - to_ms(deadline_at)),
+        last_status=last_status,
+        attempt=attempt,
+        worker=worker,
+    )

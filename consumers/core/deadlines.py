@@ -23,7 +23,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from cronstream.consumers.core.dedup import Dedup
-from cronstream.schemas.alerts import Alert, AlertKind, deadline_alert_id
+from cronstream.schemas.alerts import Alert, AlertKind, deadline_alert
 from cronstream.schemas.events import RunRequest, from_ms, to_ms
 
 
@@ -48,17 +48,14 @@ class Deadlines:
             last = "RUNNING"
         else:
             last = "FAILED (retrying)" if attempt else "NOT_STARTED"
-        deadline_ms = to_ms(check.fired_at)
-        alert = Alert(
-            alert_id=deadline_alert_id(run_id),
-            kind=AlertKind.DEADLINE_MISSED,
+        alert = deadline_alert(
+            AlertKind.DEADLINE_MISSED,
             job_id=check.job_id,
             run_id=run_id,
             tenant=check.tenant,
             scheduled_at=check.scheduled_at,
             deadline_at=check.fired_at,
             raised_at=from_ms(now_ms),
-            late_ms=max(0, now_ms - deadline_ms),
             last_status=last,
             attempt=attempt,
             worker=self.name,

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from cronstream.runtime.settings import Settings
-from cronstream.schemas.alerts import Alert, AlertKind, deadline_alert_id
+from cronstream.schemas.alerts import AlertKind, deadline_alert
 from cronstream.schemas.catalog import FLOWS_APP, Topics
 from cronstream.schemas.events import (
     Concurrency,
@@ -131,17 +131,14 @@ class Coordinator:
         status: str,
         kind: AlertKind,
     ) -> Send:
-        now = utc_now()
-        alert = Alert(
-            alert_id=deadline_alert_id(run_id),
-            kind=kind,
+        alert = deadline_alert(
+            kind,
             job_id=flow_id,
             run_id=run_id,
             tenant=tenant,
             scheduled_at=from_ms(scheduled_ms),
             deadline_at=from_ms(deadline_ms),
-            raised_at=now,
-            late_ms=max(0, to_ms(now) - deadline_ms),
+            raised_at=utc_now(),
             last_status=status,
             worker=FLOWS_APP,
         )
