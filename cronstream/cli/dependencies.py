@@ -24,7 +24,7 @@ def register(sub: Any) -> None:
         "workers run each once; the group only keeps its commits).",
         group="dependencies",
     )
-    r.DEPENDENCIES_COMMIT_INTERVAL.add_to(p, old_flags=("--commit-ms",))
+    r.DEPENDENCIES_COMMIT_INTERVAL.add_to(p)
     register_fire_rates(p)
 
 

@@ -96,11 +96,11 @@ def _register_scheduler(sub: Any) -> None:
         help="run a scheduler processor (fires due runs)",
         group="scheduler",
     )
-    r.MISFIRE_THRESHOLD.add_to(p, old_flags=("--misfire-threshold-ms",))
-    r.COMMIT_INTERVAL.add_to(p, old_flags=("--checkpoint-ms",))
-    r.SCHEDULER_SESSION_TIMEOUT.add_to(p, old_flags=("--session-timeout-ms",))
+    r.MISFIRE_THRESHOLD.add_to(p)
+    r.COMMIT_INTERVAL.add_to(p)
+    r.SCHEDULER_SESSION_TIMEOUT.add_to(p)
     _register_store(p)
-    r.LOOKAHEAD.add_to(p, old_flags=("--lookahead-ms",))
+    r.LOOKAHEAD.add_to(p)
     register_fire_rates(p)
 
 
@@ -165,7 +165,7 @@ def _register_admission(sub: Any) -> None:
     )
     r.TENANT_MAX_JOBS.add_to(p)
     r.TENANT_MAX_EVENT_JOBS.add_to(p)
-    r.TENANT_TRIGGERS_PER_SECOND.add_to(p, old_flags=("--triggers-per-minute",))
+    r.TENANT_TRIGGERS_PER_SECOND.add_to(p)
     add_grant_flags(p)
 
 

@@ -20,11 +20,10 @@ def register(sub: Any) -> None:
         help="run a trigger processor (source records -> event runs)",
         group="triggers",
     )
-    r.TRIGGERS_COMMIT_INTERVAL.add_to(p, old_flags=("--checkpoint-ms",))
-    r.TRIGGERS_SESSION_TIMEOUT.add_to(p, old_flags=("--session-timeout-ms",))
+    r.TRIGGERS_COMMIT_INTERVAL.add_to(p)
+    r.TRIGGERS_SESSION_TIMEOUT.add_to(p)
     r.TENANT_TRIGGERS_PER_SECOND.add_to(
         p,
-        old_flags=("--tenant-runs-per-minute",),
         help="event runs one tenant's jobs may start per second, like its manual runs (the "
         "admission's --triggers-per-second); a tenant at its rate has its source partitions "
         "held, never its records dropped; 0: no limit; operators' jobs are not limited "

@@ -91,9 +91,9 @@ def _add_worker_membership(p: Any) -> None:
     what it remembers of runs its partitions' earlier owners executed, when a run is
     recorded STARTED, and how much of what it printed is kept."""
     r.WORKER_GRACE.add_to(p)
-    r.WORKER_SESSION_TIMEOUT.add_to(p, old_flags=("--session-timeout-ms",))
+    r.WORKER_SESSION_TIMEOUT.add_to(p)
     r.WORKER_DEDUP_CAPACITY.add_to(p)
-    r.WORKER_STARTED_AFTER.add_to(p, old_flags=("--started-after-ms",))
+    r.WORKER_STARTED_AFTER.add_to(p)
     r.WORKER_OUTPUT_LIMIT.add_to(p, metavar="BYTES")
 
 

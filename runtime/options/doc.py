@@ -44,7 +44,8 @@ def render() -> str:
             if isinstance(item, Family):
                 row = (f"`{item.pattern}`", "none", item.who, "", item.help, "")
             else:
-                was = ", ".join(f"`{old.env}`" for old in item.old)
+                olds = (*(old.env for old in item.old), *item.old_flags)
+                was = ", ".join(f"`{old}`" for old in olds)
                 flag = f"`{item.flag}`" if item.flag else ""
                 row = (f"`{item.env}`", item.default_text, item.who, flag, item.help, was)
             lines.append("| " + " | ".join(_cell(c) for c in row) + " |")

@@ -55,7 +55,9 @@ class Old:
 class Option(Generic[T]):
     """One setting. ``default`` is its value when unset (None: none, or computed where
     it is read, ``default_doc`` then saying how); ``who`` names the roles and commands
-    that read it; ``flag`` the option of theirs that overrides it."""
+    that read it; ``flag`` the option of theirs that overrides it; ``old`` its older
+    variables and ``old_flags`` the flag's older spellings, accepted with a warning for
+    one release (their values read by the first older variable's parser, in its unit)."""
 
     env: str
     parse: Callable[[str], T]
@@ -65,6 +67,7 @@ class Option(Generic[T]):
     flag: str | None = None
     default_doc: str | None = None
     old: tuple[Old, ...] = ()
+    old_flags: tuple[str, ...] = ()
 
     @property
     def kind(self) -> str:
@@ -114,10 +117,8 @@ class Option(Generic[T]):
     def add_to(self, parser: Any, *names: str, **kwargs: Any) -> Any:
         """This setting's flag on ``parser`` (``argparse``): its default this process's
         variable, its help the declaration's with the variable named. ``names`` are
-        the flag's spellings (the declared ``flag`` when none); ``old_flags``, older
-        spellings accepted with a warning (their values read by the old variable's
-        parser)."""
-        old_flags: tuple[str, ...] = kwargs.pop("old_flags", ())
+        the flag's spellings (the declared ``flag`` when none); its declared
+        ``old_flags`` are accepted too, with a warning."""
         flags = names or ((self.flag,) if self.flag else ())
         if not flags:
             raise ValueError(f"{self.env} has no flag")
@@ -136,7 +137,7 @@ class Option(Generic[T]):
             kwargs.setdefault("type", flag_type(self.parse))
         action = parser.add_argument(*flags, **kwargs)
         old_parse = self.old[0].parse if self.old else self.parse  # the old variable's unit
-        for old_flag in old_flags:
+        for old_flag in self.old_flags:
             parser.add_argument(
                 old_flag,
                 dest=action.dest,

@@ -51,7 +51,7 @@ def _metrics_port(role: str) -> Option[int]:
 
 def _session_timeout(role: str, help: str) -> Option[int]:
     """How long a silent member of ``role``'s consumer group keeps its partitions (its
-    older variable ``..._MS`` in milliseconds)."""
+    older variable ``..._MS`` and flag ``--session-timeout-ms`` in milliseconds)."""
     env = _variable(role, "SESSION_TIMEOUT")
     return Option(
         env,
@@ -61,14 +61,22 @@ def _session_timeout(role: str, help: str) -> Option[int]:
         role,
         flag="--session-timeout",
         old=(Old(f"{env}_MS", old_ms),),
+        old_flags=("--session-timeout-ms",),
     )
 
 
-def _commit_interval(env: str, role: str, help: str, *, old: str) -> Option[int]:
-    """How often ``role`` commits its progress (``old``: its older variable, in
-    milliseconds)."""
+def _commit_interval(env: str, role: str, help: str, *, old: str, old_flag: str) -> Option[int]:
+    """How often ``role`` commits its progress (``old`` and ``old_flag``: its older
+    variable and flag, in milliseconds)."""
     return Option(
-        env, duration, 1000, help, role, flag="--commit-interval", old=(Old(old, old_ms),)
+        env,
+        duration,
+        1000,
+        help,
+        role,
+        flag="--commit-interval",
+        old=(Old(old, old_ms),),
+        old_flags=(old_flag,),
     )
 
 
@@ -107,12 +115,14 @@ MISFIRE_THRESHOLD = Option(
     "scheduler",
     flag="--misfire-threshold",
     old=(Old("CRONSTREAM_MISFIRE_THRESHOLD_MS", old_ms),),
+    old_flags=("--misfire-threshold-ms",),
 )
 COMMIT_INTERVAL = _commit_interval(
     "CRONSTREAM_COMMIT_INTERVAL",
     "scheduler",
     "how often progress is committed (bounds the runs emitted again after a crash)",
     old="CRONSTREAM_CHECKPOINT_MS",
+    old_flag="--checkpoint-ms",
 )
 SCHEDULER_SESSION_TIMEOUT = _session_timeout(
     "scheduler", "how long a silent (killed) scheduler keeps its partitions"
@@ -127,6 +137,7 @@ LOOKAHEAD = Option(
     "scheduler",
     flag="--lookahead",
     old=(Old("CRONSTREAM_LOOKAHEAD_MS", old_ms),),
+    old_flags=("--lookahead-ms",),
 )
 SCHEDULER_STATE_DIR = Option(
     "CRONSTREAM_SCHEDULER_STATE_DIR",
@@ -221,6 +232,7 @@ WORKER_STARTED_AFTER = Option(
     "worker",
     flag="--started-after",
     old=(Old("CRONSTREAM_WORKER_STARTED_AFTER_MS", old_ms),),
+    old_flags=("--started-after-ms",),
 )
 WORKER_OUTPUT_LIMIT = Option(
     "CRONSTREAM_WORKER_OUTPUT_LIMIT",
@@ -324,6 +336,8 @@ TENANT_TRIGGERS_PER_SECOND = Option(
     "admission, triggers",
     flag="--triggers-per-second",
     old=(Old("CRONSTREAM_TENANT_TRIGGERS_PER_MINUTE", old_per_minute),),
+    # the admission's and the trigger processor's older flags, per minute
+    old_flags=("--triggers-per-minute", "--tenant-runs-per-minute"),
 )
 TENANT_GRANTS = Option(
     "CRONSTREAM_TENANT_GRANTS",
@@ -427,12 +441,14 @@ DEPENDENCIES_COMMIT_INTERVAL = _commit_interval(
     "how often its offsets are committed (the runs of the records a start reads again are "
     "emitted again, flagged)",
     old="CRONSTREAM_DEPENDENCIES_COMMIT_MS",
+    old_flag="--commit-ms",
 )
 TRIGGERS_COMMIT_INTERVAL = _commit_interval(
     "CRONSTREAM_TRIGGERS_COMMIT_INTERVAL",
     "triggers",
     "how often progress is committed (bounds the runs written again after a crash)",
     old="CRONSTREAM_TRIGGERS_CHECKPOINT_MS",
+    old_flag="--checkpoint-ms",
 )
 TRIGGERS_SESSION_TIMEOUT = _session_timeout(
     "triggers", "how long a silent trigger processor keeps its source partitions"

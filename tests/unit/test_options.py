@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from cronstream.cli import build_parser
 from cronstream.runtime.errors import SettingsError
 from cronstream.runtime.options import declared, doc, families, option, roles, services
 from cronstream.runtime.settings import Settings
@@ -91,12 +92,47 @@ def test_an_older_variable_is_read_in_its_unit_with_a_warning(
 def test_an_older_flag_is_read_in_its_unit(caplog: pytest.LogCaptureFixture) -> None:
     option._WARNED.clear()
     parser = argparse.ArgumentParser()
-    roles.COMMIT_INTERVAL.add_to(parser, old_flags=("--checkpoint-ms",))
+    roles.COMMIT_INTERVAL.add_to(parser)
     with caplog.at_level(logging.WARNING, "cronstream.settings"):
         assert parser.parse_args(["--checkpoint-ms", "500"]).commit_interval == 500
     assert "--checkpoint-ms is deprecated" in caplog.text
     assert parser.parse_args(["--commit-interval", "1m"]).commit_interval == 60_000
     assert parser.parse_args([]).commit_interval == 1000
+
+
+@pytest.mark.parametrize(
+    ("command", "old", "dest", "value"),
+    [
+        (["scheduler", "--checkpoint-ms", "500"], "--checkpoint-ms", "commit_interval", 500),
+        (["scheduler", "--lookahead-ms", "250"], "--lookahead-ms", "lookahead", 250),
+        (
+            ["worker", "--session-timeout-ms", "6000"],
+            "--session-timeout-ms",
+            "session_timeout",
+            6000,
+        ),
+        (["dependencies", "--commit-ms", "2000"], "--commit-ms", "commit_interval", 2000),
+        (
+            ["admission", "--triggers-per-minute", "120"],
+            "--triggers-per-minute",
+            "triggers_per_second",
+            2.0,
+        ),
+        (
+            ["triggers", "--tenant-runs-per-minute", "30"],
+            "--tenant-runs-per-minute",
+            "triggers_per_second",
+            0.5,
+        ),
+    ],
+)
+def test_each_command_takes_its_settings_older_flags_from_their_declaration(
+    command: list[str], old: str, dest: str, value: float, caplog: pytest.LogCaptureFixture
+) -> None:
+    option._WARNED.clear()
+    with caplog.at_level(logging.WARNING, "cronstream.settings"):
+        assert getattr(build_parser().parse_args(command), dest) == value
+    assert f"{old} is deprecated" in caplog.text
 
 
 @pytest.mark.parametrize(
