@@ -9,7 +9,14 @@ import argparse
 from datetime import UTC, date, datetime
 from typing import Any
 
-from cronstream.cli.common import add_role, at_least, duration_flag, invalid, old_seconds_flag
+from cronstream.cli.common import (
+    add_role,
+    at_least,
+    duration_flag,
+    invalid,
+    member_group,
+    old_seconds_flag,
+)
 from cronstream.runtime.options.services import ARCHIVE_KEEP
 from cronstream.runtime.settings import Settings
 
@@ -75,7 +82,7 @@ def cmd_archiver(settings: Settings, args: argparse.Namespace) -> int:
     except ValueError as exc:
         return invalid(str(exc))
     config = ArchiverConfig(
-        group=args.group or f"{settings.topic_prefix}.archiver",
+        group=member_group(args, settings),
         name=args.name,
         flush_rows=args.flush_rows,
         flush_s=args.flush_interval / 1000,

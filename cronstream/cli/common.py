@@ -47,10 +47,17 @@ def add_role(
     p: argparse.ArgumentParser = sub.add_parser(command, help=help, description=description)
     if group is not None:
         p.add_argument("--group", help=f"consumer group (default <topic prefix>.{group})")
+        p.set_defaults(default_group=group)
     p.add_argument("--name", default=f"{name or command}-{socket.gethostname()}-{os.getpid()}")
     r.METRICS_PORTS[command].add_to(p)
     p.set_defaults(handler=handler, needs="role")
     return p
+
+
+def member_group(args: argparse.Namespace, settings: Settings) -> str:
+    """The consumer group a role's process joins: its --group, else ``<topic
+    prefix>.<group>`` with the group ``add_role`` was given."""
+    return args.group or f"{settings.topic_prefix}.{args.default_group}"
 
 
 def known(found: T | None, job_id: str) -> T:

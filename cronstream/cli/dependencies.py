@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from cronstream.cli.common import add_role
+from cronstream.cli.common import add_role, member_group
 from cronstream.cli.tenant_flags import fire_rates, register_fire_rates
 from cronstream.runtime.options import roles as r
 from cronstream.runtime.settings import Settings
@@ -35,7 +35,7 @@ def cmd_dependencies(settings: Settings, args: argparse.Namespace) -> int:
     settings = settings.as_role("dependencies")  # its own Kafka user and ACLs
     rate, rates = fire_rates(args)
     config = DependencyConfig(
-        group=args.group or f"{settings.topic_prefix}.dependencies",
+        group=member_group(args, settings),
         name=args.name,
         commit_ms=max(1, args.commit_interval),
         tenant_fire_rate=rate,

@@ -22,7 +22,7 @@ import socket
 import sys
 from typing import Any
 
-from cronstream.cli.common import EXIT_INVALID, add_role, invalid
+from cronstream.cli.common import EXIT_INVALID, add_role, invalid, member_group
 from cronstream.cli.tenant_flags import add_grant_flags, fire_rates, register_fire_rates
 from cronstream.cli.worker import register_worker
 from cronstream.runtime.consoles import console_port
@@ -185,7 +185,7 @@ def cmd_scheduler(settings: Settings, args: argparse.Namespace) -> int:
     config = SchedulerConfig(
         tenant_fire_rate=rate,
         tenant_fire_rates=rates,
-        group=args.group or f"{settings.topic_prefix}.scheduler",
+        group=member_group(args, settings),
         threshold_ms=args.misfire_threshold,
         checkpoint_ms=args.commit_interval,
         session_timeout_ms=args.session_timeout,
@@ -220,7 +220,7 @@ def cmd_sink(settings: Settings, args: argparse.Namespace) -> int:
 
     settings = settings.as_role("sink")  # its own Kafka user and ACLs
     config = SinkConfig(
-        group=args.group or f"{settings.topic_prefix}.sink",
+        group=member_group(args, settings),
         name=args.name,
         batch_rows=max(1, args.batch_rows),
         in_flight=max(1, args.in_flight),
@@ -238,7 +238,7 @@ def cmd_admission(settings: Settings, args: argparse.Namespace) -> int:
 
     settings = settings.as_role("admission")  # its own Kafka user and ACLs
     config = AdmissionConfig(
-        group=args.group or f"{settings.topic_prefix}.admission",
+        group=member_group(args, settings),
         name=args.name,
         quotas=Quotas(
             max_jobs=args.max_jobs,

@@ -11,7 +11,7 @@ import argparse
 import os
 from typing import Any
 
-from cronstream.cli.common import add_role, at_least, invalid
+from cronstream.cli.common import add_role, at_least, invalid, member_group
 from cronstream.cli.tenant_flags import add_grant_flags, tenant_values
 from cronstream.runtime.options import roles as r
 from cronstream.runtime.settings import Settings
@@ -122,7 +122,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     except ValueError as exc:
         return invalid(str(exc))
     config = WorkerConfig(
-        group=args.group or f"{settings.topic_prefix}.workers",
+        group=member_group(args, settings),
         name=args.name,
         concurrency=args.concurrency,
         destination_slots=args.destination_slots or 0,

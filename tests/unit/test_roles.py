@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import argparse
 
+import pytest
+
 from cronstream.cli import build_parser
+from cronstream.cli.common import member_group
 from cronstream.monitoring import ROLES as SCRAPED
 from cronstream.monitoring import metrics_ports
 from cronstream.runtime.metrics import FAULT_ROLES
+from cronstream.runtime.settings import Settings
 from cronstream.schemas.catalog import ROLES
 
 
@@ -51,3 +55,22 @@ def test_every_deployed_role_is_a_command_of_its_name_and_the_others_are_not() -
     deployed = {name for name, role in ROLES.items() if role.deployed}
     assert deployed <= commands
     assert not (set(ROLES) - deployed) & commands
+
+
+@pytest.mark.parametrize(
+    ("command", "group"),
+    [
+        ("scheduler", "scheduler"),
+        ("worker", "workers"),
+        ("sink", "sink"),
+        ("admission", "admission"),
+        ("archiver", "archiver"),
+        ("dependencies", "dependencies"),
+    ],
+)
+def test_a_roles_process_joins_its_group_under_the_topic_prefix(command: str, group: str) -> None:
+    settings = Settings.from_env({"CRONSTREAM_TOPIC_PREFIX": "acme"})
+    args = build_parser().parse_args([command])
+    assert member_group(args, settings) == f"acme.{group}"
+    told = build_parser().parse_args([command, "--group", "own"])
+    assert member_group(told, settings) == "own"
