@@ -11,13 +11,13 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from cronstream.producers.errors import UnknownJob
 from cronstream.runtime.kafka import logs
 from cronstream.runtime.options import roles as r
-from cronstream.runtime.options.option import duration, flag_type, old_seconds
+from cronstream.runtime.options.option import Option, duration, flag_type, old_seconds
 
 if TYPE_CHECKING:
     from cronstream.runtime.settings import Settings
@@ -39,17 +39,21 @@ def add_role(
     description: str | None = None,
     name: str | None = None,
     group: str | None = None,
+    flags: Sequence[Option[Any]] = (),
 ) -> argparse.ArgumentParser:
     """The parser of a role that runs as a consumer group's member (``command``, run by
     ``handler``): its --name (default ``<name>-<host>-<pid>``, ``name`` the command's
     unless told), its --group when it has one (default ``<topic prefix>.<group>``) and its
-    --metrics-port (``METRICS_PORTS``); its own flags are the caller's to add."""
+    --metrics-port (``METRICS_PORTS``), then the flags of ``flags``, the settings of its
+    own a flag overrides; its other flags are the caller's to add."""
     p: argparse.ArgumentParser = sub.add_parser(command, help=help, description=description)
     if group is not None:
         p.add_argument("--group", help=f"consumer group (default <topic prefix>.{group})")
         p.set_defaults(default_group=group)
     p.add_argument("--name", default=f"{name or command}-{socket.gethostname()}-{os.getpid()}")
     r.METRICS_PORTS[command].add_to(p)
+    for setting in flags:
+        setting.add_to(p)
     p.set_defaults(handler=handler, needs="role")
     return p
 

@@ -23,8 +23,8 @@ def register(sub: Any) -> None:
         "runs (docs/event-triggers.md). One is enough; a second emits the same run ids (the "
         "workers run each once; the group only keeps its commits).",
         group="dependencies",
+        flags=(r.DEPENDENCIES_COMMIT_INTERVAL,),
     )
-    r.DEPENDENCIES_COMMIT_INTERVAL.add_to(p)
     register_fire_rates(p)
 
 

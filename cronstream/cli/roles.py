@@ -95,12 +95,9 @@ def _register_scheduler(sub: Any) -> None:
         cmd_scheduler,
         help="run a scheduler processor (fires due runs)",
         group="scheduler",
+        flags=(r.MISFIRE_THRESHOLD, r.COMMIT_INTERVAL, r.SCHEDULER_SESSION_TIMEOUT, r.LOOKAHEAD),
     )
-    r.MISFIRE_THRESHOLD.add_to(p)
-    r.COMMIT_INTERVAL.add_to(p)
-    r.SCHEDULER_SESSION_TIMEOUT.add_to(p)
     _register_store(p)
-    r.LOOKAHEAD.add_to(p)
     register_fire_rates(p)
 
 
@@ -162,10 +159,8 @@ def _register_admission(sub: Any) -> None:
         cmd_admission,
         help="run an admission (tenants' commands -> jobs)",
         group="admission",
+        flags=(r.TENANT_MAX_JOBS, r.TENANT_MAX_EVENT_JOBS, r.TENANT_TRIGGERS_PER_SECOND),
     )
-    r.TENANT_MAX_JOBS.add_to(p)
-    r.TENANT_MAX_EVENT_JOBS.add_to(p)
-    r.TENANT_TRIGGERS_PER_SECOND.add_to(p)
     add_grant_flags(p)
 
 

@@ -19,9 +19,8 @@ def register(sub: Any) -> None:
         cmd_triggers,
         help="run a trigger processor (source records -> event runs)",
         group="triggers",
+        flags=(r.TRIGGERS_COMMIT_INTERVAL, r.TRIGGERS_SESSION_TIMEOUT),
     )
-    r.TRIGGERS_COMMIT_INTERVAL.add_to(p)
-    r.TRIGGERS_SESSION_TIMEOUT.add_to(p)
     r.TENANT_TRIGGERS_PER_SECOND.add_to(
         p,
         help="event runs one tenant's jobs may start per second, like its manual runs (the "
