@@ -207,16 +207,12 @@ def read_runs(settings: Settings, history: Sequence[Record] | None = None) -> li
     latest = {
         r.headers["run_id"]: r for r in read_topic(settings, Topics(settings).runs(Priority.NORMAL))
     }
-    return [
-        Run(
-            job_id=r.headers["job_id"],
-            emitted_ms=r.timestamp_ms,
-            slot_ms=iso_ms(r.headers["scheduled_at"]),
-            due_ms=header_due_ms(r.headers),
-            started_ms=started.get(run_id),
-        )
-        for run_id, r in latest.items()
-    ]
+    return [_run(r, started.get(run_id)) for run_id, r in latest.items()]
+
+
+def _run(record: Record, started: int | None) -> Run:
+    job_id, slot = record.headers["job_id"], iso_ms(record.headers["scheduled_at"])
+    return Run(job_id, record.timestamp_ms, slot, due_ms(job_id, slot), started)
 
 
 def pct(values: Sequence[float], q: float) -> float:
