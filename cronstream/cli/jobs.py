@@ -14,12 +14,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from cronstream.cli.backfill import add_backfill
-from cronstream.cli.common import (
-    EXIT_UNAVAILABLE,
-    duration_flag,
-    invalid,
-    known,
-)
+from cronstream.cli.common import EXIT_UNAVAILABLE, duration_flag, invalid, known
 from cronstream.producers.client import JobClient
 from cronstream.producers.spec import load_jobs_file
 from cronstream.runtime.kafka.clients import (

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from cronstream.cli.common import add_role, invalid
+from cronstream.cli.common import add_role, invalid, member_group
 from cronstream.runtime.options import roles as r
 from cronstream.runtime.settings import Settings
 
@@ -40,14 +40,13 @@ def register(sub: Any) -> None:
 
 def cmd_triggers(settings: Settings, args: argparse.Namespace) -> int:
     from cronstream.foreground import run_role
-    from cronstream.schemas.catalog import triggers_group
     from cronstream.streams.triggers.processor import TriggerConfig, TriggerProcessor
 
     settings = settings.as_role("triggers")  # its own Kafka user and ACLs
     if args.commit_interval < 10 or args.session_timeout < 1000:
         return invalid("--commit-interval must be 10ms or more, --session-timeout 1s or more")
     config = TriggerConfig(
-        group=args.group or triggers_group(settings.topic_prefix),
+        group=member_group(args, settings),
         name=args.name,
         checkpoint_ms=args.commit_interval,
         session_timeout_ms=args.session_timeout,

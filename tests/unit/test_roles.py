@@ -14,7 +14,7 @@ from cronstream.monitoring import ROLES as SCRAPED
 from cronstream.monitoring import metrics_ports
 from cronstream.runtime.metrics import FAULT_ROLES
 from cronstream.runtime.settings import Settings
-from cronstream.schemas.catalog import ROLES
+from cronstream.schemas.catalog import ROLES, triggers_group
 
 
 def _commands() -> set[str]:
@@ -66,6 +66,7 @@ def test_every_deployed_role_is_a_command_of_its_name_and_the_others_are_not() -
         ("admission", "admission"),
         ("archiver", "archiver"),
         ("dependencies", "dependencies"),
+        ("triggers", "triggers"),
     ],
 )
 def test_a_roles_process_joins_its_group_under_the_topic_prefix(command: str, group: str) -> None:
@@ -74,3 +75,9 @@ def test_a_roles_process_joins_its_group_under_the_topic_prefix(command: str, gr
     assert member_group(args, settings) == f"acme.{group}"
     told = build_parser().parse_args([command, "--group", "own"])
     assert member_group(told, settings) == "own"
+
+
+def test_the_trigger_processors_group_is_the_one_its_lag_is_read_from() -> None:
+    settings = Settings.from_env({"CRONSTREAM_TOPIC_PREFIX": "acme"})
+    args = build_parser().parse_args(["triggers"])
+    assert member_group(args, settings) == triggers_group("acme")
