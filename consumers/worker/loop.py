@@ -108,12 +108,11 @@ class Worker:
             tally=self.tally,
             cancel_reasons=cancel_reasons,
         )
-        self.history = HistoryReplay(
-            side_consumer(settings, config, "history"),
-            topic=topics.history,
-            dedup=self.dedup,
-            lookup=self.consumer,
-        )
+        # History's offsets are looked up by its own reader, not the group consumer: a
+        # topic the group consumer does not read, asked in its assignment hook, where a
+        # stale leader's metadata cannot be asked again (``refresh_metadata``).
+        reader = side_consumer(settings, config, "history")
+        self.history = HistoryReplay(reader, topic=topics.history, dedup=self.dedup, lookup=reader)
         self.control = ControlFeed(
             side_consumer(settings, config, "control"),
             topic=topics.control,
@@ -158,7 +157,7 @@ class Worker:
             low, high = watermarks(self.consumer, TopicPartition(tp.topic, partition))
             if partition not in history_ends:
                 history = TopicPartition(self.history.topic, partition)
-                history_ends[partition] = watermarks(self.consumer, history)[1]
+                history_ends[partition] = watermarks(self.history.lookup, history)[1]
             # Runs before ``high`` may have been executed by an earlier owner, which
             # published their outcomes before this assignment: they wait until history
             # is read up to its end as of now (once, not chasing later outcomes), from

@@ -56,7 +56,7 @@ class HistoryReplay:
         self.consumer = consumer  # assigned the history partitions being read
         self.topic = topic
         self.dedup = dedup
-        self.lookup = lookup  # answers offset look-ups (the worker's group consumer)
+        self.lookup = lookup  # answers offset look-ups (the history reader itself)
         # Per history partition: the next offset to read, where reading began, how far
         # it must go (the end as of the assignment); and which are assigned now.
         self.read_to: dict[int, int] = {}

@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from cronstream.runtime.kafka.clients import Balance, consume_ready, group_consumer
 from cronstream.runtime.kafka.groups import set_group_timeouts
-from cronstream.runtime.kafka.offsets import is_transient, partition_names
+from cronstream.runtime.kafka.offsets import is_transient, partition_names, serving
 from cronstream.runtime.kafka.records import ConsumedMessage
 from cronstream.runtime.settings import Settings
 
@@ -96,6 +96,10 @@ class GroupMember:
       session): drop their state; a commit would be refused (the next owner reads them
       again from the last committed offsets).
 
+    A hook never calls this consumer's ``poll``, ``consume``, ``close`` or
+    ``list_topics``: inside its own poll that aborts the process
+    (``runtime.kafka.offsets.refresh_metadata`` says why, and skips its refresh there).
+
     **The one rule for a refused commit: it is re-delivery, not loss.** Every role
     commits an offset only after what it covers is durable (each role's commit
     procedure), and a commit covers every record before it. A commit the group refuses
@@ -157,21 +161,26 @@ class GroupMember:
             topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
         )
 
+    # The hooks run inside this consumer's poll: ``serving`` says so to what they call
+    # (``runtime.kafka.offsets.refresh_metadata`` must not call back into it).
     def _on_assign(self, consumer: Consumer, partitions: Partitions) -> None:
-        starts = self.assigned(partitions)
+        with serving(consumer):
+            starts = self.assigned(partitions)
         if starts is not None:
             consumer.incremental_assign(starts)
         if partitions:
             self.log.info("assigned %s", partition_names(partitions))
 
     def _on_revoke(self, consumer: Consumer, partitions: Partitions) -> None:
-        self.revoking(partitions)
+        with serving(consumer):
+            self.revoking(partitions)
         if partitions:
             self.log.info("revoked %s", partition_names(partitions))
 
     def _on_lost(self, consumer: Consumer, partitions: Partitions) -> None:
         self.log.warning("partitions lost: %s", partition_names(partitions))
-        self.lost(partitions)
+        with serving(consumer):
+            self.lost(partitions)
 
     # -- reading --------------------------------------------------------------------------
     def consume(self, most: int, timeout: float, *, ready: bool = False) -> list[Any]:

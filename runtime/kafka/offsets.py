@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol, TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
@@ -128,9 +129,48 @@ def _watermarks(consumer: WatermarkSource, tp: TopicPartition) -> Any:
         return consumer.get_watermark_offsets(tp, timeout=10)
     except KafkaException as exc:
         if exc.args and exc.args[0].code() in _STALE_LEADER:
-            with contextlib.suppress(KafkaException):
-                consumer.list_topics(tp.topic, timeout=5)
+            refresh_metadata(consumer, tp.topic)
         raise
+
+
+class _Serving(threading.local):
+    """The clients serving a callback on this thread (``serving``), by ``id``."""
+
+    def __init__(self) -> None:
+        self.clients: dict[int, int] = {}
+
+
+_SERVING = _Serving()
+
+
+@contextlib.contextmanager
+def serving(client: object) -> Iterator[None]:
+    """Within the ``with``, ``client`` is serving one of its callbacks on this thread
+    (``GroupMember`` runs a role's partition hooks so, inside its ``poll``)."""
+    key = id(client)
+    _SERVING.clients[key] = _SERVING.clients.get(key, 0) + 1
+    try:
+        yield
+    finally:
+        _SERVING.clients[key] -= 1
+        if not _SERVING.clients[key]:
+            del _SERVING.clients[key]
+
+
+def refresh_metadata(client: WatermarkSource, topic: str) -> None:
+    """Ask ``topic``'s metadata again (its partitions' leaders), unless ``client`` is
+    serving a callback on this thread (``serving``). confluent-kafka keeps one call
+    state per client and thread; ``list_topics`` called inside the client's own
+    ``poll`` ends that poll's state, and the poll's next callback aborts the process
+    (the C assertion ``cs != NULL`` in ``CallState_get``: two workers died so, a
+    broker lost under load, asking watermarks in their assignment hook). Called from
+    another thread, it waits for that poll to return: a deadlock. There librdkafka's
+    own refresh serves: a refused watermarks query drops the topic from its metadata
+    cache, and the next try, with the leader unknown, asks for it."""
+    if id(client) in _SERVING.clients:
+        return
+    with contextlib.suppress(KafkaException):
+        client.list_topics(topic, timeout=5)
 
 
 def assign_whole(consumer: Consumer, topic: str) -> dict[int, int]:

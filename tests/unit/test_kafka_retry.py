@@ -7,7 +7,13 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from cronstream.runtime import stop
-from cronstream.runtime.kafka.offsets import committed, is_transient, retrying, watermarks
+from cronstream.runtime.kafka.offsets import (
+    committed,
+    is_transient,
+    retrying,
+    serving,
+    watermarks,
+)
 from cronstream.runtime.kafka.records import is_record
 from tests.fakes import FakeMessage
 
@@ -160,3 +166,20 @@ def test_a_process_asked_to_stop_does_not_retry_a_refusal(
     assert consumer.calls == 1
     consumer = FlakyConsumer(KafkaError._TIMED_OUT, failures=0)  # answers: no stop needed
     assert committed(consumer, [TopicPartition("t", 0)])[0].offset == 7
+
+
+def test_a_consumer_serving_its_own_callback_is_not_asked_for_metadata() -> None:
+    """Found by the chaos suite (a broker lost under load): a worker's assignment hook
+    asked its own consumer's metadata after a refused watermarks query, and the
+    consumer's next callback in that poll aborted the process (confluent-kafka's call
+    state ended by the nested call). Inside ``serving`` the query is retried without
+    it (librdkafka's own refresh serves); outside, the topic is asked again."""
+    tp = TopicPartition("cs.runs.normal", 3)
+    inside = StaleMetadataConsumer(KafkaError._DESTROY_BROKER)
+    inside.failures = 2  # answered on the third try
+    with serving(inside):
+        assert watermarks(inside, tp, timeout=5) == (3, 42)
+    assert (inside.asked, inside.calls) == ([], 3)
+    outside = StaleMetadataConsumer(KafkaError._DESTROY_BROKER)
+    assert watermarks(outside, tp, timeout=5) == (3, 42)
+    assert outside.asked == ["cs.runs.normal"]

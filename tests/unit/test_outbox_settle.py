@@ -130,3 +130,25 @@ def test_settle_commits_what_kafka_answered_without_waiting_for_the_rest() -> No
     parts.outbox.settle()
     assert parts.consumer.commits[-1][0] == [(RUNS, 0, 2, "1001")]
     assert set(parts.producer.flush_timeouts) == {0}  # no round waited for the broker
+
+
+def test_a_handover_with_the_broker_away_commits_what_was_answered_and_ends_nothing() -> None:
+    """Found by the chaos suite (a runs partition's leader cut off, then the group
+    moved the worker's partitions): its revoke waited 30 s for acknowledgements, raised
+    "177 records still unacknowledged after 30.0s" and the process ended. A handover
+    now commits what Kafka answered and leaves the rest awaiting, uncommitted."""
+    parts = Parts()
+    parts.own()
+    parts.producer.down = True
+    parts.outbox.finish(pending_at(parts, 0, run("j@1")), RunStatus.SUCCEEDED, None)
+    parts.outbox.settle()  # a round closes over j@1's outcome, unanswered
+    parts.outbox.finish(pending_at(parts, 1, run("j@2")), RunStatus.SUCCEEDED, None)
+    parts.producer.answer(0)  # j@1's outcome answered, then the broker is cut off
+    parts.outbox.settle(wait=True)  # the handover: waits, raises nothing
+    ((offsets, asynchronous, _),) = parts.consumer.commits
+    assert (offsets, asynchronous) == ([(RUNS, 0, 1, "1001")], False)  # j@1 only
+    assert len(parts.outbox.awaiting) == 1  # j@2's outcome: not acknowledged, kept
+    parts.producer.down = False
+    parts.outbox._next_commit = 0.0
+    parts.outbox.settle()  # the broker answers: a later round commits j@2
+    assert parts.consumer.commits[-1][0] == [(RUNS, 0, 2, "1001")]
