@@ -341,7 +341,7 @@ class Outbox:
         if self.published:  # the outcomes that waited, published by that round
             settled += self._round(time.monotonic(), wait=wait)
         if self.awaiting:
-            waiting = sum(len(r.ready) + len(r.held) for r in self.awaiting) + len(self.published)
+            waiting = sum(len(r.ready) + len(r.held) for r in self.awaiting)
             log.warning(
                 "%d finished runs' records not acknowledged within %.0f s; their runs stay "
                 "uncommitted (read again and deduped by the next owner)",
